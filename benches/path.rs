@@ -1,0 +1,108 @@
+//! The per-packet path without I/O: stream-table lookup, source check, RTP accounting, counter
+//! tallies and selection of the packets to send, for a batch of 32 RTP packets, with 1 and
+//! with 10 000 routes in the table. `cargo bench --bench path`.
+
+use std::hint::black_box;
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use vgate::channel::inspect;
+use vgate::config::{Config, DomainId, SourcePolicy};
+use vgate::routes::{Channel, NoHooks, RouteSpec, Routes, SessionKind};
+use vgate::stats::Tally;
+
+fn table(n: usize) -> (Routes, u16) {
+    let mut cfg = Config::embedded_default();
+    cfg.domains[0].media_ports.last = 20000 + 2 * n as u16 + 1;
+    cfg.domains[1].media_ports.first = 40000;
+    cfg.domains[1].media_ports.last = 40000 + 2 * n as u16 + 1;
+    let routes = Routes::new(&cfg, Arc::new(NoHooks));
+    let s = routes.open_session(SessionKind::Admin, "bench");
+    let mut last = 0;
+    for _ in 0..n {
+        let a = routes.alloc_pair(s, DomainId::A).unwrap();
+        let b = routes.alloc_pair(s, DomainId::B).unwrap();
+        routes
+            .add_route(
+                s,
+                RouteSpec {
+                    ingress: DomainId::A,
+                    port: a,
+                    dest: "127.0.0.2:50000".parse().unwrap(),
+                    egress_port: b,
+                    policy: SourcePolicy::Strict,
+                    expected: Some("127.0.0.1:6000".parse().unwrap()),
+                    rtp_only: true,
+                    label: "b".into(),
+                },
+            )
+            .unwrap();
+        last = a;
+    }
+    (routes, last)
+}
+
+fn batch(c: &mut Criterion) {
+    let src: SocketAddrV4 = "127.0.0.1:6000".parse().unwrap();
+    let mut pkts = vec![[0u8; 1328]; 32];
+    for (i, p) in pkts.iter_mut().enumerate() {
+        vgate::wire::rtp::write_header(p, 33, i as u16, 0, 1).unwrap();
+    }
+    let mut g = c.benchmark_group("per_packet_path");
+    g.throughput(Throughput::Elements(32));
+    for n in [1usize, 10_000] {
+        let (routes, port) = table(n);
+        let mut sel: Vec<u16> = Vec::with_capacity(32);
+        let mut seq = 0u16;
+        g.bench_function(format!("batch32_lookup_per_packet_routes{n}"), |b| {
+            b.iter(|| {
+                let mut tally = Tally::default();
+                sel.clear();
+                for (i, p) in pkts.iter_mut().enumerate() {
+                    seq = seq.wrapping_add(1);
+                    p[2..4].copy_from_slice(&seq.to_be_bytes());
+                    let Some(route) = routes
+                        .table(Channel::Forward)
+                        .get(&black_box(port))
+                        .map(|r| Arc::clone(&r))
+                    else {
+                        tally.drop(vgate::stats::DropReason::NoRoute);
+                        continue;
+                    };
+                    tally.rx_packets += 1;
+                    tally.rx_bytes += p.len() as u64;
+                    match inspect(&route, src, p, false, 1472) {
+                        Ok(()) => sel.push(i as u16),
+                        Err(r) => tally.drop(r),
+                    }
+                    route.stats.packets.add(&tally);
+                }
+                black_box(&sel);
+            })
+        });
+        g.bench_function(format!("batch32_lookup_per_batch_routes{n}"), |b| {
+            b.iter(|| {
+                let mut tally = Tally::default();
+                sel.clear();
+                let route = routes.lookup(Channel::Forward, black_box(port)).unwrap();
+                for (i, p) in pkts.iter_mut().enumerate() {
+                    seq = seq.wrapping_add(1);
+                    p[2..4].copy_from_slice(&seq.to_be_bytes());
+                    tally.rx_packets += 1;
+                    tally.rx_bytes += p.len() as u64;
+                    match inspect(&route, src, p, false, 1472) {
+                        Ok(()) => sel.push(i as u16),
+                        Err(r) => tally.drop(r),
+                    }
+                }
+                route.stats.packets.add(&tally);
+                black_box(&sel);
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, batch);
+criterion_main!(benches);

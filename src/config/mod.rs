@@ -1,0 +1,355 @@
+//! Configuration: the TOML file an operator writes, checked into a [`Config`] the rest of vgate
+//! can trust.
+//!
+//! Two layers: [`raw`] mirrors the file (serde, unknown keys rejected, values kept with their
+//! byte spans), and [`validate`] turns it into [`Config`], reporting the first problem with the
+//! file, line and key and what to do about it. Nothing here opens a socket or touches the
+//! system; the only machine fact used is the number of CPUs, for the "more channels than
+//! cores" check.
+
+mod raw;
+mod validate;
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+
+use ipnet::Ipv4Net;
+
+pub use validate::{auto_cpus, validate};
+
+/// The file compiled into the binary: a loopback gateway that runs without privileges.
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+/// One of the two network domains the gateway joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DomainId {
+    /// The video private network (cameras, NVRs, platforms).
+    A,
+    /// The user network (viewers, clients).
+    B,
+}
+
+impl DomainId {
+    /// Both domains, A first.
+    pub const ALL: [DomainId; 2] = [DomainId::A, DomainId::B];
+
+    /// The domain on the other side of the gateway.
+    pub fn other(self) -> DomainId {
+        match self {
+            DomainId::A => DomainId::B,
+            DomainId::B => DomainId::A,
+        }
+    }
+
+    /// 0 for A, 1 for B: for arrays indexed by domain.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The name used in the config file and in metrics: `a` or `b`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DomainId::A => "a",
+            DomainId::B => "b",
+        }
+    }
+}
+
+impl fmt::Display for DomainId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An inclusive range of UDP ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.last - self.first) + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.first, self.last)
+    }
+}
+
+/// Capture mode, chosen once at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Kernel UDP sockets, batched with recvmmsg/sendmmsg.
+    Stack,
+    /// One ring per NIC RSS queue (PF_RING `dev@q`, or AF_PACKET fanout).
+    Tnapi,
+    /// Zero copy per queue (PF_RING ZC, or AF_XDP).
+    Zc,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Stack => "stack",
+            Mode::Tnapi => "tnapi",
+            Mode::Zc => "zc",
+        })
+    }
+}
+
+/// What a stream route does with packets from a source other than the expected one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourcePolicy {
+    /// Only the expected source is forwarded; everything else is dropped and counted.
+    Strict,
+    /// The first source seen (or the expected one, if given) is kept; others are dropped.
+    Latch,
+    /// Any source is forwarded.
+    Any,
+}
+
+impl fmt::Display for SourcePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SourcePolicy::Strict => "strict",
+            SourcePolicy::Latch => "latch",
+            SourcePolicy::Any => "any",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SignalingKind {
+    Sip,
+    Rtsp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// A checked domain.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Domain {
+    pub id: DomainId,
+    /// The NIC facing this domain (used by the per-queue engines).
+    pub interface: String,
+    /// The gateway's own address in this domain.
+    pub address: Ipv4Addr,
+    /// Networks that belong to this domain.
+    pub networks: Vec<Ipv4Net>,
+    /// Gateway ports for media arriving from this domain.
+    pub media_ports: PortRange,
+}
+
+impl Domain {
+    /// Whether `addr` lives in this domain (its networks or the gateway's own address).
+    pub fn contains(&self, addr: Ipv4Addr) -> bool {
+        addr == self.address || self.networks.iter().any(|n| n.contains(&addr))
+    }
+}
+
+/// Engine settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub mode: Mode,
+    /// Worker threads, one per queue.
+    pub queues: usize,
+    /// CPU of each worker (same length as `queues`).
+    pub cpus: Vec<usize>,
+    /// Packets per receive/send system call.
+    pub batch: usize,
+    /// Largest UDP payload forwarded; anything longer is dropped as `oversize`.
+    pub max_payload: usize,
+}
+
+/// A static signaling route: where a proxy listens and where it forwards.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignalingRoute {
+    pub name: String,
+    pub kind: SignalingKind,
+    pub transport: Transport,
+    pub listen_domain: DomainId,
+    pub listen_port: u16,
+    pub upstream: SocketAddrV4,
+}
+
+/// A static stream route from the config file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StaticStream {
+    pub name: String,
+    /// Domain the media arrives from; it leaves into the other one.
+    pub domain: DomainId,
+    /// Gateway port in `domain` that receives the media.
+    pub port: u16,
+    /// Receiver in the other domain.
+    pub destination: SocketAddrV4,
+    /// Gateway port in the other domain the media is sent from; `None`: allocated.
+    pub egress_port: Option<u16>,
+    /// Only this source is forwarded under `strict`; the initial latch under `latch`.
+    /// Port 0 accepts any port of that address.
+    pub expect_source: Option<SocketAddrV4>,
+    pub policy: SourcePolicy,
+    /// Drop datagrams that are not RTP version 2.
+    pub rtp_only: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Security {
+    pub source_validation: SourcePolicy,
+    pub rtp_only: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Control {
+    /// Management address (admin interface, metrics).
+    pub listen: std::net::SocketAddr,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Indexed by [`DomainId::index`].
+    pub domains: [Domain; 2],
+    pub engine: EngineConfig,
+    pub security: Security,
+    pub control: Control,
+    pub signaling: Vec<SignalingRoute>,
+    pub streams: Vec<StaticStream>,
+}
+
+impl Config {
+    pub fn domain(&self, id: DomainId) -> &Domain {
+        &self.domains[id.index()]
+    }
+
+    /// The domain `addr` belongs to, if any.
+    pub fn domain_of(&self, addr: Ipv4Addr) -> Option<DomainId> {
+        DomainId::ALL
+            .into_iter()
+            .find(|d| self.domain(*d).contains(addr))
+    }
+
+    /// The domain whose media range holds `port`, if any (the ranges never overlap).
+    pub fn domain_of_port(&self, port: u16) -> Option<DomainId> {
+        DomainId::ALL
+            .into_iter()
+            .find(|d| self.domain(*d).media_ports.contains(port))
+    }
+
+    /// The embedded default.
+    pub fn embedded_default() -> Config {
+        match parse(DEFAULT_TOML, "<embedded default>") {
+            Ok(cfg) => cfg,
+            // The default is a compile-time constant covered by a unit test.
+            Err(e) => panic!("embedded default config is invalid: {e}"),
+        }
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.display().to_string(),
+            line: 0,
+            column: 0,
+            key: String::new(),
+            message: format!("cannot read the file: {e}"),
+        })?;
+        parse(&text, &path.display().to_string())
+    }
+}
+
+/// Parses and validates `text`; `file` names it in errors.
+pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
+        let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+        ConfigError {
+            file: file.to_string(),
+            line,
+            column,
+            key: String::new(),
+            message: e.message().trim_end().to_string(),
+        }
+    })?;
+    validate(&raw, available_cpus()).map_err(|e| ConfigError {
+        file: file.to_string(),
+        line: e
+            .span
+            .as_ref()
+            .map(|s| line_col(text, s.start).0)
+            .unwrap_or(0),
+        column: e
+            .span
+            .as_ref()
+            .map(|s| line_col(text, s.start).1)
+            .unwrap_or(0),
+        key: e.key,
+        message: e.message,
+    })
+}
+
+/// CPUs this process may run on.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, column)
+}
+
+/// What is wrong with a config file, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: String,
+    /// 1-based; 0 when the problem has no single place (e.g. a missing section).
+    pub line: usize,
+    pub column: usize,
+    /// Dotted path of the key, e.g. `stream_route[2].destination`.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if self.line > 0 {
+            write!(f, ":{}:{}", self.line, self.column)?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests;

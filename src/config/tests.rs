@@ -1,0 +1,279 @@
+use super::*;
+
+const BASE: &str = r#"
+[domains.a]
+interface = "eth0"
+address = "10.1.0.1"
+networks = ["10.1.0.0/16"]
+media_ports = "20000-20999"
+
+[domains.b]
+interface = "eth1"
+address = "10.2.0.1"
+networks = ["10.2.0.0/16"]
+media_ports = "30000-30999"
+
+[engine]
+queues = 1
+"#;
+
+fn check(extra: &str) -> Result<Config, ConfigError> {
+    parse(&format!("{BASE}{extra}"), "test.toml")
+}
+
+/// Asserts the error names `key`, sits on `line` (1-based in BASE+extra) and says `words`.
+fn expect_err(extra: &str, key: &str, line: usize, words: &str) {
+    let e = check(extra).expect_err("config should be rejected");
+    assert_eq!(e.key, key, "{e}");
+    assert_eq!(e.line, line, "{e}");
+    assert!(
+        e.message.contains(words),
+        "message {:?} lacks {words:?}",
+        e.message
+    );
+    assert!(e.to_string().starts_with("test.toml:"), "{e}");
+}
+
+fn base_lines() -> usize {
+    BASE.lines().count()
+}
+
+#[test]
+fn embedded_default_is_valid_and_on_loopback() {
+    let cfg = Config::embedded_default();
+    assert_eq!(cfg.domain(DomainId::A).address, Ipv4Addr::new(127, 0, 0, 1));
+    assert_eq!(cfg.domain(DomainId::B).address, Ipv4Addr::new(127, 0, 0, 2));
+    assert_eq!(cfg.engine.mode, Mode::Stack);
+    assert!(cfg.control.listen.ip().is_loopback());
+}
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let cfg = check("").unwrap();
+    assert_eq!(cfg.engine.batch, 32);
+    assert_eq!(cfg.security.source_validation, SourcePolicy::Strict);
+    assert_eq!(cfg.engine.cpus.len(), 1);
+    assert_eq!(
+        cfg.domain_of("10.2.3.4".parse().unwrap()),
+        Some(DomainId::B)
+    );
+    assert_eq!(cfg.domain_of("192.0.2.1".parse().unwrap()), None);
+    assert_eq!(cfg.domain_of_port(30500), Some(DomainId::B));
+}
+
+#[test]
+fn unknown_key_is_rejected_with_its_line() {
+    let e = check("colour = \"blue\"\n").unwrap_err();
+    assert_eq!(e.line, base_lines() + 1, "{e}");
+    assert!(e.message.contains("unknown field"), "{e}");
+}
+
+#[test]
+fn toml_syntax_error_has_a_place() {
+    let e = check("[engine\n").unwrap_err();
+    assert!(e.line > base_lines(), "{e}");
+}
+
+#[test]
+fn overlapping_port_ranges() {
+    let text = BASE.replace("30000-30999", "20500-21000");
+    let e = parse(&text, "t.toml").unwrap_err();
+    assert_eq!(e.key, "domains.b.media_ports");
+    assert!(e.message.contains("overlaps"), "{e}");
+    assert_eq!(e.line, 12, "the line of domains.b.media_ports");
+}
+
+#[test]
+fn bad_port_range_and_address() {
+    let e = parse(&BASE.replace("20000-20999", "20001-20999"), "t").unwrap_err();
+    assert_eq!(e.key, "domains.a.media_ports");
+    let e = parse(&BASE.replace("10.1.0.1\"", "10.1.0.300\""), "t").unwrap_err();
+    assert_eq!(e.key, "domains.a.address");
+    let e = parse(&BASE.replace("\"10.2.0.0/16\"", "\"10.0.0.0/8\""), "t").unwrap_err();
+    assert_eq!(e.key, "domains.b.networks[0]");
+}
+
+#[test]
+fn more_channels_than_cores() {
+    let text = BASE.replace("queues = 1", "queues = 4096");
+    let e = parse(&text, "t").unwrap_err();
+    assert_eq!(e.key, "engine.queues");
+    assert!(e.message.contains("CPUs"), "{e}");
+}
+
+#[test]
+fn cpu_list_must_match_queues_and_exist() {
+    let text = BASE.replace("queues = 1", "queues = 1\ncpus = [4096]");
+    assert_eq!(parse(&text, "t").unwrap_err().key, "engine.cpus");
+    let text = BASE.replace("queues = 1", "queues = 1\ncpus = [0, 0]");
+    assert_eq!(parse(&text, "t").unwrap_err().key, "engine.cpus");
+}
+
+#[test]
+fn auto_cpus_keep_cpu0_free_on_big_machines() {
+    assert_eq!(validate::auto_cpus(2, 8), vec![1, 2]);
+    assert_eq!(validate::auto_cpus(2, 2), vec![0, 1]);
+    assert_eq!(validate::auto_cpus(1, 2), vec![0]);
+    assert_eq!(validate::auto_cpus(4, 4), vec![0, 1, 2, 3]);
+}
+
+const SIP_ROUTE: &str = r#"
+[[signaling_route]]
+name = "gb"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "10.1.0.9:5060"
+"#;
+
+#[test]
+fn signaling_route_ok() {
+    let cfg = check(SIP_ROUTE).unwrap();
+    assert_eq!(cfg.signaling[0].listen_domain, DomainId::B);
+    assert_eq!(cfg.signaling[0].kind, SignalingKind::Sip);
+}
+
+#[test]
+fn upstream_in_the_same_domain() {
+    let extra = SIP_ROUTE.replace("10.1.0.9", "10.2.0.9");
+    expect_err(
+        &extra,
+        "signaling_route[0].upstream",
+        base_lines() + 8,
+        "same domain",
+    );
+}
+
+#[test]
+fn upstream_in_no_domain() {
+    let extra = SIP_ROUTE.replace("10.1.0.9", "192.0.2.9");
+    expect_err(
+        &extra,
+        "signaling_route[0].upstream",
+        base_lines() + 8,
+        "neither domain",
+    );
+}
+
+#[test]
+fn signaling_port_inside_media_range() {
+    let extra = SIP_ROUTE.replace("5060\n", "30010\n");
+    expect_err(
+        &extra,
+        "signaling_route[0].listen_port",
+        base_lines() + 7,
+        "media ports",
+    );
+}
+
+#[test]
+fn duplicate_signaling_listener() {
+    let extra = format!("{SIP_ROUTE}{}", SIP_ROUTE.replace("\"gb\"", "\"gb2\""));
+    let e = check(&extra).unwrap_err();
+    assert_eq!(e.key, "signaling_route[1].listen_port");
+}
+
+const STREAM: &str = r#"
+[[stream_route]]
+name = "cam1"
+domain = "a"
+port = 20000
+destination = "10.2.0.50:40000"
+egress_port = 30000
+expect_source = "10.1.0.7:5000"
+"#;
+
+#[test]
+fn stream_route_ok() {
+    let cfg = check(STREAM).unwrap();
+    let s = &cfg.streams[0];
+    assert_eq!(s.domain, DomainId::A);
+    assert_eq!(s.egress_port, Some(30000));
+    assert_eq!(s.policy, SourcePolicy::Strict);
+}
+
+#[test]
+fn stream_port_outside_its_range() {
+    let extra = STREAM.replace("port = 20000", "port = 25000");
+    expect_err(&extra, "stream_route[0].port", base_lines() + 5, "outside");
+}
+
+#[test]
+fn egress_port_outside_far_range() {
+    let extra = STREAM.replace("egress_port = 30000", "egress_port = 20002");
+    expect_err(
+        &extra,
+        "stream_route[0].egress_port",
+        base_lines() + 7,
+        "far side",
+    );
+}
+
+#[test]
+fn destination_in_the_same_domain() {
+    let extra = STREAM.replace("10.2.0.50", "10.1.0.50");
+    expect_err(
+        &extra,
+        "stream_route[0].destination",
+        base_lines() + 6,
+        "same domain",
+    );
+}
+
+#[test]
+fn expect_source_from_the_wrong_domain() {
+    let extra = STREAM.replace("10.1.0.7", "10.2.0.7");
+    expect_err(
+        &extra,
+        "stream_route[0].expect_source",
+        base_lines() + 8,
+        "not in domain a",
+    );
+}
+
+#[test]
+fn strict_needs_an_expected_source() {
+    let extra = STREAM.replace("expect_source = \"10.1.0.7:5000\"\n", "");
+    let e = check(&extra).unwrap_err();
+    assert_eq!(e.key, "stream_route[0].expect_source");
+    assert!(e.message.contains("latch"), "{e}");
+    let latch = extra.replace("egress_port", "source_validation = \"latch\"\negress_port");
+    assert_eq!(
+        check(&latch).unwrap().streams[0].policy,
+        SourcePolicy::Latch
+    );
+}
+
+#[test]
+fn duplicate_stream_ports_and_names() {
+    let two = format!(
+        "{STREAM}{}",
+        STREAM.replace("cam1", "cam2").replace("30000", "30002")
+    );
+    assert_eq!(check(&two).unwrap_err().key, "stream_route[1].port");
+    let two = format!("{STREAM}{}", STREAM.replace("20000", "20002"));
+    assert_eq!(check(&two).unwrap_err().key, "stream_route[1].name");
+    let two = format!(
+        "{STREAM}{}",
+        STREAM.replace("cam1", "cam2").replace("20000", "20002")
+    );
+    assert_eq!(check(&two).unwrap_err().key, "stream_route[1].egress_port");
+}
+
+#[test]
+fn bad_mode_is_named() {
+    let e = check("").and(parse(&BASE.replace("queues = 1", "mode = \"turbo\""), "t"));
+    let e = e.unwrap_err();
+    assert!(
+        e.message.contains("turbo") || e.message.contains("unknown variant"),
+        "{e}"
+    );
+    assert!(e.line > 0);
+}
+
+#[test]
+fn missing_file_says_so() {
+    let e = Config::load(Path::new("/nonexistent/vgate.toml")).unwrap_err();
+    assert!(e.message.contains("cannot read"), "{e}");
+}

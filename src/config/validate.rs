@@ -1,0 +1,523 @@
+//! From the file as written ([`super::raw`]) to a [`Config`] the gateway can trust. Each check
+//! names the key and says what to change; the first failure wins, in file order.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::ops::Range;
+
+use ipnet::Ipv4Net;
+use toml::Spanned;
+
+use super::raw::{RawConfig, RawDomain, RawSignalingRoute, RawStreamRoute};
+use super::{
+    Config, Control, Domain, DomainId, EngineConfig, PortRange, Security, SignalingRoute,
+    SourcePolicy, StaticStream,
+};
+
+/// A validation failure before it is placed in the file.
+#[derive(Debug)]
+pub struct Invalid {
+    pub span: Option<Range<usize>>,
+    pub key: String,
+    pub message: String,
+}
+
+type Result<T> = std::result::Result<T, Invalid>;
+
+fn invalid<T>(at: &Spanned<T>, key: impl Into<String>, message: impl Into<String>) -> Invalid {
+    let span = at.span();
+    Invalid {
+        // Defaults carry an empty span at 0: they have no place in the file.
+        span: (span != (0..0)).then_some(span),
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// Checks `raw` against itself and against a machine with `cpus` CPUs.
+pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
+    let a = domain(DomainId::A, &raw.domains.a)?;
+    let b = domain(DomainId::B, &raw.domains.b)?;
+    cross_domain(&a, &b, &raw.domains.b)?;
+    let domains = [a, b];
+    let engine = engine(raw, cpus)?;
+    let security = Security {
+        source_validation: raw.security.source_validation,
+        rtp_only: raw.security.rtp_only,
+    };
+    let listen: SocketAddr = raw.control.listen.get_ref().parse().map_err(|_| {
+        invalid(
+            &raw.control.listen,
+            "control.listen",
+            "expected an address and port such as \"127.0.0.1:9940\"",
+        )
+    })?;
+    let control = Control { listen };
+
+    let mut signaling = Vec::new();
+    let mut names = HashSet::new();
+    let mut listeners = HashSet::new();
+    for (i, r) in raw.signaling_route.iter().enumerate() {
+        let route = signaling_route(i, r, &domains)?;
+        if !names.insert(route.name.clone()) {
+            return Err(invalid(
+                &r.name,
+                format!("signaling_route[{i}].name"),
+                format!(
+                    "the name \"{}\" is used twice; give each route its own",
+                    route.name
+                ),
+            ));
+        }
+        if !listeners.insert((route.listen_domain, route.listen_port, route.transport)) {
+            return Err(invalid(
+                &r.listen_port,
+                format!("signaling_route[{i}].listen_port"),
+                format!(
+                    "another signaling route already listens on port {} of domain {} with the same transport",
+                    route.listen_port, route.listen_domain
+                ),
+            ));
+        }
+        signaling.push(route);
+    }
+
+    let mut streams = Vec::new();
+    let mut names = HashSet::new();
+    let mut ingress: HashMap<(DomainId, u16), String> = HashMap::new();
+    let mut egress: HashMap<(DomainId, u16), String> = HashMap::new();
+    for (i, r) in raw.stream_route.iter().enumerate() {
+        let s = stream_route(i, r, &domains, &security)?;
+        if !names.insert(s.name.clone()) {
+            return Err(invalid(
+                &r.name,
+                format!("stream_route[{i}].name"),
+                format!(
+                    "the name \"{}\" is used twice; give each route its own",
+                    s.name
+                ),
+            ));
+        }
+        if let Some(other) = ingress.insert((s.domain, s.port), s.name.clone()) {
+            return Err(invalid(
+                &r.port,
+                format!("stream_route[{i}].port"),
+                format!(
+                    "port {} of domain {} is already the listen port of route \"{other}\"",
+                    s.port, s.domain
+                ),
+            ));
+        }
+        if let (Some(port), Some(at)) = (s.egress_port, &r.egress_port) {
+            if let Some(other) = egress.insert((s.domain.other(), port), s.name.clone()) {
+                return Err(invalid(
+                    at,
+                    format!("stream_route[{i}].egress_port"),
+                    format!(
+                        "egress port {port} is already used by route \"{other}\"; receivers tell streams apart by their source port"
+                    ),
+                ));
+            }
+        }
+        streams.push(s);
+    }
+
+    Ok(Config {
+        domains,
+        engine,
+        security,
+        control,
+        signaling,
+        streams,
+    })
+}
+
+fn domain(id: DomainId, raw: &RawDomain) -> Result<Domain> {
+    let key = |k: &str| format!("domains.{id}.{k}");
+    if raw.interface.get_ref().is_empty() {
+        return Err(invalid(
+            &raw.interface,
+            key("interface"),
+            "name the network interface facing this domain, e.g. \"eth1\" (\"lo\" on loopback)",
+        ));
+    }
+    let address = parse_ipv4(&raw.address, &key("address"))?;
+    if address.is_unspecified() || address.is_multicast() || address.is_broadcast() {
+        return Err(invalid(
+            &raw.address,
+            key("address"),
+            "the gateway address must be a unicast address of this host in the domain",
+        ));
+    }
+    let mut networks = Vec::new();
+    for (i, n) in raw.networks.iter().enumerate() {
+        let net: Ipv4Net = n.get_ref().parse().map_err(|_| {
+            invalid(
+                n,
+                format!("{}[{i}]", key("networks")),
+                "expected an IPv4 network such as \"10.1.0.0/16\"",
+            )
+        })?;
+        networks.push(net.trunc());
+    }
+    let media_ports = port_range(&raw.media_ports, &key("media_ports"))?;
+    Ok(Domain {
+        id,
+        interface: raw.interface.get_ref().clone(),
+        address,
+        networks,
+        media_ports,
+    })
+}
+
+fn cross_domain(a: &Domain, b: &Domain, raw_b: &RawDomain) -> Result<()> {
+    if a.address == b.address {
+        return Err(invalid(
+            &raw_b.address,
+            "domains.b.address",
+            "domain b needs its own gateway address; it is the same as domain a's",
+        ));
+    }
+    if a.media_ports.overlaps(&b.media_ports) {
+        return Err(invalid(
+            &raw_b.media_ports,
+            "domains.b.media_ports",
+            format!(
+                "overlaps domain a's media ports {}; the stream tables are keyed by port, so each port must belong to one domain",
+                a.media_ports
+            ),
+        ));
+    }
+    for (i, n) in b.networks.iter().enumerate() {
+        if a.networks.iter().any(|m| m.contains(n) || n.contains(m)) || n.contains(&a.address) {
+            return Err(invalid(
+                &raw_b.networks[i],
+                format!("domains.b.networks[{i}]"),
+                format!("network {n} overlaps domain a; every address must belong to one domain"),
+            ));
+        }
+    }
+    if a.contains(b.address) {
+        return Err(invalid(
+            &raw_b.address,
+            "domains.b.address",
+            "this address lies in one of domain a's networks",
+        ));
+    }
+    Ok(())
+}
+
+fn engine(raw: &RawConfig, machine_cpus: usize) -> Result<EngineConfig> {
+    let e = &raw.engine;
+    let queues = *e.queues.get_ref();
+    if queues < 1 {
+        return Err(invalid(
+            &e.queues,
+            "engine.queues",
+            "needs at least one queue",
+        ));
+    }
+    let queues = queues as usize;
+    if queues > machine_cpus {
+        return Err(invalid(
+            &e.queues,
+            "engine.queues",
+            format!(
+                "{queues} channels but this machine has {machine_cpus} CPUs; one worker per core at most (the published model never runs more channels than cores)"
+            ),
+        ));
+    }
+    let mut cpus = Vec::new();
+    let empty = Spanned::new(0..0, Vec::new());
+    let cpu_list = e.cpus.as_ref().unwrap_or(&empty);
+    for &c in cpu_list.get_ref() {
+        if c < 0 || c as usize >= machine_cpus {
+            return Err(invalid(
+                cpu_list,
+                "engine.cpus",
+                format!(
+                    "CPU {c} does not exist here (CPUs 0-{} are available)",
+                    machine_cpus - 1
+                ),
+            ));
+        }
+        if cpus.contains(&(c as usize)) {
+            return Err(invalid(
+                cpu_list,
+                "engine.cpus",
+                format!("CPU {c} is listed twice; one worker per core"),
+            ));
+        }
+        cpus.push(c as usize);
+    }
+    if cpus.is_empty() {
+        cpus = auto_cpus(queues, machine_cpus);
+    } else if cpus.len() != queues {
+        return Err(invalid(
+            cpu_list,
+            "engine.cpus",
+            format!(
+                "lists {} CPUs for {queues} queues; give one CPU per queue or leave it empty",
+                cpus.len()
+            ),
+        ));
+    }
+    let batch = *e.batch.get_ref();
+    if !(1..=1024).contains(&batch) {
+        return Err(invalid(
+            &e.batch,
+            "engine.batch",
+            "must be between 1 and 1024 packets",
+        ));
+    }
+    let max_payload = *e.max_payload.get_ref();
+    if !(64..=9000).contains(&max_payload) {
+        return Err(invalid(
+            &e.max_payload,
+            "engine.max_payload",
+            "must be between 64 and 9000 bytes (jumbo frames at most)",
+        ));
+    }
+    Ok(EngineConfig {
+        mode: *e.mode.get_ref(),
+        queues,
+        cpus,
+        batch: batch as usize,
+        max_payload: max_payload as usize,
+    })
+}
+
+/// One CPU per queue, keeping CPU 0 for the kernel and the rest of the system when there is
+/// room (the published model's tuning lesson); on two cores there is not.
+pub fn auto_cpus(queues: usize, machine_cpus: usize) -> Vec<usize> {
+    let first = usize::from(machine_cpus > 2 && queues < machine_cpus);
+    (first..first + queues).collect()
+}
+
+fn signaling_route(
+    i: usize,
+    r: &RawSignalingRoute,
+    domains: &[Domain; 2],
+) -> Result<SignalingRoute> {
+    let key = |k: &str| format!("signaling_route[{i}].{k}");
+    let name = route_name(&r.name, &key("name"))?;
+    let listen_domain = domain_id(&r.listen_domain, &key("listen_domain"))?;
+    let listen_port = port(&r.listen_port, &key("listen_port"))?;
+    for d in domains {
+        if d.media_ports.contains(listen_port) {
+            return Err(invalid(
+                &r.listen_port,
+                key("listen_port"),
+                format!("port {listen_port} is inside domain {}'s media ports {}; pick a port outside the media ranges", d.id, d.media_ports),
+            ));
+        }
+    }
+    let upstream = parse_sockaddr(&r.upstream, &key("upstream"))?;
+    check_far_side(
+        domains,
+        listen_domain,
+        *upstream.ip(),
+        &r.upstream,
+        &key("upstream"),
+        "upstream",
+    )?;
+    Ok(SignalingRoute {
+        name,
+        kind: r.kind,
+        transport: r.transport,
+        listen_domain,
+        listen_port,
+        upstream,
+    })
+}
+
+fn stream_route(
+    i: usize,
+    r: &RawStreamRoute,
+    domains: &[Domain; 2],
+    security: &Security,
+) -> Result<StaticStream> {
+    let key = |k: &str| format!("stream_route[{i}].{k}");
+    let name = route_name(&r.name, &key("name"))?;
+    let domain = domain_id(&r.domain, &key("domain"))?;
+    let listen_port = port(&r.port, &key("port"))?;
+    let range = domains[domain.index()].media_ports;
+    if !range.contains(listen_port) {
+        return Err(invalid(
+            &r.port,
+            key("port"),
+            format!("port {listen_port} is outside domain {domain}'s media ports {range}"),
+        ));
+    }
+    let destination = parse_sockaddr(&r.destination, &key("destination"))?;
+    check_far_side(
+        domains,
+        domain,
+        *destination.ip(),
+        &r.destination,
+        &key("destination"),
+        "destination",
+    )?;
+    let egress_port = match &r.egress_port {
+        None => None,
+        Some(p) => {
+            let e = port(p, &key("egress_port"))?;
+            let far = domains[domain.other().index()].media_ports;
+            if !far.contains(e) {
+                return Err(invalid(
+                    p,
+                    key("egress_port"),
+                    format!("port {e} is outside domain {}'s media ports {far}; the egress port is on the far side", domain.other()),
+                ));
+            }
+            Some(e)
+        }
+    };
+    let expect_source = match &r.expect_source {
+        None => None,
+        Some(s) => {
+            let addr = parse_sockaddr_any_port(s, &key("expect_source"))?;
+            if !domains[domain.index()].contains(*addr.ip()) {
+                return Err(invalid(
+                    s,
+                    key("expect_source"),
+                    format!("{} is not in domain {domain}, where this route receives; add its network to domains.{domain}.networks", addr.ip()),
+                ));
+            }
+            Some(addr)
+        }
+    };
+    let policy = r
+        .source_validation
+        .as_ref()
+        .map(|p| *p.get_ref())
+        .unwrap_or(security.source_validation);
+    if policy == SourcePolicy::Strict && expect_source.is_none() {
+        let at = r
+            .source_validation
+            .as_ref()
+            .map(|p| p.span())
+            .unwrap_or(r.name.span());
+        return Err(Invalid {
+            span: Some(at),
+            key: key("expect_source"),
+            message: "source validation is strict but the route has no expect_source; add expect_source = \"addr:port\" or set source_validation = \"latch\" on the route".into(),
+        });
+    }
+    Ok(StaticStream {
+        name,
+        domain,
+        port: listen_port,
+        destination,
+        egress_port,
+        expect_source,
+        policy,
+        rtp_only: r.rtp_only.unwrap_or(security.rtp_only),
+    })
+}
+
+/// An address a route sends to must be in the domain across from where it listens.
+fn check_far_side(
+    domains: &[Domain; 2],
+    listen: DomainId,
+    addr: Ipv4Addr,
+    at: &Spanned<String>,
+    key: &str,
+    what: &str,
+) -> Result<()> {
+    let far = listen.other();
+    if domains[listen.index()].contains(addr) {
+        return Err(invalid(
+            at,
+            key,
+            format!("the {what} {addr} is in domain {listen}, the same domain the route listens in; a route must cross to domain {far}"),
+        ));
+    }
+    if !domains[far.index()].contains(addr) {
+        return Err(invalid(
+            at,
+            key,
+            format!(
+                "the {what} {addr} is in neither domain; add its network to domains.{far}.networks"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn route_name(s: &Spanned<String>, key: &str) -> Result<String> {
+    let name = s.get_ref();
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(invalid(
+            s,
+            key,
+            "names are 1-64 characters of letters, digits, '-', '_' and '.'",
+        ));
+    }
+    Ok(name.clone())
+}
+
+fn domain_id(s: &Spanned<String>, key: &str) -> Result<DomainId> {
+    match s.get_ref().as_str() {
+        "a" => Ok(DomainId::A),
+        "b" => Ok(DomainId::B),
+        other => Err(invalid(
+            s,
+            key,
+            format!("unknown domain \"{other}\"; use \"a\" or \"b\""),
+        )),
+    }
+}
+
+fn port(p: &Spanned<i64>, key: &str) -> Result<u16> {
+    match u16::try_from(*p.get_ref()) {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(invalid(p, key, "a port is a number from 1 to 65535")),
+    }
+}
+
+fn port_range(s: &Spanned<String>, key: &str) -> Result<PortRange> {
+    let bad = || {
+        invalid(s, key, "expected a port range such as \"20000-29999\" (first-last, first even, at least 2 ports)")
+    };
+    let (a, b) = s.get_ref().split_once('-').ok_or_else(bad)?;
+    let first: u16 = a.trim().parse().map_err(|_| bad())?;
+    let last: u16 = b.trim().parse().map_err(|_| bad())?;
+    if first == 0 || last <= first || !first.is_multiple_of(2) {
+        return Err(bad());
+    }
+    Ok(PortRange { first, last })
+}
+
+fn parse_ipv4(s: &Spanned<String>, key: &str) -> Result<Ipv4Addr> {
+    s.get_ref()
+        .parse()
+        .map_err(|_| invalid(s, key, "expected an IPv4 address such as \"10.0.0.1\""))
+}
+
+fn parse_sockaddr(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
+    let addr = parse_sockaddr_any_port(s, key)?;
+    if addr.port() == 0 {
+        return Err(invalid(s, key, "the port must not be 0"));
+    }
+    Ok(addr)
+}
+
+fn parse_sockaddr_any_port(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
+    let addr: SocketAddrV4 = s.get_ref().parse().map_err(|_| {
+        invalid(
+            s,
+            key,
+            "expected an IPv4 address and port such as \"10.0.0.5:5000\"",
+        )
+    })?;
+    if addr.ip().is_unspecified() || addr.ip().is_broadcast() || addr.ip().is_multicast() {
+        return Err(invalid(s, key, "must be a unicast address"));
+    }
+    Ok(addr)
+}

@@ -1,0 +1,190 @@
+//! Capture/forward engines behind one interface, chosen once at start.
+//!
+//! The `--mode` names the published model's capture modes; the engine is the implementation
+//! that provides it here:
+//!
+//! | mode    | engine      | status in this build |
+//! |---------|-------------|----------------------|
+//! | `stack` | `stack`     | kernel UDP sockets, `recvmmsg`/`sendmmsg`, one worker per queue |
+//! | `tnapi` | `afpacket`, `pfring` | not built yet |
+//! | `zc`    | `afxdp`, `pfring-zc` | not built yet |
+//!
+//! A mode that cannot run fails with the reason; there is never a silent fallback to another
+//! mode. Each engine spawns one pinned worker thread per queue; workers look packets up in the
+//! stream tables and hand them to [`crate::channel::inspect`] before sending.
+
+pub mod stack;
+#[allow(unsafe_code)]
+pub(crate) mod sys;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::channel::WorkerStats;
+use crate::config::{Config, Mode};
+use crate::routes::{PortHooks, Routes};
+
+/// An implementation of a capture mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// Kernel UDP sockets (mode stack).
+    Stack,
+    /// AF_PACKET TPACKET_V3 rings with queue fanout (mode tnapi).
+    Afpacket,
+    /// PF_RING per-queue rings `dev@q` (mode tnapi).
+    Pfring,
+    /// AF_XDP sockets per queue (mode zc).
+    Afxdp,
+    /// PF_RING ZC `zc:dev@q` (mode zc).
+    PfringZc,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Stack => "stack",
+            EngineKind::Afpacket => "afpacket",
+            EngineKind::Pfring => "pfring",
+            EngineKind::Afxdp => "afxdp",
+            EngineKind::PfringZc => "pfring-zc",
+        }
+    }
+
+    /// The mode this engine provides.
+    pub fn mode(self) -> Mode {
+        match self {
+            EngineKind::Stack => Mode::Stack,
+            EngineKind::Afpacket | EngineKind::Pfring => Mode::Tnapi,
+            EngineKind::Afxdp | EngineKind::PfringZc => Mode::Zc,
+        }
+    }
+}
+
+/// Why an engine cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("engine {engine} provides mode {provides}, not mode {mode}; pick an engine of mode {mode} or drop --engine")]
+    WrongMode {
+        engine: &'static str,
+        provides: Mode,
+        mode: Mode,
+    },
+    #[error(
+        "mode {mode} (engine {engine}) is not in this build of vgate yet: {why}. Use --mode stack"
+    )]
+    NotBuilt {
+        mode: Mode,
+        engine: &'static str,
+        why: &'static str,
+    },
+    #[error("cannot start worker {index}: {source}")]
+    Spawn {
+        index: usize,
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+/// A running worker thread.
+pub struct Worker {
+    pub stats: Arc<WorkerStats>,
+    pub thread: JoinHandle<()>,
+}
+
+/// A capture/forward engine.
+pub trait Engine: Send {
+    fn kind(&self) -> EngineKind;
+    /// One line for the start-up banner: what is in use, per worker.
+    fn describe(&self) -> String;
+    /// What the route tables call when ports are taken and given back.
+    fn port_hooks(&self) -> Arc<dyn PortHooks>;
+    /// Starts the workers; they run until `stop` is set.
+    fn start(
+        &mut self,
+        routes: Arc<Routes>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<Worker>, EngineError>;
+}
+
+/// The engine for `mode`, or for `engine` when given (which must provide `mode`).
+pub fn choose(mode: Mode, engine: Option<EngineKind>) -> Result<EngineKind, EngineError> {
+    let kind = engine.unwrap_or(match mode {
+        Mode::Stack => EngineKind::Stack,
+        Mode::Tnapi if pfring_sys::AVAILABLE => EngineKind::Pfring,
+        Mode::Tnapi => EngineKind::Afpacket,
+        Mode::Zc if pfring_sys::AVAILABLE => EngineKind::PfringZc,
+        Mode::Zc => EngineKind::Afxdp,
+    });
+    if kind.mode() != mode {
+        return Err(EngineError::WrongMode {
+            engine: kind.name(),
+            provides: kind.mode(),
+            mode,
+        });
+    }
+    Ok(kind)
+}
+
+/// Builds the engine of `kind` for `cfg`.
+pub fn build(cfg: &Config, kind: EngineKind) -> Result<Box<dyn Engine>, EngineError> {
+    let not_built = |why| EngineError::NotBuilt {
+        mode: kind.mode(),
+        engine: kind.name(),
+        why,
+    };
+    match kind {
+        EngineKind::Stack => Ok(Box::new(stack::StackEngine::new(cfg))),
+        EngineKind::Afpacket => Err(not_built(
+            "the AF_PACKET per-queue ring engine is still being written",
+        )),
+        EngineKind::Afxdp => Err(not_built(
+            "the AF_XDP per-queue engine is still being written",
+        )),
+        EngineKind::Pfring | EngineKind::PfringZc => Err(not_built(
+            "vgate was built without PF_RING (the pfring feature of pfring-sys)",
+        )),
+    }
+}
+
+/// Pins the calling thread to `cpu`; `false` when the kernel refused (e.g. the CPU is not in
+/// this process's allowed set), which the caller reports once.
+pub fn pin_to(cpu: usize) -> bool {
+    // Core ids come from the config, not from core_affinity::get_core_ids(), which hides
+    // isolated CPUs — exactly the ones an appliance reserves for its workers.
+    core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_map_to_engines_and_unbuilt_ones_say_so() {
+        assert_eq!(choose(Mode::Stack, None).unwrap(), EngineKind::Stack);
+        assert!(matches!(
+            choose(Mode::Stack, Some(EngineKind::Afxdp)),
+            Err(EngineError::WrongMode { .. })
+        ));
+        let cfg = Config::embedded_default();
+        for (mode, eng) in [
+            (Mode::Tnapi, None),
+            (Mode::Zc, None),
+            (Mode::Tnapi, Some(EngineKind::Pfring)),
+        ] {
+            let kind = choose(mode, eng).unwrap();
+            let e = build(&cfg, kind).err().expect("not built");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("not in this build") && msg.contains("--mode stack"),
+                "{msg}"
+            );
+        }
+        let e = build(&cfg, EngineKind::Pfring).err().unwrap().to_string();
+        assert!(e.contains("without PF_RING"), "{e}");
+    }
+}

@@ -1,0 +1,337 @@
+//! Batched UDP receive and send (`recvmmsg`/`sendmmsg`) into caller-owned, reused buffers,
+//! quinn-udp style: one system call per batch, `EINTR` retried in one place, no allocation
+//! after construction.
+//!
+//! The `mmsghdr`s point into boxed slices owned by the same struct. Boxed slices never move
+//! their contents, so the pointers stay valid however the struct itself is moved.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Room for the `SO_RXQ_OVFL` counter (and any other small control message).
+const CTRL_LEN: usize = 64;
+
+fn sockaddr_v4(a: SocketAddrV4) -> libc::sockaddr_in {
+    // SAFETY:
+    // - sockaddr_in is plain old data; all-zero is a valid value (and the padding must be 0).
+    let mut s: libc::sockaddr_in = unsafe { zeroed() };
+    s.sin_family = libc::AF_INET as libc::sa_family_t;
+    s.sin_port = a.port().to_be();
+    s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+    s
+}
+
+/// A batch of receive buffers.
+pub struct RecvBatch {
+    bufs: Box<[u8]>,
+    buf_size: usize,
+    iov: Box<[libc::iovec]>,
+    addrs: Box<[libc::sockaddr_in]>,
+    ctrl: Box<[[u8; CTRL_LEN]]>,
+    hdrs: Box<[libc::mmsghdr]>,
+    len: usize,
+}
+
+// SAFETY:
+// - The raw pointers inside `iov` and `hdrs` only point into the boxed slices owned by this
+//   struct; moving the struct to another thread moves their owner with them.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    /// `batch` buffers of `buf_size` bytes each.
+    pub fn new(batch: usize, buf_size: usize) -> RecvBatch {
+        let batch = batch.max(1);
+        let mut b = RecvBatch {
+            bufs: vec![0u8; batch * buf_size].into_boxed_slice(),
+            buf_size,
+            // SAFETY:
+            // - iovec, sockaddr_in and mmsghdr are plain C structs for which all-zero
+            //   (null pointers, zero lengths) is a valid value; they are filled in below.
+            iov: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            addrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            ctrl: vec![[0u8; CTRL_LEN]; batch].into_boxed_slice(),
+            // SAFETY: as above.
+            hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            len: 0,
+        };
+        let base = b.bufs.as_mut_ptr();
+        for i in 0..batch {
+            b.iov[i] = libc::iovec {
+                // SAFETY:
+                // - i * buf_size + buf_size <= bufs.len(), so the offset stays in the slice.
+                iov_base: unsafe { base.add(i * buf_size) }.cast(),
+                iov_len: buf_size,
+            };
+            let h = &mut b.hdrs[i].msg_hdr;
+            h.msg_iov = &mut b.iov[i];
+            h.msg_iovlen = 1;
+            h.msg_name = (&mut b.addrs[i] as *mut libc::sockaddr_in).cast();
+            h.msg_control = b.ctrl[i].as_mut_ptr().cast();
+        }
+        b
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Receives up to a batch without blocking; `Ok(0)` when nothing is waiting.
+    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        for h in self.hdrs.iter_mut() {
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_hdr.msg_controllen = CTRL_LEN as _;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+        self.len = 0;
+        loop {
+            // SAFETY:
+            // - `hdrs` holds `capacity()` initialised mmsghdrs whose iovecs, names and control
+            //   buffers point into slices owned by `self`, valid and exclusively borrowed for
+            //   the duration of the call; `fd` is a live descriptor borrowed from its owner.
+            let n = unsafe {
+                libc::recvmmsg(
+                    fd.as_raw_fd(),
+                    self.hdrs.as_mut_ptr(),
+                    self.hdrs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n >= 0 {
+                self.len = n as usize;
+                return Ok(self.len);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(0),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// The bytes of datagram `i` (at most the buffer size).
+    pub fn payload(&self, i: usize) -> &[u8] {
+        let n = (self.hdrs[i].msg_len as usize).min(self.buf_size);
+        &self.bufs[i * self.buf_size..i * self.buf_size + n]
+    }
+
+    /// Whether datagram `i` was longer than the buffer (`MSG_TRUNC`).
+    pub fn truncated(&self, i: usize) -> bool {
+        self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0
+    }
+
+    /// Source of datagram `i`.
+    pub fn source(&self, i: usize) -> SocketAddrV4 {
+        let a = &self.addrs[i];
+        SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+            u16::from_be(a.sin_port),
+        )
+    }
+
+    /// The socket's cumulative receive-queue drop counter (`SO_RXQ_OVFL`) as reported with
+    /// the last datagram of the batch, if the option is on.
+    pub fn rx_overflow(&self) -> Option<u32> {
+        let i = self.len.checked_sub(1)?;
+        let h = &self.hdrs[i].msg_hdr;
+        // SAFETY:
+        // - `h` was filled by the kernel in the last recvmmsg: msg_control points at our
+        //   CTRL_LEN buffer and msg_controllen says how much of it holds control messages,
+        //   which is what the CMSG_* macros require. We only read within that length.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
+                    let data = libc::CMSG_DATA(c).cast::<u32>();
+                    return Some(data.read_unaligned());
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
+    }
+}
+
+/// What happened to a send batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendOutcome {
+    pub sent: usize,
+    pub sent_bytes: usize,
+    /// Refused because the socket's send queue stayed full.
+    pub queue_full: usize,
+    /// Refused by the kernel for another reason.
+    pub errors: usize,
+    /// The last error other than a full queue, for a (rate-limited) log line.
+    pub last_error: Option<i32>,
+}
+
+/// Send headers for forwarding datagrams straight out of a [`RecvBatch`] (no copy).
+pub struct SendBatch {
+    iov: Box<[libc::iovec]>,
+    hdrs: Box<[libc::mmsghdr]>,
+    dest: Box<libc::sockaddr_in>,
+}
+
+// SAFETY:
+// - Between calls the headers hold only pointers into `dest` (owned) and stale iovec
+//   pointers that are rewritten before every use; nothing is shared with another thread.
+unsafe impl Send for SendBatch {}
+
+impl SendBatch {
+    pub fn new(batch: usize) -> SendBatch {
+        let batch = batch.max(1);
+        SendBatch {
+            // SAFETY:
+            // - iovec and mmsghdr are plain C structs; all-zero is valid and is overwritten
+            //   before each send.
+            iov: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            dest: Box::new(sockaddr_v4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
+        }
+    }
+
+    /// Sends datagrams `which` of `rx` to `dest` from socket `fd`. Waits at most once, about a
+    /// millisecond, for room in a full send queue; what still does not fit is counted as
+    /// `queue_full`, not retried: a relay must not stall every other stream for one.
+    pub fn send(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        rx: &RecvBatch,
+        which: &[u16],
+        dest: SocketAddrV4,
+    ) -> SendOutcome {
+        let k = which.len().min(self.hdrs.len());
+        *self.dest = sockaddr_v4(dest);
+        let mut out = SendOutcome::default();
+        for (j, &i) in which[..k].iter().enumerate() {
+            let p = rx.payload(usize::from(i));
+            self.iov[j] = libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            };
+            let h = &mut self.hdrs[j];
+            h.msg_hdr.msg_iov = &mut self.iov[j];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_name = (&mut *self.dest as *mut libc::sockaddr_in).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_len = 0;
+        }
+        let mut off = 0;
+        let mut waited = false;
+        while off < k {
+            // SAFETY:
+            // - hdrs[off..k] were initialised above; their iovecs point into `rx`, which is
+            //   borrowed immutably for this whole call, and their names into `self.dest`.
+            // - `fd` is a live descriptor borrowed from its owner.
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd.as_raw_fd(),
+                    self.hdrs.as_mut_ptr().add(off),
+                    (k - off) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                // A UDP datagram is sent whole or not at all.
+                for v in &self.iov[off..off + n as usize] {
+                    out.sent_bytes += v.iov_len;
+                }
+                out.sent += n as usize;
+                off += n as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN) if !waited => {
+                    waited = true;
+                    wait_writable(fd, 1);
+                }
+                Some(libc::EAGAIN) => {
+                    out.queue_full += k - off;
+                    break;
+                }
+                code => {
+                    // sendmmsg reports an error only for the first message: skip it.
+                    out.errors += 1;
+                    out.last_error = code;
+                    off += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Waits up to `ms` milliseconds for `fd` to accept more data.
+fn wait_writable(fd: BorrowedFd<'_>, ms: i32) {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY:
+    // - `p` is one valid pollfd on our stack for the duration of the call.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn relays_a_batch_between_real_sockets() {
+        let rx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let SocketAddr4(dst) = SocketAddr4::of(&rx_sock);
+        for i in 0..5u8 {
+            sender.send_to(&[i; 100], dst).unwrap();
+        }
+        sender.send_to(&[9u8; 300], dst).unwrap();
+        let mut rb = RecvBatch::new(8, 200);
+        // Datagrams are queued synchronously on loopback.
+        assert_eq!(rb.recv(rx_sock.as_fd()).unwrap(), 6);
+        assert_eq!(rb.payload(2), &[2u8; 100][..]);
+        assert!(rb.truncated(5));
+        assert_eq!(rb.payload(5).len(), 200);
+        assert_eq!(rb.source(0), SocketAddr4::of(&sender).0);
+
+        let mut sb = SendBatch::new(8);
+        let out = sb.send(tx_sock.as_fd(), &rb, &[0, 1, 2], SocketAddr4::of(&sink).0);
+        assert_eq!(out.sent, 3);
+        assert_eq!(out.sent_bytes, 300);
+        let mut buf = [0u8; 512];
+        for i in 0..3u8 {
+            let (n, from) = sink.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &[i; 100][..]);
+            assert_eq!(from, tx_sock.local_addr().unwrap());
+        }
+        assert_eq!(
+            rb.recv(rx_sock.as_fd()).unwrap(),
+            0,
+            "nothing more was waiting"
+        );
+    }
+
+    struct SocketAddr4(SocketAddrV4);
+    impl SocketAddr4 {
+        fn of(s: &UdpSocket) -> SocketAddr4 {
+            match s.local_addr().unwrap() {
+                std::net::SocketAddr::V4(a) => SocketAddr4(a),
+                _ => unreachable!(),
+            }
+        }
+    }
+}

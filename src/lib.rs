@@ -1,0 +1,52 @@
+//! # vgate — an inter-network video gateway
+//!
+//! vgate joins two network domains that must never be joined at the IP level — domain **A**,
+//! the video surveillance private network (cameras, NVRs, GB/T 28181 platforms, RTSP servers),
+//! and domain **B**, the user network — and lets video cross between them under control.
+//!
+//! ```text
+//!             domain A                      vgate                         domain B
+//!   camera/platform ──RTP──►  [A-side ports] ─ forward channel ─► [B-side ports] ──RTP──► viewer
+//!   SIP/RTSP server ◄──────── signaling proxy (SIP UDP/TCP, RTSP TCP) ────────────► SIP/RTSP client
+//!   talkback sink   ◄──RTP──  [A-side ports] ◄ reverse channel ─ [B-side ports] ◄──RTP── client
+//! ```
+//!
+//! ## How a packet crosses: engine → routes → channel
+//!
+//! - [`engine`] captures packets. The capture mode is chosen once at start: `stack` (kernel
+//!   UDP sockets with `recvmmsg`/`sendmmsg`), `tnapi` (one ring per NIC RSS queue) or `zc`
+//!   (zero copy). Each engine runs one worker thread per queue, pinned to its own CPU. All the
+//!   `unsafe` of the data path lives in `engine::sys`.
+//! - [`routes`] holds the tables the worker consults: one **stream route table per one-way
+//!   channel** (forward A→B, reverse B→A), keyed by the gateway port the packet arrived on,
+//!   plus the static signaling table, the per-domain port allocators and the sessions that own
+//!   ports and routes. It does no I/O.
+//! - [`channel`] is what happens between lookup and send, the same for every engine: size and
+//!   source checks, RTP sequence accounting, per-channel and per-worker counters. The engine
+//!   then sends the packet from the far-side gateway address and the route's egress port.
+//!
+//! ## Beside the data path
+//!
+//! - [`config`] reads the TOML file (unknown keys rejected) into a checked [`config::Config`];
+//!   `vgate check-config` reports the file, line and key of the first problem.
+//! - [`signaling`] will hold the SIP (GB/T 28181) and RTSP proxies that rewrite SDP and
+//!   Transport headers and install stream routes for each session.
+//! - [`control`] shows what the gateway is doing: live statistics and totals.
+//! - [`gateway`] starts and stops the whole: engine, tables, workers, static routes.
+//! - [`demo`] drives the gateway with its own RTP traffic on loopback (`vgate demo`).
+//! - [`stats`] declares the counters (drop reasons, RTP loss/reorder/duplicate) once;
+//!   [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate limits.
+#![deny(unsafe_code)]
+
+pub mod channel;
+pub mod cli;
+pub mod config;
+pub mod control;
+pub mod demo;
+pub mod engine;
+pub mod gateway;
+pub mod logging;
+pub mod routes;
+pub mod signaling;
+pub mod stats;
+pub mod wire;

@@ -1,0 +1,445 @@
+//! Route tables, port allocation and sessions: the shared state between the control side
+//! (config, signaling proxies, admin) and the data path (workers).
+//!
+//! - The **signaling table** is static: the config's signaling routes.
+//! - The **stream tables** are dynamic, one per one-way channel ([`Channel::Forward`] A→B,
+//!   [`Channel::Reverse`] B→A), keyed by the gateway port the media arrives on, as in the
+//!   published model. Workers read them lock-free per shard (`dashmap`); only the control side
+//!   writes.
+//! - A **port allocator** per domain hands out media ports; **sessions** own ports and routes
+//!   and give them all back when closed, so nothing leaks whatever the signaling does.
+//!
+//! This module does no I/O. Whoever needs to act when a port is taken or given back (the
+//! stack engine binds a socket) implements [`PortHooks`].
+
+pub mod alloc;
+pub mod stream;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use dashmap::DashMap;
+
+use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy};
+pub use alloc::{AllocError, PortAllocator};
+pub use stream::{Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, StreamRoute};
+
+/// Called when a gateway port is taken or given back, before any route uses it and after the
+/// last one stopped using it.
+pub trait PortHooks: Send + Sync {
+    /// Make the port usable (the stack engine binds its socket). An error refuses the port.
+    fn open_port(&self, domain: DomainId, port: u16) -> std::io::Result<()>;
+    fn close_port(&self, domain: DomainId, port: u16);
+}
+
+/// Hooks that do nothing: for pure tests and tools.
+pub struct NoHooks;
+
+impl PortHooks for NoHooks {
+    fn open_port(&self, _: DomainId, _: u16) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn close_port(&self, _: DomainId, _: u16) {}
+}
+
+/// Why a route or session operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("domain {domain}: {source}")]
+    Ports {
+        domain: DomainId,
+        source: AllocError,
+    },
+    #[error("port {port} of domain {domain} could not be opened: {source}; is another program using it?")]
+    PortOpen {
+        domain: DomainId,
+        port: u16,
+        source: std::io::Error,
+    },
+    #[error("no session {0}; it may have ended already")]
+    NoSession(SessionId),
+    #[error("port {port} of domain {domain} does not belong to session {session}; allocate or reserve it for the session first")]
+    NotOwned {
+        domain: DomainId,
+        port: u16,
+        session: SessionId,
+    },
+    #[error(
+        "the {channel} channel already has a route on port {port} (\"{label}\"); remove it first"
+    )]
+    Exists {
+        channel: Channel,
+        port: u16,
+        label: String,
+    },
+    #[error("the {channel} channel has no route on port {port}")]
+    NoRoute { channel: Channel, port: u16 },
+    #[error(
+        "destination {dest} is not in domain {domain}; a route must cross to the other domain"
+    )]
+    WrongDomain {
+        dest: std::net::SocketAddrV4,
+        domain: DomainId,
+    },
+    #[error("source validation is strict but no expected source was given; give one or use latch")]
+    StrictWithoutSource,
+}
+
+/// What owns a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SessionKind {
+    /// A stream route from the config file.
+    Static,
+    Sip,
+    Rtsp,
+    /// Added through the admin interface.
+    Admin,
+    /// `vgate demo`'s own streams.
+    Demo,
+}
+
+impl SessionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionKind::Static => "static",
+            SessionKind::Sip => "sip",
+            SessionKind::Rtsp => "rtsp",
+            SessionKind::Admin => "admin",
+            SessionKind::Demo => "demo",
+        }
+    }
+}
+
+/// A session's ports and routes.
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub id: SessionId,
+    pub kind: SessionKind,
+    pub label: String,
+    pub created: SystemTime,
+    pub ports: Vec<(DomainId, u16)>,
+    pub routes: Vec<(Channel, u16)>,
+}
+
+/// What a closed session leaves behind: its routes' final counters.
+#[derive(Clone, Debug)]
+pub struct SessionReport {
+    pub session: Session,
+    pub routes: Vec<(Arc<str>, Channel, u16, RouteSnapshot)>,
+}
+
+struct Inner {
+    alloc: [PortAllocator; 2],
+    sessions: HashMap<SessionId, Session>,
+    next_session: SessionId,
+}
+
+/// The gateway's route state. Cheap to share (`Arc<Routes>`).
+pub struct Routes {
+    tables: [DashMap<u16, Arc<StreamRoute>>; 2],
+    signaling: Vec<SignalingRoute>,
+    domains: [Domain; 2],
+    inner: Mutex<Inner>,
+    hooks: Arc<dyn PortHooks>,
+}
+
+impl Routes {
+    pub fn new(cfg: &Config, hooks: Arc<dyn PortHooks>) -> Routes {
+        Routes {
+            tables: [DashMap::new(), DashMap::new()],
+            signaling: cfg.signaling.clone(),
+            domains: cfg.domains.clone(),
+            inner: Mutex::new(Inner {
+                alloc: [
+                    PortAllocator::new(cfg.domains[0].media_ports),
+                    PortAllocator::new(cfg.domains[1].media_ports),
+                ],
+                sessions: HashMap::new(),
+                next_session: 1,
+            }),
+            hooks,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data that is still consistent enough
+        // to free ports; keep serving rather than poison the whole gateway.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The static signaling table.
+    pub fn signaling(&self) -> &[SignalingRoute] {
+        &self.signaling
+    }
+
+    pub fn domain(&self, id: DomainId) -> &Domain {
+        &self.domains[id.index()]
+    }
+
+    /// Looks a route up by channel and gateway port (the data path's call).
+    #[inline]
+    pub fn lookup(&self, channel: Channel, port: u16) -> Option<Arc<StreamRoute>> {
+        self.tables[channel.index()]
+            .get(&port)
+            .map(|r| Arc::clone(r.value()))
+    }
+
+    /// The stream table of one channel, for engines that look up per packet without
+    /// taking a reference count.
+    pub fn table(&self, channel: Channel) -> &DashMap<u16, Arc<StreamRoute>> {
+        &self.tables[channel.index()]
+    }
+
+    pub fn open_session(&self, kind: SessionKind, label: impl Into<String>) -> SessionId {
+        let mut inner = self.lock();
+        let id = inner.next_session;
+        inner.next_session += 1;
+        inner.sessions.insert(
+            id,
+            Session {
+                id,
+                kind,
+                label: label.into(),
+                created: SystemTime::now(),
+                ports: Vec::new(),
+                routes: Vec::new(),
+            },
+        );
+        id
+    }
+
+    /// Allocates an RTP/RTCP pair in `domain` for `session`; returns the even (RTP) port.
+    pub fn alloc_pair(&self, session: SessionId, domain: DomainId) -> Result<u16, RouteError> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let s = inner
+            .sessions
+            .get_mut(&session)
+            .ok_or(RouteError::NoSession(session))?;
+        let hooks = &self.hooks;
+        let port = inner.alloc[domain.index()]
+            .alloc_pair_where(|p| match hooks.open_port(domain, p) {
+                Ok(()) => match hooks.open_port(domain, p + 1) {
+                    Ok(()) => true,
+                    Err(_) => {
+                        hooks.close_port(domain, p);
+                        false
+                    }
+                },
+                Err(_) => false,
+            })
+            .map_err(|source| RouteError::Ports { domain, source })?;
+        s.ports.push((domain, port));
+        s.ports.push((domain, port + 1));
+        Ok(port)
+    }
+
+    /// Allocates any single port in `domain` for `session`.
+    pub fn alloc_port(&self, session: SessionId, domain: DomainId) -> Result<u16, RouteError> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let s = inner
+            .sessions
+            .get_mut(&session)
+            .ok_or(RouteError::NoSession(session))?;
+        let alloc = &mut inner.alloc[domain.index()];
+        let port = alloc
+            .alloc_one()
+            .map_err(|source| RouteError::Ports { domain, source })?;
+        if let Err(source) = self.hooks.open_port(domain, port) {
+            alloc.release(port);
+            return Err(RouteError::PortOpen {
+                domain,
+                port,
+                source,
+            });
+        }
+        s.ports.push((domain, port));
+        Ok(port)
+    }
+
+    /// Reserves one given port in `domain` for `session` (static routes).
+    pub fn reserve_port(
+        &self,
+        session: SessionId,
+        domain: DomainId,
+        port: u16,
+    ) -> Result<(), RouteError> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let s = inner
+            .sessions
+            .get_mut(&session)
+            .ok_or(RouteError::NoSession(session))?;
+        let alloc = &mut inner.alloc[domain.index()];
+        alloc
+            .reserve(port)
+            .map_err(|source| RouteError::Ports { domain, source })?;
+        if let Err(source) = self.hooks.open_port(domain, port) {
+            alloc.release(port);
+            return Err(RouteError::PortOpen {
+                domain,
+                port,
+                source,
+            });
+        }
+        s.ports.push((domain, port));
+        Ok(())
+    }
+
+    /// Installs a route. Both its ports must belong to `session`.
+    pub fn add_route(
+        &self,
+        session: SessionId,
+        spec: RouteSpec,
+    ) -> Result<Arc<StreamRoute>, RouteError> {
+        let far = spec.ingress.other();
+        if !self.domains[far.index()].contains(*spec.dest.ip()) {
+            return Err(RouteError::WrongDomain {
+                dest: spec.dest,
+                domain: far,
+            });
+        }
+        if spec.policy == SourcePolicy::Strict && spec.expected.is_none() {
+            return Err(RouteError::StrictWithoutSource);
+        }
+        let mut inner = self.lock();
+        let s = inner
+            .sessions
+            .get_mut(&session)
+            .ok_or(RouteError::NoSession(session))?;
+        for (domain, port) in [(spec.ingress, spec.port), (far, spec.egress_port)] {
+            if !s.ports.contains(&(domain, port)) {
+                return Err(RouteError::NotOwned {
+                    domain,
+                    port,
+                    session,
+                });
+            }
+        }
+        let channel = Channel::from_ingress(spec.ingress);
+        let table = &self.tables[channel.index()];
+        if let Some(old) = table.get(&spec.port) {
+            return Err(RouteError::Exists {
+                channel,
+                port: spec.port,
+                label: old.label.to_string(),
+            });
+        }
+        let route = Arc::new(StreamRoute::new(spec, session));
+        table.insert(route.port, Arc::clone(&route));
+        s.routes.push((channel, route.port));
+        Ok(route)
+    }
+
+    /// Removes one route; its ports stay with the session. Forwarding stops at once: the
+    /// next packet on that port finds no route.
+    pub fn remove_route(
+        &self,
+        channel: Channel,
+        port: u16,
+    ) -> Result<Arc<StreamRoute>, RouteError> {
+        let mut inner = self.lock();
+        let (_, route) = self.tables[channel.index()]
+            .remove(&port)
+            .ok_or(RouteError::NoRoute { channel, port })?;
+        if let Some(s) = inner.sessions.get_mut(&route.session) {
+            s.routes.retain(|r| *r != (channel, port));
+        }
+        Ok(route)
+    }
+
+    /// Ends a session: removes its routes, gives its ports back.
+    pub fn close_session(&self, id: SessionId) -> Result<SessionReport, RouteError> {
+        let mut inner = self.lock();
+        let session = inner
+            .sessions
+            .remove(&id)
+            .ok_or(RouteError::NoSession(id))?;
+        let mut routes = Vec::new();
+        for &(channel, port) in &session.routes {
+            if let Some((_, r)) = self.tables[channel.index()].remove(&port) {
+                routes.push((Arc::clone(&r.label), channel, port, r.stats.snapshot()));
+            }
+        }
+        for &(domain, port) in &session.ports {
+            if inner.alloc[domain.index()].release(port) {
+                self.hooks.close_port(domain, port);
+            }
+        }
+        Ok(SessionReport { session, routes })
+    }
+
+    pub fn session(&self, id: SessionId) -> Option<Session> {
+        self.lock().sessions.get(&id).cloned()
+    }
+
+    pub fn sessions(&self) -> Vec<Session> {
+        let mut v: Vec<_> = self.lock().sessions.values().cloned().collect();
+        v.sort_by_key(|s| s.id);
+        v
+    }
+
+    /// Every live route, forward channel first, by port.
+    pub fn routes(&self) -> Vec<Arc<StreamRoute>> {
+        let mut v = Vec::new();
+        for c in Channel::ALL {
+            let mut t: Vec<_> = self.tables[c.index()]
+                .iter()
+                .map(|r| Arc::clone(r.value()))
+                .collect();
+            t.sort_by_key(|r| r.port);
+            v.extend(t);
+        }
+        v
+    }
+
+    /// (used, free) media ports of a domain.
+    pub fn ports(&self, domain: DomainId) -> (usize, usize) {
+        let inner = self.lock();
+        let a = &inner.alloc[domain.index()];
+        (a.used(), a.free())
+    }
+
+    /// Installs the config's static stream routes, one session each.
+    pub fn install_static(&self, cfg: &Config) -> Result<Vec<SessionId>, (String, RouteError)> {
+        let mut ids = Vec::new();
+        for s in &cfg.streams {
+            let id = self.open_session(SessionKind::Static, s.name.clone());
+            let res = (|| {
+                self.reserve_port(id, s.domain, s.port)?;
+                let far = s.domain.other();
+                let egress_port = match s.egress_port {
+                    Some(p) => {
+                        self.reserve_port(id, far, p)?;
+                        p
+                    }
+                    None => self.alloc_port(id, far)?,
+                };
+                self.add_route(
+                    id,
+                    RouteSpec {
+                        ingress: s.domain,
+                        port: s.port,
+                        dest: s.destination,
+                        egress_port,
+                        policy: s.policy,
+                        expected: s.expect_source,
+                        rtp_only: s.rtp_only,
+                        label: s.name.clone(),
+                    },
+                )
+            })();
+            if let Err(e) = res {
+                let _ = self.close_session(id);
+                return Err((s.name.clone(), e));
+            }
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,212 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::config;
+
+fn cfg(extra: &str) -> Config {
+    let text = format!(
+        r#"
+[domains.a]
+interface = "lo"
+address = "127.0.0.1"
+media_ports = "20000-20009"
+[domains.b]
+interface = "lo"
+address = "127.0.0.2"
+media_ports = "30000-30009"
+[security]
+source_validation = "latch"
+{extra}"#
+    );
+    config::parse(&text, "t").unwrap()
+}
+
+/// Counts open ports, refusing one port to exercise the error path.
+#[derive(Default)]
+struct CountingHooks {
+    open: AtomicUsize,
+    refuse: Option<u16>,
+}
+
+impl PortHooks for CountingHooks {
+    fn open_port(&self, _: DomainId, port: u16) -> std::io::Result<()> {
+        if Some(port) == self.refuse {
+            return Err(std::io::Error::from(std::io::ErrorKind::AddrInUse));
+        }
+        self.open.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn close_port(&self, _: DomainId, _: u16) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn spec(port: u16, egress: u16) -> RouteSpec {
+    RouteSpec {
+        ingress: DomainId::A,
+        port,
+        dest: "127.0.0.2:40000".parse().unwrap(),
+        egress_port: egress,
+        policy: SourcePolicy::Latch,
+        expected: None,
+        rtp_only: false,
+        label: format!("r{port}"),
+    }
+}
+
+#[test]
+fn session_owns_and_frees_ports_and_routes() {
+    let hooks = Arc::new(CountingHooks::default());
+    let routes = Routes::new(&cfg(""), hooks.clone());
+    let s = routes.open_session(SessionKind::Sip, "call-1");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    assert_eq!(hooks.open.load(Ordering::SeqCst), 4);
+    routes.add_route(s, spec(a, b)).unwrap();
+    let mut rev = spec(b + 1, a + 1);
+    rev.ingress = DomainId::B;
+    rev.dest = "127.0.0.1:5001".parse().unwrap();
+    routes.add_route(s, rev).unwrap();
+    assert!(routes.lookup(Channel::Forward, a).is_some());
+    assert!(routes.lookup(Channel::Reverse, b + 1).is_some());
+    assert_eq!(routes.ports(DomainId::A), (2, 8));
+
+    let report = routes.close_session(s).unwrap();
+    assert_eq!(report.routes.len(), 2);
+    assert!(routes.lookup(Channel::Forward, a).is_none());
+    assert_eq!(routes.ports(DomainId::A), (0, 10));
+    assert_eq!(routes.ports(DomainId::B), (0, 10));
+    assert_eq!(hooks.open.load(Ordering::SeqCst), 0);
+    assert!(routes.sessions().is_empty());
+    assert!(matches!(
+        routes.close_session(s),
+        Err(RouteError::NoSession(_))
+    ));
+}
+
+#[test]
+fn route_ports_must_belong_to_the_session() {
+    let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
+    let s1 = routes.open_session(SessionKind::Sip, "1");
+    let s2 = routes.open_session(SessionKind::Sip, "2");
+    let a = routes.alloc_pair(s1, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s2, DomainId::B).unwrap();
+    let e = routes.add_route(s1, spec(a, b)).unwrap_err();
+    assert!(
+        matches!(e, RouteError::NotOwned { port, .. } if port == b),
+        "{e}"
+    );
+}
+
+#[test]
+fn duplicate_route_wrong_domain_and_strict_are_refused() {
+    let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
+    let s = routes.open_session(SessionKind::Admin, "x");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    routes.add_route(s, spec(a, b)).unwrap();
+    assert!(matches!(
+        routes.add_route(s, spec(a, b)),
+        Err(RouteError::Exists { .. })
+    ));
+    let mut wrong = spec(a + 1, b);
+    wrong.dest = "127.0.0.1:9".parse().unwrap();
+    assert!(matches!(
+        routes.add_route(s, wrong),
+        Err(RouteError::WrongDomain { .. })
+    ));
+    let mut strict = spec(a + 1, b);
+    strict.policy = SourcePolicy::Strict;
+    assert!(matches!(
+        routes.add_route(s, strict),
+        Err(RouteError::StrictWithoutSource)
+    ));
+}
+
+#[test]
+fn remove_route_keeps_ports_until_session_ends() {
+    let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
+    let s = routes.open_session(SessionKind::Admin, "x");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    routes.add_route(s, spec(a, b)).unwrap();
+    routes.remove_route(Channel::Forward, a).unwrap();
+    assert!(routes.lookup(Channel::Forward, a).is_none());
+    assert!(matches!(
+        routes.remove_route(Channel::Forward, a),
+        Err(RouteError::NoRoute { .. })
+    ));
+    assert_eq!(routes.session(s).unwrap().routes.len(), 0);
+    assert_eq!(routes.ports(DomainId::A).0, 2);
+    routes.close_session(s).unwrap();
+    assert_eq!(routes.ports(DomainId::A).0, 0);
+}
+
+#[test]
+fn exhaustion_is_reported_and_teardown_makes_room() {
+    let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
+    let mut sessions = Vec::new();
+    for i in 0..5 {
+        let s = routes.open_session(SessionKind::Sip, format!("{i}"));
+        routes.alloc_pair(s, DomainId::A).unwrap();
+        sessions.push(s);
+    }
+    let extra = routes.open_session(SessionKind::Sip, "extra");
+    let e = routes.alloc_pair(extra, DomainId::A).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            RouteError::Ports {
+                source: AllocError::Exhausted { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    routes.close_session(sessions[2]).unwrap();
+    routes.alloc_pair(extra, DomainId::A).unwrap();
+}
+
+#[test]
+fn a_port_the_system_refuses_is_skipped() {
+    let hooks = Arc::new(CountingHooks {
+        refuse: Some(20000),
+        ..Default::default()
+    });
+    let routes = Routes::new(&cfg(""), hooks.clone());
+    let s = routes.open_session(SessionKind::Sip, "x");
+    assert_eq!(routes.alloc_pair(s, DomainId::A).unwrap(), 20002);
+    let e = routes.reserve_port(s, DomainId::A, 20000).unwrap_err();
+    assert!(matches!(e, RouteError::PortOpen { port: 20000, .. }), "{e}");
+    assert!(!routes
+        .session(s)
+        .unwrap()
+        .ports
+        .contains(&(DomainId::A, 20000)));
+    assert_eq!(routes.ports(DomainId::A).0, 2);
+}
+
+#[test]
+fn static_routes_are_installed_one_session_each() {
+    let c = cfg(r#"
+[[stream_route]]
+name = "cam1"
+domain = "a"
+port = 20000
+destination = "127.0.0.2:40000"
+egress_port = 30000
+[[stream_route]]
+name = "talk"
+domain = "b"
+port = 30002
+destination = "127.0.0.1:41000"
+"#);
+    let routes = Routes::new(&c, Arc::new(NoHooks));
+    let ids = routes.install_static(&c).unwrap();
+    assert_eq!(ids.len(), 2);
+    let r = routes.lookup(Channel::Forward, 20000).unwrap();
+    assert_eq!(r.egress_port, 30000);
+    let t = routes.lookup(Channel::Reverse, 30002).unwrap();
+    assert!(c.domain(DomainId::A).media_ports.contains(t.egress_port));
+    assert_eq!(routes.routes().len(), 2);
+}

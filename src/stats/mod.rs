@@ -1,0 +1,215 @@
+//! Counters shared by routes, channels and workers, declared once so their names cannot drift
+//! between the data path, the shutdown totals and the metrics.
+//!
+//! All counters are relaxed atomics: each is written by the worker that handles the packet
+//! (a route's packets normally stay on one worker, so there is no contention) and read by the
+//! control side, which only needs eventually-consistent totals.
+
+pub mod rtp;
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a packet was not forwarded. Every drop increments exactly one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum DropReason {
+    /// No stream route for the gateway port it arrived on.
+    NoRoute,
+    /// The source is not the route's expected (or latched) source.
+    SourceMismatch,
+    /// Longer than `engine.max_payload` (or than the receive buffer).
+    Oversize,
+    /// Empty, or headers claiming more bytes than arrived.
+    Truncated,
+    /// Not RTP version 2 on a route that forwards RTP only.
+    NotRtp,
+    /// The kernel refused the send (no route to the destination, ...).
+    SendError,
+    /// The egress queue stayed full; the packet could not be handed to the kernel.
+    QueueFull,
+    /// Lost in the kernel's receive queue before vgate read it (socket buffer or ring full).
+    RxOverflow,
+}
+
+impl DropReason {
+    pub const COUNT: usize = 8;
+    pub const ALL: [DropReason; Self::COUNT] = [
+        DropReason::NoRoute,
+        DropReason::SourceMismatch,
+        DropReason::Oversize,
+        DropReason::Truncated,
+        DropReason::NotRtp,
+        DropReason::SendError,
+        DropReason::QueueFull,
+        DropReason::RxOverflow,
+    ];
+
+    /// Name used in totals and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::NoRoute => "no_route",
+            DropReason::SourceMismatch => "source_mismatch",
+            DropReason::Oversize => "oversize",
+            DropReason::Truncated => "truncated",
+            DropReason::NotRtp => "not_rtp",
+            DropReason::SendError => "send_error",
+            DropReason::QueueFull => "queue_full",
+            DropReason::RxOverflow => "rx_overflow",
+        }
+    }
+}
+
+/// Packet, byte and drop counters for a route, a channel or a worker.
+#[derive(Debug, Default)]
+pub struct PacketCounters {
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub drops: [AtomicU64; DropReason::COUNT],
+}
+
+impl PacketCounters {
+    pub fn drop(&self, reason: DropReason, n: u64) {
+        if n > 0 {
+            self.drops[reason as usize].fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Adds a batch's worth of local tallies in one go (one atomic add per field).
+    pub fn add(&self, t: &Tally) {
+        if t.rx_packets > 0 {
+            self.rx_packets.fetch_add(t.rx_packets, Relaxed);
+            self.rx_bytes.fetch_add(t.rx_bytes, Relaxed);
+        }
+        if t.tx_packets > 0 {
+            self.tx_packets.fetch_add(t.tx_packets, Relaxed);
+            self.tx_bytes.fetch_add(t.tx_bytes, Relaxed);
+        }
+        for r in DropReason::ALL {
+            self.drop(r, t.drops[r as usize]);
+        }
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let mut drops = [0; DropReason::COUNT];
+        for (d, a) in drops.iter_mut().zip(&self.drops) {
+            *d = a.load(Relaxed);
+        }
+        Snapshot {
+            rx_packets: self.rx_packets.load(Relaxed),
+            rx_bytes: self.rx_bytes.load(Relaxed),
+            tx_packets: self.tx_packets.load(Relaxed),
+            tx_bytes: self.tx_bytes.load(Relaxed),
+            drops,
+        }
+    }
+}
+
+/// Plain (non-atomic) counts gathered while processing a batch, added to
+/// [`PacketCounters`] once per batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub drops: [u64; DropReason::COUNT],
+}
+
+impl Tally {
+    pub fn drop(&mut self, reason: DropReason) {
+        self.drops[reason as usize] += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Tally::default()
+    }
+}
+
+/// A point-in-time copy of [`PacketCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub drops: [u64; DropReason::COUNT],
+}
+
+impl Snapshot {
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    pub fn drop_count(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+
+    pub fn add(&mut self, o: &Snapshot) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
+            *a += b;
+        }
+    }
+
+    /// `key=value` pairs, drops only where non-zero: the format of the shutdown totals,
+    /// which tests and scripts parse.
+    pub fn kv(&self) -> String {
+        let mut s = format!(
+            "rx_packets={} rx_bytes={} tx_packets={} tx_bytes={}",
+            self.rx_packets, self.rx_bytes, self.tx_packets, self.tx_bytes
+        );
+        for r in DropReason::ALL {
+            let n = self.drops[r as usize];
+            if n > 0 {
+                let _ = write!(s, " drop_{}={n}", r.name());
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally_adds_once_per_field() {
+        let c = PacketCounters::default();
+        let mut t = Tally {
+            rx_packets: 3,
+            rx_bytes: 300,
+            tx_packets: 2,
+            tx_bytes: 200,
+            ..Default::default()
+        };
+        t.drop(DropReason::SourceMismatch);
+        c.add(&t);
+        c.add(&t);
+        let s = c.snapshot();
+        assert_eq!(s.rx_packets, 6);
+        assert_eq!(s.tx_bytes, 400);
+        assert_eq!(s.drop_count(DropReason::SourceMismatch), 2);
+        assert_eq!(s.dropped(), 2);
+        assert_eq!(
+            s.kv(),
+            "rx_packets=6 rx_bytes=600 tx_packets=4 tx_bytes=400 drop_source_mismatch=2"
+        );
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::COUNT);
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+    }
+}
