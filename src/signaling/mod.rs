@@ -1,6 +1,18 @@
-//! Signaling: SIP (GB/T 28181) and RTSP proxies that rewrite SDP/Transport so media flows
-//! through gateway ports, and install and remove stream routes through [`crate::routes`].
+//! Signaling: SIP (GB/T 28181) and RTSP, the pure logic the proxies are built on.
 //!
-//! Not in this version yet: the parsers, rewriters and proxies land here (pure rewrite logic
-//! in `sdp`, `sip/` and `rtsp/`, sockets in the proxies). Until then `vgate` accepts
-//! signaling routes in its config and checks them, but does not listen on them.
+//! - [`sdp`]: SDP views and the line-preserving rewrite of `c=`, `o=` and `m=` (everything
+//!   else, GB/T 28181's `y=`/`f=` included, passes byte for byte).
+//! - [`sip`]: zero-copy SIP messages, TCP framing, header views (Via, name-addr, CSeq, GB
+//!   IDs), the checks a proxy at a security boundary makes (RFC 4475-driven), an editor that
+//!   leaves untouched headers byte-identical, and minimal responses.
+//! - [`rtsp`]: RTSP/1.0 framing with interleaved `$` frames, `Transport` parsing, policy and
+//!   rewrite, URL mapping between the domains, and Basic/Digest authentication.
+//!
+//! All of it is bytes in, decisions or bytes out: no sockets, no threads, no panics on any
+//! input. The proxies that own sockets and install stream routes through [`crate::routes`]
+//! are not in this version yet: `vgate` checks the signaling routes in its config but does
+//! not listen on them.
+
+pub mod rtsp;
+pub mod sdp;
+pub mod sip;
