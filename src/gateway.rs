@@ -12,6 +12,7 @@ use crate::channel::{ChannelTotals, WorkerStats};
 use crate::config::Config;
 use crate::engine::{self, Engine, EngineError, EngineKind, Worker};
 use crate::routes::{RouteError, Routes, SessionId};
+use crate::signaling::proxy::{self, Proxy, ProxyContext, ProxyError};
 
 /// Why the gateway did not start.
 #[derive(Debug, thiserror::Error)]
@@ -22,11 +23,14 @@ pub enum GatewayError {
     StaticRoute { route: String, source: RouteError },
     #[error("the workers did not start receiving within {0:?}; see the errors above")]
     NotReady(Duration),
+    #[error(transparent)]
+    Signaling(#[from] ProxyError),
 }
 
 pub struct Gateway {
-    pub config: Config,
+    pub config: Arc<Config>,
     pub routes: Arc<Routes>,
+    proxies: Vec<Box<dyn Proxy>>,
     engine: Box<dyn Engine>,
     workers: Vec<Worker>,
     stop: Arc<AtomicBool>,
@@ -44,8 +48,9 @@ impl Gateway {
         let stop = Arc::new(AtomicBool::new(false));
         let workers = eng.start(Arc::clone(&routes), Arc::clone(&stop))?;
         let mut gw = Gateway {
-            config,
+            config: Arc::new(config),
             routes,
+            proxies: Vec::new(),
             engine: eng,
             workers,
             stop,
@@ -62,6 +67,18 @@ impl Gateway {
             Err((route, source)) => {
                 gw.stop_workers();
                 return Err(GatewayError::StaticRoute { route, source });
+            }
+        }
+        let ctx = ProxyContext {
+            config: Arc::clone(&gw.config),
+            routes: Arc::clone(&gw.routes),
+            stop: Arc::clone(&gw.stop),
+        };
+        match proxy::start(&ctx) {
+            Ok(p) => gw.proxies = p,
+            Err(e) => {
+                gw.stop_workers();
+                return Err(e.into());
             }
         }
         Ok(gw)
@@ -113,6 +130,10 @@ impl Gateway {
 
     fn stop_workers(&mut self) {
         self.stop.store(true, Relaxed);
+        // Proxies first: ending their sessions frees ports while the workers still run.
+        for p in self.proxies.drain(..) {
+            p.shutdown();
+        }
         for w in self.workers.drain(..) {
             if w.thread.join().is_err() {
                 tracing::error!(worker = w.stats.index, "worker panicked");

@@ -13,6 +13,7 @@
 //! are not in this version yet: `vgate` checks the signaling routes in its config but does
 //! not listen on them.
 
+pub mod proxy;
 pub mod rtsp;
 pub mod sdp;
 pub mod sip;

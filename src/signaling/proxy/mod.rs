@@ -1,0 +1,80 @@
+//! The signaling proxies: one per configured signaling route, each owning its sockets and
+//! threads, calling the pure logic of [`super::sip`], [`super::sdp`] and [`super::rtsp`] and
+//! installing stream routes through [`crate::routes`].
+//!
+//! [`start`] starts a proxy for every signaling route of the config. A kind of proxy that is
+//! not built yet is reported once as a warning naming the route that is not served; it does
+//! not stop the media path.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::config::{Config, SignalingKind, SignalingRoute};
+use crate::routes::Routes;
+
+/// A running proxy.
+pub trait Proxy: Send {
+    /// The signaling route it serves.
+    fn route(&self) -> &SignalingRoute;
+    /// Stops its threads and ends its sessions (freeing their ports and routes).
+    fn shutdown(self: Box<Self>);
+}
+
+/// Why a proxy did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("signaling route \"{route}\": cannot listen on {addr}: {source}; is another program using the port?")]
+    Listen {
+        route: String,
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("signaling route \"{route}\": {message}")]
+    Other { route: String, message: String },
+}
+
+/// Everything a proxy needs from the gateway.
+#[derive(Clone)]
+pub struct ProxyContext {
+    pub config: Arc<Config>,
+    pub routes: Arc<Routes>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Starts a proxy for every signaling route; stops those already started if one fails.
+pub fn start(ctx: &ProxyContext) -> Result<Vec<Box<dyn Proxy>>, ProxyError> {
+    let mut proxies: Vec<Box<dyn Proxy>> = Vec::new();
+    for route in &ctx.config.signaling {
+        match start_one(route, ctx) {
+            Ok(Some(p)) => proxies.push(p),
+            Ok(None) => {}
+            Err(e) => {
+                for p in proxies {
+                    p.shutdown();
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(proxies)
+}
+
+/// The proxy for one route; `None` when this build has no proxy of that kind.
+fn start_one(
+    route: &SignalingRoute,
+    _ctx: &ProxyContext,
+) -> Result<Option<Box<dyn Proxy>>, ProxyError> {
+    match route.kind {
+        SignalingKind::Sip => Ok(not_built(route)),
+        SignalingKind::Rtsp => Ok(not_built(route)),
+    }
+}
+
+fn not_built(route: &SignalingRoute) -> Option<Box<dyn Proxy>> {
+    tracing::warn!(
+        route = %route.name,
+        "the {:?} proxy is not in this build yet: this signaling route is checked but not served",
+        route.kind
+    );
+    None
+}

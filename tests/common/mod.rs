@@ -1,0 +1,116 @@
+//! Shared harness of the integration tests: prerequisites (what fails under `CI=true` and
+//! is reported as "did not run" elsewhere), the three-namespace test bed from
+//! `scripts/testbed.sh`, running code inside a namespace, and the `vgate` binary.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Whether `cmd` is on PATH (or in /usr/sbin, /sbin, where root's tools live).
+pub fn on_path(cmd: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+        || Path::new("/usr/sbin").join(cmd).is_file()
+        || Path::new("/sbin").join(cmd).is_file()
+}
+
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// `true` if the test can run. Otherwise: under `CI=true` panic naming what is missing;
+/// elsewhere say plainly that the test did not run and return `false`.
+pub fn prerequisites(test: &str, root: bool, commands: &[(&str, &str)]) -> bool {
+    let mut missing = Vec::new();
+    if root && !nix::unistd::geteuid().is_root() {
+        missing.push("root (network namespaces need CAP_SYS_ADMIN)".to_string());
+    }
+    for (cmd, package) in commands {
+        if !on_path(cmd) {
+            missing.push(format!("the {cmd} command (apt-get install {package})"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("{test}: missing {}", missing.join(", "));
+    if under_ci() {
+        panic!("{msg}: CI must provide it (scripts/test.sh installs it)");
+    }
+    // Straight to the stderr handle: the harness captures eprintln! of passing tests.
+    let _ = writeln!(io::stderr(), "{msg}: this test DID NOT RUN");
+    false
+}
+
+/// The `vgate` binary built for these tests.
+pub fn vgate_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vgate"))
+}
+
+/// A bed from `scripts/testbed.sh` (namespaces `<name>a`, `<name>g`, `<name>b`); `down` on
+/// drop, also during a panic.
+pub struct Bed {
+    pub name: String,
+    pub env: HashMap<String, String>,
+}
+
+static BED_SEQ: AtomicU32 = AtomicU32::new(0);
+
+pub fn testbed_script() -> String {
+    format!("{}/scripts/testbed.sh", env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Bed {
+    pub fn up(queues: u32) -> Bed {
+        let name = format!("vgt{}x{}", std::process::id(), BED_SEQ.fetch_add(1, Ordering::Relaxed));
+        let out = Command::new("bash")
+            .args([&testbed_script(), "--name", &name, "--queues", &queues.to_string(), "up"])
+            .output()
+            .expect("run scripts/testbed.sh");
+        // The guard exists before the check, so a half-made bed is removed too.
+        let mut bed = Bed { name, env: HashMap::new() };
+        assert!(out.status.success(), "testbed.sh up failed: {}", String::from_utf8_lossy(&out.stderr));
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((k, v)) = line.split_once('=') {
+                bed.env.insert(k.to_owned(), v.to_owned());
+            }
+        }
+        bed
+    }
+
+    pub fn get(&self, key: &str) -> &str {
+        self.env.get(key).unwrap_or_else(|| panic!("testbed.sh printed no {key}"))
+    }
+
+    pub fn ip(&self, key: &str) -> Ipv4Addr {
+        self.get(key).parse().expect("an IPv4 address")
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").args([&testbed_script(), "--name", &self.name, "down"]).status();
+    }
+}
+
+/// Moves the calling thread into network namespace `name` (an `ip netns` name). Only this
+/// thread moves; the rest of the process stays where it is.
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    let f = File::open(format!("/var/run/netns/{name}"))?;
+    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(io::Error::from)
+}
+
+/// Runs `f` on a dedicated thread inside network namespace `ns`; re-raises its panic.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let ns = ns.to_owned();
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns into {ns}: {e}"));
+        f()
+    })
+    .join()
+    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
