@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine with Rust to a green run.
+#
+#   scripts/test.sh            install what the tests need (when root), then run everything
+#   scripts/test.sh --no-install   run without touching the system's packages
+#
+# As root it installs the Debian packages the tests use (real peers: iproute2 and nftables
+# for the namespace bed, sipp, GStreamer's RTSP server, ffmpeg, iperf ...). Tests that need
+# root or a package print "DID NOT RUN" when it is missing; under CI=true they fail instead.
+# Steps: rustfmt check, clippy with warnings as errors, then every test of the workspace
+# (unit, loopback, namespace, golden; benches run once each in test mode).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages the tests need; keep in step with tests/ and scripts/.
+PACKAGES=(
+    iproute2 nftables procps            # namespaces, veth, media drop rules, sysctl
+    sip-tester                          # sipp: SIP peers
+    ffmpeg                              # ffprobe/ffmpeg: RTSP clients
+    python3 python3-gi gir1.2-gst-rtsp-server-1.0
+    gstreamer1.0-plugins-base gstreamer1.0-plugins-good   # the RTSP server's pipeline
+    iperf socat                         # channel experiment and its floor baseline
+    systemd                             # systemd-analyze verify of the unit
+    tmux                                # driving `vgate stats` like a person
+)
+
+install=1
+[ "${1:-}" = "--no-install" ] && install=0
+
+if [ "$install" = 1 ] && [ "$(id -u)" = 0 ]; then
+    missing=()
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "test.sh: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+elif [ "$install" = 1 ]; then
+    echo "test.sh: not root: not installing packages; namespace tests will say they did not run"
+fi
+
+command -v cargo >/dev/null || { echo "test.sh: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace --all-targets
+echo "== doc tests"
+cargo test --workspace --doc
+if command -v shellcheck >/dev/null; then
+    echo "== shellcheck"
+    shellcheck scripts/*.sh
+fi
+echo "test.sh: all green"

@@ -1,0 +1,344 @@
+//! Loopback integration tests of the stack relay (no privileges): the real `vgate run`
+//! binary with a config file, real UDP sockets as sources and receivers. Each test uses its
+//! own 127.0.N.x addresses so tests can run in parallel.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use vgate::wire::rtp::{write_header, RtpPacket};
+
+/// A `vgate run` child, killed on drop; `stop` sends SIGTERM and returns its stdout.
+struct Vgate {
+    child: Child,
+    stderr_lines: mpsc::Receiver<String>,
+}
+
+impl Vgate {
+    fn start(config: &str) -> (Vgate, tempfile::NamedTempFile) {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, config.as_bytes()).unwrap();
+        let mut child = Command::new(common::vgate_bin())
+            .args(["run", "--config"])
+            .arg(file.path())
+            .args(["--stats-interval", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start vgate");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("vgate: {line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let v = Vgate { child, stderr_lines: rx };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match v.stderr_lines.recv_timeout(left) {
+                Ok(l) if l.contains("static stream routes installed") => break,
+                Ok(_) => {}
+                Err(_) => panic!("vgate did not come up within 20 s"),
+            }
+        }
+        (v, file)
+    }
+
+    /// SIGTERM, wait, and parse the key=value totals from stdout.
+    fn stop(mut self) -> Totals {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+        let mut out = String::new();
+        self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "vgate exited with {status}; stdout:\n{out}");
+        Totals::parse(&out)
+    }
+}
+
+impl Drop for Vgate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The totals vgate prints on shutdown.
+#[derive(Debug, Default)]
+struct Totals {
+    channels: HashMap<String, HashMap<String, String>>,
+    routes: HashMap<String, HashMap<String, String>>,
+}
+
+impl Totals {
+    fn parse(out: &str) -> Totals {
+        let mut t = Totals::default();
+        for line in out.lines() {
+            let mut words = line.split_whitespace();
+            let kind = words.next().unwrap_or("");
+            let kv: HashMap<String, String> = words
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            match kind {
+                "total" => {
+                    t.channels.insert(kv["channel"].clone(), kv);
+                }
+                "route" => {
+                    t.routes.insert(kv["name"].clone(), kv);
+                }
+                _ => {}
+            }
+        }
+        t
+    }
+
+    fn route(&self, name: &str, key: &str) -> u64 {
+        let r = self.routes.get(name).unwrap_or_else(|| panic!("no totals for route {name}"));
+        r.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
+    }
+
+    fn channel(&self, name: &str, key: &str) -> u64 {
+        let c = self.channels.get(name).unwrap_or_else(|| panic!("no totals for channel {name}"));
+        c.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
+    }
+}
+
+fn header(net: u8) -> String {
+    format!(
+        r#"
+[domains.a]
+interface = "lo"
+address = "127.0.{net}.1"
+networks = ["127.0.{net}.1/32"]
+media_ports = "20000-20999"
+[domains.b]
+interface = "lo"
+address = "127.0.{net}.2"
+networks = ["127.0.{net}.2/32"]
+media_ports = "30000-30999"
+[engine]
+queues = 1
+[control]
+listen = "127.0.{net}.1:9940"
+"#
+    )
+}
+
+fn rtp(seq: u16, ssrc: u32, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    write_header(&mut b, 33, seq, u32::from(seq) * 3000, ssrc).unwrap();
+    b
+}
+
+fn recv_all(sock: &UdpSocket, want: usize, within: Duration) -> Vec<(Vec<u8>, SocketAddr)> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    while got.len() < want && Instant::now() < deadline {
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            got.push((buf[..n].to_vec(), from));
+        }
+    }
+    got
+}
+
+/// Waits a little for stragglers, so "nothing else arrived" is checked, not assumed.
+fn nothing_more(sock: &UdpSocket) -> usize {
+    recv_all(sock, usize::MAX, Duration::from_millis(300)).len()
+}
+
+#[test]
+fn hundred_streams_relayed_exactly() {
+    const STREAMS: u16 = 100;
+    const PACKETS: u16 = 200;
+    let mut cfg = header(3);
+    for i in 0..STREAMS {
+        let _ = write!(
+            cfg,
+            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"127.0.3.2:{}\"\negress_port = {}\nexpect_source = \"127.0.3.1:{}\"\nsource_validation = \"strict\"\n",
+            20000 + 2 * i,
+            40000 + i,
+            30000 + 2 * i,
+            50000 + i
+        );
+    }
+    let (vg, _cfg_file) = Vgate::start(&cfg);
+    let senders: Vec<UdpSocket> = (0..STREAMS).map(|i| UdpSocket::bind(("127.0.3.1", 50000 + i)).unwrap()).collect();
+    let receivers: Vec<UdpSocket> = (0..STREAMS).map(|i| UdpSocket::bind(("127.0.3.2", 40000 + i)).unwrap()).collect();
+    for r in &receivers {
+        nix::sys::socket::setsockopt(r, nix::sys::socket::sockopt::RcvBuf, &(1usize << 20)).unwrap();
+    }
+    // Rounds of one packet per stream with a pause: modest, so a loaded machine keeps up.
+    for seq in 0..PACKETS {
+        for (i, s) in senders.iter().enumerate() {
+            s.send_to(&rtp(seq, i as u32, 200), ("127.0.3.1", 20000 + 2 * i as u16)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for (i, r) in receivers.iter().enumerate() {
+        let got = recv_all(r, PACKETS as usize, Duration::from_secs(10));
+        assert_eq!(got.len(), PACKETS as usize, "stream {i} lost packets");
+        let want_from: SocketAddr = SocketAddrV4::new("127.0.3.2".parse().unwrap(), 30000 + 2 * i as u16).into();
+        for (n, (p, from)) in got.iter().enumerate() {
+            assert_eq!(*from, want_from, "stream {i} packet from the wrong source");
+            let h = RtpPacket::new_checked(p).unwrap();
+            assert_eq!(h.ssrc(), i as u32, "stream {i} got another stream's packet");
+            assert_eq!(h.sequence(), n as u16, "stream {i} out of order");
+        }
+    }
+    let totals = vg.stop();
+    for i in 0..STREAMS {
+        let name = format!("s{i}");
+        assert_eq!(totals.route(&name, "rx_packets"), u64::from(PACKETS), "{name}");
+        assert_eq!(totals.route(&name, "tx_packets"), u64::from(PACKETS), "{name}");
+        assert_eq!(totals.route(&name, "tx_bytes"), u64::from(PACKETS) * 200, "{name}");
+        assert_eq!(totals.route(&name, "rtp_packets"), u64::from(PACKETS), "{name}");
+        assert_eq!(totals.route(&name, "rtp_lost"), 0, "{name}");
+    }
+    let all = u64::from(STREAMS) * u64::from(PACKETS);
+    assert_eq!(totals.channel("forward", "rx_packets"), all);
+    assert_eq!(totals.channel("forward", "tx_packets"), all);
+    assert_eq!(totals.channel("reverse", "rx_packets"), 0);
+}
+
+#[test]
+fn wrong_sources_garbage_and_oversize_are_counted_not_fatal() {
+    let mut cfg = header(4);
+    cfg.push_str(
+        r#"
+[[stream_route]]
+name = "strict"
+domain = "a"
+port = 20000
+destination = "127.0.4.2:40000"
+egress_port = 30000
+expect_source = "127.0.4.1:51000"
+source_validation = "strict"
+[[stream_route]]
+name = "latch"
+domain = "a"
+port = 20002
+destination = "127.0.4.2:40001"
+egress_port = 30002
+source_validation = "latch"
+[[stream_route]]
+name = "any"
+domain = "a"
+port = 20004
+destination = "127.0.4.2:40002"
+egress_port = 30004
+source_validation = "any"
+[[stream_route]]
+name = "rtponly"
+domain = "a"
+port = 20006
+destination = "127.0.4.2:40003"
+egress_port = 30006
+source_validation = "any"
+rtp_only = true
+"#,
+    );
+    let (vg, _f) = Vgate::start(&cfg);
+    let good = UdpSocket::bind("127.0.4.1:51000").unwrap();
+    let other = UdpSocket::bind("127.0.4.1:51001").unwrap();
+    let third = UdpSocket::bind("127.0.4.1:51002").unwrap();
+    let rx: Vec<UdpSocket> = (0..4).map(|i| UdpSocket::bind(("127.0.4.2", 40000 + i)).unwrap()).collect();
+    let gw = |port: u16| ("127.0.4.1", port);
+
+    // strict: only 127.0.4.1:51000 passes.
+    for s in 0..10 {
+        good.send_to(&rtp(s, 1, 100), gw(20000)).unwrap();
+        other.send_to(&rtp(s, 2, 100), gw(20000)).unwrap();
+    }
+    // latch: the first source (other) is kept; good is refused afterwards.
+    for s in 0..10 {
+        other.send_to(&rtp(s, 3, 100), gw(20002)).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for s in 0..7 {
+        third.send_to(&rtp(s, 4, 100), gw(20002)).unwrap();
+    }
+    // any: garbage is relayed as is; empty and oversized datagrams are dropped.
+    good.send_to(b"not rtp at all", gw(20004)).unwrap();
+    good.send_to(&[], gw(20004)).unwrap();
+    good.send_to(&[0x80u8; 1473], gw(20004)).unwrap();
+    good.send_to(&[0x80u8; 9000], gw(20004)).unwrap();
+    // rtp only: garbage and a truncated RTP header are refused, real RTP passes.
+    good.send_to(b"garbage garbage", gw(20006)).unwrap();
+    good.send_to(&[0x80, 0x21, 0, 1, 2], gw(20006)).unwrap();
+    good.send_to(&rtp(1, 5, 60), gw(20006)).unwrap();
+    // A gateway port that only sends (egress of "strict") has no reverse route.
+    for _ in 0..5 {
+        good.send_to(b"stray", ("127.0.4.2", 30000)).unwrap();
+    }
+
+    assert_eq!(recv_all(&rx[0], 10, Duration::from_secs(5)).len(), 10);
+    assert_eq!(nothing_more(&rx[0]), 0);
+    let latched = recv_all(&rx[1], 10, Duration::from_secs(5));
+    assert_eq!(latched.len(), 10);
+    assert!(latched.iter().all(|(p, _)| RtpPacket::new_checked(p).unwrap().ssrc() == 3));
+    assert_eq!(nothing_more(&rx[1]), 0);
+    let any = recv_all(&rx[2], 1, Duration::from_secs(5));
+    assert_eq!(any[0].0, b"not rtp at all");
+    assert_eq!(nothing_more(&rx[2]), 0);
+    let only = recv_all(&rx[3], 1, Duration::from_secs(5));
+    assert_eq!(RtpPacket::new_checked(&only[0].0).unwrap().ssrc(), 5);
+    assert_eq!(nothing_more(&rx[3]), 0);
+
+    // The worker survived all of it: a fresh packet still crosses.
+    good.send_to(&rtp(10, 1, 100), gw(20000)).unwrap();
+    assert_eq!(recv_all(&rx[0], 1, Duration::from_secs(5)).len(), 1);
+
+    let t = vg.stop();
+    assert_eq!(t.route("strict", "tx_packets"), 11);
+    assert_eq!(t.route("strict", "drop_source_mismatch"), 10);
+    assert_eq!(t.route("latch", "tx_packets"), 10);
+    assert_eq!(t.route("latch", "drop_source_mismatch"), 7);
+    assert_eq!(t.route("any", "tx_packets"), 1);
+    assert_eq!(t.route("any", "drop_truncated"), 1);
+    assert_eq!(t.route("any", "drop_oversize"), 2);
+    assert_eq!(t.route("rtponly", "tx_packets"), 1);
+    assert_eq!(t.route("rtponly", "drop_not_rtp"), 2);
+    assert_eq!(t.channel("reverse", "drop_no_route"), 5);
+    assert_eq!(t.channel("forward", "drop_source_mismatch"), 17);
+}
+
+#[test]
+fn check_config_names_line_and_key() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    let text = header(5).replace("media_ports = \"30000-30999\"", "media_ports = \"20500-30999\"");
+    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    let out = Command::new(common::vgate_bin()).arg("check-config").arg(f.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(":11:") && err.contains("domains.b.media_ports") && err.contains("overlaps"), "{err}");
+
+    let mut ok = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut ok, header(5).as_bytes()).unwrap();
+    let out = Command::new(common::vgate_bin()).arg("check-config").arg(ok.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn modes_that_are_not_built_say_so() {
+    let out = Command::new(common::vgate_bin())
+        .args(["run", "--mode", "zc", "--engine", "pfring-zc", "--stats-interval", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without PF_RING"), "{err}");
+}
