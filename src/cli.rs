@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config, Mode};
+use crate::control::admin::{AdminServer, ReloadRequest};
 use crate::control::live::{totals_report, LiveView};
+use crate::control::{systemd, ControlState};
 use crate::demo::{self, DemoOptions};
 use crate::engine::EngineKind;
 use crate::gateway::Gateway;
@@ -101,6 +103,106 @@ with --json the same as one JSON object on stdout (used by scripts/bench-stack.s
     },
     /// Print the embedded default config, a starting point for your own.
     PrintDefault,
+    /// Live view of a running vgate, refreshed every second (like top).
+    #[command(
+        long_about = "Live view of a running vgate, refreshed every second: per channel the \
+forwarded packet rate, Gbit/s and drops by reason; per worker the packet rates and CPU use; ports \
+used and free per domain; the streams with the worst loss. Ctrl-C ends it. Talks to the admin \
+interface (control.listen of the config)."
+    )]
+    Stats {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Show this many screens, then exit (default: until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// List, add or remove stream routes of a running vgate.
+    Routes {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        action: RoutesAction,
+    },
+    /// List or end sessions of a running vgate (ending one frees its ports).
+    Sessions {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        action: SessionsAction,
+    },
+    /// Make a running vgate re-read its config file (like SIGHUP).
+    #[command(
+        long_about = "Make a running vgate re-read its config file. Static stream routes and \
+signaling routes are applied without restarting workers or touching unchanged streams; an invalid \
+file is rejected whole, the running configuration stays and the reason is printed."
+    )]
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// How to reach a running vgate's admin interface.
+#[derive(clap::Args, Debug)]
+pub struct AdminArgs {
+    /// Admin address; default: control.listen of --config, else 127.0.0.1:9940.
+    #[arg(long, env = "VGATE_ADMIN")]
+    pub admin: Option<std::net::SocketAddr>,
+    /// Config file to take the admin address and token from.
+    #[arg(short, long, env = "VGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Admin token (default: control.token of --config).
+    #[arg(long, env = "VGATE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RoutesAction {
+    /// List the live stream routes with their counters.
+    List,
+    /// Add a stream route (ports are allocated when not given).
+    Add {
+        /// A name for the route.
+        #[arg(long)]
+        name: String,
+        /// Domain the media arrives from: a or b.
+        #[arg(long)]
+        domain: String,
+        /// Gateway port receiving the media.
+        #[arg(long)]
+        port: Option<u16>,
+        /// Receiver in the other domain, ADDR:PORT.
+        #[arg(long)]
+        destination: String,
+        /// Gateway port on the far side the media leaves from.
+        #[arg(long)]
+        egress_port: Option<u16>,
+        /// Only this source (ADDR:PORT, port 0 = any port) is forwarded.
+        #[arg(long)]
+        expect_source: Option<String>,
+        /// strict, latch or any (default: the config's).
+        #[arg(long)]
+        source_validation: Option<String>,
+    },
+    /// Remove a static or admin route (its ports are freed).
+    Del {
+        /// forward or reverse.
+        channel: String,
+        /// The gateway port of the route.
+        port: u16,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SessionsAction {
+    /// List the live sessions.
+    List,
+    /// End a session: its routes stop, its ports return to the pool.
+    Kill {
+        /// Session id (see `vgate sessions list`).
+        id: u64,
+    },
 }
 
 /// Runs a parsed command line.
@@ -117,6 +219,41 @@ pub fn main(cli: Cli) -> ExitCode {
             engine,
             stats_interval,
         } => run(config, mode, engine, stats_interval),
+        Command::Stats { admin, count } => with_client(&admin, |c| {
+            let stop = stop_flag();
+            crate::control::client::stats_loop(c, count, &stop)
+        }),
+        Command::Routes { admin, action } => {
+            with_client(&admin, |c| {
+                let v = match action {
+                RoutesAction::List => c.get("/api/v1/routes")?,
+                RoutesAction::Add { name, domain, port, destination, egress_port, expect_source, source_validation } => c.post(
+                    "/api/v1/routes",
+                    &serde_json::json!({
+                        "name": name, "domain": domain, "port": port, "destination": destination,
+                        "egress_port": egress_port, "expect_source": expect_source,
+                        "source_validation": source_validation,
+                    }),
+                )?,
+                RoutesAction::Del { channel, port } => c.delete(&format!("/api/v1/routes/{channel}/{port}"))?,
+            };
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                Ok(())
+            })
+        }
+        Command::Sessions { admin, action } => with_client(&admin, |c| {
+            let v = match action {
+                SessionsAction::List => c.get("/api/v1/sessions")?,
+                SessionsAction::Kill { id } => c.delete(&format!("/api/v1/sessions/{id}"))?,
+            };
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            Ok(())
+        }),
+        Command::Reload { admin } => with_client(&admin, |c| {
+            let v = c.post("/api/v1/reload", &serde_json::json!({}))?;
+            println!("{}", v["summary"].as_str().unwrap_or("reloaded"));
+            Ok(())
+        }),
         Command::Demo {
             streams,
             rate,
@@ -135,6 +272,35 @@ pub fn main(cli: Cli) -> ExitCode {
                 live: !quiet,
             };
             demo_cmd(&opts, json)
+        }
+    }
+}
+
+/// Builds an admin client from the flags (or the config they name) and runs `f`.
+fn with_client(
+    a: &AdminArgs,
+    f: impl FnOnce(&crate::control::client::Client) -> Result<(), crate::control::client::ClientError>,
+) -> ExitCode {
+    let cfg = match &a.config {
+        Some(p) => match Config::load(p) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let addr = a
+        .admin
+        .or(cfg.as_ref().map(|c| c.control.listen))
+        .unwrap_or_else(|| Config::embedded_default().control.listen);
+    let token = a.token.clone().or(cfg.and_then(|c| c.control.token));
+    match f(&crate::control::client::Client::new(addr, token)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vgate: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -175,53 +341,115 @@ fn stop_flag() -> Arc<AtomicBool> {
     stop
 }
 
+fn load(config: &Option<PathBuf>, mode: Option<Mode>) -> Result<Config, config::ConfigError> {
+    let mut cfg = match config {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded_default(),
+    };
+    if let Some(m) = mode {
+        cfg.engine.mode = m;
+    }
+    Ok(cfg)
+}
+
 fn run(
     config: Option<PathBuf>,
     mode: Option<Mode>,
     engine: Option<EngineKind>,
     stats_interval: u64,
 ) -> ExitCode {
-    let mut cfg = match &config {
-        Some(path) => match Config::load(path) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => Config::embedded_default(),
+    let cfg = match load(&config, mode) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
-    if let Some(m) = mode {
-        cfg.engine.mode = m;
-    }
     let stop = stop_flag();
-    let gw = match Gateway::start(cfg, engine) {
+    let hup = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup)) {
+        tracing::warn!("cannot watch SIGHUP, reload only through `vgate reload`: {e}");
+    }
+    let mut gw = match Gateway::start(cfg, engine) {
         Ok(gw) => gw,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(
-        config = %config.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "<embedded default>".into()),
-        "vgate running: {}", gw.describe()
-    );
+    let source = config
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "<embedded default>".into());
+    tracing::info!(config = %source, "vgate running: {}", gw.describe());
     for w in gw.workers() {
         tracing::info!(worker = w.index, cpu = ?w.cpu, "worker receiving");
     }
+    let stats = gw.worker_stats();
+    let control = ControlState {
+        config: Arc::new(std::sync::RwLock::new(Arc::clone(&gw.config))),
+        routes: Arc::clone(&gw.routes),
+        workers: stats.clone(),
+        started: Instant::now(),
+        engine: gw.describe(),
+    };
+    let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);
+    let admin = match AdminServer::start(control.clone(), reload_tx) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     tracing::info!(
         routes = gw.routes.routes().len(),
-        "static stream routes installed; a: {} ports {}, b: {} ports {}",
+        admin = %admin.addr,
+        "static stream routes installed; a: {} ports {}, b: {} ports {}; admin interface: /metrics, /api/v1/...",
         gw.config.domains[0].address,
         gw.config.domains[0].media_ports,
         gw.config.domains[1].address,
         gw.config.domains[1].media_ports
     );
-    let stats = gw.worker_stats();
+    systemd::ready(&format!("forwarding: {}", gw.describe()));
+    let watchdog = systemd::watchdog_interval();
+    let mut last_ping = Instant::now();
     let mut live = LiveView::new(&stats);
     let mut last = Instant::now();
+    let mut failed = false;
     while !stop.load(Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
+        let request = if hup.swap(false, Relaxed) {
+            Some(None)
+        } else {
+            reload_rx.try_recv().ok().map(|r| Some(r.reply))
+        };
+        if let Some(reply) = request {
+            systemd::reloading();
+            let outcome = load(&config, mode)
+                .map_err(|e| e.to_string())
+                .and_then(|new| gw.reload(new));
+            match &outcome {
+                Ok(summary) => {
+                    control.set_config(Arc::clone(&gw.config));
+                    tracing::info!("config reloaded: {summary}");
+                }
+                Err(reason) => {
+                    tracing::error!("reload rejected, the running configuration stays: {reason}")
+                }
+            }
+            systemd::reloaded(&format!("forwarding: {}", gw.describe()));
+            if let Some(reply) = reply {
+                let _ = reply.send(outcome);
+            }
+        }
+        if let Some(every) = watchdog {
+            // The ping depends on every worker being alive: a stuck worker stops it and
+            // systemd restarts vgate.
+            if last_ping.elapsed() >= every && control.healthy(crate::channel::now_ms()) {
+                systemd::watchdog();
+                last_ping = Instant::now();
+            }
+        }
         if stats_interval > 0 && last.elapsed() >= Duration::from_secs(stats_interval) {
             tracing::info!("{}", live.line(&stats));
             last = Instant::now();
@@ -230,17 +458,21 @@ fn run(
             tracing::error!(
                 "a worker stopped; shutting down so the service manager can restart vgate"
             );
-            let routes = Arc::clone(&gw.routes);
-            let workers = gw.shutdown();
-            print!("{}", totals_report(&workers, &routes));
-            return ExitCode::FAILURE;
+            failed = true;
+            break;
         }
     }
+    systemd::stopping();
     tracing::info!("stopping");
+    drop(admin);
     let routes = Arc::clone(&gw.routes);
     let workers = gw.shutdown();
     print!("{}", totals_report(&workers, &routes));
-    ExitCode::SUCCESS
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn demo_cmd(opts: &DemoOptions, json: bool) -> ExitCode {

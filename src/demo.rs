@@ -142,6 +142,9 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
         let rx = UdpSocket::bind(SocketAddrV4::new(b_addr, RX_BASE + i as u16))?;
         rx.set_nonblocking(true)?;
         let _ = setsockopt(&rx, sockopt::RcvBuf, &(4usize << 20));
+        // The kernel stamps each datagram on arrival, so the latency measured is the
+        // relay's, not the time the receiver thread took to get to it.
+        setsockopt(&rx, sockopt::ReceiveTimestampns, &true).map_err(io::Error::from)?;
         let _ = setsockopt(&tx, sockopt::SndBuf, &(4usize << 20));
         let route = (|| {
             let a_port = gw.routes.alloc_pair(session, DomainId::A)?;
@@ -169,7 +172,6 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
         });
     }
 
-    let epoch = Instant::now();
     let done = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let lag = Arc::new(AtomicU64::new(0));
@@ -187,7 +189,7 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
         let (done, st) = (Arc::clone(&done), Arc::clone(&rx_state));
         std::thread::Builder::new()
             .name("demo-rx".into())
-            .spawn(move || receive(rxs, epoch, &done, &st))?
+            .spawn(move || receive(rxs, &done, &st))?
     };
     let generator = {
         let (done, sent, lag, o) = (
@@ -198,7 +200,7 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
         );
         std::thread::Builder::new()
             .name("demo-tx".into())
-            .spawn(move || generate(txs, &o, epoch, &done, &sent, &lag))?
+            .spawn(move || generate(txs, &o, &done, &sent, &lag))?
     };
 
     let cpu0: u64 = gw.workers().map(|w| w.cpu_ns.load(Relaxed)).sum();
@@ -363,7 +365,6 @@ pub fn render(r: &DemoReport) -> String {
 fn generate(
     txs: Vec<UdpSocket>,
     o: &DemoOptions,
-    epoch: Instant,
     done: &AtomicBool,
     sent: &AtomicU64,
     lag: &AtomicU64,
@@ -386,8 +387,7 @@ fn generate(
             let mut n = 0;
             while count[i] < due && n < 8 {
                 let _ = write_header(&mut buf, 33, seq[i], 0, i as u32);
-                let now = epoch.elapsed().as_nanos() as u64;
-                buf[12..20].copy_from_slice(&now.to_be_bytes());
+                buf[12..20].copy_from_slice(&realtime_ns().to_be_bytes());
                 buf[20..28].copy_from_slice(&(i as u64).to_be_bytes());
                 if tx.send(&buf).is_ok() {
                     sent.fetch_add(1, Relaxed);
@@ -427,12 +427,7 @@ impl RxState {
     }
 }
 
-fn receive(
-    rxs: Vec<(UdpSocket, SocketAddrV4)>,
-    epoch: Instant,
-    done: &AtomicBool,
-    st: &Mutex<RxState>,
-) {
+fn receive(rxs: Vec<(UdpSocket, SocketAddrV4)>, done: &AtomicBool, st: &Mutex<RxState>) {
     let Ok(epoll) = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) else {
         return;
     };
@@ -468,7 +463,7 @@ fn receive(
                 if k == 0 {
                     break;
                 }
-                let now = epoch.elapsed().as_nanos() as u64;
+                let fallback = realtime_ns();
                 for j in 0..k {
                     let p = batch.payload(j);
                     if batch.source(j) != *expect {
@@ -483,7 +478,8 @@ fn receive(
                     }
                     let mut ts = [0u8; 8];
                     ts.copy_from_slice(&p[12..20]);
-                    let lat = now.saturating_sub(u64::from_be_bytes(ts)).max(1);
+                    let arrived = batch.timestamp_ns(j).unwrap_or(fallback);
+                    let lat = arrived.saturating_sub(u64::from_be_bytes(ts)).max(1);
                     guard.received += 1;
                     guard.per_stream[i].observe(rtp.sequence(), rtp.ssrc());
                     let _ = guard.total.record(lat);
@@ -492,4 +488,12 @@ fn receive(
             }
         }
     }
+}
+
+/// Realtime clock in nanoseconds: the clock `SO_TIMESTAMPNS` stamps with.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }

@@ -4,6 +4,7 @@
 //! there is one start-up order: build the engine (it may refuse), create the tables with the
 //! engine's port hooks, start the workers, then install the static routes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +35,8 @@ pub struct Gateway {
     engine: Box<dyn Engine>,
     workers: Vec<Worker>,
     stop: Arc<AtomicBool>,
-    pub static_sessions: Vec<SessionId>,
+    /// Session of each static stream route, by route name.
+    pub static_sessions: HashMap<String, SessionId>,
     pub started: Instant,
 }
 
@@ -54,7 +56,7 @@ impl Gateway {
             engine: eng,
             workers,
             stop,
-            static_sessions: Vec::new(),
+            static_sessions: HashMap::new(),
             started: Instant::now(),
         };
         let ready_within = Duration::from_secs(5);
@@ -63,7 +65,15 @@ impl Gateway {
             return Err(GatewayError::NotReady(ready_within));
         }
         match gw.routes.install_static(&gw.config) {
-            Ok(ids) => gw.static_sessions = ids,
+            Ok(ids) => {
+                gw.static_sessions = gw
+                    .config
+                    .streams
+                    .iter()
+                    .map(|s| s.name.clone())
+                    .zip(ids)
+                    .collect()
+            }
             Err((route, source)) => {
                 gw.stop_workers();
                 return Err(GatewayError::StaticRoute { route, source });
@@ -82,6 +92,123 @@ impl Gateway {
             }
         }
         Ok(gw)
+    }
+
+    /// Applies a new, already validated config without restarting workers: static stream
+    /// routes that changed are replaced, removed ones end, new ones start; signaling routes
+    /// that changed get a new proxy; untouched routes and their streams are left alone.
+    /// Changes to the domains, the engine or the management address need a restart: then
+    /// nothing is changed and the error says so. On a failure half-way the previous routes are
+    /// put back.
+    pub fn reload(&mut self, new: Config) -> Result<String, String> {
+        let old = Arc::clone(&self.config);
+        let mut restart = Vec::new();
+        if old.domains != new.domains {
+            restart.push("domains");
+        }
+        if old.engine != new.engine {
+            restart.push("engine");
+        }
+        if old.control.listen != new.control.listen {
+            restart.push("control.listen");
+        }
+        if !restart.is_empty() {
+            return Err(format!(
+                "{} changed: restart vgate to apply that; the running configuration was kept",
+                restart.join(", ")
+            ));
+        }
+        let old_streams: HashMap<&str, &crate::config::StaticStream> =
+            old.streams.iter().map(|s| (s.name.as_str(), s)).collect();
+        let new_streams: HashMap<&str, &crate::config::StaticStream> =
+            new.streams.iter().map(|s| (s.name.as_str(), s)).collect();
+        let removed: Vec<crate::config::StaticStream> = old
+            .streams
+            .iter()
+            .filter(|s| new_streams.get(s.name.as_str()) != Some(s))
+            .cloned()
+            .collect();
+        let added: Vec<crate::config::StaticStream> = new
+            .streams
+            .iter()
+            .filter(|s| old_streams.get(s.name.as_str()) != Some(s))
+            .cloned()
+            .collect();
+        let unchanged = new_streams.len() - added.len();
+        drop((old_streams, new_streams));
+        for s in &removed {
+            if let Some(id) = self.static_sessions.remove(&s.name) {
+                let _ = self.routes.close_session(id);
+            }
+        }
+        let mut installed = Vec::new();
+        for s in &added {
+            match self.routes.install_stream(s) {
+                Ok(id) => installed.push((s.name.clone(), id)),
+                Err(e) => {
+                    for (_, id) in installed {
+                        let _ = self.routes.close_session(id);
+                    }
+                    for s in &removed {
+                        match self.routes.install_stream(s) {
+                            Ok(id) => {
+                                self.static_sessions.insert(s.name.clone(), id);
+                            }
+                            Err(e) => {
+                                tracing::error!(route = %s.name, "could not restore the previous route: {e}")
+                            }
+                        }
+                    }
+                    return Err(format!(
+                        "stream route \"{}\": {e}; the running configuration was kept",
+                        s.name
+                    ));
+                }
+            }
+        }
+        self.static_sessions.extend(installed);
+
+        let (keep, stop): (Vec<_>, Vec<_>) = self
+            .proxies
+            .drain(..)
+            .partition(|p| new.signaling.contains(p.route()));
+        let stopped = stop.len();
+        for p in stop {
+            p.shutdown();
+        }
+        self.proxies = keep;
+        let new = Arc::new(new);
+        let missing: Vec<_> = new
+            .signaling
+            .iter()
+            .filter(|r| !self.proxies.iter().any(|p| p.route() == *r))
+            .cloned()
+            .collect();
+        let ctx = ProxyContext {
+            config: Arc::clone(&new),
+            routes: Arc::clone(&self.routes),
+            stop: Arc::clone(&self.stop),
+        };
+        let started = match proxy::start_routes(&ctx, &missing) {
+            Ok(p) => {
+                let n = p.len();
+                self.proxies.extend(p);
+                n
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                0
+            }
+        };
+        self.config = new;
+        Ok(format!(
+            "stream routes: {} added or changed, {} removed or replaced, {} unchanged; signaling proxies: {} started, {} stopped",
+            added.len(),
+            removed.len(),
+            unchanged,
+            started,
+            stopped
+        ))
     }
 
     pub fn describe(&self) -> String {

@@ -4,115 +4,14 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::vgate::Vgate;
+
 use vgate::wire::rtp::{write_header, RtpPacket};
-
-/// A `vgate run` child, killed on drop; `stop` sends SIGTERM and returns its stdout.
-struct Vgate {
-    child: Child,
-    stderr_lines: mpsc::Receiver<String>,
-}
-
-impl Vgate {
-    fn start(config: &str) -> (Vgate, tempfile::NamedTempFile) {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        std::io::Write::write_all(&mut file, config.as_bytes()).unwrap();
-        let mut child = Command::new(common::vgate_bin())
-            .args(["run", "--config"])
-            .arg(file.path())
-            .args(["--stats-interval", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start vgate");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("vgate: {line}");
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let v = Vgate { child, stderr_lines: rx };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match v.stderr_lines.recv_timeout(left) {
-                Ok(l) if l.contains("static stream routes installed") => break,
-                Ok(_) => {}
-                Err(_) => panic!("vgate did not come up within 20 s"),
-            }
-        }
-        (v, file)
-    }
-
-    /// SIGTERM, wait, and parse the key=value totals from stdout.
-    fn stop(mut self) -> Totals {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGTERM).unwrap();
-        let mut out = String::new();
-        self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "vgate exited with {status}; stdout:\n{out}");
-        Totals::parse(&out)
-    }
-}
-
-impl Drop for Vgate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The totals vgate prints on shutdown.
-#[derive(Debug, Default)]
-struct Totals {
-    channels: HashMap<String, HashMap<String, String>>,
-    routes: HashMap<String, HashMap<String, String>>,
-}
-
-impl Totals {
-    fn parse(out: &str) -> Totals {
-        let mut t = Totals::default();
-        for line in out.lines() {
-            let mut words = line.split_whitespace();
-            let kind = words.next().unwrap_or("");
-            let kv: HashMap<String, String> = words
-                .filter_map(|w| w.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            match kind {
-                "total" => {
-                    t.channels.insert(kv["channel"].clone(), kv);
-                }
-                "route" => {
-                    t.routes.insert(kv["name"].clone(), kv);
-                }
-                _ => {}
-            }
-        }
-        t
-    }
-
-    fn route(&self, name: &str, key: &str) -> u64 {
-        let r = self.routes.get(name).unwrap_or_else(|| panic!("no totals for route {name}"));
-        r.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
-    }
-
-    fn channel(&self, name: &str, key: &str) -> u64 {
-        let c = self.channels.get(name).unwrap_or_else(|| panic!("no totals for channel {name}"));
-        c.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
-    }
-}
 
 fn header(net: u8) -> String {
     format!(
@@ -145,7 +44,8 @@ fn recv_all(sock: &UdpSocket, want: usize, within: Duration) -> Vec<(Vec<u8>, So
     let mut got = Vec::new();
     let deadline = Instant::now() + within;
     let mut buf = [0u8; 4096];
-    sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
     while got.len() < want && Instant::now() < deadline {
         if let Ok((n, from)) = sock.recv_from(&mut buf) {
             got.push((buf[..n].to_vec(), from));
@@ -174,23 +74,33 @@ fn hundred_streams_relayed_exactly() {
             50000 + i
         );
     }
-    let (vg, _cfg_file) = Vgate::start(&cfg);
-    let senders: Vec<UdpSocket> = (0..STREAMS).map(|i| UdpSocket::bind(("127.0.3.1", 50000 + i)).unwrap()).collect();
-    let receivers: Vec<UdpSocket> = (0..STREAMS).map(|i| UdpSocket::bind(("127.0.3.2", 40000 + i)).unwrap()).collect();
+    let vg = Vgate::start(&cfg);
+    let senders: Vec<UdpSocket> = (0..STREAMS)
+        .map(|i| UdpSocket::bind(("127.0.3.1", 50000 + i)).unwrap())
+        .collect();
+    let receivers: Vec<UdpSocket> = (0..STREAMS)
+        .map(|i| UdpSocket::bind(("127.0.3.2", 40000 + i)).unwrap())
+        .collect();
     for r in &receivers {
-        nix::sys::socket::setsockopt(r, nix::sys::socket::sockopt::RcvBuf, &(1usize << 20)).unwrap();
+        nix::sys::socket::setsockopt(r, nix::sys::socket::sockopt::RcvBuf, &(1usize << 20))
+            .unwrap();
     }
     // Rounds of one packet per stream with a pause: modest, so a loaded machine keeps up.
     for seq in 0..PACKETS {
         for (i, s) in senders.iter().enumerate() {
-            s.send_to(&rtp(seq, i as u32, 200), ("127.0.3.1", 20000 + 2 * i as u16)).unwrap();
+            s.send_to(
+                &rtp(seq, i as u32, 200),
+                ("127.0.3.1", 20000 + 2 * i as u16),
+            )
+            .unwrap();
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     for (i, r) in receivers.iter().enumerate() {
         let got = recv_all(r, PACKETS as usize, Duration::from_secs(10));
         assert_eq!(got.len(), PACKETS as usize, "stream {i} lost packets");
-        let want_from: SocketAddr = SocketAddrV4::new("127.0.3.2".parse().unwrap(), 30000 + 2 * i as u16).into();
+        let want_from: SocketAddr =
+            SocketAddrV4::new("127.0.3.2".parse().unwrap(), 30000 + 2 * i as u16).into();
         for (n, (p, from)) in got.iter().enumerate() {
             assert_eq!(*from, want_from, "stream {i} packet from the wrong source");
             let h = RtpPacket::new_checked(p).unwrap();
@@ -201,10 +111,26 @@ fn hundred_streams_relayed_exactly() {
     let totals = vg.stop();
     for i in 0..STREAMS {
         let name = format!("s{i}");
-        assert_eq!(totals.route(&name, "rx_packets"), u64::from(PACKETS), "{name}");
-        assert_eq!(totals.route(&name, "tx_packets"), u64::from(PACKETS), "{name}");
-        assert_eq!(totals.route(&name, "tx_bytes"), u64::from(PACKETS) * 200, "{name}");
-        assert_eq!(totals.route(&name, "rtp_packets"), u64::from(PACKETS), "{name}");
+        assert_eq!(
+            totals.route(&name, "rx_packets"),
+            u64::from(PACKETS),
+            "{name}"
+        );
+        assert_eq!(
+            totals.route(&name, "tx_packets"),
+            u64::from(PACKETS),
+            "{name}"
+        );
+        assert_eq!(
+            totals.route(&name, "tx_bytes"),
+            u64::from(PACKETS) * 200,
+            "{name}"
+        );
+        assert_eq!(
+            totals.route(&name, "rtp_packets"),
+            u64::from(PACKETS),
+            "{name}"
+        );
         assert_eq!(totals.route(&name, "rtp_lost"), 0, "{name}");
     }
     let all = u64::from(STREAMS) * u64::from(PACKETS);
@@ -250,11 +176,13 @@ source_validation = "any"
 rtp_only = true
 "#,
     );
-    let (vg, _f) = Vgate::start(&cfg);
+    let vg = Vgate::start(&cfg);
     let good = UdpSocket::bind("127.0.4.1:51000").unwrap();
     let other = UdpSocket::bind("127.0.4.1:51001").unwrap();
     let third = UdpSocket::bind("127.0.4.1:51002").unwrap();
-    let rx: Vec<UdpSocket> = (0..4).map(|i| UdpSocket::bind(("127.0.4.2", 40000 + i)).unwrap()).collect();
+    let rx: Vec<UdpSocket> = (0..4)
+        .map(|i| UdpSocket::bind(("127.0.4.2", 40000 + i)).unwrap())
+        .collect();
     let gw = |port: u16| ("127.0.4.1", port);
 
     // strict: only 127.0.4.1:51000 passes.
@@ -288,7 +216,9 @@ rtp_only = true
     assert_eq!(nothing_more(&rx[0]), 0);
     let latched = recv_all(&rx[1], 10, Duration::from_secs(5));
     assert_eq!(latched.len(), 10);
-    assert!(latched.iter().all(|(p, _)| RtpPacket::new_checked(p).unwrap().ssrc() == 3));
+    assert!(latched
+        .iter()
+        .all(|(p, _)| RtpPacket::new_checked(p).unwrap().ssrc() == 3));
     assert_eq!(nothing_more(&rx[1]), 0);
     let any = recv_all(&rx[2], 1, Duration::from_secs(5));
     assert_eq!(any[0].0, b"not rtp at all");
@@ -318,24 +248,50 @@ rtp_only = true
 #[test]
 fn check_config_names_line_and_key() {
     let mut f = tempfile::NamedTempFile::new().unwrap();
-    let text = header(5).replace("media_ports = \"30000-30999\"", "media_ports = \"20500-30999\"");
+    let text = header(5).replace(
+        "media_ports = \"30000-30999\"",
+        "media_ports = \"20500-30999\"",
+    );
     std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin()).arg("check-config").arg(f.path()).output().unwrap();
+    let out = Command::new(common::vgate_bin())
+        .arg("check-config")
+        .arg(f.path())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(":11:") && err.contains("domains.b.media_ports") && err.contains("overlaps"), "{err}");
+    assert!(
+        err.contains(":11:") && err.contains("domains.b.media_ports") && err.contains("overlaps"),
+        "{err}"
+    );
 
     let mut ok = tempfile::NamedTempFile::new().unwrap();
     std::io::Write::write_all(&mut ok, header(5).as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin()).arg("check-config").arg(ok.path()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(common::vgate_bin())
+        .arg("check-config")
+        .arg(ok.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
 }
 
 #[test]
 fn modes_that_are_not_built_say_so() {
     let out = Command::new(common::vgate_bin())
-        .args(["run", "--mode", "zc", "--engine", "pfring-zc", "--stats-interval", "0"])
+        .args([
+            "run",
+            "--mode",
+            "zc",
+            "--engine",
+            "pfring-zc",
+            "--stats-interval",
+            "0",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -36,7 +36,8 @@ listen = "127.0.6.1:9940"
 }
 
 fn recv_count(sock: &UdpSocket, within: Duration) -> usize {
-    sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
     let deadline = Instant::now() + within;
     let mut n = 0;
     let mut buf = [0u8; 2048];
@@ -77,16 +78,35 @@ fn remove_stops_at_once_and_add_resumes() {
 
     gw.routes.remove_route(Channel::Forward, a).unwrap();
     send(15);
-    assert_eq!(recv_count(&rx, Duration::from_millis(500)), 0, "a removed route forwards nothing");
+    assert_eq!(
+        recv_count(&rx, Duration::from_millis(500)),
+        0,
+        "a removed route forwards nothing"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
-    while gw.totals().channel(Channel::Forward).drop_count(DropReason::NoRoute) < 15 && Instant::now() < deadline {
+    while gw
+        .totals()
+        .channel(Channel::Forward)
+        .drop_count(DropReason::NoRoute)
+        < 15
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(gw.totals().channel(Channel::Forward).drop_count(DropReason::NoRoute), 15);
+    assert_eq!(
+        gw.totals()
+            .channel(Channel::Forward)
+            .drop_count(DropReason::NoRoute),
+        15
+    );
 
     let route = gw.routes.add_route(s, spec).unwrap();
     send(10);
-    assert_eq!(recv_count(&rx, Duration::from_millis(500)), 10, "the same workers forward again");
+    assert_eq!(
+        recv_count(&rx, Duration::from_millis(500)),
+        10,
+        "the same workers forward again"
+    );
     assert_eq!(route.stats.snapshot().packets.tx_packets, 10);
 
     assert_eq!(gw.routes.ports(DomainId::A).0, 2);
@@ -100,7 +120,9 @@ fn remove_stops_at_once_and_add_resumes() {
     // And it can be bound again by anyone, i.e. the socket is really gone.
     assert!(UdpSocket::bind(("127.0.6.1", a)).is_ok());
     let stats = gw.shutdown();
-    assert!(stats.iter().all(|w| w.exited.load(std::sync::atomic::Ordering::Relaxed)));
+    assert!(stats
+        .iter()
+        .all(|w| w.exited.load(std::sync::atomic::Ordering::Relaxed)));
 }
 
 #[test]
@@ -113,7 +135,11 @@ fn exhausted_ports_are_an_error_and_come_back() {
     }
     assert_eq!(n, 50, "100 ports = 50 RTP/RTCP pairs");
     let other = gw.routes.open_session(SessionKind::Sip, "one more");
-    let e = gw.routes.alloc_pair(other, DomainId::A).unwrap_err().to_string();
+    let e = gw
+        .routes
+        .alloc_pair(other, DomainId::A)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("no free port pair"), "{e}");
     gw.routes.close_session(s).unwrap();
     assert!(gw.routes.alloc_pair(other, DomainId::A).is_ok());

@@ -65,6 +65,11 @@ pub struct WorkerStats {
     pub ready: AtomicBool,
     /// Set when the worker has exited (normally or not).
     pub exited: AtomicBool,
+    /// Ring engines: packets the kernel dropped because the worker's rings were full (also
+    /// counted as `rx_overflow` in the channel counters).
+    pub ring_drops: AtomicU64,
+    /// Ring engines: times a ring froze (every block held by user space).
+    pub ring_freezes: AtomicU64,
 }
 
 impl WorkerStats {
@@ -77,6 +82,8 @@ impl WorkerStats {
             heartbeat_ms: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             exited: AtomicBool::new(false),
+            ring_drops: AtomicU64::new(0),
+            ring_freezes: AtomicU64::new(0),
         }
     }
 

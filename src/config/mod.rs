@@ -195,6 +195,97 @@ pub struct SignalingRoute {
     pub listen_domain: DomainId,
     pub listen_port: u16,
     pub upstream: SocketAddrV4,
+    /// RTSP settings; `Some` exactly for RTSP routes.
+    pub rtsp: Option<RtspOptions>,
+    /// Access control, limits and timers of the SIP proxy serving this route.
+    pub policy: SignalingPolicy,
+}
+
+/// Per-route access control, limits and timers of a SIP proxy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignalingPolicy {
+    /// Peers allowed to talk to the listen side; empty: any address of the listen domain.
+    pub allow_peers: Vec<Ipv4Net>,
+    /// GB/T 28181 ID prefixes (digits) allowed in From and To; empty: any party.
+    pub allow_ids: Vec<String>,
+    /// Largest SIP message accepted, in bytes (UDP datagram or framed TCP message).
+    pub max_message: usize,
+    /// How long an INVITE may wait for its final response before the call is abandoned.
+    pub invite_timeout: std::time::Duration,
+    /// How long an established call may carry no media before it is ended (BYE both sides);
+    /// zero: never.
+    pub media_timeout: std::time::Duration,
+    /// Requests per second accepted from one source address; 0: no limit.
+    pub rate_limit: u32,
+    /// TCP connections accepted from one source address at a time.
+    pub max_connections_per_source: usize,
+}
+
+impl Default for SignalingPolicy {
+    fn default() -> Self {
+        SignalingPolicy {
+            allow_peers: Vec::new(),
+            allow_ids: Vec::new(),
+            max_message: 65_535,
+            invite_timeout: std::time::Duration::from_secs(32),
+            media_timeout: std::time::Duration::from_secs(60),
+            rate_limit: 1000,
+            max_connections_per_source: 16,
+        }
+    }
+}
+
+/// A secret from the config file (a password). `Debug` prints `***`; read it with
+/// [`Secret::expose`] only where it is used.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// A username and its password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserPass {
+    pub username: String,
+    pub password: Secret,
+}
+
+/// One path prefix of an RTSP route and the upstream serving it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RtspPath {
+    /// Client-visible prefix, e.g. `/cam1` (`/` matches every path).
+    pub prefix: String,
+    pub upstream: SocketAddrV4,
+    /// What replaces the prefix upstream, e.g. `/test`.
+    pub upstream_path: String,
+    /// Credentials vgate answers this upstream's challenges with.
+    pub credentials: Option<UserPass>,
+}
+
+/// RTSP settings of a signaling route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RtspOptions {
+    /// Never empty: without `paths` in the file, one `/` path to the route's upstream.
+    pub paths: Vec<RtspPath>,
+    /// Clients must authenticate to vgate with one of these (Digest); empty: no check.
+    pub client_users: Vec<UserPass>,
+    pub client_realm: String,
+    /// Seconds without a client request before a session is ended, when the server's
+    /// `Session: ...;timeout=` names none.
+    pub session_timeout: u32,
 }
 
 /// A static stream route from the config file.
@@ -227,6 +318,10 @@ pub struct Security {
 pub struct Control {
     /// Management address (admin interface, metrics).
     pub listen: std::net::SocketAddr,
+    /// Token the admin interface requires (`Authorization: Bearer …`); always set when
+    /// `listen` is not a loopback address.
+    pub token: Option<String>,
+    pub per_stream_metrics: bool,
 }
 
 /// A validated configuration.

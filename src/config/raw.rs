@@ -107,12 +107,19 @@ fn default_policy() -> SourcePolicy {
 pub struct RawControl {
     #[serde(default = "default_control_listen")]
     pub listen: Spanned<String>,
+    /// Bearer token the admin interface requires (mandatory off loopback).
+    pub token: Option<Spanned<String>>,
+    /// Export per-route metrics (one series per stream: many streams, many series).
+    #[serde(default)]
+    pub per_stream_metrics: bool,
 }
 
 impl Default for RawControl {
     fn default() -> Self {
         RawControl {
             listen: default_control_listen(),
+            token: None,
+            per_stream_metrics: false,
         }
     }
 }
@@ -131,6 +138,66 @@ pub struct RawSignalingRoute {
     pub listen_domain: Spanned<String>,
     pub listen_port: Spanned<i64>,
     pub upstream: Spanned<String>,
+    // ---- SIP routes (see `SignalingPolicy`); `media_timeout` below is shared ----
+    /// Peers allowed on the listen side (CIDR); empty: anyone in the listen domain.
+    #[serde(default)]
+    pub allow_peers: Vec<Spanned<String>>,
+    /// GB/T 28181 ID prefixes allowed in From and To; empty: any.
+    #[serde(default)]
+    pub allow_ids: Vec<Spanned<String>>,
+    pub max_message: Option<Spanned<i64>>,
+    /// Seconds an INVITE may wait for its final response.
+    pub invite_timeout: Option<Spanned<i64>>,
+    /// Requests per second per source address; 0: no limit.
+    pub rate_limit: Option<Spanned<i64>>,
+    pub max_connections_per_source: Option<Spanned<i64>>,
+    /// Seconds without media before a call or session is ended; 0 turns it off.
+    /// Shared by SIP and RTSP routes.
+    pub media_timeout: Option<Spanned<i64>>,
+    // ---- RTSP routes only (refused on other kinds) ----
+    /// Path-prefix upstreams; without any, every path goes to `upstream`.
+    #[serde(default)]
+    pub paths: Vec<RawRtspPath>,
+    /// Credentials vgate answers the upstream's 401 with.
+    pub upstream_username: Option<Spanned<String>>,
+    pub upstream_password: Option<Spanned<RawSecret>>,
+    /// Clients must authenticate to vgate (Digest) with one of these.
+    #[serde(default)]
+    pub client_users: Vec<RawUser>,
+    pub client_realm: Option<Spanned<String>>,
+    /// Seconds without a request before an RTSP session is ended (when the server names none).
+    pub session_timeout: Option<Spanned<i64>>,
+    // (An RTSP route's media timeout is the shared `media_timeout` key.)
+}
+
+/// A password as written in the file; `Debug` never shows it.
+#[derive(Deserialize, Clone, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct RawSecret(pub String);
+
+impl std::fmt::Debug for RawSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRtspPath {
+    pub prefix: Spanned<String>,
+    /// Default: the route's `upstream`.
+    pub upstream: Option<Spanned<String>>,
+    /// Default: `/` (the prefix is stripped).
+    pub upstream_path: Option<Spanned<String>>,
+    pub upstream_username: Option<Spanned<String>>,
+    pub upstream_password: Option<Spanned<RawSecret>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUser {
+    pub username: Spanned<String>,
+    pub password: Spanned<RawSecret>,
 }
 
 #[derive(Debug, Deserialize)]

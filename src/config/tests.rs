@@ -135,6 +135,54 @@ fn signaling_route_ok() {
 }
 
 #[test]
+fn signaling_policy_defaults_and_values() {
+    let cfg = check(SIP_ROUTE).unwrap();
+    assert_eq!(cfg.signaling[0].policy, SignalingPolicy::default());
+    assert_eq!(
+        cfg.signaling[0].policy.media_timeout,
+        std::time::Duration::from_secs(60)
+    );
+    let extra = format!(
+        "{SIP_ROUTE}allow_peers = [\"10.2.5.0/24\"]\nallow_ids = [\"3402000000\"]\nmax_message = 8000\ninvite_timeout = 10\nmedia_timeout = 5\nrate_limit = 0\nmax_connections_per_source = 2\n"
+    );
+    let p = check(&extra).unwrap().signaling[0].policy.clone();
+    assert_eq!(p.allow_peers, vec!["10.2.5.0/24".parse().unwrap()]);
+    assert_eq!(p.allow_ids, vec!["3402000000".to_string()]);
+    assert_eq!(p.max_message, 8000);
+    assert_eq!(p.invite_timeout, std::time::Duration::from_secs(10));
+    assert_eq!(p.media_timeout, std::time::Duration::from_secs(5));
+    assert_eq!(p.rate_limit, 0);
+    assert_eq!(p.max_connections_per_source, 2);
+}
+
+#[test]
+fn signaling_policy_errors() {
+    let peer = format!("{SIP_ROUTE}allow_peers = [\"10.1.0.0/24\"]\n");
+    expect_err(
+        &peer,
+        "signaling_route[0].allow_peers[0]",
+        base_lines() + 9,
+        "not in domain b",
+    );
+    let id = format!("{SIP_ROUTE}allow_ids = [\"34x\"]\n");
+    expect_err(
+        &id,
+        "signaling_route[0].allow_ids[0]",
+        base_lines() + 9,
+        "1 to 20 digits",
+    );
+    let big = format!("{SIP_ROUTE}max_message = 100000\n");
+    expect_err(
+        &big,
+        "signaling_route[0].max_message",
+        base_lines() + 9,
+        "1024 to 65535",
+    );
+    let unknown = format!("{SIP_ROUTE}allow_everyone = true\n");
+    assert!(check(&unknown).is_err());
+}
+
+#[test]
 fn upstream_in_the_same_domain() {
     let extra = SIP_ROUTE.replace("10.1.0.9", "10.2.0.9");
     expect_err(
@@ -273,7 +321,128 @@ fn bad_mode_is_named() {
 }
 
 #[test]
+fn admin_off_loopback_needs_a_token() {
+    let e = check("[control]\nlisten = \"10.1.0.1:9940\"\n").unwrap_err();
+    assert_eq!(e.key, "control.listen");
+    assert!(e.message.contains("token"), "{e}");
+    let e = check("[control]\nlisten = \"10.1.0.1:9940\"\ntoken = \"short\"\n").unwrap_err();
+    assert_eq!(e.key, "control.token");
+    let ok =
+        check("[control]\nlisten = \"10.1.0.1:9940\"\ntoken = \"0123456789abcdef0123\"\n").unwrap();
+    assert_eq!(ok.control.token.as_deref(), Some("0123456789abcdef0123"));
+}
+
+#[test]
 fn missing_file_says_so() {
     let e = Config::load(Path::new("/nonexistent/vgate.toml")).unwrap_err();
     assert!(e.message.contains("cannot read"), "{e}");
+}
+
+const RTSP_ROUTE: &str = r#"
+[[signaling_route]]
+name = "cams"
+type = "rtsp"
+transport = "tcp"
+listen_domain = "b"
+listen_port = 8554
+upstream = "10.1.0.9:554"
+upstream_username = "admin"
+upstream_password = "hunter2-secret"
+session_timeout = 30
+"#;
+
+#[test]
+fn rtsp_route_defaults_to_one_path() {
+    let cfg = check(RTSP_ROUTE).unwrap();
+    let r = cfg.signaling[0].rtsp.as_ref().expect("rtsp options");
+    assert_eq!(r.paths.len(), 1);
+    assert_eq!(r.paths[0].prefix, "/");
+    assert_eq!(r.paths[0].upstream_path, "/");
+    assert_eq!(r.paths[0].upstream, "10.1.0.9:554".parse().unwrap());
+    let c = r.paths[0].credentials.as_ref().unwrap();
+    assert_eq!(c.username, "admin");
+    assert_eq!(c.password.expose(), "hunter2-secret");
+    assert_eq!(r.session_timeout, 30);
+    assert!(r.client_users.is_empty());
+    assert!(check(SIP_ROUTE).unwrap().signaling[0].rtsp.is_none());
+}
+
+#[test]
+fn rtsp_paths_and_client_users() {
+    let extra = format!(
+        "{RTSP_ROUTE}client_realm = \"gw\"\n\
+[[signaling_route.paths]]\nprefix = \"/cam1\"\nupstream = \"10.1.0.7:8554\"\nupstream_path = \"/test\"\n\
+[[signaling_route.paths]]\nprefix = \"/cam2\"\nupstream_username = \"other\"\nupstream_password = \"pw2\"\n\
+[[signaling_route.client_users]]\nusername = \"viewer\"\npassword = \"v-pw\"\n"
+    );
+    let cfg = check(&extra).unwrap();
+    let r = cfg.signaling[0].rtsp.as_ref().unwrap();
+    assert_eq!(r.paths.len(), 2);
+    assert_eq!(r.paths[0].upstream, "10.1.0.7:8554".parse().unwrap());
+    assert_eq!(r.paths[0].credentials.as_ref().unwrap().username, "admin");
+    assert_eq!(r.paths[1].upstream, "10.1.0.9:554".parse().unwrap());
+    assert_eq!(r.paths[1].upstream_path, "/");
+    assert_eq!(r.paths[1].credentials.as_ref().unwrap().username, "other");
+    assert_eq!(r.client_users[0].username, "viewer");
+    assert_eq!(r.client_realm, "gw");
+}
+
+#[test]
+fn rtsp_secrets_never_in_debug_or_errors() {
+    let cfg = check(RTSP_ROUTE).unwrap();
+    let dbg = format!("{cfg:?}");
+    assert!(dbg.contains("admin"));
+    assert!(!dbg.contains("hunter2-secret"), "{dbg}");
+    let bad = RTSP_ROUTE.replace("upstream_username = \"admin\"\n", "");
+    let e = check(&bad).unwrap_err();
+    assert_eq!(e.key, "signaling_route[0].upstream_username");
+    assert!(!e.to_string().contains("hunter2-secret"), "{e}");
+}
+
+#[test]
+fn rtsp_settings_are_checked() {
+    let at = base_lines() + 1;
+    let udp = RTSP_ROUTE.replace("transport = \"tcp\"", "transport = \"udp\"");
+    expect_err(&udp, "signaling_route[0].transport", at + 2, "over TCP");
+    let on_sip = format!("{SIP_ROUTE}session_timeout = 5\n");
+    expect_err(
+        &on_sip,
+        "signaling_route[0].session_timeout",
+        at + 8,
+        "RTSP setting",
+    );
+    let timeout = RTSP_ROUTE.replace("session_timeout = 30", "session_timeout = 0");
+    expect_err(
+        &timeout,
+        "signaling_route[0].session_timeout",
+        at + 10,
+        "between 1 and 3600",
+    );
+    let path = format!("{RTSP_ROUTE}[[signaling_route.paths]]\nprefix = \"/a/../b\"\n");
+    expect_err(
+        &path,
+        "signaling_route[0].paths[0].prefix",
+        at + 12,
+        "dot segments",
+    );
+    let far = format!(
+        "{RTSP_ROUTE}[[signaling_route.paths]]\nprefix = \"/a\"\nupstream = \"10.2.0.9:554\"\n"
+    );
+    expect_err(
+        &far,
+        "signaling_route[0].paths[0].upstream",
+        at + 13,
+        "same domain",
+    );
+    let twice = format!(
+        "{RTSP_ROUTE}[[signaling_route.paths]]\nprefix = \"/a\"\n[[signaling_route.paths]]\nprefix = \"/a/\"\n"
+    );
+    expect_err(
+        &twice,
+        "signaling_route[0].paths[1].prefix",
+        at + 14,
+        "listed twice",
+    );
+    let unknown = format!("{RTSP_ROUTE}[[signaling_route.paths]]\nprefix = \"/a\"\nhost = \"x\"\n");
+    assert!(check(&unknown).is_err(), "unknown keys stay rejected");
 }

@@ -8,10 +8,11 @@ use std::ops::Range;
 use ipnet::Ipv4Net;
 use toml::Spanned;
 
-use super::raw::{RawConfig, RawDomain, RawSignalingRoute, RawStreamRoute};
+use super::raw::{RawConfig, RawDomain, RawSecret, RawSignalingRoute, RawStreamRoute};
 use super::{
-    Config, Control, Domain, DomainId, EngineConfig, PortRange, Security, SignalingRoute,
-    SourcePolicy, StaticStream,
+    Config, Control, Domain, DomainId, EngineConfig, PortRange, RtspOptions, RtspPath, Secret,
+    Security, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, StaticStream,
+    Transport, UserPass,
 };
 
 /// A validation failure before it is placed in the file.
@@ -52,7 +53,28 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
             "expected an address and port such as \"127.0.0.1:9940\"",
         )
     })?;
-    let control = Control { listen };
+    let token = raw.control.token.as_ref().map(|t| t.get_ref().clone());
+    if let (Some(t), Some(at)) = (&token, &raw.control.token) {
+        if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid(
+                at,
+                "control.token",
+                "use at least 16 printable characters without spaces (e.g. the output of `openssl rand -hex 24`)",
+            ));
+        }
+    }
+    if !listen.ip().is_loopback() && token.is_none() {
+        return Err(invalid(
+            &raw.control.listen,
+            "control.listen",
+            "the admin interface is off loopback, so it needs control.token; add one, or listen on 127.0.0.1",
+        ));
+    }
+    let control = Control {
+        listen,
+        token,
+        per_stream_metrics: raw.control.per_stream_metrics,
+    };
 
     let mut signaling = Vec::new();
     let mut names = HashSet::new();
@@ -321,6 +343,14 @@ fn signaling_route(
         &key("upstream"),
         "upstream",
     )?;
+    let policy = signaling_policy(r, &key, &domains[listen_domain.index()])?;
+    let rtsp = match r.kind {
+        SignalingKind::Rtsp => Some(rtsp_options(i, r, domains, listen_domain, upstream)?),
+        _ => {
+            refuse_rtsp_keys(i, r)?;
+            None
+        }
+    };
     Ok(SignalingRoute {
         name,
         kind: r.kind,
@@ -328,7 +358,328 @@ fn signaling_route(
         listen_domain,
         listen_port,
         upstream,
+        rtsp,
+        policy,
     })
+}
+
+/// RTSP-only keys on another kind of route are a mistake worth naming.
+fn refuse_rtsp_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
+    let key = |k: &str| format!("signaling_route[{i}].{k}");
+    let only = "is an RTSP setting; this route is not type = \"rtsp\"";
+    let spans: [(&str, Option<Range<usize>>); 5] = [
+        (
+            "upstream_username",
+            r.upstream_username.as_ref().map(|s| s.span()),
+        ),
+        (
+            "upstream_password",
+            r.upstream_password.as_ref().map(|s| s.span()),
+        ),
+        ("client_realm", r.client_realm.as_ref().map(|s| s.span())),
+        (
+            "session_timeout",
+            r.session_timeout.as_ref().map(|s| s.span()),
+        ),
+        ("paths", r.paths.first().map(|p| p.prefix.span())),
+    ];
+    for (k, span) in spans {
+        if let Some(span) = span {
+            return Err(Invalid {
+                span: Some(span),
+                key: key(k),
+                message: format!("{k} {only}"),
+            });
+        }
+    }
+    if let Some(u) = r.client_users.first() {
+        return Err(invalid(
+            &u.username,
+            key("client_users"),
+            format!("client_users {only}"),
+        ));
+    }
+    Ok(())
+}
+
+fn rtsp_options(
+    i: usize,
+    r: &RawSignalingRoute,
+    domains: &[Domain; 2],
+    listen_domain: DomainId,
+    upstream: SocketAddrV4,
+) -> Result<RtspOptions> {
+    let key = |k: &str| format!("signaling_route[{i}].{k}");
+    if r.transport != Transport::Tcp {
+        return Err(Invalid {
+            span: Some(r.name.span()),
+            key: key("transport"),
+            message: "RTSP routes run over TCP: set transport = \"tcp\"".into(),
+        });
+    }
+    let route_credentials = credentials(
+        r.upstream_username.as_ref(),
+        r.upstream_password.as_ref(),
+        &key("upstream_username"),
+        &key("upstream_password"),
+    )?;
+    let mut paths: Vec<RtspPath> = Vec::new();
+    for (j, p) in r.paths.iter().enumerate() {
+        let pkey = |k: &str| format!("signaling_route[{i}].paths[{j}].{k}");
+        let prefix = rtsp_path(&p.prefix, &pkey("prefix"))?;
+        let up = match &p.upstream {
+            Some(u) => {
+                let addr = parse_sockaddr(u, &pkey("upstream"))?;
+                check_far_side(
+                    domains,
+                    listen_domain,
+                    *addr.ip(),
+                    u,
+                    &pkey("upstream"),
+                    "upstream",
+                )?;
+                addr
+            }
+            None => upstream,
+        };
+        let upstream_path = match &p.upstream_path {
+            Some(u) => rtsp_path(u, &pkey("upstream_path"))?,
+            None => "/".to_string(),
+        };
+        let own = credentials(
+            p.upstream_username.as_ref(),
+            p.upstream_password.as_ref(),
+            &pkey("upstream_username"),
+            &pkey("upstream_password"),
+        )?;
+        let norm = |s: &str| s.trim_end_matches('/').to_string();
+        if paths.iter().any(|q| norm(&q.prefix) == norm(&prefix)) {
+            return Err(invalid(
+                &p.prefix,
+                pkey("prefix"),
+                format!(
+                    "the prefix \"{prefix}\" is listed twice; each prefix maps to one upstream"
+                ),
+            ));
+        }
+        paths.push(RtspPath {
+            prefix,
+            upstream: up,
+            upstream_path,
+            credentials: own.or_else(|| route_credentials.clone()),
+        });
+    }
+    if paths.is_empty() {
+        paths.push(RtspPath {
+            prefix: "/".into(),
+            upstream,
+            upstream_path: "/".into(),
+            credentials: route_credentials,
+        });
+    }
+    let mut client_users: Vec<UserPass> = Vec::new();
+    for (j, u) in r.client_users.iter().enumerate() {
+        let ukey = format!("signaling_route[{i}].client_users[{j}].username");
+        let user = username(&u.username, &ukey)?;
+        if client_users.iter().any(|c| c.username == user) {
+            return Err(invalid(&u.username, ukey, "this username is listed twice"));
+        }
+        client_users.push(UserPass {
+            username: user,
+            password: Secret::new(u.password.get_ref().0.clone()),
+        });
+    }
+    let client_realm = match &r.client_realm {
+        Some(s) => {
+            let v = s.get_ref();
+            if v.is_empty()
+                || v.len() > 64
+                || v.chars().any(|c| c.is_control() || c == '"' || c == '\\')
+            {
+                return Err(invalid(
+                    s,
+                    key("client_realm"),
+                    "a realm is 1-64 printable characters without quotes or backslashes",
+                ));
+            }
+            v.clone()
+        }
+        None => "vgate".into(),
+    };
+    let session_timeout = match &r.session_timeout {
+        None => 60,
+        Some(s) if (1..=3600).contains(s.get_ref()) => *s.get_ref() as u32,
+        Some(s) => {
+            return Err(invalid(
+                s,
+                key("session_timeout"),
+                "must be between 1 and 3600 seconds",
+            ))
+        }
+    };
+    Ok(RtspOptions {
+        paths,
+        client_users,
+        client_realm,
+        session_timeout,
+    })
+}
+
+/// A URL path prefix: starts with `/`, printable, no spaces, no dot segments.
+fn rtsp_path(s: &Spanned<String>, key: &str) -> Result<String> {
+    let v = s.get_ref();
+    let ok = v.starts_with('/')
+        && v.len() <= 256
+        && v.chars()
+            .all(|c| c.is_ascii_graphic() && !"?#%\\".contains(c))
+        && !v.split('/').any(|seg| seg == "." || seg == "..");
+    if !ok {
+        return Err(invalid(
+            s,
+            key,
+            "expected a URL path such as \"/cam1\": starts with '/', no spaces, '?', '#', '%' or dot segments",
+        ));
+    }
+    Ok(v.clone())
+}
+
+fn username(s: &Spanned<String>, key: &str) -> Result<String> {
+    let v = s.get_ref();
+    if v.is_empty() || v.len() > 128 || v.chars().any(|c| c.is_control() || c == ':') {
+        return Err(invalid(
+            s,
+            key,
+            "a username is 1-128 characters, no ':' and no control characters",
+        ));
+    }
+    Ok(v.clone())
+}
+
+/// Both or neither of a username and password. Messages never repeat a password.
+fn credentials(
+    user: Option<&Spanned<String>>,
+    pass: Option<&Spanned<RawSecret>>,
+    user_key: &str,
+    pass_key: &str,
+) -> Result<Option<UserPass>> {
+    match (user, pass) {
+        (None, None) => Ok(None),
+        (Some(u), Some(p)) => {
+            let username = username(u, user_key)?;
+            if p.get_ref().0.chars().any(|c| c.is_control()) {
+                return Err(invalid(
+                    p,
+                    pass_key,
+                    "the password contains control characters",
+                ));
+            }
+            Ok(Some(UserPass {
+                username,
+                password: Secret::new(p.get_ref().0.clone()),
+            }))
+        }
+        (Some(u), None) => Err(invalid(
+            u,
+            pass_key,
+            "a username needs a password beside it",
+        )),
+        (None, Some(p)) => Err(invalid(
+            p,
+            user_key,
+            "a password needs a username beside it",
+        )),
+    }
+}
+
+fn signaling_policy(
+    r: &RawSignalingRoute,
+    key: &dyn Fn(&str) -> String,
+    listen: &Domain,
+) -> Result<SignalingPolicy> {
+    let mut p = SignalingPolicy::default();
+    for (j, s) in r.allow_peers.iter().enumerate() {
+        let net: Ipv4Net = s.get_ref().parse().map_err(|_| {
+            invalid(
+                s,
+                key(&format!("allow_peers[{j}]")),
+                "expected an IPv4 network such as \"10.0.0.0/24\" or \"10.0.0.5/32\"",
+            )
+        })?;
+        if !listen.contains(net.network()) && !listen.networks.iter().any(|n| n.contains(&net)) {
+            return Err(invalid(
+                s,
+                key(&format!("allow_peers[{j}]")),
+                format!("{net} is not in domain {}, where this route listens; list peers of the listen domain", listen.id),
+            ));
+        }
+        p.allow_peers.push(net);
+    }
+    for (j, s) in r.allow_ids.iter().enumerate() {
+        let id = s.get_ref();
+        if id.is_empty() || id.len() > 20 || !id.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid(
+                s,
+                key(&format!("allow_ids[{j}]")),
+                "a GB/T 28181 ID prefix is 1 to 20 digits (\"3402000000\" allows that whole domain)",
+            ));
+        }
+        p.allow_ids.push(id.clone());
+    }
+    let int = |v: &Option<Spanned<i64>>, name: &str, min: i64, max: i64, what: &str| match v {
+        None => Ok(None),
+        Some(s) if (min..=max).contains(s.get_ref()) => Ok(Some(*s.get_ref())),
+        Some(s) => Err(invalid(
+            s,
+            key(name),
+            format!("{what}: a number from {min} to {max}"),
+        )),
+    };
+    if let Some(v) = int(
+        &r.max_message,
+        "max_message",
+        1024,
+        65_535,
+        "largest SIP message in bytes",
+    )? {
+        p.max_message = v as usize;
+    }
+    if let Some(v) = int(
+        &r.invite_timeout,
+        "invite_timeout",
+        1,
+        600,
+        "seconds an INVITE may wait for its final response",
+    )? {
+        p.invite_timeout = std::time::Duration::from_secs(v as u64);
+    }
+    if let Some(v) = int(
+        &r.media_timeout,
+        "media_timeout",
+        0,
+        86_400,
+        "seconds a call may carry no media (0: never ended for that)",
+    )? {
+        p.media_timeout = std::time::Duration::from_secs(v as u64);
+    }
+    if let Some(v) = int(
+        &r.rate_limit,
+        "rate_limit",
+        0,
+        1_000_000,
+        "requests per second per source (0: no limit)",
+    )? {
+        p.rate_limit = v as u32;
+    }
+    if let Some(v) = int(
+        &r.max_connections_per_source,
+        "max_connections_per_source",
+        1,
+        10_000,
+        "TCP connections per source",
+    )? {
+        p.max_connections_per_source = v as usize;
+    }
+    Ok(p)
 }
 
 fn stream_route(

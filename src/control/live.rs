@@ -74,12 +74,34 @@ pub fn totals_report(workers: &[Arc<WorkerStats>], routes: &Routes) -> String {
     for w in workers {
         let _ = writeln!(
             s,
-            "worker index={} cpu={:?} cpu_seconds={:.3}",
+            "worker index={} cpu={:?} cpu_seconds={:.3} ring_drops={} ring_freezes={}",
             w.index,
             w.cpu,
-            w.cpu_seconds()
+            w.cpu_seconds(),
+            w.ring_drops.load(Relaxed),
+            w.ring_freezes.load(Relaxed)
         );
     }
+    // Per worker and channel, so a test or an operator can see that every queue worked.
+    for w in workers {
+        for c in Channel::ALL {
+            let _ = writeln!(
+                s,
+                "worker_channel index={} channel={} {}",
+                w.index,
+                c,
+                w.channel(c).snapshot().kv()
+            );
+        }
+    }
+    let (used_a, _) = routes.ports(crate::config::DomainId::A);
+    let (used_b, _) = routes.ports(crate::config::DomainId::B);
+    let _ = writeln!(
+        s,
+        "sessions live={} routes={} ports_used_a={used_a} ports_used_b={used_b}",
+        routes.sessions().len(),
+        routes.routes().len()
+    );
     for r in routes.routes() {
         let snap = r.stats.snapshot();
         let _ = writeln!(

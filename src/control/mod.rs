@@ -1,5 +1,57 @@
-//! Watching and steering a running gateway. In this version: the live statistics line and
-//! the totals report printed on shutdown. (The admin interface, metrics, reload and systemd
-//! integration land here next.)
+//! Watching and steering a running gateway: the admin interface (HTTP on the management
+//! address: Prometheus metrics, JSON listings, static routes, sessions, reload), the live
+//! statistics line and the shutdown totals, and systemd readiness/watchdog.
+//!
+//! Everything here is control path: it may allocate and lock, but it never touches a packet.
 
+pub mod admin;
+pub mod client;
 pub mod live;
+pub mod metrics;
+pub mod systemd;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use crate::channel::{ChannelTotals, WorkerStats};
+use crate::config::Config;
+use crate::routes::Routes;
+
+/// A heartbeat older than this means the worker is stuck.
+pub const STALE_MS: u64 = 2000;
+
+/// What the control side reads.
+#[derive(Clone)]
+pub struct ControlState {
+    /// The running config; replaced by a reload.
+    pub config: Arc<RwLock<Arc<Config>>>,
+    pub routes: Arc<Routes>,
+    pub workers: Vec<Arc<WorkerStats>>,
+    pub started: Instant,
+    /// One line on the engine in use, for `stats`.
+    pub engine: String,
+}
+
+impl ControlState {
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn set_config(&self, c: Arc<Config>) {
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = c;
+    }
+
+    pub fn totals(&self) -> ChannelTotals {
+        ChannelTotals::gather(self.workers.iter().map(|w| &**w))
+    }
+
+    /// Every worker alive with a fresh heartbeat.
+    pub fn healthy(&self, now_ms: u64) -> bool {
+        self.workers.iter().all(|w| {
+            w.ready.load(Relaxed)
+                && !w.exited.load(Relaxed)
+                && now_ms.saturating_sub(w.heartbeat_ms.load(Relaxed)) <= STALE_MS
+        })
+    }
+}

@@ -1,32 +1,29 @@
 //! The `stack` engine: kernel UDP sockets, one per gateway port in use, batched with
 //! `recvmmsg`/`sendmmsg`.
 //!
-//! Every port a session holds gets a socket bound to the gateway's address in that domain,
-//! whether the port receives media (ingress) or sends it (egress, so receivers see a stable
-//! source: the far-side gateway address and the route's egress port). Each socket belongs to
-//! one worker, chosen by port pair, which reads it through its own epoll set; any worker may
-//! send on any socket. Sockets are opened and closed on the control side ([`PortHooks`]) and
-//! announced to the workers through a command queue plus an eventfd wake-up, so workers never
-//! take a lock.
+//! Every port a session holds gets a socket ([`super::ports`]). Each socket belongs to one
+//! worker, chosen by port pair, which reads it through its own epoll set; any worker may send
+//! on any socket. Workers learn of sockets through their command queue and eventfd, so they
+//! never take a lock.
 //!
 //! Per wakeup a worker reads at most [`BUDGET`] batches from a socket, so one busy stream
 //! cannot starve the others; level-triggered epoll brings it back for the rest.
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::UdpSocket;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::eventfd::EventFd;
 
+use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{RecvBatch, SendBatch};
 use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, Worker};
+use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
 use crate::channel::{inspect, now_ms, WorkerStats};
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
@@ -35,11 +32,9 @@ use crate::stats::{DropReason, Tally};
 
 /// Batches read from one socket per wakeup before moving on to the next.
 pub const BUDGET: usize = 4;
-/// Socket receive buffer asked for: enough for a burst of a few milliseconds of one stream.
-const RCVBUF: usize = 4 << 20;
 const WAKE: u64 = u64::MAX;
 
-type Key = (DomainId, u16);
+type Key = PortKey;
 
 fn key_data(k: Key) -> u64 {
     ((k.0.index() as u64) << 16) | u64::from(k.1)
@@ -54,96 +49,20 @@ fn data_key(d: u64) -> Key {
     (domain, d as u16)
 }
 
-enum Cmd {
-    /// A socket every worker may send on; `owner` also reads it.
-    Add {
-        key: Key,
-        sock: Arc<UdpSocket>,
-        owner: usize,
-    },
-    Remove {
-        key: Key,
-    },
-}
-
-struct Link {
-    tx: Sender<Cmd>,
-    wake: Arc<EventFd>,
-}
-
-/// Sockets by port, and the workers to tell about them. Control side only.
-struct Registry {
-    addrs: [Ipv4Addr; 2],
-    state: Mutex<RegistryState>,
-}
-
-#[derive(Default)]
-struct RegistryState {
-    sockets: HashMap<Key, Arc<UdpSocket>>,
-    links: Vec<Link>,
-}
-
-impl Registry {
-    fn owner(port: u16, workers: usize) -> usize {
-        // RTP and RTCP of a pair go to the same worker; pairs spread over workers.
-        usize::from(port >> 1) % workers.max(1)
-    }
-
-    fn broadcast(state: &RegistryState, make: impl Fn() -> Cmd) {
-        for l in &state.links {
-            // A worker that has exited has dropped its receiver; nothing to tell it.
-            if l.tx.send(make()).is_ok() {
-                let _ = l.wake.write(1);
-            }
-        }
-    }
-}
-
-impl PortHooks for Registry {
-    fn open_port(&self, domain: DomainId, port: u16) -> io::Result<()> {
-        let sock = UdpSocket::bind(SocketAddrV4::new(self.addrs[domain.index()], port))?;
-        sock.set_nonblocking(true)?;
-        // Best effort: the kernel caps this at net.core.rmem_max without CAP_NET_ADMIN.
-        let _ = setsockopt(&sock, sockopt::RcvBuf, &RCVBUF);
-        let _ = setsockopt(&sock, sockopt::SndBuf, &RCVBUF);
-        // Ask the kernel to report its receive-queue drops with each datagram, so queue
-        // overflow is counted instead of silent.
-        let _ = setsockopt(&sock, sockopt::RxqOvfl, &1);
-        let sock = Arc::new(sock);
-        let key = (domain, port);
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.sockets.insert(key, Arc::clone(&sock));
-        let owner = Self::owner(port, st.links.len());
-        Self::broadcast(&st, || Cmd::Add {
-            key,
-            sock: Arc::clone(&sock),
-            owner,
-        });
-        Ok(())
-    }
-
-    fn close_port(&self, domain: DomainId, port: u16) {
-        let key = (domain, port);
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.sockets.remove(&key);
-        Self::broadcast(&st, || Cmd::Remove { key });
-    }
-}
-
 /// The stack engine.
 pub struct StackEngine {
     cfg: EngineConfig,
-    registry: Arc<Registry>,
+    registry: Arc<PortRegistry>,
 }
 
 impl StackEngine {
     pub fn new(cfg: &Config) -> StackEngine {
         StackEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(Registry {
-                addrs: [cfg.domains[0].address, cfg.domains[1].address],
-                state: Mutex::new(RegistryState::default()),
-            }),
+            registry: Arc::new(PortRegistry::new([
+                cfg.domains[0].address,
+                cfg.domains[1].address,
+            ])),
         }
     }
 }
@@ -170,29 +89,15 @@ impl Engine for StackEngine {
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<Worker>, EngineError> {
         let n = self.cfg.queues;
-        let mut st = self
+        let links = self
             .registry
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .attach_workers(n)
+            .map_err(|source| EngineError::Io {
+                what: "eventfd".into(),
+                source,
+            })?;
         let mut workers = Vec::with_capacity(n);
-        for index in 0..n {
-            let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                .map_err(|e| EngineError::Io {
-                    what: "eventfd".into(),
-                    source: e.into(),
-                })?;
-            let wake = Arc::new(wake);
-            let (tx, rx) = crossbeam_channel::unbounded();
-            // Sockets opened before the workers started (static routes) are handed over now.
-            for (key, sock) in &st.sockets {
-                let owner = Registry::owner(key.1, n);
-                let _ = tx.send(Cmd::Add {
-                    key: *key,
-                    sock: Arc::clone(sock),
-                    owner,
-                });
-            }
+        for (index, link) in links.into_iter().enumerate() {
             let cpu = self.cfg.cpus.get(index).copied();
             let stats = Arc::new(WorkerStats::new(index, cpu));
             let ctx = WorkerCtx {
@@ -201,8 +106,8 @@ impl Engine for StackEngine {
                 routes: Arc::clone(&routes),
                 stop: Arc::clone(&stop),
                 stats: Arc::clone(&stats),
-                cmds: rx,
-                wake: Arc::clone(&wake),
+                cmds: link.cmds,
+                wake: link.wake,
                 batch: self.cfg.batch,
                 max_payload: self.cfg.max_payload,
             };
@@ -210,7 +115,6 @@ impl Engine for StackEngine {
                 .name(format!("vgate-w{index}"))
                 .spawn(move || worker(ctx))
                 .map_err(|source| EngineError::Spawn { index, source })?;
-            st.links.push(Link { tx, wake });
             workers.push(Worker { stats, thread });
         }
         Ok(workers)
@@ -252,15 +156,6 @@ fn worker(ctx: WorkerCtx) {
     }
     if let Err(e) = run_worker(&ctx) {
         tracing::error!(worker = ctx.index, "worker stopped: {e}");
-    }
-}
-
-/// Marks the worker exited however it leaves (return or panic), for the watchdog.
-struct ExitFlag<'a>(&'a WorkerStats);
-
-impl Drop for ExitFlag<'_> {
-    fn drop(&mut self) {
-        self.0.exited.store(true, Relaxed);
     }
 }
 
@@ -428,13 +323,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn epoll_keys_round_trip_and_pairs_share_a_worker() {
+    fn epoll_keys_round_trip() {
         for k in [(DomainId::A, 0), (DomainId::B, 65535), (DomainId::B, 30001)] {
             assert_eq!(data_key(key_data(k)), k);
             assert_ne!(key_data(k), WAKE);
         }
-        assert_eq!(Registry::owner(20000, 2), Registry::owner(20001, 2));
-        assert_ne!(Registry::owner(20000, 2), Registry::owner(20002, 2));
-        assert_eq!(Registry::owner(20000, 0), 0);
     }
 }

@@ -21,7 +21,7 @@ use std::time::SystemTime;
 
 use dashmap::DashMap;
 
-use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy};
+use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy, StaticStream};
 pub use alloc::{AllocError, PortAllocator};
 pub use stream::{Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, StreamRoute};
 
@@ -402,42 +402,58 @@ impl Routes {
         (a.used(), a.free())
     }
 
-    /// Installs the config's static stream routes, one session each.
+    /// Installs the config's static stream routes, one session each. On failure the routes
+    /// installed so far are removed again and the failing route is named.
     pub fn install_static(&self, cfg: &Config) -> Result<Vec<SessionId>, (String, RouteError)> {
         let mut ids = Vec::new();
         for s in &cfg.streams {
-            let id = self.open_session(SessionKind::Static, s.name.clone());
-            let res = (|| {
-                self.reserve_port(id, s.domain, s.port)?;
-                let far = s.domain.other();
-                let egress_port = match s.egress_port {
-                    Some(p) => {
-                        self.reserve_port(id, far, p)?;
-                        p
+            match self.install_stream(s) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    for id in ids {
+                        let _ = self.close_session(id);
                     }
-                    None => self.alloc_port(id, far)?,
-                };
-                self.add_route(
-                    id,
-                    RouteSpec {
-                        ingress: s.domain,
-                        port: s.port,
-                        dest: s.destination,
-                        egress_port,
-                        policy: s.policy,
-                        expected: s.expect_source,
-                        rtp_only: s.rtp_only,
-                        label: s.name.clone(),
-                    },
-                )
-            })();
-            if let Err(e) = res {
-                let _ = self.close_session(id);
-                return Err((s.name.clone(), e));
+                    return Err((s.name.clone(), e));
+                }
             }
-            ids.push(id);
         }
         Ok(ids)
+    }
+
+    /// Installs one static stream route as a session of its own.
+    pub fn install_stream(&self, s: &StaticStream) -> Result<SessionId, RouteError> {
+        let id = self.open_session(SessionKind::Static, s.name.clone());
+        let res = (|| {
+            self.reserve_port(id, s.domain, s.port)?;
+            let far = s.domain.other();
+            let egress_port = match s.egress_port {
+                Some(p) => {
+                    self.reserve_port(id, far, p)?;
+                    p
+                }
+                None => self.alloc_port(id, far)?,
+            };
+            self.add_route(
+                id,
+                RouteSpec {
+                    ingress: s.domain,
+                    port: s.port,
+                    dest: s.destination,
+                    egress_port,
+                    policy: s.policy,
+                    expected: s.expect_source,
+                    rtp_only: s.rtp_only,
+                    label: s.name.clone(),
+                },
+            )
+        })();
+        match res {
+            Ok(_) => Ok(id),
+            Err(e) => {
+                let _ = self.close_session(id);
+                Err(e)
+            }
+        }
     }
 }
 

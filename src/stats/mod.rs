@@ -30,10 +30,14 @@ pub enum DropReason {
     QueueFull,
     /// Lost in the kernel's receive queue before vgate read it (socket buffer or ring full).
     RxOverflow,
+    /// A captured frame that is not a whole, correct IPv4/UDP datagram (fragment, bad length
+    /// or checksum, not UDP): only the ring engines see these; the kernel drops them before
+    /// any socket.
+    Malformed,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -43,6 +47,7 @@ impl DropReason {
         DropReason::SendError,
         DropReason::QueueFull,
         DropReason::RxOverflow,
+        DropReason::Malformed,
     ];
 
     /// Name used in totals and metrics labels.
@@ -56,6 +61,7 @@ impl DropReason {
             DropReason::SendError => "send_error",
             DropReason::QueueFull => "queue_full",
             DropReason::RxOverflow => "rx_overflow",
+            DropReason::Malformed => "malformed",
         }
     }
 }
@@ -125,6 +131,17 @@ impl Tally {
 
     pub fn is_empty(&self) -> bool {
         *self == Tally::default()
+    }
+
+    /// Adds another tally into this one (e.g. a route run into its channel's batch).
+    pub fn merge(&mut self, o: &Tally) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        for (a, b) in self.drops.iter_mut().zip(&o.drops) {
+            *a += b;
+        }
     }
 }
 

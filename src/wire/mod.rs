@@ -1,13 +1,354 @@
-//! Zero-copy views over packet bytes, smoltcp-style: `new_checked` validates lengths once, then
-//! no accessor can panic. The data path parses untrusted bytes only through these views.
+//! Zero-copy views over untrusted packet bytes: Ethernet (with one 802.1Q tag), IPv4, UDP and
+//! RTP.
+//!
+//! Owns: the byte layout of the headers the media path reads, their length checks and the
+//! IPv4 header checksum. Must not touch: sockets, rings, routes — it only reads (and for the
+//! `set_*`/`fill_*` methods writes) the buffer it is given.
+//!
+//! Every view follows one rule, taken from smoltcp: `new_checked(buffer)` validates every
+//! length the accessors rely on, once; after that no accessor can panic, whatever the
+//! bytes are. `new_unchecked` exists for buffers the caller has already validated (or is
+//! building) and is the only way to get a view that can panic.
+//!
+//! [`parse_udp4`] is the one-shot helper for the receive path: Ethernet → IPv4 → UDP, with
+//! one [`WireError`] per drop reason.
 
+mod ethernet;
+mod ipv4;
 pub mod rtp;
+mod udp;
 
-/// Why bytes are not the packet they claim to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub use ethernet::{EtherType, EthernetFrame};
+pub use ipv4::{Ipv4Packet, PROTO_UDP};
+pub use udp::UdpPacket;
+
+use std::net::Ipv4Addr;
+
+/// Why a buffer was rejected. Each variant is one drop reason with its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum WireError {
-    #[error("packet shorter than its headers claim")]
+    /// A header, or a length field, reaches past the end of the buffer.
+    #[error("packet truncated: a header or length field reaches past the captured bytes (raise the capture snaplen if this counter grows)")]
     Truncated,
+    /// The Ethernet type (after at most one VLAN tag) is not IPv4, or the IP version is not 4.
+    #[error("not an IPv4 packet")]
+    NotIpv4,
+    /// An IPv4 packet that is not UDP.
+    #[error("not a UDP datagram")]
+    NotUdp,
+    /// An IPv4 fragment (MF set or a non-zero offset): media must not be fragmented.
+    #[error("IPv4 fragment: lower the sender's packet size below the path MTU")]
+    Fragment,
+    /// A length field is inconsistent (IHL < 5, total length < header, UDP length < 8).
+    #[error("inconsistent length field in an IPv4 or UDP header")]
+    BadLength,
+    /// Not an RTP version 2 packet (or an RTCP packet on a muxed port).
     #[error("not an RTP version 2 packet")]
     NotRtp,
+}
+
+/// The parts of an Ethernet/IPv4/UDP frame the forwarding path needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Udp4Datagram<'a> {
+    /// 802.1Q VLAN id if the frame carried a tag in its bytes (tags stripped into ring
+    /// metadata are reported by the ring, not here).
+    pub vlan: Option<u16>,
+    pub src_addr: Ipv4Addr,
+    pub src_port: u16,
+    pub dst_addr: Ipv4Addr,
+    pub dst_port: u16,
+    /// UDP payload, exactly as long as the UDP length field says (link padding removed).
+    pub payload: &'a [u8],
+    /// The IPv4 header (options included), for [`Udp4Datagram::checksums_ok`].
+    pub ip_header: &'a [u8],
+    /// The whole UDP datagram, header included.
+    pub udp: &'a [u8],
+}
+
+impl Udp4Datagram<'_> {
+    /// Whether the IPv4 header checksum and (unless `skip_udp`) the UDP checksum are right.
+    /// A capture ring sees frames before the kernel checks them; `skip_udp` is for frames
+    /// the ring marks as already verified by the NIC or not yet filled in by a local sender.
+    pub fn checksums_ok(&self, skip_udp: bool) -> bool {
+        Ipv4Packet::new_unchecked(self.ip_header).verify_checksum()
+            && (skip_udp
+                || UdpPacket::new_unchecked(self.udp).verify_checksum(self.src_addr, self.dst_addr))
+    }
+}
+
+/// Parse an Ethernet frame carrying an unfragmented IPv4/UDP datagram.
+///
+/// Checks lengths and structure only; it does not verify the IPv4 header checksum or the
+/// UDP checksum (use [`Ipv4Packet::verify_checksum`] / [`UdpPacket::verify_checksum`]).
+pub fn parse_udp4(frame: &[u8]) -> Result<Udp4Datagram<'_>, WireError> {
+    let eth = EthernetFrame::new_checked(frame)?;
+    if eth.ethertype() != EtherType::IPV4 {
+        return Err(WireError::NotIpv4);
+    }
+    let vlan = eth.vlan_id();
+    let ip = Ipv4Packet::new_checked(eth.into_payload())?;
+    if ip.is_fragment() {
+        return Err(WireError::Fragment);
+    }
+    if ip.protocol() != ipv4::PROTO_UDP {
+        return Err(WireError::NotUdp);
+    }
+    let (header_len, total_len) = (ip.header_len(), ip.total_len());
+    let src_addr = ip.src_addr();
+    let dst_addr = ip.dst_addr();
+    let ip_bytes = ip.into_inner();
+    let (ip_header, rest) = ip_bytes.split_at(header_len);
+    let udp = UdpPacket::new_checked(&rest[..total_len - header_len])?;
+    let udp_len = udp.len();
+    Ok(Udp4Datagram {
+        vlan,
+        src_addr,
+        src_port: udp.src_port(),
+        dst_addr,
+        dst_port: udp.dst_port(),
+        payload: udp.into_payload(),
+        ip_header,
+        udp: &rest[..udp_len],
+    })
+}
+
+/// Internet checksum helpers (RFC 1071), shared by IPv4 and UDP.
+pub(crate) mod checksum {
+    /// Ones'-complement sum of `data` as big-endian 16-bit words, folded to 32 bits.
+    pub fn sum(data: &[u8]) -> u32 {
+        let mut acc: u64 = 0;
+        let mut chunks = data.chunks_exact(2);
+        for w in &mut chunks {
+            acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        if let [last] = chunks.remainder() {
+            acc += u64::from(u16::from_be_bytes([*last, 0]));
+        }
+        fold64(acc)
+    }
+
+    fn fold64(mut acc: u64) -> u32 {
+        while acc >> 32 != 0 {
+            acc = (acc & 0xffff_ffff) + (acc >> 32);
+        }
+        acc as u32
+    }
+
+    /// Fold a 32-bit sum into 16 bits and complement it.
+    pub fn finish(mut acc: u32) -> u16 {
+        while acc >> 16 != 0 {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        !(acc as u16)
+    }
+
+    pub fn combine(a: u32, b: u32) -> u32 {
+        fold64(u64::from(a) + u64::from(b))
+    }
+}
+
+/// Frame builders shared by unit tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::net::Ipv4Addr;
+
+    /// Build Ethernet(+optional VLAN)/IPv4/UDP with valid checksums.
+    pub fn udp4_frame(
+        vlan: Option<u16>,
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
+        if let Some(id) = vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&(id & 0x0fff).to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let ip_start = f.len();
+        let total = (20 + 8 + payload.len()) as u16;
+        f.extend_from_slice(&[0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0]);
+        f[ip_start + 2..ip_start + 4].copy_from_slice(&total.to_be_bytes());
+        f.extend_from_slice(&src.0.octets());
+        f.extend_from_slice(&dst.0.octets());
+        f.extend_from_slice(&src.1.to_be_bytes());
+        f.extend_from_slice(&dst.1.to_be_bytes());
+        f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(payload);
+        {
+            let mut ip = super::Ipv4Packet::new_unchecked(&mut f[ip_start..]);
+            ip.fill_checksum();
+        }
+        {
+            let udp_start = ip_start + 20;
+            let mut udp = super::UdpPacket::new_unchecked(&mut f[udp_start..]);
+            udp.fill_checksum(src.0, dst.0);
+        }
+        f
+    }
+
+    /// Tiny xorshift64* generator: deterministic, no crates.
+    pub struct XorShift(pub u64);
+    impl XorShift {
+        pub fn next_u64(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.0 = x;
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n as u64) as usize
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::{udp4_frame, XorShift};
+    use super::*;
+
+    const A: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 2);
+    const B: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
+
+    #[test]
+    fn parses_plain_and_tagged_frames() {
+        for vlan in [None, Some(42)] {
+            let f = udp4_frame(vlan, (A, 40000), (B, 20002), b"rtp!");
+            let d = parse_udp4(&f).unwrap();
+            assert_eq!(d.vlan, vlan);
+            assert_eq!((d.src_addr, d.src_port), (A, 40000));
+            assert_eq!((d.dst_addr, d.dst_port), (B, 20002));
+            assert_eq!(d.payload, b"rtp!");
+        }
+    }
+
+    #[test]
+    fn link_padding_is_not_payload() {
+        let mut f = udp4_frame(None, (A, 1), (B, 2), b"x");
+        f.resize(60, 0xee); // minimum Ethernet frame, padded
+        assert_eq!(parse_udp4(&f).unwrap().payload, b"x");
+    }
+
+    #[test]
+    fn every_prefix_is_truncated_or_ok() {
+        let f = udp4_frame(Some(7), (A, 1000), (B, 2000), &[0xab; 100]);
+        for n in 0..f.len() {
+            assert_eq!(parse_udp4(&f[..n]), Err(WireError::Truncated), "prefix {n}");
+        }
+        assert!(parse_udp4(&f).is_ok());
+    }
+
+    #[test]
+    fn drop_reasons() {
+        let good = udp4_frame(None, (A, 1000), (B, 2000), b"payload");
+        let mut f = good.clone();
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        assert_eq!(parse_udp4(&f), Err(WireError::NotIpv4));
+        let mut f = good.clone();
+        f[14] = 0x65; // version 6 in an IPv4 ethertype
+        assert_eq!(parse_udp4(&f), Err(WireError::NotIpv4));
+        let mut f = good.clone();
+        f[14 + 9] = 6; // TCP
+        assert_eq!(parse_udp4(&f), Err(WireError::NotUdp));
+        let mut f = good.clone();
+        f[14 + 6] = 0x20; // MF
+        assert_eq!(parse_udp4(&f), Err(WireError::Fragment));
+        let mut f = good.clone();
+        f[14 + 7] = 0x01; // offset 8 bytes
+        assert_eq!(parse_udp4(&f), Err(WireError::Fragment));
+        let mut f = good.clone();
+        f[14] = 0x44; // IHL 4
+        assert_eq!(parse_udp4(&f), Err(WireError::BadLength));
+        let mut f = good.clone();
+        f[14 + 2..14 + 4].copy_from_slice(&19u16.to_be_bytes());
+        assert_eq!(parse_udp4(&f), Err(WireError::BadLength));
+        let mut f = good.clone();
+        f[14 + 2..14 + 4].copy_from_slice(&2000u16.to_be_bytes());
+        assert_eq!(parse_udp4(&f), Err(WireError::Truncated));
+        let mut f = good.clone();
+        f[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&7u16.to_be_bytes());
+        assert_eq!(parse_udp4(&f), Err(WireError::BadLength));
+        let mut f = good.clone();
+        f[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&100u16.to_be_bytes());
+        assert_eq!(parse_udp4(&f), Err(WireError::Truncated));
+        // IHL longer than total length
+        let mut f = good;
+        f[14] = 0x4f;
+        assert_eq!(parse_udp4(&f), Err(WireError::BadLength));
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..20_000 {
+            let len = rng.below(100);
+            let buf: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            let _ = parse_udp4(&buf);
+            exercise_views(&buf);
+        }
+    }
+
+    /// Mutate valid frames at random (bytes, length fields, truncation) and call every
+    /// accessor on whatever `new_checked` accepts.
+    #[test]
+    fn random_mutations_never_panic() {
+        let mut rng = XorShift(0x1234_5678_9abc_def1);
+        let seeds = [
+            udp4_frame(None, (A, 5004), (B, 30000), &[1; 40]),
+            udp4_frame(Some(100), (A, 5004), (B, 30000), &[2; 3]),
+            udp4_frame(None, (A, 1), (B, 2), &[]),
+        ];
+        let mut ok = 0usize;
+        for i in 0..200_000 {
+            let mut f = seeds[i % seeds.len()].clone();
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(f.len());
+                match rng.below(4) {
+                    0 => f[at] = rng.next_u64() as u8,
+                    1 => f[at] ^= 1 << rng.below(8),
+                    2 => f.truncate(at),
+                    _ => f.extend((0..rng.below(8)).map(|_| rng.next_u64() as u8)),
+                }
+                if f.is_empty() {
+                    break;
+                }
+            }
+            if let Ok(d) = parse_udp4(&f) {
+                ok += 1;
+                assert!(d.payload.len() <= f.len());
+            }
+            exercise_views(&f);
+        }
+        assert!(
+            ok > 1000,
+            "mutations should leave many frames valid, got {ok}"
+        );
+    }
+
+    fn exercise_views(buf: &[u8]) {
+        if let Ok(eth) = EthernetFrame::new_checked(buf) {
+            let _ = (
+                eth.dst_addr(),
+                eth.src_addr(),
+                eth.ethertype(),
+                eth.vlan_tci(),
+            );
+            let _ = (eth.vlan_id(), eth.header_len());
+            let p = eth.payload();
+            if let Ok(ip) = Ipv4Packet::new_checked(p) {
+                let _ = (ip.version(), ip.header_len(), ip.total_len(), ip.ident());
+                let _ = (ip.dont_frag(), ip.more_frags(), ip.frag_offset(), ip.ttl());
+                let _ = (ip.protocol(), ip.checksum(), ip.src_addr(), ip.dst_addr());
+                let _ = (ip.verify_checksum(), ip.compute_checksum(), ip.options());
+                let (s, d) = (ip.src_addr(), ip.dst_addr());
+                if let Ok(u) = UdpPacket::new_checked(ip.payload()) {
+                    let _ = (u.src_port(), u.dst_port(), u.len(), u.checksum());
+                    let _ = (u.payload(), u.verify_checksum(s, d));
+                }
+            }
+        }
+    }
 }

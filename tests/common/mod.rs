@@ -3,6 +3,8 @@
 //! `scripts/testbed.sh`, running code inside a namespace, and the `vgate` binary.
 #![allow(dead_code)]
 
+pub mod vgate;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Write};
@@ -13,7 +15,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Whether `cmd` is on PATH (or in /usr/sbin, /sbin, where root's tools live).
 pub fn on_path(cmd: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
         || Path::new("/usr/sbin").join(cmd).is_file()
         || Path::new("/sbin").join(cmd).is_file()
 }
@@ -66,14 +69,32 @@ pub fn testbed_script() -> String {
 
 impl Bed {
     pub fn up(queues: u32) -> Bed {
-        let name = format!("vgt{}x{}", std::process::id(), BED_SEQ.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "vgt{}x{}",
+            std::process::id(),
+            BED_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
         let out = Command::new("bash")
-            .args([&testbed_script(), "--name", &name, "--queues", &queues.to_string(), "up"])
+            .args([
+                &testbed_script(),
+                "--name",
+                &name,
+                "--queues",
+                &queues.to_string(),
+                "up",
+            ])
             .output()
             .expect("run scripts/testbed.sh");
         // The guard exists before the check, so a half-made bed is removed too.
-        let mut bed = Bed { name, env: HashMap::new() };
-        assert!(out.status.success(), "testbed.sh up failed: {}", String::from_utf8_lossy(&out.stderr));
+        let mut bed = Bed {
+            name,
+            env: HashMap::new(),
+        };
+        assert!(
+            out.status.success(),
+            "testbed.sh up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             if let Some((k, v)) = line.split_once('=') {
                 bed.env.insert(k.to_owned(), v.to_owned());
@@ -83,7 +104,9 @@ impl Bed {
     }
 
     pub fn get(&self, key: &str) -> &str {
-        self.env.get(key).unwrap_or_else(|| panic!("testbed.sh printed no {key}"))
+        self.env
+            .get(key)
+            .unwrap_or_else(|| panic!("testbed.sh printed no {key}"))
     }
 
     pub fn ip(&self, key: &str) -> Ipv4Addr {
@@ -93,7 +116,9 @@ impl Bed {
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        let _ = Command::new("bash").args([&testbed_script(), "--name", &self.name, "down"]).status();
+        let _ = Command::new("bash")
+            .args([&testbed_script(), "--name", &self.name, "down"])
+            .status();
     }
 }
 

@@ -6,6 +6,7 @@
 //! their contents, so the pointers stay valid however the struct itself is moved.
 
 use std::io;
+use std::marker::PhantomData;
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -138,22 +139,61 @@ impl RecvBatch {
     /// the last datagram of the batch, if the option is on.
     pub fn rx_overflow(&self) -> Option<u32> {
         let i = self.len.checked_sub(1)?;
+        let mut found = None;
+        self.for_each_cmsg(i, |level, kind, data| {
+            if level == libc::SOL_SOCKET && kind == libc::SO_RXQ_OVFL && data.len() >= 4 {
+                found = Some(u32::from_ne_bytes([data[0], data[1], data[2], data[3]]));
+            }
+        });
+        found
+    }
+
+    /// When the kernel received datagram `i` (`SO_TIMESTAMPNS`, realtime clock), in
+    /// nanoseconds since the Unix epoch, if the option is on.
+    pub fn timestamp_ns(&self, i: usize) -> Option<u64> {
+        let mut found = None;
+        self.for_each_cmsg(i, |level, kind, data| {
+            if level == libc::SOL_SOCKET && kind == libc::SCM_TIMESTAMPNS && data.len() >= 16 {
+                let mut sec = [0u8; 8];
+                let mut nsec = [0u8; 8];
+                sec.copy_from_slice(&data[..8]);
+                nsec.copy_from_slice(&data[8..16]);
+                let (sec, nsec) = (i64::from_ne_bytes(sec), i64::from_ne_bytes(nsec));
+                found = Some(sec as u64 * 1_000_000_000 + nsec as u64);
+            }
+        });
+        found
+    }
+
+    /// Calls `f(level, type, data)` for each control message of datagram `i`.
+    fn for_each_cmsg(&self, i: usize, mut f: impl FnMut(i32, i32, &[u8])) {
+        if i >= self.len {
+            return;
+        }
         let h = &self.hdrs[i].msg_hdr;
+        let base = self.ctrl[i].as_ptr() as usize;
         // SAFETY:
         // - `h` was filled by the kernel in the last recvmmsg: msg_control points at our
         //   CTRL_LEN buffer and msg_controllen says how much of it holds control messages,
-        //   which is what the CMSG_* macros require. We only read within that length.
+        //   which is what the CMSG_* macros require.
+        // - Each data slice is bounded by both the cmsg's own length and the end of our
+        //   buffer, so it never reads outside `self.ctrl[i]`.
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
-                    let data = libc::CMSG_DATA(c).cast::<u32>();
-                    return Some(data.read_unaligned());
-                }
+                let data = libc::CMSG_DATA(c);
+                let header = data as usize - c as usize;
+                let len = ((*c).cmsg_len as usize).saturating_sub(header);
+                let end = base + CTRL_LEN;
+                let len = len.min(end.saturating_sub(data as usize));
+                f(
+                    (*c).cmsg_level,
+                    (*c).cmsg_type,
+                    std::slice::from_raw_parts(data, len),
+                );
                 c = libc::CMSG_NXTHDR(h, c);
             }
         }
-        None
     }
 }
 
@@ -208,7 +248,6 @@ impl SendBatch {
     ) -> SendOutcome {
         let k = which.len().min(self.hdrs.len());
         *self.dest = sockaddr_v4(dest);
-        let mut out = SendOutcome::default();
         for (j, &i) in which[..k].iter().enumerate() {
             let p = rx.payload(usize::from(i));
             self.iov[j] = libc::iovec {
@@ -222,50 +261,165 @@ impl SendBatch {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             h.msg_len = 0;
         }
-        let mut off = 0;
-        let mut waited = false;
-        while off < k {
-            // SAFETY:
-            // - hdrs[off..k] were initialised above; their iovecs point into `rx`, which is
-            //   borrowed immutably for this whole call, and their names into `self.dest`.
-            // - `fd` is a live descriptor borrowed from its owner.
-            let n = unsafe {
-                libc::sendmmsg(
-                    fd.as_raw_fd(),
-                    self.hdrs.as_mut_ptr().add(off),
-                    (k - off) as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n > 0 {
-                // A UDP datagram is sent whole or not at all.
-                for v in &self.iov[off..off + n as usize] {
-                    out.sent_bytes += v.iov_len;
-                }
-                out.sent += n as usize;
-                off += n as usize;
-                continue;
+        // SAFETY:
+        // - hdrs[..k] and iov[..k] were initialised above; the iovecs point into `rx`, which
+        //   is borrowed immutably for this whole call, and the names into `self.dest`.
+        unsafe { send_all(fd, &mut self.hdrs[..k], &self.iov[..k]) }
+    }
+}
+
+/// Sends `hdrs` with as few `sendmmsg` calls as the kernel allows. Waits at most once, about
+/// a millisecond, for room in a full send queue; what still does not fit is counted as
+/// `queue_full`, not retried: a relay must not stall every other stream for one.
+///
+/// # Safety
+/// - `hdrs[i]` names a valid `sockaddr_in` and has `msg_iov == &iov[i]`, `msg_iovlen == 1`;
+/// - every `iov[i]` points to `iov_len` readable bytes that stay valid for the whole call.
+unsafe fn send_all(
+    fd: BorrowedFd<'_>,
+    hdrs: &mut [libc::mmsghdr],
+    iov: &[libc::iovec],
+) -> SendOutcome {
+    let k = hdrs.len();
+    let mut out = SendOutcome::default();
+    let mut off = 0;
+    let mut waited = false;
+    while off < k {
+        // SAFETY:
+        // - hdrs[off..k] are valid headers whose buffers and names are live (the caller's
+        //   contract); the kernel only reads them, and writes msg_len.
+        // - `fd` is a live descriptor borrowed from its owner.
+        let n = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr().add(off),
+                (k - off) as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            // A UDP datagram is sent whole or not at all.
+            for v in &iov[off..off + n as usize] {
+                out.sent_bytes += v.iov_len;
             }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => {}
-                Some(libc::EAGAIN) if !waited => {
-                    waited = true;
-                    wait_writable(fd, 1);
-                }
-                Some(libc::EAGAIN) => {
-                    out.queue_full += k - off;
-                    break;
-                }
-                code => {
-                    // sendmmsg reports an error only for the first message: skip it.
-                    out.errors += 1;
-                    out.last_error = code;
-                    off += 1;
-                }
+            out.sent += n as usize;
+            off += n as usize;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) if !waited => {
+                waited = true;
+                wait_writable(fd, 1);
+            }
+            Some(libc::EAGAIN) => {
+                out.queue_full += k - off;
+                break;
+            }
+            code => {
+                // sendmmsg reports an error only for the first message: skip it.
+                out.errors += 1;
+                out.last_error = code;
+                off += 1;
             }
         }
-        out
+    }
+    out
+}
+
+/// Send headers for datagrams whose payloads are borrowed slices, e.g. frames still in a
+/// capture ring's block: nothing is copied. Use it through [`SliceBatch::scope`].
+pub struct SliceBatch {
+    iov: Box<[libc::iovec]>,
+    hdrs: Box<[libc::mmsghdr]>,
+    dest: Box<libc::sockaddr_in>,
+}
+
+// SAFETY:
+// - Between scopes the headers hold only stale pointers that a scope rewrites before use
+//   (a scope starts empty); nothing is shared with another thread.
+unsafe impl Send for SliceBatch {}
+
+impl SliceBatch {
+    /// Room for `batch` datagrams per `sendmmsg`.
+    pub fn new(batch: usize) -> SliceBatch {
+        let batch = batch.max(1);
+        SliceBatch {
+            // SAFETY:
+            // - iovec and mmsghdr are plain C structs; all-zero is valid and is overwritten
+            //   before each send.
+            iov: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            dest: Box::new(sockaddr_v4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
+        }
+    }
+
+    /// An empty batch of payloads that live at least `'p` (e.g. one ring block). The
+    /// borrow checker keeps the scope, and so every pointer it queued, inside `'p`.
+    pub fn scope<'p>(&mut self) -> SliceScope<'_, 'p> {
+        SliceScope {
+            batch: self,
+            len: 0,
+            _payloads: PhantomData,
+        }
+    }
+}
+
+/// Payloads queued for one destination, sent with [`SliceScope::send`].
+pub struct SliceScope<'s, 'p> {
+    batch: &'s mut SliceBatch,
+    len: usize,
+    _payloads: PhantomData<&'p [u8]>,
+}
+
+impl<'p> SliceScope<'_, 'p> {
+    pub fn is_full(&self) -> bool {
+        self.len == self.batch.hdrs.len()
+    }
+
+    /// Queues one datagram; `false` (and nothing queued) when the batch is full: send first.
+    pub fn push(&mut self, payload: &'p [u8]) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        self.batch.iov[self.len] = libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        };
+        self.len += 1;
+        true
+    }
+
+    /// Drops what is queued without sending it.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Sends everything queued to `dest` from socket `fd` and empties the scope.
+    pub fn send(&mut self, fd: BorrowedFd<'_>, dest: SocketAddrV4) -> SendOutcome {
+        let k = std::mem::take(&mut self.len);
+        if k == 0 {
+            return SendOutcome::default();
+        }
+        let b = &mut *self.batch;
+        *b.dest = sockaddr_v4(dest);
+        for j in 0..k {
+            let h = &mut b.hdrs[j];
+            h.msg_hdr.msg_iov = &mut b.iov[j];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_name = (&mut *b.dest as *mut libc::sockaddr_in).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_hdr.msg_control = std::ptr::null_mut();
+            h.msg_hdr.msg_controllen = 0;
+            h.msg_len = 0;
+        }
+        // SAFETY:
+        // - hdrs[..k] were just set to name `b.dest` and iov[j]; iov[..k] were written by
+        //   `push` in this scope from `&'p [u8]` payloads, and the scope cannot outlive `'p`,
+        //   so every buffer is live for the call.
+        unsafe { send_all(fd, &mut b.hdrs[..k], &b.iov[..k]) }
     }
 }
 
@@ -323,6 +477,37 @@ mod tests {
             0,
             "nothing more was waiting"
         );
+    }
+
+    #[test]
+    fn slice_batch_sends_borrowed_payloads_in_order() {
+        let tx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let block: Vec<u8> = (0..=255u8).collect();
+        let mut sb = SliceBatch::new(3);
+        let mut scope = sb.scope();
+        for i in 0..3 {
+            assert!(scope.push(&block[i * 10..i * 10 + 10]));
+        }
+        assert!(scope.is_full() && !scope.push(&block[..1]));
+        let out = scope.send(tx_sock.as_fd(), SocketAddr4::of(&sink).0);
+        assert_eq!((out.sent, out.sent_bytes), (3, 30));
+        assert!(scope.push(&block[100..150]));
+        assert_eq!(
+            scope.send(tx_sock.as_fd(), SocketAddr4::of(&sink).0).sent,
+            1
+        );
+        let mut buf = [0u8; 512];
+        for want in [
+            &block[0..10],
+            &block[10..20],
+            &block[20..30],
+            &block[100..150],
+        ] {
+            let (n, from) = sink.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], want);
+            assert_eq!(from, tx_sock.local_addr().unwrap());
+        }
     }
 
     struct SocketAddr4(SocketAddrV4);

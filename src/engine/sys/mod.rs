@@ -2,6 +2,7 @@
 //! block here carries a `// SAFETY:` comment naming the invariant it relies on; everything
 //! outside `sys` modules is `#![deny(unsafe_code)]`.
 
+pub mod afpacket;
 pub mod mmsg;
 
 /// CPU time consumed by the calling thread, in nanoseconds.

@@ -12,6 +12,9 @@ use std::sync::Arc;
 use crate::config::{Config, SignalingKind, SignalingRoute};
 use crate::routes::Routes;
 
+pub mod rtsp;
+pub mod sip;
+
 /// A running proxy.
 pub trait Proxy: Send {
     /// The signaling route it serves.
@@ -43,8 +46,16 @@ pub struct ProxyContext {
 
 /// Starts a proxy for every signaling route; stops those already started if one fails.
 pub fn start(ctx: &ProxyContext) -> Result<Vec<Box<dyn Proxy>>, ProxyError> {
+    start_routes(ctx, &ctx.config.signaling)
+}
+
+/// Starts a proxy for each of `routes` (a reload starts only the new ones).
+pub fn start_routes(
+    ctx: &ProxyContext,
+    routes: &[SignalingRoute],
+) -> Result<Vec<Box<dyn Proxy>>, ProxyError> {
     let mut proxies: Vec<Box<dyn Proxy>> = Vec::new();
-    for route in &ctx.config.signaling {
+    for route in routes {
         match start_one(route, ctx) {
             Ok(Some(p)) => proxies.push(p),
             Ok(None) => {}
@@ -62,19 +73,10 @@ pub fn start(ctx: &ProxyContext) -> Result<Vec<Box<dyn Proxy>>, ProxyError> {
 /// The proxy for one route; `None` when this build has no proxy of that kind.
 fn start_one(
     route: &SignalingRoute,
-    _ctx: &ProxyContext,
+    ctx: &ProxyContext,
 ) -> Result<Option<Box<dyn Proxy>>, ProxyError> {
     match route.kind {
-        SignalingKind::Sip => Ok(not_built(route)),
-        SignalingKind::Rtsp => Ok(not_built(route)),
+        SignalingKind::Sip => sip::start(route, ctx).map(Some),
+        SignalingKind::Rtsp => rtsp::start(route, ctx).map(Some),
     }
-}
-
-fn not_built(route: &SignalingRoute) -> Option<Box<dyn Proxy>> {
-    tracing::warn!(
-        route = %route.name,
-        "the {:?} proxy is not in this build yet: this signaling route is checked but not served",
-        route.kind
-    );
-    None
 }

@@ -202,6 +202,37 @@ impl<'m, 'a> Editor<'m, 'a> {
         }
     }
 
+    /// Replaces every `name` field by one: the first keeps its place, name and spacing
+    /// and gets `value`; the others are removed. Returns `Ok(false)` if there is none.
+    /// (A list header such as Contact rewritten value by value is written back this way.)
+    pub fn replace_all(&mut self, name: &str, value: &[u8]) -> Result<bool, SipError> {
+        if !self.replace_value(name, value)? {
+            return Ok(false);
+        }
+        let Some(first) = self.position(name) else {
+            return Ok(true);
+        };
+        let head = self.head();
+        let mut index = 0;
+        self.entries.retain(|e| {
+            let i = index;
+            index += 1;
+            if i <= first {
+                return true;
+            }
+            let n = match e {
+                Entry::Kept { index, .. } => head
+                    .headers()
+                    .get(*index)
+                    .map(|h| h.name())
+                    .unwrap_or_default(),
+                Entry::Inserted { name, .. } => name,
+            };
+            !same_name(n, name.as_bytes())
+        });
+        Ok(true)
+    }
+
     /// Replaces the body; Content-Length is rewritten (or added) to match.
     pub fn set_body(&mut self, body: Vec<u8>) {
         self.body = Some(body);
@@ -340,6 +371,19 @@ xy";
             String::from_utf8_lossy(&out),
             String::from_utf8_lossy(expected)
         );
+    }
+
+    #[test]
+    fn replace_all_keeps_the_first_place() {
+        let msg = b"SIP/2.0 200 OK\r\nm: <sip:a@h>\r\nX: 1\r\nContact: <sip:b@h>\r\nl: 0\r\n\r\n";
+        let m = parse(msg);
+        let mut e = Editor::new(&m);
+        assert!(e.replace_all("Contact", b"<sip:c@g>, <sip:d@g>").unwrap());
+        assert_eq!(
+            String::from_utf8_lossy(&e.to_bytes()),
+            "SIP/2.0 200 OK\r\nm: <sip:c@g>, <sip:d@g>\r\nX: 1\r\nl: 0\r\n\r\n"
+        );
+        assert!(!e.replace_all("Route", b"x").unwrap());
     }
 
     #[test]

@@ -1,0 +1,520 @@
+//! The admin interface: HTTP/1.1 on the management address (loopback by default; anywhere
+//! else only with a token, which every request must then carry as `Authorization: Bearer`).
+//!
+//! | request | does |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text format |
+//! | `GET /api/v1/health` | 200 when every worker is alive, else 503 |
+//! | `GET /api/v1/stats` | counters per channel and worker, ports, worst routes (for `vgate stats`) |
+//! | `GET /api/v1/routes` | live stream routes |
+//! | `POST /api/v1/routes` | add a static route (JSON body, see [`NewRoute`]) |
+//! | `DELETE /api/v1/routes/{channel}/{port}` | remove a static or admin route and free its ports |
+//! | `GET /api/v1/sessions` | live sessions |
+//! | `DELETE /api/v1/sessions/{id}` | end a session: its routes go, its ports come back |
+//! | `POST /api/v1/reload` | re-read the config file (same as SIGHUP) |
+//!
+//! One thread serves requests one at a time with a bounded body, so no client can make it
+//! allocate without limit. Malformed requests get a 4xx with a reason in a JSON body.
+
+use std::io::Read;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use super::{metrics, ControlState};
+use crate::channel::now_ms;
+use crate::config::{DomainId, SourcePolicy};
+use crate::routes::{Channel, RouteError, RouteSpec, SessionId, SessionKind};
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 64 * 1024;
+
+/// A reload asked for through the admin interface, answered by the main loop.
+pub struct ReloadRequest {
+    pub reply: Sender<Result<String, String>>,
+}
+
+/// The running admin server.
+pub struct AdminServer {
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    pub addr: SocketAddr,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open the admin interface on {addr}: {message}; is another vgate running? (set control.listen to another address)")]
+pub struct AdminError {
+    pub addr: SocketAddr,
+    pub message: String,
+}
+
+impl AdminServer {
+    /// Listens on `state.config.control.listen` and serves until dropped.
+    pub fn start(
+        state: ControlState,
+        reload: Sender<ReloadRequest>,
+    ) -> Result<AdminServer, AdminError> {
+        let addr = state.config().control.listen;
+        let server = Server::http(addr).map_err(|e| AdminError {
+            addr,
+            message: e.to_string(),
+        })?;
+        let addr = server.server_addr().to_ip().unwrap_or(addr);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("vgate-admin".into())
+                .spawn(move || serve(server, state, reload, &stop))
+                .map_err(|e| AdminError {
+                    addr,
+                    message: e.to_string(),
+                })?
+        };
+        Ok(AdminServer {
+            thread: Some(thread),
+            stop,
+            addr,
+        })
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(server: Server, state: ControlState, reload: Sender<ReloadRequest>, stop: &AtomicBool) {
+    while !stop.load(Relaxed) {
+        match server.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some(req)) => handle(req, &state, &reload),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("admin interface: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// An answer: status and JSON (or text) body.
+struct Answer {
+    status: u16,
+    body: String,
+    content_type: &'static str,
+}
+
+fn ok(v: Value) -> Answer {
+    Answer {
+        status: 200,
+        body: v.to_string(),
+        content_type: "application/json",
+    }
+}
+
+fn err(status: u16, reason: impl Into<String>) -> Answer {
+    Answer {
+        status,
+        body: json!({ "error": reason.into() }).to_string(),
+        content_type: "application/json",
+    }
+}
+
+fn handle(mut req: Request, st: &ControlState, reload: &Sender<ReloadRequest>) {
+    let answer = if !authorized(&req, st) {
+        err(
+            401,
+            "missing or wrong token: send Authorization: Bearer <control.token>",
+        )
+    } else {
+        match read_body(&mut req) {
+            Ok(body) => route(req.method(), req.url(), &body, st, reload),
+            Err(a) => a,
+        }
+    };
+    let mut resp = Response::from_string(answer.body).with_status_code(answer.status);
+    if let Ok(h) = Header::from_bytes("Content-Type", answer.content_type) {
+        resp.add_header(h);
+    }
+    if answer.status == 401 {
+        if let Ok(h) = Header::from_bytes("WWW-Authenticate", "Bearer") {
+            resp.add_header(h);
+        }
+    }
+    let _ = req.respond(resp);
+}
+
+fn authorized(req: &Request, st: &ControlState) -> bool {
+    let config = st.config();
+    let Some(token) = &config.control.token else {
+        return true;
+    };
+    req.headers().iter().any(|h| {
+        h.field.equiv("Authorization")
+            && h.value
+                .as_str()
+                .strip_prefix("Bearer ")
+                .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()))
+    })
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn read_body(req: &mut Request) -> Result<Vec<u8>, Answer> {
+    if req.body_length().is_some_and(|n| n > MAX_BODY) {
+        return Err(err(413, format!("body larger than {MAX_BODY} bytes")));
+    }
+    let mut body = Vec::new();
+    let n = req
+        .as_reader()
+        .take(MAX_BODY as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| err(400, format!("cannot read the body: {e}")))?;
+    if n > MAX_BODY {
+        return Err(err(413, format!("body larger than {MAX_BODY} bytes")));
+    }
+    Ok(body)
+}
+
+fn route(
+    method: &Method,
+    url: &str,
+    body: &[u8],
+    st: &ControlState,
+    reload: &Sender<ReloadRequest>,
+) -> Answer {
+    let path = url.split('?').next().unwrap_or("");
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method, parts.as_slice()) {
+        (Method::Get, ["metrics"]) => Answer {
+            status: 200,
+            body: metrics::render(st),
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+        },
+        (Method::Get, ["api", "v1", "health"]) => {
+            let healthy = st.healthy(now_ms());
+            let a = ok(json!({ "healthy": healthy, "workers": st.workers.len() }));
+            Answer {
+                status: if healthy { 200 } else { 503 },
+                ..a
+            }
+        }
+        (Method::Get, ["api", "v1", "stats"]) => ok(stats(st)),
+        (Method::Get, ["api", "v1", "routes"]) => ok(routes_json(st)),
+        (Method::Post, ["api", "v1", "routes"]) => add_route(body, st),
+        (Method::Delete, ["api", "v1", "routes", channel, port]) => delete_route(channel, port, st),
+        (Method::Get, ["api", "v1", "sessions"]) => ok(sessions_json(st)),
+        (Method::Delete, ["api", "v1", "sessions", id]) => kill_session(id, st),
+        (Method::Post, ["api", "v1", "reload"]) => do_reload(reload),
+        (_, ["metrics"] | ["api", "v1", ..]) => {
+            err(405, format!("{method} is not allowed on {path}"))
+        }
+        _ => err(
+            404,
+            format!("no such resource: {path}; see `vgate --help` for the admin API"),
+        ),
+    }
+}
+
+fn snapshot_json(s: &crate::stats::Snapshot) -> Value {
+    let mut drops = serde_json::Map::new();
+    for r in crate::stats::DropReason::ALL {
+        drops.insert(r.name().into(), s.drop_count(r).into());
+    }
+    json!({
+        "rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes,
+        "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
+        "drops": drops,
+    })
+}
+
+fn stats(st: &ControlState) -> Value {
+    let totals = st.totals();
+    let channels: serde_json::Map<String, Value> = Channel::ALL
+        .iter()
+        .map(|c| (c.name().to_string(), snapshot_json(totals.channel(*c))))
+        .collect();
+    let workers: Vec<Value> = st
+        .workers
+        .iter()
+        .map(|w| {
+            let ch: serde_json::Map<String, Value> = Channel::ALL
+                .iter()
+                .map(|c| {
+                    (
+                        c.name().to_string(),
+                        snapshot_json(&w.channel(*c).snapshot()),
+                    )
+                })
+                .collect();
+            json!({
+                "index": w.index, "cpu": w.cpu, "cpu_seconds": w.cpu_seconds(),
+                "alive": !w.exited.load(Relaxed), "channels": ch,
+            })
+        })
+        .collect();
+    let mut worst: Vec<Value> = st
+        .routes
+        .routes()
+        .iter()
+        .map(|r| (r, r.stats.snapshot()))
+        .filter(|(_, s)| s.rtp.lost > 0 || s.packets.dropped() > 0)
+        .map(|(r, s)| {
+            json!({
+                "route": &*r.label, "channel": r.channel.name(), "port": r.port,
+                "rtp_lost": s.rtp.lost, "rtp_packets": s.rtp.packets, "dropped": s.packets.dropped(),
+            })
+        })
+        .collect();
+    worst.sort_by_key(|v| {
+        std::cmp::Reverse(v["rtp_lost"].as_u64().unwrap_or(0) + v["dropped"].as_u64().unwrap_or(0))
+    });
+    worst.truncate(10);
+    let ports: serde_json::Map<String, Value> = DomainId::ALL
+        .iter()
+        .map(|d| {
+            let (used, free) = st.routes.ports(*d);
+            (d.name().to_string(), json!({ "used": used, "free": free }))
+        })
+        .collect();
+    json!({
+        "uptime_seconds": st.started.elapsed().as_secs_f64(),
+        "engine": st.engine,
+        "healthy": st.healthy(now_ms()),
+        "channels": channels,
+        "workers": workers,
+        "ports": ports,
+        "sessions": st.routes.sessions().len(),
+        "routes": st.routes.routes().len(),
+        "worst_routes": worst,
+    })
+}
+
+fn routes_json(st: &ControlState) -> Value {
+    let routes: Vec<Value> = st
+        .routes
+        .routes()
+        .iter()
+        .map(|r| {
+            let s = r.stats.snapshot();
+            json!({
+                "name": &*r.label, "channel": r.channel.name(), "port": r.port,
+                "destination": r.dest.to_string(), "egress_port": r.egress_port,
+                "source_validation": r.policy.to_string(),
+                "expect_source": r.expected.map(|e| e.to_string()),
+                "latched_source": r.latched().map(|e| e.to_string()),
+                "rtp_only": r.rtp_only, "session": r.session,
+                "last_seen_ms": r.last_seen_ms(),
+                "counters": snapshot_json(&s.packets),
+                "rtp": { "packets": s.rtp.packets, "lost": s.rtp.lost, "reordered": s.rtp.reordered, "duplicate": s.rtp.duplicate },
+            })
+        })
+        .collect();
+    json!({ "routes": routes })
+}
+
+fn sessions_json(st: &ControlState) -> Value {
+    let sessions: Vec<Value> = st
+        .routes
+        .sessions()
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id, "kind": s.kind.name(), "label": s.label,
+                "age_seconds": s.created.elapsed().map(|d| d.as_secs()).unwrap_or(0),
+                "ports": s.ports.iter().map(|(d, p)| format!("{d}:{p}")).collect::<Vec<_>>(),
+                "routes": s.routes.iter().map(|(c, p)| format!("{c}:{p}")).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "sessions": sessions })
+}
+
+/// The body of `POST /api/v1/routes`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewRoute {
+    pub name: String,
+    /// Domain the media arrives from: "a" or "b".
+    pub domain: String,
+    /// Gateway port in that domain; allocated when absent.
+    pub port: Option<u16>,
+    pub destination: String,
+    /// Gateway port in the other domain the media leaves from; allocated when absent.
+    pub egress_port: Option<u16>,
+    pub expect_source: Option<String>,
+    pub source_validation: Option<String>,
+    #[serde(default)]
+    pub rtp_only: bool,
+}
+
+fn route_error(e: RouteError) -> Answer {
+    let status = match e {
+        RouteError::Ports { .. } | RouteError::PortOpen { .. } | RouteError::Exists { .. } => 409,
+        RouteError::NoSession(_) | RouteError::NoRoute { .. } => 404,
+        _ => 400,
+    };
+    err(status, e.to_string())
+}
+
+fn add_route(body: &[u8], st: &ControlState) -> Answer {
+    let nr: NewRoute = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return err(400, format!("bad route: {e}")),
+    };
+    if nr.name.is_empty() || nr.name.len() > 64 {
+        return err(400, "name must be 1-64 characters");
+    }
+    let domain = match nr.domain.as_str() {
+        "a" => DomainId::A,
+        "b" => DomainId::B,
+        other => return err(400, format!("unknown domain {other:?}; use \"a\" or \"b\"")),
+    };
+    let Ok(dest) = nr.destination.parse::<SocketAddrV4>() else {
+        return err(
+            400,
+            "destination must be an IPv4 address and port such as \"10.0.0.5:5000\"",
+        );
+    };
+    let expected = match &nr.expect_source {
+        None => None,
+        Some(s) => match s.parse::<SocketAddrV4>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                return err(
+                    400,
+                    "expect_source must be an IPv4 address and port (port 0: any)",
+                )
+            }
+        },
+    };
+    let policy = match nr.source_validation.as_deref() {
+        None => st.config().security.source_validation,
+        Some("strict") => SourcePolicy::Strict,
+        Some("latch") => SourcePolicy::Latch,
+        Some("any") => SourcePolicy::Any,
+        Some(o) => {
+            return err(
+                400,
+                format!("unknown source_validation {o:?}; use strict, latch or any"),
+            )
+        }
+    };
+    let routes = &st.routes;
+    let session = routes.open_session(SessionKind::Admin, nr.name.clone());
+    let result = (|| {
+        let port = match nr.port {
+            Some(p) => routes.reserve_port(session, domain, p).map(|_| p)?,
+            None => routes.alloc_port(session, domain)?,
+        };
+        let far = domain.other();
+        let egress_port = match nr.egress_port {
+            Some(p) => routes.reserve_port(session, far, p).map(|_| p)?,
+            None => routes.alloc_port(session, far)?,
+        };
+        routes.add_route(
+            session,
+            RouteSpec {
+                ingress: domain,
+                port,
+                dest,
+                egress_port,
+                policy,
+                expected,
+                rtp_only: nr.rtp_only,
+                label: nr.name.clone(),
+            },
+        )
+    })();
+    match result {
+        Ok(r) => {
+            tracing::info!(route = %r.label, channel = %r.channel, port = r.port, dest = %r.dest, egress_port = r.egress_port, "route added through the admin interface");
+            let mut a = ok(
+                json!({ "session": session, "channel": r.channel.name(), "port": r.port, "egress_port": r.egress_port }),
+            );
+            a.status = 201;
+            a
+        }
+        Err(e) => {
+            let _ = routes.close_session(session);
+            route_error(e)
+        }
+    }
+}
+
+fn parse_channel(s: &str) -> Option<Channel> {
+    match s {
+        "forward" | "a" => Some(Channel::Forward),
+        "reverse" | "b" => Some(Channel::Reverse),
+        _ => None,
+    }
+}
+
+fn delete_route(channel: &str, port: &str, st: &ControlState) -> Answer {
+    let (Some(channel), Ok(port)) = (parse_channel(channel), port.parse::<u16>()) else {
+        return err(400, "use DELETE /api/v1/routes/{forward|reverse}/{port}");
+    };
+    let Some(route) = st.routes.lookup(channel, port) else {
+        return err(
+            404,
+            format!("the {channel} channel has no route on port {port}"),
+        );
+    };
+    let Some(session) = st.routes.session(route.session) else {
+        return err(404, "the route's session has just ended");
+    };
+    if !matches!(session.kind, SessionKind::Static | SessionKind::Admin) {
+        return err(
+            409,
+            format!("route belongs to {} session {}; end the session instead (DELETE /api/v1/sessions/{})", session.kind.name(), session.id, session.id),
+        );
+    }
+    end_session(session.id, st)
+}
+
+fn kill_session(id: &str, st: &ControlState) -> Answer {
+    match id.parse::<SessionId>() {
+        Ok(id) => end_session(id, st),
+        Err(_) => err(400, "a session id is a number; see GET /api/v1/sessions"),
+    }
+}
+
+fn end_session(id: SessionId, st: &ControlState) -> Answer {
+    match st.routes.close_session(id) {
+        Ok(report) => {
+            tracing::info!(session = id, kind = report.session.kind.name(), label = %report.session.label, ports = report.session.ports.len(), "session ended through the admin interface");
+            let routes: Vec<Value> = report
+                .routes
+                .iter()
+                .map(|(label, c, p, s)| json!({ "name": &**label, "channel": c.name(), "port": p, "counters": snapshot_json(&s.packets), "rtp_lost": s.rtp.lost }))
+                .collect();
+            ok(json!({ "ended": id, "ports_freed": report.session.ports.len(), "routes": routes }))
+        }
+        Err(e) => route_error(e),
+    }
+}
+
+fn do_reload(reload: &Sender<ReloadRequest>) -> Answer {
+    let (tx, rx): (Sender<_>, Receiver<_>) = crossbeam_channel::bounded(1);
+    if reload.send(ReloadRequest { reply: tx }).is_err() {
+        return err(503, "the gateway is shutting down");
+    }
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(summary)) => ok(json!({ "reloaded": true, "summary": summary })),
+        Ok(Err(reason)) => err(422, reason),
+        Err(_) => err(503, "the reload did not answer within 30 s"),
+    }
+}

@@ -1,0 +1,242 @@
+//! The CLI side of the admin interface: `vgate stats`, `routes`, `sessions`, `reload` talk to
+//! a running vgate over HTTP and say plainly when none is running.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Where the admin interface is and how to authenticate.
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub addr: SocketAddr,
+    pub token: Option<String>,
+    agent: ureq::Agent,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no vgate is running at {addr} ({why}); start one with `vgate run`, or point --admin at the right address")]
+    NotRunning { addr: SocketAddr, why: String },
+    #[error("vgate answered {status}: {message}")]
+    Refused { status: u16, message: String },
+    #[error("unexpected answer from vgate: {0}")]
+    Garbled(String),
+}
+
+impl Client {
+    pub fn new(addr: SocketAddr, token: Option<String>) -> Client {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(35)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Client { addr, token, agent }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    fn finish(
+        &self,
+        r: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Value, ClientError> {
+        let mut resp = r.map_err(|e| ClientError::NotRunning {
+            addr: self.addr,
+            why: e.to_string(),
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| ClientError::Garbled(e.to_string()))?;
+        let v: Value = serde_json::from_str(&body)
+            .map_err(|_| ClientError::Garbled(body.chars().take(200).collect()))?;
+        if status >= 400 {
+            let message = v["error"].as_str().unwrap_or("").to_string();
+            return Err(ClientError::Refused { status, message });
+        }
+        Ok(v)
+    }
+
+    fn auth(&self) -> Option<String> {
+        self.token.as_ref().map(|t| format!("Bearer {t}"))
+    }
+
+    pub fn get(&self, path: &str) -> Result<Value, ClientError> {
+        let mut req = self.agent.get(self.url(path));
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        self.finish(req.call())
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        let mut req = self
+            .agent
+            .post(self.url(path))
+            .content_type("application/json");
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        self.finish(req.send(body.to_string()))
+    }
+
+    pub fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        let mut req = self.agent.delete(self.url(path));
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        self.finish(req.call())
+    }
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+/// Renders one screen of `vgate stats` from two samples `dt` apart.
+pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
+    let mut s = String::new();
+    let rate = |path: &[&str]| -> f64 {
+        let get = |v: &Value| path.iter().fold(v.clone(), |acc, k| acc[*k].clone());
+        (num(&get(cur)) - num(&get(prev))).max(0.0) / dt
+    };
+    let _ = writeln!(
+        s,
+        "vgate  up {:.0}s  {}  workers {}  sessions {}  routes {}  {}",
+        num(&cur["uptime_seconds"]),
+        cur["engine"].as_str().unwrap_or(""),
+        cur["workers"].as_array().map(|w| w.len()).unwrap_or(0),
+        cur["sessions"],
+        cur["routes"],
+        if cur["healthy"].as_bool() == Some(true) {
+            "healthy"
+        } else {
+            "UNHEALTHY"
+        }
+    );
+    for d in ["a", "b"] {
+        let _ = write!(
+            s,
+            "ports {d}: {} used {} free   ",
+            cur["ports"][d]["used"], cur["ports"][d]["free"]
+        );
+    }
+    s.push('\n');
+    let _ = writeln!(
+        s,
+        "\n{:<10} {:>12} {:>10} {:>12}  drops/s by reason",
+        "CHANNEL", "packets/s", "Gbit/s", "rx pkts/s"
+    );
+    for c in ["forward", "reverse"] {
+        let tx = rate(&["channels", c, "tx_packets"]);
+        let gbps = rate(&["channels", c, "tx_bytes"]) * 8.0 / 1e9;
+        let rx = rate(&["channels", c, "rx_packets"]);
+        let mut drops = Vec::new();
+        if let Some(m) = cur["channels"][c]["drops"].as_object() {
+            for k in m.keys() {
+                let r = rate(&["channels", c, "drops", k]);
+                if r > 0.0 {
+                    drops.push(format!("{k} {r:.0}"));
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{c:<10} {tx:>12.0} {gbps:>10.3} {rx:>12.0}  {}",
+            if drops.is_empty() {
+                "-".into()
+            } else {
+                drops.join(", ")
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<8} {:>6} {:>12} {:>12} {:>7}",
+        "WORKER", "CPU", "fwd pkts/s", "rev pkts/s", "CPU %"
+    );
+    if let (Some(ws), Some(pw)) = (cur["workers"].as_array(), prev["workers"].as_array()) {
+        for (w, p) in ws.iter().zip(pw) {
+            let r = |c: &str| {
+                (num(&w["channels"][c]["tx_packets"]) - num(&p["channels"][c]["tx_packets"]))
+                    .max(0.0)
+                    / dt
+            };
+            let cpu = (num(&w["cpu_seconds"]) - num(&p["cpu_seconds"])).max(0.0) / dt * 100.0;
+            let _ = writeln!(
+                s,
+                "w{:<7} {:>6} {:>12.0} {:>12.0} {:>6.0}%{}",
+                w["index"],
+                w["cpu"]
+                    .as_u64()
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                r("forward"),
+                r("reverse"),
+                cpu,
+                if w["alive"].as_bool() == Some(true) {
+                    ""
+                } else {
+                    "  STOPPED"
+                }
+            );
+        }
+    }
+    if let Some(worst) = cur["worst_routes"].as_array() {
+        if !worst.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nWORST STREAMS (since start)\n{:<24} {:<8} {:>6} {:>10} {:>10} {:>10}",
+                "ROUTE", "CHANNEL", "PORT", "RTP LOST", "RTP PKTS", "DROPPED"
+            );
+            for w in worst {
+                let _ = writeln!(
+                    s,
+                    "{:<24} {:<8} {:>6} {:>10} {:>10} {:>10}",
+                    w["route"].as_str().unwrap_or(""),
+                    w["channel"].as_str().unwrap_or(""),
+                    w["port"],
+                    w["rtp_lost"],
+                    w["rtp_packets"],
+                    w["dropped"]
+                );
+            }
+        }
+    }
+    s
+}
+
+/// The live view: every second until interrupted (or `count` screens).
+pub fn stats_loop(
+    client: &Client,
+    count: Option<u64>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(), ClientError> {
+    let tty = std::io::stdout().is_terminal();
+    let mut prev = client.get("/api/v1/stats")?;
+    let mut at = Instant::now();
+    let mut shown = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && count.is_none_or(|c| shown < c) {
+        std::thread::sleep(Duration::from_secs(1));
+        let cur = client.get("/api/v1/stats")?;
+        let dt = at.elapsed().as_secs_f64();
+        at = Instant::now();
+        let screen = render_stats(&prev, &cur, dt);
+        if tty {
+            // Home and clear, like top.
+            print!("\x1b[H\x1b[2J{screen}");
+        } else {
+            println!("{screen}");
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        prev = cur;
+        shown += 1;
+    }
+    Ok(())
+}

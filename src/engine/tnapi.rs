@@ -1,0 +1,666 @@
+//! The `afpacket` engine: mode `tnapi` without PF_RING. One AF_PACKET TPACKET_V3 ring per RX
+//! queue of each domain interface, one pinned worker per queue index.
+//!
+//! Owns: the rings (opened at build time, so a mode that cannot run fails before anything
+//! else starts), the nftables table that keeps the kernel from also handling captured media,
+//! and the worker loop. Must not touch: route decisions (that is [`crate::channel::inspect`])
+//! or socket ownership (that is [`super::ports`]).
+//!
+//! # Layout
+//!
+//! Per distinct domain interface, `engine.queues` rings join one `PACKET_FANOUT_QM` group in
+//! queue order, so ring *q* gets RX queue *q* (and *q + queues*, … when the NIC has more
+//! queues than workers). Each ring carries a classic BPF filter that keeps only UDP to the
+//! gateway's address and media port range of the domain(s) the interface faces. Worker *q*
+//! reads ring *q* of every interface (two domains on one interface, e.g. `lo`, share one set
+//! of rings; a packet's channel comes from its destination address and port range).
+//!
+//! # Per packet
+//!
+//! `parse_udp4` → checksums (unless the ring says the NIC verified them, or a local sender
+//! has not filled them in yet) → channel by destination → route by destination port (the
+//! dashmap guard is held only for the lookup; consecutive packets for the same port reuse
+//! the route without a second lookup, within one block) → [`inspect`] → queued, as a slice of
+//! the ring block, on a `sendmmsg` batch for the route's egress socket and destination.
+//! A route run is sent when the next packet belongs to another route, when the batch is full,
+//! and always before the block goes back to the kernel: payloads are never copied.
+//!
+//! Counters: one [`Tally`] per route run (added to the route once) and per block per channel
+//! (added to the worker once). Ring drops (`tp_drops`) are read every 100 ms and counted as
+//! `rx_overflow`; ring freezes go to [`WorkerStats::ring_freezes`].
+//!
+//! # The kernel's copy
+//!
+//! A packet socket receives a *copy*; the kernel would still look the datagram up and answer
+//! "port unreachable" or deliver it to the port's socket. At build time the engine installs
+//! `inet vgate_<hash of interfaces, addresses and ranges>` ([`super::nft`]) dropping the media
+//! ranges at input; a table of the same name left by a crashed run is replaced. It is removed
+//! when the engine is dropped (drop it in the network namespace it was built in).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::EventFd;
+
+use super::afpacket::{AfPacketError, DstMatch, PacketRing, RingParams};
+use super::nft::{DropRule, MediaDropTable, NftError};
+use super::ports::{Cmd, PortKey, PortRegistry};
+use super::sys::mmsg::{SendOutcome, SliceBatch, SliceScope};
+use super::sys::thread_cpu_ns;
+use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
+use crate::channel::{inspect, now_ms, WorkerStats};
+use crate::config::{Config, DomainId, EngineConfig, PortRange};
+use crate::logging::RateLimit;
+use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
+use crate::stats::{DropReason, Tally};
+use crate::wire::{parse_udp4, WireError};
+
+/// Ring block size: 64 KiB holds ~45 full-size media packets.
+pub const BLOCK_SIZE: u32 = 1 << 16;
+/// Blocks per ring: 8 MiB per ring, ~0.6 s of sparse traffic if a worker is starved.
+pub const BLOCK_COUNT: u32 = 128;
+/// A partly filled block reaches the worker after at most this long (added latency bound).
+pub const BLOCK_TIMEOUT_MS: u32 = 2;
+/// Blocks taken from one ring before looking at the next, so one busy interface cannot
+/// starve the other.
+pub const BLOCK_BUDGET: usize = 8;
+const WAKE: u64 = u64::MAX;
+
+/// A domain interface and the domains whose media arrive on it.
+struct Iface {
+    name: String,
+    domains: Vec<DomainId>,
+    rx_queues: Option<u32>,
+    fanout_id: u16,
+}
+
+/// Gateway address and media range per domain, by [`DomainId::index`].
+type Targets = [(Ipv4Addr, PortRange); 2];
+
+/// The AF_PACKET engine.
+pub struct AfpacketEngine {
+    cfg: EngineConfig,
+    registry: Arc<PortRegistry>,
+    ifaces: Vec<Iface>,
+    /// `rings[q][i]`: ring `q` of `ifaces[i]`; handed to the workers by `start`.
+    rings: Vec<Vec<PacketRing>>,
+    targets: Targets,
+    nft: Option<MediaDropTable>,
+}
+
+/// The nft instance name for `cfg`: a hash of what the table covers, so that a table left by
+/// a crashed run of the same config is found and replaced.
+pub fn instance_name(cfg: &Config) -> String {
+    let mut key = String::new();
+    for d in &cfg.domains {
+        key.push_str(&format!("{}|{}|{}|", d.interface, d.address, d.media_ports));
+    }
+    // FNV-1a 64: stable across runs and builds (std's hasher is seeded per process).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn unavailable(e: AfPacketError) -> EngineError {
+    EngineError::Afpacket(e)
+}
+
+impl AfpacketEngine {
+    /// Opens the rings and installs the media drop table; fails with the reason when the
+    /// mode cannot run here.
+    pub fn new(cfg: &Config) -> Result<AfpacketEngine, EngineError> {
+        let queues = cfg.engine.queues;
+        let mut ifaces: Vec<Iface> = Vec::new();
+        for d in &cfg.domains {
+            match ifaces.iter_mut().find(|i| i.name == d.interface) {
+                Some(i) => i.domains.push(d.id),
+                None => ifaces.push(Iface {
+                    name: d.interface.clone(),
+                    domains: vec![d.id],
+                    rx_queues: None,
+                    fanout_id: 0,
+                }),
+            }
+        }
+        let targets: Targets = [
+            (cfg.domains[0].address, cfg.domains[0].media_ports),
+            (cfg.domains[1].address, cfg.domains[1].media_ports),
+        ];
+        let mut rings: Vec<Vec<PacketRing>> = (0..queues).map(|_| Vec::new()).collect();
+        for iface in &mut ifaces {
+            iface.rx_queues = PacketRing::rx_queues(&iface.name).map_err(unavailable)?;
+            let have = iface.rx_queues.unwrap_or(1) as usize;
+            if have < queues {
+                return Err(EngineError::Queues {
+                    ifname: iface.name.clone(),
+                    have,
+                    want: queues,
+                });
+            }
+            let params = RingParams {
+                block_size: BLOCK_SIZE,
+                block_count: BLOCK_COUNT,
+                block_timeout_ms: BLOCK_TIMEOUT_MS,
+                filter: iface
+                    .domains
+                    .iter()
+                    .map(|d| {
+                        let (addr, r) = targets[d.index()];
+                        DstMatch {
+                            addr: Some(addr),
+                            ports: r.first..=r.last,
+                        }
+                    })
+                    .collect(),
+                ..RingParams::default()
+            };
+            let opened = PacketRing::open_queues(&iface.name, None, queues as u16, &params)
+                .map_err(unavailable)?;
+            iface.fanout_id = match opened.first() {
+                Some(r) => r.fanout_id().map_err(unavailable)?,
+                None => 0,
+            };
+            for (q, ring) in opened.into_iter().enumerate() {
+                rings[q].push(ring);
+            }
+        }
+        let rules: Vec<DropRule> = cfg
+            .domains
+            .iter()
+            .map(|d| DropRule {
+                iface: d.interface.clone(),
+                addr: Some(d.address),
+                ports: d.media_ports.first..=d.media_ports.last,
+            })
+            .collect();
+        let nft = MediaDropTable::install(&instance_name(cfg), &rules)?;
+        Ok(AfpacketEngine {
+            cfg: cfg.engine.clone(),
+            registry: Arc::new(PortRegistry::new([
+                cfg.domains[0].address,
+                cfg.domains[1].address,
+            ])),
+            ifaces,
+            rings,
+            targets,
+            nft: Some(nft),
+        })
+    }
+}
+
+impl Engine for AfpacketEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Afpacket
+    }
+
+    fn describe(&self) -> String {
+        let q = self.cfg.queues;
+        let ifaces: Vec<String> = self
+            .ifaces
+            .iter()
+            .map(|i| {
+                let doms: Vec<&str> = i.domains.iter().map(|d| d.name()).collect();
+                let rxq = match i.rx_queues {
+                    Some(n) => format!("{n} RX queue(s)"),
+                    None => "1 RX queue (the driver reports none)".into(),
+                };
+                format!(
+                    "{} (domain {}, {rxq}, fanout group {})",
+                    i.name,
+                    doms.join("+"),
+                    i.fanout_id
+                )
+            })
+            .collect();
+        let workers: Vec<String> = (0..q)
+            .map(|w| {
+                let rxqs: Vec<String> = self
+                    .ifaces
+                    .iter()
+                    .map(|i| {
+                        let n = i.rx_queues.unwrap_or(1) as usize;
+                        let list: Vec<String> =
+                            (w..n).step_by(q.max(1)).map(|x| x.to_string()).collect();
+                        format!("{}@{}", i.name, list.join(","))
+                    })
+                    .collect();
+                let cpu = self
+                    .cfg
+                    .cpus
+                    .get(w)
+                    .map_or("unpinned".into(), |c| format!("CPU {c}"));
+                format!("w{w} ring {w} ({}) on {cpu}", rxqs.join(" "))
+            })
+            .collect();
+        format!(
+            "mode tnapi, engine afpacket (AF_PACKET TPACKET_V3, fanout QM, {} x {} KiB blocks, {} ms block timeout; egress UDP sockets, sendmmsg batch {}); interfaces: {}; {} queue(s), workers: {}; nft table inet {} drops captured media at input",
+            BLOCK_COUNT,
+            BLOCK_SIZE / 1024,
+            BLOCK_TIMEOUT_MS,
+            self.cfg.batch,
+            ifaces.join(", "),
+            q,
+            workers.join(", "),
+            self.nft.as_ref().map_or("-", |t| t.table_name()),
+        )
+    }
+
+    fn port_hooks(&self) -> Arc<dyn PortHooks> {
+        Arc::clone(&self.registry) as Arc<dyn PortHooks>
+    }
+
+    fn start(
+        &mut self,
+        routes: Arc<Routes>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<Worker>, EngineError> {
+        let n = self.cfg.queues;
+        let per_queue = std::mem::take(&mut self.rings);
+        if per_queue.len() != n {
+            return Err(EngineError::Io {
+                what: "starting the afpacket workers".into(),
+                source: io::Error::other("the rings were already handed to workers"),
+            });
+        }
+        let links = self
+            .registry
+            .attach_workers(n)
+            .map_err(|source| EngineError::Io {
+                what: "eventfd".into(),
+                source,
+            })?;
+        let mut workers = Vec::with_capacity(n);
+        for (index, (link, rings)) in links.into_iter().zip(per_queue).enumerate() {
+            let rings = rings
+                .into_iter()
+                .zip(&self.ifaces)
+                .map(|(ring, iface)| WorkerRing {
+                    ring,
+                    domains: iface.domains.clone(),
+                    fallback: Channel::from_ingress(iface.domains[0]),
+                })
+                .collect();
+            let cpu = self.cfg.cpus.get(index).copied();
+            let stats = Arc::new(WorkerStats::new(index, cpu));
+            let ctx = WorkerCtx {
+                index,
+                cpu,
+                routes: Arc::clone(&routes),
+                stop: Arc::clone(&stop),
+                stats: Arc::clone(&stats),
+                cmds: link.cmds,
+                wake: link.wake,
+                targets: self.targets,
+                batch: self.cfg.batch,
+                max_payload: self.cfg.max_payload,
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("vgate-w{index}"))
+                .spawn(move || worker(ctx, rings))
+                .map_err(|source| EngineError::Spawn { index, source })?;
+            workers.push(Worker { stats, thread });
+        }
+        Ok(workers)
+    }
+}
+
+impl Drop for AfpacketEngine {
+    fn drop(&mut self) {
+        if let Some(t) = self.nft.take() {
+            let name = t.table_name().to_owned();
+            if let Err(e) = t.remove() {
+                tracing::error!("could not remove nft table inet {name}: {e}; remove it with `nft delete table inet {name}`");
+            }
+        }
+    }
+}
+
+impl From<NftError> for EngineError {
+    fn from(e: NftError) -> EngineError {
+        EngineError::Nft(e)
+    }
+}
+
+struct WorkerRing {
+    ring: PacketRing,
+    /// Domains whose media arrive on this ring's interface.
+    domains: Vec<DomainId>,
+    /// The channel that counts what cannot be classified (malformed frames, ring drops).
+    fallback: Channel,
+}
+
+struct WorkerCtx {
+    index: usize,
+    cpu: Option<usize>,
+    routes: Arc<Routes>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    cmds: Receiver<Cmd>,
+    wake: Arc<EventFd>,
+    targets: Targets,
+    batch: usize,
+    max_payload: usize,
+}
+
+static SEND_ERRORS: RateLimit = RateLimit::new(5000);
+
+fn worker(ctx: WorkerCtx, mut rings: Vec<WorkerRing>) {
+    let _exit = ExitFlag(&ctx.stats);
+    if let Some(cpu) = ctx.cpu {
+        if !pin_to(cpu) {
+            tracing::warn!(
+                worker = ctx.index,
+                cpu,
+                "could not pin worker to its CPU; running unpinned"
+            );
+        }
+    }
+    if let Err(e) = run_worker(&ctx, &mut rings) {
+        tracing::error!(worker = ctx.index, "worker stopped: {e}");
+    }
+}
+
+fn run_worker(ctx: &WorkerCtx, rings: &mut [WorkerRing]) -> io::Result<()> {
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
+    for (i, r) in rings.iter().enumerate() {
+        epoll.add(
+            r.ring.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, i as u64),
+        )?;
+    }
+    let mut local: HashMap<PortKey, Arc<UdpSocket>> = HashMap::new();
+    let mut tx = SliceBatch::new(ctx.batch);
+    let mut events = vec![EpollEvent::empty(); 8];
+    let mut next_sample = 0;
+    apply_commands(ctx, &mut local);
+    ctx.stats.ready.store(true, Relaxed);
+    while !ctx.stop.load(Relaxed) {
+        let mut busy = false;
+        for r in rings.iter_mut() {
+            for _ in 0..BLOCK_BUDGET {
+                let Some(block) = r.ring.try_block() else {
+                    break;
+                };
+                busy = true;
+                let mut chan = [Tally::default(); 2];
+                let now = now_ms();
+                forward_block(
+                    ctx,
+                    &r.domains,
+                    r.fallback,
+                    block.frames(),
+                    &local,
+                    &mut tx,
+                    now,
+                    &mut chan,
+                );
+                // The block goes back to the kernel only after every send of its payloads.
+                drop(block);
+                for c in Channel::ALL {
+                    if !chan[c.index()].is_empty() {
+                        ctx.stats.channel(c).add(&chan[c.index()]);
+                    }
+                }
+            }
+        }
+        let now = now_ms();
+        if now >= next_sample {
+            ctx.stats.heartbeat_ms.store(now, Relaxed);
+            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+            ring_stats(ctx, rings);
+            next_sample = now + 100;
+        }
+        if busy {
+            // Commands are rare; a queue check is one atomic load.
+            apply_commands(ctx, &mut local);
+            continue;
+        }
+        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        if events[..n].iter().any(|e| e.data() == WAKE) {
+            let _ = ctx.wake.read();
+        }
+        apply_commands(ctx, &mut local);
+    }
+    ring_stats(ctx, rings);
+    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+    Ok(())
+}
+
+/// Reads (and resets) the kernel's ring counters into the worker's figures.
+fn ring_stats(ctx: &WorkerCtx, rings: &mut [WorkerRing]) {
+    for r in rings.iter_mut() {
+        match r.ring.stats() {
+            Ok(s) => {
+                if s.drops > 0 {
+                    ctx.stats.ring_drops.fetch_add(s.drops, Relaxed);
+                    ctx.stats
+                        .channel(r.fallback)
+                        .drop(DropReason::RxOverflow, s.drops);
+                }
+                if s.freeze_q_cnt > 0 {
+                    ctx.stats.ring_freezes.fetch_add(s.freeze_q_cnt, Relaxed);
+                }
+            }
+            Err(e) => tracing::warn!(worker = ctx.index, "{e}"),
+        }
+    }
+}
+
+fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>) {
+    while let Ok(cmd) = ctx.cmds.try_recv() {
+        match cmd {
+            Cmd::Add { key, sock, .. } => {
+                local.insert(key, sock);
+            }
+            Cmd::Remove { key } => {
+                local.remove(&key);
+            }
+        }
+    }
+}
+
+/// The channel of a datagram to `dst:port` arriving on an interface facing `domains`.
+#[inline]
+fn classify(targets: &Targets, domains: &[DomainId], dst: Ipv4Addr, port: u16) -> Option<Channel> {
+    domains
+        .iter()
+        .find(|d| {
+            let (addr, range) = targets[d.index()];
+            addr == dst && range.contains(port)
+        })
+        .map(|d| Channel::from_ingress(*d))
+}
+
+fn wire_reason(e: WireError) -> DropReason {
+    match e {
+        WireError::Truncated => DropReason::Truncated,
+        _ => DropReason::Malformed,
+    }
+}
+
+/// Consecutive packets for one route.
+struct Run<'l> {
+    channel: Channel,
+    port: u16,
+    route: Option<Arc<StreamRoute>>,
+    egress: Option<BorrowedFd<'l>>,
+    tally: Tally,
+}
+
+/// Forwards the frames of one block; adds per-channel figures to `chan`.
+#[allow(clippy::too_many_arguments)]
+fn forward_block<'b>(
+    ctx: &WorkerCtx,
+    domains: &[DomainId],
+    fallback: Channel,
+    frames: impl Iterator<Item = super::afpacket::Frame<'b>>,
+    local: &HashMap<PortKey, Arc<UdpSocket>>,
+    tx: &mut SliceBatch,
+    now: u64,
+    chan: &mut [Tally; 2],
+) {
+    let mut scope: SliceScope<'_, 'b> = tx.scope();
+    let mut run: Option<Run<'_>> = None;
+    for f in frames {
+        let d = match parse_udp4(f.data) {
+            Ok(d) => d,
+            Err(e) => {
+                let t = &mut chan[fallback.index()];
+                t.rx_packets += 1;
+                t.rx_bytes += f.data.len() as u64;
+                t.drop(wire_reason(e));
+                continue;
+            }
+        };
+        let skip_udp = f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
+        let Some(channel) = classify(&ctx.targets, domains, d.dst_addr, d.dst_port) else {
+            // The ring filter lets only our destinations through; this is its guard.
+            let t = &mut chan[fallback.index()];
+            t.rx_packets += 1;
+            t.rx_bytes += d.payload.len() as u64;
+            t.drop(DropReason::NoRoute);
+            continue;
+        };
+        if !run
+            .as_ref()
+            .is_some_and(|r| r.channel == channel && r.port == d.dst_port)
+        {
+            if let Some(r) = run.take() {
+                finish_run(r, &mut scope, now, chan);
+            }
+            // The guard lives only for this statement.
+            let route = ctx
+                .routes
+                .table(channel)
+                .get(&d.dst_port)
+                .map(|r| Arc::clone(r.value()));
+            let egress = route.as_ref().and_then(|r| {
+                local
+                    .get(&(channel.egress(), r.egress_port))
+                    .map(|s| s.as_fd())
+            });
+            run = Some(Run {
+                channel,
+                port: d.dst_port,
+                route,
+                egress,
+                tally: Tally::default(),
+            });
+        }
+        let Some(r) = run.as_mut() else { continue };
+        r.tally.rx_packets += 1;
+        r.tally.rx_bytes += d.payload.len() as u64;
+        let Some(route) = &r.route else {
+            r.tally.drop(DropReason::NoRoute);
+            continue;
+        };
+        if !d.checksums_ok(skip_udp) {
+            r.tally.drop(DropReason::Malformed);
+            continue;
+        }
+        let src = SocketAddrV4::new(d.src_addr, d.src_port);
+        if let Err(reason) = inspect(route, src, d.payload, f.truncated(), ctx.max_payload) {
+            r.tally.drop(reason);
+            continue;
+        }
+        let Some(fd) = r.egress else {
+            // The egress socket is announced before the route is installed, so this only
+            // happens while the route's session is being torn down.
+            r.tally.drop(DropReason::SendError);
+            continue;
+        };
+        if scope.is_full() {
+            let out = scope.send(fd, route.dest);
+            account(&mut r.tally, &out, route);
+        }
+        scope.push(d.payload);
+    }
+    if let Some(r) = run.take() {
+        finish_run(r, &mut scope, now, chan);
+    }
+}
+
+/// Sends what a run queued, then adds its tally to its route (once) and its channel.
+fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, now: u64, chan: &mut [Tally; 2]) {
+    if let Some(route) = &r.route {
+        if let Some(fd) = r.egress {
+            let out = scope.send(fd, route.dest);
+            account(&mut r.tally, &out, route);
+        }
+        route.touch(now);
+        route.stats.packets.add(&r.tally);
+    }
+    scope.clear();
+    chan[r.channel.index()].merge(&r.tally);
+}
+
+fn account(t: &mut Tally, out: &SendOutcome, route: &StreamRoute) {
+    t.tx_packets += out.sent as u64;
+    t.tx_bytes += out.sent_bytes as u64;
+    t.drops[DropReason::QueueFull as usize] += out.queue_full as u64;
+    t.drops[DropReason::SendError as usize] += out.errors as u64;
+    if let Some(code) = out.last_error {
+        if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
+            let e = io::Error::from_raw_os_error(code);
+            tracing::warn!(route = %route.label, dest = %route.dest, suppressed, "send failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_by_address_and_range() {
+        let t: Targets = [
+            (
+                Ipv4Addr::new(127, 0, 0, 1),
+                PortRange {
+                    first: 20000,
+                    last: 20099,
+                },
+            ),
+            (
+                Ipv4Addr::new(127, 0, 0, 2),
+                PortRange {
+                    first: 30000,
+                    last: 30099,
+                },
+            ),
+        ];
+        let both = [DomainId::A, DomainId::B];
+        let a = Ipv4Addr::new(127, 0, 0, 1);
+        let b = Ipv4Addr::new(127, 0, 0, 2);
+        assert_eq!(classify(&t, &both, a, 20000), Some(Channel::Forward));
+        assert_eq!(classify(&t, &both, b, 30099), Some(Channel::Reverse));
+        assert_eq!(classify(&t, &both, a, 30000), None);
+        assert_eq!(classify(&t, &[DomainId::A], b, 30000), None);
+        assert_eq!(classify(&t, &both, b, 40000), None);
+    }
+
+    #[test]
+    fn instance_names_follow_the_config() {
+        let cfg = Config::embedded_default();
+        let n = instance_name(&cfg);
+        assert_eq!(n.len(), 16);
+        assert_eq!(n, instance_name(&cfg), "stable");
+        let mut other = cfg.clone();
+        other.domains[1].media_ports.last -= 1;
+        assert_ne!(n, instance_name(&other));
+    }
+}

@@ -1,0 +1,556 @@
+//! One client connection: two threads around an [`Exchange`].
+//!
+//! The client thread reads the client's socket (requests and interleaved `$` frames), opens
+//! the upstream connection when the first routable request arrives, and keeps the timers
+//! (session idle, no media, shutdown) on a one-second read timeout. The upstream thread
+//! reads the upstream's socket (replies and `$` frames). Both hand messages to the exchange
+//! under one lock and take the writer lock of the socket they write before letting the
+//! exchange go, so bytes reach each peer in the exchange's order. Interleaved frames are
+//! relayed as they arrive, channel numbers untouched, counted per direction; frames on
+//! channels no SETUP negotiated are dropped and counted.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddrV4, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::logic::{Exchange, MediaPorts, Output, Settings};
+use crate::channel::now_ms;
+use crate::config::DomainId;
+use crate::routes::{RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
+use crate::signaling::rtsp::{next_frame, Frame};
+
+/// How long a connect to the upstream may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A peer that does not take our bytes for this long is cut off.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timer resolution of the client thread.
+const TICK: Duration = Duration::from_millis(500);
+/// Extra slack on the session timeout before vgate ends an idle session.
+const SESSION_GRACE_MS: u64 = 2_000;
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The route tables seen through one connection's session.
+pub struct RoutesMedia {
+    routes: Arc<Routes>,
+    label: String,
+    session: Option<SessionId>,
+    installed: Vec<Arc<StreamRoute>>,
+}
+
+impl RoutesMedia {
+    pub fn new(routes: Arc<Routes>, label: String) -> RoutesMedia {
+        RoutesMedia {
+            routes,
+            label,
+            session: None,
+            installed: Vec::new(),
+        }
+    }
+
+    fn session(&mut self) -> SessionId {
+        match self.session {
+            Some(s) => s,
+            None => {
+                let s = self
+                    .routes
+                    .open_session(SessionKind::Rtsp, self.label.clone());
+                self.session = Some(s);
+                s
+            }
+        }
+    }
+
+    /// When the last media packet crossed any of the session's routes.
+    pub fn last_media_ms(&self) -> Option<u64> {
+        self.installed.iter().filter_map(|r| r.last_seen_ms()).max()
+    }
+
+    /// (packets, bytes) forwarded by the session's routes.
+    pub fn forwarded(&self) -> (u64, u64) {
+        self.installed.iter().fold((0, 0), |(p, b), r| {
+            let s = r.stats.snapshot().packets;
+            (p + s.tx_packets, b + s.tx_bytes)
+        })
+    }
+}
+
+impl MediaPorts for RoutesMedia {
+    fn alloc_pair(&mut self, domain: DomainId) -> Result<u16, RouteError> {
+        let s = self.session();
+        self.routes.alloc_pair(s, domain)
+    }
+
+    fn add_route(&mut self, spec: RouteSpec) -> Result<(), RouteError> {
+        let s = self.session();
+        let r = self.routes.add_route(s, spec)?;
+        self.installed.push(r);
+        Ok(())
+    }
+
+    fn release(&mut self) {
+        self.installed.clear();
+        if let Some(s) = self.session.take() {
+            let _ = self.routes.close_session(s);
+        }
+    }
+}
+
+impl Drop for RoutesMedia {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Counters of one connection's interleaved relay.
+#[derive(Debug, Default)]
+pub struct Interleaved {
+    pub to_client_frames: AtomicU64,
+    pub to_client_bytes: AtomicU64,
+    pub to_upstream_frames: AtomicU64,
+    pub to_upstream_bytes: AtomicU64,
+    /// Frames on channels no SETUP negotiated.
+    pub dropped: AtomicU64,
+    /// Last frame from the upstream (ms since the epoch).
+    pub last_ms: AtomicU64,
+}
+
+/// What both threads share.
+struct Shared {
+    exchange: Mutex<Exchange<RoutesMedia>>,
+    client_w: Mutex<TcpStream>,
+    upstream_w: Mutex<Option<TcpStream>>,
+    /// Handles for shutting the sockets down while a writer may hold its lock.
+    client_ctl: TcpStream,
+    upstream_ctl: Mutex<Option<TcpStream>>,
+    /// Negotiated channels, readable without the exchange lock.
+    channels: [AtomicBool; 256],
+    counters: Interleaved,
+    closing: AtomicBool,
+    /// When the session last started playing (ms), for the no-media timer.
+    play_epoch_ms: AtomicU64,
+    last_request_ms: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a connection ended, for the log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    ClientClosed,
+    UpstreamClosed,
+    SessionTimeout,
+    NoMedia,
+    Protocol,
+    Shutdown,
+}
+
+impl EndReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            EndReason::ClientClosed => "client-closed",
+            EndReason::UpstreamClosed => "upstream-closed",
+            EndReason::SessionTimeout => "session-timeout",
+            EndReason::NoMedia => "no-media",
+            EndReason::Protocol => "protocol-error",
+            EndReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Everything a connection needs from its proxy.
+#[derive(Clone)]
+pub struct ConnContext {
+    pub settings: Arc<Settings>,
+    pub routes: Arc<Routes>,
+    pub stop: Arc<AtomicBool>,
+    /// Seconds without media on a playing session before it ends; 0: never.
+    pub media_timeout: u64,
+}
+
+/// Serves one client connection until it ends; returns why.
+pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
+    let peer = match client.peer_addr() {
+        Ok(std::net::SocketAddr::V4(a)) => *a.ip(),
+        _ => return EndReason::Protocol,
+    };
+    let (Ok(writer), Ok(ctl)) = (client.try_clone(), client.try_clone()) else {
+        return EndReason::Protocol;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
+    let label = format!("rtsp:{}:c{id}", ctx.settings.name);
+    let media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
+    let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed(id));
+    let shared = Arc::new(Shared {
+        exchange: Mutex::new(exchange),
+        client_w: Mutex::new(writer),
+        upstream_w: Mutex::new(None),
+        client_ctl: ctl,
+        upstream_ctl: Mutex::new(None),
+        channels: std::array::from_fn(|_| AtomicBool::new(false)),
+        counters: Interleaved::default(),
+        closing: AtomicBool::new(false),
+        play_epoch_ms: AtomicU64::new(0),
+        last_request_ms: AtomicU64::new(now_ms()),
+    });
+    let mut upstream_thread = None;
+    let reason = client_loop(client, &shared, ctx, &mut upstream_thread);
+    shared.closing.store(true, Relaxed);
+    close_both(&shared);
+    let upstream_reason = upstream_thread.and_then(|t| t.join().ok());
+    let reason = match (reason, upstream_reason) {
+        (EndReason::ClientClosed, Some(Some(EndReason::UpstreamClosed))) => {
+            EndReason::UpstreamClosed
+        }
+        (r, _) => r,
+    };
+    let mut ex = lock(&shared.exchange);
+    let (packets, bytes) = ex.media().forwarded();
+    ex.end_session();
+    drop(ex);
+    let c = &shared.counters;
+    tracing::info!(
+        route = %ctx.settings.name,
+        conn = id,
+        udp_packets = packets,
+        udp_bytes = bytes,
+        interleaved_to_client = c.to_client_frames.load(Relaxed),
+        interleaved_to_upstream = c.to_upstream_frames.load(Relaxed),
+        interleaved_dropped = c.dropped.load(Relaxed),
+        "rtsp connection ended ({}); live {}",
+        reason.name(),
+        live(&ctx.routes)
+    );
+    reason
+}
+
+/// The gateway's live RTSP sessions, routes and ports, for the lines that say a session ended.
+pub fn live(routes: &Routes) -> String {
+    let open = routes
+        .sessions()
+        .iter()
+        .filter(|s| s.kind == SessionKind::Rtsp)
+        .count();
+    format!(
+        "rtsp_sessions={open} routes={} ports_a={} ports_b={}",
+        routes.routes().len(),
+        routes.ports(DomainId::A).0,
+        routes.ports(DomainId::B).0
+    )
+}
+
+fn seed(id: u64) -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut b);
+    }
+    u64::from_le_bytes(b) ^ id.rotate_left(32) ^ now_ms()
+}
+
+fn close_both(shared: &Shared) {
+    let _ = shared.client_ctl.shutdown(Shutdown::Both);
+    if let Some(u) = lock(&shared.upstream_ctl).as_ref() {
+        let _ = u.shutdown(Shutdown::Both);
+    }
+}
+
+fn client_loop(
+    mut client: TcpStream,
+    shared: &Arc<Shared>,
+    ctx: &ConnContext,
+    upstream_thread: &mut Option<std::thread::JoinHandle<Option<EndReason>>>,
+) -> EndReason {
+    let _ = client.set_read_timeout(Some(TICK));
+    let limits = ctx.settings.limits;
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        if ctx.stop.load(Relaxed) {
+            return EndReason::Shutdown;
+        }
+        if shared.closing.load(Relaxed) {
+            return EndReason::UpstreamClosed;
+        }
+        if let Some(r) = timers(shared, ctx) {
+            return r;
+        }
+        match client.read(&mut chunk) {
+            Ok(0) => return EndReason::ClientClosed,
+            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return EndReason::ClientClosed,
+        }
+        let mut consumed = 0;
+        loop {
+            let rest = buf.get(consumed..).unwrap_or_default();
+            let frame = match next_frame(rest, &limits) {
+                Ok(f) => f,
+                Err(_) => {
+                    // Framing is lost: a 400 in turn, then the connection goes.
+                    let mut ex = lock(&shared.exchange);
+                    let outs = ex.framing_error();
+                    perform_outputs(shared, outs, ctx);
+                    return EndReason::Protocol;
+                }
+            };
+            let Some(len) = frame.wire_len() else { break };
+            let bytes = rest.get(..len).unwrap_or_default();
+            match frame {
+                Frame::Interleaved { channel, len } => {
+                    shared.last_request_ms.store(now_ms(), Relaxed);
+                    relay_frame(shared, channel, len, bytes, false);
+                }
+                Frame::Message(_) => {
+                    shared.last_request_ms.store(now_ms(), Relaxed);
+                    let mut ex = lock(&shared.exchange);
+                    let outs = ex.client_message(bytes, now_secs());
+                    let outs = connect_if_asked(outs, &mut ex, shared, ctx, upstream_thread);
+                    // Writer locks are taken while `ex` is still held: order kept.
+                    let close = perform_outputs(shared, outs, ctx);
+                    drop(ex);
+                    if close {
+                        return EndReason::Protocol;
+                    }
+                }
+                Frame::Skip(_) | Frame::Incomplete => {}
+            }
+            consumed += len;
+        }
+        buf.drain(..consumed);
+    }
+}
+
+/// Session idle and no-media timers; `Some` when the connection must end.
+fn timers(shared: &Shared, ctx: &ConnContext) -> Option<EndReason> {
+    let now = now_ms();
+    let ex = lock(&shared.exchange);
+    let st = ex.state();
+    // Idle connections end too, session or not.
+    {
+        let timeout = u64::from(st.session_timeout.unwrap_or(ctx.settings.session_timeout));
+        let idle = now.saturating_sub(shared.last_request_ms.load(Relaxed));
+        if idle > timeout * 1000 + SESSION_GRACE_MS {
+            return Some(EndReason::SessionTimeout);
+        }
+    }
+    if st.playing && ctx.media_timeout > 0 {
+        let last = [
+            ex.media().last_media_ms().unwrap_or(0),
+            shared.counters.last_ms.load(Relaxed),
+            shared.play_epoch_ms.load(Relaxed),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        if now.saturating_sub(last) > ctx.media_timeout * 1000 {
+            return Some(EndReason::NoMedia);
+        }
+    }
+    None
+}
+
+fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+/// Opens the upstream connection when the exchange asks for it (under its lock: nothing
+/// else can happen on this connection before it exists).
+fn connect_if_asked(
+    outs: Vec<Output>,
+    ex: &mut Exchange<RoutesMedia>,
+    shared: &Arc<Shared>,
+    ctx: &ConnContext,
+    upstream_thread: &mut Option<std::thread::JoinHandle<Option<EndReason>>>,
+) -> Vec<Output> {
+    let Some(pos) = outs.iter().position(|o| matches!(o, Output::Connect(_))) else {
+        return outs;
+    };
+    let Some(Output::Connect(addr)) = outs.get(pos).cloned() else {
+        return outs;
+    };
+    match connect(addr) {
+        Ok(stream) => {
+            let reader = stream.try_clone();
+            *lock(&shared.upstream_ctl) = stream.try_clone().ok();
+            *lock(&shared.upstream_w) = Some(stream);
+            match reader {
+                Ok(r) => {
+                    let sh = Arc::clone(shared);
+                    let c = ctx.clone();
+                    *upstream_thread = std::thread::Builder::new()
+                        .name("rtsp-upstream".into())
+                        .spawn(move || upstream_loop(r, &sh, &c))
+                        .ok();
+                    outs
+                }
+                Err(_) => {
+                    let mut v: Vec<Output> = outs.into_iter().take(pos).collect();
+                    v.extend(ex.connect_failed());
+                    v
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(route = %ctx.settings.name, upstream = %addr, "cannot reach the RTSP upstream: {e}; answering 503");
+            let mut v: Vec<Output> = outs.into_iter().take(pos).collect();
+            v.extend(ex.connect_failed());
+            v
+        }
+    }
+}
+
+fn connect(addr: SocketAddrV4) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr.into(), CONNECT_TIMEOUT)?;
+    let _ = s.set_nodelay(true);
+    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    Ok(s)
+}
+
+/// Writes the outputs in order; `true` when the connection must close.
+fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> bool {
+    let mut close = false;
+    for o in outs {
+        match o {
+            Output::Client(b) => {
+                if lock(&shared.client_w).write_all(&b).is_err() {
+                    close = true;
+                }
+            }
+            Output::Upstream(b) => {
+                let mut up = lock(&shared.upstream_w);
+                let ok = up.as_mut().is_some_and(|s| s.write_all(&b).is_ok());
+                if !ok {
+                    close = true;
+                }
+            }
+            Output::SessionEnded => {
+                tracing::info!(route = %ctx.settings.name, "rtsp session ended (teardown); live {}", live(&ctx.routes));
+            }
+            Output::Close => close = true,
+            Output::Connect(_) => {}
+        }
+    }
+    if close {
+        shared.closing.store(true, Relaxed);
+        close_both(shared);
+    }
+    close
+}
+
+/// After each exchange step: negotiated channels and play state, for lock-free readers.
+fn sync_state(shared: &Shared, ex: &Exchange<RoutesMedia>, was_playing: bool) {
+    for (i, c) in shared.channels.iter().enumerate() {
+        c.store(ex.channel_allowed(i as u8), Relaxed);
+    }
+    if ex.state().playing && !was_playing {
+        shared.play_epoch_ms.store(now_ms(), Relaxed);
+    }
+}
+
+/// Relays one `$` frame to the other side if its channel was negotiated.
+fn relay_frame(shared: &Shared, channel: u8, len: usize, bytes: &[u8], to_client: bool) {
+    let c = &shared.counters;
+    if !shared.channels[usize::from(channel)].load(Relaxed) {
+        c.dropped.fetch_add(1, Relaxed);
+        return;
+    }
+    let ok = if to_client {
+        lock(&shared.client_w).write_all(bytes).is_ok()
+    } else {
+        match lock(&shared.upstream_w).as_mut() {
+            Some(s) => s.write_all(bytes).is_ok(),
+            None => false,
+        }
+    };
+    if !ok {
+        c.dropped.fetch_add(1, Relaxed);
+        return;
+    }
+    let (frames, total) = if to_client {
+        c.last_ms.store(now_ms(), Relaxed);
+        (&c.to_client_frames, &c.to_client_bytes)
+    } else {
+        (&c.to_upstream_frames, &c.to_upstream_bytes)
+    };
+    frames.fetch_add(1, Relaxed);
+    total.fetch_add(len as u64, Relaxed);
+}
+
+fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> Option<EndReason> {
+    let limits = ctx.settings.limits;
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        if shared.closing.load(Relaxed) {
+            return None;
+        }
+        match up.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        let mut consumed = 0;
+        loop {
+            let rest = buf.get(consumed..).unwrap_or_default();
+            let Ok(frame) = next_frame(rest, &limits) else {
+                // The upstream broke framing: pending requests get 502, then close.
+                let mut ex = lock(&shared.exchange);
+                let mut outs = Vec::new();
+                ex.fail_pending(
+                    &mut outs,
+                    crate::signaling::rtsp::Status::new(502, "Bad Gateway"),
+                );
+                drop(ex);
+                perform_outputs(shared, outs, ctx);
+                return Some(EndReason::Protocol);
+            };
+            let Some(len) = frame.wire_len() else { break };
+            let bytes = rest.get(..len).unwrap_or_default();
+            match frame {
+                Frame::Interleaved { channel, len } => {
+                    relay_frame(shared, channel, len, bytes, true);
+                }
+                Frame::Message(_) => {
+                    let mut ex = lock(&shared.exchange);
+                    let was_playing = ex.state().playing;
+                    let outs = ex.upstream_message(bytes);
+                    sync_state(shared, &ex, was_playing);
+                    // Writer locks are taken inside while `ex` is still held: order kept.
+                    let close = perform_outputs(shared, outs, ctx);
+                    drop(ex);
+                    if close {
+                        return Some(EndReason::Protocol);
+                    }
+                }
+                Frame::Skip(_) | Frame::Incomplete => {}
+            }
+            consumed += len;
+        }
+        buf.drain(..consumed);
+    }
+    if shared.closing.load(Relaxed) {
+        return None;
+    }
+    let mut ex = lock(&shared.exchange);
+    let mut outs = Vec::new();
+    ex.fail_pending(
+        &mut outs,
+        crate::signaling::rtsp::Status::new(502, "Bad Gateway"),
+    );
+    perform_outputs(shared, outs, ctx);
+    drop(ex);
+    Some(EndReason::UpstreamClosed)
+}

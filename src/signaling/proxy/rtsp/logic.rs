@@ -1,0 +1,946 @@
+//! One client connection's RTSP exchange, without I/O: bytes of one message in, a list of
+//! [`Output`]s (bytes to the upstream, bytes to the client, connect, close) out.
+//!
+//! Owns: the request/response pairing (vgate numbers the requests it sends upstream with its
+//! own `CSeq` and maps each reply back to the client's; replies reach the client in request
+//! order even when vgate answers some requests itself), the rewrites of
+//! [`crate::signaling::rtsp`] applied in each direction, answering the upstream's 401 with
+//! the route's credentials, checking the client's credentials, and the media plumbing of
+//! each SETUP through [`MediaPorts`] (ports on both sides, stream routes).
+//!
+//! Does not own: sockets, threads, clocks or randomness (passed in), nor the `$` frames of
+//! interleaved media (the connection relays them; [`Exchange::channel_allowed`] says which
+//! channels were negotiated).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+
+use crate::config::{DomainId, SourcePolicy};
+use crate::routes::{RouteError, RouteSpec};
+use crate::signaling::rtsp::auth::{
+    authorization, choose_challenge, parse_www_authenticate, Challenge, ClientNonce, Credentials,
+    DigestVerifier,
+};
+use crate::signaling::rtsp::transport::{Delivery, LowerTransport, TransportPolicy};
+use crate::signaling::rtsp::{
+    build_response, parse_transport, select_transport, Editor, Limits, Message, RtspError, Status,
+    UrlMap,
+};
+use crate::signaling::sdp;
+
+/// Most SETUPs (tracks) one connection may hold ports for.
+pub const MAX_TRACKS: usize = 16;
+/// Most requests awaiting a reply on one connection (pipelining depth).
+pub const MAX_PENDING: usize = 32;
+
+const BAD_GATEWAY: Status = Status::new(502, "Bad Gateway");
+const NOT_IMPLEMENTED: Status = Status::new(501, "Not Implemented");
+const METHOD_NOT_ALLOWED: Status = Status::new(405, "Method Not Allowed");
+const METHODS: &str =
+    "OPTIONS, DESCRIBE, SETUP, PLAY, PAUSE, GET_PARAMETER, SET_PARAMETER, TEARDOWN, ANNOUNCE, RECORD";
+
+/// What the exchange needs from the route tables: ports and routes of this connection's
+/// session. The real one wraps [`crate::routes::Routes`]; tests use a fake.
+pub trait MediaPorts {
+    /// An RTP/RTCP pair in `domain`; the even (RTP) port.
+    fn alloc_pair(&mut self, domain: DomainId) -> Result<u16, RouteError>;
+    fn add_route(&mut self, spec: RouteSpec) -> Result<(), RouteError>;
+    /// Ends the session: every route and port goes back. The next SETUP starts a new one.
+    fn release(&mut self);
+}
+
+/// Static facts of one proxy route, shared by its connections.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Signaling route name, for labels.
+    pub name: String,
+    pub map: UrlMap,
+    /// Upstream socket per route of `map`.
+    pub upstreams: Vec<SocketAddrV4>,
+    /// Credentials vgate answers each upstream's challenges with.
+    pub credentials: Vec<Option<Credentials>>,
+    /// Clients must authenticate to vgate when set.
+    pub verifier: Option<DigestVerifier>,
+    /// Domain of the clients (the route's listen domain); upstreams are in the other.
+    pub client_domain: DomainId,
+    /// The gateway's address in each domain, by [`DomainId::index`].
+    pub gateway: [Ipv4Addr; 2],
+    pub policy: SourcePolicy,
+    pub rtp_only: bool,
+    pub limits: Limits,
+    pub transports: TransportPolicy,
+    /// Longest idle time of a session in seconds (the server's, if shorter, wins).
+    pub session_timeout: u32,
+}
+
+/// What the connection must do, in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Open the upstream connection (before the first `Upstream`).
+    Connect(SocketAddrV4),
+    /// Bytes for the upstream.
+    Upstream(Vec<u8>),
+    /// Bytes for the client.
+    Client(Vec<u8>),
+    /// The RTSP session ended (TEARDOWN answered): its routes and ports are gone.
+    SessionEnded,
+    /// Close both connections (after writing what came before).
+    Close,
+}
+
+/// A UDP SETUP in flight: what its reply needs.
+#[derive(Debug, Clone, Copy)]
+struct UdpSetup {
+    /// The client's own ports.
+    client_rtp: u16,
+    client_rtcp: u16,
+    /// vgate's upstream-side pair given to the server as client_port.
+    upstream_pair: u16,
+    record: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SetupKind {
+    Udp(UdpSetup),
+    Interleaved,
+}
+
+/// A request sent upstream, awaiting its reply.
+#[derive(Debug)]
+struct InFlight {
+    cseq: u32,
+    client_cseq: String,
+    method: String,
+    upstream_uri: String,
+    /// The request as sent, for a resend with credentials.
+    sent: Vec<u8>,
+    setup: Option<SetupKind>,
+    answered_challenge: bool,
+}
+
+/// One reply slot in request order.
+#[derive(Debug)]
+enum Slot {
+    Waiting(InFlight),
+    Ready(Vec<u8>),
+}
+
+/// Counters and state the connection reads for its timers and logs.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    /// PLAY or RECORD answered 200 and no PAUSE/TEARDOWN since.
+    pub playing: bool,
+    /// `timeout=` of the server's Session header, if it gave one.
+    pub session_timeout: Option<u32>,
+    /// Media routes installed in the current session.
+    pub routes: usize,
+    /// UDP tracks set up in the current session.
+    pub tracks: usize,
+}
+
+/// One client connection's exchange.
+pub struct Exchange<M: MediaPorts> {
+    settings: std::sync::Arc<Settings>,
+    media: M,
+    client: Ipv4Addr,
+    route: Option<usize>,
+    next_cseq: u32,
+    slots: VecDeque<Slot>,
+    /// `WWW-Authenticate` values of the upstream's last challenge.
+    challenge: Vec<String>,
+    nonce_count: u32,
+    rng: u64,
+    /// Interleaved channels negotiated on this connection.
+    channels: [bool; 256],
+    /// Spare upstream-side pairs from SETUPs that failed, reused before allocating.
+    spare: Vec<u16>,
+    announced: bool,
+    state: State,
+    closed: bool,
+}
+
+impl<M: MediaPorts> Exchange<M> {
+    /// `client` is the peer address of the client connection; `seed` feeds the client
+    /// nonces of Digest answers.
+    pub fn new(settings: std::sync::Arc<Settings>, media: M, client: Ipv4Addr, seed: u64) -> Self {
+        Exchange {
+            settings,
+            media,
+            client,
+            route: None,
+            next_cseq: 1,
+            slots: VecDeque::new(),
+            challenge: Vec::new(),
+            nonce_count: 0,
+            rng: seed | 1,
+            channels: [false; 256],
+            spare: Vec::new(),
+            announced: false,
+            state: State::default(),
+            closed: false,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn media(&self) -> &M {
+        &self.media
+    }
+
+    pub fn media_mut(&mut self) -> &mut M {
+        &mut self.media
+    }
+
+    /// Whether `$` frames on this channel belong to a negotiated interleaved track.
+    pub fn channel_allowed(&self, channel: u8) -> bool {
+        self.channels[usize::from(channel)]
+    }
+
+    /// Requests still waiting for the upstream.
+    pub fn pending(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Waiting(_)))
+            .count()
+    }
+
+    /// Ends the media session (timeout, client gone). Idempotent.
+    pub fn end_session(&mut self) {
+        self.media.release();
+        self.state = State::default();
+        self.channels = [false; 256];
+        self.spare.clear();
+    }
+
+    fn random_hex(&mut self) -> String {
+        // splitmix64: client nonces only need to differ; the seed is random.
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        format!("{:016x}", z ^ (z >> 31))
+    }
+
+    // ---- client → upstream -------------------------------------------------------------
+
+    /// A complete message from the client (`raw` is one `Frame::Message`).
+    pub fn client_message(&mut self, raw: &[u8], now_secs: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        if self.closed {
+            return out;
+        }
+        let msg = match Message::parse(raw, &self.settings.limits) {
+            Ok(m) => m,
+            Err(_) => {
+                // The stream may be out of step now: answer and close.
+                self.local(&mut out, None, Status::BAD_REQUEST, &[]);
+                out.push(Output::Close);
+                self.closed = true;
+                return out;
+            }
+        };
+        let Some(method) = msg.method() else {
+            // A client's reply to a request vgate never forwarded: nothing to do.
+            return out;
+        };
+        let cseq = match msg.cseq() {
+            Ok(_) => msg.cseq_raw().map(str::to_owned),
+            Err(_) => {
+                self.local(&mut out, None, Status::BAD_REQUEST, &[]);
+                return out;
+            }
+        };
+        let cseq = cseq.unwrap_or_default();
+        if msg.version() != "RTSP/1.0" {
+            self.local(&mut out, Some(&cseq), Status::VERSION_NOT_SUPPORTED, &[]);
+            return out;
+        }
+        if self.slots.len() >= MAX_PENDING {
+            self.local(&mut out, Some(&cseq), Status::SERVICE_UNAVAILABLE, &[]);
+            return out;
+        }
+        match self.request(&msg, method, &cseq, now_secs, &mut out) {
+            Ok(()) => {}
+            Err(status) => self.local(&mut out, Some(&cseq), status, &[]),
+        }
+        out
+    }
+
+    fn request(
+        &mut self,
+        msg: &Message<'_>,
+        method: &str,
+        cseq: &str,
+        now_secs: u64,
+        out: &mut Vec<Output>,
+    ) -> Result<(), Status> {
+        const KNOWN: [&str; 10] = [
+            "OPTIONS",
+            "DESCRIBE",
+            "SETUP",
+            "PLAY",
+            "PAUSE",
+            "GET_PARAMETER",
+            "SET_PARAMETER",
+            "TEARDOWN",
+            "ANNOUNCE",
+            "RECORD",
+        ];
+        if !KNOWN.contains(&method) {
+            self.local(out, Some(cseq), METHOD_NOT_ALLOWED, &[("Allow", METHODS)]);
+            return Ok(());
+        }
+        let client_uri = msg.uri().unwrap_or_default();
+        let settings = std::sync::Arc::clone(&self.settings);
+        if let Some(verifier) = &settings.verifier {
+            let ok = msg
+                .authorization()
+                .is_some_and(|a| verifier.verify(a, method, client_uri, now_secs).is_ok());
+            if !ok {
+                let stale = matches!(
+                    msg.authorization()
+                        .map(|a| verifier.verify(a, method, client_uri, now_secs)),
+                    Some(Err(RtspError::BadNonce { stale: true }))
+                );
+                let mut random = [0u8; 16];
+                for chunk in random.chunks_mut(8) {
+                    let r = u64::from_str_radix(&self.random_hex(), 16).unwrap_or(self.rng);
+                    chunk.copy_from_slice(&r.to_le_bytes());
+                }
+                let challenges = verifier.challenges(now_secs, random, stale);
+                let headers: Vec<(&str, &str)> = challenges
+                    .iter()
+                    .map(|c| ("WWW-Authenticate", c.as_str()))
+                    .collect();
+                self.local(out, Some(cseq), Status::UNAUTHORIZED, &headers);
+                return Ok(());
+            }
+        }
+        // Which upstream, and the Request-URI it sees.
+        let upstream_uri = if client_uri == "*" {
+            if self.route.is_none() {
+                // OPTIONS * before any URL: vgate answers; no upstream is chosen yet.
+                self.local(out, Some(cseq), Status::OK, &[("Public", METHODS)]);
+                return Ok(());
+            }
+            "*".to_owned()
+        } else {
+            let mapped = self
+                .settings
+                .map
+                .to_upstream(client_uri)
+                .map_err(|e| match e {
+                    RtspError::NoRoute => Status::NOT_FOUND,
+                    _ => Status::BAD_REQUEST,
+                })?;
+            match self.route {
+                None => {
+                    let up = *self
+                        .settings
+                        .upstreams
+                        .get(mapped.route)
+                        .ok_or(Status::INTERNAL_SERVER_ERROR)?;
+                    self.route = Some(mapped.route);
+                    out.push(Output::Connect(up));
+                }
+                // One upstream connection per client connection: another upstream's
+                // path cannot be served on this one.
+                Some(r)
+                    if self.settings.upstreams.get(r)
+                        != self.settings.upstreams.get(mapped.route) =>
+                {
+                    return Err(Status::NOT_FOUND)
+                }
+                Some(_) => {}
+            }
+            mapped.url
+        };
+        let route = self.route.unwrap_or_default();
+        let mut editor = Editor::new(msg);
+        editor
+            .set_uri(&upstream_uri)
+            .map_err(|_| Status::BAD_REQUEST)?;
+        let manages_auth = self.settings.verifier.is_some() || self.credentials(route).is_some();
+        if manages_auth {
+            // The client's credentials are for vgate (or meaningless upstream: digest
+            // covers the rewritten URI); they never cross.
+            let _ = editor.remove_header("Authorization");
+        }
+        let mut setup = None;
+        match method {
+            "SETUP" => setup = Some(self.setup_request(msg, &mut editor)?),
+            "ANNOUNCE" => {
+                self.announced = true;
+                if !msg.body().is_empty() {
+                    let body = self.sdp_to_upstream(route, msg.body())?;
+                    editor.set_body(body);
+                }
+            }
+            _ => {}
+        }
+        // Numbered only once nothing can refuse it: vgate's numbers have no gaps.
+        let upstream_cseq = self.next_cseq;
+        self.next_cseq = self.next_cseq.wrapping_add(1).max(1);
+        editor
+            .set_header("CSeq", &upstream_cseq.to_string())
+            .map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
+        let mut sent = editor.to_bytes();
+        if let Some(auth) = self.authorization_for(route, method, &upstream_uri) {
+            sent = with_header(&sent, &self.settings.limits, "Authorization", &auth)
+                .map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
+        }
+        out.push(Output::Upstream(sent.clone()));
+        if method == "TEARDOWN" {
+            // Whatever the server answers, the client is done with the session; clients
+            // often close the connection right after sending it.
+            self.end_session();
+            out.push(Output::SessionEnded);
+        }
+        self.slots.push_back(Slot::Waiting(InFlight {
+            cseq: upstream_cseq,
+            client_cseq: cseq.to_owned(),
+            method: method.to_owned(),
+            upstream_uri,
+            sent,
+            setup,
+            answered_challenge: false,
+        }));
+        Ok(())
+    }
+
+    /// Polices the client's Transport and points the upstream at vgate.
+    fn setup_request(
+        &mut self,
+        msg: &Message<'_>,
+        editor: &mut Editor<'_, '_>,
+    ) -> Result<SetupKind, Status> {
+        let value = msg.transport().ok_or(Status::UNSUPPORTED_TRANSPORT)?;
+        let specs = parse_transport(value).map_err(transport_status)?;
+        let (chosen, delivery) =
+            select_transport(&specs, IpAddr::V4(self.client), &self.settings.transports)
+                .map_err(transport_status)?;
+        let record = chosen
+            .mode()
+            .is_some_and(|m| m.to_ascii_uppercase().contains("RECORD"))
+            || self.announced;
+        let spec = chosen.clone().with_unicast().without_destination();
+        match delivery {
+            Delivery::Udp { client_port } => {
+                if self.state.tracks >= MAX_TRACKS {
+                    return Err(Status::NOT_ENOUGH_BANDWIDTH);
+                }
+                let pair = match self.spare.pop() {
+                    Some(p) => p,
+                    None => self
+                        .media
+                        .alloc_pair(self.settings.client_domain.other())
+                        .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?,
+                };
+                let spec = spec
+                    .with_client_port(pair, Some(pair + 1))
+                    .map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
+                editor
+                    .set_header("Transport", &spec.to_string())
+                    .map_err(|_| Status::BAD_REQUEST)?;
+                let client_rtp = client_port.rtp();
+                Ok(SetupKind::Udp(UdpSetup {
+                    client_rtp,
+                    client_rtcp: client_port
+                        .rtcp()
+                        .unwrap_or_else(|| client_rtp.saturating_add(1)),
+                    upstream_pair: pair,
+                    record,
+                }))
+            }
+            Delivery::Interleaved { .. } => {
+                editor
+                    .set_header("Transport", &spec.to_string())
+                    .map_err(|_| Status::BAD_REQUEST)?;
+                Ok(SetupKind::Interleaved)
+            }
+        }
+    }
+
+    fn credentials(&self, route: usize) -> Option<&Credentials> {
+        self.settings
+            .credentials
+            .get(route)
+            .and_then(Option::as_ref)
+    }
+
+    /// `Authorization` for a request upstream, once the upstream has challenged.
+    fn authorization_for(&mut self, route: usize, method: &str, uri: &str) -> Option<String> {
+        if self.challenge.is_empty() {
+            return None;
+        }
+        let creds = self.credentials(route)?.clone();
+        let values = std::mem::take(&mut self.challenge);
+        let mut challenges: Vec<Challenge<'_>> = Vec::new();
+        for v in &values {
+            if let Ok(c) = parse_www_authenticate(v) {
+                challenges.extend(c);
+            }
+        }
+        let chosen = choose_challenge(&challenges).cloned();
+        self.nonce_count = self.nonce_count.wrapping_add(1);
+        let nc = self.nonce_count;
+        let cnonce = self.random_hex();
+        let answer = chosen.and_then(|c| {
+            authorization(
+                &c,
+                &creds,
+                method,
+                uri,
+                ClientNonce {
+                    cnonce: &cnonce,
+                    nc,
+                },
+            )
+            .ok()
+        });
+        drop(challenges);
+        self.challenge = values;
+        answer
+    }
+
+    fn sdp_to_upstream(&self, route: usize, body: &[u8]) -> Result<Vec<u8>, Status> {
+        let urls = self
+            .settings
+            .map
+            .sdp_to_upstream(route, body)
+            .map_err(|_| Status::BAD_REQUEST)?;
+        let addr = self.settings.gateway[self.settings.client_domain.other().index()];
+        sdp::rewrite(&urls, addr, |_, _| Ok::<_, Infallible>(None)).map_err(|_| Status::BAD_REQUEST)
+    }
+
+    // ---- upstream → client -------------------------------------------------------------
+
+    /// A complete message from the upstream.
+    pub fn upstream_message(&mut self, raw: &[u8]) -> Vec<Output> {
+        let mut out = Vec::new();
+        if self.closed {
+            return out;
+        }
+        let Ok(msg) = Message::parse(raw, &self.settings.limits) else {
+            self.fail_pending(&mut out, BAD_GATEWAY);
+            return out;
+        };
+        if let Some(method) = msg.method() {
+            // The server asks the client something (keep-alive, redirect...): vgate
+            // answers for it, so nothing of domain A reaches the client.
+            let status = match method {
+                "OPTIONS" | "GET_PARAMETER" | "SET_PARAMETER" => Status::OK,
+                _ => NOT_IMPLEMENTED,
+            };
+            if let Ok(reply) = msg.respond(status, &[]) {
+                out.push(Output::Upstream(reply));
+            }
+            return out;
+        }
+        let Ok(cseq) = msg.cseq() else {
+            return out;
+        };
+        let Some(index) = self
+            .slots
+            .iter()
+            .position(|s| matches!(s, Slot::Waiting(f) if f.cseq == cseq))
+        else {
+            return out;
+        };
+        let Some(Slot::Waiting(mut flight)) = self.slots.remove(index) else {
+            return out;
+        };
+        let status = msg.status().unwrap_or(0);
+        let route = self.route.unwrap_or_default();
+        if status == 401 && !flight.answered_challenge && self.credentials(route).is_some() {
+            self.challenge = msg.www_authenticate().map(str::to_owned).collect();
+            self.nonce_count = 0;
+            if let Some(auth) = self.authorization_for(route, &flight.method, &flight.upstream_uri)
+            {
+                let new_cseq = self.next_cseq;
+                self.next_cseq = self.next_cseq.wrapping_add(1).max(1);
+                let resent =
+                    with_header(&flight.sent, &self.settings.limits, "Authorization", &auth)
+                        .and_then(|b| {
+                            with_header(&b, &self.settings.limits, "CSeq", &new_cseq.to_string())
+                        });
+                if let Ok(bytes) = resent {
+                    flight.cseq = new_cseq;
+                    flight.sent = bytes.clone();
+                    flight.answered_challenge = true;
+                    out.push(Output::Upstream(bytes));
+                    self.slots.insert(index, Slot::Waiting(flight));
+                    return out;
+                }
+            }
+        }
+        let reply = match self.reply(&msg, &flight, route) {
+            Ok(bytes) => bytes,
+            Err(status) => {
+                self.give_back(&flight);
+                build_response(Some(&flight.client_cseq), status, &[]).unwrap_or_default()
+            }
+        };
+        self.slots.insert(index, Slot::Ready(reply));
+        self.flush(&mut out);
+        out
+    }
+
+    /// Rewrites one reply for the client; acts on what it means for the session.
+    fn reply(
+        &mut self,
+        msg: &Message<'_>,
+        flight: &InFlight,
+        route: usize,
+    ) -> Result<Vec<u8>, Status> {
+        let status = msg.status().unwrap_or(0);
+        let ok = (200..300).contains(&status);
+        let mut editor = Editor::new(msg);
+        editor
+            .set_header("CSeq", &flight.client_cseq)
+            .map_err(|_| BAD_GATEWAY)?;
+        for name in ["Content-Base", "Content-Location", "Location"] {
+            if let Some(url) = msg.header(name) {
+                match self.settings.map.to_client(route, url) {
+                    Ok(u) => editor.set_header(name, &u).map_err(|_| BAD_GATEWAY)?,
+                    Err(_) => editor.remove_header(name).map_err(|_| BAD_GATEWAY)?,
+                };
+            }
+        }
+        if let Some(info) = msg.rtp_info() {
+            match self.settings.map.rtp_info_to_client(route, info) {
+                Ok(v) => editor.set_header("RTP-Info", &v).map_err(|_| BAD_GATEWAY)?,
+                Err(_) => editor.remove_header("RTP-Info").map_err(|_| BAD_GATEWAY)?,
+            };
+        }
+        if status == 401 && self.credentials(route).is_some() {
+            // vgate's own credentials were refused: the client cannot do better.
+            return Err(BAD_GATEWAY);
+        }
+        if !msg.body().is_empty() && is_sdp(msg) {
+            let urls = self
+                .settings
+                .map
+                .sdp_to_client(route, msg.body())
+                .map_err(|_| BAD_GATEWAY)?;
+            let addr = self.settings.gateway[self.settings.client_domain.index()];
+            let body = sdp::rewrite(&urls, addr, |_, _| Ok::<_, Infallible>(None))
+                .map_err(|_| BAD_GATEWAY)?;
+            editor.set_body(body);
+        }
+        if let Ok(Some(session)) = msg.session() {
+            // vgate ends idle sessions after the shorter of the server's timeout and its own,
+            // so it tells the client the shorter one: keep-alives then come in time.
+            let own = self.settings.session_timeout;
+            let effective = session.timeout.map_or(own, |t| t.min(own));
+            self.state.session_timeout = Some(effective);
+            if session.timeout != Some(effective) {
+                editor
+                    .set_header("Session", &format!("{};timeout={effective}", session.id))
+                    .map_err(|_| BAD_GATEWAY)?;
+            }
+        }
+        match flight.method.as_str() {
+            "SETUP" => match flight.setup {
+                Some(kind) if ok => self.setup_reply(msg, kind, route, &mut editor)?,
+                _ => {
+                    self.give_back(flight);
+                    self.rewrite_transport_source(msg, &mut editor)?;
+                }
+            },
+            "PLAY" | "RECORD" if ok => self.state.playing = true,
+            "PAUSE" if ok => self.state.playing = false,
+            // The session ended when the TEARDOWN went out.
+            "TEARDOWN" => {}
+            _ => self.rewrite_transport_source(msg, &mut editor)?,
+        }
+        Ok(editor.to_bytes())
+    }
+
+    /// A Transport in a reply other than a successful SETUP still must not name domain A.
+    fn rewrite_transport_source(
+        &self,
+        msg: &Message<'_>,
+        editor: &mut Editor<'_, '_>,
+    ) -> Result<(), Status> {
+        if let Some(value) = msg.transport() {
+            let specs = parse_transport(value).map_err(|_| BAD_GATEWAY)?;
+            let ip = IpAddr::V4(self.settings.gateway[self.settings.client_domain.index()]);
+            let specs: Vec<_> = specs
+                .into_iter()
+                .map(|s| {
+                    let s = s.without_destination();
+                    if s.source().is_some() {
+                        s.with_source(ip)
+                    } else {
+                        s
+                    }
+                })
+                .collect();
+            let text = crate::signaling::rtsp::format_transport(&specs);
+            editor
+                .set_header("Transport", &text)
+                .map_err(|_| BAD_GATEWAY)?;
+        }
+        Ok(())
+    }
+
+    fn setup_reply(
+        &mut self,
+        msg: &Message<'_>,
+        kind: SetupKind,
+        route: usize,
+        editor: &mut Editor<'_, '_>,
+    ) -> Result<(), Status> {
+        let value = msg.transport().ok_or(BAD_GATEWAY)?;
+        let mut specs = parse_transport(value).map_err(|_| BAD_GATEWAY)?;
+        if specs.is_empty() {
+            return Err(BAD_GATEWAY);
+        }
+        let spec = specs.swap_remove(0).without_destination();
+        let client_ip = IpAddr::V4(self.settings.gateway[self.settings.client_domain.index()]);
+        match kind {
+            SetupKind::Interleaved => {
+                // A server that answers interleaved with UDP cannot be bridged here.
+                if spec.lower != LowerTransport::Tcp {
+                    return Err(Status::UNSUPPORTED_TRANSPORT);
+                }
+                if let Some(ch) = spec.interleaved() {
+                    for c in ch.first..=ch.last {
+                        self.channels[usize::from(c)] = true;
+                    }
+                }
+                let spec = if spec.source().is_some() {
+                    spec.with_source(client_ip)
+                } else {
+                    spec
+                };
+                editor
+                    .set_header("Transport", &spec.to_string())
+                    .map_err(|_| BAD_GATEWAY)?;
+                Ok(())
+            }
+            SetupKind::Udp(setup) => {
+                if spec.lower != LowerTransport::Udp {
+                    return Err(Status::UNSUPPORTED_TRANSPORT);
+                }
+                let upstream = self
+                    .settings
+                    .upstreams
+                    .get(route)
+                    .copied()
+                    .ok_or(BAD_GATEWAY)?;
+                let server_ip = match spec.source().map(str::parse::<Ipv4Addr>) {
+                    Some(Ok(ip)) => ip,
+                    _ => *upstream.ip(),
+                };
+                let server_port = spec.server_port();
+                let pair = self
+                    .media
+                    .alloc_pair(self.settings.client_domain)
+                    .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
+                self.state.tracks += 1;
+                let server_rtp = server_port.map(|p| p.rtp());
+                let server_rtcp =
+                    server_port.map(|p| p.rtcp().unwrap_or(p.rtp().saturating_add(1)));
+                self.install(setup, pair, server_ip, server_rtp, server_rtcp)?;
+                let spec = spec
+                    .with_client_port(setup.client_rtp, Some(setup.client_rtcp))
+                    .and_then(|s| s.with_server_port(pair, Some(pair + 1)))
+                    .map_err(|_| BAD_GATEWAY)?
+                    .with_source(client_ip);
+                editor
+                    .set_header("Transport", &spec.to_string())
+                    .map_err(|_| BAD_GATEWAY)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The stream routes of one UDP track. `pair` is vgate's client-side pair.
+    fn install(
+        &mut self,
+        setup: UdpSetup,
+        pair: u16,
+        server_ip: Ipv4Addr,
+        server_rtp: Option<u16>,
+        server_rtcp: Option<u16>,
+    ) -> Result<(), Status> {
+        let cd = self.settings.client_domain;
+        let ud = cd.other();
+        let up = setup.upstream_pair;
+        let client = self.client;
+        let track = self.state.tracks;
+        let name = self.settings.name.clone();
+        let label = |what: &str| format!("rtsp:{name}:t{track}:{what}");
+        let server = |p: Option<u16>| SocketAddrV4::new(server_ip, p.unwrap_or(0));
+        let mut specs = Vec::new();
+        let policy = self.settings.policy;
+        let rtp_only = self.settings.rtp_only;
+        let route = |ingress: DomainId,
+                     port: u16,
+                     dest: SocketAddrV4,
+                     egress_port: u16,
+                     expected: SocketAddrV4,
+                     rtp: bool,
+                     what: &str| RouteSpec {
+            ingress,
+            port,
+            dest,
+            egress_port,
+            policy,
+            expected: Some(expected),
+            rtp_only: rtp && rtp_only,
+            label: label(what),
+        };
+        let c_rtp = SocketAddrV4::new(client, setup.client_rtp);
+        let c_rtcp = SocketAddrV4::new(client, setup.client_rtcp);
+        if setup.record {
+            if let (Some(_), Some(_)) = (server_rtp, server_rtcp) {
+                specs.push(route(cd, pair, server(server_rtp), up, c_rtp, true, "rtp"));
+                specs.push(route(
+                    cd,
+                    pair + 1,
+                    server(server_rtcp),
+                    up + 1,
+                    c_rtcp,
+                    false,
+                    "rtcp",
+                ));
+            }
+            specs.push(route(
+                ud,
+                up + 1,
+                c_rtcp,
+                pair + 1,
+                server(server_rtcp),
+                false,
+                "rtcp-rr",
+            ));
+        } else {
+            specs.push(route(ud, up, c_rtp, pair, server(server_rtp), true, "rtp"));
+            specs.push(route(
+                ud,
+                up + 1,
+                c_rtcp,
+                pair + 1,
+                server(server_rtcp),
+                false,
+                "rtcp",
+            ));
+            if server_rtcp.is_some() {
+                specs.push(route(
+                    cd,
+                    pair + 1,
+                    server(server_rtcp),
+                    up + 1,
+                    c_rtcp,
+                    false,
+                    "rtcp-rr",
+                ));
+            }
+        }
+        for spec in specs {
+            self.media
+                .add_route(spec)
+                .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
+            self.state.routes += 1;
+        }
+        Ok(())
+    }
+
+    /// A SETUP that did not succeed gives its upstream-side pair back for the next one.
+    fn give_back(&mut self, flight: &InFlight) {
+        if let Some(SetupKind::Udp(s)) = flight.setup {
+            if !self.spare.contains(&s.upstream_pair) {
+                self.spare.push(s.upstream_pair);
+            }
+        }
+    }
+
+    // ---- ordering ------------------------------------------------------------------------
+
+    /// vgate answers a request itself, in its turn.
+    fn local(
+        &mut self,
+        out: &mut Vec<Output>,
+        cseq: Option<&str>,
+        status: Status,
+        extra: &[(&str, &str)],
+    ) {
+        let bytes = build_response(cseq, status, extra)
+            .or_else(|_| build_response(None, status, &[]))
+            .unwrap_or_default();
+        self.slots.push_back(Slot::Ready(bytes));
+        self.flush(out);
+    }
+
+    fn flush(&mut self, out: &mut Vec<Output>) {
+        while let Some(Slot::Ready(_)) = self.slots.front() {
+            if let Some(Slot::Ready(bytes)) = self.slots.pop_front() {
+                out.push(Output::Client(bytes));
+            }
+        }
+    }
+
+    /// The upstream is gone or broken: every waiting request gets `status`, then close.
+    pub fn fail_pending(&mut self, out: &mut Vec<Output>, status: Status) {
+        for slot in self.slots.iter_mut() {
+            if let Slot::Waiting(f) = slot {
+                let bytes = build_response(Some(&f.client_cseq), status, &[]).unwrap_or_default();
+                *slot = Slot::Ready(bytes);
+            }
+        }
+        self.flush(out);
+        out.push(Output::Close);
+        self.closed = true;
+    }
+
+    /// The client's byte stream cannot be framed: 400 in its turn, then close.
+    pub fn framing_error(&mut self) -> Vec<Output> {
+        let mut out = Vec::new();
+        if !self.closed {
+            self.local(&mut out, None, Status::BAD_REQUEST, &[]);
+            out.push(Output::Close);
+            self.closed = true;
+        }
+        out
+    }
+
+    /// The upstream could not be reached.
+    pub fn connect_failed(&mut self) -> Vec<Output> {
+        let mut out = Vec::new();
+        self.fail_pending(&mut out, Status::SERVICE_UNAVAILABLE);
+        out
+    }
+}
+
+fn is_sdp(msg: &Message<'_>) -> bool {
+    match msg.header("Content-Type") {
+        Some(t) => t
+            .split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/sdp")),
+        None => msg.body().starts_with(b"v=0"),
+    }
+}
+
+/// A Transport refusal as the status the client gets.
+fn transport_status(e: RtspError) -> Status {
+    match e {
+        RtspError::ForeignDestination => Status::FORBIDDEN,
+        RtspError::UnterminatedQuote => Status::BAD_REQUEST,
+        _ => Status::UNSUPPORTED_TRANSPORT,
+    }
+}
+
+/// `raw` (one whole message) with header `name` set to `value`.
+fn with_header(raw: &[u8], limits: &Limits, name: &str, value: &str) -> Result<Vec<u8>, RtspError> {
+    let msg = Message::parse(raw, limits)?;
+    let mut e = Editor::new(&msg);
+    e.set_header(name, value)?;
+    Ok(e.to_bytes())
+}

@@ -1,0 +1,263 @@
+//! The RTSP proxy: one per RTSP signaling route, transparent end to end.
+//!
+//! A client in the listen domain opens `rtsp://<gateway address there>:<listen_port>/<path>`;
+//! the proxy opens one upstream connection per client connection, to the upstream of the
+//! longest matching path prefix, and forwards every request and reply through the pure
+//! rewrites of [`crate::signaling::rtsp`] composed in [`logic`]. Media crosses on the
+//! one-way channels through gateway ports the proxy allocates on each SETUP ([`logic`]
+//! installs the stream routes), or stays interleaved on the two TCP connections
+//! ([`conn`] relays the `$` frames).
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | the listener and accept thread, the connection registry, start and shutdown, settings from the config |
+//! | [`logic`] | one connection's exchange without I/O: pairing, rewrites, auth, SETUP media plumbing |
+//! | [`conn`] | one connection's two threads, timers and the interleaved relay |
+//!
+//! Each connection's media session ends — routes removed, ports given back — on TEARDOWN,
+//! when the client or upstream closes its connection, when the session is idle past its
+//! timeout, when a playing session carries no media for the route's `media_timeout`, and
+//! at shutdown. A line on stderr says which, with the gateway's live session, route and
+//! port counts after it.
+
+pub mod conn;
+pub mod logic;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{Proxy, ProxyContext, ProxyError};
+use crate::config::{RtspOptions, SignalingRoute};
+use crate::signaling::rtsp::auth::{Credentials, DigestVerifier};
+use crate::signaling::rtsp::transport::TransportPolicy;
+use crate::signaling::rtsp::{build_response, Authority, Limits, Route, Status, UrlMap};
+use conn::ConnContext;
+use logic::Settings;
+
+/// Most client connections one route serves at once; more get `503`.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// A running RTSP proxy.
+pub struct RtspProxy {
+    route: SignalingRoute,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+    conns: Arc<Mutex<HashMap<u64, Conn>>>,
+}
+
+struct Conn {
+    stream: TcpStream,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The proxy settings of a route from the config.
+pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<Settings, String> {
+    let default_opts;
+    let opts: &RtspOptions = match &route.rtsp {
+        Some(o) => o,
+        None => {
+            default_opts = RtspOptions {
+                paths: vec![crate::config::RtspPath {
+                    prefix: "/".into(),
+                    upstream: route.upstream,
+                    upstream_path: "/".into(),
+                    credentials: None,
+                }],
+                client_users: Vec::new(),
+                client_realm: "vgate".into(),
+                session_timeout: 60,
+            };
+            &default_opts
+        }
+    };
+    let client_domain = route.listen_domain;
+    let gw = cfg.domain(client_domain).address;
+    let gateway = Authority::new(&gw.to_string(), route.listen_port).map_err(|e| e.to_string())?;
+    let mut routes = Vec::new();
+    let mut upstreams = Vec::new();
+    let mut credentials = Vec::new();
+    for p in &opts.paths {
+        let up = Authority::from(SocketAddr::V4(p.upstream));
+        routes.push(Route::new(&p.prefix, up, &p.upstream_path));
+        upstreams.push(p.upstream);
+        credentials.push(
+            p.credentials
+                .as_ref()
+                .map(|c| Credentials::new(c.username.clone(), c.password.expose())),
+        );
+    }
+    let verifier = if opts.client_users.is_empty() {
+        None
+    } else {
+        let mut secret = [0u8; 32];
+        read_random(&mut secret).map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
+        let users = opts
+            .client_users
+            .iter()
+            .map(|u| Credentials::new(u.username.clone(), u.password.expose()))
+            .collect();
+        Some(DigestVerifier::new(
+            opts.client_realm.clone(),
+            secret,
+            users,
+        ))
+    };
+    Ok(Settings {
+        name: route.name.clone(),
+        map: UrlMap::new(gateway, routes),
+        upstreams,
+        credentials,
+        verifier,
+        client_domain,
+        gateway: [cfg.domains[0].address, cfg.domains[1].address],
+        policy: cfg.security.source_validation,
+        rtp_only: cfg.security.rtp_only,
+        limits: Limits::default(),
+        transports: TransportPolicy::default(),
+        session_timeout: opts.session_timeout,
+    })
+}
+
+fn read_random(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+/// Starts the proxy of one RTSP route: listens on the gateway's address in the route's
+/// listen domain.
+pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy>, ProxyError> {
+    let settings = settings(route, &ctx.config).map_err(|message| ProxyError::Other {
+        route: route.name.clone(),
+        message,
+    })?;
+    let addr = SocketAddrV4::new(
+        ctx.config.domain(route.listen_domain).address,
+        route.listen_port,
+    );
+    let listener = TcpListener::bind(addr).map_err(|source| ProxyError::Listen {
+        route: route.name.clone(),
+        addr: addr.into(),
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ProxyError::Other {
+            route: route.name.clone(),
+            message: format!("cannot make the listener non-blocking: {e}"),
+        })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let conns: Arc<Mutex<HashMap<u64, Conn>>> = Arc::new(Mutex::new(HashMap::new()));
+    let cctx = ConnContext {
+        settings: Arc::new(settings),
+        routes: Arc::clone(&ctx.routes),
+        stop: Arc::clone(&stop),
+        media_timeout: media_timeout(route),
+    };
+    let gateway_stop = Arc::clone(&ctx.stop);
+    let accept = {
+        let conns = Arc::clone(&conns);
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name(format!("rtsp-{}", route.name))
+            .spawn(move || accept_loop(&listener, &cctx, &conns, &stop, &gateway_stop))
+            .map_err(|e| ProxyError::Other {
+                route: route.name.clone(),
+                message: format!("cannot start the accept thread: {e}"),
+            })?
+    };
+    tracing::info!(route = %route.name, listen = %addr, "RTSP proxy listening");
+    Ok(Box::new(RtspProxy {
+        route: route.clone(),
+        stop,
+        accept: Some(accept),
+        conns,
+    }))
+}
+
+/// The route's no-media timeout in seconds (the shared `media_timeout` setting).
+fn media_timeout(route: &SignalingRoute) -> u64 {
+    route.policy.media_timeout.as_secs()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn accept_loop(
+    listener: &TcpListener,
+    ctx: &ConnContext,
+    conns: &Arc<Mutex<HashMap<u64, Conn>>>,
+    stop: &AtomicBool,
+    gateway_stop: &AtomicBool,
+) {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    while !stop.load(Relaxed) && !gateway_stop.load(Relaxed) {
+        let (stream, _) = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(route = %ctx.settings.name, "accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let _ = stream.set_nonblocking(false);
+        let mut map = lock(conns);
+        map.retain(|_, c| c.thread.as_ref().is_some_and(|t| !t.is_finished()));
+        if map.len() >= MAX_CONNECTIONS {
+            let mut s = stream;
+            if let Ok(b) = build_response(None, Status::SERVICE_UNAVAILABLE, &[]) {
+                let _ = std::io::Write::write_all(&mut s, &b);
+            }
+            continue;
+        }
+        let id = NEXT.fetch_add(1, Relaxed);
+        let Ok(handle) = stream.try_clone() else {
+            continue;
+        };
+        let c = ctx.clone();
+        let thread = std::thread::Builder::new()
+            .name("rtsp-client".into())
+            .spawn(move || {
+                conn::serve(stream, id, &c);
+            })
+            .ok();
+        map.insert(
+            id,
+            Conn {
+                stream: handle,
+                thread,
+            },
+        );
+    }
+}
+
+impl Proxy for RtspProxy {
+    fn route(&self) -> &SignalingRoute {
+        &self.route
+    }
+
+    fn shutdown(mut self: Box<Self>) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        let conns: Vec<Conn> = lock(&self.conns).drain().map(|(_, c)| c).collect();
+        for c in &conns {
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        }
+        // Each connection ends its session (routes and ports) before its thread ends.
+        for c in conns {
+            if let Some(t) = c.thread {
+                let _ = t.join();
+            }
+        }
+    }
+}

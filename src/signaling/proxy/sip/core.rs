@@ -1,0 +1,1504 @@
+//! The protocol core of the SIP proxy: bytes and the time in, messages to send out. It owns
+//! the transaction, binding and call tables; it does no I/O (the event loop in `net.rs`
+//! does), so every decision can be tested without sockets (`tests/sip_golden.rs`).
+//!
+//! See the module doc of [`super`] for the design; this file follows it message by message.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::config::{Config, DomainId, SignalingPolicy, SignalingRoute, SourcePolicy, Transport};
+use crate::logging::RateLimit;
+use crate::routes::Routes;
+use crate::signaling::sip::{
+    build_response, triage_datagram, triage_framed, CSeq, Editor, Head, Host, Limits, NameAddr,
+    SipMessage, Uri, Verdict,
+};
+
+use super::access::{parties_allowed, peer_allowed, RateLimiter};
+use super::media::{CallMedia, MediaError};
+
+/// The Request-URI / Contact parameter carrying a binding token.
+pub const TOKEN_PARAM: &str = "vgt";
+/// Our branches start with this, after the RFC 3261 magic cookie.
+pub const BRANCH_PREFIX: &str = "z9hG4bKvg";
+
+/// Transactions, bindings and calls are capped; past a cap new work is refused (503).
+pub const MAX_TXNS: usize = 65_536;
+pub const MAX_BINDINGS: usize = 65_536;
+pub const MAX_CALLS: usize = 16_384;
+/// How long a finished transaction is kept to absorb retransmissions (64 × T1).
+pub const TXN_LINGER: Duration = Duration::from_secs(32);
+/// How long a contact binding seen in a dialog lives after its last use.
+pub const DIALOG_IDLE: Duration = Duration::from_secs(3600);
+/// Longest registration honoured for a binding.
+pub const MAX_REGISTRATION: Duration = Duration::from_secs(24 * 3600);
+
+/// The two sides of a proxy: the listen side and the upstream side, each in its own domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Face {
+    Listen,
+    Upstream,
+}
+
+impl Face {
+    pub const BOTH: [Face; 2] = [Face::Listen, Face::Upstream];
+
+    pub fn other(self) -> Face {
+        match self {
+            Face::Listen => Face::Upstream,
+            Face::Upstream => Face::Listen,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Where a message came from or goes to: an address, and the TCP connection when there is one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Peer {
+    pub addr: SocketAddrV4,
+    pub conn: Option<u64>,
+}
+
+impl Peer {
+    pub fn udp(addr: SocketAddrV4) -> Peer {
+        Peer { addr, conn: None }
+    }
+}
+
+/// A message to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Out {
+    pub face: Face,
+    pub to: Peer,
+    pub bytes: Vec<u8>,
+}
+
+/// What the core counted; read by tests and logged at shutdown.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub requests: u64,
+    pub responses: u64,
+    pub forwarded_requests: u64,
+    pub forwarded_responses: u64,
+    pub retransmissions: u64,
+    pub answered_errors: u64,
+    pub forbidden: u64,
+    pub rate_limited: u64,
+    pub dropped_malformed: u64,
+    pub dropped_keepalive: u64,
+    pub dropped_stray_responses: u64,
+    pub dropped_bad_sdp_responses: u64,
+    pub tcp_media_refused: u64,
+    pub no_ports: u64,
+    pub table_full: u64,
+    pub invite_timeouts: u64,
+    pub media_timeouts: u64,
+    pub calls_started: u64,
+    pub calls_ended: u64,
+}
+
+/// A received request identified the way its sender retransmits it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct InKey {
+    face: Face,
+    src: SocketAddrV4,
+    branch: Vec<u8>,
+    method: Vec<u8>,
+}
+
+/// A request we forwarded (or sent ourselves, `internal`).
+struct Txn {
+    in_key: Option<InKey>,
+    from_face: Face,
+    src: Peer,
+    /// The Via fields as received: (name as written, value unfolded).
+    vias: Vec<(Vec<u8>, Vec<u8>)>,
+    from_value: Vec<u8>,
+    to_value: Vec<u8>,
+    call_id: Vec<u8>,
+    method: Vec<u8>,
+    cseq: u32,
+    dest: Peer,
+    forwarded: Vec<u8>,
+    last_response: Option<Vec<u8>>,
+    final_code: Option<u16>,
+    created: Instant,
+    expires: Instant,
+    internal: bool,
+    initial_invite: bool,
+}
+
+/// A Contact seen on one face, now shown on the other as the gateway with a token.
+struct Binding {
+    face: Face,
+    uri: Vec<u8>,
+    peer: Peer,
+    expires: Instant,
+}
+
+/// An INVITE dialog and its media.
+struct Call {
+    media: CallMedia,
+    /// Binding token of each face's party (by [`Face::index`]).
+    contact: [Option<String>; 2],
+    /// (From, To) a request sent to that face in this dialog carries.
+    view: [Option<(Vec<u8>, Vec<u8>)>; 2],
+    /// Highest CSeq of requests delivered to each face.
+    cseq_to: [u32; 2],
+    confirmed_ms: Option<u64>,
+    ended: Option<Instant>,
+    created: Instant,
+    last_activity: Instant,
+}
+
+/// Where a request goes: the peer, and the new Request-URI if it changes.
+type Target = (Peer, Option<Vec<u8>>);
+
+/// Milliseconds since the Unix epoch (the clock routes record media in).
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+static LOG_FORBIDDEN: RateLimit = RateLimit::new(10_000);
+static LOG_REFUSED_MEDIA: RateLimit = RateLimit::new(10_000);
+static LOG_BAD_RESPONSE_SDP: RateLimit = RateLimit::new(10_000);
+
+/// A header value on one line: each CRLF and the whitespace after it become one space.
+fn unfold(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len());
+    let mut folding = false;
+    for &b in v {
+        match b {
+            b'\r' | b'\n' => folding = true,
+            b' ' | b'\t' if folding => {}
+            _ => {
+                if folding {
+                    out.push(b' ');
+                    folding = false;
+                }
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
+/// Where `inner` (a subslice) starts in `outer`.
+fn offset_in(outer: &[u8], inner: &[u8]) -> Option<usize> {
+    let o = outer.as_ptr() as usize;
+    let i = inner.as_ptr() as usize;
+    (i >= o && i + inner.len() <= o + outer.len()).then(|| i - o)
+}
+
+/// Replaces `host[:port]` of the SIP URI `uri` (a subslice of `value`) with `hostport`.
+fn replace_hostport(value: &[u8], uri: &Uri<'_>, hostport: &str) -> Option<Vec<u8>> {
+    let start = offset_in(value, uri.host_text)?;
+    let mut end = start + uri.host_text.len();
+    if uri.port.is_some() {
+        let digits = value
+            .get(end + 1..)?
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        end += 1 + digits;
+    }
+    let mut out = Vec::with_capacity(value.len() + 16);
+    out.extend_from_slice(value.get(..start)?);
+    out.extend_from_slice(hostport.as_bytes());
+    out.extend_from_slice(value.get(end..)?);
+    Some(out)
+}
+
+fn token_of(uri: &Uri<'_>) -> Option<String> {
+    uri.param(TOKEN_PARAM)
+        .flatten()
+        .and_then(|t| std::str::from_utf8(t).ok())
+        .map(str::to_owned)
+}
+
+fn is_sdp(head: &Head<'_>) -> bool {
+    head.header("Content-Type").is_some_and(|h| {
+        let v = h.value();
+        let t = v.split(|&b| b == b';').next().unwrap_or_default();
+        String::from_utf8_lossy(t)
+            .trim()
+            .eq_ignore_ascii_case("application/sdp")
+    })
+}
+
+/// A multipart body that contains SDP: vgate cannot rewrite inside it.
+fn hides_sdp(head: &Head<'_>, body: &[u8]) -> bool {
+    head.header("Content-Type").is_some_and(|h| {
+        String::from_utf8_lossy(h.value())
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("multipart/")
+    }) && String::from_utf8_lossy(body)
+        .to_ascii_lowercase()
+        .contains("application/sdp")
+}
+
+/// The SIP proxy core of one signaling route.
+pub struct Core {
+    name: String,
+    tcp: bool,
+    limits: Limits,
+    policy: SignalingPolicy,
+    source_policy: SourcePolicy,
+    rtp_only: bool,
+    routes: Arc<Routes>,
+    /// Domain of each face.
+    domain: [DomainId; 2],
+    /// The gateway's SIP address on each face (what Via, Contact and Record-Route show).
+    local: [SocketAddrV4; 2],
+    upstream: SocketAddrV4,
+    salt: String,
+    seq: u64,
+    txns: HashMap<String, Txn>,
+    by_in: HashMap<InKey, String>,
+    bindings: HashMap<String, Binding>,
+    binding_index: HashMap<(Face, Vec<u8>, SocketAddrV4), String>,
+    calls: HashMap<Vec<u8>, Call>,
+    limiter: RateLimiter,
+    pub counters: Counters,
+    last_sweep: Option<Instant>,
+}
+
+impl Core {
+    /// `local`: the gateway address and port of each face's socket, Listen first.
+    pub fn new(
+        route: &SignalingRoute,
+        config: &Config,
+        routes: Arc<Routes>,
+        local: [SocketAddrV4; 2],
+        salt: &str,
+    ) -> Core {
+        let policy = route.policy.clone();
+        Core {
+            name: route.name.clone(),
+            tcp: route.transport == Transport::Tcp,
+            limits: Limits {
+                max_message: policy.max_message,
+                ..Limits::default()
+            },
+            source_policy: config.security.source_validation,
+            rtp_only: config.security.rtp_only,
+            routes,
+            domain: [route.listen_domain, route.listen_domain.other()],
+            local,
+            upstream: route.upstream,
+            salt: salt.chars().filter(|c| c.is_ascii_alphanumeric()).collect(),
+            seq: 0,
+            txns: HashMap::new(),
+            by_in: HashMap::new(),
+            bindings: HashMap::new(),
+            binding_index: HashMap::new(),
+            calls: HashMap::new(),
+            limiter: RateLimiter::new(policy.rate_limit),
+            counters: Counters::default(),
+            last_sweep: None,
+            policy,
+        }
+    }
+
+    /// Live calls, transactions and bindings (for tests and the shutdown log).
+    pub fn table_sizes(&self) -> (usize, usize, usize) {
+        (self.calls.len(), self.txns.len(), self.bindings.len())
+    }
+
+    fn next_id(&mut self) -> String {
+        self.seq += 1;
+        format!("{}{:x}", self.salt, self.seq)
+    }
+
+    fn transport_name(&self) -> &'static str {
+        if self.tcp {
+            "TCP"
+        } else {
+            "UDP"
+        }
+    }
+
+    fn dom(&self, face: Face) -> DomainId {
+        self.domain[face.index()]
+    }
+
+    fn gw_ip(&self, face: Face) -> Ipv4Addr {
+        *self.local[face.index()].ip()
+    }
+
+    /// Handles one received message (a datagram, or one framed TCP message).
+    pub fn on_message(&mut self, face: Face, src: Peer, buf: &[u8], now: Instant) -> Vec<Out> {
+        let mut out = Vec::new();
+        let is_request =
+            !buf.starts_with(b"SIP/") && !buf.iter().all(|b| matches!(b, b'\r' | b'\n'));
+        let in_domain = self.routes.domain(self.dom(face)).contains(*src.addr.ip());
+        let allowed = match face {
+            Face::Listen => peer_allowed(&self.policy.allow_peers, in_domain, *src.addr.ip()),
+            Face::Upstream => in_domain,
+        };
+        if is_request && !self.limiter.allow(*src.addr.ip(), now) {
+            self.counters.rate_limited += 1;
+            return out;
+        }
+        let verdict = if self.tcp {
+            triage_framed(buf, &self.limits)
+        } else {
+            triage_datagram(buf, &self.limits)
+        };
+        match verdict {
+            Verdict::Drop(crate::signaling::sip::Dropped::KeepAlive) => {
+                self.counters.dropped_keepalive += 1;
+            }
+            Verdict::Drop(_) => self.counters.dropped_malformed += 1,
+            Verdict::Answer { head, reject } => {
+                if !allowed {
+                    self.forbid(face, src, &head, "source address not allowed", &mut out);
+                    return out;
+                }
+                self.counters.answered_errors += 1;
+                let tag = self.next_id();
+                if let Ok(bytes) = reject.response(&head, &tag) {
+                    out.push(Out {
+                        face,
+                        to: src,
+                        bytes,
+                    });
+                }
+            }
+            Verdict::Forward(msg) => {
+                if msg.head().is_request() {
+                    self.counters.requests += 1;
+                    if !allowed {
+                        self.forbid(
+                            face,
+                            src,
+                            msg.head(),
+                            "source address not allowed",
+                            &mut out,
+                        );
+                    } else if !parties_allowed(&self.policy.allow_ids, msg.head()) {
+                        self.forbid(face, src, msg.head(), "GB/T 28181 ID not allowed", &mut out);
+                    } else {
+                        self.request(face, src, &msg, now, &mut out);
+                    }
+                } else {
+                    self.counters.responses += 1;
+                    if allowed {
+                        self.response(face, src, &msg, now, &mut out);
+                    } else {
+                        self.counters.forbidden += 1;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn forbid(&mut self, face: Face, src: Peer, head: &Head<'_>, why: &str, out: &mut Vec<Out>) {
+        self.counters.forbidden += 1;
+        if let Some(suppressed) = LOG_FORBIDDEN.check(wall_ms()) {
+            tracing::warn!(route = %self.name, peer = %src.addr, suppressed, "SIP request refused with 403: {why}");
+        }
+        if head.method() == Some(b"ACK") {
+            return;
+        }
+        let tag = self.next_id();
+        let warning = format!("399 vgate \"{why}\"");
+        if let Ok(bytes) = build_response(head, 403, "Forbidden", &tag, &[("Warning", &warning)]) {
+            out.push(Out {
+                face,
+                to: src,
+                bytes,
+            });
+        }
+    }
+
+    fn answer(
+        &mut self,
+        (face, src): (Face, Peer),
+        head: &Head<'_>,
+        code: u16,
+        reason: &str,
+        extra: &[(&str, &str)],
+        out: &mut Vec<Out>,
+    ) -> Option<Vec<u8>> {
+        if head.method() == Some(b"ACK") {
+            return None;
+        }
+        if code >= 300 {
+            self.counters.answered_errors += 1;
+        }
+        let tag = self.next_id();
+        let bytes = build_response(head, code, reason, &tag, extra).ok()?;
+        out.push(Out {
+            face,
+            to: src,
+            bytes: bytes.clone(),
+        });
+        Some(bytes)
+    }
+
+    fn in_key(face: Face, src: Peer, head: &Head<'_>, method: &[u8]) -> InKey {
+        let branch = match head.top_via().ok().and_then(|v| v.branch()) {
+            Some(b) if b.starts_with(b"z9hG4bK") => b.to_vec(),
+            // RFC 2543 peers: no usable branch; Call-ID, CSeq and From tag identify it.
+            _ => {
+                let mut k = head.call_id().unwrap_or_default().to_vec();
+                k.push(b' ');
+                k.extend_from_slice(&head.cseq().map(|c| c.seq).unwrap_or(0).to_be_bytes());
+                if let Some(t) = head.from().ok().and_then(|f| f.tag()) {
+                    k.extend_from_slice(t);
+                }
+                k
+            }
+        };
+        InKey {
+            face,
+            src: src.addr,
+            branch,
+            method: method.to_vec(),
+        }
+    }
+
+    fn request(
+        &mut self,
+        face: Face,
+        src: Peer,
+        msg: &SipMessage<'_>,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
+        let head = msg.head();
+        let method = head.method().unwrap_or_default().to_vec();
+        let key = Self::in_key(face, src, head, &method);
+        if let Some(branch) = self.by_in.get(&key).cloned() {
+            self.retransmission(&branch, out);
+            return;
+        }
+        match method.as_slice() {
+            b"CANCEL" => self.cancel(face, src, head, now, out),
+            b"ACK" => {
+                // The ACK of a non-2xx final response shares the INVITE's branch: that
+                // transaction already acknowledged the response downstream; absorb it.
+                let mut inv = key.clone();
+                inv.method = b"INVITE".to_vec();
+                let absorbed = self
+                    .by_in
+                    .get(&inv)
+                    .and_then(|b| self.txns.get(b))
+                    .is_some_and(|t| t.final_code.is_some_and(|c| c >= 300));
+                if absorbed {
+                    self.counters.retransmissions += 1;
+                    return;
+                }
+                self.forward_request(face, src, msg, key, now, out);
+            }
+            _ => self.forward_request(face, src, msg, key, now, out),
+        }
+    }
+
+    fn retransmission(&mut self, branch: &str, out: &mut Vec<Out>) {
+        self.counters.retransmissions += 1;
+        let Some(t) = self.txns.get(branch) else {
+            return;
+        };
+        if let Some(r) = &t.last_response {
+            out.push(Out {
+                face: t.from_face,
+                to: t.src,
+                bytes: r.clone(),
+            });
+        }
+        // No final answer yet: the retransmission is also ours to make downstream
+        // (UDP only; TCP is reliable). Same bytes, same branch, same SDP.
+        if t.final_code.is_none() && !self.tcp {
+            out.push(Out {
+                face: t.from_face.other(),
+                to: t.dest,
+                bytes: t.forwarded.clone(),
+            });
+        }
+    }
+
+    /// Finds where a request goes: a binding token, the dialog, or the upstream.
+    fn target(
+        &mut self,
+        face: Face,
+        head: &Head<'_>,
+        now: Instant,
+    ) -> Result<Target, (u16, &'static str)> {
+        let ruri = head.request_uri().unwrap_or_default();
+        let uri = Uri::parse(ruri).map_err(|_| (400u16, "Bad Request - Malformed Request-URI"))?;
+        if let Some(tok) = token_of(&uri) {
+            let b = self
+                .bindings
+                .get_mut(&tok)
+                .filter(|b| b.face == face.other())
+                .ok_or((404u16, "Not Found"))?;
+            b.expires = b.expires.max(now + DIALOG_IDLE);
+            return Ok((b.peer, Some(b.uri.clone())));
+        }
+        let in_dialog = head.to().ok().and_then(|t| t.tag()).is_some();
+        if in_dialog {
+            let call_id = head.call_id().unwrap_or_default();
+            if let Some(tok) = self
+                .calls
+                .get(call_id)
+                .and_then(|c| c.contact[face.other().index()].clone())
+            {
+                if let Some(b) = self.bindings.get(&tok) {
+                    return Ok((b.peer, Some(b.uri.clone())));
+                }
+            }
+        }
+        match face {
+            Face::Listen => {
+                let new_uri = match uri.host {
+                    Host::V4(ip) if self.routes.domain(self.dom(face)).contains(ip) => {
+                        replace_hostport(ruri, &uri, &self.upstream.to_string())
+                    }
+                    _ => None,
+                };
+                Ok((Peer::udp(self.upstream), new_uri))
+            }
+            Face::Upstream => Err((404, "Not Found")),
+        }
+    }
+
+    /// From/To: a host that is an IP address of the sending domain becomes the gateway's
+    /// address on the receiving face.
+    fn rewrite_party(&self, value: &[u8], from: Face) -> Option<Vec<u8>> {
+        let na = NameAddr::parse(value).ok()?;
+        let uri = na.sip_uri().ok()?;
+        match uri.host {
+            Host::V4(ip) if self.routes.domain(self.dom(from)).contains(ip) => {
+                replace_hostport(value, &uri, &self.gw_ip(from.other()).to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// A binding for `uri` seen on `face` from `peer`; reused when the same contact is seen
+    /// again (retransmissions and refreshes get the same token).
+    fn bind(
+        &mut self,
+        face: Face,
+        uri: &[u8],
+        peer: Peer,
+        lifetime: Duration,
+        now: Instant,
+    ) -> Option<String> {
+        let key = (face, uri.to_vec(), peer.addr);
+        if let Some(tok) = self.binding_index.get(&key).cloned() {
+            if let Some(b) = self.bindings.get_mut(&tok) {
+                b.expires = now + lifetime;
+                b.peer = peer;
+                return Some(tok);
+            }
+        }
+        if self.bindings.len() >= MAX_BINDINGS {
+            self.sweep(now);
+            if self.bindings.len() >= MAX_BINDINGS {
+                self.counters.table_full += 1;
+                return None;
+            }
+        }
+        let tok = self.next_id();
+        self.bindings.insert(
+            tok.clone(),
+            Binding {
+                face,
+                uri: uri.to_vec(),
+                peer,
+                expires: now + lifetime,
+            },
+        );
+        self.binding_index.insert(key, tok.clone());
+        Some(tok)
+    }
+
+    /// Rewrites every Contact of a message going from `from` to the other face. Returns the
+    /// new header value (None: nothing to change) and the token of the first contact.
+    fn contacts(
+        &mut self,
+        head: &Head<'_>,
+        from: Face,
+        src: Peer,
+        default_lifetime: Duration,
+        now: Instant,
+    ) -> Result<(Option<Vec<u8>>, Option<String>), ()> {
+        let values: Vec<&[u8]> = head.values("Contact").collect();
+        if values.is_empty() {
+            return Ok((None, None));
+        }
+        let header_expires = head
+            .header("Expires")
+            .and_then(|h| std::str::from_utf8(h.value()).ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let to = from.other();
+        let mut new = Vec::new();
+        let mut first_token = None;
+        for v in values {
+            if v == b"*" {
+                new.push(b"*".to_vec());
+                continue;
+            }
+            let na = NameAddr::parse(v).map_err(|_| ())?;
+            let uri = match na.sip_uri() {
+                Ok(u) => u,
+                Err(_) => {
+                    // Not a SIP URI (tel:, mailto:...): no address of ours to hide or map.
+                    new.push(v.to_vec());
+                    continue;
+                }
+            };
+            let mut item = Vec::new();
+            if let Some(d) = na.display_name {
+                item.extend_from_slice(d);
+                item.push(b' ');
+            }
+            if let Some(tok) =
+                token_of(&uri).filter(|t| self.bindings.get(t).is_some_and(|b| b.face == to))
+            {
+                // One of ours going home: the original contact again.
+                let orig = self
+                    .bindings
+                    .get(&tok)
+                    .map(|b| b.uri.clone())
+                    .unwrap_or_default();
+                item.push(b'<');
+                item.extend_from_slice(&orig);
+                item.push(b'>');
+            } else {
+                let secs = na
+                    .expires()
+                    .map(u64::from)
+                    .or(header_expires)
+                    .map(|s| Duration::from_secs(s).min(MAX_REGISTRATION) + TXN_LINGER)
+                    .unwrap_or(default_lifetime);
+                let reach = match (src.conn, uri.host, uri.port) {
+                    (Some(_), Host::V4(ip), port) => Peer {
+                        addr: SocketAddrV4::new(ip, port.unwrap_or(5060)),
+                        conn: src.conn,
+                    },
+                    _ => src,
+                };
+                let tok = self.bind(from, na.uri, reach, secs, now).ok_or(())?;
+                if first_token.is_none() {
+                    first_token = Some(tok.clone());
+                }
+                item.extend_from_slice(b"<sip:");
+                if let Some(user) = uri.user {
+                    item.extend_from_slice(user);
+                    item.push(b'@');
+                }
+                item.extend_from_slice(self.local[to.index()].to_string().as_bytes());
+                if self.tcp {
+                    item.extend_from_slice(b";transport=tcp");
+                }
+                item.extend_from_slice(format!(";{TOKEN_PARAM}={tok}>").as_bytes());
+            }
+            item.extend_from_slice(na.params.raw());
+            new.push(item);
+        }
+        Ok((Some(new.join(&b", "[..])), first_token))
+    }
+
+    fn our_via(&self, to: Face, branch: &str) -> Vec<u8> {
+        format!(
+            "SIP/2.0/{} {};branch={branch};rport",
+            self.transport_name(),
+            self.local[to.index()]
+        )
+        .into_bytes()
+    }
+
+    fn forward_request(
+        &mut self,
+        face: Face,
+        src: Peer,
+        msg: &SipMessage<'_>,
+        key: InKey,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
+        let head = msg.head();
+        let method = head.method().unwrap_or_default().to_vec();
+        let to = face.other();
+        if self.txns.len() >= MAX_TXNS {
+            self.sweep(now);
+            if self.txns.len() >= MAX_TXNS {
+                self.counters.table_full += 1;
+                self.answer(
+                    (face, src),
+                    head,
+                    503,
+                    "Service Unavailable",
+                    &[("Retry-After", "5")],
+                    out,
+                );
+                return;
+            }
+        }
+        let (dest, new_uri) = match self.target(face, head, now) {
+            Ok(t) => t,
+            Err((code, reason)) => {
+                self.answer((face, src), head, code, reason, &[], out);
+                return;
+            }
+        };
+        let call_id = head.call_id().unwrap_or_default().to_vec();
+        let cseq = head.cseq().map(|c| c.seq).unwrap_or(0);
+        let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
+        let initial_invite = method == b"INVITE" && !to_tagged;
+        let body = msg.body();
+        if !body.is_empty() && hides_sdp(head, body) {
+            self.answer(
+                (face, src),
+                head,
+                415,
+                "Unsupported Media Type",
+                &[("Accept", "application/sdp")],
+                out,
+            );
+            return;
+        }
+        if initial_invite && !self.calls.contains_key(&call_id) {
+            if self.calls.len() >= MAX_CALLS {
+                self.sweep(now);
+            }
+            if self.calls.len() >= MAX_CALLS {
+                self.counters.table_full += 1;
+                self.answer(
+                    (face, src),
+                    head,
+                    503,
+                    "Service Unavailable",
+                    &[("Retry-After", "5")],
+                    out,
+                );
+                return;
+            }
+            let label = format!(
+                "sip:{}:{}",
+                self.name,
+                String::from_utf8_lossy(&call_id)
+                    .chars()
+                    .take(48)
+                    .collect::<String>()
+            );
+            self.calls.insert(
+                call_id.clone(),
+                Call {
+                    media: CallMedia::new(label),
+                    contact: [None, None],
+                    view: [None, None],
+                    cseq_to: [0, 0],
+                    confirmed_ms: None,
+                    ended: None,
+                    created: now,
+                    last_activity: now,
+                },
+            );
+            self.counters.calls_started += 1;
+        }
+        // SDP first: it may refuse the request.
+        let new_body = if !body.is_empty() && is_sdp(head) {
+            let from_dom = self.dom(face);
+            let (routes, sp, ro) = (Arc::clone(&self.routes), self.source_policy, self.rtp_only);
+            let Some(call) = self.calls.get_mut(&call_id) else {
+                self.answer(
+                    (face, src),
+                    head,
+                    488,
+                    "Not Acceptable Here",
+                    &[("Warning", "399 vgate \"SDP outside an INVITE dialog\"")],
+                    out,
+                );
+                return;
+            };
+            match call.media.cross(&routes, sp, ro, from_dom, body) {
+                Ok(b) => Some(b),
+                Err(MediaError::Refuse {
+                    code,
+                    reason,
+                    warning,
+                }) => {
+                    if code == 503 {
+                        self.counters.no_ports += 1;
+                    } else {
+                        self.counters.tcp_media_refused += u64::from(warning.contains("over TCP"));
+                        if let Some(suppressed) = LOG_REFUSED_MEDIA.check(wall_ms()) {
+                            tracing::warn!(route = %self.name, call = %String::from_utf8_lossy(&call_id), suppressed, "SDP refused with {code}: {warning}");
+                        }
+                    }
+                    let retry = [("Retry-After", "5"), ("Warning", warning.as_str())];
+                    let warn = [("Warning", warning.as_str())];
+                    let extra: &[(&str, &str)] = if code == 503 { &retry } else { &warn };
+                    let resp = self.answer((face, src), head, code, reason, extra, out);
+                    if initial_invite {
+                        if let Some(mut c) = self.calls.remove(&call_id) {
+                            c.media.close(&self.routes);
+                            self.counters.calls_ended += 1;
+                        }
+                        // Remember the answer so a retransmitted INVITE gets it again.
+                        let branch = format!("{BRANCH_PREFIX}{}", self.next_id());
+                        self.by_in.insert(key.clone(), branch.clone());
+                        self.txns.insert(
+                            branch,
+                            Txn {
+                                in_key: Some(key),
+                                from_face: face,
+                                src,
+                                vias: Vec::new(),
+                                from_value: Vec::new(),
+                                to_value: Vec::new(),
+                                call_id,
+                                method,
+                                cseq,
+                                dest,
+                                forwarded: Vec::new(),
+                                last_response: resp,
+                                final_code: Some(code),
+                                created: now,
+                                expires: now + TXN_LINGER,
+                                internal: false,
+                                initial_invite: false,
+                            },
+                        );
+                    }
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+
+        let lifetime = if method == b"REGISTER" {
+            Duration::from_secs(3600)
+        } else {
+            DIALOG_IDLE
+        };
+        let (contact, token) = match self.contacts(head, face, src, lifetime, now) {
+            Ok(c) => c,
+            Err(()) => {
+                self.answer(
+                    (face, src),
+                    head,
+                    400,
+                    "Bad Request - Malformed Contact",
+                    &[],
+                    out,
+                );
+                return;
+            }
+        };
+        let branch = format!("{BRANCH_PREFIX}{}", self.next_id());
+        let mut ed = Editor::new(msg);
+        if let Some(u) = &new_uri {
+            if ed.set_request_uri(u).is_err() {
+                self.answer(
+                    (face, src),
+                    head,
+                    400,
+                    "Bad Request - Malformed Request-URI",
+                    &[],
+                    out,
+                );
+                return;
+            }
+        }
+        let vias: Vec<(Vec<u8>, Vec<u8>)> = head
+            .headers_named("Via")
+            .map(|h| (h.name().to_vec(), unfold(h.value())))
+            .collect();
+        ed.remove_all("Via");
+        let _ = ed.insert_top("Via", &self.our_via(to, &branch));
+        for name in ["Route", "Record-Route", "Path"] {
+            ed.remove_all(name);
+        }
+        if let Some(mf) = head
+            .header("Max-Forwards")
+            .and_then(|h| crate::signaling::sip::parse_max_forwards(h.value()).ok())
+        {
+            let _ = ed.replace_value("Max-Forwards", mf.saturating_sub(1).to_string().as_bytes());
+        }
+        if let Some(c) = &contact {
+            let _ = ed.replace_all("Contact", c);
+        }
+        let from_value = head
+            .header("From")
+            .map(|h| unfold(h.value()))
+            .unwrap_or_default();
+        let to_value = head
+            .header("To")
+            .map(|h| unfold(h.value()))
+            .unwrap_or_default();
+        let from_out = self.rewrite_party(&from_value, face);
+        let to_out = self.rewrite_party(&to_value, face);
+        if let Some(v) = &from_out {
+            let _ = ed.replace_value("From", v);
+        }
+        if let Some(v) = &to_out {
+            let _ = ed.replace_value("To", v);
+        }
+        if let Some(b) = new_body {
+            ed.set_body(b);
+        }
+        if self.tcp {
+            ed.ensure_content_length();
+        }
+        let bytes = ed.to_bytes();
+        // Dialog bookkeeping.
+        let closes = method == b"BYE";
+        if let Some(call) = self.calls.get_mut(&call_id) {
+            call.last_activity = now;
+            call.cseq_to[to.index()] = call.cseq_to[to.index()].max(cseq);
+            if initial_invite {
+                if let Some(t) = &token {
+                    call.contact[face.index()] = Some(t.clone());
+                }
+                call.view[to.index()] = Some((
+                    from_out.clone().unwrap_or_else(|| from_value.clone()),
+                    to_out.clone().unwrap_or_else(|| to_value.clone()),
+                ));
+            } else if let Some(t) = &token {
+                call.contact[face.index()] = Some(t.clone());
+            }
+            if closes && call.ended.is_none() {
+                call.media.close(&self.routes);
+                call.ended = Some(now);
+                self.counters.calls_ended += 1;
+            }
+        }
+        if initial_invite {
+            // Our own 100 Trying: the caller stops retransmitting; downstream's is absorbed.
+            let tag = self.next_id();
+            if let Ok(r) = build_response(head, 100, "Trying", &tag, &[]) {
+                out.push(Out {
+                    face,
+                    to: src,
+                    bytes: r,
+                });
+            }
+        }
+        let trying = out
+            .last()
+            .filter(|_| initial_invite)
+            .map(|o| o.bytes.clone());
+        out.push(Out {
+            face: to,
+            to: dest,
+            bytes: bytes.clone(),
+        });
+        self.counters.forwarded_requests += 1;
+        let expires = if method == b"INVITE" {
+            now + self.policy.invite_timeout + TXN_LINGER
+        } else {
+            now + TXN_LINGER
+        };
+        self.by_in.insert(key.clone(), branch.clone());
+        self.txns.insert(
+            branch,
+            Txn {
+                in_key: Some(key),
+                from_face: face,
+                src,
+                vias,
+                from_value,
+                to_value,
+                call_id,
+                method: method.clone(),
+                cseq,
+                dest,
+                forwarded: bytes,
+                last_response: trying,
+                final_code: (method == b"ACK").then_some(200),
+                created: now,
+                expires,
+                internal: false,
+                initial_invite,
+            },
+        );
+    }
+
+    fn cancel(&mut self, face: Face, src: Peer, head: &Head<'_>, now: Instant, out: &mut Vec<Out>) {
+        let mut key = Self::in_key(face, src, head, b"INVITE");
+        key.method = b"INVITE".to_vec();
+        let Some(branch) = self.by_in.get(&key).cloned() else {
+            self.answer(
+                (face, src),
+                head,
+                481,
+                "Call/Transaction Does Not Exist",
+                &[],
+                out,
+            );
+            return;
+        };
+        self.answer((face, src), head, 200, "OK", &[], out);
+        let Some(t) = self.txns.get(&branch) else {
+            return;
+        };
+        if t.final_code.is_some() {
+            return;
+        }
+        let (dest, to_face, call_id) = (t.dest, t.from_face.other(), t.call_id.clone());
+        if let Some(c) = self.build_cancel(&t.forwarded) {
+            out.push(Out {
+                face: to_face,
+                to: dest,
+                bytes: c,
+            });
+        }
+        if let Some(call) = self.calls.get_mut(&call_id) {
+            call.media.close(&self.routes);
+        }
+        let _ = now;
+    }
+
+    /// CANCEL for a forwarded INVITE (RFC 3261 §9.1): same Request-URI, Via, From, To,
+    /// Call-ID and CSeq number.
+    fn build_cancel(&self, forwarded: &[u8]) -> Option<Vec<u8>> {
+        self.build_from_invite(forwarded, b"CANCEL", None)
+    }
+
+    fn build_from_invite(
+        &self,
+        forwarded: &[u8],
+        method: &[u8],
+        to: Option<&[u8]>,
+    ) -> Option<Vec<u8>> {
+        let m = SipMessage::parse_datagram(forwarded, &Limits::default()).ok()?;
+        let h = m.head();
+        let uri = h.request_uri()?;
+        let via = h.header("Via")?.value();
+        let mut b = Vec::with_capacity(512);
+        b.extend_from_slice(method);
+        b.push(b' ');
+        b.extend_from_slice(uri);
+        b.extend_from_slice(b" SIP/2.0\r\nVia: ");
+        b.extend_from_slice(via);
+        b.extend_from_slice(b"\r\nMax-Forwards: 70\r\nFrom: ");
+        b.extend_from_slice(&unfold(h.header("From")?.value()));
+        b.extend_from_slice(b"\r\nTo: ");
+        b.extend_from_slice(
+            &to.map(unfold)
+                .unwrap_or_else(|| unfold(h.header("To").map(|x| x.value()).unwrap_or_default())),
+        );
+        b.extend_from_slice(b"\r\nCall-ID: ");
+        b.extend_from_slice(h.call_id()?);
+        b.extend_from_slice(format!("\r\nCSeq: {} ", h.cseq().ok()?.seq).as_bytes());
+        b.extend_from_slice(method);
+        b.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
+        Some(b)
+    }
+
+    fn response(
+        &mut self,
+        face: Face,
+        src: Peer,
+        msg: &SipMessage<'_>,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
+        let head = msg.head();
+        let code = head.status().unwrap_or(0);
+        let branch = head
+            .top_via()
+            .ok()
+            .and_then(|v| v.branch())
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or_default()
+            .to_owned();
+        let cseq_method = head
+            .cseq()
+            .map(|c: CSeq<'_>| c.method.to_vec())
+            .unwrap_or_default();
+        let Some(t) = self.txns.get(&branch) else {
+            self.counters.dropped_stray_responses += 1;
+            return;
+        };
+        if t.from_face.other() != face || t.internal || cseq_method != t.method || code == 100 {
+            // Answers to our own CANCEL/BYE/ACK, and downstream's 100 Trying, end here.
+            if t.from_face.other() != face {
+                self.counters.dropped_stray_responses += 1;
+            }
+            if let Some(t) = self.txns.get_mut(&branch) {
+                if t.internal && code >= 200 {
+                    t.final_code = Some(code);
+                }
+            }
+            return;
+        }
+        let (from_face, src_peer, initial_invite, call_id) =
+            (t.from_face, t.src, t.initial_invite, t.call_id.clone());
+        let is_invite = t.method == b"INVITE";
+        let orig_from = t.from_value.clone();
+        let orig_to = t.to_value.clone();
+        let vias = t.vias.clone();
+        let forwarded = t.forwarded.clone();
+        let dest = t.dest;
+
+        // Non-2xx final answer to an INVITE: this transaction acknowledges it downstream.
+        if is_invite && code >= 300 {
+            let resp_to = head.header("To").map(|h| h.value());
+            if let Some(ack) = self.build_from_invite(&forwarded, b"ACK", resp_to) {
+                out.push(Out {
+                    face,
+                    to: dest,
+                    bytes: ack,
+                });
+            }
+        }
+        let body = msg.body();
+        let new_body = if !body.is_empty() && is_sdp(head) {
+            let (routes, sp, ro) = (Arc::clone(&self.routes), self.source_policy, self.rtp_only);
+            let from_dom = self.dom(face);
+            let res = self
+                .calls
+                .get_mut(&call_id)
+                .filter(|c| c.ended.is_none())
+                .map(|c| c.media.cross(&routes, sp, ro, from_dom, body));
+            match res {
+                Some(Ok(b)) => Some(b),
+                other => {
+                    // Never let an SDP through unrewritten: drop the answer. The call then
+                    // ends by the INVITE timeout (CANCEL downstream, 408 upstream).
+                    self.counters.dropped_bad_sdp_responses += 1;
+                    if let Some(suppressed) = LOG_BAD_RESPONSE_SDP.check(wall_ms()) {
+                        let why = match other {
+                            Some(Err(MediaError::Refuse { warning, .. })) => warning,
+                            _ => "no live call for this SDP".into(),
+                        };
+                        tracing::warn!(route = %self.name, code, suppressed, "SIP response dropped: its SDP cannot cross: {why}");
+                    }
+                    return;
+                }
+            }
+        } else if !body.is_empty() && hides_sdp(head, body) {
+            self.counters.dropped_bad_sdp_responses += 1;
+            return;
+        } else {
+            None
+        };
+        let (contact, token) = match self.contacts(head, face, src, DIALOG_IDLE, now) {
+            Ok(c) => c,
+            Err(()) => {
+                self.counters.dropped_malformed += 1;
+                return;
+            }
+        };
+        let mut ed = Editor::new(msg);
+        ed.remove_all("Via");
+        for (name, value) in vias.iter().rev() {
+            let name = std::str::from_utf8(name).unwrap_or("Via");
+            let _ = ed.insert_top(name, value);
+        }
+        for name in ["Record-Route", "Service-Route", "Path"] {
+            ed.remove_all(name);
+        }
+        if let Some(c) = &contact {
+            let _ = ed.replace_all("Contact", c);
+        }
+        let resp_to = head
+            .header("To")
+            .map(|h| unfold(h.value()))
+            .unwrap_or_default();
+        let tag = head.to().ok().and_then(|t| t.tag()).map(<[u8]>::to_vec);
+        let orig_has_tag = NameAddr::parse(&orig_to)
+            .ok()
+            .and_then(|n| n.tag())
+            .is_some();
+        let mut to_back = orig_to.clone();
+        if let (Some(tag), false) = (&tag, orig_has_tag) {
+            to_back.extend_from_slice(b";tag=");
+            to_back.extend_from_slice(tag);
+        }
+        let _ = ed.replace_value("From", &orig_from);
+        let _ = ed.replace_value("To", &to_back);
+        if let Some(b) = new_body {
+            ed.set_body(b);
+        }
+        if self.tcp {
+            ed.ensure_content_length();
+        }
+        let bytes = ed.to_bytes();
+        if let Some(call) = self.calls.get_mut(&call_id) {
+            call.last_activity = now;
+            if initial_invite && (200..300).contains(&code) {
+                if let Some(tok) = token {
+                    call.contact[face.index()] = Some(tok);
+                }
+                if call.confirmed_ms.is_none() {
+                    call.confirmed_ms = Some(wall_ms());
+                }
+                if let Some(v) = &mut call.view[face.index()] {
+                    v.1 = resp_to.clone();
+                }
+                call.view[from_face.index()] = Some((to_back.clone(), orig_from.clone()));
+            }
+            if initial_invite && code >= 300 && call.ended.is_none() {
+                call.media.close(&self.routes);
+                call.ended = Some(now);
+                self.counters.calls_ended += 1;
+            }
+        }
+        if let Some(t) = self.txns.get_mut(&branch) {
+            t.last_response = Some(bytes.clone());
+            if code >= 200 && t.final_code.is_none() {
+                t.final_code = Some(code);
+                t.expires = now + TXN_LINGER;
+            }
+        }
+        out.push(Out {
+            face: from_face,
+            to: src_peer,
+            bytes,
+        });
+        self.counters.forwarded_responses += 1;
+    }
+
+    /// Sends a request of our own into a dialog (BYE on media timeout).
+    fn send_in_dialog(
+        &mut self,
+        call_id: &[u8],
+        face: Face,
+        method: &str,
+        reason: &str,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
+        let Some(call) = self.calls.get_mut(call_id) else {
+            return;
+        };
+        let (Some(tok), Some((from, to))) = (
+            call.contact[face.index()].clone(),
+            call.view[face.index()].clone(),
+        ) else {
+            return;
+        };
+        call.cseq_to[face.index()] += 1;
+        let cseq = call.cseq_to[face.index()];
+        let Some(b) = self.bindings.get(&tok) else {
+            return;
+        };
+        let (uri, peer) = (b.uri.clone(), b.peer);
+        let branch = format!("{BRANCH_PREFIX}{}", self.next_id());
+        let mut m = Vec::with_capacity(512);
+        m.extend_from_slice(method.as_bytes());
+        m.push(b' ');
+        m.extend_from_slice(&uri);
+        m.extend_from_slice(b" SIP/2.0\r\nVia: ");
+        m.extend_from_slice(&self.our_via(face, &branch));
+        m.extend_from_slice(b"\r\nMax-Forwards: 70\r\nFrom: ");
+        m.extend_from_slice(&from);
+        m.extend_from_slice(b"\r\nTo: ");
+        m.extend_from_slice(&to);
+        m.extend_from_slice(b"\r\nCall-ID: ");
+        m.extend_from_slice(call_id);
+        m.extend_from_slice(format!("\r\nCSeq: {cseq} {method}\r\nReason: SIP;cause=200;text=\"{reason}\"\r\nContent-Length: 0\r\n\r\n").as_bytes());
+        out.push(Out {
+            face,
+            to: peer,
+            bytes: m.clone(),
+        });
+        self.txns.insert(
+            branch,
+            Txn {
+                in_key: None,
+                from_face: face.other(),
+                src: peer,
+                vias: Vec::new(),
+                from_value: Vec::new(),
+                to_value: Vec::new(),
+                call_id: call_id.to_vec(),
+                method: method.as_bytes().to_vec(),
+                cseq,
+                dest: peer,
+                forwarded: m,
+                last_response: None,
+                final_code: None,
+                created: now,
+                expires: now + TXN_LINGER,
+                internal: true,
+                initial_invite: false,
+            },
+        );
+    }
+
+    /// Timers: INVITE timeouts, media timeouts, expiry of every table. Call about every
+    /// 100 ms; the sweep runs once a second.
+    pub fn tick(&mut self, now: Instant, now_ms: u64) -> Vec<Out> {
+        let mut out = Vec::new();
+        if self
+            .last_sweep
+            .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1))
+        {
+            return out;
+        }
+        self.last_sweep = Some(now);
+        // Unanswered INVITEs.
+        let timed_out: Vec<String> = self
+            .txns
+            .iter()
+            .filter(|(_, t)| {
+                t.initial_invite
+                    && t.final_code.is_none()
+                    && now.saturating_duration_since(t.created) >= self.policy.invite_timeout
+            })
+            .map(|(b, _)| b.clone())
+            .collect();
+        for branch in timed_out {
+            self.invite_timeout(&branch, now, &mut out);
+        }
+        // Calls without media.
+        if !self.policy.media_timeout.is_zero() {
+            let limit = self.policy.media_timeout.as_millis() as u64;
+            let idle: Vec<Vec<u8>> = self
+                .calls
+                .iter()
+                .filter(|(_, c)| c.ended.is_none() && c.media.session.is_some())
+                .filter_map(|(id, c)| {
+                    let since = c.media.last_media_ms(&self.routes).or(c.confirmed_ms)?;
+                    (now_ms.saturating_sub(since) >= limit).then(|| id.clone())
+                })
+                .collect();
+            for id in idle {
+                self.counters.media_timeouts += 1;
+                tracing::info!(route = %self.name, call = %String::from_utf8_lossy(&id), "no media for {:?}: ending the call (BYE to both sides)", self.policy.media_timeout);
+                for f in Face::BOTH {
+                    self.send_in_dialog(&id, f, "BYE", "vgate: no media", now, &mut out);
+                }
+                if let Some(c) = self.calls.get_mut(&id) {
+                    c.media.close(&self.routes);
+                    c.ended = Some(now);
+                    self.counters.calls_ended += 1;
+                }
+            }
+        }
+        self.sweep(now);
+        out
+    }
+
+    fn invite_timeout(&mut self, branch: &str, now: Instant, out: &mut Vec<Out>) {
+        let Some(t) = self.txns.get(branch) else {
+            return;
+        };
+        self.counters.invite_timeouts += 1;
+        let (dest, to_face, call_id) = (t.dest, t.from_face.other(), t.call_id.clone());
+        if let Some(c) = self.build_cancel(&t.forwarded) {
+            out.push(Out {
+                face: to_face,
+                to: dest,
+                bytes: c,
+            });
+        }
+        // 408 to the caller, built from what the transaction kept of the request.
+        let mut r = b"SIP/2.0 408 Request Timeout\r\n".to_vec();
+        for (n, v) in &t.vias {
+            r.extend_from_slice(n);
+            r.extend_from_slice(b": ");
+            r.extend_from_slice(v);
+            r.extend_from_slice(b"\r\n");
+        }
+        let tag = format!("{}{:x}", self.salt, self.seq + 1);
+        self.seq += 1;
+        let to_has_tag = NameAddr::parse(&t.to_value)
+            .ok()
+            .and_then(|n| n.tag())
+            .is_some();
+        r.extend_from_slice(b"From: ");
+        r.extend_from_slice(&t.from_value);
+        r.extend_from_slice(b"\r\nTo: ");
+        r.extend_from_slice(&t.to_value);
+        if !to_has_tag {
+            r.extend_from_slice(format!(";tag={tag}").as_bytes());
+        }
+        r.extend_from_slice(b"\r\nCall-ID: ");
+        r.extend_from_slice(&t.call_id);
+        r.extend_from_slice(
+            format!("\r\nCSeq: {} INVITE\r\nContent-Length: 0\r\n\r\n", t.cseq).as_bytes(),
+        );
+        out.push(Out {
+            face: t.from_face,
+            to: t.src,
+            bytes: r.clone(),
+        });
+        if let Some(t) = self.txns.get_mut(branch) {
+            t.last_response = Some(r);
+            t.final_code = Some(408);
+            t.expires = now + TXN_LINGER;
+        }
+        if let Some(c) = self.calls.get_mut(&call_id) {
+            if c.ended.is_none() {
+                c.media.close(&self.routes);
+                c.ended = Some(now);
+                self.counters.calls_ended += 1;
+            }
+        }
+    }
+
+    /// Drops expired transactions, bindings and calls.
+    fn sweep(&mut self, now: Instant) {
+        let mut gone = Vec::new();
+        self.txns.retain(|_, t| {
+            let keep = t.expires > now;
+            if !keep {
+                if let Some(k) = t.in_key.take() {
+                    gone.push(k);
+                }
+            }
+            keep
+        });
+        for k in gone {
+            self.by_in.remove(&k);
+        }
+        self.bindings.retain(|_, b| b.expires > now);
+        let bindings = &self.bindings;
+        self.binding_index
+            .retain(|_, tok| bindings.contains_key(tok));
+        let routes = Arc::clone(&self.routes);
+        let invite_window = self.policy.invite_timeout + TXN_LINGER;
+        let mut ended = 0;
+        self.calls.retain(|_, c| {
+            let done = match (c.ended, c.confirmed_ms) {
+                (Some(e), _) => now.saturating_duration_since(e) >= TXN_LINGER,
+                (None, None) => now.saturating_duration_since(c.created) >= invite_window,
+                (None, Some(_)) => {
+                    c.media.session.is_none()
+                        && now.saturating_duration_since(c.last_activity) >= DIALOG_IDLE
+                }
+            };
+            if done {
+                if c.ended.is_none() {
+                    ended += 1;
+                }
+                c.media.close(&routes);
+            }
+            !done
+        });
+        self.counters.calls_ended += ended;
+    }
+
+    /// Ends every call (ports and routes freed); called when the proxy stops.
+    pub fn shutdown(&mut self) {
+        for (_, mut c) in self.calls.drain() {
+            c.media.close(&self.routes);
+        }
+        self.txns.clear();
+        self.by_in.clear();
+        self.bindings.clear();
+        self.binding_index.clear();
+    }
+}

@@ -1,0 +1,234 @@
+//! The SIP proxy (GB/T 28181 across the two domains): one per `type = "sip"` signaling route.
+//!
+//! It owns the route's sockets and one event-loop thread (`net.rs`), and a protocol core
+//! (`core.rs`) that takes bytes and the time and returns messages to send; the core calls
+//! the pure SIP and SDP code of [`crate::signaling::sip`] and [`crate::signaling::sdp`] and
+//! installs stream routes through [`crate::routes`] (`media.rs`). Access control and the
+//! per-source rate limit are in `access.rs`. It does not touch the data path: the
+//! workers forward media on the routes it installs.
+//!
+//! # Design: a topology-hiding stateful proxy, not a B2BUA
+//!
+//! GB/T 28181 platforms identify calls and subscriptions by Call-ID, tags and CSeq, sign
+//! REGISTERs with digest over the request, and carry their own payloads (MANSCDP XML,
+//! MANSRTSP) that name devices by ID. A B2BUA would have to invent a second Call-ID, tag
+//! and CSeq space and translate every one of them in both directions (MANSRTSP `CSeq`
+//! included), and it would break digest authentication unless it terminated it. A proxy
+//! passes all of that unchanged, as the issue asks, and only has to hide addresses:
+//!
+//! - **Via**: a request crossing from face X to face Y loses its whole Via stack and gets
+//!   one Via of the gateway on Y, whose branch (`z9hG4bKvg…`) keys the transaction table.
+//!   The response that comes back with that branch gets the original Via fields back, byte
+//!   for byte, and is sent to where the request came from (same UDP source, same TCP
+//!   connection). Retransmitted requests are recognised by their own branch and source:
+//!   they get the last response again (or, before any final answer on UDP, the same
+//!   forwarded bytes again) and never a second transaction or a second media session.
+//! - **Contact**: every Contact crossing X→Y becomes `<sip:user@gateway-on-Y;vgt=TOKEN>`
+//!   (display name and header parameters such as `expires` kept). The token is a
+//!   **binding**: the original URI and the peer it came from on X. A request arriving on Y
+//!   whose Request-URI carries the token goes to that peer with the original URI as its
+//!   Request-URI. This single mechanism routes every in-dialog request (ACK, BYE, INFO,
+//!   re-INVITE, NOTIFY) whichever side sends it, and also requests to a registered
+//!   contact (a platform in B sending MESSAGE or INVITE to a device in A that registered
+//!   through vgate). A contact carrying one of our tokens going back to its own side (the
+//!   registrar's 200 to REGISTER echoing it) is turned back into the original.
+//! - **Record-Route, Route, Path, Service-Route** are removed as they cross: with Contact
+//!   pointing at the gateway, each side's route set is empty and in-dialog requests come
+//!   to vgate by themselves. (So a side's own outbound proxies are not kept in-dialog.)
+//! - **From/To**: a host part that is an IP address of the sending domain becomes the
+//!   gateway's address on the receiving side; responses get the request's original From
+//!   and To back (plus the To tag the answerer added). GB/T 28181 parties use the 10-digit
+//!   domain ID as host, which passes unchanged.
+//! - **Request-URI** of a request from the listen side outside any dialog: a host that is
+//!   an address of the listen domain (the gateway itself) becomes the upstream address;
+//!   a GB domain ID stays. In-dialog requests without a token (some UACs send BYE to the
+//!   address they first called) are routed by Call-ID to the other party's binding.
+//! - **Unchanged**: Call-ID, tags, CSeq, Subject, Authorization/WWW-Authenticate (digest
+//!   covers the Request-URI the client signed: GB clients sign `sip:id@domain-id`, which
+//!   vgate does not rewrite), every body but SDP, every header vgate does not know.
+//!   A Call-ID or an Authorization `uri=` that a peer chose to build from its own IP
+//!   address is carried as the peer wrote it; the tests use the GB forms.
+//!
+//! ## The route pair: requests in both directions
+//!
+//! A proxy has two faces: the **listen** face (the configured port on the gateway's
+//! address in `listen_domain`) and the **upstream** face (the gateway's address in the
+//! other domain, on an ephemeral port shown in its Via and Contact). New requests from the
+//! listen side go to `upstream`; new requests arriving on the upstream face must carry a
+//! binding token (they answer a Contact vgate showed) or be in a dialog vgate knows, and
+//! get `404` otherwise. A deployment where both sides start requests (a device in A
+//! registers with the platform in B; the platform in B calls devices in A) configures two
+//! routes, one listening in each domain, as the namespace test does: the platform's
+//! requests to a device registered through the A→B route carry that route's token and are
+//! routed back through it; requests addressed by ID go through the B→A route.
+//!
+//! ## Media
+//!
+//! `media.rs`: every `m=` line with RTP over UDP gets a gateway RTP/RTCP pair in both
+//! domains; SDP is rewritten line-preserving (`c=`, `o=`, `m=`, `a=rtcp` only) and routes
+//! are installed in the channel of the media direction (forward for a device in A that
+//! sends, reverse for talkback/broadcast), with the expected source from each side's SDP.
+//! `TCP/RTP/AVP` is refused with `488` and a `Warning` (logged rate-limited; a
+//! retransmitted INVITE gets the cached 488, so once per dialog): vgate does not bridge
+//! RTP over TCP yet, and passing such an SDP on would let media bypass the gateway. An SDP
+//! in a response that cannot be rewritten is never passed on: the response is dropped and
+//! the INVITE timeout ends the call. Port exhaustion answers `503` with `Retry-After`.
+//!
+//! ## Lifecycle
+//!
+//! A call's ports and routes are freed when a BYE crosses, when a CANCEL crosses, when the
+//! initial INVITE gets a final error (vgate ACKs it downstream itself and absorbs the
+//! caller's ACK), when no final answer came within `invite_timeout` (CANCEL downstream,
+//! `408` upstream), and when none of its routes saw a packet for `media_timeout` (BYE to
+//! both sides, built from the dialog state). Every table is capped ([`core::MAX_TXNS`],
+//! [`core::MAX_BINDINGS`], [`core::MAX_CALLS`]; past a cap new work gets `503`) and every
+//! entry expires: transactions 32 s after their final answer, bindings with their
+//! registration or an hour after their dialog's last use, calls 32 s after they end.
+//!
+//! ## Transport and size
+//!
+//! UDP and TCP (one transport per route, as configured). A message too large for one
+//! Ethernet frame still crosses over UDP as one datagram (IP fragments; 64 KiB max): that
+//! works on loopback, veth and ordinary LANs. RFC 3261 §18.1.1 would switch such a request
+//! to TCP; vgate keeps the route's transport, so a path that drops fragments needs a TCP
+//! route. `max_message` caps both (default 65 535 bytes).
+//!
+//! ## Access control
+//!
+//! The listen face accepts peers in `allow_peers` (default: any address of the listen
+//! domain); the upstream face accepts addresses of the upstream domain. When `allow_ids`
+//! is set, From and To must both be 20-digit GB/T 28181 IDs starting with one of its
+//! prefixes. Anything else gets `403 Forbidden` with a Warning, counted and logged with a
+//! rate limit. Each source may send `rate_limit` requests per second (bursts of twice
+//! that); the excess is dropped and counted. Malformed requests get `400` (or the code
+//! [`crate::signaling::sip::check_request`] names); unparsable bytes are a counted drop.
+
+pub mod access;
+pub mod core;
+pub mod media;
+pub mod net;
+
+use std::net::{SocketAddrV4, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::config::{SignalingRoute, Transport};
+
+use super::{Proxy, ProxyContext, ProxyError};
+
+pub use self::core::{Core, Counters, Face, Out, Peer};
+
+/// A running SIP proxy.
+pub struct SipProxy {
+    route: SignalingRoute,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// The gateway addresses of the listen and upstream faces.
+    pub local: [SocketAddrV4; 2],
+}
+
+impl Proxy for SipProxy {
+    fn route(&self) -> &SignalingRoute {
+        &self.route
+    }
+
+    fn shutdown(mut self: Box<Self>) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!(route = %self.route.name, "SIP proxy thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for SipProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn salt() -> String {
+    let ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
+        .unwrap_or(0);
+    format!("{:x}x", ns & 0xff_ffff)
+}
+
+/// Binds the route's sockets and starts its thread.
+pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy>, ProxyError> {
+    let listen = SocketAddrV4::new(
+        ctx.config.domain(route.listen_domain).address,
+        route.listen_port,
+    );
+    let up = SocketAddrV4::new(ctx.config.domain(route.listen_domain.other()).address, 0);
+    let err = |addr: SocketAddrV4, source: std::io::Error| ProxyError::Listen {
+        route: route.name.clone(),
+        addr: addr.into(),
+        source,
+    };
+    let local_of = |a: std::io::Result<std::net::SocketAddr>, fallback: SocketAddrV4| match a {
+        Ok(std::net::SocketAddr::V4(a)) => a,
+        _ => fallback,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flags = [Arc::clone(&stop), Arc::clone(&ctx.stop)];
+    let name = format!("sip-{}", route.name);
+    let (thread, local) = match route.transport {
+        Transport::Udp => {
+            let l = UdpSocket::bind(listen).map_err(|e| err(listen, e))?;
+            let u = UdpSocket::bind(up).map_err(|e| err(up, e))?;
+            let local = [
+                local_of(l.local_addr(), listen),
+                local_of(u.local_addr(), up),
+            ];
+            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            let t = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || net::run_udp(core, [l, u], &flags));
+            (t, local)
+        }
+        Transport::Tcp => {
+            let l = TcpListener::bind(listen).map_err(|e| err(listen, e))?;
+            let u = TcpListener::bind(up).map_err(|e| err(up, e))?;
+            let local = [
+                local_of(l.local_addr(), listen),
+                local_of(u.local_addr(), up),
+            ];
+            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            let tcp = net::TcpNet::new(
+                [l, u],
+                route.policy.max_connections_per_source,
+                route.policy.max_message,
+            )
+            .map_err(|e| err(listen, e))?;
+            let t = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || tcp.run(core, &flags));
+            (t, local)
+        }
+    };
+    let thread = thread.map_err(|e| ProxyError::Other {
+        route: route.name.clone(),
+        message: format!("cannot start the proxy thread: {e}"),
+    })?;
+    tracing::info!(
+        route = %route.name,
+        transport = ?route.transport,
+        listen = %local[0],
+        upstream_face = %local[1],
+        upstream = %route.upstream,
+        "SIP proxy serving"
+    );
+    Ok(Box::new(SipProxy {
+        route: route.clone(),
+        stop,
+        thread: Some(thread),
+        local,
+    }))
+}

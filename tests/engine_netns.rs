@@ -1,0 +1,662 @@
+//! The engines on the three-namespace bed (`scripts/testbed.sh`, 4-queue veth pairs): the real
+//! `vgate run` binary in the gateway namespace relays static stream routes from senders in A
+//! to receivers in B, for `--mode tnapi` (AF_PACKET rings) and `--mode stack`; and, in
+//! process, route changes while traffic flows on the tnapi engine.
+//!
+//! Checked: every packet delivered exactly once, to the right receiver, from the gateway's B
+//! address and the route's egress port; at least two workers (queues) forwarded; the gateway
+//! namespace's UDP `NoPorts` did not grow (the kernel did not also handle captured media);
+//! no `vgate_` nft table is left after exit. Rates are modest: a loaded 2-core machine passes.
+//!
+//! Needs root, `ip` (iproute2) and `nft` (nftables); without them each test says it did not
+//! run (and fails under `CI=true`).
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{enter_netns, in_netns, prerequisites, vgate_bin, Bed};
+
+const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
+const STREAMS: u32 = 48;
+const PER_STREAM: u32 = 200;
+const A_PORTS: u16 = 20000;
+const B_PORTS: u16 = 30000;
+const SINK_PORTS: u16 = 40000;
+const PAYLOAD: usize = 172;
+
+/// Workers: 2 where the machine has them (one per core at most).
+fn queues() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(2)
+}
+
+fn config(bed: &Bed, mode: &str, streams: u32) -> String {
+    let mut s = format!(
+        r#"
+[domains.a]
+interface = "{ga_if}"
+address = "{ga_ip}"
+networks = ["10.201.1.0/24"]
+media_ports = "{A_PORTS}-{a_last}"
+[domains.b]
+interface = "{gb_if}"
+address = "{gb_ip}"
+networks = ["10.201.2.0/24"]
+media_ports = "{B_PORTS}-{b_last}"
+[engine]
+mode = "{mode}"
+queues = {q}
+[security]
+source_validation = "latch"
+[control]
+listen = "127.0.0.1:9940"
+"#,
+        ga_if = bed.get("GA_IF"),
+        ga_ip = bed.get("GA_IP"),
+        gb_if = bed.get("GB_IF"),
+        gb_ip = bed.get("GB_IP"),
+        a_last = A_PORTS + 999,
+        b_last = B_PORTS + 999,
+        q = queues(),
+    );
+    for i in 0..streams {
+        s.push_str(&format!(
+            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n",
+            A_PORTS + 2 * i as u16,
+            bed.get("B_IP"),
+            SINK_PORTS + i as u16,
+            B_PORTS + 2 * i as u16,
+        ));
+    }
+    s
+}
+
+/// An RTP packet of stream `i`, sequence `seq`, padded to [`PAYLOAD`] bytes.
+fn packet(i: u32, seq: u32) -> [u8; PAYLOAD] {
+    let mut p = [0u8; PAYLOAD];
+    p[0] = 0x80;
+    p[1] = 96;
+    p[2..4].copy_from_slice(&(seq as u16).to_be_bytes());
+    p[8..12].copy_from_slice(&i.to_be_bytes());
+    p[12..16].copy_from_slice(&i.to_be_bytes());
+    p[16..20].copy_from_slice(&seq.to_be_bytes());
+    p
+}
+
+fn parse_packet(p: &[u8]) -> Option<(u32, u32)> {
+    if p.len() != PAYLOAD {
+        return None;
+    }
+    let i = u32::from_be_bytes(p[12..16].try_into().ok()?);
+    let seq = u32::from_be_bytes(p[16..20].try_into().ok()?);
+    Some((i, seq))
+}
+
+/// Sends `per_stream` packets on each of `streams` sockets (distinct source ports, so spread
+/// over the veth's TX queues) from namespace `ns`, paced gently.
+fn sender(
+    ns: String,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    streams: u32,
+    per_stream: u32,
+) -> JoinHandle<u32> {
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let socks: Vec<UdpSocket> = (0..streams)
+            .map(|_| UdpSocket::bind(SocketAddrV4::new(src, 0)).expect("bind sender"))
+            .collect();
+        let mut sent = 0;
+        for seq in 0..per_stream {
+            for (i, s) in socks.iter().enumerate() {
+                let to = SocketAddrV4::new(dst, A_PORTS + 2 * i as u16);
+                s.send_to(&packet(i as u32, seq), to).expect("send");
+                sent += 1;
+            }
+            // ~12 kpps for 48 streams.
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        sent
+    })
+}
+
+/// What the receivers in B saw: per stream, the sequence numbers and every wrong thing.
+#[derive(Debug, Default)]
+struct Received {
+    per_stream: Vec<Vec<u32>>,
+    problems: Vec<String>,
+}
+
+/// Receives on `SINK_PORTS + i` in namespace `ns` until `done` is set and nothing arrived for
+/// 500 ms (or `limit` passed), checking each datagram's source and contents.
+fn receiver(
+    ns: String,
+    addr: Ipv4Addr,
+    gateway: Ipv4Addr,
+    streams: u32,
+    done: Arc<AtomicBool>,
+    ready: mpsc::Sender<()>,
+) -> JoinHandle<Received> {
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let socks: Vec<UdpSocket> = (0..streams)
+            .map(|i| {
+                let s = UdpSocket::bind(SocketAddrV4::new(addr, SINK_PORTS + i as u16))
+                    .expect("bind receiver");
+                s.set_nonblocking(true).unwrap();
+                s
+            })
+            .collect();
+        let _ = ready.send(());
+        let mut r = Received {
+            per_stream: vec![Vec::new(); streams as usize],
+            problems: Vec::new(),
+        };
+        let mut buf = [0u8; 2048];
+        let start = Instant::now();
+        let mut last = Instant::now();
+        let limit = Duration::from_secs(60);
+        loop {
+            let mut any = false;
+            for (i, s) in socks.iter().enumerate() {
+                while let Ok((n, from)) = s.recv_from(&mut buf) {
+                    any = true;
+                    let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
+                    if from != want.into() && r.problems.len() < 20 {
+                        r.problems
+                            .push(format!("stream {i}: from {from}, want {want}"));
+                    }
+                    match parse_packet(&buf[..n]) {
+                        Some((id, seq)) if id == i as u32 => r.per_stream[i].push(seq),
+                        other => {
+                            if r.problems.len() < 20 {
+                                r.problems
+                                    .push(format!("stream {i}: got {other:?} ({n} bytes)"))
+                            }
+                        }
+                    }
+                }
+            }
+            if any {
+                last = Instant::now();
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let quiet = last.elapsed() > Duration::from_millis(500);
+            if (done.load(Relaxed) && quiet) || start.elapsed() > limit {
+                return r;
+            }
+        }
+    })
+}
+
+/// Checks every stream got each of its `per_stream` packets exactly once.
+fn check_delivery(r: &Received, per_stream: u32) {
+    assert!(r.problems.is_empty(), "misdelivered: {:?}", r.problems);
+    for (i, seqs) in r.per_stream.iter().enumerate() {
+        let mut s = seqs.clone();
+        s.sort_unstable();
+        let before = s.len();
+        s.dedup();
+        assert_eq!(before, s.len(), "stream {i}: duplicates");
+        assert_eq!(
+            s.len() as u32,
+            per_stream,
+            "stream {i}: {} of {per_stream} delivered",
+            s.len()
+        );
+    }
+}
+
+fn snmp_noports(ns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .expect("read snmp");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (
+        udp.next().expect("Udp header"),
+        udp.next().expect("Udp values"),
+    );
+    let idx = names
+        .split_whitespace()
+        .position(|n| n == "NoPorts")
+        .expect("NoPorts");
+    values.split_whitespace().nth(idx).unwrap().parse().unwrap()
+}
+
+fn vgate_tables(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "tables"])
+        .output()
+        .expect("nft list tables");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("vgate_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `key=value` pairs of a totals line.
+fn kv(line: &str) -> HashMap<String, String> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn num(m: &HashMap<String, String>, k: &str) -> u64 {
+    m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
+}
+
+/// The vgate process; killed on drop if it is still running (a failed test).
+struct Vgate {
+    child: Child,
+    stderr: Arc<std::sync::Mutex<String>>,
+}
+
+impl Vgate {
+    /// Starts `vgate run` in namespace `ns` and waits for its "running" line.
+    fn start(ns: &str, config: &std::path::Path, mode: &str) -> Vgate {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(vgate_bin())
+            .args(["run", "--config"])
+            .arg(config)
+            .args(["--mode", mode, "--stats-interval", "0"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start vgate");
+        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        let log = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                {
+                    let mut l = log.lock().unwrap();
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+                if line.contains("vgate running") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let mut v = Vgate { child, stderr };
+        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+            let _ = v.child.kill();
+            let _ = v.child.wait();
+            std::thread::sleep(Duration::from_millis(100));
+            panic!("vgate did not start: {}", v.log());
+        }
+        v
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGTERM, then its stdout (the totals).
+    fn stop(mut self) -> String {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                assert!(st.success(), "vgate exited with {st}: {}", self.log());
+                break;
+            }
+            assert!(Instant::now() < deadline, "vgate did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut out = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        out
+    }
+}
+
+impl Drop for Vgate {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One full run of the binary in `mode` on a fresh bed.
+fn relay_run(mode: &str) {
+    let bed = Bed::up(4);
+    let g_ns = bed.get("G_NS").to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_path = dir.path().join("vgate.toml");
+    std::fs::write(&cfg_path, config(&bed, mode, STREAMS)).unwrap();
+    let noports_before = snmp_noports(&g_ns);
+
+    let vg = Vgate::start(&g_ns, &cfg_path, mode);
+    let log = vg.log();
+    if mode == "tnapi" {
+        assert!(
+            log.contains("mode tnapi, engine afpacket") && log.contains("on CPU"),
+            "start-up banner names mode, engine, queues and CPUs: {log}"
+        );
+        assert_eq!(
+            vgate_tables(&g_ns).len(),
+            1,
+            "the media drop table is installed"
+        );
+    }
+
+    let done = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let rx = receiver(
+        bed.get("B_NS").into(),
+        bed.ip("B_IP"),
+        bed.ip("GB_IP"),
+        STREAMS,
+        Arc::clone(&done),
+        ready_tx,
+    );
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("receivers bound");
+    let t0 = Instant::now();
+    let tx = sender(
+        bed.get("A_NS").into(),
+        bed.ip("A_IP"),
+        bed.ip("GA_IP"),
+        STREAMS,
+        PER_STREAM,
+    );
+    let sent = tx.join().expect("sender");
+    let send_time = t0.elapsed();
+    done.store(true, Relaxed);
+    let got = rx.join().expect("receiver");
+    let totals = vg.stop();
+    eprintln!("{mode}: sent {sent} in {send_time:?}\n{totals}");
+
+    assert_eq!(sent, STREAMS * PER_STREAM);
+    check_delivery(&got, PER_STREAM);
+
+    let fwd = totals
+        .lines()
+        .find(|l| l.starts_with("total channel=forward"))
+        .map(kv)
+        .expect("forward total");
+    assert_eq!(num(&fwd, "tx_packets"), u64::from(sent), "{totals}");
+    assert!(
+        !fwd.keys().any(|k| k.starts_with("drop_")),
+        "no drops: {totals}"
+    );
+    let busy_workers = totals
+        .lines()
+        .filter(|l| l.starts_with("worker_channel ") && l.contains("channel=forward"))
+        .map(kv)
+        .filter(|m| num(m, "tx_packets") > 0)
+        .count();
+    if queues() >= 2 {
+        assert!(busy_workers >= 2, "at least two queues worked: {totals}");
+    }
+    let routes: Vec<_> = totals
+        .lines()
+        .filter(|l| l.starts_with("route name="))
+        .map(kv)
+        .collect();
+    assert_eq!(routes.len(), STREAMS as usize);
+    for r in &routes {
+        assert_eq!(num(r, "tx_packets"), u64::from(PER_STREAM), "{r:?}");
+        assert_eq!(num(r, "rtp_lost"), 0, "{r:?}");
+    }
+    let noports_after = snmp_noports(&g_ns);
+    assert_eq!(
+        noports_before, noports_after,
+        "the kernel saw no datagram for a port without a socket"
+    );
+    assert!(
+        vgate_tables(&g_ns).is_empty(),
+        "no vgate nft table left: {:?}",
+        vgate_tables(&g_ns)
+    );
+}
+
+#[test]
+fn tnapi_relays_every_packet_once_over_the_queues() {
+    if !prerequisites(
+        "tnapi_relays_every_packet_once_over_the_queues",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    relay_run("tnapi");
+}
+
+#[test]
+fn stack_relays_every_packet_once_over_the_queues() {
+    if !prerequisites(
+        "stack_relays_every_packet_once_over_the_queues",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    relay_run("stack");
+}
+
+/// A crashed run's table (same config, so same name) is replaced, and removed at exit.
+#[test]
+fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
+    if !prerequisites(
+        "tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    let bed = Bed::up(4);
+    let g_ns = bed.get("G_NS").to_owned();
+    let cfg = vgate::config::parse(&config(&bed, "tnapi", 0), "test").unwrap();
+    let table = format!("vgate_{}", vgate::engine::tnapi::instance_name(&cfg));
+    let st = Command::new("ip")
+        .args([
+            "netns", "exec", &g_ns, "nft", "add", "table", "inet", &table,
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let report = in_netns(&g_ns, move || {
+        let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("tnapi starts");
+        let d = gw.describe();
+        drop(gw);
+        let mut bad = cfg.clone();
+        bad.domains[0].interface = "vgnosuch0".into();
+        let e1 = vgate::gateway::Gateway::start(bad, None)
+            .err()
+            .unwrap()
+            .to_string();
+        let mut lo = cfg;
+        lo.domains[0].interface = "lo".into();
+        lo.engine.queues = 2;
+        lo.engine.cpus = vec![0, 1];
+        let e2 = if queues() >= 2 {
+            vgate::gateway::Gateway::start(lo, None)
+                .err()
+                .unwrap()
+                .to_string()
+        } else {
+            "RX queue(s) (skipped: one CPU)".into()
+        };
+        (d, e1, e2)
+    });
+    let (describe, no_iface, no_queue) = report;
+    assert!(describe.contains("engine afpacket"), "{describe}");
+    assert!(
+        no_iface.contains("tnapi") && no_iface.contains("no interface named \"vgnosuch0\""),
+        "{no_iface}"
+    );
+    assert!(no_queue.contains("RX queue(s)"), "{no_queue}");
+    assert!(
+        vgate_tables(&g_ns).is_empty(),
+        "stale table replaced, then removed: {:?}",
+        vgate_tables(&g_ns)
+    );
+}
+
+/// Route changes on the tnapi engine while a sender runs: remove stops forwarding, adding
+/// back resumes, a route on new ports (new egress socket) starts forwarding — all without
+/// restarting a worker.
+#[test]
+fn tnapi_route_changes_take_effect_while_traffic_flows() {
+    if !prerequisites(
+        "tnapi_route_changes_take_effect_while_traffic_flows",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    use vgate::config::{DomainId, SourcePolicy};
+    use vgate::routes::{Channel, RouteSpec, SessionKind};
+
+    let bed = Bed::up(4);
+    let g_ns = bed.get("G_NS").to_owned();
+    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let (a_ip, ga_ip, gb_ip, b_ip) = (
+        bed.ip("A_IP"),
+        bed.ip("GA_IP"),
+        bed.ip("GB_IP"),
+        bed.ip("B_IP"),
+    );
+    let cfg = vgate::config::parse(&config(&bed, "tnapi", 0), "test").unwrap();
+    in_netns(&g_ns, move || {
+        let gw = vgate::gateway::Gateway::start(cfg, None).expect("tnapi starts");
+        let workers = gw.worker_stats();
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts: Arc<[AtomicU64; 2]> = Arc::new(Default::default());
+        // Receivers for two routes.
+        let rx = {
+            let (stop, counts) = (Arc::clone(&stop), Arc::clone(&counts));
+            std::thread::spawn(move || {
+                enter_netns(&b_ns).unwrap();
+                let socks: Vec<UdpSocket> = (0..2u16)
+                    .map(|i| {
+                        let s = UdpSocket::bind((b_ip, SINK_PORTS + i)).unwrap();
+                        s.set_read_timeout(Some(Duration::from_millis(2))).unwrap();
+                        s
+                    })
+                    .collect();
+                let mut buf = [0u8; 2048];
+                while !stop.load(Relaxed) {
+                    for (i, s) in socks.iter().enumerate() {
+                        while let Ok((_, from)) = s.recv_from(&mut buf) {
+                            assert_eq!(from.ip(), std::net::IpAddr::V4(gb_ip));
+                            counts[i].fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            })
+        };
+        // One sender per gateway port, 1 packet per ms each, until stopped.
+        let tx = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                enter_netns(&a_ns).unwrap();
+                let socks: Vec<UdpSocket> = (0..2)
+                    .map(|_| UdpSocket::bind((a_ip, 0)).unwrap())
+                    .collect();
+                let mut seq = 0;
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Relaxed) && Instant::now() < deadline {
+                    for (i, s) in socks.iter().enumerate() {
+                        let _ = s.send_to(&packet(i as u32, seq), (ga_ip, A_PORTS + 2 * i as u16));
+                    }
+                    seq += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        };
+        let count = |i: usize| counts[i].load(Relaxed);
+        let wait_growth = |i: usize, by: u64| {
+            let start = count(i);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while count(i) < start + by {
+                assert!(Instant::now() < deadline, "route {i} does not forward");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        let spec = |i: u16| RouteSpec {
+            ingress: DomainId::A,
+            port: A_PORTS + 2 * i,
+            dest: SocketAddrV4::new(b_ip, SINK_PORTS + i),
+            egress_port: B_PORTS + 2 * i,
+            policy: SourcePolicy::Any,
+            expected: None,
+            rtp_only: false,
+            label: format!("r{i}"),
+        };
+        let s = gw.routes.open_session(SessionKind::Admin, "test");
+        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
+            gw.routes.reserve_port(s, d, p).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(count(0), 0, "nothing forwarded before a route exists");
+        gw.routes.add_route(s, spec(0)).unwrap();
+        wait_growth(0, 50);
+
+        gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
+        // In-flight blocks (≤ 2 ms timeout) drain, then nothing more.
+        std::thread::sleep(Duration::from_millis(100));
+        let after_remove = count(0);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(count(0), after_remove, "a removed route forwards nothing");
+
+        gw.routes.add_route(s, spec(0)).unwrap();
+        wait_growth(0, 50);
+
+        // A route on ports opened now: its egress socket reaches the workers by command.
+        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
+        gw.routes
+            .reserve_port(s2, DomainId::A, A_PORTS + 2)
+            .unwrap();
+        gw.routes
+            .reserve_port(s2, DomainId::B, B_PORTS + 2)
+            .unwrap();
+        gw.routes.add_route(s2, spec(1)).unwrap();
+        wait_growth(1, 50);
+        wait_growth(0, 20);
+
+        stop.store(true, Relaxed);
+        tx.join().unwrap();
+        rx.join().unwrap();
+        assert!(
+            workers.iter().all(|w| !w.exited.load(Relaxed)),
+            "no worker restarted or stopped"
+        );
+        let totals = gw.totals();
+        let fwd = totals.channel(Channel::Forward);
+        assert!(
+            fwd.drop_count(vgate::stats::DropReason::NoRoute) > 0,
+            "packets without a route are counted: {fwd:?}"
+        );
+        drop(gw);
+    });
+    assert!(vgate_tables(&g_ns).is_empty());
+}

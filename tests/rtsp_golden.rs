@@ -1,0 +1,441 @@
+//! Golden RTSP exchanges through the proxy logic: `tests/golden/rtsp/*.txt` (see its README)
+//! are fed message by message to an [`Exchange`] with a fake port allocator; what vgate sends
+//! each way, and the stream routes it installs, must match the transcript byte for byte.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+use std::sync::Arc;
+
+use vgate::config::{DomainId, SourcePolicy};
+use vgate::routes::{RouteError, RouteSpec};
+use vgate::signaling::proxy::rtsp::logic::{Exchange, MediaPorts, Output, Settings};
+use vgate::signaling::rtsp::auth::{Credentials, DigestVerifier};
+use vgate::signaling::rtsp::transport::TransportPolicy;
+use vgate::signaling::rtsp::{Authority, Limits, Route, UrlMap};
+
+/// Hands out pairs from fixed bases and records routes.
+#[derive(Default)]
+struct FakeMedia {
+    next: [u16; 2],
+    allocated: Vec<(DomainId, u16)>,
+    routes: Vec<RouteSpec>,
+    released: usize,
+}
+
+impl MediaPorts for FakeMedia {
+    fn alloc_pair(&mut self, domain: DomainId) -> Result<u16, RouteError> {
+        let base = [20000u16, 30000][domain.index()];
+        let p = base + self.next[domain.index()];
+        self.next[domain.index()] += 2;
+        self.allocated.push((domain, p));
+        Ok(p)
+    }
+    fn add_route(&mut self, spec: RouteSpec) -> Result<(), RouteError> {
+        self.routes.push(spec);
+        Ok(())
+    }
+    fn release(&mut self) {
+        self.routes.clear();
+        self.released += 1;
+    }
+}
+
+fn settings() -> Settings {
+    let camera = Authority::new("10.0.0.5", 8554).unwrap();
+    Settings {
+        name: "cam".into(),
+        map: UrlMap::new(
+            Authority::new("192.168.1.1", 554).unwrap(),
+            vec![Route::new("/cam1", camera, "/test")],
+        ),
+        upstreams: vec!["10.0.0.5:8554".parse().unwrap()],
+        credentials: vec![None],
+        verifier: None,
+        client_domain: DomainId::B,
+        gateway: [Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(192, 168, 1, 1)],
+        policy: SourcePolicy::Strict,
+        rtp_only: false,
+        limits: Limits::default(),
+        transports: TransportPolicy::default(),
+        session_timeout: 30,
+    }
+}
+
+fn exchange(s: Settings) -> Exchange<FakeMedia> {
+    Exchange::new(
+        Arc::new(s),
+        FakeMedia::default(),
+        Ipv4Addr::new(192, 168, 1, 20),
+        7,
+    )
+}
+
+/// A transcript section as wire bytes: CRLF, Content-Length fixed to the body.
+fn wire(text: &str) -> Vec<u8> {
+    let text = text.trim_end_matches('\n');
+    let (head, body) = match text.split_once("\n\n") {
+        Some((h, b)) => (h.to_string(), format!("{}\n", b).replace('\n', "\r\n")),
+        None => (text.to_string(), String::new()),
+    };
+    let mut lines: Vec<String> = head.lines().map(str::to_owned).collect();
+    for l in lines.iter_mut() {
+        if l.to_ascii_lowercase().starts_with("content-length:") {
+            *l = format!("Content-Length: {}", body.len());
+        }
+    }
+    let mut out = lines.join("\r\n");
+    out.push_str("\r\n\r\n");
+    out.push_str(&body);
+    out.into_bytes()
+}
+
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).replace("\r\n", "\n")
+}
+
+/// Port names (`A_RTP0`...) → numbers, in allocation order.
+fn port_names(media: &FakeMedia) -> BTreeMap<String, u16> {
+    let mut names = BTreeMap::new();
+    let mut count = [0usize; 2];
+    for (d, p) in &media.allocated {
+        let side = if *d == DomainId::A { "A" } else { "B" };
+        let k = count[d.index()];
+        count[d.index()] += 1;
+        names.insert(format!("{side}_RTP{k}"), *p);
+        names.insert(format!("{side}_RTCP{k}"), *p + 1);
+    }
+    names
+}
+
+fn fill(text: &str, names: &BTreeMap<String, u16>) -> String {
+    let mut s = text.to_string();
+    // Longest names first so A_RTP1 never eats part of A_RTP10.
+    let mut keys: Vec<_> = names.keys().collect();
+    keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    for k in keys {
+        s = s.replace(k.as_str(), &names[k].to_string());
+    }
+    s
+}
+
+fn route_line(r: &RouteSpec) -> String {
+    format!(
+        "{} {} -> {} from {} expect {} {}",
+        r.ingress,
+        r.port,
+        r.dest,
+        r.egress_port,
+        r.expected.map(|e| e.to_string()).unwrap_or_default(),
+        r.label
+    )
+}
+
+fn run_transcript(path: &Path, mut ex: Exchange<FakeMedia>) -> Exchange<FakeMedia> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with(">> ") || line.starts_with("<< ") {
+            sections.push((line.to_string(), String::new()));
+        } else if let Some((_, body)) = sections.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    let name = path.file_name().unwrap().to_string_lossy().to_string();
+    let mut outputs: std::collections::VecDeque<Output> = Default::default();
+    for (i, (marker, body)) in sections.iter().enumerate() {
+        let at = format!("{name}: section {} ({marker})", i + 1);
+        match marker.as_str() {
+            ">> client" => {
+                assert!(
+                    outputs.is_empty(),
+                    "{at}: unexpected outputs left: {outputs:?}"
+                );
+                outputs.extend(ex.client_message(&wire(&fill(body, &port_names(ex.media()))), 0));
+            }
+            ">> upstream" => {
+                assert!(
+                    outputs.is_empty(),
+                    "{at}: unexpected outputs left: {outputs:?}"
+                );
+                outputs.extend(ex.upstream_message(&wire(&fill(body, &port_names(ex.media())))));
+            }
+            "<< routes" => {
+                let names = port_names(ex.media());
+                let want: Vec<String> = body
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(|l| fill(l, &names))
+                    .collect();
+                let got: Vec<String> = ex.media().routes.iter().map(route_line).collect();
+                assert_eq!(got, want, "{at}");
+            }
+            m => {
+                let o = outputs
+                    .pop_front()
+                    .unwrap_or_else(|| panic!("{at}: vgate sent nothing"));
+                let names = port_names(ex.media());
+                match (m, o) {
+                    ("<< upstream", Output::Upstream(b)) | ("<< client", Output::Client(b)) => {
+                        let want = show(&wire(&fill(body, &names)));
+                        assert_eq!(show(&b), want, "{at}");
+                    }
+                    ("<< session-ended", Output::SessionEnded) | ("<< close", Output::Close) => {}
+                    (m, Output::Connect(a)) if m.starts_with("<< connect ") => {
+                        assert_eq!(a.to_string(), m.trim_start_matches("<< connect "), "{at}");
+                    }
+                    (m, o) => panic!("{at}: expected {m}, vgate did {o:?}"),
+                }
+            }
+        }
+    }
+    assert!(
+        outputs.is_empty(),
+        "{name}: outputs left at the end: {outputs:?}"
+    );
+    ex
+}
+
+fn golden(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/rtsp")
+        .join(file)
+}
+
+#[test]
+fn udp_two_tracks_relative_controls() {
+    let ex = run_transcript(&golden("udp_two_tracks_relative.txt"), exchange(settings()));
+    assert_eq!(ex.media().released, 1, "TEARDOWN gives the session back");
+}
+
+#[test]
+fn interleaved_absolute_controls_pipelined() {
+    let ex = run_transcript(
+        &golden("interleaved_absolute_pipelined.txt"),
+        exchange(settings()),
+    );
+    for ch in 0..=3 {
+        assert!(ex.channel_allowed(ch), "channel {ch} negotiated");
+    }
+    assert!(!ex.channel_allowed(4));
+    assert!(
+        ex.media().allocated.is_empty(),
+        "interleaved needs no ports"
+    );
+    assert!(ex.state().playing);
+}
+
+#[test]
+fn udp_refusals_and_port_reuse() {
+    let ex = run_transcript(&golden("udp_refusals.txt"), exchange(settings()));
+    assert_eq!(
+        ex.media().allocated.len(),
+        2,
+        "one pair per side: the failed SETUP's pair was reused"
+    );
+}
+
+/// Every golden file is run by a test above.
+#[test]
+fn every_transcript_is_tested() {
+    let mut files: Vec<String> = std::fs::read_dir(golden(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".txt"))
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "interleaved_absolute_pipelined.txt",
+            "udp_refusals.txt",
+            "udp_two_tracks_relative.txt"
+        ]
+    );
+}
+
+fn one_message(ex: &mut Exchange<FakeMedia>, raw: &str, from_client: bool) -> Vec<Output> {
+    let bytes = wire(raw);
+    if from_client {
+        ex.client_message(&bytes, 1_000)
+    } else {
+        ex.upstream_message(&bytes)
+    }
+}
+
+/// vgate answers the upstream's Digest challenge itself; the client never sees the 401
+/// and the password never appears in what vgate sends.
+#[test]
+fn upstream_digest_challenge_is_answered_by_vgate() {
+    let mut s = settings();
+    s.credentials = vec![Some(Credentials::new("admin", "s3cret-pw"))];
+    let mut ex = exchange(s);
+    let outs = one_message(
+        &mut ex,
+        "DESCRIBE rtsp://192.168.1.1:554/cam1 RTSP/1.0\nCSeq: 2\nAuthorization: Basic Y2xpZW50OnB3\n",
+        true,
+    );
+    let Output::Upstream(first) = &outs[1] else {
+        panic!("{outs:?}")
+    };
+    assert!(
+        !show(first).contains("Authorization"),
+        "client credentials never cross"
+    );
+    let outs = one_message(
+        &mut ex,
+        "RTSP/1.0 401 Unauthorized\nCSeq: 1\nWWW-Authenticate: Digest realm=\"cam\", nonce=\"abc123\"\n",
+        false,
+    );
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    let Output::Upstream(retry) = &outs[0] else {
+        panic!("{outs:?}")
+    };
+    let retry = show(retry);
+    assert!(
+        retry.starts_with("DESCRIBE rtsp://10.0.0.5:8554/test RTSP/1.0\n"),
+        "{retry}"
+    );
+    assert!(retry.contains("CSeq: 2\n"), "{retry}");
+    assert!(retry.contains("Authorization: Digest username=\"admin\", realm=\"cam\", nonce=\"abc123\", uri=\"rtsp://10.0.0.5:8554/test\", response=\""), "{retry}");
+    assert!(!retry.contains("s3cret-pw"));
+    // The answer is the one RFC 2617 gives without qop.
+    let ha1 = md5_hex("admin:cam:s3cret-pw");
+    let ha2 = md5_hex("DESCRIBE:rtsp://10.0.0.5:8554/test");
+    assert!(
+        retry.contains(&md5_hex(&format!("{ha1}:abc123:{ha2}"))),
+        "{retry}"
+    );
+    let outs = one_message(&mut ex, "RTSP/1.0 200 OK\nCSeq: 2\n", false);
+    assert_eq!(
+        outs,
+        vec![Output::Client(wire("RTSP/1.0 200 OK\nCSeq: 2\n"))]
+    );
+    // Later requests carry credentials from the start.
+    let outs = one_message(
+        &mut ex,
+        "OPTIONS rtsp://192.168.1.1:554/cam1 RTSP/1.0\nCSeq: 3\n",
+        true,
+    );
+    let Output::Upstream(next) = &outs[0] else {
+        panic!("{outs:?}")
+    };
+    assert!(
+        show(next).contains("Authorization: Digest "),
+        "{}",
+        show(next)
+    );
+    // Refused credentials are vgate's problem, not the client's: 502, no challenge.
+    let outs = one_message(
+        &mut ex,
+        "RTSP/1.0 401 Unauthorized\nCSeq: 3\nWWW-Authenticate: Digest realm=\"cam\", nonce=\"zzz\"\n",
+        false,
+    );
+    let Output::Upstream(_) = &outs[0] else {
+        panic!("{outs:?}")
+    };
+    let outs = one_message(
+        &mut ex,
+        "RTSP/1.0 401 Unauthorized\nCSeq: 4\nWWW-Authenticate: Digest realm=\"cam\", nonce=\"zzz\"\n",
+        false,
+    );
+    assert_eq!(
+        outs,
+        vec![Output::Client(wire("RTSP/1.0 502 Bad Gateway\nCSeq: 3\n"))]
+    );
+}
+
+fn md5_hex(s: &str) -> String {
+    use md5::Digest;
+    md5::Md5::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// With client users configured, vgate challenges the client and only forwards once the
+/// client's Digest answer checks out.
+#[test]
+fn client_must_authenticate_to_vgate() {
+    let mut s = settings();
+    s.verifier = Some(DigestVerifier::new(
+        "vgate",
+        [9; 32],
+        vec![Credentials::new("viewer", "pw")],
+    ));
+    let mut ex = exchange(s);
+    let outs = one_message(
+        &mut ex,
+        "OPTIONS rtsp://192.168.1.1:554/cam1 RTSP/1.0\nCSeq: 1\n",
+        true,
+    );
+    let [Output::Client(b)] = outs.as_slice() else {
+        panic!("{outs:?}")
+    };
+    let text = show(b);
+    assert!(
+        text.starts_with("RTSP/1.0 401 Unauthorized\nCSeq: 1\n"),
+        "{text}"
+    );
+    let nonce = text
+        .split("nonce=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_string();
+    let uri = "rtsp://192.168.1.1:554/cam1";
+    let ha1 = md5_hex("viewer:vgate:pw");
+    let ha2 = md5_hex(&format!("OPTIONS:{uri}"));
+    let response = md5_hex(&format!("{ha1}:{nonce}:00000001:c0ffee:auth:{ha2}"));
+    let auth = format!("Digest username=\"viewer\", realm=\"vgate\", nonce=\"{nonce}\", uri=\"{uri}\", algorithm=MD5, response=\"{response}\", qop=auth, nc=00000001, cnonce=\"c0ffee\"");
+    let outs = one_message(
+        &mut ex,
+        &format!("OPTIONS {uri} RTSP/1.0\nCSeq: 2\nAuthorization: {auth}\n"),
+        true,
+    );
+    assert!(matches!(outs.first(), Some(Output::Connect(_))), "{outs:?}");
+    let Some(Output::Upstream(up)) = outs.get(1) else {
+        panic!("{outs:?}")
+    };
+    assert!(
+        !show(up).contains("Authorization"),
+        "the client's answer is for vgate only"
+    );
+}
+
+/// No input makes the logic panic, and garbage gets a 400.
+#[test]
+fn malformed_input_gets_400_never_a_panic() {
+    let cases: [&[u8]; 6] = [
+        b"SETUP rtsp://192.168.1.1:554/cam1 RTSP/1.0\r\nCSeq: 1\r\nTransport: RTP/AVP;mode=\"\r\n\r\n",
+        b"PLAY rtsp://192.168.1.1:554/cam1 RTSP/1.0\r\n\r\n",
+        b"\xff\xfe\r\n\r\n",
+        b"DESCRIBE rtsp://[::1:554/cam1 RTSP/1.0\r\nCSeq: 1\r\n\r\n",
+        b"DESCRIBE rtsp://192.168.1.1:554/cam1 RTSP/2.0\r\nCSeq: 1\r\n\r\n",
+        b"SETUP rtsp://192.168.1.1:554/cam1 RTSP/1.0\r\nCSeq: 1\r\nTransport: RTP/AVP;unicast;client_port=0-1\r\n\r\n",
+    ];
+    let want = ["400", "400", "400", "400", "505", "461"];
+    for (raw, code) in cases.iter().zip(want) {
+        let mut ex = exchange(settings());
+        let outs = ex.client_message(raw, 0);
+        let text = outs
+            .iter()
+            .find_map(|o| match o {
+                Output::Client(b) => Some(show(b)),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no answer to {:?}: {outs:?}", show(raw)));
+        assert!(text.starts_with(&format!("RTSP/1.0 {code} ")), "{text}");
+    }
+    // Replies that make no sense are dropped or turned into 502, never a panic.
+    let mut ex = exchange(settings());
+    let _ = ex.client_message(&wire("SETUP rtsp://192.168.1.1:554/cam1/s0 RTSP/1.0\nCSeq: 1\nTransport: RTP/AVP;unicast;client_port=5000-5001\n"), 0);
+    for reply in [
+        "RTSP/1.0 200 OK\nCSeq: 99\n",
+        "RTSP/1.0 200 OK\nCSeq: 1\nTransport: RTP/AVP;mode=\"\n",
+    ] {
+        let _ = ex.upstream_message(&wire(reply));
+    }
+    let _ = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1);
+}

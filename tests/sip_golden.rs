@@ -1,0 +1,480 @@
+//! Golden tests of the SIP proxy core: GB/T 28181 flows in, the messages vgate sends out,
+//! compared with `tests/golden/sip/*.txt`. Allocated media ports show as `PORT`.
+//! `UPDATE_GOLDEN=1 cargo test --test sip_golden` rewrites the files (review the diff).
+
+use std::fmt::Write as _;
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vgate::config::{self, Config, DomainId};
+use vgate::routes::{NoHooks, Routes};
+use vgate::signaling::proxy::sip::{Core, Face, Out, Peer};
+
+const CONFIG: &str = r#"
+[domains.a]
+interface = "eth0"
+address = "10.1.0.1"
+networks = ["10.1.0.0/16"]
+media_ports = "20000-20099"
+
+[domains.b]
+interface = "eth1"
+address = "10.2.0.1"
+networks = ["10.2.0.0/16"]
+media_ports = "30000-30099"
+
+[engine]
+queues = 1
+
+[security]
+source_validation = "strict"
+
+[[signaling_route]]
+name = "b2a"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "10.1.0.9:5060"
+
+[[signaling_route]]
+name = "a2b"
+type = "sip"
+transport = "udp"
+listen_domain = "a"
+listen_port = 5060
+upstream = "10.2.0.60:5060"
+allow_ids = ["3402000000"]
+"#;
+
+pub struct Bench {
+    pub cfg: Config,
+    pub routes: Arc<Routes>,
+    pub core: Core,
+    pub log: String,
+    pub now: Instant,
+}
+
+pub fn bench(route: usize) -> Bench {
+    let cfg = config::parse(CONFIG, "golden.toml").unwrap();
+    let routes = Arc::new(Routes::new(&cfg, Arc::new(NoHooks)));
+    let r = &cfg.signaling[route];
+    let listen = SocketAddrV4::new(cfg.domain(r.listen_domain).address, r.listen_port);
+    let up = SocketAddrV4::new(cfg.domain(r.listen_domain.other()).address, 40000);
+    let core = Core::new(r, &cfg, Arc::clone(&routes), [listen, up], "t");
+    Bench { cfg, routes, core, log: String::new(), now: Instant::now() }
+}
+
+/// Ports of the media ranges become `PORT`.
+fn placeholders(s: &str) -> String {
+    let mut out = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_alphanumeric()) {
+            let j = (i..b.len()).find(|&k| !b[k].is_ascii_digit()).unwrap_or(b.len());
+            let n: Option<u32> = s[i..j].parse().ok();
+            let after_ok = j == b.len() || !b[j].is_ascii_alphanumeric();
+            if after_ok && n.is_some_and(|n| (20000..=20099).contains(&n) || (30000..=30099).contains(&n)) {
+                out.push_str("PORT");
+                i = j;
+                continue;
+            }
+            out.push_str(&s[i..j]);
+            i = j;
+            continue;
+        }
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
+impl Bench {
+    pub fn send(&mut self, face: Face, from: &str, msg: &str) -> Vec<Out> {
+        let msg = msg.replace('\n', "\r\n");
+        let src = Peer::udp(from.parse().unwrap());
+        let outs = self.core.on_message(face, src, msg.as_bytes(), self.now);
+        let _ = writeln!(self.log, "======== in {face:?} from {from}\n{}", msg.replace("\r\n", "\n"));
+        for o in &outs {
+            let _ = writeln!(
+                self.log,
+                "-------- out {:?} to {}\n{}",
+                o.face,
+                o.to.addr,
+                String::from_utf8_lossy(&o.bytes).replace("\r\n", "\n")
+            );
+        }
+        outs
+    }
+
+    pub fn note_routes(&mut self) {
+        let _ = writeln!(self.log, "======== routes");
+        for r in self.routes.routes() {
+            let _ = writeln!(
+                self.log,
+                "{} port={} dest={} egress={} policy={} expected={:?} label={}",
+                r.channel, r.port, r.dest, r.egress_port, r.policy, r.expected, r.label
+            );
+        }
+        let (a, _) = self.routes.ports(DomainId::A);
+        let (b, _) = self.routes.ports(DomainId::B);
+        let _ = writeln!(self.log, "sessions={} ports a={a} b={b}", self.routes.sessions().len());
+    }
+
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    pub fn check(&self, name: &str) {
+        let path = format!("{}/tests/golden/sip/{name}.txt", env!("CARGO_MANIFEST_DIR"));
+        let got = placeholders(&self.log);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &got).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}; run with UPDATE_GOLDEN=1 to create it"));
+        if want != got {
+            let line = want.lines().zip(got.lines()).position(|(a, b)| a != b).unwrap_or(0);
+            panic!(
+                "{name}: output differs from {path} at line {}:\nwant: {:?}\ngot:  {:?}\n(UPDATE_GOLDEN=1 rewrites it)",
+                line + 1,
+                want.lines().nth(line),
+                got.lines().nth(line)
+            );
+        }
+    }
+}
+
+/// The token vgate put in a Contact (`vgt=...`).
+pub fn token(out: &Out) -> String {
+    let s = String::from_utf8_lossy(&out.bytes);
+    let i = s.find(";vgt=").expect("a contact with a token");
+    s[i + 5..].split(['>', ';']).next().unwrap().to_owned()
+}
+
+pub const OFFER: &str = "v=0
+o=34020000002000000001 0 0 IN IP4 10.2.0.50
+s=Play
+c=IN IP4 10.2.0.50
+t=0 0
+m=video 6000 RTP/AVP 96 98 97
+a=recvonly
+a=rtpmap:96 PS/90000
+a=rtpmap:98 H264/90000
+a=rtpmap:97 MPEG4/90000
+y=0100000001
+f=v/2/4///a///
+";
+
+pub const ANSWER: &str = "v=0
+o=34020000001320000001 0 0 IN IP4 10.1.0.9
+s=Play
+c=IN IP4 10.1.0.9
+t=0 0
+m=video 15060 RTP/AVP 96
+a=sendonly
+a=rtpmap:96 PS/90000
+y=0100000001
+f=
+";
+
+pub fn with_body(head: &str, ctype: &str, body: &str) -> String {
+    let body = body.replace('\n', "\r\n");
+    format!("{head}Content-Type: {ctype}\nContent-Length: {}\n\n{}", body.len(), body.replace("\r\n", "\n"))
+}
+
+#[test]
+fn gb_invite_200_ack_bye() {
+    let mut t = bench(0);
+    let invite = with_body(
+        "INVITE sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bK1001
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: 1001@3402000000
+CSeq: 20 INVITE
+Contact: <sip:34020000002000000001@10.2.0.50:5060>
+Max-Forwards: 70
+User-Agent: Platform
+Subject: 34020000001320000001:0100000001,34020000002000000001:0
+",
+        "APPLICATION/SDP",
+        OFFER,
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_eq!(outs.len(), 2, "100 Trying and the forwarded INVITE");
+    let fwd = String::from_utf8_lossy(&outs[1].bytes).into_owned();
+    let branch = fwd.split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let caller_token = token(&outs[1]);
+    // A retransmission: same answer, same forwarded bytes, no second session.
+    let again = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_eq!(again.len(), 2);
+    assert_eq!(again[1].bytes, outs[1].bytes);
+    assert_eq!(t.routes.sessions().len(), 1);
+
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={branch};rport=40000;received=10.1.0.1
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: 1001@3402000000
+CSeq: 20 INVITE
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+User-Agent: IPC
+"
+        ),
+        "application/sdp",
+        ANSWER,
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert_eq!(outs.len(), 1);
+    let callee_token = token(&outs[0]);
+    t.note_routes();
+    let ack = format!(
+        "ACK sip:34020000001320000001@10.2.0.1:5060;vgt={callee_token} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bK1002
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: 1001@3402000000
+CSeq: 20 ACK
+Max-Forwards: 70
+Content-Length: 0
+
+"
+    );
+    assert_eq!(t.send(Face::Listen, "10.2.0.50:5060", &ack).len(), 1);
+    // The device hangs up: BYE from A to the caller's gateway contact.
+    let bye = format!(
+        "BYE sip:34020000002000000001@10.1.0.1:40000;vgt={caller_token} SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.9:5060;rport;branch=z9hG4bK2001
+From: <sip:34020000001320000001@3402000000>;tag=d1
+To: <sip:34020000002000000001@3402000000>;tag=p1
+Call-ID: 1001@3402000000
+CSeq: 1 BYE
+Max-Forwards: 70
+Content-Length: 0
+
+"
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &bye);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].to.addr, "10.2.0.50:5060".parse().unwrap());
+    let fwd = String::from_utf8_lossy(&outs[0].bytes).into_owned();
+    let branch = fwd.split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let bye_ok = format!(
+        "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.2.0.1:5060;branch={branch};rport=5060;received=10.2.0.1
+From: <sip:34020000001320000001@3402000000>;tag=d1
+To: <sip:34020000002000000001@3402000000>;tag=p1
+Call-ID: 1001@3402000000
+CSeq: 1 BYE
+Content-Length: 0
+
+"
+    );
+    assert_eq!(t.send(Face::Listen, "10.2.0.50:5060", &bye_ok).len(), 1);
+    t.note_routes();
+    assert_eq!(t.routes.sessions().len(), 0);
+    assert_eq!(t.routes.ports(DomainId::A).0 + t.routes.ports(DomainId::B).0, 0);
+    t.check("invite_200_ack_bye");
+}
+
+#[test]
+fn gb_register_digest_and_catalog() {
+    let mut t = bench(1);
+    let reg = |auth: &str, branch: &str, cseq: u32| {
+        format!(
+            "REGISTER sip:34020000002000000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.20:5060;rport;branch={branch}
+From: <sip:34020000001320000001@3402000000>;tag=r1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: reg1@3402000000
+CSeq: {cseq} REGISTER
+Contact: <sip:34020000001320000001@10.1.0.20:5060>
+Max-Forwards: 70
+{auth}Expires: 3600
+Content-Length: 0
+
+"
+        )
+    };
+    let outs = t.send(Face::Listen, "10.1.0.20:5060", &reg("", "z9hG4bKr1", 1));
+    assert_eq!(outs.len(), 1);
+    let b1 = String::from_utf8_lossy(&outs[0].bytes).split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let tok = token(&outs[0]);
+    let challenge = format!(
+        "SIP/2.0 401 Unauthorized
+Via: SIP/2.0/UDP 10.2.0.1:40000;branch={b1};rport
+From: <sip:34020000001320000001@3402000000>;tag=r1
+To: <sip:34020000001320000001@3402000000>;tag=s1
+Call-ID: reg1@3402000000
+CSeq: 1 REGISTER
+WWW-Authenticate: Digest realm=\"3402000000\", nonce=\"9bd055\", algorithm=MD5
+Content-Length: 0
+
+"
+    );
+    assert_eq!(t.send(Face::Upstream, "10.2.0.60:5060", &challenge).len(), 1);
+    let auth = "Authorization: Digest username=\"34020000001320000001\", realm=\"3402000000\", nonce=\"9bd055\", uri=\"sip:34020000002000000001@3402000000\", response=\"ab12cd34ef56ab12cd34ef56ab12cd34\", algorithm=MD5\n";
+    let outs = t.send(Face::Listen, "10.1.0.20:5060", &reg(auth, "z9hG4bKr2", 2));
+    assert_eq!(token(&outs[0]), tok, "same contact, same binding");
+    let b2 = String::from_utf8_lossy(&outs[0].bytes).split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let ok = format!(
+        "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.2.0.1:40000;branch={b2};rport
+From: <sip:34020000001320000001@3402000000>;tag=r1
+To: <sip:34020000001320000001@3402000000>;tag=s2
+Call-ID: reg1@3402000000
+CSeq: 2 REGISTER
+Contact: <sip:34020000001320000001@10.2.0.1:40000;vgt={tok}>;expires=3600
+Date: 2024-05-01T10:00:00.000
+Content-Length: 0
+
+"
+    );
+    assert_eq!(t.send(Face::Upstream, "10.2.0.60:5060", &ok).len(), 1);
+    // The platform queries the catalog at the contact it learned: routed by the token.
+    let query = with_body(
+        &format!(
+            "MESSAGE sip:34020000001320000001@10.2.0.1:40000;vgt={tok} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.60:5060;rport;branch=z9hG4bKq1
+From: <sip:34020000002000000001@3402000000>;tag=q1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: q1@3402000000
+CSeq: 1 MESSAGE
+Max-Forwards: 70
+"
+        ),
+        "Application/MANSCDP+xml",
+        "<?xml version=\"1.0\"?>\n<Query>\n<CmdType>Catalog</CmdType>\n<SN>17</SN>\n<DeviceID>34020000001320000001</DeviceID>\n</Query>\n",
+    );
+    let outs = t.send(Face::Upstream, "10.2.0.60:5060", &query);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].to.addr, "10.1.0.20:5060".parse().unwrap());
+    // The device answers with a big catalog (> 1500 bytes) to the platform.
+    let mut items = String::new();
+    for i in 0..12 {
+        let _ = write!(items, "<Item>\n<DeviceID>340200000013200000{i:02}</DeviceID>\n<Name>Camera {i}</Name>\n<Manufacturer>Vendor</Manufacturer>\n<Model>IPC</Model>\n<Owner>Owner</Owner>\n<CivilCode>3402000000</CivilCode>\n<Address>Gate {i}</Address>\n<Parental>0</Parental>\n<SafetyWay>0</SafetyWay>\n<RegisterWay>1</RegisterWay>\n<Secrecy>0</Secrecy>\n<Status>ON</Status>\n</Item>\n");
+    }
+    let catalog = format!("<?xml version=\"1.0\" encoding=\"GB2312\"?>\n<Response>\n<CmdType>Catalog</CmdType>\n<SN>17</SN>\n<DeviceID>34020000001320000001</DeviceID>\n<SumNum>12</SumNum>\n<DeviceList Num=\"12\">\n{items}</DeviceList>\n</Response>\n");
+    assert!(catalog.len() > 1500);
+    let resp = with_body(
+        "MESSAGE sip:34020000002000000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.20:5060;rport;branch=z9hG4bKc1
+From: <sip:34020000001320000001@3402000000>;tag=c1
+To: <sip:34020000002000000001@3402000000>
+Call-ID: c1@3402000000
+CSeq: 2 MESSAGE
+Max-Forwards: 70
+",
+        "Application/MANSCDP+xml",
+        &catalog,
+    );
+    let outs = t.send(Face::Listen, "10.1.0.20:5060", &resp);
+    assert_eq!(outs.len(), 1);
+    let out = String::from_utf8_lossy(&outs[0].bytes).into_owned();
+    assert!(out.ends_with(&catalog.replace('\n', "\r\n")), "GB body unchanged");
+    assert_eq!(outs[0].to.addr, "10.2.0.60:5060".parse().unwrap());
+    t.check("register_digest_catalog");
+}
+
+fn invite_with(sdp: &str, from_id: &str, call: &str) -> String {
+    with_body(
+        &format!(
+            "INVITE sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bK{call}
+From: <sip:{from_id}@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: {call}
+CSeq: 1 INVITE
+Contact: <sip:{from_id}@10.2.0.50:5060>
+Max-Forwards: 70
+"
+        ),
+        "application/sdp",
+        sdp,
+    )
+}
+
+fn status(o: &Out) -> String {
+    String::from_utf8_lossy(&o.bytes).lines().next().unwrap().to_owned()
+}
+
+#[test]
+fn tcp_media_is_refused_with_488_and_warning() {
+    let mut t = bench(0);
+    let sdp = OFFER.replace("RTP/AVP 96 98 97", "TCP/RTP/AVP 96").replace("a=recvonly", "a=recvonly\na=setup:active\na=connection:new");
+    let msg = invite_with(&sdp, "34020000002000000001", "tcp1");
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(status(&outs[0]), "SIP/2.0 488 Not Acceptable Here");
+    assert!(String::from_utf8_lossy(&outs[0].bytes).contains("Warning: 399 vgate"));
+    assert_eq!(t.core.counters.tcp_media_refused, 1);
+    // The retransmission gets the same answer, counted once.
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);
+    assert_eq!(status(&outs[0]), "SIP/2.0 488 Not Acceptable Here");
+    assert_eq!(t.core.counters.tcp_media_refused, 1);
+    assert_eq!(t.routes.sessions().len(), 0);
+    assert_eq!(t.core.table_sizes().0, 0);
+}
+
+#[test]
+fn unknown_ids_and_sources_get_403() {
+    let mut t = bench(1);
+    let msg = "MESSAGE sip:34020000002000000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.20:5060;branch=z9hG4bKk1
+From: <sip:44010000001320000001@4401000000>;tag=k
+To: <sip:34020000002000000001@3402000000>
+Call-ID: k1
+CSeq: 1 MESSAGE
+Max-Forwards: 70
+Content-Length: 0
+
+";
+    let outs = t.send(Face::Listen, "10.1.0.20:5060", msg);
+    assert_eq!(status(&outs[0]), "SIP/2.0 403 Forbidden");
+    let ok_id = msg.replace("44010000001320000001@4401000000", "34020000001320000001@3402000000");
+    let outs = t.send(Face::Listen, "10.2.0.77:5060", &ok_id);
+    assert_eq!(status(&outs[0]), "SIP/2.0 403 Forbidden", "a source outside domain a");
+    assert_eq!(t.core.counters.forbidden, 2);
+}
+
+#[test]
+fn port_exhaustion_answers_503_and_frees_everything() {
+    let mut t = bench(0);
+    let mut refused = 0;
+    for i in 0..40 {
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite_with(OFFER, "34020000002000000001", &format!("x{i}")));
+        if status(&outs[0]).starts_with("SIP/2.0 503") {
+            assert!(String::from_utf8_lossy(&outs[0].bytes).contains("Retry-After: 5"));
+            refused += 1;
+        }
+    }
+    // 100 ports per domain, one pair per call and domain: 50 calls fit... 40 do.
+    assert_eq!(refused, 0);
+    for i in 40..60 {
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite_with(OFFER, "34020000002000000001", &format!("x{i}")));
+        refused += usize::from(status(&outs[0]).starts_with("SIP/2.0 503"));
+    }
+    assert_eq!(refused, 10);
+    // Unanswered: the INVITE timeout cancels them all and frees the ports.
+    t.advance(Duration::from_secs(33));
+    let outs = t.core.tick(t.now, 0);
+    assert_eq!(outs.iter().filter(|o| status(o).starts_with("CANCEL")).count(), 50);
+    assert_eq!(outs.iter().filter(|o| status(o).starts_with("SIP/2.0 408")).count(), 50);
+    assert_eq!(t.routes.sessions().len(), 0);
+    assert_eq!(t.routes.ports(DomainId::A).0 + t.routes.ports(DomainId::B).0, 0);
+    t.advance(Duration::from_secs(100));
+    t.core.tick(t.now, 0);
+    let (calls, txns, _) = t.core.table_sizes();
+    assert_eq!((calls, txns), (0, 0));
+    // Contact bindings outlive their dialog by an hour (a late in-dialog request still
+    // finds its way), then go too.
+    t.advance(Duration::from_secs(3600));
+    t.core.tick(t.now, 0);
+    assert_eq!(t.core.table_sizes(), (0, 0, 0));
+}
