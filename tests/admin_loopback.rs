@@ -46,11 +46,17 @@ per_stream_metrics = true
 }
 
 fn http(method: &str, url: &str, body: Option<&str>) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
     let resp = match (method, body) {
         ("GET", _) => agent.get(url).call(),
         ("DELETE", _) => agent.delete(url).call(),
-        ("POST", b) => agent.post(url).content_type("application/json").send(b.unwrap_or("{}")),
+        ("POST", b) => agent
+            .post(url)
+            .content_type("application/json")
+            .send(b.unwrap_or("{}")),
         _ => unreachable!(),
     };
     let mut resp = resp.expect("admin interface answers");
@@ -60,7 +66,10 @@ fn http(method: &str, url: &str, body: Option<&str>) -> (u16, String) {
 
 fn json(method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
     let (s, b) = http(method, url, body);
-    (s, serde_json::from_str(&b).unwrap_or_else(|_| panic!("not JSON: {b}")))
+    (
+        s,
+        serde_json::from_str(&b).unwrap_or_else(|_| panic!("not JSON: {b}")),
+    )
 }
 
 /// The value of one sample line `name{labels} value` in a scrape.
@@ -77,7 +86,10 @@ fn sample(scrape: &str, name_and_labels: &str) -> f64 {
 }
 
 fn vgate(args: &[&str]) -> std::process::Output {
-    Command::new(common::vgate_bin()).args(args).output().unwrap()
+    Command::new(common::vgate_bin())
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
@@ -98,53 +110,95 @@ fn metrics_routes_sessions_and_stats() {
     rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut buf = [0u8; 2048];
     for _ in 0..50 {
-        src.send_to(&[7u8; 100], (format!("127.0.{net}.1"), 20000)).unwrap();
+        src.send_to(&[7u8; 100], (format!("127.0.{net}.1"), 20000))
+            .unwrap();
         rx.recv_from(&mut buf).unwrap();
     }
     // 3 unroutable packets arrive on a B-side egress port (reverse channel, no route).
     for _ in 0..3 {
-        src.send_to(b"x", (format!("127.0.{net}.2"), 30002)).unwrap();
+        src.send_to(b"x", (format!("127.0.{net}.2"), 30002))
+            .unwrap();
     }
     let (_, scrape) = http("GET", &format!("{base}/metrics"), None);
     wait_until("no_route drops in metrics", Duration::from_secs(5), || {
         let (_, s) = http("GET", &format!("{base}/metrics"), None);
-        sample(&s, "vgate_channel_drops_total{channel=\"reverse\",reason=\"no_route\"}") == 3.0
+        sample(
+            &s,
+            "vgate_channel_drops_total{channel=\"reverse\",reason=\"no_route\"}",
+        ) == 3.0
     });
-    assert_eq!(sample(&scrape, "vgate_channel_packets_total{channel=\"forward\",direction=\"tx\"}"), 50.0);
-    assert_eq!(sample(&scrape, "vgate_channel_bytes_total{channel=\"forward\",direction=\"tx\"}"), 5000.0);
+    assert_eq!(
+        sample(
+            &scrape,
+            "vgate_channel_packets_total{channel=\"forward\",direction=\"tx\"}"
+        ),
+        50.0
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            "vgate_channel_bytes_total{channel=\"forward\",direction=\"tx\"}"
+        ),
+        5000.0
+    );
     assert_eq!(sample(&scrape, "vgate_route_packets_total{route=\"s0\",channel=\"forward\",port=\"20000\",direction=\"rx\"}"), 50.0);
-    assert_eq!(sample(&scrape, "vgate_worker_packets_total{worker=\"0\",channel=\"forward\",direction=\"tx\"}"), 50.0);
+    assert_eq!(
+        sample(
+            &scrape,
+            "vgate_worker_packets_total{worker=\"0\",channel=\"forward\",direction=\"tx\"}"
+        ),
+        50.0
+    );
     assert_eq!(sample(&scrape, "vgate_sessions{kind=\"static\"}"), 3.0);
     assert_eq!(sample(&scrape, "vgate_ports_used{domain=\"a\"}"), 3.0);
     assert_eq!(sample(&scrape, "vgate_up"), 1.0);
     for (name, kind, _) in FAMILIES {
-        assert!(scrape.contains(&format!("# TYPE {name} {kind}\n")), "metric family {name} is never produced");
-        assert!(scrape.lines().any(|l| l.starts_with(name) && !l.starts_with('#')), "no sample of {name}");
+        assert!(
+            scrape.contains(&format!("# TYPE {name} {kind}\n")),
+            "metric family {name} is never produced"
+        );
+        assert!(
+            scrape
+                .lines()
+                .any(|l| l.starts_with(name) && !l.starts_with('#')),
+            "no sample of {name}"
+        );
     }
 
     // A route added at run time forwards; removing it frees its ports.
     let (s, added) = json(
         "POST",
         &format!("{base}/api/v1/routes"),
-        Some(&format!(r#"{{"name":"extra","domain":"a","destination":"127.0.{net}.2:40100"}}"#)),
+        Some(&format!(
+            r#"{{"name":"extra","domain":"a","destination":"127.0.{net}.2:40100"}}"#
+        )),
     );
     assert_eq!(s, 201, "{added}");
     let port = added["port"].as_u64().unwrap() as u16;
     let rx2 = UdpSocket::bind(format!("127.0.{net}.2:40100")).unwrap();
     rx2.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    src.send_to(b"hello", (format!("127.0.{net}.1"), port)).unwrap();
+    src.send_to(b"hello", (format!("127.0.{net}.1"), port))
+        .unwrap();
     let (n, from) = rx2.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"hello");
     assert_eq!(from.port() as u64, added["egress_port"].as_u64().unwrap());
     let (_, routes) = json("GET", &format!("{base}/api/v1/routes"), None);
     assert_eq!(routes["routes"].as_array().unwrap().len(), 4);
-    let (s, _) = json("DELETE", &format!("{base}/api/v1/routes/forward/{port}"), None);
+    let (s, _) = json(
+        "DELETE",
+        &format!("{base}/api/v1/routes/forward/{port}"),
+        None,
+    );
     assert_eq!(s, 200);
     let (_, scrape) = http("GET", &format!("{base}/metrics"), None);
     assert_eq!(sample(&scrape, "vgate_ports_used{domain=\"a\"}"), 3.0);
 
     // Malformed requests get a 4xx with a reason.
-    let (s, e) = json("POST", &format!("{base}/api/v1/routes"), Some("{\"name\": 5}"));
+    let (s, e) = json(
+        "POST",
+        &format!("{base}/api/v1/routes"),
+        Some("{\"name\": 5}"),
+    );
     assert_eq!(s, 400, "{e}");
     assert!(e["error"].as_str().unwrap().contains("bad route"));
     let (s, _) = json("DELETE", &format!("{base}/api/v1/routes/sideways/1"), None);
@@ -160,11 +214,26 @@ fn metrics_routes_sessions_and_stats() {
     let out = vgate(&["sessions", "--admin", &admin, "list"]);
     assert!(out.status.success());
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let s1 = list["sessions"].as_array().unwrap().iter().find(|s| s["label"] == "s1").unwrap()["id"].as_u64().unwrap();
+    let s1 = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["label"] == "s1")
+        .unwrap()["id"]
+        .as_u64()
+        .unwrap();
     let out = vgate(&["sessions", "--admin", &admin, "kill", &s1.to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (_, scrape) = http("GET", &format!("{base}/metrics"), None);
-    assert_eq!(sample(&scrape, "vgate_ports_used{domain=\"a\"}"), 2.0, "the killed session's ports are back");
+    assert_eq!(
+        sample(&scrape, "vgate_ports_used{domain=\"a\"}"),
+        2.0,
+        "the killed session's ports are back"
+    );
     assert_eq!(sample(&scrape, "vgate_ports_used{domain=\"b\"}"), 2.0);
 
     let sender = std::thread::spawn({
@@ -178,11 +247,21 @@ fn metrics_routes_sessions_and_stats() {
     });
     let out = vgate(&["stats", "--admin", &admin, "--count", "1"]);
     sender.join().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let screen = String::from_utf8_lossy(&out.stdout);
-    let fwd = screen.lines().find(|l| l.starts_with("forward")).expect("a forward line");
+    let fwd = screen
+        .lines()
+        .find(|l| l.starts_with("forward"))
+        .expect("a forward line");
     let rate: f64 = fwd.split_whitespace().nth(1).unwrap().parse().unwrap();
-    assert!(rate > 0.0, "stats shows a forwarding rate while traffic flows:\n{screen}");
+    assert!(
+        rate > 0.0,
+        "stats shows a forwarding rate while traffic flows:\n{screen}"
+    );
     assert!(screen.contains("WORKER"), "{screen}");
     let totals = vg.stop();
     assert_eq!(totals.channel("reverse", "drop_no_route"), 3);
@@ -201,13 +280,23 @@ fn cli_says_when_no_vgate_is_running() {
 #[test]
 fn admin_token_is_required_when_set() {
     let net = 11;
-    let cfg = config(net, 1).replace("per_stream_metrics = true", "token = \"0123456789abcdef0123\"");
+    let cfg = config(net, 1).replace(
+        "per_stream_metrics = true",
+        "token = \"0123456789abcdef0123\"",
+    );
     let vg = Vgate::start(&cfg);
     let base = format!("http://127.0.{net}.1:9941");
     let (s, _) = http("GET", &format!("{base}/metrics"), None);
     assert_eq!(s, 401);
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let r = agent.get(format!("{base}/api/v1/health")).header("Authorization", "Bearer 0123456789abcdef0123").call().unwrap();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let r = agent
+        .get(format!("{base}/api/v1/health"))
+        .header("Authorization", "Bearer 0123456789abcdef0123")
+        .call()
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     drop(vg);
 }
@@ -218,14 +307,23 @@ fn reload_under_load_keeps_untouched_streams_whole() {
     const STREAMS: u16 = 100;
     const ROUNDS: u16 = 300;
     let mut vg = Vgate::start(&config(net, STREAMS));
-    let senders: Vec<UdpSocket> = (0..STREAMS).map(|_| UdpSocket::bind(format!("127.0.{net}.1:0")).unwrap()).collect();
-    let receivers: Vec<UdpSocket> = (0..STREAMS).map(|i| UdpSocket::bind(format!("127.0.{net}.2:{}", 40000 + i)).unwrap()).collect();
+    let senders: Vec<UdpSocket> = (0..STREAMS)
+        .map(|_| UdpSocket::bind(format!("127.0.{net}.1:0")).unwrap())
+        .collect();
+    let receivers: Vec<UdpSocket> = (0..STREAMS)
+        .map(|i| UdpSocket::bind(format!("127.0.{net}.2:{}", 40000 + i)).unwrap())
+        .collect();
     for r in &receivers {
-        nix::sys::socket::setsockopt(r, nix::sys::socket::sockopt::RcvBuf, &(1usize << 20)).unwrap();
+        nix::sys::socket::setsockopt(r, nix::sys::socket::sockopt::RcvBuf, &(1usize << 20))
+            .unwrap();
         r.set_nonblocking(true).unwrap();
     }
     // The new config drops s0 and adds "late"; s1..s99 are untouched.
-    let mut new_cfg = config(net, STREAMS).replacen("[[stream_route]]\nname = \"s0\"", "[[stream_route]]\nname = \"gone\"\nsource_validation = \"any\"", 1);
+    let mut new_cfg = config(net, STREAMS).replacen(
+        "[[stream_route]]\nname = \"s0\"",
+        "[[stream_route]]\nname = \"gone\"\nsource_validation = \"any\"",
+        1,
+    );
     let _ = write!(new_cfg, "[[stream_route]]\nname = \"late\"\ndomain = \"a\"\nport = 20900\ndestination = \"127.0.{net}.2:40900\"\n");
     let mut received = vec![0u32; STREAMS as usize];
     let mut buf = [0u8; 2048];
@@ -235,7 +333,11 @@ fn reload_under_load_keeps_untouched_streams_whole() {
             vg.signal(nix::sys::signal::Signal::SIGHUP);
         }
         for (i, s) in senders.iter().enumerate() {
-            s.send_to(&[round as u8; 300], (format!("127.0.{net}.1"), 20000 + 2 * i as u16)).unwrap();
+            s.send_to(
+                &[round as u8; 300],
+                (format!("127.0.{net}.1"), 20000 + 2 * i as u16),
+            )
+            .unwrap();
         }
         for (i, r) in receivers.iter().enumerate() {
             while r.recv_from(&mut buf).is_ok() {
@@ -256,7 +358,11 @@ fn reload_under_load_keeps_untouched_streams_whole() {
         std::thread::sleep(Duration::from_millis(20));
     }
     for (i, n) in received.iter().enumerate().skip(1) {
-        assert_eq!(*n, u32::from(ROUNDS), "untouched stream s{i} lost packets across the reload");
+        assert_eq!(
+            *n,
+            u32::from(ROUNDS),
+            "untouched stream s{i} lost packets across the reload"
+        );
     }
 
     // An invalid file is rejected whole; the running routes stay.
@@ -264,13 +370,28 @@ fn reload_under_load_keeps_untouched_streams_whole() {
     vg.signal(nix::sys::signal::Signal::SIGHUP);
     let line = vg.wait_for("reload rejected", Duration::from_secs(10));
     assert!(line.contains("expected"), "the reason is logged: {line}");
-    let (_, routes) = json("GET", &format!("http://127.0.{net}.1:9941/api/v1/routes"), None);
-    assert_eq!(routes["routes"].as_array().unwrap().len(), STREAMS as usize + 1);
+    let (_, routes) = json(
+        "GET",
+        &format!("http://127.0.{net}.1:9941/api/v1/routes"),
+        None,
+    );
+    assert_eq!(
+        routes["routes"].as_array().unwrap().len(),
+        STREAMS as usize + 1
+    );
     // The same through `vgate reload`, which returns the reason.
     let out = vgate(&["reload", "--admin", &format!("127.0.{net}.1:9941")]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("422"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("422"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let totals = vg.stop();
     assert_eq!(totals.route("s5", "tx_packets"), u64::from(ROUNDS));
-    assert!(totals.routes.contains_key("late") && totals.routes.contains_key("gone") && !totals.routes.contains_key("s0"));
+    assert!(
+        totals.routes.contains_key("late")
+            && totals.routes.contains_key("gone")
+            && !totals.routes.contains_key("s0")
+    );
 }

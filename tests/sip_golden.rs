@@ -63,7 +63,13 @@ pub fn bench(route: usize) -> Bench {
     let listen = SocketAddrV4::new(cfg.domain(r.listen_domain).address, r.listen_port);
     let up = SocketAddrV4::new(cfg.domain(r.listen_domain.other()).address, 40000);
     let core = Core::new(r, &cfg, Arc::clone(&routes), [listen, up], "t");
-    Bench { cfg, routes, core, log: String::new(), now: Instant::now() }
+    Bench {
+        cfg,
+        routes,
+        core,
+        log: String::new(),
+        now: Instant::now(),
+    }
 }
 
 /// Ports of the media ranges become `PORT`.
@@ -73,10 +79,14 @@ fn placeholders(s: &str) -> String {
     let mut i = 0;
     while i < b.len() {
         if b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_alphanumeric()) {
-            let j = (i..b.len()).find(|&k| !b[k].is_ascii_digit()).unwrap_or(b.len());
+            let j = (i..b.len())
+                .find(|&k| !b[k].is_ascii_digit())
+                .unwrap_or(b.len());
             let n: Option<u32> = s[i..j].parse().ok();
             let after_ok = j == b.len() || !b[j].is_ascii_alphanumeric();
-            if after_ok && n.is_some_and(|n| (20000..=20099).contains(&n) || (30000..=30099).contains(&n)) {
+            if after_ok
+                && n.is_some_and(|n| (20000..=20099).contains(&n) || (30000..=30099).contains(&n))
+            {
                 out.push_str("PORT");
                 i = j;
                 continue;
@@ -96,7 +106,11 @@ impl Bench {
         let msg = msg.replace('\n', "\r\n");
         let src = Peer::udp(from.parse().unwrap());
         let outs = self.core.on_message(face, src, msg.as_bytes(), self.now);
-        let _ = writeln!(self.log, "======== in {face:?} from {from}\n{}", msg.replace("\r\n", "\n"));
+        let _ = writeln!(
+            self.log,
+            "======== in {face:?} from {from}\n{}",
+            msg.replace("\r\n", "\n")
+        );
         for o in &outs {
             let _ = writeln!(
                 self.log,
@@ -120,7 +134,11 @@ impl Bench {
         }
         let (a, _) = self.routes.ports(DomainId::A);
         let (b, _) = self.routes.ports(DomainId::B);
-        let _ = writeln!(self.log, "sessions={} ports a={a} b={b}", self.routes.sessions().len());
+        let _ = writeln!(
+            self.log,
+            "sessions={} ports a={a} b={b}",
+            self.routes.sessions().len()
+        );
     }
 
     pub fn advance(&mut self, d: Duration) {
@@ -137,7 +155,11 @@ impl Bench {
         let want = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{path}: {e}; run with UPDATE_GOLDEN=1 to create it"));
         if want != got {
-            let line = want.lines().zip(got.lines()).position(|(a, b)| a != b).unwrap_or(0);
+            let line = want
+                .lines()
+                .zip(got.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
             panic!(
                 "{name}: output differs from {path} at line {}:\nwant: {:?}\ngot:  {:?}\n(UPDATE_GOLDEN=1 rewrites it)",
                 line + 1,
@@ -183,7 +205,11 @@ f=
 
 pub fn with_body(head: &str, ctype: &str, body: &str) -> String {
     let body = body.replace('\n', "\r\n");
-    format!("{head}Content-Type: {ctype}\nContent-Length: {}\n\n{}", body.len(), body.replace("\r\n", "\n"))
+    format!(
+        "{head}Content-Type: {ctype}\nContent-Length: {}\n\n{}",
+        body.len(),
+        body.replace("\r\n", "\n")
+    )
 }
 
 #[test]
@@ -207,7 +233,14 @@ Subject: 34020000001320000001:0100000001,34020000002000000001:0
     let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
     assert_eq!(outs.len(), 2, "100 Trying and the forwarded INVITE");
     let fwd = String::from_utf8_lossy(&outs[1].bytes).into_owned();
-    let branch = fwd.split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let branch = fwd
+        .split("branch=")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     let caller_token = token(&outs[1]);
     // A retransmission: same answer, same forwarded bytes, no second session.
     let again = t.send(Face::Listen, "10.2.0.50:5060", &invite);
@@ -264,7 +297,14 @@ Content-Length: 0
     assert_eq!(outs.len(), 1);
     assert_eq!(outs[0].to.addr, "10.2.0.50:5060".parse().unwrap());
     let fwd = String::from_utf8_lossy(&outs[0].bytes).into_owned();
-    let branch = fwd.split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let branch = fwd
+        .split("branch=")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     let bye_ok = format!(
         "SIP/2.0 200 OK
 Via: SIP/2.0/UDP 10.2.0.1:5060;branch={branch};rport=5060;received=10.2.0.1
@@ -279,7 +319,10 @@ Content-Length: 0
     assert_eq!(t.send(Face::Listen, "10.2.0.50:5060", &bye_ok).len(), 1);
     t.note_routes();
     assert_eq!(t.routes.sessions().len(), 0);
-    assert_eq!(t.routes.ports(DomainId::A).0 + t.routes.ports(DomainId::B).0, 0);
+    assert_eq!(
+        t.routes.ports(DomainId::A).0 + t.routes.ports(DomainId::B).0,
+        0
+    );
     t.check("invite_200_ack_bye");
 }
 
@@ -304,7 +347,14 @@ Content-Length: 0
     };
     let outs = t.send(Face::Listen, "10.1.0.20:5060", &reg("", "z9hG4bKr1", 1));
     assert_eq!(outs.len(), 1);
-    let b1 = String::from_utf8_lossy(&outs[0].bytes).split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let b1 = String::from_utf8_lossy(&outs[0].bytes)
+        .split("branch=")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     let tok = token(&outs[0]);
     let challenge = format!(
         "SIP/2.0 401 Unauthorized
@@ -318,11 +368,21 @@ Content-Length: 0
 
 "
     );
-    assert_eq!(t.send(Face::Upstream, "10.2.0.60:5060", &challenge).len(), 1);
+    assert_eq!(
+        t.send(Face::Upstream, "10.2.0.60:5060", &challenge).len(),
+        1
+    );
     let auth = "Authorization: Digest username=\"34020000001320000001\", realm=\"3402000000\", nonce=\"9bd055\", uri=\"sip:34020000002000000001@3402000000\", response=\"ab12cd34ef56ab12cd34ef56ab12cd34\", algorithm=MD5\n";
     let outs = t.send(Face::Listen, "10.1.0.20:5060", &reg(auth, "z9hG4bKr2", 2));
     assert_eq!(token(&outs[0]), tok, "same contact, same binding");
-    let b2 = String::from_utf8_lossy(&outs[0].bytes).split("branch=").nth(1).unwrap().split(';').next().unwrap().to_owned();
+    let b2 = String::from_utf8_lossy(&outs[0].bytes)
+        .split("branch=")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     let ok = format!(
         "SIP/2.0 200 OK
 Via: SIP/2.0/UDP 10.2.0.1:40000;branch={b2};rport
@@ -377,7 +437,10 @@ Max-Forwards: 70
     let outs = t.send(Face::Listen, "10.1.0.20:5060", &resp);
     assert_eq!(outs.len(), 1);
     let out = String::from_utf8_lossy(&outs[0].bytes).into_owned();
-    assert!(out.ends_with(&catalog.replace('\n', "\r\n")), "GB body unchanged");
+    assert!(
+        out.ends_with(&catalog.replace('\n', "\r\n")),
+        "GB body unchanged"
+    );
     assert_eq!(outs[0].to.addr, "10.2.0.60:5060".parse().unwrap());
     t.check("register_digest_catalog");
 }
@@ -401,13 +464,19 @@ Max-Forwards: 70
 }
 
 fn status(o: &Out) -> String {
-    String::from_utf8_lossy(&o.bytes).lines().next().unwrap().to_owned()
+    String::from_utf8_lossy(&o.bytes)
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 #[test]
 fn tcp_media_is_refused_with_488_and_warning() {
     let mut t = bench(0);
-    let sdp = OFFER.replace("RTP/AVP 96 98 97", "TCP/RTP/AVP 96").replace("a=recvonly", "a=recvonly\na=setup:active\na=connection:new");
+    let sdp = OFFER
+        .replace("RTP/AVP 96 98 97", "TCP/RTP/AVP 96")
+        .replace("a=recvonly", "a=recvonly\na=setup:active\na=connection:new");
     let msg = invite_with(&sdp, "34020000002000000001", "tcp1");
     let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);
     assert_eq!(outs.len(), 1);
@@ -437,9 +506,16 @@ Content-Length: 0
 ";
     let outs = t.send(Face::Listen, "10.1.0.20:5060", msg);
     assert_eq!(status(&outs[0]), "SIP/2.0 403 Forbidden");
-    let ok_id = msg.replace("44010000001320000001@4401000000", "34020000001320000001@3402000000");
+    let ok_id = msg.replace(
+        "44010000001320000001@4401000000",
+        "34020000001320000001@3402000000",
+    );
     let outs = t.send(Face::Listen, "10.2.0.77:5060", &ok_id);
-    assert_eq!(status(&outs[0]), "SIP/2.0 403 Forbidden", "a source outside domain a");
+    assert_eq!(
+        status(&outs[0]),
+        "SIP/2.0 403 Forbidden",
+        "a source outside domain a"
+    );
     assert_eq!(t.core.counters.forbidden, 2);
 }
 
@@ -448,7 +524,11 @@ fn port_exhaustion_answers_503_and_frees_everything() {
     let mut t = bench(0);
     let mut refused = 0;
     for i in 0..40 {
-        let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite_with(OFFER, "34020000002000000001", &format!("x{i}")));
+        let outs = t.send(
+            Face::Listen,
+            "10.2.0.50:5060",
+            &invite_with(OFFER, "34020000002000000001", &format!("x{i}")),
+        );
         if status(&outs[0]).starts_with("SIP/2.0 503") {
             assert!(String::from_utf8_lossy(&outs[0].bytes).contains("Retry-After: 5"));
             refused += 1;
@@ -457,17 +537,34 @@ fn port_exhaustion_answers_503_and_frees_everything() {
     // 100 ports per domain, one pair per call and domain: 50 calls fit... 40 do.
     assert_eq!(refused, 0);
     for i in 40..60 {
-        let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite_with(OFFER, "34020000002000000001", &format!("x{i}")));
+        let outs = t.send(
+            Face::Listen,
+            "10.2.0.50:5060",
+            &invite_with(OFFER, "34020000002000000001", &format!("x{i}")),
+        );
         refused += usize::from(status(&outs[0]).starts_with("SIP/2.0 503"));
     }
     assert_eq!(refused, 10);
     // Unanswered: the INVITE timeout cancels them all and frees the ports.
     t.advance(Duration::from_secs(33));
     let outs = t.core.tick(t.now, 0);
-    assert_eq!(outs.iter().filter(|o| status(o).starts_with("CANCEL")).count(), 50);
-    assert_eq!(outs.iter().filter(|o| status(o).starts_with("SIP/2.0 408")).count(), 50);
+    assert_eq!(
+        outs.iter()
+            .filter(|o| status(o).starts_with("CANCEL"))
+            .count(),
+        50
+    );
+    assert_eq!(
+        outs.iter()
+            .filter(|o| status(o).starts_with("SIP/2.0 408"))
+            .count(),
+        50
+    );
     assert_eq!(t.routes.sessions().len(), 0);
-    assert_eq!(t.routes.ports(DomainId::A).0 + t.routes.ports(DomainId::B).0, 0);
+    assert_eq!(
+        t.routes.ports(DomainId::A).0 + t.routes.ports(DomainId::B).0,
+        0
+    );
     t.advance(Duration::from_secs(100));
     t.core.tick(t.now, 0);
     let (calls, txns, _) = t.core.table_sizes();

@@ -166,7 +166,10 @@ fn wait_released(sock: &Arc<UdpSocket>, port: u16) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     while Arc::strong_count(sock) > 1 {
         if std::time::Instant::now() > deadline {
-            tracing::warn!(port, "a worker did not release the socket of a closed port within 1 s");
+            tracing::warn!(
+                port,
+                "a worker did not release the socket of a closed port within 1 s"
+            );
             return;
         }
         std::thread::sleep(std::time::Duration::from_micros(50));
