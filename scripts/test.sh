@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the tests need; keep in step with tests/ and scripts/.
 PACKAGES=(
-    iproute2 nftables procps            # namespaces, veth, media drop rules, sysctl
+    iproute2 nftables procps ethtool    # namespaces, veth, media drop rules, sysctl, NIC setup
     sip-tester                          # sipp: SIP peers
     ffmpeg                              # ffprobe/ffmpeg: RTSP clients
     python3 python3-gi gir1.2-gst-rtsp-server-1.0

@@ -69,6 +69,9 @@ the domain they listen in, ports outside their range, and more channels than CPU
     CheckConfig {
         /// The config file to check.
         file: PathBuf,
+        /// Check for a machine with this many CPUs (the appliance), not this one.
+        #[arg(long)]
+        cpus: Option<usize>,
     },
     /// Run the gateway on the embedded default with its own traffic and live figures.
     #[command(
@@ -208,7 +211,7 @@ pub enum SessionsAction {
 /// Runs a parsed command line.
 pub fn main(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file, cpus } => check_config(&file, cpus),
         Command::PrintDefault => {
             print!("{}", config::DEFAULT_TOML);
             ExitCode::SUCCESS
@@ -305,8 +308,8 @@ fn with_client(
     }
 }
 
-fn check_config(file: &std::path::Path) -> ExitCode {
-    match Config::load(file) {
+fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
+    match Config::load_for(file, cpus.unwrap_or_else(config::available_cpus)) {
         Ok(cfg) => {
             println!(
                 "{}: ok: mode {}, {} queue(s) on CPU(s) {:?}, {} signaling route(s), {} static stream route(s); domain a {} ports {}, domain b {} ports {}",

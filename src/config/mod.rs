@@ -364,8 +364,13 @@ impl Config {
         }
     }
 
-    /// Reads and validates a config file.
+    /// Reads and validates a config file for this machine.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_for(path, available_cpus())
+    }
+
+    /// Reads and validates a config file for a machine with `cpus` CPUs.
+    pub fn load_for(path: &Path, cpus: usize) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: path.display().to_string(),
             line: 0,
@@ -373,12 +378,17 @@ impl Config {
             key: String::new(),
             message: format!("cannot read the file: {e}"),
         })?;
-        parse(&text, &path.display().to_string())
+        parse_for(&text, &path.display().to_string(), cpus)
     }
 }
 
-/// Parses and validates `text`; `file` names it in errors.
+/// Parses and validates `text` for this machine; `file` names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+    parse_for(text, file, available_cpus())
+}
+
+/// Parses and validates `text` for a machine with `cpus` CPUs.
+pub fn parse_for(text: &str, file: &str, cpus: usize) -> Result<Config, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
         ConfigError {
@@ -389,7 +399,7 @@ pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
             message: e.message().trim_end().to_string(),
         }
     })?;
-    validate(&raw, available_cpus()).map_err(|e| ConfigError {
+    validate(&raw, cpus).map_err(|e| ConfigError {
         file: file.to_string(),
         line: e
             .span

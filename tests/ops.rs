@@ -1,0 +1,328 @@
+//! Operating the appliance: the systemd units verify, the example appliance config checks,
+//! the NIC setup script's dry run changes nothing and its real run applies on a multi-queue
+//! veth, and `vgate stats` in a real terminal (tmux) shows live rates.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::vgate::Vgate;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn systemd_units_verify() {
+    if !common::prerequisites(
+        "systemd_units_verify",
+        false,
+        &[("systemd-analyze", "systemd")],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = common::vgate_bin();
+    let unit = std::fs::read_to_string(repo().join("systemd/vgate.service"))
+        .unwrap()
+        .replace("/usr/bin/vgate", bin.to_str().unwrap())
+        .replace(
+            "/etc/vgate/vgate.toml",
+            repo().join("systemd/vgate.toml").to_str().unwrap(),
+        );
+    std::fs::write(dir.path().join("vgate.service"), unit).unwrap();
+    let nic = std::fs::read_to_string(repo().join("systemd/vgate-nic-setup.service"))
+        .unwrap()
+        .replace(
+            "/usr/lib/vgate/nic-setup.sh",
+            repo().join("scripts/nic-setup.sh").to_str().unwrap(),
+        )
+        .replace("/etc/vgate/nic.env", "/dev/null");
+    std::fs::write(dir.path().join("vgate-nic-setup.service"), nic).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(dir.path().join("vgate.service"))
+        .arg(dir.path().join("vgate-nic-setup.service"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every directive of the main unit's [Service] section carries a comment saying why.
+    let text = std::fs::read_to_string(repo().join("systemd/vgate.service")).unwrap();
+    let service = text
+        .split("[Service]")
+        .nth(1)
+        .unwrap()
+        .split("[Install]")
+        .next()
+        .unwrap();
+    let mut commented = false;
+    for line in service.lines() {
+        if line.starts_with('#') {
+            commented = true;
+        } else if line.trim().is_empty() {
+            commented = false;
+        } else {
+            assert!(commented, "no comment says why for: {line}");
+        }
+    }
+}
+
+#[test]
+fn example_appliance_config_checks() {
+    let out = Command::new(common::vgate_bin())
+        .args(["check-config", "--cpus", "4"])
+        .arg(repo().join("systemd/vgate.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // On a 2-CPU machine the same file names the problem.
+    let out = Command::new(common::vgate_bin())
+        .args(["check-config", "--cpus", "2"])
+        .arg(repo().join("systemd/vgate.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("engine.cpus"));
+}
+
+/// A namespace with a 4-queue veth pair, removed on drop.
+struct Ns(String);
+
+impl Ns {
+    fn new() -> Ns {
+        let name = format!("vgnic{}", std::process::id());
+        assert!(Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap()
+            .success());
+        let ns = Ns(name);
+        let ok = Command::new("ip")
+            .args([
+                "-n",
+                &ns.0,
+                "link",
+                "add",
+                "nica",
+                "numrxqueues",
+                "4",
+                "numtxqueues",
+                "4",
+                "type",
+                "veth",
+            ])
+            .args([
+                "peer",
+                "name",
+                "nicb",
+                "numrxqueues",
+                "4",
+                "numtxqueues",
+                "4",
+            ])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        ns
+    }
+
+    fn exec(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn rx_queues(&self, ifc: &str) -> String {
+        let out = String::from_utf8_lossy(&self.exec(&["ethtool", "-l", ifc]).stdout).to_string();
+        let current = out
+            .split("Current hardware settings:")
+            .nth(1)
+            .unwrap_or("")
+            .to_string();
+        current
+            .lines()
+            .find(|l| l.starts_with("RX:"))
+            .unwrap_or("")
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn nic_setup_dry_run_then_real_run_on_veth() {
+    if !common::prerequisites(
+        "nic_setup_dry_run_then_real_run_on_veth",
+        true,
+        &[("ip", "iproute2"), ("ethtool", "ethtool")],
+    ) {
+        return;
+    }
+    let ns = Ns::new();
+    let script = repo().join("scripts/nic-setup.sh");
+    let script = script.to_str().unwrap();
+    assert_eq!(ns.rx_queues("nica"), "4");
+    let dry = ns.exec(&[
+        "bash",
+        script,
+        "--dry-run",
+        "--queues",
+        "2",
+        "--cpus",
+        "0 1",
+        "nica",
+        "nicb",
+    ]);
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let text = String::from_utf8_lossy(&dry.stdout);
+    for cmd in [
+        "+ ethtool -L nica rx 2 tx 2",
+        "+ ethtool -N nica rx-flow-hash udp4 sdfn",
+        "+ ethtool -G nicb rx 4096 tx 4096",
+    ] {
+        assert!(
+            text.contains(cmd),
+            "dry run does not print {cmd:?}:\n{text}"
+        );
+    }
+    assert!(text.contains("dry run: nothing changed"));
+    assert_eq!(ns.rx_queues("nica"), "4", "the dry run changed nothing");
+
+    let real = ns.exec(&[
+        "bash", script, "--queues", "2", "--cpus", "0 1", "nica", "nicb",
+    ]);
+    assert!(
+        real.status.success(),
+        "{}",
+        String::from_utf8_lossy(&real.stderr)
+    );
+    assert_eq!(ns.rx_queues("nica"), "2");
+    assert_eq!(ns.rx_queues("nicb"), "2");
+    // veth cannot hash UDP by port or size rings: said as a warning, not an error.
+    assert!(String::from_utf8_lossy(&real.stderr).contains("warning: nica UDP 4-tuple hashing"));
+
+    let bad = ns.exec(&["bash", script, "--queues", "2", "--cpus", "0", "nica"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("one CPU per queue"));
+}
+
+#[test]
+fn stats_in_a_terminal_shows_live_rates() {
+    if !common::prerequisites(
+        "stats_in_a_terminal_shows_live_rates",
+        false,
+        &[("tmux", "tmux")],
+    ) {
+        return;
+    }
+    let net = 12;
+    let cfg = format!(
+        r#"
+[domains.a]
+interface = "lo"
+address = "127.0.{net}.1"
+networks = ["127.0.{net}.1/32"]
+media_ports = "20000-20999"
+[domains.b]
+interface = "lo"
+address = "127.0.{net}.2"
+networks = ["127.0.{net}.2/32"]
+media_ports = "30000-30999"
+[security]
+source_validation = "latch"
+[control]
+listen = "127.0.{net}.1:9942"
+[[stream_route]]
+name = "cam"
+domain = "a"
+port = 20000
+destination = "127.0.{net}.2:40000"
+"#
+    );
+    let vg = Vgate::start(&cfg);
+    let session = format!("vgstats{}", std::process::id());
+    let cmd = format!(
+        "{} stats --admin 127.0.{net}.1:9942",
+        common::vgate_bin().display()
+    );
+    let started = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            &cmd,
+        ])
+        .status()
+        .unwrap();
+    assert!(started.success());
+    struct Kill(String);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["kill-session", "-t", &self.0])
+                .status();
+        }
+    }
+    let _kill = Kill(session.clone());
+    let src = UdpSocket::bind(format!("127.0.{net}.1:0")).unwrap();
+    let _sink = UdpSocket::bind(format!("127.0.{net}.2:40000")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut screen = String::new();
+    while Instant::now() < deadline {
+        for _ in 0..20 {
+            src.send_to(&[0u8; 200], (format!("127.0.{net}.1"), 20000))
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &session])
+            .output()
+            .unwrap();
+        screen = String::from_utf8_lossy(&out.stdout).to_string();
+        let rate = screen
+            .lines()
+            .find(|l| l.starts_with("forward"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if rate > 0.0 {
+            assert!(
+                screen.contains("WORKER") && screen.contains("healthy"),
+                "{screen}"
+            );
+            drop(vg);
+            return;
+        }
+    }
+    panic!("vgate stats never showed a forwarding rate; last screen:\n{screen}");
+}
