@@ -330,6 +330,17 @@ impl Routes {
         let route = Arc::new(StreamRoute::new(spec, session));
         table.insert(route.port, Arc::clone(&route));
         s.routes.push((channel, route.port));
+        tracing::info!(
+            session,
+            kind = s.kind.name(),
+            route = %route.label,
+            channel = %channel,
+            port = route.port,
+            dest = %route.dest,
+            egress_port = route.egress_port,
+            policy = %route.policy,
+            "route started"
+        );
         Ok(route)
     }
 
@@ -368,6 +379,19 @@ impl Routes {
                 self.hooks.close_port(domain, port);
             }
         }
+        let ports: Vec<String> = session.ports.iter().map(|(d, p)| format!("{d}:{p}")).collect();
+        let counters: Vec<String> = routes
+            .iter()
+            .map(|(label, c, p, s)| format!("{label}({c}:{p} {} rtp_lost={})", s.packets.kv(), s.rtp.lost))
+            .collect();
+        tracing::info!(
+            session = id,
+            kind = session.kind.name(),
+            label = %session.label,
+            ports = %ports.join(","),
+            "session ended: {}",
+            if counters.is_empty() { "no routes".to_string() } else { counters.join("; ") }
+        );
         Ok(SessionReport { session, routes })
     }
 
