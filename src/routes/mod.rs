@@ -379,10 +379,20 @@ impl Routes {
                 self.hooks.close_port(domain, port);
             }
         }
-        let ports: Vec<String> = session.ports.iter().map(|(d, p)| format!("{d}:{p}")).collect();
+        let ports: Vec<String> = session
+            .ports
+            .iter()
+            .map(|(d, p)| format!("{d}:{p}"))
+            .collect();
         let counters: Vec<String> = routes
             .iter()
-            .map(|(label, c, p, s)| format!("{label}({c}:{p} {} rtp_lost={})", s.packets.kv(), s.rtp.lost))
+            .map(|(label, c, p, s)| {
+                format!(
+                    "{label}({c}:{p} {} rtp_lost={})",
+                    s.packets.kv(),
+                    s.rtp.lost
+                )
+            })
             .collect();
         tracing::info!(
             session = id,
