@@ -44,6 +44,8 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 pub mod logging;
 pub mod routes;

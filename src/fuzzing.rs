@@ -1,0 +1,179 @@
+//! Entry points shared by the fuzz targets (`fuzz/fuzz_targets/`) and by the regression test
+//! that replays their corpus and every crash ever found (`tests/fuzz_replay.rs`), so the
+//! normal test run exercises exactly what the fuzzer did.
+//!
+//! Each takes arbitrary bytes and drives one parser (and its rewriter) through its whole
+//! public surface. They must never panic, hang or allocate without bound, whatever the input.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use crate::config::{DomainId, SourcePolicy};
+use crate::routes::{RouteSpec, StreamRoute};
+use crate::signaling::{rtsp, sdp, sip};
+
+/// A fuzz target's body.
+pub type Target = fn(&[u8]);
+
+/// The fuzz targets by name, for the replay test.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("sip", sip_message),
+    ("sdp", sdp_rewrite),
+    ("rtsp", rtsp_message),
+    ("transport", rtsp_transport),
+    ("packet", packet_path),
+    ("config", config_text),
+];
+
+/// SIP: datagram triage, TCP framing, header views and an edit round trip.
+pub fn sip_message(data: &[u8]) {
+    let limits = sip::Limits::default();
+    match sip::triage_datagram(data, &limits) {
+        sip::Verdict::Forward(msg) => {
+            let head = msg.head();
+            let _ = head.cseq();
+            let _ = head.from();
+            let _ = head.to();
+            for v in head.vias() {
+                let _ = v;
+            }
+            let mut ed = sip::Editor::new(&msg);
+            let _ = ed.insert_top("Via", b"SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKfuzz");
+            let _ = ed.remove_first_value("Via");
+            let _ = ed.replace_value("Contact", b"<sip:gw@192.0.2.1:5060>");
+            if let Ok(body) = sdp_rewrite_body(msg.body()) {
+                ed.set_body(body);
+            }
+            let out = ed.to_bytes();
+            // What we produce must parse again.
+            let _ = sip::SipMessage::parse_datagram(&out, &limits);
+        }
+        sip::Verdict::Answer { head, reject } => {
+            let _ = reject.response(&head, "fuzz");
+        }
+        sip::Verdict::Drop(_) => {}
+    }
+    let mut rest = data;
+    for _ in 0..64 {
+        match sip::frame(rest, &limits) {
+            Ok(sip::Framing::Message { skip, len })
+                if skip + len <= rest.len() && skip + len > 0 =>
+            {
+                let _ = sip::triage_framed(&rest[skip..skip + len], &limits);
+                rest = &rest[skip + len..];
+            }
+            _ => break,
+        }
+    }
+}
+
+fn sdp_rewrite_body(body: &[u8]) -> Result<Vec<u8>, sdp::RewriteError<()>> {
+    let mut next = 20000u16;
+    sdp::rewrite(body, Ipv4Addr::new(192, 0, 2, 1), |_, m| {
+        if m.port == 0 {
+            return Ok(None);
+        }
+        next = next.wrapping_add(2);
+        Ok(Some(next))
+    })
+}
+
+/// SDP: parse and rewrite; the rewrite must parse again.
+pub fn sdp_rewrite(data: &[u8]) {
+    if let Ok(s) = sdp::parse(data) {
+        for m in &s.media {
+            let _ = m.formats().count();
+        }
+    }
+    if let Ok(out) = sdp_rewrite_body(data) {
+        let _ = sdp::parse(&out);
+    }
+}
+
+/// RTSP: stream framing (messages and interleaved frames), message views and an edit.
+pub fn rtsp_message(data: &[u8]) {
+    let limits = rtsp::Limits::default();
+    let mut rest = data;
+    for _ in 0..64 {
+        let Ok(frame) = rtsp::next_frame(rest, &limits) else {
+            break;
+        };
+        let Some(len) = frame.wire_len() else { break };
+        if len == 0 || len > rest.len() {
+            break;
+        }
+        if let rtsp::Frame::Message(n) = frame {
+            if let Ok(msg) = rtsp::Message::parse(&rest[..n], &limits) {
+                let _ = msg.cseq();
+                let _ = msg.session();
+                if let Some(t) = msg.transport() {
+                    rtsp_transport(t.as_bytes());
+                }
+                let mut ed = rtsp::Editor::new(&msg);
+                let _ = ed.set_uri("rtsp://192.0.2.1:554/x");
+                let out = ed.to_bytes();
+                let _ = rtsp::Message::parse(&out, &limits);
+                let _ = msg.respond(rtsp::Status::BAD_REQUEST, &[]);
+            }
+        }
+        rest = &rest[len..];
+    }
+}
+
+/// RTSP `Transport`: parse, policy checks, rewrites, format, and parse the output again.
+pub fn rtsp_transport(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(specs) = rtsp::parse_transport(text) else {
+        return;
+    };
+    for s in &specs {
+        let _ = s.require_unicast();
+        let _ = s.check_destination(std::net::IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)));
+        let _ = s.delivery();
+    }
+    let formatted = rtsp::format_transport(&specs);
+    let _ = rtsp::parse_transport(&formatted);
+    if let Some(first) = specs.into_iter().next() {
+        if let Ok(t) = first.with_client_port(20000, Some(20001)) {
+            let t = t
+                .with_source(std::net::IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)))
+                .without_destination();
+            let _ = rtsp::parse_transport(&rtsp::format_transport(&[t]));
+        }
+    }
+}
+
+/// The packet path as the ring engines see it: Ethernet/IPv4/UDP views, checksums, then
+/// the per-packet decision (size, source, RTP accounting) on a route.
+pub fn packet_path(data: &[u8]) {
+    let route = StreamRoute::new(
+        RouteSpec {
+            ingress: DomainId::A,
+            port: 20000,
+            dest: SocketAddrV4::new(Ipv4Addr::new(10, 2, 0, 2), 4000),
+            egress_port: 30000,
+            policy: SourcePolicy::Latch,
+            expected: None,
+            rtp_only: data.first().is_some_and(|b| b & 1 == 1),
+            label: "fuzz".into(),
+        },
+        1,
+    );
+    if let Ok(d) = crate::wire::parse_udp4(data) {
+        let _ = d.checksums_ok(false);
+        let src = SocketAddrV4::new(d.src_addr, d.src_port);
+        let _ = crate::channel::inspect(&route, src, d.payload, false, 1472);
+    }
+    // The same bytes as a bare UDP payload, as the stack engine sees it.
+    let src = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 2), 5000);
+    let _ = crate::channel::inspect(&route, src, data, false, 1472);
+    let _ = route.stats.snapshot();
+}
+
+/// The config parser and validator.
+pub fn config_text(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::config::parse_for(text, "fuzz.toml", 4);
+    }
+}

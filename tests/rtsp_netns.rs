@@ -1,0 +1,680 @@
+//! The RTSP proxy with real peers on the three-namespace bed: GStreamer's RTSP server
+//! (`tests/rtsp/server.py`, JPEG video + PCMU audio) in domain A, `vgate run` in the gateway
+//! namespace, `ffmpeg` and small hand-written clients in domain B.
+//!
+//! Checked: UDP and interleaved TCP each decode at least 50 video frames without errors; ten
+//! clients at once; an upstream that requires Digest (vgate answers it); each of the four
+//! ways a session ends (TEARDOWN, client TCP close, session timeout, no media) leaves zero
+//! RTSP sessions, routes and ports; nothing ffmpeg receives in B names an A-side address.
+//! Figures (printed, never asserted): time to first frame direct vs through vgate, vgate's
+//! CPU per stream.
+//!
+//! Needs root, iproute2, ffmpeg, and GStreamer's RTSP server for Debian's /usr/bin/python3
+//! (python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base
+//! gstreamer1.0-plugins-good). Under `CI=true` a missing one fails the test.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{in_netns, prerequisites, under_ci, vgate_bin, Bed};
+
+/// One bed at a time: GStreamer and ffmpeg on two cores are enough load.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const PY: &str = "/usr/bin/python3";
+
+fn can_run(test: &str) -> bool {
+    if !prerequisites(
+        test,
+        true,
+        &[
+            ("ip", "iproute2"),
+            ("ffmpeg", "ffmpeg"),
+            ("ffprobe", "ffmpeg"),
+        ],
+    ) {
+        return false;
+    }
+    let gst = Command::new(PY)
+        .args([
+            "-c",
+            "import gi; gi.require_version('GstRtspServer','1.0'); gi.require_version('GstRtsp','1.0'); from gi.repository import GstRtspServer",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !gst {
+        let msg = format!("{test}: missing GStreamer's RTSP server for {PY} (apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good)");
+        if under_ci() {
+            panic!("{msg}: CI must provide it");
+        }
+        let _ = writeln!(std::io::stderr(), "{msg}: this test DID NOT RUN");
+        return false;
+    }
+    true
+}
+
+/// A child process killed (by its own pid) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Bed + GStreamer server in A + vgate in the gateway namespace.
+struct Rig {
+    bed: Bed,
+    server: Option<Proc>,
+    vgate: Option<Proc>,
+    vgate_err: Arc<Mutex<String>>,
+    dir: tempfile::TempDir,
+}
+
+const CONFIG_HEAD: &str = r#"
+[domains.a]
+interface = "ga"
+address = "GA_IP"
+networks = ["A_NET"]
+media_ports = "20000-20999"
+
+[domains.b]
+interface = "gb"
+address = "GB_IP"
+networks = ["B_NET"]
+media_ports = "30000-30999"
+
+[engine]
+queues = 1
+
+[security]
+source_validation = "strict"
+"#;
+
+impl Rig {
+    /// `routes` is appended to the config: `A_IP` is replaced by the server's address.
+    fn up(server_args: &[&str], routes: &str) -> Rig {
+        let bed = Bed::up(1);
+        let dir = tempfile::tempdir().unwrap();
+        let net = |ip: &str| {
+            let mut o: Vec<&str> = ip.split('.').collect();
+            o[3] = "0";
+            format!("{}/24", o.join("."))
+        };
+        let config = format!("{CONFIG_HEAD}{routes}")
+            .replace("GA_IP", bed.get("GA_IP"))
+            .replace("GB_IP", bed.get("GB_IP"))
+            .replace("A_NET", &net(bed.get("A_IP")))
+            .replace("B_NET", &net(bed.get("B_IP")))
+            .replace("A_IP", bed.get("A_IP"));
+        let cfg_path = dir.path().join("vgate.toml");
+        std::fs::write(&cfg_path, config).unwrap();
+        let mut rig = Rig {
+            bed,
+            server: None,
+            vgate: None,
+            vgate_err: Arc::new(Mutex::new(String::new())),
+            dir,
+        };
+        rig.start_server(server_args);
+        let mut vgate = Command::new("ip")
+            .args(["netns", "exec", rig.bed.get("G_NS")])
+            .arg(vgate_bin())
+            .args(["run", "--stats-interval", "0", "--config"])
+            .arg(&cfg_path)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start vgate");
+        let err = vgate.stderr.take().unwrap();
+        let sink = Arc::clone(&rig.vgate_err);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        rig.vgate = Some(Proc(vgate));
+        rig.wait_log("RTSP proxy listening", 1, Duration::from_secs(10));
+        rig
+    }
+
+    fn start_server(&mut self, args: &[&str]) {
+        let script = format!("{}/tests/rtsp/server.py", env!("CARGO_MANIFEST_DIR"));
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                self.bed.get("A_NS"),
+                PY,
+                &script,
+                "--port",
+                "8554",
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the GStreamer RTSP server");
+        let mut line = String::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let _ = out.read_line(&mut line);
+        assert!(
+            line.starts_with("READY"),
+            "RTSP server did not start: {line:?}"
+        );
+        self.server = Some(Proc(child));
+    }
+
+    fn server_pid(&self) -> u32 {
+        self.server.as_ref().unwrap().0.id()
+    }
+
+    fn log(&self) -> String {
+        self.vgate_err.lock().unwrap().clone()
+    }
+
+    /// Waits until vgate's log holds `needle` at least `count` times.
+    fn wait_log(&self, needle: &str, count: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.log().matches(needle).count() >= count {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "vgate never logged {count} x {needle:?}; log:\n{}",
+            self.log()
+        );
+    }
+
+    fn url(&self, port: u16, path: &str) -> String {
+        format!("rtsp://{}:{port}{path}", self.bed.get("GB_IP"))
+    }
+
+    fn vgate_cpu_seconds(&self) -> f64 {
+        let pid = self.vgate.as_ref().unwrap().0.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+        ticks as f64 / 100.0
+    }
+
+    /// SIGTERM; vgate's stdout (totals and `route` lines).
+    fn stop_vgate(&mut self) -> String {
+        let mut p = self.vgate.take().unwrap();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let mut out = String::new();
+        let _ = p.0.stdout.take().unwrap().read_to_string(&mut out);
+        let status = p.0.wait().unwrap();
+        assert!(status.success(), "vgate exited with {status}");
+        std::mem::forget(p);
+        out
+    }
+}
+
+/// What one ffmpeg run saw.
+struct Play {
+    ok: bool,
+    video_frames: usize,
+    errors: Vec<String>,
+    /// Everything ffmpeg logged at trace level: every RTSP byte it received.
+    trace: String,
+    first_frame: Option<Duration>,
+}
+
+/// ffmpeg in namespace `ns` decodes `frames` video frames of `url`.
+fn ffmpeg(
+    ns: &str,
+    url: &str,
+    transport: &str,
+    frames: usize,
+    dir: &std::path::Path,
+    tag: &str,
+) -> Play {
+    let trace_path: PathBuf = dir.join(format!("ffmpeg-{tag}.log"));
+    let start = Instant::now();
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "timeout",
+            "40",
+            "ffmpeg",
+            "-nostdin",
+            "-hide_banner",
+        ])
+        .args([
+            "-loglevel",
+            "repeat+level+trace",
+            "-rtsp_transport",
+            transport,
+            "-i",
+            url,
+        ])
+        .args([
+            "-map",
+            "0",
+            "-frames:v",
+            &frames.to_string(),
+            "-f",
+            "framemd5",
+            "-",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&trace_path).unwrap())
+        .spawn()
+        .expect("run ffmpeg");
+    let mut first_frame = None;
+    let mut video_frames = 0;
+    for line in BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if line.starts_with("0,") {
+            video_frames += 1;
+            first_frame.get_or_insert_with(|| start.elapsed());
+        }
+    }
+    let ok = child.wait().unwrap().success();
+    let trace = std::fs::read_to_string(&trace_path).unwrap_or_default();
+    let errors = trace
+        .lines()
+        .filter(|l| l.contains("[error]") || l.contains("[fatal]"))
+        .map(str::to_owned)
+        .collect();
+    Play {
+        ok,
+        video_frames,
+        errors,
+        trace,
+        first_frame,
+    }
+}
+
+fn assert_played(p: &Play, what: &str) {
+    assert!(p.ok, "{what}: ffmpeg failed; errors: {:?}", p.errors);
+    assert!(
+        p.video_frames >= 50,
+        "{what}: only {} video frames",
+        p.video_frames
+    );
+    assert!(p.errors.is_empty(), "{what}: ffmpeg errors: {:?}", p.errors);
+}
+
+/// No A-side address (the server's nor vgate's own) in anything B received.
+fn assert_no_a_address(rig: &Rig, text: &str, what: &str) {
+    let a_net = {
+        let ip = rig.bed.get("A_IP");
+        ip.rsplit_once('.').unwrap().0.to_string() + "."
+    };
+    if let Some(line) = text.lines().find(|l| l.contains(&a_net)) {
+        panic!("{what}: an A-side address reached domain B: {line}");
+    }
+}
+
+const ZERO: &str = "live rtsp_sessions=0 routes=0 ports_a=0 ports_b=0";
+
+fn simple_route(extra: &str) -> String {
+    format!(
+        r#"
+[[signaling_route]]
+name = "cam"
+type = "rtsp"
+transport = "tcp"
+listen_domain = "b"
+listen_port = 8554
+upstream = "A_IP:8554"
+{extra}
+[[signaling_route.paths]]
+prefix = "/cam1"
+upstream_path = "/test"
+"#
+    )
+}
+
+#[test]
+fn udp_and_interleaved_play_through_vgate() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("udp_and_interleaved_play_through_vgate") {
+        return;
+    }
+    let mut rig = Rig::up(&[], &simple_route(""));
+    let b = rig.bed.get("B_NS").to_string();
+    let g = rig.bed.get("G_NS").to_string();
+    for transport in ["udp", "tcp"] {
+        let p = ffmpeg(
+            &b,
+            &rig.url(8554, "/cam1"),
+            transport,
+            50,
+            rig.dir.path(),
+            transport,
+        );
+        assert_played(&p, transport);
+        assert_no_a_address(&rig, &p.trace, transport);
+        assert!(
+            p.trace.contains("Content-Base: rtsp://"),
+            "trace has the RTSP replies"
+        );
+    }
+    rig.wait_log(
+        &format!("rtsp session ended (teardown); {ZERO}"),
+        2,
+        Duration::from_secs(10),
+    );
+    let log = rig.log();
+    assert!(log.contains("interleaved_to_client="), "{log}");
+    // Time to first frame, direct (gateway namespace to the server) vs through vgate.
+    let direct_url = format!("rtsp://{}:8554/test", rig.bed.get("A_IP"));
+    let mut lines = Vec::new();
+    for transport in ["udp", "tcp"] {
+        let mut d = Vec::new();
+        let mut v = Vec::new();
+        for i in 0..3 {
+            let tag = format!("ttff-{transport}-{i}");
+            d.push(
+                ffmpeg(
+                    &g,
+                    &direct_url,
+                    transport,
+                    1,
+                    rig.dir.path(),
+                    &format!("{tag}-d"),
+                )
+                .first_frame,
+            );
+            v.push(
+                ffmpeg(
+                    &b,
+                    &rig.url(8554, "/cam1"),
+                    transport,
+                    1,
+                    rig.dir.path(),
+                    &tag,
+                )
+                .first_frame,
+            );
+        }
+        let avg = |x: &[Option<Duration>]| {
+            x.iter().flatten().map(Duration::as_secs_f64).sum::<f64>()
+                / x.iter().flatten().count().max(1) as f64
+                * 1e3
+        };
+        lines.push(format!(
+            "time to first frame ({transport}, 3 runs, ffmpeg start to first decoded frame): direct {:.0} ms, through vgate {:.0} ms",
+            avg(&d),
+            avg(&v)
+        ));
+    }
+    for l in &lines {
+        let _ = writeln!(std::io::stderr(), "FIGURE {l}");
+    }
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
+
+#[test]
+fn ten_clients_at_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("ten_clients_at_once") {
+        return;
+    }
+    let mut rig = Rig::up(&["--fps", "15"], &simple_route(""));
+    let b = rig.bed.get("B_NS").to_string();
+    let cpu0 = rig.vgate_cpu_seconds();
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..10)
+        .map(|i| {
+            let transport = if i % 2 == 0 { "udp" } else { "tcp" };
+            let (b, url, dir) = (
+                b.clone(),
+                rig.url(8554, "/cam1"),
+                rig.dir.path().to_path_buf(),
+            );
+            std::thread::spawn(move || {
+                let p = ffmpeg(&b, &url, transport, 60, &dir, &format!("ten-{i}"));
+                (transport, p)
+            })
+        })
+        .collect();
+    let plays: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = rig.vgate_cpu_seconds() - cpu0;
+    for (i, (transport, p)) in plays.iter().enumerate() {
+        assert_played(p, &format!("client {i} ({transport})"));
+        assert_no_a_address(&rig, &p.trace, &format!("client {i}"));
+    }
+    rig.wait_log(
+        &format!("rtsp connection ended (client-closed); {ZERO}"),
+        1,
+        Duration::from_secs(10),
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "FIGURE ten clients (5 UDP, 5 interleaved; 320x240 JPEG at 15 fps + PCMU): vgate CPU {cpu:.2} s over {wall:.1} s wall = {:.2} % of a core per stream",
+        cpu / wall / 10.0 * 100.0
+    );
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
+
+#[test]
+fn upstream_digest_is_answered_by_vgate() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("upstream_digest_is_answered_by_vgate") {
+        return;
+    }
+    let mut rig = Rig::up(
+        &["--digest", "camuser:Pa55-w0rd"],
+        &simple_route("upstream_username = \"camuser\"\nupstream_password = \"Pa55-w0rd\""),
+    );
+    let b = rig.bed.get("B_NS").to_string();
+    for transport in ["udp", "tcp"] {
+        let p = ffmpeg(
+            &b,
+            &rig.url(8554, "/cam1"),
+            transport,
+            50,
+            rig.dir.path(),
+            transport,
+        );
+        assert_played(&p, transport);
+        assert!(
+            !p.trace.contains("RTSP/1.0 401") && !p.trace.contains("line='RTSP/1.0 401"),
+            "the client never sees the upstream's challenge"
+        );
+        assert!(!p.trace.contains("WWW-Authenticate"));
+        assert_no_a_address(&rig, &p.trace, transport);
+    }
+    let log = rig.log();
+    assert!(
+        !log.contains("Pa55-w0rd"),
+        "the password never reaches the log"
+    );
+    let totals = rig.stop_vgate();
+    assert!(!totals.contains("Pa55-w0rd"));
+}
+
+/// A minimal RTSP client: one request, one reply (headers + body).
+struct Client {
+    s: TcpStream,
+    cseq: u32,
+    session: Option<String>,
+}
+
+impl Client {
+    fn connect(addr: &str) -> Client {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Client {
+            s,
+            cseq: 0,
+            session: None,
+        }
+    }
+
+    fn request(&mut self, method: &str, url: &str, extra: &str) -> String {
+        self.cseq += 1;
+        let session = self
+            .session
+            .as_ref()
+            .map(|s| format!("Session: {s}\r\n"))
+            .unwrap_or_default();
+        let req = format!(
+            "{method} {url} RTSP/1.0\r\nCSeq: {}\r\n{session}{extra}\r\n",
+            self.cseq
+        );
+        self.s.write_all(req.as_bytes()).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            self.s.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        self.s.read_exact(&mut body).unwrap();
+        if let Some(s) = head.lines().find_map(|l| l.strip_prefix("Session: ")) {
+            self.session = Some(s.split(';').next().unwrap().to_string());
+        }
+        assert!(head.starts_with("RTSP/1.0 200"), "{method}: {head}");
+        head + &String::from_utf8_lossy(&body)
+    }
+
+    /// DESCRIBE, SETUP of the video track over UDP, PLAY. Returns the SETUP reply.
+    fn play(&mut self, base: &str) -> String {
+        self.request("DESCRIBE", base, "Accept: application/sdp\r\n");
+        let setup = self.request(
+            "SETUP",
+            &format!("{base}/stream=0"),
+            "Transport: RTP/AVP;unicast;client_port=41000-41001\r\n",
+        );
+        self.request("PLAY", base, "Range: npt=0-\r\n");
+        setup
+    }
+}
+
+#[test]
+fn every_way_a_session_ends_frees_routes_and_ports() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("every_way_a_session_ends_frees_routes_and_ports") {
+        return;
+    }
+    let routes = format!(
+        "{}{}",
+        simple_route("session_timeout = 3\nmedia_timeout = 60"),
+        simple_route("session_timeout = 60\nmedia_timeout = 3")
+            .replace("name = \"cam\"", "name = \"cam-media\"")
+            .replace("listen_port = 8554", "listen_port = 8555")
+    );
+    let mut rig = Rig::up(&["--fps", "10"], &routes);
+    let b = rig.bed.get("B_NS").to_string();
+    let gb = rig.bed.get("GB_IP").to_string();
+
+    // 1. TEARDOWN (ffmpeg ends its session properly).
+    let p = ffmpeg(
+        &b,
+        &rig.url(8554, "/cam1"),
+        "udp",
+        50,
+        rig.dir.path(),
+        "teardown",
+    );
+    assert_played(&p, "teardown");
+    rig.wait_log(
+        &format!("rtsp session ended (teardown); {ZERO}"),
+        1,
+        Duration::from_secs(10),
+    );
+
+    // 2. The client's TCP connection closes without TEARDOWN.
+    let base = format!("rtsp://{gb}:8554/cam1");
+    let addr = format!("{gb}:8554");
+    let setup = in_netns(&b, {
+        let (base, addr) = (base.clone(), addr.clone());
+        move || {
+            let mut c = Client::connect(&addr);
+            let setup = c.play(&base);
+            std::thread::sleep(Duration::from_millis(500));
+            drop(c);
+            setup
+        }
+    });
+    assert!(setup.contains("server_port=30"), "{setup}");
+    assert!(setup.contains(&format!("source={gb}")), "{setup}");
+    assert!(
+        setup.contains("timeout=3"),
+        "vgate tells the client its shorter timeout: {setup}"
+    );
+    rig.wait_log(
+        &format!("rtsp connection ended (client-closed); {ZERO}"),
+        1,
+        Duration::from_secs(10),
+    );
+
+    // 3. Session timeout: the client goes silent with its connection open.
+    let held = in_netns(&b, {
+        let (base, addr) = (base.clone(), addr.clone());
+        move || {
+            let mut c = Client::connect(&addr);
+            c.play(&base);
+            c
+        }
+    });
+    rig.wait_log(
+        &format!("rtsp connection ended (session-timeout); {ZERO}"),
+        1,
+        Duration::from_secs(15),
+    );
+    drop(held);
+
+    // 4. No media: the server freezes (SIGSTOP) while the client keeps the session alive.
+    let addr2 = format!("{gb}:8555");
+    let base2 = format!("rtsp://{gb}:8555/cam1");
+    let held = in_netns(&b, move || {
+        let mut c = Client::connect(&addr2);
+        c.play(&base2);
+        c
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let server = nix::unistd::Pid::from_raw(rig.server_pid() as i32);
+    nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let frozen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rig.wait_log(
+            &format!("rtsp connection ended (no-media); {ZERO}"),
+            1,
+            Duration::from_secs(15),
+        );
+    }));
+    let _ = nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGCONT);
+    drop(held);
+    if let Err(p) = frozen {
+        std::panic::resume_unwind(p);
+    }
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}

@@ -1,0 +1,425 @@
+//! SIP proxy end to end on the three-namespace bed with real sipp peers:
+//! - B→A: a GB platform in B (sipp UAC) places 50 live-view calls to a device in A (sipp
+//!   UAS answering with SDP and playing RTP); every call completes, RTP arrives at the
+//!   B address the platform offered, no message received in B names an A address (nor the
+//!   reverse), and no session, route or port is left when vgate stops.
+//! - A→B: the device REGISTERs with digest (401 → Authorization → 200), sends a Keepalive
+//!   and a Catalog MESSAGE larger than 1500 bytes (one UDP datagram) to the platform.
+//! - Unknown GB IDs and unknown sources get 403.
+
+mod common;
+
+use std::io::Read;
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{in_netns, prerequisites, vgate_bin, Bed};
+
+/// Kills (SIGTERM, then SIGKILL) a child we started, on drop too.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn stop(&mut self) -> Option<std::process::Output> {
+        let mut c = self.0.take()?;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        c.wait_with_output().ok()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn sipp_dir() -> String {
+    format!("{}/tests/sipp", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "timeout", "120", "sipp"])
+        .args(args)
+        .current_dir(cwd);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+fn read_logs(dir: &Path, suffix: &str) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(suffix) {
+            let _ = std::fs::File::open(e.path()).and_then(|mut f| f.read_to_string(&mut all));
+        }
+    }
+    all
+}
+
+fn config(bed: &Bed) -> String {
+    format!(
+        r#"
+[domains.a]
+interface = "{ga}"
+address = "{ga_ip}"
+networks = ["10.201.1.0/24"]
+media_ports = "20000-20999"
+
+[domains.b]
+interface = "{gb}"
+address = "{gb_ip}"
+networks = ["10.201.2.0/24"]
+media_ports = "30000-30999"
+
+[engine]
+mode = "stack"
+queues = 1
+
+[security]
+source_validation = "strict"
+
+[control]
+listen = "127.0.0.1:9940"
+
+[[signaling_route]]
+name = "b2a"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "{a_ip}:5060"
+allow_peers = ["{b_ip}/32"]
+allow_ids = ["3402000000"]
+
+[[signaling_route]]
+name = "a2b"
+type = "sip"
+transport = "udp"
+listen_domain = "a"
+listen_port = 5060
+upstream = "{b_ip}:5070"
+allow_ids = ["3402000000"]
+"#,
+        ga = bed.get("GA_IF"),
+        gb = bed.get("GB_IF"),
+        ga_ip = bed.get("GA_IP"),
+        gb_ip = bed.get("GB_IP"),
+        a_ip = bed.get("A_IP"),
+        b_ip = bed.get("B_IP"),
+    )
+}
+
+/// Sends `msg` from `from` to `to` inside the current namespace and returns the first line
+/// of the answer.
+fn ask(from: &str, to: &str, msg: &str) -> String {
+    let s = UdpSocket::bind(from).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.send_to(msg.as_bytes(), to).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.recv(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn forbidden_probe(from_id: &str, b_ip: &str, port: u16) -> String {
+    format!(
+        "MESSAGE sip:34020000001320000001@3402000000 SIP/2.0\r\n\
+Via: SIP/2.0/UDP {b_ip}:{port};branch=z9hG4bKprobe{port}\r\n\
+From: <sip:{from_id}@3402000000>;tag=x\r\n\
+To: <sip:34020000001320000001@3402000000>\r\n\
+Call-ID: probe{port}@3402000000\r\n\
+CSeq: 1 MESSAGE\r\n\
+Max-Forwards: 70\r\n\
+Content-Length: 0\r\n\r\n"
+    )
+}
+
+#[test]
+fn sip_gb_calls_register_and_access_control_through_vgate() {
+    if !prerequisites(
+        "sip_netns",
+        true,
+        &[
+            ("sipp", "sip-tester"),
+            ("ip", "iproute2"),
+            ("timeout", "coreutils"),
+        ],
+    ) {
+        return;
+    }
+    let bed = Bed::up(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let cfg = dir.path().join("vgate.toml");
+    std::fs::write(&cfg, config(&bed)).unwrap();
+    let pcap = a_dir.join("rtp.pcap");
+    let st = Command::new("python3")
+        .args([
+            &format!("{}/make_rtp_pcap.py", sipp_dir()),
+            pcap.to_str().unwrap(),
+            "100",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success(), "make_rtp_pcap.py failed");
+    let (a_ns, g_ns, b_ns) = (
+        bed.get("A_NS").to_owned(),
+        bed.get("G_NS").to_owned(),
+        bed.get("B_NS").to_owned(),
+    );
+    let (a_ip, b_ip, ga_ip, gb_ip) = (
+        bed.get("A_IP").to_owned(),
+        bed.get("B_IP").to_owned(),
+        bed.get("GA_IP").to_owned(),
+        bed.get("GB_IP").to_owned(),
+    );
+
+    let mut vgate = Proc(Some(
+        Command::new("ip")
+            .args(["netns", "exec", &g_ns])
+            .arg(vgate_bin())
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(800));
+
+    // The device in A.
+    let uas = format!("{}/gb_uas_device.xml", sipp_dir());
+    let mut device = Proc(Some(
+        sipp(
+            &a_ns,
+            &a_dir,
+            &[
+                "-sf",
+                &uas,
+                "-i",
+                &a_ip,
+                "-p",
+                "5060",
+                "-mp",
+                "16000",
+                "-trace_msg",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    // The RTP sink at the address the platform offers.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = Arc::clone(&stop);
+    let sink_addr = format!("{b_ip}:6000");
+    let sink = std::thread::spawn({
+        let b_ns = b_ns.clone();
+        move || {
+            in_netns(&b_ns, move || {
+                let s = UdpSocket::bind(&sink_addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+                let mut buf = [0u8; 2048];
+                let (mut n, mut sources) = (0u64, std::collections::HashSet::new());
+                while !stop2.load(Ordering::Relaxed) {
+                    if let Ok((_, from)) = s.recv_from(&mut buf) {
+                        n += 1;
+                        sources.insert(from);
+                    }
+                }
+                (n, sources)
+            })
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+
+    // 50 calls from the platform in B.
+    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
+    let target = format!("{gb_ip}:5060");
+    let st = sipp(
+        &b_ns,
+        &b_dir,
+        &[
+            "-sf",
+            &uac,
+            "-i",
+            &b_ip,
+            "-p",
+            "5060",
+            "-mp",
+            "16000",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target,
+            "-m",
+            "50",
+            "-r",
+            "10",
+            "-l",
+            "20",
+            "-trace_msg",
+            "-nostdin",
+            "-timeout",
+            "90",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(
+        st.success(),
+        "sipp UAC: not every call completed (exit {st:?}); logs in {}",
+        b_dir.display()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let (rtp, sources) = sink.join().unwrap();
+    assert!(rtp >= 50, "RTP packets at the offered B address: {rtp}");
+    assert!(
+        sources.iter().all(|s| s.ip().to_string() == gb_ip),
+        "RTP must come from the gateway: {sources:?}"
+    );
+    let _ = device.stop();
+
+    // REGISTER with digest, Keepalive and a big Catalog from A to B.
+    let plat = format!("{}/gb_uas_platform_register.xml", sipp_dir());
+    let mut platform = Proc(Some(
+        sipp(
+            &b_ns,
+            &b_dir,
+            &[
+                "-sf",
+                &plat,
+                "-i",
+                &b_ip,
+                "-p",
+                "5070",
+                "-trace_msg",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(400));
+    let dev = format!("{}/gb_uac_device_register.xml", sipp_dir());
+    let target = format!("{ga_ip}:5060");
+    let st = sipp(
+        &a_ns,
+        &a_dir,
+        &[
+            "-sf",
+            &dev,
+            "-i",
+            &a_ip,
+            "-p",
+            "5062",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target,
+            "-m",
+            "1",
+            "-trace_msg",
+            "-nostdin",
+            "-timeout",
+            "30",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(
+        st.success(),
+        "REGISTER/Keepalive/Catalog did not complete; logs in {}",
+        a_dir.display()
+    );
+    let _ = platform.stop();
+
+    // Topology hiding: nothing received in B names A, nothing received in A names B.
+    let b_log = read_logs(&b_dir, "_messages.log");
+    let a_log = read_logs(&a_dir, "_messages.log");
+    assert!(
+        b_log.contains("Content-Length:  4377"),
+        "the Catalog reached B"
+    );
+    assert!(!b_log.contains("10.201.1."), "an A address reached B");
+    assert!(!a_log.contains("10.201.2."), "a B address reached A");
+
+    // Access control: unknown ID, unknown source.
+    let (b_ns2, b_ip2, gb2) = (b_ns.clone(), b_ip.clone(), gb_ip.clone());
+    let first = in_netns(&b_ns2, move || {
+        ask(
+            &format!("{b_ip2}:0"),
+            &format!("{gb2}:5060"),
+            &forbidden_probe("44010000002000000001", &b_ip2, 7001),
+        )
+    });
+    assert!(first.starts_with("SIP/2.0 403"), "unknown GB ID: {first:?}");
+    let st = Command::new("ip")
+        .args([
+            "-n",
+            &b_ns,
+            "addr",
+            "add",
+            "10.201.2.3/24",
+            "dev",
+            bed.get("B_IF"),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let gb3 = gb_ip.clone();
+    let second = in_netns(&b_ns, move || {
+        ask(
+            "10.201.2.3:7002",
+            &format!("{gb3}:5060"),
+            &forbidden_probe("34020000002000000001", "10.201.2.3", 7002),
+        )
+    });
+    assert!(
+        second.starts_with("SIP/2.0 403"),
+        "unknown source: {second:?}"
+    );
+
+    // Nothing left behind.
+    let out = vgate.stop().expect("vgate output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
+        "vgate left state behind:\n{stdout}"
+    );
+    let forwarded = stdout
+        .lines()
+        .find(|l| l.starts_with("total channel=forward"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !forwarded.contains("tx_packets=0 "),
+        "forward channel carried nothing: {forwarded}"
+    );
+}
