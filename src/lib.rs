@@ -29,9 +29,12 @@
 //!
 //! - [`config`] reads the TOML file (unknown keys rejected) into a checked [`config::Config`];
 //!   `vgate check-config` reports the file, line and key of the first problem.
-//! - [`signaling`] will hold the SIP (GB/T 28181) and RTSP proxies that rewrite SDP and
-//!   Transport headers and install stream routes for each session.
-//! - [`control`] shows what the gateway is doing: live statistics and totals.
+//! - [`signaling`] holds the SIP (GB/T 28181) and RTSP proxies: pure parsing and rewriting
+//!   of SIP, SDP, RTSP and `Transport` (no I/O), and the proxies that own the signaling sockets
+//!   and install stream routes for each session they negotiate.
+//! - [`control`] shows and steers what the gateway is doing: the admin interface (Prometheus
+//!   metrics, routes, sessions, reload), the live statistics, totals and systemd
+//!   readiness/watchdog.
 //! - [`gateway`] starts and stops the whole: engine, tables, workers, static routes.
 //! - [`demo`] drives the gateway with its own RTP traffic on loopback (`vgate demo`).
 //! - [`stats`] declares the counters (drop reasons, RTP loss/reorder/duplicate) once;

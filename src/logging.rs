@@ -12,9 +12,11 @@ use tracing_subscriber::EnvFilter;
 pub fn init() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    // Colours only for a person at a terminal, never in files or the journal.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
     let _ = if journald {
         builder.without_time().with_ansi(false).try_init()

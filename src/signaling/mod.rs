@@ -8,10 +8,12 @@
 //! - [`rtsp`]: RTSP/1.0 framing with interleaved `$` frames, `Transport` parsing, policy and
 //!   rewrite, URL mapping between the domains, and Basic/Digest authentication.
 //!
-//! All of it is bytes in, decisions or bytes out: no sockets, no threads, no panics on any
-//! input. The proxies that own sockets and install stream routes through [`crate::routes`]
-//! are not in this version yet: `vgate` checks the signaling routes in its config but does
-//! not listen on them.
+//! - [`proxy`]: the proxies, one per configured signaling route, which own the sockets and
+//!   threads, call the pure logic above and install and remove stream routes through
+//!   [`crate::routes`].
+//!
+//! Everything but `proxy` is bytes in, decisions or bytes out: no sockets, no threads, no
+//! panics on any input.
 
 pub mod proxy;
 pub mod rtsp;
