@@ -52,6 +52,8 @@ echo "== cargo test"
 cargo test --workspace --all-targets
 echo "== doc tests"
 cargo test --workspace --doc
+echo "== fuzz smoke (15 s per target; scripts/fuzz.sh for the full 10 million runs)"
+scripts/fuzz.sh --seconds 15
 if command -v shellcheck >/dev/null; then
     echo "== shellcheck"
     shellcheck scripts/*.sh
