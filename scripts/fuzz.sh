@@ -10,7 +10,8 @@
 # config. Each starts from fuzz/corpus/<target>/ (new interesting inputs are added there) and
 # stops at the first crash, which libFuzzer writes to fuzz/artifacts/<target>/: copy it into
 # fuzz/regressions/<target>/ so `cargo test` (tests/fuzz_replay.rs) replays it forever.
-# A table of executions per target is appended to docs/fuzzing.md.
+# A table of executions per target is appended to docs/fuzzing.md (not for a timed smoke,
+# which also keeps what it finds out of the corpus).
 # Installs cargo-fuzz (cargo install) when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,13 @@ for t in "${TARGETS[@]}"; do
     echo "fuzz.sh: $t ${limit[*]}" >&2
     log=$(mktemp)
     # -rss_limit_mb: unbounded allocation is a failure too. -timeout: a hang is a failure.
-    if ! cargo fuzz run -O "$t" "corpus/$t" -- "${limit[@]}" -rss_limit_mb=1024 -timeout=10 \
+    # A timed smoke adds what it finds to a scratch directory, not to the corpus in git.
+    dirs=("corpus/$t")
+    if [ "$SECONDS_LIMIT" -gt 0 ]; then
+        scratch=$(mktemp -d)
+        dirs=("$scratch" "corpus/$t")
+    fi
+    if ! cargo fuzz run -O "$t" "${dirs[@]}" -- "${limit[@]}" -rss_limit_mb=1024 -timeout=10 \
         -print_final_stats=1 >"$log" 2>&1; then
         tail -40 "$log" >&2
         echo "fuzz.sh: $t FAILED: see fuzz/artifacts/$t/; copy the input into fuzz/regressions/$t/ once fixed" >&2
@@ -60,11 +67,16 @@ for t in "${TARGETS[@]}"; do
     echo "fuzz.sh: $t: ${execs:-?} executions in ${secs:-?} s, coverage ${cov:-?}, corpus $corpus, no crash" >&2
     report+=("| $t | ${execs:-?} | ${secs:-?} | ${cov:-?} | $corpus | none |")
     rm -f "$log"
+    [ "$SECONDS_LIMIT" -gt 0 ] && rm -rf "$scratch"
     if [ "$MINIMIZE" = 1 ]; then
         cargo fuzz cmin -O "$t" "corpus/$t" >/dev/null 2>&1
     fi
 done
 cd ..
+if [ "$SECONDS_LIMIT" -gt 0 ]; then
+    echo "fuzz.sh: all targets clean (smoke; figures not recorded)" >&2
+    exit 0
+fi
 {
     echo
     echo "## $(date -u '+%Y-%m-%d %H:%M') UTC — \`scripts/fuzz.sh $([ "$SECONDS_LIMIT" -gt 0 ] && echo "--seconds $SECONDS_LIMIT" || echo "--runs $RUNS") ${TARGETS[*]}\`"
