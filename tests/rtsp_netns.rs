@@ -675,6 +675,54 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
     if let Err(p) = frozen {
         std::panic::resume_unwind(p);
     }
+
+    // 5. The operator ends the session through the admin interface (in the gateway's
+    //    namespace, on its loopback): vgate sends TEARDOWN upstream and closes both sides.
+    let held = in_netns(&b, {
+        let (base, addr) = (base.clone(), addr.clone());
+        move || {
+            let mut c = Client::connect(&addr);
+            c.play(&base);
+            c
+        }
+    });
+    let g = rig.bed.get("G_NS").to_string();
+    let ended: serde_json::Value = in_netns(&g, || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let list: serde_json::Value = serde_json::from_str(
+            &agent
+                .get("http://127.0.0.1:9940/api/v1/sessions")
+                .call()
+                .unwrap()
+                .body_mut()
+                .read_to_string()
+                .unwrap(),
+        )
+        .unwrap();
+        let id = list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["kind"] == "rtsp")
+            .expect("the held client's RTSP session")["id"]
+            .as_u64()
+            .unwrap();
+        let mut r = agent
+            .delete(format!("http://127.0.0.1:9940/api/v1/sessions/{id}"))
+            .call()
+            .unwrap();
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+    });
+    assert_eq!(ended["by"], "rtsp", "{ended}");
+    rig.wait_log(
+        &format!("rtsp connection ended (ended-by-operator); {ZERO}"),
+        1,
+        Duration::from_secs(10),
+    );
+    drop(held);
     let totals = rig.stop_vgate();
     assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
 }

@@ -212,9 +212,9 @@ pub fn with_body(head: &str, ctype: &str, body: &str) -> String {
     )
 }
 
-#[test]
-fn gb_invite_200_ack_bye() {
-    let mut t = bench(0);
+/// INVITE (with one retransmission) / 200 / ACK of a GB live-view call from a platform in B
+/// to a camera in A; returns the gateway contact tokens of the caller and the callee.
+fn establish_call(t: &mut Bench) -> (String, String) {
     let invite = with_body(
         "INVITE sip:34020000001320000001@3402000000 SIP/2.0
 Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bK1001
@@ -280,6 +280,13 @@ Content-Length: 0
 "
     );
     assert_eq!(t.send(Face::Listen, "10.2.0.50:5060", &ack).len(), 1);
+    (caller_token, callee_token)
+}
+
+#[test]
+fn gb_invite_200_ack_bye() {
+    let mut t = bench(0);
+    let (caller_token, _callee_token) = establish_call(&mut t);
     // The device hangs up: BYE from A to the caller's gateway contact.
     let bye = format!(
         "BYE sip:34020000002000000001@10.1.0.1:40000;vgt={caller_token} SIP/2.0
@@ -574,4 +581,31 @@ fn port_exhaustion_answers_503_and_frees_everything() {
     t.advance(Duration::from_secs(3600));
     t.core.tick(t.now, 0);
     assert_eq!(t.core.table_sizes(), (0, 0, 0));
+}
+
+#[test]
+fn operator_ends_a_call_with_bye_to_both_sides() {
+    let mut t = bench(0);
+    establish_call(&mut t);
+    let sessions = t.routes.sessions();
+    assert_eq!(sessions.len(), 1);
+    t.routes.request_end(sessions[0].id).unwrap();
+    t.advance(Duration::from_secs(2));
+    let outs = t.core.tick(t.now, 0);
+    let byes: Vec<String> = outs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.bytes).into_owned())
+        .filter(|m| m.starts_with("BYE "))
+        .collect();
+    assert_eq!(byes.len(), 2, "one BYE to each side: {outs:?}");
+    assert!(
+        byes.iter().any(|b| b.contains("10.1.0.9")),
+        "BYE to the camera in A: {byes:?}"
+    );
+    assert!(
+        byes.iter().any(|b| b.contains("10.2.0.50")),
+        "BYE to the platform in B: {byes:?}"
+    );
+    assert!(t.routes.sessions().is_empty());
+    assert!(t.routes.routes().is_empty());
 }

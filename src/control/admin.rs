@@ -492,7 +492,31 @@ fn kill_session(id: &str, st: &ControlState) -> Answer {
     }
 }
 
+/// How long a proxy gets to end a session its own way (BYE, TEARDOWN) before vgate just
+/// frees its routes and ports.
+const GRACEFUL_END: Duration = Duration::from_secs(3);
+
 fn end_session(id: SessionId, st: &ControlState) -> Answer {
+    let Some(session) = st.routes.session(id) else {
+        return err(404, format!("no session {id}; it may have ended already"));
+    };
+    if matches!(session.kind, SessionKind::Sip | SessionKind::Rtsp) {
+        // The proxy that owns it sends BYE to both sides (SIP) or TEARDOWN upstream (RTSP),
+        // then frees it; the admin interface only waits and reports.
+        if st.routes.request_end(id).is_ok() {
+            let deadline = std::time::Instant::now() + GRACEFUL_END;
+            while std::time::Instant::now() < deadline {
+                if st.routes.session(id).is_none() {
+                    tracing::info!(session = id, kind = session.kind.name(), label = %session.label, "session ended through the admin interface");
+                    return ok(
+                        json!({ "ended": id, "by": session.kind.name(), "ports_freed": session.ports.len() }),
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            tracing::warn!(session = id, "the {} proxy did not end the session within {GRACEFUL_END:?}; freeing its routes and ports", session.kind.name());
+        }
+    }
     match st.routes.close_session(id) {
         Ok(report) => {
             tracing::info!(session = id, kind = report.session.kind.name(), label = %report.session.label, ports = report.session.ports.len(), "session ended through the admin interface");

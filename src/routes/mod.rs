@@ -138,6 +138,8 @@ pub struct SessionReport {
 struct Inner {
     alloc: [PortAllocator; 2],
     sessions: HashMap<SessionId, Session>,
+    /// Sessions an operator asked to end, for their owner (a proxy) to end properly.
+    ending: std::collections::HashSet<SessionId>,
     next_session: SessionId,
 }
 
@@ -162,6 +164,7 @@ impl Routes {
                     PortAllocator::new(cfg.domains[1].media_ports),
                 ],
                 sessions: HashMap::new(),
+                ending: std::collections::HashSet::new(),
                 next_session: 1,
             }),
             hooks,
@@ -376,6 +379,7 @@ impl Routes {
             .sessions
             .remove(&id)
             .ok_or(RouteError::NoSession(id))?;
+        inner.ending.remove(&id);
         let mut routes = Vec::new();
         for &(channel, port) in &session.routes {
             if let Some((_, r)) = self.tables[channel.index()].remove(&port) {
@@ -412,6 +416,23 @@ impl Routes {
             if counters.is_empty() { "no routes".to_string() } else { counters.join("; ") }
         );
         Ok(SessionReport { session, routes })
+    }
+
+    /// Asks the owner of a signaling session (a proxy) to end it its own way: BYE to both
+    /// sides of a SIP call, TEARDOWN upstream for RTSP. Proxies look on their timer tick;
+    /// [`close_session`](Self::close_session) clears the request.
+    pub fn request_end(&self, id: SessionId) -> Result<(), RouteError> {
+        let mut inner = self.lock();
+        if !inner.sessions.contains_key(&id) {
+            return Err(RouteError::NoSession(id));
+        }
+        inner.ending.insert(id);
+        Ok(())
+    }
+
+    /// Whether an operator asked to end `id`.
+    pub fn end_requested(&self, id: SessionId) -> bool {
+        self.lock().ending.contains(&id)
     }
 
     pub fn session(&self, id: SessionId) -> Option<Session> {

@@ -187,6 +187,21 @@ fn a_port_the_system_refuses_is_skipped() {
 }
 
 #[test]
+fn end_requests_are_seen_until_the_session_closes() {
+    let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
+    let s = routes.open_session(SessionKind::Sip, "call");
+    assert!(!routes.end_requested(s));
+    routes.request_end(s).unwrap();
+    assert!(routes.end_requested(s));
+    routes.close_session(s).unwrap();
+    assert!(!routes.end_requested(s));
+    assert!(matches!(
+        routes.request_end(s),
+        Err(RouteError::NoSession(_))
+    ));
+}
+
+#[test]
 fn static_routes_are_installed_one_session_each() {
     let c = cfg(r#"
 [[stream_route]]

@@ -146,6 +146,8 @@ pub enum EndReason {
     NoMedia,
     Protocol,
     Shutdown,
+    /// An operator ended the session through the admin interface.
+    Operator,
 }
 
 impl EndReason {
@@ -157,6 +159,7 @@ impl EndReason {
             EndReason::NoMedia => "no-media",
             EndReason::Protocol => "protocol-error",
             EndReason::Shutdown => "shutdown",
+            EndReason::Operator => "ended-by-operator",
         }
     }
 }
@@ -335,7 +338,17 @@ fn client_loop(
 /// Session idle and no-media timers; `Some` when the connection must end.
 fn timers(shared: &Shared, ctx: &ConnContext) -> Option<EndReason> {
     let now = now_ms();
-    let ex = lock(&shared.exchange);
+    let mut ex = lock(&shared.exchange);
+    if ex
+        .media()
+        .session
+        .is_some_and(|s| ctx.routes.end_requested(s))
+    {
+        let outs = ex.teardown();
+        drop(ex);
+        perform_outputs(shared, outs, ctx);
+        return Some(EndReason::Operator);
+    }
     let st = ex.state();
     // Idle connections end too, session or not.
     {

@@ -158,6 +158,10 @@ pub struct Exchange<M: MediaPorts> {
     announced: bool,
     state: State,
     closed: bool,
+    /// The upstream's session id and the last upstream URL a SETUP/PLAY/RECORD named: what a
+    /// TEARDOWN of vgate's own needs.
+    upstream_session: Option<String>,
+    upstream_url: Option<String>,
 }
 
 impl<M: MediaPorts> Exchange<M> {
@@ -179,6 +183,8 @@ impl<M: MediaPorts> Exchange<M> {
             announced: false,
             state: State::default(),
             closed: false,
+            upstream_session: None,
+            upstream_url: None,
         }
     }
 
@@ -205,6 +211,27 @@ impl<M: MediaPorts> Exchange<M> {
             .iter()
             .filter(|s| matches!(s, Slot::Waiting(_)))
             .count()
+    }
+
+    /// Ends the session on vgate's own initiative (an operator ended it): a TEARDOWN to the
+    /// upstream when a session was set up there, then both connections close.
+    pub fn teardown(&mut self) -> Vec<Output> {
+        let mut out = Vec::new();
+        if let (Some(id), Some(url)) = (self.upstream_session.take(), self.upstream_url.take()) {
+            let cseq = self.next_cseq;
+            self.next_cseq = self.next_cseq.wrapping_add(1).max(1);
+            let mut req = format!("TEARDOWN {url} RTSP/1.0\r\nCSeq: {cseq}\r\nSession: {id}\r\n");
+            let route = self.route.unwrap_or_default();
+            if let Some(auth) = self.authorization_for(route, "TEARDOWN", &url) {
+                req.push_str(&format!("Authorization: {auth}\r\n"));
+            }
+            req.push_str("\r\n");
+            out.push(Output::Upstream(req.into_bytes()));
+        }
+        self.end_session();
+        out.push(Output::SessionEnded);
+        out.push(Output::Close);
+        out
     }
 
     /// Ends the media session (timeout, client gone). Idempotent.
@@ -368,6 +395,9 @@ impl<M: MediaPorts> Exchange<M> {
             // The client's credentials are for vgate (or meaningless upstream: digest
             // covers the rewritten URI); they never cross.
             let _ = editor.remove_header("Authorization");
+        }
+        if matches!(method, "SETUP" | "PLAY" | "RECORD") {
+            self.upstream_url = Some(upstream_uri.clone());
         }
         let mut setup = None;
         match method {
@@ -632,6 +662,7 @@ impl<M: MediaPorts> Exchange<M> {
             editor.set_body(body);
         }
         if let Ok(Some(session)) = msg.session() {
+            self.upstream_session = Some(session.id.to_string());
             // vgate ends idle sessions after the shorter of the server's timeout and its own,
             // so it tells the client the shorter one: keep-alives then come in time.
             let own = self.settings.session_timeout;

@@ -1362,6 +1362,29 @@ impl Core {
         for branch in timed_out {
             self.invite_timeout(&branch, now, &mut out);
         }
+        // Calls an operator ended through the admin interface: BYE to both sides.
+        let killed: Vec<Vec<u8>> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| {
+                c.ended.is_none()
+                    && c.media
+                        .session
+                        .is_some_and(|s| self.routes.end_requested(s))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in killed {
+            tracing::info!(route = %self.name, call = %String::from_utf8_lossy(&id), "ended by the operator: BYE to both sides");
+            for f in Face::BOTH {
+                self.send_in_dialog(&id, f, "BYE", "vgate: ended by the operator", now, &mut out);
+            }
+            if let Some(c) = self.calls.get_mut(&id) {
+                c.media.close(&self.routes);
+                c.ended = Some(now);
+                self.counters.calls_ended += 1;
+            }
+        }
         // Calls without media.
         if !self.policy.media_timeout.is_zero() {
             let limit = self.policy.media_timeout.as_millis() as u64;
