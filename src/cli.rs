@@ -395,6 +395,7 @@ fn run(
         workers: stats.clone(),
         started: Instant::now(),
         engine: gw.describe(),
+        signaling: Arc::clone(&gw.signaling_stats),
     };
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);
     let admin = match AdminServer::start(control.clone(), reload_tx) {

@@ -13,7 +13,7 @@ use crate::channel::{ChannelTotals, WorkerStats};
 use crate::config::Config;
 use crate::engine::{self, Engine, EngineError, EngineKind, Worker};
 use crate::routes::{RouteError, Routes, SessionId};
-use crate::signaling::proxy::{self, Proxy, ProxyContext, ProxyError};
+use crate::signaling::proxy::{self, Proxy, ProxyContext, ProxyError, SignalingRegistry};
 
 /// Why the gateway did not start.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +32,8 @@ pub struct Gateway {
     pub config: Arc<Config>,
     pub routes: Arc<Routes>,
     proxies: Vec<Box<dyn Proxy>>,
+    /// Counters of the signaling routes, shared with the metrics.
+    pub signaling_stats: Arc<SignalingRegistry>,
     engine: Box<dyn Engine>,
     workers: Vec<Worker>,
     stop: Arc<AtomicBool>,
@@ -53,6 +55,7 @@ impl Gateway {
             config: Arc::new(config),
             routes,
             proxies: Vec::new(),
+            signaling_stats: Arc::new(SignalingRegistry::default()),
             engine: eng,
             workers,
             stop,
@@ -83,6 +86,7 @@ impl Gateway {
             config: Arc::clone(&gw.config),
             routes: Arc::clone(&gw.routes),
             stop: Arc::clone(&gw.stop),
+            stats: Arc::clone(&gw.signaling_stats),
         };
         match proxy::start(&ctx) {
             Ok(p) => gw.proxies = p,
@@ -188,6 +192,7 @@ impl Gateway {
             config: Arc::clone(&new),
             routes: Arc::clone(&self.routes),
             stop: Arc::clone(&self.stop),
+            stats: Arc::clone(&self.signaling_stats),
         };
         let started = match proxy::start_routes(&ctx, &missing) {
             Ok(p) => {

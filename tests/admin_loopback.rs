@@ -31,6 +31,13 @@ source_validation = "latch"
 [control]
 listen = "127.0.{net}.1:9941"
 per_stream_metrics = true
+[[signaling_route]]
+name = "gb"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "127.0.{net}.1:5070"
 "#
     );
     for i in 0..streams {
@@ -152,6 +159,26 @@ fn metrics_routes_sessions_and_stats() {
     assert_eq!(sample(&scrape, "vgate_sessions{kind=\"static\"}"), 3.0);
     assert_eq!(sample(&scrape, "vgate_ports_used{domain=\"a\"}"), 3.0);
     assert_eq!(sample(&scrape, "vgate_up"), 1.0);
+    // Signaling counters: an OPTIONS and a malformed datagram to the SIP route.
+    let sip = UdpSocket::bind(format!("127.0.{net}.2:0")).unwrap();
+    sip.send_to(b"this is not SIP\r\n\r\n", (format!("127.0.{net}.2"), 5060))
+        .unwrap();
+    let options = format!(
+        "OPTIONS sip:34020000002000000001@127.0.{net}.2 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.{net}.2:{};branch=z9hG4bK77\r\nFrom: <sip:34020000001320000001@3402000000>;tag=1\r\nTo: <sip:34020000002000000001@3402000000>\r\nCall-ID: m1\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
+        sip.local_addr().unwrap().port()
+    );
+    sip.send_to(options.as_bytes(), (format!("127.0.{net}.2"), 5060))
+        .unwrap();
+    wait_until(
+        "signaling counters in metrics",
+        Duration::from_secs(5),
+        || {
+            let (_, s) = http("GET", &format!("{base}/metrics"), None);
+            sample(&s, "vgate_signaling_requests_total{route=\"gb\",kind=\"sip\",method=\"OPTIONS\"}") == 1.0
+            && sample(&s, "vgate_signaling_events_total{route=\"gb\",kind=\"sip\",event=\"dropped_malformed\"}") == 1.0
+        },
+    );
+    let (_, scrape) = http("GET", &format!("{base}/metrics"), None);
     for (name, kind, _) in FAMILIES {
         assert!(
             scrape.contains(&format!("# TYPE {name} {kind}\n")),

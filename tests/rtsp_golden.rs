@@ -59,6 +59,9 @@ fn settings() -> Settings {
         limits: Limits::default(),
         transports: TransportPolicy::default(),
         session_timeout: 30,
+        stats: Arc::new(vgate::signaling::proxy::SignalingStats::new(
+            vgate::config::SignalingKind::Rtsp,
+        )),
     }
 }
 

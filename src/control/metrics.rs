@@ -101,6 +101,13 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "gauge",
         "Per stream route (with control.per_stream_metrics): RTP packets lost",
     ),
+    ("vgate_signaling_requests_total", "counter", "Signaling requests received per signaling route, by method"),
+    ("vgate_signaling_responses_total", "counter", "Signaling responses received per signaling route, by status class"),
+    (
+        "vgate_signaling_events_total",
+        "counter",
+        "Per signaling route, the proxy's own events: refusals (403, 503 ...), rate-limited and malformed messages, timeouts, calls",
+    ),
 ];
 
 struct Out {
@@ -296,6 +303,29 @@ pub fn render(st: &ControlState) -> String {
         o.family(fam);
         for c in Channel::ALL {
             o.sample(fam, &[("channel", c.name())], get(&rtp[c.index()]));
+        }
+    }
+
+    let signaling = st.signaling.all();
+    for (fam, rows) in [
+        ("vgate_signaling_requests_total", "method"),
+        ("vgate_signaling_responses_total", "class"),
+        ("vgate_signaling_events_total", "event"),
+    ] {
+        o.family(fam);
+        for (name, s) in &signaling {
+            let kind = match s.kind {
+                crate::config::SignalingKind::Sip => "sip",
+                crate::config::SignalingKind::Rtsp => "rtsp",
+            };
+            let values = match rows {
+                "method" => s.requests(),
+                "class" => s.responses(),
+                _ => s.events(),
+            };
+            for (k, v) in values {
+                o.sample(fam, &[("route", name), ("kind", kind), (rows, k)], v);
+            }
         }
     }
 

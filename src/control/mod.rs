@@ -31,6 +31,8 @@ pub struct ControlState {
     pub started: Instant,
     /// One line on the engine in use, for `stats`.
     pub engine: String,
+    /// Counters of the signaling routes.
+    pub signaling: Arc<crate::signaling::proxy::SignalingRegistry>,
 }
 
 impl ControlState {

@@ -14,6 +14,9 @@ use crate::routes::Routes;
 
 pub mod rtsp;
 pub mod sip;
+pub mod stats;
+
+pub use stats::{SignalingRegistry, SignalingStats};
 
 /// A running proxy.
 pub trait Proxy: Send {
@@ -42,6 +45,8 @@ pub struct ProxyContext {
     pub config: Arc<Config>,
     pub routes: Arc<Routes>,
     pub stop: Arc<AtomicBool>,
+    /// Where each proxy registers its counters for the metrics.
+    pub stats: Arc<SignalingRegistry>,
 }
 
 /// Starts a proxy for every signaling route; stops those already started if one fails.

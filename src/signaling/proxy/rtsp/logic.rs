@@ -72,6 +72,8 @@ pub struct Settings {
     pub transports: TransportPolicy,
     /// Longest idle time of a session in seconds (the server's, if shorter, wins).
     pub session_timeout: u32,
+    /// Requests by method and upstream responses by class, for the metrics.
+    pub stats: std::sync::Arc<crate::signaling::proxy::SignalingStats>,
 }
 
 /// What the connection must do, in this order.
@@ -255,6 +257,13 @@ impl<M: MediaPorts> Exchange<M> {
 
     /// A complete message from the client (`raw` is one `Frame::Message`).
     pub fn client_message(&mut self, raw: &[u8], now_secs: u64) -> Vec<Output> {
+        if let Some(m) = raw
+            .split(|b| *b == b' ')
+            .next()
+            .filter(|m| !m.is_empty() && !m.starts_with(b"RTSP/"))
+        {
+            self.settings.stats.request(m);
+        }
         let mut out = Vec::new();
         if self.closed {
             return out;
@@ -550,6 +559,15 @@ impl<M: MediaPorts> Exchange<M> {
 
     /// A complete message from the upstream.
     pub fn upstream_message(&mut self, raw: &[u8]) -> Vec<Output> {
+        if raw.starts_with(b"RTSP/") {
+            if let Some(code) = raw
+                .get(9..12)
+                .and_then(|c| std::str::from_utf8(c).ok())
+                .and_then(|c| c.parse().ok())
+            {
+                self.settings.stats.response(code);
+            }
+        }
         let mut out = Vec::new();
         if self.closed {
             return out;

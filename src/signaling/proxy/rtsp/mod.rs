@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{Proxy, ProxyContext, ProxyError};
-use crate::config::{RtspOptions, SignalingRoute};
+use super::{Proxy, ProxyContext, ProxyError, SignalingStats};
+use crate::config::{RtspOptions, SignalingKind, SignalingRoute};
 use crate::signaling::rtsp::auth::{Credentials, DigestVerifier};
 use crate::signaling::rtsp::transport::TransportPolicy;
 use crate::signaling::rtsp::{build_response, Authority, Limits, Route, Status, UrlMap};
@@ -119,6 +119,7 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         limits: Limits::default(),
         transports: TransportPolicy::default(),
         session_timeout: opts.session_timeout,
+        stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),
     })
 }
 
@@ -134,6 +135,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         route: route.name.clone(),
         message,
     })?;
+    ctx.stats.register(&route.name, Arc::clone(&settings.stats));
     let addr = SocketAddrV4::new(
         ctx.config.domain(route.listen_domain).address,
         route.listen_port,

@@ -9,9 +9,12 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{Config, DomainId, SignalingPolicy, SignalingRoute, SourcePolicy, Transport};
+use crate::config::{
+    Config, DomainId, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, Transport,
+};
 use crate::logging::RateLimit;
 use crate::routes::Routes;
+use crate::signaling::proxy::SignalingStats;
 use crate::signaling::sip::{
     build_response, triage_datagram, triage_framed, CSeq, Editor, Head, Host, Limits, NameAddr,
     SipMessage, Uri, Verdict,
@@ -101,6 +104,33 @@ pub struct Counters {
     pub media_timeouts: u64,
     pub calls_started: u64,
     pub calls_ended: u64,
+}
+
+impl Counters {
+    /// Every counter by name, for the metrics.
+    pub fn list(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("requests", self.requests),
+            ("responses", self.responses),
+            ("forwarded_requests", self.forwarded_requests),
+            ("forwarded_responses", self.forwarded_responses),
+            ("retransmissions", self.retransmissions),
+            ("answered_errors", self.answered_errors),
+            ("forbidden", self.forbidden),
+            ("rate_limited", self.rate_limited),
+            ("dropped_malformed", self.dropped_malformed),
+            ("dropped_keepalive", self.dropped_keepalive),
+            ("dropped_stray_responses", self.dropped_stray_responses),
+            ("dropped_bad_sdp_responses", self.dropped_bad_sdp_responses),
+            ("tcp_media_refused", self.tcp_media_refused),
+            ("no_ports", self.no_ports),
+            ("table_full", self.table_full),
+            ("invite_timeouts", self.invite_timeouts),
+            ("media_timeouts", self.media_timeouts),
+            ("calls_started", self.calls_started),
+            ("calls_ended", self.calls_ended),
+        ]
+    }
 }
 
 /// A received request identified the way its sender retransmits it.
@@ -249,6 +279,8 @@ fn hides_sdp(head: &Head<'_>, body: &[u8]) -> bool {
 
 /// The SIP proxy core of one signaling route.
 pub struct Core {
+    /// Requests by method, responses by class and the counters below, for the metrics.
+    pub stats: Arc<SignalingStats>,
     name: String,
     tcp: bool,
     limits: Limits,
@@ -284,6 +316,7 @@ impl Core {
     ) -> Core {
         let policy = route.policy.clone();
         Core {
+            stats: Arc::new(SignalingStats::new(SignalingKind::Sip)),
             name: route.name.clone(),
             tcp: route.transport == Transport::Tcp,
             limits: Limits {
@@ -376,6 +409,11 @@ impl Core {
                 }
             }
             Verdict::Forward(msg) => {
+                match (msg.head().method(), msg.head().status()) {
+                    (Some(m), _) => self.stats.request(m),
+                    (None, Some(code)) => self.stats.response(code),
+                    _ => {}
+                }
                 if msg.head().is_request() {
                     self.counters.requests += 1;
                     if !allowed {
@@ -1348,6 +1386,7 @@ impl Core {
             return out;
         }
         self.last_sweep = Some(now);
+        self.stats.set_events(self.counters.list());
         // Unanswered INVITEs.
         let timed_out: Vec<String> = self
             .txns

@@ -188,6 +188,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(u.local_addr(), up),
             ];
             let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            core.stats.set_events(core.counters.list());
+            ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let t = std::thread::Builder::new()
                 .name(name)
                 .spawn(move || net::run_udp(core, [l, u], &flags));
@@ -201,6 +203,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(u.local_addr(), up),
             ];
             let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            core.stats.set_events(core.counters.list());
+            ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let tcp = net::TcpNet::new(
                 [l, u],
                 route.policy.max_connections_per_source,
