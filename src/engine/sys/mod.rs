@@ -3,6 +3,8 @@
 //! outside `sys` modules is `#![deny(unsafe_code)]`.
 
 pub mod afpacket;
+pub mod afxdp;
+pub mod bpf;
 pub mod mmsg;
 
 /// CPU time consumed by the calling thread, in nanoseconds.

@@ -1,0 +1,722 @@
+//! Unsafe core of the `afxdp` engine: the AF_XDP socket, its UMEM and its four mmapped rings.
+//!
+//! Owns: every raw pointer of the engine, the UMEM frame ownership protocol and the memory
+//! ordering of the rings. Must not touch: packet parsing, routes, policy, operator messages
+//! (`engine::afxdp` is safe code on top of this module).
+//!
+//! # The rings
+//!
+//! Each ring is a power-of-two array of descriptors plus a `producer` and a `consumer` index
+//! shared with the kernel. User space *produces* on the fill ring (frames the kernel may
+//! receive into) and the TX ring (frames to send), and *consumes* the RX ring (received
+//! frames) and the completion ring (sent frames given back).
+//!
+//! - Producing: read the kernel's `consumer` with an *acquire* load (the kernel publishes it
+//!   with `smp_store_release` after it has finished reading the slots it consumed, so once
+//!   we see it those slots may be overwritten); write descriptors; publish `producer` with a
+//!   *release* store (the kernel reads it with `smp_load_acquire`, so it sees every
+//!   descriptor — and, for TX, every frame byte — written before).
+//! - Consuming: read the kernel's `producer` with an *acquire* load (pairs with the kernel's
+//!   release store after it wrote the descriptors and, for RX, the frame bytes); read
+//!   descriptors; publish `consumer` with a *release* store, so those reads happen before the
+//!   kernel may reuse the slots.
+//!
+//! # Frame ownership
+//!
+//! The UMEM is `frames` chunks of `frame_size` bytes. At any time each chunk belongs to
+//! either the kernel (it is on the fill or TX ring) or user space. User space sees frame
+//! bytes only through a token that proves it owns the chunk: an [`RxFrame`] (from the RX
+//! ring; not `Clone`; given back with [`Xsk::recycle`]) or a [`TxFrame`] (from the free list;
+//! given up with [`Xsk::tx_push`]). So no `&[u8]` ever covers memory the kernel may write.
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Sizes of one socket's UMEM and rings (all powers of two).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XskParams {
+    pub frame_size: u32,
+    /// UMEM frames: the first `rx_ring` go to the fill ring, the rest are for TX.
+    pub frames: u32,
+    /// Entries of the fill, RX, TX and completion rings.
+    pub ring: u32,
+}
+
+/// How a socket was bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BindMode {
+    ZeroCopy,
+    Copy,
+}
+
+/// Which step of opening a socket failed.
+#[derive(Debug)]
+pub(crate) struct XskError {
+    pub step: &'static str,
+    pub source: io::Error,
+}
+
+fn step(step: &'static str) -> impl FnOnce(io::Error) -> XskError {
+    move |source| XskError { step, source }
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// An anonymous or ring mapping, unmapped on drop.
+struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mmap {
+    /// `mmap(len)` of `fd` at `offset` (shared) or anonymous memory (`fd` = None).
+    fn new(len: usize, fd: Option<BorrowedFd<'_>>, offset: u64) -> io::Result<Mmap> {
+        let (flags, raw) = match fd {
+            Some(fd) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd()),
+            None => (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+            ),
+        };
+        // SAFETY:
+        // - a fresh mapping at an address the kernel picks: it aliases no Rust object;
+        // - `raw` is a live fd (borrowed for the call) or -1 with MAP_ANONYMOUS.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                raw,
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mmap {
+            ptr: NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned NULL"))?,
+            len,
+        })
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY:
+        // - `ptr`/`len` are exactly one mapping made by `Mmap::new`, unmapped only here;
+        // - no reference into it outlives the owner (frames borrow the `Xsk`).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Ring descriptor types.
+trait Desc: Copy {}
+impl Desc for u64 {}
+impl Desc for libc::xdp_desc {}
+
+/// One mapped ring. `cached_prod`/`cached_cons` are this side's copies of the indices.
+struct Ring<T: Desc> {
+    _map: Mmap,
+    producer: NonNull<AtomicU32>,
+    consumer: NonNull<AtomicU32>,
+    flags: NonNull<AtomicU32>,
+    descs: NonNull<T>,
+    mask: u32,
+    size: u32,
+    cached_prod: u32,
+    cached_cons: u32,
+}
+
+impl<T: Desc> Ring<T> {
+    fn map(
+        fd: BorrowedFd<'_>,
+        off: &libc::xdp_ring_offset,
+        entries: u32,
+        pgoff: u64,
+    ) -> io::Result<Ring<T>> {
+        let len = off.desc as usize + entries as usize * size_of::<T>();
+        let map = Mmap::new(len, Some(fd), pgoff)?;
+        let at = |o: u64| -> io::Result<NonNull<u8>> {
+            if o as usize + 4 > len {
+                return Err(io::Error::other("ring offset outside the mapping"));
+            }
+            // SAFETY: `o + 4 <= len` (checked), so the result stays inside the mapping.
+            Ok(unsafe { map.ptr.add(o as usize) })
+        };
+        let producer = at(off.producer)?.cast();
+        let consumer = at(off.consumer)?.cast();
+        let flags = at(off.flags)?.cast();
+        let descs = at(off.desc)?.cast();
+        let mut r = Ring {
+            _map: map,
+            producer,
+            consumer,
+            flags,
+            descs,
+            mask: entries - 1,
+            size: entries,
+            cached_prod: 0,
+            cached_cons: 0,
+        };
+        r.cached_prod = r.prod().load(Ordering::Acquire);
+        r.cached_cons = r.cons().load(Ordering::Acquire);
+        Ok(r)
+    }
+
+    fn prod(&self) -> &AtomicU32 {
+        // SAFETY:
+        // - `producer` points at a 4-byte-aligned u32 inside the live mapping (the kernel's
+        //   `xdp_ring_offset`), which lives as long as `self`;
+        // - it is only ever accessed atomically, by us and by the kernel.
+        unsafe { self.producer.as_ref() }
+    }
+
+    fn cons(&self) -> &AtomicU32 {
+        // SAFETY: as for `prod`.
+        unsafe { self.consumer.as_ref() }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: as for `prod`; the flags word is written by the kernel, read atomically.
+        let f = unsafe { self.flags.as_ref() }.load(Ordering::Relaxed);
+        f & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// Producer side: free slots, refreshing the kernel's consumer index (acquire) only when
+    /// the cached view has fewer than `want`.
+    fn free(&mut self, want: u32) -> u32 {
+        let mut free = self.size - self.cached_prod.wrapping_sub(self.cached_cons);
+        if free < want {
+            // Acquire: the kernel's reads of the slots it consumed happen before we reuse
+            // them (pairs with its smp_store_release of `consumer`).
+            self.cached_cons = self.cons().load(Ordering::Acquire);
+            free = self.size - self.cached_prod.wrapping_sub(self.cached_cons);
+        }
+        free
+    }
+
+    /// Producer side: writes `d` into slot `cached_prod + i` (not yet visible).
+    fn write(&mut self, i: u32, d: T) {
+        let idx = (self.cached_prod.wrapping_add(i) & self.mask) as usize;
+        // SAFETY:
+        // - `idx <= mask < size`: inside the descriptor array of the live mapping;
+        // - the slot is free (callers write at most `free()` slots), so the kernel does not
+        //   read it until `publish` releases it.
+        unsafe { self.descs.as_ptr().add(idx).write_volatile(d) }
+    }
+
+    /// Producer side: makes `n` written slots visible to the kernel.
+    fn publish(&mut self, n: u32) {
+        self.cached_prod = self.cached_prod.wrapping_add(n);
+        // Release: every descriptor (and frame byte) written before is visible to the kernel
+        // once it sees the new index (it loads it with smp_load_acquire).
+        self.prod().store(self.cached_prod, Ordering::Release);
+    }
+
+    /// Consumer side: entries ready, refreshing the kernel's producer index (acquire).
+    fn available(&mut self) -> u32 {
+        // Acquire: pairs with the kernel's smp_store_release of `producer`, made after it
+        // wrote the descriptors and frame bytes.
+        self.cached_prod = self.prod().load(Ordering::Acquire);
+        self.cached_prod.wrapping_sub(self.cached_cons)
+    }
+
+    /// Consumer side: reads slot `cached_cons + i` (which must be `< available()`).
+    fn read(&self, i: u32) -> T {
+        let idx = (self.cached_cons.wrapping_add(i) & self.mask) as usize;
+        // SAFETY:
+        // - `idx < size`: inside the descriptor array of the live mapping;
+        // - the slot is between our consumer and the producer we acquired, so the kernel
+        //   wrote it before publishing and does not touch it until we release it.
+        unsafe { self.descs.as_ptr().add(idx).read_volatile() }
+    }
+
+    /// Consumer side: gives `n` read slots back to the kernel.
+    fn release(&mut self, n: u32) {
+        self.cached_cons = self.cached_cons.wrapping_add(n);
+        // Release: our reads of those slots happen before the kernel may overwrite them.
+        self.cons().store(self.cached_cons, Ordering::Release);
+    }
+}
+
+/// A received frame: proof that user space owns the chunk until [`Xsk::recycle`].
+#[derive(Debug)]
+pub(crate) struct RxFrame {
+    addr: u64,
+    len: u32,
+}
+
+/// A TX chunk taken from the free list: user space writes it, [`Xsk::tx_push`] queues it.
+#[derive(Debug)]
+pub(crate) struct TxFrame {
+    addr: u64,
+}
+
+/// An AF_XDP socket bound to one queue of one interface, with its own UMEM.
+pub(crate) struct Xsk {
+    // Field order is drop order: the rings and the UMEM mapping go before the socket.
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    rx: Ring<libc::xdp_desc>,
+    tx: Ring<libc::xdp_desc>,
+    umem: Mmap,
+    fd: OwnedFd,
+    frame_size: u32,
+    /// TX chunks user space owns and has not submitted.
+    free: Vec<u64>,
+    /// TX descriptors written but not yet published.
+    tx_pending: u32,
+    pub(crate) mode: BindMode,
+}
+
+// SAFETY:
+// - the raw pointers all point into mappings this value owns; nothing else holds them, so
+//   moving the whole socket to another thread (its worker) is sound. It is not `Sync`.
+unsafe impl Send for Xsk {}
+
+trait SockOpt: Copy {}
+impl SockOpt for u32 {}
+impl SockOpt for libc::xdp_umem_reg {}
+
+fn setopt<T: SockOpt>(fd: BorrowedFd<'_>, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY:
+    // - `v` is a live `repr(C)` kernel ABI value readable for `size_of::<T>()` bytes, read
+    //   only during the call; `fd` is an open socket.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            name,
+            (v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+impl Xsk {
+    /// Opens a socket on `ifindex` queue `queue`, bound in `mode`. The XDP program that
+    /// redirects to the socket must be attached already. A driver without zero-copy support
+    /// refuses the bind (`step == "bind"`): open again in copy mode.
+    pub(crate) fn open(
+        ifindex: u32,
+        queue: u32,
+        p: XskParams,
+        mode: BindMode,
+    ) -> Result<Xsk, XskError> {
+        Xsk::open_mode(ifindex, queue, p, mode)
+    }
+
+    fn open_mode(ifindex: u32, queue: u32, p: XskParams, mode: BindMode) -> Result<Xsk, XskError> {
+        // SAFETY: socket(2) takes plain integers.
+        let raw =
+            cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+                .map_err(step("socket(AF_XDP)"))?;
+        // SAFETY: `raw` was just returned by socket(2): open and owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let umem_len = p.frames as usize * p.frame_size as usize;
+        let umem = Mmap::new(umem_len, None, 0).map_err(step("mmap UMEM"))?;
+        let reg = libc::xdp_umem_reg {
+            addr: umem.ptr.as_ptr() as u64,
+            len: umem_len as u64,
+            chunk_size: p.frame_size,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg).map_err(step("XDP_UMEM_REG"))?;
+        for (name, what) in [
+            (libc::XDP_UMEM_FILL_RING, "XDP_UMEM_FILL_RING"),
+            (libc::XDP_UMEM_COMPLETION_RING, "XDP_UMEM_COMPLETION_RING"),
+            (libc::XDP_RX_RING, "XDP_RX_RING"),
+            (libc::XDP_TX_RING, "XDP_TX_RING"),
+        ] {
+            setopt(fd.as_fd(), name, &p.ring).map_err(step(what))?;
+        }
+        let mut off = MaybeUninit::<libc::xdp_mmap_offsets>::zeroed();
+        let mut len = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: `off` is writable for `len` bytes and `len` is a live socklen_t.
+        cvt(unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                off.as_mut_ptr().cast(),
+                &mut len,
+            )
+        })
+        .map_err(step("XDP_MMAP_OFFSETS"))?;
+        if len as usize != size_of::<libc::xdp_mmap_offsets>() {
+            return Err(XskError {
+                step: "XDP_MMAP_OFFSETS",
+                source: io::Error::other("the kernel's ring layout is older than 5.4"),
+            });
+        }
+        // SAFETY: the kernel filled the whole struct (length checked); all-zero was valid too.
+        let off = unsafe { off.assume_init() };
+        let b = fd.as_fd();
+        let fill = Ring::map(b, &off.fr, p.ring, libc::XDP_UMEM_PGOFF_FILL_RING)
+            .map_err(step("mmap fill ring"))?;
+        let comp = Ring::map(b, &off.cr, p.ring, libc::XDP_UMEM_PGOFF_COMPLETION_RING)
+            .map_err(step("mmap completion ring"))?;
+        let rx = Ring::map(b, &off.rx, p.ring, libc::XDP_PGOFF_RX_RING as u64)
+            .map_err(step("mmap RX ring"))?;
+        let tx = Ring::map(b, &off.tx, p.ring, libc::XDP_PGOFF_TX_RING as u64)
+            .map_err(step("mmap TX ring"))?;
+        let mut x = Xsk {
+            fill,
+            comp,
+            rx,
+            tx,
+            umem,
+            fd,
+            frame_size: p.frame_size,
+            free: Vec::new(),
+            tx_pending: 0,
+            mode,
+        };
+        // Fill before bind, so the first packets find frames.
+        let rx_frames = p.ring.min(p.frames);
+        let n = x.fill.free(rx_frames).min(rx_frames);
+        for i in 0..n {
+            x.fill.write(i, u64::from(i) * u64::from(p.frame_size));
+        }
+        x.fill.publish(n);
+        x.free = (rx_frames..p.frames)
+            .map(|i| u64::from(i) * u64::from(p.frame_size))
+            .collect();
+        let flags = libc::XDP_USE_NEED_WAKEUP
+            | match mode {
+                BindMode::ZeroCopy => libc::XDP_ZEROCOPY,
+                BindMode::Copy => libc::XDP_COPY,
+            };
+        let sa = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: flags,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: `sa` is a live sockaddr_xdp of the size passed, read during the call.
+        cvt(unsafe {
+            libc::bind(
+                x.fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_xdp).cast(),
+                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        })
+        .map_err(step("bind"))?;
+        Ok(x)
+    }
+
+    pub(crate) fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// Takes up to `max` received frames into `out`; the RX slots go back to the kernel at
+    /// once (the frames stay ours until recycled).
+    pub(crate) fn rx_batch(&mut self, out: &mut Vec<RxFrame>, max: usize) -> usize {
+        let n = self.rx.available().min(max as u32);
+        for i in 0..n {
+            let d = self.rx.read(i);
+            out.push(RxFrame {
+                addr: d.addr,
+                len: d.len,
+            });
+        }
+        if n > 0 {
+            self.rx.release(n);
+        }
+        n as usize
+    }
+
+    /// The bytes of a received frame.
+    pub(crate) fn frame<'a>(&'a self, f: &'a RxFrame) -> &'a [u8] {
+        let start = f.addr as usize;
+        let end = start.saturating_add(f.len as usize);
+        if end > self.umem.len {
+            return &[];
+        }
+        // SAFETY:
+        // - `start..end` lies inside the UMEM mapping (checked), which lives as long as
+        //   `self`;
+        // - `f` proves user space owns the chunk: the kernel wrote it before publishing the
+        //   RX descriptor (acquired in `rx_batch`) and cannot write it again until `recycle`
+        //   puts it on the fill ring, which consumes `f` — after this borrow ends.
+        unsafe { std::slice::from_raw_parts(self.umem.ptr.as_ptr().add(start), end - start) }
+    }
+
+    /// Gives received frames back to the kernel (fill ring).
+    pub(crate) fn recycle(&mut self, frames: &mut Vec<RxFrame>) {
+        let mask = !(u64::from(self.frame_size) - 1);
+        let n = (frames.len() as u32).min(self.fill.free(frames.len() as u32));
+        for (i, f) in frames.drain(..n as usize).enumerate() {
+            self.fill.write(i as u32, f.addr & mask);
+        }
+        self.fill.publish(n);
+        // More frames than the fill ring holds cannot happen (the fill ring has room for
+        // every RX frame); if it did, the chunks would only be lost to RX, not unsafe.
+        frames.clear();
+    }
+
+    /// Whether the kernel asks for a wake-up to fill RX (`XDP_USE_NEED_WAKEUP`).
+    pub(crate) fn rx_needs_wakeup(&self) -> bool {
+        self.fill.needs_wakeup()
+    }
+
+    /// Wakes the driver's RX (recvfrom with nothing to read, as libxdp does).
+    pub(crate) fn wake_rx(&self) {
+        // SAFETY: a zero-length receive with null buffers touches no memory of ours.
+        unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+        }
+    }
+
+    /// Takes sent frames back from the completion ring.
+    pub(crate) fn reclaim(&mut self) {
+        let n = self.comp.available();
+        let mask = !(u64::from(self.frame_size) - 1);
+        for i in 0..n {
+            let a = self.comp.read(i);
+            self.free.push(a & mask);
+        }
+        if n > 0 {
+            self.comp.release(n);
+        }
+    }
+
+    /// A free TX chunk, reclaiming completed ones when the free list is empty.
+    pub(crate) fn tx_frame(&mut self) -> Option<TxFrame> {
+        if self.free.is_empty() {
+            self.reclaim();
+        }
+        self.free.pop().map(|addr| TxFrame { addr })
+    }
+
+    /// The writable bytes of a TX chunk.
+    pub(crate) fn tx_buf<'a>(&'a mut self, f: &'a mut TxFrame) -> &'a mut [u8] {
+        let start = f.addr as usize;
+        let len = self.frame_size as usize;
+        if start + len > self.umem.len {
+            return &mut [];
+        }
+        // SAFETY:
+        // - `start..start+len` is one chunk inside the UMEM mapping (checked);
+        // - `f` proves user space owns the chunk (taken from the free list, not on the TX
+        //   ring), and `&mut f` makes this the only reference to it.
+        unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().add(start), len) }
+    }
+
+    /// Queues a written frame of `len` bytes on the TX ring (not yet visible to the kernel:
+    /// see [`Xsk::tx_flush`]). When the ring is full the frame goes back to the free list and
+    /// `false` is returned.
+    pub(crate) fn tx_push(&mut self, f: TxFrame, len: u32) -> bool {
+        let want = self.tx_pending + 1;
+        if self.tx.free(want) < want {
+            self.free.push(f.addr);
+            return false;
+        }
+        self.tx.write(
+            self.tx_pending,
+            libc::xdp_desc {
+                addr: f.addr,
+                len,
+                options: 0,
+            },
+        );
+        self.tx_pending = want;
+        true
+    }
+
+    /// Publishes the queued TX descriptors and asks the kernel to send them. In copy mode
+    /// the kernel sends a bounded number per call, so it is asked until the ring drains or
+    /// it stops making progress.
+    pub(crate) fn tx_flush(&mut self) -> io::Result<()> {
+        if self.tx_pending > 0 {
+            self.tx.publish(self.tx_pending);
+            self.tx_pending = 0;
+        }
+        if !(self.tx.needs_wakeup() || self.mode == BindMode::Copy) {
+            return Ok(());
+        }
+        for _ in 0..64 {
+            // The kernel's consumer index: everything before it has been taken for sending.
+            let cons = self.tx.cons().load(Ordering::Acquire);
+            if cons == self.tx.cached_prod {
+                return Ok(());
+            }
+            // SAFETY: a zero-length send with a null buffer touches no memory of ours; it
+            // asks the kernel to process the TX ring.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::EINTR) => {}
+                    // The device queue is full: the frames stay on the ring for later.
+                    Some(libc::EBUSY) | Some(libc::ENOBUFS) => return Ok(()),
+                    _ => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernel's drop counters for this socket.
+    pub(crate) fn stats(&self) -> io::Result<libc::xdp_statistics> {
+        let mut st = MaybeUninit::<libc::xdp_statistics>::zeroed();
+        let mut len = size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: `st` is writable for `len` bytes and `len` is a live socklen_t.
+        cvt(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                st.as_mut_ptr().cast(),
+                &mut len,
+            )
+        })?;
+        // SAFETY: zero-initialised, then (partly, for older kernels) filled by the kernel.
+        Ok(unsafe { st.assume_init() })
+    }
+}
+
+impl AsFd for Xsk {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// `struct ifreq` as `SIOCETHTOOL`/`SIOCGIFHWADDR` read it: the name and a 24-byte union.
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    data: [u8; 24],
+}
+
+fn ifreq(name: &CStr) -> IfReq {
+    let mut r = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: [0; 24],
+    };
+    for (d, s) in r
+        .name
+        .iter_mut()
+        .zip(name.to_bytes().iter().take(libc::IFNAMSIZ - 1))
+    {
+        *d = *s as libc::c_char;
+    }
+    r
+}
+
+fn inet_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) takes plain integers.
+    let raw =
+        cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: just returned by socket(2): open, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// `struct ethtool_channels`.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// The number of RX queues of `name` (`ETHTOOL_GCHANNELS`: combined + rx-only); `None` when
+/// the driver does not report channels.
+pub(crate) fn rx_queues(name: &CStr) -> io::Result<Option<u32>> {
+    let sock = inet_socket()?;
+    let mut ch = EthtoolChannels {
+        cmd: 0x3c, // ETHTOOL_GCHANNELS
+        ..Default::default()
+    };
+    let mut req = ifreq(name);
+    let p = (&mut ch as *mut EthtoolChannels) as usize;
+    req.data[..size_of::<usize>()].copy_from_slice(&p.to_ne_bytes());
+    // SAFETY:
+    // - `req` is a live ifreq whose union holds a pointer to `ch`, a live, writable
+    //   `ethtool_channels` that the kernel fills during the call.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    let n = ch.combined_count + ch.rx_count;
+    Ok(if n == 0 { None } else { Some(n) })
+}
+
+/// The hardware address of interface `name` (`SIOCGIFHWADDR`).
+pub(crate) fn hw_addr(name: &CStr) -> io::Result<[u8; 6]> {
+    let sock = inet_socket()?;
+    let mut req = ifreq(name);
+    // SAFETY: `req` is a live, writable ifreq; the kernel writes a sockaddr into its union.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR as _, &mut req) })?;
+    // struct sockaddr: sa_family (2 bytes), then the address.
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&req.data[2..8]);
+    Ok(mac)
+}
+
+/// `if_nametoindex(3)`.
+pub(crate) fn if_nametoindex(name: &CStr) -> io::Result<u32> {
+    // SAFETY: `name` is a valid NUL-terminated string read during the call.
+    let idx = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if idx == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(idx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts() {
+        assert_eq!(size_of::<libc::xdp_desc>(), 16);
+        assert_eq!(size_of::<IfReq>(), 40);
+        assert_eq!(size_of::<EthtoolChannels>(), 36);
+    }
+}

@@ -1,0 +1,610 @@
+//! The `zc` mode's AF_XDP engine on the three-namespace bed (`scripts/testbed.sh`, 4-queue
+//! veth pairs, where AF_XDP runs in copy mode): the real `vgate run --mode zc` in the gateway
+//! namespace relays static stream routes from senders in A to receivers in B; in process,
+//! route changes while traffic flows change what the XDP program redirects; a stale program
+//! of ours is replaced at start and nothing is left after exit.
+//!
+//! Checked: every packet delivered exactly once, to the right receiver, from the gateway's B
+//! address and the route's egress port; at least two workers forwarded; the gateway's UDP
+//! `NoPorts` did not grow; ARP (the static neighbour entry in A is removed first) and a UDP
+//! datagram to a non-media port still reach the gateway's kernel; no XDP program on the
+//! gateway's interfaces after exit. Rates are modest: a loaded 2-core machine passes.
+//!
+//! Needs root and `ip` (iproute2); without them each test says it did not run (and fails
+//! under `CI=true`). bpffs is not needed: vgate pins nothing (its program is attached through
+//! a BPF link that dies with the process).
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::vgate::Vgate;
+use common::{enter_netns, in_netns, prerequisites, Bed};
+
+const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
+const STREAMS: u32 = 64;
+const PER_STREAM: u32 = 150;
+const A_PORTS: u16 = 20000;
+const B_PORTS: u16 = 30000;
+const SINK_PORTS: u16 = 40000;
+/// A port outside both media ranges, bound by a plain socket in the gateway namespace.
+const SIGNALING_PORT: u16 = 5999;
+const PAYLOAD: usize = 172;
+
+/// Workers: 2 where the machine has them.
+fn queues() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(2)
+}
+
+fn config(bed: &Bed, streams: u32) -> String {
+    let mut s = format!(
+        r#"
+[domains.a]
+interface = "{ga_if}"
+address = "{ga_ip}"
+networks = ["10.201.1.0/24"]
+media_ports = "{A_PORTS}-{a_last}"
+[domains.b]
+interface = "{gb_if}"
+address = "{gb_ip}"
+networks = ["10.201.2.0/24"]
+media_ports = "{B_PORTS}-{b_last}"
+[engine]
+mode = "zc"
+queues = {q}
+[security]
+source_validation = "latch"
+[control]
+listen = "127.0.0.1:9941"
+"#,
+        ga_if = bed.get("GA_IF"),
+        ga_ip = bed.get("GA_IP"),
+        gb_if = bed.get("GB_IF"),
+        gb_ip = bed.get("GB_IP"),
+        a_last = A_PORTS + 999,
+        b_last = B_PORTS + 999,
+        q = queues(),
+    );
+    for i in 0..streams {
+        s.push_str(&format!(
+            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n",
+            A_PORTS + 2 * i as u16,
+            bed.get("B_IP"),
+            SINK_PORTS + i as u16,
+            B_PORTS + 2 * i as u16,
+        ));
+    }
+    s
+}
+
+fn packet(i: u32, seq: u32) -> [u8; PAYLOAD] {
+    let mut p = [0u8; PAYLOAD];
+    p[0] = 0x80;
+    p[1] = 96;
+    p[2..4].copy_from_slice(&(seq as u16).to_be_bytes());
+    p[8..12].copy_from_slice(&i.to_be_bytes());
+    p[12..16].copy_from_slice(&i.to_be_bytes());
+    p[16..20].copy_from_slice(&seq.to_be_bytes());
+    p
+}
+
+fn parse_packet(p: &[u8]) -> Option<(u32, u32)> {
+    if p.len() != PAYLOAD {
+        return None;
+    }
+    let i = u32::from_be_bytes(p[12..16].try_into().ok()?);
+    let seq = u32::from_be_bytes(p[16..20].try_into().ok()?);
+    Some((i, seq))
+}
+
+/// `per_stream` packets on each of `streams` sockets (distinct source ports, so spread over
+/// the veth's queues), about 16 kpps for 64 streams.
+fn sender(
+    ns: String,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    streams: u32,
+    per_stream: u32,
+) -> JoinHandle<u32> {
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let socks: Vec<UdpSocket> = (0..streams)
+            .map(|_| UdpSocket::bind(SocketAddrV4::new(src, 0)).expect("bind sender"))
+            .collect();
+        let mut sent = 0;
+        for seq in 0..per_stream {
+            for (i, s) in socks.iter().enumerate() {
+                let to = SocketAddrV4::new(dst, A_PORTS + 2 * i as u16);
+                s.send_to(&packet(i as u32, seq), to).expect("send");
+                sent += 1;
+            }
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        sent
+    })
+}
+
+#[derive(Debug, Default)]
+struct Received {
+    per_stream: Vec<Vec<u32>>,
+    problems: Vec<String>,
+}
+
+/// Receives on `SINK_PORTS + i` until `done` and 500 ms of quiet (at most 60 s).
+fn receiver(
+    ns: String,
+    addr: Ipv4Addr,
+    gateway: Ipv4Addr,
+    streams: u32,
+    done: Arc<AtomicBool>,
+    ready: mpsc::Sender<()>,
+) -> JoinHandle<Received> {
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let socks: Vec<UdpSocket> = (0..streams)
+            .map(|i| {
+                let s = UdpSocket::bind(SocketAddrV4::new(addr, SINK_PORTS + i as u16))
+                    .expect("bind receiver");
+                s.set_nonblocking(true).unwrap();
+                s
+            })
+            .collect();
+        let _ = ready.send(());
+        let mut r = Received {
+            per_stream: vec![Vec::new(); streams as usize],
+            problems: Vec::new(),
+        };
+        let mut buf = [0u8; 2048];
+        let start = Instant::now();
+        let mut last = Instant::now();
+        loop {
+            let mut any = false;
+            for (i, s) in socks.iter().enumerate() {
+                while let Ok((n, from)) = s.recv_from(&mut buf) {
+                    any = true;
+                    let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
+                    if from != want.into() && r.problems.len() < 20 {
+                        r.problems
+                            .push(format!("stream {i}: from {from}, want {want}"));
+                    }
+                    match parse_packet(&buf[..n]) {
+                        Some((id, seq)) if id == i as u32 => r.per_stream[i].push(seq),
+                        other if r.problems.len() < 20 => r
+                            .problems
+                            .push(format!("stream {i}: got {other:?} ({n} bytes)")),
+                        _ => {}
+                    }
+                }
+            }
+            if any {
+                last = Instant::now();
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let quiet = last.elapsed() > Duration::from_millis(500);
+            if (done.load(Relaxed) && quiet) || start.elapsed() > Duration::from_secs(60) {
+                return r;
+            }
+        }
+    })
+}
+
+fn check_delivery(r: &Received, per_stream: u32) {
+    assert!(r.problems.is_empty(), "misdelivered: {:?}", r.problems);
+    for (i, seqs) in r.per_stream.iter().enumerate() {
+        let mut s = seqs.clone();
+        s.sort_unstable();
+        let before = s.len();
+        s.dedup();
+        assert_eq!(before, s.len(), "stream {i}: duplicates");
+        assert_eq!(
+            s.len() as u32,
+            per_stream,
+            "stream {i}: {} of {per_stream} delivered",
+            s.len()
+        );
+    }
+}
+
+fn snmp_noports(ns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .expect("read snmp");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (
+        udp.next().expect("Udp header"),
+        udp.next().expect("Udp values"),
+    );
+    let idx = names
+        .split_whitespace()
+        .position(|n| n == "NoPorts")
+        .expect("NoPorts");
+    values.split_whitespace().nth(idx).unwrap().parse().unwrap()
+}
+
+/// The gateway namespace's links that carry an XDP program.
+fn xdp_links(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show"])
+        .output()
+        .expect("ip link show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter(|l| l.contains("prog/xdp"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn kv(line: &str) -> std::collections::HashMap<String, String> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn num(m: &std::collections::HashMap<String, String>, k: &str) -> u64 {
+    m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
+}
+
+#[test]
+fn afxdp_relays_every_packet_once_over_the_queues() {
+    if !prerequisites(
+        "afxdp_relays_every_packet_once_over_the_queues",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    relay_run("xdp");
+}
+
+/// The same with egress through the gateway-port sockets (`sendmmsg`).
+#[test]
+fn afxdp_relays_through_sockets_too() {
+    if !prerequisites("afxdp_relays_through_sockets_too", true, NEEDS) {
+        return;
+    }
+    relay_run("sockets");
+}
+
+/// One run of `vgate run --mode zc` with egress `tx_path` (`VGATE_AFXDP_TX`).
+fn relay_run(tx_path: &str) {
+    let bed = Bed::up(4);
+    let g_ns = bed.get("G_NS").to_owned();
+    let a_ns = bed.get("A_NS").to_owned();
+    // Domain A must resolve the gateway by ARP, through the XDP program.
+    let st = Command::new("ip")
+        .args([
+            "-n",
+            &a_ns,
+            "neigh",
+            "del",
+            bed.get("GA_IP"),
+            "dev",
+            bed.get("A_IF"),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let noports_before = snmp_noports(&g_ns);
+    let env = format!("VGATE_AFXDP_TX={tx_path}");
+    let vg = Vgate::start_with(
+        &["ip", "netns", "exec", &g_ns, "env", &env],
+        &config(&bed, STREAMS),
+        &["--mode", "zc"],
+    );
+    assert_eq!(
+        xdp_links(&g_ns).len(),
+        2,
+        "a program on each domain interface"
+    );
+
+    // Signaling-like traffic to a non-media port reaches the gateway's kernel.
+    let sig_ip = bed.ip("GA_IP");
+    let (sig_tx, sig_rx) = mpsc::channel();
+    let sig = {
+        let g_ns = g_ns.clone();
+        std::thread::spawn(move || {
+            enter_netns(&g_ns).unwrap();
+            let s = UdpSocket::bind((sig_ip, SIGNALING_PORT)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let _ = sig_tx.send(());
+            let mut buf = [0u8; 64];
+            s.recv_from(&mut buf).map(|(n, _)| buf[..n].to_vec())
+        })
+    };
+    sig_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    in_netns(&a_ns, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.send_to(b"REGISTER", (sig_ip, SIGNALING_PORT)).unwrap();
+    });
+    assert_eq!(
+        sig.join()
+            .unwrap()
+            .expect("the non-media datagram reached its socket"),
+        b"REGISTER"
+    );
+
+    let done = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let rx = receiver(
+        bed.get("B_NS").into(),
+        bed.ip("B_IP"),
+        bed.ip("GB_IP"),
+        STREAMS,
+        Arc::clone(&done),
+        ready_tx,
+    );
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("receivers bound");
+    let tx = sender(a_ns, bed.ip("A_IP"), bed.ip("GA_IP"), STREAMS, PER_STREAM);
+    let sent = tx.join().expect("sender");
+    done.store(true, Relaxed);
+    let got = rx.join().expect("receiver");
+    let totals = vg.stop();
+    let raw = &totals.raw;
+    eprintln!("zc, egress {tx_path}: sent {sent}\n{raw}");
+
+    assert_eq!(sent, STREAMS * PER_STREAM);
+    check_delivery(&got, PER_STREAM);
+    assert_eq!(
+        totals.channel("forward", "tx_packets"),
+        u64::from(sent),
+        "{raw}"
+    );
+    assert!(
+        !totals.channels["forward"]
+            .keys()
+            .any(|k| k.starts_with("drop_")),
+        "no drops: {raw}"
+    );
+    let busy_workers = raw
+        .lines()
+        .filter(|l| l.starts_with("worker_channel ") && l.contains("channel=forward"))
+        .map(kv)
+        .filter(|m| num(m, "tx_packets") > 0)
+        .count();
+    if queues() >= 2 {
+        assert!(busy_workers >= 2, "at least two queues worked: {raw}");
+    }
+    for i in 0..STREAMS {
+        let name = format!("s{i}");
+        assert_eq!(
+            totals.route(&name, "tx_packets"),
+            u64::from(PER_STREAM),
+            "{raw}"
+        );
+        assert_eq!(totals.route(&name, "rtp_lost"), 0, "{raw}");
+    }
+    assert_eq!(
+        noports_before,
+        snmp_noports(&g_ns),
+        "the kernel saw no datagram for a port without a socket"
+    );
+    assert!(
+        xdp_links(&g_ns).is_empty(),
+        "no XDP program left: {:?}",
+        xdp_links(&g_ns)
+    );
+}
+
+/// A stale `vgate_xdp` (attached through netlink, as a crashed older run leaves it) is
+/// replaced at start; an interface that does not exist or lacks queues is a clear error;
+/// nothing is attached afterwards.
+#[test]
+fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
+    if !prerequisites(
+        "afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    let bed = Bed::up(4);
+    let g_ns = bed.get("G_NS").to_owned();
+    let ga_if = bed.get("GA_IF").to_owned();
+    let cfg = vgate::config::parse(&config(&bed, 0), "test").unwrap();
+    let (stale, describe, no_iface, no_queue) = in_netns(&g_ns, move || {
+        let stale = vgate::engine::afxdp::leave_stale_program(&ga_if).expect("stale program");
+        let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("zc starts");
+        let d = gw.describe();
+        drop(gw);
+        let mut bad = cfg.clone();
+        bad.domains[0].interface = "vgnosuch0".into();
+        let e1 = vgate::gateway::Gateway::start(bad, None)
+            .err()
+            .unwrap()
+            .to_string();
+        let mut lo = cfg;
+        lo.domains[0].interface = "lo".into();
+        lo.engine.queues = 2;
+        lo.engine.cpus = vec![0, 1];
+        let e2 = vgate::gateway::Gateway::start(lo, None)
+            .err()
+            .unwrap()
+            .to_string();
+        (stale, d, e1, e2)
+    });
+    assert!(
+        describe.contains("mode zc, engine afxdp")
+            && describe.contains(&format!("replaced stale program id {stale}"))
+            && describe.contains("copy mode (zero-copy refused")
+            && describe.contains("on CPU"),
+        "the start-up banner names mode, engine, socket modes and CPUs: {describe}"
+    );
+    assert!(
+        no_iface.contains("mode zc") && no_iface.contains("no interface named \"vgnosuch0\""),
+        "{no_iface}"
+    );
+    assert!(no_queue.contains("RX queue(s)"), "{no_queue}");
+    assert!(
+        xdp_links(&g_ns).is_empty(),
+        "nothing left: {:?}",
+        xdp_links(&g_ns)
+    );
+}
+
+/// Route changes while a sender runs: removing a route stops the XDP program redirecting its
+/// port (the workers see nothing more of it), adding it back resumes, a route on new ports
+/// starts — all without restarting a worker.
+#[test]
+fn afxdp_route_changes_take_effect_while_traffic_flows() {
+    if !prerequisites(
+        "afxdp_route_changes_take_effect_while_traffic_flows",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    use vgate::config::{DomainId, SourcePolicy};
+    use vgate::routes::{Channel, RouteSpec, SessionKind};
+
+    let bed = Bed::up(4);
+    let g_ns = bed.get("G_NS").to_owned();
+    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let (a_ip, ga_ip, gb_ip, b_ip) = (
+        bed.ip("A_IP"),
+        bed.ip("GA_IP"),
+        bed.ip("GB_IP"),
+        bed.ip("B_IP"),
+    );
+    let cfg = vgate::config::parse(&config(&bed, 0), "test").unwrap();
+    in_netns(&g_ns, move || {
+        let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");
+        let workers = gw.worker_stats();
+        let stop = Arc::new(AtomicBool::new(false));
+        let counts: Arc<[AtomicU64; 2]> = Arc::new(Default::default());
+        let rx = {
+            let (stop, counts) = (Arc::clone(&stop), Arc::clone(&counts));
+            std::thread::spawn(move || {
+                enter_netns(&b_ns).unwrap();
+                let socks: Vec<UdpSocket> = (0..2u16)
+                    .map(|i| {
+                        let s = UdpSocket::bind((b_ip, SINK_PORTS + i)).unwrap();
+                        s.set_read_timeout(Some(Duration::from_millis(2))).unwrap();
+                        s
+                    })
+                    .collect();
+                let mut buf = [0u8; 2048];
+                while !stop.load(Relaxed) {
+                    for (i, s) in socks.iter().enumerate() {
+                        while let Ok((_, from)) = s.recv_from(&mut buf) {
+                            assert_eq!(from.ip(), std::net::IpAddr::V4(gb_ip));
+                            counts[i].fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            })
+        };
+        let tx = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                enter_netns(&a_ns).unwrap();
+                let socks: Vec<UdpSocket> = (0..2)
+                    .map(|_| UdpSocket::bind((a_ip, 0)).unwrap())
+                    .collect();
+                let mut seq = 0;
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Relaxed) && Instant::now() < deadline {
+                    for (i, s) in socks.iter().enumerate() {
+                        let _ = s.send_to(&packet(i as u32, seq), (ga_ip, A_PORTS + 2 * i as u16));
+                    }
+                    seq += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        };
+        let count = |i: usize| counts[i].load(Relaxed);
+        let wait_growth = |i: usize, by: u64| {
+            let start = count(i);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while count(i) < start + by {
+                assert!(Instant::now() < deadline, "route {i} does not forward");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        // What the workers received on the forward channel: only what XDP redirected.
+        let seen = || -> u64 {
+            workers
+                .iter()
+                .map(|w| w.channel(Channel::Forward).snapshot().rx_packets)
+                .sum()
+        };
+        let spec = |i: u16| RouteSpec {
+            ingress: DomainId::A,
+            port: A_PORTS + 2 * i,
+            dest: SocketAddrV4::new(b_ip, SINK_PORTS + i),
+            egress_port: B_PORTS + 2 * i,
+            policy: SourcePolicy::Any,
+            expected: None,
+            rtp_only: false,
+            label: format!("r{i}"),
+        };
+        let s = gw.routes.open_session(SessionKind::Admin, "test");
+        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
+            gw.routes.reserve_port(s, d, p).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(count(0), 0, "nothing forwarded before a route exists");
+        assert_eq!(seen(), 0, "XDP redirects no port without a route");
+        gw.routes.add_route(s, spec(0)).unwrap();
+        wait_growth(0, 50);
+
+        gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let (after_remove, seen_after) = (count(0), seen());
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(count(0), after_remove, "a removed route forwards nothing");
+        assert_eq!(
+            seen(),
+            seen_after,
+            "XDP stopped redirecting the removed route's port"
+        );
+
+        gw.routes.add_route(s, spec(0)).unwrap();
+        wait_growth(0, 50);
+
+        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
+        gw.routes
+            .reserve_port(s2, DomainId::A, A_PORTS + 2)
+            .unwrap();
+        gw.routes
+            .reserve_port(s2, DomainId::B, B_PORTS + 2)
+            .unwrap();
+        gw.routes.add_route(s2, spec(1)).unwrap();
+        wait_growth(1, 50);
+        wait_growth(0, 20);
+
+        stop.store(true, Relaxed);
+        tx.join().unwrap();
+        rx.join().unwrap();
+        assert!(
+            workers.iter().all(|w| !w.exited.load(Relaxed)),
+            "no worker restarted or stopped"
+        );
+        let fwd = gw.totals();
+        let fwd = fwd.channel(Channel::Forward);
+        // Only packets already on their way to a socket when the route went can miss it.
+        assert!(
+            fwd.drop_count(vgate::stats::DropReason::NoRoute) <= 20,
+            "XDP hands over no port without a route: {fwd:?}"
+        );
+        drop(gw);
+    });
+    assert!(
+        xdp_links(&g_ns).is_empty(),
+        "nothing left: {:?}",
+        xdp_links(&g_ns)
+    );
+}
