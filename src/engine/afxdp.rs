@@ -62,7 +62,7 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -71,18 +71,19 @@ use crossbeam_channel::Receiver;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::EventFd;
 
+use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
-use super::sys::mmsg::{SendOutcome, SliceBatch, SliceScope};
+use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::sys::thread_cpu_ns;
 use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{inspect, now_ms, WorkerStats};
-use crate::config::{Config, DomainId, EngineConfig, PortRange};
+use crate::channel::{now_ms, WorkerStats};
+use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{parse_udp4, Ipv4Packet, UdpPacket, WireError};
+use crate::wire::{parse_udp4, Ipv4Packet, UdpPacket};
 
 /// The name of our XDP program: how a stale one of ours is recognised.
 pub const PROG_NAME: &str = "vgate_xdp";
@@ -434,9 +435,6 @@ struct Iface {
 
 /// An interface to open: name, domains, ifindex, RX queues, MAC.
 type Wanted = (String, Vec<DomainId>, u32, u32, [u8; 6]);
-
-/// Gateway address and media range per domain, by [`DomainId::index`].
-type Targets = [(Ipv4Addr, PortRange); 2];
 
 /// The AF_XDP engine.
 pub struct AfxdpEngine {
@@ -1162,25 +1160,6 @@ fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>)
     }
 }
 
-/// The channel of a datagram to `dst:port` arriving on an interface facing `domains`.
-#[inline]
-fn classify(targets: &Targets, domains: &[DomainId], dst: Ipv4Addr, port: u16) -> Option<Channel> {
-    domains
-        .iter()
-        .find(|d| {
-            let (addr, range) = targets[d.index()];
-            addr == dst && range.contains(port)
-        })
-        .map(|d| Channel::from_ingress(*d))
-}
-
-fn wire_reason(e: WireError) -> DropReason {
-    match e {
-        WireError::Truncated => DropReason::Truncated,
-        _ => DropReason::Malformed,
-    }
-}
-
 /// IPv4 identification of the datagrams this gateway builds.
 static IDENT: AtomicU16 = AtomicU16::new(1);
 
@@ -1195,15 +1174,6 @@ struct XdpOut<'a> {
 enum Out<'a, 's, 'p> {
     Sockets(SliceScope<'s, 'p>),
     Xdp(XdpOut<'a>),
-}
-
-/// Consecutive packets for one route.
-struct Run<'l> {
-    channel: Channel,
-    port: u16,
-    route: Option<Arc<StreamRoute>>,
-    egress: Option<BorrowedFd<'l>>,
-    tally: Tally,
 }
 
 /// Forwards one RX batch of socket `s`; adds per-channel figures to `chan`.
@@ -1222,80 +1192,39 @@ fn forward_batch<'p>(
         let d = match parse_udp4(data) {
             Ok(d) => d,
             Err(e) => {
-                let t = &mut chan[s.fallback.index()];
-                t.rx_packets += 1;
-                t.rx_bytes += data.len() as u64;
-                t.drop(wire_reason(e));
+                drop_frame(chan, s.fallback, data.len(), wire_reason(e));
                 continue;
             }
         };
         let Some(channel) = classify(&ctx.targets, &s.domains, d.dst_addr, d.dst_port) else {
             // The XDP program redirects only our destinations; this is its guard.
-            let t = &mut chan[s.fallback.index()];
-            t.rx_packets += 1;
-            t.rx_bytes += d.payload.len() as u64;
-            t.drop(DropReason::NoRoute);
+            drop_frame(chan, s.fallback, d.payload.len(), DropReason::NoRoute);
             continue;
         };
-        if !run
-            .as_ref()
-            .is_some_and(|r| r.channel == channel && r.port == d.dst_port)
-        {
+        if !Run::continues(&run, channel, d.dst_port) {
             if let Some(r) = run.take() {
                 finish_run(r, &mut out, now, chan);
             }
-            // The guard lives only for this statement.
-            let route = ctx
-                .routes
-                .table(channel)
-                .get(&d.dst_port)
-                .map(|r| Arc::clone(r.value()));
-            let egress = route.as_ref().and_then(|r| {
-                local
-                    .get(&(channel.egress(), r.egress_port))
-                    .map(|s| s.as_fd())
-            });
-            run = Some(Run {
-                channel,
-                port: d.dst_port,
-                route,
-                egress,
-                tally: Tally::default(),
-            });
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
         }
         let Some(r) = run.as_mut() else { continue };
-        r.tally.rx_packets += 1;
-        r.tally.rx_bytes += d.payload.len() as u64;
-        let Some(route) = &r.route else {
-            r.tally.drop(DropReason::NoRoute);
-            continue;
-        };
         // The UDP checksum is not checked: see the module doc.
-        if !d.checksums_ok(true) {
-            r.tally.drop(DropReason::Malformed);
-            continue;
-        }
-        let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        if let Err(reason) = inspect(route, src, d.payload, false, ctx.max_payload) {
-            r.tally.drop(reason);
-            continue;
-        }
-        let Some(fd) = r.egress else {
-            // The egress socket is announced before the route is installed, so this only
-            // happens while the route's session is being torn down.
-            r.tally.drop(DropReason::SendError);
+        let ok = d.checksums_ok(true);
+        let Some((dest, fd)) = r.admit(&d, ok, false, ctx.max_payload) else {
             continue;
         };
         match &mut out {
             Out::Sockets(scope) => {
                 if scope.is_full() {
-                    let o = scope.send(fd, route.dest);
-                    account(&mut r.tally, &o, route);
+                    let o = scope.send(fd, dest);
+                    account(&mut r.tally, &o, r.route.as_deref());
                 }
                 scope.push(d.payload);
             }
             Out::Xdp(x) => {
-                xdp_send(ctx, x, channel, route, d.payload, fd, now, &mut r.tally);
+                if let Some(route) = r.route.as_deref() {
+                    xdp_send(ctx, x, channel, route, d.payload, fd, now, &mut r.tally);
+                }
             }
         }
     }
@@ -1375,34 +1304,19 @@ fn xdp_send(
     }
 }
 
-/// Sends what a run queued (socket path), then adds its tally to its route (once) and its
-/// channel.
+/// Sends what a run queued (socket path), then closes the run (its figures to its route
+/// and channel).
 fn finish_run(mut r: Run<'_>, out: &mut Out<'_, '_, '_>, now: u64, chan: &mut [Tally; 2]) {
-    if let Some(route) = &r.route {
-        if let (Some(fd), Out::Sockets(scope)) = (r.egress, &mut *out) {
-            let o = scope.send(fd, route.dest);
-            account(&mut r.tally, &o, route);
-        }
-        route.touch(now);
-        route.stats.packets.add(&r.tally);
+    if let (Some(dest), Some(fd), Out::Sockets(scope)) =
+        (r.route.as_ref().map(|r| r.dest), r.egress, &mut *out)
+    {
+        let o = scope.send(fd, dest);
+        account(&mut r.tally, &o, r.route.as_deref());
     }
     if let Out::Sockets(scope) = out {
         scope.clear();
     }
-    chan[r.channel.index()].merge(&r.tally);
-}
-
-fn account(t: &mut Tally, out: &SendOutcome, route: &StreamRoute) {
-    t.tx_packets += out.sent as u64;
-    t.tx_bytes += out.sent_bytes as u64;
-    t.drops[DropReason::QueueFull as usize] += out.queue_full as u64;
-    t.drops[DropReason::SendError as usize] += out.errors as u64;
-    if let Some(code) = out.last_error {
-        if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
-            let e = io::Error::from_raw_os_error(code);
-            tracing::warn!(route = %route.label, dest = %route.dest, suppressed, "send failed: {e}");
-        }
-    }
+    r.close(now, chan);
 }
 
 #[cfg(test)]
@@ -1439,22 +1353,5 @@ mod tests {
             .collect();
         assert_eq!(maps, vec![7, 8]);
         assert_eq!(p.last().map(|i| i.code), Some(EXIT));
-    }
-
-    #[test]
-    fn classify_by_address_and_range() {
-        let r = |first, last| PortRange { first, last };
-        let t: Targets = [
-            (Ipv4Addr::new(10, 0, 1, 1), r(20000, 20099)),
-            (Ipv4Addr::new(10, 0, 2, 1), r(30000, 30099)),
-        ];
-        let a = Ipv4Addr::new(10, 0, 1, 1);
-        assert_eq!(
-            classify(&t, &[DomainId::A], a, 20000),
-            Some(Channel::Forward)
-        );
-        assert_eq!(classify(&t, &[DomainId::A], a, 30000), None);
-        assert_eq!(bit(DomainId::A), 1);
-        assert_eq!(bit(DomainId::B), 2);
     }
 }

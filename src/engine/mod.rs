@@ -17,6 +17,7 @@
 
 pub mod afpacket;
 pub mod afxdp;
+pub mod frames;
 pub mod nft;
 pub mod ports;
 pub mod stack;

@@ -39,8 +39,8 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -49,17 +49,17 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::EventFd;
 
 use super::afpacket::{AfPacketError, DstMatch, PacketRing, RingParams};
+use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::nft::{DropRule, MediaDropTable, NftError};
 use super::ports::{Cmd, PortKey, PortRegistry};
-use super::sys::mmsg::{SendOutcome, SliceBatch, SliceScope};
+use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::sys::thread_cpu_ns;
 use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{inspect, now_ms, WorkerStats};
-use crate::config::{Config, DomainId, EngineConfig, PortRange};
-use crate::logging::RateLimit;
-use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
+use crate::channel::{now_ms, WorkerStats};
+use crate::config::{Config, DomainId, EngineConfig};
+use crate::routes::{Channel, PortHooks, Routes};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{parse_udp4, WireError};
+use crate::wire::parse_udp4;
 
 /// Ring block size: 64 KiB holds ~45 full-size media packets.
 pub const BLOCK_SIZE: u32 = 1 << 16;
@@ -79,9 +79,6 @@ struct Iface {
     rx_queues: Option<u32>,
     fanout_id: u16,
 }
-
-/// Gateway address and media range per domain, by [`DomainId::index`].
-type Targets = [(Ipv4Addr, PortRange); 2];
 
 /// The AF_PACKET engine.
 pub struct AfpacketEngine {
@@ -351,8 +348,6 @@ struct WorkerCtx {
     max_payload: usize,
 }
 
-static SEND_ERRORS: RateLimit = RateLimit::new(5000);
-
 fn worker(ctx: WorkerCtx, mut rings: Vec<WorkerRing>) {
     let _exit = ExitFlag(&ctx.stats);
     if let Some(cpu) = ctx.cpu {
@@ -473,34 +468,6 @@ fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>)
     }
 }
 
-/// The channel of a datagram to `dst:port` arriving on an interface facing `domains`.
-#[inline]
-fn classify(targets: &Targets, domains: &[DomainId], dst: Ipv4Addr, port: u16) -> Option<Channel> {
-    domains
-        .iter()
-        .find(|d| {
-            let (addr, range) = targets[d.index()];
-            addr == dst && range.contains(port)
-        })
-        .map(|d| Channel::from_ingress(*d))
-}
-
-fn wire_reason(e: WireError) -> DropReason {
-    match e {
-        WireError::Truncated => DropReason::Truncated,
-        _ => DropReason::Malformed,
-    }
-}
-
-/// Consecutive packets for one route.
-struct Run<'l> {
-    channel: Channel,
-    port: u16,
-    route: Option<Arc<StreamRoute>>,
-    egress: Option<BorrowedFd<'l>>,
-    tally: Tally,
-}
-
 /// Forwards the frames of one block; adds per-channel figures to `chan`.
 #[allow(clippy::too_many_arguments)]
 fn forward_block<'b>(
@@ -519,73 +486,32 @@ fn forward_block<'b>(
         let d = match parse_udp4(f.data) {
             Ok(d) => d,
             Err(e) => {
-                let t = &mut chan[fallback.index()];
-                t.rx_packets += 1;
-                t.rx_bytes += f.data.len() as u64;
-                t.drop(wire_reason(e));
+                drop_frame(chan, fallback, f.data.len(), wire_reason(e));
                 continue;
             }
         };
-        let skip_udp = f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
         let Some(channel) = classify(&ctx.targets, domains, d.dst_addr, d.dst_port) else {
             // The ring filter lets only our destinations through; this is its guard.
-            let t = &mut chan[fallback.index()];
-            t.rx_packets += 1;
-            t.rx_bytes += d.payload.len() as u64;
-            t.drop(DropReason::NoRoute);
+            drop_frame(chan, fallback, d.payload.len(), DropReason::NoRoute);
             continue;
         };
-        if !run
-            .as_ref()
-            .is_some_and(|r| r.channel == channel && r.port == d.dst_port)
-        {
+        if !Run::continues(&run, channel, d.dst_port) {
             if let Some(r) = run.take() {
                 finish_run(r, &mut scope, now, chan);
             }
-            // The guard lives only for this statement.
-            let route = ctx
-                .routes
-                .table(channel)
-                .get(&d.dst_port)
-                .map(|r| Arc::clone(r.value()));
-            let egress = route.as_ref().and_then(|r| {
-                local
-                    .get(&(channel.egress(), r.egress_port))
-                    .map(|s| s.as_fd())
-            });
-            run = Some(Run {
-                channel,
-                port: d.dst_port,
-                route,
-                egress,
-                tally: Tally::default(),
-            });
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
         }
         let Some(r) = run.as_mut() else { continue };
-        r.tally.rx_packets += 1;
-        r.tally.rx_bytes += d.payload.len() as u64;
-        let Some(route) = &r.route else {
-            r.tally.drop(DropReason::NoRoute);
-            continue;
-        };
-        if !d.checksums_ok(skip_udp) {
-            r.tally.drop(DropReason::Malformed);
-            continue;
-        }
-        let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        if let Err(reason) = inspect(route, src, d.payload, f.truncated(), ctx.max_payload) {
-            r.tally.drop(reason);
-            continue;
-        }
-        let Some(fd) = r.egress else {
-            // The egress socket is announced before the route is installed, so this only
-            // happens while the route's session is being torn down.
-            r.tally.drop(DropReason::SendError);
+        // The kernel vouches for checksums it validated or has not filled in yet (a local
+        // sender's offload); otherwise both are checked.
+        let skip_udp = f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
+        let ok = d.checksums_ok(skip_udp);
+        let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), ctx.max_payload) else {
             continue;
         };
         if scope.is_full() {
-            let out = scope.send(fd, route.dest);
-            account(&mut r.tally, &out, route);
+            let out = scope.send(fd, dest);
+            account(&mut r.tally, &out, r.route.as_deref());
         }
         scope.push(d.payload);
     }
@@ -594,64 +520,19 @@ fn forward_block<'b>(
     }
 }
 
-/// Sends what a run queued, then adds its tally to its route (once) and its channel.
+/// Sends what a run queued, then closes the run (its figures to its route and channel).
 fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, now: u64, chan: &mut [Tally; 2]) {
-    if let Some(route) = &r.route {
-        if let Some(fd) = r.egress {
-            let out = scope.send(fd, route.dest);
-            account(&mut r.tally, &out, route);
-        }
-        route.touch(now);
-        route.stats.packets.add(&r.tally);
+    if let (Some(dest), Some(fd)) = (r.route.as_ref().map(|r| r.dest), r.egress) {
+        let out = scope.send(fd, dest);
+        account(&mut r.tally, &out, r.route.as_deref());
     }
     scope.clear();
-    chan[r.channel.index()].merge(&r.tally);
-}
-
-fn account(t: &mut Tally, out: &SendOutcome, route: &StreamRoute) {
-    t.tx_packets += out.sent as u64;
-    t.tx_bytes += out.sent_bytes as u64;
-    t.drops[DropReason::QueueFull as usize] += out.queue_full as u64;
-    t.drops[DropReason::SendError as usize] += out.errors as u64;
-    if let Some(code) = out.last_error {
-        if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
-            let e = io::Error::from_raw_os_error(code);
-            tracing::warn!(route = %route.label, dest = %route.dest, suppressed, "send failed: {e}");
-        }
-    }
+    r.close(now, chan);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn classify_by_address_and_range() {
-        let t: Targets = [
-            (
-                Ipv4Addr::new(127, 0, 0, 1),
-                PortRange {
-                    first: 20000,
-                    last: 20099,
-                },
-            ),
-            (
-                Ipv4Addr::new(127, 0, 0, 2),
-                PortRange {
-                    first: 30000,
-                    last: 30099,
-                },
-            ),
-        ];
-        let both = [DomainId::A, DomainId::B];
-        let a = Ipv4Addr::new(127, 0, 0, 1);
-        let b = Ipv4Addr::new(127, 0, 0, 2);
-        assert_eq!(classify(&t, &both, a, 20000), Some(Channel::Forward));
-        assert_eq!(classify(&t, &both, b, 30099), Some(Channel::Reverse));
-        assert_eq!(classify(&t, &both, a, 30000), None);
-        assert_eq!(classify(&t, &[DomainId::A], b, 30000), None);
-        assert_eq!(classify(&t, &both, b, 40000), None);
-    }
 
     #[test]
     fn instance_names_follow_the_config() {

@@ -1,0 +1,205 @@
+//! The per-frame path the ring engines (`tnapi`: AF_PACKET, `zc`: AF_XDP) share: which
+//! channel a captured datagram belongs to, the run of consecutive packets for one route (one
+//! table lookup and one counter update per run, not per packet), the checks of
+//! [`crate::channel::inspect`], and the accounting of what a send did. Each engine keeps only
+//! what differs: where frames come from and how a run's packets leave.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+
+use super::ports::PortKey;
+use super::sys::mmsg::SendOutcome;
+use crate::channel::{inspect, now_ms};
+use crate::config::{DomainId, PortRange};
+use crate::logging::RateLimit;
+use crate::routes::{Channel, Routes, StreamRoute};
+use crate::stats::{DropReason, Tally};
+use crate::wire::{Udp4Datagram, WireError};
+
+/// The gateway's address and media ports in each domain, by [`DomainId::index`].
+pub type Targets = [(Ipv4Addr, PortRange); 2];
+
+/// The channel of a datagram to `dst:port` arriving on an interface facing `domains`.
+#[inline]
+pub fn classify(
+    targets: &Targets,
+    domains: &[DomainId],
+    dst: Ipv4Addr,
+    port: u16,
+) -> Option<Channel> {
+    domains
+        .iter()
+        .find(|d| {
+            let (addr, range) = targets[d.index()];
+            addr == dst && range.contains(port)
+        })
+        .map(|d| Channel::from_ingress(*d))
+}
+
+/// The drop reason of a frame that is not a well-formed IPv4/UDP datagram.
+pub fn wire_reason(e: WireError) -> DropReason {
+    match e {
+        WireError::Truncated => DropReason::Truncated,
+        _ => DropReason::Malformed,
+    }
+}
+
+/// Counts a frame that could not be parsed or classified on the channel of its interface.
+pub fn drop_frame(chan: &mut [Tally; 2], fallback: Channel, len: usize, reason: DropReason) {
+    let t = &mut chan[fallback.index()];
+    t.rx_packets += 1;
+    t.rx_bytes += len as u64;
+    t.drop(reason);
+}
+
+/// Consecutive packets for one route.
+pub struct Run<'l> {
+    pub channel: Channel,
+    pub port: u16,
+    pub route: Option<Arc<StreamRoute>>,
+    pub egress: Option<BorrowedFd<'l>>,
+    pub tally: Tally,
+}
+
+impl<'l> Run<'l> {
+    /// Whether a datagram for `channel`/`port` continues this run.
+    pub fn continues(run: &Option<Run<'l>>, channel: Channel, port: u16) -> bool {
+        run.as_ref()
+            .is_some_and(|r| r.channel == channel && r.port == port)
+    }
+
+    /// Starts a run: one table lookup (the read guard lives only for this statement) and the
+    /// egress socket of its route from the worker's own map.
+    pub fn start(
+        routes: &Routes,
+        local: &'l HashMap<PortKey, Arc<UdpSocket>>,
+        channel: Channel,
+        port: u16,
+    ) -> Run<'l> {
+        let route = routes
+            .table(channel)
+            .get(&port)
+            .map(|r| Arc::clone(r.value()));
+        let egress = route.as_ref().and_then(|r| {
+            local
+                .get(&(channel.egress(), r.egress_port))
+                .map(|s| s.as_fd())
+        });
+        Run {
+            channel,
+            port,
+            route,
+            egress,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Counts datagram `d` and decides whether it is forwarded: `Some((destination, egress))`
+    /// when it passes every check, otherwise it is counted as dropped with its reason.
+    #[inline]
+    pub fn admit(
+        &mut self,
+        d: &Udp4Datagram<'_>,
+        checksums_ok: bool,
+        truncated: bool,
+        max_payload: usize,
+    ) -> Option<(SocketAddrV4, BorrowedFd<'l>)> {
+        self.tally.rx_packets += 1;
+        self.tally.rx_bytes += d.payload.len() as u64;
+        let Some(route) = &self.route else {
+            self.tally.drop(DropReason::NoRoute);
+            return None;
+        };
+        if !checksums_ok {
+            self.tally.drop(DropReason::Malformed);
+            return None;
+        }
+        let src = SocketAddrV4::new(d.src_addr, d.src_port);
+        if let Err(reason) = inspect(route, src, d.payload, truncated, max_payload) {
+            self.tally.drop(reason);
+            return None;
+        }
+        let Some(fd) = self.egress else {
+            // The egress socket is announced before the route is installed, so this only
+            // happens while the route's session is being torn down.
+            self.tally.drop(DropReason::SendError);
+            return None;
+        };
+        Some((route.dest, fd))
+    }
+
+    /// Adds the run's figures to its route (once) and to its channel's batch tally.
+    pub fn close(self, now: u64, chan: &mut [Tally; 2]) {
+        if let Some(route) = &self.route {
+            route.touch(now);
+            route.stats.packets.add(&self.tally);
+        }
+        chan[self.channel.index()].merge(&self.tally);
+    }
+}
+
+static SEND_ERRORS: RateLimit = RateLimit::new(5000);
+
+/// Adds what a socket send did to a run's tally; a failure is logged, rate-limited.
+pub fn account(t: &mut Tally, out: &SendOutcome, route: Option<&StreamRoute>) {
+    t.tx_packets += out.sent as u64;
+    t.tx_bytes += out.sent_bytes as u64;
+    t.drops[DropReason::QueueFull as usize] += out.queue_full as u64;
+    t.drops[DropReason::SendError as usize] += out.errors as u64;
+    if let Some(code) = out.last_error {
+        if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
+            let e = io::Error::from_raw_os_error(code);
+            let (label, dest) = route
+                .map(|r| (&*r.label, r.dest.to_string()))
+                .unwrap_or(("?", String::new()));
+            tracing::warn!(route = %label, dest = %dest, suppressed, "send failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_by_address_and_range() {
+        let t: Targets = [
+            (
+                Ipv4Addr::new(127, 0, 0, 1),
+                PortRange {
+                    first: 20000,
+                    last: 20099,
+                },
+            ),
+            (
+                Ipv4Addr::new(127, 0, 0, 2),
+                PortRange {
+                    first: 30000,
+                    last: 30099,
+                },
+            ),
+        ];
+        let both = [DomainId::A, DomainId::B];
+        assert_eq!(
+            classify(&t, &both, Ipv4Addr::new(127, 0, 0, 1), 20010),
+            Some(Channel::Forward)
+        );
+        assert_eq!(
+            classify(&t, &both, Ipv4Addr::new(127, 0, 0, 2), 30010),
+            Some(Channel::Reverse)
+        );
+        assert_eq!(
+            classify(&t, &both, Ipv4Addr::new(127, 0, 0, 2), 20010),
+            None
+        );
+        assert_eq!(
+            classify(&t, &[DomainId::A], Ipv4Addr::new(127, 0, 0, 2), 30010),
+            None
+        );
+        assert_eq!(wire_reason(WireError::Truncated), DropReason::Truncated);
+        assert_eq!(wire_reason(WireError::NotUdp), DropReason::Malformed);
+    }
+}
