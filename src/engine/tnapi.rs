@@ -61,12 +61,15 @@ use crate::routes::{Channel, PortHooks, Routes};
 use crate::stats::{DropReason, Tally};
 use crate::wire::parse_udp4;
 
-/// Ring block size: 64 KiB holds ~45 full-size media packets.
-pub const BLOCK_SIZE: u32 = 1 << 16;
-/// Blocks per ring: 8 MiB per ring, ~0.6 s of sparse traffic if a worker is starved.
-pub const BLOCK_COUNT: u32 = 128;
-/// A partly filled block reaches the worker after at most this long (added latency bound).
-pub const BLOCK_TIMEOUT_MS: u32 = 2;
+/// Ring block size: 32 KiB holds ~22 full-size media packets, so at a few tens of kpps a
+/// block fills (and reaches the worker) within about a millisecond.
+pub const BLOCK_SIZE: u32 = 1 << 15;
+/// Blocks per ring: 16 MiB per ring (~11 000 media packets, ~0.5 s of sparse traffic) to
+/// ride out a worker that the kernel's own receive work keeps off its CPU for a while.
+pub const BLOCK_COUNT: u32 = 512;
+/// A partly filled block reaches the worker after at most this long (added latency bound;
+/// the kernel counts it in whole milliseconds, so 1 is the floor).
+pub const BLOCK_TIMEOUT_MS: u32 = 1;
 /// Blocks taken from one ring before looking at the next, so one busy interface cannot
 /// starve the other.
 pub const BLOCK_BUDGET: usize = 8;
@@ -182,10 +185,14 @@ impl AfpacketEngine {
         let nft = MediaDropTable::install(&instance_name(cfg), &rules)?;
         Ok(AfpacketEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(PortRegistry::new([
-                cfg.domains[0].address,
-                cfg.domains[1].address,
-            ])),
+            registry: Arc::new(
+                PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address]).on_interfaces(
+                    [
+                        cfg.domains[0].interface.clone(),
+                        cfg.domains[1].interface.clone(),
+                    ],
+                ),
+            ),
             ifaces,
             rings,
             targets,
