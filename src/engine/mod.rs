@@ -7,9 +7,9 @@
 //! |---------|-------------|----------------------|
 //! | `stack` | `stack`     | kernel UDP sockets, `recvmmsg`/`sendmmsg`, one worker per queue |
 //! | `tnapi` | `afpacket`   | AF_PACKET TPACKET_V3 ring per RX queue (fanout QM), egress through UDP sockets with `sendmmsg` |
-//! | `tnapi` | `pfring`     | not built yet |
+//! | `tnapi` | `pfring`     | PF_RING ring per RX queue (`dev@q`), where built with `--features pfring` and `pf_ring.ko` is loaded; egress as `afpacket` |
 //! | `zc`    | `afxdp`     | AF_XDP socket per RX queue behind an XDP program that redirects routed media only; zero-copy where the driver allows, copy mode otherwise |
-//! | `zc`    | `pfring-zc` | not built yet |
+//! | `zc`    | `pfring-zc` | PF_RING ZC `zc:dev@q` per RX queue, where built with `--features pfring` (ntop's licence; libpfring.so loaded at run time) |
 //!
 //! A mode that cannot run fails with the reason; there is never a silent fallback to another
 //! mode. Each engine spawns one pinned worker thread per queue; workers look packets up in the
@@ -19,6 +19,8 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod frames;
 pub mod nft;
+#[cfg(vgate_pfring)]
+pub mod pfring;
 pub mod ports;
 pub mod stack;
 #[allow(unsafe_code)]
@@ -91,6 +93,13 @@ pub enum EngineError {
         index: usize,
         source: std::io::Error,
     },
+    #[error("mode {mode} (engine {engine}) cannot run: {reason}. --engine {alternative} runs mode {mode} without PF_RING")]
+    Pfring {
+        mode: Mode,
+        engine: &'static str,
+        reason: String,
+        alternative: &'static str,
+    },
     #[error("mode tnapi (engine afpacket) cannot run: {0}")]
     Afpacket(#[source] afpacket::AfPacketError),
     #[error("mode tnapi (engine afpacket) cannot run: the table that keeps the kernel off captured media: {0}")]
@@ -150,18 +159,20 @@ pub fn choose(mode: Mode, engine: Option<EngineKind>) -> Result<EngineKind, Engi
 
 /// Builds the engine of `kind` for `cfg`.
 pub fn build(cfg: &Config, kind: EngineKind) -> Result<Box<dyn Engine>, EngineError> {
-    let not_built = |why| EngineError::NotBuilt {
-        mode: kind.mode(),
-        engine: kind.name(),
-        why,
-    };
     match kind {
         EngineKind::Stack => Ok(Box::new(stack::StackEngine::new(cfg))),
         EngineKind::Afpacket => Ok(Box::new(tnapi::AfpacketEngine::new(cfg)?)),
         EngineKind::Afxdp => Ok(Box::new(afxdp::AfxdpEngine::new(cfg)?)),
-        EngineKind::Pfring | EngineKind::PfringZc => Err(not_built(
-            "vgate was built without PF_RING (the pfring feature of pfring-sys)",
-        )),
+        #[cfg(vgate_pfring)]
+        EngineKind::Pfring | EngineKind::PfringZc => {
+            Ok(Box::new(pfring::PfringEngine::new(cfg, kind)?))
+        }
+        #[cfg(not(vgate_pfring))]
+        EngineKind::Pfring | EngineKind::PfringZc => Err(EngineError::NotBuilt {
+            mode: kind.mode(),
+            engine: kind.name(),
+            why: "vgate was built without PF_RING (the pfring feature of pfring-sys)",
+        }),
     }
 }
 
@@ -191,7 +202,13 @@ mod tests {
     #[test]
     fn modes_map_to_engines_and_unbuilt_ones_say_so() {
         assert_eq!(choose(Mode::Stack, None).unwrap(), EngineKind::Stack);
-        assert_eq!(choose(Mode::Tnapi, None).unwrap(), EngineKind::Afpacket);
+        // A build with PF_RING prefers it (and fails with the reason where it cannot run).
+        let (tnapi, zc) = if pfring_sys::AVAILABLE {
+            (EngineKind::Pfring, EngineKind::PfringZc)
+        } else {
+            (EngineKind::Afpacket, EngineKind::Afxdp)
+        };
+        assert_eq!(choose(Mode::Tnapi, None).unwrap(), tnapi);
         assert!(matches!(
             choose(Mode::Stack, Some(EngineKind::Afxdp)),
             Err(EngineError::WrongMode { .. })
@@ -199,7 +216,11 @@ mod tests {
         let cfg = Config::embedded_default();
         // Building afpacket or afxdp would open rings, nft rules or XDP programs here: the
         // namespace tests do it.
-        assert_eq!(choose(Mode::Zc, None).unwrap(), EngineKind::Afxdp);
+        assert_eq!(choose(Mode::Zc, None).unwrap(), zc);
+        if pfring_sys::AVAILABLE {
+            // Opening rings is the job of tests/pfring.rs.
+            return;
+        }
         let kind = choose(Mode::Tnapi, Some(EngineKind::Pfring)).unwrap();
         let msg = build(&cfg, kind).err().expect("not built").to_string();
         assert!(

@@ -1,0 +1,615 @@
+//! The PF_RING engines: `pfring` (mode `tnapi`, one ring per RSS queue `dev@q`) and
+//! `pfring-zc` (mode `zc`, `zc:dev@q`). Compiled only where vgate was built with PF_RING
+//! (`--features pfring` → `cfg(vgate_pfring)`); the binding and every unsafe call live in
+//! `pfring-sys`, which loads `libpfring.so` at run time.
+//!
+//! Owns: the rings (opened at build time, so a mode that cannot run fails before anything
+//! else starts), for `pfring` the nftables table that keeps the kernel from also handling
+//! captured media ([`super::nft`], as the `afpacket` engine), and the worker loop. Must not
+//! touch: route decisions ([`crate::channel::inspect`], through [`super::frames`]) or socket
+//! ownership ([`super::ports`]).
+//!
+//! # Layout
+//!
+//! Per distinct domain interface, ring *q* is `IFACE@q` (`zc:IFACE@q`), q < `engine.queues`,
+//! opened in PF_RING's order: open → name, direction RX only, socket mode receive only, poll
+//! watermark 1 (wake on the first packet; batches come from draining) → BPF filter (UDP to
+//! the gateway's address and media ports; where the library cannot, the worker ignores what
+//! is not its own) → enable. Worker *q* owns ring *q* of every interface, pinned to its CPU.
+//!
+//! # Per packet
+//!
+//! A zero-copy PF_RING packet is valid only until the next receive on its ring, so it cannot
+//! wait in a `sendmmsg` batch: the worker copies each packet once into a reused batch arena
+//! (what PF_RING's own one-copy receive does) and then runs the same path as `afpacket`:
+//! `parse_udp4` → channel by destination → route by port, one lookup per run of packets →
+//! [`crate::channel::inspect`] → queued on a [`SliceBatch`] for the route's egress UDP socket.
+//! A copy of ≤ 1.5 KB costs far less than the system call per packet a zero-copy send would.
+//! Ring drops (`pfring_stats`) are read every 100 ms and counted as `rx_overflow`.
+//!
+//! # Choosing PF_RING, and when it cannot run
+//!
+//! [`super::choose`] prefers these engines for modes `tnapi` and `zc` whenever they are built
+//! in (the design: PF_RING where built with it, AF_PACKET / AF_XDP otherwise). A PF_RING build
+//! on a machine without `libpfring.so` or without `pf_ring.ko` therefore fails at start with
+//! the reason — the errno-97 sentence names the device and says `modprobe pf_ring` — and with
+//! the engine that runs the mode without PF_RING (`--engine afpacket`, `--engine afxdp`). It
+//! never falls back silently: the operator who built PF_RING in asked for it.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crossbeam_channel::Receiver;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::EventFd;
+use pfring_sys::{Direction, Library, Ring, SocketMode};
+
+use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
+use super::nft::{DropRule, MediaDropTable};
+use super::ports::{Cmd, PortKey, PortRegistry};
+use super::sys::mmsg::{SliceBatch, SliceScope};
+use super::sys::thread_cpu_ns;
+use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
+use crate::channel::{now_ms, WorkerStats};
+use crate::config::{Config, DomainId, EngineConfig, Mode};
+use crate::logging::RateLimit;
+use crate::routes::{Channel, PortHooks, Routes};
+use crate::stats::{DropReason, Tally};
+use crate::wire::{parse_udp4, WireError};
+
+/// Ethernet + one VLAN tag + the longest IPv4 header + UDP: what a frame adds to a payload.
+const FRAME_OVERHEAD: usize = 14 + 4 + 60 + 8;
+/// Batches drained from one ring before looking at the next.
+const BATCH_BUDGET: usize = 8;
+/// Packets waiting before the ring's descriptor polls readable.
+const WATERMARK: u16 = 1;
+const WAKE: u64 = u64::MAX;
+
+/// A domain interface and the domains whose media arrive on it.
+struct Iface {
+    name: String,
+    domains: Vec<DomainId>,
+}
+
+/// One of the PF_RING engines.
+pub struct PfringEngine {
+    kind: EngineKind,
+    cfg: EngineConfig,
+    registry: Arc<PortRegistry>,
+    lib: Arc<Library>,
+    ifaces: Vec<Iface>,
+    /// `rings[q][i]`: ring `q` of `ifaces[i]`; handed to the workers by `start`.
+    rings: Vec<Vec<Ring>>,
+    /// Whether every ring took the BPF filter.
+    filtered: bool,
+    targets: Targets,
+    nft: Option<MediaDropTable>,
+}
+
+/// The engine that runs `kind`'s mode without PF_RING.
+fn alternative(kind: EngineKind) -> &'static str {
+    match kind.mode() {
+        Mode::Zc => EngineKind::Afxdp.name(),
+        _ => EngineKind::Afpacket.name(),
+    }
+}
+
+fn unavailable(kind: EngineKind, reason: impl ToString) -> EngineError {
+    EngineError::Pfring {
+        mode: kind.mode(),
+        engine: kind.name(),
+        reason: reason.to_string(),
+        alternative: alternative(kind),
+    }
+}
+
+/// The PF_RING device of queue `q` of `iface` for `kind`.
+pub fn device(kind: EngineKind, iface: &str, q: usize) -> String {
+    match kind {
+        EngineKind::PfringZc => format!("zc:{iface}@{q}"),
+        _ => format!("{iface}@{q}"),
+    }
+}
+
+/// tcpdump syntax for "UDP to one of `targets` of `domains`".
+fn bpf_expr(targets: &Targets, domains: &[DomainId]) -> String {
+    let parts: Vec<String> = domains
+        .iter()
+        .map(|d| {
+            let (addr, r) = targets[d.index()];
+            format!("(dst host {addr} and dst portrange {}-{})", r.first, r.last)
+        })
+        .collect();
+    format!("udp and ({})", parts.join(" or "))
+}
+
+/// Whether a PF_RING call failed only because the device or module does not do it.
+fn not_supported(e: &pfring_sys::Error) -> bool {
+    matches!(e, pfring_sys::Error::Call { code, .. } if *code == pfring_sys::ffi::PF_RING_ERROR_NOT_SUPPORTED)
+}
+
+impl PfringEngine {
+    /// Loads libpfring, opens and enables the rings (and for `pfring` installs the media
+    /// drop table); fails with the reason when the mode cannot run here.
+    pub fn new(cfg: &Config, kind: EngineKind) -> Result<PfringEngine, EngineError> {
+        let lib = Library::load().map_err(|e| unavailable(kind, e))?;
+        let queues = cfg.engine.queues;
+        let mut ifaces: Vec<Iface> = Vec::new();
+        for d in &cfg.domains {
+            match ifaces.iter_mut().find(|i| i.name == d.interface) {
+                Some(i) => i.domains.push(d.id),
+                None => ifaces.push(Iface {
+                    name: d.interface.clone(),
+                    domains: vec![d.id],
+                }),
+            }
+        }
+        let targets: Targets = [
+            (cfg.domains[0].address, cfg.domains[0].media_ports),
+            (cfg.domains[1].address, cfg.domains[1].media_ports),
+        ];
+        let caplen = u32::try_from(cfg.engine.max_payload + FRAME_OVERHEAD).unwrap_or(u32::MAX);
+        let flags = pfring_sys::flags::DO_NOT_TIMESTAMP;
+        let mut rings: Vec<Vec<Ring>> = (0..queues).map(|_| Vec::new()).collect();
+        let mut filtered = true;
+        for iface in &ifaces {
+            let filter = bpf_expr(&targets, &iface.domains);
+            for (q, per_queue) in rings.iter_mut().enumerate() {
+                let dev = device(kind, &iface.name, q);
+                let mut ring =
+                    Ring::open(&lib, &dev, caplen, flags).map_err(|e| unavailable(kind, e))?;
+                let _ = ring.set_application_name("vgate");
+                let setup = (|| {
+                    match ring.set_direction(Direction::RxOnly) {
+                        Err(e) if !not_supported(&e) => return Err(e),
+                        _ => {}
+                    }
+                    ring.set_socket_mode(SocketMode::RecvOnly)?;
+                    match ring.set_poll_watermark(WATERMARK) {
+                        Err(e) if !not_supported(&e) => return Err(e),
+                        _ => {}
+                    }
+                    Ok(())
+                })();
+                setup.map_err(|e| unavailable(kind, e))?;
+                if let Err(e) = ring.set_bpf_filter(&filter) {
+                    if filtered {
+                        tracing::info!(
+                            "{dev}: no BPF filter ({e}); the worker skips what is not media for the gateway"
+                        );
+                    }
+                    filtered = false;
+                }
+                ring.enable().map_err(|e| unavailable(kind, e))?;
+                per_queue.push(ring);
+            }
+        }
+        // Standard PF_RING rings receive a copy: the kernel still handles the datagram. A ZC
+        // queue belongs to vgate alone; the kernel never sees its packets.
+        let nft = if kind == EngineKind::Pfring {
+            let rules: Vec<DropRule> = cfg
+                .domains
+                .iter()
+                .map(|d| DropRule {
+                    iface: d.interface.clone(),
+                    addr: Some(d.address),
+                    ports: d.media_ports.first..=d.media_ports.last,
+                })
+                .collect();
+            Some(
+                MediaDropTable::install(&super::tnapi::instance_name(cfg), &rules)
+                    .map_err(|e| unavailable(kind, e))?,
+            )
+        } else {
+            None
+        };
+        Ok(PfringEngine {
+            kind,
+            cfg: cfg.engine.clone(),
+            registry: Arc::new(PortRegistry::new([
+                cfg.domains[0].address,
+                cfg.domains[1].address,
+            ])),
+            lib,
+            ifaces,
+            rings,
+            filtered,
+            targets,
+            nft,
+        })
+    }
+}
+
+impl Engine for PfringEngine {
+    fn kind(&self) -> EngineKind {
+        self.kind
+    }
+
+    fn describe(&self) -> String {
+        let q = self.cfg.queues;
+        let workers: Vec<String> = (0..q)
+            .map(|w| {
+                let devs: Vec<String> = self
+                    .ifaces
+                    .iter()
+                    .map(|i| device(self.kind, &i.name, w))
+                    .collect();
+                let cpu = self
+                    .cfg
+                    .cpus
+                    .get(w)
+                    .map_or("unpinned".into(), |c| format!("CPU {c}"));
+                format!("w{w} rings {} on {cpu}", devs.join(" "))
+            })
+            .collect();
+        let ifaces: Vec<String> = self
+            .ifaces
+            .iter()
+            .map(|i| {
+                let doms: Vec<&str> = i.domains.iter().map(|d| d.name()).collect();
+                format!("{} (domain {})", i.name, doms.join("+"))
+            })
+            .collect();
+        format!(
+            "mode {}, engine {} ({} loaded at run time; one ring per RX queue, watermark {WATERMARK}, {}; egress UDP sockets, sendmmsg batch {}); interfaces: {}; {} queue(s), workers: {}{}",
+            self.kind.mode(),
+            self.kind.name(),
+            self.lib.name(),
+            if self.filtered { "BPF filter on the rings" } else { "no ring filter" },
+            self.cfg.batch,
+            ifaces.join(", "),
+            q,
+            workers.join(", "),
+            self.nft.as_ref().map_or(String::new(), |t| format!("; nft table inet {} drops captured media at input", t.table_name())),
+        )
+    }
+
+    fn port_hooks(&self) -> Arc<dyn PortHooks> {
+        Arc::clone(&self.registry) as Arc<dyn PortHooks>
+    }
+
+    fn start(
+        &mut self,
+        routes: Arc<Routes>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<Worker>, EngineError> {
+        let n = self.cfg.queues;
+        let per_queue = std::mem::take(&mut self.rings);
+        if per_queue.len() != n {
+            return Err(EngineError::Io {
+                what: format!("starting the {} workers", self.kind.name()),
+                source: io::Error::other("the rings were already handed to workers"),
+            });
+        }
+        let links = self
+            .registry
+            .attach_workers(n)
+            .map_err(|source| EngineError::Io {
+                what: "eventfd".into(),
+                source,
+            })?;
+        let slot = self.cfg.max_payload + FRAME_OVERHEAD;
+        let mut workers = Vec::with_capacity(n);
+        for (index, (link, rings)) in links.into_iter().zip(per_queue).enumerate() {
+            let rings = rings
+                .into_iter()
+                .zip(&self.ifaces)
+                .map(|(ring, iface)| WorkerRing {
+                    ring,
+                    domains: iface.domains.clone(),
+                    fallback: Channel::from_ingress(iface.domains[0]),
+                    drops_seen: 0,
+                })
+                .collect();
+            let cpu = self.cfg.cpus.get(index).copied();
+            let stats = Arc::new(WorkerStats::new(index, cpu));
+            let ctx = WorkerCtx {
+                index,
+                cpu,
+                routes: Arc::clone(&routes),
+                stop: Arc::clone(&stop),
+                stats: Arc::clone(&stats),
+                cmds: link.cmds,
+                wake: link.wake,
+                targets: self.targets,
+                batch: self.cfg.batch.max(1),
+                slot,
+                max_payload: self.cfg.max_payload,
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("vgate-w{index}"))
+                .spawn(move || worker(ctx, rings))
+                .map_err(|source| EngineError::Spawn { index, source })?;
+            workers.push(Worker { stats, thread });
+        }
+        Ok(workers)
+    }
+}
+
+impl Drop for PfringEngine {
+    fn drop(&mut self) {
+        if let Some(t) = self.nft.take() {
+            let name = t.table_name().to_owned();
+            if let Err(e) = t.remove() {
+                tracing::error!("could not remove nft table inet {name}: {e}; remove it with `nft delete table inet {name}`");
+            }
+        }
+    }
+}
+
+struct WorkerRing {
+    ring: Ring,
+    domains: Vec<DomainId>,
+    /// The channel that counts what cannot be classified (malformed frames, ring drops).
+    fallback: Channel,
+    /// `pfring_stats` drops already counted (the library's counter is cumulative).
+    drops_seen: u64,
+}
+
+struct WorkerCtx {
+    index: usize,
+    cpu: Option<usize>,
+    routes: Arc<Routes>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    cmds: Receiver<Cmd>,
+    wake: Arc<EventFd>,
+    targets: Targets,
+    batch: usize,
+    /// Bytes per arena slot: the ring's caplen.
+    slot: usize,
+    max_payload: usize,
+}
+
+/// Packets copied out of a ring, waiting to be forwarded together.
+struct Arena {
+    bytes: Vec<u8>,
+    /// Per packet: bytes in its slot, and whether the capture was cut.
+    meta: Vec<(usize, bool)>,
+    slot: usize,
+}
+
+static RECV_ERRORS: RateLimit = RateLimit::new(5000);
+
+fn worker(ctx: WorkerCtx, mut rings: Vec<WorkerRing>) {
+    let _exit = ExitFlag(&ctx.stats);
+    if let Some(cpu) = ctx.cpu {
+        if !pin_to(cpu) {
+            tracing::warn!(
+                worker = ctx.index,
+                cpu,
+                "could not pin worker to its CPU; running unpinned"
+            );
+        }
+    }
+    if let Err(e) = run_worker(&ctx, &mut rings) {
+        tracing::error!(worker = ctx.index, "worker stopped: {e}");
+    }
+}
+
+fn run_worker(ctx: &WorkerCtx, rings: &mut [WorkerRing]) -> io::Result<()> {
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
+    let mut all_selectable = true;
+    for (i, r) in rings.iter_mut().enumerate() {
+        match r.ring.selectable_fd() {
+            Some(fd) => epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?,
+            None => all_selectable = false,
+        }
+    }
+    // A ring without a descriptor (some ZC devices) is looked at every millisecond when idle.
+    let idle_ms: u16 = if all_selectable { 100 } else { 1 };
+    let mut local: HashMap<PortKey, Arc<UdpSocket>> = HashMap::new();
+    let mut tx = SliceBatch::new(ctx.batch);
+    let mut arena = Arena {
+        bytes: vec![0u8; ctx.batch * ctx.slot],
+        meta: Vec::with_capacity(ctx.batch),
+        slot: ctx.slot,
+    };
+    let mut events = vec![EpollEvent::empty(); 8];
+    let mut next_sample = 0;
+    apply_commands(ctx, &mut local);
+    ctx.stats.ready.store(true, Relaxed);
+    while !ctx.stop.load(Relaxed) {
+        let mut busy = false;
+        for r in rings.iter_mut() {
+            for _ in 0..BATCH_BUDGET {
+                if fill(ctx, &mut r.ring, &mut arena) == 0 {
+                    break;
+                }
+                busy = true;
+                let mut chan = [Tally::default(); 2];
+                forward(ctx, r, &arena, &local, &mut tx, now_ms(), &mut chan);
+                for c in Channel::ALL {
+                    if !chan[c.index()].is_empty() {
+                        ctx.stats.channel(c).add(&chan[c.index()]);
+                    }
+                }
+            }
+        }
+        let now = now_ms();
+        if now >= next_sample {
+            ctx.stats.heartbeat_ms.store(now, Relaxed);
+            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+            ring_stats(ctx, rings);
+            next_sample = now + 100;
+        }
+        if busy {
+            apply_commands(ctx, &mut local);
+            continue;
+        }
+        let n = match epoll.wait(&mut events, EpollTimeout::from(idle_ms)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        if events[..n].iter().any(|e| e.data() == WAKE) {
+            let _ = ctx.wake.read();
+        }
+        apply_commands(ctx, &mut local);
+    }
+    ring_stats(ctx, rings);
+    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+    Ok(())
+}
+
+/// Copies up to a batch of waiting packets out of `ring` into the arena; how many.
+fn fill(ctx: &WorkerCtx, ring: &mut Ring, arena: &mut Arena) -> usize {
+    arena.meta.clear();
+    while arena.meta.len() < ctx.batch {
+        match ring.recv(false) {
+            Ok(Some(p)) => {
+                let i = arena.meta.len();
+                let n = p.data.len().min(arena.slot);
+                let at = i * arena.slot;
+                arena.bytes[at..at + n].copy_from_slice(&p.data[..n]);
+                arena.meta.push((n, p.truncated() || p.data.len() > n));
+            }
+            Ok(None) => break,
+            Err(e) => {
+                if let Some(suppressed) = RECV_ERRORS.check(now_ms()) {
+                    tracing::warn!(worker = ctx.index, suppressed, "{e}");
+                }
+                break;
+            }
+        }
+    }
+    arena.meta.len()
+}
+
+/// Forwards the packets of the arena; adds per-channel figures to `chan`.
+fn forward(
+    ctx: &WorkerCtx,
+    r: &WorkerRing,
+    arena: &Arena,
+    local: &HashMap<PortKey, Arc<UdpSocket>>,
+    tx: &mut SliceBatch,
+    now: u64,
+    chan: &mut [Tally; 2],
+) {
+    let mut scope: SliceScope<'_, '_> = tx.scope();
+    let mut run: Option<Run<'_>> = None;
+    for (i, &(len, truncated)) in arena.meta.iter().enumerate() {
+        let data = &arena.bytes[i * arena.slot..i * arena.slot + len];
+        let d = match parse_udp4(data) {
+            Ok(d) => d,
+            // Not media (ARP, TCP signaling, IPv6…): the kernel's, when the ring has no filter.
+            Err(WireError::NotIpv4 | WireError::NotUdp) => continue,
+            Err(e) => {
+                drop_frame(chan, r.fallback, data.len(), wire_reason(e));
+                continue;
+            }
+        };
+        let Some(channel) = classify(&ctx.targets, &r.domains, d.dst_addr, d.dst_port) else {
+            // UDP not to a media port of the gateway (e.g. SIP): not ours.
+            continue;
+        };
+        if !Run::continues(&run, channel, d.dst_port) {
+            if let Some(r) = run.take() {
+                finish_run(r, &mut scope, now, chan);
+            }
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
+        }
+        let Some(run) = run.as_mut() else { continue };
+        // No NIC verdict comes with a PF_RING packet here: both checksums are verified.
+        let ok = d.checksums_ok(false);
+        let Some((dest, fd)) = run.admit(&d, ok, truncated, ctx.max_payload) else {
+            continue;
+        };
+        if scope.is_full() {
+            let out = scope.send(fd, dest);
+            account(&mut run.tally, &out, run.route.as_deref());
+        }
+        scope.push(d.payload);
+    }
+    if let Some(r) = run.take() {
+        finish_run(r, &mut scope, now, chan);
+    }
+}
+
+/// Sends what a run queued, then closes the run (its figures to its route and channel).
+fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, now: u64, chan: &mut [Tally; 2]) {
+    if let (Some(dest), Some(fd)) = (r.route.as_ref().map(|r| r.dest), r.egress) {
+        let out = scope.send(fd, dest);
+        account(&mut r.tally, &out, r.route.as_deref());
+    }
+    scope.clear();
+    r.close(now, chan);
+}
+
+/// Reads the rings' drop counters into the worker's figures.
+fn ring_stats(ctx: &WorkerCtx, rings: &mut [WorkerRing]) {
+    for r in rings.iter_mut() {
+        match r.ring.stats() {
+            Ok(s) => {
+                let new = s.drop.saturating_sub(r.drops_seen);
+                r.drops_seen = s.drop;
+                if new > 0 {
+                    ctx.stats.ring_drops.fetch_add(new, Relaxed);
+                    ctx.stats
+                        .channel(r.fallback)
+                        .drop(DropReason::RxOverflow, new);
+                }
+            }
+            Err(e) if not_supported(&e) => {}
+            Err(e) => {
+                if let Some(suppressed) = RECV_ERRORS.check(now_ms()) {
+                    tracing::warn!(worker = ctx.index, suppressed, "{e}");
+                }
+            }
+        }
+    }
+}
+
+fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>) {
+    while let Ok(cmd) = ctx.cmds.try_recv() {
+        match cmd {
+            Cmd::Add { key, sock, .. } => {
+                local.insert(key, sock);
+            }
+            Cmd::Remove { key } => {
+                local.remove(&key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PortRange;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn devices_filters_and_alternatives() {
+        assert_eq!(device(EngineKind::Pfring, "eth1", 3), "eth1@3");
+        assert_eq!(device(EngineKind::PfringZc, "eth1", 0), "zc:eth1@0");
+        assert_eq!(alternative(EngineKind::Pfring), "afpacket");
+        assert_eq!(alternative(EngineKind::PfringZc), "afxdp");
+        let t: Targets = [
+            (
+                Ipv4Addr::new(10, 0, 1, 1),
+                PortRange {
+                    first: 20000,
+                    last: 20999,
+                },
+            ),
+            (
+                Ipv4Addr::new(10, 0, 2, 1),
+                PortRange {
+                    first: 30000,
+                    last: 30999,
+                },
+            ),
+        ];
+        assert_eq!(
+            bpf_expr(&t, &[DomainId::A]),
+            "udp and ((dst host 10.0.1.1 and dst portrange 20000-20999))"
+        );
+        assert!(bpf_expr(&t, &[DomainId::A, DomainId::B]).contains(" or (dst host 10.0.2.1"));
+    }
+}
