@@ -5,6 +5,8 @@
 #   scripts/fuzz.sh --seconds 60       every target for a minute (the smoke CI can run)
 #   scripts/fuzz.sh --runs N sip sdp   some targets, N executions each
 #   scripts/fuzz.sh --minimize ...     afterwards shrink each corpus (cargo fuzz cmin)
+#   scripts/fuzz.sh --asan ...         with AddressSanitizer (slower; the parsers are safe Rust,
+#                                      so bounds are checked either way)
 #
 # Targets (fuzz/fuzz_targets/, bodies in src/fuzzing.rs): sip sdp rtsp transport packet
 # config. Each starts from fuzz/corpus/<target>/ (new interesting inputs are added there) and
@@ -19,13 +21,15 @@ cd "$(dirname "$0")/.."
 RUNS=10000000
 SECONDS_LIMIT=0
 MINIMIZE=0
+SANITIZER=none
 TARGETS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --runs) RUNS="$2"; shift 2 ;;
         --seconds) SECONDS_LIMIT="$2"; shift 2 ;;
         --minimize) MINIMIZE=1; shift ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --asan) SANITIZER=address; shift ;;
+        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
         *) TARGETS+=("$1"); shift ;;
     esac
@@ -35,7 +39,7 @@ command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 
 cd fuzz
-cargo fuzz build -O
+cargo fuzz build -O -s "$SANITIZER"
 report=()
 for t in "${TARGETS[@]}"; do
     mkdir -p "corpus/$t" "artifacts/$t"
@@ -53,7 +57,7 @@ for t in "${TARGETS[@]}"; do
         scratch=$(mktemp -d)
         dirs=("$scratch" "corpus/$t")
     fi
-    if ! cargo fuzz run -O "$t" "${dirs[@]}" -- "${limit[@]}" -rss_limit_mb=1024 -timeout=10 \
+    if ! cargo fuzz run -O -s "$SANITIZER" "$t" "${dirs[@]}" -- "${limit[@]}" -rss_limit_mb=1024 -timeout=10 \
         -print_final_stats=1 >"$log" 2>&1; then
         tail -40 "$log" >&2
         echo "fuzz.sh: $t FAILED: see fuzz/artifacts/$t/; copy the input into fuzz/regressions/$t/ once fixed" >&2
@@ -69,7 +73,7 @@ for t in "${TARGETS[@]}"; do
     rm -f "$log"
     [ "$SECONDS_LIMIT" -gt 0 ] && rm -rf "$scratch"
     if [ "$MINIMIZE" = 1 ]; then
-        cargo fuzz cmin -O "$t" "corpus/$t" >/dev/null 2>&1
+        cargo fuzz cmin -O -s "$SANITIZER" "$t" "corpus/$t" >/dev/null 2>&1
     fi
 done
 cd ..
