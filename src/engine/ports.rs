@@ -63,6 +63,10 @@ struct State {
 /// Sockets by port, and the workers to tell about them. Control side only.
 pub struct PortRegistry {
     addrs: [Ipv4Addr; 2],
+    /// Interface of each domain: a port's socket is tied to it (`SO_BINDTODEVICE`), so the
+    /// gateway's address in one domain takes no datagram arriving from the other.
+    interfaces: [Option<String>; 2],
+    unbound_warned: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
 }
 
@@ -71,8 +75,18 @@ impl PortRegistry {
     pub fn new(addrs: [Ipv4Addr; 2]) -> PortRegistry {
         PortRegistry {
             addrs,
+            interfaces: [None, None],
+            unbound_warned: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Ties every port's socket to its domain's interface (indexed by [`DomainId::index`]).
+    /// Linux takes a datagram for any local address on any interface; without this a host in
+    /// one domain that routes through the gateway reaches the ports of the other side.
+    pub fn on_interfaces(mut self, interfaces: [String; 2]) -> PortRegistry {
+        self.interfaces = interfaces.map(Some);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -124,6 +138,20 @@ impl PortRegistry {
 impl PortHooks for PortRegistry {
     fn open_port(&self, domain: DomainId, port: u16) -> io::Result<()> {
         let sock = UdpSocket::bind(SocketAddrV4::new(self.addrs[domain.index()], port))?;
+        if let Some(ifname) = &self.interfaces[domain.index()] {
+            if let Err(e) = setsockopt(
+                &sock,
+                sockopt::BindToDevice,
+                &std::ffi::OsString::from(ifname),
+            ) {
+                if !self
+                    .unbound_warned
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(interface = %ifname, "cannot bind media sockets to their interface ({e}); they also take datagrams for their address arriving from the other domain");
+                }
+            }
+        }
         sock.set_nonblocking(true)?;
         // Best effort: the kernel caps these at net.core.[rw]mem_max without CAP_NET_ADMIN.
         let _ = setsockopt(&sock, sockopt::RcvBuf, &SOCKET_BUFFER);

@@ -59,10 +59,14 @@ impl StackEngine {
     pub fn new(cfg: &Config) -> StackEngine {
         StackEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(PortRegistry::new([
-                cfg.domains[0].address,
-                cfg.domains[1].address,
-            ])),
+            registry: Arc::new(
+                PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address]).on_interfaces(
+                    [
+                        cfg.domains[0].interface.clone(),
+                        cfg.domains[1].interface.clone(),
+                    ],
+                ),
+            ),
         }
     }
 }
