@@ -372,6 +372,34 @@ impl Routes {
         Ok(route)
     }
 
+    /// Gives one of `session`'s ports back before the session ends (one track of an RTSP
+    /// session torn down by itself). Remove the routes on it first.
+    pub fn release_port(
+        &self,
+        session: SessionId,
+        domain: DomainId,
+        port: u16,
+    ) -> Result<(), RouteError> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let s = inner
+            .sessions
+            .get_mut(&session)
+            .ok_or(RouteError::NoSession(session))?;
+        let Some(i) = s.ports.iter().position(|p| *p == (domain, port)) else {
+            return Err(RouteError::NotOwned {
+                domain,
+                port,
+                session,
+            });
+        };
+        s.ports.swap_remove(i);
+        if inner.alloc[domain.index()].release(port) {
+            self.hooks.close_port(domain, port);
+        }
+        Ok(())
+    }
+
     /// Ends a session: removes its routes, gives its ports back.
     pub fn close_session(&self, id: SessionId) -> Result<SessionReport, RouteError> {
         let mut inner = self.lock();

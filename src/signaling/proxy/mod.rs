@@ -49,6 +49,25 @@ pub struct ProxyContext {
     pub stats: Arc<SignalingRegistry>,
 }
 
+/// Ties a proxy socket to the interface of the domain whose address it is bound to
+/// (`SO_BINDTODEVICE`). Linux accepts a packet for any local address on any interface, so
+/// without this a host in domain A that routes through the gateway reaches the listeners on
+/// the gateway's B address (and the reverse): an IP path across the boundary. Bound to its
+/// interface, the socket only sees what arrives there. If the kernel refuses (no such
+/// interface), the socket stays unbound and a warning says so.
+pub fn bind_to_interface<F: std::os::fd::AsFd>(sock: &F, interface: &str, route: &str) {
+    let name = std::ffi::OsString::from(interface);
+    if let Err(e) =
+        nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::BindToDevice, &name)
+    {
+        tracing::warn!(
+            route,
+            interface,
+            "cannot bind a signaling socket to its interface ({e}); it also answers packets for its address arriving on the other domain's interface"
+        );
+    }
+}
+
 /// Starts a proxy for every signaling route; stops those already started if one fails.
 pub fn start(ctx: &ProxyContext) -> Result<Vec<Box<dyn Proxy>>, ProxyError> {
     start_routes(ctx, &ctx.config.signaling)

@@ -390,6 +390,24 @@ impl UrlMap {
         Ok(url.with_authority_and_path(&self.gateway, &path))
     }
 
+    /// A `Location` the upstream sends the client to (REDIRECT): like [`Self::to_client`], but
+    /// only when it names the route's own upstream — the gateway cannot reach anything else
+    /// for the client, and the rewrite would otherwise send it to the wrong server.
+    pub fn redirect_to_client(
+        &self,
+        route: usize,
+        upstream_url: &str,
+    ) -> Result<String, RtspError> {
+        let r = self.route(route)?;
+        let url = RtspUrl::parse(upstream_url)?;
+        let same = url.host.to_string().eq_ignore_ascii_case(r.upstream.host())
+            && url.port_or_default() == r.upstream.port();
+        if !same {
+            return Err(RtspError::OutsideRoute);
+        }
+        self.to_client(route, upstream_url)
+    }
+
     fn route(&self, route: usize) -> Result<&Route, RtspError> {
         self.routes.get(route).ok_or(RtspError::UnknownRoute)
     }

@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::logic::{Exchange, MediaPorts, Output, Settings};
+use super::logic::{Events, Exchange, MediaPorts, Output, Settings};
 use crate::channel::now_ms;
 use crate::config::DomainId;
-use crate::routes::{RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
+use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
 use crate::signaling::rtsp::{next_frame, Frame};
 
 /// How long a connect to the upstream may take.
@@ -89,6 +89,20 @@ impl MediaPorts for RoutesMedia {
         Ok(())
     }
 
+    fn release_track(&mut self, routes: &[(DomainId, u16)], ports: &[(DomainId, u16)]) {
+        let Some(s) = self.session else { return };
+        for &(ingress, port) in routes {
+            let _ = self
+                .routes
+                .remove_route(Channel::from_ingress(ingress), port);
+            self.installed
+                .retain(|r| !(r.port == port && r.channel == Channel::from_ingress(ingress)));
+        }
+        for &(domain, port) in ports {
+            let _ = self.routes.release_port(s, domain, port);
+        }
+    }
+
     fn release(&mut self) {
         self.installed.clear();
         if let Some(s) = self.session.take() {
@@ -114,6 +128,8 @@ pub struct Interleaved {
     pub dropped: AtomicU64,
     /// Last frame from the upstream (ms since the epoch).
     pub last_ms: AtomicU64,
+    /// Last frame from the client (ms since the epoch): the media of a RECORD session.
+    pub last_up_ms: AtomicU64,
 }
 
 /// What both threads share.
@@ -313,12 +329,15 @@ fn client_loop(
             match frame {
                 Frame::Interleaved { channel, len } => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
-                    relay_frame(shared, channel, len, bytes, false);
+                    relay_frame(shared, &ctx.settings.events, channel, len, bytes, false);
                 }
                 Frame::Message(_) => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
                     let mut ex = lock(&shared.exchange);
+                    let was_playing = ex.state().playing;
                     let outs = ex.client_message(bytes, now_secs());
+                    // A TEARDOWN closes its channels at once.
+                    sync_state(shared, &ex, was_playing);
                     let outs = connect_if_asked(outs, &mut ex, shared, ctx, upstream_thread);
                     // Writer locks are taken while `ex` is still held: order kept.
                     let close = perform_outputs(shared, outs, ctx);
@@ -359,9 +378,14 @@ fn timers(shared: &Shared, ctx: &ConnContext) -> Option<EndReason> {
         }
     }
     if st.playing && ctx.media_timeout > 0 {
+        let interleaved = if st.recording {
+            &shared.counters.last_up_ms
+        } else {
+            &shared.counters.last_ms
+        };
         let last = [
             ex.media().last_media_ms().unwrap_or(0),
-            shared.counters.last_ms.load(Relaxed),
+            interleaved.load(Relaxed),
             shared.play_epoch_ms.load(Relaxed),
         ]
         .into_iter()
@@ -451,6 +475,9 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
             Output::SessionEnded => {
                 tracing::info!(route = %ctx.settings.name, "rtsp session ended (teardown); live {}", live(&ctx.routes));
             }
+            Output::TrackEnded => {
+                tracing::info!(route = %ctx.settings.name, "rtsp track ended (teardown of one track); live {}", live(&ctx.routes));
+            }
             Output::Close => close = true,
             Output::Connect(_) => {}
         }
@@ -472,11 +499,20 @@ fn sync_state(shared: &Shared, ex: &Exchange<RoutesMedia>, was_playing: bool) {
     }
 }
 
-/// Relays one `$` frame to the other side if its channel was negotiated.
-fn relay_frame(shared: &Shared, channel: u8, len: usize, bytes: &[u8], to_client: bool) {
+/// Relays one `$` frame to the other side if its channel was negotiated; counted on the
+/// connection (for its log line) and on the route (for the metrics).
+fn relay_frame(
+    shared: &Shared,
+    events: &Events,
+    channel: u8,
+    len: usize,
+    bytes: &[u8],
+    to_client: bool,
+) {
     let c = &shared.counters;
     if !shared.channels[usize::from(channel)].load(Relaxed) {
         c.dropped.fetch_add(1, Relaxed);
+        events.interleaved_dropped.fetch_add(1, Relaxed);
         return;
     }
     let ok = if to_client {
@@ -489,16 +525,30 @@ fn relay_frame(shared: &Shared, channel: u8, len: usize, bytes: &[u8], to_client
     };
     if !ok {
         c.dropped.fetch_add(1, Relaxed);
+        events.interleaved_dropped.fetch_add(1, Relaxed);
         return;
     }
-    let (frames, total) = if to_client {
+    let (frames, total, route_frames, route_bytes) = if to_client {
         c.last_ms.store(now_ms(), Relaxed);
-        (&c.to_client_frames, &c.to_client_bytes)
+        (
+            &c.to_client_frames,
+            &c.to_client_bytes,
+            &events.interleaved_frames_to_client,
+            &events.interleaved_bytes_to_client,
+        )
     } else {
-        (&c.to_upstream_frames, &c.to_upstream_bytes)
+        c.last_up_ms.store(now_ms(), Relaxed);
+        (
+            &c.to_upstream_frames,
+            &c.to_upstream_bytes,
+            &events.interleaved_frames_to_server,
+            &events.interleaved_bytes_to_server,
+        )
     };
     frames.fetch_add(1, Relaxed);
     total.fetch_add(len as u64, Relaxed);
+    route_frames.fetch_add(1, Relaxed);
+    route_bytes.fetch_add(len as u64, Relaxed);
 }
 
 fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> Option<EndReason> {
@@ -534,7 +584,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let bytes = rest.get(..len).unwrap_or_default();
             match frame {
                 Frame::Interleaved { channel, len } => {
-                    relay_frame(shared, channel, len, bytes, true);
+                    relay_frame(shared, &ctx.settings.events, channel, len, bytes, true);
                 }
                 Frame::Message(_) => {
                     let mut ex = lock(&shared.exchange);

@@ -5,8 +5,10 @@
 //! own `CSeq` and maps each reply back to the client's; replies reach the client in request
 //! order even when vgate answers some requests itself), the rewrites of
 //! [`crate::signaling::rtsp`] applied in each direction, answering the upstream's 401 with
-//! the route's credentials, checking the client's credentials, and the media plumbing of
-//! each SETUP through [`MediaPorts`] (ports on both sides, stream routes).
+//! the route's credentials, checking the client's credentials, the media plumbing of
+//! each SETUP through [`MediaPorts`] (ports on both sides, stream routes, per track so a
+//! TEARDOWN of one track frees only its own), and the server's requests to the client
+//! (forwarded rewritten, the client's reply mapped back by `CSeq`).
 //!
 //! Does not own: sockets, threads, clocks or randomness (passed in), nor the `$` frames of
 //! interleaved media (the connection relays them; [`Exchange::channel_allowed`] says which
@@ -15,6 +17,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::config::{DomainId, SourcePolicy};
 use crate::routes::{RouteError, RouteSpec};
@@ -46,8 +49,63 @@ pub trait MediaPorts {
     /// An RTP/RTCP pair in `domain`; the even (RTP) port.
     fn alloc_pair(&mut self, domain: DomainId) -> Result<u16, RouteError>;
     fn add_route(&mut self, spec: RouteSpec) -> Result<(), RouteError>;
+    /// Gives back one track's routes (by ingress domain and port) and then its ports; the
+    /// session and its other tracks go on.
+    fn release_track(&mut self, routes: &[(DomainId, u16)], ports: &[(DomainId, u16)]);
     /// Ends the session: every route and port goes back. The next SETUP starts a new one.
     fn release(&mut self);
+}
+
+/// Events of one proxy route, summed over its connections (lock-free), published to the
+/// metrics as `vgate_signaling_events_total{event=...}`.
+#[derive(Debug, Default)]
+pub struct Events {
+    pub interleaved_frames_to_client: AtomicU64,
+    pub interleaved_bytes_to_client: AtomicU64,
+    pub interleaved_frames_to_server: AtomicU64,
+    pub interleaved_bytes_to_server: AtomicU64,
+    /// `$` frames on channels no SETUP negotiated (or that a peer did not take).
+    pub interleaved_dropped: AtomicU64,
+    /// Requests of the server forwarded to the client (URLs rewritten).
+    pub server_requests_forwarded: AtomicU64,
+    /// Requests of the server vgate answered itself (a URL it cannot show the client).
+    pub server_requests_answered: AtomicU64,
+    /// Client replies to server requests forwarded back.
+    pub client_replies_forwarded: AtomicU64,
+    /// TEARDOWNs of one track's control URL that freed only that track.
+    pub track_teardowns: AtomicU64,
+}
+
+impl Events {
+    /// (event, count) in a fixed order.
+    pub fn list(&self) -> Vec<(&'static str, u64)> {
+        [
+            (
+                "interleaved_frames_to_client",
+                &self.interleaved_frames_to_client,
+            ),
+            (
+                "interleaved_bytes_to_client",
+                &self.interleaved_bytes_to_client,
+            ),
+            (
+                "interleaved_frames_to_server",
+                &self.interleaved_frames_to_server,
+            ),
+            (
+                "interleaved_bytes_to_server",
+                &self.interleaved_bytes_to_server,
+            ),
+            ("interleaved_dropped", &self.interleaved_dropped),
+            ("server_requests_forwarded", &self.server_requests_forwarded),
+            ("server_requests_answered", &self.server_requests_answered),
+            ("client_replies_forwarded", &self.client_replies_forwarded),
+            ("track_teardowns", &self.track_teardowns),
+        ]
+        .into_iter()
+        .map(|(n, a)| (n, a.load(Relaxed)))
+        .collect()
+    }
 }
 
 /// Static facts of one proxy route, shared by its connections.
@@ -74,6 +132,8 @@ pub struct Settings {
     pub session_timeout: u32,
     /// Requests by method and upstream responses by class, for the metrics.
     pub stats: std::sync::Arc<crate::signaling::proxy::SignalingStats>,
+    /// The route's events, summed over its connections.
+    pub events: std::sync::Arc<Events>,
 }
 
 /// What the connection must do, in this order.
@@ -87,6 +147,9 @@ pub enum Output {
     Client(Vec<u8>),
     /// The RTSP session ended (TEARDOWN answered): its routes and ports are gone.
     SessionEnded,
+    /// A TEARDOWN of one track's control URL: that track's routes and ports are gone, the
+    /// session goes on.
+    TrackEnded,
     /// Close both connections (after writing what came before).
     Close,
 }
@@ -106,6 +169,19 @@ struct UdpSetup {
 enum SetupKind {
     Udp(UdpSetup),
     Interleaved,
+}
+
+/// One set-up track: what a TEARDOWN of its control URL gives back.
+#[derive(Debug, Clone, Default)]
+struct Track {
+    /// The upstream URL its SETUP named.
+    url: String,
+    /// Stream routes installed for it: (ingress domain, port).
+    routes: Vec<(DomainId, u16)>,
+    /// Ports it holds, both sides.
+    ports: Vec<(DomainId, u16)>,
+    /// Interleaved channels it negotiated.
+    channels: Option<(u8, u8)>,
 }
 
 /// A request sent upstream, awaiting its reply.
@@ -133,11 +209,13 @@ enum Slot {
 pub struct State {
     /// PLAY or RECORD answered 200 and no PAUSE/TEARDOWN since.
     pub playing: bool,
+    /// The last of those was a RECORD: media flows from the client (reverse channel).
+    pub recording: bool,
     /// `timeout=` of the server's Session header, if it gave one.
     pub session_timeout: Option<u32>,
     /// Media routes installed in the current session.
     pub routes: usize,
-    /// UDP tracks set up in the current session.
+    /// UDP tracks set up in the current session (and not torn down one by one).
     pub tracks: usize,
 }
 
@@ -164,6 +242,12 @@ pub struct Exchange<M: MediaPorts> {
     /// TEARDOWN of vgate's own needs.
     upstream_session: Option<String>,
     upstream_url: Option<String>,
+    /// Tracks set up in the current session, in SETUP order.
+    tracks: Vec<Track>,
+    /// UDP tracks set up since the session began, for route labels.
+    track_seq: usize,
+    /// `CSeq`s of the server's requests forwarded to the client and not yet answered.
+    server_requests: VecDeque<String>,
 }
 
 impl<M: MediaPorts> Exchange<M> {
@@ -187,6 +271,9 @@ impl<M: MediaPorts> Exchange<M> {
             closed: false,
             upstream_session: None,
             upstream_url: None,
+            tracks: Vec::new(),
+            track_seq: 0,
+            server_requests: VecDeque::new(),
         }
     }
 
@@ -242,6 +329,33 @@ impl<M: MediaPorts> Exchange<M> {
         self.state = State::default();
         self.channels = [false; 256];
         self.spare.clear();
+        self.tracks.clear();
+        self.track_seq = 0;
+    }
+
+    /// A TEARDOWN of one track's control URL (RFC 2326 §10.7) while other tracks remain:
+    /// only that track's routes, ports and channels go back.
+    fn end_track(&mut self, upstream_uri: &str) -> bool {
+        let key = |u: &str| u.trim_end_matches('/').to_owned();
+        let want = key(upstream_uri);
+        if self.tracks.len() < 2 {
+            return false;
+        }
+        let Some(i) = self.tracks.iter().position(|t| key(&t.url) == want) else {
+            return false;
+        };
+        let track = self.tracks.remove(i);
+        self.media.release_track(&track.routes, &track.ports);
+        self.state.routes = self.state.routes.saturating_sub(track.routes.len());
+        if let Some((first, last)) = track.channels {
+            for c in first..=last {
+                self.channels[usize::from(c)] = false;
+            }
+        } else {
+            self.state.tracks = self.state.tracks.saturating_sub(1);
+        }
+        self.settings.events.track_teardowns.fetch_add(1, Relaxed);
+        true
     }
 
     fn random_hex(&mut self) -> String {
@@ -279,7 +393,7 @@ impl<M: MediaPorts> Exchange<M> {
             }
         };
         let Some(method) = msg.method() else {
-            // A client's reply to a request vgate never forwarded: nothing to do.
+            self.client_reply(&msg, &mut out);
             return out;
         };
         let cseq = match msg.cseq() {
@@ -433,10 +547,14 @@ impl<M: MediaPorts> Exchange<M> {
         }
         out.push(Output::Upstream(sent.clone()));
         if method == "TEARDOWN" {
-            // Whatever the server answers, the client is done with the session; clients
-            // often close the connection right after sending it.
-            self.end_session();
-            out.push(Output::SessionEnded);
+            // Whatever the server answers, the client is done with the session (or the
+            // track); clients often close the connection right after sending it.
+            if self.end_track(&upstream_uri) {
+                out.push(Output::TrackEnded);
+            } else {
+                self.end_session();
+                out.push(Output::SessionEnded);
+            }
         }
         self.slots.push_back(Slot::Waiting(InFlight {
             cseq: upstream_cseq,
@@ -577,15 +695,7 @@ impl<M: MediaPorts> Exchange<M> {
             return out;
         };
         if let Some(method) = msg.method() {
-            // The server asks the client something (keep-alive, redirect...): vgate
-            // answers for it, so nothing of domain A reaches the client.
-            let status = match method {
-                "OPTIONS" | "GET_PARAMETER" | "SET_PARAMETER" => Status::OK,
-                _ => NOT_IMPLEMENTED,
-            };
-            if let Ok(reply) = msg.respond(status, &[]) {
-                out.push(Output::Upstream(reply));
-            }
+            self.server_request(&msg, method, &mut out);
             return out;
         }
         let Ok(cseq) = msg.cseq() else {
@@ -669,14 +779,7 @@ impl<M: MediaPorts> Exchange<M> {
             return Err(BAD_GATEWAY);
         }
         if !msg.body().is_empty() && is_sdp(msg) {
-            let urls = self
-                .settings
-                .map
-                .sdp_to_client(route, msg.body())
-                .map_err(|_| BAD_GATEWAY)?;
-            let addr = self.settings.gateway[self.settings.client_domain.index()];
-            let body = sdp::rewrite(&urls, addr, |_, _| Ok::<_, Infallible>(None))
-                .map_err(|_| BAD_GATEWAY)?;
+            let body = self.sdp_to_client(route, msg.body())?;
             editor.set_body(body);
         }
         if let Ok(Some(session)) = msg.session() {
@@ -694,13 +797,18 @@ impl<M: MediaPorts> Exchange<M> {
         }
         match flight.method.as_str() {
             "SETUP" => match flight.setup {
-                Some(kind) if ok => self.setup_reply(msg, kind, route, &mut editor)?,
+                Some(kind) if ok => {
+                    self.setup_reply(msg, kind, route, &flight.upstream_uri, &mut editor)?
+                }
                 _ => {
                     self.give_back(flight);
                     self.rewrite_transport_source(msg, &mut editor)?;
                 }
             },
-            "PLAY" | "RECORD" if ok => self.state.playing = true,
+            "PLAY" | "RECORD" if ok => {
+                self.state.playing = true;
+                self.state.recording = flight.method == "RECORD";
+            }
             "PAUSE" if ok => self.state.playing = false,
             // The session ended when the TEARDOWN went out.
             "TEARDOWN" => {}
@@ -742,6 +850,7 @@ impl<M: MediaPorts> Exchange<M> {
         msg: &Message<'_>,
         kind: SetupKind,
         route: usize,
+        url: &str,
         editor: &mut Editor<'_, '_>,
     ) -> Result<(), Status> {
         let value = msg.transport().ok_or(BAD_GATEWAY)?;
@@ -757,11 +866,17 @@ impl<M: MediaPorts> Exchange<M> {
                 if spec.lower != LowerTransport::Tcp {
                     return Err(Status::UNSUPPORTED_TRANSPORT);
                 }
+                let mut track = Track {
+                    url: url.to_owned(),
+                    ..Track::default()
+                };
                 if let Some(ch) = spec.interleaved() {
                     for c in ch.first..=ch.last {
                         self.channels[usize::from(c)] = true;
                     }
+                    track.channels = Some((ch.first, ch.last));
                 }
+                self.tracks.push(track);
                 let spec = if spec.source().is_some() {
                     spec.with_source(client_ip)
                 } else {
@@ -792,10 +907,34 @@ impl<M: MediaPorts> Exchange<M> {
                     .alloc_pair(self.settings.client_domain)
                     .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
                 self.state.tracks += 1;
+                self.track_seq += 1;
                 let server_rtp = server_port.map(|p| p.rtp());
                 let server_rtcp =
                     server_port.map(|p| p.rtcp().unwrap_or(p.rtp().saturating_add(1)));
-                self.install(setup, pair, server_ip, server_rtp, server_rtcp)?;
+                let cd = self.settings.client_domain;
+                let ud = cd.other();
+                let mut track = Track {
+                    url: url.to_owned(),
+                    routes: Vec::new(),
+                    ports: vec![
+                        (ud, setup.upstream_pair),
+                        (ud, setup.upstream_pair + 1),
+                        (cd, pair),
+                        (cd, pair + 1),
+                    ],
+                    channels: None,
+                };
+                if let Err(status) =
+                    self.install(setup, pair, server_ip, server_rtp, server_rtcp, &mut track)
+                {
+                    // What was installed goes back; the upstream-side pair is kept as a spare.
+                    self.media
+                        .release_track(&track.routes, track.ports.get(2..).unwrap_or_default());
+                    self.state.routes = self.state.routes.saturating_sub(track.routes.len());
+                    self.state.tracks -= 1;
+                    return Err(status);
+                }
+                self.tracks.push(track);
                 let spec = spec
                     .with_client_port(setup.client_rtp, Some(setup.client_rtcp))
                     .and_then(|s| s.with_server_port(pair, Some(pair + 1)))
@@ -817,14 +956,15 @@ impl<M: MediaPorts> Exchange<M> {
         server_ip: Ipv4Addr,
         server_rtp: Option<u16>,
         server_rtcp: Option<u16>,
+        track: &mut Track,
     ) -> Result<(), Status> {
         let cd = self.settings.client_domain;
         let ud = cd.other();
         let up = setup.upstream_pair;
         let client = self.client;
-        let track = self.state.tracks;
+        let seq = self.track_seq;
         let name = self.settings.name.clone();
-        let label = |what: &str| format!("rtsp:{name}:t{track}:{what}");
+        let label = |what: &str| format!("rtsp:{name}:t{seq}:{what}");
         let server = |p: Option<u16>| SocketAddrV4::new(server_ip, p.unwrap_or(0));
         let mut specs = Vec::new();
         let policy = self.settings.policy;
@@ -893,9 +1033,11 @@ impl<M: MediaPorts> Exchange<M> {
             }
         }
         for spec in specs {
+            let key = (spec.ingress, spec.port);
             self.media
                 .add_route(spec)
                 .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
+            track.routes.push(key);
             self.state.routes += 1;
         }
         Ok(())
@@ -908,6 +1050,129 @@ impl<M: MediaPorts> Exchange<M> {
                 self.spare.push(s.upstream_pair);
             }
         }
+    }
+
+    // ---- server → client requests ------------------------------------------------------
+
+    /// The server asks the client something (an `OPTIONS`/`GET_PARAMETER` keep-alive, an
+    /// `ANNOUNCE` of a changed stream, a `REDIRECT`, RTSP 2.0's `PLAY_NOTIFY`...): it goes to
+    /// the client with its URLs and SDP rewritten like a reply's, its `CSeq` untouched (the
+    /// server's numbering of its own requests; vgate sends the client no requests of its
+    /// own, so nothing collides), and the client's reply goes back the same way. A request
+    /// whose Request-URI or `Location` names something outside the route cannot be shown
+    /// to the client: vgate answers it itself, `200` for the keep-alives, `501` otherwise.
+    fn server_request(&mut self, msg: &Message<'_>, method: &str, out: &mut Vec<Output>) {
+        let Some(cseq) = msg.cseq_raw().map(str::to_owned) else {
+            if let Ok(reply) = msg.respond(Status::BAD_REQUEST, &[]) {
+                out.push(Output::Upstream(reply));
+            }
+            return;
+        };
+        match self.server_request_to_client(msg) {
+            Ok(bytes) => {
+                if self.server_requests.len() >= MAX_PENDING {
+                    // The client never answered the oldest: the server has given up on it.
+                    self.server_requests.pop_front();
+                }
+                self.server_requests.push_back(cseq);
+                self.settings
+                    .events
+                    .server_requests_forwarded
+                    .fetch_add(1, Relaxed);
+                out.push(Output::Client(bytes));
+            }
+            Err(()) => {
+                let status = match method {
+                    "OPTIONS" | "GET_PARAMETER" | "SET_PARAMETER" => Status::OK,
+                    _ => NOT_IMPLEMENTED,
+                };
+                self.settings
+                    .events
+                    .server_requests_answered
+                    .fetch_add(1, Relaxed);
+                if let Ok(reply) = msg.respond(status, &[]) {
+                    out.push(Output::Upstream(reply));
+                }
+            }
+        }
+    }
+
+    /// A server request rewritten for the client; `Err` when it cannot be.
+    fn server_request_to_client(&self, msg: &Message<'_>) -> Result<Vec<u8>, ()> {
+        let route = self.route.ok_or(())?;
+        let map = &self.settings.map;
+        let mut editor = Editor::new(msg);
+        match msg.uri() {
+            Some("*") => {}
+            Some(uri) => {
+                let u = map.to_client(route, uri).map_err(|_| ())?;
+                editor.set_uri(&u).map_err(|_| ())?;
+            }
+            None => return Err(()),
+        }
+        if let Some(url) = msg.header("Location") {
+            let u = map.redirect_to_client(route, url).map_err(|_| ())?;
+            editor.set_header("Location", &u).map_err(|_| ())?;
+        }
+        for name in ["Content-Base", "Content-Location"] {
+            if let Some(url) = msg.header(name) {
+                match map.to_client(route, url) {
+                    Ok(u) => editor.set_header(name, &u).map_err(|_| ())?,
+                    Err(_) => editor.remove_header(name).map_err(|_| ())?,
+                };
+            }
+        }
+        if let Some(info) = msg.rtp_info() {
+            match map.rtp_info_to_client(route, info) {
+                Ok(v) => editor.set_header("RTP-Info", &v).map_err(|_| ())?,
+                Err(_) => editor.remove_header("RTP-Info").map_err(|_| ())?,
+            };
+        }
+        if !msg.body().is_empty() && is_sdp(msg) {
+            let body = self.sdp_to_client(route, msg.body()).map_err(|_| ())?;
+            editor.set_body(body);
+        }
+        self.rewrite_transport_source(msg, &mut editor)
+            .map_err(|_| ())?;
+        Ok(editor.to_bytes())
+    }
+
+    /// The client's reply to a server request: back to the server with its URLs pointed
+    /// upstream. A reply to nothing vgate forwarded is dropped.
+    fn client_reply(&mut self, msg: &Message<'_>, out: &mut Vec<Output>) {
+        let Some(cseq) = msg.cseq_raw() else { return };
+        let Some(i) = self.server_requests.iter().position(|c| c == cseq) else {
+            return;
+        };
+        self.server_requests.remove(i);
+        let Some(route) = self.route else { return };
+        let mut editor = Editor::new(msg);
+        for name in ["Content-Base", "Content-Location", "Location"] {
+            if let Some(url) = msg.header(name) {
+                let done = match self.settings.map.to_upstream_on(route, url) {
+                    Ok(u) => editor.set_header(name, &u).is_ok(),
+                    Err(_) => editor.remove_header(name).is_ok(),
+                };
+                if !done {
+                    return;
+                }
+            }
+        }
+        self.settings
+            .events
+            .client_replies_forwarded
+            .fetch_add(1, Relaxed);
+        out.push(Output::Upstream(editor.to_bytes()));
+    }
+
+    fn sdp_to_client(&self, route: usize, body: &[u8]) -> Result<Vec<u8>, Status> {
+        let urls = self
+            .settings
+            .map
+            .sdp_to_client(route, body)
+            .map_err(|_| BAD_GATEWAY)?;
+        let addr = self.settings.gateway[self.settings.client_domain.index()];
+        sdp::rewrite(&urls, addr, |_, _| Ok::<_, Infallible>(None)).map_err(|_| BAD_GATEWAY)
     }
 
     // ---- ordering ------------------------------------------------------------------------

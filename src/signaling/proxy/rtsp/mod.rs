@@ -14,6 +14,35 @@
 //! | [`logic`] | one connection's exchange without I/O: pairing, rewrites, auth, SETUP media plumbing |
 //! | [`conn`] | one connection's two threads, timers and the interleaved relay |
 //!
+//! A client that pushes (ANNOUNCE, SETUP with `mode=record`, RECORD) gets the same plumbing
+//! turned round: its RTP and RTCP enter at vgate's client-side pair and cross on the reverse
+//! channel to the server's `server_port`; the server's receiver reports come back on the
+//! forward channel. Interleaved pushes relay `$` frames client to server.
+//!
+//! **Lower-transport mismatch: refused, not bridged.** When the server answers a SETUP with
+//! the other lower transport than the client asked for (interleaved asked, UDP answered, or
+//! the reverse), the client gets `461 Unsupported Transport` in the SETUP's turn, at once. A
+//! bridge (vgate receiving the server's UDP on its gateway ports and writing `$` frames to
+//! the client's connection) would put media on the signaling threads, beside the one-way
+//! channels instead of through them, with its own buffering and back-pressure to bound; it is
+//! left out on purpose. Clients fall back on their own (ffmpeg and VLC retry with the other
+//! transport), and `tests/rtsp_netns.rs` checks that neither direction ever hangs.
+//!
+//! **Requests from the server** (keep-alive `OPTIONS`/`GET_PARAMETER`, `ANNOUNCE` of a changed
+//! stream, `REDIRECT`, `PLAY_NOTIFY`...) are forwarded to the client with their URLs and SDP
+//! rewritten and their `CSeq` kept; the client's reply goes back. vgate answers one itself
+//! (`200` for keep-alives, `501` otherwise) only when it names a URL the client must not see
+//! (a `REDIRECT` to another server).
+//!
+//! **Per-track TEARDOWN** (RFC 2326 §10.7): a TEARDOWN of one track's control URL, while the
+//! session has other tracks, gives back only that track's routes, ports and channels; a
+//! TEARDOWN of the aggregate URL (or of the last track) ends the session.
+//!
+//! The route's interleaved counters (frames and bytes each way, frames dropped on channels no
+//! SETUP negotiated) and the events above are summed over its connections in
+//! [`logic::Events`] and published each second as the route's signaling events
+//! (`vgate_signaling_events_total{kind="rtsp",event=...}`).
+//!
 //! Each connection's media session ends — routes removed, ports given back — on TEARDOWN,
 //! when the client or upstream closes its connection, when the session is idle past its
 //! timeout, when a playing session carries no media for the route's `media_timeout`, and
@@ -40,6 +69,8 @@ use logic::Settings;
 
 /// Most client connections one route serves at once; more get `503`.
 pub const MAX_CONNECTIONS: usize = 256;
+/// How often the route's [`logic::Events`] are published to the metrics.
+const EVENTS_EVERY: Duration = Duration::from_secs(1);
 
 /// A running RTSP proxy.
 pub struct RtspProxy {
@@ -47,6 +78,7 @@ pub struct RtspProxy {
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
     conns: Arc<Mutex<HashMap<u64, Conn>>>,
+    settings: Arc<Settings>,
 }
 
 struct Conn {
@@ -120,6 +152,7 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         transports: TransportPolicy::default(),
         session_timeout: opts.session_timeout,
         stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),
+        events: Arc::new(logic::Events::default()),
     })
 }
 
@@ -145,6 +178,11 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         addr: addr.into(),
         source,
     })?;
+    super::bind_to_interface(
+        &listener,
+        &ctx.config.domain(route.listen_domain).interface,
+        &route.name,
+    );
     listener
         .set_nonblocking(true)
         .map_err(|e| ProxyError::Other {
@@ -153,8 +191,9 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         })?;
     let stop = Arc::new(AtomicBool::new(false));
     let conns: Arc<Mutex<HashMap<u64, Conn>>> = Arc::new(Mutex::new(HashMap::new()));
+    let settings = Arc::new(settings);
     let cctx = ConnContext {
-        settings: Arc::new(settings),
+        settings: Arc::clone(&settings),
         routes: Arc::clone(&ctx.routes),
         stop: Arc::clone(&stop),
         media_timeout: media_timeout(route),
@@ -177,6 +216,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         stop,
         accept: Some(accept),
         conns,
+        settings,
     }))
 }
 
@@ -189,6 +229,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The route's events, summed over its connections, to the metrics.
+fn publish(settings: &Settings) {
+    settings.stats.set_events(settings.events.list());
+}
+
 fn accept_loop(
     listener: &TcpListener,
     ctx: &ConnContext,
@@ -197,7 +242,14 @@ fn accept_loop(
     gateway_stop: &AtomicBool,
 ) {
     static NEXT: AtomicU64 = AtomicU64::new(1);
+    let mut published = std::time::Instant::now();
     while !stop.load(Relaxed) && !gateway_stop.load(Relaxed) {
+        if published.elapsed() >= EVENTS_EVERY {
+            publish(&ctx.settings);
+            published = std::time::Instant::now();
+            // Ended connections give their descriptors back even when no client comes.
+            lock(conns).retain(|_, c| c.thread.as_ref().is_some_and(|t| !t.is_finished()));
+        }
         let (stream, _) = match listener.accept() {
             Ok(s) => s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -261,5 +313,6 @@ impl Proxy for RtspProxy {
                 let _ = t.join();
             }
         }
+        publish(&self.settings);
     }
 }

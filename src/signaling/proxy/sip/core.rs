@@ -17,7 +17,7 @@ use crate::routes::Routes;
 use crate::signaling::proxy::SignalingStats;
 use crate::signaling::sip::{
     build_response, triage_datagram, triage_framed, CSeq, Editor, Head, Host, Limits, NameAddr,
-    SipMessage, Uri, Verdict,
+    ParseFailure, SipError, SipMessage, Uri, Verdict,
 };
 
 use super::access::{parties_allowed, peer_allowed, RateLimiter};
@@ -104,6 +104,14 @@ pub struct Counters {
     pub media_timeouts: u64,
     pub calls_started: u64,
     pub calls_ended: u64,
+    /// TCP streams that could not be framed any more (answered when possible, closed).
+    pub tcp_unframeable: u64,
+    /// Messages over `max_message` (a TCP stream declaring one is also unframeable).
+    pub too_large: u64,
+    /// TCP connections refused: over `max_connections_per_source` or the global cap.
+    pub tcp_connections_refused: u64,
+    /// Outgoing TCP connections refused, failed or not made within the connect timeout.
+    pub tcp_connect_failures: u64,
 }
 
 impl Counters {
@@ -129,6 +137,10 @@ impl Counters {
             ("media_timeouts", self.media_timeouts),
             ("calls_started", self.calls_started),
             ("calls_ended", self.calls_ended),
+            ("tcp_unframeable", self.tcp_unframeable),
+            ("too_large", self.too_large),
+            ("tcp_connections_refused", self.tcp_connections_refused),
+            ("tcp_connect_failures", self.tcp_connect_failures),
         ]
     }
 }
@@ -201,6 +213,7 @@ pub fn wall_ms() -> u64 {
 static LOG_FORBIDDEN: RateLimit = RateLimit::new(10_000);
 static LOG_REFUSED_MEDIA: RateLimit = RateLimit::new(10_000);
 static LOG_BAD_RESPONSE_SDP: RateLimit = RateLimit::new(10_000);
+static LOG_UNFRAMEABLE: RateLimit = RateLimit::new(10_000);
 
 /// A header value on one line: each CRLF and the whitespace after it become one space.
 fn unfold(v: &[u8]) -> Vec<u8> {
@@ -392,7 +405,12 @@ impl Core {
             Verdict::Drop(crate::signaling::sip::Dropped::KeepAlive) => {
                 self.counters.dropped_keepalive += 1;
             }
-            Verdict::Drop(_) => self.counters.dropped_malformed += 1,
+            Verdict::Drop(why) => {
+                self.counters.dropped_malformed += 1;
+                if let crate::signaling::sip::Dropped::Unparsable(SipError::TooLarge { .. }) = why {
+                    self.counters.too_large += 1;
+                }
+            }
             Verdict::Answer { head, reject } => {
                 if !allowed {
                     self.forbid(face, src, &head, "source address not allowed", &mut out);
@@ -438,6 +456,78 @@ impl Core {
                     }
                 }
             }
+        }
+        out
+    }
+
+    /// A TCP stream that cannot be framed any more (`err` from [`frame`], `bytes` what was
+    /// buffered, the offending message first): counted, logged (rate-limited), and
+    /// answered when its head is a readable request from an allowed peer — `513 Message
+    /// Too Large` for a message over `max_message`, `400` for a missing or double
+    /// Content-Length — with a Warning naming the problem. The caller then closes the
+    /// connection: nothing after this point of the stream can be trusted.
+    ///
+    /// [`frame`]: crate::signaling::sip::frame
+    pub fn on_stream_error(
+        &mut self,
+        face: Face,
+        src: Peer,
+        bytes: &[u8],
+        err: &SipError,
+        _now: Instant,
+    ) -> Vec<Out> {
+        let mut out = Vec::new();
+        self.counters.tcp_unframeable += 1;
+        if matches!(
+            err,
+            SipError::TooLarge { .. }
+                | SipError::TooManyHeaders { .. }
+                | SipError::LineTooLong { .. }
+        ) {
+            self.counters.too_large += 1;
+        }
+        if let Some(suppressed) = LOG_UNFRAMEABLE.check(wall_ms()) {
+            tracing::warn!(route = %self.name, peer = %src.addr, suppressed, "SIP/TCP stream refused and closed: {err}");
+        }
+        let in_domain = self.routes.domain(self.dom(face)).contains(*src.addr.ip());
+        let allowed = match face {
+            Face::Listen => peer_allowed(&self.policy.allow_peers, in_domain, *src.addr.ip()),
+            Face::Upstream => in_domain,
+        };
+        // The header section alone, when it ends within the limit: enough to answer.
+        let skip = bytes
+            .iter()
+            .take_while(|b| matches!(b, b'\r' | b'\n'))
+            .count();
+        let rest = bytes.get(skip..).unwrap_or_default();
+        let window = rest.get(..self.limits.max_message).unwrap_or(rest);
+        let Some(end) = window.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return out;
+        };
+        let head_bytes = rest.get(..end + 4).unwrap_or_default();
+        let head = match SipMessage::parse_datagram(head_bytes, &self.limits) {
+            Ok(m) => m.head().clone(),
+            Err(ParseFailure { head: Some(h), .. }) => *h,
+            Err(_) => return out,
+        };
+        if !allowed || !head.is_request() || head.method() == Some(b"ACK") {
+            return out;
+        }
+        self.counters.answered_errors += 1;
+        let tag = self.next_id();
+        let warning = format!("399 vgate \"{err}\"");
+        if let Ok(bytes) = build_response(
+            &head,
+            err.status(),
+            err.phrase(),
+            &tag,
+            &[("Warning", &warning)],
+        ) {
+            out.push(Out {
+                face,
+                to: src,
+                bytes,
+            });
         }
         out
     }

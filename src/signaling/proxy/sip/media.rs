@@ -8,9 +8,18 @@
 //! address, port and direction for that line. Once both sides are known the routes are
 //! recomputed ([`CallMedia::wanted`]) and the difference installed: RTP in the direction(s)
 //! the two `a=` directions allow (sendonly/recvonly as each side sees it), RTCP sender
-//! reports alongside, receiver reports the other way (unless `a=rtcp-mux`). So GB/T 28181
-//! playback (device in A `sendonly`) installs the forward channel, talkback/broadcast (the
-//! device in A `recvonly`) the reverse one.
+//! reports alongside, receiver reports the other way. So GB/T 28181 playback (device in A
+//! `sendonly`) installs the forward channel, talkback/broadcast (the device in A
+//! `recvonly`) the reverse one.
+//!
+//! RTCP: without `a=rtcp-mux` on both sides, sender reports go on RTP + 1 in the media
+//! direction and receiver reports on RTP + 1 the other way. With `a=rtcp-mux` on both
+//! sides (RFC 5761) RTCP rides the RTP ports: the sender's reports share the RTP route,
+//! and the receiver-report route is the reverse-direction route on the same ports (the
+//! receiver's RTP port in its domain to the sender's RTP port). Those muxed routes are not
+//! `rtp_only` (the RTP-only check would drop the RTCP they must carry); the expected
+//! source still applies. A one-sided `a=rtcp-mux` is not negotiated mux: both parties
+//! then use RTP + 1, and so does vgate.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
@@ -213,8 +222,19 @@ impl CallMedia {
                         label: format!("{} m{i} {kind}", self.label),
                     }
                 };
-                push(spec(src, 0, d, s, "rtp"));
-                if !s.rtcp_mux && !d.rtcp_mux {
+                if s.rtcp_mux && d.rtcp_mux {
+                    // RFC 5761: RTCP shares the RTP port. The sender's reports ride the
+                    // RTP route; the receiver's reports come back on the same ports
+                    // the other way (its own RTP port to the sender's RTP port). Neither
+                    // route can be RTP-only: RTCP is legitimately on it.
+                    let mut rtp = spec(src, 0, d, s, "rtp+rtcp");
+                    rtp.rtp_only = false;
+                    push(rtp);
+                    push(spec(dst, 0, s, d, "rtcp-rr"));
+                } else {
+                    // Not muxed (mux counts only when both sides say so, RFC 5761
+                    // §5.1.1): RTCP on RTP + 1 both ways.
+                    push(spec(src, 0, d, s, "rtp"));
                     push(spec(src, 1, d, s, "rtcp"));
                     push(spec(dst, 1, s, d, "rtcp-rr"));
                 }

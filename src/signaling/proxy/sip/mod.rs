@@ -67,7 +67,10 @@
 //! `media.rs`: every `m=` line with RTP over UDP gets a gateway RTP/RTCP pair in both
 //! domains; SDP is rewritten line-preserving (`c=`, `o=`, `m=`, `a=rtcp` only) and routes
 //! are installed in the channel of the media direction (forward for a device in A that
-//! sends, reverse for talkback/broadcast), with the expected source from each side's SDP.
+//! sends, reverse for talkback/broadcast), with the expected source from each side's SDP;
+//! RTCP receiver reports get the route the other way (on RTP + 1, or with `a=rtcp-mux` on
+//! both sides on the RTP ports themselves). A re-INVITE keeps the gateway ports and moves
+//! the routes to the new addresses and ports.
 //! `TCP/RTP/AVP` is refused with `488` and a `Warning` (logged rate-limited; a
 //! retransmitted INVITE gets the cached 488, so once per dialog): vgate does not bridge
 //! RTP over TCP yet, and passing such an SDP on would let media bypass the gateway. An SDP
@@ -92,6 +95,15 @@
 //! works on loopback, veth and ordinary LANs. RFC 3261 §18.1.1 would switch such a request
 //! to TCP; vgate keeps the route's transport, so a path that drops fragments needs a TCP
 //! route. `max_message` caps both (default 65 535 bytes).
+//!
+//! Over TCP (`net.rs`): messages are framed by Content-Length; a CRLFCRLF keep-alive gets
+//! a CRLF pong (RFC 5626); a stream that cannot be framed any more (a message over
+//! `max_message`, a missing or double Content-Length) is answered `513`/`400` with a
+//! Warning when its head is a readable request, counted (`tcp_unframeable`, `too_large`)
+//! and closed; `max_connections_per_source` accepted connections per source address, the
+//! next one closed at once (`tcp_connections_refused`). Connections vgate opens connect
+//! without blocking the loop (at most [`net::CONNECT_TIMEOUT`], then dropped and counted
+//! as `tcp_connect_failures`), so a dead peer delays nothing but its own messages.
 //!
 //! ## Access control
 //!
@@ -167,6 +179,12 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         route.listen_port,
     );
     let up = SocketAddrV4::new(ctx.config.domain(route.listen_domain.other()).address, 0);
+    let listen_if = ctx.config.domain(route.listen_domain).interface.clone();
+    let up_if = ctx
+        .config
+        .domain(route.listen_domain.other())
+        .interface
+        .clone();
     let err = |addr: SocketAddrV4, source: std::io::Error| ProxyError::Listen {
         route: route.name.clone(),
         addr: addr.into(),
@@ -183,6 +201,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         Transport::Udp => {
             let l = UdpSocket::bind(listen).map_err(|e| err(listen, e))?;
             let u = UdpSocket::bind(up).map_err(|e| err(up, e))?;
+            super::bind_to_interface(&l, &listen_if, &route.name);
+            super::bind_to_interface(&u, &up_if, &route.name);
             let local = [
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),
@@ -198,6 +218,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         Transport::Tcp => {
             let l = TcpListener::bind(listen).map_err(|e| err(listen, e))?;
             let u = TcpListener::bind(up).map_err(|e| err(up, e))?;
+            super::bind_to_interface(&l, &listen_if, &route.name);
+            super::bind_to_interface(&u, &up_if, &route.name);
             let local = [
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),
