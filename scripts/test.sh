@@ -22,6 +22,7 @@ PACKAGES=(
     iperf socat                         # channel experiment and its floor baseline
     systemd                             # systemd-analyze verify of the unit
     tmux                                # driving `vgate stats` like a person
+    nmap hping3 python3-scapy           # hostile suites: scans, SYN flood, forged datagrams
 )
 
 install=1

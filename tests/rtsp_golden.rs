@@ -19,6 +19,8 @@ use vgate::signaling::rtsp::{Authority, Limits, Route, UrlMap};
 struct FakeMedia {
     next: [u16; 2],
     allocated: Vec<(DomainId, u16)>,
+    /// Ports given back by per-track TEARDOWNs.
+    freed: Vec<(DomainId, u16)>,
     routes: Vec<RouteSpec>,
     released: usize,
 }
@@ -34,6 +36,11 @@ impl MediaPorts for FakeMedia {
     fn add_route(&mut self, spec: RouteSpec) -> Result<(), RouteError> {
         self.routes.push(spec);
         Ok(())
+    }
+    fn release_track(&mut self, routes: &[(DomainId, u16)], ports: &[(DomainId, u16)]) {
+        self.routes
+            .retain(|r| !routes.contains(&(r.ingress, r.port)));
+        self.freed.extend_from_slice(ports);
     }
     fn release(&mut self) {
         self.routes.clear();
@@ -62,6 +69,7 @@ fn settings() -> Settings {
         stats: Arc::new(vgate::signaling::proxy::SignalingStats::new(
             vgate::config::SignalingKind::Rtsp,
         )),
+        events: Arc::new(Default::default()),
     }
 }
 
@@ -184,7 +192,9 @@ fn run_transcript(path: &Path, mut ex: Exchange<FakeMedia>) -> Exchange<FakeMedi
                         let want = show(&wire(&fill(body, &names)));
                         assert_eq!(show(&b), want, "{at}");
                     }
-                    ("<< session-ended", Output::SessionEnded) | ("<< close", Output::Close) => {}
+                    ("<< session-ended", Output::SessionEnded)
+                    | ("<< track-ended", Output::TrackEnded)
+                    | ("<< close", Output::Close) => {}
                     (m, Output::Connect(a)) if m.starts_with("<< connect ") => {
                         assert_eq!(a.to_string(), m.trim_start_matches("<< connect "), "{at}");
                     }
@@ -239,6 +249,56 @@ fn udp_refusals_and_port_reuse() {
     );
 }
 
+#[test]
+fn record_announce_udp_on_the_reverse_channel() {
+    let ex = run_transcript(&golden("record_announce_udp.txt"), exchange(settings()));
+    assert_eq!(ex.media().released, 1, "TEARDOWN gives the session back");
+    assert!(!ex.state().playing);
+}
+
+#[test]
+fn transport_mismatch_is_refused_promptly_both_ways() {
+    let ex = run_transcript(&golden("transport_mismatch.txt"), exchange(settings()));
+    assert!(!ex.channel_allowed(0) && !ex.channel_allowed(1));
+    assert_eq!(ex.pending(), 0, "nothing left waiting");
+    assert_eq!(
+        ex.media().allocated.len(),
+        1,
+        "no client-side pair for a refused SETUP"
+    );
+}
+
+#[test]
+fn per_track_teardown_frees_only_that_track() {
+    let ex = run_transcript(&golden("per_track_teardown.txt"), exchange(settings()));
+    let m = ex.media();
+    // Allocation order: A0 (SETUP out), B0 (its reply), A1, B1.
+    let (a1, b1) = (m.allocated[2].1, m.allocated[3].1);
+    assert_eq!(
+        m.freed,
+        vec![
+            (DomainId::A, a1),
+            (DomainId::A, a1 + 1),
+            (DomainId::B, b1),
+            (DomainId::B, b1 + 1)
+        ],
+        "the second track's four ports, and only those"
+    );
+    assert_eq!(m.released, 1, "the aggregate TEARDOWN ends the rest");
+    assert_eq!(ex.state().tracks, 0);
+}
+
+#[test]
+fn server_requests_reach_the_client_rewritten() {
+    let s = settings();
+    let events = Arc::clone(&s.events);
+    run_transcript(&golden("server_requests.txt"), exchange(s));
+    let ev: BTreeMap<_, _> = events.list().into_iter().collect();
+    assert_eq!(ev["server_requests_forwarded"], 3);
+    assert_eq!(ev["server_requests_answered"], 1);
+    assert_eq!(ev["client_replies_forwarded"], 3);
+}
+
 /// Every golden file is run by a test above.
 #[test]
 fn every_transcript_is_tested() {
@@ -252,6 +312,10 @@ fn every_transcript_is_tested() {
         files,
         [
             "interleaved_absolute_pipelined.txt",
+            "per_track_teardown.txt",
+            "record_announce_udp.txt",
+            "server_requests.txt",
+            "transport_mismatch.txt",
             "udp_refusals.txt",
             "udp_two_tracks_relative.txt"
         ]
@@ -441,4 +505,70 @@ fn malformed_input_gets_400_never_a_panic() {
         let _ = ex.upstream_message(&wire(reply));
     }
     let _ = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1);
+}
+
+/// The real route tables: a per-track release removes that track's routes and gives its
+/// ports back while the session and its other track live on; the session's end frees the rest.
+#[test]
+fn per_track_release_on_the_real_route_tables() {
+    use vgate::signaling::proxy::rtsp::conn::RoutesMedia;
+    let cfg = vgate::config::parse(
+        r#"
+[domains.a]
+interface = "lo"
+address = "127.0.0.1"
+media_ports = "20000-20009"
+[domains.b]
+interface = "lo"
+address = "127.0.0.2"
+media_ports = "30000-30009"
+[security]
+source_validation = "latch"
+"#,
+        "t",
+    )
+    .unwrap();
+    let routes = Arc::new(vgate::routes::Routes::new(
+        &cfg,
+        Arc::new(vgate::routes::NoHooks),
+    ));
+    let mut media = RoutesMedia::new(Arc::clone(&routes), "rtsp:t".into());
+    let spec = |port: u16, egress: u16| RouteSpec {
+        ingress: DomainId::A,
+        port,
+        dest: "127.0.0.2:40000".parse().unwrap(),
+        egress_port: egress,
+        policy: SourcePolicy::Latch,
+        expected: None,
+        rtp_only: false,
+        label: format!("r{port}"),
+    };
+    let mut tracks = Vec::new();
+    for _ in 0..2 {
+        let a = media.alloc_pair(DomainId::A).unwrap();
+        let b = media.alloc_pair(DomainId::B).unwrap();
+        media.add_route(spec(a, b)).unwrap();
+        media.add_route(spec(a + 1, b + 1)).unwrap();
+        tracks.push((a, b));
+    }
+    assert_eq!(routes.routes().len(), 4);
+    assert_eq!(routes.ports(DomainId::A).0, 4);
+    let (a, b) = tracks[1];
+    media.release_track(
+        &[(DomainId::A, a), (DomainId::A, a + 1)],
+        &[
+            (DomainId::A, a),
+            (DomainId::A, a + 1),
+            (DomainId::B, b),
+            (DomainId::B, b + 1),
+        ],
+    );
+    assert_eq!(routes.routes().len(), 2, "the first track's routes stay");
+    assert_eq!(routes.ports(DomainId::A).0, 2);
+    assert_eq!(routes.ports(DomainId::B).0, 2);
+    assert_eq!(routes.sessions().len(), 1, "the session goes on");
+    media.release();
+    assert_eq!(routes.routes().len(), 0);
+    assert_eq!(routes.ports(DomainId::A).0 + routes.ports(DomainId::B).0, 0);
+    assert!(routes.sessions().is_empty());
 }

@@ -5,7 +5,11 @@
 //! Checked: UDP and interleaved TCP each decode at least 50 video frames without errors; ten
 //! clients at once; an upstream that requires Digest (vgate answers it); each of the four
 //! ways a session ends (TEARDOWN, client TCP close, session timeout, no media) leaves zero
-//! RTSP sessions, routes and ports; nothing ffmpeg receives in B names an A-side address.
+//! RTSP sessions, routes and ports; nothing ffmpeg receives in B names an A-side address;
+//! ffmpeg in B pushing (ANNOUNCE/RECORD, UDP and interleaved) to GStreamer's server in RECORD
+//! mode, whose decoded frames are counted, on the reverse channel, with the interleaved
+//! counters in the metrics; a server answering the other lower transport than asked gets
+//! the client a prompt 461 both ways (a hand-written fake server in A).
 //! Figures (printed, never asserted): time to first frame direct vs through vgate, vgate's
 //! CPU per stream.
 //!
@@ -73,6 +77,8 @@ impl Drop for Proc {
 struct Rig {
     bed: Bed,
     server: Option<Proc>,
+    /// What the server printed after READY (`FRAMES n` lines of a RECORD server).
+    server_out: Arc<Mutex<String>>,
     vgate: Option<Proc>,
     vgate_err: Arc<Mutex<String>>,
     dir: tempfile::TempDir,
@@ -101,6 +107,11 @@ source_validation = "strict"
 impl Rig {
     /// `routes` is appended to the config: `A_IP` is replaced by the server's address.
     fn up(server_args: &[&str], routes: &str) -> Rig {
+        Rig::up_with(Some(server_args), routes)
+    }
+
+    /// As [`Rig::up`]; `None`: no GStreamer server (the test brings its own peer in A).
+    fn up_with(server_args: Option<&[&str]>, routes: &str) -> Rig {
         let bed = Bed::up(1);
         let dir = tempfile::tempdir().unwrap();
         let net = |ip: &str| {
@@ -119,11 +130,14 @@ impl Rig {
         let mut rig = Rig {
             bed,
             server: None,
+            server_out: Arc::new(Mutex::new(String::new())),
             vgate: None,
             vgate_err: Arc::new(Mutex::new(String::new())),
             dir,
         };
-        rig.start_server(server_args);
+        if let Some(args) = server_args {
+            rig.start_server(args);
+        }
         let mut vgate = Command::new("ip")
             .args(["netns", "exec", rig.bed.get("G_NS")])
             .arg(vgate_bin())
@@ -172,7 +186,40 @@ impl Rig {
             line.starts_with("READY"),
             "RTSP server did not start: {line:?}"
         );
+        // Keep reading: a closed pipe would kill a server that prints more.
+        let sink = Arc::clone(&self.server_out);
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
         self.server = Some(Proc(child));
+    }
+
+    /// Frames the RECORD server decoded so far (its last `FRAMES n` line).
+    fn server_frames(&self) -> u64 {
+        self.server_out
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("FRAMES "))
+            .filter_map(|n| n.trim().parse().ok())
+            .next_back()
+            .unwrap_or(0)
+    }
+
+    /// Waits until the RECORD server has decoded at least `n` frames; its count.
+    fn wait_frames(&self, n: u64, within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.server_frames() >= n {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.server_frames()
     }
 
     fn server_pid(&self) -> u32 {
@@ -723,6 +770,245 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
         Duration::from_secs(10),
     );
     drop(held);
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
+
+/// ffmpeg in namespace `ns` pushes `seconds` of a 320x240 MJPEG test pattern at 10 fps to
+/// `url` (ANNOUNCE, SETUP mode=record, RECORD, TEARDOWN). RFC 2435 wants the standard Huffman
+/// tables and a full-range 4:2:0 picture. Returns (exit ok, stderr).
+fn ffmpeg_push(ns: &str, url: &str, transport: &str, seconds: u32) -> (bool, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "timeout", "30", "ffmpeg", "-nostdin"])
+        .args(["-hide_banner", "-loglevel", "error", "-re", "-f", "lavfi"])
+        .args([
+            "-i",
+            "testsrc=size=320x240:rate=10",
+            "-t",
+            &seconds.to_string(),
+        ])
+        .args([
+            "-c:v", "mjpeg", "-huffman", "default", "-pix_fmt", "yuvj420p",
+        ])
+        .args(["-f", "rtsp", "-rtsp_transport", transport, url])
+        .output()
+        .expect("run ffmpeg");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One metrics sample of the admin interface (in the gateway namespace, on its loopback).
+fn metric(rig: &Rig, name_and_labels: &str) -> f64 {
+    let g = rig.bed.get("G_NS").to_string();
+    let text = in_netns(&g, || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        agent
+            .get("http://127.0.0.1:9940/metrics")
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default()
+    });
+    text.lines()
+        .find(|l| {
+            l.strip_prefix(name_and_labels)
+                .is_some_and(|r| r.starts_with(' '))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn record_push_crosses_on_the_reverse_channel() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("record_push_crosses_on_the_reverse_channel") {
+        return;
+    }
+    let mut rig = Rig::up(&["--record"], &simple_route(""));
+    let b = rig.bed.get("B_NS").to_string();
+    let url = rig.url(8554, "/cam1");
+    for (i, transport) in ["udp", "tcp"].into_iter().enumerate() {
+        let before = rig.server_frames();
+        let (ok, err) = ffmpeg_push(&b, &url, transport, 4);
+        assert!(ok, "{transport}: ffmpeg push failed: {err}");
+        // 40 frames sent at 10 fps; the last second may still be on its way.
+        let after = rig.wait_frames(before + 30, Duration::from_secs(5));
+        assert!(
+            after >= before + 30,
+            "{transport}: the server decoded only {} of 40 pushed frames",
+            after - before
+        );
+        rig.wait_log(
+            &format!("rtsp session ended (teardown); {ZERO}"),
+            i + 1,
+            Duration::from_secs(10),
+        );
+    }
+    let log = rig.log();
+    // UDP: the client's RTP and RTCP entered in B and crossed on the reverse channel; only
+    // the server's receiver reports took the forward channel.
+    for (label, channel) in [
+        ("rtsp:cam:t1:rtp", "reverse"),
+        ("rtsp:cam:t1:rtcp", "reverse"),
+        ("rtsp:cam:t1:rtcp-rr", "forward"),
+    ] {
+        let line = log
+            .lines()
+            .find(|l| l.contains("route started") && l.contains(&format!("route={label} ")))
+            .unwrap_or_else(|| panic!("no route {label} in:\n{log}"));
+        assert!(line.contains(&format!("channel={channel}")), "{line}");
+    }
+    // Interleaved: frames client to server, counted on the connection and in the metrics.
+    let ended = log
+        .lines()
+        .filter(|l| l.contains("rtsp connection ended"))
+        .find(|l| !l.contains("interleaved_to_upstream=0"))
+        .unwrap_or_else(|| panic!("no interleaved push counted:\n{log}"));
+    assert!(ended.contains(ZERO), "{ended}");
+    let ev = |e: &str| {
+        metric(
+            &rig,
+            &format!("vgate_signaling_events_total{{route=\"cam\",kind=\"rtsp\",event=\"{e}\"}}"),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ev("interleaved_frames_to_server") < 30.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(ev("interleaved_frames_to_server") >= 30.0);
+    assert!(ev("interleaved_bytes_to_server") > ev("interleaved_frames_to_server"));
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
+
+/// A fake RTSP server in domain A that answers every SETUP with the other lower transport
+/// than the one asked for. Stops when `stop` is set.
+fn mismatched_server(ns: String, addr: String, stop: Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    std::thread::spawn(move || {
+        common::enter_netns(&ns).unwrap();
+        let l = std::net::TcpListener::bind(&addr).unwrap();
+        l.set_nonblocking(true).unwrap();
+        while !stop.load(Relaxed) {
+            let Ok((s, _)) = l.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                let mut head = String::new();
+                while !stop.load(Relaxed) {
+                    let mut line = String::new();
+                    match r.read_line(&mut line) {
+                        Ok(0) => return,
+                        Ok(_) => head.push_str(&line),
+                        Err(_) => continue,
+                    }
+                    if line != "\r\n" {
+                        continue;
+                    }
+                    let req = std::mem::take(&mut head);
+                    let cseq = req
+                        .lines()
+                        .find_map(|l| l.strip_prefix("CSeq: "))
+                        .unwrap_or("0")
+                        .to_string();
+                    let transport = if req.contains("RTP/AVP/TCP") {
+                        "Transport: RTP/AVP;unicast;client_port=6000-6001;server_port=7000-7001\r\nSession: 77\r\n"
+                    } else {
+                        "Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\nSession: 77\r\n"
+                    };
+                    let extra = if req.starts_with("SETUP ") {
+                        transport
+                    } else {
+                        ""
+                    };
+                    let reply = format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\n{extra}\r\n");
+                    if w.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn transport_mismatch_is_refused_promptly_never_hung() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !prerequisites(
+        "transport_mismatch_is_refused_promptly_never_hung",
+        true,
+        &[("ip", "iproute2")],
+    ) {
+        return;
+    }
+    let mut rig = Rig::up_with(None, &simple_route(""));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Stops the fake server whatever happens below.
+    struct Stop(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let _stop = Stop(Arc::clone(&stop));
+    mismatched_server(
+        rig.bed.get("A_NS").to_string(),
+        format!("{}:8554", rig.bed.get("A_IP")),
+        stop,
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let b = rig.bed.get("B_NS").to_string();
+    let gb = rig.bed.get("GB_IP").to_string();
+    for (i, asked) in [
+        "RTP/AVP/TCP;unicast;interleaved=0-1",
+        "RTP/AVP;unicast;client_port=41000-41001",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (gb, asked) = (gb.clone(), asked.to_string());
+        let (head, took) = in_netns(&b, move || {
+            let mut s = TcpStream::connect(format!("{gb}:8554")).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let t0 = Instant::now();
+            let req = format!(
+                "SETUP rtsp://{gb}:8554/cam1/stream=0 RTSP/1.0\r\nCSeq: 1\r\nTransport: {asked}\r\n\r\n"
+            );
+            s.write_all(req.as_bytes()).unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if s.read_exact(&mut byte).is_err() {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            (String::from_utf8_lossy(&head).into_owned(), t0.elapsed())
+        });
+        assert!(
+            head.starts_with("RTSP/1.0 461 Unsupported Transport\r\nCSeq: 1\r\n"),
+            "asked {i}: {head:?}"
+        );
+        assert!(took < Duration::from_secs(3), "answered after {took:?}");
+        rig.wait_log(
+            &format!("rtsp connection ended (client-closed); {ZERO}"),
+            i + 1,
+            Duration::from_secs(10),
+        );
+    }
     let totals = rig.stop_vgate();
     assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
 }

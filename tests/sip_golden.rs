@@ -37,6 +37,7 @@ transport = "udp"
 listen_domain = "b"
 listen_port = 5060
 upstream = "10.1.0.9:5060"
+media_timeout = 5
 
 [[signaling_route]]
 name = "a2b"
@@ -608,4 +609,604 @@ fn operator_ends_a_call_with_bye_to_both_sides() {
     );
     assert!(t.routes.sessions().is_empty());
     assert!(t.routes.routes().is_empty());
+}
+
+/// The branch of the top Via of a message vgate sent.
+fn branch_of(o: &Out) -> String {
+    String::from_utf8_lossy(&o.bytes)
+        .split("branch=")
+        .nth(1)
+        .unwrap()
+        .split([';', '\r'])
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn text(o: &Out) -> String {
+    String::from_utf8_lossy(&o.bytes).into_owned()
+}
+
+fn ports_used(t: &Bench) -> usize {
+    t.routes.ports(DomainId::A).0 + t.routes.ports(DomainId::B).0
+}
+
+#[test]
+fn cancel_before_answer_gives_487_and_frees_everything() {
+    let mut t = bench(0);
+    let invite = invite_with(OFFER, "34020000002000000001", "cn1");
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_eq!(outs.len(), 2);
+    assert_eq!(status(&outs[0]), "SIP/2.0 100 Trying");
+    let b = branch_of(&outs[1]);
+    assert_eq!(
+        t.routes.sessions().len(),
+        1,
+        "ports allocated for the offer"
+    );
+    let ringing = format!(
+        "SIP/2.0 180 Ringing
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={b};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d9
+Call-ID: cn1
+CSeq: 1 INVITE
+Content-Length: 0
+
+"
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ringing);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].face, Face::Listen);
+    // The caller gives up before the answer.
+    let cancel = "CANCEL sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bKcn1
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: cn1
+CSeq: 1 CANCEL
+Max-Forwards: 70
+Content-Length: 0
+
+";
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", cancel);
+    assert_eq!(
+        outs.len(),
+        2,
+        "200 to the CANCEL, CANCEL downstream: {outs:?}"
+    );
+    assert_eq!(status(&outs[0]), "SIP/2.0 200 OK");
+    assert_eq!(outs[0].face, Face::Listen);
+    assert!(status(&outs[1]).starts_with("CANCEL "));
+    assert_eq!(outs[1].to.addr, "10.1.0.9:5060".parse().unwrap());
+    assert_eq!(branch_of(&outs[1]), b, "the CANCEL has the INVITE's branch");
+    assert!(text(&outs[1]).contains("CSeq: 1 CANCEL"));
+    assert_eq!(t.routes.sessions().len(), 0, "ports freed at the CANCEL");
+    assert_eq!(ports_used(&t), 0);
+    // The callee confirms the CANCEL (absorbed) and ends the INVITE with 487.
+    let cancel_ok = format!(
+        "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={b};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d9
+Call-ID: cn1
+CSeq: 1 CANCEL
+Content-Length: 0
+
+"
+    );
+    assert!(t
+        .send(Face::Upstream, "10.1.0.9:5060", &cancel_ok)
+        .is_empty());
+    let terminated = format!(
+        "SIP/2.0 487 Request Terminated
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={b};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d9
+Call-ID: cn1
+CSeq: 1 INVITE
+Content-Length: 0
+
+"
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &terminated);
+    assert_eq!(outs.len(), 2, "ACK downstream, 487 to the caller: {outs:?}");
+    assert!(status(&outs[0]).starts_with("ACK "));
+    assert_eq!(outs[0].face, Face::Upstream);
+    assert_eq!(status(&outs[1]), "SIP/2.0 487 Request Terminated");
+    assert_eq!(outs[1].to.addr, "10.2.0.50:5060".parse().unwrap());
+    assert!(text(&outs[1]).contains("branch=z9hG4bKcn1"));
+    // The caller's ACK of the 487 ends at vgate (the callee had its ACK).
+    let ack = "ACK sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bKcn1
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d9
+Call-ID: cn1
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+
+";
+    assert!(t.send(Face::Listen, "10.2.0.50:5060", ack).is_empty());
+    t.note_routes();
+    assert!(t.routes.routes().is_empty());
+    assert_eq!(t.core.counters.calls_ended, 1);
+    // No INVITE timeout later: the transaction has its final answer.
+    t.advance(Duration::from_secs(40));
+    assert!(t.core.tick(t.now, 0).is_empty());
+    t.advance(Duration::from_secs(100));
+    t.core.tick(t.now, 0);
+    assert_eq!(t.core.table_sizes().0, 0);
+    t.check("cancel_before_answer");
+}
+
+fn reinvite_offer() -> String {
+    OFFER.replace("m=video 6000", "m=video 6002")
+}
+
+#[test]
+fn reinvite_keeps_gateway_ports_and_updates_routes() {
+    let mut t = bench(0);
+    let (_caller_token, callee_token) = establish_call(&mut t);
+    let before = t.routes.routes();
+    let fwd_rtp = before
+        .iter()
+        .find(|r| r.label.ends_with("m0 rtp"))
+        .unwrap()
+        .clone();
+    assert_eq!(fwd_rtp.dest, "10.2.0.50:6000".parse().unwrap());
+    let reinvite = with_body(
+        &format!(
+            "INVITE sip:34020000001320000001@10.2.0.1:5060;vgt={callee_token} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bK1003
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: 1001@3402000000
+CSeq: 21 INVITE
+Contact: <sip:34020000002000000001@10.2.0.50:5060>
+Max-Forwards: 70
+"
+        ),
+        "application/sdp",
+        &reinvite_offer(),
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &reinvite);
+    assert_eq!(
+        outs.len(),
+        1,
+        "in-dialog: no 100 of ours, forwarded: {outs:?}"
+    );
+    assert_eq!(outs[0].to.addr, "10.1.0.9:5060".parse().unwrap());
+    let fwd = text(&outs[0]);
+    assert!(fwd.starts_with("INVITE sip:34020000001320000001@10.1.0.9:5060 SIP/2.0"));
+    // The same gateway pair in A is offered again (the forward route's ingress port).
+    let a_port = fwd_rtp.port;
+    assert!(fwd.contains(&format!("m=video {a_port} RTP/AVP")), "{fwd}");
+    assert_eq!(t.routes.sessions().len(), 1);
+    let b = branch_of(&outs[0]);
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={b};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: 1001@3402000000
+CSeq: 21 INVITE
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+"
+        ),
+        "application/sdp",
+        &ANSWER.replace("m=video 15060", "m=video 15062"),
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert_eq!(outs.len(), 1);
+    let back = text(&outs[0]);
+    assert!(back.contains("branch=z9hG4bK1003"));
+    t.note_routes();
+    let after = t.routes.routes();
+    let rtp = after.iter().find(|r| r.label.ends_with("m0 rtp")).unwrap();
+    assert_eq!(rtp.port, fwd_rtp.port, "same gateway port");
+    assert_eq!(rtp.egress_port, fwd_rtp.egress_port);
+    assert_eq!(rtp.dest, "10.2.0.50:6002".parse().unwrap(), "new B port");
+    assert_eq!(
+        rtp.expected,
+        Some("10.1.0.9:0".parse().unwrap()),
+        "the device stays the expected source"
+    );
+    let rr = after
+        .iter()
+        .find(|r| r.label.ends_with("m0 rtcp-rr"))
+        .unwrap();
+    assert_eq!(
+        rr.dest,
+        "10.1.0.9:15063".parse().unwrap(),
+        "RR to the new A port"
+    );
+    assert_eq!(after.len(), before.len());
+    assert_eq!(ports_used(&t), 4, "one pair per domain, no new allocation");
+    t.check("reinvite");
+}
+
+const MANSRTSP_PAUSE: &str = "PAUSE RTSP/1.0
+CSeq: 2
+PauseTime: now
+";
+
+const MANSRTSP_PLAY: &str = "PLAY RTSP/1.0
+CSeq: 3
+Scale: 2.0
+Range: npt=now-
+";
+
+#[test]
+fn info_mansrtsp_crosses_in_dialog_unchanged() {
+    let mut t = bench(0);
+    let (_caller_token, callee_token) = establish_call(&mut t);
+    let routes_before = t.routes.routes().len();
+    for (i, body) in [MANSRTSP_PAUSE, MANSRTSP_PLAY].iter().enumerate() {
+        let cseq = 30 + i;
+        let info = with_body(
+            &format!(
+                "INFO sip:34020000001320000001@10.2.0.1:5060;vgt={callee_token} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bKinfo{i}
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: 1001@3402000000
+CSeq: {cseq} INFO
+Max-Forwards: 70
+"
+            ),
+            "Application/MANSRTSP",
+            body,
+        );
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &info);
+        assert_eq!(outs.len(), 1);
+        assert_eq!(outs[0].to.addr, "10.1.0.9:5060".parse().unwrap());
+        let fwd = text(&outs[0]);
+        assert!(fwd.starts_with("INFO sip:34020000001320000001@10.1.0.9:5060 SIP/2.0"));
+        assert!(fwd.contains("Content-Type: Application/MANSRTSP\r\n"));
+        assert!(fwd.contains(&format!("CSeq: {cseq} INFO\r\n")));
+        assert!(
+            fwd.ends_with(&body.replace('\n', "\r\n")),
+            "MANSRTSP body unchanged"
+        );
+        let b = branch_of(&outs[0]);
+        let ok = format!(
+            "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={b};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: 1001@3402000000
+CSeq: {cseq} INFO
+Content-Length: 0
+
+"
+        );
+        let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+        assert_eq!(outs.len(), 1);
+        assert_eq!(outs[0].to.addr, "10.2.0.50:5060".parse().unwrap());
+        assert!(text(&outs[0]).contains(&format!("branch=z9hG4bKinfo{i}")));
+    }
+    assert_eq!(t.routes.sessions().len(), 1, "INFO touches no media");
+    assert_eq!(t.routes.routes().len(), routes_before);
+    t.check("info_mansrtsp");
+}
+
+#[test]
+fn catalog_subscription_notify_comes_back_through_vgate() {
+    let mut t = bench(0);
+    let query = "<?xml version=\"1.0\"?>\n<Query>\n<CmdType>Catalog</CmdType>\n<SN>41</SN>\n<DeviceID>34020000001320000001</DeviceID>\n</Query>\n";
+    let subscribe = |branch: &str, cseq: u32, to_tag: &str, uri: &str, expires: u32| {
+        with_body(
+            &format!(
+                "SUBSCRIBE {uri} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch={branch}
+From: <sip:34020000002000000001@3402000000>;tag=s1
+To: <sip:34020000001320000001@3402000000>{to_tag}
+Call-ID: sub1@3402000000
+CSeq: {cseq} SUBSCRIBE
+Contact: <sip:34020000002000000001@10.2.0.50:5060>
+Event: Catalog;id=41
+Expires: {expires}
+Max-Forwards: 70
+"
+            ),
+            "Application/MANSCDP+xml",
+            query,
+        )
+    };
+    let outs = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &subscribe(
+            "z9hG4bKsub1",
+            1,
+            "",
+            "sip:34020000001320000001@3402000000",
+            3600,
+        ),
+    );
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].to.addr, "10.1.0.9:5060".parse().unwrap());
+    let sub_token = token(&outs[0]);
+    let b = branch_of(&outs[0]);
+    let ok = format!(
+        "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={b};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=s1
+To: <sip:34020000001320000001@3402000000>;tag=n1
+Call-ID: sub1@3402000000
+CSeq: 1 SUBSCRIBE
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+Expires: 3600
+Content-Length: 0
+
+"
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert_eq!(outs.len(), 1);
+    let dev_token = token(&outs[0]);
+    // The device notifies at the subscriber's contact, i.e. the gateway with a token.
+    let notify_body = "<?xml version=\"1.0\" encoding=\"GB2312\"?>\n<Notify>\n<CmdType>Catalog</CmdType>\n<SN>41</SN>\n<DeviceID>34020000001320000001</DeviceID>\n<SumNum>1</SumNum>\n<DeviceList Num=\"1\">\n<Item>\n<DeviceID>34020000001320000001</DeviceID>\n<Event>ON</Event>\n</Item>\n</DeviceList>\n</Notify>\n";
+    let notify = with_body(
+        &format!(
+            "NOTIFY sip:34020000002000000001@10.1.0.1:40000;vgt={sub_token} SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.9:5060;rport;branch=z9hG4bKnot1
+From: <sip:34020000001320000001@3402000000>;tag=n1
+To: <sip:34020000002000000001@3402000000>;tag=s1
+Call-ID: sub1@3402000000
+CSeq: 1 NOTIFY
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+Event: Catalog;id=41
+Subscription-State: active;expires=3600
+Max-Forwards: 70
+"
+        ),
+        "Application/MANSCDP+xml",
+        notify_body,
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &notify);
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_eq!(outs[0].face, Face::Listen);
+    assert_eq!(outs[0].to.addr, "10.2.0.50:5060".parse().unwrap());
+    let fwd = text(&outs[0]);
+    assert!(fwd.starts_with("NOTIFY sip:34020000002000000001@10.2.0.50:5060 SIP/2.0"));
+    assert!(fwd.contains("Subscription-State: active;expires=3600\r\n"));
+    assert!(fwd.ends_with(&notify_body.replace('\n', "\r\n")));
+    let nb = branch_of(&outs[0]);
+    let notify_ok = format!(
+        "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.2.0.1:5060;branch={nb};rport=5060
+From: <sip:34020000001320000001@3402000000>;tag=n1
+To: <sip:34020000002000000001@3402000000>;tag=s1
+Call-ID: sub1@3402000000
+CSeq: 1 NOTIFY
+Content-Length: 0
+
+"
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &notify_ok);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].to.addr, "10.1.0.9:5060".parse().unwrap());
+    assert!(text(&outs[0]).contains("branch=z9hG4bKnot1"));
+    // Unsubscribe in the dialog: routed by the device's token.
+    let outs = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &subscribe(
+            "z9hG4bKsub2",
+            2,
+            ";tag=n1",
+            &format!("sip:34020000001320000001@10.2.0.1:5060;vgt={dev_token}"),
+            0,
+        ),
+    );
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].to.addr, "10.1.0.9:5060".parse().unwrap());
+    assert!(text(&outs[0]).starts_with("SUBSCRIBE sip:34020000001320000001@10.1.0.9:5060 "));
+    assert!(
+        t.routes.sessions().is_empty(),
+        "a subscription has no media"
+    );
+    t.check("subscribe_notify_catalog");
+}
+
+#[test]
+fn media_timeout_sends_bye_to_both_sides() {
+    let mut t = bench(0);
+    establish_call(&mut t);
+    let start = vgate::signaling::proxy::sip::core::wall_ms();
+    // 3 s without media: still within the route's media_timeout of 5 s.
+    t.advance(Duration::from_secs(2));
+    assert!(t.core.tick(t.now, start + 3_000).is_empty());
+    assert_eq!(t.routes.sessions().len(), 1);
+    t.advance(Duration::from_secs(2));
+    let outs = t.core.tick(t.now, start + 6_000);
+    for o in &outs {
+        let _ = writeln!(
+            t.log,
+            "-------- tick out {:?} to {}\n{}",
+            o.face,
+            o.to.addr,
+            text(o).replace("\r\n", "\n")
+        );
+    }
+    assert_eq!(outs.len(), 2, "{outs:?}");
+    let to_a = outs.iter().find(|o| o.face == Face::Upstream).unwrap();
+    let to_b = outs.iter().find(|o| o.face == Face::Listen).unwrap();
+    assert_eq!(to_a.to.addr, "10.1.0.9:5060".parse().unwrap());
+    assert_eq!(to_b.to.addr, "10.2.0.50:5060".parse().unwrap());
+    for o in [to_a, to_b] {
+        let m = text(o);
+        assert!(m.starts_with("BYE "), "{m}");
+        assert!(m.contains("Call-ID: 1001@3402000000\r\n"));
+        assert!(m.contains("Reason: SIP;cause=200;text=\"vgate: no media\""));
+    }
+    // Each side's BYE carries that side's view of the dialog (its own tag in To or From).
+    assert!(text(to_a).contains("From: <sip:34020000002000000001@3402000000>;tag=p1\r\n"));
+    assert!(text(to_a).contains("To: <sip:34020000001320000001@3402000000>;tag=d1\r\n"));
+    assert!(text(to_b).contains("From: <sip:34020000001320000001@3402000000>;tag=d1\r\n"));
+    assert!(text(to_b).contains("To: <sip:34020000002000000001@3402000000>;tag=p1\r\n"));
+    assert!(
+        text(to_a).contains("CSeq: 21 BYE"),
+        "above the caller's CSeq 20"
+    );
+    assert_eq!(t.core.counters.media_timeouts, 1);
+    assert!(t.routes.sessions().is_empty());
+    assert_eq!(ports_used(&t), 0);
+    // Their 200s end at vgate.
+    for (face, from, o) in [
+        (Face::Upstream, "10.1.0.9:5060", to_a),
+        (Face::Listen, "10.2.0.50:5060", to_b),
+    ] {
+        let m = text(o);
+        let via = m.lines().find(|l| l.starts_with("Via: ")).unwrap();
+        let hdr = |n: &str| m.lines().find(|l| l.starts_with(n)).unwrap().to_owned();
+        let ok = format!(
+            "SIP/2.0 200 OK\n{via}\n{}\n{}\n{}\n{}\nContent-Length: 0\n\n",
+            hdr("From: "),
+            hdr("To: "),
+            hdr("Call-ID: "),
+            hdr("CSeq: ")
+        );
+        assert!(t.send(face, from, &ok).is_empty());
+    }
+    t.note_routes();
+    t.check("media_timeout");
+}
+
+#[test]
+fn talkback_media_flows_on_the_reverse_channel() {
+    // GB/T 28181 voice broadcast: after the platform's Broadcast MESSAGE the device in A
+    // calls the platform in B, receiving audio (recvonly); the platform sends it.
+    let mut t = bench(1);
+    let offer = "v=0
+o=34020000001320000001 0 0 IN IP4 10.1.0.20
+s=Play
+c=IN IP4 10.1.0.20
+t=0 0
+m=audio 8000 RTP/AVP 8
+a=recvonly
+a=rtpmap:8 PCMA/8000
+y=0100000002
+f=v/////a/1/8/1
+";
+    let invite = with_body(
+        "INVITE sip:34020000002000000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.20:5060;rport;branch=z9hG4bKtb1
+From: <sip:34020000001320000001@3402000000>;tag=t1
+To: <sip:34020000002000000001@3402000000>
+Call-ID: talk1@3402000000
+CSeq: 1 INVITE
+Contact: <sip:34020000001320000001@10.1.0.20:5060>
+Subject: 34020000002000000001:0,34020000001320000001:0
+Max-Forwards: 70
+",
+        "application/sdp",
+        offer,
+    );
+    let outs = t.send(Face::Listen, "10.1.0.20:5060", &invite);
+    assert_eq!(outs.len(), 2);
+    assert_eq!(outs[1].to.addr, "10.2.0.60:5060".parse().unwrap());
+    let b = branch_of(&outs[1]);
+    let answer = "v=0
+o=34020000002000000001 0 0 IN IP4 10.2.0.60
+s=Play
+c=IN IP4 10.2.0.60
+t=0 0
+m=audio 9000 RTP/AVP 8
+a=sendonly
+a=rtpmap:8 PCMA/8000
+y=0100000002
+f=v/////a/1/8/1
+";
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.2.0.1:40000;branch={b};rport=40000
+From: <sip:34020000001320000001@3402000000>;tag=t1
+To: <sip:34020000002000000001@3402000000>;tag=pl1
+Call-ID: talk1@3402000000
+CSeq: 1 INVITE
+Contact: <sip:34020000002000000001@10.2.0.60:5060>
+"
+        ),
+        "application/sdp",
+        answer,
+    );
+    let outs = t.send(Face::Upstream, "10.2.0.60:5060", &ok);
+    assert_eq!(outs.len(), 1);
+    t.note_routes();
+    let routes = t.routes.routes();
+    let rtp: Vec<_> = routes
+        .iter()
+        .filter(|r| r.label.ends_with(" rtp"))
+        .collect();
+    assert_eq!(rtp.len(), 1, "{routes:?}");
+    assert_eq!(
+        rtp[0].channel,
+        vgate::routes::Channel::Reverse,
+        "B→A media on the reverse channel"
+    );
+    assert_eq!(rtp[0].dest, "10.1.0.20:8000".parse().unwrap());
+    assert_eq!(rtp[0].expected, Some("10.2.0.60:0".parse().unwrap()));
+    let rr = routes
+        .iter()
+        .find(|r| r.label.ends_with("rtcp-rr"))
+        .unwrap();
+    assert_eq!(rr.channel, vgate::routes::Channel::Forward);
+    assert_eq!(rr.dest, "10.2.0.60:9001".parse().unwrap());
+    // The platform's SDP shows the gateway port in A that the reverse route sends from.
+    let to_device = text(&outs[0]);
+    assert!(to_device.contains(&format!("m=audio {} RTP/AVP 8", rtp[0].egress_port)));
+    assert!(to_device.contains("c=IN IP4 10.1.0.1\r\n"));
+    t.check("talkback_reverse");
+}
+
+#[test]
+fn rtcp_mux_installs_the_receiver_report_route_on_the_rtp_ports() {
+    let mut t = bench(0);
+    let offer = OFFER.replace("a=recvonly", "a=recvonly\na=rtcp-mux");
+    let outs = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &invite_with(&offer, "34020000002000000001", "mux1"),
+    );
+    let b = branch_of(&outs[1]);
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={b};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: mux1
+CSeq: 1 INVITE
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+"
+        ),
+        "application/sdp",
+        &ANSWER.replace("a=sendonly", "a=sendonly\na=rtcp-mux"),
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert_eq!(outs.len(), 1);
+    t.note_routes();
+    let routes = t.routes.routes();
+    assert_eq!(routes.len(), 2, "{routes:?}");
+    let rtp = routes
+        .iter()
+        .find(|r| r.channel == vgate::routes::Channel::Forward)
+        .unwrap();
+    let rr = routes
+        .iter()
+        .find(|r| r.channel == vgate::routes::Channel::Reverse)
+        .unwrap();
+    assert_eq!(rtp.dest, "10.2.0.50:6000".parse().unwrap());
+    assert!(!rtp.rtp_only, "sender reports share the RTP port");
+    // The receiver's reports: from its RTP port to the gateway's RTP port in B, out of
+    // the gateway's RTP port in A to the sender's RTP port.
+    assert_eq!(rr.port, rtp.egress_port);
+    assert_eq!(rr.egress_port, rtp.port);
+    assert_eq!(rr.dest, "10.1.0.9:15060".parse().unwrap());
+    assert_eq!(rr.expected, Some("10.2.0.50:0".parse().unwrap()));
+    t.check("rtcp_mux");
 }

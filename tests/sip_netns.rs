@@ -423,3 +423,426 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
         "forward channel carried nothing: {forwarded}"
     );
 }
+
+// ---- SIP over TCP (`transport = "tcp"` routes) with sipp `-t t1`. ----
+
+fn tcp_config(bed: &Bed) -> String {
+    config(bed)
+        .replace("transport = \"udp\"", "transport = \"tcp\"")
+        .replace("listen = \"127.0.0.1:9940\"", "listen = \"127.0.0.1:9941\"")
+        .replace(
+            "allow_ids = [\"3402000000\"]\n",
+            "allow_ids = [\"3402000000\"]\nmax_message = 8192\nmax_connections_per_source = 3\n",
+        )
+}
+
+/// Counts UDP packets (and their sources) at `addr` inside `ns` until `stop`.
+fn udp_sink(
+    ns: &str,
+    addr: String,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(u64, std::collections::HashSet<std::net::SocketAddr>)> {
+    let ns = ns.to_owned();
+    std::thread::spawn(move || {
+        in_netns(&ns, move || {
+            let s = UdpSocket::bind(&addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            let (mut n, mut sources) = (0u64, std::collections::HashSet::new());
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((_, from)) = s.recv_from(&mut buf) {
+                    n += 1;
+                    sources.insert(from);
+                }
+            }
+            (n, sources)
+        })
+    })
+}
+
+/// `vgate_signaling_events_total` of a SIP route, from the metrics inside `g_ns`.
+fn sip_event(g_ns: &str, route: &str, event: &str) -> u64 {
+    let (route, event) = (route.to_owned(), event.to_owned());
+    in_netns(g_ns, move || {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect("127.0.0.1:9941").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        let needle = format!("route=\"{route}\",kind=\"sip\",event=\"{event}\"}} ");
+        text.lines()
+            .find_map(|l| {
+                l.split_once(&needle)
+                    .map(|(_, v)| v.trim().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no {needle} in the metrics"))
+    })
+}
+
+fn big_message(b_ip: &str, port: u16, body_len: usize) -> Vec<u8> {
+    let body = "x".repeat(body_len);
+    format!(
+        "MESSAGE sip:34020000001320000001@3402000000 SIP/2.0\r\n\
+Via: SIP/2.0/TCP {b_ip}:{port};branch=z9hG4bKbig{port}\r\n\
+From: <sip:34020000002000000001@3402000000>;tag=big\r\n\
+To: <sip:34020000001320000001@3402000000>\r\n\
+Call-ID: big{port}@3402000000\r\n\
+CSeq: 1 MESSAGE\r\n\
+Max-Forwards: 70\r\n\
+Content-Type: Application/MANSCDP+xml\r\n\
+Content-Length: {body_len}\r\n\r\n{body}"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
+    if !prerequisites(
+        "sip_netns (tcp)",
+        true,
+        &[
+            ("sipp", "sip-tester"),
+            ("ip", "iproute2"),
+            ("timeout", "coreutils"),
+        ],
+    ) {
+        return;
+    }
+    let bed = Bed::up(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let cfg = dir.path().join("vgate.toml");
+    std::fs::write(&cfg, tcp_config(&bed)).unwrap();
+    for d in [&a_dir, &b_dir] {
+        let st = Command::new("python3")
+            .args([
+                &format!("{}/make_rtp_pcap.py", sipp_dir()),
+                d.join("rtp.pcap").to_str().unwrap(),
+                "60",
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success(), "make_rtp_pcap.py failed");
+    }
+    let (a_ns, g_ns, b_ns) = (
+        bed.get("A_NS").to_owned(),
+        bed.get("G_NS").to_owned(),
+        bed.get("B_NS").to_owned(),
+    );
+    let (a_ip, b_ip, ga_ip, gb_ip) = (
+        bed.get("A_IP").to_owned(),
+        bed.get("B_IP").to_owned(),
+        bed.get("GA_IP").to_owned(),
+        bed.get("GB_IP").to_owned(),
+    );
+    let vgate_log = std::fs::File::create(dir.path().join("vgate.log")).unwrap();
+    let mut vgate = Proc(Some(
+        Command::new("ip")
+            .args(["netns", "exec", &g_ns])
+            .arg(vgate_bin())
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(vgate_log)
+            .spawn()
+            .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(800));
+    let keep_logs = format!("logs in {}", dir.path().display());
+
+    // 1. Live view B→A over TCP: 10 calls at a modest rate.
+    let uas = format!("{}/gb_uas_device.xml", sipp_dir());
+    let mut device = Proc(Some(
+        sipp(
+            &a_ns,
+            &a_dir,
+            &[
+                "-sf",
+                &uas,
+                "-t",
+                "t1",
+                "-i",
+                &a_ip,
+                "-p",
+                "5060",
+                "-mp",
+                "16000",
+                "-trace_msg",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = udp_sink(&b_ns, format!("{b_ip}:6000"), Arc::clone(&stop));
+    std::thread::sleep(Duration::from_millis(500));
+    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
+    let target = format!("{gb_ip}:5060");
+    let st = sipp(
+        &b_ns,
+        &b_dir,
+        &[
+            "-sf",
+            &uac,
+            "-t",
+            "t1",
+            "-i",
+            &b_ip,
+            "-p",
+            "5060",
+            "-mp",
+            "16000",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target,
+            "-m",
+            "10",
+            "-r",
+            "5",
+            "-l",
+            "5",
+            "-trace_msg",
+            "-nostdin",
+            "-timeout",
+            "60",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(
+        st.success(),
+        "TCP calls B→A did not all complete ({st:?}); {keep_logs}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let (rtp, sources) = sink.join().unwrap();
+    assert!(
+        rtp >= 10,
+        "RTP at the offered B address: {rtp}; {keep_logs}"
+    );
+    assert!(sources.iter().all(|s| s.ip().to_string() == gb_ip));
+    let _ = device.stop();
+
+    // 2. Talkback A→B over TCP: the platform in B sends the voice, relayed B→A.
+    let plat_tb = format!("{}/gb_uas_platform_talkback.xml", sipp_dir());
+    let mut platform = Proc(Some(
+        sipp(
+            &b_ns,
+            &b_dir,
+            &[
+                "-sf",
+                &plat_tb,
+                "-t",
+                "t1",
+                "-i",
+                &b_ip,
+                "-p",
+                "5070",
+                "-mp",
+                "16000",
+                "-trace_msg",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = udp_sink(&a_ns, format!("{a_ip}:8000"), Arc::clone(&stop));
+    std::thread::sleep(Duration::from_millis(500));
+    let dev_tb = format!("{}/gb_uac_talkback.xml", sipp_dir());
+    let target_a = format!("{ga_ip}:5060");
+    let st = sipp(
+        &a_ns,
+        &a_dir,
+        &[
+            "-sf",
+            &dev_tb,
+            "-t",
+            "t1",
+            "-i",
+            &a_ip,
+            "-p",
+            "5062",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target_a,
+            "-m",
+            "3",
+            "-r",
+            "2",
+            "-l",
+            "1",
+            "-trace_msg",
+            "-nostdin",
+            "-timeout",
+            "40",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(
+        st.success(),
+        "talkback calls did not complete ({st:?}); {keep_logs}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let (voice, sources) = sink.join().unwrap();
+    assert!(
+        voice >= 10,
+        "RTP from B reached the device in A on the reverse channel: {voice}; {keep_logs}"
+    );
+    assert!(sources.iter().all(|s| s.ip().to_string() == ga_ip));
+    let _ = platform.stop();
+
+    // 3. REGISTER with digest, Keepalive and a Catalog (> 1500 bytes) A→B over TCP.
+    let plat = format!("{}/gb_uas_platform_register.xml", sipp_dir());
+    let mut platform = Proc(Some(
+        sipp(
+            &b_ns,
+            &b_dir,
+            &[
+                "-sf",
+                &plat,
+                "-t",
+                "t1",
+                "-i",
+                &b_ip,
+                "-p",
+                "5070",
+                "-trace_msg",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(400));
+    let dev = format!("{}/gb_uac_device_register.xml", sipp_dir());
+    let st = sipp(
+        &a_ns,
+        &a_dir,
+        &[
+            "-sf",
+            &dev,
+            "-t",
+            "t1",
+            "-i",
+            &a_ip,
+            "-p",
+            "5064",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target_a,
+            "-m",
+            "1",
+            "-trace_msg",
+            "-nostdin",
+            "-timeout",
+            "30",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(
+        st.success(),
+        "REGISTER/Keepalive/Catalog over TCP failed; {keep_logs}"
+    );
+    let _ = platform.stop();
+    let b_log = read_logs(&b_dir, "_messages.log");
+    let a_log = read_logs(&a_dir, "_messages.log");
+    assert!(
+        b_log.contains("Content-Length:  4377"),
+        "the Catalog reached B"
+    );
+    assert!(!b_log.contains("10.201.1."), "an A address reached B");
+    assert!(!a_log.contains("10.201.2."), "a B address reached A");
+
+    // 4. Connection limit (3 per source) and an oversized message (max_message 8192).
+    let (gb2, b_ip2) = (gb_ip.clone(), b_ip.clone());
+    let (fourth, kept_open, oversize) = in_netns(&b_ns, move || {
+        use std::io::Write;
+        use std::net::TcpStream;
+        let to = format!("{gb2}:5060");
+        let open: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&to).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut extra = TcpStream::connect(&to).unwrap();
+        extra
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let fourth = match extra.read(&mut buf) {
+            Ok(0) => "closed".to_string(),
+            Ok(n) => format!("data: {:?}", String::from_utf8_lossy(&buf[..n])),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "closed".into(),
+            Err(e) => format!("error: {e}"),
+        };
+        let mut first = &open[0];
+        first
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let kept_open = matches!(
+            first.read(&mut buf),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        );
+        drop(open);
+        drop(extra);
+        std::thread::sleep(Duration::from_millis(300));
+        // An oversized message: answered 513, then the connection ends; no hang.
+        let mut s = TcpStream::connect(&to).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let port = s.local_addr().unwrap().port();
+        let started = Instant::now();
+        let _ = s.write_all(&big_message(&b_ip2, port, 9000));
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        (
+            fourth,
+            kept_open,
+            (
+                String::from_utf8_lossy(&answer).into_owned(),
+                started.elapsed(),
+            ),
+        )
+    });
+    assert_eq!(
+        fourth, "closed",
+        "a 4th connection from one source must be refused"
+    );
+    assert!(kept_open, "the 3 allowed connections stay open");
+    let (answer, took) = oversize;
+    assert!(
+        answer.starts_with("SIP/2.0 513 Message Too Large\r\n"),
+        "oversized message: {answer:?}; {keep_logs}"
+    );
+    assert!(answer.contains("Warning: 399 vgate \"message exceeds the 8192-byte limit"));
+    assert!(took < Duration::from_secs(4), "the refusal took {took:?}");
+    std::thread::sleep(Duration::from_millis(1300)); // counters reach the metrics each second
+    assert_eq!(sip_event(&g_ns, "b2a", "too_large"), 1);
+    assert_eq!(sip_event(&g_ns, "b2a", "tcp_unframeable"), 1);
+    assert_eq!(sip_event(&g_ns, "b2a", "tcp_connections_refused"), 1);
+
+    let out = vgate.stop().expect("vgate output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
+        "vgate left state behind:\n{stdout}"
+    );
+    let reverse = stdout
+        .lines()
+        .find(|l| l.starts_with("total channel=reverse"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !reverse.contains("tx_packets=0 "),
+        "reverse channel carried nothing: {reverse}"
+    );
+}

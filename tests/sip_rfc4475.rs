@@ -274,3 +274,184 @@ fn rfc4475_valid_messages_are_accepted() {
         assert!(ok, "{}: {o}", case.name);
     }
 }
+
+// ---- The same 49 messages through the proxy core (`Core::on_message`), on each face. ----
+
+mod through_core {
+    use super::*;
+    use std::net::SocketAddrV4;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use vgate::config;
+    use vgate::routes::{NoHooks, Routes};
+    use vgate::signaling::proxy::sip::net::take_frames;
+    use vgate::signaling::proxy::sip::{Core, Face, Out, Peer};
+
+    fn config(transport: &str) -> String {
+        format!(
+            r#"
+[domains.a]
+interface = "eth0"
+address = "10.1.0.1"
+networks = ["10.1.0.0/16"]
+media_ports = "20000-20099"
+
+[domains.b]
+interface = "eth1"
+address = "10.2.0.1"
+networks = ["10.2.0.0/16"]
+media_ports = "30000-30099"
+
+[engine]
+queues = 1
+
+[[signaling_route]]
+name = "torture"
+type = "sip"
+transport = "{transport}"
+listen_domain = "b"
+listen_port = 5060
+upstream = "10.1.0.9:5060"
+"#
+        )
+    }
+
+    fn core(transport: &str) -> (Core, Arc<Routes>) {
+        let cfg = config::parse(&config(transport), "rfc4475.toml").unwrap();
+        let routes = Arc::new(Routes::new(&cfg, Arc::new(NoHooks)));
+        let core = Core::new(
+            &cfg.signaling[0],
+            &cfg,
+            Arc::clone(&routes),
+            [
+                "10.2.0.1:5060".parse().unwrap(),
+                "10.1.0.1:40000".parse().unwrap(),
+            ],
+            "r",
+        );
+        (core, routes)
+    }
+
+    fn source(face: Face) -> SocketAddrV4 {
+        match face {
+            Face::Listen => "10.2.0.50:5060".parse().unwrap(),
+            Face::Upstream => "10.1.0.9:5060".parse().unwrap(),
+        }
+    }
+
+    /// What the sender observes from what the core sent.
+    fn classify(face: Face, outs: &[Out]) -> Outcome {
+        if outs.iter().any(|o| o.face == face.other()) {
+            return Outcome::Forward;
+        }
+        match outs.iter().find(|o| o.face == face) {
+            Some(o) => {
+                let line = String::from_utf8_lossy(&o.bytes)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let mut parts = line.splitn(3, ' ').skip(1);
+                let code = parts.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+                Outcome::Respond(code, parts.next().unwrap_or_default().to_owned())
+            }
+            None => Outcome::Drop("no output".into()),
+        }
+    }
+
+    fn udp(face: Face, bytes: &[u8]) -> Outcome {
+        let (mut c, _) = core("udp");
+        let outs = c.on_message(face, Peer::udp(source(face)), bytes, Instant::now());
+        classify(face, &outs)
+    }
+
+    /// The bytes as one TCP stream: framed by the event loop's own function, each message
+    /// to the core; a framing error goes to `on_stream_error` and closes the stream.
+    fn tcp(face: Face, bytes: &[u8]) -> (Outcome, Option<Outcome>) {
+        let (mut c, _) = core("tcp");
+        let peer = Peer {
+            addr: source(face),
+            conn: Some(1),
+        };
+        let mut rbuf = bytes.to_vec();
+        let f = take_frames(&mut rbuf, &Limits::default());
+        let mut outs = Vec::new();
+        for m in &f.messages {
+            outs.extend(c.on_message(face, peer, m, Instant::now()));
+        }
+        // Bytes after a framed message belong to the next message on the stream (dblreq's
+        // trailing octets): the case's own outcome is its first message's.
+        let first = (!f.messages.is_empty()).then(|| classify(face, &outs));
+        if let Some(e) = f.error {
+            let answer = c.on_stream_error(face, peer, &rbuf, &e, Instant::now());
+            let answer = (!answer.is_empty()).then(|| classify(face, &answer));
+            let close = Outcome::Close(e.to_string());
+            return match first {
+                Some(o) => (o, Some(close)),
+                None => (close, answer),
+            };
+        }
+        (first.unwrap_or(Outcome::Wait), None)
+    }
+
+    /// Where the core's outcome differs from the manifest: (name, face, transport, why).
+    /// Asserted exactly, so the list cannot drift.
+    const CORE_DEVIATIONS: &[(&str, &str, &str, &str)] = &[];
+
+    #[test]
+    fn rfc4475_through_the_proxy_core_on_each_face() {
+        let Some(dir) = corpus_dir() else { return };
+        let cases = load(&dir);
+        assert_eq!(cases.len(), 49);
+        let mut deviations = Vec::new();
+        println!(
+            "{:<11} {:<9} {:<40} {:<40} tcp",
+            "name", "face", "udp expect", "udp outcome"
+        );
+        for case in &cases {
+            let is_response = case.kind == "response";
+            let on_listen = udp(Face::Listen, &case.bytes);
+            for (face, fname) in [(Face::Listen, "listen"), (Face::Upstream, "upstream")] {
+                let u = udp(face, &case.bytes);
+                if face == Face::Upstream && !is_response && on_listen == Outcome::Forward {
+                    // By design the upstream face forwards only requests that carry a
+                    // binding token or belong to a dialog vgate knows; none of these do, so
+                    // a request the listen face forwards gets 404 here (after the same
+                    // checks: every reject above is the same on both faces).
+                    assert!(
+                        matches!(u, Outcome::Respond(404, _)),
+                        "{}: upstream face: {u}",
+                        case.name
+                    );
+                }
+                let (t, answer) = tcp(face, &case.bytes);
+                let u_ok = meets(&case.udp, &case.codes, is_response, &u);
+                let t_ok = meets(&case.tcp, &case.codes, is_response, &t);
+                println!(
+                    "{:<11} {fname:<9} {:<40} {:<40} {} {t}{}{}",
+                    case.name,
+                    format!("{} {:?}", case.udp, case.codes),
+                    format!("{u}{}", if u_ok { "" } else { " <-- DEVIATES" }),
+                    case.tcp,
+                    answer.map(|a| format!(" (then {a})")).unwrap_or_default(),
+                    if t_ok { "" } else { " <-- DEVIATES" },
+                );
+                if !u_ok {
+                    deviations.push((case.name.clone(), fname, "udp"));
+                }
+                if !t_ok {
+                    deviations.push((case.name.clone(), fname, "tcp"));
+                }
+            }
+        }
+        let known: Vec<(String, &str, &str)> = CORE_DEVIATIONS
+            .iter()
+            .map(|(n, f, t, _)| (n.to_string(), *f, *t))
+            .collect();
+        assert_eq!(
+            deviations, known,
+            "deviations changed: fix them or update CORE_DEVIATIONS with why"
+        );
+    }
+}

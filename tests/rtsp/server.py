@@ -6,6 +6,10 @@ Serves a JPEG video test source (and a PCMU audio tone) at each --path on --port
 USER:PASS every path requires Digest authentication. Rates are modest: --fps frames per
 second of --width x --height.
 
+With --record the paths take pushed media instead (ANNOUNCE/SETUP mode=record/RECORD, a
+JPEG video track): the server depayloads and decodes it and prints "FRAMES <total>" on
+stdout each second the count of decoded frames grew.
+
 Run with Debian's /usr/bin/python3 (python3-gi, gir1.2-gst-rtsp-server-1.0,
 gstreamer1.0-plugins-base, gstreamer1.0-plugins-good).
 """
@@ -32,6 +36,8 @@ def main():
     ap.add_argument("--no-audio", action="store_true")
     ap.add_argument("--digest", default=None, help="USER:PASS")
     ap.add_argument("--tcp-only", action="store_true")
+    ap.add_argument("--udp-only", action="store_true")
+    ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
     paths = args.path or ["/test"]
 
@@ -49,13 +55,36 @@ def main():
             " ! rtppcmupay name=pay1 pt=0"
         )
     launch += " )"
+    frames = [0, 0]  # decoded, last printed
+    if args.record:
+        launch = "( rtpjpegdepay name=depay0 ! jpegdec ! fakesink name=sink signal-handoffs=true )"
+
+    def count(*_):
+        frames[0] += 1
+
+    def media_configure(_factory, media):
+        sink = media.get_element().get_by_name("sink")
+        if sink is not None:
+            sink.connect("handoff", count)
+
+    def report():
+        if frames[0] != frames[1]:
+            frames[1] = frames[0]
+            print(f"FRAMES {frames[0]}", flush=True)
+        return True
+
     mounts = server.get_mount_points()
     for path in paths:
         factory = GstRtspServer.RTSPMediaFactory()
         factory.set_launch(launch)
         factory.set_shared(False)
+        if args.record:
+            factory.set_transport_mode(GstRtspServer.RTSPTransportMode.RECORD)
+            factory.connect("media-configure", media_configure)
         if args.tcp_only:
             factory.set_protocols(GstRtsp.RTSPLowerTrans.TCP)
+        if args.udp_only:
+            factory.set_protocols(GstRtsp.RTSPLowerTrans.UDP)
         if args.digest:
             perms = GstRtspServer.RTSPPermissions()
             perms.add_permission_for_role("user", "media.factory.access", True)
@@ -76,6 +105,8 @@ def main():
     loop = GLib.MainLoop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, sig, loop.quit)
+    if args.record:
+        GLib.timeout_add_seconds(1, report)
     print(f"READY {server.get_bound_port()}", flush=True)
     loop.run()
 

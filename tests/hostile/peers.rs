@@ -1,0 +1,1136 @@
+//! Peers and probes shared by the hostile, churn and restart namespace tests
+//! (`tests/hostile_netns.rs`, `tests/churn_netns.rs`, `tests/restart_netns.rs`), included
+//! with `#[path]`: legitimate RTP streams A→B with exact accounting, the raw-socket flood
+//! generator (`udpgen.py`), a minimal SIP user agent (UAS in A, UAC in B) and RTSP server
+//! and client, `/proc` readings of the vgate process, and the admin interface.
+//!
+//! Every peer is bounded in count and time, and every child process is killed on drop.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::common::{enter_netns, in_netns, vgate_bin, Bed};
+
+pub const A_PORTS: u16 = 20000;
+pub const B_PORTS: u16 = 30000;
+pub const SINK_PORTS: u16 = 40000;
+pub const SRC_PORTS: u16 = 41000;
+pub const RTP_LEN: usize = 172;
+pub const PY: &str = "/usr/bin/python3";
+
+pub fn helper(name: &str) -> String {
+    format!("{}/tests/hostile/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether Debian's python3 has scapy (python3-scapy).
+pub fn have_scapy() -> bool {
+    Command::new(PY)
+        .args(["-c", "import scapy.all"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A child process killed (by its pid) on drop.
+pub struct Proc(pub Option<Child>);
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+    /// Waits (bounded) and returns stdout.
+    pub fn wait_output(&mut self, within: Duration) -> String {
+        let Some(mut c) = self.0.take() else {
+            return String::new();
+        };
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        c.wait_with_output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `vgate run` in the gateway namespace; stderr collected, killed on drop.
+pub struct Gw {
+    pub child: Option<Child>,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+    pub cfg: tempfile::NamedTempFile,
+    pub started: Instant,
+}
+
+impl Gw {
+    /// Starts vgate and waits until it logged `ready` (default: the static routes line).
+    pub fn start(g_ns: &str, config: &str, extra: &[&str]) -> Gw {
+        let mut cfg = tempfile::NamedTempFile::new().unwrap();
+        cfg.write_all(config.as_bytes()).unwrap();
+        let started = Instant::now();
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", g_ns])
+            .arg(vgate_bin())
+            .args(["run", "--stats-interval", "0", "--config"])
+            .arg(cfg.path())
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start vgate");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let err = child.stderr.take().unwrap();
+            let sink = Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    if line.contains("static stream routes installed") {
+                        let _ = tx.send(());
+                    }
+                    sink.lock().unwrap().push(line);
+                }
+            });
+        }
+        let gw = Gw {
+            child: Some(child),
+            stderr,
+            cfg,
+            started,
+        };
+        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            panic!("vgate did not start:\n{}", gw.log());
+        }
+        gw
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    pub fn log_lines(&self) -> usize {
+        self.stderr.lock().unwrap().len()
+    }
+
+    /// Waits until the log holds `needle` `count` times.
+    pub fn wait_log(&self, needle: &str, count: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.log().matches(needle).count() >= count {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "vgate never logged {count} x {needle:?}; log:\n{}",
+            self.log()
+        );
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid() as i32), sig);
+    }
+
+    /// `kill -9`, as a crash would.
+    pub fn crash(mut self) {
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM; the totals on stdout. Panics if vgate does not exit cleanly.
+    pub fn stop(mut self) -> String {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let mut c = self.child.take().unwrap();
+        let mut out = String::new();
+        let _ = c.stdout.take().unwrap().read_to_string(&mut out);
+        let status = c.wait().unwrap();
+        assert!(
+            status.success(),
+            "vgate exited with {status}; log:\n{}",
+            self.log()
+        );
+        assert!(
+            !self.log().contains("panicked"),
+            "vgate panicked:\n{}",
+            self.log()
+        );
+        out
+    }
+}
+
+impl Drop for Gw {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Resident set size of `pid`, KiB.
+pub fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Open file descriptors of `pid`.
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// What the open file descriptors of `pid` are (`socket:[…]` collapsed), for messages.
+pub fn fd_targets(pid: u32) -> String {
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let t = std::fs::read_link(e.path())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let k = t.split(':').next().unwrap_or("").to_owned();
+        *kinds
+            .entry(if k.starts_with('/') { t } else { k })
+            .or_default() += 1;
+    }
+    format!("{kinds:?}")
+}
+
+/// Threads of `pid`.
+pub fn threads(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `GET path` on the admin interface (127.0.0.1:9940 in namespace `ns`); the body.
+pub fn admin_get(ns: &str, path: &str) -> String {
+    let path = path.to_owned();
+    in_netns(ns, move || {
+        let mut s = TcpStream::connect("127.0.0.1:9940").expect("admin interface");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or(out)
+    })
+}
+
+/// Sum of the Prometheus samples of `family` whose labels contain every one of `labels`.
+pub fn metric(text: &str, family: &str, labels: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(family) && l[family.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The `sessions live=… routes=… ports_used_a=… ports_used_b=…` figures of a totals text.
+pub fn live_counts(totals: &str) -> [u64; 4] {
+    let line = totals
+        .lines()
+        .find(|l| l.starts_with("sessions live="))
+        .unwrap_or_else(|| panic!("no sessions line in:\n{totals}"));
+    let kv = kv(line);
+    ["live", "routes", "ports_used_a", "ports_used_b"].map(|k| num(&kv, k))
+}
+
+pub fn kv(line: &str) -> HashMap<String, String> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+pub fn num(m: &HashMap<String, String>, k: &str) -> u64 {
+    m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
+}
+
+/// `key=value` pairs of the `total channel=NAME` line.
+pub fn channel_totals(totals: &str, channel: &str) -> HashMap<String, String> {
+    totals
+        .lines()
+        .find(|l| l.starts_with(&format!("total channel={channel} ")))
+        .map(kv)
+        .unwrap_or_else(|| panic!("no {channel} totals in:\n{totals}"))
+}
+
+/// The bed's two domains, media ranges of `ports` ports each, `extra` appended (routes,
+/// security). Control on 127.0.0.1:9940 in the gateway namespace.
+pub fn config(bed: &Bed, mode: &str, ports: u16, policy: &str, extra: &str) -> String {
+    format!(
+        r#"
+[domains.a]
+interface = "{ga_if}"
+address = "{ga_ip}"
+networks = ["10.201.1.0/24"]
+media_ports = "{A_PORTS}-{a_last}"
+[domains.b]
+interface = "{gb_if}"
+address = "{gb_ip}"
+networks = ["10.201.2.0/24"]
+media_ports = "{B_PORTS}-{b_last}"
+[engine]
+mode = "{mode}"
+queues = 1
+max_payload = 1400
+[security]
+source_validation = "{policy}"
+[control]
+listen = "127.0.0.1:9940"
+{extra}
+"#,
+        ga_if = bed.get("GA_IF"),
+        ga_ip = bed.get("GA_IP"),
+        gb_if = bed.get("GB_IF"),
+        gb_ip = bed.get("GB_IP"),
+        a_last = A_PORTS + ports - 1,
+        b_last = B_PORTS + ports - 1,
+    )
+}
+
+/// Static routes A→B for `n` streams: gateway port `A_PORTS + 2i` → `B_IP:SINK_PORTS + i`,
+/// expected source `A_IP:SRC_PORTS + i`.
+pub fn stream_routes(bed: &Bed, n: u16) -> String {
+    let mut s = String::new();
+    for i in 0..n {
+        s.push_str(&format!(
+            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\nexpect_source = \"{}:{}\"\n",
+            A_PORTS + 2 * i,
+            bed.get("B_IP"),
+            SINK_PORTS + i,
+            B_PORTS + 2 * i,
+            bed.get("A_IP"),
+            SRC_PORTS + i,
+        ));
+    }
+    s
+}
+
+/// An RTP packet of stream `i`, sequence `seq`.
+pub fn rtp_packet(i: u32, seq: u32) -> [u8; RTP_LEN] {
+    let mut p = [0u8; RTP_LEN];
+    p[0] = 0x80;
+    p[1] = 96;
+    p[2..4].copy_from_slice(&(seq as u16).to_be_bytes());
+    p[8..12].copy_from_slice(&(0x5000 + i).to_be_bytes());
+    p[12..16].copy_from_slice(&i.to_be_bytes());
+    p[16..20].copy_from_slice(&seq.to_be_bytes());
+    p
+}
+
+/// Legitimate streams A→B over the static routes of [`stream_routes`]: senders in A from
+/// `A_IP:SRC_PORTS + i`, receivers in B that check source and contents.
+pub struct Streams {
+    stop: Arc<AtomicBool>,
+    stop_tx: Arc<AtomicBool>,
+    /// A fixed number of packets per stream: `finish` lets the sender complete.
+    bounded: bool,
+    done_sending: Arc<AtomicBool>,
+    tx: Option<JoinHandle<Vec<u64>>>,
+    rx: Option<JoinHandle<Heard>>,
+    /// Packets received so far, all streams.
+    pub received: Arc<AtomicU64>,
+    /// When the first packet arrived (since `Streams::start`), microseconds + 1.
+    pub first_us: Arc<AtomicU64>,
+    pub started: Instant,
+}
+
+/// What the receivers heard: sequence numbers per stream, and anything wrong.
+type Heard = (Vec<Vec<u32>>, Vec<String>);
+
+/// What the streams carried.
+#[derive(Debug)]
+pub struct StreamReport {
+    pub sent: u64,
+    pub received: u64,
+    pub duplicates: u64,
+    pub problems: Vec<String>,
+    pub per_stream_lost: Vec<u64>,
+}
+
+impl StreamReport {
+    pub fn loss(&self) -> f64 {
+        if self.sent == 0 {
+            return 0.0;
+        }
+        (self.sent.saturating_sub(self.received)) as f64 / self.sent as f64
+    }
+}
+
+impl Streams {
+    /// `n` streams at `pps` packets per second each, for `packets` packets per stream (0:
+    /// until `finish`); hard bound `limit`.
+    pub fn start(bed: &Bed, n: u16, pps: u32, packets: u32, limit: Duration) -> Streams {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_tx = Arc::new(AtomicBool::new(false));
+        let done_sending = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(AtomicU64::new(0));
+        let first_us = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let rx = {
+            let (b_ns, b_ip, gb_ip) = (bed.get("B_NS").to_owned(), bed.ip("B_IP"), bed.ip("GB_IP"));
+            let (stop, done, received, first_us) = (
+                Arc::clone(&stop),
+                Arc::clone(&done_sending),
+                Arc::clone(&received),
+                Arc::clone(&first_us),
+            );
+            std::thread::spawn(move || {
+                enter_netns(&b_ns).unwrap();
+                let socks: Vec<UdpSocket> = (0..n)
+                    .map(|i| {
+                        let s = UdpSocket::bind((b_ip, SINK_PORTS + i)).expect("bind sink");
+                        s.set_nonblocking(true).unwrap();
+                        set_rcvbuf(&s, 4 << 20);
+                        s
+                    })
+                    .collect();
+                let _ = ready_tx.send(());
+                let mut seqs = vec![Vec::new(); n as usize];
+                let mut problems = Vec::new();
+                let mut buf = [0u8; 2048];
+                let mut last = Instant::now();
+                let deadline = Instant::now() + limit + Duration::from_secs(5);
+                loop {
+                    let mut any = false;
+                    for (i, s) in socks.iter().enumerate() {
+                        while let Ok((len, from)) = s.recv_from(&mut buf) {
+                            any = true;
+                            let want = SocketAddrV4::new(gb_ip, B_PORTS + 2 * i as u16);
+                            if from != want.into() && problems.len() < 20 {
+                                problems.push(format!("stream {i}: from {from}, want {want}"));
+                            }
+                            if len != RTP_LEN || buf[12..16] != (i as u32).to_be_bytes() {
+                                if problems.len() < 20 {
+                                    problems.push(format!(
+                                        "stream {i}: foreign datagram of {len} bytes"
+                                    ));
+                                }
+                                continue;
+                            }
+                            let seq = u32::from_be_bytes(buf[16..20].try_into().unwrap());
+                            seqs[i].push(seq);
+                            if received.fetch_add(1, Relaxed) == 0 {
+                                first_us.store(started.elapsed().as_micros() as u64 + 1, Relaxed);
+                            }
+                        }
+                    }
+                    if any {
+                        last = Instant::now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                    let quiet = last.elapsed() > Duration::from_millis(500);
+                    if (done.load(Relaxed) && quiet)
+                        || stop.load(Relaxed)
+                        || Instant::now() > deadline
+                    {
+                        return (seqs, problems);
+                    }
+                }
+            })
+        };
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("sinks bound");
+        let tx = {
+            let (a_ns, a_ip, ga_ip) = (bed.get("A_NS").to_owned(), bed.ip("A_IP"), bed.ip("GA_IP"));
+            let (stop, done) = (Arc::clone(&stop_tx), Arc::clone(&done_sending));
+            std::thread::spawn(move || {
+                enter_netns(&a_ns).unwrap();
+                let socks: Vec<UdpSocket> = (0..n)
+                    .map(|i| UdpSocket::bind((a_ip, SRC_PORTS + i)).expect("bind source"))
+                    .collect();
+                let mut sent = vec![0u64; n as usize];
+                let period = Duration::from_secs_f64(1.0 / f64::from(pps.max(1)));
+                let t0 = Instant::now();
+                let mut seq = 0u32;
+                while !stop.load(Relaxed) && t0.elapsed() < limit && (packets == 0 || seq < packets)
+                {
+                    for (i, s) in socks.iter().enumerate() {
+                        let to = SocketAddrV4::new(ga_ip, A_PORTS + 2 * i as u16);
+                        if s.send_to(&rtp_packet(i as u32, seq), to).is_ok() {
+                            sent[i] += 1;
+                        }
+                    }
+                    seq += 1;
+                    let next = period * seq;
+                    let now = t0.elapsed();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    }
+                }
+                done.store(true, Relaxed);
+                sent
+            })
+        };
+        Streams {
+            stop,
+            stop_tx,
+            bounded: packets > 0,
+            done_sending,
+            tx: Some(tx),
+            rx: Some(rx),
+            received,
+            first_us,
+            started,
+        }
+    }
+
+    /// Stops sending (if unbounded), waits for the receivers to drain, reports.
+    pub fn finish(mut self) -> StreamReport {
+        if !self.bounded {
+            self.stop_sending();
+        }
+        let sent = self.tx.take().unwrap().join().expect("sender");
+        let (seqs, problems) = self.rx.take().unwrap().join().expect("receiver");
+        let mut received = 0;
+        let mut duplicates = 0;
+        let mut per_stream_lost = Vec::new();
+        for (i, s) in seqs.into_iter().enumerate() {
+            let mut s = s;
+            s.sort_unstable();
+            let n = s.len() as u64;
+            s.dedup();
+            duplicates += n - s.len() as u64;
+            received += s.len() as u64;
+            per_stream_lost.push(sent[i].saturating_sub(s.len() as u64));
+        }
+        StreamReport {
+            sent: sent.iter().sum(),
+            received,
+            duplicates,
+            problems,
+            per_stream_lost,
+        }
+    }
+
+    /// Ends the sender after its current round; the receivers drain until quiet.
+    pub fn stop_sending(&self) {
+        self.stop_tx.store(true, Relaxed);
+    }
+}
+
+impl Drop for Streams {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        self.stop_tx.store(true, Relaxed);
+    }
+}
+
+pub fn set_rcvbuf(s: &UdpSocket, bytes: usize) {
+    let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &bytes);
+}
+
+/// `udpgen.py` in namespace `ns` with `args`; returns the running generator.
+pub fn udpgen(ns: &str, args: &[&str]) -> Proc {
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns, "timeout", "300", PY])
+        .arg(helper("udpgen.py"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start udpgen.py");
+    Proc(Some(child))
+}
+
+/// Runs `udpgen.py` to completion; its `sent=` figure.
+pub fn udpgen_run(ns: &str, args: &[&str]) -> u64 {
+    let mut p = udpgen(ns, args);
+    let out = p.wait_output(Duration::from_secs(300));
+    let kv = kv(out.trim());
+    assert!(kv.contains_key("sent"), "udpgen.py failed: {out:?}");
+    num(&kv, "sent")
+}
+
+// ---------------------------------------------------------------- SIP
+
+/// A SIP user agent in domain A that answers every INVITE with 200 and an SDP naming
+/// `A_IP:16000` (or, with `answer = false`, never answers), BYE/CANCEL/OPTIONS/MESSAGE with
+/// 200, and absorbs ACK. Runs until dropped.
+pub struct SipUas {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<u64>>,
+}
+
+fn header<'a>(msg: &'a str, name: &str) -> Vec<&'a str> {
+    msg.split("\r\n")
+        .take_while(|l| !l.is_empty())
+        .filter(|l| {
+            l.split_once(':')
+                .is_some_and(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        })
+        .collect()
+}
+
+impl SipUas {
+    pub fn start(ns: &str, addr: SocketAddrV4, answer: bool) -> SipUas {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = {
+            let (ns, stop) = (ns.to_owned(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                enter_netns(&ns).unwrap();
+                let s = UdpSocket::bind(addr).expect("bind UAS");
+                s.set_read_timeout(Some(Duration::from_millis(100)))
+                    .unwrap();
+                let _ = ready_tx.send(());
+                let mut buf = vec![0u8; 65536];
+                let mut handled = 0;
+                while !stop.load(Relaxed) {
+                    let Ok((n, from)) = s.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let method = msg.split(' ').next().unwrap_or("").to_owned();
+                    if method.starts_with("SIP/") || method == "ACK" {
+                        continue;
+                    }
+                    if method == "INVITE" && !answer {
+                        continue;
+                    }
+                    handled += 1;
+                    let mut r = String::from("SIP/2.0 200 OK\r\n");
+                    for h in ["Via", "From", "Call-ID", "CSeq"] {
+                        for v in header(&msg, h) {
+                            r.push_str(v);
+                            r.push_str("\r\n");
+                        }
+                    }
+                    for v in header(&msg, "To") {
+                        r.push_str(v);
+                        if method == "INVITE" && !v.contains("tag=") {
+                            r.push_str(";tag=uas1");
+                        }
+                        r.push_str("\r\n");
+                    }
+                    let body = if method == "INVITE" {
+                        format!(
+                            "v=0\r\no=34020000001320000001 0 0 IN IP4 {ip}\r\ns=Play\r\nc=IN IP4 {ip}\r\nt=0 0\r\nm=video 16000 RTP/AVP 96\r\na=sendonly\r\na=rtpmap:96 PS/90000\r\n",
+                            ip = addr.ip()
+                        )
+                    } else {
+                        String::new()
+                    };
+                    r.push_str(&format!("Contact: <sip:34020000001320000001@{addr}>\r\n"));
+                    if !body.is_empty() {
+                        r.push_str("Content-Type: application/sdp\r\n");
+                    }
+                    r.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+                    let _ = s.send_to(r.as_bytes(), from);
+                }
+                handled
+            })
+        };
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("UAS bound");
+        SipUas {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SipUas {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One SIP client transaction-at-a-time UAC over UDP (in the calling thread's namespace).
+pub struct SipUac {
+    pub sock: UdpSocket,
+    pub local: SocketAddrV4,
+    pub proxy: SocketAddrV4,
+}
+
+/// An established call: what ACK and BYE need.
+pub struct SipCall {
+    pub call_id: String,
+    pub from_tag: String,
+    pub to: String,
+    pub target: String,
+    pub target_addr: SocketAddrV4,
+}
+
+impl SipUac {
+    pub fn new(local: SocketAddrV4, proxy: SocketAddrV4) -> SipUac {
+        let sock = UdpSocket::bind(local).expect("bind UAC");
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let local = match sock.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        SipUac { sock, local, proxy }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn request(
+        &self,
+        method: &str,
+        uri: &str,
+        call_id: &str,
+        from_tag: &str,
+        to: &str,
+        cseq: u32,
+        branch: &str,
+        body: &str,
+    ) -> String {
+        let ct = if body.is_empty() {
+            ""
+        } else {
+            "Content-Type: application/sdp\r\n"
+        };
+        format!(
+            "{method} {uri} SIP/2.0\r\nVia: SIP/2.0/UDP {l};rport;branch=z9hG4bK{branch}\r\nFrom: <sip:34020000002000000001@3402000000>;tag={from_tag}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\nContact: <sip:34020000002000000001@{l}>\r\nMax-Forwards: 70\r\n{ct}Content-Length: {}\r\n\r\n{body}",
+            body.len(),
+            l = self.local,
+        )
+    }
+
+    /// Sends `msg` to `to`, retransmitting every 500 ms, until a final response for `cseq`
+    /// arrives or `within` passes; the final response (empty on timeout).
+    fn transact(&self, msg: &str, to: SocketAddrV4, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        let mut next_send = Instant::now();
+        let mut buf = vec![0u8; 65536];
+        while Instant::now() < deadline {
+            if Instant::now() >= next_send {
+                let _ = self.sock.send_to(msg.as_bytes(), to);
+                next_send = Instant::now() + Duration::from_millis(500);
+            }
+            if let Ok((n, _)) = self.sock.recv_from(&mut buf) {
+                let r = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let code: u16 = r
+                    .strip_prefix("SIP/2.0 ")
+                    .and_then(|x| x.get(..3)?.parse().ok())
+                    .unwrap_or(0);
+                if code >= 200 && header(&r, "CSeq").first() == header(msg, "CSeq").first() {
+                    return r;
+                }
+            }
+        }
+        String::new()
+    }
+
+    /// INVITE for a live view with media offered at `media`; on 200 also the ACK. Returns
+    /// the status code (0: no final answer) and the call.
+    pub fn invite(&self, n: u32, media: SocketAddrV4) -> (u16, Option<SipCall>) {
+        let call_id = format!("c{n}-{}@3402000000", self.local.port());
+        let from_tag = format!("t{n}");
+        let to = "<sip:34020000001320000001@3402000000>".to_owned();
+        let sdp = format!(
+            "v=0\r\no=34020000002000000001 0 0 IN IP4 {ip}\r\ns=Play\r\nc=IN IP4 {ip}\r\nt=0 0\r\nm=video {port} RTP/AVP 96\r\na=recvonly\r\na=rtpmap:96 PS/90000\r\ny=0{n:09}\r\n",
+            ip = media.ip(),
+            port = media.port()
+        );
+        let branch = format!("inv{n}x{}", self.local.port());
+        let uri = "sip:34020000001320000001@3402000000";
+        let inv = self.request("INVITE", uri, &call_id, &from_tag, &to, 1, &branch, &sdp);
+        let r = self.transact(&inv, self.proxy, Duration::from_secs(10));
+        let code: u16 = r
+            .strip_prefix("SIP/2.0 ")
+            .and_then(|x| x.get(..3)?.parse().ok())
+            .unwrap_or(0);
+        let to_hdr = header(&r, "To")
+            .first()
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_owned())
+            .unwrap_or(to);
+        if code == 0 {
+            return (0, None);
+        }
+        if code != 200 {
+            // ACK of a non-2xx final answer: same branch, to the proxy.
+            let ack = self.request("ACK", uri, &call_id, &from_tag, &to_hdr, 1, &branch, "");
+            let _ = self.sock.send_to(ack.as_bytes(), self.proxy);
+            return (code, None);
+        }
+        let target = header(&r, "Contact")
+            .first()
+            .and_then(|l| Some(l.split_once('<')?.1.split_once('>')?.0.to_owned()))
+            .expect("Contact in 200");
+        let hostport = target
+            .split_once('@')
+            .map(|(_, h)| h.split(';').next().unwrap_or(h))
+            .unwrap_or("");
+        let target_addr: SocketAddrV4 = hostport.parse().unwrap_or(self.proxy);
+        let call = SipCall {
+            call_id,
+            from_tag,
+            to: to_hdr,
+            target,
+            target_addr,
+        };
+        let ack = self.request(
+            "ACK",
+            &call.target,
+            &call.call_id,
+            &call.from_tag,
+            &call.to,
+            1,
+            &format!("ack{n}x{}", self.local.port()),
+            "",
+        );
+        let _ = self.sock.send_to(ack.as_bytes(), call.target_addr);
+        (200, Some(call))
+    }
+
+    /// An INVITE sent once and abandoned (nobody waits for its answer).
+    pub fn invite_no_wait(&self, n: u32, media: SocketAddrV4) {
+        let sdp = format!(
+            "v=0\r\no=34020000002000000001 0 0 IN IP4 {ip}\r\ns=Play\r\nc=IN IP4 {ip}\r\nt=0 0\r\nm=video {port} RTP/AVP 96\r\na=recvonly\r\n",
+            ip = media.ip(),
+            port = media.port()
+        );
+        let inv = self.request(
+            "INVITE",
+            "sip:34020000001320000001@3402000000",
+            &format!("u{n}-{}@3402000000", self.local.port()),
+            &format!("u{n}"),
+            "<sip:34020000001320000001@3402000000>",
+            1,
+            &format!("unans{n}x{}", self.local.port()),
+            &sdp,
+        );
+        let _ = self.sock.send_to(inv.as_bytes(), self.proxy);
+    }
+
+    /// BYE; the final status (0: none).
+    pub fn bye(&self, n: u32, call: &SipCall) -> u16 {
+        let bye = self.request(
+            "BYE",
+            &call.target,
+            &call.call_id,
+            &call.from_tag,
+            &call.to,
+            2,
+            &format!("bye{n}x{}", self.local.port()),
+            "",
+        );
+        let r = self.transact(&bye, call.target_addr, Duration::from_secs(10));
+        r.strip_prefix("SIP/2.0 ")
+            .and_then(|x| x.get(..3)?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// An OPTIONS through the proxy; the final status (0: none).
+    pub fn options(&self, n: u32) -> u16 {
+        let m = self.request(
+            "OPTIONS",
+            "sip:34020000001320000001@3402000000",
+            &format!("o{n}-{}@3402000000", self.local.port()),
+            &format!("o{n}"),
+            "<sip:34020000001320000001@3402000000>",
+            1,
+            &format!("opt{n}x{}", self.local.port()),
+            "",
+        );
+        let r = self.transact(&m, self.proxy, Duration::from_secs(5));
+        r.strip_prefix("SIP/2.0 ")
+            .and_then(|x| x.get(..3)?.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// A `[[signaling_route]]` for SIP over `transport` listening in B on `port`, upstream
+/// `A_IP:up_port`; `extra` lines appended.
+pub fn sip_route(
+    bed: &Bed,
+    name: &str,
+    transport: &str,
+    port: u16,
+    up_port: u16,
+    extra: &str,
+) -> String {
+    format!(
+        "[[signaling_route]]\nname = \"{name}\"\ntype = \"sip\"\ntransport = \"{transport}\"\nlisten_domain = \"b\"\nlisten_port = {port}\nupstream = \"{}:{up_port}\"\n{extra}\n",
+        bed.get("A_IP")
+    )
+}
+
+/// An RTSP route listening in B on `port`, upstream `A_IP:up_port`.
+pub fn rtsp_route(bed: &Bed, name: &str, port: u16, up_port: u16, extra: &str) -> String {
+    format!(
+        "[[signaling_route]]\nname = \"{name}\"\ntype = \"rtsp\"\ntransport = \"tcp\"\nlisten_domain = \"b\"\nlisten_port = {port}\nupstream = \"{}:{up_port}\"\n{extra}\n",
+        bed.get("A_IP")
+    )
+}
+
+// ---------------------------------------------------------------- RTSP
+
+/// A minimal RTSP server in domain A: OPTIONS, DESCRIBE (one video track), SETUP over UDP
+/// (answers with `server_port=50000-50001`), PLAY (then `media` RTP packets to the client
+/// port, 5 ms apart), TEARDOWN; one thread per connection. Runs until dropped.
+pub struct RtspServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    pub sessions: Arc<AtomicU64>,
+}
+
+impl RtspServer {
+    pub fn start(ns: &str, addr: SocketAddrV4, media: u32) -> RtspServer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sessions = Arc::new(AtomicU64::new(0));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = {
+            let (ns, stop, sessions) = (ns.to_owned(), Arc::clone(&stop), Arc::clone(&sessions));
+            std::thread::spawn(move || {
+                enter_netns(&ns).unwrap();
+                let l = TcpListener::bind(addr).expect("bind RTSP server");
+                l.set_nonblocking(true).unwrap();
+                let _ = ready_tx.send(());
+                while !stop.load(Relaxed) {
+                    match l.accept() {
+                        Ok((c, peer)) => {
+                            let (stop, sessions, ns) =
+                                (Arc::clone(&stop), Arc::clone(&sessions), ns.clone());
+                            std::thread::spawn(move || {
+                                enter_netns(&ns).unwrap();
+                                rtsp_serve(c, peer.ip(), addr, media, &stop, &sessions)
+                            });
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            })
+        };
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("RTSP server bound");
+        RtspServer {
+            stop,
+            thread: Some(thread),
+            sessions,
+        }
+    }
+}
+
+impl Drop for RtspServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Reads one RTSP message head (and body) from `r`; `None` at EOF or error.
+pub fn read_rtsp<R: BufRead>(r: &mut R) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        let n = r.read_line(&mut line).ok()?;
+        if n == 0 {
+            return None;
+        }
+        if line == "\r\n" && head.is_empty() {
+            continue;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let len: usize = header(&head, "Content-Length")
+        .first()
+        .and_then(|l| l.split_once(':')?.1.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).ok()?;
+    head.push_str(&String::from_utf8_lossy(&body));
+    Some(head)
+}
+
+fn rtsp_serve(
+    c: TcpStream,
+    peer: std::net::IpAddr,
+    me: SocketAddrV4,
+    media: u32,
+    stop: &AtomicBool,
+    sessions: &AtomicU64,
+) {
+    let _ = c.set_read_timeout(Some(Duration::from_secs(120)));
+    let mut w = c.try_clone().unwrap();
+    let mut r = BufReader::new(c);
+    let mut client_rtp: Option<u16> = None;
+    let udp = UdpSocket::bind((*me.ip(), 0)).ok();
+    while !stop.load(Relaxed) {
+        let Some(req) = read_rtsp(&mut r) else { return };
+        let method = req.split(' ').next().unwrap_or("").to_owned();
+        let cseq = header(&req, "CSeq")
+            .first()
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_owned())
+            .unwrap_or_default();
+        let mut extra = String::new();
+        let mut body = String::new();
+        match method.as_str() {
+            "OPTIONS" => extra.push_str("Public: OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN\r\n"),
+            "DESCRIBE" => {
+                body = format!(
+                    "v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=test\r\nc=IN IP4 0.0.0.0\r\nt=0 0\r\nm=video 0 RTP/AVP 26\r\na=control:stream=0\r\n",
+                    ip = me.ip()
+                );
+                let url = req.split(' ').nth(1).unwrap_or("");
+                extra.push_str(&format!(
+                    "Content-Base: {url}/\r\nContent-Type: application/sdp\r\n"
+                ));
+            }
+            "SETUP" => {
+                let t = header(&req, "Transport")
+                    .first()
+                    .map(|l| l.split_once(':').map_or("", |x| x.1).trim().to_owned())
+                    .unwrap_or_default();
+                client_rtp = t
+                    .split(';')
+                    .find_map(|p| p.strip_prefix("client_port="))
+                    .and_then(|p| p.split('-').next()?.parse().ok());
+                sessions.fetch_add(1, Relaxed);
+                extra.push_str(&format!(
+                    "Transport: {t};server_port=50000-50001;ssrc=1234ABCD\r\nSession: 4242;timeout=60\r\n"
+                ));
+            }
+            "PLAY" => extra.push_str("Session: 4242\r\nRTP-Info: url=stream=0;seq=0;rtptime=0\r\n"),
+            "TEARDOWN" => extra.push_str("Session: 4242\r\n"),
+            _ => {}
+        }
+        let resp = format!(
+            "RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if w.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+        if method == "PLAY" {
+            if let (Some(p), Some(u), std::net::IpAddr::V4(_)) = (client_rtp, udp.as_ref(), peer) {
+                // Media goes to the address of the connection (the gateway's A side).
+                for seq in 0..media {
+                    let _ = u.send_to(&rtp_packet(0, seq), (peer, p));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        if method == "TEARDOWN" {
+            return;
+        }
+    }
+}
+
+/// A minimal RTSP client (in the calling thread's namespace).
+pub struct RtspClient {
+    pub w: TcpStream,
+    pub r: BufReader<TcpStream>,
+    cseq: u32,
+    pub session: Option<String>,
+}
+
+impl RtspClient {
+    pub fn connect(addr: SocketAddrV4) -> std::io::Result<RtspClient> {
+        let w = TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5))?;
+        w.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let r = BufReader::new(w.try_clone()?);
+        Ok(RtspClient {
+            w,
+            r,
+            cseq: 0,
+            session: None,
+        })
+    }
+
+    /// One request; the reply (status line first), or "" when the connection ended.
+    pub fn request(&mut self, method: &str, url: &str, extra: &str) -> String {
+        self.cseq += 1;
+        let session = self
+            .session
+            .as_ref()
+            .map(|s| format!("Session: {s}\r\n"))
+            .unwrap_or_default();
+        let req = format!(
+            "{method} {url} RTSP/1.0\r\nCSeq: {}\r\n{session}{extra}\r\n",
+            self.cseq
+        );
+        if self.w.write_all(req.as_bytes()).is_err() {
+            return String::new();
+        }
+        let Some(reply) = read_rtsp(&mut self.r) else {
+            return String::new();
+        };
+        if let Some(s) = header(&reply, "Session").first() {
+            let v = s.split_once(':').map_or("", |x| x.1).trim();
+            self.session = Some(v.split(';').next().unwrap_or(v).to_owned());
+        }
+        reply
+    }
+
+    /// DESCRIBE and SETUP (UDP to `client_port`); the SETUP status code.
+    pub fn setup(&mut self, url: &str, client_port: u16) -> u16 {
+        let d = self.request("DESCRIBE", url, "Accept: application/sdp\r\n");
+        if !d.starts_with("RTSP/1.0 200") {
+            return status(&d);
+        }
+        let s = self.request(
+            "SETUP",
+            &format!("{url}/stream=0"),
+            &format!(
+                "Transport: RTP/AVP;unicast;client_port={}-{}\r\n",
+                client_port,
+                client_port + 1
+            ),
+        );
+        status(&s)
+    }
+}
+
+/// The status code of an RTSP or SIP reply ("" → 0).
+pub fn status(reply: &str) -> u16 {
+    reply
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
