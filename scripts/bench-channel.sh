@@ -8,7 +8,8 @@
 #   --runs N          runs per point (default 5, as in the published experiment)
 #   --streams "..."   the sweep of stream counts (default "25 50 100 150": a 2-core machine's
 #                     iperf2 tops out near 130 streams; the published sweep was 400-800 on 8 cores)
-#   --seconds S       seconds of traffic per point (default 5)
+#   --seconds S       seconds of traffic per point (default 3: 5 runs of the default sweep then
+#                     take about 13 minutes here; 5 s per point took 17.9 minutes)
 #   --modes "..."     vgate capture modes (default "stack tnapi zc"; a mode that fails to
 #                     start is reported as "not available: <its error>")
 #   --baselines "..." default "kernel socat": nftables DNAT with forwarding on (the bound) and
@@ -34,7 +35,7 @@ ROOT=$PWD
 
 RUNS=5
 STREAMS="25 50 100 150"
-SECS=5
+SECS=3
 MODES="stack tnapi zc"
 BASELINES="kernel socat"
 GENERATOR=iperf
