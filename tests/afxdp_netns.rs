@@ -16,221 +16,21 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::relay::*;
 use common::vgate::Vgate;
 use common::{enter_netns, in_netns, prerequisites, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
 const STREAMS: u32 = 64;
 const PER_STREAM: u32 = 150;
-const A_PORTS: u16 = 20000;
-const B_PORTS: u16 = 30000;
-const SINK_PORTS: u16 = 40000;
 /// A port outside both media ranges, bound by a plain socket in the gateway namespace.
 const SIGNALING_PORT: u16 = 5999;
-const PAYLOAD: usize = 172;
-
-/// Workers: 2 where the machine has them.
-fn queues() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(2)
-}
-
-fn config(bed: &Bed, streams: u32) -> String {
-    let mut s = format!(
-        r#"
-[domains.a]
-interface = "{ga_if}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "{A_PORTS}-{a_last}"
-[domains.b]
-interface = "{gb_if}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "{B_PORTS}-{b_last}"
-[engine]
-mode = "zc"
-queues = {q}
-[security]
-source_validation = "latch"
-[control]
-listen = "127.0.0.1:9941"
-"#,
-        ga_if = bed.get("GA_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_if = bed.get("GB_IF"),
-        gb_ip = bed.get("GB_IP"),
-        a_last = A_PORTS + 999,
-        b_last = B_PORTS + 999,
-        q = queues(),
-    );
-    for i in 0..streams {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n",
-            A_PORTS + 2 * i as u16,
-            bed.get("B_IP"),
-            SINK_PORTS + i as u16,
-            B_PORTS + 2 * i as u16,
-        ));
-    }
-    s
-}
-
-fn packet(i: u32, seq: u32) -> [u8; PAYLOAD] {
-    let mut p = [0u8; PAYLOAD];
-    p[0] = 0x80;
-    p[1] = 96;
-    p[2..4].copy_from_slice(&(seq as u16).to_be_bytes());
-    p[8..12].copy_from_slice(&i.to_be_bytes());
-    p[12..16].copy_from_slice(&i.to_be_bytes());
-    p[16..20].copy_from_slice(&seq.to_be_bytes());
-    p
-}
-
-fn parse_packet(p: &[u8]) -> Option<(u32, u32)> {
-    if p.len() != PAYLOAD {
-        return None;
-    }
-    let i = u32::from_be_bytes(p[12..16].try_into().ok()?);
-    let seq = u32::from_be_bytes(p[16..20].try_into().ok()?);
-    Some((i, seq))
-}
-
-/// `per_stream` packets on each of `streams` sockets (distinct source ports, so spread over
-/// the veth's queues), about 16 kpps for 64 streams.
-fn sender(
-    ns: String,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    streams: u32,
-    per_stream: u32,
-) -> JoinHandle<u32> {
-    std::thread::spawn(move || {
-        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-        let socks: Vec<UdpSocket> = (0..streams)
-            .map(|_| UdpSocket::bind(SocketAddrV4::new(src, 0)).expect("bind sender"))
-            .collect();
-        let mut sent = 0;
-        for seq in 0..per_stream {
-            for (i, s) in socks.iter().enumerate() {
-                let to = SocketAddrV4::new(dst, A_PORTS + 2 * i as u16);
-                s.send_to(&packet(i as u32, seq), to).expect("send");
-                sent += 1;
-            }
-            std::thread::sleep(Duration::from_millis(4));
-        }
-        sent
-    })
-}
-
-#[derive(Debug, Default)]
-struct Received {
-    per_stream: Vec<Vec<u32>>,
-    problems: Vec<String>,
-}
-
-/// Receives on `SINK_PORTS + i` until `done` and 500 ms of quiet (at most 60 s).
-fn receiver(
-    ns: String,
-    addr: Ipv4Addr,
-    gateway: Ipv4Addr,
-    streams: u32,
-    done: Arc<AtomicBool>,
-    ready: mpsc::Sender<()>,
-) -> JoinHandle<Received> {
-    std::thread::spawn(move || {
-        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-        let socks: Vec<UdpSocket> = (0..streams)
-            .map(|i| {
-                let s = UdpSocket::bind(SocketAddrV4::new(addr, SINK_PORTS + i as u16))
-                    .expect("bind receiver");
-                s.set_nonblocking(true).unwrap();
-                s
-            })
-            .collect();
-        let _ = ready.send(());
-        let mut r = Received {
-            per_stream: vec![Vec::new(); streams as usize],
-            problems: Vec::new(),
-        };
-        let mut buf = [0u8; 2048];
-        let start = Instant::now();
-        let mut last = Instant::now();
-        loop {
-            let mut any = false;
-            for (i, s) in socks.iter().enumerate() {
-                while let Ok((n, from)) = s.recv_from(&mut buf) {
-                    any = true;
-                    let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
-                    if from != want.into() && r.problems.len() < 20 {
-                        r.problems
-                            .push(format!("stream {i}: from {from}, want {want}"));
-                    }
-                    match parse_packet(&buf[..n]) {
-                        Some((id, seq)) if id == i as u32 => r.per_stream[i].push(seq),
-                        other if r.problems.len() < 20 => r
-                            .problems
-                            .push(format!("stream {i}: got {other:?} ({n} bytes)")),
-                        _ => {}
-                    }
-                }
-            }
-            if any {
-                last = Instant::now();
-            } else {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let quiet = last.elapsed() > Duration::from_millis(500);
-            if (done.load(Relaxed) && quiet) || start.elapsed() > Duration::from_secs(60) {
-                return r;
-            }
-        }
-    })
-}
-
-fn check_delivery(r: &Received, per_stream: u32) {
-    assert!(r.problems.is_empty(), "misdelivered: {:?}", r.problems);
-    for (i, seqs) in r.per_stream.iter().enumerate() {
-        let mut s = seqs.clone();
-        s.sort_unstable();
-        let before = s.len();
-        s.dedup();
-        assert_eq!(before, s.len(), "stream {i}: duplicates");
-        assert_eq!(
-            s.len() as u32,
-            per_stream,
-            "stream {i}: {} of {per_stream} delivered",
-            s.len()
-        );
-    }
-}
-
-fn snmp_noports(ns: &str) -> u64 {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
-        .output()
-        .expect("read snmp");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
-    let (names, values) = (
-        udp.next().expect("Udp header"),
-        udp.next().expect("Udp values"),
-    );
-    let idx = names
-        .split_whitespace()
-        .position(|n| n == "NoPorts")
-        .expect("NoPorts");
-    values.split_whitespace().nth(idx).unwrap().parse().unwrap()
-}
 
 /// The gateway namespace's links that carry an XDP program.
 fn xdp_links(ns: &str) -> Vec<String> {
@@ -243,17 +43,6 @@ fn xdp_links(ns: &str) -> Vec<String> {
         .filter(|l| l.contains("prog/xdp"))
         .map(str::to_owned)
         .collect()
-}
-
-fn kv(line: &str) -> std::collections::HashMap<String, String> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-fn num(m: &std::collections::HashMap<String, String>, k: &str) -> u64 {
-    m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
 }
 
 #[test]
@@ -300,7 +89,7 @@ fn relay_run(tx_path: &str) {
     let env = format!("VGATE_AFXDP_TX={tx_path}");
     let vg = Vgate::start_with(
         &["ip", "netns", "exec", &g_ns, "env", &env],
-        &config(&bed, STREAMS),
+        &config(&bed, "zc", STREAMS, 9941),
         &["--mode", "zc"],
     );
     assert_eq!(
@@ -414,7 +203,7 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
     let ga_if = bed.get("GA_IF").to_owned();
-    let cfg = vgate::config::parse(&config(&bed, 0), "test").unwrap();
+    let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
     let (stale, describe, no_iface, no_queue) = in_netns(&g_ns, move || {
         let stale = vgate::engine::afxdp::leave_stale_program(&ga_if).expect("stale program");
         let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("zc starts");
@@ -479,7 +268,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         bed.ip("GB_IP"),
         bed.ip("B_IP"),
     );
-    let cfg = vgate::config::parse(&config(&bed, 0), "test").unwrap();
+    let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");
         let workers = gw.worker_stats();

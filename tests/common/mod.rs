@@ -3,6 +3,7 @@
 //! `scripts/testbed.sh`, running code inside a namespace, and the `vgate` binary.
 #![allow(dead_code)]
 
+pub mod relay;
 pub mod vgate;
 
 use std::collections::HashMap;
