@@ -11,6 +11,12 @@
 #                     reference), nftables DNAT (the kernel bound), the plain C relay
 #                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes;
 #                     a mode that cannot start is reported as such)
+#   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
+#                     memory with 100 and 10 000 static routes, idle and after relaying) and
+#                     "activation" (route added through the admin API while its stream is
+#                     already arriving -> first datagram at the sink; 5 times). Default both;
+#                     "" for none (the many-routes point is 10 000, or what the open-file
+#                     limit allows at two sockets per route when it cannot be raised)
 #   --out FILE        the Markdown table (default: printed only); raw JSON lines go beside it
 #   --no-build        use target/release/vgate as it is
 #
@@ -32,6 +38,7 @@ RUNS=3
 SECS=3
 CONFIGS="route kernel crelay stack tnapi zc"
 OUT=""
+EXTRAS="memory activation"
 BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -40,6 +47,7 @@ while [ $# -gt 0 ]; do
         --seconds) SECS="${2:?}"; shift 2 ;;
         --configs) CONFIGS="${2:?}"; shift 2 ;;
         --out) OUT="${2:?}"; shift 2 ;;
+        --extras) EXTRAS="${2-}"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-relay: unknown argument '$1'" >&2; exit 2 ;;
@@ -54,6 +62,12 @@ for n in $STREAMS; do isnum "$n" 1 5000 || die "--streams: '$n' is not 1..5000";
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nftables)"
 for t in ip nft cc taskset timeout python3; do command -v "$t" >/dev/null || die "$t not found"; done
 
+# stack mode holds two sockets per route: 10 000 routes need more than the usual 1024 files
+# (the systemd unit sets its own LimitNOFILE).
+{ ulimit -Hn 65536 && ulimit -Sn 65536; } 2>/dev/null || true
+MANY=$(( ($(ulimit -n) - 200) / 2 ))
+[ "$MANY" -le 10000 ] || MANY=10000
+[ "$MANY" -eq 10000 ] || log "open-file limit $(ulimit -n) cannot be raised here: the memory phase uses $MANY routes, not 10 000"
 NCPU=$(nproc)
 RELAY_CPU=$((NCPU > 1 ? 1 : 0))
 GEN_CPU=0
@@ -255,6 +269,68 @@ for ((r = 1; r <= RUNS; r++)); do
         done
     done
 done
+is_vgate() { case "$1" in route|kernel|crelay) return 1 ;; *) return 0 ;; esac; }
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# Resident memory with few and many routes, idle and after traffic over up to 1000 of them.
+if [[ " $EXTRAS " == *" memory "* ]]; then
+    for cfg in $CONFIGS; do
+        is_vgate "$cfg" || continue
+        for routes in 100 "$MANY"; do
+            log "memory: $cfg with $routes routes"
+            start_config "$cfg" "$routes" "$WORK/why" || { log "  cannot start: $(head -c 200 "$WORK/why")"; continue; }
+            sleep 1
+            idle_kb=$(rss_kb "$RELAY")
+            n=$((routes < 1000 ? routes : 1000))
+            ip netns exec "$A_NS" taskset -c "$GEN_CPU" "$WORK/blast" send -d "$TARGET" -p "$TPORT" -n "$n" \
+                -r 1000000 -l "$PAYLOAD" -t 2 -b "$A_IP" > /dev/null 2>&1 || true
+            sleep 0.5
+            busy_kb=$(rss_kb "$RELAY")
+            stop_config "$cfg"
+            printf '{"cfg": "memory", "mode": "%s", "routes": %d, "rss_idle_kb": %d, "rss_after_kb": %d, "streams_relayed": %d}\n' \
+                "$cfg" "$routes" "$idle_kb" "$busy_kb" "$n" | tee -a "$RAW" >&2
+        done
+    done
+fi
+
+# Route install -> first forwarded datagram: the stream arrives before its route exists.
+if [[ " $EXTRAS " == *" activation "* ]]; then
+    for cfg in $CONFIGS; do
+        is_vgate "$cfg" || continue
+        start_config "$cfg" 1 "$WORK/why" || { log "activation: $cfg cannot start"; continue; }
+        for k in 1 2 3 4 5; do
+            port=$((A_BASE + 100 + k)) sport=$((SINK_BASE + 100 + k))
+            timeout -s INT 20 ip netns exec "$B_NS" "$WORK/blast" sink -a "$B_IP" -p "$sport" -n 1 -t 8 \
+                > "$WORK/act-sink.out" 2> "$WORK/act-sink.log" &
+            asink=$!; PIDS+=("$asink")
+            sleep 0.3
+            ip netns exec "$A_NS" "$WORK/blast" send -d "$GA_IP" -p "$port" -n 1 -r "$RATE" -l "$PAYLOAD" \
+                -t 3 -b "$A_IP" > /dev/null 2>&1 &
+            agen=$!; PIDS+=("$agen")
+            sleep 1
+            # Timed inside the gateway's namespace, from just before the request is sent.
+            ip netns exec "$G_NS" python3 -c '
+import json, sys, time, urllib.request
+body = json.dumps({"name": "act", "domain": "a", "port": int(sys.argv[1]),
+                   "destination": sys.argv[2], "egress_port": int(sys.argv[3])}).encode()
+req = urllib.request.Request("http://127.0.0.1:9941/api/v1/routes", data=body,
+                             headers={"Content-Type": "application/json"}, method="POST")
+t0 = time.monotonic_ns()
+urllib.request.urlopen(req, timeout=5).read()
+print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) > "$WORK/act-call.out" 2>&1 || true
+            wait "$agen" 2>/dev/null || true
+            sleep 0.3
+            kill -INT "$asink" 2>/dev/null || true; wait "$asink" 2>/dev/null || true
+            read -r t0 t1 < "$WORK/act-call.out" || { t0=0; t1=0; }
+            first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_ns"])' "$WORK/act-sink.out" 2>/dev/null || echo 0)
+            printf '{"cfg": "activation", "mode": "%s", "try": %d, "call_ms": %s, "first_ms": %s}\n' "$cfg" "$k" \
+                "$(python3 -c "print(round(($t1 - $t0) / 1e6, 2) if $t0 else 'null')")" \
+                "$(python3 -c "print(round(($first - $t0) / 1e6, 2) if $t0 and $first else 'null')")" | tee -a "$RAW" >&2
+        done
+        stop_config "$cfg"
+    done
+fi
+
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 python3 scripts/bench/relay_report.py "$RAW" --hz "$(getconf CLK_TCK)" --seconds "$SECS" \
     --command "scripts/bench-relay.sh --streams \"$STREAMS\" --runs $RUNS --seconds $SECS --configs \"$CONFIGS\"" \

@@ -15,7 +15,8 @@
  *
  * sink: one socket per port (ADDR:BASE+i), epoll, recvmmsg; counts what arrives and the
  * one-way latency from the embedded send time (same host, same clock). Stops on SIGINT or
- * after MAX_SECONDS; prints one JSON line: received, p50_us, p99_us, max_us.
+ * after MAX_SECONDS; prints one JSON line: received, p50_us, p99_us, max_us, first_ns (when
+ * the first datagram arrived, CLOCK_MONOTONIC; 0 if none did).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -159,7 +160,7 @@ static int sink_main(const char *addr, int base, int n, double secs) {
     static unsigned char bufs[BATCH][BUF];
     struct iovec iov[BATCH];
     struct mmsghdr m[BATCH];
-    uint64_t got = 0, end = mono_ns() + (uint64_t)(secs * 1e9);
+    uint64_t got = 0, first = 0, end = mono_ns() + (uint64_t)(secs * 1e9);
     struct epoll_event evs[64];
     fprintf(stderr, "blast sink: %d port(s) ready\n", n);
     while (!stop && mono_ns() < end) {
@@ -178,6 +179,8 @@ static int sink_main(const char *addr, int base, int n, double secs) {
                 if (r <= 0)
                     break;
                 uint64_t now = mono_ns();
+                if (!first)
+                    first = now;
                 for (int k = 0; k < r; k++) {
                     got++;
                     if (m[k].msg_len < 20)
@@ -202,9 +205,10 @@ static int sink_main(const char *addr, int base, int n, double secs) {
         if (!have50 && acc * 2 >= got) { p50 = us; have50 = 1; }
         if (!have99 && acc * 100 >= got * 99) { p99 = us; have99 = 1; }
     }
-    printf("{\"received\": %llu, \"p50_us\": %llu, \"p99_us\": %llu, \"max_us\": %llu}\n",
+    printf("{\"received\": %llu, \"p50_us\": %llu, \"p99_us\": %llu, \"max_us\": %llu, "
+           "\"first_ns\": %llu}\n",
            (unsigned long long)got, (unsigned long long)p50, (unsigned long long)p99,
-           (unsigned long long)max);
+           (unsigned long long)max, (unsigned long long)first);
     return 0;
 }
 
