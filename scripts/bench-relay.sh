@@ -101,34 +101,17 @@ BED_UP=1
 scripts/testbed.sh --name "$BED" --queues 2 up > "$WORK/bed.env"
 # shellcheck disable=SC1091
 . "$WORK/bed.env"
-inns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-if [ "$NCPU" -gt 1 ]; then
-    rmask=$(printf '%x' $((1 << RELAY_CPU))) gmask=$(printf '%x' $((1 << GEN_CPU)))
-    for q in 0 1; do
-        inns "$G_NS" sh -c "echo $rmask > /sys/class/net/$GA_IF/queues/rx-$q/rps_cpus; echo $rmask > /sys/class/net/$GB_IF/queues/rx-$q/rps_cpus"
-        inns "$A_NS" sh -c "echo $gmask > /sys/class/net/$A_IF/queues/rx-$q/rps_cpus"
-        inns "$B_NS" sh -c "echo $gmask > /sys/class/net/$B_IF/queues/rx-$q/rps_cpus"
-    done
-fi
-
-vgate_config() { # mode n file
-    local i
-    {
-        printf '[domains.a]\ninterface = "%s"\naddress = "%s"\nnetworks = ["10.201.1.0/24"]\nmedia_ports = "20000-29999"\n' "$GA_IF" "$GA_IP"
-        printf '[domains.b]\ninterface = "%s"\naddress = "%s"\nnetworks = ["10.201.2.0/24"]\nmedia_ports = "30000-39999"\n' "$GB_IF" "$GB_IP"
-        printf '[engine]\nmode = "%s"\nqueues = 1\ncpus = [%d]\n[security]\nsource_validation = "latch"\n[control]\nlisten = "127.0.0.1:9941"\n' "$1" "$RELAY_CPU"
-        for ((i = 0; i < $2; i++)); do
-            printf '[[stream_route]]\nname = "s%d"\ndomain = "a"\nport = %d\ndestination = "%s:%d"\negress_port = %d\n' \
-                "$i" $((A_BASE + i)) "$B_IP" $((SINK_BASE + i)) $((EG_BASE + i))
-        done
-    } > "$3"
-}
+ADMIN=127.0.0.1:9941
+# shellcheck disable=SC1091  # sourced from the repository (see scripts/bench/bed-lib.sh)
+. scripts/bench/bed-lib.sh
+steer
 
 RELAY=""     # pid of the relay process (vgate, crelay), empty for the kernel's
 WRAP=""
 start_config() { # cfg n why -> sets TARGET TPORT
-    local cfg=$1 n=$2 why=$3 t=0 i sep=""
+    local cfg=$1 n=$2 why=$3 t=0
     RELAY="" WRAP=""
+    rm -f "$WORK/relay.out" "$WORK/relay.log"   # a previous configuration's must not count
     case "$cfg" in
         route)
             inns "$G_NS" sysctl -qw net.ipv4.ip_forward=1
@@ -136,21 +119,7 @@ start_config() { # cfg n why -> sets TARGET TPORT
             ip -n "$B_NS" route replace 10.201.1.0/24 via "$GB_IP" dev "$B_IF"
             TARGET=$B_IP TPORT=$SINK_BASE ;;
         kernel)
-            {
-                echo "table ip vgbench {"
-                echo "  chain pre {"
-                echo "    type nat hook prerouting priority dstnat; policy accept;"
-                printf '    iifname "%s" ip daddr %s udp dport %d-%d dnat to %s : udp dport map {' \
-                    "$GA_IF" "$GA_IP" "$A_BASE" $((A_BASE + n - 1)) "$B_IP"
-                for ((i = 0; i < n; i++)); do printf '%s %d : %d' "$sep" $((A_BASE + i)) $((SINK_BASE + i)); sep=","; done
-                echo " }"
-                echo "  }"
-                echo "  chain post {"
-                echo "    type nat hook postrouting priority srcnat; policy accept;"
-                echo "    oifname \"$GB_IF\" snat to $GB_IP"
-                echo "  }"
-                echo "}"
-            } > "$WORK/nat.nft"
+            nat_rules "$n" "$WORK/nat.nft"
             inns "$G_NS" nft -f "$WORK/nat.nft" 2> "$why" || return 1
             inns "$G_NS" sysctl -qw net.ipv4.ip_forward=1
             TARGET=$GA_IP TPORT=$A_BASE ;;
@@ -165,7 +134,6 @@ start_config() { # cfg n why -> sets TARGET TPORT
             TARGET=$GA_IP TPORT=$A_BASE ;;
         *)
             vgate_config "$cfg" "$n" "$WORK/vgate.toml"
-            rm -f "$WORK/relay.log" "$WORK/relay.out"
             timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" "$VGATE" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")
@@ -313,11 +281,11 @@ if [[ " $EXTRAS " == *" activation "* ]]; then
 import json, sys, time, urllib.request
 body = json.dumps({"name": "act", "domain": "a", "port": int(sys.argv[1]),
                    "destination": sys.argv[2], "egress_port": int(sys.argv[3])}).encode()
-req = urllib.request.Request("http://127.0.0.1:9941/api/v1/routes", data=body,
+req = urllib.request.Request("http://%s/api/v1/routes" % sys.argv[4], data=body,
                              headers={"Content-Type": "application/json"}, method="POST")
 t0 = time.monotonic_ns()
 urllib.request.urlopen(req, timeout=5).read()
-print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) > "$WORK/act-call.out" 2>&1 || true
+print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) "$ADMIN" > "$WORK/act-call.out" 2>&1 || true
             wait "$agen" 2>/dev/null || true
             sleep 0.3
             kill -INT "$asink" 2>/dev/null || true; wait "$asink" 2>/dev/null || true

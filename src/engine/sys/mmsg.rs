@@ -282,7 +282,9 @@ const GSO_MAX_BYTES: usize = 65_000;
 const GSO_MAX_SIZE: usize = 1472;
 /// Cleared, and said once, when the kernel refuses a GSO message (no checksum offload on
 /// the egress device, a smaller MTU): from then on every datagram is its own message.
+/// `VGATE_UDP_GSO=off` in the environment clears it at start (for A/B benchmarks).
 static GSO: AtomicBool = AtomicBool::new(true);
+static GSO_ENV: std::sync::Once = std::sync::Once::new();
 
 /// Turns the datagrams `iov` (in order, all to `dest`) into messages `hdrs[..m]`, returned
 /// `m`: a run of datagrams of one size (the run's last may be shorter) becomes one message
@@ -296,6 +298,11 @@ fn pack(
     ctrl: &mut [SegCtrl],
     dest: &mut libc::sockaddr_in,
 ) -> usize {
+    GSO_ENV.call_once(|| {
+        if std::env::var("VGATE_UDP_GSO").as_deref() == Ok("off") {
+            GSO.store(false, Relaxed);
+        }
+    });
     let gso = GSO.load(Relaxed);
     let k = iov.len();
     let mut m = 0;
