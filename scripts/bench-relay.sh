@@ -18,6 +18,7 @@
 #                     "" for none (the many-routes point is 10 000, or what the open-file
 #                     limit allows at two sockets per route when it cannot be raised)
 #   --out FILE        the Markdown table (default: printed only); raw JSON lines go beside it
+#   --note TEXT       a sentence for the report (e.g. what else loaded the machine)
 #   --no-build        use target/release/vgate as it is
 #
 # Placement (2 cores): the gateway's work on CPU 1 (vgate's one worker, crelay; RPS steers the
@@ -39,6 +40,7 @@ SECS=3
 CONFIGS="route kernel crelay stack tnapi zc"
 OUT=""
 EXTRAS="memory activation"
+NOTE=""
 BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
         --configs) CONFIGS="${2:?}"; shift 2 ;;
         --out) OUT="${2:?}"; shift 2 ;;
         --extras) EXTRAS="${2-}"; shift 2 ;;
+        --note) NOTE="${2:?}"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-relay: unknown argument '$1'" >&2; exit 2 ;;
@@ -302,7 +305,7 @@ fi
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 python3 scripts/bench/relay_report.py "$RAW" --hz "$(getconf CLK_TCK)" --seconds "$SECS" \
     --command "scripts/bench-relay.sh --streams \"$STREAMS\" --runs $RUNS --seconds $SECS --configs \"$CONFIGS\"" \
-    --load "$LOAD" --rev "$(git rev-parse --short HEAD)" > "$WORK/report.md"
+    --load "$LOAD" --rev "$(git rev-parse --short HEAD)" --note "$NOTE" > "$WORK/report.md"
 cat "$WORK/report.md"
 if [ -n "$OUT" ]; then
     cp "$WORK/report.md" "$OUT"

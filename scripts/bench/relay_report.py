@@ -41,6 +41,7 @@ def main():
     ap.add_argument("--command", default="")
     ap.add_argument("--load", default="")
     ap.add_argument("--rev", default="")
+    ap.add_argument("--note", default="")
     a = ap.parse_args()
     allpts = [json.loads(l) for l in open(a.raw) if l.strip()]
     mem = [p for p in allpts if p["cfg"] == "memory"]
@@ -107,6 +108,8 @@ def main():
                "([bench-channel.md](bench-channel.md)) reproduces the published model but its generator tops "
                "out first on this bed; this run uses a generator that can outrun the relays, so the limits and "
                "costs below are the relays'.\n")
+    if a.note:
+        out.append(f"**Note on this run**: {a.note}\n")
     out.append("## Method\n")
     out.append("- **Bed**: `scripts/testbed.sh --queues 2 up`: namespaces A (generator), G (the gateway) and B "
                "(sinks) joined by 2-queue veth pairs; nothing leaves them.")
