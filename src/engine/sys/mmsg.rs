@@ -34,6 +34,8 @@ pub struct RecvBatch {
     ctrl: Box<[[u8; CTRL_LEN]]>,
     hdrs: Box<[libc::mmsghdr]>,
     len: usize,
+    /// Headers `recv` must reset before the next call: those the kernel may have written.
+    dirty: usize,
 }
 
 // SAFETY:
@@ -58,6 +60,7 @@ impl RecvBatch {
             // SAFETY: as above.
             hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
             len: 0,
+            dirty: batch,
         };
         let base = b.bufs.as_mut_ptr();
         for i in 0..batch {
@@ -82,12 +85,16 @@ impl RecvBatch {
 
     /// Receives up to a batch without blocking; `Ok(0)` when nothing is waiting.
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
-        for h in self.hdrs.iter_mut() {
+        // Only the headers the kernel wrote last time need their lengths back (at low load
+        // that is one, not the whole batch).
+        for h in self.hdrs[..self.dirty].iter_mut() {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             h.msg_hdr.msg_controllen = CTRL_LEN as _;
             h.msg_hdr.msg_flags = 0;
             h.msg_len = 0;
         }
+        // Until the call returns, assume it may write any of them.
+        self.dirty = self.hdrs.len();
         self.len = 0;
         loop {
             // SAFETY:
@@ -105,12 +112,17 @@ impl RecvBatch {
             };
             if n >= 0 {
                 self.len = n as usize;
+                self.dirty = self.len;
                 return Ok(self.len);
             }
             let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(0),
+                // Nothing was received, so nothing was written.
+                io::ErrorKind::WouldBlock => {
+                    self.dirty = 0;
+                    return Ok(0);
+                }
                 _ => return Err(e),
             }
         }
@@ -623,6 +635,19 @@ mod tests {
             0,
             "nothing more was waiting"
         );
+        // Reused headers: lengths and flags from the earlier batches do not leak into later
+        // ones, whichever of them the kernel wrote.
+        for round in [7usize, 2, 8] {
+            for i in 0..round {
+                sender.send_to(&[i as u8; 50], dst).unwrap();
+            }
+            assert_eq!(rb.recv(rx_sock.as_fd()).unwrap(), round);
+            for i in 0..round {
+                assert_eq!(rb.payload(i), &[i as u8; 50][..], "round {round}");
+                assert!(!rb.truncated(i), "round {round}");
+                assert_eq!(rb.source(i), SocketAddr4::of(&sender).0);
+            }
+        }
     }
 
     #[test]
