@@ -50,9 +50,12 @@ pub fn prerequisites(test: &str, root: bool, commands: &[(&str, &str)]) -> bool 
     false
 }
 
-/// The `vgate` binary built for these tests.
+/// The `vgate` binary built for these tests, or `VGATE_BIN` when set (`scripts/soak.sh` runs
+/// a copy so a rebuild in the tree cannot swap the binary under a long run).
 pub fn vgate_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_vgate"))
+    std::env::var_os("VGATE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vgate")))
 }
 
 /// A bed from `scripts/testbed.sh` (namespaces `<name>a`, `<name>g`, `<name>b`); `down` on
