@@ -449,7 +449,7 @@ fn run(
         if let Some(every) = watchdog {
             // The ping depends on every worker being alive: a stuck worker stops it and
             // systemd restarts vgate.
-            if last_ping.elapsed() >= every && control.healthy(crate::channel::now_ms()) {
+            if last_ping.elapsed() >= every && control.healthy(crate::clock::now_ms()) {
                 systemd::watchdog();
                 last_ping = Instant::now();
             }

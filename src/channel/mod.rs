@@ -8,7 +8,6 @@
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::routes::{Channel, StreamRoute};
 use crate::stats::{DropReason, PacketCounters, Snapshot};
@@ -41,14 +40,6 @@ pub fn inspect(
     Ok(())
 }
 
-/// Milliseconds since the Unix epoch (for route last-seen times and heartbeats).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// One worker's counters, written by the worker, read by reports and the watchdog.
 #[derive(Debug)]
 pub struct WorkerStats {
@@ -59,7 +50,7 @@ pub struct WorkerStats {
     pub channels: [PacketCounters; 2],
     /// Thread CPU time, nanoseconds.
     pub cpu_ns: AtomicU64,
-    /// Last loop iteration, milliseconds since the epoch: a stalled worker stops moving it.
+    /// Last loop iteration ([`crate::clock::now_ms`]): a stalled worker stops moving it.
     pub heartbeat_ms: AtomicU64,
     /// Set once the worker is receiving.
     pub ready: AtomicBool,

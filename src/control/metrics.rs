@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::ControlState;
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, SessionKind};
 use crate::stats::{DropReason, Snapshot};

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::ports::PortKey;
 use super::sys::mmsg::SendOutcome;
-use crate::channel::{inspect, now_ms};
+use crate::channel::inspect;
+use crate::clock::now_ms;
 use crate::config::{DomainId, PortRange};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};

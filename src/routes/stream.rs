@@ -122,7 +122,7 @@ pub struct StreamRoute {
     pub created: SystemTime,
     /// Packed source latched by the `latch` policy (0: none yet).
     latched: AtomicU64,
-    /// Milliseconds since the Unix epoch of the last packet; 0: none yet.
+    /// [`crate::clock::now_ms`] of the last forwarded packet; 0: none yet.
     last_seen_ms: AtomicU64,
     pub stats: Arc<RouteStats>,
 }
@@ -200,7 +200,7 @@ impl StreamRoute {
         self.last_seen_ms.store(now_ms, Relaxed);
     }
 
-    /// When the last packet arrived (milliseconds since the epoch), if any did.
+    /// When the last packet was forwarded ([`crate::clock::now_ms`]), if any was.
     pub fn last_seen_ms(&self) -> Option<u64> {
         match self.last_seen_ms.load(Relaxed) {
             0 => None,
