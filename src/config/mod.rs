@@ -312,6 +312,9 @@ pub struct StaticStream {
 pub struct Security {
     pub source_validation: SourcePolicy,
     pub rtp_only: bool,
+    /// Under `latch`: how long (ms) the latched source must have forwarded nothing before
+    /// another source may take the route; 0: never (the first source keeps it for good).
+    pub relatch_after_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]

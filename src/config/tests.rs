@@ -446,3 +446,18 @@ fn rtsp_settings_are_checked() {
     let unknown = format!("{RTSP_ROUTE}[[signaling_route.paths]]\nprefix = \"/a\"\nhost = \"x\"\n");
     assert!(check(&unknown).is_err(), "unknown keys stay rejected");
 }
+
+#[test]
+fn relatch_after_ms_defaults_and_bounds() {
+    assert_eq!(check("").unwrap().security.relatch_after_ms, 2000);
+    let set = "[security]\nsource_validation = \"latch\"\nrelatch_after_ms = 500\n";
+    assert_eq!(check(set).unwrap().security.relatch_after_ms, 500);
+    let never = "[security]\nrelatch_after_ms = 0\n";
+    assert_eq!(check(never).unwrap().security.relatch_after_ms, 0);
+    expect_err(
+        "[security]\nrelatch_after_ms = 5\n",
+        "security.relatch_after_ms",
+        base_lines() + 2,
+        "100 to 3600000",
+    );
+}

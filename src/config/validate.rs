@@ -42,9 +42,22 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
     cross_domain(&a, &b, &raw.domains.b)?;
     let domains = [a, b];
     let engine = engine(raw, cpus)?;
+    let relatch_after_ms =
+        match &raw.security.relatch_after_ms {
+            None => crate::routes::DEFAULT_RELATCH_AFTER_MS,
+            Some(v) if *v.get_ref() == 0 || (100..=3_600_000).contains(v.get_ref()) => {
+                *v.get_ref() as u64
+            }
+            Some(v) => return Err(invalid(
+                v,
+                "security.relatch_after_ms",
+                "expected 0 (never re-latch) or 100 to 3600000 milliseconds; the default is 2000",
+            )),
+        };
     let security = Security {
         source_validation: raw.security.source_validation,
         rtp_only: raw.security.rtp_only,
+        relatch_after_ms,
     };
     let listen: SocketAddr = raw.control.listen.get_ref().parse().map_err(|_| {
         invalid(

@@ -40,6 +40,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Packets dropped per channel, by reason",
     ),
     (
+        "vgate_relatches_total",
+        "counter",
+        "Times a latch route moved to a new source after its latched source fell silent, per channel",
+    ),
+    (
         "vgate_worker_packets_total",
         "counter",
         "Packets per worker (queue) and channel",
@@ -207,6 +212,14 @@ pub fn render(st: &ControlState) -> String {
             "vgate_channel_drops_total",
             &[("channel", c.name())],
             totals.channel(c),
+        );
+    }
+    o.family("vgate_relatches_total");
+    for c in Channel::ALL {
+        o.sample(
+            "vgate_relatches_total",
+            &[("channel", c.name())],
+            totals.channel(c).relatches,
         );
     }
 

@@ -1206,7 +1206,7 @@ fn forward_batch<'p>(
             if let Some(r) = run.take() {
                 finish_run(r, &mut out, now, chan);
             }
-            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port, now));
         }
         let Some(r) = run.as_mut() else { continue };
         // The UDP checksum is not checked: see the module doc.

@@ -513,7 +513,7 @@ fn forward(
             if let Some(r) = run.take() {
                 finish_run(r, &mut scope, now, chan);
             }
-            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port, now));
         }
         let Some(run) = run.as_mut() else { continue };
         // No NIC verdict comes with a PF_RING packet here: both checksums are verified.

@@ -24,7 +24,7 @@ use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{RecvBatch, SendBatch};
 use super::sys::thread_cpu_ns;
 use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{inspect, WorkerStats};
+use crate::channel::{inspect, Admitted, WorkerStats};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
@@ -289,12 +289,24 @@ fn drain_socket(
             let p = rx.payload(i);
             tally.rx_packets += 1;
             tally.rx_bytes += p.len() as u64;
-            match inspect(&route, rx.source(i), p, rx.truncated(i), ctx.max_payload) {
-                Ok(()) => sel.push(i as u16),
+            match inspect(
+                &route,
+                rx.source(i),
+                p,
+                rx.truncated(i),
+                ctx.max_payload,
+                now,
+            ) {
+                Ok(admitted) => {
+                    tally.relatches += u64::from(admitted == Admitted::Relatched);
+                    sel.push(i as u16);
+                }
                 Err(reason) => tally.drop(reason),
             }
         }
         if !sel.is_empty() {
+            // Only packets that passed every check keep the route alive.
+            route.touch(now);
             match local.get(&(channel.egress(), route.egress_port)) {
                 Some(egress) => {
                     let out = tx.send(egress.sock.as_fd(), rx, sel, route.dest);
@@ -314,7 +326,6 @@ fn drain_socket(
                 None => tally.drops[DropReason::SendError as usize] += sel.len() as u64,
             }
         }
-        route.touch(now);
         route.stats.packets.add(&tally);
         ctx.stats.channel(channel).add(&tally);
         if n < rx.capacity() {

@@ -507,7 +507,7 @@ fn forward_block<'b>(
             if let Some(r) = run.take() {
                 finish_run(r, &mut scope, now, chan);
             }
-            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port, now));
         }
         let Some(r) = run.as_mut() else { continue };
         // The kernel vouches for checksums it validated or has not filled in yet (a local
