@@ -73,8 +73,12 @@ pub fn inspect(
 #[derive(Debug)]
 pub struct WorkerStats {
     pub index: usize,
-    /// The CPU the worker is pinned to (if pinning succeeded).
+    /// The CPU the config assigns the worker (what it tries to pin to).
     pub cpu: Option<usize>,
+    /// The CPU the worker ran on right after pinning (`sched_getcpu`); `u64::MAX`: unknown.
+    running_cpu: AtomicU64,
+    /// Whether the worker is pinned to its configured CPU.
+    pinned: AtomicBool,
     /// Per channel, indexed by [`Channel::index`].
     pub channels: [PacketCounters; 2],
     /// Thread CPU time, nanoseconds.
@@ -97,6 +101,8 @@ impl WorkerStats {
         WorkerStats {
             index,
             cpu,
+            running_cpu: AtomicU64::new(u64::MAX),
+            pinned: AtomicBool::new(false),
             channels: Default::default(),
             cpu_ns: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(0),
@@ -109,6 +115,26 @@ impl WorkerStats {
 
     pub fn channel(&self, c: Channel) -> &PacketCounters {
         &self.channels[c.index()]
+    }
+
+    /// Records where the worker runs after its pinning attempt.
+    pub fn record_cpu(&self, running: Option<usize>, pinned: bool) {
+        self.running_cpu
+            .store(running.map_or(u64::MAX, |c| c as u64), Relaxed);
+        self.pinned.store(pinned, Relaxed);
+    }
+
+    /// The CPU the worker really ran on after pinning (not the configured one).
+    pub fn running_cpu(&self) -> Option<usize> {
+        match self.running_cpu.load(Relaxed) {
+            u64::MAX => None,
+            c => Some(c as usize),
+        }
+    }
+
+    /// Whether the worker is pinned to its configured CPU.
+    pub fn pinned(&self) -> bool {
+        self.pinned.load(Relaxed)
     }
 
     pub fn cpu_seconds(&self) -> f64 {

@@ -261,7 +261,8 @@ fn stats(st: &ControlState) -> Value {
                 })
                 .collect();
             json!({
-                "index": w.index, "cpu": w.cpu, "cpu_seconds": w.cpu_seconds(),
+                "index": w.index, "cpu": w.running_cpu(), "pinned": w.pinned(),
+                "configured_cpu": w.cpu, "cpu_seconds": w.cpu_seconds(),
                 "alive": !w.exited.load(Relaxed), "channels": ch,
             })
         })

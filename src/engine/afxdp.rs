@@ -77,7 +77,7 @@ use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
+use super::{pin_worker, Engine, EngineError, EngineKind, ExitFlag, Worker};
 use crate::channel::WorkerStats;
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
@@ -900,15 +900,7 @@ static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
 fn worker(ctx: WorkerCtx, mut socks: Vec<WorkerXsk>) {
     let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
-        }
-    }
+    pin_worker(&ctx.stats, ctx.cpu);
     if let Err(e) = run_worker(&ctx, &mut socks) {
         tracing::error!(worker = ctx.index, "worker stopped: {e}");
     }

@@ -53,7 +53,7 @@ use super::nft::{DropRule, MediaDropTable};
 use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
+use super::{pin_worker, Engine, EngineError, EngineKind, ExitFlag, Worker};
 use crate::channel::WorkerStats;
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig, Mode};
@@ -378,15 +378,7 @@ static RECV_ERRORS: RateLimit = RateLimit::new(5000);
 
 fn worker(ctx: WorkerCtx, mut rings: Vec<WorkerRing>) {
     let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
-        }
-    }
+    pin_worker(&ctx.stats, ctx.cpu);
     if let Err(e) = run_worker(&ctx, &mut rings) {
         tracing::error!(worker = ctx.index, "worker stopped: {e}");
     }

@@ -23,7 +23,7 @@ use nix::sys::eventfd::EventFd;
 use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{RecvBatch, SendBatch};
 use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
+use super::{pin_worker, Engine, EngineError, EngineKind, ExitFlag, Worker};
 use crate::channel::{inspect, Admitted, WorkerStats};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
@@ -150,15 +150,7 @@ static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
 fn worker(ctx: WorkerCtx) {
     let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
-        }
-    }
+    pin_worker(&ctx.stats, ctx.cpu);
     if let Err(e) = run_worker(&ctx) {
         tracing::error!(worker = ctx.index, "worker stopped: {e}");
     }
