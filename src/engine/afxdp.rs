@@ -533,10 +533,17 @@ impl AfxdpEngine {
     /// Loads and attaches the program and opens every socket; fails with the reason when the
     /// mode cannot run here. Nothing stays attached when it fails.
     pub fn new(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
-        Ok(AfxdpEngine::open(cfg, TxPath::from_env())?)
+        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
+        // their interfaces like the other engines' (checked before anything is attached).
+        let registry = Arc::new(super::bound_registry(cfg)?);
+        Ok(AfxdpEngine::open(cfg, TxPath::from_env(), registry)?)
     }
 
-    fn open(cfg: &Config, tx_path: TxPath) -> Result<AfxdpEngine, AfxdpError> {
+    fn open(
+        cfg: &Config,
+        tx_path: TxPath,
+        registry: Arc<PortRegistry>,
+    ) -> Result<AfxdpEngine, AfxdpError> {
         let queues = cfg.engine.queues.max(1);
         let targets: Targets = [
             (cfg.domains[0].address, cfg.domains[0].media_ports),
@@ -676,10 +683,6 @@ impl AfxdpEngine {
                 );
             }
         }
-        let registry = Arc::new(PortRegistry::new([
-            cfg.domains[0].address,
-            cfg.domains[1].address,
-        ]));
         let hooks = Arc::new(XdpHooks {
             registry: Arc::clone(&registry),
             ports: Mutex::new(PortMap {

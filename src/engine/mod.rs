@@ -110,11 +110,24 @@ pub enum EngineError {
         have: usize,
         want: usize,
     },
+    #[error("domain isolation: {0}")]
+    Isolation(#[source] std::io::Error),
     #[error("{what}: {source}")]
     Io {
         what: String,
         source: std::io::Error,
     },
+}
+
+/// The port registry of `cfg`'s domains, every socket tied to its domain's interface; an
+/// interface that cannot be bound is a start-up error ([`EngineError::Isolation`]).
+pub fn bound_registry(cfg: &Config) -> Result<ports::PortRegistry, EngineError> {
+    ports::PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address])
+        .on_interfaces([
+            cfg.domains[0].interface.clone(),
+            cfg.domains[1].interface.clone(),
+        ])
+        .map_err(EngineError::Isolation)
 }
 
 /// A running worker thread.
@@ -160,7 +173,7 @@ pub fn choose(mode: Mode, engine: Option<EngineKind>) -> Result<EngineKind, Engi
 /// Builds the engine of `kind` for `cfg`.
 pub fn build(cfg: &Config, kind: EngineKind) -> Result<Box<dyn Engine>, EngineError> {
     match kind {
-        EngineKind::Stack => Ok(Box::new(stack::StackEngine::new(cfg))),
+        EngineKind::Stack => Ok(Box::new(stack::StackEngine::new(cfg)?)),
         EngineKind::Afpacket => Ok(Box::new(tnapi::AfpacketEngine::new(cfg)?)),
         EngineKind::Afxdp => Ok(Box::new(afxdp::AfxdpEngine::new(cfg)?)),
         #[cfg(vgate_pfring)]

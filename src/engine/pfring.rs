@@ -211,10 +211,7 @@ impl PfringEngine {
         Ok(PfringEngine {
             kind,
             cfg: cfg.engine.clone(),
-            registry: Arc::new(PortRegistry::new([
-                cfg.domains[0].address,
-                cfg.domains[1].address,
-            ])),
+            registry: Arc::new(super::bound_registry(cfg)?),
             lib,
             ifaces,
             rings,

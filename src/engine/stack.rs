@@ -57,18 +57,11 @@ pub struct StackEngine {
 }
 
 impl StackEngine {
-    pub fn new(cfg: &Config) -> StackEngine {
-        StackEngine {
+    pub fn new(cfg: &Config) -> Result<StackEngine, EngineError> {
+        Ok(StackEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(
-                PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address]).on_interfaces(
-                    [
-                        cfg.domains[0].interface.clone(),
-                        cfg.domains[1].interface.clone(),
-                    ],
-                ),
-            ),
-        }
+            registry: Arc::new(super::bound_registry(cfg)?),
+        })
     }
 }
 

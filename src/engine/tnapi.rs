@@ -186,14 +186,7 @@ impl AfpacketEngine {
         let nft = MediaDropTable::install(&instance_name(cfg), &rules)?;
         Ok(AfpacketEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(
-                PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address]).on_interfaces(
-                    [
-                        cfg.domains[0].interface.clone(),
-                        cfg.domains[1].interface.clone(),
-                    ],
-                ),
-            ),
+            registry: Arc::new(super::bound_registry(cfg)?),
             ifaces,
             rings,
             targets,
