@@ -195,6 +195,12 @@ def main():
         out.append("|---|---:|---:|---:|")
         for m in mem:
             out.append(f"| {m['mode']} | {m['routes']} | {m['rss_idle_kb'] / 1024:.1f} | {m['rss_after_kb'] / 1024:.1f} |")
+        most = max(m["routes"] for m in mem)
+        if most < 10000:
+            out.append("")
+            out.append(f"{most} routes, not 10 000: stack mode holds two sockets per route and the open-file "
+                       "limit of the shell that ran this could not be raised (the systemd unit sets "
+                       "`LimitNOFILE=1048576`).")
     if act:
         out.append("")
         out.append("Route install → first forwarded datagram: a 10 Mbit/s stream (one datagram about every "
