@@ -16,7 +16,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -329,30 +329,7 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("tnapi starts");
         let workers = gw.worker_stats();
         let stop = Arc::new(AtomicBool::new(false));
-        let counts: Arc<[AtomicU64; 2]> = Arc::new(Default::default());
-        // Receivers for two routes.
-        let rx = {
-            let (stop, counts) = (Arc::clone(&stop), Arc::clone(&counts));
-            std::thread::spawn(move || {
-                enter_netns(&b_ns).unwrap();
-                let socks: Vec<UdpSocket> = (0..2u16)
-                    .map(|i| {
-                        let s = UdpSocket::bind((b_ip, SINK_PORTS + i)).unwrap();
-                        s.set_read_timeout(Some(Duration::from_millis(2))).unwrap();
-                        s
-                    })
-                    .collect();
-                let mut buf = [0u8; 2048];
-                while !stop.load(Relaxed) {
-                    for (i, s) in socks.iter().enumerate() {
-                        while let Ok((_, from)) = s.recv_from(&mut buf) {
-                            assert_eq!(from.ip(), std::net::IpAddr::V4(gb_ip));
-                            counts[i].fetch_add(1, Relaxed);
-                        }
-                    }
-                }
-            })
-        };
+        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
         // One sender per gateway port, 1 packet per ms each, until stopped.
         let tx = {
             let stop = Arc::clone(&stop);
@@ -372,14 +349,10 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
                 }
             })
         };
-        let count = |i: usize| counts[i].load(Relaxed);
+        let count = |i: usize| sinks.count(i);
         let wait_growth = |i: usize, by: u64| {
-            let start = count(i);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while count(i) < start + by {
-                assert!(Instant::now() < deadline, "route {i} does not forward");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
+            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
         };
         let spec = |i: u16| RouteSpec {
             ingress: DomainId::A,
@@ -424,7 +397,7 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
 
         stop.store(true, Relaxed);
         tx.join().unwrap();
-        rx.join().unwrap();
+        sinks.finish();
         assert!(
             workers.iter().all(|w| !w.exited.load(Relaxed)),
             "no worker restarted or stopped"

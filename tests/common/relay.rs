@@ -233,3 +233,98 @@ pub fn kv(line: &str) -> HashMap<String, String> {
 pub fn num(m: &HashMap<String, String>, k: &str) -> u64 {
     m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
 }
+
+/// Receivers on `SINK_PORTS + i` (`i < n`) in namespace `ns` that count what arrives from
+/// `gateway`, for tests that keep senders running while routes change. Every socket is read
+/// without blocking in turn, so a busy stream never starves another (a blocking read with a
+/// timeout stays on a socket that always has a packet within the timeout, and the other
+/// socket's buffer overflows — which once looked like a slow route in zc mode).
+pub struct Sinks {
+    counts: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<String>>>,
+}
+
+impl Sinks {
+    pub fn start(ns: String, addr: Ipv4Addr, gateway: Ipv4Addr, n: u16) -> Sinks {
+        let counts: Arc<Vec<std::sync::atomic::AtomicU64>> =
+            Arc::new((0..n).map(|_| Default::default()).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = {
+            let (counts, stop) = (Arc::clone(&counts), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+                let socks: Vec<UdpSocket> = (0..n)
+                    .map(|i| {
+                        let s = UdpSocket::bind((addr, SINK_PORTS + i)).expect("bind sink");
+                        s.set_nonblocking(true).unwrap();
+                        s
+                    })
+                    .collect();
+                let _ = ready_tx.send(());
+                let mut problems = Vec::new();
+                let mut buf = [0u8; 2048];
+                while !stop.load(Relaxed) {
+                    let mut any = false;
+                    for (i, s) in socks.iter().enumerate() {
+                        while let Ok((_, from)) = s.recv_from(&mut buf) {
+                            any = true;
+                            if from.ip() != std::net::IpAddr::V4(gateway) && problems.len() < 20 {
+                                problems.push(format!("sink {i}: from {from}"));
+                            }
+                            counts[i].fetch_add(1, Relaxed);
+                        }
+                    }
+                    if !any {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                problems
+            })
+        };
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("sinks bound");
+        Sinks {
+            counts,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Datagrams sink `i` received so far.
+    pub fn count(&self, i: usize) -> u64 {
+        self.counts[i].load(Relaxed)
+    }
+
+    /// Waits until sink `i` received `by` more datagrams (panics after `limit`); returns how
+    /// long its first new datagram took and how long all `by` took.
+    pub fn wait_growth(&self, i: usize, by: u64, limit: Duration) -> (Duration, Duration) {
+        let start = self.count(i);
+        let began = Instant::now();
+        let mut first = None;
+        while self.count(i) < start + by {
+            if first.is_none() && self.count(i) > start {
+                first = Some(began.elapsed());
+            }
+            assert!(
+                began.elapsed() < limit,
+                "sink {i} got {} of {by} datagrams within {limit:?}",
+                self.count(i) - start
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let all = began.elapsed();
+        (first.unwrap_or(all), all)
+    }
+
+    /// Stops the receivers; panics if any datagram came from elsewhere than the gateway.
+    pub fn finish(mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let problems = t.join().expect("sinks");
+            assert!(problems.is_empty(), "misdelivered: {problems:?}");
+        }
+    }
+}
