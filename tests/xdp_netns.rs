@@ -358,3 +358,290 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
         xdp_links(&g_ns)
     );
 }
+
+/// One's-complement sum of `data` (16-bit big-endian words) added to `acc`.
+fn csum_add(mut acc: u32, data: &[u8]) -> u32 {
+    for c in data.chunks(2) {
+        let w = u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]);
+        acc += u32::from(w);
+    }
+    acc
+}
+
+fn csum_fold(mut acc: u32) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    !(acc as u16)
+}
+
+/// How a test frame differs from a good one.
+#[derive(Clone, Copy, Default)]
+struct Frame {
+    src: Option<std::net::Ipv4Addr>,
+    sport: u16,
+    dport: u16,
+    /// IPv4 option bytes (multiple of 4).
+    options: usize,
+    /// IPv4 flags/fragment-offset field.
+    frag: u16,
+    /// Added to the IPv4 total length (a frame shorter than its header says).
+    ip_len_extra: u16,
+    /// Added to the UDP length.
+    udp_len_extra: u16,
+    /// Payload bytes beyond the test packet (oversize).
+    pad: usize,
+    /// Cut the frame after this many bytes.
+    cut: Option<usize>,
+}
+
+/// An Ethernet frame from A to the gateway carrying stream 0's packet `seq`, shaped by `f`;
+/// checksums correct for what it claims.
+fn frame(bed: &Bed, seq: u32, f: Frame) -> Vec<u8> {
+    let mac = |k: &str| -> Vec<u8> {
+        bed.get(k)
+            .split(':')
+            .map(|h| u8::from_str_radix(h, 16).unwrap())
+            .collect()
+    };
+    let mut payload = packet(0, seq).to_vec();
+    payload.resize(PAYLOAD + f.pad, 0);
+    let ihl = 20 + f.options;
+    let udp_len = (8 + payload.len()) as u16;
+    let total = ihl as u16 + udp_len;
+    let src = f.src.unwrap_or(bed.ip("A_IP"));
+    let dst = bed.ip("GA_IP");
+    let mut ip = vec![0x40 | (ihl / 4) as u8, 0];
+    ip.extend_from_slice(&(total + f.ip_len_extra).to_be_bytes());
+    ip.extend_from_slice(&[0x12, 0x34]);
+    ip.extend_from_slice(&f.frag.to_be_bytes());
+    ip.extend_from_slice(&[64, 17, 0, 0]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    ip.resize(ihl, 1); // NOP options
+    let c = csum_fold(csum_add(0, &ip));
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&f.sport.to_be_bytes());
+    udp.extend_from_slice(&f.dport.to_be_bytes());
+    udp.extend_from_slice(&(udp_len + f.udp_len_extra).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(&payload);
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&src.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&udp_len.to_be_bytes());
+    let c = csum_fold(csum_add(csum_add(0, &pseudo), &udp));
+    udp[6..8].copy_from_slice(&(if c == 0 { 0xffff } else { c }).to_be_bytes());
+    let mut out = mac("GA_MAC");
+    out.extend_from_slice(&mac("A_MAC"));
+    out.extend_from_slice(&[0x08, 0x00]);
+    out.extend_from_slice(&ip);
+    out.extend_from_slice(&udp);
+    if let Some(n) = f.cut {
+        out.truncate(n);
+    }
+    out
+}
+
+/// Sends raw Ethernet frames out of A's veth (python3's AF_PACKET socket).
+fn send_frames(bed: &Bed, frames: &[Vec<u8>]) {
+    let hex: Vec<String> = frames
+        .iter()
+        .map(|f| f.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    let script = "import socket,sys\n\
+        s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n\
+        s.bind((sys.argv[1],0))\n\
+        for l in sys.stdin.read().split():\n    s.send(bytes.fromhex(l))\n";
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", bed.get("A_NS"), "python3", "-c", script])
+        .arg(bed.get("A_IF"))
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(hex.join("\n").as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "python3 sent the frames");
+}
+
+/// Frames the fast path must not forward go to the slow path (which forwards them correctly
+/// or drops them with their reason counter) or to the kernel; none is forwarded wrongly.
+#[test]
+fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
+    if !prerequisites(
+        "xdp_passes_what_it_cannot_forward_to_the_slow_path",
+        true,
+        &[
+            ("ip", "iproute2"),
+            ("ethtool", "ethtool"),
+            ("python3", "python3"),
+        ],
+    ) {
+        return;
+    }
+    use vgate::config::{DomainId, SourcePolicy};
+    use vgate::routes::{Channel, RouteSpec, SessionKind};
+    use vgate::stats::DropReason;
+
+    let bed = xdp_bed();
+    let g_ns = bed.get("G_NS").to_owned();
+    let (gb_ip, b_ip, a_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"), bed.ip("A_IP"));
+    let mut cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9954), "test").unwrap();
+    cfg.engine.max_payload = 1000;
+    let good = Frame {
+        sport: 5000,
+        dport: A_PORTS,
+        ..Frame::default()
+    };
+    let cases: Vec<(&str, Frame, bool)> = vec![
+        // (what, frame, delivered)
+        ("good", good, true),
+        (
+            "wrong source port",
+            Frame {
+                sport: 5001,
+                ..good
+            },
+            false,
+        ),
+        (
+            "wrong source address",
+            Frame {
+                src: Some(std::net::Ipv4Addr::new(10, 201, 1, 77)),
+                ..good
+            },
+            false,
+        ),
+        ("IPv4 options", Frame { options: 4, ..good }, true),
+        (
+            "first fragment",
+            Frame {
+                frag: 0x2000,
+                ..good
+            },
+            false,
+        ),
+        (
+            "later fragment",
+            Frame {
+                frag: 0x0010,
+                ..good
+            },
+            false,
+        ),
+        (
+            "IPv4 length beyond the frame",
+            Frame {
+                ip_len_extra: 64,
+                ..good
+            },
+            false,
+        ),
+        (
+            "UDP length beyond IPv4's",
+            Frame {
+                udp_len_extra: 16,
+                ..good
+            },
+            false,
+        ),
+        ("oversize payload", Frame { pad: 1100, ..good }, false),
+        (
+            "unknown port",
+            Frame {
+                dport: A_PORTS + 500,
+                ..good
+            },
+            false,
+        ),
+        (
+            "truncated UDP header",
+            Frame {
+                cut: Some(14 + 20 + 4),
+                ..good
+            },
+            false,
+        ),
+        ("good again", good, true),
+    ];
+    let frames: Vec<Vec<u8>> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (_, f, _))| frame(&bed, i as u32, *f))
+        .collect();
+    let want: Vec<u32> = cases
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.2)
+        .map(|(i, _)| i as u32)
+        .collect();
+    let b_ns = bed.get("B_NS").to_owned();
+    let gw = in_netns(&g_ns, move || {
+        let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
+        let s = gw.routes.open_session(SessionKind::Admin, "bad input");
+        gw.routes.reserve_port(s, DomainId::A, A_PORTS).unwrap();
+        gw.routes.reserve_port(s, DomainId::B, B_PORTS).unwrap();
+        gw.routes
+            .add_route(
+                s,
+                RouteSpec {
+                    ingress: DomainId::A,
+                    port: A_PORTS,
+                    dest: SocketAddrV4::new(b_ip, SINK_PORTS),
+                    egress_port: B_PORTS,
+                    policy: SourcePolicy::Strict,
+                    expected: Some(SocketAddrV4::new(a_ip, 5000)),
+                    rtp_only: false,
+                    label: "strict".into(),
+                },
+            )
+            .unwrap();
+        gw
+    });
+    let sinks = Sinks::start(b_ns, b_ip, gb_ip, 1);
+    let (x0, _) = fast_xmit(&bed);
+    send_frames(&bed, &frames);
+    // Delivered ones are likely in already (python3 takes longer than the relay).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sinks.count(0) < want.len() as u64 {
+        assert!(Instant::now() < deadline, "delivered: {:?}", sinks.seqs(0));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Anything wrongly forwarded would arrive within this quiet time too.
+    std::thread::sleep(Duration::from_millis(500));
+    let (x1, _) = fast_xmit(&bed);
+    let mut got = sinks.seqs(0);
+    got.sort_unstable();
+    sinks.finish();
+    assert_eq!(got, want, "exactly the valid frames, once each");
+    assert_eq!(x1 - x0, 2, "only the two good frames took the fast path");
+    // Let worker 0 poll the fast path's counters, then read the channel.
+    std::thread::sleep(Duration::from_millis(300));
+    let fwd = in_netns(&g_ns, move || {
+        let t = gw.totals();
+        let fwd = *t.channel(Channel::Forward);
+        drop(gw);
+        fwd
+    });
+    eprintln!("{fwd:?}");
+    assert_eq!(fwd.tx_packets, want.len() as u64, "{fwd:?}");
+    assert_eq!(fwd.drop_count(DropReason::SourceMismatch), 2, "{fwd:?}");
+    assert_eq!(fwd.drop_count(DropReason::Oversize), 1, "{fwd:?}");
+    assert_eq!(
+        fwd.drop_count(DropReason::Truncated) + fwd.drop_count(DropReason::Malformed),
+        2,
+        "IPv4 length beyond the frame, UDP length beyond IPv4's: {fwd:?}"
+    );
+    assert!(
+        xdp_links(&g_ns).is_empty(),
+        "nothing left: {:?}",
+        xdp_links(&g_ns)
+    );
+}

@@ -234,13 +234,14 @@ pub fn num(m: &HashMap<String, String>, k: &str) -> u64 {
     m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
 }
 
-/// Receivers on `SINK_PORTS + i` (`i < n`) in namespace `ns` that count what arrives from
-/// `gateway`, for tests that keep senders running while routes change. Every socket is read
+/// Receivers on `SINK_PORTS + i` (`i < n`) in namespace `ns` that count what arrives (and
+/// note anything not from `gateway:B_PORTS + 2i` or not stream `i`'s packet), for tests that keep senders running while routes change. Every socket is read
 /// without blocking in turn, so a busy stream never starves another (a blocking read with a
 /// timeout stays on a socket that always has a packet within the timeout, and the other
 /// socket's buffer overflows — which once looked like a slow route in zc mode).
 pub struct Sinks {
     counts: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    seqs: Arc<std::sync::Mutex<Vec<Vec<u32>>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<String>>>,
 }
@@ -250,9 +251,10 @@ impl Sinks {
         let counts: Arc<Vec<std::sync::atomic::AtomicU64>> =
             Arc::new((0..n).map(|_| Default::default()).collect());
         let stop = Arc::new(AtomicBool::new(false));
+        let seqs = Arc::new(std::sync::Mutex::new(vec![Vec::new(); usize::from(n)]));
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = {
-            let (counts, stop) = (Arc::clone(&counts), Arc::clone(&stop));
+            let (counts, stop, seqs) = (Arc::clone(&counts), Arc::clone(&stop), Arc::clone(&seqs));
             std::thread::spawn(move || {
                 enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
                 let socks: Vec<UdpSocket> = (0..n)
@@ -268,10 +270,20 @@ impl Sinks {
                 while !stop.load(Relaxed) {
                     let mut any = false;
                     for (i, s) in socks.iter().enumerate() {
-                        while let Ok((_, from)) = s.recv_from(&mut buf) {
+                        while let Ok((n, from)) = s.recv_from(&mut buf) {
                             any = true;
-                            if from.ip() != std::net::IpAddr::V4(gateway) && problems.len() < 20 {
-                                problems.push(format!("sink {i}: from {from}"));
+                            let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
+                            if from != want.into() && problems.len() < 20 {
+                                problems.push(format!("sink {i}: from {from}, want {want}"));
+                            }
+                            match parse_packet(&buf[..n]) {
+                                Some((id, seq)) if id == i as u32 => {
+                                    seqs.lock().unwrap()[i].push(seq)
+                                }
+                                other if problems.len() < 20 => {
+                                    problems.push(format!("sink {i}: {other:?} ({n} bytes)"))
+                                }
+                                _ => {}
                             }
                             counts[i].fetch_add(1, Relaxed);
                         }
@@ -288,9 +300,15 @@ impl Sinks {
             .expect("sinks bound");
         Sinks {
             counts,
+            seqs,
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// The sequence numbers sink `i` received so far, in arrival order.
+    pub fn seqs(&self, i: usize) -> Vec<u32> {
+        self.seqs.lock().unwrap()[i].clone()
     }
 
     /// Datagrams sink `i` received so far.
