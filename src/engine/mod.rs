@@ -13,8 +13,10 @@
 //! | `xdp`   | `xdp`       | the `afxdp` engine plus an in-kernel fast path: confirmed streams are rewritten and redirected by the XDP program itself (see [`xdp`]) |
 //!
 //! A mode that cannot run fails with the reason; there is never a silent fallback to another
-//! mode. Each engine spawns one pinned worker thread per queue; workers look packets up in the
-//! stream tables and hand them to [`crate::channel::inspect`] before sending.
+//! mode. Each engine gives one [`worker::Datapath`] per queue to the one worker skeleton
+//! ([`worker`]: thread, pinning, epoll and wake-up, port commands, heartbeat, CPU time, ready
+//! and exit flags); datapaths look packets up in the stream tables and hand them to
+//! [`crate::channel::inspect`] before sending.
 
 pub mod afpacket;
 pub mod afxdp;
@@ -27,6 +29,7 @@ pub mod stack;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub mod tnapi;
+pub mod worker;
 pub mod xdp;
 
 use std::sync::atomic::AtomicBool;
