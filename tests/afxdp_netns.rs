@@ -16,11 +16,11 @@
 
 mod common;
 
-use std::net::{SocketAddrV4, UdpSocket};
+use std::net::UdpSocket;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::relay::*;
 use common::vgate::Vgate;
@@ -257,8 +257,8 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
     ) {
         return;
     }
-    use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec, SessionKind};
+    use vgate::config::DomainId;
+    use vgate::routes::{Channel, SessionKind};
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
@@ -275,24 +275,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         let workers = gw.worker_stats();
         let stop = Arc::new(AtomicBool::new(false));
         let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
-        let tx = {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                enter_netns(&a_ns).unwrap();
-                let socks: Vec<UdpSocket> = (0..2)
-                    .map(|_| UdpSocket::bind((a_ip, 0)).unwrap())
-                    .collect();
-                let mut seq = 0;
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while !stop.load(Relaxed) && Instant::now() < deadline {
-                    for (i, s) in socks.iter().enumerate() {
-                        let _ = s.send_to(&packet(i as u32, seq), (ga_ip, A_PORTS + 2 * i as u16));
-                    }
-                    seq += 1;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-        };
+        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
         let count = |i: usize| sinks.count(i);
         // From a route's installation to its first packet at the sink: the sender sends one
         // packet per route every ~1 ms, so this is the activation time plus at most that.
@@ -313,16 +296,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
                 .map(|w| w.channel(Channel::Forward).snapshot().rx_packets)
                 .sum()
         };
-        let spec = |i: u16| RouteSpec {
-            ingress: DomainId::A,
-            port: A_PORTS + 2 * i,
-            dest: SocketAddrV4::new(b_ip, SINK_PORTS + i),
-            egress_port: B_PORTS + 2 * i,
-            policy: SourcePolicy::Any,
-            expected: None,
-            rtp_only: false,
-            label: format!("r{i}"),
-        };
+        let spec = |i: u16| route_spec(i, b_ip);
         let s = gw.routes.open_session(SessionKind::Admin, "test");
         for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
             gw.routes.reserve_port(s, d, p).unwrap();

@@ -23,7 +23,7 @@
 
 mod common;
 
-use std::net::{SocketAddrV4, UdpSocket};
+use std::net::SocketAddrV4;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{enter_netns, in_netns, prerequisites, Bed};
+use common::{in_netns, prerequisites, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -227,8 +227,8 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
     ) {
         return;
     }
-    use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec, SessionKind};
+    use vgate::config::DomainId;
+    use vgate::routes::{Channel, SessionKind};
 
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
@@ -248,24 +248,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
         let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
         let stop = Arc::new(AtomicBool::new(false));
-        let tx = {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                enter_netns(&a_ns).unwrap();
-                let socks: Vec<UdpSocket> = (0..2)
-                    .map(|_| UdpSocket::bind((a_ip, 0)).unwrap())
-                    .collect();
-                let mut seq = 0;
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while !stop.load(Relaxed) && Instant::now() < deadline {
-                    for (i, s) in socks.iter().enumerate() {
-                        let _ = s.send_to(&packet(i as u32, seq), (ga_ip, A_PORTS + 2 * i as u16));
-                    }
-                    seq += 1;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-        };
+        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
         let wait_growth = |i: usize, by: u64| {
             let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
             eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
@@ -274,16 +257,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
                 "route {i} took {first:?} to forward its first packet"
             );
         };
-        let spec = |i: u16| RouteSpec {
-            ingress: DomainId::A,
-            port: A_PORTS + 2 * i,
-            dest: SocketAddrV4::new(b_ip, SINK_PORTS + i),
-            egress_port: B_PORTS + 2 * i,
-            policy: SourcePolicy::Any,
-            expected: None,
-            rtp_only: false,
-            label: format!("r{i}"),
-        };
+        let spec = |i: u16| route_spec(i, b_ip);
         let s = gw.routes.open_session(SessionKind::Admin, "test");
         for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
             gw.routes.reserve_port(s, d, p).unwrap();

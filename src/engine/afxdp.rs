@@ -1,6 +1,7 @@
 //! The `afxdp` engine: mode `zc` without PF_RING. One AF_XDP socket per RX queue of each
 //! domain interface, fed by an XDP program that redirects only routed media; one pinned
-//! worker per `engine.queues` index.
+//! worker per `engine.queues` index. With the in-kernel fast path of [`super::xdp`] (its
+//! section of the program, its maps and hooks) the same engine is mode `xdp`.
 //!
 //! Owns: the XDP program (`vgate_xdp`), its two maps, its attachment to each domain interface,
 //! the AF_XDP sockets (opened at build time, so a mode that cannot run fails before anything

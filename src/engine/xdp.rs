@@ -5,9 +5,9 @@
 //! `zc` way (AF_XDP to a worker, or the kernel), where it is forwarded or dropped with its
 //! reason counter exactly as in mode `zc`.
 //!
-//! Owns: the fast-path part of the XDP program ([`emit_fast`]), its three maps
+//! Owns: the fast-path part of the XDP program (`emit_fast`), its three maps
 //! (`vgate_fwd`, `vgate_fstats`, `vgate_egress`) and keeping them in step with the stream
-//! tables ([`FastPath`]). Must not touch: the AF_XDP sockets and workers (`engine::afxdp`),
+//! tables (`FastPath`). Must not touch: the AF_XDP sockets and workers (`engine::afxdp`),
 //! route decisions (a route is put on the fast path only in a state where
 //! [`crate::channel::inspect`] would forward every packet the program forwards).
 //!

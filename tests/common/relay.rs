@@ -346,3 +346,46 @@ impl Sinks {
         }
     }
 }
+
+/// Senders for the route-change tests: one socket per gateway port `A_PORTS + 2i` (`i < n`)
+/// in namespace `ns`, each sending stream `i`'s next packet about every millisecond until
+/// `stop` is set (at most 60 s). Send errors are ignored: a port without a route may answer
+/// with ICMP.
+pub fn paced_senders(
+    ns: String,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    n: u16,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let socks: Vec<UdpSocket> = (0..n)
+            .map(|_| UdpSocket::bind((src, 0)).expect("bind sender"))
+            .collect();
+        let mut seq = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !stop.load(Relaxed) && Instant::now() < deadline {
+            for (i, s) in socks.iter().enumerate() {
+                let _ = s.send_to(&packet(i as u32, seq), (dst, A_PORTS + 2 * i as u16));
+            }
+            seq += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+/// Route `i` of the route-change tests: gateway port `A_PORTS + 2i` in A to
+/// `dest:SINK_PORTS + i`, leaving from `B_PORTS + 2i`, any source.
+pub fn route_spec(i: u16, dest: Ipv4Addr) -> vgate::routes::RouteSpec {
+    vgate::routes::RouteSpec {
+        ingress: vgate::config::DomainId::A,
+        port: A_PORTS + 2 * i,
+        dest: SocketAddrV4::new(dest, SINK_PORTS + i),
+        egress_port: B_PORTS + 2 * i,
+        policy: vgate::config::SourcePolicy::Any,
+        expected: None,
+        rtp_only: false,
+        label: format!("r{i}"),
+    }
+}
