@@ -367,6 +367,8 @@ struct Frame {
     pad: usize,
     /// Cut the frame after this many bytes.
     cut: Option<usize>,
+    /// Spoil the IPv4 header checksum.
+    bad_ip_csum: bool,
 }
 
 /// An Ethernet frame from A to the gateway carrying stream 0's packet `seq`, shaped by `f`;
@@ -393,7 +395,7 @@ fn frame(bed: &Bed, seq: u32, f: Frame) -> Vec<u8> {
     ip.extend_from_slice(&src.octets());
     ip.extend_from_slice(&dst.octets());
     ip.resize(ihl, 1); // NOP options
-    let c = csum_fold(csum_add(0, &ip));
+    let c = csum_fold(csum_add(0, &ip)) ^ u16::from(f.bad_ip_csum);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let mut udp = Vec::new();
     udp.extend_from_slice(&f.sport.to_be_bytes());
@@ -528,6 +530,14 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         ),
         ("oversize payload", Frame { pad: 1100, ..good }, false),
         (
+            "bad IPv4 header checksum",
+            Frame {
+                bad_ip_csum: true,
+                ..good
+            },
+            false,
+        ),
+        (
             "unknown port",
             Frame {
                 dport: A_PORTS + 500,
@@ -610,8 +620,8 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
     assert_eq!(fwd.drop_count(DropReason::Oversize), 1, "{fwd:?}");
     assert_eq!(
         fwd.drop_count(DropReason::Truncated) + fwd.drop_count(DropReason::Malformed),
-        2,
-        "IPv4 length beyond the frame, UDP length beyond IPv4's: {fwd:?}"
+        3,
+        "IPv4 length beyond the frame, UDP length beyond IPv4's, bad header checksum: {fwd:?}"
     );
     assert!(
         xdp_links(&g_ns).is_empty(),

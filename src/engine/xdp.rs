@@ -23,7 +23,8 @@
 //!
 //! A frame takes the fast path only if all of these hold; otherwise it goes to the AF_XDP
 //! socket of its RX queue as in `zc`: untagged Ethernet; IPv4 with a 20-byte header (no
-//! options) and no fragment bits (fragments already go to the kernel); destination the
+//! options), a valid header checksum and no fragment bits (fragments already go to the
+//! kernel); destination the
 //! gateway's address in the interface's domain; the destination port has a route in the
 //! ingress domain and a `vgate_fwd` entry marked active; the source matches the entry (the
 //! route's latched source, or the `strict` expected address and port); the IPv4 total length
@@ -181,6 +182,14 @@ pub(super) fn emit_fast(a: &mut Asm, f: &FastFds) {
     a.op(LDX_H, R2, R7, 34, 0);
     a.op(LDX_H, R3, R8, 8, 0);
     a.jmp(JNE_REG, R2, R3, 0, "xsk");
+    // The IPv4 header checksum must hold (the slow path drops a bad one as malformed).
+    a.op(MOV64_IMM, R1, 0, 0, 0);
+    for off in (14..34).step_by(2) {
+        a.op(LDX_H, R2, R7, off, 0);
+        add(a, R1, R2);
+    }
+    fold_complement(a, R1, R2);
+    a.jmp(JNE_IMM, R1, 0, 0, "xsk");
     // Lengths: IPv4 total = UDP length + 20, payload in [1, max_payload], total <= MTU, the
     // whole datagram in the frame.
     a.label("lengths");
