@@ -495,7 +495,7 @@ impl FastPath {
         match self.fwd.update(&key.to_ne_bytes(), value) {
             Ok(()) => true,
             Err(e) => {
-                if let Some(suppressed) = POLL_ERRORS.check(crate::channel::now_ms()) {
+                if let Some(suppressed) = POLL_ERRORS.check(crate::clock::now_ms()) {
                     tracing::error!(port, suppressed, "could not update the XDP fast path: {e}");
                 }
                 false
