@@ -203,7 +203,10 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
     let media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
-    let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed(id));
+    let Some(seed) = seed() else {
+        return EndReason::Protocol;
+    };
+    let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed);
     let shared = Arc::new(Shared {
         exchange: Mutex::new(exchange),
         client_w: Mutex::new(writer),
@@ -262,12 +265,9 @@ pub fn live(routes: &Routes) -> String {
     )
 }
 
-fn seed(id: u64) -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut b);
-    }
-    u64::from_le_bytes(b) ^ id.rotate_left(32) ^ now_ms()
+/// The seed of the connection's client nonces and session ids, from the operating system.
+fn seed() -> Option<u64> {
+    getrandom::u64().ok()
 }
 
 fn close_both(shared: &Shared) {

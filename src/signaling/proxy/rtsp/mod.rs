@@ -126,7 +126,7 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         None
     } else {
         let mut secret = [0u8; 32];
-        read_random(&mut secret).map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
+        getrandom::fill(&mut secret).map_err(|e| format!("the operating system gave no randomness ({e}); check that getrandom(2) or /dev/urandom works"))?;
         let users = opts
             .client_users
             .iter()
@@ -156,10 +156,6 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
     })
 }
 
-fn read_random(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
-}
 
 /// Starts the proxy of one RTSP route: listens on the gateway's address in the route's
 /// listen domain.
@@ -167,6 +163,11 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
     let settings = settings(route, &ctx.config).map_err(|message| ProxyError::Other {
         route: route.name.clone(),
         message,
+    })?;
+    // Session ids and nonces come from the operating system: none, no proxy.
+    getrandom::u64().map_err(|e| ProxyError::Other {
+        route: route.name.clone(),
+        message: format!("the operating system gave no randomness ({e}); check that getrandom(2) or /dev/urandom works"),
     })?;
     ctx.stats.register(&route.name, Arc::clone(&settings.stats));
     let addr = SocketAddrV4::new(

@@ -307,6 +307,9 @@ pub struct Core {
     local: [SocketAddrV4; 2],
     upstream: SocketAddrV4,
     salt: String,
+    /// Key of the identifiers (tokens, branches, tags): `None` only in tests, which want
+    /// them readable (`salt` + counter).
+    secret: Option<[u8; 32]>,
     seq: u64,
     txns: HashMap<String, Txn>,
     by_in: HashMap<InKey, String>,
@@ -343,6 +346,7 @@ impl Core {
             local,
             upstream: route.upstream,
             salt: salt.chars().filter(|c| c.is_ascii_alphanumeric()).collect(),
+            secret: None,
             seq: 0,
             txns: HashMap::new(),
             by_in: HashMap::new(),
@@ -361,9 +365,30 @@ impl Core {
         (self.calls.len(), self.txns.len(), self.bindings.len())
     }
 
+    /// Makes every identifier this core hands out (binding tokens, branches, tags)
+    /// unguessable: SHA-256 of `secret` and a counter, so one token tells nothing about the
+    /// next. Without it (tests) they are `salt` and the counter.
+    pub fn with_secret(mut self, secret: [u8; 32]) -> Core {
+        self.secret = Some(secret);
+        self
+    }
+
     fn next_id(&mut self) -> String {
+        use sha2::Digest as _;
         self.seq += 1;
-        format!("{}{:x}", self.salt, self.seq)
+        match &self.secret {
+            None => format!("{}{:x}", self.salt, self.seq),
+            Some(key) => {
+                let mut h = sha2::Sha256::new();
+                h.update(key);
+                h.update(self.seq.to_le_bytes());
+                let d = h.finalize();
+                d.iter().take(12).fold(String::with_capacity(24), |mut s, b| {
+                    let _ = std::fmt::Write::write_fmt(&mut s, format_args!("{b:02x}"));
+                    s
+                })
+            }
+        }
     }
 
     fn transport_name(&self) -> &'static str {
@@ -1544,6 +1569,7 @@ impl Core {
     }
 
     fn invite_timeout(&mut self, branch: &str, now: Instant, out: &mut Vec<Out>) {
+        let tag = self.next_id();
         let Some(t) = self.txns.get(branch) else {
             return;
         };
@@ -1564,8 +1590,6 @@ impl Core {
             r.extend_from_slice(v);
             r.extend_from_slice(b"\r\n");
         }
-        let tag = format!("{}{:x}", self.salt, self.seq + 1);
-        self.seq += 1;
         let to_has_tag = NameAddr::parse(&t.to_value)
             .ok()
             .and_then(|n| n.tag())

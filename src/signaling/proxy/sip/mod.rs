@@ -164,12 +164,18 @@ impl Drop for SipProxy {
     }
 }
 
-fn salt() -> String {
-    let ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
-        .unwrap_or(0);
-    format!("{:x}x", ns & 0xff_ffff)
+/// The key of a proxy's identifiers, from the operating system's random source. No
+/// randomness, no proxy: guessable tokens would let anyone reach a registered device.
+pub fn random_secret(route: &str) -> Result<[u8; 32], ProxyError> {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| ProxyError::Other {
+        route: route.to_owned(),
+        message: format!(
+            "the operating system gave no randomness ({e}); vgate will not hand out guessable \
+             tokens: check that getrandom(2) or /dev/urandom works in this environment"
+        ),
+    })?;
+    Ok(key)
 }
 
 /// Binds the route's sockets and starts its thread.
@@ -194,6 +200,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         Ok(std::net::SocketAddr::V4(a)) => a,
         _ => fallback,
     };
+    let secret = random_secret(&route.name)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flags = [Arc::clone(&stop), Arc::clone(&ctx.stop)];
     let name = format!("sip-{}", route.name);
@@ -207,7 +214,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),
             ];
-            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
+                .with_secret(secret);
             core.stats.set_events(core.counters.list());
             ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let t = std::thread::Builder::new()
@@ -224,7 +232,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),
             ];
-            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
+                .with_secret(secret);
             core.stats.set_events(core.counters.list());
             ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let tcp = net::TcpNet::new(
