@@ -37,6 +37,7 @@ transport = "udp"
 listen_domain = "b"
 listen_port = 5060
 upstream = "10.1.0.9:5060"
+upstream_port = 5061
 media_timeout = 5
 
 [[signaling_route]]
@@ -46,6 +47,7 @@ transport = "udp"
 listen_domain = "a"
 listen_port = 5060
 upstream = "10.2.0.60:5060"
+upstream_port = 5061
 allow_ids = ["3402000000"]
 "#;
 
@@ -1209,4 +1211,228 @@ Contact: <sip:34020000001320000001@10.1.0.9:5060>
     assert_eq!(rr.dest, "10.1.0.9:15060".parse().unwrap());
     assert_eq!(rr.expected, Some("10.2.0.50:0".parse().unwrap()));
     t.check("rtcp_mux");
+}
+
+fn code(o: &Out) -> String {
+    text(o).split(' ').nth(1).unwrap_or_default().to_owned()
+}
+
+fn register(contact_port: u16, cseq: u32, expires: u32) -> String {
+    format!(
+        "REGISTER sip:34020000002000000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.20:{contact_port};rport;branch=z9hG4bKreg{contact_port}x{cseq}
+From: <sip:34020000001320000001@3402000000>;tag=r{contact_port}
+To: <sip:34020000001320000001@3402000000>
+Call-ID: reg{contact_port}@3402000000
+CSeq: {cseq} REGISTER
+Contact: <sip:34020000001320000001@10.1.0.20:{contact_port}>
+Max-Forwards: 70
+Expires: {expires}
+Content-Length: 0
+
+"
+    )
+}
+
+fn answer_register(t: &mut Bench, fwd: &Out, code: &str) -> Vec<Out> {
+    let f = text(fwd);
+    let head = |name: &str| {
+        f.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let resp = format!(
+        "SIP/2.0 {code}\n{}\n{}\n{};tag=s1\n{}\n{}\nContent-Length: 0\n\n",
+        head("Via:"),
+        head("From:"),
+        head("To:"),
+        head("Call-ID:"),
+        head("CSeq:"),
+    );
+    t.send(Face::Upstream, "10.2.0.60:5060", &resp)
+}
+
+/// What a wvp-style platform sends: a request to the device at the address its REGISTER
+/// came from (the gateway's upstream face), without any token.
+fn platform_message(ruri: &str, n: u32) -> String {
+    with_body(
+        &format!(
+            "MESSAGE {ruri} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.60:5060;rport;branch=z9hG4bKplat{n}
+From: <sip:34020000002000000001@3402000000>;tag=p{n}
+To: <sip:34020000001320000001@3402000000>
+Call-ID: plat{n}@3402000000
+CSeq: {n} MESSAGE
+Max-Forwards: 70
+"
+        ),
+        "Application/MANSCDP+xml",
+        "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Query>
+<CmdType>DeviceInfo</CmdType>
+<SN>1</SN>
+<DeviceID>34020000001320000001</DeviceID>
+</Query>
+",
+    )
+}
+
+#[test]
+fn a_registration_routes_only_after_the_registrars_2xx() {
+    let mut t = bench(1);
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 1, 3600));
+    assert_eq!(outs.len(), 1);
+    let tok = token(&outs[0]);
+    let by_token = format!("sip:34020000001320000001@10.2.0.1:40000;vgt={tok}");
+    // Before the registrar answers, the token routes nothing.
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 1),
+    );
+    assert_eq!(code(&o[0]), "404", "a pending registration must not route");
+    // A refused REGISTER never becomes a binding either.
+    let fwd = outs[0].clone();
+    let back = answer_register(&mut t, &fwd, "403 Forbidden");
+    assert_eq!(code(&back[0]), "403");
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 2),
+    );
+    assert_eq!(code(&o[0]), "404");
+    t.advance(Duration::from_secs(40));
+    let _ = t.core.tick(t.now, 0);
+    assert_eq!(t.core.table_sizes().2, 0, "the refused contact is gone");
+    // Accepted: now it routes, to the device.
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 2, 3600));
+    let tok = token(&outs[0]);
+    let fwd = outs[0].clone();
+    let back = answer_register(&mut t, &fwd, "200 OK");
+    assert_eq!(code(&back[0]), "200");
+    let by_token = format!("sip:34020000001320000001@10.2.0.1:40000;vgt={tok}");
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 3),
+    );
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].to.addr, "10.1.0.20:5070".parse().unwrap());
+    assert!(text(&o[0]).starts_with("MESSAGE sip:34020000001320000001@10.1.0.20:5070 "));
+}
+
+#[test]
+fn a_platform_reaches_a_device_at_the_address_it_registered_from() {
+    let mut t = bench(1);
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 1, 3600));
+    // Not registered yet: 404.
+    let registered_at = "sip:34020000001320000001@10.2.0.1:40000";
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(registered_at, 1),
+    );
+    assert_eq!(code(&o[0]), "404");
+    let fwd = outs[0].clone();
+    answer_register(&mut t, &fwd, "200 OK");
+    // The platform addresses the device where its REGISTER came from, no token.
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(registered_at, 2),
+    );
+    assert_eq!(o.len(), 1, "{}", text(&o[0]));
+    assert_eq!(o[0].face, Face::Listen);
+    assert_eq!(o[0].to.addr, "10.1.0.20:5070".parse().unwrap());
+    assert!(text(&o[0]).starts_with("MESSAGE sip:34020000001320000001@10.1.0.20:5070 "));
+    assert_eq!(t.core.counters.routed_by_user, 1);
+    // An unknown device ID at the same address: 404.
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message("sip:34020000001320000099@10.2.0.1:40000", 3),
+    );
+    assert_eq!(code(&o[0]), "404");
+    // Unregistering (Expires: 0, accepted) ends it.
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 3, 0));
+    let fwd = outs[0].clone();
+    answer_register(&mut t, &fwd, "200 OK");
+    t.advance(Duration::from_secs(1));
+    let _ = t.core.tick(t.now, 0);
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(registered_at, 4),
+    );
+    assert_eq!(code(&o[0]), "404");
+}
+
+#[test]
+fn contacts_are_capped_per_source_with_a_counted_refusal() {
+    let mut t = bench(1);
+    let cap = t.cfg.signaling[1].policy.max_bindings_per_source;
+    for i in 0..cap {
+        let outs = t.send(
+            Face::Listen,
+            "10.1.0.20:5070",
+            &register(10_000 + i as u16, 1, 3600),
+        );
+        assert!(
+            text(&outs[0]).starts_with("REGISTER"),
+            "contact {i} refused"
+        );
+    }
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(9_000, 1, 3600));
+    assert_eq!(code(&outs[0]), "403");
+    assert!(text(&outs[0]).contains("too many contacts from this source"));
+    assert_eq!(t.core.counters.bindings_refused, 1);
+    // Another source is not affected.
+    let other = register(5070, 1, 3600).replace("10.1.0.20", "10.1.0.21");
+    let outs = t.send(Face::Listen, "10.1.0.21:5070", &other);
+    assert!(text(&outs[0]).starts_with("REGISTER"));
+    // Pending contacts the registrar never accepted expire and free the source's quota.
+    t.advance(Duration::from_secs(40));
+    let _ = t.core.tick(t.now, 0);
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(9_000, 2, 3600));
+    assert!(text(&outs[0]).starts_with("REGISTER"));
+}
+
+#[test]
+fn tokens_and_branches_are_not_guessable() {
+    let cfg = config::parse(CONFIG, "golden.toml").unwrap();
+    let routes = Arc::new(Routes::new(&cfg, Arc::new(NoHooks)));
+    let r = &cfg.signaling[1];
+    let listen = SocketAddrV4::new(cfg.domain(r.listen_domain).address, r.listen_port);
+    let up = SocketAddrV4::new(cfg.domain(r.listen_domain.other()).address, 40000);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let secret = vgate::signaling::proxy::sip::random_secret("t").unwrap();
+        let mut core =
+            Core::new(r, &cfg, Arc::clone(&routes), [listen, up], "").with_secret(secret);
+        for port in [5070u16, 5071] {
+            let m = register(port, 1, 3600).replace('\n', "\r\n");
+            let outs = core.on_message(
+                Face::Listen,
+                Peer::udp(format!("10.1.0.20:{port}").parse().unwrap()),
+                m.as_bytes(),
+                Instant::now(),
+            );
+            ids.push(token(&outs[0]));
+            ids.push(branch_of(&outs[0]));
+        }
+    }
+    for id in &ids {
+        let tail = id.trim_start_matches("z9hG4bKvg");
+        assert!(
+            tail.len() >= 24 && tail.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+    let mut uniq = ids.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), ids.len(), "identifiers repeat: {ids:?}");
+    // Consecutive identifiers share no prefix a counter would leave.
+    assert_ne!(ids[0][..8], ids[2][..8]);
 }

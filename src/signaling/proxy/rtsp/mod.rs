@@ -156,7 +156,6 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
     })
 }
 
-
 /// Starts the proxy of one RTSP route: listens on the gateway's address in the route's
 /// listen domain.
 pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy>, ProxyError> {

@@ -112,6 +112,10 @@ pub struct Counters {
     pub tcp_connections_refused: u64,
     /// Outgoing TCP connections refused, failed or not made within the connect timeout.
     pub tcp_connect_failures: u64,
+    /// Contacts refused because their source already holds `max_bindings_per_source`.
+    pub bindings_refused: u64,
+    /// Requests on the upstream face routed by Request-URI user to a registered device.
+    pub routed_by_user: u64,
 }
 
 impl Counters {
@@ -141,6 +145,8 @@ impl Counters {
             ("too_large", self.too_large),
             ("tcp_connections_refused", self.tcp_connections_refused),
             ("tcp_connect_failures", self.tcp_connect_failures),
+            ("bindings_refused", self.bindings_refused),
+            ("routed_by_user", self.routed_by_user),
         ]
     }
 }
@@ -174,6 +180,8 @@ struct Txn {
     expires: Instant,
     internal: bool,
     initial_invite: bool,
+    /// Bindings a REGISTER's 2xx confirms.
+    registers: Vec<String>,
 }
 
 /// A Contact seen on one face, now shown on the other as the gateway with a token.
@@ -182,6 +190,24 @@ struct Binding {
     uri: Vec<u8>,
     peer: Peer,
     expires: Instant,
+    /// A REGISTER's contact before the registrar's 2xx: shown (the REGISTER carries its
+    /// token) but routes nothing, and lives only as long as the transaction.
+    pending: bool,
+    /// Where the message that created it came from (for the per-source cap).
+    source: Ipv4Addr,
+    /// The lifetime the REGISTER asked for, granted on its 2xx.
+    asked: Duration,
+    /// Registered contacts are also found by their user (the GB device ID), for platforms
+    /// that address a device at the address it registered from.
+    user: Option<Vec<u8>>,
+}
+
+/// Why a contact got no binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BindRefused {
+    Malformed,
+    TableFull,
+    SourceCap,
 }
 
 /// An INVITE dialog and its media.
@@ -214,6 +240,7 @@ static LOG_FORBIDDEN: RateLimit = RateLimit::new(10_000);
 static LOG_REFUSED_MEDIA: RateLimit = RateLimit::new(10_000);
 static LOG_BAD_RESPONSE_SDP: RateLimit = RateLimit::new(10_000);
 static LOG_UNFRAMEABLE: RateLimit = RateLimit::new(10_000);
+static LOG_BINDINGS: RateLimit = RateLimit::new(10_000);
 
 /// A header value on one line: each CRLF and the whitespace after it become one space.
 fn unfold(v: &[u8]) -> Vec<u8> {
@@ -315,6 +342,10 @@ pub struct Core {
     by_in: HashMap<InKey, String>,
     bindings: HashMap<String, Binding>,
     binding_index: HashMap<(Face, Vec<u8>, SocketAddrV4), String>,
+    /// Registered (2xx) contacts by face and user.
+    by_user: HashMap<(Face, Vec<u8>), String>,
+    /// Bindings held by each source address (capped by `max_bindings_per_source`).
+    per_source: HashMap<Ipv4Addr, usize>,
     calls: HashMap<Vec<u8>, Call>,
     limiter: RateLimiter,
     pub counters: Counters,
@@ -352,6 +383,8 @@ impl Core {
             by_in: HashMap::new(),
             bindings: HashMap::new(),
             binding_index: HashMap::new(),
+            by_user: HashMap::new(),
+            per_source: HashMap::new(),
             calls: HashMap::new(),
             limiter: RateLimiter::new(policy.rate_limit),
             counters: Counters::default(),
@@ -383,10 +416,12 @@ impl Core {
                 h.update(key);
                 h.update(self.seq.to_le_bytes());
                 let d = h.finalize();
-                d.iter().take(12).fold(String::with_capacity(24), |mut s, b| {
-                    let _ = std::fmt::Write::write_fmt(&mut s, format_args!("{b:02x}"));
-                    s
-                })
+                d.iter()
+                    .take(12)
+                    .fold(String::with_capacity(24), |mut s, b| {
+                        let _ = std::fmt::Write::write_fmt(&mut s, format_args!("{b:02x}"));
+                        s
+                    })
             }
         }
     }
@@ -696,7 +731,7 @@ impl Core {
             let b = self
                 .bindings
                 .get_mut(&tok)
-                .filter(|b| b.face == face.other())
+                .filter(|b| b.face == face.other() && !b.pending)
                 .ok_or((404u16, "Not Found"))?;
             b.expires = b.expires.max(now + DIALOG_IDLE);
             return Ok((b.peer, Some(b.uri.clone())));
@@ -724,7 +759,24 @@ impl Core {
                 };
                 Ok((Peer::udp(self.upstream), new_uri))
             }
-            Face::Upstream => Err((404, "Not Found")),
+            Face::Upstream => {
+                // A platform addressing a device at the address it registered from (our
+                // upstream face) or by its domain: the device's registration.
+                let ours = match uri.host {
+                    Host::V4(ip) => ip == self.gw_ip(face),
+                    Host::Name(_) => true,
+                    _ => false,
+                };
+                let user = uri.user.filter(|_| ours).ok_or((404u16, "Not Found"))?;
+                let b = self
+                    .by_user
+                    .get(&(face.other(), user.to_vec()))
+                    .and_then(|tok| self.bindings.get(tok))
+                    .filter(|b| !b.pending && b.expires > now)
+                    .ok_or((404u16, "Not Found"))?;
+                self.counters.routed_by_user += 1;
+                Ok((b.peer, Some(b.uri.clone())))
+            }
         }
     }
 
@@ -743,41 +795,92 @@ impl Core {
 
     /// A binding for `uri` seen on `face` from `peer`; reused when the same contact is seen
     /// again (retransmissions and refreshes get the same token).
+    /// `register`: the contact of a REGISTER, which only becomes usable when the
+    /// registrar answers 2xx ([`Core::confirm_registration`]). Each source address holds
+    /// at most `max_bindings_per_source` bindings.
     fn bind(
         &mut self,
         face: Face,
         uri: &[u8],
-        peer: Peer,
+        (peer, src): (Peer, Ipv4Addr),
         lifetime: Duration,
+        register: bool,
         now: Instant,
-    ) -> Option<String> {
+    ) -> Result<String, BindRefused> {
         let key = (face, uri.to_vec(), peer.addr);
         if let Some(tok) = self.binding_index.get(&key).cloned() {
             if let Some(b) = self.bindings.get_mut(&tok) {
-                b.expires = now + lifetime;
+                if register {
+                    // A refresh waits for its 2xx too; a live registration stays live.
+                    b.asked = lifetime;
+                    b.expires = b.expires.max(now + TXN_LINGER);
+                } else {
+                    b.expires = b.expires.max(now + lifetime);
+                }
                 b.peer = peer;
-                return Some(tok);
+                return Ok(tok);
             }
         }
         if self.bindings.len() >= MAX_BINDINGS {
             self.sweep(now);
             if self.bindings.len() >= MAX_BINDINGS {
                 self.counters.table_full += 1;
-                return None;
+                return Err(BindRefused::TableFull);
+            }
+        }
+        let held = self.per_source.get(&src).copied().unwrap_or(0);
+        if held >= self.policy.max_bindings_per_source {
+            self.sweep(now);
+            if self.per_source.get(&src).copied().unwrap_or(0)
+                >= self.policy.max_bindings_per_source
+            {
+                self.counters.bindings_refused += 1;
+                if let Some(suppressed) = LOG_BINDINGS.check(wall_ms()) {
+                    tracing::warn!(route = %self.name, peer = %src, suppressed, limit = self.policy.max_bindings_per_source, "contact refused: this source holds the most bindings allowed (max_bindings_per_source)");
+                }
+                return Err(BindRefused::SourceCap);
             }
         }
         let tok = self.next_id();
+        let user = Uri::parse(uri)
+            .ok()
+            .and_then(|u| u.user.map(<[u8]>::to_vec));
         self.bindings.insert(
             tok.clone(),
             Binding {
                 face,
                 uri: uri.to_vec(),
                 peer,
-                expires: now + lifetime,
+                expires: now + if register { TXN_LINGER } else { lifetime },
+                pending: register,
+                asked: lifetime,
+                user: user.filter(|_| register),
+                source: src,
             },
         );
+        *self.per_source.entry(src).or_insert(0) += 1;
         self.binding_index.insert(key, tok.clone());
-        Some(tok)
+        Ok(tok)
+    }
+
+    /// The registrar accepted a REGISTER: its contacts become routable for the lifetime
+    /// asked (0: the contact is removed), and findable by user.
+    fn confirm_registration(&mut self, tokens: &[String], now: Instant) {
+        for tok in tokens {
+            let Some(b) = self.bindings.get_mut(tok) else {
+                continue;
+            };
+            if b.asked <= TXN_LINGER {
+                // Expires: 0 (plus the linger we add): unregistered.
+                b.expires = now;
+                continue;
+            }
+            b.pending = false;
+            b.expires = now + b.asked;
+            if let Some(u) = b.user.clone() {
+                self.by_user.insert((b.face, u), tok.clone());
+            }
+        }
     }
 
     /// Rewrites every Contact of a message going from `from` to the other face. Returns the
@@ -789,24 +892,25 @@ impl Core {
         src: Peer,
         default_lifetime: Duration,
         now: Instant,
-    ) -> Result<(Option<Vec<u8>>, Option<String>), ()> {
+    ) -> Result<(Option<Vec<u8>>, Vec<String>), BindRefused> {
         let values: Vec<&[u8]> = head.values("Contact").collect();
         if values.is_empty() {
-            return Ok((None, None));
+            return Ok((None, Vec::new()));
         }
+        let register = head.method() == Some(b"REGISTER");
         let header_expires = head
             .header("Expires")
             .and_then(|h| std::str::from_utf8(h.value()).ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
         let to = from.other();
         let mut new = Vec::new();
-        let mut first_token = None;
+        let mut tokens = Vec::new();
         for v in values {
             if v == b"*" {
                 new.push(b"*".to_vec());
                 continue;
             }
-            let na = NameAddr::parse(v).map_err(|_| ())?;
+            let na = NameAddr::parse(v).map_err(|_| BindRefused::Malformed)?;
             let uri = match na.sip_uri() {
                 Ok(u) => u,
                 Err(_) => {
@@ -846,10 +950,8 @@ impl Core {
                     },
                     _ => src,
                 };
-                let tok = self.bind(from, na.uri, reach, secs, now).ok_or(())?;
-                if first_token.is_none() {
-                    first_token = Some(tok.clone());
-                }
+                let tok = self.bind(from, na.uri, (reach, *src.addr.ip()), secs, register, now)?;
+                tokens.push(tok.clone());
                 item.extend_from_slice(b"<sip:");
                 if let Some(user) = uri.user {
                     item.extend_from_slice(user);
@@ -864,7 +966,7 @@ impl Core {
             item.extend_from_slice(na.params.raw());
             new.push(item);
         }
-        Ok((Some(new.join(&b", "[..])), first_token))
+        Ok((Some(new.join(&b", "[..])), tokens))
     }
 
     fn our_via(&self, to: Face, branch: &str) -> Vec<u8> {
@@ -1027,6 +1129,7 @@ impl Core {
                                 expires: now + TXN_LINGER,
                                 internal: false,
                                 initial_invite: false,
+                                registers: Vec::new(),
                             },
                         );
                     }
@@ -1042,19 +1145,30 @@ impl Core {
         } else {
             DIALOG_IDLE
         };
-        let (contact, token) = match self.contacts(head, face, src, lifetime, now) {
+        let (contact, tokens) = match self.contacts(head, face, src, lifetime, now) {
             Ok(c) => c,
-            Err(()) => {
-                self.answer(
-                    (face, src),
-                    head,
-                    400,
-                    "Bad Request - Malformed Contact",
-                    &[],
-                    out,
-                );
+            Err(why) => {
+                let (code, reason, extra): (u16, &str, &[(&str, &str)]) = match why {
+                    BindRefused::Malformed => (400, "Bad Request - Malformed Contact", &[]),
+                    BindRefused::TableFull => (503, "Service Unavailable", &[("Retry-After", "5")]),
+                    BindRefused::SourceCap => (
+                        403,
+                        "Forbidden",
+                        &[(
+                            "Warning",
+                            "399 vgate \"too many contacts from this source\"",
+                        )],
+                    ),
+                };
+                self.answer((face, src), head, code, reason, extra, out);
                 return;
             }
+        };
+        let token = tokens.first().cloned();
+        let registers = if method == b"REGISTER" {
+            tokens
+        } else {
+            Vec::new()
         };
         let branch = format!("{BRANCH_PREFIX}{}", self.next_id());
         let mut ed = Editor::new(msg);
@@ -1181,6 +1295,7 @@ impl Core {
                 expires,
                 internal: false,
                 initial_invite,
+                registers,
             },
         );
     }
@@ -1346,12 +1461,23 @@ impl Core {
             None
         };
         let (contact, token) = match self.contacts(head, face, src, DIALOG_IDLE, now) {
-            Ok(c) => c,
-            Err(()) => {
+            Ok((c, t)) => (c, t.into_iter().next()),
+            Err(_) => {
                 self.counters.dropped_malformed += 1;
                 return;
             }
         };
+        if (200..300).contains(&code) {
+            let registers = std::mem::take(
+                &mut self
+                    .txns
+                    .get_mut(&branch)
+                    .map(|t| &mut t.registers)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            self.confirm_registration(&registers, now);
+        }
         let mut ed = Editor::new(msg);
         ed.remove_all("Via");
         for (name, value) in vias.iter().rev() {
@@ -1486,6 +1612,7 @@ impl Core {
                 expires: now + TXN_LINGER,
                 internal: true,
                 initial_invite: false,
+                registers: Vec::new(),
             },
         );
     }
@@ -1640,10 +1767,21 @@ impl Core {
         for k in gone {
             self.by_in.remove(&k);
         }
-        self.bindings.retain(|_, b| b.expires > now);
+        let per_source = &mut self.per_source;
+        self.bindings.retain(|_, b| {
+            let keep = b.expires > now;
+            if !keep {
+                if let Some(n) = per_source.get_mut(&b.source) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            keep
+        });
+        self.per_source.retain(|_, n| *n > 0);
         let bindings = &self.bindings;
         self.binding_index
             .retain(|_, tok| bindings.contains_key(tok));
+        self.by_user.retain(|_, tok| bindings.contains_key(tok));
         let routes = Arc::clone(&self.routes);
         let invite_window = self.policy.invite_timeout + TXN_LINGER;
         let mut ended = 0;
@@ -1676,5 +1814,7 @@ impl Core {
         self.by_in.clear();
         self.bindings.clear();
         self.binding_index.clear();
+        self.by_user.clear();
+        self.per_source.clear();
     }
 }

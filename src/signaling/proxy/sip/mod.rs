@@ -184,7 +184,12 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         ctx.config.domain(route.listen_domain).address,
         route.listen_port,
     );
-    let up = SocketAddrV4::new(ctx.config.domain(route.listen_domain.other()).address, 0);
+    // A fixed port: registrations made through this face name it, and must still reach
+    // vgate after a restart or a reload.
+    let up = SocketAddrV4::new(
+        ctx.config.domain(route.listen_domain.other()).address,
+        route.policy.upstream_port,
+    );
     let listen_if = ctx.config.domain(route.listen_domain).interface.clone();
     let up_if = ctx
         .config
