@@ -108,6 +108,7 @@ transport = "udp"
 listen_domain = "b"
 listen_port = 5060
 upstream = "{a_ip}:5060"
+upstream_port = 5061
 allow_peers = ["{b_ip}/32"]
 allow_ids = ["3402000000"]
 
@@ -118,6 +119,7 @@ transport = "udp"
 listen_domain = "a"
 listen_port = 5060
 upstream = "{b_ip}:5070"
+upstream_port = 5061
 allow_ids = ["3402000000"]
 "#,
         ga = bed.get("GA_IF"),

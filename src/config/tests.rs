@@ -137,7 +137,13 @@ fn signaling_route_ok() {
 #[test]
 fn signaling_policy_defaults_and_values() {
     let cfg = check(SIP_ROUTE).unwrap();
-    assert_eq!(cfg.signaling[0].policy, SignalingPolicy::default());
+    assert_eq!(
+        cfg.signaling[0].policy,
+        SignalingPolicy {
+            upstream_port: 5060,
+            ..SignalingPolicy::default()
+        }
+    );
     assert_eq!(
         cfg.signaling[0].policy.media_timeout,
         std::time::Duration::from_secs(60)
@@ -180,6 +186,74 @@ fn signaling_policy_errors() {
     );
     let unknown = format!("{SIP_ROUTE}allow_everyone = true\n");
     assert!(check(&unknown).is_err());
+    let cap = format!("{SIP_ROUTE}max_bindings_per_source = 0\n");
+    expect_err(
+        &cap,
+        "signaling_route[0].max_bindings_per_source",
+        base_lines() + 9,
+        "1 to 65536",
+    );
+    let how = format!("{SIP_ROUTE}manscdp_addresses = \"hide\"\n");
+    expect_err(
+        &how,
+        "signaling_route[0].manscdp_addresses",
+        base_lines() + 9,
+        "\"blank\"",
+    );
+    let cmd = format!("{SIP_ROUTE}manscdp_deny = [\"Device Control\"]\n");
+    expect_err(
+        &cmd,
+        "signaling_route[0].manscdp_deny[0]",
+        base_lines() + 9,
+        "a MANSCDP command",
+    );
+    let port = format!("{SIP_ROUTE}upstream_port = 20000\n");
+    expect_err(
+        &port,
+        "signaling_route[0].upstream_port",
+        base_lines() + 9,
+        "media ports",
+    );
+}
+
+#[test]
+fn sip_only_keys_and_upstream_port() {
+    let extra = format!(
+        "{SIP_ROUTE}upstream_port = 5062\nmax_bindings_per_source = 8\nmanscdp_addresses = \"blank\"\nmanscdp_allow = [\"Catalog\", \"DeviceInfo\"]\nmanscdp_deny = [\"TeleBoot\"]\n"
+    );
+    let p = check(&extra).unwrap().signaling[0].policy.clone();
+    assert_eq!(p.upstream_port, 5062);
+    assert_eq!(p.max_bindings_per_source, 8);
+    assert_eq!(p.manscdp_addresses, super::ManscdpAddresses::Blank);
+    assert_eq!(p.manscdp_allow, vec!["Catalog", "DeviceInfo"]);
+    assert_eq!(p.manscdp_deny, vec!["TeleBoot"]);
+    // The upstream face of a route listening in b is in a: default port 5060 there.
+    let pair = format!(
+        "{SIP_ROUTE}{}",
+        SIP_ROUTE
+            .replace("name = \"gb\"", "name = \"up\"")
+            .replace("listen_domain = \"b\"", "listen_domain = \"a\"")
+            .replace("10.1.0.9", "10.2.0.9")
+    );
+    expect_err(
+        &pair,
+        "signaling_route[0].upstream_port",
+        base_lines() + 7,
+        "route \"up\" already uses",
+    );
+    // Both faces clash (each route's upstream face is the other's listen socket).
+    let fixed = pair
+        .replace(
+            "upstream = \"10.1.0.9:5060\"\n",
+            "upstream = \"10.1.0.9:5060\"\nupstream_port = 5061\n",
+        )
+        .replace(
+            "upstream = \"10.2.0.9:5060\"\n",
+            "upstream = \"10.2.0.9:5060\"\nupstream_port = 5061\n",
+        );
+    let cfg = check(&fixed).unwrap();
+    assert_eq!(cfg.signaling[0].policy.upstream_port, 5061);
+    assert_eq!(cfg.signaling[1].policy.upstream_port, 5061);
 }
 
 #[test]
