@@ -60,7 +60,12 @@ pub struct Bench {
 }
 
 pub fn bench(route: usize) -> Bench {
-    let cfg = config::parse(CONFIG, "golden.toml").unwrap();
+    bench_with(CONFIG, route)
+}
+
+/// A bench on another config (the golden one with route settings added).
+pub fn bench_with(config_text: &str, route: usize) -> Bench {
+    let cfg = config::parse(config_text, "golden.toml").unwrap();
     let routes = Arc::new(Routes::new(&cfg, Arc::new(NoHooks)));
     let r = &cfg.signaling[route];
     let listen = SocketAddrV4::new(cfg.domain(r.listen_domain).address, r.listen_port);
@@ -1435,4 +1440,225 @@ fn tokens_and_branches_are_not_guessable() {
     assert_eq!(uniq.len(), ids.len(), "identifiers repeat: {ids:?}");
     // Consecutive identifiers share no prefix a counter would leave.
     assert_ne!(ids[0][..8], ids[2][..8]);
+}
+
+fn golden_bytes(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/golden/manscdp/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn check_golden_bytes(name: &str, got: &[u8]) {
+    let path = format!("{}/tests/golden/manscdp/{name}", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}; run with UPDATE_GOLDEN=1 to create it"));
+    assert!(
+        want == got,
+        "{name}: output differs from {path} (UPDATE_GOLDEN=1 rewrites it):\n{}",
+        String::from_utf8_lossy(got)
+    );
+}
+
+/// A MESSAGE from the device in A carrying `body` (bytes, any encoding) to the platform.
+fn device_message(body: &[u8], n: u32) -> Vec<u8> {
+    let mut m = format!(
+        "MESSAGE sip:34020000002000000001@3402000000 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 10.1.0.20:5060;rport;branch=z9hG4bKmsg{n}\r\n\
+From: <sip:34020000001110000001@3402000000>;tag=m{n}\r\n\
+To: <sip:34020000002000000001@3402000000>\r\n\
+Call-ID: msg{n}@3402000000\r\n\
+CSeq: {n} MESSAGE\r\n\
+Max-Forwards: 70\r\n\
+Content-Type: Application/MANSCDP+xml\r\n\
+Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    m.extend_from_slice(body);
+    m
+}
+
+/// Splits what vgate sent into head and body, checking Content-Length against the body.
+fn head_and_body(o: &Out) -> (String, Vec<u8>) {
+    let b = &o.bytes;
+    let at = b.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8(b[..at].to_vec()).unwrap();
+    let body = b[at..].to_vec();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        len,
+        body.len(),
+        "Content-Length must match the rewritten body"
+    );
+    (head, body)
+}
+
+/// GB2312 bytes of the device names in the golden bodies: they must cross unchanged.
+const GB2312_EAST_GATE: &[u8] = b"\xb6\xab\xc3\xc5\xc8\xeb\xbf\xda\xc7\xb9\xbb\xfa";
+
+#[test]
+fn manscdp_catalog_in_gb2312_gets_the_gateway_address() {
+    let mut t = bench(1);
+    let body = golden_bytes("catalog.in.xml");
+    assert!(body
+        .windows(GB2312_EAST_GATE.len())
+        .any(|w| w == GB2312_EAST_GATE));
+    let m = device_message(&body, 1);
+    let outs = t.core.on_message(
+        Face::Listen,
+        Peer::udp("10.1.0.20:5060".parse().unwrap()),
+        &m,
+        t.now,
+    );
+    assert_eq!(outs.len(), 1);
+    let (head, out_body) = head_and_body(&outs[0]);
+    assert!(head.starts_with("MESSAGE "));
+    check_golden_bytes("catalog.gateway.xml", &out_body);
+    assert!(
+        !outs[0].bytes.windows(8).any(|w| w == b"192.168."),
+        "a device address crossed"
+    );
+    assert!(out_body
+        .windows(GB2312_EAST_GATE.len())
+        .any(|w| w == GB2312_EAST_GATE));
+    // The address field holding a place name in GB2312 is kept.
+    assert!(out_body
+        .windows(10)
+        .any(|w| w == b"\xcd\xa3\xb3\xb5\xb3\xa1\xb1\xb1\xb2\xe0"));
+    assert_eq!(t.core.counters.manscdp_rewritten, 1);
+}
+
+#[test]
+fn manscdp_deviceinfo_blanked_when_the_route_says_so() {
+    let cfg = CONFIG.replace(
+        "upstream = \"10.2.0.60:5060\"\n",
+        "upstream = \"10.2.0.60:5060\"\nmanscdp_addresses = \"blank\"\n",
+    );
+    let mut t = bench_with(&cfg, 1);
+    let m = device_message(&golden_bytes("deviceinfo.in.xml"), 2);
+    let outs = t.core.on_message(
+        Face::Listen,
+        Peer::udp("10.1.0.20:5060".parse().unwrap()),
+        &m,
+        t.now,
+    );
+    let (_, out_body) = head_and_body(&outs[0]);
+    check_golden_bytes("deviceinfo.blank.xml", &out_body);
+    assert!(!outs[0].bytes.windows(8).any(|w| w == b"192.168."));
+    // "keep" passes the body byte for byte.
+    let cfg = CONFIG.replace(
+        "upstream = \"10.2.0.60:5060\"\n",
+        "upstream = \"10.2.0.60:5060\"\nmanscdp_addresses = \"keep\"\n",
+    );
+    let mut t = bench_with(&cfg, 1);
+    let outs = t.core.on_message(
+        Face::Listen,
+        Peer::udp("10.1.0.20:5060".parse().unwrap()),
+        &m,
+        t.now,
+    );
+    let (_, out_body) = head_and_body(&outs[0]);
+    assert_eq!(out_body, golden_bytes("deviceinfo.in.xml"));
+}
+
+fn platform_control(body: &str, n: u32) -> String {
+    with_body(
+        &format!(
+            "MESSAGE sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bKctl{n}
+From: <sip:34020000002000000001@3402000000>;tag=c{n}
+To: <sip:34020000001320000001@3402000000>
+Call-ID: ctl{n}@3402000000
+CSeq: {n} MESSAGE
+Max-Forwards: 70
+"
+        ),
+        "Application/MANSCDP+xml",
+        body,
+    )
+}
+
+const TELEBOOT: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Control>
+<CmdType>DeviceControl</CmdType>
+<SN>11</SN>
+<DeviceID>34020000001320000001</DeviceID>
+<TeleBoot>Boot</TeleBoot>
+</Control>
+";
+
+const PTZ: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Control>
+<CmdType>DeviceControl</CmdType>
+<SN>12</SN>
+<DeviceID>34020000001320000001</DeviceID>
+<PTZCmd>A50F010800FA00B7</PTZCmd>
+</Control>
+";
+
+const DEVICE_INFO_QUERY: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Query>
+<CmdType>DeviceInfo</CmdType>
+<SN>13</SN>
+<DeviceID>34020000001320000001</DeviceID>
+</Query>
+";
+
+#[test]
+fn manscdp_commands_refused_by_route_policy_get_403_and_are_counted() {
+    // Without a policy everything crosses (the default).
+    let mut t = bench(0);
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(TELEBOOT, 1),
+    );
+    assert!(text(&o[0]).starts_with("MESSAGE "), "{}", text(&o[0]));
+    let cfg = CONFIG.replace(
+        "upstream_port = 5061\nmedia_timeout = 5\n",
+        "upstream_port = 5061\nmedia_timeout = 5\nmanscdp_deny = [\"TeleBoot\", \"DeviceConfig\"]\n",
+    );
+    let mut t = bench_with(&cfg, 0);
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(TELEBOOT, 1),
+    );
+    assert_eq!(o.len(), 1);
+    assert_eq!(code(&o[0]), "403");
+    assert!(text(&o[0]).contains("MANSCDP command TeleBoot is not allowed"));
+    let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(PTZ, 2));
+    assert!(text(&o[0]).starts_with("MESSAGE "), "PTZ is not denied");
+    assert_eq!(t.core.counters.manscdp_refused, 1);
+    // An allow-list: only the commands named cross.
+    let cfg = CONFIG.replace(
+        "upstream_port = 5061\nmedia_timeout = 5\n",
+        "upstream_port = 5061\nmedia_timeout = 5\nmanscdp_allow = [\"Catalog\", \"DeviceControl\"]\nmanscdp_deny = [\"TeleBoot\"]\n",
+    );
+    let mut t = bench_with(&cfg, 0);
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(DEVICE_INFO_QUERY, 3),
+    );
+    assert_eq!(code(&o[0]), "403");
+    let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(PTZ, 4));
+    assert!(text(&o[0]).starts_with("MESSAGE "));
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(TELEBOOT, 5),
+    );
+    assert_eq!(code(&o[0]), "403");
+    assert_eq!(t.core.counters.manscdp_refused, 2);
+    assert!(t.core.counters.list().contains(&("manscdp_refused", 2)));
 }

@@ -14,6 +14,7 @@ use crate::config::{
 };
 use crate::logging::RateLimit;
 use crate::routes::Routes;
+use crate::signaling::manscdp;
 use crate::signaling::proxy::SignalingStats;
 use crate::signaling::sip::{
     build_response, triage_datagram, triage_framed, CSeq, Editor, Head, Host, Limits, NameAddr,
@@ -116,6 +117,10 @@ pub struct Counters {
     pub bindings_refused: u64,
     /// Requests on the upstream face routed by Request-URI user to a registered device.
     pub routed_by_user: u64,
+    /// MANSCDP requests refused by the route's command policy (403).
+    pub manscdp_refused: u64,
+    /// MANSCDP bodies whose address fields were rewritten or blanked.
+    pub manscdp_rewritten: u64,
 }
 
 impl Counters {
@@ -147,6 +152,8 @@ impl Counters {
             ("tcp_connect_failures", self.tcp_connect_failures),
             ("bindings_refused", self.bindings_refused),
             ("routed_by_user", self.routed_by_user),
+            ("manscdp_refused", self.manscdp_refused),
+            ("manscdp_rewritten", self.manscdp_rewritten),
         ]
     }
 }
@@ -969,6 +976,20 @@ impl Core {
         Ok((Some(new.join(&b", "[..])), tokens))
     }
 
+    /// A MANSCDP body going to face `to`: its address fields rewritten per the route's
+    /// `manscdp_addresses` (None: unchanged).
+    fn manscdp_body(&mut self, body: &[u8], to: Face) -> Option<Vec<u8>> {
+        let local = self.local[to.index()];
+        let new = manscdp::rewrite_addresses(
+            body,
+            self.policy.manscdp_addresses,
+            *local.ip(),
+            local.port(),
+        )?;
+        self.counters.manscdp_rewritten += 1;
+        Some(new)
+    }
+
     fn our_via(&self, to: Face, branch: &str) -> Vec<u8> {
         format!(
             "SIP/2.0/{} {};branch={branch};rport",
@@ -1005,6 +1026,33 @@ impl Core {
                 return;
             }
         }
+        let body = msg.body();
+        let manscdp = !body.is_empty()
+            && head
+                .header("Content-Type")
+                .is_some_and(|h| manscdp::is_manscdp(h.value()));
+        if manscdp {
+            let cmds = manscdp::commands(body);
+            let (allow, deny) = (&self.policy.manscdp_allow, &self.policy.manscdp_deny);
+            if let Some(cmd) = manscdp::refused(&cmds, allow, deny) {
+                let cmd = String::from_utf8_lossy(cmd).into_owned();
+                self.counters.manscdp_refused += 1;
+                if let Some(suppressed) = LOG_FORBIDDEN.check(wall_ms()) {
+                    tracing::warn!(route = %self.name, peer = %src.addr, command = %cmd, suppressed, "MANSCDP command refused with 403 (manscdp_allow / manscdp_deny)");
+                }
+                let warning =
+                    format!("399 vgate \"MANSCDP command {cmd} is not allowed on this route\"");
+                self.answer(
+                    (face, src),
+                    head,
+                    403,
+                    "Forbidden",
+                    &[("Warning", &warning)],
+                    out,
+                );
+                return;
+            }
+        }
         let (dest, new_uri) = match self.target(face, head, now) {
             Ok(t) => t,
             Err((code, reason)) => {
@@ -1016,7 +1064,6 @@ impl Core {
         let cseq = head.cseq().map(|c| c.seq).unwrap_or(0);
         let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
         let initial_invite = method == b"INVITE" && !to_tagged;
-        let body = msg.body();
         if !body.is_empty() && hides_sdp(head, body) {
             self.answer(
                 (face, src),
@@ -1136,6 +1183,8 @@ impl Core {
                     return;
                 }
             }
+        } else if manscdp {
+            self.manscdp_body(body, to)
         } else {
             None
         };
@@ -1457,6 +1506,12 @@ impl Core {
         } else if !body.is_empty() && hides_sdp(head, body) {
             self.counters.dropped_bad_sdp_responses += 1;
             return;
+        } else if !body.is_empty()
+            && head
+                .header("Content-Type")
+                .is_some_and(|h| manscdp::is_manscdp(h.value()))
+        {
+            self.manscdp_body(body, from_face)
         } else {
             None
         };
