@@ -52,6 +52,10 @@ allow_ids = ["3402000000"]
 "#;
 
 pub struct Bench {
+    /// The Call-ID each face's peers know a call by: vgate hides Call-IDs, so a peer
+    /// answers and continues a dialog with the Call-ID it received. Scripts are written
+    /// with one Call-ID per call; `send` puts the peer's in.
+    pub peer_cids: std::collections::HashMap<(Face, String), String>,
     pub cfg: Config,
     pub routes: Arc<Routes>,
     pub core: Core,
@@ -72,6 +76,7 @@ pub fn bench_with(config_text: &str, route: usize) -> Bench {
     let up = SocketAddrV4::new(cfg.domain(r.listen_domain.other()).address, 40000);
     let core = Core::new(r, &cfg, Arc::clone(&routes), [listen, up], "t");
     Bench {
+        peer_cids: Default::default(),
         cfg,
         routes,
         core,
@@ -111,9 +116,26 @@ fn placeholders(s: &str) -> String {
 
 impl Bench {
     pub fn send(&mut self, face: Face, from: &str, msg: &str) -> Vec<Out> {
-        let msg = msg.replace('\n', "\r\n");
+        let mut msg = msg.replace('\n', "\r\n");
+        let script_cid = call_id_of(&msg);
+        if let Some(c) = script_cid
+            .as_ref()
+            .and_then(|c| self.peer_cids.get(&(face, c.clone())))
+        {
+            msg = msg.replace(
+                &format!("Call-ID: {}\r\n", script_cid.clone().unwrap_or_default()),
+                &format!("Call-ID: {c}\r\n"),
+            );
+        }
         let src = Peer::udp(from.parse().unwrap());
         let outs = self.core.on_message(face, src, msg.as_bytes(), self.now);
+        if let Some(script) = script_cid {
+            for o in outs.iter().filter(|o| o.face != face) {
+                if let Some(c) = call_id_of(&String::from_utf8_lossy(&o.bytes)) {
+                    self.peer_cids.insert((o.face, script.clone()), c);
+                }
+            }
+        }
         let _ = writeln!(
             self.log,
             "======== in {face:?} from {from}\n{}",
@@ -176,6 +198,13 @@ impl Bench {
             );
         }
     }
+}
+
+/// The Call-ID of a message.
+pub fn call_id_of(msg: &str) -> Option<String> {
+    msg.lines()
+        .find_map(|l| l.strip_prefix("Call-ID: "))
+        .map(|c| c.trim().to_owned())
 }
 
 /// The token vgate put in a Contact (`vgt=...`).
@@ -1043,10 +1072,13 @@ fn media_timeout_sends_bye_to_both_sides() {
     let to_b = outs.iter().find(|o| o.face == Face::Listen).unwrap();
     assert_eq!(to_a.to.addr, "10.1.0.9:5060".parse().unwrap());
     assert_eq!(to_b.to.addr, "10.2.0.50:5060".parse().unwrap());
-    for o in [to_a, to_b] {
+    // Each side gets the Call-ID it knows the call by (vgate hides the caller's from A).
+    let a_cid = t.peer_cids[&(Face::Upstream, "1001@3402000000".to_owned())].clone();
+    assert_ne!(a_cid, "1001@3402000000");
+    for (o, cid) in [(to_a, a_cid.as_str()), (to_b, "1001@3402000000")] {
         let m = text(o);
         assert!(m.starts_with("BYE "), "{m}");
-        assert!(m.contains("Call-ID: 1001@3402000000\r\n"));
+        assert!(m.contains(&format!("Call-ID: {cid}\r\n")), "{m}");
         assert!(m.contains("Reason: SIP;cause=200;text=\"vgate: no media\""));
     }
     // Each side's BYE carries that side's view of the dialog (its own tag in To or From).
@@ -1661,4 +1693,256 @@ fn manscdp_commands_refused_by_route_policy_get_403_and_are_counted() {
     assert_eq!(code(&o[0]), "403");
     assert_eq!(t.core.counters.manscdp_refused, 2);
     assert!(t.core.counters.list().contains(&("manscdp_refused", 2)));
+}
+
+/// No message vgate sent into one domain names an address of the other (10.1/16 is A,
+/// 10.2/16 is B; route 0 listens in B).
+fn assert_no_leak(outs: &[Out]) {
+    for o in outs {
+        let m = text(o);
+        let foreign = match o.face {
+            Face::Upstream => "10.2.",
+            Face::Listen => "10.1.",
+        };
+        assert!(
+            !m.contains(foreign),
+            "{foreign} leaked into {:?}:\n{m}",
+            o.face
+        );
+    }
+}
+
+fn in_dialog(
+    method: &str,
+    ruri: &str,
+    (from, to): (&str, &str),
+    call: &str,
+    cseq: u32,
+    n: &str,
+    via: &str,
+) -> String {
+    format!(
+        "{method} {ruri} SIP/2.0
+Via: SIP/2.0/UDP {via};rport;branch=z9hG4bK{n}
+From: {from}
+To: {to}
+Call-ID: {call}
+CSeq: {cseq} {method}
+Max-Forwards: 70
+Content-Length: 0
+
+"
+    )
+}
+
+fn answer(
+    t: &mut Bench,
+    face: Face,
+    from: &str,
+    req: &Out,
+    status: &str,
+    to_tag: Option<&str>,
+) -> Vec<Out> {
+    let f = text(req);
+    let h = |name: &str| {
+        f.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let to = match to_tag {
+        Some(tag) if !h("To:").contains(";tag=") => format!("{};tag={tag}", h("To:")),
+        _ => h("To:"),
+    };
+    let r = format!(
+        "SIP/2.0 {status}\n{}\n{}\n{to}\n{}\n{}\nContent-Length: 0\n\n",
+        h("Via:"),
+        h("From:"),
+        h("Call-ID:"),
+        h("CSeq:")
+    );
+    t.send(face, from, &r)
+}
+
+#[test]
+fn call_ids_with_addresses_never_cross() {
+    let mut t = bench(0);
+    let call = "8f3a55e1@10.2.0.50";
+    let invite = invite_with(OFFER, "34020000002000000001", "x1")
+        .replace("Call-ID: x1", &format!("Call-ID: {call}"));
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_no_leak(&outs);
+    let inv = outs
+        .iter()
+        .find(|o| o.face == Face::Upstream)
+        .unwrap()
+        .clone();
+    let a_cid = call_id_of(&text(&inv)).unwrap();
+    assert_ne!(a_cid, call);
+    let caller_token = token(&inv);
+    // 200 from the device (with the Call-ID it received), SDP and all.
+    let f = text(&inv);
+    let h = |name: &str| {
+        f.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK\n{}\n{}\n{};tag=d1\nCall-ID: {a_cid}\n{}\nContact: <sip:34020000001320000001@10.1.0.9:5060>\n",
+            h("Via:"),
+            h("From:"),
+            h("To:"),
+            h("CSeq:")
+        ),
+        "application/sdp",
+        ANSWER,
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert_no_leak(&outs);
+    assert_eq!(
+        call_id_of(&text(&outs[0])).unwrap(),
+        call,
+        "the caller gets its own Call-ID back"
+    );
+    let callee_token = token(&outs[0]);
+    let (p, d) = (
+        "<sip:34020000002000000001@3402000000>;tag=p1",
+        "<sip:34020000001320000001@3402000000>;tag=d1",
+    );
+    let to_callee = format!("sip:34020000001320000001@10.2.0.1:5060;vgt={callee_token}");
+    let to_caller = format!("sip:34020000002000000001@10.1.0.1:40000;vgt={caller_token}");
+    let ack = in_dialog("ACK", &to_callee, (p, d), call, 1, "ack1", "10.2.0.50:5060");
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &ack);
+    assert_no_leak(&outs);
+    assert!(text(&outs[0]).contains(&format!("Call-ID: {a_cid}\r\n")));
+    // In-dialog requests from each side, and their answers.
+    let info = in_dialog(
+        "INFO",
+        &to_callee,
+        (p, d),
+        call,
+        2,
+        "info1",
+        "10.2.0.50:5060",
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &info);
+    assert_no_leak(&outs);
+    let fwd = outs[0].clone();
+    assert_no_leak(&answer(
+        &mut t,
+        Face::Upstream,
+        "10.1.0.9:5060",
+        &fwd,
+        "200 OK",
+        None,
+    ));
+    let info = in_dialog(
+        "INFO",
+        &to_caller,
+        (d, p),
+        &a_cid,
+        1,
+        "info2",
+        "10.1.0.9:5060",
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &info);
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_no_leak(&outs);
+    assert!(text(&outs[0]).contains(&format!("Call-ID: {call}\r\n")));
+    let fwd = outs[0].clone();
+    assert_no_leak(&answer(
+        &mut t,
+        Face::Listen,
+        "10.2.0.50:5060",
+        &fwd,
+        "200 OK",
+        None,
+    ));
+    // BYE from the device; the call ends.
+    let bye = in_dialog(
+        "BYE",
+        &to_caller,
+        (d, p),
+        &a_cid,
+        2,
+        "bye1",
+        "10.1.0.9:5060",
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &bye);
+    assert_no_leak(&outs);
+    let fwd = outs[0].clone();
+    assert_no_leak(&answer(
+        &mut t,
+        Face::Listen,
+        "10.2.0.50:5060",
+        &fwd,
+        "200 OK",
+        None,
+    ));
+    assert_eq!(t.routes.sessions().len(), 0);
+
+    // A call cancelled before the answer: INVITE, CANCEL, 487, ACK all hide it too.
+    let call2 = "c2@10.2.0.50";
+    let invite = invite_with(OFFER, "34020000002000000001", "x2")
+        .replace("Call-ID: x2", &format!("Call-ID: {call2}"));
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_no_leak(&outs);
+    let inv = outs
+        .iter()
+        .find(|o| o.face == Face::Upstream)
+        .unwrap()
+        .clone();
+    let cancel = format!(
+        "CANCEL sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bKx2
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: {call2}
+CSeq: 1 CANCEL
+Max-Forwards: 70
+Content-Length: 0
+
+"
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &cancel);
+    assert_no_leak(&outs);
+    let down = outs.iter().find(|o| o.face == Face::Upstream).unwrap();
+    assert!(text(down).starts_with("CANCEL "));
+    assert!(!text(down).contains(call2));
+    let outs = answer(
+        &mut t,
+        Face::Upstream,
+        "10.1.0.9:5060",
+        &inv,
+        "487 Request Terminated",
+        Some("d2"),
+    );
+    assert_no_leak(&outs);
+    let up = outs.iter().find(|o| o.face == Face::Listen).unwrap();
+    assert!(
+        text(up).contains(&format!("Call-ID: {call2}\r\n")),
+        "{}",
+        text(up)
+    );
+    let ack = outs.iter().find(|o| o.face == Face::Upstream).unwrap();
+    assert!(text(ack).starts_with("ACK ") && !text(ack).contains(call2));
+    assert_eq!(t.routes.sessions().len(), 0);
+}
+
+#[test]
+fn a_devices_call_id_with_its_address_never_reaches_the_platform() {
+    // Route 1 listens in A: the device's REGISTER and MESSAGE carry `...@10.1.0.20`.
+    let mut t = bench(1);
+    let reg = register(5070, 1, 3600).replace("reg5070@3402000000", "77d1@10.1.0.20");
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &reg);
+    let fwd = outs[0].clone();
+    assert!(!text(&fwd).contains("10.1."), "{}", text(&fwd));
+    let back = answer_register(&mut t, &fwd, "200 OK");
+    assert!(text(&back[0]).contains("Call-ID: 77d1@10.1.0.20\r\n"));
+    // A refresh keeps the same Call-ID upstream (the registrar sees one registration).
+    let again = register(5070, 2, 3600).replace("reg5070@3402000000", "77d1@10.1.0.20");
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &again);
+    assert_eq!(call_id_of(&text(&outs[0])), call_id_of(&text(&fwd)));
 }

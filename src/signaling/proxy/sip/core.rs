@@ -33,6 +33,8 @@ pub const BRANCH_PREFIX: &str = "z9hG4bKvg";
 pub const MAX_TXNS: usize = 65_536;
 pub const MAX_BINDINGS: usize = 65_536;
 pub const MAX_CALLS: usize = 16_384;
+/// Call-IDs mapped between the faces (each mapping is two entries).
+pub const MAX_CALL_IDS: usize = 2 * MAX_TXNS;
 /// How long a finished transaction is kept to absorb retransmissions (64 × T1).
 pub const TXN_LINGER: Duration = Duration::from_secs(32);
 /// How long a contact binding seen in a dialog lives after its last use.
@@ -232,6 +234,9 @@ struct Call {
     last_activity: Instant,
 }
 
+/// Call-IDs seen on one face → (the Call-ID on the other face, expiry).
+type CallIds = HashMap<Vec<u8>, (Vec<u8>, Instant)>;
+
 /// Where a request goes: the peer, and the new Request-URI if it changes.
 type Target = (Peer, Option<Vec<u8>>);
 
@@ -349,6 +354,9 @@ pub struct Core {
     by_in: HashMap<InKey, String>,
     bindings: HashMap<String, Binding>,
     binding_index: HashMap<(Face, Vec<u8>, SocketAddrV4), String>,
+    /// Call-IDs on both faces: `cids[f][Call-ID on f]` = (the Call-ID on the other face,
+    /// expiry). The tables below key calls by the Call-ID on the listen face.
+    cids: [CallIds; 2],
     /// Registered (2xx) contacts by face and user.
     by_user: HashMap<(Face, Vec<u8>), String>,
     /// Bindings held by each source address (capped by `max_bindings_per_source`).
@@ -390,6 +398,7 @@ impl Core {
             by_in: HashMap::new(),
             bindings: HashMap::new(),
             binding_index: HashMap::new(),
+            cids: [HashMap::new(), HashMap::new()],
             by_user: HashMap::new(),
             per_source: HashMap::new(),
             calls: HashMap::new(),
@@ -726,10 +735,12 @@ impl Core {
     }
 
     /// Finds where a request goes: a binding token, the dialog, or the upstream.
+    /// `call_id`: the request's Call-ID on the listen face (the key of the call table).
     fn target(
         &mut self,
         face: Face,
         head: &Head<'_>,
+        call_id: &[u8],
         now: Instant,
     ) -> Result<Target, (u16, &'static str)> {
         let ruri = head.request_uri().unwrap_or_default();
@@ -745,7 +756,6 @@ impl Core {
         }
         let in_dialog = head.to().ok().and_then(|t| t.tag()).is_some();
         if in_dialog {
-            let call_id = head.call_id().unwrap_or_default();
             if let Some(tok) = self
                 .calls
                 .get(call_id)
@@ -976,6 +986,61 @@ impl Core {
         Ok((Some(new.join(&b", "[..])), tokens))
     }
 
+    /// Call-ID hiding: the Call-ID `received` on `face` and the one the other face sees,
+    /// made up (random, `@` the gateway's address there) the first time a Call-ID crosses.
+    /// A device's `...@192.168.1.64` never reaches the other domain, and the answer gets
+    /// its own Call-ID back. A mapping lives a transaction (`TXN_LINGER`) unless `dialog`
+    /// (an in-dialog request, a 2xx) extends it to `DIALOG_IDLE`, and as long as its call.
+    /// Returns (the Call-ID on the listen face, which keys the tables; the Call-ID the
+    /// other face sees, for the message crossing), or None when the table is full.
+    fn call_ids(
+        &mut self,
+        face: Face,
+        received: &[u8],
+        dialog: bool,
+        now: Instant,
+    ) -> Option<(Vec<u8>, Vec<u8>)> {
+        let until = now + if dialog { DIALOG_IDLE } else { TXN_LINGER };
+        let (f, o) = (face.index(), face.other().index());
+        let other = match self.cids[f].get_mut(received) {
+            Some(e) => {
+                e.1 = e.1.max(until);
+                e.0.clone()
+            }
+            None => {
+                if self.cids[f].len() >= MAX_CALL_IDS {
+                    self.sweep(now);
+                    if self.cids[f].len() >= MAX_CALL_IDS {
+                        self.counters.table_full += 1;
+                        return None;
+                    }
+                }
+                let made = format!("{}@{}", self.next_id(), self.gw_ip(face.other())).into_bytes();
+                self.cids[f].insert(received.to_vec(), (made.clone(), until));
+                self.cids[o].insert(made.clone(), (received.to_vec(), until));
+                made
+            }
+        };
+        if let Some(e) = self.cids[o].get_mut(&other) {
+            e.1 = e.1.max(until);
+        }
+        let canonical = match face {
+            Face::Listen => received.to_vec(),
+            Face::Upstream => other.clone(),
+        };
+        Some((canonical, other))
+    }
+
+    /// The Call-ID face `face` knows a call by (`canonical`: its Call-ID on the listen face).
+    fn call_id_on(&self, canonical: &[u8], face: Face) -> Vec<u8> {
+        match face {
+            Face::Listen => canonical.to_vec(),
+            Face::Upstream => self.cids[Face::Listen.index()]
+                .get(canonical)
+                .map_or_else(|| canonical.to_vec(), |e| e.0.clone()),
+        }
+    }
+
     /// A MANSCDP body going to face `to`: its address fields rewritten per the route's
     /// `manscdp_addresses` (None: unchanged).
     fn manscdp_body(&mut self, body: &[u8], to: Face) -> Option<Vec<u8>> {
@@ -1053,16 +1118,27 @@ impl Core {
                 return;
             }
         }
-        let (dest, new_uri) = match self.target(face, head, now) {
+        let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
+        let received_cid = head.call_id().unwrap_or_default();
+        let Some((call_id, cid_out)) = self.call_ids(face, received_cid, to_tagged, now) else {
+            self.answer(
+                (face, src),
+                head,
+                503,
+                "Service Unavailable",
+                &[("Retry-After", "5")],
+                out,
+            );
+            return;
+        };
+        let (dest, new_uri) = match self.target(face, head, &call_id, now) {
             Ok(t) => t,
             Err((code, reason)) => {
                 self.answer((face, src), head, code, reason, &[], out);
                 return;
             }
         };
-        let call_id = head.call_id().unwrap_or_default().to_vec();
         let cseq = head.cseq().map(|c| c.seq).unwrap_or(0);
-        let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
         let initial_invite = method == b"INVITE" && !to_tagged;
         if !body.is_empty() && hides_sdp(head, body) {
             self.answer(
@@ -1243,6 +1319,7 @@ impl Core {
         for name in ["Route", "Record-Route", "Path"] {
             ed.remove_all(name);
         }
+        let _ = ed.replace_value("Call-ID", &cid_out);
         if let Some(mf) = head
             .header("Max-Forwards")
             .and_then(|h| crate::signaling::sip::parse_max_forwards(h.value()).ok())
@@ -1533,7 +1610,13 @@ impl Core {
             );
             self.confirm_registration(&registers, now);
         }
+        if (200..300).contains(&code) {
+            // A dialog or registration the answer established: its Call-IDs stay mapped.
+            let _ = self.call_ids(face, head.call_id().unwrap_or_default(), true, now);
+        }
+        let cid_back = self.call_id_on(&call_id, from_face);
         let mut ed = Editor::new(msg);
+        let _ = ed.replace_value("Call-ID", &cid_back);
         ed.remove_all("Via");
         for (name, value) in vias.iter().rev() {
             let name = std::str::from_utf8(name).unwrap_or("Via");
@@ -1640,7 +1723,7 @@ impl Core {
         m.extend_from_slice(b"\r\nTo: ");
         m.extend_from_slice(&to);
         m.extend_from_slice(b"\r\nCall-ID: ");
-        m.extend_from_slice(call_id);
+        m.extend_from_slice(&self.call_id_on(call_id, face));
         m.extend_from_slice(format!("\r\nCSeq: {cseq} {method}\r\nReason: SIP;cause=200;text=\"{reason}\"\r\nContent-Length: 0\r\n\r\n").as_bytes());
         out.push(Out {
             face,
@@ -1784,7 +1867,7 @@ impl Core {
             r.extend_from_slice(format!(";tag={tag}").as_bytes());
         }
         r.extend_from_slice(b"\r\nCall-ID: ");
-        r.extend_from_slice(&t.call_id);
+        r.extend_from_slice(&self.call_id_on(&t.call_id, t.from_face));
         r.extend_from_slice(
             format!("\r\nCSeq: {} INVITE\r\nContent-Length: 0\r\n\r\n", t.cseq).as_bytes(),
         );
@@ -1837,6 +1920,10 @@ impl Core {
         self.binding_index
             .retain(|_, tok| bindings.contains_key(tok));
         self.by_user.retain(|_, tok| bindings.contains_key(tok));
+        let calls = &self.calls;
+        let [listen_ids, up_ids] = &mut self.cids;
+        listen_ids.retain(|id, e| e.1 > now || calls.contains_key(id));
+        up_ids.retain(|_, e| e.1 > now || calls.contains_key(&e.0));
         let routes = Arc::clone(&self.routes);
         let invite_window = self.policy.invite_timeout + TXN_LINGER;
         let mut ended = 0;
@@ -1871,5 +1958,6 @@ impl Core {
         self.binding_index.clear();
         self.by_user.clear();
         self.per_source.clear();
+        self.cids = [HashMap::new(), HashMap::new()];
     }
 }
