@@ -315,6 +315,9 @@ pub struct RtspOptions {
     /// Seconds without a client request before a session is ended, when the server's
     /// `Session: ...;timeout=` names none.
     pub session_timeout: u32,
+    /// Seconds a client may take to send one whole request (from its first byte, or from
+    /// the connection for the first one) before the connection is closed.
+    pub request_timeout: u32,
 }
 
 /// A static stream route from the config file.

@@ -180,6 +180,8 @@ pub struct RawSignalingRoute {
     pub client_realm: Option<Spanned<String>>,
     /// Seconds without a request before an RTSP session is ended (when the server names none).
     pub session_timeout: Option<Spanned<i64>>,
+    /// Seconds a client may take to send one whole request (slow-loris guard).
+    pub request_timeout: Option<Spanned<i64>>,
     // (An RTSP route's media timeout is the shared `media_timeout` key.)
 }
 

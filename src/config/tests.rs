@@ -520,3 +520,50 @@ fn rtsp_settings_are_checked() {
     let unknown = format!("{RTSP_ROUTE}[[signaling_route.paths]]\nprefix = \"/a\"\nhost = \"x\"\n");
     assert!(check(&unknown).is_err(), "unknown keys stay rejected");
 }
+
+#[test]
+fn rtsp_request_timeout_and_sip_only_keys() {
+    let cfg = check(RTSP_ROUTE).unwrap();
+    assert_eq!(cfg.signaling[0].rtsp.as_ref().unwrap().request_timeout, 10);
+    let set = format!("{RTSP_ROUTE}request_timeout = 4\n");
+    let cfg = check(&set).unwrap();
+    assert_eq!(cfg.signaling[0].rtsp.as_ref().unwrap().request_timeout, 4);
+    let bad = format!("{RTSP_ROUTE}request_timeout = 0\n");
+    expect_err(
+        &bad,
+        "signaling_route[0].request_timeout",
+        base_lines() + 12,
+        "1 to 600",
+    );
+    // RTSP-only on SIP, SIP-only on RTSP: refused, not ignored.
+    let sip = format!("{SIP_ROUTE}request_timeout = 4\n");
+    expect_err(
+        &sip,
+        "signaling_route[0].request_timeout",
+        base_lines() + 9,
+        "is an RTSP setting",
+    );
+    for (k, v) in [
+        ("allow_ids", "[\"3402000000\"]"),
+        ("invite_timeout", "5"),
+        ("upstream_port", "5062"),
+        ("max_bindings_per_source", "4"),
+        ("manscdp_addresses", "\"blank\""),
+        ("manscdp_deny", "[\"TeleBoot\"]"),
+    ] {
+        let t = format!("{RTSP_ROUTE}{k} = {v}\n");
+        expect_err(
+            &t,
+            &format!("signaling_route[0].{k}"),
+            base_lines() + 12,
+            "does nothing on an RTSP route",
+        );
+    }
+    // The connection limits are enforced on RTSP routes, so they are accepted.
+    let limits = format!(
+        "{RTSP_ROUTE}allow_peers = [\"10.2.5.0/24\"]\nrate_limit = 5\nmax_connections_per_source = 3\nmax_message = 4096\n"
+    );
+    let p = check(&limits).unwrap().signaling[0].policy.clone();
+    assert_eq!(p.max_connections_per_source, 3);
+    assert_eq!(p.rate_limit, 5);
+}

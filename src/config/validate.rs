@@ -450,7 +450,11 @@ fn refuse_sip_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
 fn refuse_rtsp_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
     let key = |k: &str| format!("signaling_route[{i}].{k}");
     let only = "is an RTSP setting; this route is not type = \"rtsp\"";
-    let spans: [(&str, Option<Range<usize>>); 5] = [
+    let spans: [(&str, Option<Range<usize>>); 6] = [
+        (
+            "request_timeout",
+            r.request_timeout.as_ref().map(|s| s.span()),
+        ),
         (
             "upstream_username",
             r.upstream_username.as_ref().map(|s| s.span()),
@@ -600,11 +604,23 @@ fn rtsp_options(
             ))
         }
     };
+    let request_timeout = match &r.request_timeout {
+        None => 10,
+        Some(s) if (1..=600).contains(s.get_ref()) => *s.get_ref() as u32,
+        Some(s) => {
+            return Err(invalid(
+                s,
+                key("request_timeout"),
+                "seconds a client may take to send one whole request: a number from 1 to 600",
+            ))
+        }
+    };
     Ok(RtspOptions {
         paths,
         client_users,
         client_realm,
         session_timeout,
+        request_timeout,
     })
 }
 
