@@ -65,6 +65,22 @@ fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// `vgate run` in the gateway's namespace, given a moment to bind its sockets.
+fn vgate_in(g_ns: &str, cfg: &Path, stderr: Stdio) -> Proc {
+    let p = Proc(Some(
+        Command::new("ip")
+            .args(["netns", "exec", g_ns])
+            .arg(vgate_bin())
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(800));
+    p
+}
+
 fn read_logs(dir: &Path, suffix: &str) -> String {
     let mut all = String::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -201,17 +217,7 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
         bed.get("GB_IP").to_owned(),
     );
 
-    let mut vgate = Proc(Some(
-        Command::new("ip")
-            .args(["netns", "exec", &g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(800));
+    let mut vgate = vgate_in(&g_ns, &cfg, Stdio::null());
 
     // The device in A.
     let uas = format!("{}/gb_uas_device.xml", sipp_dir());
@@ -543,17 +549,7 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
         bed.get("GB_IP").to_owned(),
     );
     let vgate_log = std::fs::File::create(dir.path().join("vgate.log")).unwrap();
-    let mut vgate = Proc(Some(
-        Command::new("ip")
-            .args(["netns", "exec", &g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(vgate_log)
-            .spawn()
-            .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(800));
+    let mut vgate = vgate_in(&g_ns, &cfg, vgate_log.into());
     let keep_logs = format!("logs in {}", dir.path().display());
 
     // 1. Live view B→A over TCP: 10 calls at a modest rate.
@@ -889,17 +885,7 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
         bed.get("B_IP").to_owned(),
         bed.get("GA_IP").to_owned(),
     );
-    let mut vgate = Proc(Some(
-        Command::new("ip")
-            .args(["netns", "exec", &g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(800));
+    let mut vgate = vgate_in(&g_ns, &cfg, Stdio::null());
     let platform_xml = format!("{}/gb_uas_platform_invites_registered.xml", sipp_dir());
     let mut platform = Proc(Some(
         sipp(

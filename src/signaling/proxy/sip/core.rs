@@ -652,6 +652,18 @@ impl Core {
         Some(bytes)
     }
 
+    /// `503` with `Retry-After`: a table is full.
+    fn busy(&mut self, to: (Face, Peer), head: &Head<'_>, out: &mut Vec<Out>) {
+        self.answer(
+            to,
+            head,
+            503,
+            "Service Unavailable",
+            &[("Retry-After", "5")],
+            out,
+        );
+    }
+
     fn in_key(face: Face, src: Peer, head: &Head<'_>, method: &[u8]) -> InKey {
         let branch = match head.top_via().ok().and_then(|v| v.branch()) {
             Some(b) if b.starts_with(b"z9hG4bK") => b.to_vec(),
@@ -1080,14 +1092,7 @@ impl Core {
             self.sweep(now);
             if self.txns.len() >= MAX_TXNS {
                 self.counters.table_full += 1;
-                self.answer(
-                    (face, src),
-                    head,
-                    503,
-                    "Service Unavailable",
-                    &[("Retry-After", "5")],
-                    out,
-                );
+                self.busy((face, src), head, out);
                 return;
             }
         }
@@ -1121,14 +1126,7 @@ impl Core {
         let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
         let received_cid = head.call_id().unwrap_or_default();
         let Some((call_id, cid_out)) = self.call_ids(face, received_cid, to_tagged, now) else {
-            self.answer(
-                (face, src),
-                head,
-                503,
-                "Service Unavailable",
-                &[("Retry-After", "5")],
-                out,
-            );
+            self.busy((face, src), head, out);
             return;
         };
         let (dest, new_uri) = match self.target(face, head, &call_id, now) {
@@ -1157,14 +1155,7 @@ impl Core {
             }
             if self.calls.len() >= MAX_CALLS {
                 self.counters.table_full += 1;
-                self.answer(
-                    (face, src),
-                    head,
-                    503,
-                    "Service Unavailable",
-                    &[("Retry-After", "5")],
-                    out,
-                );
+                self.busy((face, src), head, out);
                 return;
             }
             let label = format!(
