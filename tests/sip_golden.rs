@@ -1942,6 +1942,9 @@ fn a_devices_call_id_with_its_address_never_reaches_the_platform() {
     let back = answer_register(&mut t, &fwd, "200 OK");
     assert!(text(&back[0]).contains("Call-ID: 77d1@10.1.0.20\r\n"));
     // A refresh keeps the same Call-ID upstream (the registrar sees one registration).
+    // (also when it comes late: two hours on, past any dialog's idle time).
+    t.advance(Duration::from_secs(2 * 3600));
+    let _ = t.core.tick(t.now, 0);
     let again = register(5070, 2, 3600).replace("reg5070@3402000000", "77d1@10.1.0.20");
     let outs = t.send(Face::Listen, "10.1.0.20:5070", &again);
     assert_eq!(call_id_of(&text(&outs[0])), call_id_of(&text(&fwd)));

@@ -1001,18 +1001,19 @@ impl Core {
     /// Call-ID hiding: the Call-ID `received` on `face` and the one the other face sees,
     /// made up (random, `@` the gateway's address there) the first time a Call-ID crosses.
     /// A device's `...@192.168.1.64` never reaches the other domain, and the answer gets
-    /// its own Call-ID back. A mapping lives a transaction (`TXN_LINGER`) unless `dialog`
-    /// (an in-dialog request, a 2xx) extends it to `DIALOG_IDLE`, and as long as its call.
+    /// its own Call-ID back. A mapping lives `life` from now (at least: a transaction's
+    /// `TXN_LINGER`; a dialog's `DIALOG_IDLE`; a registration's lifetime), and as long as
+    /// its call.
     /// Returns (the Call-ID on the listen face, which keys the tables; the Call-ID the
     /// other face sees, for the message crossing), or None when the table is full.
     fn call_ids(
         &mut self,
         face: Face,
         received: &[u8],
-        dialog: bool,
+        life: Duration,
         now: Instant,
     ) -> Option<(Vec<u8>, Vec<u8>)> {
-        let until = now + if dialog { DIALOG_IDLE } else { TXN_LINGER };
+        let until = now + life;
         let (f, o) = (face.index(), face.other().index());
         let other = match self.cids[f].get_mut(received) {
             Some(e) => {
@@ -1125,7 +1126,8 @@ impl Core {
         }
         let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
         let received_cid = head.call_id().unwrap_or_default();
-        let Some((call_id, cid_out)) = self.call_ids(face, received_cid, to_tagged, now) else {
+        let life = if to_tagged { DIALOG_IDLE } else { TXN_LINGER };
+        let Some((call_id, cid_out)) = self.call_ids(face, received_cid, life, now) else {
             self.busy((face, src), head, out);
             return;
         };
@@ -1602,8 +1604,14 @@ impl Core {
             self.confirm_registration(&registers, now);
         }
         if (200..300).contains(&code) {
-            // A dialog or registration the answer established: its Call-IDs stay mapped.
-            let _ = self.call_ids(face, head.call_id().unwrap_or_default(), true, now);
+            // A dialog or registration the answer established: its Call-IDs stay mapped
+            // (a registration's for as long as it may last, so refreshes keep one Call-ID).
+            let life = if cseq_method == b"REGISTER" {
+                MAX_REGISTRATION + TXN_LINGER
+            } else {
+                DIALOG_IDLE
+            };
+            let _ = self.call_ids(face, head.call_id().unwrap_or_default(), life, now);
         }
         let cid_back = self.call_id_on(&call_id, from_face);
         let mut ed = Editor::new(msg);
