@@ -525,6 +525,7 @@ fn rtsp_settings_are_checked() {
 fn rtsp_request_timeout_and_sip_only_keys() {
     let cfg = check(RTSP_ROUTE).unwrap();
     assert_eq!(cfg.signaling[0].rtsp.as_ref().unwrap().request_timeout, 10);
+    assert_eq!(cfg.signaling[0].policy.max_connections_per_source, 64);
     let set = format!("{RTSP_ROUTE}request_timeout = 4\n");
     let cfg = check(&set).unwrap();
     assert_eq!(cfg.signaling[0].rtsp.as_ref().unwrap().request_timeout, 4);

@@ -347,6 +347,9 @@ pub fn auto_cpus(queues: usize, machine_cpus: usize) -> Vec<usize> {
     (first..first + queues).collect()
 }
 
+/// Default `max_connections_per_source` of an RTSP route.
+pub const RTSP_CONNECTIONS_PER_SOURCE: usize = 64;
+
 fn signaling_route(
     i: usize,
     r: &RawSignalingRoute,
@@ -375,6 +378,11 @@ fn signaling_route(
         "upstream",
     )?;
     let mut policy = signaling_policy(r, &key, &domains[listen_domain.index()])?;
+    if r.kind == SignalingKind::Rtsp && r.max_connections_per_source.is_none() {
+        // RTSP takes a connection per stream: a recorder pulling many cameras from one
+        // address needs more than SIP's 16.
+        policy.max_connections_per_source = RTSP_CONNECTIONS_PER_SOURCE;
+    }
     policy.upstream_port = match &r.upstream_port {
         None => listen_port,
         Some(v) => {

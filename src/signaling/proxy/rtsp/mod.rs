@@ -45,7 +45,8 @@
 //!
 //! **Who may connect** (checked at accept, refusals closed unanswered and counted):
 //! `allow_peers` (default: any address of the listen domain; `refused_peers`),
-//! `max_connections_per_source` at a time (default 16; `refused_per_source`) and
+//! `max_connections_per_source` at a time (default 64: a connection per stream;
+//! `refused_per_source`) and
 //! `rate_limit` new connections per second per source (bursts of twice that;
 //! `refused_rate`), besides the route-wide [`MAX_CONNECTIONS`]. `max_message` caps the
 //! request head, each line and the body (it only tightens the RTSP defaults). A client
