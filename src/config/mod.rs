@@ -103,6 +103,9 @@ pub enum Mode {
     Tnapi,
     /// Zero copy per queue (PF_RING ZC, or AF_XDP).
     Zc,
+    /// Confirmed streams forwarded inside the kernel by an XDP program; the rest through
+    /// AF_XDP as in `zc`.
+    Xdp,
 }
 
 impl fmt::Display for Mode {
@@ -111,6 +114,7 @@ impl fmt::Display for Mode {
             Mode::Stack => "stack",
             Mode::Tnapi => "tnapi",
             Mode::Zc => "zc",
+            Mode::Xdp => "xdp",
         })
     }
 }
