@@ -3,14 +3,14 @@
 //! receivers in B, with the AF_XDP path of mode `zc` behind it for what the program does not
 //! forward.
 //!
-//! Checked: every packet delivered exactly once, from the gateway's B address and the
-//! route's egress port (both channels: A → B and the reverse B → A), and most of them by the kernel (the gateway's B-side veth counts
-//! frames redirected into it: `tx_queue_N_xdp_xmit`); per-route counters in the admin API
-//! equal what was sent; route add/remove while traffic flows takes effect at once; frames the
-//! fast path must not forward (wrong source, IP options, fragments, truncated or
-//! inconsistent lengths, oversize, unknown port) are forwarded correctly by the slow path or
-//! dropped with their reason counter, never forwarded wrongly; nothing stays attached after
-//! exit or `kill -9`.
+//! Checked: every packet delivered exactly once, from the gateway's address and the route's
+//! egress port (both channels: A → B, and the reverse B → A), and most of them by the kernel
+//! (the gateway's egress veth counts frames redirected into it: `tx_queue_N_xdp_xmit`);
+//! per-route counters in the admin API equal what was sent; route add/remove while traffic
+//! flows takes effect at once; frames the fast path must not forward (wrong source, IP
+//! options, fragments, truncated or inconsistent lengths, bad header checksum, oversize,
+//! unknown port) are forwarded correctly by the slow path or dropped with their reason
+//! counter, never forwarded wrongly; nothing stays attached after exit or `kill -9`.
 //!
 //! The bed for native XDP redirect between veths: the gateway's B-side veth takes redirected
 //! frames only when its peer (in B) has NAPI — GRO on (`ethtool -K vb gro on`, done here) or
