@@ -723,11 +723,11 @@ mod tests {
         );
         let latch = r(SourcePolicy::Latch, Some(addr_only), false);
         assert!(entry_policy(&latch).is_none(), "not latched yet");
-        assert_eq!(
-            latch.check_source(src, 1),
-            crate::routes::SourceCheck::Candidate(0)
-        );
-        assert_eq!(latch.latch(0, src, 1), Some(false));
+        let seen = match latch.check_source(src, 1) {
+            crate::routes::stream::SourceCheck::Candidate(seen) => seen,
+            other => panic!("a first source is a candidate, not {other:?}"),
+        };
+        assert_eq!(latch.latch(seen, src, 1), Some(false));
         assert_eq!(
             entry_policy(&latch),
             Some((ACTIVE | CHECK_ADDR | CHECK_PORT, src))
