@@ -236,12 +236,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = (
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        bed.ip("GB_IP"),
-        bed.ip("B_IP"),
-    );
+    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9953), "test").unwrap();
     let (g, gb_if) = (g_ns.clone(), bed.get("GB_IF").to_owned());
     let xmit = move || xmit_of(&g, &gb_if).0;
@@ -424,6 +419,26 @@ fn frame(bed: &Bed, seq: u32, f: Frame) -> Vec<u8> {
     out
 }
 
+/// A gateway started in namespace `g_ns` with one admin session holding `spec`'s ports and
+/// route.
+fn gateway_with_route(
+    g_ns: &str,
+    cfg: vgate::config::Config,
+    spec: vgate::routes::RouteSpec,
+) -> vgate::gateway::Gateway {
+    use vgate::routes::SessionKind;
+    in_netns(g_ns, move || {
+        let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
+        let s = gw.routes.open_session(SessionKind::Admin, &spec.label);
+        gw.routes.reserve_port(s, spec.ingress, spec.port).unwrap();
+        gw.routes
+            .reserve_port(s, spec.ingress.other(), spec.egress_port)
+            .unwrap();
+        gw.routes.add_route(s, spec).unwrap();
+        gw
+    })
+}
+
 /// Sends raw Ethernet frames out of A's veth (python3's AF_PACKET socket).
 fn send_frames(bed: &Bed, frames: &[Vec<u8>]) {
     let hex: Vec<String> = frames
@@ -466,7 +481,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         return;
     }
     use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec, SessionKind};
+    use vgate::routes::{Channel, RouteSpec};
     use vgate::stats::DropReason;
 
     let bed = xdp_bed();
@@ -570,28 +585,20 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         .map(|(i, _)| i as u32)
         .collect();
     let b_ns = bed.get("B_NS").to_owned();
-    let gw = in_netns(&g_ns, move || {
-        let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
-        let s = gw.routes.open_session(SessionKind::Admin, "bad input");
-        gw.routes.reserve_port(s, DomainId::A, A_PORTS).unwrap();
-        gw.routes.reserve_port(s, DomainId::B, B_PORTS).unwrap();
-        gw.routes
-            .add_route(
-                s,
-                RouteSpec {
-                    ingress: DomainId::A,
-                    port: A_PORTS,
-                    dest: SocketAddrV4::new(b_ip, SINK_PORTS),
-                    egress_port: B_PORTS,
-                    policy: SourcePolicy::Strict,
-                    expected: Some(SocketAddrV4::new(a_ip, 5000)),
-                    rtp_only: false,
-                    label: "strict".into(),
-                },
-            )
-            .unwrap();
-        gw
-    });
+    let gw = gateway_with_route(
+        &g_ns,
+        cfg,
+        RouteSpec {
+            ingress: DomainId::A,
+            port: A_PORTS,
+            dest: SocketAddrV4::new(b_ip, SINK_PORTS),
+            egress_port: B_PORTS,
+            policy: SourcePolicy::Strict,
+            expected: Some(SocketAddrV4::new(a_ip, 5000)),
+            rtp_only: false,
+            label: "strict".into(),
+        },
+    );
     let sinks = Sinks::start(b_ns, b_ip, gb_ip, 1);
     let (x0, _) = fast_xmit(&bed);
     send_frames(&bed, &frames);
@@ -645,41 +652,28 @@ fn xdp_forwards_the_reverse_channel_in_the_kernel() {
         return;
     }
     use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{RouteSpec, SessionKind};
+    use vgate::routes::RouteSpec;
     const COUNT: u32 = 200;
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = (
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        bed.ip("GB_IP"),
-        bed.ip("B_IP"),
-    );
+    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let (in_port, out_port) = (B_PORTS + 500, A_PORTS + 500);
     let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9955), "test").unwrap();
-    let gw = in_netns(&g_ns, move || {
-        let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
-        let s = gw.routes.open_session(SessionKind::Admin, "reverse");
-        gw.routes.reserve_port(s, DomainId::B, in_port).unwrap();
-        gw.routes.reserve_port(s, DomainId::A, out_port).unwrap();
-        gw.routes
-            .add_route(
-                s,
-                RouteSpec {
-                    ingress: DomainId::B,
-                    port: in_port,
-                    dest: SocketAddrV4::new(a_ip, SINK_PORTS),
-                    egress_port: out_port,
-                    policy: SourcePolicy::Any,
-                    expected: None,
-                    rtp_only: false,
-                    label: "talkback".into(),
-                },
-            )
-            .unwrap();
-        gw
-    });
+    let gw = gateway_with_route(
+        &g_ns,
+        cfg,
+        RouteSpec {
+            ingress: DomainId::B,
+            port: in_port,
+            dest: SocketAddrV4::new(a_ip, SINK_PORTS),
+            egress_port: out_port,
+            policy: SourcePolicy::Any,
+            expected: None,
+            rtp_only: false,
+            label: "talkback".into(),
+        },
+    );
     let x0 = xmit_of(&g_ns, bed.get("GA_IF")).0;
     let (ready_tx, ready_rx) = mpsc::channel();
     let rx = std::thread::spawn(move || {
