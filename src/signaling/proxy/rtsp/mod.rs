@@ -208,7 +208,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         &listener,
         &ctx.config.domain(route.listen_domain).interface,
         &route.name,
-    );
+    )?;
     listener
         .set_nonblocking(true)
         .map_err(|e| ProxyError::Other {
@@ -296,7 +296,7 @@ impl Access {
             return true;
         };
         counter.fetch_add(1, Relaxed);
-        if let Some(suppressed) = LOG_REFUSED.check(crate::signaling::proxy::sip::core::wall_ms()) {
+        if let Some(suppressed) = LOG_REFUSED.check(crate::clock::now_ms()) {
             tracing::warn!(%peer, suppressed, "RTSP connection refused (allow_peers, rate_limit or max_connections_per_source)");
         }
         false
