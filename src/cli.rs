@@ -29,6 +29,15 @@ Start with `vgate demo` to see it relay traffic on loopback, then write a config
 `vgate run --config vgate.toml`."
 )]
 pub struct Cli {
+    /// Log lines as text (with `<N>` priorities under journald) or JSON objects for log shippers.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "VGATE_LOG_FORMAT"
+    )]
+    pub log_format: crate::logging::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -144,6 +153,39 @@ file is rejected whole, the running configuration stays and the reason is printe
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Show or change the log level of a running vgate.
+    #[command(
+        long_about = "Show the log filter of a running vgate, or replace it without a restart: a \
+level (error, warn, info, debug, trace) or RUST_LOG directives such as `info,vgate::signaling=debug`. \
+Message traces of signaling routes with `trace = true` show at debug level. The change lasts until \
+vgate restarts."
+    )]
+    LogLevel {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// The new filter; without it the current one is printed.
+        level: Option<String>,
+    },
+    /// List the devices registered through each SIP route of a running vgate.
+    Registrations {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write shell completions (bash, zsh, fish, ...) to stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (vgate.1 and one per subcommand) into a directory.
+    #[command(hide = true)]
+    Man {
+        /// The directory to write into.
+        dir: PathBuf,
+    },
 }
 
 /// How to reach a running vgate's admin interface.
@@ -162,8 +204,12 @@ pub struct AdminArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RoutesAction {
-    /// List the live stream routes with their counters.
-    List,
+    /// List the live stream routes with their counters (a table; --json for scripts).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Add a stream route (ports are allocated when not given).
     Add {
         /// A name for the route.
@@ -199,8 +245,12 @@ pub enum RoutesAction {
 
 #[derive(Subcommand, Debug)]
 pub enum SessionsAction {
-    /// List the live sessions.
-    List,
+    /// List the live sessions (a table; --json for scripts).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// End a session: its routes stop, its ports return to the pool.
     Kill {
         /// Session id (see `vgate sessions list`).
@@ -226,11 +276,21 @@ pub fn main(cli: Cli) -> ExitCode {
             let stop = stop_flag();
             crate::control::client::stats_loop(c, count, &stop)
         }),
-        Command::Routes { admin, action } => {
-            with_client(&admin, |c| {
-                let v = match action {
-                RoutesAction::List => c.get("/api/v1/routes")?,
-                RoutesAction::Add { name, domain, port, destination, egress_port, expect_source, source_validation } => c.post(
+        Command::Routes { admin, action } => with_client(&admin, |c| {
+            let v = match action {
+                RoutesAction::List { json } => {
+                    let v = c.get("/api/v1/routes")?;
+                    return print_listing(&v, json, crate::control::table::routes);
+                }
+                RoutesAction::Add {
+                    name,
+                    domain,
+                    port,
+                    destination,
+                    egress_port,
+                    expect_source,
+                    source_validation,
+                } => c.post(
                     "/api/v1/routes",
                     &serde_json::json!({
                         "name": name, "domain": domain, "port": port, "destination": destination,
@@ -238,25 +298,56 @@ pub fn main(cli: Cli) -> ExitCode {
                         "source_validation": source_validation,
                     }),
                 )?,
-                RoutesAction::Del { channel, port } => c.delete(&format!("/api/v1/routes/{channel}/{port}"))?,
+                RoutesAction::Del { channel, port } => {
+                    c.delete(&format!("/api/v1/routes/{channel}/{port}"))?
+                }
             };
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                Ok(())
-            })
-        }
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            Ok(())
+        }),
         Command::Sessions { admin, action } => with_client(&admin, |c| {
             let v = match action {
-                SessionsAction::List => c.get("/api/v1/sessions")?,
+                SessionsAction::List { json } => {
+                    let v = c.get("/api/v1/sessions")?;
+                    return print_listing(&v, json, crate::control::table::sessions);
+                }
                 SessionsAction::Kill { id } => c.delete(&format!("/api/v1/sessions/{id}"))?,
             };
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             Ok(())
+        }),
+        Command::Registrations { admin, json } => with_client(&admin, |c| {
+            let v = c.get("/api/v1/registrations")?;
+            print_listing(&v, json, crate::control::table::registrations)
         }),
         Command::Reload { admin } => with_client(&admin, |c| {
             let v = c.post("/api/v1/reload", &serde_json::json!({}))?;
             println!("{}", v["summary"].as_str().unwrap_or("reloaded"));
             Ok(())
         }),
+        Command::LogLevel { admin, level } => with_client(&admin, |c| {
+            let v = match level {
+                Some(l) => c.put("/api/v1/log-level", &serde_json::json!({ "level": l }))?,
+                None => c.get("/api/v1/log-level")?,
+            };
+            println!("{}", v["level"].as_str().unwrap_or_default());
+            Ok(())
+        }),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "vgate", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => match write_man_pages(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "vgate man: cannot write the man pages into {}: {e}",
+                    dir.display()
+                );
+                ExitCode::FAILURE
+            }
+        },
         Command::Demo {
             streams,
             rate,
@@ -277,6 +368,37 @@ pub fn main(cli: Cli) -> ExitCode {
             demo_cmd(&opts, json)
         }
     }
+}
+
+/// Prints a listing as pretty JSON or as the table `render` makes of it.
+fn print_listing(
+    v: &serde_json::Value,
+    json: bool,
+    render: fn(&serde_json::Value) -> String,
+) -> Result<(), crate::control::client::ClientError> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    } else {
+        print!("{}", render(v));
+    }
+    Ok(())
+}
+
+/// vgate.1 and vgate-SUBCOMMAND.1 for every visible subcommand.
+fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
+    std::fs::write(dir.join("vgate.1"), &out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("vgate-{}", sub.get_name());
+        let sub = sub.clone().name(name.clone());
+        out.clear();
+        clap_mangen::Man::new(sub).render(&mut out)?;
+        std::fs::write(dir.join(format!("{name}.1")), &out)?;
+    }
+    Ok(())
 }
 
 /// Builds an admin client from the flags (or the config they name) and runs `f`.

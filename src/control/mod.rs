@@ -9,6 +9,7 @@ pub mod client;
 pub mod live;
 pub mod metrics;
 pub mod systemd;
+pub mod table;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, RwLock};
