@@ -8,6 +8,7 @@ pub mod admin;
 pub mod client;
 pub mod live;
 pub mod metrics;
+pub mod process;
 pub mod systemd;
 pub mod table;
 

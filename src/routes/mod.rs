@@ -22,6 +22,7 @@ use std::time::SystemTime;
 use dashmap::DashMap;
 
 use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy, StaticStream};
+use crate::stats::rtp::RtpSnapshot;
 pub use alloc::{AllocError, PortAllocator};
 pub use stream::{Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, StreamRoute};
 
@@ -150,6 +151,12 @@ pub struct Routes {
     domains: [Domain; 2],
     inner: Mutex<Inner>,
     hooks: Arc<dyn PortHooks>,
+    /// RTP counters of the routes already removed, per channel, so the metrics' totals
+    /// never go back when a route ends.
+    ended_rtp: Mutex<[RtpSnapshot; 2]>,
+    /// The highest lost count reported per channel: a late packet filling a gap lowers a
+    /// route's `lost`, but a Prometheus counter must never go down.
+    lost_reported: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl Routes {
@@ -168,7 +175,35 @@ impl Routes {
                 next_session: 1,
             }),
             hooks,
+            ended_rtp: Mutex::new([RtpSnapshot::default(); 2]),
+            lost_reported: Default::default(),
         }
+    }
+
+    /// Keeps the RTP counters of a route being removed.
+    fn retire(&self, route: &StreamRoute) {
+        let mut ended = self.ended_rtp.lock().unwrap_or_else(|p| p.into_inner());
+        ended[route.channel.index()].add(&route.stats.rtp.snapshot());
+    }
+
+    /// RTP counters per channel (by [`Channel::index`]) of every route there ever was:
+    /// the live ones and those removed since start; `lost` never goes down between calls.
+    pub fn rtp_totals(&self) -> [RtpSnapshot; 2] {
+        // Routes leave the tables and are retired under the session lock: hold it so no
+        // route is in neither place while we add up.
+        let _inner = self.lock();
+        let mut t = *self.ended_rtp.lock().unwrap_or_else(|p| p.into_inner());
+        for c in Channel::ALL {
+            for r in self.tables[c.index()].iter() {
+                t[c.index()].add(&r.stats.rtp.snapshot());
+            }
+            let hw = &self.lost_reported[c.index()];
+            let lost = &mut t[c.index()].lost;
+            *lost = hw
+                .fetch_max(*lost, std::sync::atomic::Ordering::Relaxed)
+                .max(*lost);
+        }
+        t
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -366,6 +401,7 @@ impl Routes {
             .remove(&port)
             .ok_or(RouteError::NoRoute { channel, port })?;
         self.hooks.route_removed(channel, port);
+        self.retire(&route);
         if let Some(s) = inner.sessions.get_mut(&route.session) {
             s.routes.retain(|r| *r != (channel, port));
         }
@@ -412,6 +448,7 @@ impl Routes {
         for &(channel, port) in &session.routes {
             if let Some((_, r)) = self.tables[channel.index()].remove(&port) {
                 self.hooks.route_removed(channel, port);
+                self.retire(&r);
                 routes.push((Arc::clone(&r.label), channel, port, r.stats.snapshot()));
             }
         }

@@ -57,7 +57,7 @@ pub trait MediaPorts {
 }
 
 /// Events of one proxy route, summed over its connections (lock-free), published to the
-/// metrics as `vgate_signaling_events_total{event=...}`.
+/// metrics in the families `EVENT_FAMILIES` of `control::metrics` names.
 #[derive(Debug, Default)]
 pub struct Events {
     pub interleaved_frames_to_client: AtomicU64,

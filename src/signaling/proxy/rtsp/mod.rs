@@ -41,7 +41,7 @@
 //! The route's interleaved counters (frames and bytes each way, frames dropped on channels no
 //! SETUP negotiated) and the events above are summed over its connections in
 //! [`logic::Events`] and published each second as the route's signaling events
-//! (`vgate_signaling_events_total{kind="rtsp",event=...}`).
+//! (the families `control::metrics::EVENT_FAMILIES` names).
 //!
 //! Each connection's media session ends — routes removed, ports given back — on TEARDOWN,
 //! when the client or upstream closes its connection, when the session is idle past its
