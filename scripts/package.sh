@@ -47,8 +47,8 @@ install -D -m 644 systemd/vgate.sysusers "$root/usr/lib/sysusers.d/vgate.conf"
 install -D -m 755 scripts/nic-setup.sh "$root/usr/lib/vgate/nic-setup.sh"
 install -D -m 644 systemd/vgate.toml "$root/etc/vgate/vgate.toml"
 install -D -m 644 systemd/nic.env "$root/etc/vgate/nic.env"
-install -D -m 644 ops/grafana/vgate.json "$root/usr/share/vgate/grafana/vgate.json"
-install -D -m 644 ops/prometheus/vgate-alerts.yml "$root/usr/share/vgate/prometheus/vgate-alerts.yml"
+install -D -m 644 monitoring/grafana/vgate.json "$root/usr/share/vgate/grafana/vgate.json"
+install -D -m 644 monitoring/prometheus/vgate-alerts.yml "$root/usr/share/vgate/prometheus/vgate-alerts.yml"
 
 # Man pages and completions come from the clap definitions of this very binary.
 mkdir -p "$root/usr/share/man/man1"

@@ -518,6 +518,7 @@ fn run(
         started: Instant::now(),
         engine: gw.describe(),
         signaling: Arc::clone(&gw.signaling_stats),
+        reloads: Default::default(),
     };
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);
     let admin = match AdminServer::start(control.clone(), reload_tx) {
@@ -554,6 +555,7 @@ fn run(
             let outcome = load(&config, mode)
                 .map_err(|e| e.to_string())
                 .and_then(|new| gw.reload(new));
+            control.reloads.record(outcome.is_ok());
             match &outcome {
                 Ok(summary) => {
                     control.set_config(Arc::clone(&gw.config));

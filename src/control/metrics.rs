@@ -162,6 +162,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Proxy events not yet given a family of their own (see EVENT_FAMILIES)",
     ),
     (
+        "vgate_reloads_total",
+        "counter",
+        "Config reloads asked for (SIGHUP, vgate reload), by result: applied or rejected",
+    ),
+    (
+        "vgate_reload_last_success",
+        "gauge",
+        "1 when the last config reload was applied (or none was asked for), 0 when it was rejected",
+    ),
+    (
         "vgate_build_info",
         "gauge",
         "Always 1; the labels name the vgate version and whether this build has the PF_RING engines",
@@ -557,16 +567,35 @@ pub fn render(st: &ControlState) -> String {
     }
 
     signaling_families(&mut o, st);
+    o.family("vgate_reloads_total");
+    for (result, n) in [
+        ("applied", &st.reloads.applied),
+        ("rejected", &st.reloads.rejected),
+    ] {
+        o.sample(
+            "vgate_reloads_total",
+            &[("result", result)],
+            n.load(Relaxed),
+        );
+    }
+    o.family("vgate_reload_last_success");
+    o.sample(
+        "vgate_reload_last_success",
+        &[],
+        u8::from(st.reloads.last_ok.load(Relaxed)),
+    );
     process_families(&mut o);
 
     if st.config().control.per_stream_metrics {
         o.family("vgate_route_packets_total");
         for r in &routes {
             let port = r.port.to_string();
+            let ssrc = ssrc_label(r);
             let labels = [
                 ("route", &*r.label),
                 ("channel", r.channel.name()),
                 ("port", &port),
+                ("ssrc", &ssrc),
             ];
             o.packets(
                 "vgate_route_packets_total",
@@ -577,10 +606,12 @@ pub fn render(st: &ControlState) -> String {
         o.family("vgate_route_drops_total");
         for r in &routes {
             let port = r.port.to_string();
+            let ssrc = ssrc_label(r);
             let labels = [
                 ("route", &*r.label),
                 ("channel", r.channel.name()),
                 ("port", &port),
+                ("ssrc", &ssrc),
             ];
             o.drops(
                 "vgate_route_drops_total",
