@@ -41,6 +41,12 @@ trap 'rm -rf "$stage"' EXIT
 root="$stage/vgate_${version}_${arch}"
 
 install -D -m 755 "$binary" "$root/usr/bin/vgate"
+# Debian ships binaries without debug sections (policy 10.1); keep the symbols for backtraces.
+if command -v strip >/dev/null; then
+    strip --strip-debug "$root/usr/bin/vgate"
+else
+    echo "package.sh: strip not found (apt-get install binutils): the binary keeps its debug sections" >&2
+fi
 install -D -m 644 systemd/vgate.service "$root/usr/lib/systemd/system/vgate.service"
 install -D -m 644 systemd/vgate-nic-setup.service "$root/usr/lib/systemd/system/vgate-nic-setup.service"
 install -D -m 644 systemd/vgate.sysusers "$root/usr/lib/sysusers.d/vgate.conf"
