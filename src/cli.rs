@@ -406,21 +406,27 @@ fn with_client(
     a: &AdminArgs,
     f: impl FnOnce(&crate::control::client::Client) -> Result<(), crate::control::client::ClientError>,
 ) -> ExitCode {
-    let cfg = match &a.config {
+    // The admin address and token of the config. A config that does not validate (the very
+    // file a `vgate reload` is about to be refused for) still names them: read those two
+    // keys alone, so the running vgate hears of the reload, refuses it and says why.
+    let (listen, cfg_token) = match &a.config {
         Some(p) => match Config::load(p) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::from(2);
-            }
+            Ok(c) => (Some(c.control.listen), c.control.token),
+            Err(e) => match admin_keys(p) {
+                Some(keys) => keys,
+                None => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            },
         },
-        None => None,
+        None => (None, None),
     };
     let addr = a
         .admin
-        .or(cfg.as_ref().map(|c| c.control.listen))
+        .or(listen)
         .unwrap_or_else(|| Config::embedded_default().control.listen);
-    let token = a.token.clone().or(cfg.and_then(|c| c.control.token));
+    let token = a.token.clone().or(cfg_token);
     match f(&crate::control::client::Client::new(addr, token)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -428,6 +434,19 @@ fn with_client(
             ExitCode::FAILURE
         }
     }
+}
+
+/// `control.listen` (default: the embedded one) and `control.token` of a TOML file that may
+/// not be a valid config; `None` when the file cannot be read or is not TOML.
+fn admin_keys(path: &std::path::Path) -> Option<(Option<std::net::SocketAddr>, Option<String>)> {
+    let table: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
+    let control = table.get("control").and_then(|c| c.as_table());
+    let get = |k: &str| control.and_then(|c| c.get(k)).and_then(|v| v.as_str());
+    let listen = match get("listen") {
+        Some(l) => Some(l.parse().ok()?),
+        None => None,
+    };
+    Some((listen, get("token").map(str::to_string)))
 }
 
 fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
