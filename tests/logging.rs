@@ -37,14 +37,14 @@ struct Run {
 
 impl Run {
     fn start(net: u8, args: &[&str], journal: bool) -> Run {
-        let config = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(config.path(), config(net)).unwrap();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), config(net)).unwrap();
         let log = tempfile::NamedTempFile::new().unwrap();
         let meta = log.as_file().metadata().unwrap();
         let mut cmd = Command::new(common::vgate_bin());
         cmd.args(args)
             .args(["run", "--stats-interval", "0", "--config"])
-            .arg(config.path())
+            .arg(file.path())
             .env_remove("JOURNAL_STREAM")
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
@@ -55,7 +55,7 @@ impl Run {
         let run = Run {
             child: cmd.spawn().unwrap(),
             log,
-            config,
+            config: file,
         };
         run.wait_for("admin interface");
         run
