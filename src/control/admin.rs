@@ -12,6 +12,7 @@
 //! | `GET /api/v1/sessions` | live sessions |
 //! | `DELETE /api/v1/sessions/{id}` | end a session: its routes go, its ports come back |
 //! | `POST /api/v1/reload` | re-read the config file (same as SIGHUP) |
+//! | `GET /api/v1/registrations` | devices registered through each SIP route: ID, contact, expiry |
 //! | `GET /api/v1/log-level` | the log filter in force |
 //! | `PUT /api/v1/log-level` | replace it: `{"level": "debug"}` (a level or `RUST_LOG` directives) |
 //!
@@ -221,6 +222,7 @@ fn route(
         (Method::Get, ["api", "v1", "sessions"]) => ok(sessions_json(st)),
         (Method::Delete, ["api", "v1", "sessions", id]) => kill_session(id, st),
         (Method::Post, ["api", "v1", "reload"]) => do_reload(reload),
+        (Method::Get, ["api", "v1", "registrations"]) => ok(registrations_json(st)),
         (Method::Get, ["api", "v1", "log-level"]) => {
             ok(json!({ "level": crate::logging::level() }))
         }
@@ -233,6 +235,21 @@ fn route(
             format!("no such resource: {path}; see `vgate --help` for the admin API"),
         ),
     }
+}
+
+/// Every SIP route's registered devices (refreshed by each proxy once a second).
+fn registrations_json(st: &ControlState) -> Value {
+    let mut list = Vec::new();
+    for (route, stats) in st.signaling.all() {
+        for r in stats.registrations() {
+            list.push(json!({
+                "route": route, "id": r.id, "domain": r.domain.name(), "contact": r.contact,
+                "peer": r.peer.to_string(), "binding": r.token,
+                "expires_in_seconds": r.expires_in.as_secs(),
+            }));
+        }
+    }
+    json!({ "registrations": list })
 }
 
 /// The body of `PUT /api/v1/log-level`.

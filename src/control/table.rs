@@ -133,12 +133,15 @@ pub fn registrations(v: &Value) -> String {
                 cell(&r["domain"]),
                 cell(&r["contact"]),
                 cell(&r["peer"]),
+                cell(&r["binding"]),
                 format!("{}s", count(&r["expires_in_seconds"])),
             ]
         })
         .collect();
     render(
-        &["ROUTE", "ID", "DOMAIN", "CONTACT", "PEER", "EXPIRES"],
+        &[
+            "ROUTE", "ID", "DOMAIN", "CONTACT", "PEER", "BINDING", "EXPIRES",
+        ],
         &rows,
     )
 }

@@ -45,6 +45,23 @@ pub struct SignalingStats {
     /// Responses by class: index 0 is 1xx ... 5 is 6xx.
     responses: [AtomicU64; 6],
     events: Mutex<Vec<(&'static str, u64)>>,
+    registrations: Mutex<Vec<Registration>>,
+}
+
+/// A device registered through a SIP route (published by the proxy on its timer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The user part of its contact: the GB/T 28181 device ID.
+    pub id: String,
+    /// The domain the device is in.
+    pub domain: crate::config::DomainId,
+    /// Its contact URI as it sent it.
+    pub contact: String,
+    /// Where vgate reaches it.
+    pub peer: std::net::SocketAddrV4,
+    /// The binding token the other side sees in the contact vgate shows.
+    pub token: String,
+    pub expires_in: std::time::Duration,
 }
 
 impl SignalingStats {
@@ -54,6 +71,7 @@ impl SignalingStats {
             requests: Default::default(),
             responses: Default::default(),
             events: Mutex::new(Vec::new()),
+            registrations: Mutex::new(Vec::new()),
         }
     }
 
@@ -85,6 +103,18 @@ impl SignalingStats {
     /// Replaces the proxy's event counters (it publishes them on its timer).
     pub fn set_events(&self, events: Vec<(&'static str, u64)>) {
         *self.events.lock().unwrap_or_else(|p| p.into_inner()) = events;
+    }
+
+    /// Replaces the route's registrations (the SIP proxy publishes them on its timer).
+    pub fn set_registrations(&self, r: Vec<Registration>) {
+        *self.registrations.lock().unwrap_or_else(|p| p.into_inner()) = r;
+    }
+
+    pub fn registrations(&self) -> Vec<Registration> {
+        self.registrations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// (method, count) for every named method and `other`.

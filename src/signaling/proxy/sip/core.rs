@@ -14,6 +14,7 @@ use crate::config::{
 };
 use crate::logging::RateLimit;
 use crate::routes::Routes;
+use crate::signaling::proxy::stats::Registration;
 use crate::signaling::proxy::SignalingStats;
 use crate::signaling::sip::{
     build_response, triage_datagram, triage_framed, CSeq, Editor, Head, Host, Limits, NameAddr,
@@ -312,6 +313,8 @@ pub struct Core {
     by_in: HashMap<InKey, String>,
     bindings: HashMap<String, Binding>,
     binding_index: HashMap<(Face, Vec<u8>, SocketAddrV4), String>,
+    /// Tokens of the bindings REGISTERs made (for `GET /api/v1/registrations`).
+    registered: std::collections::HashSet<String>,
     calls: HashMap<Vec<u8>, Call>,
     limiter: RateLimiter,
     pub counters: Counters,
@@ -348,6 +351,7 @@ impl Core {
             by_in: HashMap::new(),
             bindings: HashMap::new(),
             binding_index: HashMap::new(),
+            registered: Default::default(),
             calls: HashMap::new(),
             limiter: RateLimiter::new(policy.rate_limit),
             counters: Counters::default(),
@@ -716,6 +720,34 @@ impl Core {
         }
     }
 
+    /// The devices registered through this route: the contacts REGISTERs bound, read from
+    /// the binding table (whose lifecycle this does not touch), soonest expiry last.
+    pub fn registrations(&self, now: Instant) -> Vec<Registration> {
+        let mut v: Vec<Registration> = self
+            .registered
+            .iter()
+            .filter_map(|tok| self.bindings.get(tok).map(|b| (tok, b)))
+            .filter(|(_, b)| b.expires > now)
+            .map(|(tok, b)| {
+                let contact = String::from_utf8_lossy(&b.uri).into_owned();
+                let id = Uri::parse(&b.uri)
+                    .ok()
+                    .and_then(|u| u.user.map(|u| String::from_utf8_lossy(u).into_owned()))
+                    .unwrap_or_default();
+                Registration {
+                    id,
+                    domain: self.dom(b.face),
+                    contact,
+                    peer: b.peer.addr,
+                    token: tok.clone(),
+                    expires_in: b.expires.saturating_duration_since(now),
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| b.expires_in.cmp(&a.expires_in).then(a.id.cmp(&b.id)));
+        v
+    }
+
     /// A binding for `uri` seen on `face` from `peer`; reused when the same contact is seen
     /// again (retransmissions and refreshes get the same token).
     fn bind(
@@ -1031,6 +1063,11 @@ impl Core {
                 return;
             }
         };
+        if method == b"REGISTER" {
+            if let Some(tok) = &token {
+                self.registered.insert(tok.clone());
+            }
+        }
         let branch = format!("{BRANCH_PREFIX}{}", self.next_id());
         let mut ed = Editor::new(msg);
         if let Some(u) = &new_uri {
@@ -1477,6 +1514,7 @@ impl Core {
         }
         self.last_sweep = Some(now);
         self.stats.set_events(self.counters.list());
+        self.stats.set_registrations(self.registrations(now));
         // Unanswered INVITEs.
         let timed_out: Vec<String> = self
             .txns
@@ -1620,6 +1658,7 @@ impl Core {
         let bindings = &self.bindings;
         self.binding_index
             .retain(|_, tok| bindings.contains_key(tok));
+        self.registered.retain(|tok| bindings.contains_key(tok));
         let routes = Arc::clone(&self.routes);
         let invite_window = self.policy.invite_timeout + TXN_LINGER;
         let mut ended = 0;
