@@ -1,7 +1,9 @@
 //! `GET /api/v1/registrations` and `vgate registrations`: a GB/T 28181 device in domain A
 //! registers through a SIP route with a platform in domain B (both played by this test on
 //! loopback); once the platform answers 200 the device is listed with its ID, contact,
-//! the address vgate reaches it at and the expiry.
+//! the address vgate reaches it at and the expiry. The route has `trace = true`: with the
+//! trace target at debug (set at run time) both faces of the REGISTER are logged, the digest
+//! response redacted.
 
 mod common;
 
@@ -35,6 +37,7 @@ transport = "udp"
 listen_domain = "a"
 listen_port = 5060
 upstream = "127.0.{NET}.4:5070"
+trace = true
 "#
     )
 }
@@ -51,6 +54,7 @@ CSeq: {cseq} REGISTER\r\n\
 Contact: <sip:{DEVICE}@127.0.{NET}.3:{port}>\r\n\
 Max-Forwards: 70\r\n\
 Expires: {expires}\r\n\
+Authorization: Digest username=\"{DEVICE}\", realm=\"3402000000\", nonce=\"n1\", uri=\"sip:34020000002000000001@3402000000\", response=\"9f8e7d6c5b4a39281706f5e4d3c2b1a0\", algorithm=MD5\r\n\
 User-Agent: test-device\r\n\
 Content-Length: 0\r\n\r\n"
     )
@@ -115,6 +119,12 @@ fn registered_devices_are_listed_with_id_binding_and_expiry() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     assert_eq!(listing()["registrations"].as_array().unwrap().len(), 0);
+    let admin = format!("127.0.{NET}.1:9941");
+    let out = std::process::Command::new(common::vgate_bin())
+        .args(["log-level", "--admin", &admin, "info,vgate::trace=debug"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 
     dev.send_to(&register(&dev, 3600, 1), format!("127.0.{NET}.1:5060"))
         .unwrap();
@@ -122,6 +132,24 @@ fn registered_devices_are_listed_with_id_binding_and_expiry() {
     let mut buf = [0u8; 4096];
     let (n, _) = dev.recv_from(&mut buf).expect("the 200 comes back");
     assert!(buf[..n].starts_with(b"SIP/2.0 200"));
+
+    // Traced: as it came in on the listen face and as it left on the upstream face.
+    let inbound = vg.wait_for("dir=\"in\"", Duration::from_secs(10));
+    assert!(inbound.contains("face=\"listen\""), "{inbound}");
+    assert!(inbound.contains("REGISTER sip:"), "{inbound}");
+    let outbound = vg.wait_for("dir=\"out\"", Duration::from_secs(10));
+    assert!(outbound.contains("face=\"upstream\""), "{outbound}");
+    assert!(
+        outbound.contains(&format!("127.0.{NET}.4:5070")),
+        "{outbound}"
+    );
+    for line in [&inbound, &outbound] {
+        assert!(line.contains("response=\\\"<redacted>\\\""), "{line}");
+        assert!(
+            !line.contains("9f8e7d6c5b4a"),
+            "the digest response leaked: {line}"
+        );
+    }
 
     let v = wait_listing(|v| !v["registrations"].as_array().unwrap().is_empty());
     let r = &v["registrations"][0];
@@ -141,7 +169,7 @@ fn registered_devices_are_listed_with_id_binding_and_expiry() {
 
     // The CLI shows it as a table row.
     let out = std::process::Command::new(common::vgate_bin())
-        .args(["registrations", "--admin", &format!("127.0.{NET}.1:9941")])
+        .args(["registrations", "--admin", &admin])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");

@@ -360,6 +360,7 @@ fn signaling_route(
         upstream,
         rtsp,
         policy,
+        trace: r.trace,
     })
 }
 

@@ -134,6 +134,8 @@ pub struct Settings {
     pub stats: std::sync::Arc<crate::signaling::proxy::SignalingStats>,
     /// The route's events, summed over its connections.
     pub events: std::sync::Arc<Events>,
+    /// Message traces (`trace = true` on the route).
+    pub trace: Option<std::sync::Arc<crate::signaling::proxy::trace::Tracer>>,
 }
 
 /// What the connection must do, in this order.

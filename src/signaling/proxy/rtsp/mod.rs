@@ -153,6 +153,12 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         session_timeout: opts.session_timeout,
         stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),
         events: Arc::new(logic::Events::default()),
+        trace: route.trace.then(|| {
+            Arc::new(crate::signaling::proxy::trace::Tracer::new(
+                &route.name,
+                "rtsp",
+            ))
+        }),
     })
 }
 

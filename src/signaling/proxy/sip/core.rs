@@ -318,6 +318,8 @@ pub struct Core {
     calls: HashMap<Vec<u8>, Call>,
     limiter: RateLimiter,
     pub counters: Counters,
+    /// Message traces (`trace = true` on the route).
+    pub trace: Option<crate::signaling::proxy::trace::Tracer>,
     last_sweep: Option<Instant>,
 }
 
@@ -355,6 +357,9 @@ impl Core {
             calls: HashMap::new(),
             limiter: RateLimiter::new(policy.rate_limit),
             counters: Counters::default(),
+            trace: route
+                .trace
+                .then(|| crate::signaling::proxy::trace::Tracer::new(&route.name, "sip")),
             last_sweep: None,
             policy,
         }
