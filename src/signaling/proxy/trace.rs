@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use std::sync::Mutex;
 
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 
 /// Messages traced per route and second, at most.
 pub const PER_SECOND: u64 = 50;
