@@ -148,7 +148,7 @@ fn metrics_routes_sessions_and_stats() {
         ),
         5000.0
     );
-    assert_eq!(sample(&scrape, "vgate_route_packets_total{route=\"s0\",channel=\"forward\",port=\"20000\",direction=\"rx\"}"), 50.0);
+    assert_eq!(sample(&scrape, "vgate_route_packets_total{route=\"s0\",channel=\"forward\",port=\"20000\",ssrc=\"0x07070707\",direction=\"rx\"}"), 50.0);
     assert_eq!(
         sample(
             &scrape,

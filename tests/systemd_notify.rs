@@ -50,6 +50,13 @@ egress_port = 30000
     c
 }
 
+/// An RTP packet (version 2, PT 96) carrying `payload`.
+fn rtp(payload: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x80, 96, 0, 1, 0, 0, 0, 0, 0, 0, 0x12, 0x34];
+    p.extend_from_slice(payload);
+    p
+}
+
 /// The notify socket: every datagram vgate sends, one message per call.
 struct Notify {
     sock: UnixDatagram,
@@ -169,13 +176,13 @@ fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config
     let rx = UdpSocket::bind(format!("127.0.{NET}.2:40000")).unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let tx = UdpSocket::bind(format!("127.0.{NET}.1:0")).unwrap();
-    tx.send_to(b"first packet", format!("127.0.{NET}.1:20000"))
+    tx.send_to(&rtp(b"first packet"), format!("127.0.{NET}.1:20000"))
         .unwrap();
     let mut buf = [0u8; 64];
     let (n, _) = rx
         .recv_from(&mut buf)
         .expect("forwarded right after READY=1");
-    assert_eq!(&buf[..n], b"first packet");
+    assert_eq!(&buf[..n], rtp(b"first packet"));
 
     // Healthy: pings keep coming.
     for _ in 0..3 {
@@ -249,12 +256,12 @@ fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config
         .expect("READY=1 after the reload");
     let rx2 = UdpSocket::bind(format!("127.0.{NET}.2:40002")).unwrap();
     rx2.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    tx.send_to(b"new route", format!("127.0.{NET}.1:20002"))
+    tx.send_to(&rtp(b"new route"), format!("127.0.{NET}.1:20002"))
         .unwrap();
     let (n, _) = rx2
         .recv_from(&mut buf)
         .expect("the reloaded route forwards");
-    assert_eq!(&buf[..n], b"new route");
+    assert_eq!(&buf[..n], rtp(b"new route"));
 
     vg.stop();
 }
