@@ -117,6 +117,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Signaling responses received per signaling route, by status class",
     ),
     (
+        "vgate_signaling_call_setup_seconds",
+        "histogram",
+        "SIP calls: time from the INVITE crossing to its first 2xx, per signaling route",
+    ),
+    (
         "vgate_signaling_refused_total",
         "counter",
         "Requests or connections the proxy refused itself, per signaling route, by reason",
@@ -687,6 +692,29 @@ fn signaling_families(o: &mut Out, st: &ControlState) {
             }
         }
     }
+    o.family("vgate_signaling_call_setup_seconds");
+    for (name, s) in &signaling {
+        if s.kind != crate::config::SignalingKind::Sip {
+            continue;
+        }
+        let (buckets, sum) = s.call_setup.snapshot();
+        let fam = "vgate_signaling_call_setup_seconds";
+        for (le, n) in &buckets {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                le.to_string()
+            };
+            o.sample(&format!("{fam}_bucket"), &[("route", name), ("le", &le)], n);
+        }
+        o.sample(
+            &format!("{fam}_sum"),
+            &[("route", name)],
+            format!("{sum:.6}"),
+        );
+        let count = buckets.last().map_or(0, |b| b.1);
+        o.sample(&format!("{fam}_count"), &[("route", name)], count);
+    }
     // Every event family once, in declaration order, with the samples that belong to it.
     let events: Vec<_> = signaling
         .iter()
@@ -766,7 +794,9 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), FAMILIES.len());
-        assert!(FAMILIES.iter().all(|f| f.1 == "counter" || f.1 == "gauge"));
+        assert!(FAMILIES
+            .iter()
+            .all(|f| matches!(f.1, "counter" | "gauge" | "histogram")));
         assert!(FAMILIES
             .iter()
             .all(|f| f.0.starts_with("vgate_") || f.0.starts_with("process_")));

@@ -1405,6 +1405,9 @@ impl Core {
                 }
                 if call.confirmed_ms.is_none() {
                     call.confirmed_ms = Some(now_ms());
+                    self.stats
+                        .call_setup
+                        .observe(now.saturating_duration_since(call.created));
                 }
                 if let Some(v) = &mut call.view[face.index()] {
                     v.1 = resp_to.clone();
