@@ -10,22 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn config(net: u8) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{net}.1"
-networks = ["127.0.{net}.1/32"]
-media_ports = "20000-20099"
-[domains.b]
-interface = "lo"
-address = "127.0.{net}.2"
-networks = ["127.0.{net}.2/32"]
-media_ports = "30000-30099"
-[control]
-listen = "127.0.{net}.1:9941"
-"#
-    )
+    common::vgate::loopback_config(net, &[], &[])
 }
 
 /// `vgate run` with stderr into a file; killed on drop.

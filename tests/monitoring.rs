@@ -21,23 +21,11 @@ fn repo() -> &'static Path {
 }
 
 fn config() -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{NET}.1"
-networks = ["127.0.{NET}.1/32"]
-media_ports = "20000-20099"
-[domains.b]
-interface = "lo"
-address = "127.0.{NET}.2"
-networks = ["127.0.{NET}.2/32"]
-media_ports = "30000-30099"
+    common::vgate::loopback_config(NET, &[], &[])
+        + &format!(
+            r#"per_stream_metrics = true
 [security]
 source_validation = "latch"
-[control]
-listen = "127.0.{NET}.1:9941"
-per_stream_metrics = true
 [[signaling_route]]
 name = "gb"
 type = "sip"
@@ -62,7 +50,7 @@ port = 20000
 destination = "127.0.{NET}.2:40000"
 egress_port = 30000
 "#
-    )
+        )
 }
 
 fn scrape() -> String {

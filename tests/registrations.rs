@@ -16,21 +16,9 @@ const NET: u8 = 35;
 const DEVICE: &str = "34020000001320000001";
 
 fn config() -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{NET}.1"
-networks = ["127.0.{NET}.1/32", "127.0.{NET}.3/32"]
-media_ports = "20000-20099"
-[domains.b]
-interface = "lo"
-address = "127.0.{NET}.2"
-networks = ["127.0.{NET}.2/32", "127.0.{NET}.4/32"]
-media_ports = "30000-30099"
-[control]
-listen = "127.0.{NET}.1:9941"
-[[signaling_route]]
+    common::vgate::loopback_config(NET, &[3], &[4])
+        + &format!(
+            r#"[[signaling_route]]
 name = "gb"
 type = "sip"
 transport = "udp"
@@ -39,7 +27,7 @@ listen_port = 5060
 upstream = "127.0.{NET}.4:5070"
 trace = true
 "#
-    )
+        )
 }
 
 fn register(dev: &UdpSocket, expires: u32, cseq: u32) -> Vec<u8> {

@@ -18,22 +18,10 @@ use nix::unistd::Pid;
 const NET: u8 = 32;
 
 fn config(extra_route: bool) -> String {
-    let mut c = format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{NET}.1"
-networks = ["127.0.{NET}.1/32"]
-media_ports = "20000-20099"
-[domains.b]
-interface = "lo"
-address = "127.0.{NET}.2"
-networks = ["127.0.{NET}.2/32"]
-media_ports = "30000-30099"
-[security]
+    let mut c = common::vgate::loopback_config(NET, &[], &[])
+        + &format!(
+            r#"[security]
 source_validation = "latch"
-[control]
-listen = "127.0.{NET}.1:9941"
 [[stream_route]]
 name = "cam1"
 domain = "a"
@@ -41,7 +29,7 @@ port = 20000
 destination = "127.0.{NET}.2:40000"
 egress_port = 30000
 "#
-    );
+        );
     if extra_route {
         c.push_str(&format!(
             "[[stream_route]]\nname = \"cam2\"\ndomain = \"a\"\nport = 20002\ndestination = \"127.0.{NET}.2:40002\"\negress_port = 30002\n"
