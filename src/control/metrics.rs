@@ -217,6 +217,28 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
 /// `Events::list` of the RTSP proxy) is exported as; an event missing here goes to
 /// `vgate_signaling_other_events_total{event=...}` until it is given a family.
 pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "bindings_refused",
+        "vgate_signaling_refused_total",
+        "bindings_per_source",
+    ),
+    (
+        "manscdp_refused",
+        "vgate_signaling_refused_total",
+        "manscdp_command",
+    ),
+    ("refused_peers", "vgate_signaling_refused_total", "peer"),
+    (
+        "refused_per_source",
+        "vgate_signaling_refused_total",
+        "connections_per_source",
+    ),
+    (
+        "refused_rate",
+        "vgate_signaling_refused_total",
+        "rate_limited",
+    ),
+    ("slow_requests", "vgate_signaling_timeouts_total", "request"),
     ("forbidden", "vgate_signaling_refused_total", "forbidden"),
     (
         "rate_limited",
@@ -323,6 +345,16 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "track_teardowns",
         "vgate_signaling_proxied_total",
         "track_teardowns",
+    ),
+    (
+        "routed_by_user",
+        "vgate_signaling_proxied_total",
+        "routed_by_device_id",
+    ),
+    (
+        "manscdp_rewritten",
+        "vgate_signaling_proxied_total",
+        "manscdp_rewritten",
     ),
     (
         "tcp_connect_failures",
