@@ -9,6 +9,8 @@
 //! - **Media timeouts see only forwarded packets**: a SIP call and an RTSP session whose media
 //!   is all rejected (oversize datagrams on their ports) time out on `media_timeout` and free
 //!   their ports while the rejected packets keep coming.
+//! - **Reload of a changed SIP route**: its live call gets a BYE and is counted, not dropped
+//!   silently.
 //!
 //! Needs root and iproute2.
 
