@@ -33,6 +33,11 @@ const JUNK_PORTS: u16 = 43000;
 const NEW_PORTS: u16 = 44000;
 const INTRUDER_PORTS: u16 = 45000;
 
+/// Root (namespaces) and iproute2.
+fn can_run(test: &str) -> bool {
+    prerequisites(test, true, &[("ip", "iproute2")])
+}
+
 /// Static latch routes without an expected source: gateway port `A_PORTS + 2i` →
 /// `B_IP:SINK_PORTS + i`.
 fn latch_routes(bed: &Bed, n: u16) -> String {
@@ -171,11 +176,7 @@ fn wait_phase(gw_ns: &str, phase_tx: u64, within: Duration) -> u64 {
 
 #[test]
 fn latch_follows_restarted_senders_and_ignores_junk() {
-    if !prerequisites(
-        "latch_follows_restarted_senders_and_ignores_junk",
-        true,
-        &[("ip", "iproute2")],
-    ) {
+    if !can_run("latch_follows_restarted_senders_and_ignores_junk") {
         return;
     }
     let bed = Bed::up(1);
@@ -309,19 +310,11 @@ fn ends_under_rejected_media(g_ns: &str, within: Duration) -> Option<Duration> {
 
 #[test]
 fn sessions_whose_media_is_all_rejected_time_out() {
-    if !prerequisites(
-        "sessions_whose_media_is_all_rejected_time_out",
-        true,
-        &[("ip", "iproute2")],
-    ) {
+    if !can_run("sessions_whose_media_is_all_rejected_time_out") {
         return;
     }
     let bed = Bed::up(1);
-    let (a_ns, b_ns, g_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-    );
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
     let routes = format!(
         "{}{}",
         sip_route(
@@ -407,19 +400,11 @@ fn sessions_whose_media_is_all_rejected_time_out() {
 /// to the caller (and the callee) and counts the call in the reload summary.
 #[test]
 fn a_changed_sip_route_ends_its_calls_with_bye_on_reload() {
-    if !prerequisites(
-        "a_changed_sip_route_ends_its_calls_with_bye_on_reload",
-        true,
-        &[("ip", "iproute2")],
-    ) {
+    if !can_run("a_changed_sip_route_ends_its_calls_with_bye_on_reload") {
         return;
     }
     let bed = Bed::up(1);
-    let (a_ns, b_ns, g_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-    );
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
     let cfg = |extra: &str| {
         config(
             &bed,
