@@ -142,6 +142,8 @@ pub enum AfxdpError {
         step: &'static str,
         source: io::Error,
     },
+    #[error("domain isolation: {0}")]
+    Isolation(#[source] io::Error),
     #[error("could not register the socket of {ifname}@{queue} in the XSKMAP: {source}")]
     XskMap {
         ifname: String,
@@ -527,17 +529,10 @@ impl AfxdpEngine {
     /// Loads and attaches the program and opens every socket; fails with the reason when the
     /// mode cannot run here. Nothing stays attached when it fails.
     pub fn new(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
-        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
-        // their interfaces like the other engines' (checked before anything is attached).
-        let registry = Arc::new(super::bound_registry(cfg)?);
-        Ok(AfxdpEngine::open(cfg, TxPath::from_env(), registry)?)
+        Ok(AfxdpEngine::open(cfg, TxPath::from_env())?)
     }
 
-    fn open(
-        cfg: &Config,
-        tx_path: TxPath,
-        registry: Arc<PortRegistry>,
-    ) -> Result<AfxdpEngine, AfxdpError> {
+    fn open(cfg: &Config, tx_path: TxPath) -> Result<AfxdpEngine, AfxdpError> {
         let queues = cfg.engine.queues.max(1);
         let targets: Targets = [
             (cfg.domains[0].address, cfg.domains[0].media_ports),
@@ -566,6 +561,15 @@ impl AfxdpEngine {
             let mac = xsys::hw_addr(&c).unwrap_or_default();
             wanted.push((d.interface.clone(), vec![d.id], ifindex, rxq, mac));
         }
+        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
+        // their interfaces like the other engines' (checked before anything is attached).
+        let registry = PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address])
+            .on_interfaces([
+                cfg.domains[0].interface.clone(),
+                cfg.domains[1].interface.clone(),
+            ])
+            .map_err(AfxdpError::Isolation)?;
+        let registry = Arc::new(registry);
         let ports =
             Map::create(bpf::BPF_MAP_TYPE_ARRAY, 4, 4, 65536, "vgate_ports").map_err(|e| {
                 privilege("creating BPF maps")(io::Error::from_raw_os_error(
