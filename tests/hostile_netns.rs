@@ -351,6 +351,15 @@ fn no_ip_path_between_the_domains_zc() {
     no_ip_path("zc");
 }
 
+#[test]
+fn no_ip_path_between_the_domains_xdp() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("no_ip_path_between_the_domains_xdp") {
+        return;
+    }
+    no_ip_path("xdp");
+}
+
 /// Route s0 is strict (expects A_IP:41000), s1 latches its first source and keeps it while
 /// it is live.
 #[test]
