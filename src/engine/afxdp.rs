@@ -144,6 +144,8 @@ pub enum AfxdpError {
         step: &'static str,
         source: io::Error,
     },
+    #[error("domain isolation: {0}")]
+    Isolation(#[source] io::Error),
     #[error("{0}")]
     Fast(#[source] super::xdp::XdpError),
     #[error("could not register the socket of {ifname}@{queue} in the XSKMAP: {source}")]
@@ -542,22 +544,6 @@ pub fn leave_stale_program(ifname: &str) -> io::Result<u32> {
     Ok(bpf::xdp_state(ifindex)?.prog_id)
 }
 
-/// Each domain's interface exists here: checked first, so a wrong name is reported as such
-/// (with the mode) before anything else is tried on it.
-fn interfaces_exist(cfg: &Config) -> Result<(), AfxdpError> {
-    for d in &cfg.domains {
-        let exists = CString::new(d.interface.as_str())
-            .ok()
-            .is_some_and(|c| xsys::if_nametoindex(&c).is_ok());
-        if !exists {
-            return Err(AfxdpError::NoInterface {
-                ifname: d.interface.clone(),
-            });
-        }
-    }
-    Ok(())
-}
-
 fn privilege(what: &'static str) -> impl Fn(io::Error) -> Option<AfxdpError> {
     move |e: io::Error| match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => Some(AfxdpError::Privilege { what, source: e }),
@@ -577,30 +563,18 @@ impl AfxdpEngine {
     /// Loads and attaches the program and opens every socket; fails with the reason when the
     /// mode cannot run here. Nothing stays attached when it fails.
     pub fn new(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
-        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
-        // their interfaces like the other engines' (checked before anything is attached).
-        interfaces_exist(cfg)?;
-        let registry = Arc::new(super::bound_registry(cfg)?);
-        Ok(AfxdpEngine::open(cfg, TxPath::from_env(), registry, false)?)
+        Ok(AfxdpEngine::open(cfg, TxPath::from_env(), false)?)
     }
 
     /// Mode xdp: as [`AfxdpEngine::new`], with the in-kernel fast path of [`super::xdp`].
     pub fn new_fast(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
-        let fail = |e| EngineError::Io {
+        AfxdpEngine::open(cfg, TxPath::from_env(), true).map_err(|e| EngineError::Io {
             what: "mode xdp (engine xdp) cannot run".into(),
             source: io::Error::other(e),
-        };
-        interfaces_exist(cfg).map_err(fail)?;
-        let registry = Arc::new(super::bound_registry(cfg)?);
-        AfxdpEngine::open(cfg, TxPath::from_env(), registry, true).map_err(fail)
+        })
     }
 
-    fn open(
-        cfg: &Config,
-        tx_path: TxPath,
-        registry: Arc<PortRegistry>,
-        fast: bool,
-    ) -> Result<AfxdpEngine, AfxdpError> {
+    fn open(cfg: &Config, tx_path: TxPath, fast: bool) -> Result<AfxdpEngine, AfxdpError> {
         let queues = cfg.engine.queues.max(1);
         let targets: Targets = [
             (cfg.domains[0].address, cfg.domains[0].media_ports),
@@ -629,6 +603,15 @@ impl AfxdpEngine {
             let mac = xsys::hw_addr(&c).unwrap_or_default();
             wanted.push((d.interface.clone(), vec![d.id], ifindex, rxq, mac));
         }
+        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
+        // their interfaces like the other engines' (checked before anything is attached).
+        let registry = PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address])
+            .on_interfaces([
+                cfg.domains[0].interface.clone(),
+                cfg.domains[1].interface.clone(),
+            ])
+            .map_err(AfxdpError::Isolation)?;
+        let registry = Arc::new(registry);
         let ports =
             Map::create(bpf::BPF_MAP_TYPE_ARRAY, 4, 4, 65536, "vgate_ports").map_err(|e| {
                 privilege("creating BPF maps")(io::Error::from_raw_os_error(

@@ -723,9 +723,8 @@ mod tests {
         );
         let latch = r(SourcePolicy::Latch, Some(addr_only), false);
         assert!(entry_policy(&latch).is_none(), "not latched yet");
-        let seen = match latch.check_source(src, 1) {
-            crate::routes::stream::SourceCheck::Candidate(seen) => seen,
-            other => panic!("a first source is a candidate, not {other:?}"),
+        let crate::routes::SourceCheck::Candidate(seen) = latch.check_source(src, 1) else {
+            panic!("an unlatched route takes a candidate");
         };
         assert_eq!(latch.latch(seen, src, 1), Some(false));
         assert_eq!(

@@ -1979,8 +1979,24 @@ impl Core {
         self.counters.calls_ended += ended;
     }
 
-    /// Ends every call (ports and routes freed); called when the proxy stops.
-    pub fn shutdown(&mut self) {
+    /// Ends every call (ports and routes freed); called when the proxy stops (a reload that
+    /// changes the route, or the gateway stopping). An established call is not dropped
+    /// silently: the returned BYEs go to both sides, and the calls are counted as ended.
+    pub fn shutdown(&mut self, now: Instant) -> Vec<Out> {
+        let mut out = Vec::new();
+        let live: Vec<Vec<u8>> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.ended.is_none() && c.confirmed_ms.is_some())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &live {
+            for f in Face::BOTH {
+                self.send_in_dialog(id, f, "BYE", "vgate: route stopped", now, &mut out);
+            }
+        }
+        self.counters.calls_ended += live.len() as u64;
+        self.stats.set_events(self.counters.list());
         for (_, mut c) in self.calls.drain() {
             c.media.close(&self.routes);
         }
@@ -1991,5 +2007,6 @@ impl Core {
         self.by_user.clear();
         self.per_source.clear();
         self.cids = [HashMap::new(), HashMap::new()];
+        out
     }
 }

@@ -68,7 +68,7 @@ fn stopped(flags: &[Arc<AtomicBool>]) -> bool {
 pub fn run_udp(mut core: Core, socks: [UdpSocket; 2], stop: &[Arc<AtomicBool>]) {
     let Ok(epoll) = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) else {
         tracing::error!("SIP proxy: cannot create an epoll instance; the route is not served");
-        core.shutdown();
+        core.shutdown(Instant::now());
         return;
     };
     for (i, s) in socks.iter().enumerate() {
@@ -107,7 +107,8 @@ pub fn run_udp(mut core: Core, socks: [UdpSocket; 2], stop: &[Arc<AtomicBool>]) 
         let outs = core.tick(Instant::now(), now_ms());
         send_udp(&socks, outs);
     }
-    core.shutdown();
+    let outs = core.shutdown(Instant::now());
+    send_udp(&socks, outs);
 }
 
 /// [`Core::on_message`], with the message and what it turned into traced when the route
@@ -606,6 +607,8 @@ impl TcpNet {
             self.expire(now, idle_too);
             core.counters.tcp_connect_failures += std::mem::take(&mut self.failed_connects);
         }
-        core.shutdown();
+        for o in core.shutdown(Instant::now()) {
+            self.send(o);
+        }
     }
 }
