@@ -10,8 +10,10 @@
 #                     iperf2 tops out near 130 streams; the published sweep was 400-800 on 8 cores)
 #   --seconds S       seconds of traffic per point (default 3: 5 runs of the default sweep then
 #                     take about 13 minutes here; 5 s per point took 17.9 minutes)
-#   --modes "..."     vgate capture modes (default "stack tnapi zc"; a mode that fails to
-#                     start is reported as "not available: <its error>")
+#   --modes "..."     vgate capture modes (default "stack tnapi zc"; also "xdp"; a mode that
+#                     fails to start is reported as "not available: <its error>"). With xdp the
+#                     bed changes for every configuration of the run: TX checksum offload off
+#                     on A's veth, GRO on on B's (see docs/bench-xdp.md)
 #   --baselines "..." default "kernel crelay socat": nftables DNAT with forwarding on (the
 #                     bound), the plain C relay (scripts/bench/crelay.c: epoll + recvmmsg +
 #                     sendmmsg, the bar every user-space mode must clear) and one socat per
@@ -91,7 +93,7 @@ isnum "$SECS" 2 60 || die "--seconds must be 2..60"
 isnum "$SOCAT_MAX" 0 1000 || die "--socat-max must be 0..1000"
 isnum "$PER_PROC" 1 500 || die "--flows-per-process must be 1..500"
 for n in $STREAMS; do isnum "$n" 1 2000 || die "--streams: '$n' is not 1..2000"; done
-for m in $MODES; do case "$m" in stack|tnapi|zc) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
+for m in $MODES; do case "$m" in stack|tnapi|zc|xdp) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
 for b in $BASELINES; do case "$b" in kernel|crelay|socat|route) ;; *) die "--baselines: unknown '$b'" ;; esac; done
 for g in $GENERATOR; do case "$g" in iperf|vgate) ;; *) die "--generator: iperf or vgate" ;; esac; done
 
@@ -168,6 +170,9 @@ scripts/testbed.sh --name "$BED" --queues 2 up > "$WORK/bed.env"
 ADMIN=127.0.0.1:9940
 # shellcheck disable=SC1091  # sourced from the repository (see scripts/bench/bed-lib.sh)
 . scripts/bench/bed-lib.sh
+if [[ " $MODES " == *" xdp "* ]]; then
+    xdp_bed || die "ethtool not found: apt-get install -y ethtool"
+fi
 steer
 
 # ---- configurations ---------------------------------------------------------------------
@@ -214,7 +219,7 @@ start_config() {
             # ip and taskset exec it: the wrapper's child is the relay, whose CPU time counts.
             RELAY_PIDS=("$(pgrep -P "$VGATE_WRAP" | head -1 || true)")
             TARGET=$GA_IP TPORT=$A_BASE ;;
-        stack|tnapi|zc)
+        stack|tnapi|zc|xdp)
             vgate_config "$cfg" "$n" "$WORK/vgate.toml"
             # The previous run's log must not be mistaken for this one's (the redirection
             # happens in the background child, after this shell has moved on).
@@ -264,7 +269,7 @@ stop_config() { # cfg dir
             kill -TERM "$VGATE_WRAP" 2>/dev/null || true
             wait "$VGATE_WRAP" 2>/dev/null || true
             cp "$WORK/crelay.out" "$d/crelay-totals.txt" 2>/dev/null || true ;;
-        stack|tnapi|zc)
+        stack|tnapi|zc|xdp)
             kill -TERM "$VGATE_WRAP" 2>/dev/null || true
             wait "$VGATE_WRAP" 2>/dev/null || true
             cp "$WORK/vgate.out" "$d/vgate-totals.txt" 2>/dev/null || true

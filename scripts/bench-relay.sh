@@ -7,10 +7,11 @@
 #   --streams "..."   stream counts (default "20 100 300"); 10 Mbit/s of 1316-byte datagrams each
 #   --runs N          rounds; every configuration runs once per round, rounds outermost (default 3)
 #   --seconds S       seconds of traffic per point (default 3)
-#   --configs "..."   default "route kernel crelay stack tnapi zc": plain IP routing (the
+#   --configs "..."   default "route kernel crelay stack tnapi zc xdp": plain IP routing (the
 #                     reference), nftables DNAT (the kernel bound), the plain C relay
 #                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes;
-#                     a mode that cannot start is reported as such)
+#                     a mode that cannot start is reported as such; with xdp in the list the
+#                     bed is prepared for it for every configuration, as bench-channel does)
 #   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
 #                     memory with 100 and 10 000 static routes, idle and after relaying) and
 #                     "activation" (route added through the admin API while its stream is
@@ -37,7 +38,7 @@ cd "$(dirname "$0")/.."
 STREAMS="20 100 300"
 RUNS=3
 SECS=3
-CONFIGS="route kernel crelay stack tnapi zc"
+CONFIGS="route kernel crelay stack tnapi zc xdp"
 OUT=""
 EXTRAS="memory activation"
 NOTE=""
@@ -107,6 +108,9 @@ scripts/testbed.sh --name "$BED" --queues 2 up > "$WORK/bed.env"
 ADMIN=127.0.0.1:9941
 # shellcheck disable=SC1091  # sourced from the repository (see scripts/bench/bed-lib.sh)
 . scripts/bench/bed-lib.sh
+if [[ " $CONFIGS " == *" xdp "* ]]; then
+    xdp_bed || die "ethtool not found: apt-get install -y ethtool"
+fi
 steer
 
 RELAY=""     # pid of the relay process (vgate, crelay), empty for the kernel's

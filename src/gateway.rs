@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::channel::{ChannelTotals, WorkerStats};
-use crate::config::Config;
+use crate::config::{Config, SignalingRoute};
 use crate::engine::{self, Engine, EngineError, EngineKind, Worker};
 use crate::routes::{RouteError, Routes, SessionId};
 use crate::signaling::proxy::{self, Proxy, ProxyContext, ProxyError, SignalingRegistry};
@@ -26,6 +26,28 @@ pub enum GatewayError {
     NotReady(Duration),
     #[error(transparent)]
     Signaling(#[from] ProxyError),
+}
+
+/// What [`Gateway::reload_streams`] did, to report or undo.
+struct StreamChange {
+    installed: Vec<(String, SessionId)>,
+    removed: Vec<crate::config::StaticStream>,
+    unchanged: usize,
+}
+
+/// Which proxies a reload replaces and starts ([`Gateway::plan_proxies`]).
+struct ProxyPlan {
+    replace: Vec<Box<dyn Proxy>>,
+    fresh: Vec<SignalingRoute>,
+    successors: Vec<SignalingRoute>,
+}
+
+/// What [`Gateway::replace_proxies`] did.
+struct ProxyChange {
+    started: usize,
+    stopped: usize,
+    restarted: usize,
+    ended: usize,
 }
 
 pub struct Gateway {
@@ -98,12 +120,16 @@ impl Gateway {
         Ok(gw)
     }
 
-    /// Applies a new, already validated config without restarting workers: static stream
-    /// routes that changed are replaced, removed ones end, new ones start; signaling routes
-    /// that changed get a new proxy; untouched routes and their streams are left alone.
-    /// Changes to the domains, the engine or the management address need a restart: then
-    /// nothing is changed and the error says so. On a failure half-way the previous routes are
-    /// put back.
+    /// Applies a new, already validated config without restarting workers, all or nothing:
+    /// static stream routes that changed are replaced, removed ones end, new ones start;
+    /// signaling routes that changed (or all of them, when `[security]` changed: the proxies
+    /// apply it) get a new proxy; untouched routes and their streams are left alone. Changes
+    /// to the domains, the engine or the management address need a restart: then nothing is
+    /// changed and the error says so. If anything fails half-way — a stream route's port, a
+    /// proxy that cannot bind — everything done so far is undone, the previous routes and
+    /// proxies run again, and the error gives the reason. The live calls and sessions of a
+    /// replaced signaling route are ended (SIP: BYE to both sides; RTSP: both connections
+    /// closed) and counted in the summary (or the error, if the reload failed after that).
     pub fn reload(&mut self, new: Config) -> Result<String, String> {
         let old = Arc::clone(&self.config);
         let mut restart = Vec::new();
@@ -122,6 +148,52 @@ impl Gateway {
                 restart.join(", ")
             ));
         }
+        let new = Arc::new(new);
+        // New proxies on free ports first (nothing running is touched if one fails), then
+        // the stream routes, then the proxies that replace running ones.
+        let mut plan = self.plan_proxies(&old, &new);
+        let fresh = match proxy::start_routes(&self.proxy_ctx(&new), &plan.fresh) {
+            Ok(p) => p,
+            Err(e) => {
+                self.proxies.append(&mut plan.replace);
+                return Err(format!("{e}; the running configuration was kept"));
+            }
+        };
+        let streams = match self.reload_streams(&old, &new) {
+            Ok(s) => s,
+            Err(reason) => {
+                for p in fresh {
+                    p.shutdown();
+                }
+                self.proxies.append(&mut plan.replace);
+                return Err(reason);
+            }
+        };
+        let proxies = match self.replace_proxies(&old, &new, plan, fresh) {
+            Ok(p) => p,
+            Err(reason) => {
+                self.undo_streams(streams);
+                return Err(format!("{reason}; the stream routes were restored"));
+            }
+        };
+        self.routes
+            .set_relatch_after_ms(new.security.relatch_after_ms);
+        self.config = new;
+        Ok(format!(
+            "stream routes: {} added or changed, {} removed or replaced, {} unchanged; signaling proxies: {} started, {} stopped, {} restarted ({} live calls/sessions ended on replaced routes)",
+            streams.installed.len(),
+            streams.removed.len(),
+            streams.unchanged,
+            proxies.started,
+            proxies.stopped,
+            proxies.restarted,
+            proxies.ended,
+        ))
+    }
+
+    /// Replaces the static stream routes that differ between `old` and `new`; on a failure
+    /// the previous ones are back and the error says why.
+    fn reload_streams(&mut self, old: &Config, new: &Config) -> Result<StreamChange, String> {
         let old_streams: HashMap<&str, &crate::config::StaticStream> =
             old.streams.iter().map(|s| (s.name.as_str(), s)).collect();
         let new_streams: HashMap<&str, &crate::config::StaticStream> =
@@ -145,24 +217,19 @@ impl Gateway {
                 let _ = self.routes.close_session(id);
             }
         }
-        let mut installed = Vec::new();
+        let mut change = StreamChange {
+            installed: Vec::new(),
+            removed,
+            unchanged,
+        };
         for s in &added {
             match self.routes.install_stream(s) {
-                Ok(id) => installed.push((s.name.clone(), id)),
+                Ok(id) => {
+                    self.static_sessions.insert(s.name.clone(), id);
+                    change.installed.push((s.name.clone(), id));
+                }
                 Err(e) => {
-                    for (_, id) in installed {
-                        let _ = self.routes.close_session(id);
-                    }
-                    for s in &removed {
-                        match self.routes.install_stream(s) {
-                            Ok(id) => {
-                                self.static_sessions.insert(s.name.clone(), id);
-                            }
-                            Err(e) => {
-                                tracing::error!(route = %s.name, "could not restore the previous route: {e}")
-                            }
-                        }
-                    }
+                    self.undo_streams(change);
                     return Err(format!(
                         "stream route \"{}\": {e}; the running configuration was kept",
                         s.name
@@ -170,50 +237,129 @@ impl Gateway {
                 }
             }
         }
-        self.static_sessions.extend(installed);
+        Ok(change)
+    }
 
-        let (keep, stop): (Vec<_>, Vec<_>) = self
+    /// Undoes [`Gateway::reload_streams`]: the new routes go, the previous ones come back.
+    fn undo_streams(&mut self, change: StreamChange) {
+        for (name, id) in change.installed {
+            self.static_sessions.remove(&name);
+            let _ = self.routes.close_session(id);
+        }
+        for s in &change.removed {
+            match self.routes.install_stream(s) {
+                Ok(id) => {
+                    self.static_sessions.insert(s.name.clone(), id);
+                }
+                Err(e) => {
+                    tracing::error!(route = %s.name, "could not restore the previous route: {e}")
+                }
+            }
+        }
+    }
+
+    fn proxy_ctx(&self, config: &Arc<Config>) -> ProxyContext {
+        ProxyContext {
+            config: Arc::clone(config),
+            routes: Arc::clone(&self.routes),
+            stop: Arc::clone(&self.stop),
+            stats: Arc::clone(&self.signaling_stats),
+        }
+    }
+
+    /// Which proxies a reload replaces (route changed or gone; all of them when `[security]`
+    /// changed, so they apply it), and which new routes can start beside the running proxies
+    /// (`fresh`: no name or listening port shared with a replaced one) or only after the
+    /// replaced ones stop (`successors`). The replaced proxies leave `self.proxies`.
+    fn plan_proxies(&mut self, old: &Config, new: &Config) -> ProxyPlan {
+        let security_changed = old.security != new.security;
+        let (keep, replace): (Vec<_>, Vec<_>) = self
             .proxies
             .drain(..)
-            .partition(|p| new.signaling.contains(p.route()));
-        let stopped = stop.len();
-        for p in stop {
-            p.shutdown();
-        }
+            .partition(|p| !security_changed && new.signaling.contains(p.route()));
         self.proxies = keep;
-        let new = Arc::new(new);
-        let missing: Vec<_> = new
+        let wanted: Vec<SignalingRoute> = new
             .signaling
             .iter()
             .filter(|r| !self.proxies.iter().any(|p| p.route() == *r))
             .cloned()
             .collect();
-        let ctx = ProxyContext {
-            config: Arc::clone(&new),
-            routes: Arc::clone(&self.routes),
-            stop: Arc::clone(&self.stop),
-            stats: Arc::clone(&self.signaling_stats),
+        let clashes = |r: &SignalingRoute| {
+            replace.iter().any(|p| {
+                let o = p.route();
+                o.name == r.name
+                    || (o.listen_domain, o.listen_port) == (r.listen_domain, r.listen_port)
+            })
         };
-        let started = match proxy::start_routes(&ctx, &missing) {
-            Ok(p) => {
-                let n = p.len();
-                self.proxies.extend(p);
-                n
+        let (successors, fresh): (Vec<SignalingRoute>, Vec<SignalingRoute>) =
+            wanted.into_iter().partition(|r| clashes(r));
+        ProxyPlan {
+            replace,
+            fresh,
+            successors,
+        }
+    }
+
+    /// Stops the replaced proxies (their live calls end, counted) and starts their
+    /// successors. On a failure every new proxy (`fresh` too) stops and the replaced routes
+    /// start again with the old config.
+    fn replace_proxies(
+        &mut self,
+        old: &Arc<Config>,
+        new: &Arc<Config>,
+        plan: ProxyPlan,
+        fresh: Vec<Box<dyn Proxy>>,
+    ) -> Result<ProxyChange, String> {
+        let replaced: Vec<SignalingRoute> =
+            plan.replace.iter().map(|p| p.route().clone()).collect();
+        let ended: usize = replaced.iter().map(|r| self.live_sessions_of(r)).sum();
+        for p in plan.replace {
+            p.shutdown();
+        }
+        match proxy::start_routes(&self.proxy_ctx(new), &plan.successors) {
+            Ok(successors) => {
+                let change = ProxyChange {
+                    started: fresh.len(),
+                    stopped: replaced.len().saturating_sub(successors.len()),
+                    restarted: successors.len(),
+                    ended,
+                };
+                self.proxies.extend(fresh);
+                self.proxies.extend(successors);
+                Ok(change)
             }
             Err(e) => {
-                tracing::error!("{e}");
-                0
+                for p in fresh {
+                    p.shutdown();
+                }
+                let back = match proxy::start_routes(&self.proxy_ctx(old), &replaced) {
+                    Ok(p) => {
+                        self.proxies.extend(p);
+                        "the previous signaling routes run again".to_string()
+                    }
+                    Err(e2) => format!(
+                        "the previous signaling routes could not all be restarted either: {e2}"
+                    ),
+                };
+                Err(format!(
+                    "{e}; {back}; {ended} live calls/sessions on the replaced routes had been ended"
+                ))
             }
+        }
+    }
+
+    /// Live SIP calls or RTSP sessions of signaling route `r` (their sessions' labels start
+    /// with the kind and the route name).
+    fn live_sessions_of(&self, r: &SignalingRoute) -> usize {
+        let prefix = match r.kind {
+            crate::config::SignalingKind::Sip => format!("sip:{}:", r.name),
+            crate::config::SignalingKind::Rtsp => format!("rtsp:{}:", r.name),
         };
-        self.config = new;
-        Ok(format!(
-            "stream routes: {} added or changed, {} removed or replaced, {} unchanged; signaling proxies: {} started, {} stopped",
-            added.len(),
-            removed.len(),
-            unchanged,
-            started,
-            stopped
-        ))
+        self.routes
+            .sessions()
+            .iter()
+            .filter(|s| s.label.starts_with(&prefix))
+            .count()
     }
 
     pub fn describe(&self) -> String {

@@ -31,7 +31,8 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpStream};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{in_netns, prerequisites, under_ci, Bed};
@@ -230,7 +231,7 @@ fn no_ip_path(mode: &str) {
     let _in_a = listen(a_ns, bed.ip("A_IP"));
     let _in_b = listen(b_ns, bed.ip("B_IP"));
 
-    // The upstream faces of the B-listening routes show in A (ephemeral ports).
+    // The upstream faces of the B-listening routes show in A (their upstream_port).
     let log = gw.log();
     let faces: BTreeSet<u16> = log
         .lines()
@@ -350,7 +351,17 @@ fn no_ip_path_between_the_domains_zc() {
     no_ip_path("zc");
 }
 
-/// Route s0 is strict (expects A_IP:41000), s1 latches its first source.
+#[test]
+fn no_ip_path_between_the_domains_xdp() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("no_ip_path_between_the_domains_xdp") {
+        return;
+    }
+    no_ip_path("xdp");
+}
+
+/// Route s0 is strict (expects A_IP:41000), s1 latches its first source and keeps it while
+/// it is live.
 #[test]
 fn forged_sources_are_dropped_and_counted() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -421,10 +432,34 @@ fn forged_sources_are_dropped_and_counted() {
     // The expected source does cross.
     let good = format!("{a_ip}:{SRC_PORTS}");
     let n3 = forged(A_PORTS, &["--src", &good], 100);
-    // Latch: the first source wins, forged ones after it are dropped, the first goes on.
+    // Latch: the first source wins; forged ones while it is live (it sends every 20 ms, far
+    // within the 2 s re-latch silence) are dropped; the first goes on.
     let first = format!("{a_ip}:{}", SRC_PORTS + 1);
     let l1 = forged(A_PORTS + 2, &["--src", &first], 50);
+    let live = Arc::new(AtomicBool::new(true));
+    let keepalive = {
+        let (a_ns, live, first, to) = (
+            a_ns.clone(),
+            Arc::clone(&live),
+            first.clone(),
+            format!("{ga}:{}", A_PORTS + 2),
+        );
+        std::thread::spawn(move || {
+            common::enter_netns(&a_ns).unwrap();
+            let s = std::net::UdpSocket::bind(&first).unwrap();
+            let mut sent = 0u64;
+            while live.load(Relaxed) {
+                s.send_to(&rtp_packet(1, 10_000 + sent as u32), &to)
+                    .unwrap();
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            sent
+        })
+    };
     let l2 = forged(A_PORTS + 2, &["--src-net", "10.201.1.128/25"], 1000);
+    live.store(false, Relaxed);
+    let kept = keepalive.join().unwrap();
     let l3 = forged(A_PORTS + 2, &["--src", &first], 50);
     std::thread::sleep(Duration::from_millis(300));
     let (got0, got1) = (count(&sink[0]), count(&sink[1]));
@@ -445,7 +480,7 @@ fn forged_sources_are_dropped_and_counted() {
     assert_eq!(num(&s0, "drop_source_mismatch"), n1 + n2, "{totals}");
     assert_eq!(
         got1,
-        l1 + l3,
+        l1 + kept + l3,
         "latch: the first source's packets arrive, no other"
     );
     assert_eq!(num(&s1, "drop_source_mismatch"), l2, "{totals}");
@@ -615,8 +650,8 @@ fn floods_leave_legitimate_streams_whole() {
     );
     let sip_dropped = metric(
         &metrics,
-        "vgate_signaling_events_total",
-        &["route=\"sipu\"", "dropped_malformed"],
+        "vgate_signaling_dropped_total",
+        &["route=\"sipu\"", "reason=\"malformed\""],
     );
     assert!(
         sip_dropped > 0,

@@ -6,6 +6,15 @@
 
 inns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
+# Mode xdp: the senders' UDP checksums complete (the fast path updates them incrementally)
+# and NAPI on the sinks' veth (it takes XDP redirects only then); for every configuration
+# of a run that has xdp in it. Fails when ethtool is missing.
+xdp_bed() {
+    command -v ethtool >/dev/null || return 1
+    inns "$A_NS" ethtool -K "$A_IF" tx off >/dev/null
+    inns "$B_NS" ethtool -K "$B_IF" gro on >/dev/null
+}
+
 # Receive processing of the gateway's interfaces on the relay core, of A's and B's on the
 # generator core (veth hands frames to the backlog of the sending CPU unless RPS says other).
 steer() {

@@ -23,6 +23,7 @@ use std::time::SystemTime;
 use dashmap::DashMap;
 
 use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy, StaticStream};
+use crate::stats::rtp::RtpSnapshot;
 pub use alloc::{AllocError, PortAllocator};
 pub use stream::{
     Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, SourceCheck, StreamRoute,
@@ -35,12 +36,12 @@ pub trait PortHooks: Send + Sync {
     /// Make the port usable (the stack engine binds its socket). An error refuses the port.
     fn open_port(&self, domain: DomainId, port: u16) -> std::io::Result<()>;
     fn close_port(&self, domain: DomainId, port: u16);
-    /// A route on `port` of `channel` was installed (it is in the table already). Engines
+    /// `route` was installed (it is in the table already). Engines
     /// that filter before user space (the XDP program of `afxdp`) start letting the port's
     /// media through. Called with the tables' lock held: keep it short.
-    fn route_added(&self, _channel: Channel, _port: u16) {}
-    /// The route on `port` of `channel` was removed from the table.
-    fn route_removed(&self, _channel: Channel, _port: u16) {}
+    fn route_added(&self, _route: &Arc<StreamRoute>) {}
+    /// The route was removed from the table (its channel and port are free again).
+    fn route_removed(&self, _route: &StreamRoute) {}
 }
 
 /// Hooks that do nothing: for pure tests and tools.
@@ -154,6 +155,12 @@ pub struct Routes {
     domains: [Domain; 2],
     inner: Mutex<Inner>,
     hooks: Arc<dyn PortHooks>,
+    /// RTP counters of the routes already removed, per channel, so the metrics' totals
+    /// never go back when a route ends.
+    ended_rtp: Mutex<[RtpSnapshot; 2]>,
+    /// The highest lost count reported per channel: a late packet filling a gap lowers a
+    /// route's `lost`, but a Prometheus counter must never go down.
+    lost_reported: [std::sync::atomic::AtomicU64; 2],
     /// `security.relatch_after_ms` for routes added from now on (a reload changes it).
     relatch_after_ms: AtomicU64,
 }
@@ -174,8 +181,36 @@ impl Routes {
                 next_session: 1,
             }),
             hooks,
+            ended_rtp: Mutex::new([RtpSnapshot::default(); 2]),
+            lost_reported: Default::default(),
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
         }
+    }
+
+    /// Keeps the RTP counters of a route being removed.
+    fn retire(&self, route: &StreamRoute) {
+        let mut ended = self.ended_rtp.lock().unwrap_or_else(|p| p.into_inner());
+        ended[route.channel.index()].add(&route.stats.rtp.snapshot());
+    }
+
+    /// RTP counters per channel (by [`Channel::index`]) of every route there ever was:
+    /// the live ones and those removed since start; `lost` never goes down between calls.
+    pub fn rtp_totals(&self) -> [RtpSnapshot; 2] {
+        // Routes leave the tables and are retired under the session lock: hold it so no
+        // route is in neither place while we add up.
+        let _inner = self.lock();
+        let mut t = *self.ended_rtp.lock().unwrap_or_else(|p| p.into_inner());
+        for c in Channel::ALL {
+            for r in self.tables[c.index()].iter() {
+                t[c.index()].add(&r.stats.rtp.snapshot());
+            }
+            let hw = &self.lost_reported[c.index()];
+            let lost = &mut t[c.index()].lost;
+            *lost = hw
+                .fetch_max(*lost, std::sync::atomic::Ordering::Relaxed)
+                .max(*lost);
+        }
+        t
     }
 
     /// Sets the re-latch silence of routes added from now on (`security.relatch_after_ms`).
@@ -354,7 +389,7 @@ impl Routes {
         );
         table.insert(route.port, Arc::clone(&route));
         s.routes.push((channel, route.port));
-        self.hooks.route_added(channel, route.port);
+        self.hooks.route_added(&route);
         tracing::info!(
             session,
             kind = s.kind.name(),
@@ -380,7 +415,8 @@ impl Routes {
         let (_, route) = self.tables[channel.index()]
             .remove(&port)
             .ok_or(RouteError::NoRoute { channel, port })?;
-        self.hooks.route_removed(channel, port);
+        self.hooks.route_removed(&route);
+        self.retire(&route);
         if let Some(s) = inner.sessions.get_mut(&route.session) {
             s.routes.retain(|r| *r != (channel, port));
         }
@@ -426,7 +462,8 @@ impl Routes {
         let mut routes = Vec::new();
         for &(channel, port) in &session.routes {
             if let Some((_, r)) = self.tables[channel.index()].remove(&port) {
-                self.hooks.route_removed(channel, port);
+                self.hooks.route_removed(&r);
+                self.retire(&r);
                 routes.push((Arc::clone(&r.label), channel, port, r.stats.snapshot()));
             }
         }

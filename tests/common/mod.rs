@@ -123,6 +123,15 @@ impl Bed {
             .unwrap_or_else(|| panic!("testbed.sh printed no {key}"))
     }
 
+    /// The namespaces of domain A, domain B and the gateway.
+    pub fn namespaces(&self) -> (String, String, String) {
+        (
+            self.get("A_NS").to_owned(),
+            self.get("B_NS").to_owned(),
+            self.get("G_NS").to_owned(),
+        )
+    }
+
     pub fn ip(&self, key: &str) -> Ipv4Addr {
         self.get(key).parse().expect("an IPv4 address")
     }

@@ -19,6 +19,7 @@ use super::logic::{Events, Exchange, MediaPorts, Output, Settings};
 use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
+use crate::signaling::proxy::trace::Dir;
 use crate::signaling::rtsp::{next_frame, Frame};
 
 /// How long a connect to the upstream may take.
@@ -164,6 +165,8 @@ pub enum EndReason {
     Shutdown,
     /// An operator ended the session through the admin interface.
     Operator,
+    /// A request took longer than `request_timeout` to arrive whole (slow-loris).
+    SlowRequest,
 }
 
 impl EndReason {
@@ -176,6 +179,7 @@ impl EndReason {
             EndReason::Protocol => "protocol-error",
             EndReason::Shutdown => "shutdown",
             EndReason::Operator => "ended-by-operator",
+            EndReason::SlowRequest => "request-too-slow",
         }
     }
 }
@@ -203,7 +207,10 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
     let media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
-    let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed(id));
+    let Some(seed) = seed() else {
+        return EndReason::Protocol;
+    };
+    let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed);
     let shared = Arc::new(Shared {
         exchange: Mutex::new(exchange),
         client_w: Mutex::new(writer),
@@ -262,12 +269,9 @@ pub fn live(routes: &Routes) -> String {
     )
 }
 
-fn seed(id: u64) -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut b);
-    }
-    u64::from_le_bytes(b) ^ id.rotate_left(32) ^ now_ms()
+/// The seed of the connection's client nonces and session ids, from the operating system.
+fn seed() -> Option<u64> {
+    getrandom::u64().ok()
 }
 
 fn close_both(shared: &Shared) {
@@ -287,9 +291,17 @@ fn client_loop(
     let limits = ctx.settings.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
+    // Since when a request (or a `$` frame) has been arriving without being whole; the
+    // first request is awaited from the moment the connection opened.
+    let mut waiting_since = Some(now_ms());
+    let request_ms = u64::from(ctx.settings.request_timeout) * 1000;
     loop {
         if ctx.stop.load(Relaxed) {
             return EndReason::Shutdown;
+        }
+        if waiting_since.is_some_and(|t| now_ms().saturating_sub(t) > request_ms) {
+            ctx.settings.events.slow_requests.fetch_add(1, Relaxed);
+            return EndReason::SlowRequest;
         }
         if shared.closing.load(Relaxed) {
             return EndReason::UpstreamClosed;
@@ -335,6 +347,7 @@ fn client_loop(
                     shared.last_request_ms.store(now_ms(), Relaxed);
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
+                    trace(shared, ctx, Dir::In, true, bytes);
                     let outs = ex.client_message(bytes, crate::clock::now_secs());
                     // A TEARDOWN closes its channels at once.
                     sync_state(shared, &ex, was_playing);
@@ -351,6 +364,13 @@ fn client_loop(
             consumed += len;
         }
         buf.drain(..consumed);
+        waiting_since = match (buf.is_empty(), consumed > 0) {
+            (true, true) => None,
+            (true, false) => waiting_since,
+            // A new request has begun: its time starts now.
+            (false, true) => Some(now_ms()),
+            (false, false) => waiting_since.or_else(|| Some(now_ms())),
+        };
     }
 }
 
@@ -451,17 +471,36 @@ fn connect(addr: SocketAddrV4) -> io::Result<TcpStream> {
     Ok(s)
 }
 
+/// Traces a message to or from the client (`client`) or the server, when the route asks.
+fn trace(shared: &Shared, ctx: &ConnContext, dir: Dir, client: bool, bytes: &[u8]) {
+    let Some(t) = &ctx.settings.trace else {
+        return;
+    };
+    // upstream_ctl is only ever held for a moment, never while taking another lock.
+    let peer = if client {
+        shared.client_ctl.peer_addr().ok()
+    } else {
+        lock(&shared.upstream_ctl)
+            .as_ref()
+            .and_then(|s| s.peer_addr().ok())
+    };
+    let peer = peer.map_or_else(|| "-".to_string(), |p| p.to_string());
+    t.message(dir, if client { "client" } else { "server" }, &peer, bytes);
+}
+
 /// Writes the outputs in order; `true` when the connection must close.
 fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> bool {
     let mut close = false;
     for o in outs {
         match o {
             Output::Client(b) => {
+                trace(shared, ctx, Dir::Out, true, &b);
                 if lock(&shared.client_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
             Output::Upstream(b) => {
+                trace(shared, ctx, Dir::Out, false, &b);
                 let mut up = lock(&shared.upstream_w);
                 let ok = up.as_mut().is_some_and(|s| s.write_all(&b).is_ok());
                 if !ok {
@@ -585,6 +624,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
                 Frame::Message(_) => {
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
+                    trace(shared, ctx, Dir::In, false, bytes);
                     let outs = ex.upstream_message(bytes);
                     sync_state(shared, &ex, was_playing);
                     // Writer locks are taken inside while `ex` is still held: order kept.

@@ -9,6 +9,8 @@
 //! - **Media timeouts see only forwarded packets**: a SIP call and an RTSP session whose media
 //!   is all rejected (oversize datagrams on their ports) time out on `media_timeout` and free
 //!   their ports while the rejected packets keep coming.
+//! - **Reload of a changed SIP route**: its live call gets a BYE and is counted, not dropped
+//!   silently.
 //!
 //! Needs root and iproute2.
 
@@ -30,6 +32,11 @@ const PER_PHASE: u32 = 10;
 const JUNK_PORTS: u16 = 43000;
 const NEW_PORTS: u16 = 44000;
 const INTRUDER_PORTS: u16 = 45000;
+
+/// Root (namespaces) and iproute2.
+fn can_run(test: &str) -> bool {
+    prerequisites(test, true, &[("ip", "iproute2")])
+}
 
 /// Static latch routes without an expected source: gateway port `A_PORTS + 2i` →
 /// `B_IP:SINK_PORTS + i`.
@@ -169,11 +176,7 @@ fn wait_phase(gw_ns: &str, phase_tx: u64, within: Duration) -> u64 {
 
 #[test]
 fn latch_follows_restarted_senders_and_ignores_junk() {
-    if !prerequisites(
-        "latch_follows_restarted_senders_and_ignores_junk",
-        true,
-        &[("ip", "iproute2")],
-    ) {
+    if !can_run("latch_follows_restarted_senders_and_ignores_junk") {
         return;
     }
     let bed = Bed::up(1);
@@ -307,19 +310,11 @@ fn ends_under_rejected_media(g_ns: &str, within: Duration) -> Option<Duration> {
 
 #[test]
 fn sessions_whose_media_is_all_rejected_time_out() {
-    if !prerequisites(
-        "sessions_whose_media_is_all_rejected_time_out",
-        true,
-        &[("ip", "iproute2")],
-    ) {
+    if !can_run("sessions_whose_media_is_all_rejected_time_out") {
         return;
     }
     let bed = Bed::up(1);
-    let (a_ns, b_ns, g_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-    );
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
     let routes = format!(
         "{}{}",
         sip_route(
@@ -399,4 +394,70 @@ fn sessions_whose_media_is_all_rejected_time_out() {
     assert!(num(&fwd, "drop_oversize") > 0, "{totals}");
     assert_eq!(num(&fwd, "tx_packets"), 0, "{totals}");
     assert_eq!(live_counts(&totals), [0, 0, 0, 0], "{totals}");
+}
+
+/// A reload that changes a SIP route does not drop its live call silently: vgate sends BYE
+/// to the caller (and the callee) and counts the call in the reload summary.
+#[test]
+fn a_changed_sip_route_ends_its_calls_with_bye_on_reload() {
+    if !can_run("a_changed_sip_route_ends_its_calls_with_bye_on_reload") {
+        return;
+    }
+    let bed = Bed::up(1);
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
+    let cfg = |extra: &str| {
+        config(
+            &bed,
+            "stack",
+            200,
+            "strict",
+            &sip_route(
+                &bed,
+                "sip",
+                "udp",
+                5060,
+                5060,
+                &format!("media_timeout = 0\nrate_limit = 0\n{extra}"),
+            ),
+        )
+    };
+    let gw = Gw::start(&g_ns, &cfg(""), &[]);
+    let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
+    let (gb, b_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"));
+    let uac = in_netns(&b_ns, move || {
+        let uac = SipUac::new(SocketAddrV4::new(b_ip, 0), SocketAddrV4::new(gb, 5060));
+        let (code, call) = uac.invite(1, SocketAddrV4::new(b_ip, 6000));
+        assert_eq!(code, 200);
+        assert!(call.is_some());
+        uac
+    });
+    assert_eq!(live_sessions(&g_ns), 1);
+    std::fs::write(gw.cfg.path(), cfg("invite_timeout = 7")).unwrap();
+    gw.signal(nix::sys::signal::Signal::SIGHUP);
+    gw.wait_log("config reloaded", 1, Duration::from_secs(10));
+    // The caller gets a BYE for its call.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = vec![0u8; 65536];
+    let mut bye = String::new();
+    while Instant::now() < deadline && bye.is_empty() {
+        if let Ok((n, _)) = uac.sock.recv_from(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if m.starts_with("BYE ") {
+                bye = m;
+            }
+        }
+    }
+    let log = gw.log();
+    let sessions = live_sessions(&g_ns);
+    let totals = gw.stop();
+    assert!(
+        !bye.is_empty(),
+        "the caller got no BYE when its route was replaced by a reload:\n{log}"
+    );
+    assert!(bye.contains("c1-"), "BYE of another call: {bye}");
+    assert!(
+        log.contains("1 live calls/sessions ended"),
+        "the reload summary does not count the ended call:\n{log}"
+    );
+    assert_eq!(sessions, 0, "{totals}");
 }
