@@ -440,6 +440,7 @@ fn signaling_route(
         upstream,
         rtsp,
         policy,
+        trace: r.trace,
     })
 }
 
