@@ -45,7 +45,11 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
     let b = domain(DomainId::B, &raw.domains.b)?;
     cross_domain(&a, &b, &raw.domains.b)?;
     let domains = [a, b];
-    let engine = engine(raw, cpus)?;
+    let mut engine = engine(raw, cpus)?;
+    if raw.split.is_some() && raw.engine.max_payload.span() == (0..0) {
+        // A half's media rides in link frames: the default shrinks to what a frame carries.
+        engine.max_payload = engine.max_payload.min(crate::split::fec::MAX_PAYLOAD);
+    }
     let security = Security {
         source_validation: raw.security.source_validation,
         rtp_only: raw.security.rtp_only,

@@ -33,6 +33,8 @@ pub struct ControlState {
     pub engine: String,
     /// Counters of the signaling routes.
     pub signaling: Arc<crate::signaling::proxy::SignalingRegistry>,
+    /// A split half's link counters; `None` on a single host.
+    pub split: Option<Arc<crate::split::SplitStats>>,
 }
 
 impl ControlState {

@@ -28,6 +28,8 @@ use crate::channel::{inspect, now_ms, WorkerStats};
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
+use crate::split::link::{self, LinkTx};
+use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 
 /// Batches read from one socket per wakeup before moving on to the next.
@@ -53,6 +55,8 @@ fn data_key(d: u64) -> Key {
 pub struct StackEngine {
     cfg: EngineConfig,
     registry: Arc<PortRegistry>,
+    /// A split half: the links and their counters.
+    split: Option<(SplitConfig, Arc<SplitStats>)>,
 }
 
 impl StackEngine {
@@ -67,6 +71,10 @@ impl StackEngine {
                     ],
                 ),
             ),
+            split: cfg
+                .split
+                .as_ref()
+                .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
         }
     }
 }
@@ -87,6 +95,10 @@ impl Engine for StackEngine {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
     }
 
+    fn split_stats(&self) -> Option<Arc<SplitStats>> {
+        self.split.as_ref().map(|(_, s)| Arc::clone(s))
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
@@ -100,10 +112,30 @@ impl Engine for StackEngine {
                 what: "eventfd".into(),
                 source,
             })?;
-        let mut workers = Vec::with_capacity(n);
+        let out_sock = match &self.split {
+            Some((s, _)) => Some(link::open_outgoing(&s.out_link)?),
+            None => None,
+        };
+        let in_sock = match &self.split {
+            Some((s, _)) => Some(link::open_incoming(&s.in_link)?),
+            None => None,
+        };
+        let epoch = link::new_epoch();
+        let mut workers = Vec::with_capacity(n + 1);
         for (index, link) in links.into_iter().enumerate() {
             let cpu = self.cfg.cpus.get(index).copied();
             let stats = Arc::new(WorkerStats::new(index, cpu));
+            let link_tx = match (&self.split, &out_sock) {
+                (Some((s, st)), Some(sock)) => Some(LinkTx::new(
+                    Arc::clone(sock),
+                    &s.out_link,
+                    index as u8,
+                    epoch,
+                    self.cfg.batch,
+                    Arc::clone(st),
+                )),
+                _ => None,
+            };
             let ctx = WorkerCtx {
                 index,
                 cpu,
@@ -114,12 +146,28 @@ impl Engine for StackEngine {
                 wake: link.wake,
                 batch: self.cfg.batch,
                 max_payload: self.cfg.max_payload,
+                link_face: self.split.as_ref().map(|(s, _)| s.link_face()),
+                link_tx,
             };
             let thread = std::thread::Builder::new()
                 .name(format!("vgate-w{index}"))
                 .spawn(move || worker(ctx))
                 .map_err(|source| EngineError::Spawn { index, source })?;
             workers.push(Worker { stats, thread });
+        }
+        if let (Some((s, st)), Some(sock)) = (&self.split, in_sock) {
+            workers.push(link::spawn_receiver(link::ReceiverSetup {
+                index: n,
+                cpu: s.in_link.cpu.or(self.cfg.cpus.last().copied()),
+                sock,
+                cfg: s.clone(),
+                routes: Arc::clone(&routes),
+                registry: Arc::clone(&self.registry),
+                stop: Arc::clone(&stop),
+                stats: Arc::clone(st),
+                batch: self.cfg.batch,
+                max_payload: self.cfg.max_payload,
+            })?);
         }
         Ok(workers)
     }
@@ -135,6 +183,9 @@ struct WorkerCtx {
     wake: Arc<EventFd>,
     batch: usize,
     max_payload: usize,
+    /// Split half: the link-face domain, whose egress goes down the outgoing link.
+    link_face: Option<DomainId>,
+    link_tx: Option<LinkTx>,
 }
 
 struct LocalSocket {
@@ -147,7 +198,8 @@ struct LocalSocket {
 static RECV_ERRORS: RateLimit = RateLimit::new(5000);
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
-fn worker(ctx: WorkerCtx) {
+fn worker(mut ctx: WorkerCtx) {
+    let mut link_tx = ctx.link_tx.take();
     let _exit = ExitFlag(&ctx.stats);
     if let Some(cpu) = ctx.cpu {
         if !pin_to(cpu) {
@@ -158,12 +210,12 @@ fn worker(ctx: WorkerCtx) {
             );
         }
     }
-    if let Err(e) = run_worker(&ctx) {
+    if let Err(e) = run_worker(&ctx, &mut link_tx) {
         tracing::error!(worker = ctx.index, "worker stopped: {e}");
     }
 }
 
-fn run_worker(ctx: &WorkerCtx) -> io::Result<()> {
+fn run_worker(ctx: &WorkerCtx, link_tx: &mut Option<LinkTx>) -> io::Result<()> {
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
     epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
     let mut local: HashMap<Key, LocalSocket> = HashMap::new();
@@ -193,7 +245,12 @@ fn run_worker(ctx: &WorkerCtx) -> io::Result<()> {
                 continue;
             }
             let key = data_key(ev.data());
-            drain_socket(ctx, key, &mut local, &mut rx, &mut tx, &mut sel, now);
+            drain_socket(
+                ctx, key, &mut local, &mut rx, &mut tx, &mut sel, link_tx, now,
+            );
+        }
+        if let Some(l) = link_tx.as_mut() {
+            l.idle(now);
         }
     }
     ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
@@ -242,6 +299,7 @@ fn apply_commands(ctx: &WorkerCtx, epoll: &Epoll, local: &mut HashMap<Key, Local
 }
 
 /// Reads up to [`BUDGET`] batches from one socket and forwards them.
+#[allow(clippy::too_many_arguments)]
 fn drain_socket(
     ctx: &WorkerCtx,
     key: Key,
@@ -249,9 +307,11 @@ fn drain_socket(
     rx: &mut RecvBatch,
     tx: &mut SendBatch,
     sel: &mut Vec<u16>,
+    link_tx: &mut Option<LinkTx>,
     now: u64,
 ) {
     let channel = Channel::from_ingress(key.0);
+    let to_link = ctx.link_face == Some(channel.egress());
     for _ in 0..BUDGET {
         let Some(ls) = local.get_mut(&key) else {
             return;
@@ -293,7 +353,20 @@ fn drain_socket(
                 Err(reason) => tally.drop(reason),
             }
         }
-        if !sel.is_empty() {
+        if let (true, false, Some(link)) = (to_link, sel.is_empty(), link_tx.as_mut()) {
+            // Split half: the far side is the peer half, down the outgoing link.
+            let ts = link::now_us();
+            for &i in sel.iter() {
+                let p = rx.payload(usize::from(i));
+                if link.push(route.dest.port(), route.egress_port, p, now, ts) {
+                    tally.tx_packets += 1;
+                    tally.tx_bytes += p.len() as u64;
+                } else {
+                    tally.drop(DropReason::Oversize);
+                }
+            }
+            link.flush();
+        } else if !sel.is_empty() {
             match local.get(&(channel.egress(), route.egress_port)) {
                 Some(egress) => {
                     let out = tx.send(egress.sock.as_fd(), rx, sel, route.dest);

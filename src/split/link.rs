@@ -210,6 +210,23 @@ impl SplitStats {
         }
     }
 
+    /// One `link name=out|in key=value ...` line per link (the shutdown totals).
+    pub fn report(&self) -> String {
+        let mut s = String::new();
+        for (name, c) in [("out", &self.out_link), ("in", &self.in_link)] {
+            let v = c.snapshot();
+            s.push_str(&format!(
+                "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={}",
+                self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts
+            ));
+            for r in LinkDrop::ALL {
+                s.push_str(&format!(" drop_{}={}", r.name(), v.drop_count(r)));
+            }
+            s.push('\n');
+        }
+        s
+    }
+
     /// JSON for `/api/v1/stats` and `vgate stats`.
     pub fn to_json(&self) -> serde_json::Value {
         let fec = |f: Option<Fec>| f.map(|f| f.to_string()).unwrap_or_else(|| "off".into());
@@ -233,6 +250,15 @@ impl SplitStats {
             "in_link": link(&self.in_link, self.in_fec),
         })
     }
+}
+
+/// A per-start value for the link header's epoch: a restarted sender is told apart.
+pub fn new_epoch() -> u16 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
+        .unwrap_or(0);
+    (t ^ (t >> 16) ^ std::process::id()) as u16
 }
 
 /// Microseconds of the wall clock, wrapping (the link header's timestamp).
