@@ -258,7 +258,8 @@ fn signal(r: &RawSignalLink) -> Result<split::signal::SignalLinkConfig> {
     let local = addr(&r.local, "split.signal.local")?;
     let peer = addr(&r.peer, "split.signal.peer")?;
     let key = &r.key.get_ref().0;
-    if key.len() < 64 || key.len() % 2 != 0 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if key.len() < 64 || !key.len().is_multiple_of(2) || !key.bytes().all(|b| b.is_ascii_hexdigit())
+    {
         return Err(invalid(
             &r.key,
             "split.signal.key",

@@ -264,7 +264,7 @@ impl Encoder {
     /// Frames written and not yet sent, in order (data, then the block's repairs).
     pub fn ready(&self) -> impl Iterator<Item = &[u8]> {
         let k = self.data_slots();
-        let data = (self.sent.min(self.filled)..self.filled).map(move |i| i);
+        let data = self.sent.min(self.filled)..self.filled;
         let repair_from = self.sent.saturating_sub(self.filled);
         let repair = (repair_from..self.repairs).map(move |j| k + j);
         data.chain(repair)
