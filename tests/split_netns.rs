@@ -157,7 +157,9 @@ fn streams_cross_both_links_once_and_nothing_goes_the_wrong_way() {
     assert_eq!(
         fwd.missing_and_dups(count),
         (0, 0),
-        "forward: every datagram once"
+        "forward: every datagram once\nhalf A:\n{}\nhalf B:\n{}",
+        ta.raw,
+        tb.raw
     );
     assert_eq!(
         rev.missing_and_dups(count),

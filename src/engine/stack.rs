@@ -13,18 +13,14 @@ use std::collections::HashMap;
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-
-use crossbeam_channel::Receiver;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::EventFd;
 
 use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{RecvBatch, SendBatch};
-use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{inspect, now_ms, WorkerStats};
+use super::worker::{start_workers, Datapath, Poller, Shell};
+use super::{Engine, EngineError, EngineKind, Worker};
+use crate::channel::inspect;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
@@ -34,7 +30,6 @@ use crate::stats::{DropReason, Tally};
 
 /// Batches read from one socket per wakeup before moving on to the next.
 pub const BUDGET: usize = 4;
-const WAKE: u64 = u64::MAX;
 
 type Key = PortKey;
 
@@ -104,14 +99,9 @@ impl Engine for StackEngine {
         routes: Arc<Routes>,
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<Worker>, EngineError> {
-        let n = self.cfg.queues;
-        let links = self
-            .registry
-            .attach_workers(n)
-            .map_err(|source| EngineError::Io {
-                what: "eventfd".into(),
-                source,
-            })?;
+        let (batch, max_payload) = (self.cfg.batch, self.cfg.max_payload);
+        // A split half: the link face's egress goes down the outgoing link, one sender
+        // (lane) per worker over one socket; the incoming link has its own worker.
         let out_sock = match &self.split {
             Some((s, _)) => Some(link::open_outgoing(&s.out_link)?),
             None => None,
@@ -121,43 +111,34 @@ impl Engine for StackEngine {
             None => None,
         };
         let epoch = link::new_epoch();
-        let mut workers = Vec::with_capacity(n + 1);
-        for (index, link) in links.into_iter().enumerate() {
-            let cpu = self.cfg.cpus.get(index).copied();
-            let stats = Arc::new(WorkerStats::new(index, cpu));
-            let link_tx = match (&self.split, &out_sock) {
-                (Some((s, st)), Some(sock)) => Some(LinkTx::new(
-                    Arc::clone(sock),
-                    &s.out_link,
-                    index as u8,
-                    epoch,
-                    self.cfg.batch,
-                    Arc::clone(st),
-                )),
-                _ => None,
-            };
-            let ctx = WorkerCtx {
-                index,
-                cpu,
-                routes: Arc::clone(&routes),
-                stop: Arc::clone(&stop),
-                stats: Arc::clone(&stats),
-                cmds: link.cmds,
-                wake: link.wake,
-                batch: self.cfg.batch,
-                max_payload: self.cfg.max_payload,
-                link_face: self.split.as_ref().map(|(s, _)| s.link_face()),
-                link_tx,
-            };
-            let thread = std::thread::Builder::new()
-                .name(format!("vgate-w{index}"))
-                .spawn(move || worker(ctx))
-                .map_err(|source| EngineError::Spawn { index, source })?;
-            workers.push(Worker { stats, thread });
-        }
+        let split = self.split.clone();
+        let mut workers = start_workers(
+            self.cfg.queues,
+            &self.cfg.cpus,
+            &self.registry,
+            &routes,
+            &stop,
+            |index| {
+                let link_tx = match (&split, &out_sock) {
+                    (Some((s, st)), Some(sock)) => Some((
+                        s.link_face(),
+                        LinkTx::new(
+                            Arc::clone(sock),
+                            &s.out_link,
+                            index as u8,
+                            epoch,
+                            batch,
+                            Arc::clone(st),
+                        ),
+                    )),
+                    _ => None,
+                };
+                move |_: &Shell| Ok(StackPath::new(batch, max_payload, link_tx))
+            },
+        )?;
         if let (Some((s, st)), Some(sock)) = (&self.split, in_sock) {
             workers.push(link::spawn_receiver(link::ReceiverSetup {
-                index: n,
+                index: self.cfg.queues,
                 cpu: s.in_link.cpu.or(self.cfg.cpus.last().copied()),
                 sock,
                 cfg: s.clone(),
@@ -165,27 +146,12 @@ impl Engine for StackEngine {
                 registry: Arc::clone(&self.registry),
                 stop: Arc::clone(&stop),
                 stats: Arc::clone(st),
-                batch: self.cfg.batch,
-                max_payload: self.cfg.max_payload,
+                batch,
+                max_payload,
             })?);
         }
         Ok(workers)
     }
-}
-
-struct WorkerCtx {
-    index: usize,
-    cpu: Option<usize>,
-    routes: Arc<Routes>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
-    cmds: Receiver<Cmd>,
-    wake: Arc<EventFd>,
-    batch: usize,
-    max_payload: usize,
-    /// Split half: the link-face domain, whose egress goes down the outgoing link.
-    link_face: Option<DomainId>,
-    link_tx: Option<LinkTx>,
 }
 
 struct LocalSocket {
@@ -198,83 +164,65 @@ struct LocalSocket {
 static RECV_ERRORS: RateLimit = RateLimit::new(5000);
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
-fn worker(mut ctx: WorkerCtx) {
-    let mut link_tx = ctx.link_tx.take();
-    let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
+/// One stack worker: the sockets it knows (those it reads, and every egress), its batches.
+struct StackPath {
+    local: HashMap<Key, LocalSocket>,
+    rx: RecvBatch,
+    tx: SendBatch,
+    sel: Vec<u16>,
+    max_payload: usize,
+    /// Split half: the link-face domain, whose egress goes down the outgoing link, and this
+    /// worker's sender on it.
+    link: Option<(DomainId, LinkTx)>,
+}
+
+impl StackPath {
+    fn new(batch: usize, max_payload: usize, link: Option<(DomainId, LinkTx)>) -> StackPath {
+        StackPath {
+            local: HashMap::new(),
+            rx: RecvBatch::new(batch, max_payload + 1),
+            tx: SendBatch::new(batch),
+            sel: Vec::with_capacity(batch),
+            max_payload,
+            link,
         }
-    }
-    if let Err(e) = run_worker(&ctx, &mut link_tx) {
-        tracing::error!(worker = ctx.index, "worker stopped: {e}");
     }
 }
 
-fn run_worker(ctx: &WorkerCtx, link_tx: &mut Option<LinkTx>) -> io::Result<()> {
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
-    let mut local: HashMap<Key, LocalSocket> = HashMap::new();
-    let mut rx = RecvBatch::new(ctx.batch, ctx.max_payload + 1);
-    let mut tx = SendBatch::new(ctx.batch);
-    let mut sel: Vec<u16> = Vec::with_capacity(ctx.batch);
-    let mut events = vec![EpollEvent::empty(); 64];
-    let mut next_cpu_sample = 0;
-    apply_commands(ctx, &epoll, &mut local);
-    ctx.stats.ready.store(true, Relaxed);
-    while !ctx.stop.load(Relaxed) {
-        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
-        let now = now_ms();
-        ctx.stats.heartbeat_ms.store(now, Relaxed);
-        if now >= next_cpu_sample {
-            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-            next_cpu_sample = now + 100;
-        }
-        for ev in &events[..n] {
-            if ev.data() == WAKE {
-                let _ = ctx.wake.read();
-                apply_commands(ctx, &epoll, &mut local);
-                continue;
-            }
-            let key = data_key(ev.data());
-            drain_socket(
-                ctx, key, &mut local, &mut rx, &mut tx, &mut sel, link_tx, now,
-            );
-        }
-        if let Some(l) = link_tx.as_mut() {
+impl Datapath for StackPath {
+    fn register(&mut self, _poller: &Poller) -> io::Result<()> {
+        // Sockets come with the port commands.
+        Ok(())
+    }
+
+    fn ready(&mut self, shell: &Shell, token: u64, now: u64) {
+        drain_socket(shell, self, data_key(token), now);
+        if let Some((_, l)) = self.link.as_mut() {
             l.idle(now);
         }
     }
-    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-    Ok(())
-}
 
-fn apply_commands(ctx: &WorkerCtx, epoll: &Epoll, local: &mut HashMap<Key, LocalSocket>) {
-    while let Ok(cmd) = ctx.cmds.try_recv() {
+    fn sample(&mut self, _shell: &Shell) {
+        // A quiet sender still closes its last FEC block.
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(crate::channel::now_ms());
+        }
+    }
+
+    fn command(&mut self, shell: &Shell, poller: &Poller, cmd: Cmd) {
         match cmd {
             Cmd::Add { key, sock, owner } => {
-                let owned = owner == ctx.index;
+                let owned = owner == shell.index;
                 if owned {
-                    if let Err(e) = epoll.add(
-                        sock.as_fd(),
-                        EpollEvent::new(EpollFlags::EPOLLIN, key_data(key)),
-                    ) {
+                    if let Err(e) = poller.add(sock.as_fd(), key_data(key)) {
                         tracing::error!(
-                            worker = ctx.index,
+                            worker = shell.index,
                             port = key.1,
                             "cannot watch socket: {e}"
                         );
                     }
                 }
-                if let Some(old) = local.insert(
+                if let Some(old) = self.local.insert(
                     key,
                     LocalSocket {
                         sock,
@@ -283,14 +231,14 @@ fn apply_commands(ctx: &WorkerCtx, epoll: &Epoll, local: &mut HashMap<Key, Local
                     },
                 ) {
                     if old.owned {
-                        let _ = epoll.delete(old.sock.as_fd());
+                        let _ = poller.delete(old.sock.as_fd());
                     }
                 }
             }
             Cmd::Remove { key } => {
-                if let Some(old) = local.remove(&key) {
+                if let Some(old) = self.local.remove(&key) {
                     if old.owned {
-                        let _ = epoll.delete(old.sock.as_fd());
+                        let _ = poller.delete(old.sock.as_fd());
                     }
                 }
             }
@@ -299,19 +247,21 @@ fn apply_commands(ctx: &WorkerCtx, epoll: &Epoll, local: &mut HashMap<Key, Local
 }
 
 /// Reads up to [`BUDGET`] batches from one socket and forwards them.
-#[allow(clippy::too_many_arguments)]
-fn drain_socket(
-    ctx: &WorkerCtx,
-    key: Key,
-    local: &mut HashMap<Key, LocalSocket>,
-    rx: &mut RecvBatch,
-    tx: &mut SendBatch,
-    sel: &mut Vec<u16>,
-    link_tx: &mut Option<LinkTx>,
-    now: u64,
-) {
+fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
+    let StackPath {
+        local,
+        rx,
+        tx,
+        sel,
+        max_payload,
+        link,
+    } = p;
+    let max_payload = *max_payload;
     let channel = Channel::from_ingress(key.0);
-    let to_link = ctx.link_face == Some(channel.egress());
+    let mut link = link
+        .as_mut()
+        .filter(|(face, _)| *face == channel.egress())
+        .map(|(_, l)| l);
     for _ in 0..BUDGET {
         let Some(ls) = local.get_mut(&key) else {
             return;
@@ -333,11 +283,11 @@ fn drain_socket(
             tally.drops[DropReason::RxOverflow as usize] += u64::from(lost);
         }
         // The batch came from one port, so it has one route: one lookup per batch.
-        let Some(route) = ctx.routes.lookup(channel, key.1) else {
+        let Some(route) = shell.routes.lookup(channel, key.1) else {
             tally.rx_packets = n as u64;
             tally.rx_bytes = (0..n).map(|i| rx.payload(i).len() as u64).sum();
             tally.drops[DropReason::NoRoute as usize] += n as u64;
-            ctx.stats.channel(channel).add(&tally);
+            shell.stats.channel(channel).add(&tally);
             if n < rx.capacity() {
                 return;
             }
@@ -348,14 +298,14 @@ fn drain_socket(
             let p = rx.payload(i);
             tally.rx_packets += 1;
             tally.rx_bytes += p.len() as u64;
-            match inspect(&route, rx.source(i), p, rx.truncated(i), ctx.max_payload) {
+            match inspect(&route, rx.source(i), p, rx.truncated(i), max_payload) {
                 Ok(()) => sel.push(i as u16),
                 Err(reason) => tally.drop(reason),
             }
         }
-        if let (true, false, Some(link)) = (to_link, sel.is_empty(), link_tx.as_mut()) {
+        if let (false, Some(link)) = (sel.is_empty(), link.as_deref_mut()) {
             // Split half: the far side is the peer half, down the outgoing link.
-            let ts = link::now_us();
+            let ts = crate::split::link::now_us();
             for &i in sel.iter() {
                 let p = rx.payload(usize::from(i));
                 if link.push(route.dest.port(), route.egress_port, p, now, ts) {
@@ -388,7 +338,7 @@ fn drain_socket(
         }
         route.touch(now);
         route.stats.packets.add(&tally);
-        ctx.stats.channel(channel).add(&tally);
+        shell.stats.channel(channel).add(&tally);
         if n < rx.capacity() {
             return;
         }
@@ -403,7 +353,7 @@ mod tests {
     fn epoll_keys_round_trip() {
         for k in [(DomainId::A, 0), (DomainId::B, 65535), (DomainId::B, 30001)] {
             assert_eq!(data_key(key_data(k)), k);
-            assert_ne!(key_data(k), WAKE);
+            assert_ne!(key_data(k), Poller::WAKE);
         }
     }
 }

@@ -30,20 +30,17 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crossbeam_channel::Receiver;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::EventFd;
 use nix::sys::socket::{setsockopt, sockopt};
 
 use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP};
 use super::header::{HeaderError, LinkPacket};
 use super::{mac_string, LinkConfig, SplitConfig};
-use crate::channel::{inspect, now_ms, WorkerStats};
+use crate::channel::{inspect, now_ms};
 use crate::config::DomainId;
-use crate::engine::ports::{Cmd, PortKey, PortRegistry};
+use crate::engine::ports::{Cmd, PortRegistry};
 use crate::engine::sys::mmsg::{RecvBatch, SliceBatch};
-use crate::engine::sys::thread_cpu_ns;
-use crate::engine::{pin_to, EngineError, ExitFlag, Worker};
+use crate::engine::worker::{apply_egress, spawn, Datapath, EgressSockets, Poller, Shell};
+use crate::engine::{EngineError, Worker};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes};
 use crate::stats::{DropReason, Tally};
@@ -55,7 +52,7 @@ pub const CLOSE_BLOCK_MS: u64 = 20;
 pub const SETTLE_MS: u64 = 500;
 /// Receive batches read per wakeup before looking at commands again.
 const BUDGET: usize = 8;
-const WAKE: u64 = u64::MAX;
+/// The incoming link socket's token in the worker's epoll set.
 const LINK: u64 = 1;
 
 /// Why a datagram on the incoming link was dropped before delivery.
@@ -460,141 +457,96 @@ pub struct ReceiverSetup {
     pub max_payload: usize,
 }
 
-/// Starts the incoming link's worker.
+/// Starts the incoming link's worker on the engines' worker skeleton: its own thread,
+/// pinned, told of every gateway port (it sends on them) but reading none.
 pub fn spawn_receiver(s: ReceiverSetup) -> Result<Worker, EngineError> {
     let link = s
         .registry
         .attach_sender()
         .map_err(io_err("eventfd".into()))?;
-    let wstats = Arc::new(WorkerStats::new(s.index, s.cpu));
-    let ctx = RxCtx {
-        index: s.index,
-        cpu: s.cpu,
+    let path = RxPath {
         sock: s.sock,
         face: s.cfg.link_face(),
         peer_face: s.cfg.peer_face,
         peer: *s.cfg.in_link.peer.ip(),
-        fec: s.cfg.in_link.fec,
-        routes: s.routes,
-        stop: s.stop,
-        stats: Arc::clone(&wstats),
         split: s.stats,
-        cmds: link.cmds,
-        wake: link.wake,
+        local: HashMap::new(),
         batch: s.batch,
+        fec: s.cfg.in_link.fec,
         max_payload: s.max_payload,
+        overflow_seen: 0,
     };
-    let index = s.index;
-    let thread = std::thread::Builder::new()
-        .name("vgate-link-rx".into())
-        .spawn(move || rx_worker(ctx))
-        .map_err(|source| EngineError::Spawn { index, source })?;
-    Ok(Worker {
-        stats: wstats,
-        thread,
-    })
+    spawn(
+        s.index,
+        s.cpu,
+        &s.routes,
+        &s.stop,
+        Some(link),
+        move |_: &Shell| {
+            Ok(RxState {
+                rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
+                dec: Decoder::new(path.fec),
+                path,
+            })
+        },
+    )
 }
 
-struct RxCtx {
-    index: usize,
-    cpu: Option<usize>,
+/// The incoming link's worker: what crosses threads at start.
+struct RxPath {
     sock: UdpSocket,
     face: DomainId,
     peer_face: Ipv4Addr,
     peer: Ipv4Addr,
-    fec: Option<Fec>,
-    routes: Arc<Routes>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
     split: Arc<SplitStats>,
-    cmds: Receiver<Cmd>,
-    wake: Arc<EventFd>,
+    local: EgressSockets,
     batch: usize,
+    fec: Option<Fec>,
     max_payload: usize,
+    overflow_seen: u32,
+}
+
+/// The incoming link's worker, with its buffers (built on its own thread).
+struct RxState {
+    path: RxPath,
+    rx: RecvBatch,
+    dec: Decoder,
 }
 
 static RX_ERRORS: RateLimit = RateLimit::new(5000);
 
-fn rx_worker(ctx: RxCtx) {
-    let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                cpu,
-                "could not pin the incoming link's worker; running unpinned"
-            );
-        }
+impl Datapath for RxState {
+    fn register(&mut self, poller: &Poller) -> io::Result<()> {
+        poller.add(self.path.sock.as_fd(), LINK)
     }
-    if let Err(e) = run_rx(&ctx) {
-        tracing::error!(worker = ctx.index, "incoming link worker stopped: {e}");
+
+    fn ready(&mut self, shell: &Shell, _token: u64, now: u64) {
+        drain(shell, &mut self.path, &mut self.rx, &mut self.dec, now);
+    }
+
+    fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
+        apply_egress(&mut self.path.local, cmd);
+    }
+
+    fn sample(&mut self, _shell: &Shell) {
+        self.dec.settle(now_ms(), SETTLE_MS);
+        self.path.split.in_link.publish(&self.dec.counts);
     }
 }
 
-fn apply_commands(cmds: &Receiver<Cmd>, local: &mut HashMap<PortKey, Arc<UdpSocket>>) {
-    while let Ok(cmd) = cmds.try_recv() {
-        match cmd {
-            Cmd::Add { key, sock, .. } => {
-                local.insert(key, sock);
-            }
-            Cmd::Remove { key } => {
-                local.remove(&key);
-            }
-        }
+impl Drop for RxState {
+    fn drop(&mut self) {
+        // At exit every block still open counts what it never got.
+        self.dec.settle(u64::MAX, 0);
+        self.path.split.in_link.publish(&self.dec.counts);
     }
 }
 
-fn run_rx(ctx: &RxCtx) -> io::Result<()> {
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
-    epoll.add(ctx.sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, LINK))?;
-    let mut local: HashMap<PortKey, Arc<UdpSocket>> = HashMap::new();
-    let mut rx = RecvBatch::new(ctx.batch, FRAME_CAP + 1);
-    let mut dec = Decoder::new(ctx.fec);
-    let mut events = vec![EpollEvent::empty(); 4];
-    let mut next_sample = 0;
-    let mut overflow_seen = 0u32;
-    apply_commands(&ctx.cmds, &mut local);
-    ctx.stats.ready.store(true, Relaxed);
-    while !ctx.stop.load(Relaxed) {
-        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
-        let now = now_ms();
-        ctx.stats.heartbeat_ms.store(now, Relaxed);
-        for ev in &events[..n] {
-            if ev.data() == WAKE {
-                let _ = ctx.wake.read();
-                apply_commands(&ctx.cmds, &mut local);
-            } else {
-                drain(ctx, &local, &mut rx, &mut dec, &mut overflow_seen, now);
-            }
-        }
-        if now >= next_sample {
-            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-            dec.settle(now, SETTLE_MS);
-            ctx.split.in_link.publish(&dec.counts);
-            next_sample = now + 100;
-        }
-    }
-    dec.settle(u64::MAX, 0);
-    ctx.split.in_link.publish(&dec.counts);
-    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-    Ok(())
-}
-
-fn drain(
-    ctx: &RxCtx,
-    local: &HashMap<PortKey, Arc<UdpSocket>>,
-    rx: &mut RecvBatch,
-    dec: &mut Decoder,
-    overflow_seen: &mut u32,
-    now: u64,
-) {
+fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder, now: u64) {
     let channel = Channel::from_ingress(ctx.face);
     let egress = channel.egress();
     let link = &ctx.split.in_link;
+    let local = &ctx.local;
     for _ in 0..BUDGET {
         let n = match rx.recv(ctx.sock.as_fd()) {
             Ok(0) => return,
@@ -609,8 +561,8 @@ fn drain(
         let mut tally = Tally::default();
         if let Some(total) = rx.rx_overflow() {
             tally.drops[DropReason::RxOverflow as usize] +=
-                u64::from(total.wrapping_sub(*overflow_seen));
-            *overflow_seen = total;
+                u64::from(total.wrapping_sub(ctx.overflow_seen));
+            ctx.overflow_seen = total;
         }
         let mut drops = [0u64; LinkDrop::COUNT];
         let mut bytes = 0u64;
@@ -639,7 +591,7 @@ fn drain(
                         rx_bytes: payload.len() as u64,
                         ..Tally::default()
                     };
-                    let Some(route) = ctx.routes.lookup(channel, dst) else {
+                    let Some(route) = shell.routes.lookup(channel, dst) else {
                         drops[LinkDrop::UnknownPort as usize] += 1;
                         one.drop(DropReason::NoRoute);
                         tally.merge(&one);
@@ -680,7 +632,7 @@ fn drain(
                 a.fetch_add(d, Relaxed);
             }
         }
-        ctx.stats.channel(channel).add(&tally);
+        shell.stats.channel(channel).add(&tally);
         if n < rx.capacity() {
             return;
         }

@@ -315,6 +315,10 @@ pub fn receive_numbered(
     let h = std::thread::spawn(move || {
         enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
         let s = UdpSocket::bind(at).expect("bind receiver");
+        // Room for bursts while this thread waits for a CPU on a loaded machine (root may
+        // exceed rmem_max).
+        let _ =
+            nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &(8 << 20));
         let _ = ready_tx.send(());
         let mut a = Arrivals::default();
         let mut buf = [0u8; 2048];
