@@ -141,6 +141,21 @@ fn run_streams(
     }
     let fwd = fwd_rx.join().unwrap();
     let rev = rev_rx.join().unwrap();
+    // The links show in each half's metrics and stats API while it runs.
+    for (half, link, want) in [("a", "out", count), ("b", "in", count)] {
+        let m = common::split::admin_get(bed, half, "/metrics");
+        let line = format!("vgate_link_packets_total{{link=\"{link}\"}} ");
+        let v: u64 = m
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or_else(|| panic!("half {half} metrics lack {line}:\n{m}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(v >= u64::from(want) * 9 / 10, "half {half} {link}: {v}");
+        let stats = common::split::admin_get(bed, half, "/api/v1/stats");
+        assert!(stats.contains(&format!("\"half\":\"{half}\"")), "{stats}");
+    }
     let ta = a.stop();
     let tb = b.stop();
     (fwd, rev, ta, tb)
