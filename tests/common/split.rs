@@ -121,9 +121,21 @@ impl Drop for SplitBed {
     }
 }
 
-/// A half's config on `bed`: `half` is "a" or "b"; `fec_out`/`fec_in` the links' FEC ("off",
-/// "8+2", ...); `extra` is appended (stream routes, signaling routes).
+/// A half's config on `bed` in mode stack: `half` is "a" or "b"; `fec_out`/`fec_in` the
+/// links' FEC ("off", "8+2", ...); `extra` is appended (stream routes, signaling routes).
 pub fn half_config(bed: &SplitBed, half: &str, fec_out: &str, fec_in: &str, extra: &str) -> String {
+    half_config_mode(bed, half, "stack", fec_out, fec_in, extra)
+}
+
+/// [`half_config`] in capture mode `mode`.
+pub fn half_config_mode(
+    bed: &SplitBed,
+    half: &str,
+    mode: &str,
+    fec_out: &str,
+    fec_in: &str,
+    extra: &str,
+) -> String {
     let (face, peer_face) = if half == "a" {
         (FACE_A, FACE_B)
     } else {
@@ -194,7 +206,7 @@ media_ports = "20000-29999"
 {dom_b}
 media_ports = "30000-39999"
 [engine]
-mode = "stack"
+mode = "{mode}"
 queues = 1
 [security]
 source_validation = "strict"
