@@ -72,8 +72,8 @@ fn batch(c: &mut Criterion) {
                     };
                     tally.rx_packets += 1;
                     tally.rx_bytes += p.len() as u64;
-                    match inspect(&route, src, p, false, 1472) {
-                        Ok(()) => sel.push(i as u16),
+                    match inspect(&route, src, p, false, 1472, 1) {
+                        Ok(_) => sel.push(i as u16),
                         Err(r) => tally.drop(r),
                     }
                     route.stats.packets.add(&tally);
@@ -91,8 +91,8 @@ fn batch(c: &mut Criterion) {
                     p[2..4].copy_from_slice(&seq.to_be_bytes());
                     tally.rx_packets += 1;
                     tally.rx_bytes += p.len() as u64;
-                    match inspect(&route, src, p, false, 1472) {
-                        Ok(()) => sel.push(i as u16),
+                    match inspect(&route, src, p, false, 1472, 1) {
+                        Ok(_) => sel.push(i as u16),
                         Err(r) => tally.drop(r),
                     }
                 }

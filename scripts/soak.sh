@@ -3,14 +3,17 @@
 # rate, with zero loss, RSS growth < 1 % after warm-up (the first fifth), flat fd and route
 # counts. Needs root (network namespaces). Writes a summary (default soak-summary.txt).
 #
-#   scripts/soak.sh [--minutes N] [--rate PPS] [--modes "stack tnapi"] [--streams N] [--out FILE]
+#   scripts/soak.sh [--minutes N] [--rate PPS] [--modes "stack tnapi zc"] [--streams N] [--out FILE]
 #
 # --rate is the zero-loss rate (packets/s, all streams) to take 80 % of; without it the
 # figure recorded in docs/reliability.md ("soak base rate: N pps") is used, else 5000.
+# The test and vgate are built once and copied aside, so every mode runs the same binaries
+# even if the tree is rebuilt meanwhile. A mode whose test did not run is NOT-RUN (and the
+# script fails); under CI=true (exported to the test) a missing prerequisite fails the test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-minutes=15 rate="" modes="stack tnapi" streams=20 out=soak-summary.txt
+minutes=15 rate="" modes="stack tnapi zc" streams=20 out=soak-summary.txt
 while [ $# -gt 0 ]; do
     case "$1" in
         --minutes) minutes="$2"; shift 2 ;;
@@ -22,28 +25,43 @@ while [ $# -gt 0 ]; do
         *) echo "soak.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
-[ "$(id -u)" = 0 ] || { echo "soak.sh: needs root (network namespaces)" >&2; exit 1; }
+if [ "$(id -u)" != 0 ]; then
+    echo "soak.sh: needs root (network namespaces): the soak DID NOT RUN" >&2
+    exit 1
+fi
 if [ -z "$rate" ]; then
     rate=$(sed -n 's/.*soak base rate: \([0-9]*\) pps.*/\1/p' docs/reliability.md 2>/dev/null | head -1)
     rate=${rate:-5000}
 fi
 pps=$(( rate * 80 / 100 ))
-cargo test --test churn_netns --no-run -q 2>/dev/null || cargo test --test churn_netns --no-run
+test_bin=$(cargo test --test churn_netns --no-run --message-format=json 2>/dev/null \
+    | sed -n 's/.*"executable":"\([^"]*churn_netns[^"]*\)".*/\1/p' | tail -1)
+[ -x "$test_bin" ] || { echo "soak.sh: could not build the churn_netns test" >&2; exit 1; }
+snap=$(mktemp -d /tmp/vgate-soak.XXXXXX)
+trap 'rm -rf "$snap"' EXIT
+cp "$test_bin" "$snap/churn_netns"
+cp target/debug/vgate "$snap/vgate"
 {
-    echo "vgate soak $(date -u +%FT%TZ): $minutes min per mode, $streams streams, $pps pps (80 % of $rate)"
+    echo "vgate soak $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || echo '?'): $minutes min per mode, $streams streams, $pps pps (80 % of $rate)"
 } > "$out"
 status=0
 for mode in $modes; do
     echo "== soak $mode: $minutes min at $pps pps"
     res=PASS
-    if ! log=$(VGATE_SOAK_MODE=$mode VGATE_SOAK_MINUTES=$minutes VGATE_SOAK_PPS=$pps VGATE_SOAK_STREAMS=$streams \
-        cargo test --test churn_netns -q -- --ignored --exact soak --nocapture 2>&1); then
+    if ! log=$(VGATE_BIN="$snap/vgate" VGATE_SOAK_MODE=$mode VGATE_SOAK_MINUTES=$minutes \
+        VGATE_SOAK_PPS=$pps VGATE_SOAK_STREAMS=$streams CI="${CI:-}" \
+        "$snap/churn_netns" --ignored --exact soak --nocapture 2>&1); then
         res=FAIL
         status=1
     fi
-    line=$(grep -o 'SOAK .*' <<<"$log" | head -1)
+    line=$(grep -o 'SOAK .*' <<<"$log" | head -1 || true)
+    if [ "$res" = PASS ] && { [ -z "$line" ] || grep -q 'DID NOT RUN' <<<"$log"; }; then
+        res=NOT-RUN
+        status=1
+        line=$(grep -o '[^ ]*DID NOT RUN.*' <<<"$log" | head -1 || echo "no SOAK line: the test did not run")
+    fi
     echo "$res $line" | tee -a "$out"
-    [ "$res" = PASS ] || grep -E 'panicked|assert' -A3 <<<"$log" | head -10 | tee -a "$out"
+    [ "$res" = FAIL ] && grep -E 'panicked|assert' -A3 <<<"$log" | head -10 | tee -a "$out"
 done
 echo "soak.sh: summary in $out"
 exit $status

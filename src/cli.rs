@@ -309,7 +309,8 @@ fn with_client(
 }
 
 fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
-    match Config::load_for(file, cpus.unwrap_or_else(config::available_cpus)) {
+    let machine = cpus.map_or_else(config::Cpus::this_machine, config::Cpus::first);
+    match Config::load_on(file, &machine) {
         Ok(cfg) => {
             println!(
                 "{}: ok: mode {}, {} queue(s) on CPU(s) {:?}, {} signaling route(s), {} static stream route(s); domain a {} ports {}, domain b {} ports {}",
@@ -407,7 +408,13 @@ fn run(
         .unwrap_or_else(|| "<embedded default>".into());
     tracing::info!(config = %source, "vgate running: {}", gw.describe());
     for w in gw.workers() {
-        tracing::info!(worker = w.index, cpu = ?w.cpu, "worker receiving");
+        tracing::info!(
+            worker = w.index,
+            cpu = ?w.running_cpu(),
+            pinned = w.pinned(),
+            configured_cpu = ?w.cpu,
+            "worker receiving"
+        );
     }
     let stats = gw.worker_stats();
     let control = ControlState {
@@ -471,7 +478,7 @@ fn run(
         if let Some(every) = watchdog {
             // The ping depends on every worker being alive: a stuck worker stops it and
             // systemd restarts vgate.
-            if last_ping.elapsed() >= every && control.healthy(crate::channel::now_ms()) {
+            if last_ping.elapsed() >= every && control.healthy(crate::clock::now_ms()) {
                 systemd::watchdog();
                 last_ping = Instant::now();
             }

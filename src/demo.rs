@@ -119,7 +119,7 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
     let mut cfg = Config::embedded_default();
     if let Some(q) = opts.queues {
         cfg.engine.queues = q;
-        cfg.engine.cpus = crate::config::auto_cpus(q, crate::config::available_cpus());
+        cfg.engine.cpus = crate::config::auto_cpus(q, &crate::config::Cpus::this_machine());
     }
     let max_streams = cfg.domain(DomainId::A).media_ports.len() / 2;
     if opts.streams == 0 || opts.streams > max_streams {

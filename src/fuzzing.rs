@@ -163,11 +163,11 @@ pub fn packet_path(data: &[u8]) {
     if let Ok(d) = crate::wire::parse_udp4(data) {
         let _ = d.checksums_ok(false);
         let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        let _ = crate::channel::inspect(&route, src, d.payload, false, 1472);
+        let _ = crate::channel::inspect(&route, src, d.payload, false, 1472, 1);
     }
     // The same bytes as a bare UDP payload, as the stack engine sees it.
     let src = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 2), 5000);
-    let _ = crate::channel::inspect(&route, src, data, false, 1472);
+    let _ = crate::channel::inspect(&route, src, data, false, 1472, 1);
     let _ = route.stats.snapshot();
 }
 

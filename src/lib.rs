@@ -38,11 +38,13 @@
 //! - [`gateway`] starts and stops the whole: engine, tables, workers, static routes.
 //! - [`demo`] drives the gateway with its own RTP traffic on loopback (`vgate demo`).
 //! - [`stats`] declares the counters (drop reasons, RTP loss/reorder/duplicate) once;
-//!   [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate limits.
+//!   [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate limits;
+//!   [`clock`] the monotonic clock every timer reads.
 #![deny(unsafe_code)]
 
 pub mod channel;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod demo;

@@ -117,7 +117,7 @@ fn metrics_routes_sessions_and_stats() {
     rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut buf = [0u8; 2048];
     for _ in 0..50 {
-        src.send_to(&[7u8; 100], (format!("127.0.{net}.1"), 20000))
+        src.send_to(&rtp_like(7, 100), (format!("127.0.{net}.1"), 20000))
             .unwrap();
         rx.recv_from(&mut buf).unwrap();
     }
@@ -204,10 +204,10 @@ fn metrics_routes_sessions_and_stats() {
     let port = added["port"].as_u64().unwrap() as u16;
     let rx2 = UdpSocket::bind(format!("127.0.{net}.2:40100")).unwrap();
     rx2.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    src.send_to(b"hello", (format!("127.0.{net}.1"), port))
+    src.send_to(&rtp_like(9, 20), (format!("127.0.{net}.1"), port))
         .unwrap();
     let (n, from) = rx2.recv_from(&mut buf).unwrap();
-    assert_eq!(&buf[..n], b"hello");
+    assert_eq!(&buf[..n], &rtp_like(9, 20)[..]);
     assert_eq!(from.port() as u64, added["egress_port"].as_u64().unwrap());
     let (_, routes) = json("GET", &format!("{base}/api/v1/routes"), None);
     assert_eq!(routes["routes"].as_array().unwrap().len(), 4);
@@ -267,7 +267,7 @@ fn metrics_routes_sessions_and_stats() {
         let src = src.try_clone().unwrap();
         move || {
             for _ in 0..400 {
-                let _ = src.send_to(&[1u8; 200], (format!("127.0.{net}.1"), 20000));
+                let _ = src.send_to(&rtp_like(1, 200), (format!("127.0.{net}.1"), 20000));
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
@@ -361,7 +361,7 @@ fn reload_under_load_keeps_untouched_streams_whole() {
         }
         for (i, s) in senders.iter().enumerate() {
             s.send_to(
-                &[round as u8; 300],
+                &rtp_like(round as u8, 300),
                 (format!("127.0.{net}.1"), 20000 + 2 * i as u16),
             )
             .unwrap();
@@ -421,4 +421,12 @@ fn reload_under_load_keeps_untouched_streams_whole() {
             && totals.routes.contains_key("gone")
             && !totals.routes.contains_key("s0")
     );
+}
+
+/// A datagram of `len` bytes filled with `fill` that parses as RTP version 2 (latch routes
+/// latch only on RTP).
+fn rtp_like(fill: u8, len: usize) -> Vec<u8> {
+    let mut p = vec![fill; len];
+    p[0] = 0x80;
+    p
 }

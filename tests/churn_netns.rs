@@ -343,7 +343,7 @@ fn churn_round(
 
 /// The soak run of `scripts/soak.sh` (ignored in the normal run): `VGATE_SOAK_STREAMS`
 /// streams (default 20) at `VGATE_SOAK_PPS` packets per second in all (default 4000) for
-/// `VGATE_SOAK_MINUTES` (default 15) in `VGATE_SOAK_MODE` (stack or tnapi): zero loss, RSS
+/// `VGATE_SOAK_MINUTES` (default 15) in `VGATE_SOAK_MODE` (stack, tnapi or zc): zero loss, RSS
 /// growth < 1 % after the first fifth (warm-up), flat fd and route counts. One
 /// `SOAK key=value` line on stderr with the figures.
 #[test]

@@ -341,6 +341,15 @@ fn no_ip_path_between_the_domains_tnapi() {
     no_ip_path("tnapi");
 }
 
+#[test]
+fn no_ip_path_between_the_domains_zc() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("no_ip_path_between_the_domains_zc") {
+        return;
+    }
+    no_ip_path("zc");
+}
+
 /// Route s0 is strict (expects A_IP:41000), s1 latches its first source.
 #[test]
 fn forged_sources_are_dropped_and_counted() {

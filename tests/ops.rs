@@ -322,9 +322,12 @@ destination = "127.0.{net}.2:40000"
     let _sink = UdpSocket::bind(format!("127.0.{net}.2:40000")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut screen = String::new();
+    // RTP version 2 (a latch route latches only on RTP).
+    let mut rtp = [0u8; 200];
+    rtp[0] = 0x80;
     while Instant::now() < deadline {
         for _ in 0..20 {
-            src.send_to(&[0u8; 200], (format!("127.0.{net}.1"), 20000))
+            src.send_to(&rtp, (format!("127.0.{net}.1"), 20000))
                 .unwrap();
         }
         std::thread::sleep(Duration::from_millis(20));

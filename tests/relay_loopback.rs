@@ -298,3 +298,39 @@ fn modes_that_are_not_built_say_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("without PF_RING"), "{err}");
 }
+
+/// Domain isolation must not degrade quietly: a socket that cannot be tied to its domain's
+/// interface (`SO_BINDTODEVICE`) would take datagrams for its address from the other domain,
+/// so vgate refuses to start and names the interface.
+#[test]
+fn an_interface_that_cannot_be_bound_is_a_start_up_error() {
+    let cfg = header(9).replacen("interface = \"lo\"", "interface = \"vgnosuch0\"", 1);
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, cfg.as_bytes()).unwrap();
+    let mut child = Command::new(common::vgate_bin())
+        .args(["run", "--stats-interval", "0", "--config"])
+        .arg(file.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let status = status.unwrap_or_else(|| {
+        panic!("vgate kept running with a socket it could not bind to its interface:\n{err}")
+    });
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("vgnosuch0"), "{err}");
+}

@@ -1015,7 +1015,7 @@ Content-Length: 0
 fn media_timeout_sends_bye_to_both_sides() {
     let mut t = bench(0);
     establish_call(&mut t);
-    let start = vgate::signaling::proxy::sip::core::wall_ms();
+    let start = vgate::clock::now_ms();
     // 3 s without media: still within the route's media_timeout of 5 s.
     t.advance(Duration::from_secs(2));
     assert!(t.core.tick(t.now, start + 3_000).is_empty());

@@ -8,14 +8,28 @@
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::routes::{Channel, StreamRoute};
+use crate::routes::{Channel, SourceCheck, StreamRoute};
 use crate::stats::{DropReason, PacketCounters, Snapshot};
 use crate::wire::rtp::RtpPacket;
 
-/// Decides whether one datagram received for `route` may be forwarded, and accounts its RTP
-/// sequence. `truncated` is the engine's word that the datagram did not fit its buffer.
+/// What [`inspect`] decided for a datagram that may be forwarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// From the route's known source.
+    Known,
+    /// Its source has just taken the (`latch`) route: the first latch.
+    Latched,
+    /// Its source has taken the route from a latched source that had fallen silent
+    /// (counted as `relatches`).
+    Relatched,
+}
+
+/// Decides whether one datagram received for `route` at `now_ms` ([`crate::clock`]) may be
+/// forwarded, and accounts its RTP sequence. `truncated` is the engine's word that the
+/// datagram did not fit its buffer. A `latch` route latches a source only with a datagram
+/// that passed every check and is RTP: a probe or a stray datagram never captures a route.
+/// The caller touches the route (`last_seen`) only for admitted datagrams.
 #[inline]
 pub fn inspect(
     route: &StreamRoute,
@@ -23,43 +37,53 @@ pub fn inspect(
     payload: &[u8],
     truncated: bool,
     max_payload: usize,
-) -> Result<(), DropReason> {
+    now_ms: u64,
+) -> Result<Admitted, DropReason> {
     if payload.is_empty() {
         return Err(DropReason::Truncated);
     }
     if truncated || payload.len() > max_payload {
         return Err(DropReason::Oversize);
     }
-    if !route.accepts(src) {
+    let source = route.check_source(src, now_ms);
+    if source == SourceCheck::Refused {
         return Err(DropReason::SourceMismatch);
     }
-    match RtpPacket::new_checked(payload) {
-        Ok(rtp) => route.stats.rtp.observe(rtp.sequence(), rtp.ssrc()),
-        Err(_) if route.rtp_only => return Err(DropReason::NotRtp),
-        Err(_) => {}
+    let rtp = RtpPacket::new_checked(payload).ok();
+    let mut admitted = Admitted::Known;
+    if let SourceCheck::Candidate(seen) = source {
+        if rtp.is_none() {
+            return Err(DropReason::NotRtp);
+        }
+        admitted = match route.latch(seen, src, now_ms) {
+            Some(true) => Admitted::Relatched,
+            Some(false) => Admitted::Latched,
+            None => return Err(DropReason::SourceMismatch),
+        };
     }
-    Ok(())
-}
-
-/// Milliseconds since the Unix epoch (for route last-seen times and heartbeats).
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    match rtp {
+        Some(rtp) => route.stats.rtp.observe(rtp.sequence(), rtp.ssrc()),
+        None if route.rtp_only => return Err(DropReason::NotRtp),
+        None => {}
+    }
+    Ok(admitted)
 }
 
 /// One worker's counters, written by the worker, read by reports and the watchdog.
 #[derive(Debug)]
 pub struct WorkerStats {
     pub index: usize,
-    /// The CPU the worker is pinned to (if pinning succeeded).
+    /// The CPU the config assigns the worker (what it tries to pin to).
     pub cpu: Option<usize>,
+    /// The CPU the worker ran on right after pinning (`sched_getcpu`); `u64::MAX`: unknown.
+    running_cpu: AtomicU64,
+    /// Whether the worker is pinned to its configured CPU.
+    pinned: AtomicBool,
     /// Per channel, indexed by [`Channel::index`].
     pub channels: [PacketCounters; 2],
     /// Thread CPU time, nanoseconds.
     pub cpu_ns: AtomicU64,
-    /// Last loop iteration, milliseconds since the epoch: a stalled worker stops moving it.
+    /// Last loop iteration ([`crate::clock::now_ms`]): a stalled worker stops moving it.
     pub heartbeat_ms: AtomicU64,
     /// Set once the worker is receiving.
     pub ready: AtomicBool,
@@ -77,6 +101,8 @@ impl WorkerStats {
         WorkerStats {
             index,
             cpu,
+            running_cpu: AtomicU64::new(u64::MAX),
+            pinned: AtomicBool::new(false),
             channels: Default::default(),
             cpu_ns: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(0),
@@ -89,6 +115,26 @@ impl WorkerStats {
 
     pub fn channel(&self, c: Channel) -> &PacketCounters {
         &self.channels[c.index()]
+    }
+
+    /// Records where the worker runs after its pinning attempt.
+    pub fn record_cpu(&self, running: Option<usize>, pinned: bool) {
+        self.running_cpu
+            .store(running.map_or(u64::MAX, |c| c as u64), Relaxed);
+        self.pinned.store(pinned, Relaxed);
+    }
+
+    /// The CPU the worker really ran on after pinning (not the configured one).
+    pub fn running_cpu(&self) -> Option<usize> {
+        match self.running_cpu.load(Relaxed) {
+            u64::MAX => None,
+            c => Some(c as usize),
+        }
+    }
+
+    /// Whether the worker is pinned to its configured CPU.
+    pub fn pinned(&self) -> bool {
+        self.pinned.load(Relaxed)
     }
 
     pub fn cpu_seconds(&self) -> f64 {
@@ -151,25 +197,34 @@ mod tests {
         let src = "127.0.0.1:5000".parse().unwrap();
         let bad = "127.0.0.1:5001".parse().unwrap();
         let r = route(SourcePolicy::Strict, false);
-        assert_eq!(inspect(&r, src, &rtp(1), false, 1472), Ok(()));
         assert_eq!(
-            inspect(&r, src, &[], false, 1472),
+            inspect(&r, src, &rtp(1), false, 1472, 1),
+            Ok(Admitted::Known)
+        );
+        assert_eq!(
+            inspect(&r, src, &[], false, 1472, 1),
             Err(DropReason::Truncated)
         );
         assert_eq!(
-            inspect(&r, src, &[0; 1500], false, 1472),
+            inspect(&r, src, &[0; 1500], false, 1472, 1),
             Err(DropReason::Oversize)
         );
         assert_eq!(
-            inspect(&r, src, &rtp(2), true, 1472),
+            inspect(&r, src, &rtp(2), true, 1472, 1),
             Err(DropReason::Oversize)
         );
         assert_eq!(
-            inspect(&r, bad, &rtp(3), false, 1472),
+            inspect(&r, bad, &rtp(3), false, 1472, 1),
             Err(DropReason::SourceMismatch)
         );
-        assert_eq!(inspect(&r, src, b"garbage!", false, 1472), Ok(()));
-        assert_eq!(inspect(&r, src, &rtp(5), false, 1472), Ok(()));
+        assert_eq!(
+            inspect(&r, src, b"garbage!", false, 1472, 1),
+            Ok(Admitted::Known)
+        );
+        assert_eq!(
+            inspect(&r, src, &rtp(5), false, 1472, 1),
+            Ok(Admitted::Known)
+        );
         let s = r.stats.rtp.snapshot();
         assert_eq!(
             (s.packets, s.lost),
@@ -178,8 +233,60 @@ mod tests {
         );
         let only = route(SourcePolicy::Strict, true);
         assert_eq!(
-            inspect(&only, src, b"garbage!", false, 1472),
+            inspect(&only, src, b"garbage!", false, 1472, 1),
             Err(DropReason::NotRtp)
         );
+    }
+
+    #[test]
+    fn only_rtp_that_passed_every_check_latches() {
+        let r = StreamRoute::new(
+            RouteSpec {
+                ingress: DomainId::A,
+                port: 20000,
+                dest: "127.0.0.2:4000".parse().unwrap(),
+                egress_port: 30000,
+                policy: SourcePolicy::Latch,
+                expected: Some("127.0.0.1:0".parse().unwrap()),
+                rtp_only: false,
+                label: "t".into(),
+            },
+            1,
+        );
+        let probe = "127.0.0.1:40000".parse().unwrap();
+        let sender = "127.0.0.1:5000".parse().unwrap();
+        let restarted = "127.0.0.1:5002".parse().unwrap();
+        assert_eq!(
+            inspect(&r, probe, b"nmap probe", false, 1472, 1000),
+            Err(DropReason::NotRtp)
+        );
+        assert_eq!(
+            inspect(&r, probe, &[0x80; 1500], false, 1472, 1000),
+            Err(DropReason::Oversize)
+        );
+        assert_eq!(r.latched(), None, "nothing that failed a check latched");
+        assert_eq!(
+            inspect(&r, sender, &rtp(1), false, 1472, 1000),
+            Ok(Admitted::Latched)
+        );
+        assert_eq!(
+            inspect(&r, sender, b"not rtp, latched source", false, 1472, 1001),
+            Ok(Admitted::Known)
+        );
+        r.touch(1001);
+        assert_eq!(
+            inspect(&r, restarted, &rtp(1), false, 1472, 2000),
+            Err(DropReason::SourceMismatch)
+        );
+        assert_eq!(
+            inspect(&r, restarted, b"junk", false, 1472, 9000),
+            Err(DropReason::NotRtp),
+            "after the silence only RTP re-latches"
+        );
+        assert_eq!(
+            inspect(&r, restarted, &rtp(2), false, 1472, 9000),
+            Ok(Admitted::Relatched)
+        );
+        assert_eq!(r.latched(), Some(restarted));
     }
 }

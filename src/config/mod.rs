@@ -313,6 +313,9 @@ pub struct StaticStream {
 pub struct Security {
     pub source_validation: SourcePolicy,
     pub rtp_only: bool,
+    /// Under `latch`: how long (ms) the latched source must have forwarded nothing before
+    /// another source may take the route; 0: never (the first source keeps it for good).
+    pub relatch_after_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -369,11 +372,17 @@ impl Config {
 
     /// Reads and validates a config file for this machine.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        Config::load_for(path, available_cpus())
+        Config::load_on(path, &Cpus::this_machine())
     }
 
-    /// Reads and validates a config file for a machine with `cpus` CPUs.
+    /// Reads and validates a config file for a machine with `cpus` CPUs (0 to `cpus - 1`,
+    /// all online and allowed).
     pub fn load_for(path: &Path, cpus: usize) -> Result<Config, ConfigError> {
+        Config::load_on(path, &Cpus::first(cpus))
+    }
+
+    /// Reads and validates a config file for a machine with the CPUs `cpus`.
+    pub fn load_on(path: &Path, cpus: &Cpus) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: path.display().to_string(),
             line: 0,
@@ -381,17 +390,22 @@ impl Config {
             key: String::new(),
             message: format!("cannot read the file: {e}"),
         })?;
-        parse_for(&text, &path.display().to_string(), cpus)
+        parse_on(&text, &path.display().to_string(), cpus)
     }
 }
 
 /// Parses and validates `text` for this machine; `file` names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
-    parse_for(text, file, available_cpus())
+    parse_on(text, file, &Cpus::this_machine())
 }
 
-/// Parses and validates `text` for a machine with `cpus` CPUs.
+/// Parses and validates `text` for a machine with `cpus` CPUs (0 to `cpus - 1`).
 pub fn parse_for(text: &str, file: &str, cpus: usize) -> Result<Config, ConfigError> {
+    parse_on(text, file, &Cpus::first(cpus))
+}
+
+/// Parses and validates `text` for a machine with the CPUs `cpus`.
+pub fn parse_on(text: &str, file: &str, cpus: &Cpus) -> Result<Config, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| {
         let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
         ConfigError {
@@ -424,6 +438,89 @@ pub fn available_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// The CPUs `engine.cpus` is checked against and automatic CPUs are chosen from.
+///
+/// `online` is the machine's (`/sys/devices/system/cpu/online`): a worker may be pinned to
+/// any of them, also outside this process's start-up affinity (`taskset`, systemd's
+/// `CPUAffinity=`) and on isolated CPUs (`isolcpus=`), which is where an appliance puts its
+/// workers. `allowed` is the start-up affinity, where automatic CPUs are taken from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cpus {
+    pub online: Vec<usize>,
+    pub allowed: Vec<usize>,
+}
+
+impl Cpus {
+    /// This machine: online CPUs from sysfs, the allowed ones from the affinity mask.
+    pub fn this_machine() -> Cpus {
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .and_then(|t| parse_cpu_list(&t))
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| (0..available_cpus()).collect());
+        let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .map(|set| {
+                (0..nix::sched::CpuSet::count())
+                    .filter(|&c| set.is_set(c).unwrap_or(false))
+                    .collect::<Vec<_>>()
+            })
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| online.clone());
+        Cpus { online, allowed }
+    }
+
+    /// CPUs 0 to `n - 1`, all online and allowed (`check-config --cpus N`, tests).
+    pub fn first(n: usize) -> Cpus {
+        let all: Vec<usize> = (0..n.max(1)).collect();
+        Cpus {
+            online: all.clone(),
+            allowed: all,
+        }
+    }
+
+    /// The online list in the kernel's notation ("0-3,6").
+    pub fn online_list(&self) -> String {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.online.len() {
+            let start = self.online[i];
+            let mut end = start;
+            while i + 1 < self.online.len() && self.online[i + 1] == end + 1 {
+                i += 1;
+                end += 1;
+            }
+            out.push(if start == end {
+                start.to_string()
+            } else {
+                format!("{start}-{end}")
+            });
+            i += 1;
+        }
+        out.join(",")
+    }
+}
+
+/// A kernel CPU list ("0-3,6,8-9") as CPU numbers; `None` when malformed.
+pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut v = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 65_536 {
+                    return None;
+                }
+                v.extend(a..=b);
+            }
+            None => v.push(part.parse().ok()?),
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    Some(v)
 }
 
 /// 1-based line and column of byte `offset` in `text`.

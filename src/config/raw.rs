@@ -137,6 +137,9 @@ pub struct RawSecurity {
     pub source_validation: SourcePolicy,
     #[serde(default)]
     pub rtp_only: bool,
+    /// Under `latch`: milliseconds the latched source must be silent before another may
+    /// take the route (0: never).
+    pub relatch_after_ms: Option<Spanned<i64>>,
 }
 
 impl Default for RawSecurity {
@@ -144,6 +147,7 @@ impl Default for RawSecurity {
         RawSecurity {
             source_validation: default_policy(),
             rtp_only: false,
+            relatch_after_ms: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use toml::Spanned;
 
 use super::raw::{RawLink, RawSignalLink, RawSplit};
 use super::validate::{invalid, parse_ipv4, parse_sockaddr, Invalid};
-use super::{Domain, EngineConfig};
+use super::{Cpus, Domain, EngineConfig};
 use crate::split::{self, fec, Fec, Half, LinkConfig, SplitConfig};
 
 type Result<T> = std::result::Result<T, Invalid>;
@@ -16,7 +16,7 @@ pub fn split(
     r: &RawSplit,
     domains: &[Domain; 2],
     engine: &EngineConfig,
-    cpus: usize,
+    cpus: &Cpus,
 ) -> Result<SplitConfig> {
     let half = match r.half.get_ref().as_str() {
         "a" => Half::A,
@@ -158,7 +158,7 @@ fn v4(a: SocketAddr) -> Option<Ipv4Addr> {
     }
 }
 
-fn link(r: &RawLink, key: &str, outgoing: bool, cpus: usize) -> Result<LinkConfig> {
+fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfig> {
     let k = |f: &str| format!("{key}.{f}");
     if r.interface.get_ref().is_empty() {
         return Err(invalid(
@@ -205,14 +205,14 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: usize) -> Result<LinkConfi
                 "the outgoing link is sent by the engine's workers; only split.in_link has a cpu",
             ))
         }
-        (Some(c), false) if *c.get_ref() < 0 || *c.get_ref() as usize >= cpus => {
+        (Some(c), false) if *c.get_ref() < 0 || !cpus.online.contains(&(*c.get_ref() as usize)) => {
             return Err(invalid(
                 c,
                 k("cpu"),
                 format!(
-                    "CPU {} does not exist here (CPUs 0-{} are available)",
+                    "CPU {} is not online here (online: {:?})",
                     c.get_ref(),
-                    cpus - 1
+                    cpus.online
                 ),
             ))
         }

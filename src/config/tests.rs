@@ -111,10 +111,41 @@ fn cpu_list_must_match_queues_and_exist() {
 
 #[test]
 fn auto_cpus_keep_cpu0_free_on_big_machines() {
-    assert_eq!(validate::auto_cpus(2, 8), vec![1, 2]);
-    assert_eq!(validate::auto_cpus(2, 2), vec![0, 1]);
-    assert_eq!(validate::auto_cpus(1, 2), vec![0]);
-    assert_eq!(validate::auto_cpus(4, 4), vec![0, 1, 2, 3]);
+    assert_eq!(validate::auto_cpus(2, &Cpus::first(8)), vec![1, 2]);
+    assert_eq!(validate::auto_cpus(2, &Cpus::first(2)), vec![0, 1]);
+    assert_eq!(validate::auto_cpus(1, &Cpus::first(2)), vec![0]);
+    assert_eq!(validate::auto_cpus(4, &Cpus::first(4)), vec![0, 1, 2, 3]);
+    // Under taskset -c 2-3 (CPUAffinity=2-3) on 4 CPUs: the allowed ones first.
+    let restricted = Cpus {
+        online: vec![0, 1, 2, 3],
+        allowed: vec![2, 3],
+    };
+    assert_eq!(validate::auto_cpus(2, &restricted), vec![2, 3]);
+    assert_eq!(validate::auto_cpus(3, &restricted), vec![2, 3, 0]);
+}
+
+#[test]
+fn cpus_are_checked_against_the_online_list() {
+    let machine = Cpus {
+        online: vec![0, 1, 2, 3, 6],
+        allowed: vec![2, 3],
+    };
+    let text = BASE.replace("queues = 1", "queues = 2\ncpus = [2, 3]");
+    assert_eq!(
+        parse_on(&text, "t", &machine).unwrap().engine.cpus,
+        vec![2, 3]
+    );
+    let text = BASE.replace("queues = 1", "queues = 2\ncpus = [6, 0]");
+    assert_eq!(
+        parse_on(&text, "t", &machine).unwrap().engine.cpus,
+        vec![6, 0]
+    );
+    let text = BASE.replace("queues = 1", "queues = 1\ncpus = [4]");
+    let e = parse_on(&text, "t", &machine).unwrap_err();
+    assert_eq!(e.key, "engine.cpus");
+    assert!(e.message.contains("online CPUs: 0-3,6"), "{e}");
+    assert_eq!(parse_cpu_list("0-3,6\n"), Some(vec![0, 1, 2, 3, 6]));
+    assert_eq!(parse_cpu_list("3-1"), None);
 }
 
 const SIP_ROUTE: &str = r#"
@@ -445,6 +476,21 @@ fn rtsp_settings_are_checked() {
     );
     let unknown = format!("{RTSP_ROUTE}[[signaling_route.paths]]\nprefix = \"/a\"\nhost = \"x\"\n");
     assert!(check(&unknown).is_err(), "unknown keys stay rejected");
+}
+
+#[test]
+fn relatch_after_ms_defaults_and_bounds() {
+    assert_eq!(check("").unwrap().security.relatch_after_ms, 2000);
+    let set = "[security]\nsource_validation = \"latch\"\nrelatch_after_ms = 500\n";
+    assert_eq!(check(set).unwrap().security.relatch_after_ms, 500);
+    let never = "[security]\nrelatch_after_ms = 0\n";
+    assert_eq!(check(never).unwrap().security.relatch_after_ms, 0);
+    expect_err(
+        "[security]\nrelatch_after_ms = 5\n",
+        "security.relatch_after_ms",
+        base_lines() + 2,
+        "100 to 3600000",
+    );
 }
 
 mod split {

@@ -10,8 +10,8 @@ use toml::Spanned;
 
 use super::raw::{RawConfig, RawDomain, RawSecret, RawSignalingRoute, RawStreamRoute};
 use super::{
-    Config, Control, Domain, DomainId, EngineConfig, PortRange, RtspOptions, RtspPath, Secret,
-    Security, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, StaticStream,
+    Config, Control, Cpus, Domain, DomainId, EngineConfig, PortRange, RtspOptions, RtspPath,
+    Secret, Security, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, StaticStream,
     Transport, UserPass,
 };
 
@@ -40,7 +40,7 @@ pub(super) fn invalid<T>(
 }
 
 /// Checks `raw` against itself and against a machine with `cpus` CPUs.
-pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
+pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
     let a = domain(DomainId::A, &raw.domains.a)?;
     let b = domain(DomainId::B, &raw.domains.b)?;
     cross_domain(&a, &b, &raw.domains.b)?;
@@ -50,9 +50,22 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
         // A half's media rides in link frames: the default shrinks to what a frame carries.
         engine.max_payload = engine.max_payload.min(crate::split::fec::MAX_PAYLOAD);
     }
+    let relatch_after_ms =
+        match &raw.security.relatch_after_ms {
+            None => crate::routes::DEFAULT_RELATCH_AFTER_MS,
+            Some(v) if *v.get_ref() == 0 || (100..=3_600_000).contains(v.get_ref()) => {
+                *v.get_ref() as u64
+            }
+            Some(v) => return Err(invalid(
+                v,
+                "security.relatch_after_ms",
+                "expected 0 (never re-latch) or 100 to 3600000 milliseconds; the default is 2000",
+            )),
+        };
     let security = Security {
         source_validation: raw.security.source_validation,
         rtp_only: raw.security.rtp_only,
+        relatch_after_ms,
     };
     let listen: SocketAddr = raw.control.listen.get_ref().parse().map_err(|_| {
         invalid(
@@ -243,7 +256,8 @@ fn cross_domain(a: &Domain, b: &Domain, raw_b: &RawDomain) -> Result<()> {
     Ok(())
 }
 
-fn engine(raw: &RawConfig, machine_cpus: usize) -> Result<EngineConfig> {
+fn engine(raw: &RawConfig, machine: &Cpus) -> Result<EngineConfig> {
+    let machine_cpus = machine.online.len();
     let e = &raw.engine;
     let queues = *e.queues.get_ref();
     if queues < 1 {
@@ -259,7 +273,7 @@ fn engine(raw: &RawConfig, machine_cpus: usize) -> Result<EngineConfig> {
             &e.queues,
             "engine.queues",
             format!(
-                "{queues} channels but this machine has {machine_cpus} CPUs; one worker per core at most (the published model never runs more channels than cores)"
+                "{queues} channels but this machine has {machine_cpus} online CPUs; one worker per core at most (the published model never runs more channels than cores)"
             ),
         ));
     }
@@ -267,13 +281,13 @@ fn engine(raw: &RawConfig, machine_cpus: usize) -> Result<EngineConfig> {
     let empty = Spanned::new(0..0, Vec::new());
     let cpu_list = e.cpus.as_ref().unwrap_or(&empty);
     for &c in cpu_list.get_ref() {
-        if c < 0 || c as usize >= machine_cpus {
+        if c < 0 || !machine.online.contains(&(c as usize)) {
             return Err(invalid(
                 cpu_list,
                 "engine.cpus",
                 format!(
-                    "CPU {c} does not exist here (CPUs 0-{} are available)",
-                    machine_cpus - 1
+                    "CPU {c} is not online here (online CPUs: {}); name online CPUs or leave the list empty",
+                    machine.online_list()
                 ),
             ));
         }
@@ -287,7 +301,7 @@ fn engine(raw: &RawConfig, machine_cpus: usize) -> Result<EngineConfig> {
         cpus.push(c as usize);
     }
     if cpus.is_empty() {
-        cpus = auto_cpus(queues, machine_cpus);
+        cpus = auto_cpus(queues, machine);
     } else if cpus.len() != queues {
         return Err(invalid(
             cpu_list,
@@ -325,9 +339,18 @@ fn engine(raw: &RawConfig, machine_cpus: usize) -> Result<EngineConfig> {
 
 /// One CPU per queue, keeping CPU 0 for the kernel and the rest of the system when there is
 /// room (the published model's tuning lesson); on two cores there is not.
-pub fn auto_cpus(queues: usize, machine_cpus: usize) -> Vec<usize> {
-    let first = usize::from(machine_cpus > 2 && queues < machine_cpus);
-    (first..first + queues).collect()
+pub fn auto_cpus(queues: usize, machine: &Cpus) -> Vec<usize> {
+    // From the start-up affinity first (what the operator gave the service), its lowest CPU
+    // kept free when there are more than two; then other online CPUs if it is too small.
+    let allowed = &machine.allowed;
+    let skip = usize::from(allowed.len() > 2 && queues < allowed.len());
+    allowed
+        .iter()
+        .skip(skip)
+        .chain(machine.online.iter().filter(|c| !allowed.contains(c)))
+        .copied()
+        .take(queues)
+        .collect()
 }
 
 fn signaling_route(

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
 
 use super::{metrics, ControlState};
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 use crate::config::{DomainId, SourcePolicy};
 use crate::routes::{Channel, RouteError, RouteSpec, SessionId, SessionKind};
 
@@ -261,7 +261,8 @@ fn stats(st: &ControlState) -> Value {
                 })
                 .collect();
             json!({
-                "index": w.index, "cpu": w.cpu, "cpu_seconds": w.cpu_seconds(),
+                "index": w.index, "cpu": w.running_cpu(), "pinned": w.pinned(),
+                "configured_cpu": w.cpu, "cpu_seconds": w.cpu_seconds(),
                 "alive": !w.exited.load(Relaxed), "channels": ch,
             })
         })
@@ -318,7 +319,8 @@ fn routes_json(st: &ControlState) -> Value {
                 "expect_source": r.expected.map(|e| e.to_string()),
                 "latched_source": r.latched().map(|e| e.to_string()),
                 "rtp_only": r.rtp_only, "session": r.session,
-                "last_seen_ms": r.last_seen_ms(),
+                "last_seen_ms": r.last_seen_ms().map(crate::clock::unix_ms),
+                "idle_ms": r.last_seen_ms().map(|t| now_ms().saturating_sub(t)),
                 "counters": snapshot_json(&s.packets),
                 "rtp": { "packets": s.rtp.packets, "lost": s.rtp.lost, "reordered": s.rtp.reordered, "duplicate": s.rtp.duplicate },
             })

@@ -74,9 +74,10 @@ pub fn totals_report(workers: &[Arc<WorkerStats>], routes: &Routes) -> String {
     for w in workers {
         let _ = writeln!(
             s,
-            "worker index={} cpu={:?} cpu_seconds={:.3} ring_drops={} ring_freezes={}",
+            "worker index={} cpu={:?} pinned={} cpu_seconds={:.3} ring_drops={} ring_freezes={}",
             w.index,
-            w.cpu,
+            w.running_cpu(),
+            w.pinned(),
             w.cpu_seconds(),
             w.ring_drops.load(Relaxed),
             w.ring_freezes.load(Relaxed)

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::ControlState;
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, SessionKind};
 use crate::stats::{DropReason, Snapshot};
@@ -38,6 +38,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_channel_drops_total",
         "counter",
         "Packets dropped per channel, by reason",
+    ),
+    (
+        "vgate_relatches_total",
+        "counter",
+        "Times a latch route moved to a new source after its latched source fell silent, per channel",
     ),
     (
         "vgate_worker_packets_total",
@@ -228,6 +233,14 @@ pub fn render(st: &ControlState) -> String {
             "vgate_channel_drops_total",
             &[("channel", c.name())],
             totals.channel(c),
+        );
+    }
+    o.family("vgate_relatches_total");
+    for c in Channel::ALL {
+        o.sample(
+            "vgate_relatches_total",
+            &[("channel", c.name())],
+            totals.channel(c).relatches,
         );
     }
 

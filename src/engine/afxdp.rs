@@ -74,7 +74,7 @@ use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
@@ -531,10 +531,17 @@ impl AfxdpEngine {
     /// Loads and attaches the program and opens every socket; fails with the reason when the
     /// mode cannot run here. Nothing stays attached when it fails.
     pub fn new(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
-        Ok(AfxdpEngine::open(cfg, TxPath::from_env())?)
+        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
+        // their interfaces like the other engines' (checked before anything is attached).
+        let registry = Arc::new(super::bound_registry(cfg)?);
+        Ok(AfxdpEngine::open(cfg, TxPath::from_env(), registry)?)
     }
 
-    fn open(cfg: &Config, tx_path: TxPath) -> Result<AfxdpEngine, AfxdpError> {
+    fn open(
+        cfg: &Config,
+        tx_path: TxPath,
+        registry: Arc<PortRegistry>,
+    ) -> Result<AfxdpEngine, AfxdpError> {
         let queues = cfg.engine.queues.max(1);
         let targets: Targets = [
             (cfg.domains[0].address, cfg.domains[0].media_ports),
@@ -676,10 +683,6 @@ impl AfxdpEngine {
                 );
             }
         }
-        let registry = Arc::new(PortRegistry::new([
-            cfg.domains[0].address,
-            cfg.domains[1].address,
-        ]));
         let hooks = Arc::new(XdpHooks {
             registry: Arc::clone(&registry),
             ports: Mutex::new(PortMap {
@@ -1210,7 +1213,7 @@ fn forward_batch<'p>(
             if let Some(r) = run.take() {
                 finish_run(r, &mut out, now, chan);
             }
-            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port, now));
         }
         let Some(r) = run.as_mut() else { continue };
         // The UDP checksum is not checked: see the module doc.

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::ports::PortKey;
 use super::sys::mmsg::SendOutcome;
-use crate::channel::{inspect, now_ms};
+use crate::channel::{inspect, Admitted};
+use crate::clock::now_ms;
 use crate::config::{DomainId, PortRange};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
@@ -62,6 +63,10 @@ pub struct Run<'l> {
     pub route: Option<Arc<StreamRoute>>,
     pub egress: Option<BorrowedFd<'l>>,
     pub tally: Tally,
+    /// When the run's packets arrived ([`crate::clock::now_ms`]).
+    pub now: u64,
+    /// Whether any packet passed every check (only those keep the route alive).
+    pub admitted: bool,
 }
 
 impl<'l> Run<'l> {
@@ -78,6 +83,7 @@ impl<'l> Run<'l> {
         local: &'l HashMap<PortKey, Arc<UdpSocket>>,
         channel: Channel,
         port: u16,
+        now: u64,
     ) -> Run<'l> {
         let route = routes
             .table(channel)
@@ -94,6 +100,8 @@ impl<'l> Run<'l> {
             route,
             egress,
             tally: Tally::default(),
+            now,
+            admitted: false,
         }
     }
 
@@ -118,9 +126,15 @@ impl<'l> Run<'l> {
             return None;
         }
         let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        if let Err(reason) = inspect(route, src, d.payload, truncated, max_payload) {
-            self.tally.drop(reason);
-            return None;
+        match inspect(route, src, d.payload, truncated, max_payload, self.now) {
+            Ok(admitted) => {
+                self.admitted = true;
+                self.tally.relatches += u64::from(admitted == Admitted::Relatched);
+            }
+            Err(reason) => {
+                self.tally.drop(reason);
+                return None;
+            }
         }
         let Some(fd) = self.egress else {
             // The egress socket is announced before the route is installed, so this only
@@ -134,7 +148,9 @@ impl<'l> Run<'l> {
     /// Adds the run's figures to its route (once) and to its channel's batch tally.
     pub fn close(self, now: u64, chan: &mut [Tally; 2]) {
         if let Some(route) = &self.route {
-            route.touch(now);
+            if self.admitted {
+                route.touch(now);
+            }
             route.stats.packets.add(&self.tally);
         }
         chan[self.channel.index()].merge(&self.tally);

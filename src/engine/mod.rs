@@ -113,11 +113,24 @@ pub enum EngineError {
         have: usize,
         want: usize,
     },
+    #[error("domain isolation: {0}")]
+    Isolation(#[source] std::io::Error),
     #[error("{what}: {source}")]
     Io {
         what: String,
         source: std::io::Error,
     },
+}
+
+/// The port registry of `cfg`'s domains, every socket tied to its domain's interface; an
+/// interface that cannot be bound is a start-up error ([`EngineError::Isolation`]).
+pub fn bound_registry(cfg: &Config) -> Result<ports::PortRegistry, EngineError> {
+    ports::PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address])
+        .on_interfaces([
+            cfg.domains[0].interface.clone(),
+            cfg.domains[1].interface.clone(),
+        ])
+        .map_err(EngineError::Isolation)
 }
 
 /// A running worker thread.
@@ -167,7 +180,7 @@ pub fn choose(mode: Mode, engine: Option<EngineKind>) -> Result<EngineKind, Engi
 /// Builds the engine of `kind` for `cfg`.
 pub fn build(cfg: &Config, kind: EngineKind) -> Result<Box<dyn Engine>, EngineError> {
     match kind {
-        EngineKind::Stack => Ok(Box::new(stack::StackEngine::new(cfg))),
+        EngineKind::Stack => Ok(Box::new(stack::StackEngine::new(cfg)?)),
         EngineKind::Afpacket => Ok(Box::new(tnapi::AfpacketEngine::new(cfg)?)),
         EngineKind::Afxdp => Ok(Box::new(afxdp::AfxdpEngine::new(cfg)?)),
         #[cfg(vgate_pfring)]
@@ -196,15 +209,58 @@ impl Drop for ExitFlag<'_> {
 
 /// Pins the calling thread to `cpu`; `false` when the kernel refused (e.g. the CPU is not in
 /// this process's allowed set), which the caller reports once.
+/// Pins the calling worker thread to `cpu` (if any) and records in `stats` the CPU it then
+/// really runs on, and whether it is pinned there: a failed pin is logged and reported as
+/// unpinned, never as the configured CPU.
+pub fn pin_worker(stats: &WorkerStats, cpu: Option<usize>) {
+    let pinned = cpu.is_some_and(|c| {
+        let ok = pin_to(c);
+        if !ok {
+            tracing::warn!(
+                worker = stats.index,
+                cpu = c,
+                "could not pin worker to its CPU; running unpinned"
+            );
+        }
+        ok
+    });
+    let on = nix::sched::sched_getcpu().ok();
+    stats.record_cpu(on, pinned && on == cpu);
+}
+
 pub fn pin_to(cpu: usize) -> bool {
-    // Core ids come from the config, not from core_affinity::get_core_ids(), which hides
+    // Core ids come from the config, not from a list of "available" cores, which hides
     // isolated CPUs — exactly the ones an appliance reserves for its workers.
-    core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+    // (nix's CpuSet refuses a CPU beyond its size instead of writing past it.)
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).is_ok()
+        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_pin_reports_where_the_worker_really_runs() {
+        let on = std::thread::spawn(|| {
+            let st = WorkerStats::new(0, Some(100_000));
+            pin_worker(&st, Some(100_000));
+            (st.running_cpu(), st.pinned())
+        })
+        .join()
+        .unwrap();
+        assert!(!on.1, "a pin to a CPU that does not exist failed");
+        assert!(on.0.is_some_and(|c| c != 100_000), "{on:?}");
+        let ok = std::thread::spawn(|| {
+            let st = WorkerStats::new(0, Some(0));
+            pin_worker(&st, Some(0));
+            (st.running_cpu(), st.pinned())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(ok, (Some(0), true));
+    }
 
     #[test]
     fn modes_map_to_engines_and_unbuilt_ones_say_so() {

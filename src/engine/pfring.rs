@@ -48,7 +48,7 @@ use super::ports::{Cmd, PortRegistry};
 use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig, Mode};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
@@ -203,10 +203,7 @@ impl PfringEngine {
         Ok(PfringEngine {
             kind,
             cfg: cfg.engine.clone(),
-            registry: Arc::new(PortRegistry::new([
-                cfg.domains[0].address,
-                cfg.domains[1].address,
-            ])),
+            registry: Arc::new(super::bound_registry(cfg)?),
             lib,
             ifaces,
             rings,
@@ -478,7 +475,7 @@ fn forward(
             if let Some(r) = run.take() {
                 finish_run(r, &mut scope, now, chan);
             }
-            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
+            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port, now));
         }
         let Some(run) = run.as_mut() else { continue };
         // No NIC verdict comes with a PF_RING packet here: both checksums are verified.

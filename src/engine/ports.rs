@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -68,7 +69,6 @@ pub struct PortRegistry {
     /// Interface of each domain: a port's socket is tied to it (`SO_BINDTODEVICE`), so the
     /// gateway's address in one domain takes no datagram arriving from the other.
     interfaces: [Option<String>; 2],
-    unbound_warned: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
 }
 
@@ -78,17 +78,22 @@ impl PortRegistry {
         PortRegistry {
             addrs,
             interfaces: [None, None],
-            unbound_warned: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State::default()),
         }
     }
 
     /// Ties every port's socket to its domain's interface (indexed by [`DomainId::index`]).
     /// Linux takes a datagram for any local address on any interface; without this a host in
-    /// one domain that routes through the gateway reaches the ports of the other side.
-    pub fn on_interfaces(mut self, interfaces: [String; 2]) -> PortRegistry {
+    /// one domain that routes through the gateway reaches the ports of the other side. A
+    /// probe socket per domain is tied at once: an interface that cannot be bound (missing,
+    /// no privilege) is a start-up error, never a quiet loss of isolation.
+    pub fn on_interfaces(mut self, interfaces: [String; 2]) -> io::Result<PortRegistry> {
+        for d in DomainId::ALL {
+            let probe = UdpSocket::bind(SocketAddrV4::new(self.addrs[d.index()], 0))?;
+            bind_to_device(&probe, &interfaces[d.index()], d)?;
+        }
         self.interfaces = interfaces.map(Some);
-        self
+        Ok(self)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -165,18 +170,9 @@ impl PortHooks for PortRegistry {
     fn open_port(&self, domain: DomainId, port: u16) -> io::Result<()> {
         let sock = UdpSocket::bind(SocketAddrV4::new(self.addrs[domain.index()], port))?;
         if let Some(ifname) = &self.interfaces[domain.index()] {
-            if let Err(e) = setsockopt(
-                &sock,
-                sockopt::BindToDevice,
-                &std::ffi::OsString::from(ifname),
-            ) {
-                if !self
-                    .unbound_warned
-                    .swap(true, std::sync::atomic::Ordering::Relaxed)
-                {
-                    tracing::warn!(interface = %ifname, "cannot bind media sockets to their interface ({e}); they also take datagrams for their address arriving from the other domain");
-                }
-            }
+            // Refused, the port is not opened (the session gets no port rather than one
+            // that also takes datagrams from the other domain).
+            bind_to_device(&sock, ifname, domain)?;
         }
         sock.set_nonblocking(true)?;
         // Best effort: the kernel caps these at net.core.[rw]mem_max without CAP_NET_ADMIN.
@@ -210,6 +206,19 @@ impl PortHooks for PortRegistry {
             wait_released(&sock, port);
         }
     }
+}
+
+/// Ties `sock` to `interface` (`SO_BINDTODEVICE`); the error names the interface, the
+/// domain and what to do.
+pub fn bind_to_device<F: AsFd>(sock: &F, interface: &str, domain: DomainId) -> io::Result<()> {
+    setsockopt(sock, sockopt::BindToDevice, &std::ffi::OsString::from(interface)).map_err(|e| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!(
+                "cannot bind a socket of domain {domain} to its interface {interface:?} (SO_BINDTODEVICE: {e}); without it the gateway's address in one domain takes datagrams from the other. Check domains.{domain}.interface names an interface that exists here and that vgate has CAP_NET_RAW"
+            ),
+        )
+    })
 }
 
 /// Waits until every worker has let go of `sock`, so that the port is really closed when

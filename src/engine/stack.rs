@@ -20,7 +20,7 @@ use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{RecvBatch, SendBatch};
 use super::worker::{start_workers, Datapath, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
-use crate::channel::inspect;
+use crate::channel::{inspect, Admitted};
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
@@ -55,22 +55,15 @@ pub struct StackEngine {
 }
 
 impl StackEngine {
-    pub fn new(cfg: &Config) -> StackEngine {
-        StackEngine {
+    pub fn new(cfg: &Config) -> Result<StackEngine, EngineError> {
+        Ok(StackEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(
-                PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address]).on_interfaces(
-                    [
-                        cfg.domains[0].interface.clone(),
-                        cfg.domains[1].interface.clone(),
-                    ],
-                ),
-            ),
+            registry: Arc::new(super::bound_registry(cfg)?),
             split: cfg
                 .split
                 .as_ref()
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
-        }
+        })
     }
 }
 
@@ -183,7 +176,7 @@ impl Datapath for StackPath {
     fn sample(&mut self, _shell: &Shell) {
         // A quiet sender still closes its last FEC block.
         if let Some((_, l)) = self.link.as_mut() {
-            l.idle(crate::channel::now_ms());
+            l.idle(crate::clock::now_ms());
         }
     }
 
@@ -276,10 +269,17 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
             let p = rx.payload(i);
             tally.rx_packets += 1;
             tally.rx_bytes += p.len() as u64;
-            match inspect(&route, rx.source(i), p, rx.truncated(i), max_payload) {
-                Ok(()) => sel.push(i as u16),
+            match inspect(&route, rx.source(i), p, rx.truncated(i), max_payload, now) {
+                Ok(admitted) => {
+                    tally.relatches += u64::from(admitted == Admitted::Relatched);
+                    sel.push(i as u16);
+                }
                 Err(reason) => tally.drop(reason),
             }
+        }
+        if !sel.is_empty() {
+            // Only packets that passed every check keep the route alive.
+            route.touch(now);
         }
         if let (false, Some(link)) = (sel.is_empty(), link.as_deref_mut()) {
             // Split half: the far side is the peer half, down the outgoing link.
@@ -314,7 +314,6 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
                 None => tally.drops[DropReason::SendError as usize] += sel.len() as u64,
             }
         }
-        route.touch(now);
         route.stats.packets.add(&tally);
         shell.stats.channel(channel).add(&tally);
         if n < rx.capacity() {

@@ -49,7 +49,7 @@ use super::ports::{Cmd, PortRegistry};
 use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::routes::{Channel, PortHooks, Routes};
 use crate::split::link::{HalfLinks, LinkTx};
@@ -184,14 +184,7 @@ impl AfpacketEngine {
         let nft = MediaDropTable::install(&instance_name(cfg), &rules)?;
         Ok(AfpacketEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(
-                PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address]).on_interfaces(
-                    [
-                        cfg.domains[0].interface.clone(),
-                        cfg.domains[1].interface.clone(),
-                    ],
-                ),
-            ),
+            registry: Arc::new(super::bound_registry(cfg)?),
             ifaces,
             rings,
             targets,
@@ -474,7 +467,7 @@ fn forward_block<'b>(
             if let Some(r) = run.take() {
                 finish_run(r, &mut scope, now, chan);
             }
-            run = Some(Run::start(&shell.routes, local, channel, d.dst_port));
+            run = Some(Run::start(&shell.routes, local, channel, d.dst_port, now));
         }
         let Some(r) = run.as_mut() else { continue };
         // The kernel vouches for checksums it validated or has not filled in yet (a local

@@ -30,8 +30,9 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 
 use super::ports::{Cmd, PortKey, PortRegistry, WorkerLink};
 use super::sys::thread_cpu_ns;
-use super::{pin_to, EngineError, ExitFlag, Worker};
-use crate::channel::{now_ms, WorkerStats};
+use super::{pin_worker, EngineError, ExitFlag, Worker};
+use crate::channel::WorkerStats;
+use crate::clock::now_ms;
 use crate::routes::Routes;
 
 /// Heartbeat, CPU time and kernel counters are sampled this often (milliseconds).
@@ -178,15 +179,7 @@ where
         .name(format!("vgate-w{index}"))
         .spawn(move || {
             let _exit = ExitFlag(&shell.stats);
-            if let Some(cpu) = shell.cpu {
-                if !pin_to(cpu) {
-                    tracing::warn!(
-                        worker = index,
-                        cpu,
-                        "could not pin worker to its CPU; running unpinned"
-                    );
-                }
-            }
+            pin_worker(&shell.stats, shell.cpu);
             let run = make(&shell).and_then(|dp| run(&shell, &stop, link.as_ref(), dp));
             if let Err(e) = run {
                 tracing::error!(worker = index, "worker stopped: {e}");

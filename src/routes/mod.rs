@@ -16,6 +16,7 @@ pub mod alloc;
 pub mod stream;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -23,7 +24,10 @@ use dashmap::DashMap;
 
 use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy, StaticStream};
 pub use alloc::{AllocError, PortAllocator};
-pub use stream::{Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, StreamRoute};
+pub use stream::{
+    Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, SourceCheck, StreamRoute,
+    DEFAULT_RELATCH_AFTER_MS,
+};
 
 /// Called when a gateway port is taken or given back, before any route uses it and after the
 /// last one stopped using it.
@@ -150,6 +154,8 @@ pub struct Routes {
     domains: [Domain; 2],
     inner: Mutex<Inner>,
     hooks: Arc<dyn PortHooks>,
+    /// `security.relatch_after_ms` for routes added from now on (a reload changes it).
+    relatch_after_ms: AtomicU64,
 }
 
 impl Routes {
@@ -168,7 +174,13 @@ impl Routes {
                 next_session: 1,
             }),
             hooks,
+            relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
         }
+    }
+
+    /// Sets the re-latch silence of routes added from now on (`security.relatch_after_ms`).
+    pub fn set_relatch_after_ms(&self, ms: u64) {
+        self.relatch_after_ms.store(ms, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -336,7 +348,10 @@ impl Routes {
                 label: old.label.to_string(),
             });
         }
-        let route = Arc::new(StreamRoute::new(spec, session));
+        let route = Arc::new(
+            StreamRoute::new(spec, session)
+                .with_relatch_after(self.relatch_after_ms.load(Ordering::Relaxed)),
+        );
         table.insert(route.port, Arc::clone(&route));
         s.routes.push((channel, route.port));
         self.hooks.route_added(channel, route.port);

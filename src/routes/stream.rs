@@ -122,12 +122,32 @@ pub struct StreamRoute {
     pub created: SystemTime,
     /// Packed source latched by the `latch` policy (0: none yet).
     latched: AtomicU64,
-    /// Milliseconds since the Unix epoch of the last packet; 0: none yet.
+    /// Under `latch`: how long the latched source must have been silent (nothing forwarded)
+    /// before another source may take the route; 0: never.
+    relatch_after_ms: u64,
+    /// [`crate::clock::now_ms`] of the last forwarded packet; 0: none yet.
     last_seen_ms: AtomicU64,
     pub stats: Arc<RouteStats>,
 }
 
 const LATCHED: u64 = 1 << 48;
+
+/// The default re-latch silence (`security.relatch_after_ms`), as rtpengine's: long enough
+/// that a live stream never loses its route, short enough for a restarted sender.
+pub const DEFAULT_RELATCH_AFTER_MS: u64 = 2000;
+
+/// What [`StreamRoute::check_source`] says of a packet's source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceCheck {
+    /// The expected or latched source (or any source under `any`).
+    Known,
+    /// Not latched yet, or the latched source has fallen silent: `src` may take the route,
+    /// but only once the packet passed every other check ([`StreamRoute::latch`]). Holds
+    /// the latch value seen, for the compare-and-swap.
+    Candidate(u64),
+    /// Refused: `source_mismatch`.
+    Refused,
+}
 
 fn pack(a: SocketAddrV4) -> u64 {
     LATCHED | (u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())
@@ -155,36 +175,66 @@ impl StreamRoute {
             label: spec.label.into(),
             created: SystemTime::now(),
             latched: AtomicU64::new(latched),
+            relatch_after_ms: DEFAULT_RELATCH_AFTER_MS,
             last_seen_ms: AtomicU64::new(0),
             stats: Arc::new(RouteStats::default()),
         }
     }
 
-    /// Whether a packet from `src` may be forwarded. Under `latch`, the first source that
-    /// passes the expected-address check is kept (one compare-and-swap, once).
+    /// The re-latch silence of this route (see [`DEFAULT_RELATCH_AFTER_MS`]); 0: never.
+    pub fn with_relatch_after(mut self, ms: u64) -> StreamRoute {
+        self.relatch_after_ms = ms;
+        self
+    }
+
+    /// What the source check says of a packet from `src` at `now_ms` ([`crate::clock`]).
+    /// Under `latch` a source that passes the expected-address check is a candidate when
+    /// nothing is latched yet, or when the latched source has forwarded nothing for the
+    /// re-latch time; it takes the route only through [`StreamRoute::latch`].
     #[inline]
-    pub fn accepts(&self, src: SocketAddrV4) -> bool {
-        match self.policy {
+    pub fn check_source(&self, src: SocketAddrV4, now_ms: u64) -> SourceCheck {
+        let known = match self.policy {
             SourcePolicy::Any => true,
             SourcePolicy::Strict => self.expected.is_some_and(|e| matches(e, src)),
             SourcePolicy::Latch => {
+                if self.expected.is_some_and(|e| !matches(e, src)) {
+                    return SourceCheck::Refused;
+                }
                 let cur = self.latched.load(Relaxed);
-                if cur != 0 {
-                    return cur == pack(src);
+                if cur == pack(src) {
+                    return SourceCheck::Known;
                 }
-                if let Some(e) = self.expected {
-                    if !matches(e, src) {
-                        return false;
-                    }
+                if cur == 0 {
+                    return SourceCheck::Candidate(0);
                 }
-                match self
-                    .latched
-                    .compare_exchange(0, pack(src), Relaxed, Relaxed)
-                {
-                    Ok(_) => true,
-                    Err(now) => now == pack(src),
+                let silent = now_ms.saturating_sub(self.last_seen_ms.load(Relaxed));
+                if self.relatch_after_ms != 0 && silent >= self.relatch_after_ms {
+                    return SourceCheck::Candidate(cur);
                 }
+                false
             }
+        };
+        if known {
+            SourceCheck::Known
+        } else {
+            SourceCheck::Refused
+        }
+    }
+
+    /// Latches `src` in place of `seen` (the value [`SourceCheck::Candidate`] carried) and
+    /// marks the route alive at `now_ms`, so no other source can take it in the same breath.
+    /// `Some(true)`: a re-latch (another source was latched before); `None` when another
+    /// worker latched a different source first.
+    #[inline]
+    pub fn latch(&self, seen: u64, src: SocketAddrV4, now_ms: u64) -> Option<bool> {
+        let new = pack(src);
+        match self.latched.compare_exchange(seen, new, Relaxed, Relaxed) {
+            Ok(_) => {
+                self.last_seen_ms.store(now_ms, Relaxed);
+                Some(seen != 0)
+            }
+            Err(now) if now == new => Some(false),
+            Err(_) => None,
         }
     }
 
@@ -196,11 +246,13 @@ impl StreamRoute {
         }
     }
 
+    /// Marks the route alive: call only when a packet passed every check (a route whose
+    /// packets are all rejected must time out).
     pub fn touch(&self, now_ms: u64) {
         self.last_seen_ms.store(now_ms, Relaxed);
     }
 
-    /// When the last packet arrived (milliseconds since the epoch), if any did.
+    /// When the last packet was forwarded ([`crate::clock::now_ms`]), if any was.
     pub fn last_seen_ms(&self) -> Option<u64> {
         match self.last_seen_ms.load(Relaxed) {
             0 => None,
@@ -240,36 +292,78 @@ mod tests {
     #[test]
     fn strict_accepts_only_the_expected_source() {
         let r = route(SourcePolicy::Strict, Some("10.1.0.7:5000"));
-        assert!(r.accepts(a("10.1.0.7:5000")));
-        assert!(!r.accepts(a("10.1.0.7:5001")));
-        assert!(!r.accepts(a("10.1.0.8:5000")));
+        assert!(admit(&r, a("10.1.0.7:5000"), 1));
+        assert!(!admit(&r, a("10.1.0.7:5001"), 1));
+        assert!(!admit(&r, a("10.1.0.8:5000"), 1));
         let any_port = route(SourcePolicy::Strict, Some("10.1.0.7:0"));
-        assert!(any_port.accepts(a("10.1.0.7:9")));
-        assert!(!any_port.accepts(a("10.1.0.9:9")));
-        assert!(!route(SourcePolicy::Strict, None).accepts(a("10.1.0.7:5000")));
+        assert!(admit(&any_port, a("10.1.0.7:9"), 1));
+        assert!(!admit(&any_port, a("10.1.0.9:9"), 1));
+        assert!(!admit(
+            &route(SourcePolicy::Strict, None),
+            a("10.1.0.7:5000"),
+            1
+        ));
+    }
+
+    /// The source check and latch as `inspect` does them, for a packet that passed every
+    /// other check.
+    fn admit(r: &StreamRoute, src: SocketAddrV4, now: u64) -> bool {
+        match r.check_source(src, now) {
+            SourceCheck::Known => {
+                r.touch(now);
+                true
+            }
+            SourceCheck::Candidate(seen) => r.latch(seen, src, now).is_some(),
+            SourceCheck::Refused => false,
+        }
     }
 
     #[test]
-    fn latch_keeps_the_first_source() {
+    fn latch_keeps_a_live_source_and_moves_after_silence() {
         let r = route(SourcePolicy::Latch, None);
         assert_eq!(r.latched(), None);
-        assert!(r.accepts(a("10.1.0.7:5000")));
-        assert!(r.accepts(a("10.1.0.7:5000")));
-        assert!(!r.accepts(a("10.1.0.8:5000")));
+        assert_eq!(
+            r.check_source(a("10.1.0.7:5000"), 1000),
+            SourceCheck::Candidate(0)
+        );
+        assert_eq!(r.latched(), None, "checking does not latch");
+        assert!(admit(&r, a("10.1.0.7:5000"), 1000));
+        assert!(admit(&r, a("10.1.0.7:5000"), 2500));
+        assert!(
+            !admit(&r, a("10.1.0.8:5000"), 4000),
+            "1.5 s of silence is not enough"
+        );
         assert_eq!(r.latched(), Some(a("10.1.0.7:5000")));
+        assert!(
+            admit(&r, a("10.1.0.8:5000"), 4500),
+            "2 s of silence: re-latch"
+        );
+        assert_eq!(r.latched(), Some(a("10.1.0.8:5000")));
+        assert!(
+            !admit(&r, a("10.1.0.7:5000"), 4501),
+            "the old source is now refused"
+        );
+        let never = route(SourcePolicy::Latch, None).with_relatch_after(0);
+        assert!(admit(&never, a("10.1.0.7:5000"), 1000));
+        assert!(!admit(&never, a("10.1.0.8:5000"), 1_000_000));
     }
 
     #[test]
     fn latch_within_expected_address() {
         let r = route(SourcePolicy::Latch, Some("10.1.0.7:0"));
-        assert!(!r.accepts(a("10.1.0.8:1")));
-        assert!(r.accepts(a("10.1.0.7:1234")));
-        assert!(!r.accepts(a("10.1.0.7:1235")));
+        assert!(!admit(&r, a("10.1.0.8:1"), 1000));
+        assert!(admit(&r, a("10.1.0.7:1234"), 1000));
+        assert!(!admit(&r, a("10.1.0.7:1235"), 1000));
+        assert!(
+            !admit(&r, a("10.1.0.8:1"), 9000),
+            "never outside the expected address"
+        );
+        assert!(admit(&r, a("10.1.0.7:1235"), 9000));
     }
 
     #[test]
     fn any_accepts_all_and_channels_map_domains() {
-        assert!(route(SourcePolicy::Any, None).accepts(a("1.2.3.4:5")));
+        assert!(admit(&route(SourcePolicy::Any, None), a("1.2.3.4:5"), 1));
         assert_eq!(Channel::from_ingress(DomainId::B), Channel::Reverse);
         assert_eq!(Channel::Forward.egress(), DomainId::B);
     }

@@ -35,7 +35,8 @@ use nix::sys::socket::{setsockopt, sockopt};
 use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP};
 use super::header::{HeaderError, LinkPacket};
 use super::{mac_string, LinkConfig, SplitConfig};
-use crate::channel::{inspect, now_ms};
+use crate::channel::{inspect, Admitted};
+use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::engine::ports::{Cmd, PortRegistry};
 use crate::engine::sys::mmsg::{RecvBatch, SliceBatch};
@@ -627,24 +628,28 @@ fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder,
                         return;
                     };
                     let from = SocketAddrV4::new(ctx.peer_face, src);
-                    match inspect(&route, from, payload, false, ctx.max_payload) {
+                    match inspect(&route, from, payload, false, ctx.max_payload, now) {
                         Err(r) => one.drop(r),
-                        Ok(()) => match local.get(&(egress, route.egress_port)) {
-                            Some(s) => match s.send_to(payload, route.dest) {
-                                Ok(_) => {
-                                    one.tx_packets = 1;
-                                    one.tx_bytes = payload.len() as u64;
-                                }
-                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                    one.drop(DropReason::QueueFull)
-                                }
-                                Err(_) => one.drop(DropReason::SendError),
-                            },
-                            // Only while the route's session is being torn down.
-                            None => one.drop(DropReason::SendError),
-                        },
+                        Ok(admitted) => {
+                            one.relatches += u64::from(admitted == Admitted::Relatched);
+                            // Only admitted datagrams keep the route alive.
+                            route.touch(now);
+                            match local.get(&(egress, route.egress_port)) {
+                                Some(s) => match s.send_to(payload, route.dest) {
+                                    Ok(_) => {
+                                        one.tx_packets = 1;
+                                        one.tx_bytes = payload.len() as u64;
+                                    }
+                                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                        one.drop(DropReason::QueueFull)
+                                    }
+                                    Err(_) => one.drop(DropReason::SendError),
+                                },
+                                // Only while the route's session is being torn down.
+                                None => one.drop(DropReason::SendError),
+                            }
+                        }
                     }
-                    route.touch(now);
                     route.stats.packets.add(&one);
                     tally.merge(&one);
                 };

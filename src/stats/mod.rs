@@ -74,6 +74,8 @@ pub struct PacketCounters {
     pub tx_packets: AtomicU64,
     pub tx_bytes: AtomicU64,
     pub drops: [AtomicU64; DropReason::COUNT],
+    /// Times a `latch` route moved to a new source after its latched one fell silent.
+    pub relatches: AtomicU64,
 }
 
 impl PacketCounters {
@@ -96,6 +98,9 @@ impl PacketCounters {
         for r in DropReason::ALL {
             self.drop(r, t.drops[r as usize]);
         }
+        if t.relatches > 0 {
+            self.relatches.fetch_add(t.relatches, Relaxed);
+        }
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -109,6 +114,7 @@ impl PacketCounters {
             tx_packets: self.tx_packets.load(Relaxed),
             tx_bytes: self.tx_bytes.load(Relaxed),
             drops,
+            relatches: self.relatches.load(Relaxed),
         }
     }
 }
@@ -122,6 +128,7 @@ pub struct Tally {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub drops: [u64; DropReason::COUNT],
+    pub relatches: u64,
 }
 
 impl Tally {
@@ -142,6 +149,7 @@ impl Tally {
         for (a, b) in self.drops.iter_mut().zip(&o.drops) {
             *a += b;
         }
+        self.relatches += o.relatches;
     }
 }
 
@@ -153,6 +161,7 @@ pub struct Snapshot {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub drops: [u64; DropReason::COUNT],
+    pub relatches: u64,
 }
 
 impl Snapshot {
@@ -172,9 +181,10 @@ impl Snapshot {
         for (a, b) in self.drops.iter_mut().zip(&o.drops) {
             *a += b;
         }
+        self.relatches += o.relatches;
     }
 
-    /// `key=value` pairs, drops only where non-zero: the format of the shutdown totals,
+    /// `key=value` pairs, drops and re-latches only where non-zero: the format of the shutdown totals,
     /// which tests and scripts parse.
     pub fn kv(&self) -> String {
         let mut s = format!(
@@ -186,6 +196,9 @@ impl Snapshot {
             if n > 0 {
                 let _ = write!(s, " drop_{}={n}", r.name());
             }
+        }
+        if self.relatches > 0 {
+            let _ = write!(s, " relatches={}", self.relatches);
         }
         s
     }

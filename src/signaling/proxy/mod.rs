@@ -54,18 +54,21 @@ pub struct ProxyContext {
 /// without this a host in domain A that routes through the gateway reaches the listeners on
 /// the gateway's B address (and the reverse): an IP path across the boundary. Bound to its
 /// interface, the socket only sees what arrives there. If the kernel refuses (no such
-/// interface), the socket stays unbound and a warning says so.
-pub fn bind_to_interface<F: std::os::fd::AsFd>(sock: &F, interface: &str, route: &str) {
+/// interface, no privilege), the proxy does not start: isolation never degrades quietly.
+pub fn bind_to_interface<F: std::os::fd::AsFd>(
+    sock: &F,
+    interface: &str,
+    route: &str,
+) -> Result<(), ProxyError> {
     let name = std::ffi::OsString::from(interface);
-    if let Err(e) =
-        nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::BindToDevice, &name)
-    {
-        tracing::warn!(
-            route,
-            interface,
-            "cannot bind a signaling socket to its interface ({e}); it also answers packets for its address arriving on the other domain's interface"
-        );
-    }
+    nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::BindToDevice, &name).map_err(
+        |e| ProxyError::Other {
+            route: route.to_owned(),
+            message: format!(
+                "cannot bind a signaling socket to its interface {interface:?} (SO_BINDTODEVICE: {e}); without it the socket also answers packets for its address arriving from the other domain. Check the domain's interface name and that vgate has CAP_NET_RAW"
+            ),
+        },
+    )
 }
 
 /// Starts a proxy for every signaling route; stops those already started if one fails.

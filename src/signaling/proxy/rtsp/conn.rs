@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::logic::{Events, Exchange, MediaPorts, Output, Settings};
-use crate::channel::now_ms;
+use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
 use crate::signaling::rtsp::{next_frame, Frame};
@@ -335,7 +335,7 @@ fn client_loop(
                     shared.last_request_ms.store(now_ms(), Relaxed);
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
-                    let outs = ex.client_message(bytes, now_secs());
+                    let outs = ex.client_message(bytes, crate::clock::now_secs());
                     // A TEARDOWN closes its channels at once.
                     sync_state(shared, &ex, was_playing);
                     let outs = connect_if_asked(outs, &mut ex, shared, ctx, upstream_thread);
@@ -396,10 +396,6 @@ fn timers(shared: &Shared, ctx: &ConnContext) -> Option<EndReason> {
         }
     }
     None
-}
-
-fn now_secs() -> u64 {
-    now_ms() / 1000
 }
 
 /// Opens the upstream connection when the exchange asks for it (under its lock: nothing

@@ -182,7 +182,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         &listener,
         &ctx.config.domain(route.listen_domain).interface,
         &route.name,
-    );
+    )?;
     listener
         .set_nonblocking(true)
         .map_err(|e| ProxyError::Other {

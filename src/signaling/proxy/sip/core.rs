@@ -7,8 +7,9 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use crate::clock::now_ms;
 use crate::config::{
     Config, DomainId, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, Transport,
 };
@@ -201,14 +202,6 @@ struct Call {
 
 /// Where a request goes: the peer, and the new Request-URI if it changes.
 type Target = (Peer, Option<Vec<u8>>);
-
-/// Milliseconds since the Unix epoch (the clock routes record media in).
-pub fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 static LOG_FORBIDDEN: RateLimit = RateLimit::new(10_000);
 static LOG_REFUSED_MEDIA: RateLimit = RateLimit::new(10_000);
@@ -486,7 +479,7 @@ impl Core {
         ) {
             self.counters.too_large += 1;
         }
-        if let Some(suppressed) = LOG_UNFRAMEABLE.check(wall_ms()) {
+        if let Some(suppressed) = LOG_UNFRAMEABLE.check(now_ms()) {
             tracing::warn!(route = %self.name, peer = %src.addr, suppressed, "SIP/TCP stream refused and closed: {err}");
         }
         let in_domain = self.routes.domain(self.dom(face)).contains(*src.addr.ip());
@@ -534,7 +527,7 @@ impl Core {
 
     fn forbid(&mut self, face: Face, src: Peer, head: &Head<'_>, why: &str, out: &mut Vec<Out>) {
         self.counters.forbidden += 1;
-        if let Some(suppressed) = LOG_FORBIDDEN.check(wall_ms()) {
+        if let Some(suppressed) = LOG_FORBIDDEN.check(now_ms()) {
             tracing::warn!(route = %self.name, peer = %src.addr, suppressed, "SIP request refused with 403: {why}");
         }
         if head.method() == Some(b"ACK") {
@@ -966,7 +959,7 @@ impl Core {
                         self.counters.no_ports += 1;
                     } else {
                         self.counters.tcp_media_refused += u64::from(warning.contains("over TCP"));
-                        if let Some(suppressed) = LOG_REFUSED_MEDIA.check(wall_ms()) {
+                        if let Some(suppressed) = LOG_REFUSED_MEDIA.check(now_ms()) {
                             tracing::warn!(route = %self.name, call = %String::from_utf8_lossy(&call_id), suppressed, "SDP refused with {code}: {warning}");
                         }
                     }
@@ -1304,7 +1297,7 @@ impl Core {
                     // Never let an SDP through unrewritten: drop the answer. The call then
                     // ends by the INVITE timeout (CANCEL downstream, 408 upstream).
                     self.counters.dropped_bad_sdp_responses += 1;
-                    if let Some(suppressed) = LOG_BAD_RESPONSE_SDP.check(wall_ms()) {
+                    if let Some(suppressed) = LOG_BAD_RESPONSE_SDP.check(now_ms()) {
                         let why = match other {
                             Some(Err(MediaError::Refuse { warning, .. })) => warning,
                             _ => "no live call for this SDP".into(),
@@ -1369,7 +1362,7 @@ impl Core {
                     call.contact[face.index()] = Some(tok);
                 }
                 if call.confirmed_ms.is_none() {
-                    call.confirmed_ms = Some(wall_ms());
+                    call.confirmed_ms = Some(now_ms());
                 }
                 if let Some(v) = &mut call.view[face.index()] {
                     v.1 = resp_to.clone();

@@ -264,7 +264,7 @@ impl CallMedia {
                 Ok(_) => self.installed.push(spec),
                 Err(e) => {
                     static LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
-                    if let Some(suppressed) = LOG.check(super::core::wall_ms()) {
+                    if let Some(suppressed) = LOG.check(crate::clock::now_ms()) {
                         tracing::warn!(route = %spec.label, suppressed, "SIP media route not installed: {e}");
                     }
                 }

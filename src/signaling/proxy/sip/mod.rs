@@ -201,8 +201,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         Transport::Udp => {
             let l = UdpSocket::bind(listen).map_err(|e| err(listen, e))?;
             let u = UdpSocket::bind(up).map_err(|e| err(up, e))?;
-            super::bind_to_interface(&l, &listen_if, &route.name);
-            super::bind_to_interface(&u, &up_if, &route.name);
+            super::bind_to_interface(&l, &listen_if, &route.name)?;
+            super::bind_to_interface(&u, &up_if, &route.name)?;
             let local = [
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),
@@ -218,8 +218,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         Transport::Tcp => {
             let l = TcpListener::bind(listen).map_err(|e| err(listen, e))?;
             let u = TcpListener::bind(up).map_err(|e| err(up, e))?;
-            super::bind_to_interface(&l, &listen_if, &route.name);
-            super::bind_to_interface(&u, &up_if, &route.name);
+            super::bind_to_interface(&l, &listen_if, &route.name)?;
+            super::bind_to_interface(&u, &up_if, &route.name)?;
             let local = [
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),

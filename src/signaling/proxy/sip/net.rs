@@ -37,7 +37,8 @@ use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, SockaddrIn};
 
 use crate::signaling::sip::{frame, Framing, Limits, SipError};
 
-use super::core::{wall_ms, Core, Counters, Face, Out, Peer};
+use super::core::{Core, Counters, Face, Out, Peer};
+use crate::clock::now_ms;
 
 /// Datagrams or reads per socket per wakeup, so one busy peer cannot starve the rest.
 pub const BATCH: usize = 64;
@@ -103,7 +104,7 @@ pub fn run_udp(mut core: Core, socks: [UdpSocket; 2], stop: &[Arc<AtomicBool>]) 
                 }
             }
         }
-        let outs = core.tick(Instant::now(), wall_ms());
+        let outs = core.tick(Instant::now(), now_ms());
         send_udp(&socks, outs);
     }
     core.shutdown();
@@ -314,7 +315,7 @@ impl TcpNet {
                         counters.tcp_connections_refused += 1;
                         static LOG: crate::logging::RateLimit =
                             crate::logging::RateLimit::new(10_000);
-                        if let Some(suppressed) = LOG.check(wall_ms()) {
+                        if let Some(suppressed) = LOG.check(now_ms()) {
                             tracing::warn!(peer = %from, suppressed, "SIP/TCP connection refused: {n} already open from this source (max_connections_per_source)");
                         }
                         // Dropping the stream closes it: the peer sees the connection end.
@@ -413,7 +414,7 @@ impl TcpNet {
                     Ok(None) if c.stream.peer_addr().is_ok() => c.connecting = None,
                     Ok(None) => return, // still connecting
                     Ok(Some(e)) | Err(e) => {
-                        if let Some(suppressed) = LOG_CONNECT.check(wall_ms()) {
+                        if let Some(suppressed) = LOG_CONNECT.check(now_ms()) {
                             tracing::warn!(peer = %c.peer, suppressed, "SIP/TCP: cannot connect: {e}; {} queued bytes are lost", c.wbuf.len());
                         }
                         c.wbuf.clear();
@@ -475,7 +476,7 @@ impl TcpNet {
                 Ok(new) => id = Some(new),
                 Err(e) => {
                     self.failed_connects += 1;
-                    if let Some(suppressed) = LOG_CONNECT.check(wall_ms()) {
+                    if let Some(suppressed) = LOG_CONNECT.check(now_ms()) {
                         tracing::warn!(peer = %o.to.addr, suppressed, "SIP/TCP: cannot connect: {e}; the message is lost");
                     }
                 }
@@ -510,7 +511,7 @@ impl TcpNet {
         for id in slow {
             self.failed_connects += 1;
             if let Some(c) = self.conns.get(&id) {
-                if let Some(suppressed) = LOG_CONNECT.check(wall_ms()) {
+                if let Some(suppressed) = LOG_CONNECT.check(now_ms()) {
                     tracing::warn!(peer = %c.peer, suppressed, "SIP/TCP: no connection within {CONNECT_TIMEOUT:?}; {} queued bytes are lost", c.wbuf.len());
                 }
             }
@@ -571,7 +572,7 @@ impl TcpNet {
                     }
                 }
             }
-            for o in core.tick(Instant::now(), wall_ms()) {
+            for o in core.tick(Instant::now(), now_ms()) {
                 self.send(o);
             }
             let now = Instant::now();
