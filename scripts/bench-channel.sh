@@ -10,8 +10,10 @@
 #                     iperf2 tops out near 130 streams; the published sweep was 400-800 on 8 cores)
 #   --seconds S       seconds of traffic per point (default 3: 5 runs of the default sweep then
 #                     take about 13 minutes here; 5 s per point took 17.9 minutes)
-#   --modes "..."     vgate capture modes (default "stack tnapi zc"; a mode that fails to
-#                     start is reported as "not available: <its error>")
+#   --modes "..."     vgate capture modes (default "stack tnapi zc"; also "xdp"; a mode that
+#                     fails to start is reported as "not available: <its error>"). With xdp the
+#                     bed changes for every configuration of the run: TX checksum offload off
+#                     on A's veth, GRO on on B's (see docs/bench-xdp.md)
 #   --baselines "..." default "kernel socat": nftables DNAT with forwarding on (the bound) and
 #                     one socat per stream (the floor). Plain routing ("route") always runs: it
 #                     is the reference for incremental CPU per packet and added latency.
@@ -87,7 +89,7 @@ isnum "$SECS" 2 60 || die "--seconds must be 2..60"
 isnum "$SOCAT_MAX" 0 1000 || die "--socat-max must be 0..1000"
 isnum "$PER_PROC" 1 500 || die "--flows-per-process must be 1..500"
 for n in $STREAMS; do isnum "$n" 1 2000 || die "--streams: '$n' is not 1..2000"; done
-for m in $MODES; do case "$m" in stack|tnapi|zc) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
+for m in $MODES; do case "$m" in stack|tnapi|zc|xdp) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
 for b in $BASELINES; do case "$b" in kernel|socat|route) ;; *) die "--baselines: unknown '$b'" ;; esac; done
 for g in $GENERATOR; do case "$g" in iperf|vgate) ;; *) die "--generator: iperf or vgate" ;; esac; done
 
@@ -160,6 +162,14 @@ inns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 # Receive processing of the gateway's interfaces on the relay core, of A's and B's on the
 # generator core (veth hands frames to the backlog of the sending CPU unless RPS says other).
+# Mode xdp: the senders' UDP checksums complete (the fast path updates them incrementally)
+# and NAPI on the sinks' veth (it takes XDP redirects only then); for every configuration.
+if [[ " $MODES " == *" xdp "* ]]; then
+    command -v ethtool >/dev/null || die "ethtool not found: apt-get install -y ethtool"
+    inns "$A_NS" ethtool -K "$A_IF" tx off >/dev/null
+    inns "$B_NS" ethtool -K "$B_IF" gro on >/dev/null
+fi
+
 steer() {
     [ "$NCPU" -gt 1 ] || return 0
     local rmask gmask q
@@ -254,7 +264,7 @@ start_config() {
             done
             wait_ports "$G_NS" "$n" 1 || { echo "socat: only $(count_ports "$G_NS" 1) of $n listening" > "$why"; return 1; }
             TARGET=$GA_IP TPORT=$A_BASE ;;
-        stack|tnapi|zc)
+        stack|tnapi|zc|xdp)
             vgate_config "$cfg" "$n" "$WORK/vgate.toml"
             # The previous run's log must not be mistaken for this one's (the redirection
             # happens in the background child, after this shell has moved on).
@@ -300,7 +310,7 @@ stop_config() { # cfg dir
         socat)
             for p in "${RELAY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
             for p in "${RELAY_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done ;;
-        stack|tnapi|zc)
+        stack|tnapi|zc|xdp)
             kill -TERM "$VGATE_WRAP" 2>/dev/null || true
             wait "$VGATE_WRAP" 2>/dev/null || true
             cp "$WORK/vgate.out" "$d/vgate-totals.txt" 2>/dev/null || true

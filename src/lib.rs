@@ -14,8 +14,10 @@
 //! ## How a packet crosses: engine → routes → channel
 //!
 //! - [`engine`] captures packets. The capture mode is chosen once at start: `stack` (kernel
-//!   UDP sockets with `recvmmsg`/`sendmmsg`), `tnapi` (one ring per NIC RSS queue) or `zc`
-//!   (zero copy). Each engine runs one worker thread per queue, pinned to its own CPU. All the
+//!   UDP sockets with `recvmmsg`/`sendmmsg`), `tnapi` (one ring per NIC RSS queue), `zc`
+//!   (zero copy) or `xdp` (`zc` plus an in-kernel fast path for settled streams: the XDP
+//!   program rewrites and redirects them itself, [`engine::xdp`]). Each engine runs one worker
+//!   thread per queue, pinned to its own CPU. All the
 //!   `unsafe` of the data path lives in `engine::sys`.
 //! - [`routes`] holds the tables the worker consults: one **stream route table per one-way
 //!   channel** (forward A→B, reverse B→A), keyed by the gateway port the packet arrived on,

@@ -14,14 +14,13 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddrV4, UdpSocket};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::relay::*;
-use common::{enter_netns, in_netns, prerequisites, vgate_bin, Bed};
+use common::{in_netns, prerequisites, vgate_bin, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
@@ -322,8 +321,8 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
     ) {
         return;
     }
-    use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec, SessionKind};
+    use vgate::config::DomainId;
+    use vgate::routes::{Channel, SessionKind};
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
@@ -339,68 +338,15 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("tnapi starts");
         let workers = gw.worker_stats();
         let stop = Arc::new(AtomicBool::new(false));
-        let counts: Arc<[AtomicU64; 2]> = Arc::new(Default::default());
-        // Receivers for two routes.
-        let rx = {
-            let (stop, counts) = (Arc::clone(&stop), Arc::clone(&counts));
-            std::thread::spawn(move || {
-                enter_netns(&b_ns).unwrap();
-                let socks: Vec<UdpSocket> = (0..2u16)
-                    .map(|i| {
-                        let s = UdpSocket::bind((b_ip, SINK_PORTS + i)).unwrap();
-                        s.set_read_timeout(Some(Duration::from_millis(2))).unwrap();
-                        s
-                    })
-                    .collect();
-                let mut buf = [0u8; 2048];
-                while !stop.load(Relaxed) {
-                    for (i, s) in socks.iter().enumerate() {
-                        while let Ok((_, from)) = s.recv_from(&mut buf) {
-                            assert_eq!(from.ip(), std::net::IpAddr::V4(gb_ip));
-                            counts[i].fetch_add(1, Relaxed);
-                        }
-                    }
-                }
-            })
-        };
+        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
         // One sender per gateway port, 1 packet per ms each, until stopped.
-        let tx = {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                enter_netns(&a_ns).unwrap();
-                let socks: Vec<UdpSocket> = (0..2)
-                    .map(|_| UdpSocket::bind((a_ip, 0)).unwrap())
-                    .collect();
-                let mut seq = 0;
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while !stop.load(Relaxed) && Instant::now() < deadline {
-                    for (i, s) in socks.iter().enumerate() {
-                        let _ = s.send_to(&packet(i as u32, seq), (ga_ip, A_PORTS + 2 * i as u16));
-                    }
-                    seq += 1;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-        };
-        let count = |i: usize| counts[i].load(Relaxed);
+        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
+        let count = |i: usize| sinks.count(i);
         let wait_growth = |i: usize, by: u64| {
-            let start = count(i);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while count(i) < start + by {
-                assert!(Instant::now() < deadline, "route {i} does not forward");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
+            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
         };
-        let spec = |i: u16| RouteSpec {
-            ingress: DomainId::A,
-            port: A_PORTS + 2 * i,
-            dest: SocketAddrV4::new(b_ip, SINK_PORTS + i),
-            egress_port: B_PORTS + 2 * i,
-            policy: SourcePolicy::Any,
-            expected: None,
-            rtp_only: false,
-            label: format!("r{i}"),
-        };
+        let spec = |i: u16| route_spec(i, b_ip);
         let s = gw.routes.open_session(SessionKind::Admin, "test");
         for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
             gw.routes.reserve_port(s, d, p).unwrap();
@@ -434,7 +380,7 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
 
         stop.store(true, Relaxed);
         tx.join().unwrap();
-        rx.join().unwrap();
+        sinks.finish();
         assert!(
             workers.iter().all(|w| !w.exited.load(Relaxed)),
             "no worker restarted or stopped"

@@ -230,7 +230,7 @@ fn no_ip_path(mode: &str) {
     let _in_a = listen(a_ns, bed.ip("A_IP"));
     let _in_b = listen(b_ns, bed.ip("B_IP"));
 
-    // The upstream faces of the B-listening routes show in A (ephemeral ports).
+    // The upstream faces of the B-listening routes show in A (their upstream_port).
     let log = gw.log();
     let faces: BTreeSet<u16> = log
         .lines()

@@ -66,6 +66,7 @@ fn settings() -> Settings {
         limits: Limits::default(),
         transports: TransportPolicy::default(),
         session_timeout: 30,
+        request_timeout: 10,
         stats: Arc::new(vgate::signaling::proxy::SignalingStats::new(
             vgate::config::SignalingKind::Rtsp,
         )),

@@ -37,6 +37,7 @@ transport = "udp"
 listen_domain = "b"
 listen_port = 5060
 upstream = "10.1.0.9:5060"
+upstream_port = 5061
 media_timeout = 5
 
 [[signaling_route]]
@@ -46,10 +47,15 @@ transport = "udp"
 listen_domain = "a"
 listen_port = 5060
 upstream = "10.2.0.60:5060"
+upstream_port = 5061
 allow_ids = ["3402000000"]
 "#;
 
 pub struct Bench {
+    /// The Call-ID each face's peers know a call by: vgate hides Call-IDs, so a peer
+    /// answers and continues a dialog with the Call-ID it received. Scripts are written
+    /// with one Call-ID per call; `send` puts the peer's in.
+    pub peer_cids: std::collections::HashMap<(Face, String), String>,
     pub cfg: Config,
     pub routes: Arc<Routes>,
     pub core: Core,
@@ -58,13 +64,19 @@ pub struct Bench {
 }
 
 pub fn bench(route: usize) -> Bench {
-    let cfg = config::parse(CONFIG, "golden.toml").unwrap();
+    bench_with(CONFIG, route)
+}
+
+/// A bench on another config (the golden one with route settings added).
+pub fn bench_with(config_text: &str, route: usize) -> Bench {
+    let cfg = config::parse(config_text, "golden.toml").unwrap();
     let routes = Arc::new(Routes::new(&cfg, Arc::new(NoHooks)));
     let r = &cfg.signaling[route];
     let listen = SocketAddrV4::new(cfg.domain(r.listen_domain).address, r.listen_port);
     let up = SocketAddrV4::new(cfg.domain(r.listen_domain.other()).address, 40000);
     let core = Core::new(r, &cfg, Arc::clone(&routes), [listen, up], "t");
     Bench {
+        peer_cids: Default::default(),
         cfg,
         routes,
         core,
@@ -104,9 +116,26 @@ fn placeholders(s: &str) -> String {
 
 impl Bench {
     pub fn send(&mut self, face: Face, from: &str, msg: &str) -> Vec<Out> {
-        let msg = msg.replace('\n', "\r\n");
+        let mut msg = msg.replace('\n', "\r\n");
+        let script_cid = call_id_of(&msg);
+        if let Some(c) = script_cid
+            .as_ref()
+            .and_then(|c| self.peer_cids.get(&(face, c.clone())))
+        {
+            msg = msg.replace(
+                &format!("Call-ID: {}\r\n", script_cid.clone().unwrap_or_default()),
+                &format!("Call-ID: {c}\r\n"),
+            );
+        }
         let src = Peer::udp(from.parse().unwrap());
         let outs = self.core.on_message(face, src, msg.as_bytes(), self.now);
+        if let Some(script) = script_cid {
+            for o in outs.iter().filter(|o| o.face != face) {
+                if let Some(c) = call_id_of(&String::from_utf8_lossy(&o.bytes)) {
+                    self.peer_cids.insert((o.face, script.clone()), c);
+                }
+            }
+        }
         let _ = writeln!(
             self.log,
             "======== in {face:?} from {from}\n{}",
@@ -169,6 +198,13 @@ impl Bench {
             );
         }
     }
+}
+
+/// The Call-ID of a message.
+pub fn call_id_of(msg: &str) -> Option<String> {
+    msg.lines()
+        .find_map(|l| l.strip_prefix("Call-ID: "))
+        .map(|c| c.trim().to_owned())
 }
 
 /// The token vgate put in a Contact (`vgt=...`).
@@ -1036,10 +1072,13 @@ fn media_timeout_sends_bye_to_both_sides() {
     let to_b = outs.iter().find(|o| o.face == Face::Listen).unwrap();
     assert_eq!(to_a.to.addr, "10.1.0.9:5060".parse().unwrap());
     assert_eq!(to_b.to.addr, "10.2.0.50:5060".parse().unwrap());
-    for o in [to_a, to_b] {
+    // Each side gets the Call-ID it knows the call by (vgate hides the caller's from A).
+    let a_cid = t.peer_cids[&(Face::Upstream, "1001@3402000000".to_owned())].clone();
+    assert_ne!(a_cid, "1001@3402000000");
+    for (o, cid) in [(to_a, a_cid.as_str()), (to_b, "1001@3402000000")] {
         let m = text(o);
         assert!(m.starts_with("BYE "), "{m}");
-        assert!(m.contains("Call-ID: 1001@3402000000\r\n"));
+        assert!(m.contains(&format!("Call-ID: {cid}\r\n")), "{m}");
         assert!(m.contains("Reason: SIP;cause=200;text=\"vgate: no media\""));
     }
     // Each side's BYE carries that side's view of the dialog (its own tag in To or From).
@@ -1209,4 +1248,704 @@ Contact: <sip:34020000001320000001@10.1.0.9:5060>
     assert_eq!(rr.dest, "10.1.0.9:15060".parse().unwrap());
     assert_eq!(rr.expected, Some("10.2.0.50:0".parse().unwrap()));
     t.check("rtcp_mux");
+}
+
+fn code(o: &Out) -> String {
+    text(o).split(' ').nth(1).unwrap_or_default().to_owned()
+}
+
+fn register(contact_port: u16, cseq: u32, expires: u32) -> String {
+    format!(
+        "REGISTER sip:34020000002000000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.20:{contact_port};rport;branch=z9hG4bKreg{contact_port}x{cseq}
+From: <sip:34020000001320000001@3402000000>;tag=r{contact_port}
+To: <sip:34020000001320000001@3402000000>
+Call-ID: reg{contact_port}@3402000000
+CSeq: {cseq} REGISTER
+Contact: <sip:34020000001320000001@10.1.0.20:{contact_port}>
+Max-Forwards: 70
+Expires: {expires}
+Content-Length: 0
+
+"
+    )
+}
+
+fn answer_register(t: &mut Bench, fwd: &Out, code: &str) -> Vec<Out> {
+    let f = text(fwd);
+    let head = |name: &str| {
+        f.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let resp = format!(
+        "SIP/2.0 {code}\n{}\n{}\n{};tag=s1\n{}\n{}\nContent-Length: 0\n\n",
+        head("Via:"),
+        head("From:"),
+        head("To:"),
+        head("Call-ID:"),
+        head("CSeq:"),
+    );
+    t.send(Face::Upstream, "10.2.0.60:5060", &resp)
+}
+
+/// What a wvp-style platform sends: a request to the device at the address its REGISTER
+/// came from (the gateway's upstream face), without any token.
+fn platform_message(ruri: &str, n: u32) -> String {
+    with_body(
+        &format!(
+            "MESSAGE {ruri} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.60:5060;rport;branch=z9hG4bKplat{n}
+From: <sip:34020000002000000001@3402000000>;tag=p{n}
+To: <sip:34020000001320000001@3402000000>
+Call-ID: plat{n}@3402000000
+CSeq: {n} MESSAGE
+Max-Forwards: 70
+"
+        ),
+        "Application/MANSCDP+xml",
+        "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Query>
+<CmdType>DeviceInfo</CmdType>
+<SN>1</SN>
+<DeviceID>34020000001320000001</DeviceID>
+</Query>
+",
+    )
+}
+
+#[test]
+fn a_registration_routes_only_after_the_registrars_2xx() {
+    let mut t = bench(1);
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 1, 3600));
+    assert_eq!(outs.len(), 1);
+    let tok = token(&outs[0]);
+    let by_token = format!("sip:34020000001320000001@10.2.0.1:40000;vgt={tok}");
+    // Before the registrar answers, the token routes nothing.
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 1),
+    );
+    assert_eq!(code(&o[0]), "404", "a pending registration must not route");
+    // A refused REGISTER never becomes a binding either.
+    let fwd = outs[0].clone();
+    let back = answer_register(&mut t, &fwd, "403 Forbidden");
+    assert_eq!(code(&back[0]), "403");
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 2),
+    );
+    assert_eq!(code(&o[0]), "404");
+    t.advance(Duration::from_secs(40));
+    let _ = t.core.tick(t.now, 0);
+    assert_eq!(t.core.table_sizes().2, 0, "the refused contact is gone");
+    // Accepted: now it routes, to the device.
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 2, 3600));
+    let tok = token(&outs[0]);
+    let fwd = outs[0].clone();
+    let back = answer_register(&mut t, &fwd, "200 OK");
+    assert_eq!(code(&back[0]), "200");
+    let by_token = format!("sip:34020000001320000001@10.2.0.1:40000;vgt={tok}");
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 3),
+    );
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].to.addr, "10.1.0.20:5070".parse().unwrap());
+    assert!(text(&o[0]).starts_with("MESSAGE sip:34020000001320000001@10.1.0.20:5070 "));
+}
+
+#[test]
+fn a_platform_reaches_a_device_at_the_address_it_registered_from() {
+    let mut t = bench(1);
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 1, 3600));
+    // Not registered yet: 404.
+    let registered_at = "sip:34020000001320000001@10.2.0.1:40000";
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(registered_at, 1),
+    );
+    assert_eq!(code(&o[0]), "404");
+    let fwd = outs[0].clone();
+    answer_register(&mut t, &fwd, "200 OK");
+    // The platform addresses the device where its REGISTER came from, no token.
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(registered_at, 2),
+    );
+    assert_eq!(o.len(), 1, "{}", text(&o[0]));
+    assert_eq!(o[0].face, Face::Listen);
+    assert_eq!(o[0].to.addr, "10.1.0.20:5070".parse().unwrap());
+    assert!(text(&o[0]).starts_with("MESSAGE sip:34020000001320000001@10.1.0.20:5070 "));
+    assert_eq!(t.core.counters.routed_by_user, 1);
+    // An unknown device ID at the same address: 404.
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message("sip:34020000001320000099@10.2.0.1:40000", 3),
+    );
+    assert_eq!(code(&o[0]), "404");
+    // Unregistering (Expires: 0, accepted) ends it.
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 3, 0));
+    let fwd = outs[0].clone();
+    answer_register(&mut t, &fwd, "200 OK");
+    t.advance(Duration::from_secs(1));
+    let _ = t.core.tick(t.now, 0);
+    let o = t.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(registered_at, 4),
+    );
+    assert_eq!(code(&o[0]), "404");
+}
+
+#[test]
+fn contacts_are_capped_per_source_with_a_counted_refusal() {
+    let mut t = bench(1);
+    let cap = t.cfg.signaling[1].policy.max_bindings_per_source;
+    for i in 0..cap {
+        let outs = t.send(
+            Face::Listen,
+            "10.1.0.20:5070",
+            &register(10_000 + i as u16, 1, 3600),
+        );
+        assert!(
+            text(&outs[0]).starts_with("REGISTER"),
+            "contact {i} refused"
+        );
+    }
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(9_000, 1, 3600));
+    assert_eq!(code(&outs[0]), "403");
+    assert!(text(&outs[0]).contains("too many contacts from this source"));
+    assert_eq!(t.core.counters.bindings_refused, 1);
+    // Another source is not affected.
+    let other = register(5070, 1, 3600).replace("10.1.0.20", "10.1.0.21");
+    let outs = t.send(Face::Listen, "10.1.0.21:5070", &other);
+    assert!(text(&outs[0]).starts_with("REGISTER"));
+    // Pending contacts the registrar never accepted expire and free the source's quota.
+    t.advance(Duration::from_secs(40));
+    let _ = t.core.tick(t.now, 0);
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(9_000, 2, 3600));
+    assert!(text(&outs[0]).starts_with("REGISTER"));
+}
+
+#[test]
+fn tokens_and_branches_are_not_guessable() {
+    let cfg = config::parse(CONFIG, "golden.toml").unwrap();
+    let routes = Arc::new(Routes::new(&cfg, Arc::new(NoHooks)));
+    let r = &cfg.signaling[1];
+    let listen = SocketAddrV4::new(cfg.domain(r.listen_domain).address, r.listen_port);
+    let up = SocketAddrV4::new(cfg.domain(r.listen_domain.other()).address, 40000);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let secret = vgate::signaling::proxy::sip::random_secret("t").unwrap();
+        let mut core =
+            Core::new(r, &cfg, Arc::clone(&routes), [listen, up], "").with_secret(secret);
+        for port in [5070u16, 5071] {
+            let m = register(port, 1, 3600).replace('\n', "\r\n");
+            let outs = core.on_message(
+                Face::Listen,
+                Peer::udp(format!("10.1.0.20:{port}").parse().unwrap()),
+                m.as_bytes(),
+                Instant::now(),
+            );
+            ids.push(token(&outs[0]));
+            ids.push(branch_of(&outs[0]));
+        }
+    }
+    for id in &ids {
+        let tail = id.trim_start_matches("z9hG4bKvg");
+        assert!(
+            tail.len() >= 24 && tail.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+    let mut uniq = ids.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), ids.len(), "identifiers repeat: {ids:?}");
+    // Consecutive identifiers share no prefix a counter would leave.
+    assert_ne!(ids[0][..8], ids[2][..8]);
+}
+
+fn golden_bytes(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/golden/manscdp/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn check_golden_bytes(name: &str, got: &[u8]) {
+    let path = format!("{}/tests/golden/manscdp/{name}", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}; run with UPDATE_GOLDEN=1 to create it"));
+    assert!(
+        want == got,
+        "{name}: output differs from {path} (UPDATE_GOLDEN=1 rewrites it):\n{}",
+        String::from_utf8_lossy(got)
+    );
+}
+
+/// A MESSAGE from the device in A carrying `body` (bytes, any encoding) to the platform.
+fn device_message(body: &[u8], n: u32) -> Vec<u8> {
+    let mut m = format!(
+        "MESSAGE sip:34020000002000000001@3402000000 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 10.1.0.20:5060;rport;branch=z9hG4bKmsg{n}\r\n\
+From: <sip:34020000001110000001@3402000000>;tag=m{n}\r\n\
+To: <sip:34020000002000000001@3402000000>\r\n\
+Call-ID: msg{n}@3402000000\r\n\
+CSeq: {n} MESSAGE\r\n\
+Max-Forwards: 70\r\n\
+Content-Type: Application/MANSCDP+xml\r\n\
+Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    m.extend_from_slice(body);
+    m
+}
+
+/// Splits what vgate sent into head and body, checking Content-Length against the body.
+fn head_and_body(o: &Out) -> (String, Vec<u8>) {
+    let b = &o.bytes;
+    let at = b.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8(b[..at].to_vec()).unwrap();
+    let body = b[at..].to_vec();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        len,
+        body.len(),
+        "Content-Length must match the rewritten body"
+    );
+    (head, body)
+}
+
+/// GB2312 bytes of the device names in the golden bodies: they must cross unchanged.
+const GB2312_EAST_GATE: &[u8] = b"\xb6\xab\xc3\xc5\xc8\xeb\xbf\xda\xc7\xb9\xbb\xfa";
+
+#[test]
+fn manscdp_catalog_in_gb2312_gets_the_gateway_address() {
+    let mut t = bench(1);
+    let body = golden_bytes("catalog.in.xml");
+    assert!(body
+        .windows(GB2312_EAST_GATE.len())
+        .any(|w| w == GB2312_EAST_GATE));
+    let m = device_message(&body, 1);
+    let outs = t.core.on_message(
+        Face::Listen,
+        Peer::udp("10.1.0.20:5060".parse().unwrap()),
+        &m,
+        t.now,
+    );
+    assert_eq!(outs.len(), 1);
+    let (head, out_body) = head_and_body(&outs[0]);
+    assert!(head.starts_with("MESSAGE "));
+    check_golden_bytes("catalog.gateway.xml", &out_body);
+    assert!(
+        !outs[0].bytes.windows(8).any(|w| w == b"192.168."),
+        "a device address crossed"
+    );
+    assert!(out_body
+        .windows(GB2312_EAST_GATE.len())
+        .any(|w| w == GB2312_EAST_GATE));
+    // The address field holding a place name in GB2312 is kept.
+    assert!(out_body
+        .windows(10)
+        .any(|w| w == b"\xcd\xa3\xb3\xb5\xb3\xa1\xb1\xb1\xb2\xe0"));
+    assert_eq!(t.core.counters.manscdp_rewritten, 1);
+}
+
+#[test]
+fn manscdp_deviceinfo_blanked_when_the_route_says_so() {
+    let cfg = CONFIG.replace(
+        "upstream = \"10.2.0.60:5060\"\n",
+        "upstream = \"10.2.0.60:5060\"\nmanscdp_addresses = \"blank\"\n",
+    );
+    let mut t = bench_with(&cfg, 1);
+    let m = device_message(&golden_bytes("deviceinfo.in.xml"), 2);
+    let outs = t.core.on_message(
+        Face::Listen,
+        Peer::udp("10.1.0.20:5060".parse().unwrap()),
+        &m,
+        t.now,
+    );
+    let (_, out_body) = head_and_body(&outs[0]);
+    check_golden_bytes("deviceinfo.blank.xml", &out_body);
+    assert!(!outs[0].bytes.windows(8).any(|w| w == b"192.168."));
+    // "keep" passes the body byte for byte.
+    let cfg = CONFIG.replace(
+        "upstream = \"10.2.0.60:5060\"\n",
+        "upstream = \"10.2.0.60:5060\"\nmanscdp_addresses = \"keep\"\n",
+    );
+    let mut t = bench_with(&cfg, 1);
+    let outs = t.core.on_message(
+        Face::Listen,
+        Peer::udp("10.1.0.20:5060".parse().unwrap()),
+        &m,
+        t.now,
+    );
+    let (_, out_body) = head_and_body(&outs[0]);
+    assert_eq!(out_body, golden_bytes("deviceinfo.in.xml"));
+}
+
+fn platform_control(body: &str, n: u32) -> String {
+    with_body(
+        &format!(
+            "MESSAGE sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bKctl{n}
+From: <sip:34020000002000000001@3402000000>;tag=c{n}
+To: <sip:34020000001320000001@3402000000>
+Call-ID: ctl{n}@3402000000
+CSeq: {n} MESSAGE
+Max-Forwards: 70
+"
+        ),
+        "Application/MANSCDP+xml",
+        body,
+    )
+}
+
+const TELEBOOT: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Control>
+<CmdType>DeviceControl</CmdType>
+<SN>11</SN>
+<DeviceID>34020000001320000001</DeviceID>
+<TeleBoot>Boot</TeleBoot>
+</Control>
+";
+
+const PTZ: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Control>
+<CmdType>DeviceControl</CmdType>
+<SN>12</SN>
+<DeviceID>34020000001320000001</DeviceID>
+<PTZCmd>A50F010800FA00B7</PTZCmd>
+</Control>
+";
+
+const DEVICE_INFO_QUERY: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
+<Query>
+<CmdType>DeviceInfo</CmdType>
+<SN>13</SN>
+<DeviceID>34020000001320000001</DeviceID>
+</Query>
+";
+
+#[test]
+fn manscdp_commands_refused_by_route_policy_get_403_and_are_counted() {
+    // Without a policy everything crosses (the default).
+    let mut t = bench(0);
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(TELEBOOT, 1),
+    );
+    assert!(text(&o[0]).starts_with("MESSAGE "), "{}", text(&o[0]));
+    let cfg = CONFIG.replace(
+        "upstream_port = 5061\nmedia_timeout = 5\n",
+        "upstream_port = 5061\nmedia_timeout = 5\nmanscdp_deny = [\"TeleBoot\", \"DeviceConfig\"]\n",
+    );
+    let mut t = bench_with(&cfg, 0);
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(TELEBOOT, 1),
+    );
+    assert_eq!(o.len(), 1);
+    assert_eq!(code(&o[0]), "403");
+    assert!(text(&o[0]).contains("MANSCDP command TeleBoot is not allowed"));
+    let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(PTZ, 2));
+    assert!(text(&o[0]).starts_with("MESSAGE "), "PTZ is not denied");
+    assert_eq!(t.core.counters.manscdp_refused, 1);
+    // An allow-list: only the commands named cross.
+    let cfg = CONFIG.replace(
+        "upstream_port = 5061\nmedia_timeout = 5\n",
+        "upstream_port = 5061\nmedia_timeout = 5\nmanscdp_allow = [\"Catalog\", \"DeviceControl\"]\nmanscdp_deny = [\"TeleBoot\"]\n",
+    );
+    let mut t = bench_with(&cfg, 0);
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(DEVICE_INFO_QUERY, 3),
+    );
+    assert_eq!(code(&o[0]), "403");
+    let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(PTZ, 4));
+    assert!(text(&o[0]).starts_with("MESSAGE "));
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(TELEBOOT, 5),
+    );
+    assert_eq!(code(&o[0]), "403");
+    assert_eq!(t.core.counters.manscdp_refused, 2);
+    assert!(t.core.counters.list().contains(&("manscdp_refused", 2)));
+}
+
+/// No message vgate sent into one domain names an address of the other (10.1/16 is A,
+/// 10.2/16 is B; route 0 listens in B).
+fn assert_no_leak(outs: &[Out]) {
+    for o in outs {
+        let m = text(o);
+        let foreign = match o.face {
+            Face::Upstream => "10.2.",
+            Face::Listen => "10.1.",
+        };
+        assert!(
+            !m.contains(foreign),
+            "{foreign} leaked into {:?}:\n{m}",
+            o.face
+        );
+    }
+}
+
+fn in_dialog(
+    method: &str,
+    ruri: &str,
+    (from, to): (&str, &str),
+    call: &str,
+    cseq: u32,
+    n: &str,
+    via: &str,
+) -> String {
+    format!(
+        "{method} {ruri} SIP/2.0
+Via: SIP/2.0/UDP {via};rport;branch=z9hG4bK{n}
+From: {from}
+To: {to}
+Call-ID: {call}
+CSeq: {cseq} {method}
+Max-Forwards: 70
+Content-Length: 0
+
+"
+    )
+}
+
+fn answer(
+    t: &mut Bench,
+    face: Face,
+    from: &str,
+    req: &Out,
+    status: &str,
+    to_tag: Option<&str>,
+) -> Vec<Out> {
+    let f = text(req);
+    let h = |name: &str| {
+        f.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let to = match to_tag {
+        Some(tag) if !h("To:").contains(";tag=") => format!("{};tag={tag}", h("To:")),
+        _ => h("To:"),
+    };
+    let r = format!(
+        "SIP/2.0 {status}\n{}\n{}\n{to}\n{}\n{}\nContent-Length: 0\n\n",
+        h("Via:"),
+        h("From:"),
+        h("Call-ID:"),
+        h("CSeq:")
+    );
+    t.send(face, from, &r)
+}
+
+#[test]
+fn call_ids_with_addresses_never_cross() {
+    let mut t = bench(0);
+    let call = "8f3a55e1@10.2.0.50";
+    let invite = invite_with(OFFER, "34020000002000000001", "x1")
+        .replace("Call-ID: x1", &format!("Call-ID: {call}"));
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_no_leak(&outs);
+    let inv = outs
+        .iter()
+        .find(|o| o.face == Face::Upstream)
+        .unwrap()
+        .clone();
+    let a_cid = call_id_of(&text(&inv)).unwrap();
+    assert_ne!(a_cid, call);
+    let caller_token = token(&inv);
+    // 200 from the device (with the Call-ID it received), SDP and all.
+    let f = text(&inv);
+    let h = |name: &str| {
+        f.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK\n{}\n{}\n{};tag=d1\nCall-ID: {a_cid}\n{}\nContact: <sip:34020000001320000001@10.1.0.9:5060>\n",
+            h("Via:"),
+            h("From:"),
+            h("To:"),
+            h("CSeq:")
+        ),
+        "application/sdp",
+        ANSWER,
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert_no_leak(&outs);
+    assert_eq!(
+        call_id_of(&text(&outs[0])).unwrap(),
+        call,
+        "the caller gets its own Call-ID back"
+    );
+    let callee_token = token(&outs[0]);
+    let (p, d) = (
+        "<sip:34020000002000000001@3402000000>;tag=p1",
+        "<sip:34020000001320000001@3402000000>;tag=d1",
+    );
+    let to_callee = format!("sip:34020000001320000001@10.2.0.1:5060;vgt={callee_token}");
+    let to_caller = format!("sip:34020000002000000001@10.1.0.1:40000;vgt={caller_token}");
+    let ack = in_dialog("ACK", &to_callee, (p, d), call, 1, "ack1", "10.2.0.50:5060");
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &ack);
+    assert_no_leak(&outs);
+    assert!(text(&outs[0]).contains(&format!("Call-ID: {a_cid}\r\n")));
+    // In-dialog requests from each side, and their answers.
+    let info = in_dialog(
+        "INFO",
+        &to_callee,
+        (p, d),
+        call,
+        2,
+        "info1",
+        "10.2.0.50:5060",
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &info);
+    assert_no_leak(&outs);
+    let fwd = outs[0].clone();
+    assert_no_leak(&answer(
+        &mut t,
+        Face::Upstream,
+        "10.1.0.9:5060",
+        &fwd,
+        "200 OK",
+        None,
+    ));
+    let info = in_dialog(
+        "INFO",
+        &to_caller,
+        (d, p),
+        &a_cid,
+        1,
+        "info2",
+        "10.1.0.9:5060",
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &info);
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_no_leak(&outs);
+    assert!(text(&outs[0]).contains(&format!("Call-ID: {call}\r\n")));
+    let fwd = outs[0].clone();
+    assert_no_leak(&answer(
+        &mut t,
+        Face::Listen,
+        "10.2.0.50:5060",
+        &fwd,
+        "200 OK",
+        None,
+    ));
+    // BYE from the device; the call ends.
+    let bye = in_dialog(
+        "BYE",
+        &to_caller,
+        (d, p),
+        &a_cid,
+        2,
+        "bye1",
+        "10.1.0.9:5060",
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &bye);
+    assert_no_leak(&outs);
+    let fwd = outs[0].clone();
+    assert_no_leak(&answer(
+        &mut t,
+        Face::Listen,
+        "10.2.0.50:5060",
+        &fwd,
+        "200 OK",
+        None,
+    ));
+    assert_eq!(t.routes.sessions().len(), 0);
+
+    // A call cancelled before the answer: INVITE, CANCEL, 487, ACK all hide it too.
+    let call2 = "c2@10.2.0.50";
+    let invite = invite_with(OFFER, "34020000002000000001", "x2")
+        .replace("Call-ID: x2", &format!("Call-ID: {call2}"));
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_no_leak(&outs);
+    let inv = outs
+        .iter()
+        .find(|o| o.face == Face::Upstream)
+        .unwrap()
+        .clone();
+    let cancel = format!(
+        "CANCEL sip:34020000001320000001@3402000000 SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch=z9hG4bKx2
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: {call2}
+CSeq: 1 CANCEL
+Max-Forwards: 70
+Content-Length: 0
+
+"
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &cancel);
+    assert_no_leak(&outs);
+    let down = outs.iter().find(|o| o.face == Face::Upstream).unwrap();
+    assert!(text(down).starts_with("CANCEL "));
+    assert!(!text(down).contains(call2));
+    let outs = answer(
+        &mut t,
+        Face::Upstream,
+        "10.1.0.9:5060",
+        &inv,
+        "487 Request Terminated",
+        Some("d2"),
+    );
+    assert_no_leak(&outs);
+    let up = outs.iter().find(|o| o.face == Face::Listen).unwrap();
+    assert!(
+        text(up).contains(&format!("Call-ID: {call2}\r\n")),
+        "{}",
+        text(up)
+    );
+    let ack = outs.iter().find(|o| o.face == Face::Upstream).unwrap();
+    assert!(text(ack).starts_with("ACK ") && !text(ack).contains(call2));
+    assert_eq!(t.routes.sessions().len(), 0);
+}
+
+#[test]
+fn a_devices_call_id_with_its_address_never_reaches_the_platform() {
+    // Route 1 listens in A: the device's REGISTER and MESSAGE carry `...@10.1.0.20`.
+    let mut t = bench(1);
+    let reg = register(5070, 1, 3600).replace("reg5070@3402000000", "77d1@10.1.0.20");
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &reg);
+    let fwd = outs[0].clone();
+    assert!(!text(&fwd).contains("10.1."), "{}", text(&fwd));
+    let back = answer_register(&mut t, &fwd, "200 OK");
+    assert!(text(&back[0]).contains("Call-ID: 77d1@10.1.0.20\r\n"));
+    // A refresh keeps the same Call-ID upstream (the registrar sees one registration).
+    // (also when it comes late: two hours on, past any dialog's idle time).
+    t.advance(Duration::from_secs(2 * 3600));
+    let _ = t.core.tick(t.now, 0);
+    let again = register(5070, 2, 3600).replace("reg5070@3402000000", "77d1@10.1.0.20");
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &again);
+    assert_eq!(call_id_of(&text(&outs[0])), call_id_of(&text(&fwd)));
 }

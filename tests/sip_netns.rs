@@ -65,6 +65,22 @@ fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// `vgate run` in the gateway's namespace, given a moment to bind its sockets.
+fn vgate_in(g_ns: &str, cfg: &Path, stderr: Stdio) -> Proc {
+    let p = Proc(Some(
+        Command::new("ip")
+            .args(["netns", "exec", g_ns])
+            .arg(vgate_bin())
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(800));
+    p
+}
+
 fn read_logs(dir: &Path, suffix: &str) -> String {
     let mut all = String::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -108,6 +124,7 @@ transport = "udp"
 listen_domain = "b"
 listen_port = 5060
 upstream = "{a_ip}:5060"
+upstream_port = 5061
 allow_peers = ["{b_ip}/32"]
 allow_ids = ["3402000000"]
 
@@ -118,6 +135,7 @@ transport = "udp"
 listen_domain = "a"
 listen_port = 5060
 upstream = "{b_ip}:5070"
+upstream_port = 5061
 allow_ids = ["3402000000"]
 "#,
         ga = bed.get("GA_IF"),
@@ -199,17 +217,7 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
         bed.get("GB_IP").to_owned(),
     );
 
-    let mut vgate = Proc(Some(
-        Command::new("ip")
-            .args(["netns", "exec", &g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(800));
+    let mut vgate = vgate_in(&g_ns, &cfg, Stdio::null());
 
     // The device in A.
     let uas = format!("{}/gb_uas_device.xml", sipp_dir());
@@ -541,17 +549,7 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
         bed.get("GB_IP").to_owned(),
     );
     let vgate_log = std::fs::File::create(dir.path().join("vgate.log")).unwrap();
-    let mut vgate = Proc(Some(
-        Command::new("ip")
-            .args(["netns", "exec", &g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(vgate_log)
-            .spawn()
-            .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(800));
+    let mut vgate = vgate_in(&g_ns, &cfg, vgate_log.into());
     let keep_logs = format!("logs in {}", dir.path().display());
 
     // 1. Live view B→A over TCP: 10 calls at a modest rate.
@@ -845,4 +843,128 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
         !reverse.contains("tx_packets=0 "),
         "reverse channel carried nothing: {reverse}"
     );
+}
+
+/// A wvp-style platform in B (sipp) that addresses a device by where its REGISTER came
+/// from: the device (sipp in A, Call-ID carrying its address) registers through vgate, the
+/// platform INVITEs `sip:<device id>@<vgate's upstream face>` without any token, the call
+/// is answered, acknowledged and hung up. Neither side sees an address of the other domain
+/// (Call-ID included). Before vgate routed such requests by device ID they got 404.
+#[test]
+fn sip_wvp_style_platform_invites_the_registered_address() {
+    if !prerequisites(
+        "sip_wvp_style_platform",
+        true,
+        &[
+            ("sipp", "sip-tester"),
+            ("ip", "iproute2"),
+            ("timeout", "coreutils"),
+        ],
+    ) {
+        return;
+    }
+    let bed = Bed::up(1);
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let cfg = dir.path().join("vgate.toml");
+    // Only the A→B route: the platform's INVITE has no other way to the device.
+    let text = config(&bed);
+    let a2b = text.find("[[signaling_route]]\nname = \"a2b\"").unwrap();
+    let b2a = text.find("[[signaling_route]]\nname = \"b2a\"").unwrap();
+    let text = format!("{}{}", &text[..b2a], &text[a2b..]).replace("upstream_port = 5061\n", "");
+    std::fs::write(&cfg, &text).unwrap();
+    let (a_ns, g_ns, b_ns) = (
+        bed.get("A_NS").to_owned(),
+        bed.get("G_NS").to_owned(),
+        bed.get("B_NS").to_owned(),
+    );
+    let (a_ip, b_ip, ga_ip) = (
+        bed.get("A_IP").to_owned(),
+        bed.get("B_IP").to_owned(),
+        bed.get("GA_IP").to_owned(),
+    );
+    let mut vgate = vgate_in(&g_ns, &cfg, Stdio::null());
+    let platform_xml = format!("{}/gb_uas_platform_invites_registered.xml", sipp_dir());
+    let mut platform = Proc(Some(
+        sipp(
+            &b_ns,
+            &b_dir,
+            &[
+                "-sf",
+                &platform_xml,
+                "-i",
+                &b_ip,
+                "-p",
+                "5070",
+                "-m",
+                "1",
+                "-trace_msg",
+                "-trace_err",
+                "-nostdin",
+                "-timeout",
+                "60",
+                "-timeout_error",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let device_xml = format!("{}/gb_uac_device_invited.xml", sipp_dir());
+    let target = format!("{ga_ip}:5060");
+    let st = sipp(
+        &a_ns,
+        &a_dir,
+        &[
+            "-sf",
+            &device_xml,
+            "-i",
+            &a_ip,
+            "-p",
+            "5060",
+            "-mp",
+            "16000",
+            &target,
+            "-m",
+            "1",
+            "-trace_msg",
+            "-trace_err",
+            "-nostdin",
+            "-timeout",
+            "60",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    let platform_ok = platform.0.as_mut().map(|c| c.wait());
+    let (a_log, b_log) = (
+        read_logs(&a_dir, "_messages.log"),
+        read_logs(&b_dir, "_messages.log"),
+    );
+    assert!(
+        st.success(),
+        "the device (sipp in A) did not complete: {st:?}\n{a_log}"
+    );
+    assert!(
+        matches!(platform_ok, Some(Ok(s)) if s.success()),
+        "the platform (sipp in B) did not complete: {platform_ok:?}\n{b_log}"
+    );
+    // The device's Call-ID named its address; none of it reached B, and the reverse.
+    assert!(
+        a_log.contains(&format!("@{a_ip}")),
+        "the device's Call-ID carries its address"
+    );
+    assert!(
+        !b_log.contains("10.201.1."),
+        "an A address reached B:\n{b_log}"
+    );
+    assert!(
+        !a_log.contains("10.201.2."),
+        "a B address reached A:\n{a_log}"
+    );
+    let out = vgate.stop().expect("vgate output");
+    assert!(out.status.success());
 }

@@ -36,6 +36,7 @@ LABELS = {
     "stack": "vgate stack",
     "tnapi": "vgate tnapi",
     "zc": "vgate zc",
+    "xdp": "vgate xdp",
 }
 STYLE = {
     "route": dict(color="0.6", linestyle=":", marker="."),
@@ -44,6 +45,7 @@ STYLE = {
     "stack": dict(color="tab:blue", marker="o"),
     "tnapi": dict(color="tab:orange", marker="^"),
     "zc": dict(color="tab:green", marker="D"),
+    "xdp": dict(color="tab:red", marker="v"),
 }
 
 RE_CONN = re.compile(r"^\[\s*(\d+)\] local \S+ port (\d+) connected with \S+ port (\d+)")
@@ -542,7 +544,7 @@ def main():
       "`snat` to the gateway's B address; no user-space relay.")
     w(f"  - *socat* (the floor): one `socat -u UDP4-RECV:port UDP4-SENDTO:dest` per stream (N processes; "
       f"run up to N = {o.socat_max}).")
-    w("  - *vgate* `stack`, `tnapi`, `zc`: `vgate run --config … --mode M` in G with N static `[[stream_route]]`s "
+    w("  - *vgate* `stack`, `tnapi`, `zc`, `xdp`: `vgate run --config … --mode M` in G with N static `[[stream_route]]`s "
       "(A port → B server, `source_validation = \"latch\"`).")
     w("- **Measured**: effective throughput = what the servers received (Σ (total − lost) × 1316 × 8 / interval); "
       "loss = the servers' lost / total (a stream whose server saw nothing counts as all lost), cross-checked "
@@ -559,7 +561,7 @@ def main():
     w("")
 
     w("## Capture modes in this build\n")
-    for m in ("stack", "tnapi", "zc"):
+    for m in ("stack", "tnapi", "zc", "xdp"):
         if m in unavailable:
             w(f"- `{m}`: **not available**: `{unavailable[m]}`")
         elif m in configs:

@@ -104,6 +104,9 @@ pub enum Mode {
     Tnapi,
     /// Zero copy per queue (PF_RING ZC, or AF_XDP).
     Zc,
+    /// Confirmed streams forwarded inside the kernel by an XDP program; the rest through
+    /// AF_XDP as in `zc`.
+    Xdp,
 }
 
 impl fmt::Display for Mode {
@@ -112,6 +115,7 @@ impl fmt::Display for Mode {
             Mode::Stack => "stack",
             Mode::Tnapi => "tnapi",
             Mode::Zc => "zc",
+            Mode::Xdp => "xdp",
         })
     }
 }
@@ -220,6 +224,30 @@ pub struct SignalingPolicy {
     pub rate_limit: u32,
     /// TCP connections accepted from one source address at a time.
     pub max_connections_per_source: usize,
+    /// Port of the gateway's SIP socket on the upstream side (stable across restarts, so
+    /// registrations made through it stay reachable). Default: the listen port.
+    pub upstream_port: u16,
+    /// Contacts one source address may hold in the binding table (SIP).
+    pub max_bindings_per_source: usize,
+    /// What the address fields of MANSCDP bodies become as they cross (SIP).
+    pub manscdp_addresses: ManscdpAddresses,
+    /// MANSCDP commands allowed in requests from the listen side; empty: any not denied.
+    pub manscdp_allow: Vec<String>,
+    /// MANSCDP commands refused with 403 in requests from the listen side.
+    pub manscdp_deny: Vec<String>,
+}
+
+/// What the address fields of a MANSCDP body (`<IPAddress>`, `<Port>`, an `<Address>`
+/// holding an IP address) become when the body crosses the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ManscdpAddresses {
+    /// The gateway's address (and SIP port) on the receiving side.
+    #[default]
+    Gateway,
+    /// Emptied.
+    Blank,
+    /// Unchanged (the far domain learns the near domain's addresses).
+    Keep,
 }
 
 impl Default for SignalingPolicy {
@@ -232,6 +260,11 @@ impl Default for SignalingPolicy {
             media_timeout: std::time::Duration::from_secs(60),
             rate_limit: 1000,
             max_connections_per_source: 16,
+            upstream_port: 0,
+            max_bindings_per_source: 256,
+            manscdp_addresses: ManscdpAddresses::Gateway,
+            manscdp_allow: Vec::new(),
+            manscdp_deny: Vec::new(),
         }
     }
 }
@@ -287,6 +320,9 @@ pub struct RtspOptions {
     /// Seconds without a client request before a session is ended, when the server's
     /// `Session: ...;timeout=` names none.
     pub session_timeout: u32,
+    /// Seconds a client may take to send one whole request (from its first byte, or from
+    /// the connection for the first one) before the connection is closed.
+    pub request_timeout: u32,
 }
 
 /// A static stream route from the config file.

@@ -205,6 +205,19 @@ pub struct RawSignalingRoute {
     /// Requests per second per source address; 0: no limit.
     pub rate_limit: Option<Spanned<i64>>,
     pub max_connections_per_source: Option<Spanned<i64>>,
+    /// Port of the gateway's socket on the upstream side (SIP); default: `listen_port`.
+    pub upstream_port: Option<Spanned<i64>>,
+    /// Contacts (bindings) one source address may hold at a time (SIP).
+    pub max_bindings_per_source: Option<Spanned<i64>>,
+    /// What MANSCDP bodies' address fields become as they cross: "gateway", "blank", "keep".
+    pub manscdp_addresses: Option<Spanned<String>>,
+    /// MANSCDP commands (CmdType or control command) allowed in requests from the listen
+    /// side; empty: all but `manscdp_deny`.
+    #[serde(default)]
+    pub manscdp_allow: Vec<Spanned<String>>,
+    /// MANSCDP commands refused (403) in requests from the listen side.
+    #[serde(default)]
+    pub manscdp_deny: Vec<Spanned<String>>,
     /// Seconds without media before a call or session is ended; 0 turns it off.
     /// Shared by SIP and RTSP routes.
     pub media_timeout: Option<Spanned<i64>>,
@@ -221,6 +234,8 @@ pub struct RawSignalingRoute {
     pub client_realm: Option<Spanned<String>>,
     /// Seconds without a request before an RTSP session is ended (when the server names none).
     pub session_timeout: Option<Spanned<i64>>,
+    /// Seconds a client may take to send one whole request (slow-loris guard).
+    pub request_timeout: Option<Spanned<i64>>,
     // (An RTSP route's media timeout is the shared `media_timeout` key.)
 }
 

@@ -7,7 +7,7 @@ use toml::Spanned;
 
 use super::raw::{RawLink, RawSignalLink, RawSplit};
 use super::validate::{invalid, parse_ipv4, parse_sockaddr, Invalid};
-use super::{Cpus, Domain, EngineConfig};
+use super::{Cpus, Domain, EngineConfig, Mode};
 use crate::split::{self, fec, Fec, Half, LinkConfig, SplitConfig};
 
 type Result<T> = std::result::Result<T, Invalid>;
@@ -51,6 +51,13 @@ pub fn split(
                 face.id, face.id
             ),
         ));
+    }
+    if engine.mode == Mode::Xdp {
+        return Err(Invalid {
+            span: None,
+            key: "engine.mode".into(),
+            message: "mode xdp forwards inside the kernel and cannot hand datagrams to the link; a split half runs mode stack, tnapi or zc".into(),
+        });
     }
     if engine.max_payload > fec::MAX_PAYLOAD {
         return Err(Invalid {

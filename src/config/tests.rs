@@ -168,7 +168,13 @@ fn signaling_route_ok() {
 #[test]
 fn signaling_policy_defaults_and_values() {
     let cfg = check(SIP_ROUTE).unwrap();
-    assert_eq!(cfg.signaling[0].policy, SignalingPolicy::default());
+    assert_eq!(
+        cfg.signaling[0].policy,
+        SignalingPolicy {
+            upstream_port: 5060,
+            ..SignalingPolicy::default()
+        }
+    );
     assert_eq!(
         cfg.signaling[0].policy.media_timeout,
         std::time::Duration::from_secs(60)
@@ -211,6 +217,74 @@ fn signaling_policy_errors() {
     );
     let unknown = format!("{SIP_ROUTE}allow_everyone = true\n");
     assert!(check(&unknown).is_err());
+    let cap = format!("{SIP_ROUTE}max_bindings_per_source = 0\n");
+    expect_err(
+        &cap,
+        "signaling_route[0].max_bindings_per_source",
+        base_lines() + 9,
+        "1 to 65536",
+    );
+    let how = format!("{SIP_ROUTE}manscdp_addresses = \"hide\"\n");
+    expect_err(
+        &how,
+        "signaling_route[0].manscdp_addresses",
+        base_lines() + 9,
+        "\"blank\"",
+    );
+    let cmd = format!("{SIP_ROUTE}manscdp_deny = [\"Device Control\"]\n");
+    expect_err(
+        &cmd,
+        "signaling_route[0].manscdp_deny[0]",
+        base_lines() + 9,
+        "a MANSCDP command",
+    );
+    let port = format!("{SIP_ROUTE}upstream_port = 20000\n");
+    expect_err(
+        &port,
+        "signaling_route[0].upstream_port",
+        base_lines() + 9,
+        "media ports",
+    );
+}
+
+#[test]
+fn sip_only_keys_and_upstream_port() {
+    let extra = format!(
+        "{SIP_ROUTE}upstream_port = 5062\nmax_bindings_per_source = 8\nmanscdp_addresses = \"blank\"\nmanscdp_allow = [\"Catalog\", \"DeviceInfo\"]\nmanscdp_deny = [\"TeleBoot\"]\n"
+    );
+    let p = check(&extra).unwrap().signaling[0].policy.clone();
+    assert_eq!(p.upstream_port, 5062);
+    assert_eq!(p.max_bindings_per_source, 8);
+    assert_eq!(p.manscdp_addresses, super::ManscdpAddresses::Blank);
+    assert_eq!(p.manscdp_allow, vec!["Catalog", "DeviceInfo"]);
+    assert_eq!(p.manscdp_deny, vec!["TeleBoot"]);
+    // The upstream face of a route listening in b is in a: default port 5060 there.
+    let pair = format!(
+        "{SIP_ROUTE}{}",
+        SIP_ROUTE
+            .replace("name = \"gb\"", "name = \"up\"")
+            .replace("listen_domain = \"b\"", "listen_domain = \"a\"")
+            .replace("10.1.0.9", "10.2.0.9")
+    );
+    expect_err(
+        &pair,
+        "signaling_route[0].upstream_port",
+        base_lines() + 7,
+        "route \"up\" already uses",
+    );
+    // Both faces clash (each route's upstream face is the other's listen socket).
+    let fixed = pair
+        .replace(
+            "upstream = \"10.1.0.9:5060\"\n",
+            "upstream = \"10.1.0.9:5060\"\nupstream_port = 5061\n",
+        )
+        .replace(
+            "upstream = \"10.2.0.9:5060\"\n",
+            "upstream = \"10.2.0.9:5060\"\nupstream_port = 5061\n",
+        );
+    let cfg = check(&fixed).unwrap();
+    assert_eq!(cfg.signaling[0].policy.upstream_port, 5061);
+    assert_eq!(cfg.signaling[1].policy.upstream_port, 5061);
 }
 
 #[test]
@@ -493,6 +567,54 @@ fn relatch_after_ms_defaults_and_bounds() {
     );
 }
 
+#[test]
+fn rtsp_request_timeout_and_sip_only_keys() {
+    let cfg = check(RTSP_ROUTE).unwrap();
+    assert_eq!(cfg.signaling[0].rtsp.as_ref().unwrap().request_timeout, 10);
+    assert_eq!(cfg.signaling[0].policy.max_connections_per_source, 64);
+    let set = format!("{RTSP_ROUTE}request_timeout = 4\n");
+    let cfg = check(&set).unwrap();
+    assert_eq!(cfg.signaling[0].rtsp.as_ref().unwrap().request_timeout, 4);
+    let bad = format!("{RTSP_ROUTE}request_timeout = 0\n");
+    expect_err(
+        &bad,
+        "signaling_route[0].request_timeout",
+        base_lines() + 12,
+        "1 to 600",
+    );
+    // RTSP-only on SIP, SIP-only on RTSP: refused, not ignored.
+    let sip = format!("{SIP_ROUTE}request_timeout = 4\n");
+    expect_err(
+        &sip,
+        "signaling_route[0].request_timeout",
+        base_lines() + 9,
+        "is an RTSP setting",
+    );
+    for (k, v) in [
+        ("allow_ids", "[\"3402000000\"]"),
+        ("invite_timeout", "5"),
+        ("upstream_port", "5062"),
+        ("max_bindings_per_source", "4"),
+        ("manscdp_addresses", "\"blank\""),
+        ("manscdp_deny", "[\"TeleBoot\"]"),
+    ] {
+        let t = format!("{RTSP_ROUTE}{k} = {v}\n");
+        expect_err(
+            &t,
+            &format!("signaling_route[0].{k}"),
+            base_lines() + 12,
+            "does nothing on an RTSP route",
+        );
+    }
+    // The connection limits are enforced on RTSP routes, so they are accepted.
+    let limits = format!(
+        "{RTSP_ROUTE}allow_peers = [\"10.2.5.0/24\"]\nrate_limit = 5\nmax_connections_per_source = 3\nmax_message = 4096\n"
+    );
+    let p = check(&limits).unwrap().signaling[0].policy.clone();
+    assert_eq!(p.max_connections_per_source, 3);
+    assert_eq!(p.rate_limit, 5);
+}
+
 mod split {
     use super::super::parse_for;
 
@@ -580,6 +702,11 @@ mod split {
                 "split.signal.dead_after_ms",
             ),
             ("# cpu = 1", "cpu = 7", "split.in_link.cpu"),
+            (
+                "mode = \"stack\"",
+                "mode = \"xdp\"",
+                "engine.mode: mode xdp",
+            ),
         ];
         for (from, to, want) in cases {
             assert!(HALF_A.contains(from), "example lacks {from:?}");

@@ -10,9 +10,9 @@ use toml::Spanned;
 
 use super::raw::{RawConfig, RawDomain, RawSecret, RawSignalingRoute, RawStreamRoute};
 use super::{
-    Config, Control, Cpus, Domain, DomainId, EngineConfig, PortRange, RtspOptions, RtspPath,
-    Secret, Security, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, StaticStream,
-    Transport, UserPass,
+    Config, Control, Cpus, Domain, DomainId, EngineConfig, ManscdpAddresses, PortRange,
+    RtspOptions, RtspPath, Secret, Security, SignalingKind, SignalingPolicy, SignalingRoute,
+    SourcePolicy, StaticStream, Transport, UserPass,
 };
 
 /// A validation failure before it is placed in the file.
@@ -123,6 +123,37 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
             ));
         }
         signaling.push(route);
+    }
+    // Each SIP route also has a socket on the upstream side; it must not be another's.
+    let mut sockets: HashMap<(DomainId, u16, Transport), String> = signaling
+        .iter()
+        .map(|r| {
+            (
+                (r.listen_domain, r.listen_port, r.transport),
+                r.name.clone(),
+            )
+        })
+        .collect();
+    for (i, (route, r)) in signaling.iter().zip(&raw.signaling_route).enumerate() {
+        if route.kind != SignalingKind::Sip {
+            continue;
+        }
+        let face = (
+            route.listen_domain.other(),
+            route.policy.upstream_port,
+            route.transport,
+        );
+        if let Some(other) = sockets.insert(face, route.name.clone()) {
+            let k = format!("signaling_route[{i}].upstream_port");
+            let message = format!(
+                "this route's socket on the upstream side would be port {} of domain {}, which route \"{other}\" already uses; set upstream_port to a free port (it is where the upstream side reaches this route, so keep it fixed)",
+                face.1, face.0
+            );
+            return Err(match &r.upstream_port {
+                Some(v) => invalid(v, k, message),
+                None => invalid(&r.listen_port, k, message),
+            });
+        }
     }
 
     let mut streams = Vec::new();
@@ -353,6 +384,9 @@ pub fn auto_cpus(queues: usize, machine: &Cpus) -> Vec<usize> {
         .collect()
 }
 
+/// Default `max_connections_per_source` of an RTSP route.
+pub const RTSP_CONNECTIONS_PER_SOURCE: usize = 64;
+
 fn signaling_route(
     i: usize,
     r: &RawSignalingRoute,
@@ -380,7 +414,27 @@ fn signaling_route(
         &key("upstream"),
         "upstream",
     )?;
-    let policy = signaling_policy(r, &key, &domains[listen_domain.index()])?;
+    let mut policy = signaling_policy(r, &key, &domains[listen_domain.index()])?;
+    if r.kind == SignalingKind::Rtsp && r.max_connections_per_source.is_none() {
+        // RTSP takes a connection per stream: a recorder pulling many cameras from one
+        // address needs more than SIP's 16.
+        policy.max_connections_per_source = RTSP_CONNECTIONS_PER_SOURCE;
+    }
+    policy.upstream_port = match &r.upstream_port {
+        None => listen_port,
+        Some(v) => {
+            let p = port(v, &key("upstream_port"))?;
+            let far = &domains[listen_domain.other().index()];
+            if far.media_ports.contains(p) {
+                return Err(invalid(
+                    v,
+                    key("upstream_port"),
+                    format!("port {p} is inside domain {}'s media ports {}; pick a port outside the media ranges", far.id, far.media_ports),
+                ));
+            }
+            p
+        }
+    };
     let rtsp = match r.kind {
         SignalingKind::Rtsp => Some(rtsp_options(i, r, domains, listen_domain, upstream)?),
         _ => {
@@ -388,6 +442,9 @@ fn signaling_route(
             None
         }
     };
+    if r.kind == SignalingKind::Rtsp {
+        refuse_sip_keys(i, r)?;
+    }
     Ok(SignalingRoute {
         name,
         kind: r.kind,
@@ -400,11 +457,49 @@ fn signaling_route(
     })
 }
 
+/// SIP-only keys on an RTSP route would do nothing: refused, named.
+fn refuse_sip_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
+    let key = |k: &str| format!("signaling_route[{i}].{k}");
+    let only = "is a SIP setting and does nothing on an RTSP route; remove it";
+    let spans: [(&str, Option<Range<usize>>); 7] = [
+        ("upstream_port", r.upstream_port.as_ref().map(|s| s.span())),
+        (
+            "max_bindings_per_source",
+            r.max_bindings_per_source.as_ref().map(|s| s.span()),
+        ),
+        (
+            "manscdp_addresses",
+            r.manscdp_addresses.as_ref().map(|s| s.span()),
+        ),
+        ("manscdp_allow", r.manscdp_allow.first().map(|s| s.span())),
+        ("manscdp_deny", r.manscdp_deny.first().map(|s| s.span())),
+        ("allow_ids", r.allow_ids.first().map(|s| s.span())),
+        (
+            "invite_timeout",
+            r.invite_timeout.as_ref().map(|s| s.span()),
+        ),
+    ];
+    for (k, span) in spans {
+        if let Some(span) = span {
+            return Err(Invalid {
+                span: Some(span),
+                key: key(k),
+                message: format!("{k} {only}"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// RTSP-only keys on another kind of route are a mistake worth naming.
 fn refuse_rtsp_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
     let key = |k: &str| format!("signaling_route[{i}].{k}");
     let only = "is an RTSP setting; this route is not type = \"rtsp\"";
-    let spans: [(&str, Option<Range<usize>>); 5] = [
+    let spans: [(&str, Option<Range<usize>>); 6] = [
+        (
+            "request_timeout",
+            r.request_timeout.as_ref().map(|s| s.span()),
+        ),
         (
             "upstream_username",
             r.upstream_username.as_ref().map(|s| s.span()),
@@ -554,11 +649,23 @@ fn rtsp_options(
             ))
         }
     };
+    let request_timeout = match &r.request_timeout {
+        None => 10,
+        Some(s) if (1..=600).contains(s.get_ref()) => *s.get_ref() as u32,
+        Some(s) => {
+            return Err(invalid(
+                s,
+                key("request_timeout"),
+                "seconds a client may take to send one whole request: a number from 1 to 600",
+            ))
+        }
+    };
     Ok(RtspOptions {
         paths,
         client_users,
         client_realm,
         session_timeout,
+        request_timeout,
     })
 }
 
@@ -715,6 +822,45 @@ fn signaling_policy(
         "TCP connections per source",
     )? {
         p.max_connections_per_source = v as usize;
+    }
+    if let Some(v) = int(
+        &r.max_bindings_per_source,
+        "max_bindings_per_source",
+        1,
+        65_536,
+        "contacts (registrations and dialog parties) one source address may hold",
+    )? {
+        p.max_bindings_per_source = v as usize;
+    }
+    if let Some(v) = &r.manscdp_addresses {
+        p.manscdp_addresses = match v.get_ref().as_str() {
+            "gateway" => ManscdpAddresses::Gateway,
+            "blank" => ManscdpAddresses::Blank,
+            "keep" => ManscdpAddresses::Keep,
+            _ => {
+                return Err(invalid(
+                    v,
+                    key("manscdp_addresses"),
+                    "expected \"gateway\" (the gateway's address on the receiving side), \"blank\" (emptied) or \"keep\" (unchanged: the far side learns this side's addresses)",
+                ))
+            }
+        };
+    }
+    for (name, list, out) in [
+        ("manscdp_allow", &r.manscdp_allow, &mut p.manscdp_allow),
+        ("manscdp_deny", &r.manscdp_deny, &mut p.manscdp_deny),
+    ] {
+        for (j, c) in list.iter().enumerate() {
+            let v = c.get_ref();
+            if v.is_empty() || v.len() > 32 || !v.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return Err(invalid(
+                    c,
+                    key(&format!("{name}[{j}]")),
+                    "a MANSCDP command: a CmdType such as \"DeviceControl\", \"DeviceConfig\", \"Catalog\", or a control command such as \"TeleBoot\" or \"PTZCmd\"",
+                ));
+            }
+            out.push(v.clone());
+        }
     }
     Ok(p)
 }

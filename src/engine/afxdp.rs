@@ -1,6 +1,7 @@
 //! The `afxdp` engine: mode `zc` without PF_RING. One AF_XDP socket per RX queue of each
 //! domain interface, fed by an XDP program that redirects only routed media; one pinned
-//! worker per `engine.queues` index.
+//! worker per `engine.queues` index. With the in-kernel fast path of [`super::xdp`] (its
+//! section of the program, its maps and hooks) the same engine is mode `xdp`.
 //!
 //! Owns: the XDP program (`vgate_xdp`), its two maps, its attachment to each domain interface,
 //! the AF_XDP sockets (opened at build time, so a mode that cannot run fails before anything
@@ -73,6 +74,7 @@ use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
+use super::xdp::{egress_of, emit_fast, Egress, FastFds, FastPath};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
@@ -144,6 +146,8 @@ pub enum AfxdpError {
         step: &'static str,
         source: io::Error,
     },
+    #[error("{0}")]
+    Fast(#[source] super::xdp::XdpError),
     #[error("could not register the socket of {ifname}@{queue} in the XSKMAP: {source}")]
     XskMap {
         ifname: String,
@@ -184,48 +188,49 @@ impl TxPath {
 // ---- the XDP program ----------------------------------------------------------------------
 
 /// A tiny eBPF assembler: instructions plus forward jumps to named labels.
-struct Asm {
+pub(super) struct Asm {
     insns: Vec<Insn>,
     /// (instruction index, label)
     fixups: Vec<(usize, &'static str)>,
     labels: HashMap<&'static str, usize>,
 }
 
-const R0: u8 = 0;
-const R1: u8 = 1;
-const R2: u8 = 2;
-const R3: u8 = 3;
-const R4: u8 = 4;
-const R5: u8 = 5;
-const R6: u8 = 6;
-const R8: u8 = 8;
-const R10: u8 = 10;
+pub(super) const R0: u8 = 0;
+pub(super) const R1: u8 = 1;
+pub(super) const R2: u8 = 2;
+pub(super) const R3: u8 = 3;
+pub(super) const R4: u8 = 4;
+pub(super) const R5: u8 = 5;
+pub(super) const R6: u8 = 6;
+use super::xdp::{R7, R9};
+pub(super) const R8: u8 = 8;
+pub(super) const R10: u8 = 10;
 
 // Opcodes (class | size/op | source).
-const LDX_W: u8 = 0x61;
-const LDX_H: u8 = 0x69;
-const LDX_B: u8 = 0x71;
-const STX_W: u8 = 0x63;
-const MOV64_IMM: u8 = 0xb7;
-const MOV64_REG: u8 = 0xbf;
-const ADD64_IMM: u8 = 0x07;
-const ADD64_REG: u8 = 0x0f;
-const AND64_IMM: u8 = 0x57;
-const LSH64_IMM: u8 = 0x67;
-const BE: u8 = 0xdc;
-const JA: u8 = 0x05;
-const JGT_REG: u8 = 0x2d;
-const JEQ_IMM: u8 = 0x15;
-const JLT_IMM: u8 = 0xa5;
-const JNE32_IMM: u8 = 0x56;
-const JSET32_IMM: u8 = 0x46;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
-const LD_IMM64: u8 = 0x18;
-const PSEUDO_MAP_FD: u8 = 1;
-const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
-const HELPER_REDIRECT_MAP: i32 = 51;
-const XDP_PASS: i32 = 2;
+pub(super) const LDX_W: u8 = 0x61;
+pub(super) const LDX_H: u8 = 0x69;
+pub(super) const LDX_B: u8 = 0x71;
+pub(super) const STX_W: u8 = 0x63;
+pub(super) const MOV64_IMM: u8 = 0xb7;
+pub(super) const MOV64_REG: u8 = 0xbf;
+pub(super) const ADD64_IMM: u8 = 0x07;
+pub(super) const ADD64_REG: u8 = 0x0f;
+pub(super) const AND64_IMM: u8 = 0x57;
+pub(super) const LSH64_IMM: u8 = 0x67;
+pub(super) const BE: u8 = 0xdc;
+pub(super) const JA: u8 = 0x05;
+pub(super) const JGT_REG: u8 = 0x2d;
+pub(super) const JEQ_IMM: u8 = 0x15;
+pub(super) const JLT_IMM: u8 = 0xa5;
+pub(super) const JNE32_IMM: u8 = 0x56;
+pub(super) const JSET32_IMM: u8 = 0x46;
+pub(super) const CALL: u8 = 0x85;
+pub(super) const EXIT: u8 = 0x95;
+pub(super) const LD_IMM64: u8 = 0x18;
+pub(super) const PSEUDO_MAP_FD: u8 = 1;
+pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
+pub(super) const HELPER_REDIRECT_MAP: i32 = 51;
+pub(super) const XDP_PASS: i32 = 2;
 
 impl Asm {
     fn new() -> Asm {
@@ -236,7 +241,7 @@ impl Asm {
         }
     }
 
-    fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+    pub(super) fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
         self.insns.push(Insn {
             code,
             regs: (src << 4) | dst,
@@ -246,16 +251,16 @@ impl Asm {
     }
 
     /// A conditional (or, with `JA`, unconditional) jump to `label`, placed later.
-    fn jmp(&mut self, code: u8, dst: u8, src: u8, imm: i32, label: &'static str) {
+    pub(super) fn jmp(&mut self, code: u8, dst: u8, src: u8, imm: i32, label: &'static str) {
         self.fixups.push((self.insns.len(), label));
         self.op(code, dst, src, 0, imm);
     }
 
-    fn label(&mut self, name: &'static str) {
+    pub(super) fn label(&mut self, name: &'static str) {
         self.labels.insert(name, self.insns.len());
     }
 
-    fn ld_map_fd(&mut self, dst: u8, fd: i32) {
+    pub(super) fn ld_map_fd(&mut self, dst: u8, fd: i32) {
         self.op(LD_IMM64, dst, PSEUDO_MAP_FD, 0, fd);
         self.op(0, 0, 0, 0, 0);
     }
@@ -270,12 +275,21 @@ impl Asm {
 }
 
 /// The XDP program for an interface facing the domains whose gateway addresses and port-map
-/// bits are `dsts`. `ports_fd` is the `vgate_ports` ARRAY, `xsks_fd` the interface's XSKMAP.
-fn xdp_program(ports_fd: i32, xsks_fd: i32, dsts: &[(Ipv4Addr, u32)]) -> Vec<Insn> {
+/// bits are `dsts`. `ports_fd` is the `vgate_ports` ARRAY, `xsks_fd` the interface's XSKMAP;
+/// with `fast` (mode xdp), routed media may be forwarded in the kernel first (see
+/// [`super::xdp`]).
+fn xdp_program(
+    ports_fd: i32,
+    xsks_fd: i32,
+    dsts: &[(Ipv4Addr, u32)],
+    fast: Option<&FastFds>,
+) -> Vec<Insn> {
     let mut a = Asm::new();
     a.op(MOV64_REG, R6, R1, 0, 0); // r6 = ctx
     a.op(LDX_W, R2, R6, 0, 0); // r2 = data
     a.op(LDX_W, R3, R6, 4, 0); // r3 = data_end
+    a.op(MOV64_REG, R7, R2, 0, 0); // r7 = data (the fast path's frame)
+    a.op(MOV64_IMM, R9, 0, 0, 1); // r9: the fast path may take it (untagged, IHL 5)
     a.op(MOV64_REG, R4, R2, 0, 0);
     a.op(ADD64_IMM, R4, 0, 0, 14);
     a.jmp(JGT_REG, R4, R3, 0, "pass"); // Ethernet header present
@@ -285,6 +299,7 @@ fn xdp_program(ports_fd: i32, xsks_fd: i32, dsts: &[(Ipv4Addr, u32)]) -> Vec<Ins
     a.op(ADD64_IMM, R4, 0, 0, 18);
     a.jmp(JGT_REG, R4, R3, 0, "pass");
     a.op(LDX_H, R5, R2, 16, 0); // inner ethertype
+    a.op(MOV64_IMM, R9, 0, 0, 0); // tagged: not for the fast path
     a.op(ADD64_IMM, R2, 0, 0, 4); // from here r2 + 14 is the IP header
     a.label("untagged");
     a.jmp(JNE32_IMM, R5, 0, 0x0008, "pass"); // IPv4
@@ -297,6 +312,11 @@ fn xdp_program(ports_fd: i32, xsks_fd: i32, dsts: &[(Ipv4Addr, u32)]) -> Vec<Ins
     a.jmp(JNE32_IMM, R4, 0, 0x40, "pass"); // version 4
     a.op(AND64_IMM, R5, 0, 0, 0x0f);
     a.jmp(JLT_IMM, R5, 0, 5, "pass"); // IHL >= 5; now r5 in [5, 15]
+    if fast.is_some() {
+        a.jmp(JEQ_IMM, R5, 0, 5, "no_options");
+        a.op(MOV64_IMM, R9, 0, 0, 0); // IPv4 options: not for the fast path
+        a.label("no_options");
+    }
     a.op(LDX_B, R4, R2, 23, 0);
     a.jmp(JNE32_IMM, R4, 0, 17, "pass"); // UDP
     a.op(LDX_H, R4, R2, 20, 0);
@@ -334,6 +354,11 @@ fn xdp_program(ports_fd: i32, xsks_fd: i32, dsts: &[(Ipv4Addr, u32)]) -> Vec<Ins
     a.op(LDX_W, R0, R0, 0, 0); // the port's domain bits
     a.op(0x5f, R0, R8, 0, 0); // r0 &= r8 (AND64_REG)
     a.jmp(JEQ_IMM, R0, 0, 0, "pass"); // no route for this domain
+    if let Some(f) = fast {
+        a.jmp(JEQ_IMM, R9, 0, 0, "xsk");
+        emit_fast(&mut a, f);
+        a.label("xsk");
+    }
     a.op(LDX_W, R2, R6, 16, 0); // ctx->rx_queue_index
     a.ld_map_fd(R1, xsks_fd);
     a.op(MOV64_IMM, R3, 0, 0, XDP_PASS); // no socket on this queue: to the kernel
@@ -359,10 +384,11 @@ fn bit(domain: DomainId) -> u32 {
 // ---- route observer -----------------------------------------------------------------------
 
 /// The engine's [`PortHooks`]: gateway-port sockets (the registry) plus the `vgate_ports`
-/// map, updated as routes come and go.
+/// map and, in mode xdp, the fast path's entries, updated as routes come and go.
 struct XdpHooks {
     registry: Arc<PortRegistry>,
     ports: Mutex<PortMap>,
+    fast: Option<Arc<FastPath>>,
 }
 
 struct PortMap {
@@ -401,11 +427,17 @@ impl PortHooks for XdpHooks {
     fn close_port(&self, domain: DomainId, port: u16) {
         self.registry.close_port(domain, port)
     }
-    fn route_added(&self, channel: Channel, port: u16) {
-        self.set(channel, port, true);
+    fn route_added(&self, route: &Arc<StreamRoute>) {
+        self.set(route.channel, route.port, true);
+        if let Some(f) = &self.fast {
+            f.added(route, now_ms());
+        }
     }
-    fn route_removed(&self, channel: Channel, port: u16) {
-        self.set(channel, port, false);
+    fn route_removed(&self, route: &StreamRoute) {
+        if let Some(f) = &self.fast {
+            f.removed(route);
+        }
+        self.set(route.channel, route.port, false);
     }
 }
 
@@ -445,6 +477,8 @@ pub struct AfxdpEngine {
     tx_path: TxPath,
     /// A split half: the links and their counters.
     split: Option<(SplitConfig, Arc<SplitStats>)>,
+    /// Mode xdp: the in-kernel fast path.
+    fast: Option<Arc<FastPath>>,
 }
 
 fn xdp_mode_flag(attached: u8) -> u32 {
@@ -534,13 +568,23 @@ impl AfxdpEngine {
         // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
         // their interfaces like the other engines' (checked before anything is attached).
         let registry = Arc::new(super::bound_registry(cfg)?);
-        Ok(AfxdpEngine::open(cfg, TxPath::from_env(), registry)?)
+        Ok(AfxdpEngine::open(cfg, TxPath::from_env(), registry, false)?)
+    }
+
+    /// Mode xdp: as [`AfxdpEngine::new`], with the in-kernel fast path of [`super::xdp`].
+    pub fn new_fast(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
+        let registry = Arc::new(super::bound_registry(cfg)?);
+        AfxdpEngine::open(cfg, TxPath::from_env(), registry, true).map_err(|e| EngineError::Io {
+            what: "mode xdp (engine xdp) cannot run".into(),
+            source: io::Error::other(e),
+        })
     }
 
     fn open(
         cfg: &Config,
         tx_path: TxPath,
         registry: Arc<PortRegistry>,
+        fast: bool,
     ) -> Result<AfxdpEngine, AfxdpError> {
         let queues = cfg.engine.queues.max(1);
         let targets: Targets = [
@@ -583,6 +627,34 @@ impl AfxdpEngine {
                 })
             })?;
         let ports = Arc::new(ports);
+        let fast = if fast {
+            let mut eg = Vec::new();
+            for (name, domains, ifindex, _, mac) in &wanted {
+                let c = CString::new(name.as_str()).map_err(|_| AfxdpError::NoInterface {
+                    ifname: name.clone(),
+                })?;
+                let mtu = xsys::mtu(&c).map_err(|source| AfxdpError::Query {
+                    ifname: name.clone(),
+                    source,
+                })?;
+                let addr = targets[domains[0].index()].0;
+                eg.push((
+                    name.clone(),
+                    domains.clone(),
+                    Egress {
+                        ifindex: *ifindex,
+                        mac: *mac,
+                        mtu,
+                        addr,
+                    },
+                ));
+            }
+            Some(Arc::new(
+                FastPath::new(egress_of(&eg), cfg.engine.max_payload).map_err(AfxdpError::Fast)?,
+            ))
+        } else {
+            None
+        };
         let mut ifaces = Vec::new();
         for (name, domains, ifindex, rx_queues, mac) in wanted {
             let xsks = Map::create(bpf::BPF_MAP_TYPE_XSKMAP, 4, 4, rx_queues, "vgate_xsks")
@@ -594,7 +666,8 @@ impl AfxdpEngine {
                 .iter()
                 .map(|d| (targets[d.index()].0, bit(*d)))
                 .collect();
-            let insns = xdp_program(ports.raw_fd(), xsks.raw_fd(), &dsts);
+            let fds = fast.as_ref().map(|f| f.fds());
+            let insns = xdp_program(ports.raw_fd(), xsks.raw_fd(), &dsts, fds.as_ref());
             let prog = Prog::load_xdp(&insns, PROG_NAME).map_err(|e| {
                 privilege("loading an XDP program")(io::Error::from_raw_os_error(
                     e.source.raw_os_error().unwrap_or(0),
@@ -689,6 +762,7 @@ impl AfxdpEngine {
                 map: ports,
                 flags: vec![0; 65536],
             }),
+            fast: fast.clone(),
         });
         Ok(AfxdpEngine {
             cfg: cfg.engine.clone(),
@@ -702,13 +776,18 @@ impl AfxdpEngine {
                 .split
                 .as_ref()
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
+            fast,
         })
     }
 }
 
 impl Engine for AfxdpEngine {
     fn kind(&self) -> EngineKind {
-        EngineKind::Afxdp
+        if self.fast.is_some() {
+            EngineKind::Xdp
+        } else {
+            EngineKind::Afxdp
+        }
     }
 
     fn describe(&self) -> String {
@@ -768,8 +847,16 @@ impl Engine for AfxdpEngine {
                     .into()
             }
         };
+        let head = match &self.fast {
+            None => "mode zc, engine afxdp (AF_XDP".to_string(),
+            Some(f) => format!(
+                "mode xdp, engine xdp (in-kernel fast path for confirmed streams: XDP rewrite + devmap redirect, {} counter slots, {} route(s) active; slow path AF_XDP",
+                super::xdp::SLOTS,
+                f.active()
+            ),
+        };
         format!(
-            "mode zc, engine afxdp (AF_XDP, UMEM {FRAMES} x {FRAME_SIZE} B per socket, rings {RING}; {egress}); interfaces: {}; {q} queue(s), workers: {}",
+            "{head}, UMEM {FRAMES} x {FRAME_SIZE} B per socket, rings {RING}; {egress}); interfaces: {}; {q} queue(s), workers: {}",
             ifaces.join(", "),
             workers.join(", "),
         )
@@ -841,6 +928,7 @@ impl Engine for AfxdpEngine {
                 self.cfg.max_payload,
                 self.tx_path,
             );
+            let fast = self.fast.clone();
             move |shell: &Shell| {
                 let ctx = WorkerCtx {
                     index: shell.index,
@@ -851,6 +939,7 @@ impl Engine for AfxdpEngine {
                     tx_sock,
                     src_mac,
                     egress_ifindex,
+                    fast: if shell.index == 0 { fast } else { None },
                 };
                 Ok(XskPath {
                     ctx,
@@ -915,6 +1004,8 @@ struct WorkerCtx {
     tx_sock: [Option<usize>; 2],
     src_mac: [[u8; 6]; 2],
     egress_ifindex: [u32; 2],
+    /// Worker 0 in mode xdp: polls the fast path's counters.
+    fast: Option<Arc<FastPath>>,
 }
 
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
@@ -954,7 +1045,7 @@ impl Neighbours {
 
 /// The next hop of `dst` (the kernel's route: gateway or on-link) and its MAC in the
 /// neighbour table, when the route leaves through `ifindex` and the entry is valid.
-fn resolve_next_hop(dst: Ipv4Addr, ifindex: u32) -> Option<[u8; 6]> {
+pub(super) fn resolve_next_hop(dst: Ipv4Addr, ifindex: u32) -> Option<[u8; 6]> {
     const RTA_DST: u16 = 1;
     const RTA_OIF: u16 = 4;
     const RTA_GATEWAY: u16 = 5;
@@ -1115,6 +1206,9 @@ impl Datapath for XskPath {
             l.idle(now_ms());
         }
         socket_stats(shell, &mut self.socks);
+        if let Some(f) = &self.ctx.fast {
+            f.poll(now_ms(), &shell.stats);
+        }
         if self.ctx.tx_path == TxPath::Xdp {
             for s in self.socks.iter_mut() {
                 s.xsk.reclaim();
@@ -1347,33 +1441,47 @@ mod tests {
 
     #[test]
     fn program_jumps_land_inside_and_the_map_loads_are_pseudo() {
-        let p = xdp_program(
-            7,
-            8,
-            &[
-                (Ipv4Addr::new(10, 0, 0, 1), 1),
-                (Ipv4Addr::new(10, 0, 0, 200), 2),
-            ],
-        );
-        for (i, insn) in p.iter().enumerate() {
-            let class = insn.code & 0x07;
-            if (class == 0x05 || class == 0x06) && insn.code != CALL && insn.code != EXIT {
-                let target = i as isize + 1 + insn.off as isize;
-                assert!(
-                    target > i as isize && (target as usize) < p.len(),
-                    "{i}: {insn:?}"
-                );
+        let fast = FastFds {
+            fwd: 9,
+            stats: 10,
+            devmap: 11,
+            max_payload: 1400,
+        };
+        for with_fast in [None, Some(&fast)] {
+            let p = xdp_program(
+                7,
+                8,
+                &[
+                    (Ipv4Addr::new(10, 0, 0, 1), 1),
+                    (Ipv4Addr::new(10, 0, 0, 200), 2),
+                ],
+                with_fast,
+            );
+            for (i, insn) in p.iter().enumerate() {
+                let class = insn.code & 0x07;
+                if (class == 0x05 || class == 0x06) && insn.code != CALL && insn.code != EXIT {
+                    let target = i as isize + 1 + insn.off as isize;
+                    assert!(
+                        target > i as isize && (target as usize) < p.len(),
+                        "{i}: {insn:?}"
+                    );
+                }
             }
+            let maps: Vec<i32> = p
+                .iter()
+                .filter(|i| i.code == LD_IMM64)
+                .map(|i| {
+                    assert_eq!(i.regs >> 4, PSEUDO_MAP_FD);
+                    i.imm
+                })
+                .collect();
+            let want = if with_fast.is_some() {
+                vec![7, 9, 10, 11, 8]
+            } else {
+                vec![7, 8]
+            };
+            assert_eq!(maps, want);
+            assert_eq!(p.last().map(|i| i.code), Some(EXIT));
         }
-        let maps: Vec<i32> = p
-            .iter()
-            .filter(|i| i.code == LD_IMM64)
-            .map(|i| {
-                assert_eq!(i.regs >> 4, PSEUDO_MAP_FD);
-                i.imm
-            })
-            .collect();
-        assert_eq!(maps, vec![7, 8]);
-        assert_eq!(p.last().map(|i| i.code), Some(EXIT));
     }
 }

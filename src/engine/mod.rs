@@ -10,6 +10,7 @@
 //! | `tnapi` | `pfring`     | PF_RING ring per RX queue (`dev@q`), where built with `--features pfring` and `pf_ring.ko` is loaded; egress as `afpacket` |
 //! | `zc`    | `afxdp`     | AF_XDP socket per RX queue behind an XDP program that redirects routed media only; zero-copy where the driver allows, copy mode otherwise |
 //! | `zc`    | `pfring-zc` | PF_RING ZC `zc:dev@q` per RX queue, where built with `--features pfring` (ntop's licence; libpfring.so loaded at run time) |
+//! | `xdp`   | `xdp`       | the `afxdp` engine plus an in-kernel fast path: confirmed streams are rewritten and redirected by the XDP program itself (see [`xdp`]) |
 //!
 //! A mode that cannot run fails with the reason; there is never a silent fallback to another
 //! mode. Each engine gives one [`worker::Datapath`] per queue to the one worker skeleton
@@ -29,6 +30,7 @@ pub mod stack;
 pub(crate) mod sys;
 pub mod tnapi;
 pub mod worker;
+pub mod xdp;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub enum EngineKind {
     Afxdp,
     /// PF_RING ZC `zc:dev@q` (mode zc).
     PfringZc,
+    /// XDP fast path in the kernel, AF_XDP for the rest (mode xdp).
+    Xdp,
 }
 
 impl EngineKind {
@@ -61,6 +65,7 @@ impl EngineKind {
             EngineKind::Pfring => "pfring",
             EngineKind::Afxdp => "afxdp",
             EngineKind::PfringZc => "pfring-zc",
+            EngineKind::Xdp => "xdp",
         }
     }
 
@@ -70,6 +75,7 @@ impl EngineKind {
             EngineKind::Stack => Mode::Stack,
             EngineKind::Afpacket | EngineKind::Pfring => Mode::Tnapi,
             EngineKind::Afxdp | EngineKind::PfringZc => Mode::Zc,
+            EngineKind::Xdp => Mode::Xdp,
         }
     }
 }
@@ -166,6 +172,7 @@ pub fn choose(mode: Mode, engine: Option<EngineKind>) -> Result<EngineKind, Engi
         Mode::Tnapi => EngineKind::Afpacket,
         Mode::Zc if pfring_sys::AVAILABLE => EngineKind::PfringZc,
         Mode::Zc => EngineKind::Afxdp,
+        Mode::Xdp => EngineKind::Xdp,
     });
     if kind.mode() != mode {
         return Err(EngineError::WrongMode {
@@ -183,6 +190,7 @@ pub fn build(cfg: &Config, kind: EngineKind) -> Result<Box<dyn Engine>, EngineEr
         EngineKind::Stack => Ok(Box::new(stack::StackEngine::new(cfg)?)),
         EngineKind::Afpacket => Ok(Box::new(tnapi::AfpacketEngine::new(cfg)?)),
         EngineKind::Afxdp => Ok(Box::new(afxdp::AfxdpEngine::new(cfg)?)),
+        EngineKind::Xdp => Ok(Box::new(afxdp::AfxdpEngine::new_fast(cfg)?)),
         #[cfg(vgate_pfring)]
         EngineKind::Pfring | EngineKind::PfringZc => {
             Ok(Box::new(pfring::PfringEngine::new(cfg, kind)?))

@@ -35,12 +35,12 @@ pub trait PortHooks: Send + Sync {
     /// Make the port usable (the stack engine binds its socket). An error refuses the port.
     fn open_port(&self, domain: DomainId, port: u16) -> std::io::Result<()>;
     fn close_port(&self, domain: DomainId, port: u16);
-    /// A route on `port` of `channel` was installed (it is in the table already). Engines
+    /// `route` was installed (it is in the table already). Engines
     /// that filter before user space (the XDP program of `afxdp`) start letting the port's
     /// media through. Called with the tables' lock held: keep it short.
-    fn route_added(&self, _channel: Channel, _port: u16) {}
-    /// The route on `port` of `channel` was removed from the table.
-    fn route_removed(&self, _channel: Channel, _port: u16) {}
+    fn route_added(&self, _route: &Arc<StreamRoute>) {}
+    /// The route was removed from the table (its channel and port are free again).
+    fn route_removed(&self, _route: &StreamRoute) {}
 }
 
 /// Hooks that do nothing: for pure tests and tools.
@@ -354,7 +354,7 @@ impl Routes {
         );
         table.insert(route.port, Arc::clone(&route));
         s.routes.push((channel, route.port));
-        self.hooks.route_added(channel, route.port);
+        self.hooks.route_added(&route);
         tracing::info!(
             session,
             kind = s.kind.name(),
@@ -380,7 +380,7 @@ impl Routes {
         let (_, route) = self.tables[channel.index()]
             .remove(&port)
             .ok_or(RouteError::NoRoute { channel, port })?;
-        self.hooks.route_removed(channel, port);
+        self.hooks.route_removed(&route);
         if let Some(s) = inner.sessions.get_mut(&route.session) {
             s.routes.retain(|r| *r != (channel, port));
         }
@@ -426,7 +426,7 @@ impl Routes {
         let mut routes = Vec::new();
         for &(channel, port) in &session.routes {
             if let Some((_, r)) = self.tables[channel.index()].remove(&port) {
-                self.hooks.route_removed(channel, port);
+                self.hooks.route_removed(&r);
                 routes.push((Arc::clone(&r.label), channel, port, r.stats.snapshot()));
             }
         }

@@ -5,6 +5,8 @@
 //! - [`sip`]: zero-copy SIP messages, TCP framing, header views (Via, name-addr, CSeq, GB
 //!   IDs), the checks a proxy at a security boundary makes (RFC 4475-driven), an editor that
 //!   leaves untouched headers byte-identical, and minimal responses.
+//! - [`manscdp`]: GB/T 28181 MANSCDP bodies: the commands they carry (per-route policy)
+//!   and the rewrite of their address fields, encoding (GB2312) kept.
 //! - [`rtsp`]: RTSP/1.0 framing with interleaved `$` frames, `Transport` parsing, policy and
 //!   rewrite, URL mapping between the domains, and Basic/Digest authentication.
 //!
@@ -15,6 +17,7 @@
 //! Everything but `proxy` is bytes in, decisions or bytes out: no sockets, no threads, no
 //! panics on any input.
 
+pub mod manscdp;
 pub mod proxy;
 pub mod rtsp;
 pub mod sdp;

@@ -233,3 +233,159 @@ pub fn kv(line: &str) -> HashMap<String, String> {
 pub fn num(m: &HashMap<String, String>, k: &str) -> u64 {
     m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
 }
+
+/// Receivers on `SINK_PORTS + i` (`i < n`) in namespace `ns` that count what arrives (and
+/// note anything not from `gateway:B_PORTS + 2i` or not stream `i`'s packet), for tests that keep senders running while routes change. Every socket is read
+/// without blocking in turn, so a busy stream never starves another (a blocking read with a
+/// timeout stays on a socket that always has a packet within the timeout, and the other
+/// socket's buffer overflows — which once looked like a slow route in zc mode).
+pub struct Sinks {
+    counts: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    seqs: Arc<std::sync::Mutex<Vec<Vec<u32>>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<String>>>,
+}
+
+impl Sinks {
+    pub fn start(ns: String, addr: Ipv4Addr, gateway: Ipv4Addr, n: u16) -> Sinks {
+        let counts: Arc<Vec<std::sync::atomic::AtomicU64>> =
+            Arc::new((0..n).map(|_| Default::default()).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let seqs = Arc::new(std::sync::Mutex::new(vec![Vec::new(); usize::from(n)]));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = {
+            let (counts, stop, seqs) = (Arc::clone(&counts), Arc::clone(&stop), Arc::clone(&seqs));
+            std::thread::spawn(move || {
+                enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+                let socks: Vec<UdpSocket> = (0..n)
+                    .map(|i| {
+                        let s = UdpSocket::bind((addr, SINK_PORTS + i)).expect("bind sink");
+                        s.set_nonblocking(true).unwrap();
+                        s
+                    })
+                    .collect();
+                let _ = ready_tx.send(());
+                let mut problems = Vec::new();
+                let mut buf = [0u8; 2048];
+                while !stop.load(Relaxed) {
+                    let mut any = false;
+                    for (i, s) in socks.iter().enumerate() {
+                        while let Ok((n, from)) = s.recv_from(&mut buf) {
+                            any = true;
+                            let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
+                            if from != want.into() && problems.len() < 20 {
+                                problems.push(format!("sink {i}: from {from}, want {want}"));
+                            }
+                            match parse_packet(&buf[..n]) {
+                                Some((id, seq)) if id == i as u32 => {
+                                    seqs.lock().unwrap()[i].push(seq)
+                                }
+                                other if problems.len() < 20 => {
+                                    problems.push(format!("sink {i}: {other:?} ({n} bytes)"))
+                                }
+                                _ => {}
+                            }
+                            counts[i].fetch_add(1, Relaxed);
+                        }
+                    }
+                    if !any {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                problems
+            })
+        };
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("sinks bound");
+        Sinks {
+            counts,
+            seqs,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The sequence numbers sink `i` received so far, in arrival order.
+    pub fn seqs(&self, i: usize) -> Vec<u32> {
+        self.seqs.lock().unwrap()[i].clone()
+    }
+
+    /// Datagrams sink `i` received so far.
+    pub fn count(&self, i: usize) -> u64 {
+        self.counts[i].load(Relaxed)
+    }
+
+    /// Waits until sink `i` received `by` more datagrams (panics after `limit`); returns how
+    /// long its first new datagram took and how long all `by` took.
+    pub fn wait_growth(&self, i: usize, by: u64, limit: Duration) -> (Duration, Duration) {
+        let start = self.count(i);
+        let began = Instant::now();
+        let mut first = None;
+        while self.count(i) < start + by {
+            if first.is_none() && self.count(i) > start {
+                first = Some(began.elapsed());
+            }
+            assert!(
+                began.elapsed() < limit,
+                "sink {i} got {} of {by} datagrams within {limit:?}",
+                self.count(i) - start
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let all = began.elapsed();
+        (first.unwrap_or(all), all)
+    }
+
+    /// Stops the receivers; panics if any datagram came from elsewhere than the gateway.
+    pub fn finish(mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.thread.take() {
+            let problems = t.join().expect("sinks");
+            assert!(problems.is_empty(), "misdelivered: {problems:?}");
+        }
+    }
+}
+
+/// Senders for the route-change tests: one socket per gateway port `A_PORTS + 2i` (`i < n`)
+/// in namespace `ns`, each sending stream `i`'s next packet about every millisecond until
+/// `stop` is set (at most 60 s). Send errors are ignored: a port without a route may answer
+/// with ICMP.
+pub fn paced_senders(
+    ns: String,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    n: u16,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let socks: Vec<UdpSocket> = (0..n)
+            .map(|_| UdpSocket::bind((src, 0)).expect("bind sender"))
+            .collect();
+        let mut seq = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !stop.load(Relaxed) && Instant::now() < deadline {
+            for (i, s) in socks.iter().enumerate() {
+                let _ = s.send_to(&packet(i as u32, seq), (dst, A_PORTS + 2 * i as u16));
+            }
+            seq += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+/// Route `i` of the route-change tests: gateway port `A_PORTS + 2i` in A to
+/// `dest:SINK_PORTS + i`, leaving from `B_PORTS + 2i`, any source.
+pub fn route_spec(i: u16, dest: Ipv4Addr) -> vgate::routes::RouteSpec {
+    vgate::routes::RouteSpec {
+        ingress: vgate::config::DomainId::A,
+        port: A_PORTS + 2 * i,
+        dest: SocketAddrV4::new(dest, SINK_PORTS + i),
+        egress_port: B_PORTS + 2 * i,
+        policy: vgate::config::SourcePolicy::Any,
+        expected: None,
+        rtp_only: false,
+        label: format!("r{i}"),
+    }
+}

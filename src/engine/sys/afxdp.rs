@@ -698,6 +698,15 @@ pub(crate) fn hw_addr(name: &CStr) -> io::Result<[u8; 6]> {
     Ok(mac)
 }
 
+/// The MTU of interface `name` (`SIOCGIFMTU`).
+pub(crate) fn mtu(name: &CStr) -> io::Result<u32> {
+    let sock = inet_socket()?;
+    let mut req = ifreq(name);
+    // SAFETY: `req` is a live, writable ifreq; the kernel writes an int into its union.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU as _, &mut req) })?;
+    Ok(i32::from_ne_bytes([req.data[0], req.data[1], req.data[2], req.data[3]]).max(0) as u32)
+}
+
 /// `if_nametoindex(3)`.
 pub(crate) fn if_nametoindex(name: &CStr) -> io::Result<u32> {
     // SAFETY: `name` is a valid NUL-terminated string read during the call.

@@ -19,6 +19,7 @@ use nix::sys::socket::{
 };
 
 const BPF_MAP_CREATE: libc::c_int = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
@@ -26,6 +27,8 @@ const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const BPF_LINK_CREATE: libc::c_int = 28;
 
 pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
+pub(crate) const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+pub(crate) const BPF_MAP_TYPE_DEVMAP: u32 = 14;
 pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 /// `enum bpf_attach_type`: `BPF_XDP`.
@@ -192,6 +195,23 @@ pub(crate) struct Map {
     fd: OwnedFd,
     key_size: usize,
     value_size: usize,
+    /// Bytes a lookup writes: the value size, or for a per-CPU map one 8-byte-aligned value
+    /// per possible CPU.
+    lookup_len: usize,
+}
+
+/// The number of possible CPUs (`/sys/devices/system/cpu/possible`, e.g. `0-3` or `0,2-5`):
+/// how many values a per-CPU map holds per key.
+pub(crate) fn possible_cpus() -> io::Result<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "cannot parse possible CPUs");
+    let mut n = 0;
+    for part in text.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+        n = n.max(b + 1).max(a + 1);
+    }
+    Ok(n)
 }
 
 impl Map {
@@ -211,12 +231,18 @@ impl Map {
             map_name: name16(name),
             ..Default::default()
         };
+        let lookup_len = if map_type == BPF_MAP_TYPE_PERCPU_ARRAY {
+            (value_size as usize).div_ceil(8) * 8 * possible_cpus()?
+        } else {
+            value_size as usize
+        };
         // SAFETY: MAP_CREATE reads only plain integers and the inline name.
         let fd = unsafe { sys_bpf(BPF_MAP_CREATE, &mut attr) }?;
         Ok(Map {
             fd: owned(fd),
             key_size: key_size as usize,
             value_size: value_size as usize,
+            lookup_len,
         })
     }
 
@@ -238,6 +264,30 @@ impl Map {
         // SAFETY: `key` and `value` are live slices of exactly the map's key and value sizes
         // (checked above); UPDATE only reads them during the call.
         unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }?;
+        Ok(())
+    }
+
+    /// Bytes [`Map::lookup`] writes (see `lookup_len`).
+    pub(crate) fn lookup_len(&self) -> usize {
+        self.lookup_len
+    }
+
+    /// `BPF_MAP_LOOKUP_ELEM(key)` into `out`, which is [`Map::lookup_len`] bytes: the value,
+    /// or for a per-CPU map one value per possible CPU, each padded to 8 bytes.
+    pub(crate) fn lookup(&self, key: &[u8], out: &mut [u8]) -> io::Result<()> {
+        if key.len() != self.key_size || out.len() != self.lookup_len {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: out.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: `key` is a live slice of the map's key size and `out` a live, writable
+        // slice of exactly what the kernel writes for this map type (both checked above);
+        // LOOKUP reads the key and writes the value during the call only.
+        unsafe { sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) }?;
         Ok(())
     }
 }

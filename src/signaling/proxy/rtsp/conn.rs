@@ -164,6 +164,8 @@ pub enum EndReason {
     Shutdown,
     /// An operator ended the session through the admin interface.
     Operator,
+    /// A request took longer than `request_timeout` to arrive whole (slow-loris).
+    SlowRequest,
 }
 
 impl EndReason {
@@ -176,6 +178,7 @@ impl EndReason {
             EndReason::Protocol => "protocol-error",
             EndReason::Shutdown => "shutdown",
             EndReason::Operator => "ended-by-operator",
+            EndReason::SlowRequest => "request-too-slow",
         }
     }
 }
@@ -203,7 +206,10 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
     let media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
-    let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed(id));
+    let Some(seed) = seed() else {
+        return EndReason::Protocol;
+    };
+    let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed);
     let shared = Arc::new(Shared {
         exchange: Mutex::new(exchange),
         client_w: Mutex::new(writer),
@@ -262,12 +268,9 @@ pub fn live(routes: &Routes) -> String {
     )
 }
 
-fn seed(id: u64) -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut b);
-    }
-    u64::from_le_bytes(b) ^ id.rotate_left(32) ^ now_ms()
+/// The seed of the connection's client nonces and session ids, from the operating system.
+fn seed() -> Option<u64> {
+    getrandom::u64().ok()
 }
 
 fn close_both(shared: &Shared) {
@@ -287,9 +290,17 @@ fn client_loop(
     let limits = ctx.settings.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
+    // Since when a request (or a `$` frame) has been arriving without being whole; the
+    // first request is awaited from the moment the connection opened.
+    let mut waiting_since = Some(now_ms());
+    let request_ms = u64::from(ctx.settings.request_timeout) * 1000;
     loop {
         if ctx.stop.load(Relaxed) {
             return EndReason::Shutdown;
+        }
+        if waiting_since.is_some_and(|t| now_ms().saturating_sub(t) > request_ms) {
+            ctx.settings.events.slow_requests.fetch_add(1, Relaxed);
+            return EndReason::SlowRequest;
         }
         if shared.closing.load(Relaxed) {
             return EndReason::UpstreamClosed;
@@ -351,6 +362,13 @@ fn client_loop(
             consumed += len;
         }
         buf.drain(..consumed);
+        waiting_since = match (buf.is_empty(), consumed > 0) {
+            (true, true) => None,
+            (true, false) => waiting_since,
+            // A new request has begun: its time starts now.
+            (false, true) => Some(now_ms()),
+            (false, false) => waiting_since.or_else(|| Some(now_ms())),
+        };
     }
 }
 

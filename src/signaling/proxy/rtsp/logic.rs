@@ -74,6 +74,14 @@ pub struct Events {
     pub client_replies_forwarded: AtomicU64,
     /// TEARDOWNs of one track's control URL that freed only that track.
     pub track_teardowns: AtomicU64,
+    /// Connections closed because a request took longer than `request_timeout` to arrive.
+    pub slow_requests: AtomicU64,
+    /// Connections refused: the peer is not in `allow_peers` (or not in the listen domain).
+    pub refused_peers: AtomicU64,
+    /// Connections refused: the source holds `max_connections_per_source` already.
+    pub refused_per_source: AtomicU64,
+    /// Connections refused: the source opens more than `rate_limit` per second.
+    pub refused_rate: AtomicU64,
 }
 
 impl Events {
@@ -101,6 +109,10 @@ impl Events {
             ("server_requests_answered", &self.server_requests_answered),
             ("client_replies_forwarded", &self.client_replies_forwarded),
             ("track_teardowns", &self.track_teardowns),
+            ("slow_requests", &self.slow_requests),
+            ("refused_peers", &self.refused_peers),
+            ("refused_per_source", &self.refused_per_source),
+            ("refused_rate", &self.refused_rate),
         ]
         .into_iter()
         .map(|(n, a)| (n, a.load(Relaxed)))
@@ -130,6 +142,8 @@ pub struct Settings {
     pub transports: TransportPolicy,
     /// Longest idle time of a session in seconds (the server's, if shorter, wins).
     pub session_timeout: u32,
+    /// Seconds a client may take to send one whole request.
+    pub request_timeout: u32,
     /// Requests by method and upstream responses by class, for the metrics.
     pub stats: std::sync::Arc<crate::signaling::proxy::SignalingStats>,
     /// The route's events, summed over its connections.

@@ -43,6 +43,18 @@
 //! [`logic::Events`] and published each second as the route's signaling events
 //! (`vgate_signaling_events_total{kind="rtsp",event=...}`).
 //!
+//! **Who may connect** (checked at accept, refusals closed unanswered and counted):
+//! `allow_peers` (default: any address of the listen domain; `refused_peers`),
+//! `max_connections_per_source` at a time (default 64: a connection per stream;
+//! `refused_per_source`) and
+//! `rate_limit` new connections per second per source (bursts of twice that;
+//! `refused_rate`), besides the route-wide [`MAX_CONNECTIONS`]. `max_message` caps the
+//! request head, each line and the body (it only tightens the RTSP defaults). A client
+//! must send each request whole within `request_timeout` of its first byte (the first
+//! request: of the connection), or the connection is closed (`slow_requests`): a
+//! slow-loris cannot hold connections; a client quiet between whole requests is not
+//! affected (the session timeout covers it).
+//!
 //! Each connection's media session ends — routes removed, ports given back — on TEARDOWN,
 //! when the client or upstream closes its connection, when the session is idle past its
 //! timeout, when a playing session carries no media for the route's `media_timeout`, and
@@ -59,6 +71,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::sip::access::{peer_allowed, RateLimiter};
 use super::{Proxy, ProxyContext, ProxyError, SignalingStats};
 use crate::config::{RtspOptions, SignalingKind, SignalingRoute};
 use crate::signaling::rtsp::auth::{Credentials, DigestVerifier};
@@ -84,6 +97,7 @@ pub struct RtspProxy {
 struct Conn {
     stream: TcpStream,
     thread: Option<JoinHandle<()>>,
+    peer: std::net::Ipv4Addr,
 }
 
 /// The proxy settings of a route from the config.
@@ -102,6 +116,7 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
                 client_users: Vec::new(),
                 client_realm: "vgate".into(),
                 session_timeout: 60,
+                request_timeout: 10,
             };
             &default_opts
         }
@@ -126,7 +141,7 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         None
     } else {
         let mut secret = [0u8; 32];
-        read_random(&mut secret).map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
+        getrandom::fill(&mut secret).map_err(|e| format!("the operating system gave no randomness ({e}); check that getrandom(2) or /dev/urandom works"))?;
         let users = opts
             .client_users
             .iter()
@@ -148,17 +163,23 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         gateway: [cfg.domains[0].address, cfg.domains[1].address],
         policy: cfg.security.source_validation,
         rtp_only: cfg.security.rtp_only,
-        limits: Limits::default(),
+        limits: {
+            // `max_message` only tightens the RTSP limits (head and body each).
+            let d = Limits::default();
+            let m = route.policy.max_message;
+            Limits {
+                max_header_bytes: d.max_header_bytes.min(m),
+                max_body_bytes: d.max_body_bytes.min(m),
+                max_line_bytes: d.max_line_bytes.min(m),
+                ..d
+            }
+        },
         transports: TransportPolicy::default(),
         session_timeout: opts.session_timeout,
+        request_timeout: opts.request_timeout,
         stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),
         events: Arc::new(logic::Events::default()),
     })
-}
-
-fn read_random(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
 /// Starts the proxy of one RTSP route: listens on the gateway's address in the route's
@@ -167,6 +188,11 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
     let settings = settings(route, &ctx.config).map_err(|message| ProxyError::Other {
         route: route.name.clone(),
         message,
+    })?;
+    // Session ids and nonces come from the operating system: none, no proxy.
+    getrandom::u64().map_err(|e| ProxyError::Other {
+        route: route.name.clone(),
+        message: format!("the operating system gave no randomness ({e}); check that getrandom(2) or /dev/urandom works"),
     })?;
     ctx.stats.register(&route.name, Arc::clone(&settings.stats));
     let addr = SocketAddrV4::new(
@@ -199,12 +225,18 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         media_timeout: media_timeout(route),
     };
     let gateway_stop = Arc::clone(&ctx.stop);
+    let access = Access {
+        allow_peers: route.policy.allow_peers.clone(),
+        listen_domain: ctx.routes.domain(route.listen_domain).clone(),
+        per_source: route.policy.max_connections_per_source,
+        rate: std::cell::RefCell::new(RateLimiter::new(route.policy.rate_limit)),
+    };
     let accept = {
         let conns = Arc::clone(&conns);
         let stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name(format!("rtsp-{}", route.name))
-            .spawn(move || accept_loop(&listener, &cctx, &conns, &stop, &gateway_stop))
+            .spawn(move || accept_loop(&listener, &cctx, &access, &conns, &stop, &gateway_stop))
             .map_err(|e| ProxyError::Other {
                 route: route.name.clone(),
                 message: format!("cannot start the accept thread: {e}"),
@@ -234,9 +266,49 @@ fn publish(settings: &Settings) {
     settings.stats.set_events(settings.events.list());
 }
 
+/// Who may connect: the route's `allow_peers` (default: the listen domain), at most
+/// `max_connections_per_source` connections per source at a time and `rate_limit` new
+/// ones per second.
+struct Access {
+    allow_peers: Vec<ipnet::Ipv4Net>,
+    listen_domain: crate::config::Domain,
+    per_source: usize,
+    rate: std::cell::RefCell<RateLimiter>,
+}
+
+impl Access {
+    /// Whether a new connection from `peer` may be served (`open`: connections it has
+    /// open now); counts the refusals.
+    fn admit(
+        &self,
+        peer: std::net::Ipv4Addr,
+        open: usize,
+        now: std::time::Instant,
+        events: &logic::Events,
+    ) -> bool {
+        let counter = if !peer_allowed(&self.allow_peers, self.listen_domain.contains(peer), peer) {
+            &events.refused_peers
+        } else if open >= self.per_source {
+            &events.refused_per_source
+        } else if !self.rate.borrow_mut().allow(peer, now) {
+            &events.refused_rate
+        } else {
+            return true;
+        };
+        counter.fetch_add(1, Relaxed);
+        if let Some(suppressed) = LOG_REFUSED.check(crate::clock::now_ms()) {
+            tracing::warn!(%peer, suppressed, "RTSP connection refused (allow_peers, rate_limit or max_connections_per_source)");
+        }
+        false
+    }
+}
+
+static LOG_REFUSED: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
+
 fn accept_loop(
     listener: &TcpListener,
     ctx: &ConnContext,
+    access: &Access,
     conns: &Arc<Mutex<HashMap<u64, Conn>>>,
     stop: &AtomicBool,
     gateway_stop: &AtomicBool,
@@ -250,7 +322,7 @@ fn accept_loop(
             // Ended connections give their descriptors back even when no client comes.
             lock(conns).retain(|_, c| c.thread.as_ref().is_some_and(|t| !t.is_finished()));
         }
-        let (stream, _) = match listener.accept() {
+        let (stream, peer) = match listener.accept() {
             Ok(s) => s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20));
@@ -263,8 +335,17 @@ fn accept_loop(
             }
         };
         let _ = stream.set_nonblocking(false);
+        let SocketAddr::V4(peer) = peer else {
+            continue;
+        };
+        let peer = *peer.ip();
         let mut map = lock(conns);
         map.retain(|_, c| c.thread.as_ref().is_some_and(|t| !t.is_finished()));
+        let open = map.values().filter(|c| c.peer == peer).count();
+        if !access.admit(peer, open, std::time::Instant::now(), &ctx.settings.events) {
+            // Closed at once, unanswered.
+            continue;
+        }
         if map.len() >= MAX_CONNECTIONS {
             let mut s = stream;
             if let Ok(b) = build_response(None, Status::SERVICE_UNAVAILABLE, &[]) {
@@ -288,6 +369,7 @@ fn accept_loop(
             Conn {
                 stream: handle,
                 thread,
+                peer,
             },
         );
     }
@@ -314,5 +396,51 @@ impl Proxy for RtspProxy {
             }
         }
         publish(&self.settings);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use std::time::Instant;
+
+    fn access(allow: &[&str], per_source: usize, rate: u32) -> Access {
+        let cfg = crate::config::parse(crate::config::DEFAULT_TOML, "default").unwrap();
+        Access {
+            allow_peers: allow.iter().map(|n| n.parse().unwrap()).collect(),
+            listen_domain: cfg.domain(crate::config::DomainId::B).clone(),
+            per_source,
+            rate: std::cell::RefCell::new(RateLimiter::new(rate)),
+        }
+    }
+
+    #[test]
+    fn connections_pass_allow_peers_the_per_source_cap_and_the_rate() {
+        let ev = logic::Events::default();
+        let now = Instant::now();
+        let b = Ipv4Addr::new(127, 0, 0, 2);
+        let other = Ipv4Addr::new(192, 0, 2, 1);
+        // Default: anyone of the listen domain, nobody else.
+        let a = access(&[], 2, 0);
+        assert!(a.admit(b, 0, now, &ev));
+        assert!(!a.admit(other, 0, now, &ev));
+        assert_eq!(ev.refused_peers.load(Relaxed), 1);
+        // The per-source cap.
+        assert!(a.admit(b, 1, now, &ev));
+        assert!(!a.admit(b, 2, now, &ev));
+        assert_eq!(ev.refused_per_source.load(Relaxed), 1);
+        // allow_peers narrows it.
+        let a = access(&["127.0.0.9/32"], 16, 0);
+        assert!(!a.admit(b, 0, now, &ev));
+        assert!(a.admit(Ipv4Addr::new(127, 0, 0, 9), 0, now, &ev));
+        assert_eq!(ev.refused_peers.load(Relaxed), 2);
+        // rate_limit: 1 per second, bursts of 2.
+        let a = access(&[], 16, 1);
+        assert!(a.admit(b, 0, now, &ev));
+        assert!(a.admit(b, 0, now, &ev));
+        assert!(!a.admit(b, 0, now, &ev));
+        assert_eq!(ev.refused_rate.load(Relaxed), 1);
+        assert!(a.admit(b, 0, now + Duration::from_secs(1), &ev));
     }
 }

@@ -15,6 +15,7 @@ use crate::config::{
 };
 use crate::logging::RateLimit;
 use crate::routes::Routes;
+use crate::signaling::manscdp;
 use crate::signaling::proxy::SignalingStats;
 use crate::signaling::sip::{
     build_response, triage_datagram, triage_framed, CSeq, Editor, Head, Host, Limits, NameAddr,
@@ -33,6 +34,8 @@ pub const BRANCH_PREFIX: &str = "z9hG4bKvg";
 pub const MAX_TXNS: usize = 65_536;
 pub const MAX_BINDINGS: usize = 65_536;
 pub const MAX_CALLS: usize = 16_384;
+/// Call-IDs mapped between the faces (each mapping is two entries).
+pub const MAX_CALL_IDS: usize = 2 * MAX_TXNS;
 /// How long a finished transaction is kept to absorb retransmissions (64 × T1).
 pub const TXN_LINGER: Duration = Duration::from_secs(32);
 /// How long a contact binding seen in a dialog lives after its last use.
@@ -113,6 +116,14 @@ pub struct Counters {
     pub tcp_connections_refused: u64,
     /// Outgoing TCP connections refused, failed or not made within the connect timeout.
     pub tcp_connect_failures: u64,
+    /// Contacts refused because their source already holds `max_bindings_per_source`.
+    pub bindings_refused: u64,
+    /// Requests on the upstream face routed by Request-URI user to a registered device.
+    pub routed_by_user: u64,
+    /// MANSCDP requests refused by the route's command policy (403).
+    pub manscdp_refused: u64,
+    /// MANSCDP bodies whose address fields were rewritten or blanked.
+    pub manscdp_rewritten: u64,
 }
 
 impl Counters {
@@ -142,6 +153,10 @@ impl Counters {
             ("too_large", self.too_large),
             ("tcp_connections_refused", self.tcp_connections_refused),
             ("tcp_connect_failures", self.tcp_connect_failures),
+            ("bindings_refused", self.bindings_refused),
+            ("routed_by_user", self.routed_by_user),
+            ("manscdp_refused", self.manscdp_refused),
+            ("manscdp_rewritten", self.manscdp_rewritten),
         ]
     }
 }
@@ -175,6 +190,8 @@ struct Txn {
     expires: Instant,
     internal: bool,
     initial_invite: bool,
+    /// Bindings a REGISTER's 2xx confirms.
+    registers: Vec<String>,
 }
 
 /// A Contact seen on one face, now shown on the other as the gateway with a token.
@@ -183,6 +200,24 @@ struct Binding {
     uri: Vec<u8>,
     peer: Peer,
     expires: Instant,
+    /// A REGISTER's contact before the registrar's 2xx: shown (the REGISTER carries its
+    /// token) but routes nothing, and lives only as long as the transaction.
+    pending: bool,
+    /// Where the message that created it came from (for the per-source cap).
+    source: Ipv4Addr,
+    /// The lifetime the REGISTER asked for, granted on its 2xx.
+    asked: Duration,
+    /// Registered contacts are also found by their user (the GB device ID), for platforms
+    /// that address a device at the address it registered from.
+    user: Option<Vec<u8>>,
+}
+
+/// Why a contact got no binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BindRefused {
+    Malformed,
+    TableFull,
+    SourceCap,
 }
 
 /// An INVITE dialog and its media.
@@ -200,6 +235,9 @@ struct Call {
     last_activity: Instant,
 }
 
+/// Call-IDs seen on one face → (the Call-ID on the other face, expiry).
+type CallIds = HashMap<Vec<u8>, (Vec<u8>, Instant)>;
+
 /// Where a request goes: the peer, and the new Request-URI if it changes.
 type Target = (Peer, Option<Vec<u8>>);
 
@@ -207,6 +245,7 @@ static LOG_FORBIDDEN: RateLimit = RateLimit::new(10_000);
 static LOG_REFUSED_MEDIA: RateLimit = RateLimit::new(10_000);
 static LOG_BAD_RESPONSE_SDP: RateLimit = RateLimit::new(10_000);
 static LOG_UNFRAMEABLE: RateLimit = RateLimit::new(10_000);
+static LOG_BINDINGS: RateLimit = RateLimit::new(10_000);
 
 /// A header value on one line: each CRLF and the whitespace after it become one space.
 fn unfold(v: &[u8]) -> Vec<u8> {
@@ -300,11 +339,21 @@ pub struct Core {
     local: [SocketAddrV4; 2],
     upstream: SocketAddrV4,
     salt: String,
+    /// Key of the identifiers (tokens, branches, tags): `None` only in tests, which want
+    /// them readable (`salt` + counter).
+    secret: Option<[u8; 32]>,
     seq: u64,
     txns: HashMap<String, Txn>,
     by_in: HashMap<InKey, String>,
     bindings: HashMap<String, Binding>,
     binding_index: HashMap<(Face, Vec<u8>, SocketAddrV4), String>,
+    /// Call-IDs on both faces: `cids[f][Call-ID on f]` = (the Call-ID on the other face,
+    /// expiry). The tables below key calls by the Call-ID on the listen face.
+    cids: [CallIds; 2],
+    /// Registered (2xx) contacts by face and user.
+    by_user: HashMap<(Face, Vec<u8>), String>,
+    /// Bindings held by each source address (capped by `max_bindings_per_source`).
+    per_source: HashMap<Ipv4Addr, usize>,
     calls: HashMap<Vec<u8>, Call>,
     limiter: RateLimiter,
     pub counters: Counters,
@@ -336,11 +385,15 @@ impl Core {
             local,
             upstream: route.upstream,
             salt: salt.chars().filter(|c| c.is_ascii_alphanumeric()).collect(),
+            secret: None,
             seq: 0,
             txns: HashMap::new(),
             by_in: HashMap::new(),
             bindings: HashMap::new(),
             binding_index: HashMap::new(),
+            cids: [HashMap::new(), HashMap::new()],
+            by_user: HashMap::new(),
+            per_source: HashMap::new(),
             calls: HashMap::new(),
             limiter: RateLimiter::new(policy.rate_limit),
             counters: Counters::default(),
@@ -354,9 +407,32 @@ impl Core {
         (self.calls.len(), self.txns.len(), self.bindings.len())
     }
 
+    /// Makes every identifier this core hands out (binding tokens, branches, tags)
+    /// unguessable: SHA-256 of `secret` and a counter, so one token tells nothing about the
+    /// next. Without it (tests) they are `salt` and the counter.
+    pub fn with_secret(mut self, secret: [u8; 32]) -> Core {
+        self.secret = Some(secret);
+        self
+    }
+
     fn next_id(&mut self) -> String {
+        use sha2::Digest as _;
         self.seq += 1;
-        format!("{}{:x}", self.salt, self.seq)
+        match &self.secret {
+            None => format!("{}{:x}", self.salt, self.seq),
+            Some(key) => {
+                let mut h = sha2::Sha256::new();
+                h.update(key);
+                h.update(self.seq.to_le_bytes());
+                let d = h.finalize();
+                d.iter()
+                    .take(12)
+                    .fold(String::with_capacity(24), |mut s, b| {
+                        let _ = std::fmt::Write::write_fmt(&mut s, format_args!("{b:02x}"));
+                        s
+                    })
+            }
+        }
     }
 
     fn transport_name(&self) -> &'static str {
@@ -569,6 +645,18 @@ impl Core {
         Some(bytes)
     }
 
+    /// `503` with `Retry-After`: a table is full.
+    fn busy(&mut self, to: (Face, Peer), head: &Head<'_>, out: &mut Vec<Out>) {
+        self.answer(
+            to,
+            head,
+            503,
+            "Service Unavailable",
+            &[("Retry-After", "5")],
+            out,
+        );
+    }
+
     fn in_key(face: Face, src: Peer, head: &Head<'_>, method: &[u8]) -> InKey {
         let branch = match head.top_via().ok().and_then(|v| v.branch()) {
             Some(b) if b.starts_with(b"z9hG4bK") => b.to_vec(),
@@ -652,10 +740,12 @@ impl Core {
     }
 
     /// Finds where a request goes: a binding token, the dialog, or the upstream.
+    /// `call_id`: the request's Call-ID on the listen face (the key of the call table).
     fn target(
         &mut self,
         face: Face,
         head: &Head<'_>,
+        call_id: &[u8],
         now: Instant,
     ) -> Result<Target, (u16, &'static str)> {
         let ruri = head.request_uri().unwrap_or_default();
@@ -664,14 +754,13 @@ impl Core {
             let b = self
                 .bindings
                 .get_mut(&tok)
-                .filter(|b| b.face == face.other())
+                .filter(|b| b.face == face.other() && !b.pending)
                 .ok_or((404u16, "Not Found"))?;
             b.expires = b.expires.max(now + DIALOG_IDLE);
             return Ok((b.peer, Some(b.uri.clone())));
         }
         let in_dialog = head.to().ok().and_then(|t| t.tag()).is_some();
         if in_dialog {
-            let call_id = head.call_id().unwrap_or_default();
             if let Some(tok) = self
                 .calls
                 .get(call_id)
@@ -692,7 +781,24 @@ impl Core {
                 };
                 Ok((Peer::udp(self.upstream), new_uri))
             }
-            Face::Upstream => Err((404, "Not Found")),
+            Face::Upstream => {
+                // A platform addressing a device at the address it registered from (our
+                // upstream face) or by its domain: the device's registration.
+                let ours = match uri.host {
+                    Host::V4(ip) => ip == self.gw_ip(face),
+                    Host::Name(_) => true,
+                    _ => false,
+                };
+                let user = uri.user.filter(|_| ours).ok_or((404u16, "Not Found"))?;
+                let b = self
+                    .by_user
+                    .get(&(face.other(), user.to_vec()))
+                    .and_then(|tok| self.bindings.get(tok))
+                    .filter(|b| !b.pending && b.expires > now)
+                    .ok_or((404u16, "Not Found"))?;
+                self.counters.routed_by_user += 1;
+                Ok((b.peer, Some(b.uri.clone())))
+            }
         }
     }
 
@@ -711,41 +817,92 @@ impl Core {
 
     /// A binding for `uri` seen on `face` from `peer`; reused when the same contact is seen
     /// again (retransmissions and refreshes get the same token).
+    /// `register`: the contact of a REGISTER, which only becomes usable when the
+    /// registrar answers 2xx ([`Core::confirm_registration`]). Each source address holds
+    /// at most `max_bindings_per_source` bindings.
     fn bind(
         &mut self,
         face: Face,
         uri: &[u8],
-        peer: Peer,
+        (peer, src): (Peer, Ipv4Addr),
         lifetime: Duration,
+        register: bool,
         now: Instant,
-    ) -> Option<String> {
+    ) -> Result<String, BindRefused> {
         let key = (face, uri.to_vec(), peer.addr);
         if let Some(tok) = self.binding_index.get(&key).cloned() {
             if let Some(b) = self.bindings.get_mut(&tok) {
-                b.expires = now + lifetime;
+                if register {
+                    // A refresh waits for its 2xx too; a live registration stays live.
+                    b.asked = lifetime;
+                    b.expires = b.expires.max(now + TXN_LINGER);
+                } else {
+                    b.expires = b.expires.max(now + lifetime);
+                }
                 b.peer = peer;
-                return Some(tok);
+                return Ok(tok);
             }
         }
         if self.bindings.len() >= MAX_BINDINGS {
             self.sweep(now);
             if self.bindings.len() >= MAX_BINDINGS {
                 self.counters.table_full += 1;
-                return None;
+                return Err(BindRefused::TableFull);
+            }
+        }
+        let held = self.per_source.get(&src).copied().unwrap_or(0);
+        if held >= self.policy.max_bindings_per_source {
+            self.sweep(now);
+            if self.per_source.get(&src).copied().unwrap_or(0)
+                >= self.policy.max_bindings_per_source
+            {
+                self.counters.bindings_refused += 1;
+                if let Some(suppressed) = LOG_BINDINGS.check(now_ms()) {
+                    tracing::warn!(route = %self.name, peer = %src, suppressed, limit = self.policy.max_bindings_per_source, "contact refused: this source holds the most bindings allowed (max_bindings_per_source)");
+                }
+                return Err(BindRefused::SourceCap);
             }
         }
         let tok = self.next_id();
+        let user = Uri::parse(uri)
+            .ok()
+            .and_then(|u| u.user.map(<[u8]>::to_vec));
         self.bindings.insert(
             tok.clone(),
             Binding {
                 face,
                 uri: uri.to_vec(),
                 peer,
-                expires: now + lifetime,
+                expires: now + if register { TXN_LINGER } else { lifetime },
+                pending: register,
+                asked: lifetime,
+                user: user.filter(|_| register),
+                source: src,
             },
         );
+        *self.per_source.entry(src).or_insert(0) += 1;
         self.binding_index.insert(key, tok.clone());
-        Some(tok)
+        Ok(tok)
+    }
+
+    /// The registrar accepted a REGISTER: its contacts become routable for the lifetime
+    /// asked (0: the contact is removed), and findable by user.
+    fn confirm_registration(&mut self, tokens: &[String], now: Instant) {
+        for tok in tokens {
+            let Some(b) = self.bindings.get_mut(tok) else {
+                continue;
+            };
+            if b.asked <= TXN_LINGER {
+                // Expires: 0 (plus the linger we add): unregistered.
+                b.expires = now;
+                continue;
+            }
+            b.pending = false;
+            b.expires = now + b.asked;
+            if let Some(u) = b.user.clone() {
+                self.by_user.insert((b.face, u), tok.clone());
+            }
+        }
     }
 
     /// Rewrites every Contact of a message going from `from` to the other face. Returns the
@@ -757,24 +914,25 @@ impl Core {
         src: Peer,
         default_lifetime: Duration,
         now: Instant,
-    ) -> Result<(Option<Vec<u8>>, Option<String>), ()> {
+    ) -> Result<(Option<Vec<u8>>, Vec<String>), BindRefused> {
         let values: Vec<&[u8]> = head.values("Contact").collect();
         if values.is_empty() {
-            return Ok((None, None));
+            return Ok((None, Vec::new()));
         }
+        let register = head.method() == Some(b"REGISTER");
         let header_expires = head
             .header("Expires")
             .and_then(|h| std::str::from_utf8(h.value()).ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
         let to = from.other();
         let mut new = Vec::new();
-        let mut first_token = None;
+        let mut tokens = Vec::new();
         for v in values {
             if v == b"*" {
                 new.push(b"*".to_vec());
                 continue;
             }
-            let na = NameAddr::parse(v).map_err(|_| ())?;
+            let na = NameAddr::parse(v).map_err(|_| BindRefused::Malformed)?;
             let uri = match na.sip_uri() {
                 Ok(u) => u,
                 Err(_) => {
@@ -814,10 +972,8 @@ impl Core {
                     },
                     _ => src,
                 };
-                let tok = self.bind(from, na.uri, reach, secs, now).ok_or(())?;
-                if first_token.is_none() {
-                    first_token = Some(tok.clone());
-                }
+                let tok = self.bind(from, na.uri, (reach, *src.addr.ip()), secs, register, now)?;
+                tokens.push(tok.clone());
                 item.extend_from_slice(b"<sip:");
                 if let Some(user) = uri.user {
                     item.extend_from_slice(user);
@@ -832,7 +988,77 @@ impl Core {
             item.extend_from_slice(na.params.raw());
             new.push(item);
         }
-        Ok((Some(new.join(&b", "[..])), first_token))
+        Ok((Some(new.join(&b", "[..])), tokens))
+    }
+
+    /// Call-ID hiding: the Call-ID `received` on `face` and the one the other face sees,
+    /// made up (random, `@` the gateway's address there) the first time a Call-ID crosses.
+    /// A device's `...@192.168.1.64` never reaches the other domain, and the answer gets
+    /// its own Call-ID back. A mapping lives `life` from now (at least: a transaction's
+    /// `TXN_LINGER`; a dialog's `DIALOG_IDLE`; a registration's lifetime), and as long as
+    /// its call.
+    /// Returns (the Call-ID on the listen face, which keys the tables; the Call-ID the
+    /// other face sees, for the message crossing), or None when the table is full.
+    fn call_ids(
+        &mut self,
+        face: Face,
+        received: &[u8],
+        life: Duration,
+        now: Instant,
+    ) -> Option<(Vec<u8>, Vec<u8>)> {
+        let until = now + life;
+        let (f, o) = (face.index(), face.other().index());
+        let other = match self.cids[f].get_mut(received) {
+            Some(e) => {
+                e.1 = e.1.max(until);
+                e.0.clone()
+            }
+            None => {
+                if self.cids[f].len() >= MAX_CALL_IDS {
+                    self.sweep(now);
+                    if self.cids[f].len() >= MAX_CALL_IDS {
+                        self.counters.table_full += 1;
+                        return None;
+                    }
+                }
+                let made = format!("{}@{}", self.next_id(), self.gw_ip(face.other())).into_bytes();
+                self.cids[f].insert(received.to_vec(), (made.clone(), until));
+                self.cids[o].insert(made.clone(), (received.to_vec(), until));
+                made
+            }
+        };
+        if let Some(e) = self.cids[o].get_mut(&other) {
+            e.1 = e.1.max(until);
+        }
+        let canonical = match face {
+            Face::Listen => received.to_vec(),
+            Face::Upstream => other.clone(),
+        };
+        Some((canonical, other))
+    }
+
+    /// The Call-ID face `face` knows a call by (`canonical`: its Call-ID on the listen face).
+    fn call_id_on(&self, canonical: &[u8], face: Face) -> Vec<u8> {
+        match face {
+            Face::Listen => canonical.to_vec(),
+            Face::Upstream => self.cids[Face::Listen.index()]
+                .get(canonical)
+                .map_or_else(|| canonical.to_vec(), |e| e.0.clone()),
+        }
+    }
+
+    /// A MANSCDP body going to face `to`: its address fields rewritten per the route's
+    /// `manscdp_addresses` (None: unchanged).
+    fn manscdp_body(&mut self, body: &[u8], to: Face) -> Option<Vec<u8>> {
+        let local = self.local[to.index()];
+        let new = manscdp::rewrite_addresses(
+            body,
+            self.policy.manscdp_addresses,
+            *local.ip(),
+            local.port(),
+        )?;
+        self.counters.manscdp_rewritten += 1;
+        Some(new)
     }
 
     fn our_via(&self, to: Face, branch: &str) -> Vec<u8> {
@@ -860,29 +1086,53 @@ impl Core {
             self.sweep(now);
             if self.txns.len() >= MAX_TXNS {
                 self.counters.table_full += 1;
+                self.busy((face, src), head, out);
+                return;
+            }
+        }
+        let body = msg.body();
+        let manscdp = !body.is_empty()
+            && head
+                .header("Content-Type")
+                .is_some_and(|h| manscdp::is_manscdp(h.value()));
+        if manscdp {
+            let cmds = manscdp::commands(body);
+            let (allow, deny) = (&self.policy.manscdp_allow, &self.policy.manscdp_deny);
+            if let Some(cmd) = manscdp::refused(&cmds, allow, deny) {
+                let cmd = String::from_utf8_lossy(cmd).into_owned();
+                self.counters.manscdp_refused += 1;
+                if let Some(suppressed) = LOG_FORBIDDEN.check(now_ms()) {
+                    tracing::warn!(route = %self.name, peer = %src.addr, command = %cmd, suppressed, "MANSCDP command refused with 403 (manscdp_allow / manscdp_deny)");
+                }
+                let warning =
+                    format!("399 vgate \"MANSCDP command {cmd} is not allowed on this route\"");
                 self.answer(
                     (face, src),
                     head,
-                    503,
-                    "Service Unavailable",
-                    &[("Retry-After", "5")],
+                    403,
+                    "Forbidden",
+                    &[("Warning", &warning)],
                     out,
                 );
                 return;
             }
         }
-        let (dest, new_uri) = match self.target(face, head, now) {
+        let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
+        let received_cid = head.call_id().unwrap_or_default();
+        let life = if to_tagged { DIALOG_IDLE } else { TXN_LINGER };
+        let Some((call_id, cid_out)) = self.call_ids(face, received_cid, life, now) else {
+            self.busy((face, src), head, out);
+            return;
+        };
+        let (dest, new_uri) = match self.target(face, head, &call_id, now) {
             Ok(t) => t,
             Err((code, reason)) => {
                 self.answer((face, src), head, code, reason, &[], out);
                 return;
             }
         };
-        let call_id = head.call_id().unwrap_or_default().to_vec();
         let cseq = head.cseq().map(|c| c.seq).unwrap_or(0);
-        let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
         let initial_invite = method == b"INVITE" && !to_tagged;
-        let body = msg.body();
         if !body.is_empty() && hides_sdp(head, body) {
             self.answer(
                 (face, src),
@@ -900,14 +1150,7 @@ impl Core {
             }
             if self.calls.len() >= MAX_CALLS {
                 self.counters.table_full += 1;
-                self.answer(
-                    (face, src),
-                    head,
-                    503,
-                    "Service Unavailable",
-                    &[("Retry-After", "5")],
-                    out,
-                );
+                self.busy((face, src), head, out);
                 return;
             }
             let label = format!(
@@ -995,12 +1238,15 @@ impl Core {
                                 expires: now + TXN_LINGER,
                                 internal: false,
                                 initial_invite: false,
+                                registers: Vec::new(),
                             },
                         );
                     }
                     return;
                 }
             }
+        } else if manscdp {
+            self.manscdp_body(body, to)
         } else {
             None
         };
@@ -1010,19 +1256,30 @@ impl Core {
         } else {
             DIALOG_IDLE
         };
-        let (contact, token) = match self.contacts(head, face, src, lifetime, now) {
+        let (contact, tokens) = match self.contacts(head, face, src, lifetime, now) {
             Ok(c) => c,
-            Err(()) => {
-                self.answer(
-                    (face, src),
-                    head,
-                    400,
-                    "Bad Request - Malformed Contact",
-                    &[],
-                    out,
-                );
+            Err(why) => {
+                let (code, reason, extra): (u16, &str, &[(&str, &str)]) = match why {
+                    BindRefused::Malformed => (400, "Bad Request - Malformed Contact", &[]),
+                    BindRefused::TableFull => (503, "Service Unavailable", &[("Retry-After", "5")]),
+                    BindRefused::SourceCap => (
+                        403,
+                        "Forbidden",
+                        &[(
+                            "Warning",
+                            "399 vgate \"too many contacts from this source\"",
+                        )],
+                    ),
+                };
+                self.answer((face, src), head, code, reason, extra, out);
                 return;
             }
+        };
+        let token = tokens.first().cloned();
+        let registers = if method == b"REGISTER" {
+            tokens
+        } else {
+            Vec::new()
         };
         let branch = format!("{BRANCH_PREFIX}{}", self.next_id());
         let mut ed = Editor::new(msg);
@@ -1048,6 +1305,7 @@ impl Core {
         for name in ["Route", "Record-Route", "Path"] {
             ed.remove_all(name);
         }
+        let _ = ed.replace_value("Call-ID", &cid_out);
         if let Some(mf) = head
             .header("Max-Forwards")
             .and_then(|h| crate::signaling::sip::parse_max_forwards(h.value()).ok())
@@ -1149,6 +1407,7 @@ impl Core {
                 expires,
                 internal: false,
                 initial_invite,
+                registers,
             },
         );
     }
@@ -1310,17 +1569,46 @@ impl Core {
         } else if !body.is_empty() && hides_sdp(head, body) {
             self.counters.dropped_bad_sdp_responses += 1;
             return;
+        } else if !body.is_empty()
+            && head
+                .header("Content-Type")
+                .is_some_and(|h| manscdp::is_manscdp(h.value()))
+        {
+            self.manscdp_body(body, from_face)
         } else {
             None
         };
         let (contact, token) = match self.contacts(head, face, src, DIALOG_IDLE, now) {
-            Ok(c) => c,
-            Err(()) => {
+            Ok((c, t)) => (c, t.into_iter().next()),
+            Err(_) => {
                 self.counters.dropped_malformed += 1;
                 return;
             }
         };
+        if (200..300).contains(&code) {
+            let registers = std::mem::take(
+                &mut self
+                    .txns
+                    .get_mut(&branch)
+                    .map(|t| &mut t.registers)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            self.confirm_registration(&registers, now);
+        }
+        if (200..300).contains(&code) {
+            // A dialog or registration the answer established: its Call-IDs stay mapped
+            // (a registration's for as long as it may last, so refreshes keep one Call-ID).
+            let life = if cseq_method == b"REGISTER" {
+                MAX_REGISTRATION + TXN_LINGER
+            } else {
+                DIALOG_IDLE
+            };
+            let _ = self.call_ids(face, head.call_id().unwrap_or_default(), life, now);
+        }
+        let cid_back = self.call_id_on(&call_id, from_face);
         let mut ed = Editor::new(msg);
+        let _ = ed.replace_value("Call-ID", &cid_back);
         ed.remove_all("Via");
         for (name, value) in vias.iter().rev() {
             let name = std::str::from_utf8(name).unwrap_or("Via");
@@ -1427,7 +1715,7 @@ impl Core {
         m.extend_from_slice(b"\r\nTo: ");
         m.extend_from_slice(&to);
         m.extend_from_slice(b"\r\nCall-ID: ");
-        m.extend_from_slice(call_id);
+        m.extend_from_slice(&self.call_id_on(call_id, face));
         m.extend_from_slice(format!("\r\nCSeq: {cseq} {method}\r\nReason: SIP;cause=200;text=\"{reason}\"\r\nContent-Length: 0\r\n\r\n").as_bytes());
         out.push(Out {
             face,
@@ -1454,6 +1742,7 @@ impl Core {
                 expires: now + TXN_LINGER,
                 internal: true,
                 initial_invite: false,
+                registers: Vec::new(),
             },
         );
     }
@@ -1537,6 +1826,7 @@ impl Core {
     }
 
     fn invite_timeout(&mut self, branch: &str, now: Instant, out: &mut Vec<Out>) {
+        let tag = self.next_id();
         let Some(t) = self.txns.get(branch) else {
             return;
         };
@@ -1557,8 +1847,6 @@ impl Core {
             r.extend_from_slice(v);
             r.extend_from_slice(b"\r\n");
         }
-        let tag = format!("{}{:x}", self.salt, self.seq + 1);
-        self.seq += 1;
         let to_has_tag = NameAddr::parse(&t.to_value)
             .ok()
             .and_then(|n| n.tag())
@@ -1571,7 +1859,7 @@ impl Core {
             r.extend_from_slice(format!(";tag={tag}").as_bytes());
         }
         r.extend_from_slice(b"\r\nCall-ID: ");
-        r.extend_from_slice(&t.call_id);
+        r.extend_from_slice(&self.call_id_on(&t.call_id, t.from_face));
         r.extend_from_slice(
             format!("\r\nCSeq: {} INVITE\r\nContent-Length: 0\r\n\r\n", t.cseq).as_bytes(),
         );
@@ -1609,10 +1897,25 @@ impl Core {
         for k in gone {
             self.by_in.remove(&k);
         }
-        self.bindings.retain(|_, b| b.expires > now);
+        let per_source = &mut self.per_source;
+        self.bindings.retain(|_, b| {
+            let keep = b.expires > now;
+            if !keep {
+                if let Some(n) = per_source.get_mut(&b.source) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            keep
+        });
+        self.per_source.retain(|_, n| *n > 0);
         let bindings = &self.bindings;
         self.binding_index
             .retain(|_, tok| bindings.contains_key(tok));
+        self.by_user.retain(|_, tok| bindings.contains_key(tok));
+        let calls = &self.calls;
+        let [listen_ids, up_ids] = &mut self.cids;
+        listen_ids.retain(|id, e| e.1 > now || calls.contains_key(id));
+        up_ids.retain(|_, e| e.1 > now || calls.contains_key(&e.0));
         let routes = Arc::clone(&self.routes);
         let invite_window = self.policy.invite_timeout + TXN_LINGER;
         let mut ended = 0;
@@ -1645,5 +1948,8 @@ impl Core {
         self.by_in.clear();
         self.bindings.clear();
         self.binding_index.clear();
+        self.by_user.clear();
+        self.per_source.clear();
+        self.cids = [HashMap::new(), HashMap::new()];
     }
 }

@@ -43,19 +43,32 @@
 //!   an address of the listen domain (the gateway itself) becomes the upstream address;
 //!   a GB domain ID stays. In-dialog requests without a token (some UACs send BYE to the
 //!   address they first called) are routed by Call-ID to the other party's binding.
-//! - **Unchanged**: Call-ID, tags, CSeq, Subject, Authorization/WWW-Authenticate (digest
-//!   covers the Request-URI the client signed: GB clients sign `sip:id@domain-id`, which
-//!   vgate does not rewrite), every body but SDP, every header vgate does not know.
-//!   A Call-ID or an Authorization `uri=` that a peer chose to build from its own IP
-//!   address is carried as the peer wrote it; the tests use the GB forms.
+//! - **Call-ID**: many devices build it from their address (`...@192.168.1.64`). Every
+//!   Call-ID crossing gets a made-up one on the other face (random, `@` the gateway's
+//!   address there), mapped both ways for the life of the transaction, dialog,
+//!   registration or call, so every message of a call (CANCEL, ACK, BYE and in-dialog
+//!   requests from either side included) shows each side only its own Call-ID.
+//! - **MANSCDP bodies** (`signaling::manscdp`): address fields (`<IPAddress>`, `<Port>`, an
+//!   `<Address>` holding an IP) become the gateway's on the receiving side, or are blanked
+//!   (`manscdp_addresses`); the body's encoding (GB2312) is kept and Content-Length fixed.
+//!   Control and Query commands pass the route's `manscdp_allow`/`manscdp_deny` or get
+//!   `403` (counted `manscdp_refused`).
+//! - **Unchanged**: tags, CSeq, Subject, Authorization/WWW-Authenticate (digest covers the
+//!   Request-URI the client signed: GB clients sign `sip:id@domain-id`, which vgate does
+//!   not rewrite), every body but SDP and MANSCDP, every header vgate does not know. An
+//!   Authorization `uri=` that a peer chose to build from its own IP address is carried as
+//!   the peer wrote it; the tests use the GB forms.
 //!
 //! ## The route pair: requests in both directions
 //!
 //! A proxy has two faces: the **listen** face (the configured port on the gateway's
 //! address in `listen_domain`) and the **upstream** face (the gateway's address in the
-//! other domain, on an ephemeral port shown in its Via and Contact). New requests from the
-//! listen side go to `upstream`; new requests arriving on the upstream face must carry a
-//! binding token (they answer a Contact vgate showed) or be in a dialog vgate knows, and
+//! other domain, on `upstream_port`, by default the listen port: fixed, so registrations
+//! made through it survive restarts and reloads). New requests from the listen side go to
+//! `upstream`; new requests arriving on the upstream face must carry a binding token (they
+//! answer a Contact vgate showed), be in a dialog vgate knows, or be addressed to a device
+//! registered through this route by its ID (`sip:<device id>@<upstream face>` or
+//! `@<domain>`: what a wvp-style platform sends to the address a REGISTER came from), and
 //! get `404` otherwise. A deployment where both sides start requests (a device in A
 //! registers with the platform in B; the platform in B calls devices in A) configures two
 //! routes, one listening in each domain, as the namespace test does: the platform's
@@ -84,9 +97,13 @@
 //! caller's ACK), when no final answer came within `invite_timeout` (CANCEL downstream,
 //! `408` upstream), and when none of its routes saw a packet for `media_timeout` (BYE to
 //! both sides, built from the dialog state). Every table is capped ([`core::MAX_TXNS`],
-//! [`core::MAX_BINDINGS`], [`core::MAX_CALLS`]; past a cap new work gets `503`) and every
-//! entry expires: transactions 32 s after their final answer, bindings with their
-//! registration or an hour after their dialog's last use, calls 32 s after they end.
+//! [`core::MAX_BINDINGS`], [`core::MAX_CALLS`], [`core::MAX_CALL_IDS`]; past a cap new work
+//! gets `503`; each source address holds at most `max_bindings_per_source` contacts, the
+//! next gets `403`, counted `bindings_refused`) and every entry expires: transactions 32 s
+//! after their final answer, a REGISTER's contact with the transaction unless the
+//! registrar answers 2xx (then with the registration), dialog contacts an hour after
+//! their last use, calls 32 s after they end. Tokens, branches and tags are SHA-256 of a
+//! key from `getrandom` and a counter; without randomness the proxy does not start.
 //!
 //! ## Transport and size
 //!
@@ -164,12 +181,18 @@ impl Drop for SipProxy {
     }
 }
 
-fn salt() -> String {
-    let ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32))
-        .unwrap_or(0);
-    format!("{:x}x", ns & 0xff_ffff)
+/// The key of a proxy's identifiers, from the operating system's random source. No
+/// randomness, no proxy: guessable tokens would let anyone reach a registered device.
+pub fn random_secret(route: &str) -> Result<[u8; 32], ProxyError> {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| ProxyError::Other {
+        route: route.to_owned(),
+        message: format!(
+            "the operating system gave no randomness ({e}); vgate will not hand out guessable \
+             tokens: check that getrandom(2) or /dev/urandom works in this environment"
+        ),
+    })?;
+    Ok(key)
 }
 
 /// Binds the route's sockets and starts its thread.
@@ -178,7 +201,12 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         ctx.config.domain(route.listen_domain).address,
         route.listen_port,
     );
-    let up = SocketAddrV4::new(ctx.config.domain(route.listen_domain.other()).address, 0);
+    // A fixed port: registrations made through this face name it, and must still reach
+    // vgate after a restart or a reload.
+    let up = SocketAddrV4::new(
+        ctx.config.domain(route.listen_domain.other()).address,
+        route.policy.upstream_port,
+    );
     let listen_if = ctx.config.domain(route.listen_domain).interface.clone();
     let up_if = ctx
         .config
@@ -194,6 +222,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         Ok(std::net::SocketAddr::V4(a)) => a,
         _ => fallback,
     };
+    let secret = random_secret(&route.name)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flags = [Arc::clone(&stop), Arc::clone(&ctx.stop)];
     let name = format!("sip-{}", route.name);
@@ -207,7 +236,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),
             ];
-            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
+                .with_secret(secret);
             core.stats.set_events(core.counters.list());
             ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let t = std::thread::Builder::new()
@@ -224,7 +254,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(l.local_addr(), listen),
                 local_of(u.local_addr(), up),
             ];
-            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, &salt());
+            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
+                .with_secret(secret);
             core.stats.set_events(core.counters.list());
             ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let tcp = net::TcpNet::new(

@@ -1,0 +1,734 @@
+//! Mode `xdp`: the `afxdp` engine plus an in-kernel fast path. For a datagram whose gateway
+//! port has a confirmed route, the XDP program itself checks the source, rewrites the
+//! Ethernet, IPv4 and UDP headers and sends the frame out of the egress interface with
+//! `XDP_REDIRECT` through a devmap — no user-space work per packet. Everything else goes the
+//! `zc` way (AF_XDP to a worker, or the kernel), where it is forwarded or dropped with its
+//! reason counter exactly as in mode `zc`.
+//!
+//! Owns: the fast-path part of the XDP program (`emit_fast`), its three maps
+//! (`vgate_fwd`, `vgate_fstats`, `vgate_egress`) and keeping them in step with the stream
+//! tables (`FastPath`). Must not touch: the AF_XDP sockets and workers (`engine::afxdp`),
+//! route decisions (a route is put on the fast path only in a state where
+//! [`crate::channel::inspect`] would forward every packet the program forwards).
+//!
+//! # Why a mode of its own, not inside `zc`
+//!
+//! `zc` means "every routed frame reaches a user-space worker" (PF_RING ZC where built with
+//! it, AF_XDP otherwise); the fast path changes what the workers see and what is counted
+//! where (RTP sequence gaps are not counted for packets the kernel forwards, see below), and
+//! it needs the egress interface to accept XDP redirects. An operator chooses that with
+//! `--mode xdp`; `zc` stays as it was.
+//!
+//! # What the program forwards
+//!
+//! A frame takes the fast path only if all of these hold; otherwise it goes to the AF_XDP
+//! socket of its RX queue as in `zc`: untagged Ethernet; IPv4 with a 20-byte header (no
+//! options), a valid header checksum and no fragment bits (fragments already go to the
+//! kernel); destination the
+//! gateway's address in the interface's domain; the destination port has a route in the
+//! ingress domain and a `vgate_fwd` entry marked active; the source matches the entry (the
+//! route's latched source, or the `strict` expected address and port); the IPv4 total length
+//! equals UDP length + 20 and the whole datagram is in the frame; a payload of 1 to
+//! `engine.max_payload` bytes; the new IPv4 total length within the egress MTU.
+//!
+//! A route gets an active entry when it can be decided without user space: policy `any`, or
+//! `strict` with an expected source, or `latch` once latched (the first packet goes through a
+//! worker, which latches it; the next poll, at most 100 ms later, activates the entry — the
+//! worker forwards in the meantime); not `rtp_only` routes (RTP parsing stays in user space);
+//! the egress interface faces only the egress domain; the next hop's MAC is known (the
+//! kernel's route and neighbour tables over netlink, as the AF_XDP TX path does, refreshed
+//! every 5 s; while unresolved the worker sends through the gateway-port socket, which makes
+//! the kernel resolve it); a free counter slot (of [`SLOTS`]).
+//!
+//! The rewrite: destination MAC (next hop), source MAC (egress interface), IPv4 source (the
+//! gateway's egress address), destination (the route's), TTL 64 (the gateway originates the
+//! datagram, as in the other modes), UDP ports (route's egress port → destination port);
+//! the IPv4 and UDP checksums are updated incrementally (RFC 1624), a zero UDP checksum
+//! (none) stays zero. A sender's checksum that its NIC was to fill in (veth with TX
+//! checksum offload from a local socket) is not complete in XDP and stays incomplete: on the
+//! namespace bed the senders' offload is turned off (`ethtool -K … tx off`).
+//!
+//! # Counters
+//!
+//! `vgate_fstats` is a per-CPU array of (packets, payload bytes) per route slot, added by the
+//! program without atomics. Worker 0 reads the slots of active routes every 100 ms and adds
+//! the growth to the route's counters (rx and tx: a fast-path packet is received and sent)
+//! and to its own channel counters, and marks the route seen (so idle timeouts see the
+//! stream); a route removed is read once more at removal. RTP sequence gaps (`rtp_lost`) are
+//! not counted for fast-path packets. A redirect the egress driver refuses is dropped by the
+//! kernel after the program counted it (the `xdp:xdp_redirect_err` tracepoint and the
+//! driver's `xdp_xmit_err` show it); on veth that is the case when the peer of the egress
+//! end has neither an XDP program nor GRO enabled.
+//!
+//! # Route changes
+//!
+//! [`PortHooks::route_added`](crate::routes::PortHooks::route_added) writes the entry at
+//! once (one `bpf(2)` call; the neighbour lookup may add a netlink exchange), `route_removed`
+//! clears it before the port map stops sending the port to the sockets: a route change
+//! reaches the next packet.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+
+use super::afxdp::*;
+use super::sys::bpf::{self, Map};
+use crate::channel::WorkerStats;
+use crate::config::{DomainId, SourcePolicy};
+use crate::routes::{Channel, StreamRoute};
+use crate::stats::Tally;
+
+/// Counter slots of the fast path: active routes beyond this stay on the AF_XDP path.
+pub const SLOTS: u32 = 16384;
+/// `vgate_fwd` keys: domain index × 65 536 + port.
+const FWD_KEYS: u32 = 2 * 65536;
+/// Bytes of a `vgate_fwd` value (layout in [`FastValue::encode`]).
+const VALUE: usize = 48;
+/// Entry flags.
+const ACTIVE: u32 = 1;
+const CHECK_ADDR: u32 = 2;
+const CHECK_PORT: u32 = 4;
+
+pub(super) const R7: u8 = 7;
+pub(super) const R9: u8 = 9;
+const LDX_DW: u8 = 0x79;
+const STX_H: u8 = 0x6b;
+const STX_DW: u8 = 0x7b;
+const ST_B: u8 = 0x72;
+const SUB64_IMM: u8 = 0x17;
+const OR64_REG: u8 = 0x4f;
+const RSH64_IMM: u8 = 0x77;
+const XOR64_IMM: u8 = 0xa7;
+const XOR32_IMM: u8 = 0xa4;
+const JNE_REG: u8 = 0x5d;
+const JNE_IMM: u8 = 0x55;
+const JGT_IMM: u8 = 0x25;
+const JLE_IMM: u8 = 0xb5;
+const JSET_IMM: u8 = 0x45;
+
+/// The fast path's map fds and limits, for the program builder.
+pub(super) struct FastFds {
+    pub fwd: i32,
+    pub stats: i32,
+    pub devmap: i32,
+    pub max_payload: u32,
+}
+
+/// Adds `r` (a register holding up to 32 bits) to the one's-complement accumulator `acc`.
+fn add(a: &mut Asm, acc: u8, r: u8) {
+    a.op(ADD64_REG, acc, r, 0, 0);
+}
+
+/// Folds `acc` to 16 bits (end-around carry) and complements it: a checksum field.
+fn fold_complement(a: &mut Asm, acc: u8, tmp: u8) {
+    for _ in 0..4 {
+        a.op(MOV64_REG, tmp, acc, 0, 0);
+        a.op(RSH64_IMM, tmp, 0, 0, 16);
+        a.op(AND64_IMM, acc, 0, 0, 0xffff);
+        a.op(ADD64_REG, acc, tmp, 0, 0);
+    }
+    a.op(XOR64_IMM, acc, 0, 0, 0xffff);
+}
+
+/// `acc += ~(32-bit word at r7+off) + (32-bit word at r8+new)`: one replaced 32-bit field.
+fn replace32(a: &mut Asm, acc: u8, off: i16, new: i16) {
+    a.op(LDX_W, R2, R7, off, 0);
+    a.op(XOR32_IMM, R2, 0, 0, -1);
+    add(a, acc, R2);
+    a.op(LDX_W, R2, R8, new, 0);
+    add(a, acc, R2);
+}
+
+/// The fast-path section of the XDP program. On entry: r6 = ctx, r7 = start of the frame
+/// (untagged Ethernet), r8 = the port-map bit of the matched domain (1 << domain index),
+/// the destination port (host order) at r10-4, and the frame known to hold 34 bytes with a
+/// 20-byte IPv4 header, UDP, no fragment. Anything it cannot forward jumps to `xsk`; what it
+/// forwards leaves through `bpf_redirect_map` and `exit`.
+pub(super) fn emit_fast(a: &mut Asm, f: &FastFds) {
+    // Key: domain index << 16 | port.
+    a.op(LDX_W, R2, R10, -4, 0);
+    a.op(MOV64_REG, R3, R8, 0, 0);
+    a.op(SUB64_IMM, R3, 0, 0, 1);
+    a.op(LSH64_IMM, R3, 0, 0, 16);
+    a.op(OR64_REG, R2, R3, 0, 0);
+    a.op(STX_W, R10, R2, -8, 0);
+    a.op(MOV64_REG, R2, R10, 0, 0);
+    a.op(ADD64_IMM, R2, 0, 0, -8);
+    a.ld_map_fd(R1, f.fwd);
+    a.op(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM);
+    a.jmp(JEQ_IMM, R0, 0, 0, "xsk");
+    a.op(MOV64_REG, R8, R0, 0, 0); // r8 = the entry
+    a.op(LDX_W, R1, R8, 0, 0); // flags
+    a.op(MOV64_REG, R2, R1, 0, 0);
+    a.op(AND64_IMM, R2, 0, 0, ACTIVE as i32);
+    a.jmp(JEQ_IMM, R2, 0, 0, "xsk");
+    // Ethernet + IPv4 (20) + UDP header present.
+    a.op(LDX_W, R3, R6, 4, 0);
+    a.op(MOV64_REG, R2, R7, 0, 0);
+    a.op(ADD64_IMM, R2, 0, 0, 42);
+    a.jmp(JGT_REG, R2, R3, 0, "xsk");
+    // Source.
+    a.jmp(JSET_IMM, R1, 0, CHECK_ADDR as i32, "check_addr");
+    a.jmp(JA, 0, 0, 0, "check_port");
+    a.label("check_addr");
+    a.op(LDX_W, R2, R7, 26, 0);
+    a.op(LDX_W, R3, R8, 4, 0);
+    a.jmp(JNE_REG, R2, R3, 0, "xsk");
+    a.label("check_port");
+    a.jmp(JSET_IMM, R1, 0, CHECK_PORT as i32, "check_sport");
+    a.jmp(JA, 0, 0, 0, "lengths");
+    a.label("check_sport");
+    a.op(LDX_H, R2, R7, 34, 0);
+    a.op(LDX_H, R3, R8, 8, 0);
+    a.jmp(JNE_REG, R2, R3, 0, "xsk");
+    // The IPv4 header checksum must hold (the slow path drops a bad one as malformed).
+    a.op(MOV64_IMM, R1, 0, 0, 0);
+    for off in (14..34).step_by(2) {
+        a.op(LDX_H, R2, R7, off, 0);
+        add(a, R1, R2);
+    }
+    fold_complement(a, R1, R2);
+    a.jmp(JNE_IMM, R1, 0, 0, "xsk");
+    // Lengths: IPv4 total = UDP length + 20, payload in [1, max_payload], total <= MTU, the
+    // whole datagram in the frame.
+    a.label("lengths");
+    a.op(LDX_H, R2, R7, 16, 0);
+    a.op(BE, R2, 0, 0, 16);
+    a.op(AND64_IMM, R2, 0, 0, 0xffff); // r2 = IPv4 total length
+    a.op(LDX_H, R3, R7, 38, 0);
+    a.op(BE, R3, 0, 0, 16);
+    a.op(AND64_IMM, R3, 0, 0, 0xffff); // r3 = UDP length
+    a.op(MOV64_REG, R4, R3, 0, 0);
+    a.op(ADD64_IMM, R4, 0, 0, 20);
+    a.jmp(JNE_REG, R4, R2, 0, "xsk");
+    a.jmp(JLE_IMM, R3, 0, 8, "xsk");
+    a.op(MOV64_REG, R4, R3, 0, 0);
+    a.op(SUB64_IMM, R4, 0, 0, 8);
+    a.jmp(JGT_IMM, R4, 0, f.max_payload as i32, "xsk");
+    a.op(STX_DW, R10, R4, -24, 0); // payload bytes, for the counters
+    a.op(LDX_H, R5, R8, 10, 0); // egress MTU
+    a.jmp(JGT_REG, R2, R5, 0, "xsk");
+    a.op(MOV64_REG, R4, R7, 0, 0);
+    a.op(ADD64_IMM, R4, 0, 0, 14);
+    a.op(ADD64_REG, R4, R2, 0, 0);
+    a.op(LDX_W, R3, R6, 4, 0);
+    a.jmp(JGT_REG, R4, R3, 0, "xsk");
+    // IPv4 checksum: addresses and TTL/protocol replaced.
+    a.op(LDX_H, R1, R7, 24, 0);
+    a.op(XOR64_IMM, R1, 0, 0, 0xffff);
+    replace32(a, R1, 26, 12);
+    replace32(a, R1, 30, 16);
+    a.op(LDX_H, R2, R7, 22, 0);
+    a.op(XOR64_IMM, R2, 0, 0, 0xffff);
+    add(a, R1, R2);
+    a.op(ADD64_IMM, R1, 0, 0, 0x1140); // TTL 64, protocol 17, as loaded (little-endian)
+    fold_complement(a, R1, R2);
+    a.op(STX_H, R7, R1, 24, 0);
+    // UDP checksum (zero: none, stays so): addresses and ports replaced.
+    a.op(LDX_H, R1, R7, 40, 0);
+    a.jmp(JEQ_IMM, R1, 0, 0, "udp_done");
+    a.op(XOR64_IMM, R1, 0, 0, 0xffff);
+    replace32(a, R1, 26, 12);
+    replace32(a, R1, 30, 16);
+    replace32(a, R1, 34, 20);
+    fold_complement(a, R1, R2);
+    a.jmp(JNE_IMM, R1, 0, 0, "udp_store");
+    a.op(MOV64_IMM, R1, 0, 0, 0xffff);
+    a.label("udp_store");
+    a.op(STX_H, R7, R1, 40, 0);
+    a.label("udp_done");
+    // Headers.
+    for (pkt, val) in [(26, 12), (30, 16), (34, 20), (0, 32), (8, 40)] {
+        a.op(LDX_W, R2, R8, val, 0);
+        a.op(STX_W, R7, R2, pkt, 0);
+    }
+    for (pkt, val) in [(4, 36), (6, 38)] {
+        a.op(LDX_H, R2, R8, val, 0);
+        a.op(STX_H, R7, R2, pkt, 0);
+    }
+    a.op(ST_B, R7, 0, 22, 64); // TTL
+                               // Counters: (packets, payload bytes) in the route's per-CPU slot.
+    a.op(LDX_W, R2, R8, 28, 0);
+    a.op(STX_W, R10, R2, -12, 0);
+    a.op(MOV64_REG, R2, R10, 0, 0);
+    a.op(ADD64_IMM, R2, 0, 0, -12);
+    a.ld_map_fd(R1, f.stats);
+    a.op(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM);
+    a.jmp(JEQ_IMM, R0, 0, 0, "counted");
+    a.op(LDX_DW, R1, R0, 0, 0);
+    a.op(ADD64_IMM, R1, 0, 0, 1);
+    a.op(STX_DW, R0, R1, 0, 0);
+    a.op(LDX_DW, R1, R0, 8, 0);
+    a.op(LDX_DW, R2, R10, -24, 0);
+    a.op(ADD64_REG, R1, R2, 0, 0);
+    a.op(STX_DW, R0, R1, 8, 0);
+    a.label("counted");
+    // Out of the egress interface (its devmap slot was filled before any entry existed).
+    a.op(LDX_W, R2, R8, 24, 0);
+    a.ld_map_fd(R1, f.devmap);
+    a.op(MOV64_IMM, R3, 0, 0, 0);
+    a.op(CALL, 0, 0, 0, HELPER_REDIRECT_MAP);
+    a.op(EXIT, 0, 0, 0, 0);
+}
+
+/// One `vgate_fwd` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FastValue {
+    flags: u32,
+    /// Expected source (address, and port when `CHECK_PORT`).
+    src: SocketAddrV4,
+    mtu: u16,
+    saddr: Ipv4Addr,
+    daddr: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    devkey: u32,
+    slot: u32,
+    dmac: [u8; 6],
+    smac: [u8; 6],
+}
+
+impl FastValue {
+    /// The layout the program reads: flags u32 @0, source address @4 and port @8 (network
+    /// order), MTU u16 @10, new source @12 and destination @16 addresses, new source @20 and
+    /// destination @22 ports (network order), devmap key u32 @24, counter slot u32 @28,
+    /// next-hop MAC @32, egress MAC @38.
+    fn encode(&self) -> [u8; VALUE] {
+        let mut v = [0u8; VALUE];
+        v[0..4].copy_from_slice(&self.flags.to_ne_bytes());
+        v[4..8].copy_from_slice(&self.src.ip().octets());
+        v[8..10].copy_from_slice(&self.src.port().to_be_bytes());
+        v[10..12].copy_from_slice(&self.mtu.to_ne_bytes());
+        v[12..16].copy_from_slice(&self.saddr.octets());
+        v[16..20].copy_from_slice(&self.daddr.octets());
+        v[20..22].copy_from_slice(&self.sport.to_be_bytes());
+        v[22..24].copy_from_slice(&self.dport.to_be_bytes());
+        v[24..28].copy_from_slice(&self.devkey.to_ne_bytes());
+        v[28..32].copy_from_slice(&self.slot.to_ne_bytes());
+        v[32..38].copy_from_slice(&self.dmac);
+        v[38..44].copy_from_slice(&self.smac);
+        v
+    }
+}
+
+/// Where a channel's fast-path packets leave: the interface facing only the egress domain.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Egress {
+    pub ifindex: u32,
+    pub mac: [u8; 6],
+    pub mtu: u32,
+    /// The gateway's address in the egress domain.
+    pub addr: Ipv4Addr,
+}
+
+/// The flags and expected source of a route's entry, or `None` while the route needs user
+/// space for every packet (see the module doc).
+fn entry_policy(route: &StreamRoute) -> Option<(u32, SocketAddrV4)> {
+    if route.rtp_only {
+        return None;
+    }
+    let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+    match route.policy {
+        SourcePolicy::Any => Some((ACTIVE, any)),
+        SourcePolicy::Strict => route.expected.map(|e| {
+            let port = if e.port() != 0 { CHECK_PORT } else { 0 };
+            (ACTIVE | CHECK_ADDR | port, e)
+        }),
+        SourcePolicy::Latch => route
+            .latched()
+            .map(|s| (ACTIVE | CHECK_ADDR | CHECK_PORT, s)),
+    }
+}
+
+/// A route the fast path knows.
+struct Entry {
+    route: Arc<StreamRoute>,
+    slot: Option<u32>,
+    /// Counter values already added to the route: (packets, bytes).
+    seen: (u64, u64),
+    /// What `vgate_fwd` holds for it, once active.
+    value: Option<FastValue>,
+}
+
+/// A next hop's MAC as last resolved, and when.
+struct Neigh {
+    mac: Option<[u8; 6]>,
+    at: u64,
+}
+
+struct FastState {
+    entries: HashMap<(Channel, u16), Entry>,
+    free: Vec<u32>,
+    neigh: HashMap<(Ipv4Addr, u32), Neigh>,
+    /// Figures of routes removed since the last poll, for worker 0's channel counters.
+    flushed: [Tally; 2],
+    /// Per-CPU read buffer.
+    buf: Vec<u8>,
+}
+
+/// The fast path's maps and what they hold. Shared by the port hooks (route changes) and
+/// worker 0 (counters, latches, neighbours); the lock is never taken per packet.
+pub(super) struct FastPath {
+    fwd: Map,
+    stats: Map,
+    devmap: Map,
+    egress: [Option<Egress>; 2],
+    max_payload: u32,
+    state: Mutex<FastState>,
+}
+
+/// Why the fast path could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum XdpError {
+    #[error("could not create BPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: io::Error,
+    },
+    #[error("could not put interface {ifname:?} in the egress devmap: {source}; the driver must support XDP redirect (ndo_xdp_xmit)")]
+    Devmap { ifname: String, source: io::Error },
+}
+
+static POLL_ERRORS: crate::logging::RateLimit = crate::logging::RateLimit::new(5000);
+
+impl FastPath {
+    /// Creates the maps; `egress[d]` is the interface facing only domain `d` (with its name),
+    /// if there is one.
+    pub(super) fn new(
+        egress: [Option<(String, Egress)>; 2],
+        max_payload: usize,
+    ) -> Result<FastPath, XdpError> {
+        let map = |t, k, v, n, name: &'static str| {
+            Map::create(t, k, v, n, name).map_err(|source| XdpError::Map { name, source })
+        };
+        let fwd = map(
+            bpf::BPF_MAP_TYPE_ARRAY,
+            4,
+            VALUE as u32,
+            FWD_KEYS,
+            "vgate_fwd",
+        )?;
+        let stats = map(bpf::BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, SLOTS, "vgate_fstats")?;
+        let devmap = map(bpf::BPF_MAP_TYPE_DEVMAP, 4, 4, 2, "vgate_egress")?;
+        for (d, e) in egress.iter().enumerate() {
+            if let Some((name, e)) = e {
+                devmap
+                    .update(&(d as u32).to_ne_bytes(), &e.ifindex.to_ne_bytes())
+                    .map_err(|source| XdpError::Devmap {
+                        ifname: name.clone(),
+                        source,
+                    })?;
+            }
+        }
+        let buf = vec![0u8; stats.lookup_len()];
+        Ok(FastPath {
+            fwd,
+            stats,
+            devmap,
+            egress: egress.map(|e| e.map(|(_, e)| e)),
+            max_payload: max_payload.min(65507) as u32,
+            state: Mutex::new(FastState {
+                entries: HashMap::new(),
+                free: (0..SLOTS).rev().collect(),
+                neigh: HashMap::new(),
+                flushed: [Tally::default(); 2],
+                buf,
+            }),
+        })
+    }
+
+    pub(super) fn fds(&self) -> FastFds {
+        FastFds {
+            fwd: self.fwd.raw_fd(),
+            stats: self.stats.raw_fd(),
+            devmap: self.devmap.raw_fd(),
+            max_payload: self.max_payload,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FastState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A route was installed: its entry becomes active now if it can.
+    pub(super) fn added(&self, route: &Arc<StreamRoute>, now: u64) {
+        let mut st = self.lock();
+        let key = (route.channel, route.port);
+        if let Some(old) = st.entries.remove(&key) {
+            // Not expected (removal comes first), but never leave a slot behind.
+            self.retire(&mut st, old);
+        }
+        st.entries.insert(
+            key,
+            Entry {
+                route: Arc::clone(route),
+                slot: None,
+                seen: (0, 0),
+                value: None,
+            },
+        );
+        self.activate(&mut st, key, now);
+    }
+
+    /// A route was removed: its entry goes first, then its last figures are counted.
+    pub(super) fn removed(&self, route: &StreamRoute) {
+        let mut st = self.lock();
+        if let Some(e) = st.entries.remove(&(route.channel, route.port)) {
+            self.retire(&mut st, e);
+        }
+    }
+
+    fn retire(&self, st: &mut FastState, mut e: Entry) {
+        if e.value.is_some() {
+            self.write(e.route.channel, e.route.port, &[0u8; VALUE]);
+        }
+        if let Some(slot) = e.slot {
+            let t = self.collect(st, &mut e, slot);
+            st.flushed[e.route.channel.index()].merge(&t);
+            st.free.push(slot);
+        }
+    }
+
+    fn write(&self, channel: Channel, port: u16, value: &[u8; VALUE]) -> bool {
+        let key = (channel.ingress().index() as u32) << 16 | u32::from(port);
+        match self.fwd.update(&key.to_ne_bytes(), value) {
+            Ok(()) => true,
+            Err(e) => {
+                if let Some(suppressed) = POLL_ERRORS.check(crate::clock::now_ms()) {
+                    tracing::error!(port, suppressed, "could not update the XDP fast path: {e}");
+                }
+                false
+            }
+        }
+    }
+
+    /// The counters of `slot`, summed over CPUs.
+    fn read(&self, buf: &mut [u8], slot: u32) -> Option<(u64, u64)> {
+        self.stats.lookup(&slot.to_ne_bytes(), buf).ok()?;
+        let mut sum = (0u64, 0u64);
+        for c in buf.chunks_exact(16) {
+            let w = |i: usize| u64::from_ne_bytes(c[i..i + 8].try_into().unwrap_or_default());
+            sum.0 += w(0);
+            sum.1 += w(8);
+        }
+        Some(sum)
+    }
+
+    /// Adds the growth of `e`'s counters to its route; returns it.
+    fn collect(&self, st: &mut FastState, e: &mut Entry, slot: u32) -> Tally {
+        let mut t = Tally::default();
+        let Some((p, b)) = self.read(&mut st.buf, slot) else {
+            return t;
+        };
+        let (dp, db) = (p.wrapping_sub(e.seen.0), b.wrapping_sub(e.seen.1));
+        e.seen = (p, b);
+        if dp > 0 {
+            t.rx_packets = dp;
+            t.tx_packets = dp;
+            t.rx_bytes = db;
+            t.tx_bytes = db;
+            e.route.stats.packets.add(&t);
+        }
+        t
+    }
+
+    /// Makes `key`'s entry active if its route can be decided in the kernel now, or brings
+    /// an active one's next hop up to date.
+    fn activate(&self, st: &mut FastState, key: (Channel, u16), now: u64) {
+        let FastState {
+            entries,
+            free,
+            neigh,
+            buf,
+            ..
+        } = st;
+        let Some(e) = entries.get_mut(&key) else {
+            return;
+        };
+        let route = Arc::clone(&e.route);
+        let Some(eg) = self.egress[route.channel.egress().index()] else {
+            return;
+        };
+        let Some((flags, src)) = entry_policy(&route) else {
+            return;
+        };
+        let Some(dmac) = next_hop(neigh, *route.dest.ip(), eg.ifindex, now) else {
+            return;
+        };
+        let slot = match e.slot {
+            Some(s) => s,
+            None => {
+                let Some(s) = free.pop() else { return };
+                let Some(base) = self.read(buf, s) else {
+                    free.push(s);
+                    return;
+                };
+                e.slot = Some(s);
+                e.seen = base;
+                s
+            }
+        };
+        let v = FastValue {
+            flags,
+            src,
+            mtu: eg.mtu.min(u32::from(u16::MAX)) as u16,
+            saddr: eg.addr,
+            daddr: *route.dest.ip(),
+            sport: route.egress_port,
+            dport: route.dest.port(),
+            devkey: route.channel.egress().index() as u32,
+            slot,
+            dmac,
+            smac: eg.mac,
+        };
+        if e.value != Some(v) && self.write(route.channel, route.port, &v.encode()) {
+            e.value = Some(v);
+        }
+    }
+
+    /// Worker 0, every 100 ms: counters of active routes into the routes and `stats`'s
+    /// channels; routes that became decidable (latched, next hop resolved) made active.
+    pub(super) fn poll(&self, now: u64, stats: &WorkerStats) {
+        let mut st = self.lock();
+        let keys: Vec<(Channel, u16)> = st.entries.keys().copied().collect();
+        let mut chan = std::mem::take(&mut st.flushed);
+        for key in keys {
+            self.activate(&mut st, key, now);
+            let Some(mut e) = st.entries.remove(&key) else {
+                continue;
+            };
+            if let Some(slot) = e.slot {
+                let t = self.collect(&mut st, &mut e, slot);
+                if t.rx_packets > 0 {
+                    e.route.touch(now);
+                }
+                chan[key.0.index()].merge(&t);
+            }
+            st.entries.insert(key, e);
+        }
+        drop(st);
+        for c in Channel::ALL {
+            if !chan[c.index()].is_empty() {
+                stats.channel(c).add(&chan[c.index()]);
+            }
+        }
+    }
+
+    /// Routes whose packets the kernel forwards now.
+    pub(super) fn active(&self) -> usize {
+        self.lock()
+            .entries
+            .values()
+            .filter(|e| e.value.is_some())
+            .count()
+    }
+}
+
+/// The next hop's MAC for `dst` out of `ifindex`: cached 5 s, an unresolved one retried
+/// after 200 ms.
+fn next_hop(
+    cache: &mut HashMap<(Ipv4Addr, u32), Neigh>,
+    dst: Ipv4Addr,
+    ifindex: u32,
+    now: u64,
+) -> Option<[u8; 6]> {
+    if let Some(n) = cache.get(&(dst, ifindex)) {
+        let fresh = match n.mac {
+            Some(_) => now < n.at + 5000,
+            None => now < n.at + 200,
+        };
+        if fresh {
+            return n.mac;
+        }
+    }
+    let mac = resolve_next_hop(dst, ifindex);
+    let keep = mac.or_else(|| cache.get(&(dst, ifindex)).and_then(|n| n.mac));
+    cache.insert((dst, ifindex), Neigh { mac: keep, at: now });
+    keep
+}
+
+/// The egress interface of each domain: the one facing it alone.
+pub(super) fn egress_of(
+    ifaces: &[(String, Vec<DomainId>, Egress)],
+) -> [Option<(String, Egress)>; 2] {
+    [DomainId::A, DomainId::B].map(|d| {
+        ifaces
+            .iter()
+            .find(|(_, doms, _)| doms.as_slice() == [d])
+            .map(|(n, _, e)| (n.clone(), *e))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_layout_is_what_the_program_reads() {
+        let v = FastValue {
+            flags: ACTIVE | CHECK_ADDR,
+            src: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5004),
+            mtu: 1500,
+            saddr: Ipv4Addr::new(10, 0, 1, 1),
+            daddr: Ipv4Addr::new(10, 0, 1, 2),
+            sport: 30000,
+            dport: 40000,
+            devkey: 1,
+            slot: 7,
+            dmac: [1, 2, 3, 4, 5, 6],
+            smac: [7, 8, 9, 10, 11, 12],
+        }
+        .encode();
+        assert_eq!(u32::from_ne_bytes(v[0..4].try_into().unwrap()), 3);
+        assert_eq!(&v[4..10], &[10, 0, 0, 9, 0x13, 0x8c]);
+        assert_eq!(u16::from_ne_bytes([v[10], v[11]]), 1500);
+        assert_eq!(&v[12..20], &[10, 0, 1, 1, 10, 0, 1, 2]);
+        assert_eq!(&v[20..24], &[0x75, 0x30, 0x9c, 0x40]);
+        assert_eq!(u32::from_ne_bytes(v[24..28].try_into().unwrap()), 1);
+        assert_eq!(u32::from_ne_bytes(v[28..32].try_into().unwrap()), 7);
+        assert_eq!(&v[32..44], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    }
+
+    #[test]
+    fn only_decidable_routes_get_an_entry() {
+        use crate::routes::RouteSpec;
+        let spec = |policy, expected, rtp_only| RouteSpec {
+            ingress: DomainId::A,
+            port: 20000,
+            dest: SocketAddrV4::new(Ipv4Addr::new(10, 0, 1, 2), 40000),
+            egress_port: 30000,
+            policy,
+            expected,
+            rtp_only,
+            label: "t".into(),
+        };
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5004);
+        let r = |p, e, o| StreamRoute::new(spec(p, e, o), 1);
+        assert_eq!(
+            entry_policy(&r(SourcePolicy::Any, None, false)).unwrap().0,
+            ACTIVE
+        );
+        assert!(
+            entry_policy(&r(SourcePolicy::Any, None, true)).is_none(),
+            "rtp_only"
+        );
+        assert!(entry_policy(&r(SourcePolicy::Strict, None, false)).is_none());
+        let addr_only = SocketAddrV4::new(*src.ip(), 0);
+        assert_eq!(
+            entry_policy(&r(SourcePolicy::Strict, Some(addr_only), false)),
+            Some((ACTIVE | CHECK_ADDR, addr_only))
+        );
+        let latch = r(SourcePolicy::Latch, Some(addr_only), false);
+        assert!(entry_policy(&latch).is_none(), "not latched yet");
+        let seen = match latch.check_source(src, 1) {
+            crate::routes::stream::SourceCheck::Candidate(seen) => seen,
+            other => panic!("a first source is a candidate, not {other:?}"),
+        };
+        assert_eq!(latch.latch(seen, src, 1), Some(false));
+        assert_eq!(
+            entry_policy(&latch),
+            Some((ACTIVE | CHECK_ADDR | CHECK_PORT, src))
+        );
+    }
+}
