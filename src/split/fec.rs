@@ -732,6 +732,53 @@ mod tests {
         assert_eq!(off.counts.fec_mismatch, 1);
     }
 
+    /// What a compromised peer half could send: mutated and random frames, never a panic,
+    /// and nothing delivered longer than a frame.
+    #[test]
+    fn hostile_frames_never_panic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for fec in [None, Some(Fec { k: 8, m: 2 }), Some(Fec { k: 3, m: 4 })] {
+            let mut dec = Decoder::new(fec);
+            let mut enc = Encoder::new(1, 9, fec, 4);
+            for round in 0..8_000u32 {
+                if enc.must_flush() {
+                    enc.mark_sent();
+                }
+                let len = (next() % 1400) as usize;
+                let payload = vec![round as u8; len];
+                enc.push(20000, 30000, &payload, round);
+                let mut f: Vec<u8> = match enc.ready().last() {
+                    Some(f) => f.to_vec(),
+                    None => continue,
+                };
+                // Flip bytes (often in the header), cut or extend.
+                for _ in 0..(next() % 4) {
+                    let i = (next() as usize) % f.len();
+                    f[i] = next() as u8;
+                }
+                match next() % 8 {
+                    0 => f.truncate((next() as usize) % (f.len() + 1)),
+                    1 => f.resize(((next() as usize) % FRAME_CAP).max(1), next() as u8),
+                    _ => {}
+                }
+                if let Ok(p) = LinkPacket::new_checked(&f[..]) {
+                    let _ = dec.receive(&p, u64::from(round), |_, _, pl| {
+                        assert!(pl.len() <= MAX_PAYLOAD + SHARD_PREFIX)
+                    });
+                }
+                if round % 1000 == 0 {
+                    dec.settle(u64::from(round), 10);
+                }
+            }
+        }
+    }
+
     #[test]
     fn fec_parse() {
         assert_eq!(Fec::parse("off"), Ok(None));
