@@ -254,6 +254,15 @@ fn streams_in_mode(mode: &str) {
         (0, 0),
         "wrong-direction packets: {c:?}"
     );
+    // Each half counts the same from its interfaces.
+    for (name, l) in [
+        ("a out", &a_out),
+        ("a in", &a_in),
+        ("b out", &b_out),
+        ("b in", &b_in),
+    ] {
+        assert_eq!(l.get("wrong_direction"), Some(&0), "{name}: {l:?}");
+    }
 }
 
 #[test]
@@ -327,7 +336,40 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         s.send_to(&wrong_fec, to).unwrap();
     });
     let arrivals = rx.join().unwrap();
+    // One datagram the wrong way down the reverse link (half A's receive-only end ra to
+    // half B's send-only end rb): the bed drops and counts it, and half B sees it on its
+    // outgoing link's interface.
+    let (ra_ip, rb_ip) = (bed.get("RA_IP").to_owned(), bed.get("RB_IP").to_owned());
+    let st = std::process::Command::new("ip")
+        .args([
+            "-n",
+            bed.get("HA_NS"),
+            "neigh",
+            "replace",
+            &rb_ip,
+            "lladdr",
+            bed.get("RB_MAC"),
+            "dev",
+            "ra",
+            "nud",
+            "permanent",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    common::in_netns(bed.get("HA_NS"), move || {
+        let s = UdpSocket::bind(format!("{ra_ip}:0")).unwrap();
+        s.send_to(b"wrong way", format!("{rb_ip}:9")).unwrap();
+    });
+    let c = bed.counters();
+    assert_eq!((c["FWD_WRONG"], c["REV_WRONG"]), (0, 1), "{c:?}");
     let t = b.stop();
+    assert_eq!(
+        link_totals(&t.raw, "out").get("wrong_direction"),
+        Some(&1),
+        "half B counts the packet that arrived on its send-only interface:\n{}",
+        t.raw
+    );
     let l = link_totals(&t.raw, "in");
     assert_eq!(l["drop_garbage"], 1, "{l:?}");
     assert_eq!(l["drop_truncated"], 2, "{l:?}");
@@ -343,8 +385,7 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         "nothing forwarded: {arrivals:?}"
     );
     assert_eq!(t.route("cam", "tx_packets"), 0);
-    let c = bed.counters();
-    assert_eq!((c["FWD_WRONG"], c["REV_WRONG"]), (0, 0), "{c:?}");
+    assert_eq!(l.get("wrong_direction"), Some(&0), "{l:?}");
 }
 
 #[test]

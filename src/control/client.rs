@@ -207,6 +207,9 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
             if num(&v["send_errors"]) > 0.0 {
                 drops.push(format!("send_error {}", v["send_errors"]));
             }
+            if num(&v["wrong_direction"]) > 0.0 {
+                drops.push(format!("WRONG DIRECTION {}", v["wrong_direction"]));
+            }
             let _ = writeln!(
                 s,
                 "{:<5} {:>6} {:>10.0} {:>10.2} {:>10.0} {:>9} {:>8}  {}",

@@ -118,6 +118,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
 /// The families only a split half produces (its links); see [`crate::split`].
 pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
+        "vgate_link_wrong_direction_packets",
+        "gauge",
+        "Split half: packets that travelled a one-way link the wrong way since start (received on the outgoing link's interface, sent on the incoming link's); must stay 0",
+    ),
+    (
         "vgate_link_packets_total",
         "counter",
         "Split half: packets on each one-way link (out: sent, repair frames included; in: received)",
@@ -323,6 +328,13 @@ pub fn render(st: &ControlState) -> String {
             &[("link", "out"), ("reason", "send_error")],
             links[0].1.send_errors,
         );
+        let (wrong_out, wrong_in) = sp.wrong_direction();
+        o.family("vgate_link_wrong_direction_packets");
+        for (l, w) in [("out", wrong_out), ("in", wrong_in)] {
+            if let Some(w) = w {
+                o.sample("vgate_link_wrong_direction_packets", &[("link", l)], w);
+            }
+        }
     }
 
     o.family("vgate_ports_used");

@@ -195,17 +195,53 @@ pub struct SplitStats {
     pub in_fec: Option<Fec>,
     pub out_link: LinkCounters,
     pub in_link: LinkCounters,
+    out_if: String,
+    in_if: String,
+    /// The interfaces' counters when this half started: wrong-direction figures are counted
+    /// from then.
+    wrong_base: (Option<u64>, Option<u64>),
+}
+
+/// A counter of an interface from sysfs (`rx_packets`, `tx_packets`); `None` when unreadable.
+fn if_counter(ifname: &str, what: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/statistics/{what}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl SplitStats {
     pub fn new(cfg: &SplitConfig) -> SplitStats {
+        let (out_if, in_if) = (
+            cfg.out_link.interface.clone(),
+            cfg.in_link.interface.clone(),
+        );
         SplitStats {
             half: cfg.half,
             out_fec: cfg.out_link.fec,
             in_fec: cfg.in_link.fec,
             out_link: LinkCounters::default(),
             in_link: LinkCounters::default(),
+            wrong_base: (
+                if_counter(&out_if, "rx_packets"),
+                if_counter(&in_if, "tx_packets"),
+            ),
+            out_if,
+            in_if,
         }
+    }
+
+    /// Packets that travelled a one-way link the wrong way since start, as the interfaces
+    /// count them: received on the outgoing link's interface, and sent on the incoming
+    /// link's interface (by anything on this host). Both must stay 0; `None` when the
+    /// interface counters cannot be read. Read on the control side, never per packet.
+    pub fn wrong_direction(&self) -> (Option<u64>, Option<u64>) {
+        let since = |base: Option<u64>, now: Option<u64>| Some(now?.saturating_sub(base?));
+        (
+            since(self.wrong_base.0, if_counter(&self.out_if, "rx_packets")),
+            since(self.wrong_base.1, if_counter(&self.in_if, "tx_packets")),
+        )
     }
 
     /// One `link name=out|in key=value ...` line per link (the shutdown totals).
@@ -219,6 +255,14 @@ impl SplitStats {
             ));
             for r in LinkDrop::ALL {
                 s.push_str(&format!(" drop_{}={}", r.name(), v.drop_count(r)));
+            }
+            let wrong = if name == "out" {
+                self.wrong_direction().0
+            } else {
+                self.wrong_direction().1
+            };
+            if let Some(w) = wrong {
+                s.push_str(&format!(" wrong_direction={w}"));
             }
             s.push('\n');
         }
@@ -242,10 +286,15 @@ impl SplitStats {
                 "drops": drops,
             })
         };
+        let (wrong_out, wrong_in) = self.wrong_direction();
+        let mut out = link(&self.out_link, self.out_fec);
+        out["wrong_direction"] = wrong_out.into();
+        let mut inl = link(&self.in_link, self.in_fec);
+        inl["wrong_direction"] = wrong_in.into();
         serde_json::json!({
             "half": self.half.name(),
-            "out_link": link(&self.out_link, self.out_fec),
-            "in_link": link(&self.in_link, self.in_fec),
+            "out_link": out,
+            "in_link": inl,
         })
     }
 }
