@@ -888,7 +888,7 @@ impl Engine for AfxdpEngine {
             Some((s, st)) => Some(HalfLinks::open(s, st)?),
             None => None,
         };
-        let mut workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
+        let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
             let link = links.as_ref().map(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker
                 .next()
@@ -952,18 +952,16 @@ impl Engine for AfxdpEngine {
                 })
             }
         })?;
-        if let Some(l) = links.as_mut() {
-            workers.push(l.start_receiver(
-                n,
-                self.cfg.cpus.last().copied(),
-                &routes,
-                &self.registry,
-                &stop,
-                self.cfg.batch,
-                self.cfg.max_payload,
-            )?);
-        }
-        Ok(workers)
+        HalfLinks::finish(
+            links.as_mut(),
+            workers,
+            &self.cfg.cpus,
+            &routes,
+            &self.registry,
+            &stop,
+            self.cfg.batch,
+            self.cfg.max_payload,
+        )
     }
 }
 
@@ -1317,12 +1315,8 @@ fn forward_batch<'p>(
         };
         if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
             // Split half: the far side is the peer half, down the outgoing link.
-            let egress_port = r.route.as_ref().map(|r| r.egress_port).unwrap_or(0);
-            if l.push(dest.port(), egress_port, d.payload, now, ts) {
-                r.tally.tx_packets += 1;
-                r.tally.tx_bytes += d.payload.len() as u64;
-            } else {
-                r.tally.drop(DropReason::Oversize);
+            if let Some(route) = r.route.as_deref() {
+                l.forward(route, d.payload, now, ts, &mut r.tally);
             }
             continue;
         }

@@ -110,25 +110,9 @@ impl PortRegistry {
     /// (static routes are installed before or after the workers start; either works).
     pub fn attach_workers(&self, n: usize) -> io::Result<Vec<WorkerLink>> {
         let mut st = self.lock();
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let wake = Arc::new(EventFd::from_flags(
-                EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
-            )?);
-            let (tx, rx) = crossbeam_channel::unbounded();
-            for (key, sock) in &st.sockets {
-                let _ = tx.send(Cmd::Add {
-                    key: *key,
-                    sock: Arc::clone(sock),
-                    owner: Self::owner(key.1, n),
-                });
-            }
-            out.push(WorkerLink {
-                cmds: rx,
-                wake: Arc::clone(&wake),
-            });
-            st.links.push(Link { tx, wake });
-        }
+        let out = (0..n)
+            .map(|_| Self::new_link(&mut st, |port| Self::owner(port, n)))
+            .collect::<io::Result<Vec<_>>>()?;
         st.readers = n;
         Ok(out)
     }
@@ -137,7 +121,11 @@ impl PortRegistry {
     /// link worker): it hears of every port but reads none. Call after
     /// [`PortRegistry::attach_workers`].
     pub fn attach_sender(&self) -> io::Result<WorkerLink> {
-        let mut st = self.lock();
+        Self::new_link(&mut self.lock(), |_| usize::MAX)
+    }
+
+    /// One more worker's queue, told of every open socket (`owner` names its reader).
+    fn new_link(st: &mut State, owner: impl Fn(u16) -> usize) -> io::Result<WorkerLink> {
         let wake = Arc::new(EventFd::from_flags(
             EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
         )?);
@@ -146,7 +134,7 @@ impl PortRegistry {
             let _ = tx.send(Cmd::Add {
                 key: *key,
                 sock: Arc::clone(sock),
-                owner: usize::MAX,
+                owner: owner(key.1),
             });
         }
         st.links.push(Link {

@@ -99,7 +99,7 @@ impl Engine for StackEngine {
             Some((s, st)) => Some(HalfLinks::open(s, st)?),
             None => None,
         };
-        let mut workers = start_workers(
+        let workers = start_workers(
             self.cfg.queues,
             &self.cfg.cpus,
             &self.registry,
@@ -110,18 +110,16 @@ impl Engine for StackEngine {
                 move |_: &Shell| Ok(StackPath::new(batch, max_payload, link_tx))
             },
         )?;
-        if let Some(l) = links.as_mut() {
-            workers.push(l.start_receiver(
-                self.cfg.queues,
-                self.cfg.cpus.last().copied(),
-                &routes,
-                &self.registry,
-                &stop,
-                batch,
-                max_payload,
-            )?);
-        }
-        Ok(workers)
+        HalfLinks::finish(
+            links.as_mut(),
+            workers,
+            &self.cfg.cpus,
+            &routes,
+            &self.registry,
+            &stop,
+            batch,
+            max_payload,
+        )
     }
 }
 
@@ -285,13 +283,7 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
             // Split half: the far side is the peer half, down the outgoing link.
             let ts = crate::split::link::now_us();
             for &i in sel.iter() {
-                let p = rx.payload(usize::from(i));
-                if link.push(route.dest.port(), route.egress_port, p, now, ts) {
-                    tally.tx_packets += 1;
-                    tally.tx_bytes += p.len() as u64;
-                } else {
-                    tally.drop(DropReason::Oversize);
-                }
+                link.forward(&route, rx.payload(usize::from(i)), now, ts, &mut tally);
             }
             link.flush();
         } else if !sel.is_empty() {

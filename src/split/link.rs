@@ -43,7 +43,7 @@ use crate::engine::sys::mmsg::{RecvBatch, SliceBatch};
 use crate::engine::worker::{apply_egress, spawn, Datapath, EgressSockets, Poller, Shell};
 use crate::engine::{EngineError, Worker};
 use crate::logging::RateLimit;
-use crate::routes::{Channel, Routes};
+use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
 
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
@@ -437,6 +437,24 @@ impl LinkTx {
         true
     }
 
+    /// [`LinkTx::push`] for an engine's worker: one admitted datagram of a route, counted in
+    /// the route's tally as sent, or dropped as oversize.
+    pub fn forward(
+        &mut self,
+        route: &StreamRoute,
+        payload: &[u8],
+        now_ms: u64,
+        ts_us: u32,
+        t: &mut Tally,
+    ) {
+        if self.push(route.dest.port(), route.egress_port, payload, now_ms, ts_us) {
+            t.tx_packets += 1;
+            t.tx_bytes += payload.len() as u64;
+        } else {
+            t.drop(DropReason::Oversize);
+        }
+    }
+
     /// Sends every frame written and not yet sent.
     pub fn flush(&mut self) {
         let mut sent = 0u64;
@@ -528,6 +546,34 @@ impl HalfLinks {
                 Arc::clone(&self.stats),
             ),
         )
+    }
+
+    /// Adds the incoming link's worker to an engine's `workers` (after them; pinned to
+    /// `split.in_link.cpu`, else the last worker's CPU) and returns them all.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish(
+        links: Option<&mut HalfLinks>,
+        mut workers: Vec<Worker>,
+        cpus: &[usize],
+        routes: &Arc<Routes>,
+        registry: &PortRegistry,
+        stop: &Arc<AtomicBool>,
+        batch: usize,
+        max_payload: usize,
+    ) -> Result<Vec<Worker>, EngineError> {
+        if let Some(l) = links {
+            let index = workers.len();
+            workers.push(l.start_receiver(
+                index,
+                cpus.last().copied(),
+                routes,
+                registry,
+                stop,
+                batch,
+                max_payload,
+            )?);
+        }
+        Ok(workers)
     }
 
     /// Starts the incoming link's worker as worker `index`, pinned to `split.in_link.cpu`
