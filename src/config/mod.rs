@@ -204,6 +204,8 @@ pub struct SignalingRoute {
     pub rtsp: Option<RtspOptions>,
     /// Access control, limits and timers of the SIP proxy serving this route.
     pub policy: SignalingPolicy,
+    /// Message traces at debug level (`trace = true`), see `signaling::proxy::trace`.
+    pub trace: bool,
 }
 
 /// Per-route access control, limits and timers of a SIP proxy.

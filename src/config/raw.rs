@@ -221,6 +221,9 @@ pub struct RawSignalingRoute {
     /// Seconds without media before a call or session is ended; 0 turns it off.
     /// Shared by SIP and RTSP routes.
     pub media_timeout: Option<Spanned<i64>>,
+    /// Log every message crossing, both faces, at debug level (target `vgate::trace`).
+    #[serde(default)]
+    pub trace: bool,
     // ---- RTSP routes only (refused on other kinds) ----
     /// Path-prefix upstreams; without any, every path goes to `upstream`.
     #[serde(default)]

@@ -454,6 +454,7 @@ fn signaling_route(
         upstream,
         rtsp,
         policy,
+        trace: r.trace,
     })
 }
 

@@ -85,6 +85,17 @@ impl Client {
         self.finish(req.send(body.to_string()))
     }
 
+    pub fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        let mut req = self
+            .agent
+            .put(self.url(path))
+            .content_type("application/json");
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        self.finish(req.send(body.to_string()))
+    }
+
     pub fn delete(&self, path: &str) -> Result<Value, ClientError> {
         let mut req = self.agent.delete(self.url(path));
         if let Some(a) = self.auth() {

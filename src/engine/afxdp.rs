@@ -546,6 +546,22 @@ pub fn leave_stale_program(ifname: &str) -> io::Result<u32> {
     Ok(bpf::xdp_state(ifindex)?.prog_id)
 }
 
+/// Each domain's interface exists here: checked first, so a wrong name is reported as such
+/// (with the mode) before anything else is tried on it.
+fn interfaces_exist(cfg: &Config) -> Result<(), AfxdpError> {
+    for d in &cfg.domains {
+        let exists = CString::new(d.interface.as_str())
+            .ok()
+            .is_some_and(|c| xsys::if_nametoindex(&c).is_ok());
+        if !exists {
+            return Err(AfxdpError::NoInterface {
+                ifname: d.interface.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn privilege(what: &'static str) -> impl Fn(io::Error) -> Option<AfxdpError> {
     move |e: io::Error| match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) => Some(AfxdpError::Privilege { what, source: e }),
@@ -567,17 +583,20 @@ impl AfxdpEngine {
     pub fn new(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
         // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
         // their interfaces like the other engines' (checked before anything is attached).
+        interfaces_exist(cfg)?;
         let registry = Arc::new(super::bound_registry(cfg)?);
         Ok(AfxdpEngine::open(cfg, TxPath::from_env(), registry, false)?)
     }
 
     /// Mode xdp: as [`AfxdpEngine::new`], with the in-kernel fast path of [`super::xdp`].
     pub fn new_fast(cfg: &Config) -> Result<AfxdpEngine, EngineError> {
-        let registry = Arc::new(super::bound_registry(cfg)?);
-        AfxdpEngine::open(cfg, TxPath::from_env(), registry, true).map_err(|e| EngineError::Io {
+        let fail = |e| EngineError::Io {
             what: "mode xdp (engine xdp) cannot run".into(),
             source: io::Error::other(e),
-        })
+        };
+        interfaces_exist(cfg).map_err(fail)?;
+        let registry = Arc::new(super::bound_registry(cfg)?);
+        AfxdpEngine::open(cfg, TxPath::from_env(), registry, true).map_err(fail)
     }
 
     fn open(

@@ -15,6 +15,7 @@ use crate::routes::Routes;
 pub mod rtsp;
 pub mod sip;
 pub mod stats;
+pub mod trace;
 
 pub use stats::{SignalingRegistry, SignalingStats};
 

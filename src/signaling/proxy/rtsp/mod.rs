@@ -41,7 +41,7 @@
 //! The route's interleaved counters (frames and bytes each way, frames dropped on channels no
 //! SETUP negotiated) and the events above are summed over its connections in
 //! [`logic::Events`] and published each second as the route's signaling events
-//! (`vgate_signaling_events_total{kind="rtsp",event=...}`).
+//! (the families `control::metrics::EVENT_FAMILIES` names).
 //!
 //! **Who may connect** (checked at accept, refusals closed unanswered and counted):
 //! `allow_peers` (default: any address of the listen domain; `refused_peers`),
@@ -179,6 +179,12 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         request_timeout: opts.request_timeout,
         stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),
         events: Arc::new(logic::Events::default()),
+        trace: route.trace.then(|| {
+            Arc::new(crate::signaling::proxy::trace::Tracer::new(
+                &route.name,
+                "rtsp",
+            ))
+        }),
     })
 }
 
