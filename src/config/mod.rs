@@ -8,6 +8,7 @@
 //! cores" check.
 
 mod raw;
+mod split;
 mod validate;
 
 use std::fmt;
@@ -375,6 +376,8 @@ pub struct Config {
     pub control: Control,
     pub signaling: Vec<SignalingRoute>,
     pub streams: Vec<StaticStream>,
+    /// `Some`: this process is one half of a split appliance (`[split]`).
+    pub split: Option<crate::split::SplitConfig>,
 }
 
 impl Config {

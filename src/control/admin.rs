@@ -337,6 +337,7 @@ fn stats(st: &ControlState) -> Value {
         })
         .collect();
     json!({
+        "split": st.split.as_ref().map(|s| s.to_json()),
         "uptime_seconds": st.started.elapsed().as_secs_f64(),
         "engine": st.engine,
         "healthy": st.healthy(now_ms()),

@@ -35,6 +35,8 @@ pub struct ControlState {
     pub engine: String,
     /// Counters of the signaling routes.
     pub signaling: Arc<crate::signaling::proxy::SignalingRegistry>,
+    /// A split half's link counters; `None` on a single host.
+    pub split: Option<Arc<crate::split::SplitStats>>,
     /// Outcomes of config reloads.
     pub reloads: Arc<ReloadStats>,
 }
