@@ -396,6 +396,7 @@ fn run(
         started: Instant::now(),
         engine: gw.describe(),
         signaling: Arc::clone(&gw.signaling_stats),
+        split_signal: gw.split_signal_stats(),
     };
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);
     let admin = match AdminServer::start(control.clone(), reload_tx) {

@@ -26,6 +26,8 @@ pub enum GatewayError {
     NotReady(Duration),
     #[error(transparent)]
     Signaling(#[from] ProxyError),
+    #[error(transparent)]
+    SplitSignal(#[from] crate::split::signal::SignalError),
 }
 
 pub struct Gateway {
@@ -40,6 +42,8 @@ pub struct Gateway {
     /// Session of each static stream route, by route name.
     pub static_sessions: HashMap<String, SessionId>,
     pub started: Instant,
+    /// The split signaling agent (`[split]` configs only).
+    split_signal: Option<crate::split::signal::Agent>,
 }
 
 impl Gateway {
@@ -61,6 +65,7 @@ impl Gateway {
             stop,
             static_sessions: HashMap::new(),
             started: Instant::now(),
+            split_signal: None,
         };
         let ready_within = Duration::from_secs(5);
         if !gw.wait_ready(ready_within) {
@@ -95,6 +100,14 @@ impl Gateway {
                 return Err(e.into());
             }
         }
+        match crate::split::signal::gateway::start(&gw.config, &gw.proxies, Arc::clone(&gw.routes))
+        {
+            Ok(a) => gw.split_signal = a,
+            Err(e) => {
+                gw.stop_workers();
+                return Err(e.into());
+            }
+        }
         Ok(gw)
     }
 
@@ -115,6 +128,9 @@ impl Gateway {
         }
         if old.control.listen != new.control.listen {
             restart.push("control.listen");
+        }
+        if old.split != new.split {
+            restart.push("split");
         }
         if !restart.is_empty() {
             return Err(format!(
@@ -206,6 +222,10 @@ impl Gateway {
             }
         };
         self.config = new;
+        if let Some(agent) = &self.split_signal {
+            let (udp, tcp) = crate::split::signal::gateway::announced(&self.config, &self.proxies);
+            agent.announce(udp, tcp);
+        }
         Ok(format!(
             "stream routes: {} added or changed, {} removed or replaced, {} unchanged; signaling proxies: {} started, {} stopped",
             added.len(),
@@ -214,6 +234,11 @@ impl Gateway {
             started,
             stopped
         ))
+    }
+
+    /// The split signaling agent's counters (`None` on a single host).
+    pub fn split_signal_stats(&self) -> Option<Arc<crate::split::signal::SignalStats>> {
+        self.split_signal.as_ref().map(|a| Arc::clone(&a.stats))
     }
 
     pub fn describe(&self) -> String {
@@ -266,6 +291,8 @@ impl Gateway {
         for p in self.proxies.drain(..) {
             p.shutdown();
         }
+        // Then the split agent: it says goodbye, so the peer ends its side at once.
+        self.split_signal = None;
         for w in self.workers.drain(..) {
             if w.thread.join().is_err() {
                 tracing::error!(worker = w.stats.index, "worker panicked");

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use ipnet::Ipv4Net;
 
-pub use validate::{auto_cpus, validate};
+pub use validate::{auto_cpus, validate, Invalid};
 
 /// The file compiled into the binary: a loopback gateway that runs without privileges.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -334,6 +334,26 @@ pub struct Config {
     pub control: Control,
     pub signaling: Vec<SignalingRoute>,
     pub streams: Vec<StaticStream>,
+    /// `[split]`: this process is one half of a split appliance; `None`: single host.
+    pub split: Option<Split>,
+}
+
+/// `[split]`: which half this process is and how it reaches the other (docs/split.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Split {
+    /// The domain this half serves (`half = "a"` or `"b"`); the other domain of the config is
+    /// the link face, whose address is this half's face address and whose only network is the
+    /// peer's face address.
+    pub half: DomainId,
+    /// The bidirectional signaling link.
+    pub signal: crate::split::signal::SignalLink,
+}
+
+impl Split {
+    /// The domain of the config that stands for the link.
+    pub fn link_face(&self) -> DomainId {
+        self.half.other()
+    }
 }
 
 impl Config {

@@ -21,6 +21,15 @@ pub struct RawConfig {
     pub signaling_route: Vec<RawSignalingRoute>,
     #[serde(default)]
     pub stream_route: Vec<RawStreamRoute>,
+    pub split: Option<RawSplit>,
+}
+
+/// `[split]`: one half of a split appliance.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSplit {
+    pub half: Spanned<String>,
+    pub signal: crate::split::signal::SignalLinkConfig,
 }
 
 #[derive(Debug, Deserialize)]

@@ -144,6 +144,11 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
         streams.push(s);
     }
 
+    let split = match &raw.split {
+        Some(s) => Some(split(s, &domains)?),
+        None => None,
+    };
+
     Ok(Config {
         domains,
         engine,
@@ -151,7 +156,43 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
         control,
         signaling,
         streams,
+        split,
     })
+}
+
+fn split(raw: &super::raw::RawSplit, domains: &[Domain; 2]) -> Result<super::Split> {
+    let half = match raw.half.get_ref().as_str() {
+        "a" => DomainId::A,
+        "b" => DomainId::B,
+        _ => {
+            return Err(invalid(
+                &raw.half,
+                "split.half",
+                "write \"a\" on the half in domain A (device side) and \"b\" on the half in domain B (user side)",
+            ))
+        }
+    };
+    let face = &domains[half.other().index()];
+    let peer_face = match face.networks.as_slice() {
+        [n] if n.prefix_len() == 32 && n.addr() != face.address => n.addr(),
+        _ => {
+            return Err(invalid(
+                &raw.half,
+                "split.half",
+                format!(
+                    "on half {half}, domains.{} is the link face: set its address to this half's face address and networks = [\"<the peer's face address>/32\"]",
+                    half.other()
+                ),
+            ))
+        }
+    };
+    let nets: Vec<(Ipv4Addr, Vec<Ipv4Net>)> = domains
+        .iter()
+        .map(|d| (d.address, d.networks.clone()))
+        .chain([(peer_face, Vec::new())])
+        .collect();
+    let signal = raw.signal.check(&nets)?;
+    Ok(super::Split { half, signal })
 }
 
 fn domain(id: DomainId, raw: &RawDomain) -> Result<Domain> {

@@ -108,6 +108,9 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Per signaling route, the proxy's own events: refusals (403, 503 ...), rate-limited and malformed messages, timeouts, calls",
     ),
+    ("vgate_split_peer_up", "gauge", "Split appliance: 1 while the other half is authenticated and heard within dead_after"),
+    ("vgate_split_peer_last_seen_ms", "gauge", "Split appliance: Unix time in ms of the last frame from the other half (0: never)"),
+    ("vgate_split_signal_total", "counter", "Split appliance, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
 ];
 
 struct Out {
@@ -326,6 +329,22 @@ pub fn render(st: &ControlState) -> String {
             for (k, v) in values {
                 o.sample(fam, &[("route", name), ("kind", kind), (rows, k)], v);
             }
+        }
+    }
+
+    if let Some(sig) = &st.split_signal {
+        use std::sync::atomic::Ordering::Relaxed;
+        o.family("vgate_split_peer_up");
+        o.sample("vgate_split_peer_up", &[], sig.peer_up.load(Relaxed));
+        o.family("vgate_split_peer_last_seen_ms");
+        o.sample(
+            "vgate_split_peer_last_seen_ms",
+            &[],
+            sig.peer_last_ms.load(Relaxed),
+        );
+        o.family("vgate_split_signal_total");
+        for (event, _, v) in sig.list() {
+            o.sample("vgate_split_signal_total", &[("event", event)], v);
         }
     }
 

@@ -33,6 +33,8 @@ pub struct ControlState {
     pub engine: String,
     /// Counters of the signaling routes.
     pub signaling: Arc<crate::signaling::proxy::SignalingRegistry>,
+    /// The split signaling agent's counters (a half of a split appliance only).
+    pub split_signal: Option<Arc<crate::split::signal::SignalStats>>,
 }
 
 impl ControlState {
