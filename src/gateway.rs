@@ -242,7 +242,31 @@ impl Gateway {
     }
 
     pub fn describe(&self) -> String {
-        self.engine.describe()
+        match &self.config.split {
+            Some(s) => format!(
+                "split half {}: out link {} -> {} (fec {}), in link {} <- {} (fec {}); {}",
+                s.half,
+                s.out_link.interface,
+                s.out_link.peer,
+                s.out_link
+                    .fec
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "off".into()),
+                s.in_link.interface,
+                s.in_link.peer,
+                s.in_link
+                    .fec
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "off".into()),
+                self.engine.describe()
+            ),
+            None => self.engine.describe(),
+        }
+    }
+
+    /// A split half's link counters; `None` on a single host.
+    pub fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
+        self.engine.split_stats()
     }
 
     /// The workers' counters (shared; they stay readable after shutdown).

@@ -8,6 +8,7 @@
 //! cores" check.
 
 mod raw;
+mod split;
 mod validate;
 
 use std::fmt;
@@ -334,26 +335,8 @@ pub struct Config {
     pub control: Control,
     pub signaling: Vec<SignalingRoute>,
     pub streams: Vec<StaticStream>,
-    /// `[split]`: this process is one half of a split appliance; `None`: single host.
-    pub split: Option<Split>,
-}
-
-/// `[split]`: which half this process is and how it reaches the other (docs/split.md).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Split {
-    /// The domain this half serves (`half = "a"` or `"b"`); the other domain of the config is
-    /// the link face, whose address is this half's face address and whose only network is the
-    /// peer's face address.
-    pub half: DomainId,
-    /// The bidirectional signaling link.
-    pub signal: crate::split::signal::SignalLink,
-}
-
-impl Split {
-    /// The domain of the config that stands for the link.
-    pub fn link_face(&self) -> DomainId {
-        self.half.other()
-    }
+    /// `Some`: this process is one half of a split appliance (`[split]`).
+    pub split: Option<crate::split::SplitConfig>,
 }
 
 impl Config {

@@ -25,7 +25,11 @@ pub struct Invalid {
 
 type Result<T> = std::result::Result<T, Invalid>;
 
-fn invalid<T>(at: &Spanned<T>, key: impl Into<String>, message: impl Into<String>) -> Invalid {
+pub(super) fn invalid<T>(
+    at: &Spanned<T>,
+    key: impl Into<String>,
+    message: impl Into<String>,
+) -> Invalid {
     let span = at.span();
     Invalid {
         // Defaults carry an empty span at 0: they have no place in the file.
@@ -41,7 +45,11 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
     let b = domain(DomainId::B, &raw.domains.b)?;
     cross_domain(&a, &b, &raw.domains.b)?;
     let domains = [a, b];
-    let engine = engine(raw, cpus)?;
+    let mut engine = engine(raw, cpus)?;
+    if raw.split.is_some() && raw.engine.max_payload.span() == (0..0) {
+        // A half's media rides in link frames: the default shrinks to what a frame carries.
+        engine.max_payload = engine.max_payload.min(crate::split::fec::MAX_PAYLOAD);
+    }
     let security = Security {
         source_validation: raw.security.source_validation,
         rtp_only: raw.security.rtp_only,
@@ -145,8 +153,8 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
     }
 
     let split = match &raw.split {
-        Some(s) => Some(split(s, &domains)?),
         None => None,
+        Some(r) => Some(super::split::split(r, &domains, &engine, cpus)?),
     };
 
     Ok(Config {
@@ -158,41 +166,6 @@ pub fn validate(raw: &RawConfig, cpus: usize) -> Result<Config> {
         streams,
         split,
     })
-}
-
-fn split(raw: &super::raw::RawSplit, domains: &[Domain; 2]) -> Result<super::Split> {
-    let half = match raw.half.get_ref().as_str() {
-        "a" => DomainId::A,
-        "b" => DomainId::B,
-        _ => {
-            return Err(invalid(
-                &raw.half,
-                "split.half",
-                "write \"a\" on the half in domain A (device side) and \"b\" on the half in domain B (user side)",
-            ))
-        }
-    };
-    let face = &domains[half.other().index()];
-    let peer_face = match face.networks.as_slice() {
-        [n] if n.prefix_len() == 32 && n.addr() != face.address => n.addr(),
-        _ => {
-            return Err(invalid(
-                &raw.half,
-                "split.half",
-                format!(
-                    "on half {half}, domains.{} is the link face: set its address to this half's face address and networks = [\"<the peer's face address>/32\"]",
-                    half.other()
-                ),
-            ))
-        }
-    };
-    let nets: Vec<(Ipv4Addr, Vec<Ipv4Net>)> = domains
-        .iter()
-        .map(|d| (d.address, d.networks.clone()))
-        .chain([(peer_face, Vec::new())])
-        .collect();
-    let signal = raw.signal.check(&nets)?;
-    Ok(super::Split { half, signal })
 }
 
 fn domain(id: DomainId, raw: &RawDomain) -> Result<Domain> {
@@ -854,7 +827,7 @@ fn route_name(s: &Spanned<String>, key: &str) -> Result<String> {
     Ok(name.clone())
 }
 
-fn domain_id(s: &Spanned<String>, key: &str) -> Result<DomainId> {
+pub(super) fn domain_id(s: &Spanned<String>, key: &str) -> Result<DomainId> {
     match s.get_ref().as_str() {
         "a" => Ok(DomainId::A),
         "b" => Ok(DomainId::B),
@@ -886,13 +859,13 @@ fn port_range(s: &Spanned<String>, key: &str) -> Result<PortRange> {
     Ok(PortRange { first, last })
 }
 
-fn parse_ipv4(s: &Spanned<String>, key: &str) -> Result<Ipv4Addr> {
+pub(super) fn parse_ipv4(s: &Spanned<String>, key: &str) -> Result<Ipv4Addr> {
     s.get_ref()
         .parse()
         .map_err(|_| invalid(s, key, "expected an IPv4 address such as \"10.0.0.1\""))
 }
 
-fn parse_sockaddr(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
+pub(super) fn parse_sockaddr(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
     let addr = parse_sockaddr_any_port(s, key)?;
     if addr.port() == 0 {
         return Err(invalid(s, key, "the port must not be 0"));

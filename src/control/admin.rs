@@ -304,6 +304,7 @@ fn stats(st: &ControlState) -> Value {
         })
     });
     json!({
+        "split": st.split.as_ref().map(|s| s.to_json()),
         "uptime_seconds": st.started.elapsed().as_secs_f64(),
         "split_signal": split_signal,
         "engine": st.engine,

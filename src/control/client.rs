@@ -203,6 +203,44 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
             c["resets"], c["peer_lost"], c["peer_restarts"], c["sessions_ended"]
         );
     }
+    if cur["split"].is_object() {
+        let _ = writeln!(
+            s,
+            "\nSPLIT half {}\n{:<5} {:>6} {:>10} {:>10} {:>10} {:>9} {:>8}  drops by reason (since start)",
+            cur["split"]["half"].as_str().unwrap_or("?"),
+            "LINK", "FEC", "pkts/s", "Mbit/s", "repair/s", "repaired", "lost"
+        );
+        for l in ["out_link", "in_link"] {
+            let v = &cur["split"][l];
+            let mut drops = Vec::new();
+            if let Some(m) = v["drops"].as_object() {
+                for (k, n) in m {
+                    if num(n) > 0.0 {
+                        drops.push(format!("{k} {n}"));
+                    }
+                }
+            }
+            if num(&v["send_errors"]) > 0.0 {
+                drops.push(format!("send_error {}", v["send_errors"]));
+            }
+            let _ = writeln!(
+                s,
+                "{:<5} {:>6} {:>10.0} {:>10.2} {:>10.0} {:>9} {:>8}  {}",
+                if l == "out_link" { "out" } else { "in" },
+                v["fec"].as_str().unwrap_or("?"),
+                rate(&["split", l, "packets"]),
+                rate(&["split", l, "bytes"]) * 8.0 / 1e6,
+                rate(&["split", l, "repair_packets"]),
+                v["repaired"],
+                v["lost"],
+                if drops.is_empty() {
+                    "-".into()
+                } else {
+                    drops.join(", ")
+                }
+            );
+        }
+    }
     if let Some(worst) = cur["worst_routes"].as_array() {
         if !worst.is_empty() {
             let _ = writeln!(

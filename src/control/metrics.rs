@@ -101,6 +101,22 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "gauge",
         "Per stream route (with control.per_stream_metrics): RTP packets lost",
     ),
+    (
+        "vgate_link_packets_total",
+        "counter",
+        "Split half: packets on each one-way link (out: sent, repair frames included; in: received)",
+    ),
+    ("vgate_link_bytes_total", "counter", "Split half: bytes on each one-way link"),
+    (
+        "vgate_link_fec_total",
+        "counter",
+        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate",
+    ),
+    (
+        "vgate_link_drops_total",
+        "counter",
+        "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
+    ),
     ("vgate_signaling_requests_total", "counter", "Signaling requests received per signaling route, by method"),
     ("vgate_signaling_responses_total", "counter", "Signaling responses received per signaling route, by status class"),
     (
@@ -250,6 +266,47 @@ pub fn render(st: &ControlState) -> String {
             "vgate_worker_heartbeat_age_seconds",
             &[("worker", &w.index.to_string())],
             format!("{age:.3}"),
+        );
+    }
+
+    if let Some(sp) = &st.split {
+        let links = [
+            ("out", sp.out_link.snapshot()),
+            ("in", sp.in_link.snapshot()),
+        ];
+        o.family("vgate_link_packets_total");
+        for (l, s) in &links {
+            o.sample("vgate_link_packets_total", &[("link", l)], s.packets);
+        }
+        o.family("vgate_link_bytes_total");
+        for (l, s) in &links {
+            o.sample("vgate_link_bytes_total", &[("link", l)], s.bytes);
+        }
+        o.family("vgate_link_fec_total");
+        for (l, s) in &links {
+            for (what, v) in [
+                ("repair_packets", s.repair_packets),
+                ("repaired", s.repaired),
+                ("lost", s.lost),
+                ("late", s.late),
+                ("duplicate", s.duplicate),
+                ("restarts", s.restarts),
+            ] {
+                o.sample("vgate_link_fec_total", &[("link", l), ("what", what)], v);
+            }
+        }
+        o.family("vgate_link_drops_total");
+        for r in crate::split::link::LinkDrop::ALL {
+            o.sample(
+                "vgate_link_drops_total",
+                &[("link", "in"), ("reason", r.name())],
+                links[1].1.drop_count(r),
+            );
+        }
+        o.sample(
+            "vgate_link_drops_total",
+            &[("link", "out"), ("reason", "send_error")],
+            links[0].1.send_errors,
         );
     }
 

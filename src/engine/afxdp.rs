@@ -62,23 +62,19 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
-use std::net::{Ipv4Addr, UdpSocket};
+use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crossbeam_channel::Receiver;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::EventFd;
-
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
-use super::ports::{Cmd, PortKey, PortRegistry};
+use super::ports::{Cmd, PortRegistry};
 use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
-use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{now_ms, WorkerStats};
+use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
+use super::{Engine, EngineError, EngineKind, Worker};
+use crate::channel::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
@@ -95,7 +91,6 @@ pub const FRAMES: u32 = 4096;
 pub const RING: u32 = 2048;
 /// Frames taken from one socket before looking at the next.
 pub const RX_BATCH: usize = 64;
-const WAKE: u64 = u64::MAX;
 
 /// Why the engine cannot run. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -784,16 +779,11 @@ impl Engine for AfxdpEngine {
                 source: io::Error::other("the sockets were already handed to workers"),
             });
         }
-        let links = self
-            .registry
-            .attach_workers(n)
-            .map_err(|source| EngineError::Io {
-                what: "eventfd".into(),
-                source,
-            })?;
-        let mut workers = Vec::with_capacity(n);
-        for (index, (link, socks)) in links.into_iter().zip(per_worker).enumerate() {
-            let socks: Vec<WorkerXsk> = socks
+        let mut per_worker = per_worker.into_iter();
+        start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |_| {
+            let socks: Vec<WorkerXsk> = per_worker
+                .next()
+                .unwrap_or_default()
                 .into_iter()
                 .map(|(i, queue, xsk)| {
                     let iface = &self.ifaces[i];
@@ -823,31 +813,33 @@ impl Engine for AfxdpEngine {
                     .find(|i| i.domains == [d])
                     .map_or(0, |i| i.ifindex)
             });
-            let cpu = self.cfg.cpus.get(index).copied();
-            let stats = Arc::new(WorkerStats::new(index, cpu));
-            let ctx = WorkerCtx {
-                index,
-                cpu,
-                routes: Arc::clone(&routes),
-                stop: Arc::clone(&stop),
-                stats: Arc::clone(&stats),
-                cmds: link.cmds,
-                wake: link.wake,
-                targets: self.targets,
-                batch: self.cfg.batch,
-                max_payload: self.cfg.max_payload,
-                tx_path: self.tx_path,
-                tx_sock,
-                src_mac,
-                egress_ifindex,
-            };
-            let thread = std::thread::Builder::new()
-                .name(format!("vgate-w{index}"))
-                .spawn(move || worker(ctx, socks))
-                .map_err(|source| EngineError::Spawn { index, source })?;
-            workers.push(Worker { stats, thread });
-        }
-        Ok(workers)
+            let (targets, batch, max_payload, tx_path) = (
+                self.targets,
+                self.cfg.batch,
+                self.cfg.max_payload,
+                self.tx_path,
+            );
+            move |shell: &Shell| {
+                let ctx = WorkerCtx {
+                    index: shell.index,
+                    routes: Arc::clone(&shell.routes),
+                    targets,
+                    max_payload,
+                    tx_path,
+                    tx_sock,
+                    src_mac,
+                    egress_ifindex,
+                };
+                Ok(XskPath {
+                    ctx,
+                    socks,
+                    local: EgressSockets::new(),
+                    txb: SliceBatch::new(batch),
+                    frames: Vec::with_capacity(RX_BATCH),
+                    neigh: Neighbours::default(),
+                })
+            }
+        })
     }
 }
 
@@ -877,16 +869,11 @@ struct WorkerXsk {
     dropped: u64,
 }
 
+/// What a worker's forwarding needs besides its sockets.
 struct WorkerCtx {
     index: usize,
-    cpu: Option<usize>,
     routes: Arc<Routes>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
-    cmds: Receiver<Cmd>,
-    wake: Arc<EventFd>,
     targets: Targets,
-    batch: usize,
     max_payload: usize,
     tx_path: TxPath,
     /// Per egress domain: this worker's socket (index) for AF_XDP TX.
@@ -896,22 +883,6 @@ struct WorkerCtx {
 }
 
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
-
-fn worker(ctx: WorkerCtx, mut socks: Vec<WorkerXsk>) {
-    let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
-        }
-    }
-    if let Err(e) = run_worker(&ctx, &mut socks) {
-        tracing::error!(worker = ctx.index, "worker stopped: {e}");
-    }
-}
 
 /// Next-hop MACs by destination, resolved lazily through netlink.
 #[derive(Default)]
@@ -1009,27 +980,36 @@ fn resolve_next_hop(dst: Ipv4Addr, ifindex: u32) -> Option<[u8; 6]> {
     None
 }
 
-fn run_worker(ctx: &WorkerCtx, socks: &mut [WorkerXsk]) -> io::Result<()> {
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
-    for (i, s) in socks.iter().enumerate() {
-        epoll.add(
-            s.xsk.as_fd(),
-            EpollEvent::new(EpollFlags::EPOLLIN, i as u64),
-        )?;
+/// One afxdp worker: its sockets (one per RX queue it serves), the egress sockets, batches.
+struct XskPath {
+    ctx: WorkerCtx,
+    socks: Vec<WorkerXsk>,
+    local: EgressSockets,
+    txb: SliceBatch,
+    frames: Vec<RxFrame>,
+    neigh: Neighbours,
+}
+
+impl Datapath for XskPath {
+    fn register(&mut self, poller: &Poller) -> io::Result<()> {
+        for (i, s) in self.socks.iter().enumerate() {
+            poller.add(s.xsk.as_fd(), i as u64)?;
+        }
+        Ok(())
     }
-    let mut local: HashMap<PortKey, Arc<UdpSocket>> = HashMap::new();
-    let mut txb = SliceBatch::new(ctx.batch);
-    let mut frames: Vec<RxFrame> = Vec::with_capacity(RX_BATCH);
-    let mut neigh = Neighbours::default();
-    let mut events = vec![EpollEvent::empty(); 8];
-    let mut next_sample = 0;
-    apply_commands(ctx, &mut local);
-    ctx.stats.ready.store(true, Relaxed);
-    while !ctx.stop.load(Relaxed) {
+
+    fn poll(&mut self, shell: &Shell) -> bool {
+        let XskPath {
+            ctx,
+            socks,
+            local,
+            txb,
+            frames,
+            neigh,
+        } = self;
         let mut busy = false;
         for i in 0..socks.len() {
-            let n = socks[i].xsk.rx_batch(&mut frames, RX_BATCH);
+            let n = socks[i].xsk.rx_batch(frames, RX_BATCH);
             if n == 0 {
                 if socks[i].xsk.rx_needs_wakeup() && socks[i].xsk.mode == BindMode::ZeroCopy {
                     socks[i].xsk.wake_rx();
@@ -1045,10 +1025,10 @@ fn run_worker(ctx: &WorkerCtx, socks: &mut [WorkerXsk]) -> io::Result<()> {
                     let (rx, tx) = two_mut(socks, i, j);
                     let out = XdpOut {
                         xsk: &mut tx.xsk,
-                        neigh: &mut neigh,
+                        neigh,
                         ident: &IDENT,
                     };
-                    forward_batch(ctx, rx, &frames, &local, Out::Xdp(out), now, &mut chan);
+                    forward_batch(ctx, rx, frames, local, Out::Xdp(out), now, &mut chan);
                     if let Err(e) = tx.xsk.tx_flush() {
                         if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
                             tracing::warn!(worker = ctx.index, suppressed, "AF_XDP TX: {e}");
@@ -1060,50 +1040,36 @@ fn run_worker(ctx: &WorkerCtx, socks: &mut [WorkerXsk]) -> io::Result<()> {
                     forward_batch(
                         ctx,
                         s,
-                        &frames,
-                        &local,
+                        frames,
+                        local,
                         Out::Sockets(txb.scope()),
                         now,
                         &mut chan,
                     );
                 }
             }
-            socks[i].xsk.recycle(&mut frames);
+            socks[i].xsk.recycle(frames);
             for c in Channel::ALL {
                 if !chan[c.index()].is_empty() {
-                    ctx.stats.channel(c).add(&chan[c.index()]);
+                    shell.stats.channel(c).add(&chan[c.index()]);
                 }
             }
         }
-        let now = now_ms();
-        if now >= next_sample {
-            ctx.stats.heartbeat_ms.store(now, Relaxed);
-            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-            socket_stats(ctx, socks);
-            if ctx.tx_path == TxPath::Xdp {
-                for s in socks.iter_mut() {
-                    s.xsk.reclaim();
-                }
-            }
-            next_sample = now + 100;
-        }
-        if busy {
-            apply_commands(ctx, &mut local);
-            continue;
-        }
-        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
-        if events[..n].iter().any(|e| e.data() == WAKE) {
-            let _ = ctx.wake.read();
-        }
-        apply_commands(ctx, &mut local);
+        busy
     }
-    socket_stats(ctx, socks);
-    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-    Ok(())
+
+    fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
+        apply_egress(&mut self.local, cmd);
+    }
+
+    fn sample(&mut self, shell: &Shell) {
+        socket_stats(shell, &mut self.socks);
+        if self.ctx.tx_path == TxPath::Xdp {
+            for s in self.socks.iter_mut() {
+                s.xsk.reclaim();
+            }
+        }
+    }
 }
 
 /// The socket to transmit on for what arrives on `s`, in AF_XDP TX mode.
@@ -1128,7 +1094,7 @@ fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
 }
 
 /// Kernel drops per socket (RX ring full, no fill frames, invalid descriptors).
-fn socket_stats(ctx: &WorkerCtx, socks: &mut [WorkerXsk]) {
+fn socket_stats(shell: &Shell, socks: &mut [WorkerXsk]) {
     for s in socks.iter_mut() {
         match s.xsk.stats() {
             Ok(st) => {
@@ -1136,26 +1102,14 @@ fn socket_stats(ctx: &WorkerCtx, socks: &mut [WorkerXsk]) {
                 let new = total.saturating_sub(s.dropped);
                 if new > 0 {
                     s.dropped = total;
-                    ctx.stats.ring_drops.fetch_add(new, Relaxed);
-                    ctx.stats
+                    shell.stats.ring_drops.fetch_add(new, Relaxed);
+                    shell
+                        .stats
                         .channel(s.fallback)
                         .drop(DropReason::RxOverflow, new);
                 }
             }
-            Err(e) => tracing::warn!(worker = ctx.index, queue = s.queue, "XDP_STATISTICS: {e}"),
-        }
-    }
-}
-
-fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>) {
-    while let Ok(cmd) = ctx.cmds.try_recv() {
-        match cmd {
-            Cmd::Add { key, sock, .. } => {
-                local.insert(key, sock);
-            }
-            Cmd::Remove { key } => {
-                local.remove(&key);
-            }
+            Err(e) => tracing::warn!(worker = shell.index, queue = s.queue, "XDP_STATISTICS: {e}"),
         }
     }
 }
@@ -1181,7 +1135,7 @@ fn forward_batch<'p>(
     ctx: &WorkerCtx,
     s: &'p WorkerXsk,
     frames: &'p [RxFrame],
-    local: &'p HashMap<PortKey, Arc<UdpSocket>>,
+    local: &'p EgressSockets,
     mut out: Out<'_, '_, 'p>,
     now: u64,
     chan: &mut [Tally; 2],

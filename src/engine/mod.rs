@@ -12,8 +12,10 @@
 //! | `zc`    | `pfring-zc` | PF_RING ZC `zc:dev@q` per RX queue, where built with `--features pfring` (ntop's licence; libpfring.so loaded at run time) |
 //!
 //! A mode that cannot run fails with the reason; there is never a silent fallback to another
-//! mode. Each engine spawns one pinned worker thread per queue; workers look packets up in the
-//! stream tables and hand them to [`crate::channel::inspect`] before sending.
+//! mode. Each engine gives one [`worker::Datapath`] per queue to the one worker skeleton
+//! ([`worker`]: thread, pinning, epoll and wake-up, port commands, heartbeat, CPU time, ready
+//! and exit flags); datapaths look packets up in the stream tables and hand them to
+//! [`crate::channel::inspect`] before sending.
 
 pub mod afpacket;
 pub mod afxdp;
@@ -26,6 +28,7 @@ pub mod stack;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub mod tnapi;
+pub mod worker;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -130,6 +133,10 @@ pub trait Engine: Send {
     fn describe(&self) -> String;
     /// What the route tables call when ports are taken and given back.
     fn port_hooks(&self) -> Arc<dyn PortHooks>;
+    /// A split half's link counters (`None` on a single host or for engines without links).
+    fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
+        None
+    }
     /// Starts the workers; they run until `stop` is set.
     fn start(
         &mut self,

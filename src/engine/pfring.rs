@@ -36,25 +36,19 @@
 //! the engine that runs the mode without PF_RING (`--engine afpacket`, `--engine afxdp`). It
 //! never falls back silently: the operator who built PF_RING in asked for it.
 
-use std::collections::HashMap;
 use std::io;
-use std::net::UdpSocket;
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crossbeam_channel::Receiver;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::EventFd;
 use pfring_sys::{Direction, Library, Ring, SocketMode};
 
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::nft::{DropRule, MediaDropTable};
-use super::ports::{Cmd, PortKey, PortRegistry};
+use super::ports::{Cmd, PortRegistry};
 use super::sys::mmsg::{SliceBatch, SliceScope};
-use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{now_ms, WorkerStats};
+use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
+use super::{Engine, EngineError, EngineKind, Worker};
+use crate::channel::now_ms;
 use crate::config::{Config, DomainId, EngineConfig, Mode};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
@@ -67,7 +61,6 @@ const FRAME_OVERHEAD: usize = 14 + 4 + 60 + 8;
 const BATCH_BUDGET: usize = 8;
 /// Packets waiting before the ring's descriptor polls readable.
 const WATERMARK: u16 = 1;
-const WAKE: u64 = u64::MAX;
 
 /// A domain interface and the domains whose media arrive on it.
 struct Iface {
@@ -285,17 +278,14 @@ impl Engine for PfringEngine {
                 source: io::Error::other("the rings were already handed to workers"),
             });
         }
-        let links = self
-            .registry
-            .attach_workers(n)
-            .map_err(|source| EngineError::Io {
-                what: "eventfd".into(),
-                source,
-            })?;
         let slot = self.cfg.max_payload + FRAME_OVERHEAD;
-        let mut workers = Vec::with_capacity(n);
-        for (index, (link, rings)) in links.into_iter().zip(per_queue).enumerate() {
-            let rings = rings
+        let (targets, batch, max_payload) =
+            (self.targets, self.cfg.batch.max(1), self.cfg.max_payload);
+        let mut per_queue = per_queue.into_iter();
+        start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |_| {
+            let rings: Vec<WorkerRing> = per_queue
+                .next()
+                .unwrap_or_default()
                 .into_iter()
                 .zip(&self.ifaces)
                 .map(|(ring, iface)| WorkerRing {
@@ -305,28 +295,27 @@ impl Engine for PfringEngine {
                     drops_seen: 0,
                 })
                 .collect();
-            let cpu = self.cfg.cpus.get(index).copied();
-            let stats = Arc::new(WorkerStats::new(index, cpu));
-            let ctx = WorkerCtx {
-                index,
-                cpu,
-                routes: Arc::clone(&routes),
-                stop: Arc::clone(&stop),
-                stats: Arc::clone(&stats),
-                cmds: link.cmds,
-                wake: link.wake,
-                targets: self.targets,
-                batch: self.cfg.batch.max(1),
-                slot,
-                max_payload: self.cfg.max_payload,
-            };
-            let thread = std::thread::Builder::new()
-                .name(format!("vgate-w{index}"))
-                .spawn(move || worker(ctx, rings))
-                .map_err(|source| EngineError::Spawn { index, source })?;
-            workers.push(Worker { stats, thread });
-        }
-        Ok(workers)
+            move |shell: &Shell| {
+                Ok(PfringPath {
+                    ctx: WorkerCtx {
+                        index: shell.index,
+                        routes: Arc::clone(&shell.routes),
+                        targets,
+                        batch,
+                        max_payload,
+                    },
+                    rings,
+                    local: EgressSockets::new(),
+                    tx: SliceBatch::new(batch),
+                    arena: Arena {
+                        bytes: vec![0u8; batch * slot],
+                        meta: Vec::with_capacity(batch),
+                        slot,
+                    },
+                    idle_ms: 100,
+                })
+            }
+        })
     }
 }
 
@@ -350,18 +339,12 @@ struct WorkerRing {
     drops_seen: u64,
 }
 
+/// What a worker's forwarding needs besides its rings.
 struct WorkerCtx {
     index: usize,
-    cpu: Option<usize>,
     routes: Arc<Routes>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
-    cmds: Receiver<Cmd>,
-    wake: Arc<EventFd>,
     targets: Targets,
     batch: usize,
-    /// Bytes per arena slot: the ring's caplen.
-    slot: usize,
     max_payload: usize,
 }
 
@@ -375,86 +358,69 @@ struct Arena {
 
 static RECV_ERRORS: RateLimit = RateLimit::new(5000);
 
-fn worker(ctx: WorkerCtx, mut rings: Vec<WorkerRing>) {
-    let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
-        }
-    }
-    if let Err(e) = run_worker(&ctx, &mut rings) {
-        tracing::error!(worker = ctx.index, "worker stopped: {e}");
-    }
+/// One PF_RING worker: ring *q* of every interface, the egress sockets, the copy arena.
+struct PfringPath {
+    ctx: WorkerCtx,
+    rings: Vec<WorkerRing>,
+    local: EgressSockets,
+    tx: SliceBatch,
+    arena: Arena,
+    /// The longest idle sleep: 1 ms when a ring has no descriptor to wait on.
+    idle_ms: u16,
 }
 
-fn run_worker(ctx: &WorkerCtx, rings: &mut [WorkerRing]) -> io::Result<()> {
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
-    let mut all_selectable = true;
-    for (i, r) in rings.iter_mut().enumerate() {
-        match r.ring.selectable_fd() {
-            Some(fd) => epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?,
-            None => all_selectable = false,
+impl Datapath for PfringPath {
+    fn register(&mut self, poller: &Poller) -> io::Result<()> {
+        for (i, r) in self.rings.iter_mut().enumerate() {
+            match r.ring.selectable_fd() {
+                Some(fd) => poller.add(fd, i as u64)?,
+                // A ring without a descriptor (some ZC devices) is looked at every
+                // millisecond when idle.
+                None => self.idle_ms = 1,
+            }
         }
+        Ok(())
     }
-    // A ring without a descriptor (some ZC devices) is looked at every millisecond when idle.
-    let idle_ms: u16 = if all_selectable { 100 } else { 1 };
-    let mut local: HashMap<PortKey, Arc<UdpSocket>> = HashMap::new();
-    let mut tx = SliceBatch::new(ctx.batch);
-    let mut arena = Arena {
-        bytes: vec![0u8; ctx.batch * ctx.slot],
-        meta: Vec::with_capacity(ctx.batch),
-        slot: ctx.slot,
-    };
-    let mut events = vec![EpollEvent::empty(); 8];
-    let mut next_sample = 0;
-    apply_commands(ctx, &mut local);
-    ctx.stats.ready.store(true, Relaxed);
-    while !ctx.stop.load(Relaxed) {
+
+    fn poll(&mut self, shell: &Shell) -> bool {
+        let PfringPath {
+            ctx,
+            rings,
+            local,
+            tx,
+            arena,
+            ..
+        } = self;
         let mut busy = false;
         for r in rings.iter_mut() {
             for _ in 0..BATCH_BUDGET {
-                if fill(ctx, &mut r.ring, &mut arena) == 0 {
+                if fill(ctx, &mut r.ring, arena) == 0 {
                     break;
                 }
                 busy = true;
                 let mut chan = [Tally::default(); 2];
-                forward(ctx, r, &arena, &local, &mut tx, now_ms(), &mut chan);
+                forward(ctx, r, arena, local, tx, now_ms(), &mut chan);
                 for c in Channel::ALL {
                     if !chan[c.index()].is_empty() {
-                        ctx.stats.channel(c).add(&chan[c.index()]);
+                        shell.stats.channel(c).add(&chan[c.index()]);
                     }
                 }
             }
         }
-        let now = now_ms();
-        if now >= next_sample {
-            ctx.stats.heartbeat_ms.store(now, Relaxed);
-            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-            ring_stats(ctx, rings);
-            next_sample = now + 100;
-        }
-        if busy {
-            apply_commands(ctx, &mut local);
-            continue;
-        }
-        let n = match epoll.wait(&mut events, EpollTimeout::from(idle_ms)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
-        if events[..n].iter().any(|e| e.data() == WAKE) {
-            let _ = ctx.wake.read();
-        }
-        apply_commands(ctx, &mut local);
+        busy
     }
-    ring_stats(ctx, rings);
-    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-    Ok(())
+
+    fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
+        apply_egress(&mut self.local, cmd);
+    }
+
+    fn sample(&mut self, shell: &Shell) {
+        ring_stats(shell, &mut self.rings);
+    }
+
+    fn idle_ms(&self) -> u16 {
+        self.idle_ms
+    }
 }
 
 /// Copies up to a batch of waiting packets out of `ring` into the arena; how many.
@@ -486,7 +452,7 @@ fn forward(
     ctx: &WorkerCtx,
     r: &WorkerRing,
     arena: &Arena,
-    local: &HashMap<PortKey, Arc<UdpSocket>>,
+    local: &EgressSockets,
     tx: &mut SliceBatch,
     now: u64,
     chan: &mut [Tally; 2],
@@ -542,15 +508,16 @@ fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, now: u64, chan: &m
 }
 
 /// Reads the rings' drop counters into the worker's figures.
-fn ring_stats(ctx: &WorkerCtx, rings: &mut [WorkerRing]) {
+fn ring_stats(shell: &Shell, rings: &mut [WorkerRing]) {
     for r in rings.iter_mut() {
         match r.ring.stats() {
             Ok(s) => {
                 let new = s.drop.saturating_sub(r.drops_seen);
                 r.drops_seen = s.drop;
                 if new > 0 {
-                    ctx.stats.ring_drops.fetch_add(new, Relaxed);
-                    ctx.stats
+                    shell.stats.ring_drops.fetch_add(new, Relaxed);
+                    shell
+                        .stats
                         .channel(r.fallback)
                         .drop(DropReason::RxOverflow, new);
                 }
@@ -558,21 +525,8 @@ fn ring_stats(ctx: &WorkerCtx, rings: &mut [WorkerRing]) {
             Err(e) if not_supported(&e) => {}
             Err(e) => {
                 if let Some(suppressed) = RECV_ERRORS.check(now_ms()) {
-                    tracing::warn!(worker = ctx.index, suppressed, "{e}");
+                    tracing::warn!(worker = shell.index, suppressed, "{e}");
                 }
-            }
-        }
-    }
-}
-
-fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>) {
-    while let Ok(cmd) = ctx.cmds.try_recv() {
-        match cmd {
-            Cmd::Add { key, sock, .. } => {
-                local.insert(key, sock);
-            }
-            Cmd::Remove { key } => {
-                local.remove(&key);
             }
         }
     }

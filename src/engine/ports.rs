@@ -58,6 +58,8 @@ struct Link {
 struct State {
     sockets: HashMap<PortKey, Arc<UdpSocket>>,
     links: Vec<Link>,
+    /// Workers that read sockets (the first `readers` links); senders only send.
+    readers: usize,
 }
 
 /// Sockets by port, and the workers to tell about them. Control side only.
@@ -122,7 +124,31 @@ impl PortRegistry {
             });
             st.links.push(Link { tx, wake });
         }
+        st.readers = n;
         Ok(out)
+    }
+
+    /// A command queue for a worker that only sends on the sockets (the split's incoming
+    /// link worker): it hears of every port but reads none. Call after
+    /// [`PortRegistry::attach_workers`].
+    pub fn attach_sender(&self) -> io::Result<WorkerLink> {
+        let mut st = self.lock();
+        let wake = Arc::new(EventFd::from_flags(
+            EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+        )?);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for (key, sock) in &st.sockets {
+            let _ = tx.send(Cmd::Add {
+                key: *key,
+                sock: Arc::clone(sock),
+                owner: usize::MAX,
+            });
+        }
+        st.links.push(Link {
+            tx,
+            wake: Arc::clone(&wake),
+        });
+        Ok(WorkerLink { cmds: rx, wake })
     }
 
     fn broadcast(state: &State, make: impl Fn() -> Cmd) {
@@ -163,7 +189,7 @@ impl PortHooks for PortRegistry {
         let key = (domain, port);
         let mut st = self.lock();
         st.sockets.insert(key, Arc::clone(&sock));
-        let owner = Self::owner(port, st.links.len());
+        let owner = Self::owner(port, st.readers);
         Self::broadcast(&st, || Cmd::Add {
             key,
             sock: Arc::clone(&sock),

@@ -13,26 +13,23 @@ use std::collections::HashMap;
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-
-use crossbeam_channel::Receiver;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::EventFd;
 
 use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{RecvBatch, SendBatch};
-use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{inspect, now_ms, WorkerStats};
+use super::worker::{start_workers, Datapath, Poller, Shell};
+use super::{Engine, EngineError, EngineKind, Worker};
+use crate::channel::inspect;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
+use crate::split::link::{self, LinkTx};
+use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 
 /// Batches read from one socket per wakeup before moving on to the next.
 pub const BUDGET: usize = 4;
-const WAKE: u64 = u64::MAX;
 
 type Key = PortKey;
 
@@ -53,6 +50,8 @@ fn data_key(d: u64) -> Key {
 pub struct StackEngine {
     cfg: EngineConfig,
     registry: Arc<PortRegistry>,
+    /// A split half: the links and their counters.
+    split: Option<(SplitConfig, Arc<SplitStats>)>,
 }
 
 impl StackEngine {
@@ -67,6 +66,10 @@ impl StackEngine {
                     ],
                 ),
             ),
+            split: cfg
+                .split
+                .as_ref()
+                .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
         }
     }
 }
@@ -87,54 +90,68 @@ impl Engine for StackEngine {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
     }
 
+    fn split_stats(&self) -> Option<Arc<SplitStats>> {
+        self.split.as_ref().map(|(_, s)| Arc::clone(s))
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<Worker>, EngineError> {
-        let n = self.cfg.queues;
-        let links = self
-            .registry
-            .attach_workers(n)
-            .map_err(|source| EngineError::Io {
-                what: "eventfd".into(),
-                source,
-            })?;
-        let mut workers = Vec::with_capacity(n);
-        for (index, link) in links.into_iter().enumerate() {
-            let cpu = self.cfg.cpus.get(index).copied();
-            let stats = Arc::new(WorkerStats::new(index, cpu));
-            let ctx = WorkerCtx {
-                index,
-                cpu,
+        let (batch, max_payload) = (self.cfg.batch, self.cfg.max_payload);
+        // A split half: the link face's egress goes down the outgoing link, one sender
+        // (lane) per worker over one socket; the incoming link has its own worker.
+        let out_sock = match &self.split {
+            Some((s, _)) => Some(link::open_outgoing(&s.out_link)?),
+            None => None,
+        };
+        let in_sock = match &self.split {
+            Some((s, _)) => Some(link::open_incoming(&s.in_link)?),
+            None => None,
+        };
+        let epoch = link::new_epoch();
+        let split = self.split.clone();
+        let mut workers = start_workers(
+            self.cfg.queues,
+            &self.cfg.cpus,
+            &self.registry,
+            &routes,
+            &stop,
+            |index| {
+                let link_tx = match (&split, &out_sock) {
+                    (Some((s, st)), Some(sock)) => Some((
+                        s.link_face(),
+                        LinkTx::new(
+                            Arc::clone(sock),
+                            &s.out_link,
+                            index as u8,
+                            epoch,
+                            batch,
+                            Arc::clone(st),
+                        ),
+                    )),
+                    _ => None,
+                };
+                move |_: &Shell| Ok(StackPath::new(batch, max_payload, link_tx))
+            },
+        )?;
+        if let (Some((s, st)), Some(sock)) = (&self.split, in_sock) {
+            workers.push(link::spawn_receiver(link::ReceiverSetup {
+                index: self.cfg.queues,
+                cpu: s.in_link.cpu.or(self.cfg.cpus.last().copied()),
+                sock,
+                cfg: s.clone(),
                 routes: Arc::clone(&routes),
+                registry: Arc::clone(&self.registry),
                 stop: Arc::clone(&stop),
-                stats: Arc::clone(&stats),
-                cmds: link.cmds,
-                wake: link.wake,
-                batch: self.cfg.batch,
-                max_payload: self.cfg.max_payload,
-            };
-            let thread = std::thread::Builder::new()
-                .name(format!("vgate-w{index}"))
-                .spawn(move || worker(ctx))
-                .map_err(|source| EngineError::Spawn { index, source })?;
-            workers.push(Worker { stats, thread });
+                stats: Arc::clone(st),
+                batch,
+                max_payload,
+            })?);
         }
         Ok(workers)
     }
-}
-
-struct WorkerCtx {
-    index: usize,
-    cpu: Option<usize>,
-    routes: Arc<Routes>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
-    cmds: Receiver<Cmd>,
-    wake: Arc<EventFd>,
-    batch: usize,
-    max_payload: usize,
 }
 
 struct LocalSocket {
@@ -147,77 +164,65 @@ struct LocalSocket {
 static RECV_ERRORS: RateLimit = RateLimit::new(5000);
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
-fn worker(ctx: WorkerCtx) {
-    let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
+/// One stack worker: the sockets it knows (those it reads, and every egress), its batches.
+struct StackPath {
+    local: HashMap<Key, LocalSocket>,
+    rx: RecvBatch,
+    tx: SendBatch,
+    sel: Vec<u16>,
+    max_payload: usize,
+    /// Split half: the link-face domain, whose egress goes down the outgoing link, and this
+    /// worker's sender on it.
+    link: Option<(DomainId, LinkTx)>,
+}
+
+impl StackPath {
+    fn new(batch: usize, max_payload: usize, link: Option<(DomainId, LinkTx)>) -> StackPath {
+        StackPath {
+            local: HashMap::new(),
+            rx: RecvBatch::new(batch, max_payload + 1),
+            tx: SendBatch::new(batch),
+            sel: Vec::with_capacity(batch),
+            max_payload,
+            link,
         }
-    }
-    if let Err(e) = run_worker(&ctx) {
-        tracing::error!(worker = ctx.index, "worker stopped: {e}");
     }
 }
 
-fn run_worker(ctx: &WorkerCtx) -> io::Result<()> {
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
-    let mut local: HashMap<Key, LocalSocket> = HashMap::new();
-    let mut rx = RecvBatch::new(ctx.batch, ctx.max_payload + 1);
-    let mut tx = SendBatch::new(ctx.batch);
-    let mut sel: Vec<u16> = Vec::with_capacity(ctx.batch);
-    let mut events = vec![EpollEvent::empty(); 64];
-    let mut next_cpu_sample = 0;
-    apply_commands(ctx, &epoll, &mut local);
-    ctx.stats.ready.store(true, Relaxed);
-    while !ctx.stop.load(Relaxed) {
-        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
-        let now = now_ms();
-        ctx.stats.heartbeat_ms.store(now, Relaxed);
-        if now >= next_cpu_sample {
-            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-            next_cpu_sample = now + 100;
-        }
-        for ev in &events[..n] {
-            if ev.data() == WAKE {
-                let _ = ctx.wake.read();
-                apply_commands(ctx, &epoll, &mut local);
-                continue;
-            }
-            let key = data_key(ev.data());
-            drain_socket(ctx, key, &mut local, &mut rx, &mut tx, &mut sel, now);
+impl Datapath for StackPath {
+    fn register(&mut self, _poller: &Poller) -> io::Result<()> {
+        // Sockets come with the port commands.
+        Ok(())
+    }
+
+    fn ready(&mut self, shell: &Shell, token: u64, now: u64) {
+        drain_socket(shell, self, data_key(token), now);
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(now);
         }
     }
-    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-    Ok(())
-}
 
-fn apply_commands(ctx: &WorkerCtx, epoll: &Epoll, local: &mut HashMap<Key, LocalSocket>) {
-    while let Ok(cmd) = ctx.cmds.try_recv() {
+    fn sample(&mut self, _shell: &Shell) {
+        // A quiet sender still closes its last FEC block.
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(crate::channel::now_ms());
+        }
+    }
+
+    fn command(&mut self, shell: &Shell, poller: &Poller, cmd: Cmd) {
         match cmd {
             Cmd::Add { key, sock, owner } => {
-                let owned = owner == ctx.index;
+                let owned = owner == shell.index;
                 if owned {
-                    if let Err(e) = epoll.add(
-                        sock.as_fd(),
-                        EpollEvent::new(EpollFlags::EPOLLIN, key_data(key)),
-                    ) {
+                    if let Err(e) = poller.add(sock.as_fd(), key_data(key)) {
                         tracing::error!(
-                            worker = ctx.index,
+                            worker = shell.index,
                             port = key.1,
                             "cannot watch socket: {e}"
                         );
                     }
                 }
-                if let Some(old) = local.insert(
+                if let Some(old) = self.local.insert(
                     key,
                     LocalSocket {
                         sock,
@@ -226,14 +231,14 @@ fn apply_commands(ctx: &WorkerCtx, epoll: &Epoll, local: &mut HashMap<Key, Local
                     },
                 ) {
                     if old.owned {
-                        let _ = epoll.delete(old.sock.as_fd());
+                        let _ = poller.delete(old.sock.as_fd());
                     }
                 }
             }
             Cmd::Remove { key } => {
-                if let Some(old) = local.remove(&key) {
+                if let Some(old) = self.local.remove(&key) {
                     if old.owned {
-                        let _ = epoll.delete(old.sock.as_fd());
+                        let _ = poller.delete(old.sock.as_fd());
                     }
                 }
             }
@@ -242,16 +247,21 @@ fn apply_commands(ctx: &WorkerCtx, epoll: &Epoll, local: &mut HashMap<Key, Local
 }
 
 /// Reads up to [`BUDGET`] batches from one socket and forwards them.
-fn drain_socket(
-    ctx: &WorkerCtx,
-    key: Key,
-    local: &mut HashMap<Key, LocalSocket>,
-    rx: &mut RecvBatch,
-    tx: &mut SendBatch,
-    sel: &mut Vec<u16>,
-    now: u64,
-) {
+fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
+    let StackPath {
+        local,
+        rx,
+        tx,
+        sel,
+        max_payload,
+        link,
+    } = p;
+    let max_payload = *max_payload;
     let channel = Channel::from_ingress(key.0);
+    let mut link = link
+        .as_mut()
+        .filter(|(face, _)| *face == channel.egress())
+        .map(|(_, l)| l);
     for _ in 0..BUDGET {
         let Some(ls) = local.get_mut(&key) else {
             return;
@@ -273,11 +283,11 @@ fn drain_socket(
             tally.drops[DropReason::RxOverflow as usize] += u64::from(lost);
         }
         // The batch came from one port, so it has one route: one lookup per batch.
-        let Some(route) = ctx.routes.lookup(channel, key.1) else {
+        let Some(route) = shell.routes.lookup(channel, key.1) else {
             tally.rx_packets = n as u64;
             tally.rx_bytes = (0..n).map(|i| rx.payload(i).len() as u64).sum();
             tally.drops[DropReason::NoRoute as usize] += n as u64;
-            ctx.stats.channel(channel).add(&tally);
+            shell.stats.channel(channel).add(&tally);
             if n < rx.capacity() {
                 return;
             }
@@ -288,12 +298,25 @@ fn drain_socket(
             let p = rx.payload(i);
             tally.rx_packets += 1;
             tally.rx_bytes += p.len() as u64;
-            match inspect(&route, rx.source(i), p, rx.truncated(i), ctx.max_payload) {
+            match inspect(&route, rx.source(i), p, rx.truncated(i), max_payload) {
                 Ok(()) => sel.push(i as u16),
                 Err(reason) => tally.drop(reason),
             }
         }
-        if !sel.is_empty() {
+        if let (false, Some(link)) = (sel.is_empty(), link.as_deref_mut()) {
+            // Split half: the far side is the peer half, down the outgoing link.
+            let ts = crate::split::link::now_us();
+            for &i in sel.iter() {
+                let p = rx.payload(usize::from(i));
+                if link.push(route.dest.port(), route.egress_port, p, now, ts) {
+                    tally.tx_packets += 1;
+                    tally.tx_bytes += p.len() as u64;
+                } else {
+                    tally.drop(DropReason::Oversize);
+                }
+            }
+            link.flush();
+        } else if !sel.is_empty() {
             match local.get(&(channel.egress(), route.egress_port)) {
                 Some(egress) => {
                     let out = tx.send(egress.sock.as_fd(), rx, sel, route.dest);
@@ -315,7 +338,7 @@ fn drain_socket(
         }
         route.touch(now);
         route.stats.packets.add(&tally);
-        ctx.stats.channel(channel).add(&tally);
+        shell.stats.channel(channel).add(&tally);
         if n < rx.capacity() {
             return;
         }
@@ -330,7 +353,7 @@ mod tests {
     fn epoll_keys_round_trip() {
         for k in [(DomainId::A, 0), (DomainId::B, 65535), (DomainId::B, 30001)] {
             assert_eq!(data_key(key_data(k)), k);
-            assert_ne!(key_data(k), WAKE);
+            assert_ne!(key_data(k), Poller::WAKE);
         }
     }
 }

@@ -37,25 +37,19 @@
 //! ranges at input; a table of the same name left by a crashed run is replaced. It is removed
 //! when the engine is dropped (drop it in the network namespace it was built in).
 
-use std::collections::HashMap;
 use std::io;
-use std::net::UdpSocket;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crossbeam_channel::Receiver;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::eventfd::EventFd;
-
 use super::afpacket::{AfPacketError, DstMatch, PacketRing, RingParams};
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::nft::{DropRule, MediaDropTable, NftError};
-use super::ports::{Cmd, PortKey, PortRegistry};
+use super::ports::{Cmd, PortRegistry};
 use super::sys::mmsg::{SliceBatch, SliceScope};
-use super::sys::thread_cpu_ns;
-use super::{pin_to, Engine, EngineError, EngineKind, ExitFlag, Worker};
-use crate::channel::{now_ms, WorkerStats};
+use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
+use super::{Engine, EngineError, EngineKind, Worker};
+use crate::channel::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::routes::{Channel, PortHooks, Routes};
 use crate::stats::{DropReason, Tally};
@@ -73,7 +67,6 @@ pub const BLOCK_TIMEOUT_MS: u32 = 1;
 /// Blocks taken from one ring before looking at the next, so one busy interface cannot
 /// starve the other.
 pub const BLOCK_BUDGET: usize = 8;
-const WAKE: u64 = u64::MAX;
 
 /// A domain interface and the domains whose media arrive on it.
 struct Iface {
@@ -275,45 +268,34 @@ impl Engine for AfpacketEngine {
                 source: io::Error::other("the rings were already handed to workers"),
             });
         }
-        let links = self
-            .registry
-            .attach_workers(n)
-            .map_err(|source| EngineError::Io {
-                what: "eventfd".into(),
-                source,
-            })?;
-        let mut workers = Vec::with_capacity(n);
-        for (index, (link, rings)) in links.into_iter().zip(per_queue).enumerate() {
-            let rings = rings
-                .into_iter()
-                .zip(&self.ifaces)
-                .map(|(ring, iface)| WorkerRing {
-                    ring,
-                    domains: iface.domains.clone(),
-                    fallback: Channel::from_ingress(iface.domains[0]),
+        let per_queue: Vec<Vec<WorkerRing>> = per_queue
+            .into_iter()
+            .map(|rings| {
+                rings
+                    .into_iter()
+                    .zip(&self.ifaces)
+                    .map(|(ring, iface)| WorkerRing {
+                        ring,
+                        domains: iface.domains.clone(),
+                        fallback: Channel::from_ingress(iface.domains[0]),
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut per_queue = per_queue.into_iter();
+        let (targets, batch, max_payload) = (self.targets, self.cfg.batch, self.cfg.max_payload);
+        start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |_| {
+            let rings = per_queue.next().unwrap_or_default();
+            move |_: &Shell| {
+                Ok(RingPath {
+                    rings,
+                    local: EgressSockets::new(),
+                    tx: SliceBatch::new(batch),
+                    targets,
+                    max_payload,
                 })
-                .collect();
-            let cpu = self.cfg.cpus.get(index).copied();
-            let stats = Arc::new(WorkerStats::new(index, cpu));
-            let ctx = WorkerCtx {
-                index,
-                cpu,
-                routes: Arc::clone(&routes),
-                stop: Arc::clone(&stop),
-                stats: Arc::clone(&stats),
-                cmds: link.cmds,
-                wake: link.wake,
-                targets: self.targets,
-                batch: self.cfg.batch,
-                max_payload: self.cfg.max_payload,
-            };
-            let thread = std::thread::Builder::new()
-                .name(format!("vgate-w{index}"))
-                .spawn(move || worker(ctx, rings))
-                .map_err(|source| EngineError::Spawn { index, source })?;
-            workers.push(Worker { stats, thread });
-        }
-        Ok(workers)
+            }
+        })
     }
 }
 
@@ -342,53 +324,26 @@ struct WorkerRing {
     fallback: Channel,
 }
 
-struct WorkerCtx {
-    index: usize,
-    cpu: Option<usize>,
-    routes: Arc<Routes>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
-    cmds: Receiver<Cmd>,
-    wake: Arc<EventFd>,
+/// One afpacket worker: ring *q* of every interface, and the egress sockets.
+struct RingPath {
+    rings: Vec<WorkerRing>,
+    local: EgressSockets,
+    tx: SliceBatch,
     targets: Targets,
-    batch: usize,
     max_payload: usize,
 }
 
-fn worker(ctx: WorkerCtx, mut rings: Vec<WorkerRing>) {
-    let _exit = ExitFlag(&ctx.stats);
-    if let Some(cpu) = ctx.cpu {
-        if !pin_to(cpu) {
-            tracing::warn!(
-                worker = ctx.index,
-                cpu,
-                "could not pin worker to its CPU; running unpinned"
-            );
+impl Datapath for RingPath {
+    fn register(&mut self, poller: &Poller) -> io::Result<()> {
+        for (i, r) in self.rings.iter().enumerate() {
+            poller.add(r.ring.as_fd(), i as u64)?;
         }
+        Ok(())
     }
-    if let Err(e) = run_worker(&ctx, &mut rings) {
-        tracing::error!(worker = ctx.index, "worker stopped: {e}");
-    }
-}
 
-fn run_worker(ctx: &WorkerCtx, rings: &mut [WorkerRing]) -> io::Result<()> {
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-    epoll.add(ctx.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
-    for (i, r) in rings.iter().enumerate() {
-        epoll.add(
-            r.ring.as_fd(),
-            EpollEvent::new(EpollFlags::EPOLLIN, i as u64),
-        )?;
-    }
-    let mut local: HashMap<PortKey, Arc<UdpSocket>> = HashMap::new();
-    let mut tx = SliceBatch::new(ctx.batch);
-    let mut events = vec![EpollEvent::empty(); 8];
-    let mut next_sample = 0;
-    apply_commands(ctx, &mut local);
-    ctx.stats.ready.store(true, Relaxed);
-    while !ctx.stop.load(Relaxed) {
+    fn poll(&mut self, shell: &Shell) -> bool {
         let mut busy = false;
-        for r in rings.iter_mut() {
+        for r in self.rings.iter_mut() {
             for _ in 0..BLOCK_BUDGET {
                 let Some(block) = r.ring.try_block() else {
                     break;
@@ -397,12 +352,14 @@ fn run_worker(ctx: &WorkerCtx, rings: &mut [WorkerRing]) -> io::Result<()> {
                 let mut chan = [Tally::default(); 2];
                 let now = now_ms();
                 forward_block(
-                    ctx,
+                    shell,
+                    &self.targets,
+                    self.max_payload,
                     &r.domains,
                     r.fallback,
                     block.frames(),
-                    &local,
-                    &mut tx,
+                    &self.local,
+                    &mut self.tx,
                     now,
                     &mut chan,
                 );
@@ -410,66 +367,35 @@ fn run_worker(ctx: &WorkerCtx, rings: &mut [WorkerRing]) -> io::Result<()> {
                 drop(block);
                 for c in Channel::ALL {
                     if !chan[c.index()].is_empty() {
-                        ctx.stats.channel(c).add(&chan[c.index()]);
+                        shell.stats.channel(c).add(&chan[c.index()]);
                     }
                 }
             }
         }
-        let now = now_ms();
-        if now >= next_sample {
-            ctx.stats.heartbeat_ms.store(now, Relaxed);
-            ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-            ring_stats(ctx, rings);
-            next_sample = now + 100;
-        }
-        if busy {
-            // Commands are rare; a queue check is one atomic load.
-            apply_commands(ctx, &mut local);
-            continue;
-        }
-        let n = match epoll.wait(&mut events, EpollTimeout::from(100u16)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
-        if events[..n].iter().any(|e| e.data() == WAKE) {
-            let _ = ctx.wake.read();
-        }
-        apply_commands(ctx, &mut local);
+        busy
     }
-    ring_stats(ctx, rings);
-    ctx.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
-    Ok(())
-}
 
-/// Reads (and resets) the kernel's ring counters into the worker's figures.
-fn ring_stats(ctx: &WorkerCtx, rings: &mut [WorkerRing]) {
-    for r in rings.iter_mut() {
-        match r.ring.stats() {
-            Ok(s) => {
-                if s.drops > 0 {
-                    ctx.stats.ring_drops.fetch_add(s.drops, Relaxed);
-                    ctx.stats
-                        .channel(r.fallback)
-                        .drop(DropReason::RxOverflow, s.drops);
-                }
-                if s.freeze_q_cnt > 0 {
-                    ctx.stats.ring_freezes.fetch_add(s.freeze_q_cnt, Relaxed);
-                }
-            }
-            Err(e) => tracing::warn!(worker = ctx.index, "{e}"),
-        }
+    fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
+        apply_egress(&mut self.local, cmd);
     }
-}
 
-fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>) {
-    while let Ok(cmd) = ctx.cmds.try_recv() {
-        match cmd {
-            Cmd::Add { key, sock, .. } => {
-                local.insert(key, sock);
-            }
-            Cmd::Remove { key } => {
-                local.remove(&key);
+    /// Reads (and resets) the kernel's ring counters into the worker's figures.
+    fn sample(&mut self, shell: &Shell) {
+        for r in self.rings.iter_mut() {
+            match r.ring.stats() {
+                Ok(s) => {
+                    if s.drops > 0 {
+                        shell.stats.ring_drops.fetch_add(s.drops, Relaxed);
+                        shell
+                            .stats
+                            .channel(r.fallback)
+                            .drop(DropReason::RxOverflow, s.drops);
+                    }
+                    if s.freeze_q_cnt > 0 {
+                        shell.stats.ring_freezes.fetch_add(s.freeze_q_cnt, Relaxed);
+                    }
+                }
+                Err(e) => tracing::warn!(worker = shell.index, "{e}"),
             }
         }
     }
@@ -478,11 +404,13 @@ fn apply_commands(ctx: &WorkerCtx, local: &mut HashMap<PortKey, Arc<UdpSocket>>)
 /// Forwards the frames of one block; adds per-channel figures to `chan`.
 #[allow(clippy::too_many_arguments)]
 fn forward_block<'b>(
-    ctx: &WorkerCtx,
+    shell: &Shell,
+    targets: &Targets,
+    max_payload: usize,
     domains: &[DomainId],
     fallback: Channel,
     frames: impl Iterator<Item = super::afpacket::Frame<'b>>,
-    local: &HashMap<PortKey, Arc<UdpSocket>>,
+    local: &EgressSockets,
     tx: &mut SliceBatch,
     now: u64,
     chan: &mut [Tally; 2],
@@ -497,7 +425,7 @@ fn forward_block<'b>(
                 continue;
             }
         };
-        let Some(channel) = classify(&ctx.targets, domains, d.dst_addr, d.dst_port) else {
+        let Some(channel) = classify(targets, domains, d.dst_addr, d.dst_port) else {
             // The ring filter lets only our destinations through; this is its guard.
             drop_frame(chan, fallback, d.payload.len(), DropReason::NoRoute);
             continue;
@@ -506,14 +434,14 @@ fn forward_block<'b>(
             if let Some(r) = run.take() {
                 finish_run(r, &mut scope, now, chan);
             }
-            run = Some(Run::start(&ctx.routes, local, channel, d.dst_port));
+            run = Some(Run::start(&shell.routes, local, channel, d.dst_port));
         }
         let Some(r) = run.as_mut() else { continue };
         // The kernel vouches for checksums it validated or has not filled in yet (a local
         // sender's offload); otherwise both are checked.
         let skip_udp = f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
         let ok = d.checksums_ok(skip_udp);
-        let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), ctx.max_payload) else {
+        let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), max_payload) else {
             continue;
         };
         if scope.is_full() {

@@ -79,7 +79,7 @@ impl std::fmt::Debug for SignalKey {
 }
 
 /// The checked signaling link.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SignalLink {
     pub interface: String,
     pub local: SocketAddrV4,

@@ -64,17 +64,14 @@ pub fn start(
         return Ok(None);
     };
     let face = config.domain(split.link_face());
-    let Some(peer_face) = face.networks.first().map(|n| n.addr()) else {
-        return Ok(None);
-    };
     let cfg = AgentConfig {
         link: split.signal.clone(),
         role: match split.half {
-            crate::config::DomainId::A => Role::Dialer,
-            crate::config::DomainId::B => Role::Listener,
+            crate::split::Half::A => Role::Dialer,
+            crate::split::Half::B => Role::Listener,
         },
         own_face: face.address,
-        peer_face,
+        peer_face: split.peer_face,
         face_interface: face.interface.clone(),
     };
     let (udp, tcp) = announced(config, proxies);

@@ -1,0 +1,361 @@
+//! The one worker skeleton every engine plugs into.
+//!
+//! An engine says only how its worker receives and forwards: a [`Datapath`] per worker. The
+//! skeleton ([`start_workers`], [`spawn`]) does the rest, the same way for every engine:
+//!
+//! - the thread (`vgate-w<index>`), pinned to the configured CPU (a refusal is said once);
+//! - the epoll set ([`Poller`]), with the port registry's wake-up eventfd in it;
+//! - the port commands ([`Cmd`]): drained before the worker says it is ready, after every
+//!   wake-up, and between busy rounds (one queue check, no lock);
+//! - the heartbeat and the thread's CPU time every [`SAMPLE_MS`], with the datapath's own
+//!   kernel counters ([`Datapath::sample`]), and once more at exit;
+//! - `ready` once receiving, `exited` however the thread leaves (return or panic), and the
+//!   shared stop flag, checked every round.
+//!
+//! The loop: [`Datapath::poll`] takes what is waiting without sleeping (rings: a bounded
+//! number of blocks or descriptors); while it finds work the worker polls again. When it finds
+//! none, the worker sleeps in `epoll_wait` (at most [`Datapath::idle_ms`]) and hands each
+//! readable descriptor to [`Datapath::ready`] (sockets: read a bounded number of batches).
+//! A ring engine implements `poll`, a socket engine `ready`; both bound the work per call so
+//! that commands, samples and the stop flag are looked at often.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+use super::ports::{Cmd, PortKey, PortRegistry, WorkerLink};
+use super::sys::thread_cpu_ns;
+use super::{pin_to, EngineError, ExitFlag, Worker};
+use crate::channel::{now_ms, WorkerStats};
+use crate::routes::Routes;
+
+/// Heartbeat, CPU time and kernel counters are sampled this often (milliseconds).
+pub const SAMPLE_MS: u64 = 100;
+/// Readiness events taken per `epoll_wait`.
+const EVENTS: usize = 64;
+
+/// What a datapath knows of the worker it runs in.
+pub struct Shell {
+    pub index: usize,
+    /// The CPU the worker is pinned to, when the config names one.
+    pub cpu: Option<usize>,
+    pub routes: Arc<Routes>,
+    pub stats: Arc<WorkerStats>,
+}
+
+/// The worker's epoll set. Tokens are the datapath's own, except [`Poller::WAKE`].
+pub struct Poller {
+    epoll: Epoll,
+}
+
+impl Poller {
+    /// The token of the port registry's wake-up eventfd; a datapath never uses it.
+    pub const WAKE: u64 = u64::MAX;
+
+    fn new() -> io::Result<Poller> {
+        Ok(Poller {
+            epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
+        })
+    }
+
+    /// Watches `fd` for input (level-triggered); its events come back with `token`.
+    pub fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        debug_assert_ne!(token, Self::WAKE);
+        self.epoll
+            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))?;
+        Ok(())
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.epoll.delete(fd)?;
+        Ok(())
+    }
+}
+
+/// How one worker receives and forwards; built on the worker's own thread by the `make`
+/// closure given to [`spawn`], so it may hold buffers that never cross threads.
+pub trait Datapath {
+    /// Puts the datapath's descriptors in the worker's epoll set; called once, before the
+    /// worker says it is ready.
+    fn register(&mut self, poller: &Poller) -> io::Result<()>;
+
+    /// Receives and forwards what is already waiting, a bounded amount, without sleeping;
+    /// `true` when there was work (the worker then polls again before it sleeps).
+    fn poll(&mut self, _shell: &Shell) -> bool {
+        false
+    }
+
+    /// The descriptor registered with `token` is readable: receive and forward a bounded
+    /// amount from it (level-triggered epoll brings it back for the rest).
+    fn ready(&mut self, _shell: &Shell, _token: u64, _now: u64) {}
+
+    /// A port was opened or closed by the route tables.
+    fn command(&mut self, shell: &Shell, poller: &Poller, cmd: Cmd);
+
+    /// Every [`SAMPLE_MS`] and at exit: reads the kernel's counters into `shell.stats`.
+    fn sample(&mut self, _shell: &Shell) {}
+
+    /// The longest sleep when idle, milliseconds (a datapath with a descriptor-less source
+    /// asks for less).
+    fn idle_ms(&self) -> u16 {
+        100
+    }
+}
+
+/// The gateway's media sockets as a ring engine's worker knows them: by port, for sending.
+pub type EgressSockets = HashMap<PortKey, Arc<UdpSocket>>;
+
+/// Applies a port command to a ring engine's egress sockets.
+pub fn apply_egress(local: &mut EgressSockets, cmd: Cmd) {
+    match cmd {
+        Cmd::Add { key, sock, .. } => {
+            local.insert(key, sock);
+        }
+        Cmd::Remove { key } => {
+            local.remove(&key);
+        }
+    }
+}
+
+/// Starts `n` workers on `cpus` (in order; workers past the list run unpinned), each told of
+/// `registry`'s ports; `make(index)` gives the closure that builds worker `index`'s datapath
+/// on its thread.
+pub fn start_workers<D, F>(
+    n: usize,
+    cpus: &[usize],
+    registry: &PortRegistry,
+    routes: &Arc<Routes>,
+    stop: &Arc<AtomicBool>,
+    mut make: impl FnMut(usize) -> F,
+) -> Result<Vec<Worker>, EngineError>
+where
+    D: Datapath,
+    F: FnOnce(&Shell) -> io::Result<D> + Send + 'static,
+{
+    let links = registry
+        .attach_workers(n)
+        .map_err(|source| EngineError::Io {
+            what: "eventfd".into(),
+            source,
+        })?;
+    let mut workers = Vec::with_capacity(n);
+    for (index, link) in links.into_iter().enumerate() {
+        let cpu = cpus.get(index).copied();
+        workers.push(spawn(index, cpu, routes, stop, Some(link), make(index))?);
+    }
+    Ok(workers)
+}
+
+/// Starts one worker: pinned to `cpu`, told of ports through `link` (none for a datapath
+/// that sends on no gateway socket), running the datapath `make` builds until `stop` is set.
+pub fn spawn<D, F>(
+    index: usize,
+    cpu: Option<usize>,
+    routes: &Arc<Routes>,
+    stop: &Arc<AtomicBool>,
+    link: Option<WorkerLink>,
+    make: F,
+) -> Result<Worker, EngineError>
+where
+    D: Datapath,
+    F: FnOnce(&Shell) -> io::Result<D> + Send + 'static,
+{
+    let stats = Arc::new(WorkerStats::new(index, cpu));
+    let shell = Shell {
+        index,
+        cpu,
+        routes: Arc::clone(routes),
+        stats: Arc::clone(&stats),
+    };
+    let stop = Arc::clone(stop);
+    let thread = std::thread::Builder::new()
+        .name(format!("vgate-w{index}"))
+        .spawn(move || {
+            let _exit = ExitFlag(&shell.stats);
+            if let Some(cpu) = shell.cpu {
+                if !pin_to(cpu) {
+                    tracing::warn!(
+                        worker = index,
+                        cpu,
+                        "could not pin worker to its CPU; running unpinned"
+                    );
+                }
+            }
+            let run = make(&shell).and_then(|dp| run(&shell, &stop, link.as_ref(), dp));
+            if let Err(e) = run {
+                tracing::error!(worker = index, "worker stopped: {e}");
+            }
+        })
+        .map_err(|source| EngineError::Spawn { index, source })?;
+    Ok(Worker { stats, thread })
+}
+
+fn drain<D: Datapath>(shell: &Shell, poller: &Poller, link: Option<&WorkerLink>, dp: &mut D) {
+    if let Some(link) = link {
+        while let Ok(cmd) = link.cmds.try_recv() {
+            dp.command(shell, poller, cmd);
+        }
+    }
+}
+
+fn sample<D: Datapath>(shell: &Shell, dp: &mut D, now: u64) {
+    shell.stats.heartbeat_ms.store(now, Relaxed);
+    shell.stats.cpu_ns.store(thread_cpu_ns(), Relaxed);
+    dp.sample(shell);
+}
+
+fn run<D: Datapath>(
+    shell: &Shell,
+    stop: &AtomicBool,
+    link: Option<&WorkerLink>,
+    mut dp: D,
+) -> io::Result<()> {
+    let poller = Poller::new()?;
+    if let Some(link) = link {
+        poller.epoll.add(
+            link.wake.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, Poller::WAKE),
+        )?;
+    }
+    dp.register(&poller)?;
+    drain(shell, &poller, link, &mut dp);
+    let mut events = [EpollEvent::empty(); EVENTS];
+    let mut next_sample = 0;
+    shell.stats.ready.store(true, Relaxed);
+    while !stop.load(Relaxed) {
+        let busy = dp.poll(shell);
+        let now = now_ms();
+        if now >= next_sample {
+            sample(shell, &mut dp, now);
+            next_sample = now + SAMPLE_MS;
+        }
+        if busy {
+            drain(shell, &poller, link, &mut dp);
+            continue;
+        }
+        let n = match poller
+            .epoll
+            .wait(&mut events, EpollTimeout::from(dp.idle_ms()))
+        {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(link) = link {
+            if events[..n].iter().any(|e| e.data() == Poller::WAKE) {
+                let _ = link.wake.read();
+            }
+        }
+        drain(shell, &poller, link, &mut dp);
+        if n > 0 {
+            let now = now_ms();
+            for ev in &events[..n] {
+                if ev.data() != Poller::WAKE {
+                    dp.ready(shell, ev.data(), now);
+                }
+            }
+        }
+    }
+    sample(shell, &mut dp, now_ms());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DomainId;
+    use std::net::Ipv4Addr;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+
+    /// Counts what the skeleton hands it.
+    struct Probe {
+        polls: Arc<AtomicUsize>,
+        commands: Arc<AtomicUsize>,
+        samples: Arc<AtomicUsize>,
+    }
+
+    impl Datapath for Probe {
+        fn register(&mut self, _poller: &Poller) -> io::Result<()> {
+            Ok(())
+        }
+        fn poll(&mut self, _shell: &Shell) -> bool {
+            self.polls.fetch_add(1, SeqCst);
+            false
+        }
+        fn command(&mut self, _shell: &Shell, _poller: &Poller, _cmd: Cmd) {
+            self.commands.fetch_add(1, SeqCst);
+        }
+        fn sample(&mut self, _shell: &Shell) {
+            self.samples.fetch_add(1, SeqCst);
+        }
+        fn idle_ms(&self) -> u16 {
+            5
+        }
+    }
+
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < until, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn skeleton_runs_a_datapath_and_delivers_commands() {
+        use crate::routes::PortHooks;
+        let registry = Arc::new(PortRegistry::new([
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::LOCALHOST,
+        ]));
+        let cfg = crate::config::Config::embedded_default();
+        let routes = Arc::new(Routes::new(
+            &cfg,
+            Arc::clone(&registry) as Arc<dyn PortHooks>,
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (polls, commands, samples) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let workers = start_workers(2, &[], &registry, &routes, &stop, |_| {
+            let (p, c, s) = (
+                Arc::clone(&polls),
+                Arc::clone(&commands),
+                Arc::clone(&samples),
+            );
+            move |_: &Shell| {
+                Ok(Probe {
+                    polls: p,
+                    commands: c,
+                    samples: s,
+                })
+            }
+        })
+        .unwrap();
+        wait_for("ready", || {
+            workers.iter().all(|w| w.stats.ready.load(SeqCst))
+        });
+        // One port opened: every worker hears of it (an Add each), through the wake-up fd.
+        registry.open_port(DomainId::A, 0).unwrap();
+        wait_for("commands", || commands.load(SeqCst) >= 2);
+        wait_for("polls and samples", || {
+            polls.load(SeqCst) > 2 && samples.load(SeqCst) >= 2
+        });
+        stop.store(true, SeqCst);
+        for w in workers {
+            let stats = Arc::clone(&w.stats);
+            w.thread.join().unwrap();
+            assert!(stats.exited.load(SeqCst));
+            assert!(stats.heartbeat_ms.load(SeqCst) > 0);
+        }
+    }
+}
