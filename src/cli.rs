@@ -494,10 +494,14 @@ fn run(
     drop(admin);
     let routes = Arc::clone(&gw.routes);
     let split = gw.split_stats();
+    let split_signal = gw.split_signal_stats();
     let workers = gw.shutdown();
     print!("{}", totals_report(&workers, &routes));
     if let Some(s) = split {
         print!("{}", s.report());
+    }
+    if let Some(s) = split_signal {
+        println!("{}", s.report());
     }
     if failed {
         ExitCode::FAILURE

@@ -20,6 +20,15 @@ macro_rules! counters {
             pub fn list(&self) -> Vec<(&'static str, &'static str, u64)> {
                 vec![ $( (stringify!($name), $help, self.$name.load(Relaxed)), )* ]
             }
+
+            /// The `signal peer_up=… key=value …` line of the shutdown totals.
+            pub fn report(&self) -> String {
+                let mut s = format!("signal peer_up={}", self.peer_up.load(Relaxed));
+                for (k, _, v) in self.list() {
+                    s.push_str(&format!(" {k}={v}"));
+                }
+                s
+            }
         }
     };
 }

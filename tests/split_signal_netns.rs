@@ -1,0 +1,621 @@
+//! SIP across the split appliance (`scripts/split-bed.sh`), with real sipp peers and the
+//! GB/T 28181 scenarios of `tests/sipp/`: each half runs its own SIP proxies, and the
+//! signaling agents carry the link face's SIP between them over the authenticated
+//! signaling link; RTP crosses the one-way links.
+//!
+//! - `sip_gb_across_the_split`: 10 live-view calls B→A (UDP) with RTP at the offered address,
+//!   then REGISTER with digest + Keepalive + a Catalog larger than 1500 bytes A→B; no domain
+//!   address in the other domain, nothing travelled a one-way link the wrong way, no
+//!   session, route or port left on either half, no frame refused on the signaling link.
+//! - `sip_tcp_across_the_split`: the same REGISTER/Keepalive/Catalog over SIP/TCP on both
+//!   domain sides (the agent carries the TCP streams).
+//! - `killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back`: a call is up, half B
+//!   is killed (SIGKILL); half A sends BYE to the device in domain A within seconds and
+//!   counts it; half B restarts and new calls complete; a forged frame on the signaling link
+//!   is dropped and counted.
+//!
+//! Needs root, iproute2, nftables and sipp (sip-tester); prints DID NOT RUN without them
+//! (fails under CI=true).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddrV4, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::split::{half_config, start_half, SplitBed, FACE_A, FACE_B};
+use common::vgate::Vgate;
+
+fn ready(test: &str) -> bool {
+    common::prerequisites(
+        test,
+        true,
+        &[
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("sipp", "sip-tester"),
+            ("timeout", "coreutils"),
+            ("python3", "python3"),
+        ],
+    )
+}
+
+fn sipp_dir() -> String {
+    format!("{}/tests/sipp", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "timeout", "120", "sipp"])
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+/// Kills a child we started, on drop too.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    /// Waits up to `within` for the child to exit; `Some(success)` if it did.
+    fn wait(&mut self, within: Duration) -> Option<bool> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = self.0.try_wait() {
+                return Some(st.success());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+fn read_logs(dir: &Path, suffix: &str) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(suffix) {
+            let _ = std::fs::File::open(e.path()).and_then(|mut f| f.read_to_string(&mut all));
+        }
+    }
+    all
+}
+
+/// Signaling routes of each half for the GB flows. Calls: platform in B → half B (domain b,
+/// 5060) → link → half A (link face, 5060) → device in A. Registration: device in A → half
+/// A (domain a, 5060) → link → half B (link face, 5060) → platform in B (5070).
+fn sip_routes(bed: &SplitBed, half: &str, transport: &str) -> String {
+    let route = |name: &str, listen: &str, upstream: String, extra: &str| {
+        format!(
+            "[[signaling_route]]\nname = \"{name}\"\ntype = \"sip\"\ntransport = \"{transport}\"\nlisten_domain = \"{listen}\"\nlisten_port = 5060\nupstream = \"{upstream}\"\nallow_ids = [\"3402000000\"]\n{extra}\n"
+        )
+    };
+    if half == "a" {
+        route("link2a", "b", format!("{}:5060", bed.get("DA_IP")), "")
+            + &route("a2link", "a", format!("{FACE_B}:5060"), "")
+    } else {
+        route(
+            "b2link",
+            "b",
+            format!("{FACE_A}:5060"),
+            &format!("allow_peers = [\"{}/32\"]", bed.get("DB_IP")),
+        ) + &route("link2b", "a", format!("{}:5070", bed.get("DB_IP")), "")
+    }
+}
+
+fn half(bed: &SplitBed, name: &str, transport: &str) -> Vgate {
+    let v = start_half(
+        bed,
+        name,
+        &half_config(bed, name, "off", "off", &sip_routes(bed, name, transport)),
+    );
+    v
+}
+
+/// Waits until both agents say the peer is up.
+fn peers_up(a: &Vgate, b: &Vgate) {
+    a.wait_for("peer authenticated, up", Duration::from_secs(30));
+    b.wait_for("peer authenticated, up", Duration::from_secs(30));
+}
+
+/// Counts RTP packets arriving at `DB_IP:6000` and checks they come from half B's address.
+struct Sink {
+    stop: Arc<AtomicBool>,
+    packets: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<Vec<std::net::SocketAddr>>>,
+}
+
+impl Sink {
+    fn start(bed: &SplitBed) -> Sink {
+        let stop = Arc::new(AtomicBool::new(false));
+        let packets = Arc::new(AtomicU64::new(0));
+        let (ns, addr) = (
+            bed.get("DB_NS").to_owned(),
+            format!("{}:6000", bed.get("DB_IP")),
+        );
+        let (stop2, packets2) = (Arc::clone(&stop), Arc::clone(&packets));
+        let thread = std::thread::spawn(move || {
+            common::enter_netns(&ns).unwrap();
+            let s = UdpSocket::bind(&addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            let mut sources = Vec::new();
+            while !stop2.load(Ordering::Relaxed) {
+                if let Ok((_, from)) = s.recv_from(&mut buf) {
+                    packets2.fetch_add(1, Ordering::Relaxed);
+                    if !sources.contains(&from) {
+                        sources.push(from);
+                    }
+                }
+            }
+            sources
+        });
+        Sink {
+            stop,
+            packets,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> (u64, Vec<std::net::SocketAddr>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let sources = self.thread.take().unwrap().join().unwrap();
+        (self.packets.load(Ordering::Relaxed), sources)
+    }
+}
+
+fn rtp_pcap(dir: &Path) {
+    let st = Command::new("python3")
+        .args([
+            &format!("{}/make_rtp_pcap.py", sipp_dir()),
+            dir.join("rtp.pcap").to_str().unwrap(),
+            "100",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success(), "make_rtp_pcap.py failed");
+}
+
+fn device(bed: &SplitBed, dir: &Path, calls: &str) -> Proc {
+    let uas = format!("{}/gb_uas_device.xml", sipp_dir());
+    Proc(
+        sipp(
+            bed.get("DA_NS"),
+            dir,
+            &[
+                "-sf",
+                &uas,
+                "-i",
+                bed.get("DA_IP"),
+                "-p",
+                "5060",
+                "-mp",
+                "16000",
+                "-m",
+                calls,
+                "-trace_msg",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    )
+}
+
+fn platform_calls(bed: &SplitBed, dir: &Path, scenario: &str, calls: &str) -> Command {
+    let target = format!("{}:5060", bed.get("GB_IP"));
+    let mut c = sipp(
+        bed.get("DB_NS"),
+        dir,
+        &[
+            "-sf",
+            scenario,
+            "-i",
+            bed.get("DB_IP"),
+            "-p",
+            "5060",
+            "-mp",
+            "16000",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target,
+            "-m",
+            calls,
+            "-r",
+            "5",
+            "-l",
+            "5",
+            "-trace_msg",
+            "-nostdin",
+            "-timeout",
+            "90",
+            "-timeout_error",
+        ],
+    );
+    c.stdout(Stdio::null());
+    c
+}
+
+/// REGISTER with digest, Keepalive and a big Catalog from the device in A to the platform
+/// in B; `t` is "u1" (UDP) or "t1" (TCP).
+fn register_a_to_b(bed: &SplitBed, a_dir: &Path, b_dir: &Path, t: &str) {
+    let plat = format!("{}/gb_uas_platform_register.xml", sipp_dir());
+    let mut platform = Proc(
+        sipp(
+            bed.get("DB_NS"),
+            b_dir,
+            &[
+                "-sf",
+                &plat,
+                "-i",
+                bed.get("DB_IP"),
+                "-p",
+                "5070",
+                "-t",
+                t,
+                "-trace_msg",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // The scenario checks that the 200's Contact names the device's own address, written
+    // for the three-namespace bed's A address; this bed's is another.
+    let scenario =
+        std::fs::read_to_string(format!("{}/gb_uac_device_register.xml", sipp_dir())).unwrap();
+    assert!(scenario.contains(r"10\.201\.1\.2:"));
+    let dev = a_dir.join("gb_uac_device_register.xml");
+    std::fs::write(
+        &dev,
+        scenario.replace(
+            r"10\.201\.1\.2:",
+            &format!("{}:", bed.get("DA_IP").replace('.', r"\.")),
+        ),
+    )
+    .unwrap();
+    let dev = dev.to_str().unwrap().to_owned();
+    let target = format!("{}:5060", bed.get("GA_IP"));
+    let st = sipp(
+        bed.get("DA_NS"),
+        a_dir,
+        &[
+            "-sf",
+            &dev,
+            "-i",
+            bed.get("DA_IP"),
+            "-p",
+            "5062",
+            "-t",
+            t,
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target,
+            "-m",
+            "1",
+            "-trace_msg",
+            "-nostdin",
+            "-timeout",
+            "30",
+            "-timeout_error",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .output()
+    .unwrap();
+    assert!(
+        st.status.success(),
+        "REGISTER/Keepalive/Catalog across the split did not complete ({t}, {}): {}{}",
+        st.status,
+        String::from_utf8_lossy(&st.stdout),
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let _ = platform.0.kill();
+}
+
+fn signal_totals(raw: &str) -> std::collections::HashMap<String, u64> {
+    raw.lines()
+        .find(|l| l.starts_with("signal "))
+        .unwrap_or_else(|| panic!("no signal line in the totals:\n{raw}"))
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_owned(), v)))
+        .collect()
+}
+
+/// Stops a half; checks it left nothing behind and no frame was refused on the link.
+fn stop_clean(v: Vgate, name: &str) -> std::collections::HashMap<String, u64> {
+    let t = v.stop();
+    assert!(
+        t.raw
+            .contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
+        "half {name} left state behind:\n{}",
+        t.raw
+    );
+    signal_totals(&t.raw)
+}
+
+fn no_wrong_direction(bed: &SplitBed) {
+    let c = bed.counters();
+    assert_eq!(
+        c["FWD_WRONG"], 0,
+        "a packet travelled the forward link backwards"
+    );
+    assert_eq!(
+        c["REV_WRONG"], 0,
+        "a packet travelled the reverse link backwards"
+    );
+}
+
+fn topology_hidden(a_dir: &Path, b_dir: &Path) {
+    let (a_log, b_log) = (
+        read_logs(a_dir, "_messages.log"),
+        read_logs(b_dir, "_messages.log"),
+    );
+    assert!(
+        !a_log.is_empty() && !b_log.is_empty(),
+        "sipp logged messages"
+    );
+    for (log, other, what) in [
+        (&b_log, "10.211.1.", "a domain A address reached B"),
+        (&a_log, "10.211.2.", "a domain B address reached A"),
+    ] {
+        assert!(!log.contains(other), "{what}");
+    }
+    for log in [&a_log, &b_log] {
+        assert!(
+            !log.contains("127.77."),
+            "a face address of the link reached a domain"
+        );
+        assert!(
+            !log.contains("10.211.0."),
+            "a signaling link address reached a domain"
+        );
+    }
+}
+
+#[test]
+fn sip_gb_across_the_split() {
+    if !ready("split_signal_netns") {
+        return;
+    }
+    let bed = SplitBed::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    rtp_pcap(&a_dir);
+    let a = half(&bed, "a", "udp");
+    let b = half(&bed, "b", "udp");
+    peers_up(&a, &b);
+
+    let mut dev = device(&bed, &a_dir, "10");
+    let sink = Sink::start(&bed);
+    std::thread::sleep(Duration::from_millis(300));
+    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
+    let st = platform_calls(&bed, &b_dir, &uac, "10").status().unwrap();
+    assert!(
+        st.success(),
+        "sipp UAC: not every call across the split completed; logs in {}",
+        b_dir.display()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let (rtp, sources) = sink.finish();
+    assert!(rtp >= 10, "RTP packets at the offered B address: {rtp}");
+    let gb: std::net::SocketAddr = format!("{}:0", bed.get("GB_IP")).parse().unwrap();
+    assert!(
+        sources.iter().all(|s| s.ip() == gb.ip()),
+        "RTP must come from half B's address: {sources:?}"
+    );
+    assert_eq!(
+        dev.wait(Duration::from_secs(10)),
+        Some(true),
+        "the device saw every call end with BYE"
+    );
+
+    register_a_to_b(&bed, &a_dir, &b_dir, "u1");
+    let b_log = read_logs(&b_dir, "_messages.log");
+    assert!(
+        b_log.contains("Content-Length:  4377"),
+        "the Catalog reached B"
+    );
+    topology_hidden(&a_dir, &b_dir);
+    no_wrong_direction(&bed);
+    for (v, name) in [(a, "a"), (b, "b")] {
+        let s = stop_clean(v, name);
+        for k in ["auth_failures", "replays", "malformed", "truncated", "refused"] {
+            assert_eq!(s[k], 0, "half {name}: {k}");
+        }
+        // Half a stops first and says goodbye: half b counts one loss with nothing to end.
+        let lost = if name == "a" { 0 } else { 1 };
+        assert_eq!(s["peer_lost"], lost, "half {name}: {s:?}");
+        assert_eq!(s["sessions_ended"], 0, "half {name}: {s:?}");
+        assert!(
+            s["udp_out"] > 0 && s["udp_in"] > 0,
+            "half {name} carried SIP: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn sip_tcp_across_the_split() {
+    if !ready("split_signal_netns") {
+        return;
+    }
+    let bed = SplitBed::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let a = half(&bed, "a", "tcp");
+    let b = half(&bed, "b", "tcp");
+    peers_up(&a, &b);
+    register_a_to_b(&bed, &a_dir, &b_dir, "t1");
+    let b_log = read_logs(&b_dir, "_messages.log");
+    assert!(
+        b_log.contains("Content-Length:  4377"),
+        "the Catalog reached B over TCP"
+    );
+    topology_hidden(&a_dir, &b_dir);
+    no_wrong_direction(&bed);
+    for (v, name) in [(a, "a"), (b, "b")] {
+        let s = stop_clean(v, name);
+        assert_eq!(
+            s["auth_failures"] + s["replays"] + s["malformed"] + s["truncated"],
+            0,
+            "half {name}: {s:?}"
+        );
+        assert!(
+            s["tcp_opened"] > 0,
+            "half {name} carried TCP streams: {s:?}"
+        );
+    }
+}
+
+/// Sends a hello and a frame sealed with the wrong key to half B's signaling listener, from
+/// half A's namespace (the only address half B accepts).
+fn forge(bed: &SplitBed) {
+    use vgate::split::signal::frame::{Hello, Keys, Role, Sealer, HELLO_LEN};
+    let (ns, to) = (
+        bed.get("HA_NS").to_owned(),
+        format!("{}:7400", bed.get("SB_IP")),
+    );
+    common::in_netns(&ns, move || {
+        let to: SocketAddrV4 = to.parse().unwrap();
+        let mut s = TcpStream::connect_timeout(&to.into(), Duration::from_secs(5)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let ours = Hello {
+            role: Role::Dialer,
+            instance: [7; 16],
+            nonce: [8; 32],
+        };
+        s.write_all(&ours.encode()).unwrap();
+        let mut h = [0u8; HELLO_LEN];
+        s.read_exact(&mut h).unwrap();
+        let theirs = Hello::parse(&h).unwrap();
+        let keys = Keys::derive(&[0x42; 32], &ours, &theirs).unwrap();
+        let mut out = Vec::new();
+        Sealer::new(keys.send).announce(&mut out, &[5060], &[]);
+        s.write_all(&out).unwrap();
+        // Half B resets the connection.
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+}
+
+#[test]
+fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
+    if !ready("split_signal_netns") {
+        return;
+    }
+    let bed = SplitBed::up();
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    rtp_pcap(&a_dir);
+    // The live-view scenario, holding the call for a minute instead of 1.5 s.
+    let play = std::fs::read_to_string(format!("{}/gb_uac_play.xml", sipp_dir())).unwrap();
+    assert!(play.contains("<pause milliseconds=\"1500\"/>"));
+    let hold = b_dir.join("gb_uac_play_hold.xml");
+    std::fs::write(
+        &hold,
+        play.replace(
+            "<pause milliseconds=\"1500\"/>",
+            "<pause milliseconds=\"60000\"/>",
+        ),
+    )
+    .unwrap();
+
+    let a = half(&bed, "a", "udp");
+    let mut b = half(&bed, "b", "udp");
+    peers_up(&a, &b);
+    let mut dev = device(&bed, &a_dir, "1");
+    let sink = Sink::start(&bed);
+    std::thread::sleep(Duration::from_millis(300));
+    let _caller = Proc(
+        platform_calls(&bed, &b_dir, hold.to_str().unwrap(), "1")
+            .spawn()
+            .unwrap(),
+    );
+    // The call is up once its RTP arrives in domain B.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink.packets.load(Ordering::Relaxed) < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the call's RTP never arrived in domain B"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Half B dies without a word.
+    let _ = b.child.kill();
+    let _ = b.child.wait();
+    let killed = Instant::now();
+    assert_eq!(
+        dev.wait(Duration::from_secs(20)),
+        Some(true),
+        "the device in A got no BYE after half B died"
+    );
+    let took = killed.elapsed();
+    eprintln!("BYE into domain A {took:?} after half B was killed (dead_after 3 s)");
+    let _ = sink.finish();
+
+    // Half B comes back; calls work again.
+    let b = half(&bed, "b", "udp");
+    peers_up(&a, &b);
+    let mut dev = device(&bed, &a_dir, "2");
+    std::thread::sleep(Duration::from_millis(300));
+    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
+    let st = platform_calls(&bed, &b_dir, &uac, "2").status().unwrap();
+    assert!(
+        st.success(),
+        "calls after half B restarted did not complete; logs in {}",
+        b_dir.display()
+    );
+    assert_eq!(dev.wait(Duration::from_secs(10)), Some(true));
+
+    // A forged frame on the signaling link: dropped, counted, the real peer unaffected.
+    forge(&bed);
+    let uac2 = Proc(platform_calls(&bed, &b_dir, &uac, "1").spawn().unwrap());
+    let mut dev = device(&bed, &a_dir, "1");
+    let mut uac2 = uac2;
+    assert_eq!(
+        uac2.wait(Duration::from_secs(60)),
+        Some(true),
+        "a call after the forgery"
+    );
+    assert_eq!(dev.wait(Duration::from_secs(10)), Some(true));
+
+    no_wrong_direction(&bed);
+    let sb = stop_clean(b, "b");
+    let sa = stop_clean(a, "a");
+    assert_eq!(
+        sb["auth_failures"], 1,
+        "half B counted the forged frame: {sb:?}"
+    );
+    assert_eq!(sb["resets"], 1, "{sb:?}");
+    assert!(
+        sa["peer_lost"] >= 1,
+        "half A counted the loss of its peer: {sa:?}"
+    );
+    assert!(
+        sa["sessions_ended"] >= 1,
+        "half A counted the call it ended: {sa:?}"
+    );
+    assert_eq!(sa["peer_restarts"], 1, "half A saw half B restart: {sa:?}");
+}
