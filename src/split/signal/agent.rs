@@ -720,6 +720,14 @@ impl Loop {
         }
     }
 
+    /// Whether a datagram or connection on a face socket comes from this host's side of the
+    /// link face: the own face address, or another loopback address (a proxy's outgoing TCP
+    /// connection is not bound, so the kernel picks 127.0.0.1). Nothing from outside the
+    /// host can reach a loopback address.
+    fn local_source(&self, ip: std::net::Ipv4Addr) -> bool {
+        ip == self.cfg.own_face || (ip.is_loopback() && self.cfg.own_face.is_loopback())
+    }
+
     fn peer_face(&self, port: u16) -> SocketAddrV4 {
         SocketAddrV4::new(self.cfg.peer_face, port)
     }
@@ -843,7 +851,7 @@ impl Loop {
                 Err(_) => return,
             };
             f.last_used = Instant::now();
-            let Some(from) = v4(from).filter(|a| *a.ip() == self.cfg.own_face) else {
+            let Some(from) = v4(from).filter(|a| self.local_source(*a.ip())) else {
                 self.stats.udp_dropped_source.fetch_add(1, Relaxed);
                 continue;
             };
@@ -925,7 +933,7 @@ impl Loop {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => return,
             };
-            let Some(from) = v4(from).filter(|a| *a.ip() == self.cfg.own_face) else {
+            let Some(from) = v4(from).filter(|a| self.local_source(*a.ip())) else {
                 self.stats.tcp_refused.fetch_add(1, Relaxed);
                 continue;
             };
