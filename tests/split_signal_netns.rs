@@ -123,12 +123,11 @@ fn sip_routes(bed: &SplitBed, half: &str, transport: &str) -> String {
 }
 
 fn half(bed: &SplitBed, name: &str, transport: &str) -> Vgate {
-    let v = start_half(
+    start_half(
         bed,
         name,
         &half_config(bed, name, "off", "off", &sip_routes(bed, name, transport)),
-    );
-    v
+    )
 }
 
 /// Waits until both agents say the peer is up.
@@ -260,7 +259,7 @@ fn platform_calls(bed: &SplitBed, dir: &Path, scenario: &str, calls: &str) -> Co
 /// in B; `t` is "u1" (UDP) or "t1" (TCP).
 fn register_a_to_b(bed: &SplitBed, a_dir: &Path, b_dir: &Path, t: &str) {
     let plat = format!("{}/gb_uas_platform_register.xml", sipp_dir());
-    let mut platform = Proc(
+    let platform = Proc(
         sipp(
             bed.get("DB_NS"),
             b_dir,
