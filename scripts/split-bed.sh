@@ -189,7 +189,9 @@ counters() {
 
 loss() {
     local link=${1:-} permille=${2:-}
-    [[ "$permille" =~ ^[0-9]+$ ]] && [ "$permille" -le 1000 ] || { echo "split-bed.sh: loss forward|reverse PERMILLE (0-1000)" >&2; exit 2; }
+    if ! [[ "$permille" =~ ^[0-9]+$ ]] || [ "$permille" -gt 1000 ]; then
+        echo "split-bed.sh: loss forward|reverse PERMILLE (0-1000)" >&2; exit 2
+    fi
     local ns
     case "$link" in
         forward) ns=$NS_HB ;;

@@ -16,8 +16,8 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::time::Duration;
 
 use common::split::{
-    half_config, link_totals, receive_numbered, route, send_numbered, start_half, SplitBed, FACE_A,
-    FACE_B, FWD_PORT,
+    half_config, half_config_mode, link_totals, receive_numbered, route, send_numbered, start_half,
+    SplitBed, FACE_A, FACE_B, FWD_PORT,
 };
 use common::vgate::Totals;
 
@@ -75,6 +75,7 @@ fn sa(ip: &str, port: u16) -> SocketAddrV4 {
 /// totals of half A, totals of half B).
 fn run_streams(
     bed: &SplitBed,
+    mode: &str,
     fec_fwd: &str,
     fec_rev: &str,
     count: u32,
@@ -88,12 +89,12 @@ fn run_streams(
     let a = start_half(
         bed,
         "a",
-        &half_config(bed, "a", fec_fwd, fec_rev, &routes_a(bed)),
+        &half_config_mode(bed, "a", mode, fec_fwd, fec_rev, &routes_a(bed)),
     );
     let b = start_half(
         bed,
         "b",
-        &half_config(bed, "b", fec_rev, fec_fwd, &routes_b(bed)),
+        &half_config_mode(bed, "b", mode, fec_rev, fec_fwd, &routes_b(bed)),
     );
     let quiet = Duration::from_secs(2);
     let (fwd_rx, fwd_ready) = receive_numbered(
@@ -141,6 +142,21 @@ fn run_streams(
     }
     let fwd = fwd_rx.join().unwrap();
     let rev = rev_rx.join().unwrap();
+    // The links show in each half's metrics and stats API while it runs.
+    for (half, link, want) in [("a", "out", count), ("b", "in", count)] {
+        let m = common::split::admin_get(bed, half, "/metrics");
+        let line = format!("vgate_link_packets_total{{link=\"{link}\"}} ");
+        let v: u64 = m
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or_else(|| panic!("half {half} metrics lack {line}:\n{m}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(v >= u64::from(want) * 9 / 10, "half {half} {link}: {v}");
+        let stats = common::split::admin_get(bed, half, "/api/v1/stats");
+        assert!(stats.contains(&format!("\"half\":\"{half}\"")), "{stats}");
+    }
     let ta = a.stop();
     let tb = b.stop();
     (fwd, rev, ta, tb)
@@ -151,9 +167,22 @@ fn streams_cross_both_links_once_and_nothing_goes_the_wrong_way() {
     if !ready("streams_cross_both_links_once_and_nothing_goes_the_wrong_way") {
         return;
     }
+    streams_in_mode("stack");
+}
+
+/// The same with the domain side captured by AF_PACKET rings (mode tnapi).
+#[test]
+fn streams_cross_the_split_in_mode_tnapi() {
+    if !ready("streams_cross_the_split_in_mode_tnapi") {
+        return;
+    }
+    streams_in_mode("tnapi");
+}
+
+fn streams_in_mode(mode: &str) {
     let bed = SplitBed::up();
     let count = 1500;
-    let (fwd, rev, ta, tb) = run_streams(&bed, "8+2", "8+2", count, true);
+    let (fwd, rev, ta, tb) = run_streams(&bed, mode, "8+2", "8+2", count, true);
     assert_eq!(
         fwd.missing_and_dups(count),
         (0, 0),
@@ -318,7 +347,7 @@ fn fec_repairs_loss_that_a_plain_link_loses() {
     // 1 % random loss on the forward link.
     bed.loss("forward", 10);
     let count = 3000;
-    let (plain, _, _, tb) = run_streams(&bed, "off", "off", count, false);
+    let (plain, _, _, tb) = run_streams(&bed, "stack", "off", "off", count, false);
     let (missing, dups) = plain.missing_and_dups(count);
     let b_in = link_totals(&tb.raw, "in");
     assert!(
@@ -335,7 +364,7 @@ fn fec_repairs_loss_that_a_plain_link_loses() {
     assert!(lost_frames > 0);
 
     // 16+4 at 1 %: a block is lost only with 5 of its 20 frames (≈ 1.5e-6 per block).
-    let (fec, _, _, tb) = run_streams(&bed, "16+4", "off", count, false);
+    let (fec, _, _, tb) = run_streams(&bed, "stack", "16+4", "off", count, false);
     assert_eq!(
         fec.missing_and_dups(count),
         (0, 0),

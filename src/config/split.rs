@@ -52,12 +52,12 @@ pub fn split(
             ),
         ));
     }
-    if engine.mode != Mode::Stack {
+    if engine.mode == Mode::Zc {
         return Err(Invalid {
             span: None,
             key: "engine.mode".into(),
             message: format!(
-                "a split half runs mode stack in this build (the link send for mode {} is not built yet); set engine.mode = \"stack\"",
+                "a split half runs mode stack or tnapi in this build (the link for mode {} is not built yet); set engine.mode = \"stack\" or \"tnapi\"",
                 engine.mode
             ),
         });

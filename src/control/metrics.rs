@@ -101,6 +101,17 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "gauge",
         "Per stream route (with control.per_stream_metrics): RTP packets lost",
     ),
+    ("vgate_signaling_requests_total", "counter", "Signaling requests received per signaling route, by method"),
+    ("vgate_signaling_responses_total", "counter", "Signaling responses received per signaling route, by status class"),
+    (
+        "vgate_signaling_events_total",
+        "counter",
+        "Per signaling route, the proxy's own events: refusals (403, 503 ...), rate-limited and malformed messages, timeouts, calls",
+    ),
+];
+
+/// The families only a split half produces (its links); see [`crate::split`].
+pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_link_packets_total",
         "counter",
@@ -117,16 +128,9 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
     ),
-    ("vgate_signaling_requests_total", "counter", "Signaling requests received per signaling route, by method"),
-    ("vgate_signaling_responses_total", "counter", "Signaling responses received per signaling route, by status class"),
-    (
-        "vgate_signaling_events_total",
-        "counter",
-        "Per signaling route, the proxy's own events: refusals (403, 503 ...), rate-limited and malformed messages, timeouts, calls",
-    ),
-    ("vgate_split_peer_up", "gauge", "Split appliance: 1 while the other half is authenticated and heard within dead_after"),
-    ("vgate_split_peer_last_seen_ms", "gauge", "Split appliance: Unix time in ms of the last frame from the other half (0: never)"),
-    ("vgate_split_signal_total", "counter", "Split appliance, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
+    ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
+    ("vgate_split_peer_last_seen_ms", "gauge", "Split half: Unix time in ms of the last frame from the other half (0: never)"),
+    ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
 ];
 
 struct Out {
@@ -137,6 +141,7 @@ impl Out {
     fn family(&mut self, name: &str) {
         let (n, kind, help) = FAMILIES
             .iter()
+            .chain(SPLIT_FAMILIES)
             .find(|f| f.0 == name)
             .copied()
             .unwrap_or((name, "untyped", ""));
@@ -459,14 +464,15 @@ mod tests {
 
     #[test]
     fn families_are_unique_and_named_vgate() {
-        let mut names: Vec<_> = FAMILIES.iter().map(|f| f.0).collect();
+        let all: Vec<_> = FAMILIES.iter().chain(SPLIT_FAMILIES).collect();
+        let mut names: Vec<_> = all.iter().map(|f| f.0).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), FAMILIES.len());
-        assert!(FAMILIES
+        assert_eq!(names.len(), all.len());
+        assert!(all
             .iter()
             .all(|f| f.0.starts_with("vgate_") && (f.1 == "counter" || f.1 == "gauge")));
-        assert!(FAMILIES
+        assert!(all
             .iter()
             .filter(|f| f.1 == "counter")
             .all(|f| f.0.ends_with("_total")));

@@ -24,7 +24,7 @@ use crate::channel::inspect;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
-use crate::split::link::{self, LinkTx};
+use crate::split::link::{HalfLinks, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 
@@ -102,16 +102,10 @@ impl Engine for StackEngine {
         let (batch, max_payload) = (self.cfg.batch, self.cfg.max_payload);
         // A split half: the link face's egress goes down the outgoing link, one sender
         // (lane) per worker over one socket; the incoming link has its own worker.
-        let out_sock = match &self.split {
-            Some((s, _)) => Some(link::open_outgoing(&s.out_link)?),
+        let mut links = match &self.split {
+            Some((s, st)) => Some(HalfLinks::open(s, st)?),
             None => None,
         };
-        let in_sock = match &self.split {
-            Some((s, _)) => Some(link::open_incoming(&s.in_link)?),
-            None => None,
-        };
-        let epoch = link::new_epoch();
-        let split = self.split.clone();
         let mut workers = start_workers(
             self.cfg.queues,
             &self.cfg.cpus,
@@ -119,36 +113,20 @@ impl Engine for StackEngine {
             &routes,
             &stop,
             |index| {
-                let link_tx = match (&split, &out_sock) {
-                    (Some((s, st)), Some(sock)) => Some((
-                        s.link_face(),
-                        LinkTx::new(
-                            Arc::clone(sock),
-                            &s.out_link,
-                            index as u8,
-                            epoch,
-                            batch,
-                            Arc::clone(st),
-                        ),
-                    )),
-                    _ => None,
-                };
+                let link_tx = links.as_ref().map(|l| l.sender(index, batch));
                 move |_: &Shell| Ok(StackPath::new(batch, max_payload, link_tx))
             },
         )?;
-        if let (Some((s, st)), Some(sock)) = (&self.split, in_sock) {
-            workers.push(link::spawn_receiver(link::ReceiverSetup {
-                index: self.cfg.queues,
-                cpu: s.in_link.cpu.or(self.cfg.cpus.last().copied()),
-                sock,
-                cfg: s.clone(),
-                routes: Arc::clone(&routes),
-                registry: Arc::clone(&self.registry),
-                stop: Arc::clone(&stop),
-                stats: Arc::clone(st),
+        if let Some(l) = links.as_mut() {
+            workers.push(l.start_receiver(
+                self.cfg.queues,
+                self.cfg.cpus.last().copied(),
+                &routes,
+                &self.registry,
+                &stop,
                 batch,
                 max_payload,
-            })?);
+            )?);
         }
         Ok(workers)
     }

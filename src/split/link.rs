@@ -11,7 +11,7 @@
 //! state per sending worker and no worker ever waits for another.
 //!
 //! **Incoming link.** One UDP socket bound to our link address on the incoming link's
-//! interface, read by its own pinned worker ([`spawn_receiver`]) with `recvmmsg`. Each
+//! interface, read by its own pinned worker ([`HalfLinks::start_receiver`]) with `recvmmsg`. Each
 //! datagram is checked (source = the configured peer, then the [`LinkPacket`] view), fed to
 //! the [`Decoder`], and each datagram it yields is delivered to the link face as if it had
 //! arrived from `(peer face, source port)` on gateway port `destination port`: route lookup,
@@ -443,53 +443,82 @@ impl LinkTx {
     }
 }
 
-/// What the incoming link's worker needs.
-pub struct ReceiverSetup {
-    pub index: usize,
-    pub cpu: Option<usize>,
-    pub sock: UdpSocket,
-    pub cfg: SplitConfig,
-    pub routes: Arc<Routes>,
-    pub registry: Arc<PortRegistry>,
-    pub stop: Arc<AtomicBool>,
-    pub stats: Arc<SplitStats>,
-    pub batch: usize,
-    pub max_payload: usize,
+/// A half's links as an engine starts them: the sockets, one [`LinkTx`] per worker, the
+/// incoming link's worker. Every engine of a half uses this, the same way.
+pub struct HalfLinks {
+    cfg: SplitConfig,
+    stats: Arc<SplitStats>,
+    out: Arc<UdpSocket>,
+    incoming: Option<UdpSocket>,
+    epoch: u16,
 }
 
-/// Starts the incoming link's worker on the engines' worker skeleton: its own thread,
-/// pinned, told of every gateway port (it sends on them) but reading none.
-pub fn spawn_receiver(s: ReceiverSetup) -> Result<Worker, EngineError> {
-    let link = s
-        .registry
-        .attach_sender()
-        .map_err(io_err("eventfd".into()))?;
-    let path = RxPath {
-        sock: s.sock,
-        face: s.cfg.link_face(),
-        peer_face: s.cfg.peer_face,
-        peer: *s.cfg.in_link.peer.ip(),
-        split: s.stats,
-        local: HashMap::new(),
-        batch: s.batch,
-        fec: s.cfg.in_link.fec,
-        max_payload: s.max_payload,
-        overflow_seen: 0,
-    };
-    spawn(
-        s.index,
-        s.cpu,
-        &s.routes,
-        &s.stop,
-        Some(link),
-        move |_: &Shell| {
+impl HalfLinks {
+    /// Installs the outgoing link's neighbour and opens both links' sockets.
+    pub fn open(cfg: &SplitConfig, stats: &Arc<SplitStats>) -> Result<HalfLinks, EngineError> {
+        Ok(HalfLinks {
+            cfg: cfg.clone(),
+            stats: Arc::clone(stats),
+            out: open_outgoing(&cfg.out_link)?,
+            incoming: Some(open_incoming(&cfg.in_link)?),
+            epoch: new_epoch(),
+        })
+    }
+
+    /// Worker `lane`'s sender, with the link-face domain whose egress it takes.
+    pub fn sender(&self, lane: usize, batch: usize) -> (DomainId, LinkTx) {
+        (
+            self.cfg.link_face(),
+            LinkTx::new(
+                Arc::clone(&self.out),
+                &self.cfg.out_link,
+                lane as u8,
+                self.epoch,
+                batch,
+                Arc::clone(&self.stats),
+            ),
+        )
+    }
+
+    /// Starts the incoming link's worker as worker `index`, pinned to `split.in_link.cpu`
+    /// or else `default_cpu`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_receiver(
+        &mut self,
+        index: usize,
+        default_cpu: Option<usize>,
+        routes: &Arc<Routes>,
+        registry: &PortRegistry,
+        stop: &Arc<AtomicBool>,
+        batch: usize,
+        max_payload: usize,
+    ) -> Result<Worker, EngineError> {
+        let sock = self.incoming.take().ok_or_else(|| EngineError::Io {
+            what: "the incoming link".into(),
+            source: io::Error::other("its worker was already started"),
+        })?;
+        let link = registry.attach_sender().map_err(io_err("eventfd".into()))?;
+        let path = RxPath {
+            sock,
+            face: self.cfg.link_face(),
+            peer_face: self.cfg.peer_face,
+            peer: *self.cfg.in_link.peer.ip(),
+            split: Arc::clone(&self.stats),
+            local: HashMap::new(),
+            batch,
+            fec: self.cfg.in_link.fec,
+            max_payload,
+            overflow_seen: 0,
+        };
+        let cpu = self.cfg.in_link.cpu.or(default_cpu);
+        spawn(index, cpu, routes, stop, Some(link), move |_: &Shell| {
             Ok(RxState {
                 rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
                 dec: Decoder::new(path.fec),
                 path,
             })
-        },
-    )
+        })
+    }
 }
 
 /// The incoming link's worker: what crosses threads at start.

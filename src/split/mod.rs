@@ -7,7 +7,7 @@
 //! destination is the peer's face address are not sent with a socket: the engine's worker
 //! hands each datagram to its [`link::LinkTx`], which frames it with a [`header`] and
 //! [`fec`] and sends it down the outgoing one-way link. The incoming link is read by its own
-//! pinned worker ([`link::spawn_receiver`]), which checks, repairs and delivers each
+//! pinned worker ([`link::HalfLinks::start_receiver`]), which checks, repairs and delivers each
 //! datagram to the link face as if it came from `(peer face, source port)` on gateway port
 //! `destination port`: the ordinary route lookup, source checks and egress follow.
 //!

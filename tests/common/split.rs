@@ -121,9 +121,21 @@ impl Drop for SplitBed {
     }
 }
 
-/// A half's config on `bed`: `half` is "a" or "b"; `fec_out`/`fec_in` the links' FEC ("off",
-/// "8+2", ...); `extra` is appended (stream routes, signaling routes).
+/// A half's config on `bed` in mode stack: `half` is "a" or "b"; `fec_out`/`fec_in` the
+/// links' FEC ("off", "8+2", ...); `extra` is appended (stream routes, signaling routes).
 pub fn half_config(bed: &SplitBed, half: &str, fec_out: &str, fec_in: &str, extra: &str) -> String {
+    half_config_mode(bed, half, "stack", fec_out, fec_in, extra)
+}
+
+/// [`half_config`] in capture mode `mode`.
+pub fn half_config_mode(
+    bed: &SplitBed,
+    half: &str,
+    mode: &str,
+    fec_out: &str,
+    fec_in: &str,
+    extra: &str,
+) -> String {
     let (face, peer_face) = if half == "a" {
         (FACE_A, FACE_B)
     } else {
@@ -194,7 +206,7 @@ media_ports = "20000-29999"
 {dom_b}
 media_ports = "30000-39999"
 [engine]
-mode = "stack"
+mode = "{mode}"
 queues = 1
 [security]
 source_validation = "strict"
@@ -377,4 +389,26 @@ pub fn link_totals(raw: &str, name: &str) -> HashMap<String, u64> {
         .filter_map(|w| w.split_once('='))
         .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_owned(), v)))
         .collect()
+}
+
+/// `GET path` on a half's admin interface (127.0.0.1:9940 inside its namespace): the body.
+pub fn admin_get(bed: &SplitBed, half: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let ns = bed
+        .get(if half == "a" { "HA_NS" } else { "HB_NS" })
+        .to_owned();
+    let path = path.to_owned();
+    super::in_netns(&ns, move || {
+        let mut s = std::net::TcpStream::connect("127.0.0.1:9940").expect("admin interface");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default()
+    })
 }
