@@ -230,3 +230,68 @@ impl SignalLinkConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse_for;
+
+    const HALF_A: &str = include_str!("../../../systemd/vgate-half-a.toml");
+    const KEY: &str = "key = \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"";
+
+    fn check(text: &str) -> Result<crate::config::Config, String> {
+        parse_for(text, "h.toml", 2).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_key_is_decoded_and_bad_keys_are_refused_with_their_place() {
+        let cfg = check(HALF_A).unwrap();
+        let link = &cfg.split.unwrap().signal;
+        assert_eq!(link.key.expose().len(), 32);
+        assert_eq!(
+            format!("{:?}", link.key),
+            "<32 key bytes>",
+            "Debug hides the key"
+        );
+        assert!(HALF_A.contains(KEY));
+        for (to, want) in [
+            ("key = \"0011\"", "the key is 2 bytes"),
+            (&format!("key = \"{}\"", "zz".repeat(32)), "hex digits only"),
+            (
+                &format!("key = \"{}\"", "ab".repeat(32)),
+                "one byte repeated",
+            ),
+            ("key_file = \"relative.key\"", "absolute path"),
+            (
+                "key_file = \"/nonexistent/vgate.key\"",
+                "cannot read /nonexistent/vgate.key",
+            ),
+            ("", "shared key"),
+            (
+                &format!("{KEY}\nkey_file = \"/x\""),
+                "either key or key_file",
+            ),
+            (&format!("{KEY}\nsecret = 1"), "unknown field"),
+        ] {
+            let e = check(&HALF_A.replace(KEY, to)).unwrap_err();
+            assert!(e.contains(want), "{to:?}: {e}");
+            assert!(e.starts_with("h.toml:"), "{to:?}: {e}");
+        }
+        let e = check(&HALF_A.replace("heartbeat_ms = 500", "heartbeat_ms = 5")).unwrap_err();
+        assert!(e.contains("split.signal.heartbeat_ms"), "{e}");
+        let e = check(&HALF_A.replace("dead_after_ms = 3000", "dead_after_ms = 1000")).unwrap_err();
+        assert!(
+            e.contains("split.signal.dead_after_ms: use at least three heartbeats"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_key_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("split.key");
+        std::fs::write(&path, format!("  {}\n", "0123456789abcdef".repeat(4))).unwrap();
+        let text = HALF_A.replace(KEY, &format!("key_file = \"{}\"", path.display()));
+        let cfg = check(&text).unwrap();
+        assert_eq!(cfg.split.unwrap().signal.key.expose()[..2], [0x01, 0x23]);
+    }
+}
