@@ -14,8 +14,14 @@
 //!   counts it; half B restarts and new calls complete; a forged frame on the signaling link
 //!   is dropped and counted.
 //!
-//! Needs root, iproute2, nftables and sipp (sip-tester); prints DID NOT RUN without them
-//! (fails under CI=true).
+//! - `rtsp_udp_and_interleaved_with_upstream_digest_across_the_split`: GStreamer's RTSP server
+//!   in A (digest required, answered by half A), ffmpeg in B plays 50 frames over UDP and over
+//!   interleaved TCP through both halves; no domain A, face or signaling-link address in
+//!   anything ffmpeg received; sessions end with TEARDOWN; nothing left on either half.
+//!
+//! Needs root, iproute2, nftables and sipp (sip-tester) — the RTSP test ffmpeg and
+//! GStreamer's RTSP server instead of sipp; prints DID NOT RUN without them (fails under
+//! CI=true).
 
 mod common;
 
@@ -671,4 +677,170 @@ fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
         "half A counted the call it ended: {sa:?}"
     );
     assert_eq!(sa["peer_restarts"], 1, "half A saw half B restart: {sa:?}");
+}
+
+// ---- RTSP across the split: GStreamer's RTSP server in A, ffmpeg in B. ----
+
+/// Half A: the link face's clients (half B's proxy) get `/cam1` = the server's `/test`,
+/// with the server's digest answered by half A. Half B: clients in domain b, every path
+/// to half A's proxy.
+fn rtsp_routes(bed: &SplitBed, half: &str) -> String {
+    if half == "a" {
+        format!(
+            "[[signaling_route]]\nname = \"cam\"\ntype = \"rtsp\"\ntransport = \"tcp\"\nlisten_domain = \"b\"\nlisten_port = 8554\nupstream = \"{}:8554\"\nupstream_username = \"cam\"\nupstream_password = \"s3cret\"\n[[signaling_route.paths]]\nprefix = \"/cam1\"\nupstream_path = \"/test\"\n",
+            bed.get("DA_IP")
+        )
+    } else {
+        format!(
+            "[[signaling_route]]\nname = \"cam\"\ntype = \"rtsp\"\ntransport = \"tcp\"\nlisten_domain = \"b\"\nlisten_port = 8554\nupstream = \"{FACE_A}:8554\"\n"
+        )
+    }
+}
+
+fn rtsp_ready(test: &str) -> bool {
+    if !common::prerequisites(
+        test,
+        true,
+        &[
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("ffmpeg", "ffmpeg"),
+            ("timeout", "coreutils"),
+        ],
+    ) {
+        return false;
+    }
+    let gst = Command::new("/usr/bin/python3")
+        .args(["-c", "import gi; gi.require_version('GstRtspServer','1.0'); from gi.repository import GstRtspServer"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !gst {
+        let msg = format!("{test}: missing GStreamer's RTSP server (apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good)");
+        assert!(!common::under_ci(), "{msg}: CI must provide it");
+        eprintln!("{msg}: this test DID NOT RUN");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn rtsp_udp_and_interleaved_with_upstream_digest_across_the_split() {
+    if !rtsp_ready("split_signal_netns rtsp") {
+        return;
+    }
+    let bed = SplitBed::up();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!("{}/tests/rtsp/server.py", env!("CARGO_MANIFEST_DIR"));
+    let mut server = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            bed.get("DA_NS"),
+            "/usr/bin/python3",
+            &script,
+        ])
+        .args([
+            "--address",
+            bed.get("DA_IP"),
+            "--port",
+            "8554",
+            "--digest",
+            "cam:s3cret",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the GStreamer RTSP server");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let _ = std::io::BufRead::read_line(&mut out, &mut line);
+    assert!(
+        line.starts_with("READY"),
+        "RTSP server did not start: {line:?}"
+    );
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    let server = Proc(server);
+    let a = start_half(
+        &bed,
+        "a",
+        &half_config(&bed, "a", "off", "off", &rtsp_routes(&bed, "a")),
+    );
+    let b = start_half(
+        &bed,
+        "b",
+        &half_config(&bed, "b", "off", "off", &rtsp_routes(&bed, "b")),
+    );
+    peers_up(&a, &b);
+    let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
+    for transport in ["udp", "tcp"] {
+        let trace_path = dir.path().join(format!("ffmpeg-{transport}.log"));
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                bed.get("DB_NS"),
+                "timeout",
+                "60",
+                "ffmpeg",
+                "-nostdin",
+                "-hide_banner",
+            ])
+            .args([
+                "-loglevel",
+                "repeat+level+trace",
+                "-rtsp_transport",
+                transport,
+                "-i",
+                &url,
+            ])
+            .args(["-map", "0", "-frames:v", "50", "-f", "framemd5", "-"])
+            .stderr(std::fs::File::create(&trace_path).unwrap())
+            .output()
+            .expect("run ffmpeg");
+        let frames = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("0,"))
+            .count();
+        let trace = std::fs::read_to_string(&trace_path).unwrap_or_default();
+        let errors: Vec<&str> = trace
+            .lines()
+            .filter(|l| l.contains("[error]") || l.contains("[fatal]"))
+            .collect();
+        assert!(
+            out.status.success() && frames >= 50,
+            "{transport}: ffmpeg decoded {frames} frames; errors: {errors:?}"
+        );
+        assert!(errors.is_empty(), "{transport}: ffmpeg errors: {errors:?}");
+        assert!(
+            trace.contains("Content-Base: rtsp://"),
+            "{transport}: the trace has the RTSP replies"
+        );
+        for (net, what) in [
+            ("10.211.1.", "a domain A address"),
+            ("127.77.", "a face address"),
+            ("10.211.0.", "a signaling link address"),
+        ] {
+            if let Some(l) = trace.lines().find(|l| l.contains(net)) {
+                panic!("{transport}: {what} reached domain B: {l}");
+            }
+        }
+    }
+    // The sessions end with TEARDOWN through both halves before the halves stop.
+    std::thread::sleep(Duration::from_secs(2));
+    no_wrong_direction(&bed);
+    let sb = stop_clean(b, "b");
+    let sa = stop_clean(a, "a");
+    for (s, name) in [(&sa, "a"), (&sb, "b")] {
+        assert_eq!(
+            s["auth_failures"] + s["replays"] + s["malformed"] + s["truncated"] + s["refused"],
+            0,
+            "half {name}: {s:?}"
+        );
+        assert!(
+            s["tcp_opened"] >= 2,
+            "half {name} carried the RTSP connections: {s:?}"
+        );
+    }
+    drop(server);
 }
