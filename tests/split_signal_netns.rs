@@ -27,7 +27,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpStream, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -442,16 +442,22 @@ fn topology_hidden(a_dir: &Path, b_dir: &Path) {
     }
 }
 
-#[test]
-fn sip_gb_across_the_split() {
-    if !ready("split_signal_netns") {
-        return;
-    }
+/// A bed and a log folder for sipp in each domain.
+fn setup() -> (SplitBed, tempfile::TempDir, PathBuf, PathBuf) {
     let bed = SplitBed::up();
     let dir = tempfile::tempdir().unwrap();
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
     std::fs::create_dir_all(&a_dir).unwrap();
     std::fs::create_dir_all(&b_dir).unwrap();
+    (bed, dir, a_dir, b_dir)
+}
+
+#[test]
+fn sip_gb_across_the_split() {
+    if !ready("split_signal_netns") {
+        return;
+    }
+    let (bed, _dir, a_dir, b_dir) = setup();
     rtp_pcap(&a_dir);
     let a = half(&bed, "a", "udp");
     let b = half(&bed, "b", "udp");
@@ -516,11 +522,7 @@ fn sip_tcp_across_the_split() {
     if !ready("split_signal_netns") {
         return;
     }
-    let bed = SplitBed::up();
-    let dir = tempfile::tempdir().unwrap();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
+    let (bed, _dir, a_dir, b_dir) = setup();
     let a = half(&bed, "a", "tcp");
     let b = half(&bed, "b", "tcp");
     peers_up(&a, &b);
@@ -582,11 +584,7 @@ fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
     if !ready("split_signal_netns") {
         return;
     }
-    let bed = SplitBed::up();
-    let dir = tempfile::tempdir().unwrap();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
+    let (bed, _dir, a_dir, b_dir) = setup();
     rtp_pcap(&a_dir);
     // The live-view scenario, holding the call for a minute instead of 1.5 s.
     let play = std::fs::read_to_string(format!("{}/gb_uac_play.xml", sipp_dir())).unwrap();

@@ -120,6 +120,37 @@ pub(super) fn connect_from(
     Ok(TcpStream::from(fd))
 }
 
+/// Writes as much of `buf` as the socket takes now: the bytes written, or `Err` when the
+/// connection is gone.
+fn write_pending(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, ()> {
+    let mut total = 0;
+    while !buf.is_empty() {
+        match sock.write(buf) {
+            Ok(0) => return Err(()),
+            Ok(n) => {
+                buf.drain(..n);
+                total += n;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(total)
+}
+
+/// Asks epoll for writability of `sock` only while it has something to write.
+fn want_writable(epoll: &Epoll, sock: &TcpStream, token: u64, want: bool, current: &mut bool) {
+    if want != *current {
+        *current = want;
+        let mut flags = EpollFlags::EPOLLIN;
+        if want {
+            flags |= EpollFlags::EPOLLOUT;
+        }
+        let _ = epoll.modify(sock.as_fd(), &mut EpollEvent::new(flags, token));
+    }
+}
+
 /// One connection on the signaling link.
 struct Conn {
     sock: TcpStream,
@@ -595,36 +626,16 @@ impl Loop {
             let mut failed = false;
             if let Some(c) = self.conns[slot].as_mut() {
                 if c.connected {
-                    while !c.out.is_empty() {
-                        match c.sock.write(&c.out) {
-                            Ok(0) => {
-                                failed = true;
-                                break;
-                            }
-                            Ok(n) => {
-                                c.out.drain(..n);
-                                self.stats.bytes_out.fetch_add(n as u64, Relaxed);
-                            }
-                            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                            Err(_) => {
-                                failed = true;
-                                break;
-                            }
+                    match write_pending(&mut c.sock, &mut c.out) {
+                        Ok(n) => {
+                            self.stats.bytes_out.fetch_add(n as u64, Relaxed);
                         }
+                        Err(()) => failed = true,
                     }
                 }
                 let want = !c.connected || !c.out.is_empty();
-                if want != c.want_out {
-                    c.want_out = want;
-                    let mut flags = EpollFlags::EPOLLIN;
-                    if want {
-                        flags |= EpollFlags::EPOLLOUT;
-                    }
-                    let token = if slot == 0 { CONN } else { PENDING };
-                    let mut ev = EpollEvent::new(flags, token);
-                    let _ = self.epoll.modify(c.sock.as_fd(), &mut ev);
-                }
+                let token = if slot == 0 { CONN } else { PENDING };
+                want_writable(&self.epoll, &c.sock, token, want, &mut c.want_out);
             }
             if failed {
                 self.drop_conn(slot, None);
@@ -1063,25 +1074,7 @@ impl Loop {
             if !s.connected {
                 continue;
             }
-            let mut failed = false;
-            while !s.pending.is_empty() {
-                match s.sock.write(&s.pending) {
-                    Ok(0) => {
-                        failed = true;
-                        break;
-                    }
-                    Ok(n) => {
-                        s.pending.drain(..n);
-                    }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            if failed {
+            if write_pending(&mut s.sock, &mut s.pending).is_err() {
                 done.push((*id, true));
                 continue;
             }
@@ -1091,15 +1084,13 @@ impl Loop {
                 continue;
             }
             let want = !s.pending.is_empty();
-            if want != s.want_out {
-                s.want_out = want;
-                let mut flags = EpollFlags::EPOLLIN;
-                if want {
-                    flags |= EpollFlags::EPOLLOUT;
-                }
-                let mut ev = EpollEvent::new(flags, T_STREAM | u64::from(*id));
-                let _ = self.epoll.modify(s.sock.as_fd(), &mut ev);
-            }
+            want_writable(
+                &self.epoll,
+                &s.sock,
+                T_STREAM | u64::from(*id),
+                want,
+                &mut s.want_out,
+            );
         }
         for (id, tell) in done {
             self.close_stream(id, tell);
