@@ -119,6 +119,19 @@ harden_link() {
         "net.ipv6.conf.$ifc.disable_ipv6=1"
 }
 
+# link_rules NS WRONG_IF LOSS_IF: in NS, drop and count everything arriving on WRONG_IF (the
+# end of a one-way link that must never receive), and prepare the loss chain on LOSS_IF.
+link_rules() {
+    ip netns exec "$1" nft -f - <<NFT
+table netdev splitbed {
+    counter wrong { }
+    counter loss { }
+    chain wrong_in { type filter hook ingress device "$2" priority 0; counter name wrong drop; }
+    chain loss_in { type filter hook ingress device "$3" priority 0; }
+}
+NFT
+}
+
 up() {
     need ip iproute2
     need nft nftables
@@ -156,22 +169,8 @@ up() {
     harden_link "$NS_HB" rb
     harden_link "$NS_HA" ra
     # The wrong direction of each one-way link: whatever arrives there is dropped and counted.
-    ip netns exec "$NS_HA" nft -f - <<'NFT'
-table netdev splitbed {
-    counter wrong { }
-    counter loss { }
-    chain wrong_in { type filter hook ingress device "fa" priority 0; counter name wrong drop; }
-    chain loss_in { type filter hook ingress device "ra" priority 0; }
-}
-NFT
-    ip netns exec "$NS_HB" nft -f - <<'NFT'
-table netdev splitbed {
-    counter wrong { }
-    counter loss { }
-    chain wrong_in { type filter hook ingress device "rb" priority 0; counter name wrong drop; }
-    chain loss_in { type filter hook ingress device "fb" priority 0; }
-}
-NFT
+    link_rules "$NS_HA" fa ra
+    link_rules "$NS_HB" rb fb
     trap - EXIT INT TERM
     print_env
 }

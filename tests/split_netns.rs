@@ -179,6 +179,15 @@ fn streams_cross_the_split_in_mode_tnapi() {
     streams_in_mode("tnapi");
 }
 
+/// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
+#[test]
+fn streams_cross_the_split_in_mode_zc() {
+    if !ready("streams_cross_the_split_in_mode_zc") {
+        return;
+    }
+    streams_in_mode("zc");
+}
+
 fn streams_in_mode(mode: &str) {
     let bed = SplitBed::up();
     let count = 1500;

@@ -7,7 +7,7 @@ use toml::Spanned;
 
 use super::raw::{RawLink, RawSplit};
 use super::validate::{invalid, parse_ipv4, parse_sockaddr, Invalid};
-use super::{Domain, EngineConfig, Mode};
+use super::{Domain, EngineConfig};
 use crate::split::{self, fec, Fec, Half, LinkConfig, SplitConfig};
 
 type Result<T> = std::result::Result<T, Invalid>;
@@ -51,16 +51,6 @@ pub fn split(
                 face.id, face.id
             ),
         ));
-    }
-    if engine.mode == Mode::Zc {
-        return Err(Invalid {
-            span: None,
-            key: "engine.mode".into(),
-            message: format!(
-                "a split half runs mode stack or tnapi in this build (the link for mode {} is not built yet); set engine.mode = \"stack\" or \"tnapi\"",
-                engine.mode
-            ),
-        });
     }
     if engine.max_payload > fec::MAX_PAYLOAD {
         return Err(Invalid {

@@ -523,7 +523,6 @@ mod split {
                 "key = \"0011\"",
                 "split.signal.key",
             ),
-            ("mode = \"stack\"", "mode = \"zc\"", "engine.mode"),
             (
                 "queues = 1\n",
                 "queues = 1\nmax_payload = 1472\n",

@@ -78,6 +78,8 @@ use crate::channel::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
+use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::{parse_udp4, Ipv4Packet, UdpPacket};
 
@@ -441,6 +443,8 @@ pub struct AfxdpEngine {
     sockets: Vec<Vec<(usize, u32, Xsk)>>,
     targets: Targets,
     tx_path: TxPath,
+    /// A split half: the links and their counters.
+    split: Option<(SplitConfig, Arc<SplitStats>)>,
 }
 
 fn xdp_mode_flag(attached: u8) -> u32 {
@@ -538,7 +542,9 @@ impl AfxdpEngine {
         ];
         // Interfaces and their domains, checked before anything is created.
         let mut wanted: Vec<Wanted> = Vec::new();
-        for d in &cfg.domains {
+        // A split half attaches to its real domain only: the link face has no wire.
+        let face = cfg.split.as_ref().map(|s| s.link_face());
+        for d in cfg.domains.iter().filter(|d| Some(d.id) != face) {
             if let Some(w) = wanted.iter_mut().find(|w| w.0 == d.interface) {
                 w.1.push(d.id);
                 continue;
@@ -689,6 +695,10 @@ impl AfxdpEngine {
             sockets,
             targets,
             tx_path,
+            split: cfg
+                .split
+                .as_ref()
+                .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
         })
     }
 }
@@ -766,6 +776,10 @@ impl Engine for AfxdpEngine {
         Arc::clone(&self.hooks) as Arc<dyn PortHooks>
     }
 
+    fn split_stats(&self) -> Option<Arc<SplitStats>> {
+        self.split.as_ref().map(|(_, s)| Arc::clone(s))
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
@@ -780,7 +794,12 @@ impl Engine for AfxdpEngine {
             });
         }
         let mut per_worker = per_worker.into_iter();
-        start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |_| {
+        let mut links = match &self.split {
+            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            None => None,
+        };
+        let mut workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
+            let link = links.as_ref().map(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker
                 .next()
                 .unwrap_or_default()
@@ -837,9 +856,22 @@ impl Engine for AfxdpEngine {
                     txb: SliceBatch::new(batch),
                     frames: Vec::with_capacity(RX_BATCH),
                     neigh: Neighbours::default(),
+                    link,
                 })
             }
-        })
+        })?;
+        if let Some(l) = links.as_mut() {
+            workers.push(l.start_receiver(
+                n,
+                self.cfg.cpus.last().copied(),
+                &routes,
+                &self.registry,
+                &stop,
+                self.cfg.batch,
+                self.cfg.max_payload,
+            )?);
+        }
+        Ok(workers)
     }
 }
 
@@ -988,6 +1020,8 @@ struct XskPath {
     txb: SliceBatch,
     frames: Vec<RxFrame>,
     neigh: Neighbours,
+    /// Split half: the link-face domain and this worker's sender on the outgoing link.
+    link: Option<(DomainId, LinkTx)>,
 }
 
 impl Datapath for XskPath {
@@ -1006,6 +1040,7 @@ impl Datapath for XskPath {
             txb,
             frames,
             neigh,
+            link,
         } = self;
         let mut busy = false;
         for i in 0..socks.len() {
@@ -1028,7 +1063,16 @@ impl Datapath for XskPath {
                         neigh,
                         ident: &IDENT,
                     };
-                    forward_batch(ctx, rx, frames, local, Out::Xdp(out), now, &mut chan);
+                    forward_batch(
+                        ctx,
+                        rx,
+                        frames,
+                        local,
+                        Out::Xdp(out),
+                        link.as_mut(),
+                        now,
+                        &mut chan,
+                    );
                     if let Err(e) = tx.xsk.tx_flush() {
                         if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
                             tracing::warn!(worker = ctx.index, suppressed, "AF_XDP TX: {e}");
@@ -1043,6 +1087,7 @@ impl Datapath for XskPath {
                         frames,
                         local,
                         Out::Sockets(txb.scope()),
+                        link.as_mut(),
                         now,
                         &mut chan,
                     );
@@ -1063,6 +1108,9 @@ impl Datapath for XskPath {
     }
 
     fn sample(&mut self, shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(now_ms());
+        }
         socket_stats(shell, &mut self.socks);
         if self.ctx.tx_path == TxPath::Xdp {
             for s in self.socks.iter_mut() {
@@ -1131,15 +1179,18 @@ enum Out<'a, 's, 'p> {
 }
 
 /// Forwards one RX batch of socket `s`; adds per-channel figures to `chan`.
+#[allow(clippy::too_many_arguments)]
 fn forward_batch<'p>(
     ctx: &WorkerCtx,
     s: &'p WorkerXsk,
     frames: &'p [RxFrame],
     local: &'p EgressSockets,
     mut out: Out<'_, '_, 'p>,
+    mut link: Option<&mut (DomainId, LinkTx)>,
     now: u64,
     chan: &mut [Tally; 2],
 ) {
+    let ts = crate::split::link::now_us();
     let mut run: Option<Run<'p>> = None;
     for f in frames {
         let data = s.xsk.frame(f);
@@ -1167,6 +1218,17 @@ fn forward_batch<'p>(
         let Some((dest, fd)) = r.admit(&d, ok, false, ctx.max_payload) else {
             continue;
         };
+        if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
+            // Split half: the far side is the peer half, down the outgoing link.
+            let egress_port = r.route.as_ref().map(|r| r.egress_port).unwrap_or(0);
+            if l.push(dest.port(), egress_port, d.payload, now, ts) {
+                r.tally.tx_packets += 1;
+                r.tally.tx_bytes += d.payload.len() as u64;
+            } else {
+                r.tally.drop(DropReason::Oversize);
+            }
+            continue;
+        }
         match &mut out {
             Out::Sockets(scope) => {
                 if scope.is_full() {
@@ -1184,6 +1246,9 @@ fn forward_batch<'p>(
     }
     if let Some(r) = run.take() {
         finish_run(r, &mut out, now, chan);
+    }
+    if let Some((_, l)) = link {
+        l.flush();
     }
 }
 
