@@ -494,6 +494,30 @@ fn sip_gb_across_the_split() {
         "the Catalog reached B"
     );
     topology_hidden(&a_dir, &b_dir);
+    // The peer's state and the agent's counters in each half's metrics and stats API.
+    for half in ["a", "b"] {
+        let m = common::split::admin_get(&bed, half, "/metrics");
+        assert!(
+            m.lines().any(|l| l == "vgate_split_peer_up 1"),
+            "half {half}:\n{m}"
+        );
+        let carried = m
+            .lines()
+            .find_map(|l| l.strip_prefix("vgate_split_signal_total{event=\"udp_out\"} "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("half {half} metrics lack udp_out:\n{m}"));
+        assert!(carried > 0, "half {half}");
+        let stats: serde_json::Value =
+            serde_json::from_str(&common::split::admin_get(&bed, half, "/api/v1/stats")).unwrap();
+        assert_eq!(
+            stats["split_signal"]["peer_up"], true,
+            "half {half}: {stats}"
+        );
+        assert_eq!(
+            stats["split_signal"]["counters"]["auth_failures"], 0,
+            "half {half}"
+        );
+    }
     no_wrong_direction(&bed);
     for (v, name) in [(a, "a"), (b, "b")] {
         let s = stop_clean(v, name);
