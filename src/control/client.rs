@@ -294,3 +294,28 @@ pub fn stats_loop(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::render_stats;
+    use serde_json::json;
+
+    #[test]
+    fn the_split_peer_shows_in_the_live_view() {
+        let single = json!({ "uptime_seconds": 1.0, "healthy": true });
+        assert!(!render_stats(&single, &single, 1.0).contains("SPLIT PEER"));
+        let counters = json!({ "frames_in": 10, "frames_out": 12, "auth_failures": 2, "replays": 1, "sessions_ended": 3 });
+        let half = json!({
+            "uptime_seconds": 2.0, "healthy": true,
+            "split_signal": { "peer_up": false, "peer_last_seen_ms_ago": 4200, "counters": counters },
+        });
+        let screen = render_stats(&half, &half, 1.0);
+        assert!(
+            screen.contains("SPLIT PEER DOWN  last heard 4200 ms ago"),
+            "{screen}"
+        );
+        assert!(screen.contains("frames in/out 10/12"), "{screen}");
+        assert!(screen.contains("auth failures 2  replays 1"), "{screen}");
+        assert!(screen.contains("sessions ended 3"), "{screen}");
+    }
+}
