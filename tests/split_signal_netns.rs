@@ -14,6 +14,8 @@
 //!   counts it; half B restarts and new calls complete; a forged frame on the signaling link
 //!   is dropped and counted.
 //!
+//! - `static_routes_keep_flowing_through_a_signaling_outage`: the signaling link is cut, both
+//!   halves declare the peer lost, a static stream still crosses intact; the link returns.
 //! - `rtsp_udp_and_interleaved_with_upstream_digest_across_the_split`: GStreamer's RTSP server
 //!   in A (digest required, answered by half A), ffmpeg in B plays 50 frames over UDP and over
 //!   interleaved TCP through both halves; no domain A, face or signaling-link address in
@@ -865,4 +867,92 @@ fn rtsp_udp_and_interleaved_with_upstream_digest_across_the_split() {
         );
     }
     drop(server);
+}
+
+/// Media on static routes does not depend on the signaling link: cut it, the halves declare
+/// each other lost (ending no static route), the stream still crosses every datagram; the link
+/// comes back and the peers are up again without a restart.
+#[test]
+fn static_routes_keep_flowing_through_a_signaling_outage() {
+    if !ready("split_signal_netns outage") {
+        return;
+    }
+    use common::split::{receive_numbered, route, send_numbered};
+    let bed = SplitBed::up();
+    let (da, db) = (bed.get("DA_IP").to_owned(), bed.get("DB_IP").to_owned());
+    let ra = route(
+        "cam",
+        "a",
+        20000,
+        &format!("{FACE_B}:21000"),
+        30000,
+        &format!("{da}:5000"),
+    );
+    let rb = route(
+        "cam",
+        "a",
+        21000,
+        &format!("{db}:6000"),
+        30000,
+        &format!("{FACE_A}:30000"),
+    );
+    let a = start_half(&bed, "a", &half_config(&bed, "a", "off", "off", &ra));
+    let b = start_half(&bed, "b", &half_config(&bed, "b", "off", "off", &rb));
+    peers_up(&a, &b);
+    let link = |state: &str| {
+        let st = Command::new("ip")
+            .args(["-n", bed.get("HA_NS"), "link", "set", "sa", state])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip link set sa {state}");
+    };
+    link("down");
+    a.wait_for("the peer half is silent", Duration::from_secs(30));
+    b.wait_for("the peer half is silent", Duration::from_secs(30));
+    let sa = |ip: &str, port: u16| SocketAddrV4::new(ip.parse().unwrap(), port);
+    let count = 300;
+    let (rx, rx_ready) = receive_numbered(
+        bed.get("DB_NS"),
+        sa(&db, 6000),
+        sa(bed.get("GB_IP"), 30000),
+        count,
+        1200,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+    );
+    rx_ready.recv().unwrap();
+    send_numbered(
+        bed.get("DA_NS"),
+        sa(&da, 5000),
+        sa(bed.get("GA_IP"), 20000),
+        count,
+        1200,
+        300,
+    )
+    .join()
+    .unwrap();
+    let got = rx.join().unwrap();
+    assert_eq!(
+        got.missing_and_dups(count),
+        (0, 0),
+        "the static stream crossed during the outage"
+    );
+    assert_eq!(got.wrong_source + got.corrupt, 0);
+    link("up");
+    a.wait_for("peer authenticated, up", Duration::from_secs(30));
+    no_wrong_direction(&bed);
+    let ta = signal_totals(&a.stop().raw);
+    let tb = signal_totals(&b.stop().raw);
+    for (s, name) in [(&ta, "a"), (&tb, "b")] {
+        assert_eq!(
+            s["peer_lost"],
+            if name == "a" { 1 } else { 2 },
+            "half {name}: {s:?}"
+        );
+        assert_eq!(
+            s["sessions_ended"], 0,
+            "static routes are not sessions: {s:?}"
+        );
+        assert_eq!(s["peer_restarts"], 0, "the same processes came back: {s:?}");
+    }
 }
