@@ -189,6 +189,17 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in wire order.
+    pub const ALL: [Kind; 7] = [
+        Kind::Announce,
+        Kind::Heartbeat,
+        Kind::Udp,
+        Kind::TcpOpen,
+        Kind::TcpData,
+        Kind::TcpClose,
+        Kind::Goodbye,
+    ];
+
     fn from_u8(b: u8) -> Option<Kind> {
         Some(match b {
             1 => Kind::Announce,
