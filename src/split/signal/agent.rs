@@ -80,17 +80,19 @@ fn v4(a: SocketAddr) -> Option<SocketAddrV4> {
     }
 }
 
-fn bind_device<F: AsFd>(sock: &F, interface: &str, what: &str) {
+/// Ties a socket to its interface (`SO_BINDTODEVICE`; empty: not tied, for the loopback
+/// tests). A socket that cannot be tied is not used: it would also see packets for its
+/// address arriving on another interface (isolation never degrades quietly).
+fn bind_device<F: AsFd>(sock: &F, interface: &str, what: &str) -> std::io::Result<()> {
     if interface.is_empty() {
-        return;
+        return Ok(());
     }
     let name = std::ffi::OsString::from(interface);
-    if let Err(e) = socket::setsockopt(sock, sockopt::BindToDevice, &name) {
-        static LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(60_000);
-        if let Some(suppressed) = LOG.check(now_ms()) {
-            tracing::warn!(interface, suppressed, "cannot tie the split {what} socket to its interface ({e}); it also sees packets for its address arriving elsewhere");
-        }
-    }
+    socket::setsockopt(sock, sockopt::BindToDevice, &name).map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot tie the split {what} socket to interface {interface:?} (SO_BINDTODEVICE: {e}); check the interface name and that vgate has CAP_NET_RAW"
+        ))
+    })
 }
 
 /// A non-blocking socket bound to `from` (port 0: any), connecting to `to`.
@@ -106,7 +108,7 @@ pub(super) fn connect_from(
         None,
     )?;
     socket::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
-    bind_device(&fd, interface, "signaling");
+    bind_device(&fd, interface, "signaling")?;
     if socket::bind(fd.as_raw_fd(), &SockaddrIn::from(from)).is_err() && from.port() != 0 {
         socket::bind(
             fd.as_raw_fd(),
@@ -259,7 +261,7 @@ impl Loop {
         let listener = match cfg.role {
             Role::Listener => {
                 let l = TcpListener::bind(cfg.link.local)?;
-                bind_device(&l, &cfg.link.interface, "signaling");
+                bind_device(&l, &cfg.link.interface, "signaling")?;
                 l.set_nonblocking(true)?;
                 epoll.add(l.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))?;
                 Some(l)
@@ -751,7 +753,10 @@ impl Loop {
         if self.udp.len() >= MAX_FACE_UDP {
             return false;
         }
-        let sock = match UdpSocket::bind(self.peer_face(port)) {
+        let sock = match UdpSocket::bind(self.peer_face(port)).and_then(|s| {
+            bind_device(&s, &self.cfg.face_interface, "face")?;
+            Ok(s)
+        }) {
             Ok(s) => s,
             Err(e) => {
                 self.stats.bind_errors.fetch_add(1, Relaxed);
@@ -766,7 +771,6 @@ impl Loop {
                 return false;
             }
         };
-        bind_device(&sock, &self.cfg.face_interface, "face");
         let _ = sock.set_nonblocking(true);
         if self
             .epoll
@@ -807,9 +811,11 @@ impl Loop {
             if self.tcp_listeners.contains_key(&p) {
                 continue;
             }
-            match TcpListener::bind(self.peer_face(p)) {
+            match TcpListener::bind(self.peer_face(p)).and_then(|l| {
+                bind_device(&l, &self.cfg.face_interface, "face")?;
+                Ok(l)
+            }) {
                 Ok(l) => {
-                    bind_device(&l, &self.cfg.face_interface, "face");
                     let _ = l.set_nonblocking(true);
                     if self
                         .epoll

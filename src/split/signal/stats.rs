@@ -56,7 +56,7 @@ counters! {
     udp_dropped_source: "datagrams on a face socket from outside this host's loopback, dropped",
     udp_send_errors: "datagrams from the peer the own proxies' socket did not take",
     mirror_full: "datagrams from the peer dropped because no more mirror sockets may be opened",
-    bind_errors: "face sockets that could not be opened (port in use on the peer's face address)",
+    bind_errors: "face sockets that could not be opened (port in use on the peer's face address, or not tied to the link face's interface)",
     tcp_opened: "TCP streams carried (either direction)",
     tcp_closed: "TCP streams ended",
     tcp_refused: "TCP streams refused: peer down, source outside this host's loopback, too many",
