@@ -565,6 +565,7 @@ fn run(
         started: Instant::now(),
         engine: gw.describe(),
         signaling: Arc::clone(&gw.signaling_stats),
+        split_signal: gw.split_signal_stats(),
         split: gw.split_stats(),
         reloads: Default::default(),
     };
@@ -643,10 +644,14 @@ fn run(
     drop(admin);
     let routes = Arc::clone(&gw.routes);
     let split = gw.split_stats();
+    let split_signal = gw.split_signal_stats();
     let workers = gw.shutdown();
     print!("{}", totals_report(&workers, &routes));
     if let Some(s) = split {
         print!("{}", s.report());
+    }
+    if let Some(s) = split_signal {
+        println!("{}", s.report());
     }
     if failed {
         ExitCode::FAILURE

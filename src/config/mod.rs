@@ -17,7 +17,7 @@ use std::path::Path;
 
 use ipnet::Ipv4Net;
 
-pub use validate::{auto_cpus, validate};
+pub use validate::{auto_cpus, validate, Invalid};
 
 /// The file compiled into the binary: a loopback gateway that runs without privileges.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");

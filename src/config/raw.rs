@@ -32,7 +32,7 @@ pub struct RawSplit {
     pub peer_face: Spanned<String>,
     pub out_link: RawLink,
     pub in_link: RawLink,
-    pub signal: RawSignalLink,
+    pub signal: crate::split::signal::SignalLinkConfig,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,26 +51,6 @@ pub struct RawLink {
 
 fn default_fec() -> Spanned<String> {
     Spanned::new(0..0, "off".to_string())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawSignalLink {
-    pub interface: Spanned<String>,
-    pub local: Spanned<String>,
-    pub peer: Spanned<String>,
-    pub key: Spanned<RawSecret>,
-    #[serde(default = "default_heartbeat")]
-    pub heartbeat_ms: Spanned<i64>,
-    #[serde(default = "default_dead_after")]
-    pub dead_after_ms: Spanned<i64>,
-}
-
-fn default_heartbeat() -> Spanned<i64> {
-    Spanned::new(0..0, 500)
-}
-fn default_dead_after() -> Spanned<i64> {
-    Spanned::new(0..0, 3000)
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,11 +1,11 @@
 //! `[split]`: checks of a half's config (see [`crate::split`]).
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ipnet::Ipv4Net;
 use toml::Spanned;
 
-use super::raw::{RawLink, RawSignalLink, RawSplit};
+use super::raw::{RawLink, RawSplit};
 use super::validate::{invalid, parse_ipv4, parse_sockaddr, Invalid};
 use super::{Cpus, Domain, EngineConfig, Mode};
 use crate::split::{self, fec, Fec, Half, LinkConfig, SplitConfig};
@@ -80,7 +80,8 @@ pub fn split(
             "the incoming and outgoing links must be different interfaces: each is one direction of its own one-way cable",
         ));
     }
-    let signal = signal(&r.signal)?;
+    // The link's addresses are checked against the domains below, with the media links'.
+    let signal = r.signal.check(&[])?;
     if signal.interface == out_link.interface || signal.interface == in_link.interface {
         return Err(invalid(
             &r.signal.interface,
@@ -125,8 +126,12 @@ pub fn split(
         (&r.in_link.peer, "split.in_link.peer", *in_link.peer.ip()),
     ];
     let sig: [(&Spanned<String>, &str, Option<Ipv4Addr>); 2] = [
-        (&r.signal.local, "split.signal.local", v4(signal.local)),
-        (&r.signal.peer, "split.signal.peer", v4(signal.peer)),
+        (
+            &r.signal.local,
+            "split.signal.local",
+            Some(*signal.local.ip()),
+        ),
+        (&r.signal.peer, "split.signal.peer", Some(*signal.peer.ip())),
     ];
     let all = addrs
         .iter()
@@ -156,13 +161,6 @@ pub fn split(
         in_link,
         signal,
     })
-}
-
-fn v4(a: SocketAddr) -> Option<Ipv4Addr> {
-    match a {
-        SocketAddr::V4(a) => Some(*a.ip()),
-        SocketAddr::V6(_) => None,
-    }
 }
 
 fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfig> {
@@ -232,62 +230,5 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         peer_mac,
         fec,
         cpu: r.cpu.as_ref().map(|c| *c.get_ref() as usize),
-    })
-}
-
-fn signal(r: &RawSignalLink) -> Result<split::signal::SignalLinkConfig> {
-    if r.interface.get_ref().is_empty() {
-        return Err(invalid(
-            &r.interface,
-            "split.signal.interface",
-            "name the signaling link's interface",
-        ));
-    }
-    let addr = |s: &Spanned<String>, key: &str| -> Result<SocketAddr> {
-        s.get_ref().parse().map_err(|_| {
-            invalid(
-                s,
-                key,
-                "expected an address and port such as \"10.99.0.1:7400\"",
-            )
-        })
-    };
-    let local = addr(&r.local, "split.signal.local")?;
-    let peer = addr(&r.peer, "split.signal.peer")?;
-    let key = &r.key.get_ref().0;
-    if key.len() < 64 || !key.len().is_multiple_of(2) || !key.bytes().all(|b| b.is_ascii_hexdigit())
-    {
-        return Err(invalid(
-            &r.key,
-            "split.signal.key",
-            "the shared key is at least 32 bytes written in hex (64 hex digits or more; e.g. the output of `openssl rand -hex 32`), the same in both halves",
-        ));
-    }
-    let hb = *r.heartbeat_ms.get_ref();
-    if !(10..=60_000).contains(&hb) {
-        return Err(invalid(
-            &r.heartbeat_ms,
-            "split.signal.heartbeat_ms",
-            "must be between 10 and 60000 ms",
-        ));
-    }
-    let dead = *r.dead_after_ms.get_ref();
-    if dead < 2 * hb || dead > 600_000 {
-        return Err(invalid(
-            &r.dead_after_ms,
-            "split.signal.dead_after_ms",
-            format!(
-                "must be at least twice heartbeat_ms ({}) and at most 600000 ms",
-                2 * hb
-            ),
-        ));
-    }
-    Ok(split::signal::SignalLinkConfig {
-        interface: r.interface.get_ref().clone(),
-        local,
-        peer,
-        key: key.clone(),
-        heartbeat_ms: hb as u64,
-        dead_after_ms: dead as u64,
     })
 }

@@ -236,6 +236,9 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
     ),
+    ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
+    ("vgate_split_peer_last_seen_ms", "gauge", "Split half: Unix time in ms of the last frame from the other half (0: never)"),
+    ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
 ];
 
 /// The family and label value each proxy event (see `Counters::list` of the SIP proxy and
@@ -709,6 +712,22 @@ pub fn render(st: &ControlState) -> String {
         u8::from(st.reloads.last_ok.load(Relaxed)),
     );
     process_families(&mut o);
+
+    if let Some(sig) = &st.split_signal {
+        use std::sync::atomic::Ordering::Relaxed;
+        o.family("vgate_split_peer_up");
+        o.sample("vgate_split_peer_up", &[], sig.peer_up.load(Relaxed));
+        o.family("vgate_split_peer_last_seen_ms");
+        o.sample(
+            "vgate_split_peer_last_seen_ms",
+            &[],
+            sig.peer_last_ms.load(Relaxed),
+        );
+        o.family("vgate_split_signal_total");
+        for (event, _, v) in sig.list() {
+            o.sample("vgate_split_signal_total", &[("event", event)], v);
+        }
+    }
 
     if st.config().control.per_stream_metrics {
         o.family("vgate_route_packets_total");

@@ -86,7 +86,7 @@ pub struct SplitConfig {
     pub peer_face: Ipv4Addr,
     pub out_link: LinkConfig,
     pub in_link: LinkConfig,
-    pub signal: signal::SignalLinkConfig,
+    pub signal: signal::SignalLink,
 }
 
 impl SplitConfig {
