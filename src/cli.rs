@@ -466,6 +466,27 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                 cfg.domains[1].address,
                 cfg.domains[1].media_ports,
             );
+            if let Some(s) = &cfg.split {
+                let fec = |f: Option<crate::split::Fec>| {
+                    f.map(|f| f.to_string()).unwrap_or_else(|| "off".into())
+                };
+                println!(
+                    "{}: split half {}: domain {} is the link face (peer face {}); out link {} {} -> {} fec {}; in link {} {} <- {} fec {}; signaling link {}",
+                    file.display(),
+                    s.half,
+                    s.link_face(),
+                    s.peer_face,
+                    s.out_link.interface,
+                    s.out_link.local,
+                    s.out_link.peer,
+                    fec(s.out_link.fec),
+                    s.in_link.interface,
+                    s.in_link.local,
+                    s.in_link.peer,
+                    fec(s.in_link.fec),
+                    s.signal.interface,
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -544,6 +565,8 @@ fn run(
         started: Instant::now(),
         engine: gw.describe(),
         signaling: Arc::clone(&gw.signaling_stats),
+        split_signal: gw.split_signal_stats(),
+        split: gw.split_stats(),
         reloads: Default::default(),
     };
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);
@@ -620,8 +643,16 @@ fn run(
     tracing::info!("stopping");
     drop(admin);
     let routes = Arc::clone(&gw.routes);
+    let split = gw.split_stats();
+    let split_signal = gw.split_signal_stats();
     let workers = gw.shutdown();
     print!("{}", totals_report(&workers, &routes));
+    if let Some(s) = split {
+        print!("{}", s.report());
+    }
+    if let Some(s) = split_signal {
+        println!("{}", s.report());
+    }
     if failed {
         ExitCode::FAILURE
     } else {

@@ -336,8 +336,23 @@ fn stats(st: &ControlState) -> Value {
             (d.name().to_string(), json!({ "used": used, "free": free }))
         })
         .collect();
+    let split_signal = st.split_signal.as_ref().map(|sig| {
+        let counters: serde_json::Map<String, Value> = sig
+            .list()
+            .into_iter()
+            .map(|(k, _, v)| (k.to_string(), json!(v)))
+            .collect();
+        let last = sig.peer_last_ms.load(Relaxed);
+        json!({
+            "peer_up": sig.peer_up.load(Relaxed) == 1,
+            "peer_last_seen_ms_ago": (last > 0).then(|| now_ms().saturating_sub(last)),
+            "counters": counters,
+        })
+    });
     json!({
+        "split": st.split.as_ref().map(|s| s.to_json()),
         "uptime_seconds": st.started.elapsed().as_secs_f64(),
+        "split_signal": split_signal,
         "engine": st.engine,
         "healthy": st.healthy(now_ms()),
         "channels": channels,

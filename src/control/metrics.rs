@@ -213,6 +213,34 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The families only a split half produces (its links); see [`crate::split`].
+pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "vgate_link_wrong_direction_packets",
+        "gauge",
+        "Split half: packets that travelled a one-way link the wrong way since start (received on the outgoing link's interface, sent on the incoming link's); must stay 0",
+    ),
+    (
+        "vgate_link_packets_total",
+        "counter",
+        "Split half: packets on each one-way link (out: sent, repair frames included; in: received)",
+    ),
+    ("vgate_link_bytes_total", "counter", "Split half: bytes on each one-way link"),
+    (
+        "vgate_link_fec_total",
+        "counter",
+        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate",
+    ),
+    (
+        "vgate_link_drops_total",
+        "counter",
+        "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
+    ),
+    ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
+    ("vgate_split_peer_last_seen_ms", "gauge", "Split half: Unix time in ms of the last frame from the other half (0: never)"),
+    ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
+];
+
 /// The family and label value each proxy event (see `Counters::list` of the SIP proxy and
 /// `Events::list` of the RTSP proxy) is exported as; an event missing here goes to
 /// `vgate_signaling_other_events_total{event=...}` until it is given a family.
@@ -423,6 +451,7 @@ impl Out {
     fn family(&mut self, name: &str) {
         let (n, kind, help) = FAMILIES
             .iter()
+            .chain(SPLIT_FAMILIES)
             .find(|f| f.0 == name)
             .copied()
             .unwrap_or((name, "untyped", ""));
@@ -563,6 +592,54 @@ pub fn render(st: &ControlState) -> String {
         );
     }
 
+    if let Some(sp) = &st.split {
+        let links = [
+            ("out", sp.out_link.snapshot()),
+            ("in", sp.in_link.snapshot()),
+        ];
+        o.family("vgate_link_packets_total");
+        for (l, s) in &links {
+            o.sample("vgate_link_packets_total", &[("link", l)], s.packets);
+        }
+        o.family("vgate_link_bytes_total");
+        for (l, s) in &links {
+            o.sample("vgate_link_bytes_total", &[("link", l)], s.bytes);
+        }
+        o.family("vgate_link_fec_total");
+        for (l, s) in &links {
+            for (what, v) in [
+                ("repair_packets", s.repair_packets),
+                ("repaired", s.repaired),
+                ("lost", s.lost),
+                ("late", s.late),
+                ("duplicate", s.duplicate),
+                ("restarts", s.restarts),
+            ] {
+                o.sample("vgate_link_fec_total", &[("link", l), ("what", what)], v);
+            }
+        }
+        o.family("vgate_link_drops_total");
+        for r in crate::split::link::LinkDrop::ALL {
+            o.sample(
+                "vgate_link_drops_total",
+                &[("link", "in"), ("reason", r.name())],
+                links[1].1.drop_count(r),
+            );
+        }
+        o.sample(
+            "vgate_link_drops_total",
+            &[("link", "out"), ("reason", "send_error")],
+            links[0].1.send_errors,
+        );
+        let (wrong_out, wrong_in) = sp.wrong_direction();
+        o.family("vgate_link_wrong_direction_packets");
+        for (l, w) in [("out", wrong_out), ("in", wrong_in)] {
+            if let Some(w) = w {
+                o.sample("vgate_link_wrong_direction_packets", &[("link", l)], w);
+            }
+        }
+    }
+
     o.family("vgate_ports_used");
     for d in DomainId::ALL {
         o.sample(
@@ -635,6 +712,22 @@ pub fn render(st: &ControlState) -> String {
         u8::from(st.reloads.last_ok.load(Relaxed)),
     );
     process_families(&mut o);
+
+    if let Some(sig) = &st.split_signal {
+        use std::sync::atomic::Ordering::Relaxed;
+        o.family("vgate_split_peer_up");
+        o.sample("vgate_split_peer_up", &[], sig.peer_up.load(Relaxed));
+        o.family("vgate_split_peer_last_seen_ms");
+        o.sample(
+            "vgate_split_peer_last_seen_ms",
+            &[],
+            sig.peer_last_ms.load(Relaxed),
+        );
+        o.family("vgate_split_signal_total");
+        for (event, _, v) in sig.list() {
+            o.sample("vgate_split_signal_total", &[("event", event)], v);
+        }
+    }
 
     if st.config().control.per_stream_metrics {
         o.family("vgate_route_packets_total");
@@ -822,17 +915,18 @@ mod tests {
 
     #[test]
     fn families_are_unique_and_named_vgate() {
-        let mut names: Vec<_> = FAMILIES.iter().map(|f| f.0).collect();
+        let all: Vec<_> = FAMILIES.iter().chain(SPLIT_FAMILIES).collect();
+        let mut names: Vec<_> = all.iter().map(|f| f.0).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), FAMILIES.len());
-        assert!(FAMILIES
+        assert_eq!(names.len(), all.len());
+        assert!(all
             .iter()
             .all(|f| matches!(f.1, "counter" | "gauge" | "histogram")));
-        assert!(FAMILIES
+        assert!(all
             .iter()
             .all(|f| f.0.starts_with("vgate_") || f.0.starts_with("process_")));
-        assert!(FAMILIES
+        assert!(all
             .iter()
             .filter(|f| f.1 == "counter")
             .all(|f| f.0.ends_with("_total")));

@@ -35,6 +35,10 @@ pub struct ControlState {
     pub engine: String,
     /// Counters of the signaling routes.
     pub signaling: Arc<crate::signaling::proxy::SignalingRegistry>,
+    /// The split signaling agent's counters (a half of a split appliance only).
+    pub split_signal: Option<Arc<crate::split::signal::SignalStats>>,
+    /// A split half's link counters; `None` on a single host.
+    pub split: Option<Arc<crate::split::SplitStats>>,
     /// Outcomes of config reloads.
     pub reloads: Arc<ReloadStats>,
 }

@@ -52,6 +52,8 @@ use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::routes::{Channel, PortHooks, Routes};
+use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::parse_udp4;
 
@@ -114,6 +116,8 @@ pub struct AfpacketEngine {
     rings: Vec<Vec<PacketRing>>,
     targets: Targets,
     nft: Option<MediaDropTable>,
+    /// A split half: the links and their counters.
+    split: Option<(SplitConfig, Arc<SplitStats>)>,
 }
 
 /// The nft instance name for `cfg`: a hash of what the table covers, so that a table left by
@@ -142,7 +146,11 @@ impl AfpacketEngine {
     pub fn new(cfg: &Config) -> Result<AfpacketEngine, EngineError> {
         let queues = cfg.engine.queues;
         let mut ifaces: Vec<Iface> = Vec::new();
-        for d in &cfg.domains {
+        // A split half captures its real domain only: the link face has no wire (its media
+        // comes from the incoming link's worker).
+        let face = cfg.split.as_ref().map(|s| s.link_face());
+        let captured = || cfg.domains.iter().filter(move |d| Some(d.id) != face);
+        for d in captured() {
             match ifaces.iter_mut().find(|i| i.name == d.interface) {
                 Some(i) => i.domains.push(d.id),
                 None => ifaces.push(Iface {
@@ -196,9 +204,7 @@ impl AfpacketEngine {
                 rings[q].push(ring);
             }
         }
-        let rules: Vec<DropRule> = cfg
-            .domains
-            .iter()
+        let rules: Vec<DropRule> = captured()
             .map(|d| DropRule {
                 iface: d.interface.clone(),
                 addr: Some(d.address),
@@ -213,6 +219,10 @@ impl AfpacketEngine {
             rings,
             targets,
             nft: Some(nft),
+            split: cfg
+                .split
+                .as_ref()
+                .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
         })
     }
 }
@@ -279,6 +289,10 @@ impl Engine for AfpacketEngine {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
     }
 
+    fn split_stats(&self) -> Option<Arc<SplitStats>> {
+        self.split.as_ref().map(|(_, s)| Arc::clone(s))
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
@@ -309,8 +323,13 @@ impl Engine for AfpacketEngine {
         let mut per_queue = per_queue.into_iter();
         let (targets, batch, max_payload) = (self.targets, self.cfg.batch, self.cfg.max_payload);
         let budget = Geometry::for_payload(max_payload).budget;
-        start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |_| {
+        let mut links = match &self.split {
+            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            None => None,
+        };
+        let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
+            let link = links.as_ref().map(|l| l.sender(q, batch));
             move |_: &Shell| {
                 Ok(RingPath {
                     budget,
@@ -319,9 +338,20 @@ impl Engine for AfpacketEngine {
                     tx: SliceBatch::new(batch),
                     targets,
                     max_payload,
+                    link,
                 })
             }
-        })
+        })?;
+        HalfLinks::finish(
+            links.as_mut(),
+            workers,
+            &self.cfg.cpus,
+            &routes,
+            &self.registry,
+            &stop,
+            batch,
+            max_payload,
+        )
     }
 }
 
@@ -359,6 +389,8 @@ struct RingPath {
     tx: SliceBatch,
     targets: Targets,
     max_payload: usize,
+    /// Split half: the link-face domain and this worker's sender on the outgoing link.
+    link: Option<(DomainId, LinkTx)>,
 }
 
 impl Datapath for RingPath {
@@ -388,6 +420,7 @@ impl Datapath for RingPath {
                     block.frames(),
                     &self.local,
                     &mut self.tx,
+                    self.link.as_mut(),
                     now,
                     &mut chan,
                 );
@@ -409,6 +442,9 @@ impl Datapath for RingPath {
 
     /// Reads (and resets) the kernel's ring counters into the worker's figures.
     fn sample(&mut self, shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(now_ms());
+        }
         for r in self.rings.iter_mut() {
             match r.ring.stats() {
                 Ok(s) => {
@@ -440,9 +476,11 @@ fn forward_block<'b>(
     frames: impl Iterator<Item = super::afpacket::Frame<'b>>,
     local: &EgressSockets,
     tx: &mut SliceBatch,
+    mut link: Option<&mut (DomainId, LinkTx)>,
     now: u64,
     chan: &mut [Tally; 2],
 ) {
+    let ts = crate::split::link::now_us();
     let mut scope: SliceScope<'_, 'b> = tx.scope();
     let mut run: Option<Run<'_>> = None;
     for f in frames {
@@ -472,6 +510,13 @@ fn forward_block<'b>(
         let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), max_payload) else {
             continue;
         };
+        if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
+            // Split half: the far side is the peer half, down the outgoing link.
+            if let Some(route) = r.route.as_deref() {
+                l.forward(route, d.payload, now, ts, &mut r.tally);
+            }
+            continue;
+        }
         if scope.is_full() {
             let out = scope.send(fd, dest);
             account(&mut r.tally, &out, r.route.as_deref());
@@ -480,6 +525,9 @@ fn forward_block<'b>(
     }
     if let Some(r) = run.take() {
         finish_run(r, &mut scope, now, chan);
+    }
+    if let Some((_, l)) = link {
+        l.flush();
     }
 }
 

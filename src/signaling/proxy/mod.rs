@@ -25,6 +25,9 @@ pub trait Proxy: Send {
     fn route(&self) -> &SignalingRoute;
     /// Stops its threads and ends its sessions (freeing their ports and routes).
     fn shutdown(self: Box<Self>);
+    /// The addresses its sockets listen on, every face (the split agent announces those on
+    /// the link face to the other half).
+    fn listening(&self) -> Vec<(crate::config::Transport, std::net::SocketAddrV4)>;
 }
 
 /// Why a proxy did not start.

@@ -88,6 +88,7 @@ const EVENTS_EVERY: Duration = Duration::from_secs(1);
 /// A running RTSP proxy.
 pub struct RtspProxy {
     route: SignalingRoute,
+    listen: SocketAddrV4,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
     conns: Arc<Mutex<HashMap<u64, Conn>>>,
@@ -251,6 +252,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
     tracing::info!(route = %route.name, listen = %addr, "RTSP proxy listening");
     Ok(Box::new(RtspProxy {
         route: route.clone(),
+        listen: addr,
         stop,
         accept: Some(accept),
         conns,
@@ -384,6 +386,10 @@ fn accept_loop(
 impl Proxy for RtspProxy {
     fn route(&self) -> &SignalingRoute {
         &self.route
+    }
+
+    fn listening(&self) -> Vec<(crate::config::Transport, SocketAddrV4)> {
+        vec![(crate::config::Transport::Tcp, self.listen)]
     }
 
     fn shutdown(mut self: Box<Self>) {
