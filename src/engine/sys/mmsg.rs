@@ -275,6 +275,7 @@ impl SendBatch {
             &mut self.hdrs,
             &mut self.ctrl,
             &mut self.dest,
+            true,
         );
         // SAFETY:
         // - `pack` pointed hdrs[..m] at `self.dest`, at runs of iov[..k] and at their own
@@ -299,7 +300,8 @@ static GSO: AtomicBool = AtomicBool::new(true);
 static GSO_ENV: std::sync::Once = std::sync::Once::new();
 
 /// Turns the datagrams `iov` (in order, all to `dest`) into messages `hdrs[..m]`, returned
-/// `m`: a run of datagrams of one size (the run's last may be shorter) becomes one message
+/// `m`: with `want_gso` (the stack engine's [`SendBatch`]; not [`SliceBatch`], see its
+/// `send`), a run of datagrams of one size (the run's last may be shorter) becomes one message
 /// with a `UDP_SEGMENT` control message — one trip through the kernel's UDP/IP output path
 /// and one route lookup for the run instead of one per datagram, split into the same
 /// datagrams at the device (or by the NIC); the receiver sees exactly what it would have
@@ -309,13 +311,14 @@ fn pack(
     hdrs: &mut [libc::mmsghdr],
     ctrl: &mut [SegCtrl],
     dest: &mut libc::sockaddr_in,
+    want_gso: bool,
 ) -> usize {
     GSO_ENV.call_once(|| {
         if std::env::var("VGATE_UDP_GSO").as_deref() == Ok("off") {
             GSO.store(false, Relaxed);
         }
     });
-    let gso = GSO.load(Relaxed);
+    let gso = want_gso && GSO.load(Relaxed);
     let k = iov.len();
     let mut m = 0;
     let mut i = 0;
@@ -572,7 +575,16 @@ impl<'p> SliceScope<'_, 'p> {
         }
         let b = &mut *self.batch;
         *b.dest = sockaddr_v4(dest);
-        let m = pack(&mut b.iov[..k], &mut b.hdrs, &mut b.ctrl, &mut b.dest);
+        // No GSO here: a GSO message crosses netfilter and a veth as one packet, so a
+        // per-packet rule (the split bed's loss injection, a rate limit) would take or drop
+        // its datagrams together — a one-way link's FEC must see frames lost one by one.
+        let m = pack(
+            &mut b.iov[..k],
+            &mut b.hdrs,
+            &mut b.ctrl,
+            &mut b.dest,
+            false,
+        );
         // SAFETY:
         // - `pack` pointed hdrs[..m] at `b.dest`, at runs of iov[..k] and at their own control
         //   buffers; iov[..k] were written by `push` in this scope from `&'p [u8]` payloads,
@@ -683,8 +695,10 @@ mod tests {
 
     #[test]
     fn runs_of_equal_sizes_arrive_as_the_same_datagrams() {
+        let rx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
         sink.set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .unwrap();
         // Runs (GSO messages where the kernel takes them), a shorter datagram ending a run, a
@@ -697,12 +711,16 @@ mod tests {
             .enumerate()
             .map(|(i, &n)| (0..n).map(|b| (b + i) as u8).collect())
             .collect();
-        let mut sb = SliceBatch::new(sizes.len());
-        let mut scope = sb.scope();
+        let SocketAddr4(dst) = SocketAddr4::of(&rx_sock);
         for d in &data {
-            assert!(scope.push(d));
+            sender.send_to(d, dst).unwrap();
         }
-        let out = scope.send(tx_sock.as_fd(), SocketAddr4::of(&sink).0);
+        let mut rb = RecvBatch::new(sizes.len(), 2048);
+        // Datagrams are queued synchronously on loopback.
+        assert_eq!(rb.recv(rx_sock.as_fd()).unwrap(), sizes.len());
+        let all: Vec<u16> = (0..sizes.len() as u16).collect();
+        let mut sb = SendBatch::new(sizes.len());
+        let out = sb.send(tx_sock.as_fd(), &rb, &all, SocketAddr4::of(&sink).0);
         assert_eq!(out.sent, sizes.len(), "{out:?}");
         assert_eq!(out.sent_bytes, sizes.iter().sum::<usize>());
         assert!(GSO.load(Relaxed), "loopback takes UDP GSO messages");
