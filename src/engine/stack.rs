@@ -7,7 +7,9 @@
 //! never take a lock.
 //!
 //! Per wakeup a worker reads at most [`BUDGET`] batches from a socket, so one busy stream
-//! cannot starve the others; level-triggered epoll brings it back for the rest.
+//! cannot starve the others; level-triggered epoll brings it back for the rest. A batch
+//! leaves with one `sendmmsg`, whose runs of equal-sized datagrams go as UDP GSO messages
+//! (one pass through the kernel's output path per run; see [`super::sys::mmsg`]).
 
 use std::collections::HashMap;
 use std::io;
