@@ -322,11 +322,11 @@ impl Engine for AfpacketEngine {
             .collect();
         let mut per_queue = per_queue.into_iter();
         let (targets, batch, max_payload) = (self.targets, self.cfg.batch, self.cfg.max_payload);
-        let budget = Geometry::for_payload(max_payload).budget;
         let mut links = match &self.split {
             Some((s, st)) => Some(HalfLinks::open(s, st)?),
             None => None,
         };
+        let budget = Geometry::for_payload(max_payload).budget;
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
             let link = links.as_ref().map(|l| l.sender(q, batch));
