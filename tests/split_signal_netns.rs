@@ -110,11 +110,13 @@ fn read_logs(dir: &Path, suffix: &str) -> String {
 
 /// Signaling routes of each half for the GB flows. Calls: platform in B → half B (domain b,
 /// 5060) → link → half A (link face, 5060) → device in A. Registration: device in A → half
-/// A (domain a, 5060) → link → half B (link face, 5060) → platform in B (5070).
+/// A (domain a, 5060) → link → half B (link face, 5060) → platform in B (5070). Each route's
+/// upstream face is port 5061, as the pair of routes of one host needs (each listens where the
+/// other's upstream face would be by default).
 fn sip_routes(bed: &SplitBed, half: &str, transport: &str) -> String {
     let route = |name: &str, listen: &str, upstream: String, extra: &str| {
         format!(
-            "[[signaling_route]]\nname = \"{name}\"\ntype = \"sip\"\ntransport = \"{transport}\"\nlisten_domain = \"{listen}\"\nlisten_port = 5060\nupstream = \"{upstream}\"\nallow_ids = [\"3402000000\"]\n{extra}\n"
+            "[[signaling_route]]\nname = \"{name}\"\ntype = \"sip\"\ntransport = \"{transport}\"\nlisten_domain = \"{listen}\"\nlisten_port = 5060\nupstream_port = 5061\nupstream = \"{upstream}\"\nallow_ids = [\"3402000000\"]\n{extra}\n"
         )
     };
     if half == "a" {
