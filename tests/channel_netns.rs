@@ -252,9 +252,7 @@ fn wire_counters(ns: &str) {
     for i in 0..STREAMS {
         rules.push_str(&format!("  counter s{i} {{ }}\n"));
     }
-    rules.push_str(&format!(
-        "  chain c {{ type filter hook output priority 0; policy accept;\n"
-    ));
+    rules.push_str("  chain c { type filter hook output priority 0; policy accept;\n");
     for i in 0..STREAMS {
         rules.push_str(&format!(
             "    udp dport {} counter name s{i}\n",
@@ -364,7 +362,7 @@ fn route_metrics(metrics: &str) -> HashMap<u16, (u64, u64, u64)> {
 
 /// What one gateway (the single host, or one half) counted per route, from its metrics
 /// while running and its totals on exit; the two must agree.
-fn gateway_counts(who: &str, metrics: &str, totals: &Totals) -> Vec<(u64, u64, u64)> {
+fn gateway_counts(who: &str, metrics: &str, totals: &Totals) -> Counts {
     let m = route_metrics(metrics);
     (0..STREAMS)
         .map(|i| {
@@ -390,6 +388,9 @@ fn gateway_counts(who: &str, metrics: &str, totals: &Totals) -> Vec<(u64, u64, u
         })
         .collect()
 }
+
+/// Per stream, what one gateway counted: (rx, tx, drops of every reason).
+type Counts = Vec<(u64, u64, u64)>;
 
 /// One run's verdict, summed over the streams.
 #[derive(Debug, Default)]
@@ -446,7 +447,7 @@ fn verdict(
     server: &str,
     wire_a: &[u64],
     wire_b: u64,
-    gateways: &[(&str, Vec<(u64, u64, u64)>)],
+    gateways: &[(&str, Counts)],
 ) -> Verdict {
     let sent = parse_client(client);
     let report = parse_server(server);
