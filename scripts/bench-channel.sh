@@ -14,9 +14,13 @@
 #                     fails to start is reported as "not available: <its error>"). With xdp the
 #                     bed changes for every configuration of the run: TX checksum offload off
 #                     on A's veth, GRO on on B's (see docs/bench-xdp.md)
-#   --baselines "..." default "kernel socat": nftables DNAT with forwarding on (the bound) and
-#                     one socat per stream (the floor). Plain routing ("route") always runs: it
-#                     is the reference for incremental CPU per packet and added latency.
+#   --baselines "..." default "kernel crelay socat": nftables DNAT with forwarding on (the
+#                     bound), the plain C relay (scripts/bench/crelay.c: epoll + recvmmsg +
+#                     sendmmsg, the bar every user-space mode must clear) and one socat per
+#                     stream (the floor). Plain routing ("route") always runs: it is the
+#                     reference for incremental CPU per packet and added latency.
+#                     (scripts/bench-relay.sh measures the same relays with a generator that
+#                     can outrun them, plus memory and route activation.)
 #   --generator G     iperf (default), vgate (vgate demo's own RTP generator on loopback inside
 #                     the gateway namespace, stack mode only, a separate table) or "iperf vgate"
 #   --socat-max N     largest N the socat floor is run at (default 200: N processes)
@@ -39,7 +43,7 @@ RUNS=5
 STREAMS="25 50 100 150"
 SECS=3
 MODES="stack tnapi zc"
-BASELINES="kernel socat"
+BASELINES="kernel crelay socat"
 GENERATOR=iperf
 SOCAT_MAX=200
 PER_PROC=50
@@ -90,7 +94,7 @@ isnum "$SOCAT_MAX" 0 1000 || die "--socat-max must be 0..1000"
 isnum "$PER_PROC" 1 500 || die "--flows-per-process must be 1..500"
 for n in $STREAMS; do isnum "$n" 1 2000 || die "--streams: '$n' is not 1..2000"; done
 for m in $MODES; do case "$m" in stack|tnapi|zc|xdp) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
-for b in $BASELINES; do case "$b" in kernel|socat|route) ;; *) die "--baselines: unknown '$b'" ;; esac; done
+for b in $BASELINES; do case "$b" in kernel|crelay|socat|route) ;; *) die "--baselines: unknown '$b'" ;; esac; done
 for g in $GENERATOR; do case "$g" in iperf|vgate) ;; *) die "--generator: iperf or vgate" ;; esac; done
 
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nftables)"
@@ -149,6 +153,10 @@ fi
 [ -x target/release/vgate ] || die "target/release/vgate missing: run cargo build --release"
 cp target/release/vgate "$WORK/vgate"
 VGATE=$WORK/vgate
+if [[ " $BASELINES " == *" crelay "* ]]; then
+    command -v cc >/dev/null || die "cc not found (for the C relay baseline): apt-get install -y gcc"
+    cc -O2 -o "$WORK/crelay" scripts/bench/crelay.c
+fi
 REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 DIRTY="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
 
@@ -158,82 +166,16 @@ scripts/testbed.sh --name "$BED" --queues 2 up > "$WORK/bed.env"
 # shellcheck disable=SC1091
 . "$WORK/bed.env"
 
-inns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-
-# Receive processing of the gateway's interfaces on the relay core, of A's and B's on the
-# generator core (veth hands frames to the backlog of the sending CPU unless RPS says other).
-# Mode xdp: the senders' UDP checksums complete (the fast path updates them incrementally)
-# and NAPI on the sinks' veth (it takes XDP redirects only then); for every configuration.
+# shellcheck disable=SC2034  # used by bed-lib.sh
+ADMIN=127.0.0.1:9940
+# shellcheck disable=SC1091  # sourced from the repository (see scripts/bench/bed-lib.sh)
+. scripts/bench/bed-lib.sh
 if [[ " $MODES " == *" xdp "* ]]; then
-    command -v ethtool >/dev/null || die "ethtool not found: apt-get install -y ethtool"
-    inns "$A_NS" ethtool -K "$A_IF" tx off >/dev/null
-    inns "$B_NS" ethtool -K "$B_IF" gro on >/dev/null
+    xdp_bed || die "ethtool not found: apt-get install -y ethtool"
 fi
-
-steer() {
-    [ "$NCPU" -gt 1 ] || return 0
-    local rmask gmask q
-    rmask=$(printf '%x' $((1 << RELAY_CPU)))
-    gmask=$(printf '%x' $((1 << GEN_CPU)))
-    for q in 0 1; do
-        inns "$G_NS" sh -c "echo $rmask > /sys/class/net/$GA_IF/queues/rx-$q/rps_cpus; echo $rmask > /sys/class/net/$GB_IF/queues/rx-$q/rps_cpus"
-        inns "$A_NS" sh -c "echo $gmask > /sys/class/net/$A_IF/queues/rx-$q/rps_cpus"
-        inns "$B_NS" sh -c "echo $gmask > /sys/class/net/$B_IF/queues/rx-$q/rps_cpus"
-    done
-}
 steer
 
 # ---- configurations ---------------------------------------------------------------------
-vgate_config() { # mode n file
-    local mode=$1 n=$2 f=$3 i
-    {
-        cat <<EOF
-# Written by scripts/bench-channel.sh: $n static stream routes A -> B.
-[domains.a]
-interface = "$GA_IF"
-address = "$GA_IP"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-29999"
-[domains.b]
-interface = "$GB_IF"
-address = "$GB_IP"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-39999"
-[engine]
-mode = "$mode"
-queues = 1
-cpus = [$RELAY_CPU]
-[security]
-source_validation = "latch"
-[control]
-listen = "127.0.0.1:9940"
-EOF
-        for ((i = 0; i < n; i++)); do
-            printf '[[stream_route]]\nname = "s%d"\ndomain = "a"\nport = %d\ndestination = "%s:%d"\negress_port = %d\n' \
-                "$i" $((A_BASE + i)) "$B_IP" $((SINK_BASE + i)) $((EG_BASE + i))
-        done
-    } > "$f"
-}
-
-nat_rules() { # n file
-    local n=$1 f=$2 i sep=""
-    {
-        echo "table ip vgbench {"
-        echo "  chain pre {"
-        echo "    type nat hook prerouting priority dstnat; policy accept;"
-        printf '    iifname "%s" ip daddr %s udp dport %d-%d dnat to %s : udp dport map {' \
-            "$GA_IF" "$GA_IP" "$A_BASE" $((A_BASE + n - 1)) "$B_IP"
-        for ((i = 0; i < n; i++)); do printf '%s %d : %d' "$sep" $((A_BASE + i)) $((SINK_BASE + i)); sep=","; done
-        echo " }"
-        echo "  }"
-        echo "  chain post {"
-        echo "    type nat hook postrouting priority srcnat; policy accept;"
-        echo "    oifname \"$GB_IF\" snat to $GB_IP"
-        echo "  }"
-        echo "}"
-    } > "$f"
-}
-
 RELAY_PIDS=()   # the processes whose CPU time is the relay's (vgate, socats)
 VGATE_WRAP=""   # timeout wrapper of the running vgate
 
@@ -263,6 +205,19 @@ start_config() {
                 PIDS+=($!) RELAY_PIDS+=($!)
             done
             wait_ports "$G_NS" "$n" 1 || { echo "socat: only $(count_ports "$G_NS" 1) of $n listening" > "$why"; return 1; }
+            TARGET=$GA_IP TPORT=$A_BASE ;;
+        crelay)
+            rm -f "$WORK/crelay.log"
+            timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" taskset -c "$RELAY_CPU" "$WORK/crelay" \
+                -a "$GA_IP" -p "$A_BASE" -n "$n" -b "$GB_IP" -e "$EG_BASE" -d "$B_IP" -s "$SINK_BASE" \
+                > "$WORK/crelay.out" 2> "$WORK/crelay.log" &
+            VGATE_WRAP=$!   # the timeout wrapper (stop_config signals it; it passes the signal on)
+            PIDS+=("$VGATE_WRAP")
+            local t=0
+            while [ $t -lt 100 ] && ! grep -q ready "$WORK/crelay.log" 2>/dev/null; do sleep 0.1; t=$((t + 1)); done
+            grep -q ready "$WORK/crelay.log" 2>/dev/null || { head -1 "$WORK/crelay.log" > "$why"; return 1; }
+            # ip and taskset exec it: the wrapper's child is the relay, whose CPU time counts.
+            RELAY_PIDS=("$(pgrep -P "$VGATE_WRAP" | head -1 || true)")
             TARGET=$GA_IP TPORT=$A_BASE ;;
         stack|tnapi|zc|xdp)
             vgate_config "$cfg" "$n" "$WORK/vgate.toml"
@@ -310,6 +265,10 @@ stop_config() { # cfg dir
         socat)
             for p in "${RELAY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
             for p in "${RELAY_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done ;;
+        crelay)
+            kill -TERM "$VGATE_WRAP" 2>/dev/null || true
+            wait "$VGATE_WRAP" 2>/dev/null || true
+            cp "$WORK/crelay.out" "$d/crelay-totals.txt" 2>/dev/null || true ;;
         stack|tnapi|zc|xdp)
             kill -TERM "$VGATE_WRAP" 2>/dev/null || true
             wait "$VGATE_WRAP" 2>/dev/null || true

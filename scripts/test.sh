@@ -21,6 +21,7 @@ PACKAGES=(
     gstreamer1.0-plugins-base gstreamer1.0-plugins-good   # the RTSP server's pipeline
     iperf socat                         # channel experiment and its floor baseline
     systemd                             # systemd-analyze verify of the unit
+    prometheus                          # promtool: the metrics, alert rules of the repo
     tmux                                # driving `vgate stats` like a person
     nmap hping3 python3-scapy           # hostile suites: scans, SYN flood, forged datagrams
 )

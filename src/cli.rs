@@ -29,6 +29,15 @@ Start with `vgate demo` to see it relay traffic on loopback, then write a config
 `vgate run --config vgate.toml`."
 )]
 pub struct Cli {
+    /// Log lines as text (with `<N>` priorities under journald) or JSON objects for log shippers.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "VGATE_LOG_FORMAT"
+    )]
+    pub log_format: crate::logging::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -144,6 +153,39 @@ file is rejected whole, the running configuration stays and the reason is printe
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Show or change the log level of a running vgate.
+    #[command(
+        long_about = "Show the log filter of a running vgate, or replace it without a restart: a \
+level (error, warn, info, debug, trace) or RUST_LOG directives such as `info,vgate::signaling=debug`. \
+Message traces of signaling routes with `trace = true` show at debug level. The change lasts until \
+vgate restarts."
+    )]
+    LogLevel {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// The new filter; without it the current one is printed.
+        level: Option<String>,
+    },
+    /// List the devices registered through each SIP route of a running vgate.
+    Registrations {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write shell completions (bash, zsh, fish, ...) to stdout.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (vgate.1 and one per subcommand) into a directory.
+    #[command(hide = true)]
+    Man {
+        /// The directory to write into.
+        dir: PathBuf,
+    },
 }
 
 /// How to reach a running vgate's admin interface.
@@ -162,8 +204,12 @@ pub struct AdminArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RoutesAction {
-    /// List the live stream routes with their counters.
-    List,
+    /// List the live stream routes with their counters (a table; --json for scripts).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Add a stream route (ports are allocated when not given).
     Add {
         /// A name for the route.
@@ -199,8 +245,12 @@ pub enum RoutesAction {
 
 #[derive(Subcommand, Debug)]
 pub enum SessionsAction {
-    /// List the live sessions.
-    List,
+    /// List the live sessions (a table; --json for scripts).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// End a session: its routes stop, its ports return to the pool.
     Kill {
         /// Session id (see `vgate sessions list`).
@@ -226,11 +276,21 @@ pub fn main(cli: Cli) -> ExitCode {
             let stop = stop_flag();
             crate::control::client::stats_loop(c, count, &stop)
         }),
-        Command::Routes { admin, action } => {
-            with_client(&admin, |c| {
-                let v = match action {
-                RoutesAction::List => c.get("/api/v1/routes")?,
-                RoutesAction::Add { name, domain, port, destination, egress_port, expect_source, source_validation } => c.post(
+        Command::Routes { admin, action } => with_client(&admin, |c| {
+            let v = match action {
+                RoutesAction::List { json } => {
+                    let v = c.get("/api/v1/routes")?;
+                    return print_listing(&v, json, crate::control::table::routes);
+                }
+                RoutesAction::Add {
+                    name,
+                    domain,
+                    port,
+                    destination,
+                    egress_port,
+                    expect_source,
+                    source_validation,
+                } => c.post(
                     "/api/v1/routes",
                     &serde_json::json!({
                         "name": name, "domain": domain, "port": port, "destination": destination,
@@ -238,25 +298,56 @@ pub fn main(cli: Cli) -> ExitCode {
                         "source_validation": source_validation,
                     }),
                 )?,
-                RoutesAction::Del { channel, port } => c.delete(&format!("/api/v1/routes/{channel}/{port}"))?,
+                RoutesAction::Del { channel, port } => {
+                    c.delete(&format!("/api/v1/routes/{channel}/{port}"))?
+                }
             };
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                Ok(())
-            })
-        }
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            Ok(())
+        }),
         Command::Sessions { admin, action } => with_client(&admin, |c| {
             let v = match action {
-                SessionsAction::List => c.get("/api/v1/sessions")?,
+                SessionsAction::List { json } => {
+                    let v = c.get("/api/v1/sessions")?;
+                    return print_listing(&v, json, crate::control::table::sessions);
+                }
                 SessionsAction::Kill { id } => c.delete(&format!("/api/v1/sessions/{id}"))?,
             };
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             Ok(())
+        }),
+        Command::Registrations { admin, json } => with_client(&admin, |c| {
+            let v = c.get("/api/v1/registrations")?;
+            print_listing(&v, json, crate::control::table::registrations)
         }),
         Command::Reload { admin } => with_client(&admin, |c| {
             let v = c.post("/api/v1/reload", &serde_json::json!({}))?;
             println!("{}", v["summary"].as_str().unwrap_or("reloaded"));
             Ok(())
         }),
+        Command::LogLevel { admin, level } => with_client(&admin, |c| {
+            let v = match level {
+                Some(l) => c.put("/api/v1/log-level", &serde_json::json!({ "level": l }))?,
+                None => c.get("/api/v1/log-level")?,
+            };
+            println!("{}", v["level"].as_str().unwrap_or_default());
+            Ok(())
+        }),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "vgate", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => match write_man_pages(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "vgate man: cannot write the man pages into {}: {e}",
+                    dir.display()
+                );
+                ExitCode::FAILURE
+            }
+        },
         Command::Demo {
             streams,
             rate,
@@ -279,26 +370,63 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// Prints a listing as pretty JSON or as the table `render` makes of it.
+fn print_listing(
+    v: &serde_json::Value,
+    json: bool,
+    render: fn(&serde_json::Value) -> String,
+) -> Result<(), crate::control::client::ClientError> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    } else {
+        print!("{}", render(v));
+    }
+    Ok(())
+}
+
+/// vgate.1 and vgate-SUBCOMMAND.1 for every visible subcommand.
+fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
+    std::fs::write(dir.join("vgate.1"), &out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("vgate-{}", sub.get_name());
+        let sub = sub.clone().name(name.clone());
+        out.clear();
+        clap_mangen::Man::new(sub).render(&mut out)?;
+        std::fs::write(dir.join(format!("{name}.1")), &out)?;
+    }
+    Ok(())
+}
+
 /// Builds an admin client from the flags (or the config they name) and runs `f`.
 fn with_client(
     a: &AdminArgs,
     f: impl FnOnce(&crate::control::client::Client) -> Result<(), crate::control::client::ClientError>,
 ) -> ExitCode {
-    let cfg = match &a.config {
+    // The admin address and token of the config. A config that does not validate (the very
+    // file a `vgate reload` is about to be refused for) still names them: read those two
+    // keys alone, so the running vgate hears of the reload, refuses it and says why.
+    let (listen, cfg_token) = match &a.config {
         Some(p) => match Config::load(p) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::from(2);
-            }
+            Ok(c) => (Some(c.control.listen), c.control.token),
+            Err(e) => match admin_keys(p) {
+                Some(keys) => keys,
+                None => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            },
         },
-        None => None,
+        None => (None, None),
     };
     let addr = a
         .admin
-        .or(cfg.as_ref().map(|c| c.control.listen))
+        .or(listen)
         .unwrap_or_else(|| Config::embedded_default().control.listen);
-    let token = a.token.clone().or(cfg.and_then(|c| c.control.token));
+    let token = a.token.clone().or(cfg_token);
     match f(&crate::control::client::Client::new(addr, token)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -306,6 +434,19 @@ fn with_client(
             ExitCode::FAILURE
         }
     }
+}
+
+/// `control.listen` (default: the embedded one) and `control.token` of a TOML file that may
+/// not be a valid config; `None` when the file cannot be read or is not TOML.
+fn admin_keys(path: &std::path::Path) -> Option<(Option<std::net::SocketAddr>, Option<String>)> {
+    let table: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
+    let control = table.get("control").and_then(|c| c.as_table());
+    let get = |k: &str| control.and_then(|c| c.get(k)).and_then(|v| v.as_str());
+    let listen = match get("listen") {
+        Some(l) => Some(l.parse().ok()?),
+        None => None,
+    };
+    Some((listen, get("token").map(str::to_string)))
 }
 
 fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
@@ -325,6 +466,27 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                 cfg.domains[1].address,
                 cfg.domains[1].media_ports,
             );
+            if let Some(s) = &cfg.split {
+                let fec = |f: Option<crate::split::Fec>| {
+                    f.map(|f| f.to_string()).unwrap_or_else(|| "off".into())
+                };
+                println!(
+                    "{}: split half {}: domain {} is the link face (peer face {}); out link {} {} -> {} fec {}; in link {} {} <- {} fec {}; signaling link {}",
+                    file.display(),
+                    s.half,
+                    s.link_face(),
+                    s.peer_face,
+                    s.out_link.interface,
+                    s.out_link.local,
+                    s.out_link.peer,
+                    fec(s.out_link.fec),
+                    s.in_link.interface,
+                    s.in_link.local,
+                    s.in_link.peer,
+                    fec(s.in_link.fec),
+                    s.signal.interface,
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -403,6 +565,9 @@ fn run(
         started: Instant::now(),
         engine: gw.describe(),
         signaling: Arc::clone(&gw.signaling_stats),
+        split_signal: gw.split_signal_stats(),
+        split: gw.split_stats(),
+        reloads: Default::default(),
     };
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);
     let admin = match AdminServer::start(control.clone(), reload_tx) {
@@ -439,6 +604,7 @@ fn run(
             let outcome = load(&config, mode)
                 .map_err(|e| e.to_string())
                 .and_then(|new| gw.reload(new));
+            control.reloads.record(outcome.is_ok());
             match &outcome {
                 Ok(summary) => {
                     control.set_config(Arc::clone(&gw.config));
@@ -477,8 +643,16 @@ fn run(
     tracing::info!("stopping");
     drop(admin);
     let routes = Arc::clone(&gw.routes);
+    let split = gw.split_stats();
+    let split_signal = gw.split_signal_stats();
     let workers = gw.shutdown();
     print!("{}", totals_report(&workers, &routes));
+    if let Some(s) = split {
+        print!("{}", s.report());
+    }
+    if let Some(s) = split_signal {
+        println!("{}", s.report());
+    }
     if failed {
         ExitCode::FAILURE
     } else {

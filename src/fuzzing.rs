@@ -22,6 +22,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("transport", rtsp_transport),
     ("packet", packet_path),
     ("config", config_text),
+    ("signal", signal_frames),
 ];
 
 /// SIP: datagram triage, TCP framing, header views and an edit round trip.
@@ -175,5 +176,55 @@ pub fn packet_path(data: &[u8]) {
 pub fn config_text(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = crate::config::parse_for(text, "fuzz.toml", 4);
+    }
+}
+
+/// The split signaling link's framing: the bytes as a hello and as a received frame stream
+/// (which the tag check stops), and as the kind and payload of a frame sealed with the right
+/// key (which reaches every payload parser).
+pub fn signal_frames(data: &[u8]) {
+    use crate::split::signal::frame::{
+        Hello, Keys, Kind, Opener, Role, Sealer, HELLO_LEN, MAX_PAYLOAD,
+    };
+    let key = [0x5au8; 32];
+    let d = Hello {
+        role: Role::Dialer,
+        instance: [1; 16],
+        nonce: [2; 32],
+    };
+    let l = Hello {
+        role: Role::Listener,
+        instance: [3; 16],
+        nonce: [4; 32],
+    };
+    let (Ok(kd), Ok(kl)) = (Keys::derive(&key, &d, &l), Keys::derive(&key, &l, &d)) else {
+        return;
+    };
+    if let Some(h) = data.get(..HELLO_LEN) {
+        let mut b = [0u8; HELLO_LEN];
+        b.copy_from_slice(h);
+        let _ = Hello::parse(&b);
+    }
+    let mut op = Opener::new(kl.recv.clone());
+    let mut rest = data;
+    while let Ok(Some((_, n))) = op.open(rest) {
+        rest = &rest[n..];
+    }
+    if let Some((&k, payload)) = data.split_first() {
+        if payload.len() <= MAX_PAYLOAD {
+            let mut s = Sealer::new(kd.send);
+            let mut out = Vec::new();
+            s.announce(&mut out, &[5060], &[554]);
+            s.seal(
+                &mut out,
+                Kind::ALL[usize::from(k) % Kind::ALL.len()],
+                &[payload],
+            );
+            let mut op = Opener::new(kl.recv);
+            let mut rest = &out[..];
+            while let Ok(Some((_, n))) = op.open(rest) {
+                rest = &rest[n..];
+            }
+        }
     }
 }

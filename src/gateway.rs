@@ -26,6 +26,8 @@ pub enum GatewayError {
     NotReady(Duration),
     #[error(transparent)]
     Signaling(#[from] ProxyError),
+    #[error(transparent)]
+    SplitSignal(#[from] crate::split::signal::SignalError),
 }
 
 /// What [`Gateway::reload_streams`] did, to report or undo.
@@ -62,6 +64,8 @@ pub struct Gateway {
     /// Session of each static stream route, by route name.
     pub static_sessions: HashMap<String, SessionId>,
     pub started: Instant,
+    /// The split signaling agent (`[split]` configs only).
+    split_signal: Option<crate::split::signal::Agent>,
 }
 
 impl Gateway {
@@ -83,6 +87,7 @@ impl Gateway {
             stop,
             static_sessions: HashMap::new(),
             started: Instant::now(),
+            split_signal: None,
         };
         let ready_within = Duration::from_secs(5);
         if !gw.wait_ready(ready_within) {
@@ -117,6 +122,14 @@ impl Gateway {
                 return Err(e.into());
             }
         }
+        match crate::split::signal::gateway::start(&gw.config, &gw.proxies, Arc::clone(&gw.routes))
+        {
+            Ok(a) => gw.split_signal = a,
+            Err(e) => {
+                gw.stop_workers();
+                return Err(e.into());
+            }
+        }
         Ok(gw)
     }
 
@@ -141,6 +154,9 @@ impl Gateway {
         }
         if old.control.listen != new.control.listen {
             restart.push("control.listen");
+        }
+        if old.split != new.split {
+            restart.push("split");
         }
         if !restart.is_empty() {
             return Err(format!(
@@ -179,6 +195,11 @@ impl Gateway {
         self.routes
             .set_relatch_after_ms(new.security.relatch_after_ms);
         self.config = new;
+        // The peer half's agent listens for what our proxies serve now.
+        if let Some(agent) = &self.split_signal {
+            let (udp, tcp) = crate::split::signal::gateway::announced(&self.config, &self.proxies);
+            agent.announce(udp, tcp);
+        }
         Ok(format!(
             "stream routes: {} added or changed, {} removed or replaced, {} unchanged; signaling proxies: {} started, {} stopped, {} restarted ({} live calls/sessions ended on replaced routes)",
             streams.installed.len(),
@@ -362,8 +383,37 @@ impl Gateway {
             .count()
     }
 
+    /// The split signaling agent's counters (`None` on a single host).
+    pub fn split_signal_stats(&self) -> Option<Arc<crate::split::signal::SignalStats>> {
+        self.split_signal.as_ref().map(|a| Arc::clone(&a.stats))
+    }
+
     pub fn describe(&self) -> String {
-        self.engine.describe()
+        match &self.config.split {
+            Some(s) => format!(
+                "split half {}: out link {} -> {} (fec {}), in link {} <- {} (fec {}); {}",
+                s.half,
+                s.out_link.interface,
+                s.out_link.peer,
+                s.out_link
+                    .fec
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "off".into()),
+                s.in_link.interface,
+                s.in_link.peer,
+                s.in_link
+                    .fec
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "off".into()),
+                self.engine.describe()
+            ),
+            None => self.engine.describe(),
+        }
+    }
+
+    /// A split half's link counters; `None` on a single host.
+    pub fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
+        self.engine.split_stats()
     }
 
     /// The workers' counters (shared; they stay readable after shutdown).
@@ -412,6 +462,8 @@ impl Gateway {
         for p in self.proxies.drain(..) {
             p.shutdown();
         }
+        // Then the split agent: it says goodbye, so the peer ends its side at once.
+        self.split_signal = None;
         for w in self.workers.drain(..) {
             if w.thread.join().is_err() {
                 tracing::error!(worker = w.stats.index, "worker panicked");

@@ -57,5 +57,6 @@ pub mod gateway;
 pub mod logging;
 pub mod routes;
 pub mod signaling;
+pub mod split;
 pub mod stats;
 pub mod wire;

@@ -1,6 +1,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    vgate::logging::init();
-    vgate::cli::main(vgate::cli::Cli::parse())
+    let cli = vgate::cli::Cli::parse();
+    vgate::logging::init(cli.log_format);
+    vgate::cli::main(cli)
 }

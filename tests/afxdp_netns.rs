@@ -263,12 +263,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = (
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        bed.ip("GB_IP"),
-        bed.ip("B_IP"),
-    );
+    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");

@@ -650,8 +650,8 @@ fn floods_leave_legitimate_streams_whole() {
     );
     let sip_dropped = metric(
         &metrics,
-        "vgate_signaling_events_total",
-        &["route=\"sipu\"", "dropped_malformed"],
+        "vgate_signaling_dropped_total",
+        &["route=\"sipu\"", "reason=\"malformed\""],
     );
     assert!(
         sip_dropped > 0,

@@ -97,6 +97,30 @@ fn example_appliance_config_checks() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("engine.cpus"));
 }
 
+#[test]
+fn example_half_configs_check() {
+    for (half, face) in [
+        ("a", "domain b is the link face"),
+        ("b", "domain a is the link face"),
+    ] {
+        let out = Command::new(common::vgate_bin())
+            .args(["check-config", "--cpus", "2"])
+            .arg(repo().join(format!("systemd/vgate-half-{half}.toml")))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("split half {half}: {face}")),
+            "{stdout}"
+        );
+    }
+}
+
 /// A namespace with a 4-queue veth pair, removed on drop.
 struct Ns(String);
 

@@ -71,6 +71,7 @@ fn settings() -> Settings {
             vgate::config::SignalingKind::Rtsp,
         )),
         events: Arc::new(Default::default()),
+        trace: None,
     }
 }
 

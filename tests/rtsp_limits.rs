@@ -136,8 +136,10 @@ fn event(name: &str) -> u64 {
     let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
-    let key =
-        format!("vgate_signaling_events_total{{route=\"cam\",kind=\"rtsp\",event=\"{name}\"}} ");
+    let key = format!(
+        "{} ",
+        vgate::control::metrics::event_series("cam", "rtsp", name)
+    );
     out.lines()
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.trim().parse::<f64>().ok())

@@ -874,7 +874,7 @@ fn record_push_crosses_on_the_reverse_channel() {
     let ev = |e: &str| {
         metric(
             &rig,
-            &format!("vgate_signaling_events_total{{route=\"cam\",kind=\"rtsp\",event=\"{e}\"}}"),
+            &vgate::control::metrics::event_series("cam", "rtsp", e),
         )
     };
     let deadline = Instant::now() + Duration::from_secs(5);

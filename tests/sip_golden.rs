@@ -1949,3 +1949,32 @@ fn a_devices_call_id_with_its_address_never_reaches_the_platform() {
     let outs = t.send(Face::Listen, "10.1.0.20:5070", &again);
     assert_eq!(call_id_of(&text(&outs[0])), call_id_of(&text(&fwd)));
 }
+
+#[test]
+fn registrations_list_only_contacts_the_registrar_confirmed() {
+    let mut t = bench(1);
+    let outs = t.send(Face::Listen, "10.1.0.20:5070", &register(5070, 1, 3600));
+    assert!(
+        t.core.registrations(t.now).is_empty(),
+        "pending until the 2xx"
+    );
+    let fwd = outs[0].clone();
+    answer_register(&mut t, &fwd, "200 OK");
+    let regs = t.core.registrations(t.now);
+    assert_eq!(regs.len(), 1, "{regs:?}");
+    let r = &regs[0];
+    assert_eq!(r.id, "34020000001320000001");
+    assert_eq!(r.peer, "10.1.0.20:5070".parse().unwrap());
+    assert_eq!(r.token, token(&outs[0]));
+    assert!(r.expires_in > Duration::from_secs(3500) && r.expires_in <= Duration::from_secs(3700));
+}
+
+#[test]
+fn call_setup_time_is_observed_once_per_answered_call() {
+    let mut t = bench(0);
+    let (before, _) = t.core.stats.call_setup.snapshot();
+    assert_eq!(before.last().unwrap().1, 0);
+    establish_call(&mut t);
+    let (after, _) = t.core.stats.call_setup.snapshot();
+    assert_eq!(after.last().unwrap().1, 1, "{after:?}");
+}

@@ -469,7 +469,7 @@ fn udp_sink(
     })
 }
 
-/// `vgate_signaling_events_total` of a SIP route, from the metrics inside `g_ns`.
+/// A proxy event of a SIP route (in its family, see `metrics::event_series`), from the metrics inside `g_ns`.
 fn sip_event(g_ns: &str, route: &str, event: &str) -> u64 {
     let (route, event) = (route.to_owned(), event.to_owned());
     in_netns(g_ns, move || {
@@ -480,12 +480,12 @@ fn sip_event(g_ns: &str, route: &str, event: &str) -> u64 {
             .unwrap();
         let mut text = String::new();
         let _ = s.read_to_string(&mut text);
-        let needle = format!("route=\"{route}\",kind=\"sip\",event=\"{event}\"}} ");
+        let needle = format!(
+            "{} ",
+            vgate::control::metrics::event_series(&route, "sip", &event)
+        );
         text.lines()
-            .find_map(|l| {
-                l.split_once(&needle)
-                    .map(|(_, v)| v.trim().parse().unwrap())
-            })
+            .find_map(|l| l.strip_prefix(&needle).map(|v| v.trim().parse().unwrap()))
             .unwrap_or_else(|| panic!("no {needle} in the metrics"))
     })
 }

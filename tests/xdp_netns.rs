@@ -3,27 +3,27 @@
 //! receivers in B, with the AF_XDP path of mode `zc` behind it for what the program does not
 //! forward.
 //!
-//! Checked: every packet delivered exactly once, from the gateway's B address and the
-//! route's egress port, and most of them by the kernel (the gateway's B-side veth counts
-//! frames redirected into it: `tx_queue_N_xdp_xmit`); per-route counters in the admin API
-//! equal what was sent; route add/remove while traffic flows takes effect at once; frames the
-//! fast path must not forward (wrong source, IP options, fragments, truncated or
-//! inconsistent lengths, oversize, unknown port) are forwarded correctly by the slow path or
-//! dropped with their reason counter, never forwarded wrongly; nothing stays attached after
-//! exit or `kill -9`.
+//! Checked: every packet delivered exactly once, from the gateway's address and the route's
+//! egress port (both channels: A → B, and the reverse B → A), and most of them by the kernel
+//! (the gateway's egress veth counts frames redirected into it: `tx_queue_N_xdp_xmit`);
+//! per-route counters in the admin API equal what was sent; route add/remove while traffic
+//! flows takes effect at once; frames the fast path must not forward (wrong source, IP
+//! options, fragments, truncated or inconsistent lengths, bad header checksum, oversize,
+//! unknown port) are forwarded correctly by the slow path or dropped with their reason
+//! counter, never forwarded wrongly; nothing stays attached after exit or `kill -9`.
 //!
 //! The bed for native XDP redirect between veths: the gateway's B-side veth takes redirected
 //! frames only when its peer (in B) has NAPI — GRO on (`ethtool -K vb gro on`, done here) or
 //! an XDP program of its own; without either the kernel drops them (`xdp_xmit_errors`). The
-//! senders in A turn TX checksum offload off, so their UDP checksums are complete when the
-//! XDP program updates them (see `engine::xdp`).
+//! senders turn TX checksum offload off, so their UDP checksums are complete when the XDP
+//! program updates them (see `engine::xdp`). Both are set on A's and B's veths.
 //!
 //! Needs root, `ip` (iproute2), `ethtool` and `python3` (raw frames for the bad-input test);
 //! without them each test says it did not run (and fails under `CI=true`).
 
 mod common;
 
-use std::net::SocketAddrV4;
+use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{in_netns, prerequisites, Bed};
+use common::{enter_netns, in_netns, prerequisites, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -55,8 +55,11 @@ fn ethtool(ns: &str, args: &[&str]) -> String {
 /// The bed as mode xdp needs it (see the module doc).
 fn xdp_bed() -> Bed {
     let bed = Bed::up(4);
-    ethtool(bed.get("A_NS"), &["-K", bed.get("A_IF"), "tx", "off"]);
-    ethtool(bed.get("B_NS"), &["-K", bed.get("B_IF"), "gro", "on"]);
+    // Both directions: the reverse channel's senders are in B, its sinks in A.
+    for (ns, dev) in [("A_NS", "A_IF"), ("B_NS", "B_IF")] {
+        ethtool(bed.get(ns), &["-K", bed.get(dev), "tx", "off"]);
+        ethtool(bed.get(ns), &["-K", bed.get(dev), "gro", "on"]);
+    }
     bed
 }
 
@@ -233,12 +236,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = (
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        bed.ip("GB_IP"),
-        bed.ip("B_IP"),
-    );
+    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9953), "test").unwrap();
     let (g, gb_if) = (g_ns.clone(), bed.get("GB_IF").to_owned());
     let xmit = move || xmit_of(&g, &gb_if).0;
@@ -421,6 +419,26 @@ fn frame(bed: &Bed, seq: u32, f: Frame) -> Vec<u8> {
     out
 }
 
+/// A gateway started in namespace `g_ns` with one admin session holding `spec`'s ports and
+/// route.
+fn gateway_with_route(
+    g_ns: &str,
+    cfg: vgate::config::Config,
+    spec: vgate::routes::RouteSpec,
+) -> vgate::gateway::Gateway {
+    use vgate::routes::SessionKind;
+    in_netns(g_ns, move || {
+        let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
+        let s = gw.routes.open_session(SessionKind::Admin, &spec.label);
+        gw.routes.reserve_port(s, spec.ingress, spec.port).unwrap();
+        gw.routes
+            .reserve_port(s, spec.ingress.other(), spec.egress_port)
+            .unwrap();
+        gw.routes.add_route(s, spec).unwrap();
+        gw
+    })
+}
+
 /// Sends raw Ethernet frames out of A's veth (python3's AF_PACKET socket).
 fn send_frames(bed: &Bed, frames: &[Vec<u8>]) {
     let hex: Vec<String> = frames
@@ -463,7 +481,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         return;
     }
     use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec, SessionKind};
+    use vgate::routes::{Channel, RouteSpec};
     use vgate::stats::DropReason;
 
     let bed = xdp_bed();
@@ -567,28 +585,20 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         .map(|(i, _)| i as u32)
         .collect();
     let b_ns = bed.get("B_NS").to_owned();
-    let gw = in_netns(&g_ns, move || {
-        let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
-        let s = gw.routes.open_session(SessionKind::Admin, "bad input");
-        gw.routes.reserve_port(s, DomainId::A, A_PORTS).unwrap();
-        gw.routes.reserve_port(s, DomainId::B, B_PORTS).unwrap();
-        gw.routes
-            .add_route(
-                s,
-                RouteSpec {
-                    ingress: DomainId::A,
-                    port: A_PORTS,
-                    dest: SocketAddrV4::new(b_ip, SINK_PORTS),
-                    egress_port: B_PORTS,
-                    policy: SourcePolicy::Strict,
-                    expected: Some(SocketAddrV4::new(a_ip, 5000)),
-                    rtp_only: false,
-                    label: "strict".into(),
-                },
-            )
-            .unwrap();
-        gw
-    });
+    let gw = gateway_with_route(
+        &g_ns,
+        cfg,
+        RouteSpec {
+            ingress: DomainId::A,
+            port: A_PORTS,
+            dest: SocketAddrV4::new(b_ip, SINK_PORTS),
+            egress_port: B_PORTS,
+            policy: SourcePolicy::Strict,
+            expected: Some(SocketAddrV4::new(a_ip, 5000)),
+            rtp_only: false,
+            label: "strict".into(),
+        },
+    );
     let sinks = Sinks::start(b_ns, b_ip, gb_ip, 1);
     let (x0, _) = fast_xmit(&bed);
     send_frames(&bed, &frames);
@@ -623,6 +633,79 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         3,
         "IPv4 length beyond the frame, UDP length beyond IPv4's, bad header checksum: {fwd:?}"
     );
+    assert!(
+        xdp_links(&g_ns).is_empty(),
+        "nothing left: {:?}",
+        xdp_links(&g_ns)
+    );
+}
+
+/// The reverse channel (B → A) takes the fast path too: every packet delivered once from the
+/// gateway's A address and the route's egress port, redirected into the A-side veth.
+#[test]
+fn xdp_forwards_the_reverse_channel_in_the_kernel() {
+    if !prerequisites(
+        "xdp_forwards_the_reverse_channel_in_the_kernel",
+        true,
+        NEEDS,
+    ) {
+        return;
+    }
+    use vgate::config::{DomainId, SourcePolicy};
+    use vgate::routes::RouteSpec;
+    const COUNT: u32 = 200;
+    let bed = xdp_bed();
+    let g_ns = bed.get("G_NS").to_owned();
+    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let (in_port, out_port) = (B_PORTS + 500, A_PORTS + 500);
+    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9955), "test").unwrap();
+    let gw = gateway_with_route(
+        &g_ns,
+        cfg,
+        RouteSpec {
+            ingress: DomainId::B,
+            port: in_port,
+            dest: SocketAddrV4::new(a_ip, SINK_PORTS),
+            egress_port: out_port,
+            policy: SourcePolicy::Any,
+            expected: None,
+            rtp_only: false,
+            label: "talkback".into(),
+        },
+    );
+    let x0 = xmit_of(&g_ns, bed.get("GA_IF")).0;
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let rx = std::thread::spawn(move || {
+        enter_netns(&a_ns).unwrap();
+        let s = UdpSocket::bind((a_ip, SINK_PORTS)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let _ = ready_tx.send(());
+        let mut seqs = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            assert_eq!(from, SocketAddrV4::new(ga_ip, out_port).into(), "source");
+            seqs.push(parse_packet(&buf[..n]).expect("the packet").1);
+        }
+        seqs
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let tx = std::thread::spawn(move || {
+        enter_netns(&b_ns).unwrap();
+        let s = UdpSocket::bind((b_ip, 0)).unwrap();
+        for seq in 0..COUNT {
+            s.send_to(&packet(0, seq), (gb_ip, in_port)).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    tx.join().unwrap();
+    let mut seqs = rx.join().unwrap();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..COUNT).collect::<Vec<_>>(), "each packet once");
+    let by_kernel = xmit_of(&g_ns, bed.get("GA_IF")).0 - x0;
+    assert_eq!(by_kernel, u64::from(COUNT), "all by the kernel");
+    in_netns(&g_ns, move || drop(gw));
     assert!(
         xdp_links(&g_ns).is_empty(),
         "nothing left: {:?}",

@@ -8,6 +8,7 @@
 //! cores" check.
 
 mod raw;
+mod split;
 mod validate;
 
 use std::fmt;
@@ -16,7 +17,7 @@ use std::path::Path;
 
 use ipnet::Ipv4Net;
 
-pub use validate::{auto_cpus, validate};
+pub use validate::{auto_cpus, validate, Invalid};
 
 /// The file compiled into the binary: a loopback gateway that runs without privileges.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -203,6 +204,8 @@ pub struct SignalingRoute {
     pub rtsp: Option<RtspOptions>,
     /// Access control, limits and timers of the SIP proxy serving this route.
     pub policy: SignalingPolicy,
+    /// Message traces at debug level (`trace = true`), see `signaling::proxy::trace`.
+    pub trace: bool,
 }
 
 /// Per-route access control, limits and timers of a SIP proxy.
@@ -373,6 +376,8 @@ pub struct Config {
     pub control: Control,
     pub signaling: Vec<SignalingRoute>,
     pub streams: Vec<StaticStream>,
+    /// `Some`: this process is one half of a split appliance (`[split]`).
+    pub split: Option<crate::split::SplitConfig>,
 }
 
 impl Config {

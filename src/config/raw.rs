@@ -21,6 +21,36 @@ pub struct RawConfig {
     pub signaling_route: Vec<RawSignalingRoute>,
     #[serde(default)]
     pub stream_route: Vec<RawStreamRoute>,
+    /// This process is one half of a split appliance (absent: the single-host gateway).
+    pub split: Option<RawSplit>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSplit {
+    pub half: Spanned<String>,
+    pub peer_face: Spanned<String>,
+    pub out_link: RawLink,
+    pub in_link: RawLink,
+    pub signal: crate::split::signal::SignalLinkConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLink {
+    pub interface: Spanned<String>,
+    pub local: Spanned<String>,
+    pub peer: Spanned<String>,
+    /// Outgoing link only.
+    pub peer_mac: Option<Spanned<String>>,
+    #[serde(default = "default_fec")]
+    pub fec: Spanned<String>,
+    /// Incoming link only: the CPU of its receive worker.
+    pub cpu: Option<Spanned<i64>>,
+}
+
+fn default_fec() -> Spanned<String> {
+    Spanned::new(0..0, "off".to_string())
 }
 
 #[derive(Debug, Deserialize)]
@@ -171,6 +201,9 @@ pub struct RawSignalingRoute {
     /// Seconds without media before a call or session is ended; 0 turns it off.
     /// Shared by SIP and RTSP routes.
     pub media_timeout: Option<Spanned<i64>>,
+    /// Log every message crossing, both faces, at debug level (target `vgate::trace`).
+    #[serde(default)]
+    pub trace: bool,
     // ---- RTSP routes only (refused on other kinds) ----
     /// Path-prefix upstreams; without any, every path goes to `upstream`.
     #[serde(default)]

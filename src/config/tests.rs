@@ -614,3 +614,109 @@ fn rtsp_request_timeout_and_sip_only_keys() {
     assert_eq!(p.max_connections_per_source, 3);
     assert_eq!(p.rate_limit, 5);
 }
+
+mod split {
+    use super::super::parse_for;
+
+    const HALF_A: &str = include_str!("../../systemd/vgate-half-a.toml");
+    const HALF_B: &str = include_str!("../../systemd/vgate-half-b.toml");
+
+    fn err(text: &str) -> String {
+        parse_for(text, "h.toml", 2)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "accepted".into())
+    }
+
+    #[test]
+    fn example_halves_are_accepted() {
+        let a = parse_for(HALF_A, "a", 2).unwrap();
+        let s = a.split.as_ref().unwrap();
+        assert_eq!(s.half, crate::split::Half::A);
+        assert_eq!(s.link_face(), super::super::DomainId::B);
+        assert_eq!(a.engine.max_payload, crate::split::fec::MAX_PAYLOAD);
+        assert_eq!(s.out_link.fec.unwrap().to_string(), "8+2");
+        let b = parse_for(HALF_B, "b", 2).unwrap();
+        assert_eq!(b.split.unwrap().half, crate::split::Half::B);
+        // A single-host config has no split.
+        assert!(super::super::Config::embedded_default().split.is_none());
+    }
+
+    #[test]
+    fn half_checks_name_the_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("half = \"a\"", "half = \"c\"", "split.half"),
+            (
+                "interface = \"rev0\"\nlocal = \"10.99.2.1:7002\"",
+                "interface = \"fwd0\"\nlocal = \"10.99.2.1:7002\"",
+                "split.in_link.interface: the incoming and outgoing links must be different",
+            ),
+            (
+                "interface = \"sig0\"",
+                "interface = \"rev0\"",
+                "split.signal.interface",
+            ),
+            (
+                "interface = \"fwd0\"",
+                "interface = \"ens1f0\"",
+                "domain a's interface",
+            ),
+            (
+                "peer = \"10.99.2.2:7002\"",
+                "peer = \"10.1.0.9:7002\"",
+                "split.in_link.peer: 10.1.0.9 lies in domain a",
+            ),
+            (
+                "networks = [\"127.77.0.2/32\"]",
+                "networks = [\"127.77.0.0/24\"]",
+                "split.peer_face: in half a domain b is the link face",
+            ),
+            (
+                "fec = \"8+2\"\n\n# Reverse",
+                "fec = \"8+0\"\n\n# Reverse",
+                "split.out_link.fec",
+            ),
+            (
+                "peer_mac = \"02:00:00:99:01:02\"",
+                "peer_mac = \"02:00:00:99:01\"",
+                "split.out_link.peer_mac",
+            ),
+            (
+                "peer_mac = \"02:00:00:99:01:02\"\n",
+                "",
+                "split.out_link.peer_mac: the outgoing link needs peer_mac",
+            ),
+            (
+                "key = \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"",
+                "key = \"0011\"",
+                "split.signal.key",
+            ),
+            (
+                "queues = 1\n",
+                "queues = 1\nmax_payload = 1472\n",
+                "engine.max_payload",
+            ),
+            (
+                "dead_after_ms = 3000",
+                "dead_after_ms = 600",
+                "split.signal.dead_after_ms",
+            ),
+            ("# cpu = 1", "cpu = 7", "split.in_link.cpu"),
+            (
+                "mode = \"stack\"",
+                "mode = \"xdp\"",
+                "engine.mode: mode xdp",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(HALF_A.contains(from), "example lacks {from:?}");
+            let text = HALF_A.replacen(from, to, 1);
+            let e = err(&text);
+            assert!(e.contains(want), "{from:?} -> {to:?}: {e}");
+            assert!(e.starts_with("h.toml:"), "{e}");
+        }
+        // Unknown keys are refused in every split table.
+        let e = err(&HALF_A.replace("[split.in_link]\n", "[split.in_link]\nretries = 3\n"));
+        assert!(e.contains("unknown field"), "{e}");
+    }
+}

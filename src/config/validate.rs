@@ -25,7 +25,11 @@ pub struct Invalid {
 
 type Result<T> = std::result::Result<T, Invalid>;
 
-fn invalid<T>(at: &Spanned<T>, key: impl Into<String>, message: impl Into<String>) -> Invalid {
+pub(super) fn invalid<T>(
+    at: &Spanned<T>,
+    key: impl Into<String>,
+    message: impl Into<String>,
+) -> Invalid {
     let span = at.span();
     Invalid {
         // Defaults carry an empty span at 0: they have no place in the file.
@@ -41,7 +45,11 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
     let b = domain(DomainId::B, &raw.domains.b)?;
     cross_domain(&a, &b, &raw.domains.b)?;
     let domains = [a, b];
-    let engine = engine(raw, cpus)?;
+    let mut engine = engine(raw, cpus)?;
+    if raw.split.is_some() && raw.engine.max_payload.span() == (0..0) {
+        // A half's media rides in link frames: the default shrinks to what a frame carries.
+        engine.max_payload = engine.max_payload.min(crate::split::fec::MAX_PAYLOAD);
+    }
     let relatch_after_ms =
         match &raw.security.relatch_after_ms {
             None => crate::routes::DEFAULT_RELATCH_AFTER_MS,
@@ -188,6 +196,11 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         streams.push(s);
     }
 
+    let split = match &raw.split {
+        None => None,
+        Some(r) => Some(super::split::split(r, &domains, &engine, cpus)?),
+    };
+
     Ok(Config {
         domains,
         engine,
@@ -195,6 +208,7 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         control,
         signaling,
         streams,
+        split,
     })
 }
 
@@ -440,6 +454,7 @@ fn signaling_route(
         upstream,
         rtsp,
         policy,
+        trace: r.trace,
     })
 }
 
@@ -982,7 +997,7 @@ fn route_name(s: &Spanned<String>, key: &str) -> Result<String> {
     Ok(name.clone())
 }
 
-fn domain_id(s: &Spanned<String>, key: &str) -> Result<DomainId> {
+pub(super) fn domain_id(s: &Spanned<String>, key: &str) -> Result<DomainId> {
     match s.get_ref().as_str() {
         "a" => Ok(DomainId::A),
         "b" => Ok(DomainId::B),
@@ -1014,13 +1029,13 @@ fn port_range(s: &Spanned<String>, key: &str) -> Result<PortRange> {
     Ok(PortRange { first, last })
 }
 
-fn parse_ipv4(s: &Spanned<String>, key: &str) -> Result<Ipv4Addr> {
+pub(super) fn parse_ipv4(s: &Spanned<String>, key: &str) -> Result<Ipv4Addr> {
     s.get_ref()
         .parse()
         .map_err(|_| invalid(s, key, "expected an IPv4 address such as \"10.0.0.1\""))
 }
 
-fn parse_sockaddr(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
+pub(super) fn parse_sockaddr(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
     let addr = parse_sockaddr_any_port(s, key)?;
     if addr.port() == 0 {
         return Err(invalid(s, key, "the port must not be 0"));

@@ -12,6 +12,9 @@
 //! | `GET /api/v1/sessions` | live sessions |
 //! | `DELETE /api/v1/sessions/{id}` | end a session: its routes go, its ports come back |
 //! | `POST /api/v1/reload` | re-read the config file (same as SIGHUP) |
+//! | `GET /api/v1/registrations` | devices registered through each SIP route: ID, contact, expiry |
+//! | `GET /api/v1/log-level` | the log filter in force |
+//! | `PUT /api/v1/log-level` | replace it: `{"level": "debug"}` (a level or `RUST_LOG` directives) |
 //!
 //! One thread serves requests one at a time with a bounded body, so no client can make it
 //! allocate without limit. Malformed requests get a 4xx with a reason in a JSON body.
@@ -219,6 +222,11 @@ fn route(
         (Method::Get, ["api", "v1", "sessions"]) => ok(sessions_json(st)),
         (Method::Delete, ["api", "v1", "sessions", id]) => kill_session(id, st),
         (Method::Post, ["api", "v1", "reload"]) => do_reload(reload),
+        (Method::Get, ["api", "v1", "registrations"]) => ok(registrations_json(st)),
+        (Method::Get, ["api", "v1", "log-level"]) => {
+            ok(json!({ "level": crate::logging::level() }))
+        }
+        (Method::Put, ["api", "v1", "log-level"]) => set_log_level(body),
         (_, ["metrics"] | ["api", "v1", ..]) => {
             err(405, format!("{method} is not allowed on {path}"))
         }
@@ -226,6 +234,43 @@ fn route(
             404,
             format!("no such resource: {path}; see `vgate --help` for the admin API"),
         ),
+    }
+}
+
+/// Every SIP route's registered devices (refreshed by each proxy once a second).
+fn registrations_json(st: &ControlState) -> Value {
+    let mut list = Vec::new();
+    for (route, stats) in st.signaling.all() {
+        for r in stats.registrations() {
+            list.push(json!({
+                "route": route, "id": r.id, "domain": r.domain.name(), "contact": r.contact,
+                "peer": r.peer.to_string(), "binding": r.token,
+                "expires_in_seconds": r.expires_in.as_secs(),
+            }));
+        }
+    }
+    json!({ "registrations": list })
+}
+
+/// The body of `PUT /api/v1/log-level`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogLevel {
+    level: String,
+}
+
+fn set_log_level(body: &[u8]) -> Answer {
+    let req: LogLevel = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return err(400, format!("expected {{\"level\": \"debug\"}}: {e}")),
+    };
+    match crate::logging::set_level(&req.level) {
+        Ok(level) => {
+            tracing::info!("log level set to {level} through the admin interface");
+            ok(json!({ "level": level }))
+        }
+        Err(e @ crate::logging::LogLevelError::Invalid { .. }) => err(400, e.to_string()),
+        Err(e) => err(409, e.to_string()),
     }
 }
 
@@ -291,8 +336,23 @@ fn stats(st: &ControlState) -> Value {
             (d.name().to_string(), json!({ "used": used, "free": free }))
         })
         .collect();
+    let split_signal = st.split_signal.as_ref().map(|sig| {
+        let counters: serde_json::Map<String, Value> = sig
+            .list()
+            .into_iter()
+            .map(|(k, _, v)| (k.to_string(), json!(v)))
+            .collect();
+        let last = sig.peer_last_ms.load(Relaxed);
+        json!({
+            "peer_up": sig.peer_up.load(Relaxed) == 1,
+            "peer_last_seen_ms_ago": (last > 0).then(|| now_ms().saturating_sub(last)),
+            "counters": counters,
+        })
+    });
     json!({
+        "split": st.split.as_ref().map(|s| s.to_json()),
         "uptime_seconds": st.started.elapsed().as_secs_f64(),
+        "split_signal": split_signal,
         "engine": st.engine,
         "healthy": st.healthy(now_ms()),
         "channels": channels,

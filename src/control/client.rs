@@ -85,6 +85,17 @@ impl Client {
         self.finish(req.send(body.to_string()))
     }
 
+    pub fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        let mut req = self
+            .agent
+            .put(self.url(path))
+            .content_type("application/json");
+        if let Some(a) = self.auth() {
+            req = req.header("Authorization", a);
+        }
+        self.finish(req.send(body.to_string()))
+    }
+
     pub fn delete(&self, path: &str) -> Result<Value, ClientError> {
         let mut req = self.agent.delete(self.url(path));
         if let Some(a) = self.auth() {
@@ -187,6 +198,63 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
             );
         }
     }
+    let sig = &cur["split_signal"];
+    if sig.is_object() {
+        let c = &sig["counters"];
+        let _ = writeln!(
+            s,
+            "\nSPLIT PEER {}  last heard {}  frames in/out {}/{}  bytes in/out {}/{}\n  auth failures {}  replays {}  malformed {}  truncated {}  refused {}  resets {}  peer lost {}  restarts {}  sessions ended {}",
+            if sig["peer_up"].as_bool() == Some(true) { "UP" } else { "DOWN" },
+            sig["peer_last_seen_ms_ago"]
+                .as_u64()
+                .map(|ms| format!("{ms} ms ago"))
+                .unwrap_or_else(|| "never".into()),
+            c["frames_in"], c["frames_out"], c["bytes_in"], c["bytes_out"],
+            c["auth_failures"], c["replays"], c["malformed"], c["truncated"], c["refused"],
+            c["resets"], c["peer_lost"], c["peer_restarts"], c["sessions_ended"]
+        );
+    }
+    if cur["split"].is_object() {
+        let _ = writeln!(
+            s,
+            "\nSPLIT half {}\n{:<5} {:>6} {:>10} {:>10} {:>10} {:>9} {:>8}  drops by reason (since start)",
+            cur["split"]["half"].as_str().unwrap_or("?"),
+            "LINK", "FEC", "pkts/s", "Mbit/s", "repair/s", "repaired", "lost"
+        );
+        for l in ["out_link", "in_link"] {
+            let v = &cur["split"][l];
+            let mut drops = Vec::new();
+            if let Some(m) = v["drops"].as_object() {
+                for (k, n) in m {
+                    if num(n) > 0.0 {
+                        drops.push(format!("{k} {n}"));
+                    }
+                }
+            }
+            if num(&v["send_errors"]) > 0.0 {
+                drops.push(format!("send_error {}", v["send_errors"]));
+            }
+            if num(&v["wrong_direction"]) > 0.0 {
+                drops.push(format!("WRONG DIRECTION {}", v["wrong_direction"]));
+            }
+            let _ = writeln!(
+                s,
+                "{:<5} {:>6} {:>10.0} {:>10.2} {:>10.0} {:>9} {:>8}  {}",
+                if l == "out_link" { "out" } else { "in" },
+                v["fec"].as_str().unwrap_or("?"),
+                rate(&["split", l, "packets"]),
+                rate(&["split", l, "bytes"]) * 8.0 / 1e6,
+                rate(&["split", l, "repair_packets"]),
+                v["repaired"],
+                v["lost"],
+                if drops.is_empty() {
+                    "-".into()
+                } else {
+                    drops.join(", ")
+                }
+            );
+        }
+    }
     if let Some(worst) = cur["worst_routes"].as_array() {
         if !worst.is_empty() {
             let _ = writeln!(
@@ -239,4 +307,29 @@ pub fn stats_loop(
         shown += 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_stats;
+    use serde_json::json;
+
+    #[test]
+    fn the_split_peer_shows_in_the_live_view() {
+        let single = json!({ "uptime_seconds": 1.0, "healthy": true });
+        assert!(!render_stats(&single, &single, 1.0).contains("SPLIT PEER"));
+        let counters = json!({ "frames_in": 10, "frames_out": 12, "auth_failures": 2, "replays": 1, "sessions_ended": 3 });
+        let half = json!({
+            "uptime_seconds": 2.0, "healthy": true,
+            "split_signal": { "peer_up": false, "peer_last_seen_ms_ago": 4200, "counters": counters },
+        });
+        let screen = render_stats(&half, &half, 1.0);
+        assert!(
+            screen.contains("SPLIT PEER DOWN  last heard 4200 ms ago"),
+            "{screen}"
+        );
+        assert!(screen.contains("frames in/out 10/12"), "{screen}");
+        assert!(screen.contains("auth failures 2  replays 1"), "{screen}");
+        assert!(screen.contains("sessions ended 3"), "{screen}");
+    }
 }

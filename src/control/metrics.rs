@@ -77,19 +77,19 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("vgate_sessions", "gauge", "Live sessions by kind"),
     ("vgate_routes", "gauge", "Live stream routes per channel"),
     (
-        "vgate_routes_rtp_lost",
-        "gauge",
-        "RTP packets lost (sequence gaps) on the live routes of a channel",
+        "vgate_rtp_lost_packets_total",
+        "counter",
+        "RTP packets lost (sequence gaps not filled later) per channel, ended routes included",
     ),
     (
-        "vgate_routes_rtp_reordered",
-        "gauge",
-        "RTP packets that arrived out of order on the live routes of a channel",
+        "vgate_rtp_reordered_packets_total",
+        "counter",
+        "RTP packets that arrived out of order per channel, ended routes included",
     ),
     (
-        "vgate_routes_rtp_duplicate",
-        "gauge",
-        "Duplicate RTP packets on the live routes of a channel",
+        "vgate_rtp_duplicate_packets_total",
+        "counter",
+        "Duplicate RTP packets per channel, ended routes included",
     ),
     (
         "vgate_route_packets_total",
@@ -102,18 +102,346 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Per stream route (with control.per_stream_metrics): drops by reason",
     ),
     (
-        "vgate_route_rtp_lost",
+        "vgate_route_rtp_lost_packets",
         "gauge",
-        "Per stream route (with control.per_stream_metrics): RTP packets lost",
+        "Per stream route (with control.per_stream_metrics): RTP packets lost so far",
     ),
-    ("vgate_signaling_requests_total", "counter", "Signaling requests received per signaling route, by method"),
-    ("vgate_signaling_responses_total", "counter", "Signaling responses received per signaling route, by status class"),
     (
-        "vgate_signaling_events_total",
+        "vgate_signaling_requests_total",
         "counter",
-        "Per signaling route, the proxy's own events: refusals (403, 503 ...), rate-limited and malformed messages, timeouts, calls",
+        "Signaling requests received per signaling route, by method",
+    ),
+    (
+        "vgate_signaling_responses_total",
+        "counter",
+        "Signaling responses received per signaling route, by status class",
+    ),
+    (
+        "vgate_signaling_call_setup_seconds",
+        "histogram",
+        "SIP calls: time from the INVITE crossing to its first 2xx, per signaling route",
+    ),
+    (
+        "vgate_signaling_refused_total",
+        "counter",
+        "Requests or connections the proxy refused itself, per signaling route, by reason",
+    ),
+    (
+        "vgate_signaling_dropped_total",
+        "counter",
+        "Messages the proxy dropped without an answer, per signaling route, by reason",
+    ),
+    (
+        "vgate_signaling_timeouts_total",
+        "counter",
+        "Transactions or media that timed out, per signaling route, by what timed out",
+    ),
+    (
+        "vgate_signaling_calls_started_total",
+        "counter",
+        "Calls (dialogs with media) set up per signaling route",
+    ),
+    (
+        "vgate_signaling_calls_ended_total",
+        "counter",
+        "Calls ended per signaling route",
+    ),
+    (
+        "vgate_signaling_proxied_total",
+        "counter",
+        "The proxy's own message handling per signaling route: forwarded, retransmitted, answered",
+    ),
+    (
+        "vgate_signaling_upstream_failures_total",
+        "counter",
+        "Connections to the far side of a signaling route that failed",
+    ),
+    (
+        "vgate_rtsp_interleaved_frames_total",
+        "counter",
+        "RTP/RTCP frames carried inside RTSP connections, by direction",
+    ),
+    (
+        "vgate_rtsp_interleaved_bytes_total",
+        "counter",
+        "Bytes of frames carried inside RTSP connections, by direction",
+    ),
+    (
+        "vgate_signaling_other_events_total",
+        "counter",
+        "Proxy events not yet given a family of their own (see EVENT_FAMILIES)",
+    ),
+    (
+        "vgate_reloads_total",
+        "counter",
+        "Config reloads asked for (SIGHUP, vgate reload), by result: applied or rejected",
+    ),
+    (
+        "vgate_reload_last_success",
+        "gauge",
+        "1 when the last config reload was applied (or none was asked for), 0 when it was rejected",
+    ),
+    (
+        "vgate_build_info",
+        "gauge",
+        "Always 1; the labels name the vgate version and whether this build has the PF_RING engines",
+    ),
+    (
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time of the vgate process",
+    ),
+    (
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory of the vgate process",
+    ),
+    (
+        "process_open_fds",
+        "gauge",
+        "Open file descriptors of the vgate process",
+    ),
+    (
+        "process_max_fds",
+        "gauge",
+        "The process's limit on open file descriptors",
+    ),
+    (
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the vgate process, seconds since the Unix epoch",
     ),
 ];
+
+/// The families only a split half produces (its links); see [`crate::split`].
+pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "vgate_link_wrong_direction_packets",
+        "gauge",
+        "Split half: packets that travelled a one-way link the wrong way since start (received on the outgoing link's interface, sent on the incoming link's); must stay 0",
+    ),
+    (
+        "vgate_link_packets_total",
+        "counter",
+        "Split half: packets on each one-way link (out: sent, repair frames included; in: received)",
+    ),
+    ("vgate_link_bytes_total", "counter", "Split half: bytes on each one-way link"),
+    (
+        "vgate_link_fec_total",
+        "counter",
+        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate",
+    ),
+    (
+        "vgate_link_drops_total",
+        "counter",
+        "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
+    ),
+    ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
+    ("vgate_split_peer_last_seen_ms", "gauge", "Split half: Unix time in ms of the last frame from the other half (0: never)"),
+    ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
+];
+
+/// The family and label value each proxy event (see `Counters::list` of the SIP proxy and
+/// `Events::list` of the RTSP proxy) is exported as; an event missing here goes to
+/// `vgate_signaling_other_events_total{event=...}` until it is given a family.
+pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "bindings_refused",
+        "vgate_signaling_refused_total",
+        "bindings_per_source",
+    ),
+    (
+        "manscdp_refused",
+        "vgate_signaling_refused_total",
+        "manscdp_command",
+    ),
+    ("refused_peers", "vgate_signaling_refused_total", "peer"),
+    (
+        "refused_per_source",
+        "vgate_signaling_refused_total",
+        "connections_per_source",
+    ),
+    (
+        "refused_rate",
+        "vgate_signaling_refused_total",
+        "rate_limited",
+    ),
+    ("slow_requests", "vgate_signaling_timeouts_total", "request"),
+    ("forbidden", "vgate_signaling_refused_total", "forbidden"),
+    (
+        "rate_limited",
+        "vgate_signaling_refused_total",
+        "rate_limited",
+    ),
+    ("no_ports", "vgate_signaling_refused_total", "no_ports"),
+    ("table_full", "vgate_signaling_refused_total", "table_full"),
+    ("too_large", "vgate_signaling_refused_total", "too_large"),
+    (
+        "tcp_media_refused",
+        "vgate_signaling_refused_total",
+        "tcp_media",
+    ),
+    (
+        "tcp_connections_refused",
+        "vgate_signaling_refused_total",
+        "tcp_connections",
+    ),
+    (
+        "dropped_malformed",
+        "vgate_signaling_dropped_total",
+        "malformed",
+    ),
+    (
+        "dropped_keepalive",
+        "vgate_signaling_dropped_total",
+        "keepalive",
+    ),
+    (
+        "dropped_stray_responses",
+        "vgate_signaling_dropped_total",
+        "stray_response",
+    ),
+    (
+        "dropped_bad_sdp_responses",
+        "vgate_signaling_dropped_total",
+        "bad_sdp_response",
+    ),
+    (
+        "tcp_unframeable",
+        "vgate_signaling_dropped_total",
+        "tcp_unframeable",
+    ),
+    (
+        "interleaved_dropped",
+        "vgate_signaling_dropped_total",
+        "interleaved_unnegotiated",
+    ),
+    (
+        "invite_timeouts",
+        "vgate_signaling_timeouts_total",
+        "invite",
+    ),
+    ("media_timeouts", "vgate_signaling_timeouts_total", "media"),
+    ("calls_started", "vgate_signaling_calls_started_total", ""),
+    ("calls_ended", "vgate_signaling_calls_ended_total", ""),
+    (
+        "requests",
+        "vgate_signaling_proxied_total",
+        "requests_handled",
+    ),
+    (
+        "responses",
+        "vgate_signaling_proxied_total",
+        "responses_handled",
+    ),
+    (
+        "forwarded_requests",
+        "vgate_signaling_proxied_total",
+        "requests_forwarded",
+    ),
+    (
+        "forwarded_responses",
+        "vgate_signaling_proxied_total",
+        "responses_forwarded",
+    ),
+    (
+        "retransmissions",
+        "vgate_signaling_proxied_total",
+        "retransmissions",
+    ),
+    (
+        "answered_errors",
+        "vgate_signaling_proxied_total",
+        "errors_answered",
+    ),
+    (
+        "server_requests_forwarded",
+        "vgate_signaling_proxied_total",
+        "server_requests_forwarded",
+    ),
+    (
+        "server_requests_answered",
+        "vgate_signaling_proxied_total",
+        "server_requests_answered",
+    ),
+    (
+        "client_replies_forwarded",
+        "vgate_signaling_proxied_total",
+        "client_replies_forwarded",
+    ),
+    (
+        "track_teardowns",
+        "vgate_signaling_proxied_total",
+        "track_teardowns",
+    ),
+    (
+        "routed_by_user",
+        "vgate_signaling_proxied_total",
+        "routed_by_device_id",
+    ),
+    (
+        "manscdp_rewritten",
+        "vgate_signaling_proxied_total",
+        "manscdp_rewritten",
+    ),
+    (
+        "tcp_connect_failures",
+        "vgate_signaling_upstream_failures_total",
+        "",
+    ),
+    (
+        "interleaved_frames_to_client",
+        "vgate_rtsp_interleaved_frames_total",
+        "to_client",
+    ),
+    (
+        "interleaved_frames_to_server",
+        "vgate_rtsp_interleaved_frames_total",
+        "to_server",
+    ),
+    (
+        "interleaved_bytes_to_client",
+        "vgate_rtsp_interleaved_bytes_total",
+        "to_client",
+    ),
+    (
+        "interleaved_bytes_to_server",
+        "vgate_rtsp_interleaved_bytes_total",
+        "to_server",
+    ),
+];
+
+/// The label that tells a family's series apart (besides route and kind).
+fn event_label(family: &str) -> &'static str {
+    match family {
+        "vgate_signaling_refused_total" | "vgate_signaling_dropped_total" => "reason",
+        "vgate_signaling_timeouts_total" => "what",
+        "vgate_rtsp_interleaved_frames_total" | "vgate_rtsp_interleaved_bytes_total" => "direction",
+        "vgate_signaling_proxied_total" => "action",
+        _ => "event",
+    }
+}
+
+/// Where an event goes: (family, label value).
+fn event_family(event: &str) -> (&'static str, &str) {
+    EVENT_FAMILIES
+        .iter()
+        .find(|e| e.0 == event)
+        .map(|e| (e.1, e.2))
+        .unwrap_or(("vgate_signaling_other_events_total", event))
+}
+
+/// The series an event of signaling route `route` (of `kind`, "sip" or "rtsp") is exported
+/// as, e.g. `vgate_signaling_dropped_total{route="gb",kind="sip",reason="malformed"}`.
+pub fn event_series(route: &str, kind: &str, event: &str) -> String {
+    let (fam, value) = event_family(event);
+    if value.is_empty() {
+        format!("{fam}{{route=\"{route}\",kind=\"{kind}\"}}")
+    } else {
+        let label = event_label(fam);
+        format!("{fam}{{route=\"{route}\",kind=\"{kind}\",{label}=\"{value}\"}}")
+    }
+}
 
 struct Out {
     text: String,
@@ -123,6 +451,7 @@ impl Out {
     fn family(&mut self, name: &str) {
         let (n, kind, help) = FAMILIES
             .iter()
+            .chain(SPLIT_FAMILIES)
             .find(|f| f.0 == name)
             .copied()
             .unwrap_or((name, "untyped", ""));
@@ -263,6 +592,54 @@ pub fn render(st: &ControlState) -> String {
         );
     }
 
+    if let Some(sp) = &st.split {
+        let links = [
+            ("out", sp.out_link.snapshot()),
+            ("in", sp.in_link.snapshot()),
+        ];
+        o.family("vgate_link_packets_total");
+        for (l, s) in &links {
+            o.sample("vgate_link_packets_total", &[("link", l)], s.packets);
+        }
+        o.family("vgate_link_bytes_total");
+        for (l, s) in &links {
+            o.sample("vgate_link_bytes_total", &[("link", l)], s.bytes);
+        }
+        o.family("vgate_link_fec_total");
+        for (l, s) in &links {
+            for (what, v) in [
+                ("repair_packets", s.repair_packets),
+                ("repaired", s.repaired),
+                ("lost", s.lost),
+                ("late", s.late),
+                ("duplicate", s.duplicate),
+                ("restarts", s.restarts),
+            ] {
+                o.sample("vgate_link_fec_total", &[("link", l), ("what", what)], v);
+            }
+        }
+        o.family("vgate_link_drops_total");
+        for r in crate::split::link::LinkDrop::ALL {
+            o.sample(
+                "vgate_link_drops_total",
+                &[("link", "in"), ("reason", r.name())],
+                links[1].1.drop_count(r),
+            );
+        }
+        o.sample(
+            "vgate_link_drops_total",
+            &[("link", "out"), ("reason", "send_error")],
+            links[0].1.send_errors,
+        );
+        let (wrong_out, wrong_in) = sp.wrong_direction();
+        o.family("vgate_link_wrong_direction_packets");
+        for (l, w) in [("out", wrong_out), ("in", wrong_in)] {
+            if let Some(w) = w {
+                o.sample("vgate_link_wrong_direction_packets", &[("link", l)], w);
+            }
+        }
+    }
+
     o.family("vgate_ports_used");
     for d in DomainId::ALL {
         o.sample(
@@ -301,17 +678,14 @@ pub fn render(st: &ControlState) -> String {
             routes.iter().filter(|r| r.channel == c).count(),
         );
     }
-    let mut rtp = [crate::stats::rtp::RtpSnapshot::default(); 2];
-    for r in &routes {
-        rtp[r.channel.index()].add(&r.stats.rtp.snapshot());
-    }
+    let rtp = st.routes.rtp_totals();
     for (fam, get) in [
         (
-            "vgate_routes_rtp_lost",
+            "vgate_rtp_lost_packets_total",
             (|s: &crate::stats::rtp::RtpSnapshot| s.lost) as fn(&_) -> u64,
         ),
-        ("vgate_routes_rtp_reordered", |s| s.reordered),
-        ("vgate_routes_rtp_duplicate", |s| s.duplicate),
+        ("vgate_rtp_reordered_packets_total", |s| s.reordered),
+        ("vgate_rtp_duplicate_packets_total", |s| s.duplicate),
     ] {
         o.family(fam);
         for c in Channel::ALL {
@@ -319,26 +693,39 @@ pub fn render(st: &ControlState) -> String {
         }
     }
 
-    let signaling = st.signaling.all();
-    for (fam, rows) in [
-        ("vgate_signaling_requests_total", "method"),
-        ("vgate_signaling_responses_total", "class"),
-        ("vgate_signaling_events_total", "event"),
+    signaling_families(&mut o, st);
+    o.family("vgate_reloads_total");
+    for (result, n) in [
+        ("applied", &st.reloads.applied),
+        ("rejected", &st.reloads.rejected),
     ] {
-        o.family(fam);
-        for (name, s) in &signaling {
-            let kind = match s.kind {
-                crate::config::SignalingKind::Sip => "sip",
-                crate::config::SignalingKind::Rtsp => "rtsp",
-            };
-            let values = match rows {
-                "method" => s.requests(),
-                "class" => s.responses(),
-                _ => s.events(),
-            };
-            for (k, v) in values {
-                o.sample(fam, &[("route", name), ("kind", kind), (rows, k)], v);
-            }
+        o.sample(
+            "vgate_reloads_total",
+            &[("result", result)],
+            n.load(Relaxed),
+        );
+    }
+    o.family("vgate_reload_last_success");
+    o.sample(
+        "vgate_reload_last_success",
+        &[],
+        u8::from(st.reloads.last_ok.load(Relaxed)),
+    );
+    process_families(&mut o);
+
+    if let Some(sig) = &st.split_signal {
+        use std::sync::atomic::Ordering::Relaxed;
+        o.family("vgate_split_peer_up");
+        o.sample("vgate_split_peer_up", &[], sig.peer_up.load(Relaxed));
+        o.family("vgate_split_peer_last_seen_ms");
+        o.sample(
+            "vgate_split_peer_last_seen_ms",
+            &[],
+            sig.peer_last_ms.load(Relaxed),
+        );
+        o.family("vgate_split_signal_total");
+        for (event, _, v) in sig.list() {
+            o.sample("vgate_split_signal_total", &[("event", event)], v);
         }
     }
 
@@ -346,10 +733,12 @@ pub fn render(st: &ControlState) -> String {
         o.family("vgate_route_packets_total");
         for r in &routes {
             let port = r.port.to_string();
+            let ssrc = ssrc_label(r);
             let labels = [
                 ("route", &*r.label),
                 ("channel", r.channel.name()),
                 ("port", &port),
+                ("ssrc", &ssrc),
             ];
             o.packets(
                 "vgate_route_packets_total",
@@ -360,10 +749,12 @@ pub fn render(st: &ControlState) -> String {
         o.family("vgate_route_drops_total");
         for r in &routes {
             let port = r.port.to_string();
+            let ssrc = ssrc_label(r);
             let labels = [
                 ("route", &*r.label),
                 ("channel", r.channel.name()),
                 ("port", &port),
+                ("ssrc", &ssrc),
             ];
             o.drops(
                 "vgate_route_drops_total",
@@ -371,18 +762,146 @@ pub fn render(st: &ControlState) -> String {
                 &r.stats.packets.snapshot(),
             );
         }
-        o.family("vgate_route_rtp_lost");
+        o.family("vgate_route_rtp_lost_packets");
         for r in &routes {
             let port = r.port.to_string();
+            let ssrc = ssrc_label(r);
             let labels = [
                 ("route", &*r.label),
                 ("channel", r.channel.name()),
                 ("port", &port),
+                ("ssrc", &ssrc),
             ];
-            o.sample("vgate_route_rtp_lost", &labels, r.stats.rtp.snapshot().lost);
+            o.sample(
+                "vgate_route_rtp_lost_packets",
+                &labels,
+                r.stats.rtp.snapshot().lost,
+            );
         }
     }
     o.text
+}
+
+/// The SSRC a route carries, as RTP tools print it (`0x1a2b3c4d`), empty before a packet.
+fn ssrc_label(r: &crate::routes::StreamRoute) -> String {
+    r.stats
+        .rtp
+        .ssrc()
+        .map(|s| format!("{s:#010x}"))
+        .unwrap_or_default()
+}
+
+fn signaling_families(o: &mut Out, st: &ControlState) {
+    let signaling = st.signaling.all();
+    let kind_name = |k: crate::config::SignalingKind| match k {
+        crate::config::SignalingKind::Sip => "sip",
+        crate::config::SignalingKind::Rtsp => "rtsp",
+    };
+    for (fam, label) in [
+        ("vgate_signaling_requests_total", "method"),
+        ("vgate_signaling_responses_total", "class"),
+    ] {
+        o.family(fam);
+        for (name, s) in &signaling {
+            let values = if label == "method" {
+                s.requests()
+            } else {
+                s.responses()
+            };
+            for (k, v) in values {
+                o.sample(
+                    fam,
+                    &[("route", name), ("kind", kind_name(s.kind)), (label, k)],
+                    v,
+                );
+            }
+        }
+    }
+    o.family("vgate_signaling_call_setup_seconds");
+    for (name, s) in &signaling {
+        if s.kind != crate::config::SignalingKind::Sip {
+            continue;
+        }
+        let (buckets, sum) = s.call_setup.snapshot();
+        let fam = "vgate_signaling_call_setup_seconds";
+        for (le, n) in &buckets {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                le.to_string()
+            };
+            o.sample(&format!("{fam}_bucket"), &[("route", name), ("le", &le)], n);
+        }
+        o.sample(
+            &format!("{fam}_sum"),
+            &[("route", name)],
+            format!("{sum:.6}"),
+        );
+        let count = buckets.last().map_or(0, |b| b.1);
+        o.sample(&format!("{fam}_count"), &[("route", name)], count);
+    }
+    // Every event family once, in declaration order, with the samples that belong to it.
+    let events: Vec<_> = signaling
+        .iter()
+        .map(|(name, s)| (name, kind_name(s.kind), s.events()))
+        .collect();
+    let mut families: Vec<&str> = EVENT_FAMILIES.iter().map(|e| e.1).collect();
+    families.push("vgate_signaling_other_events_total");
+    families.dedup();
+    let mut done: Vec<&str> = Vec::new();
+    for fam in families {
+        if done.contains(&fam) {
+            continue;
+        }
+        done.push(fam);
+        o.family(fam);
+        let label = event_label(fam);
+        for (route, kind, list) in &events {
+            for (event, v) in list {
+                let (f, value) = event_family(event);
+                if f != fam {
+                    continue;
+                }
+                let mut labels = vec![("route", route.as_str()), ("kind", *kind)];
+                if !value.is_empty() {
+                    labels.push((label, value));
+                }
+                o.sample(fam, &labels, v);
+            }
+        }
+    }
+}
+
+/// `vgate_build_info` and the process metrics every Prometheus client library exports.
+fn process_families(o: &mut Out) {
+    o.family("vgate_build_info");
+    let pfring = if cfg!(vgate_pfring) { "true" } else { "false" };
+    o.sample(
+        "vgate_build_info",
+        &[("version", env!("CARGO_PKG_VERSION")), ("pfring", pfring)],
+        1,
+    );
+    let p = crate::control::process::sample();
+    o.family("process_cpu_seconds_total");
+    o.sample(
+        "process_cpu_seconds_total",
+        &[],
+        format!("{:.3}", p.cpu_seconds),
+    );
+    for (fam, v) in [
+        ("process_resident_memory_bytes", p.resident_bytes),
+        ("process_open_fds", p.open_fds),
+        ("process_max_fds", p.max_fds),
+    ] {
+        if let Some(v) = v {
+            o.family(fam);
+            o.sample(fam, &[], v);
+        }
+    }
+    if let Some(t) = p.start_time_seconds {
+        o.family("process_start_time_seconds");
+        o.sample("process_start_time_seconds", &[], format!("{t:.2}"));
+    }
 }
 
 #[cfg(test)]
@@ -396,16 +915,44 @@ mod tests {
 
     #[test]
     fn families_are_unique_and_named_vgate() {
-        let mut names: Vec<_> = FAMILIES.iter().map(|f| f.0).collect();
+        let all: Vec<_> = FAMILIES.iter().chain(SPLIT_FAMILIES).collect();
+        let mut names: Vec<_> = all.iter().map(|f| f.0).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), FAMILIES.len());
-        assert!(FAMILIES
+        assert_eq!(names.len(), all.len());
+        assert!(all
             .iter()
-            .all(|f| f.0.starts_with("vgate_") && (f.1 == "counter" || f.1 == "gauge")));
-        assert!(FAMILIES
+            .all(|f| matches!(f.1, "counter" | "gauge" | "histogram")));
+        assert!(all
+            .iter()
+            .all(|f| f.0.starts_with("vgate_") || f.0.starts_with("process_")));
+        assert!(all
             .iter()
             .filter(|f| f.1 == "counter")
             .all(|f| f.0.ends_with("_total")));
+    }
+
+    #[test]
+    fn every_event_family_is_declared() {
+        for (event, fam, _) in EVENT_FAMILIES {
+            assert!(FAMILIES.iter().any(|f| f.0 == *fam), "{event}: {fam}");
+        }
+        assert_eq!(
+            event_family("nonsense").0,
+            "vgate_signaling_other_events_total"
+        );
+    }
+
+    #[test]
+    fn every_known_proxy_event_has_a_family() {
+        let sip = crate::signaling::proxy::sip::Counters::default().list();
+        let rtsp = crate::signaling::proxy::rtsp::logic::Events::default().list();
+        for (event, _) in sip.iter().chain(&rtsp) {
+            assert_ne!(
+                event_family(event).0,
+                "vgate_signaling_other_events_total",
+                "give the proxy event {event} a family in EVENT_FAMILIES"
+            );
+        }
     }
 }

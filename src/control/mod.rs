@@ -8,9 +8,11 @@ pub mod admin;
 pub mod client;
 pub mod live;
 pub mod metrics;
+pub mod process;
 pub mod systemd;
+pub mod table;
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -33,6 +35,39 @@ pub struct ControlState {
     pub engine: String,
     /// Counters of the signaling routes.
     pub signaling: Arc<crate::signaling::proxy::SignalingRegistry>,
+    /// The split signaling agent's counters (a half of a split appliance only).
+    pub split_signal: Option<Arc<crate::split::signal::SignalStats>>,
+    /// A split half's link counters; `None` on a single host.
+    pub split: Option<Arc<crate::split::SplitStats>>,
+    /// Outcomes of config reloads.
+    pub reloads: Arc<ReloadStats>,
+}
+
+/// Config reloads so far and whether the last one was applied (for the alert on a rejected
+/// reload, like Prometheus's own `..._config_last_reload_successful`).
+#[derive(Debug)]
+pub struct ReloadStats {
+    pub applied: std::sync::atomic::AtomicU64,
+    pub rejected: std::sync::atomic::AtomicU64,
+    pub last_ok: AtomicBool,
+}
+
+impl Default for ReloadStats {
+    fn default() -> ReloadStats {
+        ReloadStats {
+            applied: Default::default(),
+            rejected: Default::default(),
+            last_ok: AtomicBool::new(true),
+        }
+    }
+}
+
+impl ReloadStats {
+    pub fn record(&self, ok: bool) {
+        let n = if ok { &self.applied } else { &self.rejected };
+        n.fetch_add(1, Relaxed);
+        self.last_ok.store(ok, Relaxed);
+    }
 }
 
 impl ControlState {

@@ -80,6 +80,8 @@ use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
+use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::{parse_udp4, Ipv4Packet, UdpPacket};
 
@@ -475,6 +477,8 @@ pub struct AfxdpEngine {
     sockets: Vec<Vec<(usize, u32, Xsk)>>,
     targets: Targets,
     tx_path: TxPath,
+    /// A split half: the links and their counters.
+    split: Option<(SplitConfig, Arc<SplitStats>)>,
     /// Mode xdp: the in-kernel fast path.
     fast: Option<Arc<FastPath>>,
 }
@@ -582,7 +586,9 @@ impl AfxdpEngine {
         ];
         // Interfaces and their domains, checked before anything is created.
         let mut wanted: Vec<Wanted> = Vec::new();
-        for d in &cfg.domains {
+        // A split half attaches to its real domain only: the link face has no wire.
+        let face = cfg.split.as_ref().map(|s| s.link_face());
+        for d in cfg.domains.iter().filter(|d| Some(d.id) != face) {
             if let Some(w) = wanted.iter_mut().find(|w| w.0 == d.interface) {
                 w.1.push(d.id);
                 continue;
@@ -768,6 +774,10 @@ impl AfxdpEngine {
             sockets,
             targets,
             tx_path,
+            split: cfg
+                .split
+                .as_ref()
+                .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
             fast,
         })
     }
@@ -858,6 +868,10 @@ impl Engine for AfxdpEngine {
         Arc::clone(&self.hooks) as Arc<dyn PortHooks>
     }
 
+    fn split_stats(&self) -> Option<Arc<SplitStats>> {
+        self.split.as_ref().map(|(_, s)| Arc::clone(s))
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
@@ -872,7 +886,12 @@ impl Engine for AfxdpEngine {
             });
         }
         let mut per_worker = per_worker.into_iter();
-        start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |_| {
+        let mut links = match &self.split {
+            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            None => None,
+        };
+        let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
+            let link = links.as_ref().map(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker
                 .next()
                 .unwrap_or_default()
@@ -931,9 +950,20 @@ impl Engine for AfxdpEngine {
                     txb: SliceBatch::new(batch),
                     frames: Vec::with_capacity(RX_BATCH),
                     neigh: Neighbours::default(),
+                    link,
                 })
             }
-        })
+        })?;
+        HalfLinks::finish(
+            links.as_mut(),
+            workers,
+            &self.cfg.cpus,
+            &routes,
+            &self.registry,
+            &stop,
+            self.cfg.batch,
+            self.cfg.max_payload,
+        )
     }
 }
 
@@ -1084,6 +1114,8 @@ struct XskPath {
     txb: SliceBatch,
     frames: Vec<RxFrame>,
     neigh: Neighbours,
+    /// Split half: the link-face domain and this worker's sender on the outgoing link.
+    link: Option<(DomainId, LinkTx)>,
 }
 
 impl Datapath for XskPath {
@@ -1102,6 +1134,7 @@ impl Datapath for XskPath {
             txb,
             frames,
             neigh,
+            link,
         } = self;
         let mut busy = false;
         for i in 0..socks.len() {
@@ -1124,7 +1157,16 @@ impl Datapath for XskPath {
                         neigh,
                         ident: &IDENT,
                     };
-                    forward_batch(ctx, rx, frames, local, Out::Xdp(out), now, &mut chan);
+                    forward_batch(
+                        ctx,
+                        rx,
+                        frames,
+                        local,
+                        Out::Xdp(out),
+                        link.as_mut(),
+                        now,
+                        &mut chan,
+                    );
                     if let Err(e) = tx.xsk.tx_flush() {
                         if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
                             tracing::warn!(worker = ctx.index, suppressed, "AF_XDP TX: {e}");
@@ -1139,6 +1181,7 @@ impl Datapath for XskPath {
                         frames,
                         local,
                         Out::Sockets(txb.scope()),
+                        link.as_mut(),
                         now,
                         &mut chan,
                     );
@@ -1159,6 +1202,9 @@ impl Datapath for XskPath {
     }
 
     fn sample(&mut self, shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(now_ms());
+        }
         socket_stats(shell, &mut self.socks);
         if let Some(f) = &self.ctx.fast {
             f.poll(now_ms(), &shell.stats);
@@ -1230,15 +1276,18 @@ enum Out<'a, 's, 'p> {
 }
 
 /// Forwards one RX batch of socket `s`; adds per-channel figures to `chan`.
+#[allow(clippy::too_many_arguments)]
 fn forward_batch<'p>(
     ctx: &WorkerCtx,
     s: &'p WorkerXsk,
     frames: &'p [RxFrame],
     local: &'p EgressSockets,
     mut out: Out<'_, '_, 'p>,
+    mut link: Option<&mut (DomainId, LinkTx)>,
     now: u64,
     chan: &mut [Tally; 2],
 ) {
+    let ts = crate::split::link::now_us();
     let mut run: Option<Run<'p>> = None;
     for f in frames {
         let data = s.xsk.frame(f);
@@ -1266,6 +1315,13 @@ fn forward_batch<'p>(
         let Some((dest, fd)) = r.admit(&d, ok, false, ctx.max_payload) else {
             continue;
         };
+        if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
+            // Split half: the far side is the peer half, down the outgoing link.
+            if let Some(route) = r.route.as_deref() {
+                l.forward(route, d.payload, now, ts, &mut r.tally);
+            }
+            continue;
+        }
         match &mut out {
             Out::Sockets(scope) => {
                 if scope.is_full() {
@@ -1283,6 +1339,9 @@ fn forward_batch<'p>(
     }
     if let Some(r) = run.take() {
         finish_run(r, &mut out, now, chan);
+    }
+    if let Some((_, l)) = link {
+        l.flush();
     }
 }
 

@@ -152,6 +152,10 @@ pub trait Engine: Send {
     fn describe(&self) -> String;
     /// What the route tables call when ports are taken and given back.
     fn port_hooks(&self) -> Arc<dyn PortHooks>;
+    /// A split half's link counters (`None` on a single host or for engines without links).
+    fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
+        None
+    }
     /// Starts the workers; they run until `stop` is set.
     fn start(
         &mut self,

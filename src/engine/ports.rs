@@ -59,6 +59,8 @@ struct Link {
 struct State {
     sockets: HashMap<PortKey, Arc<UdpSocket>>,
     links: Vec<Link>,
+    /// Workers that read sockets (the first `readers` links); senders only send.
+    readers: usize,
 }
 
 /// Sockets by port, and the workers to tell about them. Control side only.
@@ -108,26 +110,38 @@ impl PortRegistry {
     /// (static routes are installed before or after the workers start; either works).
     pub fn attach_workers(&self, n: usize) -> io::Result<Vec<WorkerLink>> {
         let mut st = self.lock();
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let wake = Arc::new(EventFd::from_flags(
-                EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
-            )?);
-            let (tx, rx) = crossbeam_channel::unbounded();
-            for (key, sock) in &st.sockets {
-                let _ = tx.send(Cmd::Add {
-                    key: *key,
-                    sock: Arc::clone(sock),
-                    owner: Self::owner(key.1, n),
-                });
-            }
-            out.push(WorkerLink {
-                cmds: rx,
-                wake: Arc::clone(&wake),
-            });
-            st.links.push(Link { tx, wake });
-        }
+        let out = (0..n)
+            .map(|_| Self::new_link(&mut st, |port| Self::owner(port, n)))
+            .collect::<io::Result<Vec<_>>>()?;
+        st.readers = n;
         Ok(out)
+    }
+
+    /// A command queue for a worker that only sends on the sockets (the split's incoming
+    /// link worker): it hears of every port but reads none. Call after
+    /// [`PortRegistry::attach_workers`].
+    pub fn attach_sender(&self) -> io::Result<WorkerLink> {
+        Self::new_link(&mut self.lock(), |_| usize::MAX)
+    }
+
+    /// One more worker's queue, told of every open socket (`owner` names its reader).
+    fn new_link(st: &mut State, owner: impl Fn(u16) -> usize) -> io::Result<WorkerLink> {
+        let wake = Arc::new(EventFd::from_flags(
+            EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
+        )?);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for (key, sock) in &st.sockets {
+            let _ = tx.send(Cmd::Add {
+                key: *key,
+                sock: Arc::clone(sock),
+                owner: owner(key.1),
+            });
+        }
+        st.links.push(Link {
+            tx,
+            wake: Arc::clone(&wake),
+        });
+        Ok(WorkerLink { cmds: rx, wake })
     }
 
     fn broadcast(state: &State, make: impl Fn() -> Cmd) {
@@ -159,7 +173,7 @@ impl PortHooks for PortRegistry {
         let key = (domain, port);
         let mut st = self.lock();
         st.sockets.insert(key, Arc::clone(&sock));
-        let owner = Self::owner(port, st.links.len());
+        let owner = Self::owner(port, st.readers);
         Self::broadcast(&st, || Cmd::Add {
             key,
             sock: Arc::clone(&sock),

@@ -7,7 +7,9 @@
 //! never take a lock.
 //!
 //! Per wakeup a worker reads at most [`BUDGET`] batches from a socket, so one busy stream
-//! cannot starve the others; level-triggered epoll brings it back for the rest.
+//! cannot starve the others; level-triggered epoll brings it back for the rest. A batch
+//! leaves with one `sendmmsg`, whose runs of equal-sized datagrams go as UDP GSO messages
+//! (one pass through the kernel's output path per run; see [`super::sys::mmsg`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -24,6 +26,8 @@ use crate::channel::{inspect, Admitted};
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
+use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 
 /// Batches read from one socket per wakeup before moving on to the next.
@@ -48,6 +52,8 @@ fn data_key(d: u64) -> Key {
 pub struct StackEngine {
     cfg: EngineConfig,
     registry: Arc<PortRegistry>,
+    /// A split half: the links and their counters.
+    split: Option<(SplitConfig, Arc<SplitStats>)>,
 }
 
 impl StackEngine {
@@ -55,6 +61,10 @@ impl StackEngine {
         Ok(StackEngine {
             cfg: cfg.engine.clone(),
             registry: Arc::new(super::bound_registry(cfg)?),
+            split: cfg
+                .split
+                .as_ref()
+                .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
         })
     }
 }
@@ -75,19 +85,42 @@ impl Engine for StackEngine {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
     }
 
+    fn split_stats(&self) -> Option<Arc<SplitStats>> {
+        self.split.as_ref().map(|(_, s)| Arc::clone(s))
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<Worker>, EngineError> {
         let (batch, max_payload) = (self.cfg.batch, self.cfg.max_payload);
-        start_workers(
+        // A split half: the link face's egress goes down the outgoing link, one sender
+        // (lane) per worker over one socket; the incoming link has its own worker.
+        let mut links = match &self.split {
+            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            None => None,
+        };
+        let workers = start_workers(
             self.cfg.queues,
             &self.cfg.cpus,
             &self.registry,
             &routes,
             &stop,
-            |_| move |_: &Shell| Ok(StackPath::new(batch, max_payload)),
+            |index| {
+                let link_tx = links.as_ref().map(|l| l.sender(index, batch));
+                move |_: &Shell| Ok(StackPath::new(batch, max_payload, link_tx))
+            },
+        )?;
+        HalfLinks::finish(
+            links.as_mut(),
+            workers,
+            &self.cfg.cpus,
+            &routes,
+            &self.registry,
+            &stop,
+            batch,
+            max_payload,
         )
     }
 }
@@ -109,16 +142,20 @@ struct StackPath {
     tx: SendBatch,
     sel: Vec<u16>,
     max_payload: usize,
+    /// Split half: the link-face domain, whose egress goes down the outgoing link, and this
+    /// worker's sender on it.
+    link: Option<(DomainId, LinkTx)>,
 }
 
 impl StackPath {
-    fn new(batch: usize, max_payload: usize) -> StackPath {
+    fn new(batch: usize, max_payload: usize, link: Option<(DomainId, LinkTx)>) -> StackPath {
         StackPath {
             local: HashMap::new(),
             rx: RecvBatch::new(batch, max_payload + 1),
             tx: SendBatch::new(batch),
             sel: Vec::with_capacity(batch),
             max_payload,
+            link,
         }
     }
 }
@@ -131,6 +168,16 @@ impl Datapath for StackPath {
 
     fn ready(&mut self, shell: &Shell, token: u64, now: u64) {
         drain_socket(shell, self, data_key(token), now);
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(now);
+        }
+    }
+
+    fn sample(&mut self, _shell: &Shell) {
+        // A quiet sender still closes its last FEC block.
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(crate::clock::now_ms());
+        }
     }
 
     fn command(&mut self, shell: &Shell, poller: &Poller, cmd: Cmd) {
@@ -178,9 +225,14 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
         tx,
         sel,
         max_payload,
+        link,
     } = p;
     let max_payload = *max_payload;
     let channel = Channel::from_ingress(key.0);
+    let mut link = link
+        .as_mut()
+        .filter(|(face, _)| *face == channel.egress())
+        .map(|(_, l)| l);
     for _ in 0..BUDGET {
         let Some(ls) = local.get_mut(&key) else {
             return;
@@ -228,6 +280,15 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
         if !sel.is_empty() {
             // Only packets that passed every check keep the route alive.
             route.touch(now);
+        }
+        if let (false, Some(link)) = (sel.is_empty(), link.as_deref_mut()) {
+            // Split half: the far side is the peer half, down the outgoing link.
+            let ts = crate::split::link::now_us();
+            for &i in sel.iter() {
+                link.forward(&route, rx.payload(usize::from(i)), now, ts, &mut tally);
+            }
+            link.flush();
+        } else if !sel.is_empty() {
             match local.get(&(channel.egress(), route.egress_port)) {
                 Some(egress) => {
                     let out = tx.send(egress.sock.as_fd(), rx, sel, route.dest);

@@ -34,7 +34,9 @@
 //! A route gets an active entry when it can be decided without user space: policy `any`, or
 //! `strict` with an expected source, or `latch` once latched (the first packet goes through a
 //! worker, which latches it; the next poll, at most 100 ms later, activates the entry — the
-//! worker forwards in the meantime); not `rtp_only` routes (RTP parsing stays in user space);
+//! worker forwards in the meantime; a re-latch to another source after the latched one fell
+//! silent is made by a worker the same way, and the next poll rewrites the entry — until then
+//! the new source's packets take the slow path); not `rtp_only` routes (RTP parsing stays in user space);
 //! the egress interface faces only the egress domain; the next hop's MAC is known (the
 //! kernel's route and neighbour tables over netlink, as the AF_XDP TX path does, refreshed
 //! every 5 s; while unresolved the worker sends through the gateway-port socket, which makes

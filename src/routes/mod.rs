@@ -23,6 +23,7 @@ use std::time::SystemTime;
 use dashmap::DashMap;
 
 use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy, StaticStream};
+use crate::stats::rtp::RtpSnapshot;
 pub use alloc::{AllocError, PortAllocator};
 pub use stream::{
     Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, SourceCheck, StreamRoute,
@@ -154,6 +155,12 @@ pub struct Routes {
     domains: [Domain; 2],
     inner: Mutex<Inner>,
     hooks: Arc<dyn PortHooks>,
+    /// RTP counters of the routes already removed, per channel, so the metrics' totals
+    /// never go back when a route ends.
+    ended_rtp: Mutex<[RtpSnapshot; 2]>,
+    /// The highest lost count reported per channel: a late packet filling a gap lowers a
+    /// route's `lost`, but a Prometheus counter must never go down.
+    lost_reported: [std::sync::atomic::AtomicU64; 2],
     /// `security.relatch_after_ms` for routes added from now on (a reload changes it).
     relatch_after_ms: AtomicU64,
 }
@@ -174,8 +181,36 @@ impl Routes {
                 next_session: 1,
             }),
             hooks,
+            ended_rtp: Mutex::new([RtpSnapshot::default(); 2]),
+            lost_reported: Default::default(),
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
         }
+    }
+
+    /// Keeps the RTP counters of a route being removed.
+    fn retire(&self, route: &StreamRoute) {
+        let mut ended = self.ended_rtp.lock().unwrap_or_else(|p| p.into_inner());
+        ended[route.channel.index()].add(&route.stats.rtp.snapshot());
+    }
+
+    /// RTP counters per channel (by [`Channel::index`]) of every route there ever was:
+    /// the live ones and those removed since start; `lost` never goes down between calls.
+    pub fn rtp_totals(&self) -> [RtpSnapshot; 2] {
+        // Routes leave the tables and are retired under the session lock: hold it so no
+        // route is in neither place while we add up.
+        let _inner = self.lock();
+        let mut t = *self.ended_rtp.lock().unwrap_or_else(|p| p.into_inner());
+        for c in Channel::ALL {
+            for r in self.tables[c.index()].iter() {
+                t[c.index()].add(&r.stats.rtp.snapshot());
+            }
+            let hw = &self.lost_reported[c.index()];
+            let lost = &mut t[c.index()].lost;
+            *lost = hw
+                .fetch_max(*lost, std::sync::atomic::Ordering::Relaxed)
+                .max(*lost);
+        }
+        t
     }
 
     /// Sets the re-latch silence of routes added from now on (`security.relatch_after_ms`).
@@ -381,6 +416,7 @@ impl Routes {
             .remove(&port)
             .ok_or(RouteError::NoRoute { channel, port })?;
         self.hooks.route_removed(&route);
+        self.retire(&route);
         if let Some(s) = inner.sessions.get_mut(&route.session) {
             s.routes.retain(|r| *r != (channel, port));
         }
@@ -427,6 +463,7 @@ impl Routes {
         for &(channel, port) in &session.routes {
             if let Some((_, r)) = self.tables[channel.index()].remove(&port) {
                 self.hooks.route_removed(&r);
+                self.retire(&r);
                 routes.push((Arc::clone(&r.label), channel, port, r.stats.snapshot()));
             }
         }

@@ -105,6 +105,12 @@ impl RtpTracker {
             .store(INIT | (u64::from(seq) << 32) | u64::from(ssrc), Relaxed);
     }
 
+    /// The SSRC of the stream being tracked, once a packet was seen.
+    pub fn ssrc(&self) -> Option<u32> {
+        let state = self.state.load(Relaxed);
+        (state & INIT != 0).then_some(state as u32)
+    }
+
     pub fn snapshot(&self) -> RtpSnapshot {
         let gaps = self.gaps.load(Relaxed);
         let reordered = self.reordered.load(Relaxed);

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod relay;
+pub mod split;
 pub mod vgate;
 
 use std::collections::HashMap;

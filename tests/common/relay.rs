@@ -389,3 +389,14 @@ pub fn route_spec(i: u16, dest: Ipv4Addr) -> vgate::routes::RouteSpec {
         label: format!("r{i}"),
     }
 }
+
+/// The bed's addresses: (A_IP, GA_IP, GB_IP, B_IP) — sender, gateway in A, gateway in B,
+/// receiver.
+pub fn addrs(bed: &Bed) -> (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr) {
+    (
+        bed.ip("A_IP"),
+        bed.ip("GA_IP"),
+        bed.ip("GB_IP"),
+        bed.ip("B_IP"),
+    )
+}

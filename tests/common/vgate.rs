@@ -8,6 +8,37 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The start of a loopback config on `127.0.NET.0/24`: domain A at `.1` (media ports
+/// 20000-20099), domain B at `.2` (30000-30099), the admin interface on `.1:9941`. Extra
+/// networks of each domain (peers the test plays) are given as last octets.
+pub fn loopback_config(net: u8, extra_a: &[u8], extra_b: &[u8]) -> String {
+    let nets = |own: u8, extra: &[u8]| {
+        std::iter::once(own)
+            .chain(extra.iter().copied())
+            .map(|o| format!("\"127.0.{net}.{o}/32\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        r#"
+[domains.a]
+interface = "lo"
+address = "127.0.{net}.1"
+networks = [{}]
+media_ports = "20000-20099"
+[domains.b]
+interface = "lo"
+address = "127.0.{net}.2"
+networks = [{}]
+media_ports = "30000-30099"
+[control]
+listen = "127.0.{net}.1:9941"
+"#,
+        nets(1, extra_a),
+        nets(2, extra_b)
+    )
+}
+
 /// A running `vgate run`, killed on drop.
 pub struct Vgate {
     pub child: Child,

@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Room for the `SO_RXQ_OVFL` counter (and any other small control message).
 const CTRL_LEN: usize = 64;
@@ -33,6 +34,8 @@ pub struct RecvBatch {
     ctrl: Box<[[u8; CTRL_LEN]]>,
     hdrs: Box<[libc::mmsghdr]>,
     len: usize,
+    /// Headers `recv` must reset before the next call: those the kernel may have written.
+    dirty: usize,
 }
 
 // SAFETY:
@@ -57,6 +60,7 @@ impl RecvBatch {
             // SAFETY: as above.
             hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
             len: 0,
+            dirty: batch,
         };
         let base = b.bufs.as_mut_ptr();
         for i in 0..batch {
@@ -81,12 +85,16 @@ impl RecvBatch {
 
     /// Receives up to a batch without blocking; `Ok(0)` when nothing is waiting.
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
-        for h in self.hdrs.iter_mut() {
+        // Only the headers the kernel wrote last time need their lengths back (at low load
+        // that is one, not the whole batch).
+        for h in self.hdrs[..self.dirty].iter_mut() {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
             h.msg_hdr.msg_controllen = CTRL_LEN as _;
             h.msg_hdr.msg_flags = 0;
             h.msg_len = 0;
         }
+        // Until the call returns, assume it may write any of them.
+        self.dirty = self.hdrs.len();
         self.len = 0;
         loop {
             // SAFETY:
@@ -104,12 +112,17 @@ impl RecvBatch {
             };
             if n >= 0 {
                 self.len = n as usize;
+                self.dirty = self.len;
                 return Ok(self.len);
             }
             let e = io::Error::last_os_error();
             match e.kind() {
                 io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(0),
+                // Nothing was received, so nothing was written.
+                io::ErrorKind::WouldBlock => {
+                    self.dirty = 0;
+                    return Ok(0);
+                }
                 _ => return Err(e),
             }
         }
@@ -214,6 +227,7 @@ pub struct SendOutcome {
 pub struct SendBatch {
     iov: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
+    ctrl: Box<[SegCtrl]>,
     dest: Box<libc::sockaddr_in>,
 }
 
@@ -232,6 +246,7 @@ impl SendBatch {
             iov: (0..batch).map(|_| unsafe { zeroed() }).collect(),
             // SAFETY: as above.
             hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            ctrl: vec![[0u64; 4]; batch].into_boxed_slice(),
             dest: Box::new(sockaddr_v4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
         }
     }
@@ -254,32 +269,121 @@ impl SendBatch {
                 iov_base: p.as_ptr() as *mut libc::c_void,
                 iov_len: p.len(),
             };
-            let h = &mut self.hdrs[j];
-            h.msg_hdr.msg_iov = &mut self.iov[j];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_name = (&mut *self.dest as *mut libc::sockaddr_in).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_len = 0;
         }
+        let m = pack(
+            &mut self.iov[..k],
+            &mut self.hdrs,
+            &mut self.ctrl,
+            &mut self.dest,
+            true,
+        );
         // SAFETY:
-        // - hdrs[..k] and iov[..k] were initialised above; the iovecs point into `rx`, which
-        //   is borrowed immutably for this whole call, and the names into `self.dest`.
-        unsafe { send_all(fd, &mut self.hdrs[..k], &self.iov[..k]) }
+        // - `pack` pointed hdrs[..m] at `self.dest`, at runs of iov[..k] and at their own
+        //   control buffers; the iovecs point into `rx`, which is borrowed immutably for this
+        //   whole call.
+        unsafe { send_all(fd, &mut self.hdrs[..m]) }
     }
+}
+
+/// Room for one `UDP_SEGMENT` control message (`CMSG_SPACE(2)`), 8-byte aligned.
+type SegCtrl = [u64; 4];
+/// UDP GSO: datagrams per message at most (the kernel's `UDP_MAX_SEGMENTS` is 64 or more)…
+const GSO_MAX_SEGS: usize = 64;
+/// …and bytes per message (a UDP length field).
+const GSO_MAX_BYTES: usize = 65_000;
+/// Larger datagrams are sent alone: a segment must fit a 1500-byte MTU.
+const GSO_MAX_SIZE: usize = 1472;
+/// Cleared, and said once, when the kernel refuses a GSO message (no checksum offload on
+/// the egress device, a smaller MTU): from then on every datagram is its own message.
+/// `VGATE_UDP_GSO=off` in the environment clears it at start (for A/B benchmarks).
+static GSO: AtomicBool = AtomicBool::new(true);
+static GSO_ENV: std::sync::Once = std::sync::Once::new();
+
+/// Turns the datagrams `iov` (in order, all to `dest`) into messages `hdrs[..m]`, returned
+/// `m`: with `want_gso` (the stack engine's [`SendBatch`]; not [`SliceBatch`], see its
+/// `send`), a run of datagrams of one size (the run's last may be shorter) becomes one message
+/// with a `UDP_SEGMENT` control message — one trip through the kernel's UDP/IP output path
+/// and one route lookup for the run instead of one per datagram, split into the same
+/// datagrams at the device (or by the NIC); the receiver sees exactly what it would have
+/// seen. Without GSO every datagram is its own message.
+fn pack(
+    iov: &mut [libc::iovec],
+    hdrs: &mut [libc::mmsghdr],
+    ctrl: &mut [SegCtrl],
+    dest: &mut libc::sockaddr_in,
+    want_gso: bool,
+) -> usize {
+    GSO_ENV.call_once(|| {
+        if std::env::var("VGATE_UDP_GSO").as_deref() == Ok("off") {
+            GSO.store(false, Relaxed);
+        }
+    });
+    let gso = want_gso && GSO.load(Relaxed);
+    let k = iov.len();
+    let mut m = 0;
+    let mut i = 0;
+    while i < k {
+        let size = iov[i].iov_len;
+        let mut j = i + 1;
+        if gso && size <= GSO_MAX_SIZE && size > 0 {
+            let mut bytes = size;
+            while j < k
+                && j - i < GSO_MAX_SEGS
+                && bytes + iov[j].iov_len <= GSO_MAX_BYTES
+                && iov[j].iov_len <= size
+                && iov[j].iov_len > 0
+            {
+                bytes += iov[j].iov_len;
+                j += 1;
+                if iov[j - 1].iov_len < size {
+                    break; // a shorter datagram ends a run
+                }
+            }
+        }
+        let h = &mut hdrs[m].msg_hdr;
+        h.msg_iov = &mut iov[i];
+        h.msg_iovlen = j - i;
+        h.msg_name = (dest as *mut libc::sockaddr_in).cast();
+        h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        h.msg_flags = 0;
+        if j - i > 1 {
+            let c = &mut ctrl[m];
+            h.msg_control = c.as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is a pure computation on its argument.
+            h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+            // SAFETY:
+            // - msg_control points at `ctrl[m]` (32 bytes, 8-aligned) and msg_controllen
+            //   (CMSG_SPACE(2) = 24) fits in it, so CMSG_FIRSTHDR returns a pointer to the
+            //   start of that buffer with room for the header and 2 bytes of data, which is
+            //   all that is written.
+            unsafe {
+                let cm = libc::CMSG_FIRSTHDR(h);
+                (*cm).cmsg_level = libc::SOL_UDP;
+                (*cm).cmsg_type = libc::UDP_SEGMENT;
+                (*cm).cmsg_len = libc::CMSG_LEN(2) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<u16>(), size as u16);
+            }
+        } else {
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+        }
+        hdrs[m].msg_len = 0;
+        m += 1;
+        i = j;
+    }
+    m
 }
 
 /// Sends `hdrs` with as few `sendmmsg` calls as the kernel allows. Waits at most once, about
 /// a millisecond, for room in a full send queue; what still does not fit is counted as
-/// `queue_full`, not retried: a relay must not stall every other stream for one.
+/// `queue_full`, not retried: a relay must not stall every other stream for one. Counts are
+/// in datagrams: a message carries `msg_iovlen` of them (one, or a GSO run of one each).
 ///
 /// # Safety
-/// - `hdrs[i]` names a valid `sockaddr_in` and has `msg_iov == &iov[i]`, `msg_iovlen == 1`;
-/// - every `iov[i]` points to `iov_len` readable bytes that stay valid for the whole call.
-unsafe fn send_all(
-    fd: BorrowedFd<'_>,
-    hdrs: &mut [libc::mmsghdr],
-    iov: &[libc::iovec],
-) -> SendOutcome {
+/// - `hdrs[i]` names a valid `sockaddr_in`, and its `msg_iov` points to `msg_iovlen` iovecs
+///   each pointing to `iov_len` readable bytes, all valid for the whole call; its control
+///   buffer, if any, is valid for `msg_controllen` bytes.
+unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcome {
     let k = hdrs.len();
     let mut out = SendOutcome::default();
     let mut off = 0;
@@ -298,15 +402,19 @@ unsafe fn send_all(
             )
         };
         if n > 0 {
-            // A UDP datagram is sent whole or not at all.
-            for v in &iov[off..off + n as usize] {
-                out.sent_bytes += v.iov_len;
+            // A message is sent whole or not at all.
+            for h in &hdrs[off..off + n as usize] {
+                // SAFETY: the caller's contract: msg_iov holds msg_iovlen valid iovecs.
+                let (count, bytes) = unsafe { datagrams(&h.msg_hdr) };
+                out.sent += count;
+                out.sent_bytes += bytes;
             }
-            out.sent += n as usize;
             off += n as usize;
             continue;
         }
         let e = io::Error::last_os_error();
+        // SAFETY: as above, for the message the error is about.
+        let (count, _) = unsafe { datagrams(&hdrs[off].msg_hdr) };
         match e.raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EAGAIN) if !waited => {
@@ -314,14 +422,74 @@ unsafe fn send_all(
                 wait_writable(fd, 1);
             }
             Some(libc::EAGAIN) => {
-                out.queue_full += k - off;
+                for h in &hdrs[off..] {
+                    // SAFETY: as above.
+                    out.queue_full += unsafe { datagrams(&h.msg_hdr) }.0;
+                }
                 break;
+            }
+            Some(code) if count > 1 && GSO.swap(false, Relaxed) => {
+                tracing::warn!(
+                    "the kernel refused UDP GSO ({}); sending every datagram on its own from now on",
+                    io::Error::from_raw_os_error(code)
+                );
+                // SAFETY: as above; the message is sent again one datagram at a time.
+                let one = unsafe { send_singly(fd, &hdrs[off].msg_hdr) };
+                out.sent += one.sent;
+                out.sent_bytes += one.sent_bytes;
+                out.queue_full += one.queue_full;
+                out.errors += one.errors;
+                out.last_error = one.last_error.or(out.last_error);
+                off += 1;
             }
             code => {
                 // sendmmsg reports an error only for the first message: skip it.
-                out.errors += 1;
+                out.errors += count;
                 out.last_error = code;
                 off += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The datagrams a message carries and their bytes.
+///
+/// # Safety
+/// - `h.msg_iov` points to `h.msg_iovlen` valid iovecs.
+unsafe fn datagrams(h: &libc::msghdr) -> (usize, usize) {
+    // SAFETY: the caller's contract.
+    let iov = unsafe { std::slice::from_raw_parts(h.msg_iov, h.msg_iovlen) };
+    (iov.len(), iov.iter().map(|v| v.iov_len).sum())
+}
+
+/// Sends each datagram of GSO message `h` as its own message (after the kernel refused GSO).
+///
+/// # Safety
+/// - as for [`send_all`], for the one message `h`.
+unsafe fn send_singly(fd: BorrowedFd<'_>, h: &libc::msghdr) -> SendOutcome {
+    let mut out = SendOutcome::default();
+    // SAFETY: the caller's contract.
+    let iov = unsafe { std::slice::from_raw_parts(h.msg_iov, h.msg_iovlen) };
+    for v in iov {
+        let mut one = *h;
+        one.msg_iov = v as *const libc::iovec as *mut libc::iovec;
+        one.msg_iovlen = 1;
+        one.msg_control = std::ptr::null_mut();
+        one.msg_controllen = 0;
+        // SAFETY:
+        // - `one` names the caller's live sockaddr and one live iovec; `fd` is live.
+        let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &one, libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            out.sent += 1;
+            out.sent_bytes += v.iov_len;
+        } else {
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EAGAIN) => out.queue_full += 1,
+                code => {
+                    out.errors += 1;
+                    out.last_error = code;
+                }
             }
         }
     }
@@ -333,6 +501,7 @@ unsafe fn send_all(
 pub struct SliceBatch {
     iov: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
+    ctrl: Box<[SegCtrl]>,
     dest: Box<libc::sockaddr_in>,
 }
 
@@ -352,6 +521,7 @@ impl SliceBatch {
             iov: (0..batch).map(|_| unsafe { zeroed() }).collect(),
             // SAFETY: as above.
             hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            ctrl: vec![[0u64; 4]; batch].into_boxed_slice(),
             dest: Box::new(sockaddr_v4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
         }
     }
@@ -405,21 +575,21 @@ impl<'p> SliceScope<'_, 'p> {
         }
         let b = &mut *self.batch;
         *b.dest = sockaddr_v4(dest);
-        for j in 0..k {
-            let h = &mut b.hdrs[j];
-            h.msg_hdr.msg_iov = &mut b.iov[j];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_name = (&mut *b.dest as *mut libc::sockaddr_in).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            h.msg_hdr.msg_control = std::ptr::null_mut();
-            h.msg_hdr.msg_controllen = 0;
-            h.msg_len = 0;
-        }
+        // No GSO here: a GSO message crosses netfilter and a veth as one packet, so a
+        // per-packet rule (the split bed's loss injection, a rate limit) would take or drop
+        // its datagrams together — a one-way link's FEC must see frames lost one by one.
+        let m = pack(
+            &mut b.iov[..k],
+            &mut b.hdrs,
+            &mut b.ctrl,
+            &mut b.dest,
+            false,
+        );
         // SAFETY:
-        // - hdrs[..k] were just set to name `b.dest` and iov[j]; iov[..k] were written by
-        //   `push` in this scope from `&'p [u8]` payloads, and the scope cannot outlive `'p`,
-        //   so every buffer is live for the call.
-        unsafe { send_all(fd, &mut b.hdrs[..k], &b.iov[..k]) }
+        // - `pack` pointed hdrs[..m] at `b.dest`, at runs of iov[..k] and at their own control
+        //   buffers; iov[..k] were written by `push` in this scope from `&'p [u8]` payloads,
+        //   and the scope cannot outlive `'p`, so every buffer is live for the call.
+        unsafe { send_all(fd, &mut b.hdrs[..m]) }
     }
 }
 
@@ -477,6 +647,19 @@ mod tests {
             0,
             "nothing more was waiting"
         );
+        // Reused headers: lengths and flags from the earlier batches do not leak into later
+        // ones, whichever of them the kernel wrote.
+        for round in [7usize, 2, 8] {
+            for i in 0..round {
+                sender.send_to(&[i as u8; 50], dst).unwrap();
+            }
+            assert_eq!(rb.recv(rx_sock.as_fd()).unwrap(), round);
+            for i in 0..round {
+                assert_eq!(rb.payload(i), &[i as u8; 50][..], "round {round}");
+                assert!(!rb.truncated(i), "round {round}");
+                assert_eq!(rb.source(i), SocketAddr4::of(&sender).0);
+            }
+        }
     }
 
     #[test]
@@ -507,6 +690,44 @@ mod tests {
             let (n, from) = sink.recv_from(&mut buf).unwrap();
             assert_eq!(&buf[..n], want);
             assert_eq!(from, tx_sock.local_addr().unwrap());
+        }
+    }
+
+    #[test]
+    fn runs_of_equal_sizes_arrive_as_the_same_datagrams() {
+        let rx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sink.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        // Runs (GSO messages where the kernel takes them), a shorter datagram ending a run, a
+        // longer one starting the next, one too big to be a segment, and 70 equal ones (more
+        // than one message's worth of segments).
+        let mut sizes = vec![100, 100, 100, 50, 100, 200, 200, 1500, 30, 1, 1];
+        sizes.extend(std::iter::repeat_n(1316, 70));
+        let data: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|b| (b + i) as u8).collect())
+            .collect();
+        let SocketAddr4(dst) = SocketAddr4::of(&rx_sock);
+        for d in &data {
+            sender.send_to(d, dst).unwrap();
+        }
+        let mut rb = RecvBatch::new(sizes.len(), 2048);
+        // Datagrams are queued synchronously on loopback.
+        assert_eq!(rb.recv(rx_sock.as_fd()).unwrap(), sizes.len());
+        let all: Vec<u16> = (0..sizes.len() as u16).collect();
+        let mut sb = SendBatch::new(sizes.len());
+        let out = sb.send(tx_sock.as_fd(), &rb, &all, SocketAddr4::of(&sink).0);
+        assert_eq!(out.sent, sizes.len(), "{out:?}");
+        assert_eq!(out.sent_bytes, sizes.iter().sum::<usize>());
+        assert!(GSO.load(Relaxed), "loopback takes UDP GSO messages");
+        let mut buf = [0u8; 2048];
+        for want in &data {
+            let n = sink.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &want[..], "datagram of {} bytes", want.len());
         }
     }
 

@@ -15,6 +15,7 @@ use crate::routes::Routes;
 pub mod rtsp;
 pub mod sip;
 pub mod stats;
+pub mod trace;
 
 pub use stats::{SignalingRegistry, SignalingStats};
 
@@ -24,6 +25,9 @@ pub trait Proxy: Send {
     fn route(&self) -> &SignalingRoute;
     /// Stops its threads and ends its sessions (freeing their ports and routes).
     fn shutdown(self: Box<Self>);
+    /// The addresses its sockets listen on, every face (the split agent announces those on
+    /// the link face to the other half).
+    fn listening(&self) -> Vec<(crate::config::Transport, std::net::SocketAddrV4)>;
 }
 
 /// Why a proxy did not start.

@@ -45,6 +45,61 @@ pub struct SignalingStats {
     /// Responses by class: index 0 is 1xx ... 5 is 6xx.
     responses: [AtomicU64; 6],
     events: Mutex<Vec<(&'static str, u64)>>,
+    registrations: Mutex<Vec<Registration>>,
+    /// SIP: from the INVITE to its first 2xx, per call.
+    pub call_setup: Histogram,
+}
+
+/// Upper bounds (seconds) of the call-setup histogram's buckets; `+Inf` follows.
+pub const SETUP_BUCKETS: [f64; 9] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// A Prometheus histogram over [`SETUP_BUCKETS`], lock-free.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last is `+Inf`.
+    counts: [AtomicU64; SETUP_BUCKETS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: std::time::Duration) {
+        let s = d.as_secs_f64();
+        let i = SETUP_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(SETUP_BUCKETS.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_us
+            .fetch_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    /// (upper bound, cumulative count) per bucket, `+Inf` (f64::INFINITY) last; and the sum
+    /// of the observations in seconds.
+    pub fn snapshot(&self) -> (Vec<(f64, u64)>, f64) {
+        let mut acc = 0;
+        let mut v = Vec::with_capacity(self.counts.len());
+        for (i, c) in self.counts.iter().enumerate() {
+            acc += c.load(Relaxed);
+            v.push((SETUP_BUCKETS.get(i).copied().unwrap_or(f64::INFINITY), acc));
+        }
+        (v, self.sum_us.load(Relaxed) as f64 / 1e6)
+    }
+}
+
+/// A device registered through a SIP route (published by the proxy on its timer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The user part of its contact: the GB/T 28181 device ID.
+    pub id: String,
+    /// The domain the device is in.
+    pub domain: crate::config::DomainId,
+    /// Its contact URI as it sent it.
+    pub contact: String,
+    /// Where vgate reaches it.
+    pub peer: std::net::SocketAddrV4,
+    /// The binding token the other side sees in the contact vgate shows.
+    pub token: String,
+    pub expires_in: std::time::Duration,
 }
 
 impl SignalingStats {
@@ -54,6 +109,8 @@ impl SignalingStats {
             requests: Default::default(),
             responses: Default::default(),
             events: Mutex::new(Vec::new()),
+            registrations: Mutex::new(Vec::new()),
+            call_setup: Histogram::default(),
         }
     }
 
@@ -85,6 +142,18 @@ impl SignalingStats {
     /// Replaces the proxy's event counters (it publishes them on its timer).
     pub fn set_events(&self, events: Vec<(&'static str, u64)>) {
         *self.events.lock().unwrap_or_else(|p| p.into_inner()) = events;
+    }
+
+    /// Replaces the route's registrations (the SIP proxy publishes them on its timer).
+    pub fn set_registrations(&self, r: Vec<Registration>) {
+        *self.registrations.lock().unwrap_or_else(|p| p.into_inner()) = r;
+    }
+
+    pub fn registrations(&self) -> Vec<Registration> {
+        self.registrations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// (method, count) for every named method and `other`.
@@ -140,6 +209,21 @@ impl SignalingRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(std::time::Duration::from_millis(30));
+        h.observe(std::time::Duration::from_millis(700));
+        h.observe(std::time::Duration::from_secs(60));
+        let (b, sum) = h.snapshot();
+        assert_eq!(b[0], (0.05, 1));
+        assert_eq!(b[3], (0.5, 1));
+        assert_eq!(b[4], (1.0, 2));
+        assert_eq!(b[8], (30.0, 2));
+        assert_eq!(b[9], (f64::INFINITY, 3));
+        assert!((sum - 60.73).abs() < 1e-6);
+    }
 
     #[test]
     fn methods_and_classes() {

@@ -19,6 +19,7 @@ use super::logic::{Events, Exchange, MediaPorts, Output, Settings};
 use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
+use crate::signaling::proxy::trace::Dir;
 use crate::signaling::rtsp::{next_frame, Frame};
 
 /// How long a connect to the upstream may take.
@@ -346,6 +347,7 @@ fn client_loop(
                     shared.last_request_ms.store(now_ms(), Relaxed);
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
+                    trace(shared, ctx, Dir::In, true, bytes);
                     let outs = ex.client_message(bytes, crate::clock::now_secs());
                     // A TEARDOWN closes its channels at once.
                     sync_state(shared, &ex, was_playing);
@@ -469,17 +471,36 @@ fn connect(addr: SocketAddrV4) -> io::Result<TcpStream> {
     Ok(s)
 }
 
+/// Traces a message to or from the client (`client`) or the server, when the route asks.
+fn trace(shared: &Shared, ctx: &ConnContext, dir: Dir, client: bool, bytes: &[u8]) {
+    let Some(t) = &ctx.settings.trace else {
+        return;
+    };
+    // upstream_ctl is only ever held for a moment, never while taking another lock.
+    let peer = if client {
+        shared.client_ctl.peer_addr().ok()
+    } else {
+        lock(&shared.upstream_ctl)
+            .as_ref()
+            .and_then(|s| s.peer_addr().ok())
+    };
+    let peer = peer.map_or_else(|| "-".to_string(), |p| p.to_string());
+    t.message(dir, if client { "client" } else { "server" }, &peer, bytes);
+}
+
 /// Writes the outputs in order; `true` when the connection must close.
 fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> bool {
     let mut close = false;
     for o in outs {
         match o {
             Output::Client(b) => {
+                trace(shared, ctx, Dir::Out, true, &b);
                 if lock(&shared.client_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
             Output::Upstream(b) => {
+                trace(shared, ctx, Dir::Out, false, &b);
                 let mut up = lock(&shared.upstream_w);
                 let ok = up.as_mut().is_some_and(|s| s.write_all(&b).is_ok());
                 if !ok {
@@ -603,6 +624,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
                 Frame::Message(_) => {
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
+                    trace(shared, ctx, Dir::In, false, bytes);
                     let outs = ex.upstream_message(bytes);
                     sync_state(shared, &ex, was_playing);
                     // Writer locks are taken inside while `ex` is still held: order kept.

@@ -57,7 +57,7 @@ pub trait MediaPorts {
 }
 
 /// Events of one proxy route, summed over its connections (lock-free), published to the
-/// metrics as `vgate_signaling_events_total{event=...}`.
+/// metrics in the families `EVENT_FAMILIES` of `control::metrics` names.
 #[derive(Debug, Default)]
 pub struct Events {
     pub interleaved_frames_to_client: AtomicU64,
@@ -148,6 +148,8 @@ pub struct Settings {
     pub stats: std::sync::Arc<crate::signaling::proxy::SignalingStats>,
     /// The route's events, summed over its connections.
     pub events: std::sync::Arc<Events>,
+    /// Message traces (`trace = true` on the route).
+    pub trace: Option<std::sync::Arc<crate::signaling::proxy::trace::Tracer>>,
 }
 
 /// What the connection must do, in this order.

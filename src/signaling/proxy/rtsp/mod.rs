@@ -41,7 +41,7 @@
 //! The route's interleaved counters (frames and bytes each way, frames dropped on channels no
 //! SETUP negotiated) and the events above are summed over its connections in
 //! [`logic::Events`] and published each second as the route's signaling events
-//! (`vgate_signaling_events_total{kind="rtsp",event=...}`).
+//! (the families `control::metrics::EVENT_FAMILIES` names).
 //!
 //! **Who may connect** (checked at accept, refusals closed unanswered and counted):
 //! `allow_peers` (default: any address of the listen domain; `refused_peers`),
@@ -88,6 +88,7 @@ const EVENTS_EVERY: Duration = Duration::from_secs(1);
 /// A running RTSP proxy.
 pub struct RtspProxy {
     route: SignalingRoute,
+    listen: SocketAddrV4,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
     conns: Arc<Mutex<HashMap<u64, Conn>>>,
@@ -179,6 +180,12 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         request_timeout: opts.request_timeout,
         stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),
         events: Arc::new(logic::Events::default()),
+        trace: route.trace.then(|| {
+            Arc::new(crate::signaling::proxy::trace::Tracer::new(
+                &route.name,
+                "rtsp",
+            ))
+        }),
     })
 }
 
@@ -245,6 +252,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
     tracing::info!(route = %route.name, listen = %addr, "RTSP proxy listening");
     Ok(Box::new(RtspProxy {
         route: route.clone(),
+        listen: addr,
         stop,
         accept: Some(accept),
         conns,
@@ -378,6 +386,10 @@ fn accept_loop(
 impl Proxy for RtspProxy {
     fn route(&self) -> &SignalingRoute {
         &self.route
+    }
+
+    fn listening(&self) -> Vec<(crate::config::Transport, SocketAddrV4)> {
+        vec![(crate::config::Transport::Tcp, self.listen)]
     }
 
     fn shutdown(mut self: Box<Self>) {

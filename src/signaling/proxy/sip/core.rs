@@ -16,6 +16,7 @@ use crate::config::{
 use crate::logging::RateLimit;
 use crate::routes::Routes;
 use crate::signaling::manscdp;
+use crate::signaling::proxy::stats::Registration;
 use crate::signaling::proxy::SignalingStats;
 use crate::signaling::sip::{
     build_response, triage_datagram, triage_framed, CSeq, Editor, Head, Host, Limits, NameAddr,
@@ -357,6 +358,8 @@ pub struct Core {
     calls: HashMap<Vec<u8>, Call>,
     limiter: RateLimiter,
     pub counters: Counters,
+    /// Message traces (`trace = true` on the route).
+    pub trace: Option<crate::signaling::proxy::trace::Tracer>,
     last_sweep: Option<Instant>,
 }
 
@@ -397,6 +400,9 @@ impl Core {
             calls: HashMap::new(),
             limiter: RateLimiter::new(policy.rate_limit),
             counters: Counters::default(),
+            trace: route
+                .trace
+                .then(|| crate::signaling::proxy::trace::Tracer::new(&route.name, "sip")),
             last_sweep: None,
             policy,
         }
@@ -813,6 +819,36 @@ impl Core {
             }
             _ => None,
         }
+    }
+
+    /// The devices registered through this route, read from the binding table (whose
+    /// lifecycle this does not touch), soonest expiry last.
+    pub fn registrations(&self, now: Instant) -> Vec<Registration> {
+        let mut v: Vec<Registration> = self
+            .bindings
+            .iter()
+            // A registered contact: a REGISTER's (it has its user) that the registrar's 2xx
+            // confirmed (no longer pending), not yet expired.
+            .filter(|(_, b)| b.user.is_some() && !b.pending && b.expires > now)
+            .map(|(tok, b)| {
+                let contact = String::from_utf8_lossy(&b.uri).into_owned();
+                let id = b
+                    .user
+                    .as_deref()
+                    .map(|u| String::from_utf8_lossy(u).into_owned())
+                    .unwrap_or_default();
+                Registration {
+                    id,
+                    domain: self.dom(b.face),
+                    contact,
+                    peer: b.peer.addr,
+                    token: tok.clone(),
+                    expires_in: b.expires.saturating_duration_since(now),
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| b.expires_in.cmp(&a.expires_in).then(a.id.cmp(&b.id)));
+        v
     }
 
     /// A binding for `uri` seen on `face` from `peer`; reused when the same contact is seen
@@ -1651,6 +1687,9 @@ impl Core {
                 }
                 if call.confirmed_ms.is_none() {
                     call.confirmed_ms = Some(now_ms());
+                    self.stats
+                        .call_setup
+                        .observe(now.saturating_duration_since(call.created));
                 }
                 if let Some(v) = &mut call.view[face.index()] {
                     v.1 = resp_to.clone();
@@ -1759,6 +1798,7 @@ impl Core {
         }
         self.last_sweep = Some(now);
         self.stats.set_events(self.counters.list());
+        self.stats.set_registrations(self.registrations(now));
         // Unanswered INVITEs.
         let timed_out: Vec<String> = self
             .txns

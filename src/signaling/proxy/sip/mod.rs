@@ -162,6 +162,13 @@ impl Proxy for SipProxy {
         &self.route
     }
 
+    fn listening(&self) -> Vec<(Transport, SocketAddrV4)> {
+        self.local
+            .iter()
+            .map(|a| (self.route.transport, *a))
+            .collect()
+    }
+
     fn shutdown(mut self: Box<Self>) {
         self.stop.store(true, Relaxed);
         if let Some(t) = self.thread.take() {

@@ -96,7 +96,7 @@ pub fn run_udp(mut core: Core, socks: [UdpSocket; 2], stop: &[Arc<AtomicBool>]) 
                         let (Some(from), Some(msg)) = (v4(from), buf.get(..len)) else {
                             continue;
                         };
-                        let outs = core.on_message(face, Peer::udp(from), msg, Instant::now());
+                        let outs = traced(&mut core, face, Peer::udp(from), msg);
                         send_udp(&socks, outs);
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -109,6 +109,29 @@ pub fn run_udp(mut core: Core, socks: [UdpSocket; 2], stop: &[Arc<AtomicBool>]) 
     }
     let outs = core.shutdown(Instant::now());
     send_udp(&socks, outs);
+}
+
+/// [`Core::on_message`], with the message and what it turned into traced when the route
+/// asks for traces.
+fn traced(core: &mut Core, face: Face, peer: Peer, msg: &[u8]) -> Vec<Out> {
+    use crate::signaling::proxy::trace::Dir;
+    if let Some(t) = &core.trace {
+        t.message(Dir::In, face_name(face), &peer.addr, msg);
+    }
+    let outs = core.on_message(face, peer, msg, Instant::now());
+    if let Some(t) = &core.trace {
+        for o in &outs {
+            t.message(Dir::Out, face_name(o.face), &o.to.addr, &o.bytes);
+        }
+    }
+    outs
+}
+
+fn face_name(face: Face) -> &'static str {
+    match face {
+        Face::Listen => "listen",
+        Face::Upstream => "upstream",
+    }
 }
 
 fn send_udp(socks: &[UdpSocket; 2], outs: Vec<Out>) {
@@ -550,7 +573,7 @@ impl TcpNet {
                             for e in self.read(id, &mut scratch) {
                                 match e {
                                     Event::Message(face, peer, msg) => {
-                                        for o in core.on_message(face, peer, &msg, Instant::now()) {
+                                        for o in traced(&mut core, face, peer, &msg) {
                                             self.send(o);
                                         }
                                     }

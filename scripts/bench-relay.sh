@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# What a relay costs the gateway's core, measured side by side in one run on the
+# three-namespace bed, with a generator that can outrun the relay (issue 12).
+#
+#   scripts/bench-relay.sh [options]           (as root)
+#
+#   --streams "..."   stream counts (default "20 100 300"); 10 Mbit/s of 1316-byte datagrams each
+#   --runs N          rounds; every configuration runs once per round, rounds outermost (default 3)
+#   --seconds S       seconds of traffic per point (default 3)
+#   --configs "..."   default "route kernel crelay stack tnapi zc xdp": plain IP routing (the
+#                     reference), nftables DNAT (the kernel bound), the plain C relay
+#                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes;
+#                     a mode that cannot start is reported as such; with xdp in the list the
+#                     bed is prepared for it for every configuration, as bench-channel does)
+#   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
+#                     memory with 100 and 10 000 static routes, idle and after relaying) and
+#                     "activation" (route added through the admin API while its stream is
+#                     already arriving -> first datagram at the sink; 5 times). Default both;
+#                     "" for none (the many-routes point is 10 000, or what the open-file
+#                     limit allows at two sockets per route when it cannot be raised)
+#   --out FILE        the Markdown table (default: printed only); raw JSON lines go beside it
+#   --note TEXT       a sentence for the report (e.g. what else loaded the machine)
+#   --no-build        use target/release/vgate as it is
+#
+# Placement (2 cores): the gateway's work on CPU 1 (vgate's one worker, crelay; RPS steers the
+# gateway interfaces' receive processing there, so also the kernel's forwarding); the
+# generator, the sink and their namespaces' receive processing on CPU 0.
+#
+# Per point: `blast send` (scripts/bench/blast.c) paces N streams on one schedule with
+# sendmmsg and says how far behind it fell; `blast sink` counts arrivals and one-way latency.
+# Measured: the relay core's busy time from /proc/stat (user+system+irq+softirq, counted
+# once), per packet sent; the relay process's own CPU time; loss split into what the sinks'
+# sockets dropped (B's UDP RcvbufErrors) and what the gateway lost. A point where the
+# generator fell behind (> 1 %) or where the sinks dropped is flagged and never headlined.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STREAMS="20 100 300"
+RUNS=3
+SECS=3
+CONFIGS="route kernel crelay stack tnapi zc xdp"
+OUT=""
+EXTRAS="memory activation"
+NOTE=""
+BUILD=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --streams) STREAMS="${2:?}"; shift 2 ;;
+        --runs) RUNS="${2:?}"; shift 2 ;;
+        --seconds) SECS="${2:?}"; shift 2 ;;
+        --configs) CONFIGS="${2:?}"; shift 2 ;;
+        --out) OUT="${2:?}"; shift 2 ;;
+        --extras) EXTRAS="${2-}"; shift 2 ;;
+        --note) NOTE="${2:?}"; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench-relay: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+die() { echo "bench-relay: $*" >&2; exit 1; }
+log() { echo "bench-relay: $*" >&2; }
+isnum() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+isnum "$RUNS" 1 20 || die "--runs must be 1..20"
+isnum "$SECS" 1 60 || die "--seconds must be 1..60"
+for n in $STREAMS; do isnum "$n" 1 5000 || die "--streams: '$n' is not 1..5000"; done
+[ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nftables)"
+for t in ip nft cc taskset timeout python3; do command -v "$t" >/dev/null || die "$t not found"; done
+
+# stack mode holds two sockets per route: 10 000 routes need more than the usual 1024 files
+# (the systemd unit sets its own LimitNOFILE).
+{ ulimit -Hn 65536 && ulimit -Sn 65536; } 2>/dev/null || true
+MANY=$(( ($(ulimit -n) - 200) / 2 ))
+[ "$MANY" -le 10000 ] || MANY=10000
+[ "$MANY" -eq 10000 ] || log "open-file limit $(ulimit -n) cannot be raised here: the memory phase uses $MANY routes, not 10 000"
+NCPU=$(nproc)
+RELAY_CPU=$((NCPU > 1 ? 1 : 0))
+GEN_CPU=0
+PAYLOAD=1316 RATE=10000000
+A_BASE=20000 EG_BASE=30000 SINK_BASE=40000
+
+WORK=$(mktemp -d /tmp/bench-relay.XXXXXX)
+BED="vgrl$$"
+PIDS=()
+BED_UP=0
+cleanup() {
+    local rc=$? p
+    trap - EXIT INT TERM
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 0.3
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    [ "$BED_UP" = 1 ] && { scripts/testbed.sh --name "$BED" down || true; }
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[ "$BUILD" = 1 ] && { log "cargo build --release"; cargo build --release --quiet; }
+cp target/release/vgate "$WORK/vgate"
+cc -O2 -o "$WORK/crelay" scripts/bench/crelay.c
+cc -O2 -o "$WORK/blast" scripts/bench/blast.c
+VGATE=$WORK/vgate
+
+BED_UP=1
+scripts/testbed.sh --name "$BED" --queues 2 up > "$WORK/bed.env"
+# shellcheck disable=SC1091
+. "$WORK/bed.env"
+ADMIN=127.0.0.1:9941
+# shellcheck disable=SC1091  # sourced from the repository (see scripts/bench/bed-lib.sh)
+. scripts/bench/bed-lib.sh
+if [[ " $CONFIGS " == *" xdp "* ]]; then
+    xdp_bed || die "ethtool not found: apt-get install -y ethtool"
+fi
+steer
+
+RELAY=""     # pid of the relay process (vgate, crelay), empty for the kernel's
+WRAP=""
+start_config() { # cfg n why -> sets TARGET TPORT
+    local cfg=$1 n=$2 why=$3 t=0
+    RELAY="" WRAP=""
+    rm -f "$WORK/relay.out" "$WORK/relay.log"   # a previous configuration's must not count
+    case "$cfg" in
+        route)
+            inns "$G_NS" sysctl -qw net.ipv4.ip_forward=1
+            ip -n "$A_NS" route replace 10.201.2.0/24 via "$GA_IP" dev "$A_IF"
+            ip -n "$B_NS" route replace 10.201.1.0/24 via "$GB_IP" dev "$B_IF"
+            TARGET=$B_IP TPORT=$SINK_BASE ;;
+        kernel)
+            nat_rules "$n" "$WORK/nat.nft"
+            inns "$G_NS" nft -f "$WORK/nat.nft" 2> "$why" || return 1
+            inns "$G_NS" sysctl -qw net.ipv4.ip_forward=1
+            TARGET=$GA_IP TPORT=$A_BASE ;;
+        crelay)
+            timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" taskset -c "$RELAY_CPU" "$WORK/crelay" \
+                -a "$GA_IP" -p "$A_BASE" -n "$n" -b "$GB_IP" -e "$EG_BASE" -d "$B_IP" -s "$SINK_BASE" \
+                > "$WORK/relay.out" 2> "$WORK/relay.log" &
+            WRAP=$!; PIDS+=("$WRAP")
+            while [ $t -lt 100 ] && ! grep -q ready "$WORK/relay.log" 2>/dev/null; do sleep 0.1; t=$((t + 1)); done
+            RELAY=$(pgrep -P "$WRAP" | head -1 || true)   # ip and taskset exec it
+            grep -q ready "$WORK/relay.log" || { cat "$WORK/relay.log" > "$why"; return 1; }
+            TARGET=$GA_IP TPORT=$A_BASE ;;
+        *)
+            vgate_config "$cfg" "$n" "$WORK/vgate.toml"
+            timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" "$VGATE" run --config "$WORK/vgate.toml" \
+                --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
+            WRAP=$!; PIDS+=("$WRAP")
+            while [ $t -lt 150 ]; do
+                grep -q "static stream routes installed" "$WORK/relay.log" 2>/dev/null && break
+                kill -0 "$WRAP" 2>/dev/null || break
+                sleep 0.1; t=$((t + 1))
+            done
+            if ! grep -q "static stream routes installed" "$WORK/relay.log" 2>/dev/null; then
+                kill -TERM "$WRAP" 2>/dev/null || true; wait "$WRAP" 2>/dev/null || true
+                sed 's/\x1b\[[0-9;]*m//g' "$WORK/relay.log" | grep -m1 "ERROR" > "$why" || tail -1 "$WORK/relay.log" > "$why" || true
+                return 1
+            fi
+            RELAY=$(pgrep -P "$WRAP" | head -1 || true)
+            TARGET=$GA_IP TPORT=$A_BASE ;;
+    esac
+}
+
+stop_config() { # cfg
+    case "$1" in
+        route)
+            ip -n "$A_NS" route del 10.201.2.0/24 2>/dev/null || true
+            ip -n "$B_NS" route del 10.201.1.0/24 2>/dev/null || true
+            inns "$G_NS" sysctl -qw net.ipv4.ip_forward=0 ;;
+        kernel)
+            inns "$G_NS" nft delete table ip vgbench || true
+            inns "$G_NS" sysctl -qw net.ipv4.ip_forward=0 ;;
+        *)
+            kill -TERM "$WRAP" 2>/dev/null || true
+            wait "$WRAP" 2>/dev/null || true ;;
+    esac
+}
+
+# cpu<N> busy and total jiffies; a process's utime+stime; UDP counters of a namespace.
+core() { awk -v c="cpu$1" '$1 == c { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat; }
+proc_ticks() { # fields after "comm)": utime is the 12th, stime the 13th
+    local f
+    if [ -n "$1" ] && f=$(cat "/proc/$1/stat" 2>/dev/null); then
+        f=${f##*) }
+        # shellcheck disable=SC2086
+        set -- $f
+        echo $((${12} + ${13}))
+    else
+        echo 0
+    fi
+}
+# InErrors (includes RcvbufErrors) + NoPorts of a namespace: datagrams its sockets dropped.
+# shellcheck disable=SC2016
+udp_err() { inns "$1" awk '/^Udp:/ { if (h) { print $3 + $4 } h = 1 }' /proc/net/snmp; }
+
+RAW=$WORK/points.jsonl
+: > "$RAW"
+point() { # cfg n run
+    local cfg=$1 n=$2 r=$3 c0 c1 p0 p1 s0 s1 g0 g1 sink rx tx
+    if ! start_config "$cfg" "$n" "$WORK/why"; then
+        log "  $cfg n=$n: cannot start: $(head -c 300 "$WORK/why")"
+        printf '{"cfg": "%s", "n": %d, "run": %d, "failed": %s}\n' "$cfg" "$n" "$r" \
+            "$(python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))' < "$WORK/why")" >> "$RAW"
+        stop_config "$cfg"; return 0
+    fi
+    timeout -s INT $((SECS + 20)) ip netns exec "$B_NS" taskset -c "$GEN_CPU" "$WORK/blast" sink \
+        -a "$B_IP" -p "$SINK_BASE" -n "$n" -t $((SECS + 15)) > "$WORK/sink.out" 2> "$WORK/sink.log" &
+    sink=$!; PIDS+=("$sink")
+    local t=0; while [ $t -lt 100 ] && ! grep -q ready "$WORK/sink.log" 2>/dev/null; do sleep 0.05; t=$((t + 1)); done
+    s0=$(udp_err "$B_NS"); g0=$(udp_err "$G_NS"); read -r c0 _ < <(core "$RELAY_CPU"); p0=$(proc_ticks "$RELAY")
+    timeout -s INT $((SECS + 15)) ip netns exec "$A_NS" taskset -c "$GEN_CPU" "$WORK/blast" send \
+        -d "$TARGET" -p "$TPORT" -n "$n" -r "$RATE" -l "$PAYLOAD" -t "$SECS" -b "$A_IP" > "$WORK/gen.out" 2> "$WORK/gen.log" || true
+    read -r c1 _ < <(core "$RELAY_CPU"); p1=$(proc_ticks "$RELAY")
+    sleep 0.5   # what the relay still holds reaches the sinks
+    kill -INT "$sink" 2>/dev/null || true; wait "$sink" 2>/dev/null || true
+    s1=$(udp_err "$B_NS"); g1=$(udp_err "$G_NS")
+    stop_config "$cfg"
+    rx=null tx=null
+    if [ -s "$WORK/relay.out" ]; then
+        case "$cfg" in
+            crelay) rx=$(sed -n 's/.*rx=\([0-9]*\).*/\1/p' "$WORK/relay.out"); tx=$(sed -n 's/.*tx=\([0-9]*\).*/\1/p' "$WORK/relay.out") ;;
+            *) rx=$(sed -n 's/^total channel=forward .*rx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1)
+               tx=$(sed -n 's/^total channel=forward .*tx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1) ;;
+        esac
+    fi
+    printf '{"cfg": "%s", "n": %d, "run": %d, "gen": %s, "sink": %s, "core_ticks": %d, "relay_ticks": %d, "sink_udp_errors": %d, "gw_udp_errors": %d, "relay_rx": %s, "relay_tx": %s}\n' \
+        "$cfg" "$n" "$r" "$(cat "$WORK/gen.out")" "$(cat "$WORK/sink.out")" $((c1 - c0)) $((p1 - p0)) \
+        $((s1 - s0)) $((g1 - g0)) "${rx:-null}" "${tx:-null}" >> "$RAW"
+    tail -1 "$RAW" >&2
+    sleep 0.3
+}
+
+idle_point() { # run: the relay core's busy time with nothing relayed (the machine's background)
+    local c0 c1
+    read -r c0 _ < <(core "$RELAY_CPU"); sleep "$SECS"; read -r c1 _ < <(core "$RELAY_CPU")
+    printf '{"cfg": "idle", "n": 0, "run": %d, "core_ticks": %d, "seconds": %d}\n' "$1" $((c1 - c0)) "$SECS" >> "$RAW"
+}
+
+START=$(date +%s)
+for ((r = 1; r <= RUNS; r++)); do
+    idle_point "$r"
+    for n in $STREAMS; do
+        for cfg in $CONFIGS; do
+            log "round $r/$RUNS  N=$n  $cfg  ($(( $(date +%s) - START )) s)"
+            point "$cfg" "$n" "$r"
+        done
+    done
+done
+is_vgate() { case "$1" in route|kernel|crelay) return 1 ;; *) return 0 ;; esac; }
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# Resident memory with few and many routes, idle and after traffic over up to 1000 of them.
+if [[ " $EXTRAS " == *" memory "* ]]; then
+    for cfg in $CONFIGS; do
+        is_vgate "$cfg" || continue
+        for routes in 100 "$MANY"; do
+            log "memory: $cfg with $routes routes"
+            start_config "$cfg" "$routes" "$WORK/why" || { log "  cannot start: $(head -c 200 "$WORK/why")"; continue; }
+            sleep 1
+            idle_kb=$(rss_kb "$RELAY")
+            n=$((routes < 1000 ? routes : 1000))
+            ip netns exec "$A_NS" taskset -c "$GEN_CPU" "$WORK/blast" send -d "$TARGET" -p "$TPORT" -n "$n" \
+                -r 1000000 -l "$PAYLOAD" -t 2 -b "$A_IP" > /dev/null 2>&1 || true
+            sleep 0.5
+            busy_kb=$(rss_kb "$RELAY")
+            stop_config "$cfg"
+            printf '{"cfg": "memory", "mode": "%s", "routes": %d, "rss_idle_kb": %d, "rss_after_kb": %d, "streams_relayed": %d}\n' \
+                "$cfg" "$routes" "$idle_kb" "$busy_kb" "$n" | tee -a "$RAW" >&2
+        done
+    done
+fi
+
+# Route install -> first forwarded datagram: the stream arrives before its route exists.
+if [[ " $EXTRAS " == *" activation "* ]]; then
+    for cfg in $CONFIGS; do
+        is_vgate "$cfg" || continue
+        start_config "$cfg" 1 "$WORK/why" || { log "activation: $cfg cannot start"; continue; }
+        for k in 1 2 3 4 5; do
+            port=$((A_BASE + 100 + k)) sport=$((SINK_BASE + 100 + k))
+            timeout -s INT 20 ip netns exec "$B_NS" "$WORK/blast" sink -a "$B_IP" -p "$sport" -n 1 -t 8 \
+                > "$WORK/act-sink.out" 2> "$WORK/act-sink.log" &
+            asink=$!; PIDS+=("$asink")
+            sleep 0.3
+            ip netns exec "$A_NS" "$WORK/blast" send -d "$GA_IP" -p "$port" -n 1 -r "$RATE" -l "$PAYLOAD" \
+                -t 3 -b "$A_IP" > /dev/null 2>&1 &
+            agen=$!; PIDS+=("$agen")
+            sleep 1
+            # Timed inside the gateway's namespace, from just before the request is sent.
+            ip netns exec "$G_NS" python3 -c '
+import json, sys, time, urllib.request
+body = json.dumps({"name": "act", "domain": "a", "port": int(sys.argv[1]),
+                   "destination": sys.argv[2], "egress_port": int(sys.argv[3])}).encode()
+req = urllib.request.Request("http://%s/api/v1/routes" % sys.argv[4], data=body,
+                             headers={"Content-Type": "application/json"}, method="POST")
+t0 = time.monotonic_ns()
+urllib.request.urlopen(req, timeout=5).read()
+print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) "$ADMIN" > "$WORK/act-call.out" 2>&1 || true
+            wait "$agen" 2>/dev/null || true
+            sleep 0.3
+            kill -INT "$asink" 2>/dev/null || true; wait "$asink" 2>/dev/null || true
+            read -r t0 t1 < "$WORK/act-call.out" || { t0=0; t1=0; }
+            first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_ns"])' "$WORK/act-sink.out" 2>/dev/null || echo 0)
+            printf '{"cfg": "activation", "mode": "%s", "try": %d, "call_ms": %s, "first_ms": %s}\n' "$cfg" "$k" \
+                "$(python3 -c "print(round(($t1 - $t0) / 1e6, 2) if $t0 else 'null')")" \
+                "$(python3 -c "print(round(($first - $t0) / 1e6, 2) if $t0 and $first else 'null')")" | tee -a "$RAW" >&2
+        done
+        stop_config "$cfg"
+    done
+fi
+
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+python3 scripts/bench/relay_report.py "$RAW" --hz "$(getconf CLK_TCK)" --seconds "$SECS" \
+    --command "scripts/bench-relay.sh --streams \"$STREAMS\" --runs $RUNS --seconds $SECS --configs \"$CONFIGS\"" \
+    --load "$LOAD" --rev "$(git rev-parse --short HEAD)" --note "$NOTE" > "$WORK/report.md"
+cat "$WORK/report.md"
+if [ -n "$OUT" ]; then
+    cp "$WORK/report.md" "$OUT"
+    cp "$RAW" "${OUT%.md}.jsonl"
+    log "wrote $OUT and ${OUT%.md}.jsonl"
+fi

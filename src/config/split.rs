@@ -1,0 +1,234 @@
+//! `[split]`: checks of a half's config (see [`crate::split`]).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use ipnet::Ipv4Net;
+use toml::Spanned;
+
+use super::raw::{RawLink, RawSplit};
+use super::validate::{invalid, parse_ipv4, parse_sockaddr, Invalid};
+use super::{Cpus, Domain, EngineConfig, Mode};
+use crate::split::{self, fec, Fec, Half, LinkConfig, SplitConfig};
+
+type Result<T> = std::result::Result<T, Invalid>;
+
+pub fn split(
+    r: &RawSplit,
+    domains: &[Domain; 2],
+    engine: &EngineConfig,
+    cpus: &Cpus,
+) -> Result<SplitConfig> {
+    let half = match r.half.get_ref().as_str() {
+        "a" => Half::A,
+        "b" => Half::B,
+        other => {
+            return Err(invalid(
+                &r.half,
+                "split.half",
+                format!("unknown half \"{other}\"; use \"a\" (device side, joins domain a) or \"b\" (user side, joins domain b)"),
+            ))
+        }
+    };
+    let face = &domains[half.link_face().index()];
+    let peer_face = parse_ipv4(&r.peer_face, "split.peer_face")?;
+    if peer_face == face.address {
+        return Err(invalid(
+            &r.peer_face,
+            "split.peer_face",
+            format!(
+                "the peer's face address must differ from ours (domains.{}.address = {})",
+                face.id, face.address
+            ),
+        ));
+    }
+    let only_peer = vec![Ipv4Net::new(peer_face, 32).expect("/32 is valid")];
+    if face.networks != only_peer {
+        return Err(invalid(
+            &r.peer_face,
+            "split.peer_face",
+            format!(
+                "in half {half} domain {} is the link face: set domains.{}.networks = [\"{peer_face}/32\"] (the peer's face address and nothing else), so no route can send anywhere but down the link",
+                face.id, face.id
+            ),
+        ));
+    }
+    if engine.mode == Mode::Xdp {
+        return Err(Invalid {
+            span: None,
+            key: "engine.mode".into(),
+            message: "mode xdp forwards inside the kernel and cannot hand datagrams to the link; a split half runs mode stack, tnapi or zc".into(),
+        });
+    }
+    if engine.max_payload > fec::MAX_PAYLOAD {
+        return Err(Invalid {
+            span: None,
+            key: "engine.max_payload".into(),
+            message: format!(
+                "a link frame carries at most {} bytes of media (1500-byte link MTU minus IPv4, UDP and the {}-byte link header); set engine.max_payload = {} or less",
+                fec::MAX_PAYLOAD,
+                split::header::HEADER_LEN,
+                fec::MAX_PAYLOAD
+            ),
+        });
+    }
+    let out_link = link(&r.out_link, "split.out_link", true, cpus)?;
+    let in_link = link(&r.in_link, "split.in_link", false, cpus)?;
+    if in_link.interface == out_link.interface {
+        return Err(invalid(
+            &r.in_link.interface,
+            "split.in_link.interface",
+            "the incoming and outgoing links must be different interfaces: each is one direction of its own one-way cable",
+        ));
+    }
+    // The link's addresses are checked against the domains below, with the media links'.
+    let signal = r.signal.check(&[])?;
+    if signal.interface == out_link.interface || signal.interface == in_link.interface {
+        return Err(invalid(
+            &r.signal.interface,
+            "split.signal.interface",
+            "the signaling link needs its own interface, not one of the one-way media links",
+        ));
+    }
+    for (raw, name, ifname) in [
+        (
+            &r.out_link.interface,
+            "split.out_link.interface",
+            &out_link.interface,
+        ),
+        (
+            &r.in_link.interface,
+            "split.in_link.interface",
+            &in_link.interface,
+        ),
+        (
+            &r.signal.interface,
+            "split.signal.interface",
+            &signal.interface,
+        ),
+    ] {
+        if let Some(d) = domains.iter().find(|d| &d.interface == ifname) {
+            return Err(invalid(
+                raw,
+                name,
+                format!("interface {ifname} is domain {}'s interface; a link between the halves must never be a domain's network", d.id),
+            ));
+        }
+    }
+    // No domain address may be reachable through a link: link addresses are in no domain.
+    let addrs: [(&Spanned<String>, &str, Ipv4Addr); 4] = [
+        (
+            &r.out_link.local,
+            "split.out_link.local",
+            *out_link.local.ip(),
+        ),
+        (&r.out_link.peer, "split.out_link.peer", *out_link.peer.ip()),
+        (&r.in_link.local, "split.in_link.local", *in_link.local.ip()),
+        (&r.in_link.peer, "split.in_link.peer", *in_link.peer.ip()),
+    ];
+    let sig: [(&Spanned<String>, &str, Option<Ipv4Addr>); 2] = [
+        (
+            &r.signal.local,
+            "split.signal.local",
+            Some(*signal.local.ip()),
+        ),
+        (&r.signal.peer, "split.signal.peer", Some(*signal.peer.ip())),
+    ];
+    let all = addrs
+        .iter()
+        .map(|(s, k, a)| (*s, *k, Some(*a)))
+        .chain(sig.iter().copied());
+    for (raw, key, addr) in all {
+        let Some(addr) = addr else { continue };
+        if let Some(d) = domains.iter().find(|d| d.contains(addr)) {
+            return Err(invalid(
+                raw,
+                key,
+                format!("{addr} lies in domain {}: a link's addresses must belong to no domain, or that domain becomes reachable through the link", d.id),
+            ));
+        }
+    }
+    if out_link.local.ip() == in_link.local.ip() {
+        return Err(invalid(
+            &r.in_link.local,
+            "split.in_link.local",
+            "give each link its own address: the two one-way links are separate networks",
+        ));
+    }
+    Ok(SplitConfig {
+        half,
+        peer_face,
+        out_link,
+        in_link,
+        signal,
+    })
+}
+
+fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfig> {
+    let k = |f: &str| format!("{key}.{f}");
+    if r.interface.get_ref().is_empty() {
+        return Err(invalid(
+            &r.interface,
+            k("interface"),
+            "name the link's interface, e.g. \"ens2f1\"",
+        ));
+    }
+    let local: SocketAddrV4 = parse_sockaddr(&r.local, &k("local"))?;
+    let peer: SocketAddrV4 = parse_sockaddr(&r.peer, &k("peer"))?;
+    if local.ip() == peer.ip() {
+        return Err(invalid(
+            &r.peer,
+            k("peer"),
+            "the peer's link address must differ from ours",
+        ));
+    }
+    let peer_mac = match (&r.peer_mac, outgoing) {
+        (Some(m), true) => Some(split::parse_mac(m.get_ref()).ok_or_else(|| {
+            invalid(m, k("peer_mac"), "expected a MAC such as \"02:00:00:00:01:02\" (the peer's link interface)")
+        })?),
+        (None, true) => {
+            return Err(invalid(
+                &r.interface,
+                k("peer_mac"),
+                "the outgoing link needs peer_mac = the MAC of the peer's link interface: nothing may ask for it (no ARP on a one-way link)",
+            ))
+        }
+        (Some(m), false) => {
+            return Err(invalid(
+                m,
+                k("peer_mac"),
+                "the incoming link sends nothing, so it needs no peer MAC; remove the key",
+            ))
+        }
+        (None, false) => None,
+    };
+    let fec: Option<Fec> = Fec::parse(r.fec.get_ref()).map_err(|m| invalid(&r.fec, k("fec"), m))?;
+    match (&r.cpu, outgoing) {
+        (Some(c), true) => {
+            return Err(invalid(
+                c,
+                k("cpu"),
+                "the outgoing link is sent by the engine's workers; only split.in_link has a cpu",
+            ))
+        }
+        (Some(c), false) if *c.get_ref() < 0 || !cpus.online.contains(&(*c.get_ref() as usize)) => {
+            return Err(invalid(
+                c,
+                k("cpu"),
+                format!(
+                    "CPU {} is not online here (online: {:?})",
+                    c.get_ref(),
+                    cpus.online
+                ),
+            ))
+        }
+        _ => {}
+    }
+    Ok(LinkConfig {
+        interface: r.interface.get_ref().clone(),
+        local,
+        peer,
+        peer_mac,
+        fec,
+        cpu: r.cpu.as_ref().map(|c| *c.get_ref() as usize),
+    })
+}

@@ -1,0 +1,414 @@
+//! The split appliance's namespace bed (`scripts/split-bed.sh`) for tests and benches:
+//! four namespaces (domain A, half A, half B, domain B), a signaling veth, two one-way link
+//! veths whose wrong direction nftables drops and counts, and loss injection.
+//!
+//! - [`SplitBed::up`] makes a bed with a unique name (removed on drop, also on a panic);
+//!   [`SplitBed::get`] reads its addresses (`DA_IP`, `GA_IP`, `FB_IP`, `HA_NS`, ... as printed
+//!   by the script); [`SplitBed::counters`] the wrong-direction and loss counters;
+//!   [`SplitBed::loss`] sets loss on a link.
+//! - [`half_config`] writes a half's config for the bed (links, faces, signaling link) with
+//!   the caller's extra sections (stream or signaling routes) appended; [`start_half`] runs
+//!   `vgate run` inside the half's namespace.
+//! - [`send_numbered`] / [`receive_numbered`] move numbered datagrams between namespaces
+//!   and report what arrived, from where, how often.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::enter_netns;
+use super::vgate::Vgate;
+
+/// Face addresses of the halves (loopback, inside each half's namespace).
+pub const FACE_A: &str = "127.77.0.1";
+pub const FACE_B: &str = "127.77.0.2";
+pub const FWD_PORT: u16 = 7001;
+pub const REV_PORT: u16 = 7002;
+/// The signaling key both halves' configs carry.
+pub const KEY: &str = "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2";
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+pub fn script() -> String {
+    format!("{}/scripts/split-bed.sh", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A bed from `scripts/split-bed.sh`; `down` on drop.
+pub struct SplitBed {
+    pub name: String,
+    pub env: HashMap<String, String>,
+}
+
+fn kv(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+impl SplitBed {
+    pub fn up() -> SplitBed {
+        let name = format!(
+            "vs{}x{}",
+            std::process::id() % 100_000,
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let out = Command::new("bash")
+            .args([&script(), "--name", &name, "up"])
+            .output()
+            .expect("run scripts/split-bed.sh");
+        let mut bed = SplitBed {
+            name,
+            env: HashMap::new(),
+        };
+        assert!(
+            out.status.success(),
+            "split-bed.sh up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        bed.env = kv(&String::from_utf8_lossy(&out.stdout));
+        bed
+    }
+
+    pub fn get(&self, key: &str) -> &str {
+        self.env
+            .get(key)
+            .unwrap_or_else(|| panic!("split-bed.sh printed no {key}"))
+    }
+
+    pub fn ip(&self, key: &str) -> Ipv4Addr {
+        self.get(key).parse().expect("an IPv4 address")
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("bash")
+            .arg(script())
+            .args(["--name", &self.name])
+            .args(args)
+            .output()
+            .expect("run scripts/split-bed.sh");
+        assert!(
+            out.status.success(),
+            "split-bed.sh {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `FWD_WRONG`, `REV_WRONG` (packets that travelled a one-way link the wrong way) and
+    /// `FWD_LOSS`, `REV_LOSS` (injected drops).
+    pub fn counters(&self) -> HashMap<String, u64> {
+        kv(&self.run(&["counters"]))
+            .into_iter()
+            .map(|(k, v)| (k, v.trim().parse().unwrap_or(u64::MAX)))
+            .collect()
+    }
+
+    /// Drops `permille`/1000 of what arrives on `link` ("forward" or "reverse"); 0 removes.
+    pub fn loss(&self, link: &str, permille: u32) {
+        self.run(&["loss", link, &permille.to_string()]);
+    }
+}
+
+impl Drop for SplitBed {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .args([&script(), "--name", &self.name, "down"])
+            .status();
+    }
+}
+
+/// A half's config on `bed` in mode stack: `half` is "a" or "b"; `fec_out`/`fec_in` the
+/// links' FEC ("off", "8+2", ...); `extra` is appended (stream routes, signaling routes).
+pub fn half_config(bed: &SplitBed, half: &str, fec_out: &str, fec_in: &str, extra: &str) -> String {
+    half_config_mode(bed, half, "stack", fec_out, fec_in, extra)
+}
+
+/// [`half_config`] in capture mode `mode`.
+pub fn half_config_mode(
+    bed: &SplitBed,
+    half: &str,
+    mode: &str,
+    fec_out: &str,
+    fec_in: &str,
+    extra: &str,
+) -> String {
+    let (face, peer_face) = if half == "a" {
+        (FACE_A, FACE_B)
+    } else {
+        (FACE_B, FACE_A)
+    };
+    let (dom_a, dom_b) = if half == "a" {
+        (
+            format!(
+                "interface = \"ga\"\naddress = \"{}\"\nnetworks = [\"10.211.1.0/24\"]",
+                bed.get("GA_IP")
+            ),
+            format!("interface = \"lo\"\naddress = \"{face}\"\nnetworks = [\"{peer_face}/32\"]"),
+        )
+    } else {
+        (
+            format!("interface = \"lo\"\naddress = \"{face}\"\nnetworks = [\"{peer_face}/32\"]"),
+            format!(
+                "interface = \"gb\"\naddress = \"{}\"\nnetworks = [\"10.211.2.0/24\"]",
+                bed.get("GB_IP")
+            ),
+        )
+    };
+    // Half A sends on fa (forward) and receives on ra (reverse); half B the mirror.
+    let (
+        out_if,
+        out_local,
+        out_peer,
+        out_mac,
+        in_if,
+        in_local,
+        in_peer,
+        sig_if,
+        sig_local,
+        sig_peer,
+    ) = if half == "a" {
+        (
+            "fa",
+            format!("{}:{FWD_PORT}", bed.get("FA_IP")),
+            format!("{}:{FWD_PORT}", bed.get("FB_IP")),
+            bed.get("FB_MAC"),
+            "ra",
+            format!("{}:{REV_PORT}", bed.get("RA_IP")),
+            format!("{}:{REV_PORT}", bed.get("RB_IP")),
+            "sa",
+            format!("{}:7400", bed.get("SA_IP")),
+            format!("{}:7400", bed.get("SB_IP")),
+        )
+    } else {
+        (
+            "rb",
+            format!("{}:{REV_PORT}", bed.get("RB_IP")),
+            format!("{}:{REV_PORT}", bed.get("RA_IP")),
+            bed.get("RA_MAC"),
+            "fb",
+            format!("{}:{FWD_PORT}", bed.get("FB_IP")),
+            format!("{}:{FWD_PORT}", bed.get("FA_IP")),
+            "sb",
+            format!("{}:7400", bed.get("SB_IP")),
+            format!("{}:7400", bed.get("SA_IP")),
+        )
+    };
+    format!(
+        r#"
+[domains.a]
+{dom_a}
+media_ports = "20000-29999"
+[domains.b]
+{dom_b}
+media_ports = "30000-39999"
+[engine]
+mode = "{mode}"
+queues = 1
+[security]
+source_validation = "strict"
+[control]
+listen = "127.0.0.1:9940"
+[split]
+half = "{half}"
+peer_face = "{peer_face}"
+[split.out_link]
+interface = "{out_if}"
+local = "{out_local}"
+peer = "{out_peer}"
+peer_mac = "{out_mac}"
+fec = "{fec_out}"
+[split.in_link]
+interface = "{in_if}"
+local = "{in_local}"
+peer = "{in_peer}"
+fec = "{fec_in}"
+[split.signal]
+interface = "{sig_if}"
+local = "{sig_local}"
+peer = "{sig_peer}"
+key = "{KEY}"
+{extra}
+"#
+    )
+}
+
+/// A static stream route section.
+pub fn route(name: &str, domain: &str, port: u16, dest: &str, egress: u16, expect: &str) -> String {
+    format!(
+        "[[stream_route]]\nname = \"{name}\"\ndomain = \"{domain}\"\nport = {port}\ndestination = \"{dest}\"\negress_port = {egress}\nexpect_source = \"{expect}\"\n"
+    )
+}
+
+/// `vgate run` in the half's namespace (`HA_NS` or `HB_NS`).
+pub fn start_half(bed: &SplitBed, half: &str, config: &str) -> Vgate {
+    let ns = bed
+        .get(if half == "a" { "HA_NS" } else { "HB_NS" })
+        .to_owned();
+    Vgate::start_with(&["ip", "netns", "exec", &ns], config, &[])
+}
+
+/// A numbered datagram: 8 bytes of id, padded to `len` (RTP-looking header first).
+pub fn numbered(id: u32, len: usize) -> Vec<u8> {
+    let mut p = vec![0u8; len.max(16)];
+    p[0] = 0x80;
+    p[1] = 96;
+    p[2..4].copy_from_slice(&(id as u16).to_be_bytes());
+    p[8..12].copy_from_slice(&0x5eedu32.to_be_bytes());
+    p[12..16].copy_from_slice(&id.to_be_bytes());
+    for (i, b) in p.iter_mut().enumerate().skip(16) {
+        *b = (id as usize + i) as u8;
+    }
+    p
+}
+
+/// Sends ids `0..count` from `from` (bound in namespace `ns`) to `to`, about `pps` per
+/// second (paced in bursts of 10), payloads of `len` bytes.
+pub fn send_numbered(
+    ns: &str,
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+    count: u32,
+    len: usize,
+    pps: u32,
+) -> JoinHandle<u32> {
+    let ns = ns.to_owned();
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let s = UdpSocket::bind(from).expect("bind sender");
+        let start = Instant::now();
+        for id in 0..count {
+            s.send_to(&numbered(id, len), to).expect("send");
+            if id % 10 == 9 {
+                let due = start + Duration::from_secs_f64(f64::from(id + 1) / f64::from(pps));
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        count
+    })
+}
+
+/// What a receiver saw: how many times each id arrived, and anything wrong.
+#[derive(Debug, Default)]
+pub struct Arrivals {
+    pub counts: HashMap<u32, u32>,
+    pub wrong_source: u32,
+    pub corrupt: u32,
+}
+
+impl Arrivals {
+    /// Ids of `0..count` never received, and ids received more than once.
+    pub fn missing_and_dups(&self, count: u32) -> (u32, u32) {
+        let missing = (0..count).filter(|i| !self.counts.contains_key(i)).count() as u32;
+        let dups = self.counts.values().filter(|&&n| n > 1).count() as u32;
+        (missing, dups)
+    }
+}
+
+/// Receives on `at` in namespace `ns` until `count` distinct ids arrived or nothing came for
+/// `quiet` after the first datagram (or `first_within` with nothing at all); checks each
+/// datagram's source is `from` and its bytes are intact.
+pub fn receive_numbered(
+    ns: &str,
+    at: SocketAddrV4,
+    from: SocketAddrV4,
+    count: u32,
+    len: usize,
+    first_within: Duration,
+    quiet: Duration,
+) -> (JoinHandle<Arrivals>, std::sync::mpsc::Receiver<()>) {
+    let ns = ns.to_owned();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let s = UdpSocket::bind(at).expect("bind receiver");
+        // Room for bursts while this thread waits for a CPU on a loaded machine (root may
+        // exceed rmem_max).
+        let _ =
+            nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &(8 << 20));
+        let _ = ready_tx.send(());
+        let mut a = Arrivals::default();
+        let mut buf = [0u8; 2048];
+        let mut last = Instant::now();
+        let mut any = false;
+        loop {
+            let limit = if any { quiet } else { first_within };
+            let left = limit.saturating_sub(last.elapsed());
+            if left.is_zero() || a.counts.len() as u32 >= count {
+                break;
+            }
+            s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            let Ok((n, src)) = s.recv_from(&mut buf) else {
+                continue;
+            };
+            any = true;
+            last = Instant::now();
+            if src != std::net::SocketAddr::V4(from) {
+                a.wrong_source += 1;
+                continue;
+            }
+            let p = &buf[..n];
+            let id = p
+                .get(12..16)
+                .map(|b| u32::from_be_bytes(b.try_into().unwrap()));
+            match id {
+                Some(id) if p == numbered(id, len).as_slice() => {
+                    *a.counts.entry(id).or_default() += 1;
+                }
+                _ => a.corrupt += 1,
+            }
+        }
+        // Late duplicates would show within a short extra wait.
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        while let Ok((n, src)) = s.recv_from(&mut buf) {
+            if src == std::net::SocketAddr::V4(from) && n >= 16 {
+                let id = u32::from_be_bytes(buf[12..16].try_into().unwrap());
+                *a.counts.entry(id).or_default() += 1;
+            } else {
+                a.wrong_source += 1;
+            }
+        }
+        a
+    });
+    (h, ready_rx)
+}
+
+/// The `link name=… k=v` lines of a half's shutdown totals.
+pub fn link_totals(raw: &str, name: &str) -> HashMap<String, u64> {
+    raw.lines()
+        .find(|l| l.starts_with(&format!("link name={name} ")))
+        .unwrap_or_else(|| panic!("no link {name} line in totals:\n{raw}"))
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_owned(), v)))
+        .collect()
+}
+
+/// `GET path` on a half's admin interface (127.0.0.1:9940 inside its namespace): the body.
+pub fn admin_get(bed: &SplitBed, half: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let ns = bed
+        .get(if half == "a" { "HA_NS" } else { "HB_NS" })
+        .to_owned();
+    let path = path.to_owned();
+    super::in_netns(&ns, move || {
+        let mut s = std::net::TcpStream::connect("127.0.0.1:9940").expect("admin interface");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default()
+    })
+}

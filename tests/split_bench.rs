@@ -1,0 +1,154 @@
+//! Benchmark (ignored by default; run by `scripts/bench-split.sh`): the forward link of the
+//! split bed under injected random loss, with FEC off and on. For each (loss, FEC) point: a
+//! paced stream of numbered, timestamped datagrams from domain A through half A, the forward
+//! one-way link and half B to a receiver in domain B; reported: datagrams sent, delivered,
+//! delivered loss, link frames dropped by the loss rule, repaired, repair rate (repaired /
+//! data frames the link lost), overhead (repair frames / data frames), and the one-way
+//! latency p50/p99 from sender to receiver (one clock: the namespaces share the host's).
+//! One line per point, `point loss_permille=… fec=… …`, for the script to tabulate.
+
+mod common;
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::split::{half_config, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
+
+fn env_or(k: &str, d: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| d.to_owned())
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+#[test]
+#[ignore = "benchmark: scripts/bench-split.sh"]
+fn split_loss_and_fec() {
+    if !common::prerequisites(
+        "split_loss_and_fec",
+        true,
+        &[("ip", "iproute2"), ("nft", "nftables")],
+    ) {
+        return;
+    }
+    let losses: Vec<u32> = env_or("SPLIT_BENCH_LOSS", "1 10 50")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let fecs: Vec<String> = env_or("SPLIT_BENCH_FEC", "off 8+2 16+4")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let count: u32 = env_or("SPLIT_BENCH_COUNT", "20000").parse().unwrap();
+    let pps: u32 = env_or("SPLIT_BENCH_PPS", "4000").parse().unwrap();
+    let len: usize = 1328;
+    let bed = SplitBed::up();
+    let (da, ga, db) = (bed.ip("DA_IP"), bed.ip("GA_IP"), bed.ip("DB_IP"));
+    for &loss in &losses {
+        bed.loss("forward", loss);
+        for fec in &fecs {
+            let before = bed.counters()["FWD_LOSS"];
+            let ra = route(
+                "cam",
+                "a",
+                20000,
+                &format!("{FACE_B}:21000"),
+                30000,
+                &format!("{da}:5000"),
+            );
+            let rb = route(
+                "cam",
+                "a",
+                21000,
+                &format!("{db}:6000"),
+                30000,
+                &format!("{FACE_A}:30000"),
+            );
+            let a = start_half(&bed, "a", &half_config(&bed, "a", fec, "off", &ra));
+            let b = start_half(&bed, "b", &half_config(&bed, "b", "off", fec, &rb));
+            let (tx, rx) = std::sync::mpsc::channel();
+            let recv = {
+                let ns = bed.get("DB_NS").to_owned();
+                std::thread::spawn(move || {
+                    common::enter_netns(&ns).unwrap();
+                    let s = UdpSocket::bind(SocketAddrV4::new(db, 6000)).unwrap();
+                    let _ = nix::sys::socket::setsockopt(
+                        &s,
+                        nix::sys::socket::sockopt::RcvBufForce,
+                        &(16 << 20),
+                    );
+                    tx.send(()).unwrap();
+                    let mut seen = vec![false; count as usize];
+                    let mut lat = Vec::with_capacity(count as usize);
+                    let mut buf = [0u8; 2048];
+                    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                    while let Ok((n, _)) = s.recv_from(&mut buf) {
+                        let t = now_ns();
+                        if n < 24 {
+                            continue;
+                        }
+                        let id = u32::from_be_bytes(buf[12..16].try_into().unwrap()) as usize;
+                        let sent = u64::from_be_bytes(buf[16..24].try_into().unwrap());
+                        if id < seen.len() && !seen[id] {
+                            seen[id] = true;
+                            lat.push(t.saturating_sub(sent));
+                        }
+                    }
+                    lat
+                })
+            };
+            rx.recv().unwrap();
+            common::in_netns(bed.get("DA_NS"), move || {
+                let s = UdpSocket::bind(SocketAddrV4::new(da, 5000)).unwrap();
+                let to = SocketAddrV4::new(ga, 20000);
+                let mut p = vec![0u8; len];
+                p[0] = 0x80;
+                p[1] = 96;
+                let start = Instant::now();
+                for id in 0..count {
+                    p[2..4].copy_from_slice(&(id as u16).to_be_bytes());
+                    p[12..16].copy_from_slice(&id.to_be_bytes());
+                    p[16..24].copy_from_slice(&now_ns().to_be_bytes());
+                    s.send_to(&p, to).unwrap();
+                    if id % 10 == 9 {
+                        let due =
+                            start + Duration::from_secs_f64(f64::from(id + 1) / f64::from(pps));
+                        if let Some(w) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(w);
+                        }
+                    }
+                }
+            });
+            let mut lat = recv.join().unwrap();
+            let _ta = a.stop();
+            let tb = b.stop();
+            let link_lost = bed.counters()["FWD_LOSS"] - before;
+            let l = link_totals(&tb.raw, "in");
+            lat.sort_unstable();
+            let pct = |q: f64| {
+                if lat.is_empty() {
+                    0.0
+                } else {
+                    lat[((lat.len() - 1) as f64 * q) as usize] as f64 / 1e3
+                }
+            };
+            let delivered = lat.len() as u64;
+            let frames = l["packets"] + link_lost;
+            let data_frames_lost = u64::from(count).saturating_sub(l["delivered"]);
+            println!(
+                "point loss_permille={loss} fec={fec} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} counted_lost={}",
+                100.0 * (u64::from(count) - delivered) as f64 / f64::from(count),
+                l["repaired"],
+                if data_frames_lost == 0 { 100.0 } else { 100.0 * l["repaired"] as f64 / data_frames_lost as f64 },
+                100.0 * (frames.saturating_sub(u64::from(count))) as f64 / f64::from(count),
+                pct(0.5),
+                pct(0.99),
+                l["lost"],
+            );
+        }
+    }
+}

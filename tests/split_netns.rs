@@ -1,0 +1,433 @@
+//! The split appliance on its real topology (`scripts/split-bed.sh`): two `vgate` halves in
+//! their own namespaces joined by two one-way links and a signaling link.
+//!
+//! - static streams cross the forward link (camera → viewer) and the reverse link
+//!   (talkback): every datagram delivered once, intact, from the right source; nothing ever
+//!   travels a one-way link the wrong way (nftables counter 0);
+//! - bad input on the incoming link (garbage, truncated header, other version, unknown port)
+//!   is dropped and counted, never forwarded;
+//! - FEC repairs injected loss that a link without FEC loses.
+//!
+//! Needs root, iproute2 and nftables; prints DID NOT RUN without them (fails under CI=true).
+
+mod common;
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::time::Duration;
+
+use common::split::{
+    half_config, half_config_mode, link_totals, receive_numbered, route, send_numbered, start_half,
+    SplitBed, FACE_A, FACE_B, FWD_PORT,
+};
+use common::vgate::Totals;
+
+const LEN: usize = 1200;
+
+fn ready(test: &str) -> bool {
+    common::prerequisites(test, true, &[("ip", "iproute2"), ("nft", "nftables")])
+}
+
+/// Half A: camera (domain a, port 20000) → half B's gateway port 21000; talkback from half
+/// B (link face port 33000) → the sink in domain a.
+fn routes_a(bed: &SplitBed) -> String {
+    route(
+        "cam",
+        "a",
+        20000,
+        &format!("{FACE_B}:21000"),
+        30000,
+        &format!("{}:5000", bed.get("DA_IP")),
+    ) + &route(
+        "talk",
+        "b",
+        33000,
+        &format!("{}:5002", bed.get("DA_IP")),
+        20002,
+        &format!("{FACE_B}:22000"),
+    )
+}
+
+/// Half B: half A's camera (link face port 21000) → the viewer; the viewer's talkback
+/// (domain b, port 32000) → half A's gateway port 33000.
+fn routes_b(bed: &SplitBed) -> String {
+    route(
+        "cam",
+        "a",
+        21000,
+        &format!("{}:6000", bed.get("DB_IP")),
+        30000,
+        &format!("{FACE_A}:30000"),
+    ) + &route(
+        "talk",
+        "b",
+        32000,
+        &format!("{FACE_A}:33000"),
+        22000,
+        &format!("{}:6002", bed.get("DB_IP")),
+    )
+}
+
+fn sa(ip: &str, port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(ip.parse().unwrap(), port)
+}
+
+/// Streams `count` datagrams each way and returns (forward arrivals, reverse arrivals,
+/// totals of half A, totals of half B).
+fn run_streams(
+    bed: &SplitBed,
+    mode: &str,
+    fec_fwd: &str,
+    fec_rev: &str,
+    count: u32,
+    reverse: bool,
+) -> (
+    common::split::Arrivals,
+    common::split::Arrivals,
+    Totals,
+    Totals,
+) {
+    let a = start_half(
+        bed,
+        "a",
+        &half_config_mode(bed, "a", mode, fec_fwd, fec_rev, &routes_a(bed)),
+    );
+    let b = start_half(
+        bed,
+        "b",
+        &half_config_mode(bed, "b", mode, fec_rev, fec_fwd, &routes_b(bed)),
+    );
+    let quiet = Duration::from_secs(2);
+    let (fwd_rx, fwd_ready) = receive_numbered(
+        bed.get("DB_NS"),
+        sa(bed.get("DB_IP"), 6000),
+        sa(bed.get("GB_IP"), 30000),
+        count,
+        LEN,
+        Duration::from_secs(60),
+        quiet,
+    );
+    let rev_count = if reverse { count } else { 0 };
+    let (rev_rx, rev_ready) = receive_numbered(
+        bed.get("DA_NS"),
+        sa(bed.get("DA_IP"), 5002),
+        sa(bed.get("GA_IP"), 20002),
+        rev_count.max(1),
+        LEN,
+        Duration::from_secs(if reverse { 60 } else { 1 }),
+        quiet,
+    );
+    fwd_ready.recv().unwrap();
+    rev_ready.recv().unwrap();
+    let s1 = send_numbered(
+        bed.get("DA_NS"),
+        sa(bed.get("DA_IP"), 5000),
+        sa(bed.get("GA_IP"), 20000),
+        count,
+        LEN,
+        2000,
+    );
+    let s2 = reverse.then(|| {
+        send_numbered(
+            bed.get("DB_NS"),
+            sa(bed.get("DB_IP"), 6002),
+            sa(bed.get("GB_IP"), 32000),
+            count,
+            LEN,
+            1000,
+        )
+    });
+    s1.join().unwrap();
+    if let Some(s) = s2 {
+        s.join().unwrap();
+    }
+    let fwd = fwd_rx.join().unwrap();
+    let rev = rev_rx.join().unwrap();
+    // The links show in each half's metrics and stats API while it runs.
+    for (half, link, want) in [("a", "out", count), ("b", "in", count)] {
+        let m = common::split::admin_get(bed, half, "/metrics");
+        let line = format!("vgate_link_packets_total{{link=\"{link}\"}} ");
+        let v: u64 = m
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or_else(|| panic!("half {half} metrics lack {line}:\n{m}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(v >= u64::from(want) * 9 / 10, "half {half} {link}: {v}");
+        let stats = common::split::admin_get(bed, half, "/api/v1/stats");
+        assert!(stats.contains(&format!("\"half\":\"{half}\"")), "{stats}");
+    }
+    let ta = a.stop();
+    let tb = b.stop();
+    (fwd, rev, ta, tb)
+}
+
+#[test]
+fn streams_cross_both_links_once_and_nothing_goes_the_wrong_way() {
+    if !ready("streams_cross_both_links_once_and_nothing_goes_the_wrong_way") {
+        return;
+    }
+    streams_in_mode("stack");
+}
+
+/// The same with the domain side captured by AF_PACKET rings (mode tnapi).
+#[test]
+fn streams_cross_the_split_in_mode_tnapi() {
+    if !ready("streams_cross_the_split_in_mode_tnapi") {
+        return;
+    }
+    streams_in_mode("tnapi");
+}
+
+/// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
+#[test]
+fn streams_cross_the_split_in_mode_zc() {
+    if !ready("streams_cross_the_split_in_mode_zc") {
+        return;
+    }
+    streams_in_mode("zc");
+}
+
+fn streams_in_mode(mode: &str) {
+    let bed = SplitBed::up();
+    let count = 1500;
+    let (fwd, rev, ta, tb) = run_streams(&bed, mode, "8+2", "8+2", count, true);
+    assert_eq!(
+        fwd.missing_and_dups(count),
+        (0, 0),
+        "forward: every datagram once\nhalf A:\n{}\nhalf B:\n{}",
+        ta.raw,
+        tb.raw
+    );
+    assert_eq!(
+        rev.missing_and_dups(count),
+        (0, 0),
+        "reverse: every datagram once"
+    );
+    assert_eq!(
+        (fwd.wrong_source, fwd.corrupt),
+        (0, 0),
+        "forward source and bytes"
+    );
+    assert_eq!(
+        (rev.wrong_source, rev.corrupt),
+        (0, 0),
+        "reverse source and bytes"
+    );
+    // Half A sent the camera down the forward link and delivered the talkback from it.
+    let a_out = link_totals(&ta.raw, "out");
+    let a_in = link_totals(&ta.raw, "in");
+    let b_out = link_totals(&tb.raw, "out");
+    let b_in = link_totals(&tb.raw, "in");
+    assert_eq!(b_in["delivered"], u64::from(count), "{}", tb.raw);
+    assert_eq!(a_in["delivered"], u64::from(count), "{}", ta.raw);
+    for (name, l) in [("a out", &a_out), ("b out", &b_out)] {
+        // 8+2: at least 2 repair frames per 8 data frames (more with partial blocks).
+        assert!(l["repair_packets"] >= u64::from(count) / 4, "{name}: {l:?}");
+        assert_eq!(l["send_errors"], 0, "{name}");
+    }
+    for (name, l) in [("a in", &a_in), ("b in", &b_in)] {
+        assert_eq!(l["lost"], 0, "{name}: {l:?}");
+        for k in [
+            "drop_garbage",
+            "drop_truncated",
+            "drop_bad_version",
+            "drop_bad_fec",
+            "drop_unknown_port",
+            "drop_foreign_source",
+        ] {
+            assert_eq!(l[k], 0, "{name} {k}");
+        }
+    }
+    // Half A forwarded every camera datagram into the link (data frames = datagrams).
+    assert_eq!(ta.route("cam", "tx_packets"), u64::from(count));
+    assert_eq!(
+        a_out["packets"] - a_out["repair_packets"],
+        u64::from(count),
+        "{a_out:?}"
+    );
+    assert_eq!(tb.route("cam", "tx_packets"), u64::from(count));
+    assert_eq!(ta.route("talk", "tx_packets"), u64::from(count));
+    let c = bed.counters();
+    assert_eq!(
+        (c["FWD_WRONG"], c["REV_WRONG"]),
+        (0, 0),
+        "wrong-direction packets: {c:?}"
+    );
+    // Each half counts the same from its interfaces.
+    for (name, l) in [
+        ("a out", &a_out),
+        ("a in", &a_in),
+        ("b out", &b_out),
+        ("b in", &b_in),
+    ] {
+        assert_eq!(l.get("wrong_direction"), Some(&0), "{name}: {l:?}");
+    }
+}
+
+#[test]
+fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
+    use vgate::split::header::{write_fields, write_shard_prefix, Fields, HEADER_LEN};
+    if !ready("bad_input_on_the_incoming_link_is_dropped_and_counted") {
+        return;
+    }
+    let bed = SplitBed::up();
+    let b = start_half(
+        &bed,
+        "b",
+        &half_config(&bed, "b", "off", "8+2", &routes_b(&bed)),
+    );
+    let (rx, rx_ready) = receive_numbered(
+        bed.get("DB_NS"),
+        sa(bed.get("DB_IP"), 6000),
+        sa(bed.get("GB_IP"), 30000),
+        1,
+        LEN,
+        Duration::from_secs(3),
+        Duration::from_secs(1),
+    );
+    rx_ready.recv().unwrap();
+    let frame = |dst: u16, version: u8, k: u8| {
+        let mut f = vec![0u8; HEADER_LEN + 100];
+        write_fields(
+            &mut f,
+            &Fields {
+                k,
+                m: if k > 0 { 2 } else { 0 },
+                epoch: 1,
+                ..Fields::default()
+            },
+        );
+        write_shard_prefix(&mut f, dst, 30000, 100);
+        f[2] = version;
+        f
+    };
+    let to = sa(bed.get("FB_IP"), FWD_PORT);
+    // What half A's vgate would install: the peer's permanent neighbour (no ARP).
+    let st = std::process::Command::new("ip")
+        .args([
+            "-n",
+            bed.get("HA_NS"),
+            "neigh",
+            "replace",
+            bed.get("FB_IP"),
+            "lladdr",
+            bed.get("FB_MAC"),
+            "dev",
+            "fa",
+            "nud",
+            "permanent",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let fa = bed.get("FA_IP").to_owned();
+    let unknown = frame(29990, 1, 8);
+    let bad_version = frame(21000, 9, 8);
+    let wrong_fec = frame(21000, 1, 4);
+    let good = frame(21000, 1, 8);
+    common::in_netns(bed.get("HA_NS"), move || {
+        let s = UdpSocket::bind(format!("{fa}:0")).unwrap();
+        s.send_to(b"GET / HTTP/1.1\r\n\r\n", to).unwrap(); // garbage
+        s.send_to(&good[..10], to).unwrap(); // truncated header
+        s.send_to(&good[..HEADER_LEN + 50], to).unwrap(); // shorter than it claims
+        s.send_to(&bad_version, to).unwrap();
+        s.send_to(&unknown, to).unwrap();
+        s.send_to(&wrong_fec, to).unwrap();
+    });
+    let arrivals = rx.join().unwrap();
+    // One datagram the wrong way down the reverse link (half A's receive-only end ra to
+    // half B's send-only end rb): the bed drops and counts it, and half B sees it on its
+    // outgoing link's interface.
+    let (ra_ip, rb_ip) = (bed.get("RA_IP").to_owned(), bed.get("RB_IP").to_owned());
+    let st = std::process::Command::new("ip")
+        .args([
+            "-n",
+            bed.get("HA_NS"),
+            "neigh",
+            "replace",
+            &rb_ip,
+            "lladdr",
+            bed.get("RB_MAC"),
+            "dev",
+            "ra",
+            "nud",
+            "permanent",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    common::in_netns(bed.get("HA_NS"), move || {
+        let s = UdpSocket::bind(format!("{ra_ip}:0")).unwrap();
+        s.send_to(b"wrong way", format!("{rb_ip}:9")).unwrap();
+    });
+    let c = bed.counters();
+    assert_eq!((c["FWD_WRONG"], c["REV_WRONG"]), (0, 1), "{c:?}");
+    let t = b.stop();
+    assert_eq!(
+        link_totals(&t.raw, "out").get("wrong_direction"),
+        Some(&1),
+        "half B counts the packet that arrived on its send-only interface:\n{}",
+        t.raw
+    );
+    let l = link_totals(&t.raw, "in");
+    assert_eq!(l["drop_garbage"], 1, "{l:?}");
+    assert_eq!(l["drop_truncated"], 2, "{l:?}");
+    assert_eq!(l["drop_bad_version"], 1, "{l:?}");
+    assert_eq!(l["drop_unknown_port"], 1, "{l:?}");
+    assert_eq!(l["drop_bad_fec"], 1, "{l:?}");
+    assert_eq!(
+        l["delivered"], 1,
+        "only the unknown-port frame got past the header: {l:?}"
+    );
+    assert!(
+        arrivals.counts.is_empty() && arrivals.wrong_source == 0,
+        "nothing forwarded: {arrivals:?}"
+    );
+    assert_eq!(t.route("cam", "tx_packets"), 0);
+    assert_eq!(l.get("wrong_direction"), Some(&0), "{l:?}");
+}
+
+#[test]
+fn fec_repairs_loss_that_a_plain_link_loses() {
+    if !ready("fec_repairs_loss_that_a_plain_link_loses") {
+        return;
+    }
+    let bed = SplitBed::up();
+    // 1 % random loss on the forward link.
+    bed.loss("forward", 10);
+    let count = 3000;
+    let (plain, _, _, tb) = run_streams(&bed, "stack", "off", "off", count, false);
+    let (missing, dups) = plain.missing_and_dups(count);
+    let b_in = link_totals(&tb.raw, "in");
+    assert!(
+        missing > 0,
+        "1 % loss without FEC loses datagrams (P(no loss) ≈ e^-30)"
+    );
+    assert_eq!(dups, 0);
+    assert_eq!(
+        b_in["lost"],
+        u64::from(missing),
+        "the link counts what it lost: {b_in:?}"
+    );
+    let lost_frames = bed.counters()["FWD_LOSS"];
+    assert!(lost_frames > 0);
+
+    // 16+4 at 1 %: a block is lost only with 5 of its 20 frames (≈ 1.5e-6 per block).
+    let (fec, _, _, tb) = run_streams(&bed, "stack", "16+4", "off", count, false);
+    assert_eq!(
+        fec.missing_and_dups(count),
+        (0, 0),
+        "FEC delivers every datagram once"
+    );
+    let b_in = link_totals(&tb.raw, "in");
+    assert!(b_in["repaired"] > 0, "{b_in:?}");
+    assert_eq!(b_in["lost"], 0, "{b_in:?}");
+    assert_eq!(
+        b_in["delivered"] + b_in["repaired"],
+        u64::from(count),
+        "{b_in:?}"
+    );
+    let c = bed.counters();
+    assert_eq!((c["FWD_WRONG"], c["REV_WRONG"]), (0, 0), "{c:?}");
+}
