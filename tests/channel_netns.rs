@@ -34,9 +34,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::relay::snmp_udp;
 use common::split::{half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::{Totals, Vgate};
-use common::{in_netns, prerequisites, Bed};
+use common::{admin_get_in, prerequisites, Bed};
 
 /// Streams, bit/s of UDP payload per stream, seconds, UDP payload bytes: 8 × 2 Mbit/s × 3 s
 /// is about 570 datagrams per stream, 4 600 in all.
@@ -297,39 +298,10 @@ fn wire_counts(ns: &str) -> Vec<u64> {
 /// in error). Counted after segmentation: a UDP GSO batch from the gateway crosses the veth
 /// as one packet (an nftables counter in B would count it once), the socket layer splits it.
 fn udp_in(ns: &str) -> u64 {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
-        .output()
-        .expect("read /proc/net/snmp");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
-    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
-        panic!("no Udp lines in {ns}'s /proc/net/snmp:\n{text}");
-    };
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .filter(|(k, _)| matches!(*k, "InDatagrams" | "NoPorts" | "InErrors"))
-        .map(|(_, v)| v.parse::<u64>().expect("a counter"))
+    ["InDatagrams", "NoPorts", "InErrors"]
+        .iter()
+        .map(|f| snmp_udp(ns, f))
         .sum()
-}
-
-/// `GET path` on an admin interface at `addr` inside namespace `ns`: the body.
-fn admin_get(ns: &str, addr: &str, path: &str) -> String {
-    let (addr, path) = (addr.to_owned(), path.to_owned());
-    in_netns(ns, move || {
-        let mut s = std::net::TcpStream::connect(&addr).expect("admin interface");
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default()
-    })
 }
 
 /// Per route `s<i>` from `/metrics`: (rx, tx, drops of every reason).
@@ -500,10 +472,15 @@ fn verdict(
             }
         }
     }
-    if v.wire_b != v.wire_a {
+    // Domain B received every data datagram (the server's count) and nothing more than A
+    // sent. Not necessarily every end-of-test repeat: iperf2 sends them in a burst (about
+    // 200 per stream), and a receiving CPU's backlog (`net.core.netdev_max_backlog`, shared
+    // by the whole host) can overflow when the split's half B delivers them one `send_to`
+    // each; the gateways' counters above are exact.
+    if v.wire_b > v.wire_a || v.wire_b < v.server_total {
         v.problems.push(format!(
-            "domain B received {} UDP datagrams of the {} domain A sent",
-            v.wire_b, v.wire_a
+            "domain B received {} UDP datagrams; domain A sent {}, the server counted {}",
+            v.wire_b, v.wire_a, v.server_total
         ));
     }
     let (_, last) = gateways.last().expect("a gateway");
@@ -562,7 +539,7 @@ per_stream_metrics = true
     let server = start_servers(&b_ns, bed.get("B_IP"));
     let client = run_clients(&a_ns, bed.get("GA_IP"));
     let server = wait_reports(server);
-    let metrics = admin_get(&g_ns, "127.0.0.1:9940", "/metrics");
+    let metrics = admin_get_in(&g_ns, "127.0.0.1:9940", "/metrics");
     let totals = vg.stop();
     let g = gateway_counts("vgate", &metrics, &totals);
     let (wa, wb) = (wire_counts(&a_ns), udp_in(&b_ns) - b_before);
@@ -623,8 +600,8 @@ fn split(mode: &str) -> Verdict {
     let server = start_servers(bed.get("DB_NS"), bed.get("DB_IP"));
     let client = run_clients(bed.get("DA_NS"), bed.get("GA_IP"));
     let server = wait_reports(server);
-    let ma = admin_get(bed.get("HA_NS"), "127.0.0.1:9940", "/metrics");
-    let mb = admin_get(bed.get("HB_NS"), "127.0.0.1:9940", "/metrics");
+    let ma = admin_get_in(bed.get("HA_NS"), "127.0.0.1:9940", "/metrics");
+    let mb = admin_get_in(bed.get("HB_NS"), "127.0.0.1:9940", "/metrics");
     let ta = a.stop();
     let tb = b.stop();
     let ga = gateway_counts("half A", &ma, &ta);

@@ -163,3 +163,22 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     .join()
     .unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
+
+/// `GET path` on an admin interface at `addr` inside network namespace `ns`: the body.
+pub fn admin_get_in(ns: &str, addr: &str, path: &str) -> String {
+    use std::io::Read;
+    let (addr, path) = (addr.to_owned(), path.to_owned());
+    in_netns(ns, move || {
+        let mut s = std::net::TcpStream::connect(&addr).expect("admin interface");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default()
+    })
+}

@@ -205,6 +205,11 @@ pub fn check_delivery(r: &Received, per_stream: u32) {
 }
 
 pub fn snmp_noports(ns: &str) -> u64 {
+    snmp_udp(ns, "NoPorts")
+}
+
+/// A `Udp:` counter of `/proc/net/snmp` in namespace `ns` (`InDatagrams`, `NoPorts`, ...).
+pub fn snmp_udp(ns: &str, field: &str) -> u64 {
     let out = Command::new("ip")
         .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
         .output()
@@ -217,8 +222,8 @@ pub fn snmp_noports(ns: &str) -> u64 {
     );
     let idx = names
         .split_whitespace()
-        .position(|n| n == "NoPorts")
-        .expect("NoPorts");
+        .position(|n| n == field)
+        .unwrap_or_else(|| panic!("no Udp {field} in /proc/net/snmp"));
     values.split_whitespace().nth(idx).unwrap().parse().unwrap()
 }
 

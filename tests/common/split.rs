@@ -393,22 +393,6 @@ pub fn link_totals(raw: &str, name: &str) -> HashMap<String, u64> {
 
 /// `GET path` on a half's admin interface (127.0.0.1:9940 inside its namespace): the body.
 pub fn admin_get(bed: &SplitBed, half: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let ns = bed
-        .get(if half == "a" { "HA_NS" } else { "HB_NS" })
-        .to_owned();
-    let path = path.to_owned();
-    super::in_netns(&ns, move || {
-        let mut s = std::net::TcpStream::connect("127.0.0.1:9940").expect("admin interface");
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default()
-    })
+    let ns = bed.get(if half == "a" { "HA_NS" } else { "HB_NS" });
+    super::admin_get_in(ns, "127.0.0.1:9940", path)
 }
