@@ -14,13 +14,15 @@
 //! from the gateway's egress address:port, as in `scripts/bench-channel.sh`).
 //!
 //! The verdict, per stream: the server's report says loss 0 and the datagrams it counted; the
-//! client says how many datagrams it sent; vgate's own counters (per-route `/metrics` while it
-//! runs, and the route totals it prints on exit) agree: every datagram the client sent was
-//! received and transmitted by each gateway on the way (rx = tx = sent, no drop of any
-//! reason), and the server counted all of them but the end-of-test datagrams. Across the
-//! split also: the forward link delivered every frame and lost none, and nothing travelled a
-//! one-way link the wrong way (the bed's nftables counters are 0). Both verdicts are printed
-//! side by side, per capture mode (stack, tnapi, zc).
+//! client says how many it sent; an nftables counter in domain A counts what left A for the
+//! gateway port (the data and iperf2's end-of-test datagram with its unacknowledged
+//! repeats); vgate's own counters (per-route `/metrics` while it runs, and the route totals
+//! it prints on exit, which must agree) say each gateway on the way received and transmitted
+//! exactly that many (rx = tx = A's count, no drop of any reason). Domain B's UDP counters
+//! lie between the server's count and A's. Across the split also: the forward link
+//! delivered every datagram and lost none, and nothing travelled a one-way link the wrong
+//! way (the bed's nftables counters are 0). Both verdicts are printed side by side, per
+//! capture mode (stack, tnapi, zc).
 //!
 //! The runs take turns (one bed at a time), to keep the load on a shared machine modest.
 //! Needs root, iproute2, nftables and iperf (iperf2); prints DID NOT RUN without them (fails
