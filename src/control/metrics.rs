@@ -77,6 +77,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("vgate_sessions", "gauge", "Live sessions by kind"),
     ("vgate_routes", "gauge", "Live stream routes per channel"),
     (
+        "vgate_media_first_packet_seconds",
+        "histogram",
+        "Time from a stream route's installation by signaling (SIP call, RTSP session) to its first forwarded packet, by session kind",
+    ),
+    (
         "vgate_rtp_lost_packets_total",
         "counter",
         "RTP packets lost (sequence gaps not filled later) per channel, ended routes included",
@@ -458,6 +463,22 @@ impl Out {
         let _ = writeln!(self.text, "# HELP {n} {help}\n# TYPE {n} {kind}");
     }
 
+    /// The `_bucket`, `_sum` and `_count` samples of one histogram series labelled `label`.
+    fn histogram(&mut self, fam: &str, label: (&str, &str), h: &crate::stats::Histogram) {
+        let (buckets, sum) = h.snapshot();
+        for (le, n) in &buckets {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                le.to_string()
+            };
+            self.sample(&format!("{fam}_bucket"), &[label, ("le", &le)], n);
+        }
+        self.sample(&format!("{fam}_sum"), &[label], format!("{sum:.6}"));
+        let count = buckets.last().map_or(0, |b| b.1);
+        self.sample(&format!("{fam}_count"), &[label], count);
+    }
+
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         self.text.push_str(name);
         if !labels.is_empty() {
@@ -669,6 +690,14 @@ pub fn render(st: &ControlState) -> String {
         o.sample("vgate_sessions", &[("kind", k.name())], n);
     }
 
+    st.routes.count_first_packets();
+    o.family("vgate_media_first_packet_seconds");
+    for k in crate::routes::FIRST_PACKET_KINDS {
+        if let Some(h) = st.routes.first_packet_histogram(k) {
+            o.histogram("vgate_media_first_packet_seconds", ("kind", k.name()), h);
+        }
+    }
+
     let routes = st.routes.routes();
     o.family("vgate_routes");
     for c in Channel::ALL {
@@ -822,23 +851,11 @@ fn signaling_families(o: &mut Out, st: &ControlState) {
         if s.kind != crate::config::SignalingKind::Sip {
             continue;
         }
-        let (buckets, sum) = s.call_setup.snapshot();
-        let fam = "vgate_signaling_call_setup_seconds";
-        for (le, n) in &buckets {
-            let le = if le.is_infinite() {
-                "+Inf".to_string()
-            } else {
-                le.to_string()
-            };
-            o.sample(&format!("{fam}_bucket"), &[("route", name), ("le", &le)], n);
-        }
-        o.sample(
-            &format!("{fam}_sum"),
-            &[("route", name)],
-            format!("{sum:.6}"),
+        o.histogram(
+            "vgate_signaling_call_setup_seconds",
+            ("route", name),
+            &s.call_setup,
         );
-        let count = buckets.last().map_or(0, |b| b.1);
-        o.sample(&format!("{fam}_count"), &[("route", name)], count);
     }
     // Every event family once, in declaration order, with the samples that belong to it.
     let events: Vec<_> = signaling
