@@ -276,6 +276,16 @@ fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
     );
     assert!(text.contains("ssrc=\"0x00001234\""), "{text}");
     assert!(text.contains("vgate_build_info{version=\""), "{text}");
+    // Time to first packet: declared and exported per signaled session kind (observations
+    // are tested in routes::tests and sip_golden, where a call route gets traffic).
+    for kind in ["sip", "rtsp"] {
+        assert!(
+            text.contains(&format!(
+                "vgate_media_first_packet_seconds_count{{kind=\"{kind}\"}} "
+            )),
+            "{text}"
+        );
+    }
 
     // promtool lints the exposition as Prometheus would ingest it.
     let mut child = Command::new("promtool")
