@@ -333,7 +333,11 @@ impl Gateway {
     ) -> Result<ProxyChange, String> {
         let replaced: Vec<SignalingRoute> =
             plan.replace.iter().map(|p| p.route().clone()).collect();
-        let ended: usize = replaced.iter().map(|r| self.live_sessions_of(r)).sum();
+        let ended: usize = replaced
+            .iter()
+            .map(|r| self.live_sessions_of(r).len())
+            .sum();
+        self.end_rtsp_sessions_of(&replaced);
         for p in plan.replace {
             p.shutdown();
         }
@@ -371,7 +375,7 @@ impl Gateway {
 
     /// Live SIP calls or RTSP sessions of signaling route `r` (their sessions' labels start
     /// with the kind and the route name).
-    fn live_sessions_of(&self, r: &SignalingRoute) -> usize {
+    fn live_sessions_of(&self, r: &SignalingRoute) -> Vec<SessionId> {
         let prefix = match r.kind {
             crate::config::SignalingKind::Sip => format!("sip:{}:", r.name),
             crate::config::SignalingKind::Rtsp => format!("rtsp:{}:", r.name),
@@ -380,7 +384,27 @@ impl Gateway {
             .sessions()
             .iter()
             .filter(|s| s.label.starts_with(&prefix))
-            .count()
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// Ends the live RTSP sessions of `routes` as an operator kill does — TEARDOWN upstream,
+    /// both connections closed — and waits (bounded) for them to go, so a replaced RTSP
+    /// route never just drops its sessions. (A SIP proxy sends BYE both ways when it stops.)
+    fn end_rtsp_sessions_of(&self, routes: &[SignalingRoute]) {
+        let ids: Vec<SessionId> = routes
+            .iter()
+            .filter(|r| r.kind == crate::config::SignalingKind::Rtsp)
+            .flat_map(|r| self.live_sessions_of(r))
+            .collect();
+        for id in &ids {
+            let _ = self.routes.request_end(*id);
+        }
+        // The connections look at their timers every 500 ms; one TEARDOWN round trip more.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && ids.iter().any(|id| self.routes.session(*id).is_some()) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The split signaling agent's counters (`None` on a single host).

@@ -770,6 +770,48 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
         Duration::from_secs(10),
     );
     drop(held);
+
+    // 6. A reload that changes the route a live session runs on: the session is ended as
+    //    the operator ends one (TEARDOWN upstream, both connections closed) and counted in
+    //    the reload's answer — never dropped silently.
+    let addr2 = format!("{gb}:8555");
+    let base2 = format!("rtsp://{gb}:8555/cam1");
+    let held = in_netns(&b, move || {
+        let mut c = Client::connect(&addr2);
+        c.play(&base2);
+        c
+    });
+    let cfg_path = rig.dir.path().join("vgate.toml");
+    let cfg = std::fs::read_to_string(&cfg_path).unwrap();
+    assert_eq!(cfg.matches("media_timeout = 3\n").count(), 1, "{cfg}");
+    std::fs::write(
+        &cfg_path,
+        cfg.replace("media_timeout = 3\n", "media_timeout = 4\n"),
+    )
+    .unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "exec", rig.bed.get("G_NS")])
+        .arg(vgate_bin())
+        .args(["reload", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .expect("run vgate reload");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "reload refused: {said}");
+    assert!(
+        said.contains("1 live calls/sessions ended"),
+        "the reload counts the session it ended: {said}"
+    );
+    rig.wait_log(
+        &format!("rtsp connection ended (ended-by-operator); {ZERO}"),
+        2,
+        Duration::from_secs(10),
+    );
+    drop(held);
     let totals = rig.stop_vgate();
     assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
 }
