@@ -4,10 +4,11 @@
 //! metric a dashboard query or an alert names is in the live scrape.
 //!
 //! Exception: the split-appliance panels and alerts read families only a split half exports
-//! (`vgate_link_*`, `vgate_split_*`). The live vgate here is a single box, so those names are
-//! checked against the families the metrics module declares for a split half
-//! (`vgate::control::metrics::SPLIT_FAMILIES`) instead of a live scrape of a running split half
-//! (not done: the split bed of tests/common/split.rs needs namespaces and two processes).
+//! (`vgate_link_*`, `vgate_split_*`). The single-box vgate of the first test checks those
+//! names against the families the metrics module declares for a split half
+//! (`vgate::control::metrics::SPLIT_FAMILIES`); `split_half_scrape_feeds_the_split_panel_and_alerts`
+//! then scrapes a running split half (the namespace bed of tests/common/split.rs; root) and
+//! checks them against that live scrape, which passes `promtool check metrics` too.
 
 mod common;
 
@@ -18,6 +19,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::split::{half_config, start_half, SplitBed};
 use common::vgate::Vgate;
 
 const NET: u8 = 31;
@@ -288,26 +290,7 @@ fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
     }
 
     // promtool lints the exposition as Prometheus would ingest it.
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check_metrics(&text);
     let have = families(&text);
     assert!(have.len() > 30, "{have:?}");
 
@@ -361,6 +344,75 @@ fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
         );
     }
     drop(vg);
+}
+
+/// `promtool check metrics` on an exposition: no complaint at all.
+fn promtool_check_metrics(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn split_half_scrape_feeds_the_split_panel_and_alerts() {
+    let test = "split_half_scrape_feeds_the_split_panel_and_alerts";
+    if !common::prerequisites(
+        test,
+        true,
+        &[
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("promtool", "prometheus"),
+        ],
+    ) {
+        return;
+    }
+    let bed = SplitBed::up();
+    // Half A alone: its links and signaling agent export every split family (the peer
+    // half need not run; vgate_split_peer_up is then 0).
+    let half = start_half(&bed, "a", &half_config(&bed, "a", "8+2", "8+2", ""));
+    let text = common::split::admin_get(&bed, "a", "/metrics");
+    promtool_check_metrics(&text);
+    let have = families(&text);
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("monitoring/grafana/vgate.json")).unwrap(),
+    )
+    .unwrap();
+    let split: BTreeSet<&str> = vgate::control::metrics::SPLIT_FAMILIES
+        .iter()
+        .map(|(name, _, _)| *name)
+        .collect();
+    let mut used = BTreeSet::new();
+    for e in dash_and_rules(&dash) {
+        for n in metric_names(&e) {
+            if split.contains(n.as_str()) {
+                assert!(
+                    have.contains(&n),
+                    "{n} (in `{e}`) is not in a live scrape of a split half:\n{text}"
+                );
+                used.insert(n);
+            }
+        }
+    }
+    assert!(used.len() >= 6, "{used:?}");
+    drop(half);
 }
 
 fn dash_and_rules(dash: &serde_json::Value) -> Vec<String> {

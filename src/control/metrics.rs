@@ -242,7 +242,7 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
         "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
     ),
     ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
-    ("vgate_split_peer_last_seen_ms", "gauge", "Split half: Unix time in ms of the last frame from the other half (0: never)"),
+    ("vgate_split_peer_last_seen_timestamp_seconds", "gauge", "Split half: Unix time in seconds of the last authenticated frame from the other half (0: never)"),
     ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
 ];
 
@@ -746,11 +746,16 @@ pub fn render(st: &ControlState) -> String {
         use std::sync::atomic::Ordering::Relaxed;
         o.family("vgate_split_peer_up");
         o.sample("vgate_split_peer_up", &[], sig.peer_up.load(Relaxed));
-        o.family("vgate_split_peer_last_seen_ms");
+        // The agent keeps the monotonic time (crate::clock); Prometheus wants wall time.
+        let last = match sig.peer_last_ms.load(Relaxed) {
+            0 => 0,
+            mono => crate::clock::unix_ms(mono),
+        };
+        o.family("vgate_split_peer_last_seen_timestamp_seconds");
         o.sample(
-            "vgate_split_peer_last_seen_ms",
+            "vgate_split_peer_last_seen_timestamp_seconds",
             &[],
-            sig.peer_last_ms.load(Relaxed),
+            format!("{:.3}", last as f64 / 1000.0),
         );
         o.family("vgate_split_signal_total");
         for (event, _, v) in sig.list() {
