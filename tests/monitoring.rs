@@ -2,6 +2,13 @@
 //! and RTSP routes, per-stream metrics, traffic) passes `promtool check metrics`; the alert
 //! rules pass `promtool check rules` and their unit tests (`promtool test rules`); every
 //! metric a dashboard query or an alert names is in the live scrape.
+//!
+//! Exception: the split-appliance panels and alerts read families only a split half exports
+//! (`vgate_link_*`, `vgate_split_*`). The single-box vgate of the first test checks those
+//! names against the families the metrics module declares for a split half
+//! (`vgate::control::metrics::SPLIT_FAMILIES`); `split_half_scrape_feeds_the_split_panel_and_alerts`
+//! then scrapes a running split half (the namespace bed of tests/common/split.rs; root) and
+//! checks them against that live scrape, which passes `promtool check metrics` too.
 
 mod common;
 
@@ -12,6 +19,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::split::{half_config, start_half, SplitBed};
 use common::vgate::Vgate;
 
 const NET: u8 = 31;
@@ -270,8 +278,76 @@ fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
     );
     assert!(text.contains("ssrc=\"0x00001234\""), "{text}");
     assert!(text.contains("vgate_build_info{version=\""), "{text}");
+    // Time to first packet: declared and exported per signaled session kind (observations
+    // are tested in routes::tests and sip_golden, where a call route gets traffic).
+    for kind in ["sip", "rtsp"] {
+        assert!(
+            text.contains(&format!(
+                "vgate_media_first_packet_seconds_count{{kind=\"{kind}\"}} "
+            )),
+            "{text}"
+        );
+    }
 
     // promtool lints the exposition as Prometheus would ingest it.
+    promtool_check_metrics(&text);
+    let have = families(&text);
+    assert!(have.len() > 30, "{have:?}");
+
+    // The dashboard: valid JSON whose every query reads metrics vgate exports.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("monitoring/grafana/vgate.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let exprs = dash_and_rules(&dash);
+    assert!(exprs.len() > 20, "{exprs:?}");
+    let split: BTreeSet<&str> = vgate::control::metrics::SPLIT_FAMILIES
+        .iter()
+        .map(|(name, _, _)| *name)
+        .collect();
+    let mut split_used = BTreeSet::new();
+    for e in &exprs {
+        let names = metric_names(e);
+        assert!(!names.is_empty(), "no metric in {e}");
+        for n in names {
+            // `up` is the scrape's own health, written by Prometheus; a histogram's series
+            // are its family name plus _bucket, _sum or _count.
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| n.strip_suffix(s))
+                .filter(|f| text.contains(&format!("# TYPE {f} histogram\n")))
+                .unwrap_or(&n);
+            if !have.contains(family) && split.contains(family) {
+                // Only a split half exports it (see the module doc).
+                split_used.insert(family.to_string());
+                continue;
+            }
+            assert!(
+                n == "up" || have.contains(family),
+                "{n} (in `{e}`) is not in a live scrape of vgate nor a split half's family"
+            );
+        }
+    }
+    // The split panel and alerts read the peer state, the link traffic and FEC losses.
+    for f in [
+        "vgate_split_peer_up",
+        "vgate_split_signal_total",
+        "vgate_link_bytes_total",
+        "vgate_link_packets_total",
+        "vgate_link_fec_total",
+        "vgate_link_drops_total",
+        "vgate_link_wrong_direction_packets",
+    ] {
+        assert!(
+            split_used.contains(f),
+            "no dashboard query or alert reads {f}"
+        );
+    }
+    drop(vg);
+}
+
+/// `promtool check metrics` on an exposition: no complaint at all.
+fn promtool_check_metrics(text: &str) {
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -292,34 +368,51 @@ fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let have = families(&text);
-    assert!(have.len() > 30, "{have:?}");
+}
 
-    // The dashboard: valid JSON whose every query reads metrics vgate exports.
+#[test]
+fn split_half_scrape_feeds_the_split_panel_and_alerts() {
+    let test = "split_half_scrape_feeds_the_split_panel_and_alerts";
+    if !common::prerequisites(
+        test,
+        true,
+        &[
+            ("ip", "iproute2"),
+            ("nft", "nftables"),
+            ("promtool", "prometheus"),
+        ],
+    ) {
+        return;
+    }
+    let bed = SplitBed::up();
+    // Half A alone: its links and signaling agent export every split family (the peer
+    // half need not run; vgate_split_peer_up is then 0).
+    let half = start_half(&bed, "a", &half_config(&bed, "a", "8+2", "8+2", ""));
+    let text = common::split::admin_get(&bed, "a", "/metrics");
+    promtool_check_metrics(&text);
+    let have = families(&text);
     let dash: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(repo().join("monitoring/grafana/vgate.json")).unwrap(),
     )
-    .expect("the dashboard is JSON");
-    let exprs = dash_and_rules(&dash);
-    assert!(exprs.len() > 20, "{exprs:?}");
-    for e in &exprs {
-        let names = metric_names(e);
-        assert!(!names.is_empty(), "no metric in {e}");
-        for n in names {
-            // `up` is the scrape's own health, written by Prometheus; a histogram's series
-            // are its family name plus _bucket, _sum or _count.
-            let family = ["_bucket", "_sum", "_count"]
-                .iter()
-                .find_map(|s| n.strip_suffix(s))
-                .filter(|f| text.contains(&format!("# TYPE {f} histogram\n")))
-                .unwrap_or(&n);
-            assert!(
-                n == "up" || have.contains(family),
-                "{n} (in `{e}`) is not in a live scrape of vgate"
-            );
+    .unwrap();
+    let split: BTreeSet<&str> = vgate::control::metrics::SPLIT_FAMILIES
+        .iter()
+        .map(|(name, _, _)| *name)
+        .collect();
+    let mut used = BTreeSet::new();
+    for e in dash_and_rules(&dash) {
+        for n in metric_names(&e) {
+            if split.contains(n.as_str()) {
+                assert!(
+                    have.contains(&n),
+                    "{n} (in `{e}`) is not in a live scrape of a split half:\n{text}"
+                );
+                used.insert(n);
+            }
         }
     }
-    drop(vg);
+    assert!(used.len() >= 6, "{used:?}");
+    drop(half);
 }
 
 fn dash_and_rules(dash: &serde_json::Value) -> Vec<String> {

@@ -1978,3 +1978,52 @@ fn call_setup_time_is_observed_once_per_answered_call() {
     let (after, _) = t.core.stats.call_setup.snapshot();
     assert_eq!(after.last().unwrap().1, 1, "{after:?}");
 }
+
+/// Observations of the time-to-first-packet histogram of SIP routes.
+fn sip_first_packets(routes: &Routes) -> u64 {
+    routes.count_first_packets();
+    let h = routes
+        .first_packet_histogram(vgate::routes::SessionKind::Sip)
+        .unwrap();
+    h.snapshot().0.last().unwrap().1
+}
+
+#[test]
+fn a_call_route_with_traffic_gives_one_time_to_first_packet() {
+    let mut t = bench(0);
+    establish_call(&mut t);
+    assert_eq!(sip_first_packets(&t.routes), 0, "no media yet");
+    let fwd = t
+        .routes
+        .routes()
+        .into_iter()
+        .find(|r| r.label.ends_with("m0 rtp"))
+        .unwrap();
+    // What a worker does with a datagram: the admission checks, then the touch.
+    let mut rtp = vec![0x80, 96, 0, 1, 0, 0, 0, 0, 0x05, 0xf5, 0xe1, 0x01];
+    rtp.extend_from_slice(&[0u8; 100]);
+    let now = vgate::clock::now_ms();
+    let stranger = "10.1.0.77:5000".parse().unwrap();
+    assert!(vgate::channel::inspect(&fwd, stranger, &rtp, false, 1500, now).is_err());
+    assert_eq!(
+        sip_first_packets(&t.routes),
+        0,
+        "a refused packet is not media"
+    );
+    let device = "10.1.0.9:5000".parse().unwrap();
+    for _ in 0..3 {
+        vgate::channel::inspect(&fwd, device, &rtp, false, 1500, now).unwrap();
+        fwd.touch(now);
+    }
+    assert_eq!(sip_first_packets(&t.routes), 1);
+    assert_eq!(sip_first_packets(&t.routes), 1, "counted once");
+    drop(fwd);
+    for s in t.routes.sessions() {
+        t.routes.close_session(s.id).unwrap();
+    }
+    assert_eq!(
+        sip_first_packets(&t.routes),
+        1,
+        "not again at the route's removal"
+    );
+}

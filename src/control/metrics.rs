@@ -77,6 +77,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ("vgate_sessions", "gauge", "Live sessions by kind"),
     ("vgate_routes", "gauge", "Live stream routes per channel"),
     (
+        "vgate_media_first_packet_seconds",
+        "histogram",
+        "Time from a stream route's installation by signaling (SIP call, RTSP session) to its first forwarded packet, by session kind",
+    ),
+    (
         "vgate_rtp_lost_packets_total",
         "counter",
         "RTP packets lost (sequence gaps not filled later) per channel, ended routes included",
@@ -237,7 +242,7 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
         "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
     ),
     ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
-    ("vgate_split_peer_last_seen_ms", "gauge", "Split half: Unix time in ms of the last frame from the other half (0: never)"),
+    ("vgate_split_peer_last_seen_timestamp_seconds", "gauge", "Split half: Unix time in seconds of the last authenticated frame from the other half (0: never)"),
     ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
 ];
 
@@ -458,6 +463,22 @@ impl Out {
         let _ = writeln!(self.text, "# HELP {n} {help}\n# TYPE {n} {kind}");
     }
 
+    /// The `_bucket`, `_sum` and `_count` samples of one histogram series labelled `label`.
+    fn histogram(&mut self, fam: &str, label: (&str, &str), h: &crate::stats::Histogram) {
+        let (buckets, sum) = h.snapshot();
+        for (le, n) in &buckets {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                le.to_string()
+            };
+            self.sample(&format!("{fam}_bucket"), &[label, ("le", &le)], n);
+        }
+        self.sample(&format!("{fam}_sum"), &[label], format!("{sum:.6}"));
+        let count = buckets.last().map_or(0, |b| b.1);
+        self.sample(&format!("{fam}_count"), &[label], count);
+    }
+
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         self.text.push_str(name);
         if !labels.is_empty() {
@@ -669,6 +690,14 @@ pub fn render(st: &ControlState) -> String {
         o.sample("vgate_sessions", &[("kind", k.name())], n);
     }
 
+    st.routes.count_first_packets();
+    o.family("vgate_media_first_packet_seconds");
+    for k in crate::routes::FIRST_PACKET_KINDS {
+        if let Some(h) = st.routes.first_packet_histogram(k) {
+            o.histogram("vgate_media_first_packet_seconds", ("kind", k.name()), h);
+        }
+    }
+
     let routes = st.routes.routes();
     o.family("vgate_routes");
     for c in Channel::ALL {
@@ -717,11 +746,16 @@ pub fn render(st: &ControlState) -> String {
         use std::sync::atomic::Ordering::Relaxed;
         o.family("vgate_split_peer_up");
         o.sample("vgate_split_peer_up", &[], sig.peer_up.load(Relaxed));
-        o.family("vgate_split_peer_last_seen_ms");
+        // The agent keeps the monotonic time (crate::clock); Prometheus wants wall time.
+        let last = match sig.peer_last_ms.load(Relaxed) {
+            0 => 0,
+            mono => crate::clock::unix_ms(mono),
+        };
+        o.family("vgate_split_peer_last_seen_timestamp_seconds");
         o.sample(
-            "vgate_split_peer_last_seen_ms",
+            "vgate_split_peer_last_seen_timestamp_seconds",
             &[],
-            sig.peer_last_ms.load(Relaxed),
+            format!("{:.3}", last as f64 / 1000.0),
         );
         o.family("vgate_split_signal_total");
         for (event, _, v) in sig.list() {
@@ -822,23 +856,11 @@ fn signaling_families(o: &mut Out, st: &ControlState) {
         if s.kind != crate::config::SignalingKind::Sip {
             continue;
         }
-        let (buckets, sum) = s.call_setup.snapshot();
-        let fam = "vgate_signaling_call_setup_seconds";
-        for (le, n) in &buckets {
-            let le = if le.is_infinite() {
-                "+Inf".to_string()
-            } else {
-                le.to_string()
-            };
-            o.sample(&format!("{fam}_bucket"), &[("route", name), ("le", &le)], n);
-        }
-        o.sample(
-            &format!("{fam}_sum"),
-            &[("route", name)],
-            format!("{sum:.6}"),
+        o.histogram(
+            "vgate_signaling_call_setup_seconds",
+            ("route", name),
+            &s.call_setup,
         );
-        let count = buckets.last().map_or(0, |b| b.1);
-        o.sample(&format!("{fam}_count"), &[("route", name)], count);
     }
     // Every event family once, in declaration order, with the samples that belong to it.
     let events: Vec<_> = signaling

@@ -24,6 +24,7 @@ use dashmap::DashMap;
 
 use crate::config::{Config, Domain, DomainId, SignalingRoute, SourcePolicy, StaticStream};
 use crate::stats::rtp::RtpSnapshot;
+use crate::stats::Histogram;
 pub use alloc::{AllocError, PortAllocator};
 pub use stream::{
     Channel, RouteSnapshot, RouteSpec, RouteStats, SessionId, SourceCheck, StreamRoute,
@@ -163,7 +164,13 @@ pub struct Routes {
     lost_reported: [std::sync::atomic::AtomicU64; 2],
     /// `security.relatch_after_ms` for routes added from now on (a reload changes it).
     relatch_after_ms: AtomicU64,
+    /// Time from a SIP ([0]) or RTSP ([1]) session's route installation to its first admitted
+    /// packet; counted by [`Routes::count_first_packets`] and on the route's removal.
+    first_packet: [Histogram; 2],
 }
+
+/// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.
+pub const FIRST_PACKET_KINDS: [SessionKind; 2] = [SessionKind::Sip, SessionKind::Rtsp];
 
 impl Routes {
     pub fn new(cfg: &Config, hooks: Arc<dyn PortHooks>) -> Routes {
@@ -184,11 +191,43 @@ impl Routes {
             ended_rtp: Mutex::new([RtpSnapshot::default(); 2]),
             lost_reported: Default::default(),
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
+            first_packet: Default::default(),
         }
+    }
+
+    /// Counts the time to the first packet of `route` if it has one not yet counted.
+    fn count_first_packet(&self, route: &StreamRoute) {
+        if let Some(d) = route.take_first_packet() {
+            let i = match route.timed_kind() {
+                Some(SessionKind::Rtsp) => 1,
+                _ => 0,
+            };
+            self.first_packet[i].observe(d);
+        }
+    }
+
+    /// Counts the first packets that arrived on live routes since the last call (the metrics
+    /// call it before reading [`Routes::first_packet_histogram`]); not for the data path.
+    pub fn count_first_packets(&self) {
+        for t in &self.tables {
+            for r in t.iter() {
+                self.count_first_packet(r.value());
+            }
+        }
+    }
+
+    /// The time-to-first-packet histogram of the routes of `kind` (see
+    /// [`FIRST_PACKET_KINDS`]), `None` for other kinds.
+    pub fn first_packet_histogram(&self, kind: SessionKind) -> Option<&Histogram> {
+        FIRST_PACKET_KINDS
+            .iter()
+            .position(|k| *k == kind)
+            .map(|i| &self.first_packet[i])
     }
 
     /// Keeps the RTP counters of a route being removed.
     fn retire(&self, route: &StreamRoute) {
+        self.count_first_packet(route);
         let mut ended = self.ended_rtp.lock().unwrap_or_else(|p| p.into_inner());
         ended[route.channel.index()].add(&route.stats.rtp.snapshot());
     }
@@ -383,10 +422,12 @@ impl Routes {
                 label: old.label.to_string(),
             });
         }
-        let route = Arc::new(
-            StreamRoute::new(spec, session)
-                .with_relatch_after(self.relatch_after_ms.load(Ordering::Relaxed)),
-        );
+        let mut route = StreamRoute::new(spec, session)
+            .with_relatch_after(self.relatch_after_ms.load(Ordering::Relaxed));
+        if FIRST_PACKET_KINDS.contains(&s.kind) {
+            route = route.with_first_packet_timing(s.kind);
+        }
+        let route = Arc::new(route);
         table.insert(route.port, Arc::clone(&route));
         s.routes.push((channel, route.port));
         self.hooks.route_added(&route);

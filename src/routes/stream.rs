@@ -5,7 +5,7 @@
 //! so a session's final figures can be read after its routes are gone.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -127,6 +127,15 @@ pub struct StreamRoute {
     relatch_after_ms: u64,
     /// [`crate::clock::now_ms`] of the last forwarded packet; 0: none yet.
     last_seen_ms: AtomicU64,
+    /// [`crate::clock::now_ms`] when the route was created.
+    created_ms: u64,
+    /// [`crate::clock::now_ms`] of the first admitted packet, set once; 0: none yet.
+    first_ms: AtomicU64,
+    /// Whether the time to its first packet was already counted (see
+    /// [`StreamRoute::take_first_packet`]); set from the start on routes not installed by
+    /// signaling, whose first packet is not timed.
+    first_counted: AtomicBool,
+    timed_kind: Option<super::SessionKind>,
     pub stats: Arc<RouteStats>,
 }
 
@@ -177,8 +186,25 @@ impl StreamRoute {
             latched: AtomicU64::new(latched),
             relatch_after_ms: DEFAULT_RELATCH_AFTER_MS,
             last_seen_ms: AtomicU64::new(0),
+            created_ms: crate::clock::now_ms(),
+            first_ms: AtomicU64::new(0),
+            first_counted: AtomicBool::new(true),
+            timed_kind: None,
             stats: Arc::new(RouteStats::default()),
         }
+    }
+
+    /// Times this route's first packet ([`StreamRoute::take_first_packet`]): for routes a
+    /// signaling session installs.
+    pub fn with_first_packet_timing(mut self, kind: super::SessionKind) -> StreamRoute {
+        self.first_counted.store(false, Relaxed);
+        self.timed_kind = Some(kind);
+        self
+    }
+
+    /// The kind of session whose installation starts this route's first-packet timer.
+    pub fn timed_kind(&self) -> Option<super::SessionKind> {
+        self.timed_kind
     }
 
     /// The re-latch silence of this route (see [`DEFAULT_RELATCH_AFTER_MS`]); 0: never.
@@ -231,6 +257,7 @@ impl StreamRoute {
         match self.latched.compare_exchange(seen, new, Relaxed, Relaxed) {
             Ok(_) => {
                 self.last_seen_ms.store(now_ms, Relaxed);
+                self.mark_first(now_ms);
                 Some(seen != 0)
             }
             Err(now) if now == new => Some(false),
@@ -250,6 +277,30 @@ impl StreamRoute {
     /// packets are all rejected must time out).
     pub fn touch(&self, now_ms: u64) {
         self.last_seen_ms.store(now_ms, Relaxed);
+        self.mark_first(now_ms);
+    }
+
+    /// Sets the first-packet mark once: a relaxed load per batch, a store only the first time.
+    #[inline]
+    fn mark_first(&self, now_ms: u64) {
+        if self.first_ms.load(Relaxed) == 0 {
+            let _ = self
+                .first_ms
+                .compare_exchange(0, now_ms.max(1), Relaxed, Relaxed);
+        }
+    }
+
+    /// Time from the route's creation to its first admitted packet, returned once (to the
+    /// one caller that counts it); `None` before the first packet and after it was taken.
+    /// Not for the data path: the metrics and the route's removal call it.
+    pub fn take_first_packet(&self) -> Option<std::time::Duration> {
+        let first = self.first_ms.load(Relaxed);
+        if first == 0 || self.first_counted.swap(true, Relaxed) {
+            return None;
+        }
+        Some(std::time::Duration::from_millis(
+            first.saturating_sub(self.created_ms),
+        ))
     }
 
     /// When the last packet was forwarded ([`crate::clock::now_ms`]), if any was.

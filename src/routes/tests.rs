@@ -225,3 +225,57 @@ destination = "127.0.0.1:41000"
     assert!(c.domain(DomainId::A).media_ports.contains(t.egress_port));
     assert_eq!(routes.routes().len(), 2);
 }
+
+/// The number of observations of the time-to-first-packet histogram of `kind`.
+fn first_packets(routes: &Routes, kind: SessionKind) -> u64 {
+    let (buckets, _) = routes.first_packet_histogram(kind).unwrap().snapshot();
+    buckets.last().unwrap().1
+}
+
+#[test]
+fn time_to_first_packet_is_counted_once_per_signaled_route() {
+    let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
+    let call = routes.open_session(SessionKind::Sip, "call");
+    let a = routes.alloc_pair(call, DomainId::A).unwrap();
+    let b = routes.alloc_pair(call, DomainId::B).unwrap();
+    let fwd = routes.add_route(call, spec(a, b)).unwrap();
+    let quiet = routes.add_route(call, spec(a + 1, b + 1)).unwrap();
+    let admin = routes.open_session(SessionKind::Admin, "admin");
+    let a2 = routes.alloc_pair(admin, DomainId::A).unwrap();
+    let b2 = routes.alloc_pair(admin, DomainId::B).unwrap();
+    let untimed = routes.add_route(admin, spec(a2, b2)).unwrap();
+
+    routes.count_first_packets();
+    assert_eq!(first_packets(&routes, SessionKind::Sip), 0, "no packet yet");
+    // The data path marks the first admitted packet (and every later one the same way).
+    let now = crate::clock::now_ms();
+    fwd.touch(now);
+    fwd.touch(now + 5000);
+    untimed.touch(now);
+    routes.count_first_packets();
+    routes.count_first_packets();
+    assert_eq!(first_packets(&routes, SessionKind::Sip), 1);
+    assert_eq!(first_packets(&routes, SessionKind::Rtsp), 0);
+    assert!(routes.first_packet_histogram(SessionKind::Admin).is_none());
+    // The first mark stays: the observation is from the first touch, well under 5 s.
+    let (buckets, sum) = routes
+        .first_packet_histogram(SessionKind::Sip)
+        .unwrap()
+        .snapshot();
+    assert!(sum < 5.0, "{sum}");
+    assert_eq!(buckets.iter().find(|b| b.0 == 5.0).unwrap().1, 1);
+
+    // A route whose first packet came after the last count is counted at its removal;
+    // a route that never had one is not counted at all.
+    quiet.latch(0, "127.0.0.1:7000".parse().unwrap(), now);
+    routes.close_session(call).unwrap();
+    assert_eq!(first_packets(&routes, SessionKind::Sip), 2);
+    let s = routes.open_session(SessionKind::Rtsp, "play");
+    let a3 = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b3 = routes.alloc_pair(s, DomainId::B).unwrap();
+    routes.add_route(s, spec(a3, b3)).unwrap();
+    routes.close_session(s).unwrap();
+    routes.count_first_packets();
+    assert_eq!(first_packets(&routes, SessionKind::Sip), 2);
+    assert_eq!(first_packets(&routes, SessionKind::Rtsp), 0);
+}

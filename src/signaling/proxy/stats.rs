@@ -50,41 +50,7 @@ pub struct SignalingStats {
     pub call_setup: Histogram,
 }
 
-/// Upper bounds (seconds) of the call-setup histogram's buckets; `+Inf` follows.
-pub const SETUP_BUCKETS: [f64; 9] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
-
-/// A Prometheus histogram over [`SETUP_BUCKETS`], lock-free.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    /// Observations per bucket (not cumulative); the last is `+Inf`.
-    counts: [AtomicU64; SETUP_BUCKETS.len() + 1],
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    pub fn observe(&self, d: std::time::Duration) {
-        let s = d.as_secs_f64();
-        let i = SETUP_BUCKETS
-            .iter()
-            .position(|b| s <= *b)
-            .unwrap_or(SETUP_BUCKETS.len());
-        self.counts[i].fetch_add(1, Relaxed);
-        self.sum_us
-            .fetch_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), Relaxed);
-    }
-
-    /// (upper bound, cumulative count) per bucket, `+Inf` (f64::INFINITY) last; and the sum
-    /// of the observations in seconds.
-    pub fn snapshot(&self) -> (Vec<(f64, u64)>, f64) {
-        let mut acc = 0;
-        let mut v = Vec::with_capacity(self.counts.len());
-        for (i, c) in self.counts.iter().enumerate() {
-            acc += c.load(Relaxed);
-            v.push((SETUP_BUCKETS.get(i).copied().unwrap_or(f64::INFINITY), acc));
-        }
-        (v, self.sum_us.load(Relaxed) as f64 / 1e6)
-    }
-}
+pub use crate::stats::{Histogram, SETUP_BUCKETS};
 
 /// A device registered through a SIP route (published by the proxy on its timer).
 #[derive(Clone, Debug, PartialEq, Eq)]
