@@ -24,6 +24,7 @@ PACKAGES=(
     prometheus                          # promtool: the metrics, alert rules of the repo
     tmux                                # driving `vgate stats` like a person
     nmap hping3 python3-scapy           # hostile suites: scans, SYN flood, forged datagrams
+    shellcheck                          # the scripts are checked too
 )
 
 install=1
@@ -61,6 +62,11 @@ scripts/fuzz.sh --seconds 15
 if command -v shellcheck >/dev/null; then
     echo "== shellcheck"
     shellcheck scripts/*.sh
+elif [ "${CI:-}" = true ]; then
+    echo "test.sh: shellcheck not found (apt-get install shellcheck); under CI that is a failure" >&2
+    exit 1
+else
+    echo "test.sh: shellcheck not found: the scripts were NOT checked" >&2
 fi
 # A test that did not run (no root, a package missing; CI=true turns these into failures)
 # is not a pass: say which, and do not call the run green.

@@ -299,13 +299,14 @@ impl SplitStats {
     }
 }
 
-/// A per-start value for the link header's epoch: a restarted sender is told apart.
+/// A per-start value for the link header's epoch: a restarted sender is told apart. From the
+/// OS's randomness like every other identifier vgate makes (a time-seeded value repeats).
 pub fn new_epoch() -> u16 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
-        .unwrap_or(0);
-    (t ^ (t >> 16) ^ std::process::id()) as u16
+    let mut b = [0u8; 2];
+    // Without randomness the SIP/RTSP proxies refuse to start; here an epoch of 0 only makes
+    // a restart look like the same sender until its sequence numbers say otherwise.
+    let _ = getrandom::fill(&mut b);
+    u16::from_ne_bytes(b)
 }
 
 /// Microseconds of the wall clock, wrapping (the link header's timestamp).
