@@ -766,7 +766,7 @@ impl<'s, 'p> Out<'s, 'p> {
         } = p;
         owner.clear();
         Out {
-            fd: (&*fd).as_fd(),
+            fd: (*fd).as_fd(),
             ifindex: *ifindex,
             mac: *mac,
             src: *src,
