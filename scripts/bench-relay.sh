@@ -349,16 +349,18 @@ if [[ " $EXTRAS " == *" activation "* ]]; then
             ip netns exec "$G_NS" python3 -c '
 import json, sys, time, urllib.request
 body = json.dumps({"name": "act", "domain": "a", "port": int(sys.argv[1]),
-                   "destination": sys.argv[2], "egress_port": int(sys.argv[3])}).encode()
+                   "destination": sys.argv[2], "egress_port": int(sys.argv[3]),
+                   "expect_source": sys.argv[5] + ":0"}).encode()
 req = urllib.request.Request("http://%s/api/v1/routes" % sys.argv[4], data=body,
                              headers={"Content-Type": "application/json"}, method="POST")
 t0 = time.monotonic_ns()
 urllib.request.urlopen(req, timeout=5).read()
-print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) "$ADMIN" > "$WORK/act-call.out" 2>&1 || true
+print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) "$ADMIN" "$A_IP" > "$WORK/act-call.out" 2>&1 || true
             wait "$agen" 2>/dev/null || true
             sleep 0.3
             kill -INT "$asink" 2>/dev/null || true; wait "$asink" 2>/dev/null || true
-            read -r t0 t1 < "$WORK/act-call.out" || { t0=0; t1=0; }
+            read -r t0 t1 < "$WORK/act-call.out" || true
+            [[ "${t0:-}" =~ ^[0-9]+$ && "${t1:-}" =~ ^[0-9]+$ ]] || { log "activation: the API call failed: $(tail -1 "$WORK/act-call.out")"; t0=0; t1=0; }
             first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_ns"])' "$WORK/act-sink.out" 2>/dev/null || echo 0)
             printf '{"cfg": "activation", "mode": "%s", "try": %d, "call_ms": %s, "first_ms": %s}\n' "$cfg" "$k" \
                 "$(python3 -c "print(round(($t1 - $t0) / 1e6, 2) if $t0 else 'null')")" \

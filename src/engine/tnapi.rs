@@ -20,14 +20,34 @@
 //! `parse_udp4` → checksums (unless the ring says the NIC verified them, or a local sender
 //! has not filled them in yet) → channel by destination → route by destination port (the
 //! dashmap guard is held only for the lookup; consecutive packets for the same port reuse
-//! the route without a second lookup, within one block) → [`inspect`] → queued, as a slice of
-//! the ring block, on a `sendmmsg` batch for the route's egress socket and destination.
-//! A route run is sent when the next packet belongs to another route, when the batch is full,
-//! and always before the block goes back to the kernel: payloads are never copied.
+//! the route without a second lookup) → [`inspect`] → queued for sending. Payloads are never
+//! copied in user space: a round takes up to [`Geometry::budget`] filled blocks from a ring
+//! at once ([`PacketRing::try_blocks`]) and hands them back only after everything queued
+//! from them was sent.
 //!
-//! Counters: one [`Tally`] per route run (added to the route once) and per block per channel
-//! (added to the worker once). Ring drops (`tp_drops`) are read every 100 ms and counted as
-//! `rx_overflow`; ring freezes go to [`WorkerStats::ring_freezes`].
+//! # Sending (`VGATE_TNAPI_TX`, default `packet`)
+//!
+//! - `packet`: per egress interface, one packet socket with `PACKET_QDISC_BYPASS`; vgate
+//!   builds Ethernet/IPv4/UDP headers in front of the ring's payload (source: the gateway's
+//!   address and the route's egress port, TTL 64, DF; next-hop MAC from the kernel's route
+//!   and neighbour tables over netlink, as zc's AF_XDP TX does, refreshed every 5 s) and a
+//!   `virtio_net_hdr` (`PACKET_VNET_HDR`) that leaves the UDP checksum to the device, or to
+//!   the kernel just before the driver — what the kernel's own UDP sockets do. The whole
+//!   round leaves with one `sendmmsg` per egress interface, whatever the routes (more only
+//!   past `TX_FRAMES` frames): on the namespace bed at 20 streams that cut the worker's
+//!   system calls from 1.25 to 0.58 per packet (docs/bench-relay.md). Like zc's, these
+//!   frames skip the gateway's netfilter OUTPUT/POSTROUTING hooks and taps
+//!   (`tcpdump` on the gateway does not see them; on the receiving side it does). A
+//!   destination whose neighbour is not resolved yet, a payload larger than the egress
+//!   MTU allows, and an interface without an Ethernet address (loopback) go the
+//!   `sockets` way (the kernel resolves, fragments, routes).
+//! - `sockets`: the route's gateway-port UDP socket, one `sendmmsg` per run of packets for
+//!   one route.
+//!
+//! Counters: one [`Tally`] per route run (added to the route once, after the round's frames
+//! were sent, with each frame counted as sent or dropped by what `sendmmsg` said of it) and
+//! per round per channel (added to the worker once). Ring drops (`tp_drops`) are read every
+//! 100 ms and counted as `rx_overflow`; ring freezes go to [`WorkerStats::ring_freezes`].
 //!
 //! # The kernel's copy
 //!
