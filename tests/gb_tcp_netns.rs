@@ -155,7 +155,7 @@ impl Side {
 
 /// The platform's scenario: INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
 /// `expect_bye`, waits for vgate's BYE instead and answers it).
-fn uac_xml(side: Side, hold_ms: u64, expect_bye: bool) -> String {
+fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool) -> String {
     let end = if expect_bye {
         r#"  <recv request="BYE" timeout="20000"/>
   <send>
@@ -213,7 +213,7 @@ fn uac_xml(side: Side, hold_ms: u64, expect_bye: bool) -> String {
       s=Play
       c=IN IP4 [local_ip]
       t=0 0
-      m=video 6000 {proto} 96
+      m=video {port} {proto} 96
       a=sendrecv
       a=rtpmap:96 PS/90000
       {setup}y=0[call_number]
@@ -250,7 +250,7 @@ fn uac_xml(side: Side, hold_ms: u64, expect_bye: bool) -> String {
 }
 
 /// The device's scenario: answers the INVITE with its SDP, then waits for BYE.
-fn uas_xml(side: Side) -> String {
+fn uas_xml(side: Side, port: u16) -> String {
     format!(
         r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
 <!DOCTYPE scenario SYSTEM "sipp.dtd">
@@ -278,7 +278,7 @@ fn uas_xml(side: Side) -> String {
       s=Play
       c=IN IP4 [local_ip]
       t=0 0
-      m=video 16000 {proto} 96
+      m=video {port} {proto} 96
       a=sendrecv
       a=rtpmap:96 PS/90000
       {setup}y=0[call_number]
@@ -505,8 +505,8 @@ fn gb_tcp_media_every_combination_both_ways() {
         let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
         let uas = a_dir.join(format!("uas{n}.xml"));
         let uac = b_dir.join(format!("uac{n}.xml"));
-        std::fs::write(&uas, uas_xml(a_side)).unwrap();
-        std::fs::write(&uac, uac_xml(b_side, 2000, false)).unwrap();
+        std::fs::write(&uas, uas_xml(a_side, 16000)).unwrap();
+        std::fs::write(&uac, uac_xml(b_side, 6000, 2000, false)).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (a_flows, a_peer) = peer(a_side, &a_ns, &g_ns, "a", &a_ip, 16000, &stop);
         let (b_flows, b_peer) = peer(b_side, &b_ns, &g_ns, "b", &b_ip, 6000, &stop);
@@ -613,6 +613,269 @@ fn gb_tcp_media_every_combination_both_ways() {
     assert_eq!(totals["framing_errors"], 0, "{totals}");
     assert_eq!(totals["refused"], 0, "{totals}");
     assert!(totals["frames_in"].as_u64().unwrap_or(0) > 0, "{totals}");
+    let out = vgate.stop().expect("vgate output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
+        "vgate left state behind:\n{stdout}"
+    );
+}
+
+/// Waits until vgate lists a route on `channel` (both SDPs of the call have crossed), then a
+/// little more for the ACK.
+fn wait_for_route(g_ns: &str, channel: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let body = admin_get_in(g_ns, ADMIN, "/api/v1/routes");
+        if body.contains(&format!("\"channel\":\"{channel}\"")) {
+            std::thread::sleep(Duration::from_millis(300));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    panic!("no {channel} route appeared");
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn metric(g_ns: &str, series: &str) -> u64 {
+    admin_get_in(g_ns, ADMIN, "/metrics")
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+/// Runs one call whose A side is a TCP peer listening at `port` (vgate connects) that
+/// `a_peer` drives; B is a UDP peer at `b_port` that `b_peer` drives. The call must end by
+/// vgate's BYE to both sides (the leg closes).
+fn call_ended_by_the_leg(
+    dir: &Path,
+    bed: &Bed,
+    n: usize,
+    a_port: u16,
+    b_port: u16,
+    a_peer: impl FnOnce() + Send + 'static,
+    b_peer: impl FnOnce() + Send + 'static,
+) {
+    let (a_ns, b_ns, _) = bed.namespaces();
+    let (a_ip, b_ip, gb_ip) = (bed.get("A_IP"), bed.get("B_IP"), bed.get("GB_IP"));
+    let (a_dir, b_dir) = (dir.join("a"), dir.join("b"));
+    let uas = a_dir.join(format!("bad_uas{n}.xml"));
+    let uac = b_dir.join(format!("bad_uac{n}.xml"));
+    std::fs::write(&uas, uas_xml(Side::Tcp("passive"), a_port)).unwrap();
+    std::fs::write(&uac, uac_xml(Side::Udp, b_port, 0, true)).unwrap();
+    let a_thread = {
+        let a_ns = a_ns.clone();
+        std::thread::spawn(move || in_netns(&a_ns, a_peer))
+    };
+    let b_thread = {
+        let b_ns = b_ns.clone();
+        std::thread::spawn(move || in_netns(&b_ns, b_peer))
+    };
+    let mut device = Proc(Some(
+        sipp(
+            &a_ns,
+            &a_dir,
+            &[
+                "-sf",
+                uas.to_str().unwrap(),
+                "-i",
+                a_ip,
+                "-p",
+                "5060",
+                "-m",
+                "1",
+                "-trace_err",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let target = format!("{gb_ip}:5060");
+    let st = sipp(
+        &b_ns,
+        &b_dir,
+        &[
+            "-sf",
+            uac.to_str().unwrap(),
+            "-i",
+            b_ip,
+            "-p",
+            "5060",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target,
+            "-m",
+            "1",
+            "-trace_err",
+            "-nostdin",
+            "-timeout",
+            "60",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(
+        st.success(),
+        "the platform got no BYE from vgate after the leg closed; logs in {}",
+        b_dir.display()
+    );
+    assert!(
+        device.wait_exit(Duration::from_secs(15)),
+        "the device got no BYE from vgate; logs in {}",
+        a_dir.display()
+    );
+    a_thread.join().unwrap();
+    b_thread.join().unwrap();
+}
+
+#[test]
+fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
+    let Some((bed, dir)) = setup_bed("gb_tcp_netns") else {
+        return;
+    };
+    let (a_ns, _b_ns, g_ns) = bed.namespaces();
+    let (a_ip, b_ip) = (bed.get("A_IP").to_owned(), bed.get("B_IP").to_owned());
+    let mut vgate = start_vgate(&g_ns, &dir.path().join("vgate.toml"));
+    let pid = vgate.0.as_ref().map(|c| c.id()).unwrap();
+
+    // 1. Bad input: garbage before the first frame, a zero length, a 65535 length, a frame
+    //    cut at the close; 20 good frames among them.
+    let frame = |seq: u16| {
+        let mut f = vec![0u8, 200, 0x80, 96];
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.resize(2 + 200, 0x11);
+        f
+    };
+    let mut bad = b"GARBAGE BEFORE THE FIRST FRAME\r\n".to_vec();
+    for i in 0..5 {
+        bad.extend_from_slice(&frame(i));
+    }
+    bad.extend_from_slice(&[0, 0]);
+    for i in 5..10 {
+        bad.extend_from_slice(&frame(i));
+    }
+    bad.extend_from_slice(&[0xff, 0xff, 0x01, 0x02]);
+    for i in 10..20 {
+        bad.extend_from_slice(&frame(i));
+    }
+    bad.extend_from_slice(&[0, 100, 0x80, 96, 0, 99]);
+    let (g1, a1) = (g_ns.clone(), format!("{a_ip}:16001"));
+    let b1 = format!("{b_ip}:6001");
+    let b_stop = Arc::new(AtomicBool::new(false));
+    let b_stop2 = Arc::clone(&b_stop);
+    call_ended_by_the_leg(
+        dir.path(),
+        &bed,
+        1,
+        16001,
+        6001,
+        move || {
+            use std::io::Write;
+            let l = std::net::TcpListener::bind(&a1).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            wait_for_route(&g1, "forward");
+            s.write_all(&bad).unwrap();
+            // Closed here, mid-frame.
+        },
+        move || {
+            let (_f, h) = rfc4571::udp_responder(&b1, b_stop2, 0);
+            let _ = h;
+        },
+    );
+    b_stop.store(true, Relaxed);
+    let t = leg_totals(&g_ns);
+    assert_eq!(t["frames_in"], 20, "{t}");
+    assert_eq!(
+        t["framing_errors"], 3,
+        "garbage, length 0, length 65535: {t}"
+    );
+    assert_eq!(t["partial_frames"], 1, "{t}");
+    assert!(legs(&g_ns).is_empty(), "the leg is gone with its call");
+
+    // 2. A TCP peer that never reads while B sends 6000 packets at 2000/s: counted stalls,
+    //    vgate's memory flat.
+    let rss_before = rss_kib(pid);
+    let (g2, a2) = (g_ns.clone(), format!("{a_ip}:16002"));
+    let b2 = format!("{b_ip}:6002");
+    let blasted = Arc::new(AtomicBool::new(false));
+    let blasted2 = Arc::clone(&blasted);
+    call_ended_by_the_leg(
+        dir.path(),
+        &bed,
+        2,
+        16002,
+        6002,
+        move || {
+            use std::io::Write;
+            let l = std::net::TcpListener::bind(&a2).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096);
+            wait_for_route(&g2, "reverse");
+            // Frames every 20 ms so B hears from the gateway; never a read.
+            let mut seq = 0u16;
+            while !blasted2.load(Relaxed) {
+                let mut f = vec![0u8, 40, 0x80, 96];
+                f.extend_from_slice(&seq.to_be_bytes());
+                f.resize(42, 0);
+                if s.write_all(&f).is_err() {
+                    break;
+                }
+                seq = seq.wrapping_add(1);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        },
+        move || {
+            let s = std::net::UdpSocket::bind(&b2).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut buf = [0u8; 2048];
+            let (_, gw) = s.recv_from(&mut buf).unwrap();
+            let mut p = vec![0u8; 1200];
+            p[0] = 0x80;
+            p[1] = 96;
+            let start = Instant::now();
+            for i in 0..6000u32 {
+                p[2..4].copy_from_slice(&(i as u16).to_be_bytes());
+                let _ = s.send_to(&p, gw);
+                // 2000 packets/s.
+                let due = start + Duration::from_micros(500 * u64::from(i));
+                if let Some(d) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+            }
+            blasted.store(true, Relaxed);
+        },
+    );
+    let t = leg_totals(&g_ns);
+    let stalls = t["stalls"].as_u64().unwrap_or(0);
+    assert!(
+        stalls > 0,
+        "a peer that never reads must cost counted stalls: {t}"
+    );
+    let leg_stall = metric(
+        &g_ns,
+        "vgate_channel_drops_total{channel=\"reverse\",reason=\"leg_stall\"}",
+    );
+    assert_eq!(leg_stall, stalls, "the engine counted each as leg_stall");
+    let rss_after = rss_kib(pid);
+    eprintln!("stalls={stalls} rss before={rss_before} KiB after={rss_after} KiB");
+    assert!(
+        rss_after < rss_before + 16 * 1024,
+        "memory must stay flat: {rss_before} KiB -> {rss_after} KiB"
+    );
+    let _ = a_ns;
     let out = vgate.stop().expect("vgate output");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

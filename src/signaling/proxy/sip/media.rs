@@ -544,13 +544,17 @@ impl CallMedia {
 
     /// Ends the media session: routes removed, ports given back.
     pub fn close(&mut self, routes: &Routes) {
-        // The legs first: their threads stop before their ports are given back.
-        for slot in &mut self.slots {
-            slot.legs = [None, None];
-        }
+        // The routes go first, so no engine offers to a leg whose counters were already
+        // summed; then the legs stop.
+        let legs: Vec<SlotLeg> = self
+            .slots
+            .iter_mut()
+            .flat_map(|s| s.legs.iter_mut().filter_map(Option::take))
+            .collect();
         if let Some(s) = self.session.take() {
             let _ = routes.close_session(s);
         }
+        drop(legs);
         self.installed.clear();
         self.slots.clear();
         self.cache = [None, None];
