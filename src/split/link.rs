@@ -37,7 +37,10 @@
 //! (not per queue), the kernel checks the IPv4/UDP headers and the destination, and a ring
 //! or an AF_XDP socket there would need a filter or an XDP program on the receive-only
 //! interface for the little it would save on the receiving half.
-//! Delivery sends one datagram per `send_to` (a batched send is future work).
+//! Delivery is batched per wakeup: the datagrams a wakeup yields are copied into the
+//! worker's preallocated delivery buffer and sent at the end of the wakeup
+//! ([`Datapath::flush`]) with one `sendmmsg` per run of one route (one egress socket and
+//! destination); a full buffer is sent at once.
 //!
 //! What keeps the links one-way on the host (no ARP answers, no IPv6, no ICMP out of the
 //! receive-only interface) is the host's interface setup, not this process: it must hold
@@ -60,6 +63,7 @@ use super::{mac_string, LinkConfig, SplitConfig};
 use crate::channel::{inspect, Admitted};
 use crate::clock::now_ms;
 use crate::config::DomainId;
+use crate::engine::frames::account;
 use crate::engine::ports::{Cmd, PortRegistry};
 use crate::engine::sys::afpacket as psys;
 use crate::engine::sys::afxdp::{self as xsys, BindMode, Xsk, XskParams};
@@ -910,6 +914,7 @@ impl HalfLinks {
             Ok(RxState {
                 rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
                 dec: Decoder::new(path.fec),
+                out: Delivery::new(path.batch * BUDGET),
                 path,
             })
         })
@@ -935,6 +940,73 @@ struct RxState {
     path: RxPath,
     rx: RecvBatch,
     dec: Decoder,
+    out: Delivery,
+}
+
+/// One datagram waiting in a [`Delivery`]: its route, the egress socket, its length.
+struct Waiting {
+    route: Arc<StreamRoute>,
+    sock: Arc<UdpSocket>,
+    len: usize,
+}
+
+/// Datagrams delivered from the incoming link during one wakeup, copied (they come from the
+/// receive batch or the decoder's rebuilt shards, both reused before the wakeup ends) and
+/// sent together by [`Delivery::send`]. Allocated once; never grows.
+struct Delivery {
+    buf: Box<[u8]>,
+    waiting: Vec<Waiting>,
+    tx: SliceBatch,
+}
+
+impl Delivery {
+    fn new(cap: usize) -> Delivery {
+        let cap = cap.max(1);
+        Delivery {
+            buf: vec![0u8; cap * FRAME_CAP].into_boxed_slice(),
+            waiting: Vec::with_capacity(cap),
+            tx: SliceBatch::new(cap),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.waiting.len() == self.waiting.capacity()
+    }
+
+    /// Queues a copy of `payload` (at most [`FRAME_CAP`] bytes: a link frame's payload) for
+    /// `route`'s destination from `sock`. The caller sends first when [`Delivery::is_full`].
+    fn queue(&mut self, route: Arc<StreamRoute>, sock: Arc<UdpSocket>, payload: &[u8]) {
+        let i = self.waiting.len();
+        let len = payload.len().min(FRAME_CAP);
+        self.buf[i * FRAME_CAP..i * FRAME_CAP + len].copy_from_slice(&payload[..len]);
+        self.waiting.push(Waiting { route, sock, len });
+    }
+
+    /// Sends what is queued, one `sendmmsg` per run of one route, and counts it in the
+    /// routes and in `chan` (the link face's channel).
+    fn send(&mut self, chan: &mut Tally) {
+        let Delivery { buf, waiting, tx } = self;
+        let mut start = 0;
+        while start < waiting.len() {
+            let first = &waiting[start];
+            let mut end = start + 1;
+            while end < waiting.len() && Arc::ptr_eq(&waiting[end].route, &first.route) {
+                end += 1;
+            }
+            let mut scope = tx.scope();
+            for (i, w) in waiting[start..end].iter().enumerate() {
+                let at = (start + i) * FRAME_CAP;
+                scope.push(&buf[at..at + w.len]);
+            }
+            let out = scope.send(first.sock.as_fd(), first.route.dest);
+            let mut t = Tally::default();
+            account(&mut t, &out, Some(&first.route));
+            first.route.stats.packets.add(&t);
+            chan.merge(&t);
+            start = end;
+        }
+        waiting.clear();
+    }
 }
 
 static RX_ERRORS: RateLimit = RateLimit::new(5000);
@@ -945,11 +1017,23 @@ impl Datapath for RxState {
     }
 
     fn ready(&mut self, shell: &Shell, _token: u64, now: u64) {
-        drain(shell, &mut self.path, &mut self.rx, &mut self.dec, now);
+        drain(
+            shell,
+            &mut self.path,
+            &mut self.rx,
+            &mut self.dec,
+            &mut self.out,
+            now,
+        );
     }
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
         apply_egress(&mut self.path.local, cmd);
+    }
+
+    /// The wakeup's delivered datagrams go out together.
+    fn flush(&mut self, shell: &Shell) {
+        send_delivery(shell, &self.path, &mut self.out);
     }
 
     fn sample(&mut self, _shell: &Shell) {
@@ -966,7 +1050,27 @@ impl Drop for RxState {
     }
 }
 
-fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder, now: u64) {
+/// Sends a [`Delivery`] and counts it in the link face's channel.
+fn send_delivery(shell: &Shell, ctx: &RxPath, out: &mut Delivery) {
+    if out.waiting.is_empty() {
+        return;
+    }
+    let mut chan = Tally::default();
+    out.send(&mut chan);
+    shell
+        .stats
+        .channel(Channel::from_ingress(ctx.face))
+        .add(&chan);
+}
+
+fn drain(
+    shell: &Shell,
+    ctx: &mut RxPath,
+    rx: &mut RecvBatch,
+    dec: &mut Decoder,
+    out: &mut Delivery,
+    now: u64,
+) {
     let channel = Channel::from_ingress(ctx.face);
     let egress = channel.egress();
     let link = &ctx.split.in_link;
@@ -1029,16 +1133,15 @@ fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder,
                             // Only admitted datagrams keep the route alive.
                             route.touch(now);
                             match local.get(&(egress, route.egress_port)) {
-                                Some(s) => match s.send_to(payload, route.dest) {
-                                    Ok(_) => {
-                                        one.tx_packets = 1;
-                                        one.tx_bytes = payload.len() as u64;
+                                Some(s) => {
+                                    // Sent (and counted) at the end of the wakeup.
+                                    if out.is_full() {
+                                        let mut t = Tally::default();
+                                        out.send(&mut t);
+                                        tally.merge(&t);
                                     }
-                                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                        one.drop(DropReason::QueueFull)
-                                    }
-                                    Err(_) => one.drop(DropReason::SendError),
-                                },
+                                    out.queue(Arc::clone(&route), Arc::clone(s), payload);
+                                }
                                 // Only while the route's session is being torn down.
                                 None => one.drop(DropReason::SendError),
                             }
