@@ -102,21 +102,25 @@ fn run_streams(
     fec_rev: &str,
     count: u32,
     reverse: bool,
+    queues: usize,
 ) -> (
     common::split::Arrivals,
     common::split::Arrivals,
     Totals,
     Totals,
 ) {
+    let workers = format!("queues = {queues}\n");
     let a = start_half(
         bed,
         "a",
-        &half_config_mode(bed, "a", mode, fec_fwd, fec_rev, &routes_a(bed)),
+        &half_config_mode(bed, "a", mode, fec_fwd, fec_rev, &routes_a(bed))
+            .replace("queues = 1\n", &workers),
     );
     let b = start_half(
         bed,
         "b",
-        &half_config_mode(bed, "b", mode, fec_rev, fec_fwd, &routes_b(bed)),
+        &half_config_mode(bed, "b", mode, fec_rev, fec_fwd, &routes_b(bed))
+            .replace("queues = 1\n", &workers),
     );
     let quiet = Duration::from_secs(2);
     let (fwd_rx, fwd_ready) = receive_numbered(
@@ -192,7 +196,7 @@ fn streams_cross_both_links_once_and_nothing_goes_the_wrong_way() {
     if !ready("streams_cross_both_links_once_and_nothing_goes_the_wrong_way") {
         return;
     }
-    streams_in_mode("stack");
+    streams_in_mode("stack", 1);
 }
 
 /// The same with the domain side captured by AF_PACKET rings (mode tnapi).
@@ -201,7 +205,7 @@ fn streams_cross_the_split_in_mode_tnapi() {
     if !ready("streams_cross_the_split_in_mode_tnapi") {
         return;
     }
-    streams_in_mode("tnapi");
+    streams_in_mode("tnapi", 1);
 }
 
 /// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
@@ -210,13 +214,22 @@ fn streams_cross_the_split_in_mode_zc() {
     if !ready("streams_cross_the_split_in_mode_zc") {
         return;
     }
-    streams_in_mode("zc");
+    streams_in_mode("zc", 1);
 }
 
-fn streams_in_mode(mode: &str) {
-    let bed = SplitBed::up();
+/// Mode zc with two workers: each has its own AF_XDP socket on its own TX queue of the link.
+#[test]
+fn streams_cross_the_split_in_mode_zc_with_two_workers() {
+    if !ready("streams_cross_the_split_in_mode_zc_with_two_workers") {
+        return;
+    }
+    streams_in_mode("zc", 2);
+}
+
+fn streams_in_mode(mode: &str, queues: usize) {
+    let bed = SplitBed::up_with_queues(queues);
     let count = 1500;
-    let (fwd, rev, ta, tb) = run_streams(&bed, mode, "8+2", "8+2", count, true);
+    let (fwd, rev, ta, tb) = run_streams(&bed, mode, "8+2", "8+2", count, true, queues);
     assert_eq!(
         fwd.missing_and_dups(count),
         (0, 0),
@@ -446,7 +459,7 @@ fn fec_in_mode(mode: &str) {
     // 1 % random loss on the forward link.
     bed.loss("forward", 10);
     let count = 3000;
-    let (plain, _, ta, tb) = run_streams(&bed, mode, "off", "off", count, false);
+    let (plain, _, ta, tb) = run_streams(&bed, mode, "off", "off", count, false, 1);
     assert_link_tx(&ta.raw, mode);
     let (missing, dups) = plain.missing_and_dups(count);
     let b_in = link_totals(&tb.raw, "in");
@@ -464,7 +477,7 @@ fn fec_in_mode(mode: &str) {
     assert!(lost_frames > 0);
 
     // 16+4 at 1 %: a block is lost only with 5 of its 20 frames (≈ 1.5e-6 per block).
-    let (fec, _, ta, tb) = run_streams(&bed, mode, "16+4", "off", count, false);
+    let (fec, _, ta, tb) = run_streams(&bed, mode, "16+4", "off", count, false, 1);
     assert_link_tx(&ta.raw, mode);
     assert_eq!(
         fec.missing_and_dups(count),
