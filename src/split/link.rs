@@ -1132,6 +1132,12 @@ fn drain(
                             one.relatches += u64::from(admitted == Admitted::Relatched);
                             // Only admitted datagrams keep the route alive.
                             route.touch(now);
+                            if let Some(sink) = &route.edge {
+                                crate::engine::frames::offer_to_leg(sink, payload, &mut one);
+                                route.stats.packets.add(&one);
+                                tally.merge(&one);
+                                return;
+                            }
                             match local.get(&(egress, route.egress_port)) {
                                 Some(s) => {
                                     // Sent (and counted) at the end of the wakeup.
