@@ -1054,3 +1054,122 @@ fn transport_mismatch_is_refused_promptly_never_hung() {
     let totals = rig.stop_vgate();
     assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
 }
+
+/// The metric of event `e` of route `cam`.
+fn cam_event(rig: &Rig, e: &str) -> f64 {
+    metric(
+        rig,
+        &vgate::control::metrics::event_series("cam", "rtsp", e),
+    )
+}
+
+/// Waits (bounded) until event `e` of route `cam` reaches `n`; its value.
+fn wait_event(rig: &Rig, e: &str, n: f64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cam_event(rig, e) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cam_event(rig, e)
+}
+
+#[test]
+fn bridged_transports_play_both_ways() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("bridged_transports_play_both_ways") {
+        return;
+    }
+    let mut rig = Rig::up(&["--udp-only"], &simple_route(""));
+    let b = rig.bed.get("B_NS").to_string();
+    let g = rig.bed.get("G_NS").to_string();
+    let direct_url = format!("rtsp://{}:8554/test", rig.bed.get("A_IP"));
+    let mut figures = Vec::new();
+    // (server serves only, client asks): interleaved client of a UDP-only server, then a
+    // UDP client of a TCP-only server.
+    for (i, (serves, asks)) in [("udp", "tcp"), ("tcp", "udp")].into_iter().enumerate() {
+        if i == 1 {
+            rig.server = None;
+            rig.start_server(&["--tcp-only"]);
+        }
+        let before_tcp = cam_event(&rig, "bridge_frames_to_tcp");
+        let before_udp = cam_event(&rig, "bridge_frames_to_udp");
+        let p = ffmpeg(
+            &b,
+            &rig.url(8554, "/cam1"),
+            asks,
+            100,
+            rig.dir.path(),
+            &format!("bridge-{asks}"),
+        );
+        let what = format!("client {asks}, server {serves} only");
+        assert!(p.ok, "{what}: ffmpeg failed; errors: {:?}", p.errors);
+        assert!(
+            p.video_frames >= 100,
+            "{what}: only {} video frames",
+            p.video_frames
+        );
+        assert!(p.errors.is_empty(), "{what}: ffmpeg errors: {:?}", p.errors);
+        assert_no_a_address(&rig, &p.trace, &what);
+        rig.wait_log(
+            &format!("rtsp session ended (teardown); {ZERO}"),
+            2 * i + 1,
+            Duration::from_secs(10),
+        );
+        // Media crossed the legs both ways: the server's RTP and RTCP one way, the client's
+        // receiver reports the other.
+        let tcp = wait_event(&rig, "bridge_frames_to_tcp", before_tcp + 100.0) - before_tcp;
+        let udp = cam_event(&rig, "bridge_frames_to_udp") - before_udp;
+        let (media, reports) = if asks == "tcp" {
+            (tcp, udp)
+        } else {
+            (udp, tcp)
+        };
+        assert!(
+            media >= 100.0,
+            "{what}: {media} packets bridged to the client's side"
+        );
+        // ffmpeg sends receiver reports when it pleases (by bytes received): reported, not
+        // asserted; bridged_leg_bad_input_is_counted_and_bounded checks RTCP back for sure.
+        figures.push(format!(
+            "{what}: {media} packets bridged toward the client, {reports} RTCP packets back"
+        ));
+        // Time to first frame: direct (the server's own transport, from the gateway
+        // namespace) and through the bridge.
+        let d = ffmpeg(
+            &g,
+            &direct_url,
+            serves,
+            1,
+            rig.dir.path(),
+            &format!("ttff-{serves}-d"),
+        );
+        let v = ffmpeg(
+            &b,
+            &rig.url(8554, "/cam1"),
+            asks,
+            1,
+            rig.dir.path(),
+            &format!("ttff-{asks}-v"),
+        );
+        let (d, v) = (d.first_frame.unwrap(), v.first_frame.unwrap());
+        figures.push(format!(
+            "time to first frame, {what}: direct ({serves}) {} ms, bridged through vgate {} ms",
+            d.as_millis(),
+            v.as_millis()
+        ));
+        // Generous: a bridge must not cost seconds (never a timing verdict on milliseconds).
+        assert!(
+            v < d + Duration::from_secs(3),
+            "{what}: first frame after {v:?} (direct {d:?})"
+        );
+    }
+    for f in &figures {
+        let _ = writeln!(std::io::stderr(), "FIGURE {f}");
+    }
+    let log = rig.log();
+    assert!(log.contains("rtsp bridge leg closed"), "{log}");
+    // One leg per bridged track (video and audio), four sessions.
+    assert!(cam_event(&rig, "bridge_legs") >= 8.0);
+    assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
