@@ -447,7 +447,12 @@ fn client_loop(
                 continue
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return EndReason::ClientClosed,
+            Err(_) => {
+                if !buf.is_empty() {
+                    ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                }
+                return EndReason::ClientClosed;
+            }
         }
         let mut consumed = 0;
         loop {
