@@ -177,12 +177,8 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
             }
         },
         transports: TransportPolicy::default(),
-        // The bridge's local hop reaches the engine's sockets only in mode stack.
-        bridge: (cfg.engine.mode == crate::config::Mode::Stack).then(|| logic::BridgeSettings {
-            interfaces: [
-                cfg.domains[0].interface.clone(),
-                cfg.domains[1].interface.clone(),
-            ],
+        bridge: Some(logic::BridgeSettings {
+            max_payload: cfg.engine.max_payload,
         }),
         session_timeout: opts.session_timeout,
         request_timeout: opts.request_timeout,
