@@ -6,8 +6,10 @@
 //! reads the upstream's socket (replies and `$` frames). Both hand messages to the exchange
 //! under one lock and take the writer lock of the socket they write before letting the
 //! exchange go, so bytes reach each peer in the exchange's order. Interleaved frames are
-//! relayed as they arrive, channel numbers untouched, counted per direction; frames on
-//! channels no SETUP negotiated are dropped and counted.
+//! relayed as they arrive, channel numbers untouched, counted per direction; frames on a
+//! bridge leg's channels go to that leg's injectors (each reader thread owns its own, see
+//! [`super::bridge`]); frames on channels no SETUP negotiated are dropped and counted.
+//! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddrV4, TcpStream};
@@ -49,18 +51,18 @@ struct LegContext {
     /// The client's and the upstream's writers.
     client: SharedWriter,
     upstream: SharedWriter,
-    legs: Arc<LegTable>,
+    legs: Arc<ConnLegs>,
 }
 
-/// The open legs of one connection, for its readers: they keep a copy ([`LegCache`]) and
+/// The open legs of one connection, for its readers: they keep a copy (`LegCache`) and
 /// take a new one only when `generation` moved, so no frame takes a lock.
 #[derive(Default)]
-pub struct LegTable {
+pub struct ConnLegs {
     legs: Mutex<Vec<Arc<Leg>>>,
     generation: AtomicU64,
 }
 
-/// A reader's copy of the [`LegTable`], with its own injectors for each leg.
+/// A reader's copy of the [`ConnLegs`], with its own injectors for each leg.
 struct LegCache {
     generation: u64,
     legs: Vec<LegInjectors>,
@@ -78,7 +80,7 @@ impl LegCache {
 
     /// The injectors of the leg that takes `$` frames on `channel` of `side`'s
     /// connection, if any.
-    fn find(&mut self, table: &LegTable, side: TcpSide, channel: u8) -> Option<&mut LegInjectors> {
+    fn find(&mut self, table: &ConnLegs, side: TcpSide, channel: u8) -> Option<&mut LegInjectors> {
         let g = table.generation.load(Relaxed);
         if g != self.generation {
             let max = self.max_payload;
@@ -304,7 +306,7 @@ struct Shared {
     /// The writers, shared with the bridge legs (the client's is always `Some`).
     client_w: SharedWriter,
     upstream_w: SharedWriter,
-    legs: Arc<LegTable>,
+    legs: Arc<ConnLegs>,
     /// Handles for shutting the sockets down while a writer may hold its lock.
     client_ctl: TcpStream,
     upstream_ctl: Mutex<Option<TcpStream>>,
@@ -375,7 +377,7 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
     let client_w: SharedWriter = Arc::new(Mutex::new(Some(writer)));
     let upstream_w: SharedWriter = Arc::new(Mutex::new(None));
-    let legs = Arc::new(LegTable::default());
+    let legs = Arc::new(ConnLegs::default());
     let mut media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
     media.bridge = Some(LegContext {
         settings: Arc::clone(&ctx.settings),

@@ -10,9 +10,14 @@
 //! TEARDOWN of one track frees only its own), and the server's requests to the client
 //! (forwarded rewritten, the client's reply mapped back by `CSeq`).
 //!
+//! It also decides the bridges: a SETUP the upstream refuses (or answers with the other
+//! lower transport) is sent again with the other one, and the reply installs the track with
+//! a bridge leg on the interleaved side ([`MediaPorts::open_leg`], routes toward that side
+//! into the leg's sinks through [`MediaPorts::add_leg_route`]).
+//!
 //! Does not own: sockets, threads, clocks or randomness (passed in), nor the `$` frames of
-//! interleaved media (the connection relays them; [`Exchange::channel_allowed`] says which
-//! channels were negotiated).
+//! interleaved media (the connection relays them, or hands a leg's to its injectors;
+//! [`Exchange::channel_allowed`] and [`Exchange::bridged`] say which channels are which).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
