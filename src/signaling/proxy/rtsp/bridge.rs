@@ -44,6 +44,8 @@ pub type SharedWriter = Arc<Mutex<Option<TcpStream>>>;
 
 /// Packets one sink may give the leg thread per wake-up before the other is served.
 const BATCH: usize = 64;
+/// The leg thread's write buffer: one batch of frames.
+const OUT_BYTES: usize = 64 * 1024;
 /// How long the leg thread sleeps at most before looking at its stop flag.
 const POLL_MS: u16 = 250;
 
@@ -147,24 +149,34 @@ impl Leg {
     }
 
     fn run(&self, writer: &SharedWriter) {
-        // One buffer for the leg's life: a 4-byte `$` header, then the packet.
-        let mut frame = [0u8; 4 + SLOT_BYTES];
+        // One buffer for the leg's life: up to 2 x BATCH frames (`$`, channel, length,
+        // packet), written with one lock and one send.
+        let mut out = vec![0u8; OUT_BYTES];
+        let mut ends = [0usize; 2 * BATCH];
         let channels = [self.spec.channels.0, self.spec.channels.1];
         while !self.stop.load(Relaxed) {
-            let mut any = false;
+            let (mut len, mut n) = (0, 0);
             for (sink, channel) in self.sinks.iter().zip(channels) {
-                for _ in 0..BATCH {
+                let mut taken = 0;
+                while taken < BATCH && n < ends.len() && len + 4 + SLOT_BYTES <= out.len() {
                     let Some(slot) = sink.take() else { break };
-                    any = true;
                     let payload = slot.payload();
-                    let n = payload.len();
-                    let len = (n as u16).to_be_bytes();
-                    frame[..4].copy_from_slice(&[b'$', channel, len[0], len[1]]);
-                    frame[4..4 + n].copy_from_slice(payload);
-                    self.write_frame(writer, &frame[..4 + n]);
+                    let size = (payload.len() as u16).to_be_bytes();
+                    let Some(frame) = out.get_mut(len..len + 4 + payload.len()) else {
+                        break;
+                    };
+                    frame[..4].copy_from_slice(&[b'$', channel, size[0], size[1]]);
+                    frame[4..].copy_from_slice(payload);
+                    len += 4 + payload.len();
+                    if let Some(e) = ends.get_mut(n) {
+                        *e = len;
+                    }
+                    n += 1;
+                    taken += 1;
                 }
             }
-            if any {
+            if n > 0 {
+                self.write_frames(writer, &out[..len], &ends[..n]);
                 continue;
             }
             // Asleep until an engine offers a packet (or the stop nudge).
@@ -185,55 +197,59 @@ impl Leg {
         }
     }
 
-    /// Writes one whole frame or none of it.
-    fn write_frame(&self, writer: &SharedWriter, frame: &[u8]) {
-        let c = &self.counters;
-        let payload = frame.len().saturating_sub(4) as u64;
+    /// Writes whole frames (`ends`: where each ends in `buf`) without waiting: what the
+    /// peer's socket buffer does not take is dropped as stalls, except that a frame half
+    /// written is finished (waiting at most the writer's timeout) so the stream stays in
+    /// step.
+    fn write_frames(&self, writer: &SharedWriter, buf: &[u8], ends: &[usize]) {
         let mut w = lock(writer);
-        let Some(stream) = w.as_mut() else {
-            self.stalled();
-            return;
-        };
-        let flags =
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL;
-        let sent = loop {
-            match nix::sys::socket::send(stream.as_raw_fd(), frame, flags) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                r => break r,
-            }
-        };
-        match sent {
-            Ok(n) if n == frame.len() => {}
-            Ok(n) => {
-                // Half a frame is out: the rest must follow before anything else, waiting
-                // at most the writer's timeout.
-                if stream
-                    .write_all(frame.get(n..).unwrap_or_default())
-                    .is_err()
-                {
-                    self.stalled();
-                    return;
+        let mut whole = 0;
+        if let Some(stream) = w.as_mut() {
+            let flags =
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL;
+            let sent = loop {
+                match nix::sys::socket::send(stream.as_raw_fd(), buf, flags) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    r => break r.unwrap_or(0),
                 }
-            }
-            Err(_) => {
-                self.stalled();
-                return;
+            };
+            whole = ends.iter().take_while(|&&e| e <= sent).count();
+            let start = whole
+                .checked_sub(1)
+                .and_then(|k| ends.get(k))
+                .copied()
+                .unwrap_or(0);
+            if let Some(&end) = ends.get(whole) {
+                if sent > start
+                    && stream
+                        .write_all(buf.get(sent..end).unwrap_or_default())
+                        .is_ok()
+                {
+                    whole += 1;
+                }
             }
         }
         drop(w);
-        c.frames_out.fetch_add(1, Relaxed);
+        let written = whole
+            .checked_sub(1)
+            .and_then(|k| ends.get(k))
+            .copied()
+            .unwrap_or(0);
+        let payload = (written - 4 * whole) as u64;
+        let c = &self.counters;
+        c.frames_out.fetch_add(whole as u64, Relaxed);
         c.bytes_out.fetch_add(payload, Relaxed);
-        self.events.bridge_frames_to_tcp.fetch_add(1, Relaxed);
+        self.events
+            .bridge_frames_to_tcp
+            .fetch_add(whole as u64, Relaxed);
         self.events.bridge_bytes_to_tcp.fetch_add(payload, Relaxed);
-    }
-
-    /// A packet for the peer that could not be written (its buffer full, or gone).
-    fn stalled(&self) {
-        self.counters.stalls.fetch_add(1, Relaxed);
-        self.events.bridge_stalls.fetch_add(1, Relaxed);
+        let lost = (ends.len() - whole) as u64;
+        if lost > 0 {
+            c.stalls.fetch_add(lost, Relaxed);
+            self.events.bridge_stalls.fetch_add(lost, Relaxed);
+        }
     }
 }
-
 /// A reader thread's injectors of one leg (RTP, RTCP), made when it first sees the leg.
 pub struct LegInjectors {
     pub leg: Arc<Leg>,

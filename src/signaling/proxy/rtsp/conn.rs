@@ -92,6 +92,13 @@ impl LegCache {
         }
         self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
     }
+
+    /// `side`'s connection lost its framing (it closes): counted on that side's legs.
+    fn framing_lost(&self, side: TcpSide) {
+        for l in self.legs.iter().filter(|l| l.leg.spec.side == side) {
+            l.leg.counters.framing_errors.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 impl RoutesMedia {
@@ -520,6 +527,7 @@ fn client_loop(
                 Ok(f) => f,
                 Err(_) => {
                     // Framing is lost: a 400 in turn, then the connection goes.
+                    legs.framing_lost(TcpSide::Client);
                     let mut ex = lock(&shared.exchange);
                     let outs = ex.framing_error();
                     perform_outputs(shared, outs, ctx);
@@ -807,6 +815,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let rest = buf.get(consumed..).unwrap_or_default();
             let Ok(frame) = next_frame(rest, &limits) else {
                 // The upstream broke framing: pending requests get 502, then close.
+                legs.framing_lost(TcpSide::Upstream);
                 let mut ex = lock(&shared.exchange);
                 let mut outs = Vec::new();
                 ex.fail_pending(
