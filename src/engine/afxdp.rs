@@ -80,7 +80,7 @@ use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
-use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::{parse_udp4, Ipv4Packet, UdpPacket};
@@ -894,11 +894,16 @@ impl Engine for AfxdpEngine {
         }
         let mut per_worker = per_worker.into_iter();
         let mut links = match &self.split {
-            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            Some((s, st)) => Some(HalfLinks::open(
+                s,
+                st,
+                LinkFamily::of(EngineKind::Afxdp),
+                n,
+            )?),
             None => None,
         };
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
-            let link = links.as_ref().map(|l| l.sender(w, self.cfg.batch));
+            let link = links.as_mut().and_then(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker
                 .next()
                 .unwrap_or_default()
@@ -1208,6 +1213,13 @@ impl Datapath for XskPath {
         apply_egress(&mut self.local, cmd);
     }
 
+    /// The wakeup's link frames go out together.
+    fn flush(&mut self, _shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.flush();
+        }
+    }
+
     fn sample(&mut self, shell: &Shell) {
         if let Some((_, l)) = self.link.as_mut() {
             l.idle(now_ms());
@@ -1346,9 +1358,6 @@ fn forward_batch<'p>(
     }
     if let Some(r) = run.take() {
         finish_run(r, &mut out, now, chan);
-    }
-    if let Some((_, l)) = link {
-        l.flush();
     }
 }
 

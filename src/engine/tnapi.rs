@@ -52,7 +52,7 @@ use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::routes::{Channel, PortHooks, Routes};
-use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::parse_udp4;
@@ -323,13 +323,18 @@ impl Engine for AfpacketEngine {
         let mut per_queue = per_queue.into_iter();
         let (targets, batch, max_payload) = (self.targets, self.cfg.batch, self.cfg.max_payload);
         let mut links = match &self.split {
-            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            Some((s, st)) => Some(HalfLinks::open(
+                s,
+                st,
+                LinkFamily::of(EngineKind::Afpacket),
+                n,
+            )?),
             None => None,
         };
         let budget = Geometry::for_payload(max_payload).budget;
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
-            let link = links.as_ref().map(|l| l.sender(q, batch));
+            let link = links.as_mut().and_then(|l| l.sender(q, batch));
             move |_: &Shell| {
                 Ok(RingPath {
                     budget,
@@ -440,6 +445,13 @@ impl Datapath for RingPath {
         apply_egress(&mut self.local, cmd);
     }
 
+    /// The wakeup's link frames go out together.
+    fn flush(&mut self, _shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.flush();
+        }
+    }
+
     /// Reads (and resets) the kernel's ring counters into the worker's figures.
     fn sample(&mut self, shell: &Shell) {
         if let Some((_, l)) = self.link.as_mut() {
@@ -525,9 +537,6 @@ fn forward_block<'b>(
     }
     if let Some(r) = run.take() {
         finish_run(r, &mut scope, now, chan);
-    }
-    if let Some((_, l)) = link {
-        l.flush();
     }
 }
 
