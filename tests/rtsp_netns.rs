@@ -1325,3 +1325,47 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
     let totals = rig.stop_vgate();
     assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
 }
+
+#[test]
+fn bridged_record_push_both_ways() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("bridged_record_push_both_ways") {
+        return;
+    }
+    let mut rig = Rig::up(&["--record", "--udp-only"], &simple_route(""));
+    let b = rig.bed.get("B_NS").to_string();
+    let url = rig.url(8554, "/cam1");
+    for (i, (serves, pushes)) in [("udp", "tcp"), ("tcp", "udp")].into_iter().enumerate() {
+        if i == 1 {
+            rig.server = None;
+            *rig.server_out.lock().unwrap() = String::new();
+            rig.start_server(&["--record", "--tcp-only"]);
+        }
+        let what = format!("push {pushes}, server takes {serves} only");
+        let before = rig.server_frames();
+        let bridged =
+            cam_event(&rig, "bridge_frames_to_udp") + cam_event(&rig, "bridge_frames_to_tcp");
+        let (ok, err) = ffmpeg_push(&b, &url, pushes, 4);
+        assert!(ok, "{what}: ffmpeg push failed: {err}");
+        // 40 frames sent at 10 fps; the last second may still be on its way.
+        let after = rig.wait_frames(before + 30, Duration::from_secs(5));
+        assert!(
+            after >= before + 30,
+            "{what}: the server decoded only {} of 40 pushed frames",
+            after - before
+        );
+        let now = cam_event(&rig, "bridge_frames_to_udp") + cam_event(&rig, "bridge_frames_to_tcp");
+        assert!(
+            now - bridged >= 30.0,
+            "{what}: only {} packets bridged",
+            now - bridged
+        );
+        rig.wait_log(
+            &format!("rtsp session ended (teardown); {ZERO}"),
+            i + 1,
+            Duration::from_secs(10),
+        );
+    }
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
