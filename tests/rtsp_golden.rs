@@ -65,6 +65,7 @@ fn settings() -> Settings {
         rtp_only: false,
         limits: Limits::default(),
         transports: TransportPolicy::default(),
+        bridge: None,
         session_timeout: 30,
         request_timeout: 10,
         stats: Arc::new(vgate::signaling::proxy::SignalingStats::new(

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::logic::{Events, Exchange, MediaPorts, Output, Settings};
+use super::bridge::{Leg, SharedWriter};
+use super::logic::{Events, Exchange, LegSpec, MediaPorts, Output, Settings, TcpSide};
 use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
@@ -38,6 +39,44 @@ pub struct RoutesMedia {
     label: String,
     session: Option<SessionId>,
     installed: Vec<Arc<StreamRoute>>,
+    /// What bridge legs need: absent, the connection cannot open any.
+    bridge: Option<LegContext>,
+}
+
+/// What a connection's bridge legs need.
+struct LegContext {
+    settings: Arc<Settings>,
+    /// The client's and the upstream's writers.
+    client: SharedWriter,
+    upstream: SharedWriter,
+    legs: Arc<LegTable>,
+}
+
+/// The open legs of one connection, for its readers: they keep a copy ([`LegCache`]) and
+/// take a new one only when `generation` moved, so no frame takes a lock.
+#[derive(Default)]
+pub struct LegTable {
+    legs: Mutex<Vec<Arc<Leg>>>,
+    generation: AtomicU64,
+}
+
+/// A reader's copy of the [`LegTable`].
+#[derive(Default)]
+struct LegCache {
+    generation: u64,
+    legs: Vec<Arc<Leg>>,
+}
+
+impl LegCache {
+    /// The leg that takes `$` frames on `channel` of `side`'s connection, if any.
+    fn find(&mut self, table: &LegTable, side: TcpSide, channel: u8) -> Option<&Arc<Leg>> {
+        let g = table.generation.load(Relaxed);
+        if g != self.generation {
+            self.legs = lock(&table.legs).clone();
+            self.generation = g;
+        }
+        self.legs.iter().find(|l| l.takes(side, channel))
+    }
 }
 
 impl RoutesMedia {
@@ -47,6 +86,35 @@ impl RoutesMedia {
             label,
             session: None,
             installed: Vec::new(),
+            bridge: None,
+        }
+    }
+
+    fn close_legs(&mut self, keep: impl Fn(&Leg) -> bool) {
+        let Some(b) = &self.bridge else { return };
+        let mut legs = lock(&b.legs.legs);
+        let (kept, closed): (Vec<_>, Vec<_>) = legs.drain(..).partition(|l| keep(l));
+        *legs = kept;
+        drop(legs);
+        if closed.is_empty() {
+            return;
+        }
+        b.legs.generation.fetch_add(1, Relaxed);
+        for leg in closed {
+            leg.close();
+            let c = &leg.counters;
+            tracing::info!(
+                route = %b.settings.name,
+                side = ?leg.spec.side,
+                channels = ?leg.spec.channels,
+                to_tcp_frames = c.to_tcp_frames.load(Relaxed),
+                to_tcp_bytes = c.to_tcp_bytes.load(Relaxed),
+                to_udp_frames = c.from_tcp_frames.load(Relaxed),
+                to_udp_bytes = c.from_tcp_bytes.load(Relaxed),
+                stalls = c.stalls.load(Relaxed),
+                dropped = c.dropped.load(Relaxed),
+                "rtsp bridge leg closed"
+            );
         }
     }
 
@@ -90,6 +158,14 @@ impl MediaPorts for RoutesMedia {
         Ok(())
     }
 
+    fn open_leg(&mut self, spec: LegSpec) -> io::Result<[u16; 2]> {
+        self.open_leg_here(spec)
+    }
+
+    fn close_leg(&mut self, side: TcpSide, channels: (u8, u8)) {
+        self.close_legs(|l| !(l.spec.side == side && l.spec.channels == channels));
+    }
+
     fn release_track(&mut self, routes: &[(DomainId, u16)], ports: &[(DomainId, u16)]) {
         let Some(s) = self.session else { return };
         for &(ingress, port) in routes {
@@ -105,10 +181,42 @@ impl MediaPorts for RoutesMedia {
     }
 
     fn release(&mut self) {
+        self.close_legs(|_| false);
         self.installed.clear();
         if let Some(s) = self.session.take() {
             let _ = self.routes.close_session(s);
         }
+    }
+}
+
+impl RoutesMedia {
+    fn open_leg_here(&mut self, spec: LegSpec) -> io::Result<[u16; 2]> {
+        let Some(b) = &self.bridge else {
+            return Err(io::Error::other("this connection cannot bridge"));
+        };
+        let Some(bs) = &b.settings.bridge else {
+            return Err(io::Error::other("this route cannot bridge"));
+        };
+        let i = spec.domain.index();
+        let (Some(address), Some(interface)) = (b.settings.gateway.get(i), bs.interfaces.get(i))
+        else {
+            return Err(io::Error::other("no such domain"));
+        };
+        let writer = match spec.side {
+            TcpSide::Client => Arc::clone(&b.client),
+            TcpSide::Upstream => Arc::clone(&b.upstream),
+        };
+        let leg = Leg::open(
+            spec,
+            *address,
+            interface,
+            writer,
+            Arc::clone(&b.settings.events),
+        )?;
+        let ports = leg.ports();
+        lock(&b.legs.legs).push(leg);
+        b.legs.generation.fetch_add(1, Relaxed);
+        Ok(ports)
     }
 }
 
@@ -136,8 +244,10 @@ pub struct Interleaved {
 /// What both threads share.
 struct Shared {
     exchange: Mutex<Exchange<RoutesMedia>>,
-    client_w: Mutex<TcpStream>,
-    upstream_w: Mutex<Option<TcpStream>>,
+    /// The writers, shared with the bridge legs (the client's is always `Some`).
+    client_w: SharedWriter,
+    upstream_w: SharedWriter,
+    legs: Arc<LegTable>,
     /// Handles for shutting the sockets down while a writer may hold its lock.
     client_ctl: TcpStream,
     upstream_ctl: Mutex<Option<TcpStream>>,
@@ -206,15 +316,25 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = client.set_nodelay(true);
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
-    let media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
+    let client_w: SharedWriter = Arc::new(Mutex::new(Some(writer)));
+    let upstream_w: SharedWriter = Arc::new(Mutex::new(None));
+    let legs = Arc::new(LegTable::default());
+    let mut media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
+    media.bridge = Some(LegContext {
+        settings: Arc::clone(&ctx.settings),
+        client: Arc::clone(&client_w),
+        upstream: Arc::clone(&upstream_w),
+        legs: Arc::clone(&legs),
+    });
     let Some(seed) = seed() else {
         return EndReason::Protocol;
     };
     let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed);
     let shared = Arc::new(Shared {
         exchange: Mutex::new(exchange),
-        client_w: Mutex::new(writer),
-        upstream_w: Mutex::new(None),
+        client_w,
+        upstream_w,
+        legs,
         client_ctl: ctl,
         upstream_ctl: Mutex::new(None),
         channels: std::array::from_fn(|_| AtomicBool::new(false)),
@@ -295,6 +415,7 @@ fn client_loop(
     // first request is awaited from the moment the connection opened.
     let mut waiting_since = Some(now_ms());
     let request_ms = u64::from(ctx.settings.request_timeout) * 1000;
+    let mut legs = LegCache::default();
     loop {
         if ctx.stop.load(Relaxed) {
             return EndReason::Shutdown;
@@ -310,7 +431,12 @@ fn client_loop(
             return r;
         }
         match client.read(&mut chunk) {
-            Ok(0) => return EndReason::ClientClosed,
+            Ok(0) => {
+                if !buf.is_empty() {
+                    ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                }
+                return EndReason::ClientClosed;
+            }
             Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
             Err(e)
                 if matches!(
@@ -321,7 +447,12 @@ fn client_loop(
                 continue
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return EndReason::ClientClosed,
+            Err(_) => {
+                if !buf.is_empty() {
+                    ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                }
+                return EndReason::ClientClosed;
+            }
         }
         let mut consumed = 0;
         loop {
@@ -341,7 +472,12 @@ fn client_loop(
             match frame {
                 Frame::Interleaved { channel, len } => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
-                    relay_frame(shared, &ctx.settings.events, channel, len, bytes, false);
+                    match legs.find(&shared.legs, TcpSide::Client, channel) {
+                        Some(leg) => leg.inject(channel, bytes.get(4..).unwrap_or_default()),
+                        None => {
+                            relay_frame(shared, &ctx.settings.events, channel, len, bytes, false)
+                        }
+                    }
                 }
                 Frame::Message(_) => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
@@ -495,7 +631,8 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
         match o {
             Output::Client(b) => {
                 trace(shared, ctx, Dir::Out, true, &b);
-                if lock(&shared.client_w).write_all(&b).is_err() {
+                let mut w = lock(&shared.client_w);
+                if w.as_mut().is_none_or(|s| s.write_all(&b).is_err()) {
                     close = true;
                 }
             }
@@ -550,14 +687,14 @@ fn relay_frame(
         events.interleaved_dropped.fetch_add(1, Relaxed);
         return;
     }
-    let ok = if to_client {
-        lock(&shared.client_w).write_all(bytes).is_ok()
+    let writer = if to_client {
+        &shared.client_w
     } else {
-        match lock(&shared.upstream_w).as_mut() {
-            Some(s) => s.write_all(bytes).is_ok(),
-            None => false,
-        }
+        &shared.upstream_w
     };
+    let ok = lock(writer)
+        .as_mut()
+        .is_some_and(|s| s.write_all(bytes).is_ok());
     if !ok {
         c.dropped.fetch_add(1, Relaxed);
         events.interleaved_dropped.fetch_add(1, Relaxed);
@@ -590,12 +727,18 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
     let limits = ctx.settings.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
+    let mut legs = LegCache::default();
     loop {
         if shared.closing.load(Relaxed) {
             return None;
         }
         match up.read(&mut chunk) {
-            Ok(0) => break,
+            Ok(0) => {
+                if !buf.is_empty() {
+                    ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                }
+                break;
+            }
             Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
@@ -619,7 +762,12 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let bytes = rest.get(..len).unwrap_or_default();
             match frame {
                 Frame::Interleaved { channel, len } => {
-                    relay_frame(shared, &ctx.settings.events, channel, len, bytes, true);
+                    match legs.find(&shared.legs, TcpSide::Upstream, channel) {
+                        Some(leg) => leg.inject(channel, bytes.get(4..).unwrap_or_default()),
+                        None => {
+                            relay_frame(shared, &ctx.settings.events, channel, len, bytes, true)
+                        }
+                    }
                 }
                 Frame::Message(_) => {
                     let mut ex = lock(&shared.exchange);

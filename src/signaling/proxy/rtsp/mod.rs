@@ -61,6 +61,7 @@
 //! at shutdown. A line on stderr says which, with the gateway's live session, route and
 //! port counts after it.
 
+pub mod bridge;
 pub mod conn;
 pub mod logic;
 
@@ -176,6 +177,13 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
             }
         },
         transports: TransportPolicy::default(),
+        // The bridge's local hop reaches the engine's sockets only in mode stack.
+        bridge: (cfg.engine.mode == crate::config::Mode::Stack).then(|| logic::BridgeSettings {
+            interfaces: [
+                cfg.domains[0].interface.clone(),
+                cfg.domains[1].interface.clone(),
+            ],
+        }),
         session_timeout: opts.session_timeout,
         request_timeout: opts.request_timeout,
         stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),
