@@ -79,7 +79,7 @@ use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
-use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::{checksum, parse_udp4, Ipv4Packet};
@@ -430,14 +430,19 @@ impl Engine for AfpacketEngine {
         let mut per_queue = per_queue.into_iter();
         let (targets, batch, max_payload) = (self.targets, self.cfg.batch, self.cfg.max_payload);
         let mut links = match &self.split {
-            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            Some((s, st)) => Some(HalfLinks::open(
+                s,
+                st,
+                LinkFamily::of(EngineKind::Afpacket),
+                n,
+            )?),
             None => None,
         };
         let budget = Geometry::for_payload(max_payload).budget;
         let tx_ifaces = self.tx_ifaces.clone();
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
-            let link = links.as_ref().map(|l| l.sender(q, batch));
+            let link = links.as_mut().and_then(|l| l.sender(q, batch));
             let tx_ifaces = tx_ifaces.clone();
             move |shell: &Shell| {
                 let ptx: [Option<PacketTx>; 2] = std::array::from_fn(|i| {
@@ -605,6 +610,13 @@ impl Datapath for RingPath {
         apply_egress(&mut self.local, cmd);
     }
 
+    /// The wakeup's link frames go out together.
+    fn flush(&mut self, _shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.flush();
+        }
+    }
+
     /// Reads (and resets) the kernel's ring counters into the worker's figures.
     fn sample(&mut self, shell: &Shell) {
         if let Some((_, l)) = self.link.as_mut() {
@@ -743,9 +755,7 @@ impl Round<'_> {
         for p in pending.drain(..) {
             p.close(now, chan);
         }
-        if let Some((_, l)) = link {
-            l.flush();
-        }
+        // A split half's link frames go out once per wakeup (`Datapath::flush`).
     }
 }
 

@@ -380,7 +380,7 @@ fn pack(
 /// in datagrams: a message carries `msg_iovlen` of them (one, or a GSO run of one each).
 ///
 /// # Safety
-/// - `hdrs[i]` names a valid `sockaddr_in`, and its `msg_iov` points to `msg_iovlen` iovecs
+/// - `hdrs[i]` names a valid `sockaddr_in` (or no address: null, length 0), and its `msg_iov` points to `msg_iovlen` iovecs
 ///   each pointing to `iov_len` readable bytes, all valid for the whole call; its control
 ///   buffer, if any, is valid for `msg_controllen` bytes.
 unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcome {
@@ -780,6 +780,35 @@ impl<'p> FrameScope<'_, 'p> {
             }
         }
         out
+    }
+}
+
+impl SliceScope<'_, '_> {
+    /// Sends everything queued on a socket bound to its destination (a packet socket bound
+    /// to an interface: each payload is a whole Ethernet frame), without an address, and
+    /// empties the scope.
+    pub fn send_bound(&mut self, fd: BorrowedFd<'_>) -> SendOutcome {
+        let k = std::mem::take(&mut self.len);
+        if k == 0 {
+            return SendOutcome::default();
+        }
+        let b = &mut *self.batch;
+        let m = pack(
+            &mut b.iov[..k],
+            &mut b.hdrs,
+            &mut b.ctrl,
+            &mut b.dest,
+            false,
+        );
+        for h in &mut b.hdrs[..m] {
+            h.msg_hdr.msg_name = std::ptr::null_mut();
+            h.msg_hdr.msg_namelen = 0;
+        }
+        // SAFETY:
+        // - as in `send`: hdrs[..m] point at runs of iov[..k], written by `push` in this scope
+        //   from `&'p [u8]` payloads that outlive it; they name no address (null, length 0),
+        //   which the kernel accepts for a bound socket.
+        unsafe { send_all(fd, &mut b.hdrs[..m]) }
     }
 }
 
