@@ -141,6 +141,13 @@ def main():
                "plain routing's figure from the same round and N; it also cancels, on average, whatever else "
                "ran on the core. The relay process's own utime + stime is given too (it includes the softirq "
                "work that happened to interrupt it).")
+    out.append("- **Counts and whole-machine CPU**: the relay process's system calls and context switches "
+               "per packet (`perf stat -e raw_syscalls:sys_enter,context-switches -p PID`, all threads, "
+               "counted in the kernel); *all CPUs: extra* = the whole machine's busy time per packet minus "
+               "routing's (it includes the generator and sinks, which do the same work in every "
+               "configuration); *XDP program* = `run_time_ns / packets` of the `vgate*` XDP programs "
+               "attached to the gateway's interfaces (`kernel.bpf_stats_enabled=1` for the run): on veth "
+               "XDP runs in the sender's NAPI context, not on the relay core.")
     out.append("- **Loss**: the gateway's = sent − what the relay says it sent (vgate's `tx_packets`, "
                "crelay's `tx`), for the kernel's configurations sent − received − the sinks' UDP errors; "
                "*after the gateway* = what the relay sent that the sinks did not get. A point where the "

@@ -35,7 +35,7 @@
 //!   the kernel just before the driver — what the kernel's own UDP sockets do. The whole
 //!   round leaves with one `sendmmsg` per egress interface, whatever the routes (more only
 //!   past `TX_FRAMES` frames): on the namespace bed at 20 streams that cut the worker's
-//!   system calls from 1.25 to 0.58 per packet (docs/bench-relay.md). Like zc's, these
+//!   system calls from about 1.2 to about 0.55 per packet (two runs, docs/bench-relay.md). Like zc's, these
 //!   frames skip the gateway's netfilter OUTPUT/POSTROUTING hooks and taps
 //!   (`tcpdump` on the gateway does not see them; on the receiving side it does). A
 //!   destination whose neighbour is not resolved yet, a payload larger than the egress
