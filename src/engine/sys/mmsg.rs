@@ -723,8 +723,9 @@ impl<'p> FrameScope<'_, 'p> {
 
     /// Sends every queued frame from packet socket `fd`, as few `sendmmsg` calls as the
     /// kernel allows, and empties the scope; each frame's fate is then in
-    /// [`FrameScope::status`]. Waits at most once, about a millisecond, for room in a full
-    /// send queue; what still does not fit is `QueueFull`, not retried.
+    /// [`FrameScope::status`]. A frame the device drops (`ENOBUFS`) is `QueueFull` and the
+    /// rest go on; a full socket send queue (`EAGAIN`) is waited for at most once, about a
+    /// millisecond, and what still does not fit is `QueueFull`, not retried.
     pub fn send(&mut self, fd: BorrowedFd<'_>) -> SendOutcome {
         let k = std::mem::take(&mut self.len);
         self.sent = k;
@@ -759,11 +760,18 @@ impl<'p> FrameScope<'_, 'p> {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EINTR) => {}
-                Some(libc::EAGAIN | libc::ENOBUFS) if !waited => {
+                // The device (or, on veth, the peer's backlog) dropped this one frame: the
+                // next may pass. (A UDP socket hides this drop; here it is counted.)
+                Some(libc::ENOBUFS) => {
+                    b.status[off] = FrameStatus::QueueFull;
+                    out.queue_full += 1;
+                    off += 1;
+                }
+                Some(libc::EAGAIN) if !waited => {
                     waited = true;
                     wait_writable(fd, 1);
                 }
-                Some(libc::EAGAIN | libc::ENOBUFS) => {
+                Some(libc::EAGAIN) => {
                     for st in &mut b.status[off..k] {
                         *st = FrameStatus::QueueFull;
                     }
