@@ -11,13 +11,13 @@
 //! [`super::bridge`]); frames on channels no SETUP negotiated are dropped and counted.
 //! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddrV4, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::bridge::{Leg, LegInjectors, LegPlace, SharedWriter};
+use super::bridge::{ConnWriter, Leg, LegInjectors, LegPlace, SharedWriter};
 use super::logic::{Events, Exchange, LegSpec, MediaPorts, Output, Settings, TcpSide};
 use crate::clock::now_ms;
 use crate::config::DomainId;
@@ -232,6 +232,7 @@ impl RoutesMedia {
             TcpSide::Upstream => (&b.upstream, &b.upstream),
         };
         let ends = lock(conn)
+            .stream
             .as_ref()
             .and_then(|s| match (s.local_addr(), s.peer_addr()) {
                 (Ok(std::net::SocketAddr::V4(l)), Ok(std::net::SocketAddr::V4(p))) => Some((l, p)),
@@ -382,8 +383,8 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = client.set_nodelay(true);
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
-    let client_w: SharedWriter = Arc::new(Mutex::new(Some(writer)));
-    let upstream_w: SharedWriter = Arc::new(Mutex::new(None));
+    let client_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(Some(writer))));
+    let upstream_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(None)));
     let legs = Arc::new(ConnLegs::default());
     let mut media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
     media.bridge = Some(LegContext {
@@ -640,7 +641,7 @@ fn connect_if_asked(
         Ok(stream) => {
             let reader = stream.try_clone();
             *lock(&shared.upstream_ctl) = stream.try_clone().ok();
-            *lock(&shared.upstream_w) = Some(stream);
+            lock(&shared.upstream_w).stream = Some(stream);
             match reader {
                 Ok(r) => {
                     let sh = Arc::clone(shared);
@@ -698,16 +699,13 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
         match o {
             Output::Client(b) => {
                 trace(shared, ctx, Dir::Out, true, &b);
-                let mut w = lock(&shared.client_w);
-                if w.as_mut().is_none_or(|s| s.write_all(&b).is_err()) {
+                if lock(&shared.client_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
             Output::Upstream(b) => {
                 trace(shared, ctx, Dir::Out, false, &b);
-                let mut up = lock(&shared.upstream_w);
-                let ok = up.as_mut().is_some_and(|s| s.write_all(&b).is_ok());
-                if !ok {
+                if lock(&shared.upstream_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
@@ -759,9 +757,7 @@ fn relay_frame(
     } else {
         &shared.upstream_w
     };
-    let ok = lock(writer)
-        .as_mut()
-        .is_some_and(|s| s.write_all(bytes).is_ok());
+    let ok = lock(writer).write_all(bytes).is_ok();
     if !ok {
         c.dropped.fetch_add(1, Relaxed);
         events.interleaved_dropped.fetch_add(1, Relaxed);
