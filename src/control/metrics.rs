@@ -15,6 +15,16 @@ use crate::stats::{DropReason, Snapshot};
 /// (name, type, help) of every metric family vgate exports.
 pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
+        "vgate_edge_legs",
+        "gauge",
+        "Live stream legs (RTP over TCP the gateway terminates), by state",
+    ),
+    (
+        "vgate_edge_leg_events_total",
+        "counter",
+        "Stream leg counters summed over every leg so far: frames and bytes in (from the TCP peer) and out, framing errors, partial frames at close, stalls (packets dropped because the peer did not read), inject drops, connects, refused connections",
+    ),
+    (
         "vgate_up",
         "gauge",
         "1 while every worker is alive and its heartbeat is fresh",
@@ -735,6 +745,21 @@ pub fn render(st: &ControlState) -> String {
             &[("domain", d.name())],
             st.routes.ports(d).1,
         );
+    }
+    o.family("vgate_edge_legs");
+    let legs = st.routes.legs.list();
+    for state in [
+        crate::edge::LegState::Listening,
+        crate::edge::LegState::Connecting,
+        crate::edge::LegState::Connected,
+        crate::edge::LegState::Closed,
+    ] {
+        let n = legs.iter().filter(|l| l.counters.state() == state).count();
+        o.sample("vgate_edge_legs", &[("state", state.name())], n);
+    }
+    o.family("vgate_edge_leg_events_total");
+    for (event, n) in st.routes.legs.totals() {
+        o.sample("vgate_edge_leg_events_total", &[("event", event)], n);
     }
     o.family("vgate_sessions");
     let sessions = st.routes.sessions();
