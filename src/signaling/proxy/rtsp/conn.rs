@@ -81,6 +81,11 @@ impl LegCache {
     /// The injectors of the leg that takes `$` frames on `channel` of `side`'s
     /// connection, if any.
     fn find(&mut self, table: &ConnLegs, side: TcpSide, channel: u8) -> Option<&mut LegInjectors> {
+        self.refresh(table);
+        self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
+    }
+
+    fn refresh(&mut self, table: &ConnLegs) {
         let g = table.generation.load(Relaxed);
         if g != self.generation {
             let max = self.max_payload;
@@ -90,13 +95,19 @@ impl LegCache {
                 .collect();
             self.generation = g;
         }
-        self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
     }
 
-    /// `side`'s connection lost its framing (it closes): counted on that side's legs.
-    fn framing_lost(&self, side: TcpSide) {
+    /// `side`'s connection lost its framing (it closes; `partial`: in the middle of a
+    /// frame or message): counted on that side's legs.
+    fn framing_lost(&mut self, table: &ConnLegs, side: TcpSide, partial: bool) {
+        self.refresh(table);
         for l in self.legs.iter().filter(|l| l.leg.spec.side == side) {
-            l.leg.counters.framing_errors.fetch_add(1, Relaxed);
+            let c = &l.leg.counters;
+            if partial {
+                c.partial_frames.fetch_add(1, Relaxed);
+            } else {
+                c.framing_errors.fetch_add(1, Relaxed);
+            }
         }
     }
 }
@@ -501,6 +512,7 @@ fn client_loop(
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
                 }
                 return EndReason::ClientClosed;
             }
@@ -517,6 +529,7 @@ fn client_loop(
             Err(_) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
                 }
                 return EndReason::ClientClosed;
             }
@@ -528,7 +541,7 @@ fn client_loop(
                 Ok(f) => f,
                 Err(_) => {
                     // Framing is lost: a 400 in turn, then the connection goes.
-                    legs.framing_lost(TcpSide::Client);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, false);
                     let mut ex = lock(&shared.exchange);
                     let outs = ex.framing_error();
                     perform_outputs(shared, outs, ctx);
@@ -799,6 +812,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Upstream, true);
                 }
                 break;
             }
@@ -811,7 +825,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let rest = buf.get(consumed..).unwrap_or_default();
             let Ok(frame) = next_frame(rest, &limits) else {
                 // The upstream broke framing: pending requests get 502, then close.
-                legs.framing_lost(TcpSide::Upstream);
+                legs.framing_lost(&shared.legs, TcpSide::Upstream, false);
                 let mut ex = lock(&shared.exchange);
                 let mut outs = Vec::new();
                 ex.fail_pending(
