@@ -613,6 +613,12 @@ fn gb_tcp_media_every_combination_both_ways() {
     assert_eq!(totals["framing_errors"], 0, "{totals}");
     assert_eq!(totals["refused"], 0, "{totals}");
     assert!(totals["frames_in"].as_u64().unwrap_or(0) > 0, "{totals}");
+    let frames_in = metric(&g_ns, "vgate_edge_leg_events_total{event=\"frames_in\"}");
+    assert_eq!(
+        Some(frames_in),
+        totals["frames_in"].as_u64(),
+        "the metrics show the legs' totals"
+    );
     let out = vgate.stop().expect("vgate output");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -332,19 +332,27 @@ impl Run {
                     want_out = out;
                 }
             }
-            // Nothing to frame (or no room for it): sleep until something happens.
-            let idle = self.stream.is_none() || self.sink.is_empty() || want_out;
-            let timeout = if idle && self.sink.prepare_sleep() {
+            // Not connected, or the socket must drain first: new packets are no reason to
+            // wake (they wait in the sink, or are refused when it is full). Connected with
+            // nothing to frame: sleep until a packet or a readable socket. Otherwise go on.
+            let mut armed = false;
+            let timeout = if self.stream.is_none() || want_out {
                 100u16
+            } else if self.sink.is_empty() && self.sink.prepare_sleep() {
+                armed = true;
+                100
             } else {
                 0
             };
             let n = epoll
                 .wait(&mut events, EpollTimeout::from(timeout))
                 .unwrap_or(0);
-            self.sink.woke();
+            if armed {
+                self.sink.unarm();
+            }
             for ev in &events[..n] {
                 match ev.data() {
+                    WAKE => self.sink.clear_wake(),
                     LISTEN => self.accept(&epoll),
                     CONNECT => {
                         if let Some(fd) = self.pending.take() {

@@ -230,7 +230,7 @@ impl Leg {
             // Asleep until an engine offers a packet (or the stop nudge).
             if !self.sinks.iter().all(|s| s.prepare_sleep()) {
                 for s in &self.sinks {
-                    s.woke();
+                    s.unarm();
                 }
                 continue;
             }
@@ -239,8 +239,15 @@ impl Leg {
                 nix::poll::PollFd::new(self.sinks[1].wake_fd(), nix::poll::PollFlags::POLLIN),
             ];
             let _ = nix::poll::poll(&mut fds, POLL_MS);
-            for s in &self.sinks {
-                s.woke();
+            let fired = fds.map(|f| {
+                f.revents()
+                    .is_some_and(|r| r.contains(nix::poll::PollFlags::POLLIN))
+            });
+            for (s, fired) in self.sinks.iter().zip(fired) {
+                s.unarm();
+                if fired {
+                    s.clear_wake();
+                }
             }
         }
     }
