@@ -51,7 +51,7 @@ pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN;
 /// Room before each of the sender's frames for the Ethernet, IPv4 and UDP headers: an
 /// engine-family link ([`crate::split::link`]) writes them there, in place, so the frame
 /// and its headers are one contiguous buffer (no copy, one iovec).
-pub const HEADROOM: usize = 14 + 20 + 8;
+pub const HEADROOM: usize = crate::wire::UDP4_FRAME_HEADERS;
 /// One sender slot: headroom, then a frame.
 const SLOT: usize = HEADROOM + FRAME_CAP;
 /// Blocks of one lane the receiver keeps (the reorder and repair window).

@@ -16,8 +16,8 @@
 //!   of each frame, where the Ethernet (peer MAC from the config, our MAC read from the
 //!   interface), IPv4 and UDP headers and both checksums are written in place; the wakeup's
 //!   frames go out with one `sendmmsg` of whole Ethernet frames. No kernel route, neighbour
-//!   or socket buffer is involved. (A `PACKET_TX_RING` would save the `sendmmsg` but not the
-//!   copy into the ring; not built — see `docs/bench-split.md`.)
+//!   or qdisc is involved. (A `PACKET_TX_RING` would save the `sendmmsg` but not a copy of
+//!   each frame, into the ring instead of an skb; not built — see `docs/split.md`.)
 //! - `zc`: one AF_XDP socket per worker on the link interface, queue = lane (copy mode
 //!   where the driver has no zero-copy, e.g. veth), no XDP program (TX only): each frame is
 //!   built in a UMEM chunk (headers as above, then the link frame) and the TX ring is kicked
@@ -73,7 +73,7 @@ use crate::engine::{EngineError, EngineKind, Worker};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{Ipv4Packet, UdpPacket};
+use crate::wire::write_udp4_frame;
 
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
 /// goes quiet, so the tail of a burst is protected without waiting for more traffic.
@@ -496,25 +496,15 @@ impl WireHeader {
     /// `HEADROOM + FRAME_CAP` long (the encoder's slots are).
     pub fn write(&mut self, buf: &mut [u8]) {
         debug_assert!(buf.len() >= HEADROOM && buf.len() <= HEADROOM + FRAME_CAP);
-        let udp_len = (buf.len() - 14 - 20) as u16;
-        buf[0..6].copy_from_slice(&self.dst_mac);
-        buf[6..12].copy_from_slice(&self.src_mac);
-        buf[12..14].copy_from_slice(&[0x08, 0x00]);
-        // Version 4, IHL 5, DSCP 0, total length, identification, DF, TTL 64, UDP.
-        buf[14..34].copy_from_slice(&[
-            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        ]);
-        buf[16..18].copy_from_slice(&(udp_len + 20).to_be_bytes());
-        buf[18..20].copy_from_slice(&self.ident.to_be_bytes());
+        write_udp4_frame(
+            buf,
+            self.dst_mac,
+            self.src_mac,
+            self.src,
+            self.dst,
+            self.ident,
+        );
         self.ident = self.ident.wrapping_add(1);
-        buf[26..30].copy_from_slice(&self.src.ip().octets());
-        buf[30..34].copy_from_slice(&self.dst.ip().octets());
-        Ipv4Packet::new_unchecked(&mut buf[14..34]).fill_checksum();
-        buf[34..36].copy_from_slice(&self.src.port().to_be_bytes());
-        buf[36..38].copy_from_slice(&self.dst.port().to_be_bytes());
-        buf[38..40].copy_from_slice(&udp_len.to_be_bytes());
-        buf[40..42].copy_from_slice(&[0, 0]);
-        UdpPacket::new_unchecked(&mut buf[34..]).fill_checksum(*self.src.ip(), *self.dst.ip());
     }
 }
 
