@@ -478,7 +478,7 @@ impl Run {
             let mut d = DeframeTally::default();
             deframer.drain_ranges(&mut d, frames);
             let df = &*deframer;
-            injector.forward(
+            injector.forward_batch(
                 route.as_deref(),
                 *from,
                 frames.iter().map(|(_, r)| df.bytes(r.clone())),

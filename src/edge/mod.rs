@@ -279,10 +279,23 @@ impl Injector {
         self.routes.lookup(self.channel, self.port)
     }
 
+    /// One de-framed packet from `from`, for `route` (from [`Injector::route`]); prefer
+    /// [`Injector::forward_batch`] for the frames of one read.
+    pub fn forward(
+        &mut self,
+        route: Option<&StreamRoute>,
+        from: SocketAddrV4,
+        payload: &[u8],
+        now: u64,
+        t: &mut Tally,
+    ) {
+        self.forward_batch(route, from, std::iter::once(payload), now, t);
+    }
+
     /// The de-framed packets of one read, from `from`, for `route` (from
     /// [`Injector::route`]): each checked as a datagram would be, the admitted ones handed to
     /// the far leg's sink or sent from the route's egress socket, one `sendmmsg` per batch.
-    pub fn forward<'p>(
+    pub fn forward_batch<'p>(
         &mut self,
         route: Option<&StreamRoute>,
         from: SocketAddrV4,
