@@ -95,16 +95,19 @@ if [ "$TX" = 1 ]; then
         echo
         echo "Loss is split where it happened: *before the link* = datagrams half A never forwarded (its"
         echo "domain-side capture: RX ring or socket overflow), *link and after* = forwarded by half A, not"
-        echo "received in domain B (the link, half B, the receiver); both summed over the rounds."
+        echo "received in domain B (the link, half B, the receiver); both summed over the rounds; *half B"
+        echo "counted* = the part half B's counters explain (link frames FEC could not rebuild, its link"
+        echo "socket overflowing, its sends refused)."
         echo
-        echo "| rate (pps) | mode | link TX | runs | lost before the link | lost on the link and after | link send errors | CPU µs/datagram (median) | all workers µs/datagram | CPU vs UDP socket, same mode |"
-        echo "|---|---|---|---|---|---|---|---|---|---|"
+        echo "| rate (pps) | mode | link TX | runs | lost before the link | lost on the link and after | of which half B counted | link send errors | CPU µs/datagram (median) | all workers µs/datagram | CPU vs UDP socket, same mode |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
         awk '
             { delete v; for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
               k = v["pps"] SUBSEP v["mode"] SUBSEP v["tx"]
               if (!(k in seen)) { seen[k] = 1; order[++n] = k }
               c[k] = c[k] " " v["worker_cpu_us_per_pkt"]; a[k] = a[k] " " v["all_cpu_us_per_pkt"]
               sent[k] += v["sent"]; fwd[k] += v["forwarded"]; got[k] += v["delivered"]
+              bc[k] += v["b_lost"] + v["b_rx_overflow"] + v["b_queue_full"]
               runs[k]++; err[k] += v["send_errors"] }
             function median(s,   x, m, i, j, t) {
                 m = split(s, x, " ")
@@ -117,8 +120,9 @@ if [ "$TX" = 1 ]; then
                     k = order[i]; split(k, p, SUBSEP)
                     u = p[1] SUBSEP p[2] SUBSEP "udp"
                     ratio = (p[3] != "udp" && (u in med) && med[u] > 0) ? sprintf("%.2f", med[k] / med[u]) : "—"
-                    printf "| %s | %s | %s | %d | %.3f %% | %.3f %% | %d | %.2f | %.2f | %s |\n", p[1], p[2], p[3], runs[k], \
-                        100 * (sent[k] - fwd[k]) / sent[k], 100 * (fwd[k] - got[k]) / sent[k], err[k], med[k], median(a[k]), ratio
+                    printf "| %s | %s | %s | %d | %.3f %% | %.3f %% | %.3f %% | %d | %.2f | %.2f | %s |\n", p[1], p[2], p[3], runs[k], \
+                        100 * (sent[k] - fwd[k]) / sent[k], 100 * (fwd[k] - got[k]) / sent[k], 100 * bc[k] / sent[k], err[k], \
+                        med[k], median(a[k]), ratio
                 }
             }' "$raw"
     } > "$OUT"

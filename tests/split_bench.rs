@@ -233,8 +233,16 @@ fn split_link_tx_families() {
                 let b = start_half(&bed, "b", &half_config(&bed, "b", "off", &fec, &rb));
                 let delivered = stream(&bed, count, pps, len).len() as u64;
                 let ta = a.stop();
-                let _tb = b.stop();
+                let tb = b.stop();
                 let out = link_totals(&ta.raw, "out");
+                let b_in = link_totals(&tb.raw, "in");
+                // What half B dropped (its incoming link's socket overflowing, sends refused).
+                let b_drop = |name: &str| -> u64 {
+                    tb.channels
+                        .values()
+                        .filter_map(|c| c.get(name).and_then(|v| v.parse::<u64>().ok()))
+                        .sum()
+                };
                 let tx_line = ta
                     .raw
                     .lines()
@@ -255,7 +263,7 @@ fn split_link_tx_families() {
                 let all: f64 = ta.workers.iter().map(cpu).sum();
                 let sent = ta.route("cam", "tx_packets").max(1);
                 println!(
-                    "txpoint pps={pps} round={round} mode={mode} tx={tx} fec={fec} sent={count} forwarded={} link_frames={} delivered={delivered} loss_pct={:.3} send_errors={} worker_cpu_us_per_pkt={:.2} all_cpu_us_per_pkt={:.2}",
+                    "txpoint pps={pps} round={round} mode={mode} tx={tx} fec={fec} sent={count} forwarded={} link_frames={} delivered={delivered} loss_pct={:.3} send_errors={} worker_cpu_us_per_pkt={:.2} all_cpu_us_per_pkt={:.2} b_link_frames={} b_repaired={} b_lost={} b_rx_overflow={} b_queue_full={}",
                     ta.route("cam", "tx_packets"),
                     out["packets"],
                     100.0 * (u64::from(count) - delivered.min(u64::from(count))) as f64
@@ -263,6 +271,11 @@ fn split_link_tx_families() {
                     out["send_errors"],
                     1e6 * w0 / sent as f64,
                     1e6 * all / sent as f64,
+                    b_in["packets"],
+                    b_in["repaired"],
+                    b_in["lost"],
+                    b_drop("drop_rx_overflow"),
+                    b_drop("drop_queue_full"),
                 );
             }
         }

@@ -107,6 +107,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Duplicate RTP packets per channel, ended routes included",
     ),
     (
+        "vgate_edge_leg_total",
+        "counter",
+        "Per live stream leg (with control.per_stream_metrics): its counters by event (see vgate_edge_leg_events_total)",
+    ),
+    (
         "vgate_route_packets_total",
         "counter",
         "Per stream route (with control.per_stream_metrics): packets received and forwarded",
@@ -848,6 +853,23 @@ pub fn render(st: &ControlState) -> String {
     }
 
     if st.config().control.per_stream_metrics {
+        o.family("vgate_edge_leg_total");
+        for l in &legs {
+            let id = l.id.to_string();
+            for (event, n) in l.counters.named() {
+                o.sample(
+                    "vgate_edge_leg_total",
+                    &[
+                        ("leg", &id),
+                        ("label", &l.label),
+                        ("domain", l.domain.name()),
+                        ("role", l.role),
+                        ("event", event),
+                    ],
+                    n,
+                );
+            }
+        }
         o.family("vgate_route_packets_total");
         for r in &routes {
             let port = r.port.to_string();

@@ -158,6 +158,8 @@ impl Leg {
             counters: Arc::clone(&counters),
         }));
         let stop = Arc::new(AtomicBool::new(false));
+        let deframer = Deframer::new(spec.framing, spec.max_payload);
+        let max_frames = deframer.max_frames();
         let allowed = Arc::new(AtomicU32::new(u32::from(*spec.peer.ip())));
         let mut run = Run {
             allowed: Arc::clone(&allowed),
@@ -168,7 +170,8 @@ impl Leg {
                 spec.local.port(),
                 spec.max_payload,
             ),
-            deframer: Deframer::new(spec.framing, spec.max_payload),
+            deframer,
+            frames: Vec::with_capacity(max_frames),
             out: Vec::with_capacity(OUT_BYTES),
             sink: Arc::clone(&sink),
             counters: Arc::clone(&counters),
@@ -260,6 +263,8 @@ static LEG_LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(5000)
 struct Run {
     injector: Injector,
     deframer: Deframer<Box<dyn Framing>>,
+    /// The frames of one read (sized once, never grown).
+    frames: Vec<(u8, std::ops::Range<usize>)>,
     out: Vec<u8>,
     sink: Arc<EdgeSink>,
     counters: Arc<LegCounters>,
@@ -332,19 +337,27 @@ impl Run {
                     want_out = out;
                 }
             }
-            // Nothing to frame (or no room for it): sleep until something happens.
-            let idle = self.stream.is_none() || self.sink.is_empty() || want_out;
-            let timeout = if idle && self.sink.prepare_sleep() {
+            // Not connected, or the socket must drain first: new packets are no reason to
+            // wake (they wait in the sink, or are refused when it is full). Connected with
+            // nothing to frame: sleep until a packet or a readable socket. Otherwise go on.
+            let mut armed = false;
+            let timeout = if self.stream.is_none() || want_out {
                 100u16
+            } else if self.sink.is_empty() && self.sink.prepare_sleep() {
+                armed = true;
+                100
             } else {
                 0
             };
             let n = epoll
                 .wait(&mut events, EpollTimeout::from(timeout))
                 .unwrap_or(0);
-            self.sink.woke();
+            if armed {
+                self.sink.unarm();
+            }
             for ev in &events[..n] {
                 match ev.data() {
+                    WAKE => self.sink.clear_wake(),
                     LISTEN => self.accept(&epoll),
                     CONNECT => {
                         if let Some(fd) = self.pending.take() {
@@ -446,6 +459,7 @@ impl Run {
             injector,
             counters,
             from,
+            frames,
             ..
         } = self;
         let s = stream.as_mut()?;
@@ -462,9 +476,15 @@ impl Run {
             let route = injector.route();
             let mut t = Tally::default();
             let mut d = DeframeTally::default();
-            deframer.drain(&mut d, |_, p| {
-                injector.forward(route.as_deref(), *from, p, now, &mut t)
-            });
+            deframer.drain_ranges(&mut d, frames);
+            let df = &*deframer;
+            injector.forward_batch(
+                route.as_deref(),
+                *from,
+                frames.iter().map(|(_, r)| df.bytes(r.clone())),
+                now,
+                &mut t,
+            );
             injector.finish(route.as_deref(), &t, now);
             counters.frames_in.fetch_add(d.frames, Relaxed);
             counters.bytes_in.fetch_add(d.bytes, Relaxed);

@@ -16,8 +16,8 @@
 //!   of each frame, where the Ethernet (peer MAC from the config, our MAC read from the
 //!   interface), IPv4 and UDP headers and both checksums are written in place; the wakeup's
 //!   frames go out with one `sendmmsg` of whole Ethernet frames. No kernel route, neighbour
-//!   or socket buffer is involved. (A `PACKET_TX_RING` would save the `sendmmsg` but not the
-//!   copy into the ring; not built — see `docs/bench-split.md`.)
+//!   or qdisc is involved. (A `PACKET_TX_RING` would save the `sendmmsg` but not a copy of
+//!   each frame, into the ring instead of an skb; not built — see `docs/split.md`.)
 //! - `zc`: one AF_XDP socket per worker on the link interface, queue = lane (copy mode
 //!   where the driver has no zero-copy, e.g. veth), no XDP program (TX only): each frame is
 //!   built in a UMEM chunk (headers as above, then the link frame) and the TX ring is kicked
@@ -462,7 +462,11 @@ pub fn open_outgoing(cfg: &LinkConfig) -> Result<Arc<UdpSocket>, EngineError> {
 /// Opens the incoming link's socket.
 pub fn open_incoming(cfg: &LinkConfig) -> Result<UdpSocket, EngineError> {
     let sock = bind_on(cfg.local, &cfg.interface, "incoming link")?;
-    let _ = setsockopt(&sock, sockopt::RcvBuf, &(8usize << 20));
+    // Past net.core.rmem_max with CAP_NET_ADMIN: the link's frames come in bursts (a
+    // sending worker's wakeup at once), and what overflows here is lost for good.
+    if setsockopt(&sock, sockopt::RcvBufForce, &(8usize << 20)).is_err() {
+        let _ = setsockopt(&sock, sockopt::RcvBuf, &(8usize << 20));
+    }
     let _ = setsockopt(&sock, sockopt::RxqOvfl, &1);
     Ok(sock)
 }

@@ -11,13 +11,13 @@
 //! [`super::bridge`]); frames on channels no SETUP negotiated are dropped and counted.
 //! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddrV4, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::bridge::{Leg, LegInjectors, LegPlace, SharedWriter};
+use super::bridge::{ConnWriter, Leg, LegInjectors, LegPlace, SharedWriter};
 use super::logic::{Events, Exchange, LegSpec, MediaPorts, Output, Settings, TcpSide};
 use crate::clock::now_ms;
 use crate::config::DomainId;
@@ -81,6 +81,11 @@ impl LegCache {
     /// The injectors of the leg that takes `$` frames on `channel` of `side`'s
     /// connection, if any.
     fn find(&mut self, table: &ConnLegs, side: TcpSide, channel: u8) -> Option<&mut LegInjectors> {
+        self.refresh(table);
+        self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
+    }
+
+    fn refresh(&mut self, table: &ConnLegs) {
         let g = table.generation.load(Relaxed);
         if g != self.generation {
             let max = self.max_payload;
@@ -90,13 +95,19 @@ impl LegCache {
                 .collect();
             self.generation = g;
         }
-        self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
     }
 
-    /// `side`'s connection lost its framing (it closes): counted on that side's legs.
-    fn framing_lost(&self, side: TcpSide) {
+    /// `side`'s connection lost its framing (it closes; `partial`: in the middle of a
+    /// frame or message): counted on that side's legs.
+    fn framing_lost(&mut self, table: &ConnLegs, side: TcpSide, partial: bool) {
+        self.refresh(table);
         for l in self.legs.iter().filter(|l| l.leg.spec.side == side) {
-            l.leg.counters.framing_errors.fetch_add(1, Relaxed);
+            let c = &l.leg.counters;
+            if partial {
+                c.partial_frames.fetch_add(1, Relaxed);
+            } else {
+                c.framing_errors.fetch_add(1, Relaxed);
+            }
         }
     }
 }
@@ -232,6 +243,7 @@ impl RoutesMedia {
             TcpSide::Upstream => (&b.upstream, &b.upstream),
         };
         let ends = lock(conn)
+            .stream
             .as_ref()
             .and_then(|s| match (s.local_addr(), s.peer_addr()) {
                 (Ok(std::net::SocketAddr::V4(l)), Ok(std::net::SocketAddr::V4(p))) => Some((l, p)),
@@ -382,8 +394,8 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = client.set_nodelay(true);
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
-    let client_w: SharedWriter = Arc::new(Mutex::new(Some(writer)));
-    let upstream_w: SharedWriter = Arc::new(Mutex::new(None));
+    let client_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(Some(writer))));
+    let upstream_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(None)));
     let legs = Arc::new(ConnLegs::default());
     let mut media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
     media.bridge = Some(LegContext {
@@ -500,6 +512,7 @@ fn client_loop(
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
                 }
                 return EndReason::ClientClosed;
             }
@@ -516,6 +529,7 @@ fn client_loop(
             Err(_) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
                 }
                 return EndReason::ClientClosed;
             }
@@ -527,7 +541,7 @@ fn client_loop(
                 Ok(f) => f,
                 Err(_) => {
                     // Framing is lost: a 400 in turn, then the connection goes.
-                    legs.framing_lost(TcpSide::Client);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, false);
                     let mut ex = lock(&shared.exchange);
                     let outs = ex.framing_error();
                     perform_outputs(shared, outs, ctx);
@@ -640,7 +654,7 @@ fn connect_if_asked(
         Ok(stream) => {
             let reader = stream.try_clone();
             *lock(&shared.upstream_ctl) = stream.try_clone().ok();
-            *lock(&shared.upstream_w) = Some(stream);
+            lock(&shared.upstream_w).stream = Some(stream);
             match reader {
                 Ok(r) => {
                     let sh = Arc::clone(shared);
@@ -698,16 +712,13 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
         match o {
             Output::Client(b) => {
                 trace(shared, ctx, Dir::Out, true, &b);
-                let mut w = lock(&shared.client_w);
-                if w.as_mut().is_none_or(|s| s.write_all(&b).is_err()) {
+                if lock(&shared.client_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
             Output::Upstream(b) => {
                 trace(shared, ctx, Dir::Out, false, &b);
-                let mut up = lock(&shared.upstream_w);
-                let ok = up.as_mut().is_some_and(|s| s.write_all(&b).is_ok());
-                if !ok {
+                if lock(&shared.upstream_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
@@ -759,9 +770,7 @@ fn relay_frame(
     } else {
         &shared.upstream_w
     };
-    let ok = lock(writer)
-        .as_mut()
-        .is_some_and(|s| s.write_all(bytes).is_ok());
+    let ok = lock(writer).write_all(bytes).is_ok();
     if !ok {
         c.dropped.fetch_add(1, Relaxed);
         events.interleaved_dropped.fetch_add(1, Relaxed);
@@ -803,6 +812,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Upstream, true);
                 }
                 break;
             }
@@ -815,7 +825,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let rest = buf.get(consumed..).unwrap_or_default();
             let Ok(frame) = next_frame(rest, &limits) else {
                 // The upstream broke framing: pending requests get 502, then close.
-                legs.framing_lost(TcpSide::Upstream);
+                legs.framing_lost(&shared.legs, TcpSide::Upstream, false);
                 let mut ex = lock(&shared.exchange);
                 let mut outs = Vec::new();
                 ex.fail_pending(

@@ -790,6 +790,14 @@ impl<M: MediaPorts> Exchange<M> {
                 })
             }
             Delivery::Interleaved { channels } => {
+                // Relayed frames keep their channel numbers: they must not be a bridge's
+                // on vgate's own connection to the server.
+                if channels.is_some_and(|c| {
+                    self.upstream_bridged[usize::from(c.first)]
+                        || self.upstream_bridged[usize::from(c.last)]
+                }) {
+                    return Err(self.unbridgeable());
+                }
                 editor
                     .set_header("Transport", &spec.to_string())
                     .map_err(|_| Status::BAD_REQUEST)?;
@@ -940,6 +948,15 @@ impl<M: MediaPorts> Exchange<M> {
                     }
                 }
             }
+        }
+        if flight.method == "SETUP" && flight.retried && status == 461 {
+            // The other transport refused too: nothing to bridge.
+            self.give_back(&flight);
+            let reply = build_response(Some(&flight.client_cseq), self.unbridgeable(), &[])
+                .unwrap_or_default();
+            self.slots.insert(index, Slot::Ready(reply));
+            self.flush(&mut out);
+            return out;
         }
         let reply = match self.reply(&msg, &flight, route) {
             Ok(bytes) => bytes,
