@@ -276,16 +276,22 @@ point() { # cfg n run
     s1=$(udp_err "$B_NS"); g1=$(udp_err "$G_NS")
     stop_config "$cfg"
     rx=null tx=null
+    local drops="{}"
     if [ -s "$WORK/relay.out" ]; then
+        # vgate's forward-channel drop counters by reason, so a gap between rx and tx says why.
+        drops=$(sed -n 's/^total channel=forward //p' "$WORK/relay.out" | head -1 | python3 -c '
+import json, sys
+kv = dict(w.split("=", 1) for w in sys.stdin.read().split() if "=" in w)
+print(json.dumps({k[5:]: int(v) for k, v in kv.items() if k.startswith("drop_") and v.isdigit() and int(v)}))' 2>/dev/null || echo "{}")
         case "$cfg" in
             crelay) rx=$(sed -n 's/.*rx=\([0-9]*\).*/\1/p' "$WORK/relay.out"); tx=$(sed -n 's/.*tx=\([0-9]*\).*/\1/p' "$WORK/relay.out") ;;
             *) rx=$(sed -n 's/^total channel=forward .*rx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1)
                tx=$(sed -n 's/^total channel=forward .*tx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1) ;;
         esac
     fi
-    printf '{"cfg": "%s", "n": %d, "run": %d, "gen": %s, "sink": %s, "core_ticks": %d, "all_ticks": %d, "relay_ticks": %d, "sink_udp_errors": %d, "gw_udp_errors": %d, "relay_rx": %s, "relay_tx": %s, "relay_syscalls": %s, "relay_switches": %s, "bpf_ns": %s, "bpf_runs": %s}\n' \
+    printf '{"cfg": "%s", "n": %d, "run": %d, "gen": %s, "sink": %s, "core_ticks": %d, "all_ticks": %d, "relay_ticks": %d, "sink_udp_errors": %d, "gw_udp_errors": %d, "relay_rx": %s, "relay_tx": %s, "relay_syscalls": %s, "relay_switches": %s, "bpf_ns": %s, "bpf_runs": %s, "relay_drops": %s}\n' \
         "$cfg" "$n" "$r" "$(cat "$WORK/gen.out")" "$(cat "$WORK/sink.out")" $((c1 - c0)) $((a1 - a0)) $((p1 - p0)) \
-        $((s1 - s0)) $((g1 - g0)) "${rx:-null}" "${tx:-null}" "$sc" "$cs" "$bpf_t" "$bpf_c" >> "$RAW"
+        $((s1 - s0)) $((g1 - g0)) "${rx:-null}" "${tx:-null}" "$sc" "$cs" "$bpf_t" "$bpf_c" "$drops" >> "$RAW"
     tail -1 "$RAW" >&2
     sleep 0.3
 }

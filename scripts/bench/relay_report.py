@@ -85,6 +85,7 @@ def main():
             # The kernel's configurations have no relay process to report its own counts.
             rx=None if p["cfg"] in ("route", "kernel") else p.get("relay_rx"),
             tx=None if p["cfg"] in ("route", "kernel") else p.get("relay_tx"),
+            drops=p.get("relay_drops") or {},
         )
     for (cfg, n, r), v in per.items():
         ref = per.get(("route", n, r))
@@ -107,7 +108,10 @@ def main():
             if not vs:
                 continue
             rows[cfg][n] = {k: (med([v[k] for v in vs]) if all(v[k] is not None for v in vs) else None)
-                            for k in vs[0]}
+                            for k in vs[0] if k != "drops"}
+            # Drop counters by reason, summed over the rounds.
+            rows[cfg][n]["drops"] = {r: sum(v["drops"].get(r, 0) for v in vs)
+                                     for v0 in vs for r in v0["drops"]}
             rows[cfg][n]["runs"] = len(vs)
     out = []
     out.append("# What a relay costs the gateway: vgate's modes against the kernel and a plain C relay\n")
@@ -175,7 +179,8 @@ def main():
             if v["sink_loss"] > 0:
                 flags.append("lost after the gateway")
             if v["rx"] is not None and v["tx"] is not None and v["rx"] != v["tx"]:
-                flags.append(f"relay rx {v['rx']:.0f} ≠ tx {v['tx']:.0f}")
+                why = ", ".join(f"{r} {c}" for r, c in sorted(v["drops"].items()))
+                flags.append(f"relay rx {v['rx']:.0f} ≠ tx {v['tx']:.0f}" + (f" (dropped: {why})" if why else ""))
             out.append(
                 f"| {cfg} | {n} | {v['runs']} | {v['offered'] / 1e3:.1f} | {v['behind'] * 100:.2f} "
                 f"| {v['gw_loss'] * 100:.3f} | {v['sink_loss'] * 100:.3f} | {v['core']:.2f} "
