@@ -391,13 +391,31 @@ impl Drop for RawRun<'_> {
 /// driver, as AF_XDP TX does) and `PACKET_VNET_HDR` (each frame starts with a
 /// `virtio_net_hdr` that asks for the UDP checksum to be filled in by the device or, where it
 /// cannot, by the kernel just before the driver).
+///
+/// Its send buffer is raised to [`TX_SNDBUF`] (past `wmem_max` where the process has
+/// CAP_NET_ADMIN): a NIC holds each frame until its transmit completes, and a round of a few
+/// hundred frames must not find the default 208 KiB full.
 pub(crate) fn packet_tx_socket(ifindex: u32) -> io::Result<OwnedFd> {
     let fd = packet_socket()?;
     bind_ll(fd.as_fd(), ifindex, 0)?;
     set_opt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1)?;
     set_opt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1)?;
+    if set_opt(
+        fd.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUFFORCE,
+        &TX_SNDBUF,
+    )
+    .is_err()
+    {
+        // Without CAP_NET_ADMIN: as much as wmem_max allows.
+        let _ = set_opt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &TX_SNDBUF);
+    }
     Ok(fd)
 }
+
+/// Send buffer asked for by [`packet_tx_socket`].
+pub(crate) const TX_SNDBUF: libc::c_int = 4 << 20;
 
 /// A block owned by user space. Its bytes are readable through [`RawBlock::bytes`] for as
 /// long as it lives; dropping it hands the block back to the kernel.
