@@ -23,7 +23,41 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("packet", packet_path),
     ("config", config_text),
     ("signal", signal_frames),
+    ("deframe", deframe_stream),
 ];
+
+/// Stream-leg de-framing (RFC 4571 and `$`-interleaved): the first byte picks the read size,
+/// the rest is the byte stream. Every frame handed out is 1..=max bytes of RTP/RTCP v2, and
+/// every input byte is accounted for: in a frame (with its header), skipped, or pending.
+pub fn deframe_stream(data: &[u8]) {
+    use crate::edge::framing::{DeframeTally, Deframer, Framing, Interleaved, Rfc4571};
+    fn run<F: Framing>(f: F, chunk: usize, data: &[u8]) {
+        let h = f.header_len();
+        let mut d = Deframer::new(f, 1472);
+        let mut t = DeframeTally::default();
+        let mut framed = 0usize;
+        for mut c in data.chunks(chunk) {
+            while !c.is_empty() {
+                let s = d.space();
+                let n = s.len().min(c.len());
+                s[..n].copy_from_slice(&c[..n]);
+                d.filled(n);
+                c = &c[n..];
+                d.drain(&mut t, |_, p| {
+                    assert!(!p.is_empty() && p.len() <= 1472 && p[0] >> 6 == 2);
+                    framed += h + p.len();
+                });
+            }
+        }
+        assert_eq!(framed + t.skipped_bytes as usize + d.pending(), data.len());
+    }
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let chunk = usize::from(first).max(1) * 7;
+    run(Rfc4571, chunk, rest);
+    run(Interleaved, chunk, rest);
+}
 
 /// SIP: datagram triage, TCP framing, header views and an edit round trip.
 pub fn sip_message(data: &[u8]) {

@@ -157,7 +157,11 @@ impl Side {
 /// `expect_bye`, waits for vgate's BYE instead and answers it).
 fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool) -> String {
     let end = if expect_bye {
-        r#"  <recv request="BYE" timeout="20000"/>
+        r#"  <recv request="BYE" timeout="20000">
+    <action>
+      <ereg regexp="TCP media leg closed" search_in="hdr" header="Reason:" check_it="true" assign_to="why"/>
+    </action>
+  </recv>
   <send>
     <![CDATA[
       SIP/2.0 200 OK
@@ -241,11 +245,12 @@ fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool) -> String {
     ]]>
   </send>
 {end}
-  <Reference variables="leak,proto"/>
+  <Reference variables="leak,proto{why_ref}"/>
 </scenario>
 "#,
         proto = side.proto(),
         setup = side.setup_lines(),
+        why_ref = if expect_bye { ",why" } else { "" },
     )
 }
 

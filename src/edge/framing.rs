@@ -118,8 +118,9 @@ impl<F: Framing> Deframer<F> {
     /// A de-framer accepting payloads of 1..=`max` bytes (at most 65535).
     pub fn new(framing: F, max: usize) -> Deframer<F> {
         let max = max.clamp(1, 65535);
-        // Room for two largest frames: a partial one kept at the front never blocks a read.
-        let cap = 2 * (framing.header_len() + max) + 4096;
+        // Room for two largest frames (a partial one kept at the front never blocks a
+        // read), and at least 64 KiB so one read brings a batch of frames (one sendmmsg).
+        let cap = (2 * (framing.header_len() + max) + 4096).max(64 * 1024);
         Deframer {
             framing,
             buf: vec![0; cap].into_boxed_slice(),

@@ -1809,7 +1809,8 @@ impl Core {
         for branch in timed_out {
             self.invite_timeout(&branch, now, &mut out);
         }
-        // Calls an operator ended through the admin interface: BYE to both sides.
+        // Calls an operator ended through the admin interface, or whose TCP media leg
+        // closed: BYE to both sides.
         let killed: Vec<Vec<u8>> = self
             .calls
             .iter()
@@ -1822,9 +1823,14 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for id in killed {
-            tracing::info!(route = %self.name, call = %String::from_utf8_lossy(&id), "ended by the operator: BYE to both sides");
+            let why = match self.calls.get(&id) {
+                Some(c) if c.media.leg_closed() => "its TCP media leg closed",
+                _ => "ended by the operator",
+            };
+            tracing::info!(route = %self.name, call = %String::from_utf8_lossy(&id), "{why}: BYE to both sides");
+            let reason = format!("vgate: {why}");
             for f in Face::BOTH {
-                self.send_in_dialog(&id, f, "BYE", "vgate: ended by the operator", now, &mut out);
+                self.send_in_dialog(&id, f, "BYE", &reason, now, &mut out);
             }
             if let Some(c) = self.calls.get_mut(&id) {
                 c.media.close(&self.routes);

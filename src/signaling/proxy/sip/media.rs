@@ -533,6 +533,15 @@ impl CallMedia {
         }
     }
 
+    /// Whether one of the call's TCP media legs has ended by itself (peer closed, connect
+    /// failed): the call ends with it.
+    pub fn leg_closed(&self) -> bool {
+        self.slots
+            .iter()
+            .flat_map(|s| s.legs.iter().flatten())
+            .any(|l| l.leg.counters().state() == crate::edge::LegState::Closed)
+    }
+
     /// The newest packet time over the installed routes (ms since the epoch).
     pub fn last_media_ms(&self, routes: &Routes) -> Option<u64> {
         self.installed
