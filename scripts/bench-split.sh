@@ -87,7 +87,11 @@ if [ "$TX" = 1 ]; then
     : > "$raw.keep"
     if [ -f "$OUT" ]; then sed '/^## Link TX/,$d' "$OUT" > "$raw.keep"; fi
     {
-        cat "$raw.keep"
+        if [ -s "$raw.keep" ]; then
+            # The kept part without its trailing blank lines, then one.
+            sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$raw.keep"
+            echo
+        fi
         echo "## Link TX by engine family"
         echo
         echo "Produced by \`scripts/bench-split.sh --tx --pps \"$PPS\" --count $COUNT --rounds $ROUNDS --fec $FEC\` on $(date -u +%Y-%m-%d) ($(nproc) CPUs, $(uname -r), $KIND build)."
