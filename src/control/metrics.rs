@@ -15,6 +15,16 @@ use crate::stats::{DropReason, Snapshot};
 /// (name, type, help) of every metric family vgate exports.
 pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
+        "vgate_edge_legs",
+        "gauge",
+        "Live stream legs (RTP over TCP the gateway terminates), by state",
+    ),
+    (
+        "vgate_edge_leg_events_total",
+        "counter",
+        "Stream leg counters summed over every leg so far: frames and bytes in (from the TCP peer) and out, framing errors, partial frames at close, stalls (packets dropped because the peer did not read), inject drops, connects, refused connections",
+    ),
+    (
         "vgate_up",
         "gauge",
         "1 while every worker is alive and its heartbeat is fresh",
@@ -95,6 +105,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_rtp_duplicate_packets_total",
         "counter",
         "Duplicate RTP packets per channel, ended routes included",
+    ),
+    (
+        "vgate_edge_leg_total",
+        "counter",
+        "Per live stream leg (with control.per_stream_metrics): its counters by event (see vgate_edge_leg_events_total)",
     ),
     (
         "vgate_route_packets_total",
@@ -736,6 +751,21 @@ pub fn render(st: &ControlState) -> String {
             st.routes.ports(d).1,
         );
     }
+    o.family("vgate_edge_legs");
+    let legs = st.routes.legs.list();
+    for state in [
+        crate::edge::LegState::Listening,
+        crate::edge::LegState::Connecting,
+        crate::edge::LegState::Connected,
+        crate::edge::LegState::Closed,
+    ] {
+        let n = legs.iter().filter(|l| l.counters.state() == state).count();
+        o.sample("vgate_edge_legs", &[("state", state.name())], n);
+    }
+    o.family("vgate_edge_leg_events_total");
+    for (event, n) in st.routes.legs.totals() {
+        o.sample("vgate_edge_leg_events_total", &[("event", event)], n);
+    }
     o.family("vgate_sessions");
     let sessions = st.routes.sessions();
     for k in [
@@ -823,6 +853,23 @@ pub fn render(st: &ControlState) -> String {
     }
 
     if st.config().control.per_stream_metrics {
+        o.family("vgate_edge_leg_total");
+        for l in &legs {
+            let id = l.id.to_string();
+            for (event, n) in l.counters.named() {
+                o.sample(
+                    "vgate_edge_leg_total",
+                    &[
+                        ("leg", &id),
+                        ("label", &l.label),
+                        ("domain", l.domain.name()),
+                        ("role", l.role),
+                        ("event", event),
+                    ],
+                    n,
+                );
+            }
+        }
         o.family("vgate_route_packets_total");
         for r in &routes {
             let port = r.port.to_string();

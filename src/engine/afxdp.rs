@@ -1024,7 +1024,7 @@ static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
 /// Next-hop MACs by destination, resolved lazily through netlink.
 #[derive(Default)]
-struct Neighbours {
+pub(super) struct Neighbours {
     known: HashMap<Ipv4Addr, ([u8; 6], u64)>,
     retry_at: HashMap<Ipv4Addr, u64>,
 }
@@ -1032,7 +1032,7 @@ struct Neighbours {
 impl Neighbours {
     /// The MAC for `dst` out of `ifindex`, refreshed every 5 s; `None` while unresolved
     /// (retried every 200 ms).
-    fn get(&mut self, dst: Ipv4Addr, ifindex: u32, now: u64) -> Option<[u8; 6]> {
+    pub(super) fn get(&mut self, dst: Ipv4Addr, ifindex: u32, now: u64) -> Option<[u8; 6]> {
         if let Some((mac, at)) = self.known.get(&dst) {
             if now < at + 5000 {
                 return Some(*mac);

@@ -6,16 +6,18 @@
 //! reads the upstream's socket (replies and `$` frames). Both hand messages to the exchange
 //! under one lock and take the writer lock of the socket they write before letting the
 //! exchange go, so bytes reach each peer in the exchange's order. Interleaved frames are
-//! relayed as they arrive, channel numbers untouched, counted per direction; frames on
-//! channels no SETUP negotiated are dropped and counted.
+//! relayed as they arrive, channel numbers untouched, counted per direction; frames on a
+//! bridge leg's channels go to that leg's injectors (each reader thread owns its own, see
+//! [`super::bridge`]); frames on channels no SETUP negotiated are dropped and counted.
+//! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddrV4, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::bridge::{Leg, SharedWriter};
+use super::bridge::{ConnWriter, Leg, LegInjectors, LegPlace, SharedWriter};
 use super::logic::{Events, Exchange, LegSpec, MediaPorts, Output, Settings, TcpSide};
 use crate::clock::now_ms;
 use crate::config::DomainId;
@@ -49,33 +51,64 @@ struct LegContext {
     /// The client's and the upstream's writers.
     client: SharedWriter,
     upstream: SharedWriter,
-    legs: Arc<LegTable>,
+    legs: Arc<ConnLegs>,
 }
 
-/// The open legs of one connection, for its readers: they keep a copy ([`LegCache`]) and
+/// The open legs of one connection, for its readers: they keep a copy (`LegCache`) and
 /// take a new one only when `generation` moved, so no frame takes a lock.
 #[derive(Default)]
-pub struct LegTable {
+pub struct ConnLegs {
     legs: Mutex<Vec<Arc<Leg>>>,
     generation: AtomicU64,
 }
 
-/// A reader's copy of the [`LegTable`].
-#[derive(Default)]
+/// A reader's copy of the [`ConnLegs`], with its own injectors for each leg.
 struct LegCache {
     generation: u64,
-    legs: Vec<Arc<Leg>>,
+    legs: Vec<LegInjectors>,
+    max_payload: usize,
 }
 
 impl LegCache {
-    /// The leg that takes `$` frames on `channel` of `side`'s connection, if any.
-    fn find(&mut self, table: &LegTable, side: TcpSide, channel: u8) -> Option<&Arc<Leg>> {
+    fn new(settings: &Settings) -> LegCache {
+        LegCache {
+            generation: 0,
+            legs: Vec::new(),
+            max_payload: settings.bridge.as_ref().map_or(0, |b| b.max_payload),
+        }
+    }
+
+    /// The injectors of the leg that takes `$` frames on `channel` of `side`'s
+    /// connection, if any.
+    fn find(&mut self, table: &ConnLegs, side: TcpSide, channel: u8) -> Option<&mut LegInjectors> {
+        self.refresh(table);
+        self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
+    }
+
+    fn refresh(&mut self, table: &ConnLegs) {
         let g = table.generation.load(Relaxed);
         if g != self.generation {
-            self.legs = lock(&table.legs).clone();
+            let max = self.max_payload;
+            self.legs = lock(&table.legs)
+                .iter()
+                .map(|l| LegInjectors::new(Arc::clone(l), max))
+                .collect();
             self.generation = g;
         }
-        self.legs.iter().find(|l| l.takes(side, channel))
+    }
+
+    /// `side`'s connection lost its framing (it closes; `partial`: in the middle of a
+    /// frame or message): counted on that side's legs.
+    fn framing_lost(&mut self, table: &ConnLegs, side: TcpSide, partial: bool) {
+        self.refresh(table);
+        for l in self.legs.iter().filter(|l| l.leg.spec.side == side) {
+            let c = &l.leg.counters;
+            if partial {
+                c.partial_frames.fetch_add(1, Relaxed);
+            } else {
+                c.framing_errors.fetch_add(1, Relaxed);
+            }
+        }
     }
 }
 
@@ -107,12 +140,12 @@ impl RoutesMedia {
                 route = %b.settings.name,
                 side = ?leg.spec.side,
                 channels = ?leg.spec.channels,
-                to_tcp_frames = c.to_tcp_frames.load(Relaxed),
-                to_tcp_bytes = c.to_tcp_bytes.load(Relaxed),
-                to_udp_frames = c.from_tcp_frames.load(Relaxed),
-                to_udp_bytes = c.from_tcp_bytes.load(Relaxed),
+                frames_to_tcp = c.frames_out.load(Relaxed),
+                bytes_to_tcp = c.bytes_out.load(Relaxed),
+                frames_from_tcp = c.frames_in.load(Relaxed),
+                bytes_from_tcp = c.bytes_in.load(Relaxed),
                 stalls = c.stalls.load(Relaxed),
-                dropped = c.dropped.load(Relaxed),
+                inject_drops = c.inject_drops.load(Relaxed),
                 "rtsp bridge leg closed"
             );
         }
@@ -158,8 +191,18 @@ impl MediaPorts for RoutesMedia {
         Ok(())
     }
 
-    fn open_leg(&mut self, spec: LegSpec) -> io::Result<[u16; 2]> {
+    fn open_leg(&mut self, spec: LegSpec) -> io::Result<()> {
         self.open_leg_here(spec)
+    }
+
+    fn add_leg_route(
+        &mut self,
+        spec: RouteSpec,
+        side: TcpSide,
+        channels: (u8, u8),
+        index: usize,
+    ) -> Result<(), RouteError> {
+        self.add_leg_route_here(spec, side, channels, index)
     }
 
     fn close_leg(&mut self, side: TcpSide, channels: (u8, u8)) {
@@ -190,33 +233,68 @@ impl MediaPorts for RoutesMedia {
 }
 
 impl RoutesMedia {
-    fn open_leg_here(&mut self, spec: LegSpec) -> io::Result<[u16; 2]> {
+    fn open_leg_here(&mut self, spec: LegSpec) -> io::Result<()> {
+        let session = self.session();
         let Some(b) = &self.bridge else {
             return Err(io::Error::other("this connection cannot bridge"));
         };
-        let Some(bs) = &b.settings.bridge else {
-            return Err(io::Error::other("this route cannot bridge"));
+        let (writer, conn) = match spec.side {
+            TcpSide::Client => (&b.client, &b.client),
+            TcpSide::Upstream => (&b.upstream, &b.upstream),
         };
-        let i = spec.domain.index();
-        let (Some(address), Some(interface)) = (b.settings.gateway.get(i), bs.interfaces.get(i))
-        else {
-            return Err(io::Error::other("no such domain"));
+        let ends = lock(conn)
+            .stream
+            .as_ref()
+            .and_then(|s| match (s.local_addr(), s.peer_addr()) {
+                (Ok(std::net::SocketAddr::V4(l)), Ok(std::net::SocketAddr::V4(p))) => Some((l, p)),
+                _ => None,
+            });
+        let Some((local, peer)) = ends else {
+            return Err(io::Error::other(
+                "the connection of the interleaved side is gone",
+            ));
         };
-        let writer = match spec.side {
-            TcpSide::Client => Arc::clone(&b.client),
-            TcpSide::Upstream => Arc::clone(&b.upstream),
+        let place = LegPlace {
+            session,
+            label: format!(
+                "{}:{:?}:{}-{}",
+                self.label, spec.side, spec.channels.0, spec.channels.1
+            ),
+            local,
+            peer,
         };
         let leg = Leg::open(
             spec,
-            *address,
-            interface,
-            writer,
+            place,
+            Arc::clone(writer),
+            Arc::clone(&self.routes),
             Arc::clone(&b.settings.events),
         )?;
-        let ports = leg.ports();
         lock(&b.legs.legs).push(leg);
         b.legs.generation.fetch_add(1, Relaxed);
-        Ok(ports)
+        Ok(())
+    }
+
+    fn add_leg_route_here(
+        &mut self,
+        spec: RouteSpec,
+        side: TcpSide,
+        channels: (u8, u8),
+        index: usize,
+    ) -> Result<(), RouteError> {
+        let s = self.session();
+        let sink = self.bridge.as_ref().and_then(|b| {
+            lock(&b.legs.legs)
+                .iter()
+                .find(|l| l.spec.side == side && l.spec.channels == channels)
+                .and_then(|l| l.sinks.get(index).cloned())
+        });
+        let Some(sink) = sink else {
+            return Err(RouteError::NoSession(s));
+        };
+        let r = self.routes.add_edge_route(s, spec, Some(sink))?;
+        self.installed.push(r);
+        Ok(())
     }
 }
 
@@ -247,7 +325,7 @@ struct Shared {
     /// The writers, shared with the bridge legs (the client's is always `Some`).
     client_w: SharedWriter,
     upstream_w: SharedWriter,
-    legs: Arc<LegTable>,
+    legs: Arc<ConnLegs>,
     /// Handles for shutting the sockets down while a writer may hold its lock.
     client_ctl: TcpStream,
     upstream_ctl: Mutex<Option<TcpStream>>,
@@ -316,9 +394,9 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = client.set_nodelay(true);
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
-    let client_w: SharedWriter = Arc::new(Mutex::new(Some(writer)));
-    let upstream_w: SharedWriter = Arc::new(Mutex::new(None));
-    let legs = Arc::new(LegTable::default());
+    let client_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(Some(writer))));
+    let upstream_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(None)));
+    let legs = Arc::new(ConnLegs::default());
     let mut media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
     media.bridge = Some(LegContext {
         settings: Arc::clone(&ctx.settings),
@@ -415,7 +493,7 @@ fn client_loop(
     // first request is awaited from the moment the connection opened.
     let mut waiting_since = Some(now_ms());
     let request_ms = u64::from(ctx.settings.request_timeout) * 1000;
-    let mut legs = LegCache::default();
+    let mut legs = LegCache::new(&ctx.settings);
     loop {
         if ctx.stop.load(Relaxed) {
             return EndReason::Shutdown;
@@ -434,6 +512,7 @@ fn client_loop(
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
                 }
                 return EndReason::ClientClosed;
             }
@@ -450,6 +529,7 @@ fn client_loop(
             Err(_) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
                 }
                 return EndReason::ClientClosed;
             }
@@ -461,6 +541,7 @@ fn client_loop(
                 Ok(f) => f,
                 Err(_) => {
                     // Framing is lost: a 400 in turn, then the connection goes.
+                    legs.framing_lost(&shared.legs, TcpSide::Client, false);
                     let mut ex = lock(&shared.exchange);
                     let outs = ex.framing_error();
                     perform_outputs(shared, outs, ctx);
@@ -573,7 +654,7 @@ fn connect_if_asked(
         Ok(stream) => {
             let reader = stream.try_clone();
             *lock(&shared.upstream_ctl) = stream.try_clone().ok();
-            *lock(&shared.upstream_w) = Some(stream);
+            lock(&shared.upstream_w).stream = Some(stream);
             match reader {
                 Ok(r) => {
                     let sh = Arc::clone(shared);
@@ -631,16 +712,13 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
         match o {
             Output::Client(b) => {
                 trace(shared, ctx, Dir::Out, true, &b);
-                let mut w = lock(&shared.client_w);
-                if w.as_mut().is_none_or(|s| s.write_all(&b).is_err()) {
+                if lock(&shared.client_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
             Output::Upstream(b) => {
                 trace(shared, ctx, Dir::Out, false, &b);
-                let mut up = lock(&shared.upstream_w);
-                let ok = up.as_mut().is_some_and(|s| s.write_all(&b).is_ok());
-                if !ok {
+                if lock(&shared.upstream_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
@@ -692,9 +770,7 @@ fn relay_frame(
     } else {
         &shared.upstream_w
     };
-    let ok = lock(writer)
-        .as_mut()
-        .is_some_and(|s| s.write_all(bytes).is_ok());
+    let ok = lock(writer).write_all(bytes).is_ok();
     if !ok {
         c.dropped.fetch_add(1, Relaxed);
         events.interleaved_dropped.fetch_add(1, Relaxed);
@@ -727,7 +803,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
     let limits = ctx.settings.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
-    let mut legs = LegCache::default();
+    let mut legs = LegCache::new(&ctx.settings);
     loop {
         if shared.closing.load(Relaxed) {
             return None;
@@ -736,6 +812,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Upstream, true);
                 }
                 break;
             }
@@ -748,6 +825,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let rest = buf.get(consumed..).unwrap_or_default();
             let Ok(frame) = next_frame(rest, &limits) else {
                 // The upstream broke framing: pending requests get 502, then close.
+                legs.framing_lost(&shared.legs, TcpSide::Upstream, false);
                 let mut ex = lock(&shared.exchange);
                 let mut outs = Vec::new();
                 ex.fail_pending(

@@ -10,9 +10,14 @@
 //! TEARDOWN of one track frees only its own), and the server's requests to the client
 //! (forwarded rewritten, the client's reply mapped back by `CSeq`).
 //!
+//! It also decides the bridges: a SETUP the upstream refuses (or answers with the other
+//! lower transport) is sent again with the other one, and the reply installs the track with
+//! a bridge leg on the interleaved side ([`MediaPorts::open_leg`], routes toward that side
+//! into the leg's sinks through [`MediaPorts::add_leg_route`]).
+//!
 //! Does not own: sockets, threads, clocks or randomness (passed in), nor the `$` frames of
-//! interleaved media (the connection relays them; [`Exchange::channel_allowed`] says which
-//! channels were negotiated).
+//! interleaved media (the connection relays them, or hands a leg's to its injectors;
+//! [`Exchange::channel_allowed`] and [`Exchange::bridged`] say which channels are which).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -55,12 +60,23 @@ pub trait MediaPorts {
     /// Ends the session: every route and port goes back (and every bridge leg closes).
     /// The next SETUP starts a new one.
     fn release(&mut self);
-    /// Opens a bridge leg ([`super::bridge`]): two UDP sockets at the gateway's address in
-    /// `leg.domain` and a thread that frames what they receive onto `leg.side`'s connection;
-    /// their ports (RTP, RTCP). The default has no legs: bridging is refused.
-    fn open_leg(&mut self, leg: LegSpec) -> std::io::Result<[u16; 2]> {
+    /// Opens a bridge leg ([`super::bridge`]): its sinks and the thread that frames what
+    /// they take onto `leg.side`'s connection. The default has no legs: bridging is refused.
+    fn open_leg(&mut self, leg: LegSpec) -> std::io::Result<()> {
         let _ = leg;
         Err(std::io::Error::other("bridge legs are not available here"))
+    }
+    /// Installs a route whose receiver is the leg of `side` on `channels`: its packets go
+    /// into the leg's sink `index` (0 RTP, 1 RTCP), framed onto that connection.
+    fn add_leg_route(
+        &mut self,
+        spec: RouteSpec,
+        side: TcpSide,
+        channels: (u8, u8),
+        index: usize,
+    ) -> Result<(), RouteError> {
+        let _ = (side, channels, index);
+        self.add_route(spec)
     }
     /// Closes the leg of `side` on `channels` (a per-track TEARDOWN or a failed SETUP).
     fn close_leg(&mut self, side: TcpSide, channels: (u8, u8)) {
@@ -79,21 +95,21 @@ pub enum TcpSide {
 /// UDP on the other side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LegSpec {
-    /// Domain of the TCP side: the leg's sockets are at the gateway's address there.
+    /// Domain of the interleaved side.
     pub domain: DomainId,
     pub side: TcpSide,
     /// `$` channels (RTP, RTCP) on that connection.
     pub channels: (u8, u8),
-    /// Gateway ports in `domain` (RTP, RTCP) that frames from the TCP side are sent to:
-    /// the ingress of the track's routes there.
+    /// Gateway ports in `domain` (RTP, RTCP) whose routes take the frames from the
+    /// interleaved side (the track's ingress there).
     pub inject: [u16; 2],
 }
 
-/// Where a route may bridge (engine mode `stack`): each domain's interface, by
-/// [`DomainId::index`].
+/// What bridge legs need from the config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeSettings {
-    pub interfaces: [String; 2],
+    /// Largest payload a leg injects (`engine.max_payload`).
+    pub max_payload: usize,
 }
 
 /// Events of one proxy route, summed over its connections (lock-free), published to the
@@ -293,10 +309,10 @@ const UNBRIDGEABLE: Status = Status::new(
     461,
     "Unsupported Transport (the server takes neither interleaved nor UDP for this track)",
 );
-/// `461` on a route that cannot bridge (the engine is not `stack`).
+/// `461` where the exchange has no bridge legs (tests of the pure exchange).
 const NO_BRIDGE: Status = Status::new(
     461,
-    "Unsupported Transport (the server answered the other lower transport; this gateway bridges only with engine mode stack)",
+    "Unsupported Transport (the server answered the other lower transport and this proxy cannot bridge)",
 );
 
 /// One set-up track: what a TEARDOWN of its control URL gives back.
@@ -774,6 +790,14 @@ impl<M: MediaPorts> Exchange<M> {
                 })
             }
             Delivery::Interleaved { channels } => {
+                // Relayed frames keep their channel numbers: they must not be a bridge's
+                // on vgate's own connection to the server.
+                if channels.is_some_and(|c| {
+                    self.upstream_bridged[usize::from(c.first)]
+                        || self.upstream_bridged[usize::from(c.last)]
+                }) {
+                    return Err(self.unbridgeable());
+                }
                 editor
                     .set_header("Transport", &spec.to_string())
                     .map_err(|_| Status::BAD_REQUEST)?;
@@ -924,6 +948,15 @@ impl<M: MediaPorts> Exchange<M> {
                     }
                 }
             }
+        }
+        if flight.method == "SETUP" && flight.retried && status == 461 {
+            // The other transport refused too: nothing to bridge.
+            self.give_back(&flight);
+            let reply = build_response(Some(&flight.client_cseq), self.unbridgeable(), &[])
+                .unwrap_or_default();
+            self.slots.insert(index, Slot::Ready(reply));
+            self.flush(&mut out);
+            return out;
         }
         let reply = match self.reply(&msg, &flight, route) {
             Ok(bytes) => bytes,
@@ -1129,6 +1162,7 @@ impl<M: MediaPorts> Exchange<M> {
                     server_rtp,
                     server_rtcp,
                     &mut track,
+                    None,
                 ) {
                     // What was installed goes back; the upstream-side pair is kept as a spare.
                     self.media
@@ -1151,8 +1185,9 @@ impl<M: MediaPorts> Exchange<M> {
         }
     }
 
-    /// The stream routes of one UDP track. `pair` is vgate's client-side pair; `client` the
-    /// address of the client's ports (a bridge leg's: the gateway's own).
+    /// The stream routes of one UDP track. `pair` is vgate's client-side pair. With `leg`,
+    /// one side is interleaved: the routes toward it end in the leg's sinks, the routes from
+    /// it take the leg's frames (that side's ports are 0: any port of its address).
     #[allow(clippy::too_many_arguments)]
     fn install(
         &mut self,
@@ -1163,6 +1198,7 @@ impl<M: MediaPorts> Exchange<M> {
         server_rtp: Option<u16>,
         server_rtcp: Option<u16>,
         track: &mut Track,
+        leg: Option<(TcpSide, (u8, u8))>,
     ) -> Result<(), Status> {
         let cd = self.settings.client_domain;
         let ud = cd.other();
@@ -1239,9 +1275,23 @@ impl<M: MediaPorts> Exchange<M> {
         }
         for spec in specs {
             let key = (spec.ingress, spec.port);
-            self.media
-                .add_route(spec)
-                .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
+            // Routes toward the leg's side (egress in its domain) end in its sinks.
+            let added = match leg {
+                Some((side, channels)) => {
+                    let leg_domain = match side {
+                        TcpSide::Client => cd,
+                        TcpSide::Upstream => ud,
+                    };
+                    if spec.ingress.other() == leg_domain {
+                        let index = usize::from(!spec.label.ends_with(":rtp"));
+                        self.media.add_leg_route(spec, side, channels, index)
+                    } else {
+                        self.media.add_route(spec)
+                    }
+                }
+                None => self.media.add_route(spec),
+            };
+            added.map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
             track.routes.push(key);
             self.state.routes += 1;
         }
@@ -1438,8 +1488,8 @@ impl<M: MediaPorts> Exchange<M> {
                 TcpSide::Upstream => [setup.upstream_pair, setup.upstream_pair + 1],
             },
         };
-        let leg_ports = match self.media.open_leg(leg) {
-            Ok(p) => p,
+        match self.media.open_leg(leg) {
+            Ok(()) => {}
             Err(e) => {
                 self.media.release_track(&[], &[(cd, pair), (cd, pair + 1)]);
                 if let Some(suppressed) = LOG_LEG.check(crate::clock::now_ms()) {
@@ -1448,17 +1498,17 @@ impl<M: MediaPorts> Exchange<M> {
                 return Err(self.unbridgeable());
             }
         };
-        // The leg stands for the peer on its side: the client's ports, or the server's.
-        let (setup, client, server_ip, server_rtp, server_rtcp, transport) = match side {
+        // The interleaved side's peer has no ports: its frames come from its TCP connection
+        // (any port of its address), its packets go to the leg's sinks.
+        let (setup, server_ip, server_rtp, server_rtcp, transport) = match side {
             TcpSide::Client => {
                 let server_port = spec.server_port();
                 (
                     UdpSetup {
-                        client_rtp: leg_ports[0],
-                        client_rtcp: leg_ports[1],
+                        client_rtp: 0,
+                        client_rtcp: 0,
                         ..setup
                     },
-                    gateway[cd.index()],
                     server_ip,
                     server_port.map(|p| p.rtp()),
                     server_port.map(|p| p.rtcp().unwrap_or(p.rtp().saturating_add(1))),
@@ -1467,10 +1517,9 @@ impl<M: MediaPorts> Exchange<M> {
             }
             TcpSide::Upstream => (
                 setup,
-                self.client,
-                gateway[ud.index()],
-                Some(leg_ports[0]),
-                Some(leg_ports[1]),
+                *upstream.ip(),
+                Some(0),
+                Some(0),
                 format!(
                     "{};unicast;client_port={}-{};server_port={}-{};source={}{ssrc}{mode}",
                     flight.profile,
@@ -1492,6 +1541,7 @@ impl<M: MediaPorts> Exchange<M> {
             channels: None,
             leg: Some((side, channels)),
         };
+        let client = self.client;
         if let Err(status) = self.install(
             setup,
             pair,
@@ -1500,6 +1550,7 @@ impl<M: MediaPorts> Exchange<M> {
             server_rtp,
             server_rtcp,
             &mut track,
+            Some((side, channels)),
         ) {
             self.media
                 .release_track(&track.routes, track.ports.get(2..).unwrap_or_default());
