@@ -23,6 +23,8 @@
 #   --tx      the link TX comparison (defaults then: --pps "10000 30000", --count 30000,
 #             --fec 8+2, --rounds 3)
 #   --rounds  rounds of the TX comparison (each runs every configuration once)
+#   --from LOG  tabulate the point lines of an earlier run's output (saved with tee) instead
+#             of running; the other options then only label the table
 #   --debug   use the debug build (faster to build; latency figures are then not vgate's)
 #   --no-build  run the benchmark binary already built (target/release/deps/split_bench-*)
 set -euo pipefail
@@ -33,6 +35,7 @@ COUNT=""
 PPS=""
 TX=0
 ROUNDS=3
+FROM=""
 OUT=docs/bench-split.md
 PROFILE=--release
 KIND=release
@@ -48,11 +51,12 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --tx) TX=1; shift ;;
         --rounds) ROUNDS=$2; shift 2 ;;
+        --from) FROM=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-split.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-[ "$(id -u)" -eq 0 ] || { echo "bench-split.sh: needs root (network namespaces)" >&2; exit 1; }
+[ -n "$FROM" ] || [ "$(id -u)" -eq 0 ] || { echo "bench-split.sh: needs root (network namespaces)" >&2; exit 1; }
 if [ "$TX" = 1 ]; then
     TEST=split_link_tx_families
     FEC=${FEC:-8+2} COUNT=${COUNT:-30000} PPS=${PPS:-"10000 30000"}
@@ -64,7 +68,9 @@ raw=$(mktemp)
 trap 'rm -f "$raw" "$raw.keep"' EXIT
 export SPLIT_BENCH_LOSS="$LOSS" SPLIT_BENCH_FEC="$FEC" SPLIT_BENCH_COUNT="$COUNT" SPLIT_BENCH_PPS="$PPS" \
     SPLIT_BENCH_ROUNDS="$ROUNDS"
-if [ "$BUILD" = 1 ]; then
+if [ -n "$FROM" ]; then
+    cp "$FROM" "$raw"
+elif [ "$BUILD" = 1 ]; then
     # shellcheck disable=SC2086 # PROFILE is one flag or nothing
     cargo test $PROFILE --test split_bench -- --ignored --nocapture --test-threads 1 --exact "$TEST" 2>/dev/null > "$raw" || true
 else
@@ -81,7 +87,11 @@ if [ "$TX" = 1 ]; then
     : > "$raw.keep"
     if [ -f "$OUT" ]; then sed '/^## Link TX/,$d' "$OUT" > "$raw.keep"; fi
     {
-        cat "$raw.keep"
+        if [ -s "$raw.keep" ]; then
+            # The kept part without its trailing blank lines, then one.
+            sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$raw.keep"
+            echo
+        fi
         echo "## Link TX by engine family"
         echo
         echo "Produced by \`scripts/bench-split.sh --tx --pps \"$PPS\" --count $COUNT --rounds $ROUNDS --fec $FEC\` on $(date -u +%Y-%m-%d) ($(nproc) CPUs, $(uname -r), $KIND build)."
@@ -96,18 +106,19 @@ if [ "$TX" = 1 ]; then
         echo "Loss is split where it happened: *before the link* = datagrams half A never forwarded (its"
         echo "domain-side capture: RX ring or socket overflow), *link and after* = forwarded by half A, not"
         echo "received in domain B (the link, half B, the receiver); both summed over the rounds; *half B"
-        echo "counted* = the part half B's counters explain (link frames FEC could not rebuild, its link"
-        echo "socket overflowing, its sends refused)."
+        echo "counted* = the part half B's counters explain (datagrams its FEC could not rebuild, its sends"
+        echo "refused); *half B overflow* = link frames its incoming link's socket dropped (its receiving"
+        echo "worker starved of CPU long enough to fill 8 MiB)."
         echo
-        echo "| rate (pps) | mode | link TX | runs | lost before the link | lost on the link and after | of which half B counted | link send errors | CPU µs/datagram (median) | all workers µs/datagram | CPU vs UDP socket, same mode |"
-        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+        echo "| rate (pps) | mode | link TX | runs | lost before the link | lost on the link and after | of which half B counted | half B overflow (frames) | link send errors | CPU µs/datagram (median) | all workers µs/datagram | CPU vs UDP socket, same mode |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
         awk '
             { delete v; for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
               k = v["pps"] SUBSEP v["mode"] SUBSEP v["tx"]
               if (!(k in seen)) { seen[k] = 1; order[++n] = k }
               c[k] = c[k] " " v["worker_cpu_us_per_pkt"]; a[k] = a[k] " " v["all_cpu_us_per_pkt"]
               sent[k] += v["sent"]; fwd[k] += v["forwarded"]; got[k] += v["delivered"]
-              bc[k] += v["b_lost"] + v["b_rx_overflow"] + v["b_queue_full"]
+              bc[k] += v["b_lost"] + v["b_queue_full"]; ovf[k] += v["b_rx_overflow"]
               runs[k]++; err[k] += v["send_errors"] }
             function median(s,   x, m, i, j, t) {
                 m = split(s, x, " ")
@@ -120,8 +131,8 @@ if [ "$TX" = 1 ]; then
                     k = order[i]; split(k, p, SUBSEP)
                     u = p[1] SUBSEP p[2] SUBSEP "udp"
                     ratio = (p[3] != "udp" && (u in med) && med[u] > 0) ? sprintf("%.2f", med[k] / med[u]) : "—"
-                    printf "| %s | %s | %s | %d | %.3f %% | %.3f %% | %.3f %% | %d | %.2f | %.2f | %s |\n", p[1], p[2], p[3], runs[k], \
-                        100 * (sent[k] - fwd[k]) / sent[k], 100 * (fwd[k] - got[k]) / sent[k], 100 * bc[k] / sent[k], err[k], \
+                    printf "| %s | %s | %s | %d | %.3f %% | %.3f %% | %.3f %% | %d | %d | %.2f | %.2f | %s |\n", p[1], p[2], p[3], runs[k], \
+                        100 * (sent[k] - fwd[k]) / sent[k], 100 * (fwd[k] - got[k]) / sent[k], 100 * bc[k] / sent[k], ovf[k], err[k], \
                         med[k], median(a[k]), ratio
                 }
             }' "$raw"
