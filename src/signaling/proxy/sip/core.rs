@@ -335,6 +335,8 @@ pub struct Core {
     rtp_only: bool,
     /// `engine.max_payload`, for the TCP media legs.
     max_payload: usize,
+    /// The split appliance's link face (`[split]`): media toward it is always UDP.
+    link_face: Option<DomainId>,
     routes: Arc<Routes>,
     /// Domain of each face.
     domain: [DomainId; 2],
@@ -386,6 +388,7 @@ impl Core {
             source_policy: config.security.source_validation,
             rtp_only: config.security.rtp_only,
             max_payload: config.engine.max_payload,
+            link_face: config.split.as_ref().map(|s| s.link_face()),
             routes,
             domain: [route.listen_domain, route.listen_domain.other()],
             local,
@@ -1196,7 +1199,7 @@ impl Core {
             self.calls.insert(
                 call_id.clone(),
                 Call {
-                    media: CallMedia::new(label, self.max_payload),
+                    media: CallMedia::new(label, self.max_payload).with_link_face(self.link_face),
                     contact: [None, None],
                     view: [None, None],
                     cseq_to: [0, 0],

@@ -37,6 +37,12 @@
 //! a route whose receiver is a leg hands its packets to the leg's sink. A leg that ends
 //! (peer closed, connect failed) asks for the call's end: BYE both ways
 //! ([`Routes::request_end`]).
+//!
+//! In a half of the split appliance (`[split]`) the link face is never a TCP side: media
+//! between the halves must cross on the one-way media links, and a TCP leg toward the link
+//! face would be a stream over the signaling link. So an offer toward the link face always
+//! crosses as `RTP/AVP` (UDP, `a=setup`/`a=connection` stripped) and each half terminates
+//! the TCP leg of its own domain; an SDP from the link face is UDP (the other half wrote it).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
@@ -180,6 +186,8 @@ pub struct CallMedia {
     pub label: String,
     /// `engine.max_payload`: the longest packet a TCP leg puts on a channel.
     max_payload: usize,
+    /// The split appliance's link face: that side is always UDP (see the module doc).
+    link_face: Option<DomainId>,
 }
 
 /// Whether an `m=` line carries RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571).
@@ -212,7 +220,14 @@ impl CallMedia {
             cache: [None, None],
             label,
             max_payload,
+            link_face: None,
         }
+    }
+
+    /// In a half of the split appliance: `face` (the link face) always gets UDP media.
+    pub fn with_link_face(mut self, face: Option<DomainId>) -> CallMedia {
+        self.link_face = face;
+        self
     }
 
     /// Rewrites an SDP body sent from domain `from` for the other domain, allocating
@@ -249,6 +264,22 @@ impl CallMedia {
                 ),
             });
         }
+        if self.link_face == Some(from) {
+            if let Some(m) = parsed
+                .media
+                .iter()
+                .find(|m| m.port != 0 && is_tcp_media(m.proto))
+            {
+                return Err(MediaError::Refuse {
+                    code: 488,
+                    reason: "Not Acceptable Here",
+                    warning: format!(
+                        "399 vgate \"{} media over TCP ({}) from the split link face: the other half must offer RTP/AVP (UDP) toward the link; run the same vgate version on both halves\"",
+                        m.kind, m.proto
+                    ),
+                });
+            }
+        }
         let session = match self.session {
             Some(s) => s,
             None => {
@@ -258,6 +289,7 @@ impl CallMedia {
             }
         };
         let to = from.other();
+        let to_face = self.link_face == Some(to);
         let slots = &mut self.slots;
         let out = sdp::rewrite(body, routes.domain(to).address, |i, m| {
             if m.port == 0 {
@@ -281,8 +313,9 @@ impl CallMedia {
             slot.offerer.get_or_insert(from);
             slot.tcp[from.index()] = tcp;
             if slot.peer[to.index()].is_none() {
-                // An offer to `to`: it crosses with the offerer's transport.
-                slot.tcp[to.index()] = tcp;
+                // An offer to `to`: it crosses with the offerer's transport, except toward
+                // the split link face, which is always UDP.
+                slot.tcp[to.index()] = tcp && !to_face;
             }
             slot.peer[from.index()] =
                 m.connection
@@ -668,6 +701,61 @@ media_ports = "45000-45199"
         m.close(&routes);
         assert_eq!(routes.legs.len(), 0);
         assert_eq!(routes.ports(DomainId::A).0, 0);
+    }
+
+    #[test]
+    fn the_split_link_face_always_gets_udp() {
+        let routes = routes();
+        // A half whose link face is B: the device in A offers TCP (it listens).
+        let mut m = CallMedia::new("t".into(), 1472).with_link_face(Some(DomainId::B));
+        let offer = sdp(
+            "127.0.0.1",
+            7010,
+            "TCP/RTP/AVP",
+            "a=sendonly\r\na=setup:passive\r\na=connection:new\r\n",
+        );
+        let to_face = String::from_utf8(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &offer)
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(to_face.contains(" RTP/AVP 96"), "{to_face}");
+        assert!(
+            !to_face.contains("TCP")
+                && !to_face.contains("a=setup")
+                && !to_face.contains("a=connection"),
+            "{to_face}"
+        );
+        assert!(m.slots[0].legs[1].is_none(), "no leg on the link face");
+        // The other half answers over UDP; the device's side connects to it.
+        let answer = sdp("127.0.0.2", 9010, "RTP/AVP", "a=recvonly\r\n");
+        let to_a = String::from_utf8(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &answer)
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(
+            to_a.contains("TCP/RTP/AVP 96") && to_a.contains("a=setup:active"),
+            "{to_a}"
+        );
+        assert_eq!(
+            m.slots[0].legs[0].as_ref().map(|l| l.role),
+            Some(Role::Active)
+        );
+        assert_eq!(m.installed.len(), 1);
+        assert!(m.installed[0].1.is_none(), "the face side is UDP");
+        m.close(&routes);
+        // TCP from the link face is refused: it would ride the signaling link.
+        let mut m = CallMedia::new("t2".into(), 1472).with_link_face(Some(DomainId::B));
+        let offer = sdp("127.0.0.2", 9012, "TCP/RTP/AVP", "a=recvonly\r\n");
+        let Err(MediaError::Refuse { code, warning, .. }) =
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+        else {
+            panic!("TCP from the link face must be refused");
+        };
+        assert_eq!(code, 488);
+        assert!(warning.contains("link face"), "{warning}");
+        assert_eq!(routes.legs.len(), 0);
     }
 
     #[test]
