@@ -346,7 +346,10 @@ fn server_requests_reach_the_client_rewritten() {
 
 fn bridging() -> Settings {
     Settings {
-        bridge: Some(BridgeSettings { max_payload: 1500 }),
+        bridge: Some(BridgeSettings {
+            max_payload: 1500,
+            udp_upstream: false,
+        }),
         ..settings()
     }
 }

@@ -110,6 +110,10 @@ pub struct LegSpec {
 pub struct BridgeSettings {
     /// Largest payload a leg injects (`engine.max_payload`).
     pub max_payload: usize,
+    /// The upstream is the split appliance's link face (`[split]`): an interleaved client's
+    /// SETUP goes upstream over UDP at once and is bridged, so media between the halves
+    /// crosses on the one-way media links, never as `$` frames on the signaling link.
+    pub udp_upstream: bool,
 }
 
 /// Events of one proxy route, summed over its connections (lock-free), published to the
@@ -788,6 +792,36 @@ impl<M: MediaPorts> Exchange<M> {
                     upstream_pair: pair,
                     record,
                 })
+            }
+            Delivery::Interleaved { channels }
+                if self
+                    .settings
+                    .bridge
+                    .as_ref()
+                    .is_some_and(|b| b.udp_upstream) =>
+            {
+                if self.state.tracks >= MAX_TRACKS {
+                    return Err(Status::NOT_ENOUGH_BANDWIDTH);
+                }
+                let pair = match self.spare.pop() {
+                    Some(p) => p,
+                    None => self
+                        .media
+                        .alloc_pair(self.settings.client_domain.other())
+                        .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?,
+                };
+                let mode = if record { ";mode=record" } else { "" };
+                editor
+                    .set_header(
+                        "Transport",
+                        &format!("{profile};unicast;client_port={}-{}{mode}", pair, pair + 1),
+                    )
+                    .map_err(|_| Status::BAD_REQUEST)?;
+                SetupKind::TcpToUdp {
+                    channels: channels.map(|c| (c.first, c.last.max(c.first))),
+                    upstream_pair: pair,
+                    record,
+                }
             }
             Delivery::Interleaved { channels } => {
                 // Relayed frames keep their channel numbers: they must not be a bridge's

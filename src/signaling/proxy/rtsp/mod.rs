@@ -189,6 +189,10 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         transports: TransportPolicy::default(),
         bridge: Some(logic::BridgeSettings {
             max_payload: cfg.engine.max_payload,
+            udp_upstream: cfg
+                .split
+                .as_ref()
+                .is_some_and(|s| s.link_face() == client_domain.other()),
         }),
         session_timeout: opts.session_timeout,
         request_timeout: opts.request_timeout,
