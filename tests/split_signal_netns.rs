@@ -958,3 +958,541 @@ fn static_routes_keep_flowing_through_a_signaling_outage() {
         assert_eq!(s["peer_restarts"], 0, "the same processes came back: {s:?}");
     }
 }
+
+// ---- TCP media at the edges (GB/T 28181 `TCP/RTP/AVP`, RTSP interleaved) across the split.
+// Toward the link face a half always uses UDP, so media crosses on the one-way links and
+// the signaling link carries signaling only.
+
+/// The bytes a half's agent moved on the signaling link (both ways) and the bytes its
+/// one-way links carried (sent on the outgoing one, delivered from the incoming one), from
+/// its shutdown totals.
+struct LinkBytes {
+    signal: u64,
+    media_out_bytes: u64,
+    media_in_delivered: u64,
+}
+
+fn link_bytes(raw: &str) -> LinkBytes {
+    let s = signal_totals(raw);
+    let out = common::split::link_totals(raw, "out");
+    let inl = common::split::link_totals(raw, "in");
+    LinkBytes {
+        signal: s["bytes_in"] + s["bytes_out"],
+        media_out_bytes: out["bytes"],
+        media_in_delivered: inl["delivered"],
+    }
+}
+
+/// Stops a half like [`stop_clean`] and also returns its link byte counts.
+fn stop_clean_links(v: Vgate, name: &str) -> LinkBytes {
+    let t = v.stop();
+    assert!(
+        t.raw
+            .contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
+        "half {name} left state behind:\n{}",
+        t.raw
+    );
+    let s = signal_totals(&t.raw);
+    assert_eq!(
+        s["auth_failures"] + s["replays"] + s["malformed"] + s["truncated"] + s["refused"],
+        0,
+        "half {name}: {s:?}"
+    );
+    link_bytes(&t.raw)
+}
+
+/// How one domain's GB peer does media.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GbSide {
+    Udp,
+    /// `TCP/RTP/AVP`, the peer listens (`a=setup:passive`): the half connects to it.
+    TcpPassive,
+}
+
+impl GbSide {
+    fn proto(self) -> &'static str {
+        match self {
+            GbSide::Udp => "RTP/AVP",
+            GbSide::TcpPassive => "TCP/RTP/AVP",
+        }
+    }
+
+    fn sdp(self, port: u16) -> String {
+        let setup = match self {
+            GbSide::Udp => "",
+            GbSide::TcpPassive => "a=setup:passive\n      a=connection:new\n      ",
+        };
+        format!(
+            "m=video {port} {} 96\n      a=sendrecv\n      a=rtpmap:96 PS/90000\n      {setup}y=0[call_number]",
+            self.proto()
+        )
+    }
+}
+
+/// What no domain may see: the other domain's addresses, the faces, the signaling link.
+const HIDDEN_FROM_B: &str = r"10\.211\.1\.|127\.77\.|10\.211\.0\.";
+const HIDDEN_FROM_A: &str = r"10\.211\.2\.|127\.77\.|10\.211\.0\.";
+
+/// The platform in B: INVITE (sendrecv, its transport), 200/ACK, hold, BYE. Checks the
+/// answer keeps its own transport and shows nothing of A, the faces or the link.
+fn gb_tcp_uac(side: GbSide, port: u16, hold_ms: u64) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<!DOCTYPE scenario SYSTEM "sipp.dtd">
+<scenario name="vgate split GB TCP UAC">
+  <send retrans="500">
+    <![CDATA[
+      INVITE sip:34020000001320000001@3402000000 SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      To: <sip:34020000001320000001@3402000000>
+      Call-ID: [call_id]
+      CSeq: 20 INVITE
+      Contact: <sip:34020000002000000001@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Subject: 34020000001320000001:0[call_number],34020000002000000001:0
+      Content-Type: APPLICATION/SDP
+      Content-Length: [len]
+
+      v=0
+      o=34020000002000000001 0 0 IN IP4 [local_ip]
+      s=Play
+      c=IN IP4 [local_ip]
+      t=0 0
+      {sdp}
+    ]]>
+  </send>
+  <recv response="100" optional="true"/>
+  <recv response="200" rtd="true" rrs="true">
+    <action>
+      <ereg regexp="{HIDDEN_FROM_B}" search_in="msg" check_it_inverse="true" assign_to="leak"/>
+      <ereg regexp="m=video [0-9]+ {proto} 96" search_in="body" check_it="true" assign_to="proto"/>
+    </action>
+  </recv>
+  <send>
+    <![CDATA[
+      ACK [next_url] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      [last_To:]
+      Call-ID: [call_id]
+      CSeq: 20 ACK
+      Max-Forwards: 70
+      Content-Length: 0
+
+    ]]>
+  </send>
+  <pause milliseconds="{hold_ms}"/>
+  <send retrans="500">
+    <![CDATA[
+      BYE [next_url] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      [last_To:]
+      Call-ID: [call_id]
+      CSeq: 21 BYE
+      Max-Forwards: 70
+      Content-Length: 0
+
+    ]]>
+  </send>
+  <recv response="200" crlf="true"/>
+  <Reference variables="leak,proto"/>
+</scenario>
+"#,
+        sdp = side.sdp(port),
+        proto = side.proto(),
+    )
+}
+
+/// The device in A: answers the INVITE (which must be UDP, nothing of B in it) with its own
+/// transport, then waits for BYE.
+fn gb_tcp_uas(side: GbSide, port: u16) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<!DOCTYPE scenario SYSTEM "sipp.dtd">
+<scenario name="vgate split GB TCP UAS">
+  <recv request="INVITE" crlf="true">
+    <action>
+      <ereg regexp="{HIDDEN_FROM_A}" search_in="msg" check_it_inverse="true" assign_to="leak"/>
+      <ereg regexp="m=video [0-9]+ RTP/AVP 96" search_in="body" check_it="true" assign_to="udp"/>
+    </action>
+  </recv>
+  <send retrans="500">
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:];tag=[pid]D[call_number]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Contact: <sip:34020000001320000001@[local_ip]:[local_port]>
+      Content-Type: application/sdp
+      Content-Length: [len]
+
+      v=0
+      o=34020000001320000001 0 0 IN IP4 [local_ip]
+      s=Play
+      c=IN IP4 [local_ip]
+      t=0 0
+      {sdp}
+    ]]>
+  </send>
+  <recv request="ACK" crlf="true"/>
+  <recv request="BYE"/>
+  <send>
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Content-Length: 0
+
+    ]]>
+  </send>
+  <timewait milliseconds="500"/>
+  <Reference variables="leak,udp"/>
+</scenario>
+"#,
+        sdp = side.sdp(port),
+    )
+}
+
+/// The media peer of one GB side, started in its namespace.
+fn gb_media_peer(
+    side: GbSide,
+    ns: &str,
+    addr: String,
+    stop: &Arc<AtomicBool>,
+) -> (common::rfc4571::Flows, std::thread::JoinHandle<()>) {
+    let stop = Arc::clone(stop);
+    common::in_netns(ns, move || match side {
+        GbSide::Udp => common::rfc4571::udp_responder(&addr, stop, 10_000),
+        GbSide::TcpPassive => common::rfc4571::tcp_server(&addr, stop, 10_000),
+    })
+}
+
+fn check_gb_flows(what: &str, flows: &[common::rfc4571::Flow], calls: usize, gateway: &str) {
+    assert_eq!(flows.len(), calls, "{what}: one flow per call: {flows:#?}");
+    for f in flows {
+        assert!(
+            f.received >= 10,
+            "{what}: a flow received too little: {f:?}"
+        );
+        assert_eq!(f.lost(), 0, "{what}: loss in a flow: {f:?}");
+        assert_eq!(
+            f.bad_frames + f.trailing as u64,
+            0,
+            "{what}: not RTP: {f:?}"
+        );
+        let from = f.peer.map(|p| p.ip().to_string()).unwrap_or_default();
+        assert_eq!(
+            from, gateway,
+            "{what}: media must come from the half's own address"
+        );
+    }
+}
+
+/// GB/T 28181 live view + talkback (sendrecv) from the platform in B to the device in A with
+/// `TCP/RTP/AVP` at one end or both: each half terminates its own domain's TCP leg and the
+/// link face gets `RTP/AVP`. Every call completes, every flow has no gap, no address leaks,
+/// no leg/session/route/port is left on either half, nothing travels a one-way link the
+/// wrong way; the media crossed on the one-way links and the signaling link carried a
+/// fraction of the media's bytes.
+#[test]
+fn gb_tcp_media_crosses_the_split_on_the_media_links() {
+    if !ready("split_signal_netns gb tcp") {
+        return;
+    }
+    let (bed, _dir, a_dir, b_dir) = setup();
+    no_icmp_errors_on_receive_links(&bed);
+    let a = half(&bed, "a", "udp");
+    let b = half(&bed, "b", "udp");
+    peers_up(&a, &b);
+    let (da, db) = (bed.get("DA_IP").to_owned(), bed.get("DB_IP").to_owned());
+    const CALLS: usize = 3;
+    let (mut at_a, mut at_b) = (0u64, 0u64);
+    let combos = [
+        (GbSide::TcpPassive, GbSide::Udp),
+        (GbSide::Udp, GbSide::TcpPassive),
+        (GbSide::TcpPassive, GbSide::TcpPassive),
+    ];
+    for (n, (b_side, a_side)) in combos.into_iter().enumerate() {
+        let what = format!("platform {b_side:?} / device {a_side:?}");
+        let uas = a_dir.join(format!("tcp_uas{n}.xml"));
+        let uac = b_dir.join(format!("tcp_uac{n}.xml"));
+        std::fs::write(&uas, gb_tcp_uas(a_side, 16000)).unwrap();
+        std::fs::write(&uac, gb_tcp_uac(b_side, 6000, 3000)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a_flows, a_peer) =
+            gb_media_peer(a_side, bed.get("DA_NS"), format!("{da}:16000"), &stop);
+        let (b_flows, b_peer) =
+            gb_media_peer(b_side, bed.get("DB_NS"), format!("{db}:6000"), &stop);
+        let calls = CALLS.to_string();
+        let mut dev = Proc(
+            sipp(
+                bed.get("DA_NS"),
+                &a_dir,
+                &[
+                    "-sf",
+                    uas.to_str().unwrap(),
+                    "-i",
+                    &da,
+                    "-p",
+                    "5060",
+                    "-m",
+                    &calls,
+                    "-trace_msg",
+                    "-trace_err",
+                    "-nostdin",
+                ],
+            )
+            .spawn()
+            .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        if let Err(e) = run_sipp(platform_calls(&bed, &b_dir, uac.to_str().unwrap(), &calls)) {
+            panic!(
+                "{what}: not every call completed: {e}; logs in {}",
+                b_dir.display()
+            );
+        }
+        assert_eq!(
+            dev.wait(Duration::from_secs(15)),
+            Some(true),
+            "{what}: the device scenario failed (leak or a TCP offer toward A); logs in {}",
+            a_dir.display()
+        );
+        // The calls are over: their legs close on both halves, then the peers stop.
+        for h in ["a", "b"] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let live = || {
+                let body = common::split::admin_get(&bed, h, "/api/v1/legs");
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                v["legs"].as_array().map_or(usize::MAX, Vec::len)
+            };
+            while live() != 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            assert_eq!(live(), 0, "{what}: legs left on half {h}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        a_peer.join().unwrap();
+        b_peer.join().unwrap();
+        let (af, bf) = (a_flows.lock().unwrap(), b_flows.lock().unwrap());
+        let sum = |f: &[common::rfc4571::Flow]| f.iter().map(|f| f.received).sum::<u64>();
+        eprintln!(
+            "{what}: talkback at A {} flows {} packets; live view at B {} flows {} packets",
+            af.len(),
+            sum(&af),
+            bf.len(),
+            sum(&bf)
+        );
+        check_gb_flows(
+            &format!("{what}: talkback at A"),
+            &af,
+            CALLS,
+            bed.get("GA_IP"),
+        );
+        check_gb_flows(
+            &format!("{what}: live view at B"),
+            &bf,
+            CALLS,
+            bed.get("GB_IP"),
+        );
+        at_a += sum(&af);
+        at_b += sum(&bf);
+    }
+    for h in ["a", "b"] {
+        let body = common::split::admin_get(&bed, h, "/api/v1/legs");
+        let t =
+            serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["totals"].clone();
+        assert_eq!(t["framing_errors"], 0, "half {h}: {t}");
+        assert_eq!(t["refused"], 0, "half {h}: {t}");
+    }
+    topology_hidden(&a_dir, &b_dir);
+    no_wrong_direction(&bed);
+    let lb = stop_clean_links(b, "b");
+    let la = stop_clean_links(a, "a");
+    eprintln!(
+        "signaling link {} bytes; media links: A sent {} bytes, B sent {} bytes; delivered A {} B {} packets; received at A {at_a} at B {at_b}",
+        la.signal, la.media_out_bytes, lb.media_out_bytes, la.media_in_delivered, lb.media_in_delivered
+    );
+    // What the device in A received came down the reverse link, what the platform in B
+    // received down the forward link.
+    assert!(
+        la.media_in_delivered >= at_a && lb.media_in_delivered >= at_b,
+        "the media crossed on the one-way links"
+    );
+    assert!(
+        la.signal * 4 < la.media_out_bytes + lb.media_out_bytes,
+        "the signaling link carried {} bytes, the media links {}: media rode the signaling link",
+        la.signal,
+        la.media_out_bytes + lb.media_out_bytes
+    );
+}
+
+/// An interleaved ffmpeg client in B against a GStreamer RTSP server in A that takes UDP
+/// only: half B SETUPs the link face over UDP and bridges to the client's `$` frames, half A
+/// relays UDP to UDP. At least 100 frames with no decode error; the media crossed on the
+/// forward link and the signaling link carried a fraction of its bytes.
+#[test]
+fn rtsp_interleaved_client_crosses_the_split_on_the_media_links() {
+    if !rtsp_ready("split_signal_netns rtsp interleaved") {
+        return;
+    }
+    let bed = SplitBed::up();
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!("{}/tests/rtsp/server.py", env!("CARGO_MANIFEST_DIR"));
+    let mut server = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            bed.get("DA_NS"),
+            "/usr/bin/python3",
+            &script,
+        ])
+        .args([
+            "--address",
+            bed.get("DA_IP"),
+            "--port",
+            "8554",
+            "--digest",
+            "cam:s3cret",
+            "--udp-only",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the GStreamer RTSP server");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let _ = std::io::BufRead::read_line(&mut out, &mut line);
+    assert!(
+        line.starts_with("READY"),
+        "RTSP server did not start: {line:?}"
+    );
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    let server = Proc(server);
+    no_icmp_errors_on_receive_links(&bed);
+    let a = start_half(
+        &bed,
+        "a",
+        &half_config(&bed, "a", "off", "off", &rtsp_routes(&bed, "a")),
+    );
+    let b = start_half(
+        &bed,
+        "b",
+        &half_config(&bed, "b", "off", "off", &rtsp_routes(&bed, "b")),
+    );
+    peers_up(&a, &b);
+    let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
+    let trace_path = dir.path().join("ffmpeg-tcp.log");
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            bed.get("DB_NS"),
+            "timeout",
+            "60",
+            "ffmpeg",
+            "-nostdin",
+            "-hide_banner",
+        ])
+        .args([
+            "-loglevel",
+            "repeat+level+trace",
+            "-rtsp_transport",
+            "tcp",
+            "-i",
+            &url,
+        ])
+        .args(["-map", "0:v", "-frames:v", "120", "-f", "framemd5", "-"])
+        .stderr(std::fs::File::create(&trace_path).unwrap())
+        .output()
+        .expect("run ffmpeg");
+    let frames = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("0,"))
+        .count();
+    let trace = std::fs::read_to_string(&trace_path).unwrap_or_default();
+    let errors: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains("[error]") || l.contains("[fatal]"))
+        .collect();
+    assert!(
+        out.status.success() && frames >= 100,
+        "ffmpeg decoded {frames} frames; errors: {errors:?}; trace in {}",
+        trace_path.display()
+    );
+    assert!(errors.is_empty(), "ffmpeg errors: {errors:?}");
+    assert!(
+        trace.contains("RTP/AVP/TCP;unicast;interleaved="),
+        "ffmpeg got interleaved media"
+    );
+    for (net, what) in [
+        ("10.211.1.", "a domain A address"),
+        ("127.77.", "a face address"),
+        ("10.211.0.", "a signaling link address"),
+    ] {
+        if let Some(l) = trace.lines().find(|l| l.contains(net)) {
+            panic!("{what} reached domain B: {l}");
+        }
+    }
+    // The sum of the metric lines holding every `&`-separated part of `name`.
+    let events = |h: &str, name: &str| -> u64 {
+        common::split::admin_get(&bed, h, "/metrics")
+            .lines()
+            .filter(|l| l.starts_with("vgate_") && name.split('&').all(|n| l.contains(n)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let bridged = (
+        events("a", "vgate_rtsp_bridge_legs_total"),
+        events("b", "vgate_rtsp_bridge_legs_total"),
+    );
+    let interleaved_a = events("a", "vgate_rtsp_interleaved_frames_total");
+    // What ffmpeg sent on its `$` channels (RTCP receiver reports) half B injected toward
+    // the link face: it must go down the reverse link, not from a face socket.
+    let injected_b = events("b", "vgate_rtsp_bridge_frames_total{&tcp_to_udp");
+    eprintln!(
+        "bridge legs (half A, half B): {bridged:?}; interleaved frames on half A: {interleaved_a}"
+    );
+    assert!(
+        bridged.0 == 0 && bridged.1 >= 1,
+        "half B bridges the client's interleaved track to UDP toward the link face, half A relays UDP: {bridged:?}"
+    );
+    assert_eq!(interleaved_a, 0, "no $ frame crossed half A");
+    std::thread::sleep(Duration::from_secs(2));
+    no_wrong_direction(&bed);
+    let lb = stop_clean_links(b, "b");
+    let la = stop_clean_links(a, "a");
+    eprintln!(
+        "signaling link {} bytes; forward link: A sent {} bytes, B delivered {} packets",
+        la.signal, la.media_out_bytes, lb.media_in_delivered
+    );
+    eprintln!(
+        "half B injected {injected_b} packets from ffmpeg; the reverse link delivered {} to half A",
+        la.media_in_delivered
+    );
+    assert!(
+        la.media_in_delivered >= injected_b,
+        "what half B injected toward the face crossed on the reverse link"
+    );
+    assert!(
+        lb.media_in_delivered >= 100,
+        "the video crossed on the forward link: {} packets",
+        lb.media_in_delivered
+    );
+    assert!(
+        la.signal * 4 < la.media_out_bytes,
+        "the signaling link carried {} bytes, the forward link {}: media rode the signaling link",
+        la.signal,
+        la.media_out_bytes
+    );
+    drop(server);
+}

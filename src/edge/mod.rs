@@ -311,8 +311,24 @@ impl Injector {
             }
             return;
         };
+        // In a split half, a route toward the link face goes down the link (one lock per
+        // read).
+        let mut link = match route.edge {
+            Some(_) => None,
+            None => self
+                .routes
+                .edge_link
+                .toward(self.channel.egress())
+                .map(|m| m.lock().unwrap_or_else(|e| e.into_inner())),
+        };
+        let ts_us = if link.is_some() {
+            crate::split::link::now_us()
+        } else {
+            0
+        };
         let sock = match (&route.edge, &self.egress) {
             (Some(_), _) => None,
+            (None, _) if link.is_some() => None,
             (None, Some((p, s))) if *p == route.egress_port => Some(Arc::clone(s)),
             (None, _) => {
                 let s = self
@@ -342,6 +358,10 @@ impl Injector {
                 crate::engine::frames::offer_to_leg(sink, p, t);
                 continue;
             }
+            if let Some(tx) = link.as_deref_mut() {
+                tx.forward(route, p, now, ts_us, t);
+                continue;
+            }
             let Some(sock) = &sock else {
                 // Only while the route's session is being torn down.
                 t.drop(DropReason::SendError);
@@ -354,6 +374,10 @@ impl Injector {
         }
         if let Some(sock) = &sock {
             send(&mut scope, sock, route, t);
+        }
+        if let Some(tx) = link.as_deref_mut() {
+            tx.flush();
+            tx.idle(now);
         }
     }
 

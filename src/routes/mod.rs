@@ -174,6 +174,8 @@ pub struct Routes {
     first_packet: [Histogram; 2],
     /// The live stream legs ([`crate::edge`]), for listings and metrics.
     pub legs: crate::edge::LegTable,
+    /// In a split half: the TCP media legs' sender on the outgoing link.
+    pub edge_link: crate::split::link::EdgeLink,
 }
 
 /// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.
@@ -200,6 +202,7 @@ impl Routes {
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
             first_packet: Default::default(),
             legs: Default::default(),
+            edge_link: Default::default(),
         }
     }
 

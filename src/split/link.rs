@@ -702,6 +702,37 @@ impl LinkTx {
     }
 }
 
+/// The lane of the TCP media legs' sender: the last one, never an engine worker's
+/// (`engine.queues` is at most the machine's CPUs, far below it).
+pub const EDGE_LANE: u8 = (crate::split::fec::MAX_LANES - 1) as u8;
+/// Frames the legs' sender writes before it sends them (one read's packets).
+const EDGE_BATCH: usize = 64;
+
+/// The TCP media legs' sender on the outgoing link, shared by the legs' threads; set when
+/// a half's engine starts ([`HalfLinks::finish`]), empty on a single host.
+#[derive(Default)]
+pub struct EdgeLink(std::sync::OnceLock<(DomainId, std::sync::Mutex<LinkTx>)>);
+
+impl EdgeLink {
+    /// Installs the sender for link face `face` (a restarted engine replaces it).
+    pub fn set(&self, face: DomainId, tx: LinkTx) {
+        match self.0.get() {
+            Some((_, m)) => *m.lock().unwrap_or_else(|e| e.into_inner()) = tx,
+            None => {
+                if let Err((_, m)) = self.0.set((face, std::sync::Mutex::new(tx))) {
+                    // Set meanwhile by another engine: keep theirs.
+                    drop(m);
+                }
+            }
+        }
+    }
+
+    /// The sender when `egress` is the link face.
+    pub fn toward(&self, egress: DomainId) -> Option<&std::sync::Mutex<LinkTx>> {
+        self.0.get().filter(|(f, _)| *f == egress).map(|(_, m)| m)
+    }
+}
+
 /// The outgoing link's shared socket, by family (AF_XDP sockets are per worker).
 enum OutLink {
     Udp(Arc<UdpSocket>),
@@ -845,6 +876,30 @@ impl HalfLinks {
         ))
     }
 
+    /// The sender of the TCP media legs ([`crate::edge`]): their packets toward the link
+    /// face go down the link on lane [`EDGE_LANE`], never from an egress socket (a face
+    /// address is a loopback address with nothing behind it). Legs send from their own
+    /// threads, so the lane sits behind a lock taken once per read ([`EdgeLink`]). On an
+    /// AF_XDP link, whose sockets are one per worker queue, the lane uses an AF_PACKET socket.
+    pub fn edge_sender(&self) -> Result<LinkTx, EngineError> {
+        let wire = match &self.out {
+            OutLink::Udp(s) => Wire::Udp(Arc::clone(s)),
+            OutLink::Packet(fd, hdr) => Wire::Packet(Arc::clone(fd), *hdr),
+            OutLink::Xdp(..) => match open_packet(&self.cfg.out_link)? {
+                OutLink::Packet(fd, hdr) => Wire::Packet(fd, hdr),
+                _ => unreachable!("open_packet opens a packet socket"),
+            },
+        };
+        Ok(LinkTx::new(
+            wire,
+            &self.cfg.out_link,
+            EDGE_LANE,
+            self.epoch,
+            EDGE_BATCH,
+            Arc::clone(&self.stats),
+        ))
+    }
+
     /// Adds the incoming link's worker to an engine's `workers` (after them; pinned to
     /// `split.in_link.cpu`, else the last worker's CPU) and returns them all.
     #[allow(clippy::too_many_arguments)]
@@ -859,6 +914,7 @@ impl HalfLinks {
         max_payload: usize,
     ) -> Result<Vec<Worker>, EngineError> {
         if let Some(l) = links {
+            routes.edge_link.set(l.cfg.link_face(), l.edge_sender()?);
             let index = workers.len();
             workers.push(l.start_receiver(
                 index,
