@@ -21,6 +21,15 @@
 //!   interleaved TCP through both halves; no domain A, face or signaling-link address in
 //!   anything ffmpeg received; sessions end with TEARDOWN; nothing left on either half.
 //!
+//! - `gb_tcp_media_crosses_the_split_on_the_media_links`: GB calls with `TCP/RTP/AVP` at the
+//!   platform's end, the device's, or both (RFC 4571 peers of `tests/common/rfc4571.rs`):
+//!   each half terminates its own domain's TCP leg and offers the link face `RTP/AVP`; no
+//!   gap in any flow, nothing left, no leak; the media crossed on the one-way links and the
+//!   signaling link carried under a quarter of their bytes.
+//! - `rtsp_interleaved_client_crosses_the_split_on_the_media_links`: interleaved ffmpeg in B,
+//!   UDP-only GStreamer server in A: half B bridges to UDP toward the link face, 120 frames
+//!   decoded, the video crossed on the forward link, not the signaling link.
+//!
 //! Needs root, iproute2, nftables and sipp (sip-tester) — the RTSP test ffmpeg and
 //! GStreamer's RTSP server instead of sipp; prints DID NOT RUN without them (fails under
 //! CI=true).
