@@ -18,7 +18,10 @@
 //!   port, exactly as if it had arrived there as a datagram: [`crate::channel::inspect`]
 //!   decides and counts, then the packet leaves from the gateway's egress port in the other
 //!   domain (that port's socket, whatever the capture mode) — or, when the far side is a
-//!   leg too, straight into that leg's sink.
+//!   leg too, straight into that leg's sink. In a split half, when the other domain is the
+//!   link face, the packet goes down the outgoing link instead, on the legs' own lane
+//!   ([`crate::split::link::EdgeLink`], one lock per read): a face address has nothing
+//!   behind it.
 //!
 //! A leg's framing is pluggable ([`framing::Framing`]): RFC 4571 here, `$`-interleaved for
 //! RTSP. A leg that closes (peer gone, connect refused until its deadline) tells its owner
