@@ -628,6 +628,8 @@ fn gb_tcp_media_every_combination_both_ways() {
             &gb_ip,
         );
     }
+    let pid = vgate.0.as_ref().map(|c| c.id()).unwrap();
+    assert_eq!(leg_threads(pid), 0, "every leg's thread has ended");
     let totals = leg_totals(&g_ns);
     assert_eq!(totals["framing_errors"], 0, "{totals}");
     assert_eq!(totals["refused"], 0, "{totals}");
@@ -659,6 +661,20 @@ fn wait_for_route(g_ns: &str, channel: &str) {
         std::thread::sleep(Duration::from_millis(30));
     }
     panic!("no {channel} route appeared");
+}
+
+/// Threads of process `pid` that are TCP media legs (`vgate-leg<id>`).
+fn leg_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.starts_with("vgate-leg"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 fn rss_kib(pid: u32) -> u64 {

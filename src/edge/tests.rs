@@ -67,6 +67,13 @@ fn spec(
     }
 }
 
+fn thread_named(name: &str) -> bool {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+}
+
 fn wait(what: &str, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
@@ -140,6 +147,8 @@ fn passive_leg_bridges_both_ways() {
         )
         .unwrap();
     assert_eq!(routes.legs.len(), 1);
+    let name = format!("vgate-leg{}", leg.id());
+    assert!(thread_named(&name), "the leg runs its own thread");
     // A second client from an address the SDP did not name is refused.
     let mut peer = TcpStream::connect(local).unwrap();
     let mut bytes = Vec::with_capacity(65536);
@@ -185,6 +194,8 @@ fn passive_leg_bridges_both_ways() {
         "closed legs take nothing"
     );
     drop(leg);
+    // Joined; the kernel drops the task from /proc a moment after the join returns.
+    wait("the leg's thread to end", || !thread_named(&name));
     assert_eq!(routes.legs.len(), 0);
     assert_eq!(routes.legs.ended.frames_in.load(SeqCst), 20);
     routes.close_session(s).unwrap();
