@@ -51,6 +51,10 @@ use crate::stats::{DropReason, Tally};
 pub const CLOSE_BLOCK_MS: u64 = 20;
 /// A receiver block quiet this long counts what it never got as lost.
 pub const SETTLE_MS: u64 = 500;
+/// The incoming link's reorder window by default: a datagram waits at most this long for a
+/// missing earlier one (`split.in_link.reorder_ms`; 0 hands datagrams on as they arrive).
+/// Long enough for the repair frames of a block closed early ([`CLOSE_BLOCK_MS`]).
+pub const DEFAULT_REORDER_MS: u64 = 25;
 /// Receive batches read per wakeup before looking at commands again.
 const BUDGET: usize = 8;
 /// The incoming link socket's token in the worker's epoll set.
@@ -604,6 +608,7 @@ impl HalfLinks {
             local: HashMap::new(),
             batch,
             fec: self.cfg.in_link.fec,
+            reorder_ms: self.cfg.in_link.reorder_ms,
             max_payload,
             overflow_seen: 0,
         };
@@ -611,7 +616,7 @@ impl HalfLinks {
         spawn(index, cpu, routes, stop, Some(link), move |_: &Shell| {
             Ok(RxState {
                 rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
-                dec: Decoder::new(path.fec),
+                dec: Decoder::with_reorder(path.fec, path.reorder_ms),
                 path,
             })
         })
@@ -628,6 +633,8 @@ struct RxPath {
     local: EgressSockets,
     batch: usize,
     fec: Option<Fec>,
+    /// The reorder window's longest wait (0: datagrams are handed on as they arrive).
+    reorder_ms: u64,
     max_payload: usize,
     overflow_seen: u32,
 }
@@ -650,29 +657,124 @@ impl Datapath for RxState {
         drain(shell, &mut self.path, &mut self.rx, &mut self.dec, now);
     }
 
+    /// Hands on what waited its time in the reorder window.
+    fn poll(&mut self, shell: &Shell) -> bool {
+        let Some(due) = self.dec.next_deadline() else {
+            return false;
+        };
+        let now = now_ms();
+        if now >= due {
+            let ctx = &self.path;
+            let channel = Channel::from_ingress(ctx.face);
+            let mut tally = Tally::default();
+            let mut drops = [0u64; LinkDrop::COUNT];
+            self.dec.release_due(now, |dst, src, payload, repaired| {
+                deliver_one(
+                    shell,
+                    ctx,
+                    channel,
+                    (dst, src, payload, repaired),
+                    now,
+                    &mut tally,
+                    &mut drops,
+                )
+            });
+            count_drops(&ctx.split.in_link, &drops);
+            shell.stats.channel(channel).add(&tally);
+        }
+        false
+    }
+
+    /// Sleeps no longer than the reorder window's next release.
+    fn idle_ms(&self) -> u16 {
+        match self.dec.next_deadline() {
+            Some(due) => due.saturating_sub(now_ms()).clamp(1, 100) as u16,
+            None => 100,
+        }
+    }
+
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
         apply_egress(&mut self.path.local, cmd);
     }
 
     fn sample(&mut self, _shell: &Shell) {
         self.dec.settle(now_ms(), SETTLE_MS);
-        self.path.split.in_link.publish(&self.dec.counts);
+        self.path.split.in_link.publish(&self.dec.totals());
     }
 }
 
 impl Drop for RxState {
     fn drop(&mut self) {
-        // At exit every block still open counts what it never got.
+        // At exit every block still open counts what it never got (what a reorder window
+        // still holds, at most `reorder_ms` of traffic, is not sent any more).
         self.dec.settle(u64::MAX, 0);
-        self.path.split.in_link.publish(&self.dec.counts);
+        self.path.split.in_link.publish(&self.dec.totals());
     }
+}
+
+fn count_drops(link: &LinkCounters, drops: &[u64; LinkDrop::COUNT]) {
+    for (a, &d) in link.drops.iter().zip(drops) {
+        if d > 0 {
+            a.fetch_add(d, Relaxed);
+        }
+    }
+}
+
+/// Hands one datagram from the link to the link face as if it came from `(peer face, src)`
+/// on gateway port `dst`: route lookup, checks and the route's egress socket; counts it in
+/// the route (received or repaired on the link) and the batch's tallies.
+fn deliver_one(
+    shell: &Shell,
+    ctx: &RxPath,
+    channel: Channel,
+    (dst, src, payload, repaired): (u16, u16, &[u8], bool),
+    now: u64,
+    tally: &mut Tally,
+    drops: &mut [u64; LinkDrop::COUNT],
+) {
+    let egress = channel.egress();
+    let mut one = Tally {
+        rx_packets: 1,
+        rx_bytes: payload.len() as u64,
+        ..Tally::default()
+    };
+    let Some(route) = shell.routes.lookup(channel, dst) else {
+        drops[LinkDrop::UnknownPort as usize] += 1;
+        one.drop(DropReason::NoRoute);
+        tally.merge(&one);
+        return;
+    };
+    route.stats.link.count(repaired);
+    let from = SocketAddrV4::new(ctx.peer_face, src);
+    match inspect(&route, from, payload, false, ctx.max_payload, now) {
+        Err(r) => one.drop(r),
+        Ok(admitted) => {
+            one.relatches += u64::from(admitted == Admitted::Relatched);
+            // Only admitted datagrams keep the route alive.
+            route.touch(now);
+            match ctx.local.get(&(egress, route.egress_port)) {
+                Some(s) => match s.send_to(payload, route.dest) {
+                    Ok(_) => {
+                        one.tx_packets = 1;
+                        one.tx_bytes = payload.len() as u64;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        one.drop(DropReason::QueueFull)
+                    }
+                    Err(_) => one.drop(DropReason::SendError),
+                },
+                // Only while the route's session is being torn down.
+                None => one.drop(DropReason::SendError),
+            }
+        }
+    }
+    route.stats.packets.add(&one);
+    tally.merge(&one);
 }
 
 fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder, now: u64) {
     let channel = Channel::from_ingress(ctx.face);
-    let egress = channel.egress();
     let link = &ctx.split.in_link;
-    let local = &ctx.local;
     for _ in 0..BUDGET {
         let n = match rx.recv(ctx.sock.as_fd()) {
             Ok(0) => return,
@@ -710,58 +812,24 @@ fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder,
                     continue;
                 }
             };
-            let res = {
-                let mut deliver = |dst: u16, src: u16, payload: &[u8]| {
-                    let mut one = Tally {
-                        rx_packets: 1,
-                        rx_bytes: payload.len() as u64,
-                        ..Tally::default()
-                    };
-                    let Some(route) = shell.routes.lookup(channel, dst) else {
-                        drops[LinkDrop::UnknownPort as usize] += 1;
-                        one.drop(DropReason::NoRoute);
-                        tally.merge(&one);
-                        return;
-                    };
-                    let from = SocketAddrV4::new(ctx.peer_face, src);
-                    match inspect(&route, from, payload, false, ctx.max_payload, now) {
-                        Err(r) => one.drop(r),
-                        Ok(admitted) => {
-                            one.relatches += u64::from(admitted == Admitted::Relatched);
-                            // Only admitted datagrams keep the route alive.
-                            route.touch(now);
-                            match local.get(&(egress, route.egress_port)) {
-                                Some(s) => match s.send_to(payload, route.dest) {
-                                    Ok(_) => {
-                                        one.tx_packets = 1;
-                                        one.tx_bytes = payload.len() as u64;
-                                    }
-                                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                        one.drop(DropReason::QueueFull)
-                                    }
-                                    Err(_) => one.drop(DropReason::SendError),
-                                },
-                                // Only while the route's session is being torn down.
-                                None => one.drop(DropReason::SendError),
-                            }
-                        }
-                    }
-                    route.stats.packets.add(&one);
-                    tally.merge(&one);
-                };
-                dec.receive(&p, now, &mut deliver)
-            };
+            let res = dec.receive(&p, now, |dst, src, payload, repaired| {
+                deliver_one(
+                    shell,
+                    ctx,
+                    channel,
+                    (dst, src, payload, repaired),
+                    now,
+                    &mut tally,
+                    &mut drops,
+                )
+            });
             if let Err(e) = res {
                 drops[LinkDrop::from_header(e) as usize] += 1;
             }
         }
         link.packets.fetch_add(n as u64, Relaxed);
         link.bytes.fetch_add(bytes, Relaxed);
-        for (a, d) in link.drops.iter().zip(drops) {
-            if d > 0 {
-                a.fetch_add(d, Relaxed);
-            }
-        }
+        count_drops(link, &drops);
         shell.stats.channel(channel).add(&tally);
         if n < rx.capacity() {
             return;
