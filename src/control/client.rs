@@ -254,6 +254,26 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
                 }
             );
         }
+        if let Some(streams) = cur["split"]["streams"].as_array() {
+            if !streams.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\nLINK STREAMS (in link, since start)\n{:<24} {:>6} {:>10} {:>9} {:>9}",
+                    "ROUTE", "PORT", "RECEIVED", "REPAIRED", "RTP LOST"
+                );
+                for v in streams {
+                    let _ = writeln!(
+                        s,
+                        "{:<24} {:>6} {:>10} {:>9} {:>9}",
+                        v["route"].as_str().unwrap_or(""),
+                        v["port"],
+                        v["received"],
+                        v["repaired"],
+                        v["rtp_lost"]
+                    );
+                }
+            }
+        }
     }
     if let Some(worst) = cur["worst_routes"].as_array() {
         if !worst.is_empty() {

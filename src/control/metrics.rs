@@ -241,6 +241,11 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
     ),
+    (
+        "vgate_route_link_packets_total",
+        "counter",
+        "Split half: datagrams the incoming one-way link handed each route of the link face, as received or rebuilt by FEC (what the link lost per stream shows as the route's RTP loss)",
+    ),
     ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
     ("vgate_split_peer_last_seen_timestamp_seconds", "gauge", "Split half: Unix time in seconds of the last authenticated frame from the other half (0: never)"),
     ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
@@ -811,6 +816,27 @@ pub fn render(st: &ControlState) -> String {
                 &labels,
                 r.stats.rtp.snapshot().lost,
             );
+        }
+        if let Some(sp) = &st.split {
+            // One series pair per route of the link face: bounded like every per-route family.
+            let face = crate::routes::Channel::from_ingress(sp.half.link_face());
+            o.family("vgate_route_link_packets_total");
+            for r in routes.iter().filter(|r| r.channel == face) {
+                let port = r.port.to_string();
+                let l = r.stats.link.snapshot();
+                for (how, v) in [("received", l.received), ("repaired", l.repaired)] {
+                    o.sample(
+                        "vgate_route_link_packets_total",
+                        &[
+                            ("route", &*r.label),
+                            ("channel", r.channel.name()),
+                            ("port", &port),
+                            ("how", how),
+                        ],
+                        v,
+                    );
+                }
+            }
         }
     }
     o.text
