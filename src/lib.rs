@@ -26,6 +26,11 @@
 //! - [`channel`] is what happens between lookup and send, the same for every engine: size and
 //!   source checks, RTP sequence accounting, per-channel and per-worker counters. The engine
 //!   then sends the packet from the far-side gateway address and the route's egress port.
+//! - [`edge`] is media the gateway terminates itself at a domain's edge: stream legs (GB/T
+//!   28181 RTP over TCP, RTSP interleaved) that turn a TCP byte stream into datagrams on the
+//!   same routes and channels and back. An engine hands a packet whose receiver is a leg to
+//!   the leg's bounded sink instead of its egress socket; a leg puts what its peer sends into
+//!   the route of its gateway port as if it had arrived there.
 //!
 //! ## Beside the data path
 //!
@@ -50,6 +55,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod demo;
+pub mod edge;
 pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;

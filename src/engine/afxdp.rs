@@ -429,10 +429,17 @@ impl PortHooks for XdpHooks {
     fn close_port(&self, domain: DomainId, port: u16) {
         self.registry.close_port(domain, port)
     }
+    fn port_socket(&self, domain: DomainId, port: u16) -> Option<Arc<std::net::UdpSocket>> {
+        self.registry.port_socket(domain, port)
+    }
     fn route_added(&self, route: &Arc<StreamRoute>) {
         self.set(route.channel, route.port, true);
         if let Some(f) = &self.fast {
-            f.added(route, now_ms());
+            // A route whose receiver is a stream leg stays on the slow path: only user
+            // space can hand its packets to the leg's sink.
+            if route.edge.is_none() {
+                f.added(route, now_ms());
+            }
         }
     }
     fn route_removed(&self, route: &StreamRoute) {

@@ -136,6 +136,11 @@ impl<'l> Run<'l> {
                 return None;
             }
         }
+        if let Some(sink) = &route.edge {
+            // The receiver is a stream leg: its sink, not a socket.
+            offer_to_leg(sink, d.payload, &mut self.tally);
+            return None;
+        }
         let Some(fd) = self.egress else {
             // The egress socket is announced before the route is installed, so this only
             // happens while the route's session is being torn down.
@@ -154,6 +159,18 @@ impl<'l> Run<'l> {
             route.stats.packets.add(&self.tally);
         }
         chan[self.channel.index()].merge(&self.tally);
+    }
+}
+
+/// Hands an admitted packet to a stream leg's sink ([`crate::edge`]) and counts what
+/// happened: sent, or dropped as `leg_stall`.
+#[inline]
+pub fn offer_to_leg(sink: &crate::edge::EdgeSink, payload: &[u8], t: &mut Tally) {
+    if sink.offer(payload) {
+        t.tx_packets += 1;
+        t.tx_bytes += payload.len() as u64;
+    } else {
+        t.drop(DropReason::LegStall);
     }
 }
 

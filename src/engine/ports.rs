@@ -182,6 +182,10 @@ impl PortHooks for PortRegistry {
         Ok(())
     }
 
+    fn port_socket(&self, domain: DomainId, port: u16) -> Option<Arc<UdpSocket>> {
+        self.lock().sockets.get(&(domain, port)).cloned()
+    }
+
     fn close_port(&self, domain: DomainId, port: u16) {
         let key = (domain, port);
         let sock = {

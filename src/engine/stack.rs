@@ -281,7 +281,12 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
             // Only packets that passed every check keep the route alive.
             route.touch(now);
         }
-        if let (false, Some(link)) = (sel.is_empty(), link.as_deref_mut()) {
+        if let (false, Some(sink)) = (sel.is_empty(), route.edge.as_deref()) {
+            // The receiver is a stream leg the gateway terminates: its sink, not a socket.
+            for &i in sel.iter() {
+                super::frames::offer_to_leg(sink, rx.payload(usize::from(i)), &mut tally);
+            }
+        } else if let (false, Some(link)) = (sel.is_empty(), link.as_deref_mut()) {
             // Split half: the far side is the peer half, down the outgoing link.
             let ts = crate::split::link::now_us();
             for &i in sel.iter() {

@@ -43,6 +43,11 @@ pub trait PortHooks: Send + Sync {
     fn route_added(&self, _route: &Arc<StreamRoute>) {}
     /// The route was removed from the table (its channel and port are free again).
     fn route_removed(&self, _route: &StreamRoute) {}
+    /// The socket bound on an open port, when the hooks bind one: stream legs
+    /// ([`crate::edge::Injector`]) send from it.
+    fn port_socket(&self, _domain: DomainId, _port: u16) -> Option<Arc<std::net::UdpSocket>> {
+        None
+    }
 }
 
 /// Hooks that do nothing: for pure tests and tools.
@@ -167,6 +172,8 @@ pub struct Routes {
     /// Time from a SIP ([0]) or RTSP ([1]) session's route installation to its first admitted
     /// packet; counted by [`Routes::count_first_packets`] and on the route's removal.
     first_packet: [Histogram; 2],
+    /// The live stream legs ([`crate::edge`]), for listings and metrics.
+    pub legs: crate::edge::LegTable,
 }
 
 /// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.
@@ -192,6 +199,7 @@ impl Routes {
             lost_reported: Default::default(),
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
             first_packet: Default::default(),
+            legs: Default::default(),
         }
     }
 
@@ -389,6 +397,23 @@ impl Routes {
         session: SessionId,
         spec: RouteSpec,
     ) -> Result<Arc<StreamRoute>, RouteError> {
+        self.add_edge_route(session, spec, None)
+    }
+
+    /// The socket bound on a gateway port, when the engine binds one (every engine on one
+    /// host does): what a stream leg sends its packets from.
+    pub fn port_socket(&self, domain: DomainId, port: u16) -> Option<Arc<std::net::UdpSocket>> {
+        self.hooks.port_socket(domain, port)
+    }
+
+    /// Installs a route whose receiver may be a stream leg (`edge`: its sink, see
+    /// [`crate::edge`]). Both its ports must belong to `session`.
+    pub fn add_edge_route(
+        &self,
+        session: SessionId,
+        spec: RouteSpec,
+        edge: Option<Arc<crate::edge::EdgeSink>>,
+    ) -> Result<Arc<StreamRoute>, RouteError> {
         let far = spec.ingress.other();
         if !self.domains[far.index()].contains(*spec.dest.ip()) {
             return Err(RouteError::WrongDomain {
@@ -423,7 +448,8 @@ impl Routes {
             });
         }
         let mut route = StreamRoute::new(spec, session)
-            .with_relatch_after(self.relatch_after_ms.load(Ordering::Relaxed));
+            .with_relatch_after(self.relatch_after_ms.load(Ordering::Relaxed))
+            .with_edge(edge);
         if FIRST_PACKET_KINDS.contains(&s.kind) {
             route = route.with_first_packet_timing(s.kind);
         }

@@ -176,6 +176,9 @@ pub struct StreamRoute {
     first_counted: AtomicBool,
     timed_kind: Option<super::SessionKind>,
     pub stats: Arc<RouteStats>,
+    /// When the receiver is a stream leg the gateway terminates ([`crate::edge`]): engines
+    /// offer admitted packets to it instead of sending them to `dest`.
+    pub edge: Option<Arc<crate::edge::EdgeSink>>,
 }
 
 const LATCHED: u64 = 1 << 48;
@@ -230,6 +233,7 @@ impl StreamRoute {
             first_counted: AtomicBool::new(true),
             timed_kind: None,
             stats: Arc::new(RouteStats::default()),
+            edge: None,
         }
     }
 
@@ -238,6 +242,12 @@ impl StreamRoute {
     pub fn with_first_packet_timing(mut self, kind: super::SessionKind) -> StreamRoute {
         self.first_counted.store(false, Relaxed);
         self.timed_kind = Some(kind);
+        self
+    }
+
+    /// Hands this route's admitted packets to a stream leg's sink instead of `dest`.
+    pub fn with_edge(mut self, edge: Option<Arc<crate::edge::EdgeSink>>) -> StreamRoute {
+        self.edge = edge;
         self
     }
 

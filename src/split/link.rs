@@ -752,6 +752,12 @@ fn deliver_one(
             one.relatches += u64::from(admitted == Admitted::Relatched);
             // Only admitted datagrams keep the route alive.
             route.touch(now);
+            if let Some(sink) = &route.edge {
+                crate::engine::frames::offer_to_leg(sink, payload, &mut one);
+                route.stats.packets.add(&one);
+                tally.merge(&one);
+                return;
+            }
             match ctx.local.get(&(egress, route.egress_port)) {
                 Some(s) => match s.send_to(payload, route.dest) {
                     Ok(_) => {

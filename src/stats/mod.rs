@@ -34,10 +34,13 @@ pub enum DropReason {
     /// or checksum, not UDP): only the ring engines see these; the kernel drops them before
     /// any socket.
     Malformed,
+    /// The route's receiver is a stream leg ([`crate::edge`]) whose queue was full (its peer
+    /// is not reading fast enough) or that has closed.
+    LegStall,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -48,6 +51,7 @@ impl DropReason {
         DropReason::QueueFull,
         DropReason::RxOverflow,
         DropReason::Malformed,
+        DropReason::LegStall,
     ];
 
     /// Name used in totals and metrics labels.
@@ -62,6 +66,7 @@ impl DropReason {
             DropReason::QueueFull => "queue_full",
             DropReason::RxOverflow => "rx_overflow",
             DropReason::Malformed => "malformed",
+            DropReason::LegStall => "leg_stall",
         }
     }
 }

@@ -1,0 +1,346 @@
+//! Framings that carry RTP packets on a byte stream, and the de-framer that takes them back
+//! out of whatever a peer sends.
+//!
+//! A [`Framing`] says only how one frame's header looks: RFC 4571 ([`Rfc4571`], a 2-byte
+//! length) for GB/T 28181 `TCP/RTP/AVP`, RTSP interleaved ([`Interleaved`], `$`, a channel
+//! byte, a 2-byte length, RFC 2326 §10.12). The [`Deframer`] does the rest the same way for
+//! both: a caller-owned buffer, complete frames handed out in place, and untrusted input
+//! counted instead of trusted. A frame is accepted only if its length is 1..=`max` and its
+//! payload starts like RTP/RTCP version 2; anything else is a framing error and the
+//! de-framer resynchronises one byte further on (garbage before the first frame, a length
+//! of 0 or 65535). One error is counted per run of bad bytes, not per byte.
+
+/// What a framing found at the start of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Header {
+    /// Not enough bytes to tell.
+    Need,
+    /// A header of `header` bytes announcing `len` payload bytes on `channel` (RFC 4571: 0).
+    Frame {
+        header: usize,
+        len: usize,
+        channel: u8,
+    },
+    /// These bytes cannot start a frame.
+    NotAHeader,
+}
+
+/// How one frame's header is written and read. Implementations hold no state.
+pub trait Framing: Send + Sync + 'static {
+    /// Bytes the header takes.
+    fn header_len(&self) -> usize;
+    /// Writes the header of a `len`-byte frame on `channel` into `out` (exactly
+    /// [`Framing::header_len`] bytes). `len` is at most 65535.
+    fn write_header(&self, channel: u8, len: u16, out: &mut [u8]);
+    /// Reads a header at the start of `buf`.
+    fn parse(&self, buf: &[u8]) -> Header;
+}
+
+/// RFC 4571 §2: each packet preceded by its length, 16 bits, network order. GB/T 28181
+/// `TCP/RTP/AVP` media.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rfc4571;
+
+impl Framing for Rfc4571 {
+    fn header_len(&self) -> usize {
+        2
+    }
+    fn write_header(&self, _channel: u8, len: u16, out: &mut [u8]) {
+        out[..2].copy_from_slice(&len.to_be_bytes());
+    }
+    fn parse(&self, buf: &[u8]) -> Header {
+        match buf {
+            [h, l, ..] => Header::Frame {
+                header: 2,
+                len: usize::from(u16::from_be_bytes([*h, *l])),
+                channel: 0,
+            },
+            _ => Header::Need,
+        }
+    }
+}
+
+/// RTSP interleaved binary data (RFC 2326 §10.12): `$`, channel, 16-bit length. The RTSP
+/// proxy separates these frames from RTSP messages on the same connection; this framing
+/// only reads and writes the frames.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Interleaved;
+
+impl Framing for Interleaved {
+    fn header_len(&self) -> usize {
+        4
+    }
+    fn write_header(&self, channel: u8, len: u16, out: &mut [u8]) {
+        out[0] = b'$';
+        out[1] = channel;
+        out[2..4].copy_from_slice(&len.to_be_bytes());
+    }
+    fn parse(&self, buf: &[u8]) -> Header {
+        match buf {
+            [b'$', c, h, l, ..] => Header::Frame {
+                header: 4,
+                len: usize::from(u16::from_be_bytes([*h, *l])),
+                channel: *c,
+            },
+            [b'$', ..] | [] => Header::Need,
+            _ => Header::NotAHeader,
+        }
+    }
+}
+
+/// What a de-framer counted; plain numbers, added to a leg's atomics by its thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeframeTally {
+    pub frames: u64,
+    pub bytes: u64,
+    /// Runs of bytes that were not a valid frame (garbage, length 0, length > max, payload
+    /// not RTP/RTCP version 2), one per run.
+    pub framing_errors: u64,
+    /// Bytes skipped in those runs.
+    pub skipped_bytes: u64,
+}
+
+/// Takes frames out of a byte stream. The caller reads into [`Deframer::space`], reports
+/// the count with [`Deframer::filled`], then takes frames with [`Deframer::drain`].
+pub struct Deframer<F: Framing> {
+    framing: F,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    max: usize,
+    /// Inside a run of bad bytes (its error is already counted).
+    bad_run: bool,
+}
+
+impl<F: Framing> Deframer<F> {
+    /// A de-framer accepting payloads of 1..=`max` bytes (at most 65535).
+    pub fn new(framing: F, max: usize) -> Deframer<F> {
+        let max = max.clamp(1, 65535);
+        // Room for two largest frames: a partial one kept at the front never blocks a read.
+        let cap = 2 * (framing.header_len() + max) + 4096;
+        Deframer {
+            framing,
+            buf: vec![0; cap].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            max,
+            bad_run: false,
+        }
+    }
+
+    /// Where the next read goes: never empty.
+    pub fn space(&mut self) -> &mut [u8] {
+        if self.start > 0 && self.buf.len() - self.end < self.framing.header_len() + self.max {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// `n` bytes were read into [`Deframer::space`].
+    pub fn filled(&mut self, n: usize) {
+        self.end = (self.end + n).min(self.buf.len());
+    }
+
+    /// Hands every complete frame to `f(channel, payload)`, counting into `t`.
+    pub fn drain(&mut self, t: &mut DeframeTally, mut f: impl FnMut(u8, &[u8])) {
+        loop {
+            let avail = &self.buf[self.start..self.end];
+            let (header, len, channel) = match self.framing.parse(avail) {
+                Header::Need => return,
+                Header::NotAHeader => {
+                    self.skip(t);
+                    continue;
+                }
+                Header::Frame {
+                    header,
+                    len,
+                    channel,
+                } => (header, len, channel),
+            };
+            if len == 0 || len > self.max {
+                self.skip(t);
+                continue;
+            }
+            let Some(payload) = avail.get(header..header + len) else {
+                // The frame is not complete; but a payload that already shows it is not
+                // RTP/RTCP need not be waited for.
+                if avail.get(header).is_some_and(|b| b >> 6 != 2) {
+                    self.skip(t);
+                    continue;
+                }
+                return;
+            };
+            if payload[0] >> 6 != 2 {
+                self.skip(t);
+                continue;
+            }
+            self.bad_run = false;
+            t.frames += 1;
+            t.bytes += len as u64;
+            f(channel, payload);
+            self.start += header + len;
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+        }
+    }
+
+    fn skip(&mut self, t: &mut DeframeTally) {
+        if !self.bad_run {
+            t.framing_errors += 1;
+            self.bad_run = true;
+        }
+        t.skipped_bytes += 1;
+        self.start += 1;
+    }
+
+    /// The framing it reads.
+    pub fn framing(&self) -> &F {
+        &self.framing
+    }
+
+    /// Bytes left that are not a complete frame (at a close: a partial frame).
+    pub fn pending(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// Writes `payload` framed into `out` if it fits in `out`'s spare capacity (never grows it);
+/// `false` when it does not fit or is too long to frame.
+pub fn frame_into<F: Framing + ?Sized>(
+    framing: &F,
+    channel: u8,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
+    let h = framing.header_len();
+    let Ok(len) = u16::try_from(payload.len()) else {
+        return false;
+    };
+    if out.capacity() - out.len() < h + payload.len() {
+        return false;
+    }
+    let at = out.len();
+    out.resize(at + h, 0);
+    framing.write_header(channel, len, &mut out[at..]);
+    out.extend_from_slice(payload);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rtp(seq: u16, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        crate::wire::rtp::write_header(&mut b, 96, seq, 0, 1).unwrap();
+        b
+    }
+
+    fn feed<F: Framing>(
+        d: &mut Deframer<F>,
+        bytes: &[u8],
+        chunk: usize,
+    ) -> (DeframeTally, Vec<Vec<u8>>) {
+        let mut t = DeframeTally::default();
+        let mut got = Vec::new();
+        for mut c in bytes.chunks(chunk) {
+            while !c.is_empty() {
+                let s = d.space();
+                let n = s.len().min(c.len());
+                s[..n].copy_from_slice(&c[..n]);
+                d.filled(n);
+                c = &c[n..];
+                d.drain(&mut t, |_, p| got.push(p.to_vec()));
+            }
+        }
+        (t, got)
+    }
+
+    fn framed(payloads: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(65536);
+        for p in payloads {
+            assert!(frame_into(&Rfc4571, 0, p, &mut out));
+        }
+        out
+    }
+
+    #[test]
+    fn round_trip_in_any_chunking() {
+        let ps: Vec<_> = (0..50).map(|i| rtp(i, 12 + usize::from(i) * 17)).collect();
+        let bytes = framed(&ps);
+        for chunk in [1, 2, 3, 7, 100, 1500, 65536] {
+            let mut d = Deframer::new(Rfc4571, 1472);
+            let (t, got) = feed(&mut d, &bytes, chunk);
+            assert_eq!(got, ps, "chunk {chunk}");
+            assert_eq!((t.frames, t.framing_errors, d.pending()), (50, 0, 0));
+        }
+    }
+
+    #[test]
+    fn bad_input_is_counted_and_skipped() {
+        let good = rtp(1, 200);
+        // Garbage before the first frame, a zero length, a 65535 length, then good frames.
+        let mut bytes = b"GET / HTTP/1.0\r\n\r\n".to_vec();
+        bytes.extend_from_slice(&framed(std::slice::from_ref(&good)));
+        bytes.extend_from_slice(&[0, 0]);
+        bytes.extend_from_slice(&framed(std::slice::from_ref(&good)));
+        bytes.extend_from_slice(&[0xff, 0xff, 0x80, 0x60]);
+        bytes.extend_from_slice(&framed(&[good.clone(), good.clone()]));
+        let mut d = Deframer::new(Rfc4571, 1472);
+        let (t, got) = feed(&mut d, &bytes, 5);
+        assert_eq!(got.len(), 4, "every good frame survives");
+        assert!(got.iter().all(|g| *g == good));
+        assert_eq!(
+            t.framing_errors, 3,
+            "garbage, zero length, oversize: one each"
+        );
+        assert_eq!(d.pending(), 0);
+    }
+
+    #[test]
+    fn cut_frame_stays_pending() {
+        let bytes = framed(&[rtp(1, 100), rtp(2, 100)]);
+        let mut d = Deframer::new(Rfc4571, 1472);
+        let (t, got) = feed(&mut d, &bytes[..bytes.len() - 10], 64);
+        assert_eq!((got.len(), t.frames), (1, 1));
+        assert_eq!(d.pending(), 92);
+    }
+
+    #[test]
+    fn endless_garbage_is_bounded() {
+        let mut d = Deframer::new(Rfc4571, 1472);
+        let junk = vec![0x41u8; 1 << 20];
+        let (t, got) = feed(&mut d, &junk, 4096);
+        assert!(got.is_empty());
+        assert_eq!(t.framing_errors, 1);
+        assert!(d.pending() < 2 + 1472);
+    }
+
+    #[test]
+    fn interleaved_frames_carry_channels() {
+        let mut out = Vec::with_capacity(4096);
+        assert!(frame_into(&Interleaved, 3, &rtp(9, 40), &mut out));
+        out.splice(0..0, b"xx".iter().copied());
+        let mut d = Deframer::new(Interleaved, 1472);
+        let mut t = DeframeTally::default();
+        let s = d.space();
+        s[..out.len()].copy_from_slice(&out);
+        d.filled(out.len());
+        let mut seen = Vec::new();
+        d.drain(&mut t, |c, p| seen.push((c, p.len())));
+        assert_eq!(seen, vec![(3, 40)]);
+        assert_eq!(t.framing_errors, 1);
+    }
+
+    #[test]
+    fn frame_into_never_grows() {
+        let mut out = Vec::with_capacity(10);
+        assert!(!frame_into(&Rfc4571, 0, &[0x80; 9], &mut out));
+        assert!(frame_into(&Rfc4571, 0, &[0x80; 8], &mut out));
+        assert_eq!(out.capacity(), 10);
+    }
+}

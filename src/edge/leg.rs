@@ -1,0 +1,518 @@
+//! One stream leg: a TCP connection the gateway terminates at its own address in one domain,
+//! run by a thread of its own (`vgate-leg<id>`).
+//!
+//! The thread sleeps in `epoll` on the socket (or the listener, or a connect in progress)
+//! and the sink's eventfd. Readable: a bounded number of reads into the de-framer, each
+//! frame handed to the [`Injector`] (one route lookup per read). Sink not empty: packets
+//! framed into a bounded write buffer ([`OUT_BYTES`]) and written non-blocking; while that
+//! buffer is full the sink fills and the engines count `leg_stall`. The peer closing, a
+//! read or write error, or an active connect that never succeeds ends the leg: counted,
+//! the sink closed, the owner told once ([`LegSpec::on_close`]). Dropping the [`Leg`]
+//! stops and joins the thread, closes its sockets and takes it out of the [`super::LegTable`].
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
+
+use super::framing::{frame_into, DeframeTally, Deframer, Framing};
+use super::sink::{EdgeSink, SLOT_BYTES};
+use super::{EdgeError, Injector, LegCounters, LegInfo, LegState};
+use crate::clock::now_ms;
+use crate::config::DomainId;
+use crate::engine::ports::bind_to_device;
+use crate::routes::{Routes, SessionId};
+use crate::stats::{DropReason, Tally};
+
+/// The write buffer of a leg, bytes: what the peer's TCP window may lag behind the stream
+/// before packets are dropped (about 100 ms of a 20 Mbit/s stream).
+pub const OUT_BYTES: usize = 256 * 1024;
+/// Reads per wake-up before the thread looks at its sink and stop flag again.
+const READS_PER_WAKE: usize = 16;
+/// An active leg retries a refused connect this often.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// Who opens the TCP connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The gateway listens on its end; only the peer's address may connect, once.
+    Passive,
+    /// The gateway connects from its end to the peer, retrying until `connect_for` ends.
+    Active,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Passive => "passive",
+            Role::Active => "active",
+        }
+    }
+}
+
+/// What a leg is asked to be.
+pub struct LegSpec {
+    pub label: String,
+    pub session: SessionId,
+    pub domain: DomainId,
+    pub role: Role,
+    /// The gateway's end: its address in `domain` and the gateway port written in the SDP.
+    /// It is also the route key for what the peer sends.
+    pub local: SocketAddrV4,
+    /// The peer the SDP named (passive: only its address is checked).
+    pub peer: SocketAddrV4,
+    /// The domain's interface: the leg's sockets are tied to it, as the media ports are.
+    pub interface: Option<String>,
+    pub framing: Box<dyn Framing>,
+    pub max_payload: usize,
+    /// Sink slots ([`super::sink::DEFAULT_SLOTS`]).
+    pub slots: usize,
+    /// Active: how long to keep trying to connect.
+    pub connect_for: Duration,
+    /// Called once, from the leg's thread, when the leg ends by itself (not when dropped).
+    pub on_close: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// A running leg; dropping it stops it.
+pub struct Leg {
+    id: u64,
+    sink: Arc<EdgeSink>,
+    counters: Arc<LegCounters>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    routes: Arc<Routes>,
+}
+
+impl std::fmt::Debug for Leg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leg").field("id", &self.id).finish()
+    }
+}
+
+impl Framing for Box<dyn Framing> {
+    fn header_len(&self) -> usize {
+        (**self).header_len()
+    }
+    fn write_header(&self, channel: u8, len: u16, out: &mut [u8]) {
+        (**self).write_header(channel, len, out)
+    }
+    fn parse(&self, buf: &[u8]) -> super::framing::Header {
+        (**self).parse(buf)
+    }
+}
+
+impl Leg {
+    /// Starts a leg. A passive leg listens before this returns, so the SDP naming its port
+    /// may go out at once.
+    pub fn start(spec: LegSpec, routes: Arc<Routes>) -> Result<Leg, EdgeError> {
+        let counters = Arc::new(LegCounters::default());
+        let sink = Arc::new(
+            EdgeSink::new(spec.slots, Arc::clone(&counters)).map_err(EdgeError::Resources)?,
+        );
+        let listener = match spec.role {
+            Role::Passive => {
+                let l = TcpListener::bind(spec.local).map_err(|source| EdgeError::Listen {
+                    domain: spec.domain,
+                    addr: spec.local,
+                    source,
+                })?;
+                if let Some(ifname) = &spec.interface {
+                    bind_to_device(&l, ifname, spec.domain).map_err(|source| {
+                        EdgeError::Device {
+                            domain: spec.domain,
+                            source,
+                        }
+                    })?;
+                }
+                l.set_nonblocking(true).map_err(EdgeError::Resources)?;
+                counters.set_state(LegState::Listening);
+                Some(l)
+            }
+            Role::Active => {
+                counters.set_state(LegState::Connecting);
+                None
+            }
+        };
+        let id = routes.legs.next_id();
+        routes.legs.insert(Arc::new(LegInfo {
+            id,
+            session: spec.session,
+            label: spec.label.clone(),
+            domain: spec.domain,
+            role: spec.role.name(),
+            local: spec.local,
+            peer: spec.peer,
+            counters: Arc::clone(&counters),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut run = Run {
+            injector: Injector::new(
+                Arc::clone(&routes),
+                spec.domain,
+                spec.local.port(),
+                spec.max_payload,
+            ),
+            deframer: Deframer::new(spec.framing, spec.max_payload),
+            out: Vec::with_capacity(OUT_BYTES),
+            sink: Arc::clone(&sink),
+            counters: Arc::clone(&counters),
+            stop: Arc::clone(&stop),
+            listener,
+            stream: None,
+            pending: None,
+            from: spec.peer,
+            spec_peer: spec.peer,
+            local: spec.local,
+            domain: spec.domain,
+            interface: spec.interface,
+            role: spec.role,
+            deadline: Instant::now() + spec.connect_for,
+            next_try: Instant::now(),
+            label: spec.label,
+        };
+        let on_close = spec.on_close;
+        let thread = std::thread::Builder::new()
+            .name(format!("vgate-leg{id}"))
+            .spawn(move || {
+                if run.run() {
+                    if let Some(f) = on_close {
+                        f();
+                    }
+                }
+            });
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                routes.legs.remove(id);
+                return Err(EdgeError::Resources(e));
+            }
+        };
+        Ok(Leg {
+            id,
+            sink,
+            counters,
+            stop,
+            thread: Some(thread),
+            routes,
+        })
+    }
+
+    /// The sink an engine offers this leg's packets to (for the route whose receiver it is).
+    pub fn sink(&self) -> &Arc<EdgeSink> {
+        &self.sink
+    }
+
+    pub fn counters(&self) -> &Arc<LegCounters> {
+        &self.counters
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Leg {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        self.sink.nudge();
+        if let Some(t) = self.thread.take() {
+            // The leg's own thread may drop the last handle (its on_close ending the call):
+            // it is leaving anyway.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        self.sink.close();
+        self.routes.legs.remove(self.id);
+    }
+}
+
+const WAKE: u64 = 0;
+const LISTEN: u64 = 1;
+const CONNECT: u64 = 2;
+const STREAM: u64 = 3;
+
+static LEG_LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(5000);
+
+/// The leg thread's state.
+struct Run {
+    injector: Injector,
+    deframer: Deframer<Box<dyn Framing>>,
+    out: Vec<u8>,
+    sink: Arc<EdgeSink>,
+    counters: Arc<LegCounters>,
+    stop: Arc<AtomicBool>,
+    listener: Option<TcpListener>,
+    stream: Option<TcpStream>,
+    /// An active connect in progress.
+    pending: Option<OwnedFd>,
+    /// The connected peer (the source the route checks).
+    from: SocketAddrV4,
+    spec_peer: SocketAddrV4,
+    local: SocketAddrV4,
+    domain: DomainId,
+    interface: Option<String>,
+    role: Role,
+    deadline: Instant,
+    next_try: Instant,
+    label: String,
+}
+
+impl Run {
+    /// Runs until stopped (`false`) or until the leg ends by itself (`true`).
+    fn run(&mut self) -> bool {
+        let epoll = match Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) {
+            Ok(e) => e,
+            Err(e) => return self.end(&format!("no epoll: {e}")),
+        };
+        let _ = epoll.add(
+            self.sink.wake_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, WAKE),
+        );
+        if let Some(l) = &self.listener {
+            let _ = epoll.add(l, EpollEvent::new(EpollFlags::EPOLLIN, LISTEN));
+        }
+        let mut events = [EpollEvent::empty(); 8];
+        let mut want_out = false;
+        loop {
+            if self.stop.load(Relaxed) {
+                return false;
+            }
+            if self.role == Role::Active && self.stream.is_none() && self.pending.is_none() {
+                let now = Instant::now();
+                if now >= self.deadline {
+                    return self.end("could not connect");
+                }
+                if now >= self.next_try {
+                    self.next_try = now + RETRY;
+                    if let Some(fd) = self.connect() {
+                        let _ = epoll.add(&fd, EpollEvent::new(EpollFlags::EPOLLOUT, CONNECT));
+                        self.pending = Some(fd);
+                    }
+                }
+            }
+            if self.stream.is_some() {
+                if let Err(e) = self.pump() {
+                    return self.end(&format!("write failed: {e}"));
+                }
+                let out = !self.out.is_empty();
+                if out != want_out {
+                    if let Some(s) = &self.stream {
+                        let flags = if out {
+                            EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
+                        } else {
+                            EpollFlags::EPOLLIN
+                        };
+                        let _ = epoll.modify(s, &mut EpollEvent::new(flags, STREAM));
+                    }
+                    want_out = out;
+                }
+            }
+            // Nothing to frame (or no room for it): sleep until something happens.
+            let idle = self.stream.is_none() || self.sink.is_empty() || want_out;
+            let timeout = if idle && self.sink.prepare_sleep() {
+                100u16
+            } else {
+                0
+            };
+            let n = epoll
+                .wait(&mut events, EpollTimeout::from(timeout))
+                .unwrap_or(0);
+            self.sink.woke();
+            for ev in &events[..n] {
+                match ev.data() {
+                    LISTEN => self.accept(&epoll),
+                    CONNECT => {
+                        if let Some(fd) = self.pending.take() {
+                            let _ = epoll.delete(&fd);
+                            // Refused or unreachable: retried after RETRY.
+                            if let Ok(0) = socket::getsockopt(&fd, sockopt::SocketError) {
+                                let s = TcpStream::from(fd);
+                                let _ = s.set_nodelay(true);
+                                self.from = self.spec_peer;
+                                self.connected(&epoll, s);
+                            }
+                        }
+                    }
+                    STREAM => {
+                        if let Some(reason) = self.read() {
+                            return self.end(reason);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Starts a non-blocking connect from the gateway's end (its port when free, else any).
+    fn connect(&self) -> Option<OwnedFd> {
+        let fd = socket::socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .ok()?;
+        let _ = socket::setsockopt(&fd, sockopt::ReuseAddr, &true);
+        if let Some(ifname) = &self.interface {
+            bind_to_device(&fd, ifname, self.domain).ok()?;
+        }
+        if socket::bind(fd.as_raw_fd(), &SockaddrIn::from(self.local)).is_err() {
+            let any = SocketAddrV4::new(*self.local.ip(), 0);
+            socket::bind(fd.as_raw_fd(), &SockaddrIn::from(any)).ok()?;
+        }
+        match socket::connect(fd.as_raw_fd(), &SockaddrIn::from(self.spec_peer)) {
+            Ok(()) | Err(Errno::EINPROGRESS) => Some(fd),
+            Err(_) => None,
+        }
+    }
+
+    fn accept(&mut self, epoll: &Epoll) {
+        loop {
+            let Some(l) = &self.listener else {
+                return;
+            };
+            match l.accept() {
+                Ok((s, std::net::SocketAddr::V4(from)))
+                    if self.stream.is_none() && from.ip() == self.spec_peer.ip() =>
+                {
+                    let _ = s.set_nodelay(true);
+                    self.from = from;
+                    self.connected(epoll, s);
+                }
+                Ok((s, from)) => {
+                    self.counters.refused.fetch_add(1, Relaxed);
+                    if let Some(suppressed) = LEG_LOG.check(now_ms()) {
+                        tracing::warn!(leg = %self.label, %from, expected = %self.spec_peer.ip(), suppressed, "TCP media connection refused: not the peer the SDP named, or a second connection");
+                    }
+                    drop(s);
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn connected(&mut self, epoll: &Epoll, s: TcpStream) {
+        if s.set_nonblocking(true).is_err() {
+            return;
+        }
+        let _ = epoll.add(&s, EpollEvent::new(EpollFlags::EPOLLIN, STREAM));
+        self.counters.connects.fetch_add(1, Relaxed);
+        self.counters.set_state(LegState::Connected);
+        tracing::info!(leg = %self.label, peer = %self.from, role = self.role.name(), "TCP media leg connected");
+        self.stream = Some(s);
+    }
+
+    /// Reads what the peer sent, de-frames it and injects each packet; `Some(reason)` when
+    /// the leg ends.
+    fn read(&mut self) -> Option<&'static str> {
+        let Run {
+            stream,
+            deframer,
+            injector,
+            counters,
+            from,
+            ..
+        } = self;
+        let s = stream.as_mut()?;
+        for _ in 0..READS_PER_WAKE {
+            let n = match s.read(deframer.space()) {
+                Ok(0) => return Some("peer closed"),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Some("read failed"),
+            };
+            deframer.filled(n);
+            let now = now_ms();
+            let route = injector.route();
+            let mut t = Tally::default();
+            let mut d = DeframeTally::default();
+            deframer.drain(&mut d, |_, p| {
+                injector.forward(route.as_deref(), *from, p, now, &mut t)
+            });
+            injector.finish(route.as_deref(), &t, now);
+            counters.frames_in.fetch_add(d.frames, Relaxed);
+            counters.bytes_in.fetch_add(d.bytes, Relaxed);
+            if d.framing_errors > 0 || d.skipped_bytes > 0 {
+                counters.framing_errors.fetch_add(d.framing_errors, Relaxed);
+                counters.skipped_bytes.fetch_add(d.skipped_bytes, Relaxed);
+            }
+            let dropped: u64 = DropReason::ALL.iter().map(|r| t.drops[*r as usize]).sum();
+            if dropped > 0 {
+                counters.inject_drops.fetch_add(dropped, Relaxed);
+            }
+        }
+        None
+    }
+
+    /// Frames what the sink holds into the write buffer and writes what the socket takes.
+    fn pump(&mut self) -> io::Result<()> {
+        let Run {
+            stream,
+            deframer,
+            out,
+            sink,
+            counters,
+            ..
+        } = self;
+        let Some(s) = stream.as_mut() else {
+            return Ok(());
+        };
+        let framing = deframer.framing();
+        let room = framing.header_len() + SLOT_BYTES;
+        for _ in 0..64 {
+            let (mut frames, mut bytes) = (0u64, 0u64);
+            while out.capacity() - out.len() >= room {
+                let Some(slot) = sink.take() else {
+                    break;
+                };
+                let p = slot.payload();
+                if frame_into(framing, 0, p, out) {
+                    frames += 1;
+                    bytes += p.len() as u64;
+                }
+            }
+            counters.frames_out.fetch_add(frames, Relaxed);
+            counters.bytes_out.fetch_add(bytes, Relaxed);
+            if out.is_empty() {
+                return Ok(());
+            }
+            match s.write(out) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            if sink.is_empty() && out.is_empty() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The leg ended by itself: count, close the sink, say so once.
+    fn end(&mut self, reason: &str) -> bool {
+        if self.deframer.pending() > 0 {
+            self.counters.partial_frames.fetch_add(1, Relaxed);
+        }
+        self.counters.set_state(LegState::Closed);
+        self.sink.close();
+        self.stream = None;
+        self.listener = None;
+        self.pending = None;
+        tracing::info!(leg = %self.label, reason, "TCP media leg ended");
+        true
+    }
+}

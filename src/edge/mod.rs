@@ -1,0 +1,329 @@
+//! Media the gateway terminates itself at a domain's edge: stream legs that turn a byte
+//! stream (GB/T 28181 RTP over TCP, RFC 4571; RTSP interleaved) into RTP datagrams on the
+//! one-way channels and back.
+//!
+//! The channels between the domains carry datagrams only. When a peer in one domain speaks
+//! RTP over TCP, the gateway ends that TCP connection at its own address in that domain — a
+//! **leg** ([`leg::Leg`], one thread each) — and the media still crosses only through the
+//! route tables and the engines:
+//!
+//! - **UDP → TCP** ([`EdgeSink`]): a route whose receiver is a leg carries the leg's sink
+//!   ([`crate::routes::StreamRoute::edge`]). Every engine, where it would hand an admitted
+//!   packet to its egress socket, offers it to the sink instead (a bounded, preallocated
+//!   queue; full → the packet is dropped and counted as `leg_stall`). The leg's thread drains
+//!   the sink, frames each packet ([`framing`]) into a bounded write buffer and writes it
+//!   non-blocking: a peer that stops reading costs drops, never memory.
+//! - **TCP → UDP** ([`Injector`]): the leg's thread de-frames what its peer sends (bad input
+//!   counted, never trusted) and puts each packet into the route keyed by the leg's gateway
+//!   port, exactly as if it had arrived there as a datagram: [`crate::channel::inspect`]
+//!   decides and counts, then the packet leaves from the gateway's egress port in the other
+//!   domain (that port's socket, whatever the capture mode) — or, when the far side is a
+//!   leg too, straight into that leg's sink.
+//!
+//! A leg's framing is pluggable ([`framing::Framing`]): RFC 4571 here, `$`-interleaved for
+//! RTSP. A leg that closes (peer gone, connect refused until its deadline) tells its owner
+//! through a callback (the SIP proxy asks [`crate::routes::Routes::request_end`]: BYE both
+//! ways). Legs register in [`LegTable`] so the admin interface and the metrics show their
+//! counters. This module owns TCP sockets and threads; it never touches the engines' rings.
+
+pub mod framing;
+pub mod leg;
+pub mod sink;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddrV4, UdpSocket};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use crate::channel::{inspect, Admitted};
+use crate::config::DomainId;
+use crate::routes::{Channel, Routes, SessionId, StreamRoute};
+use crate::stats::{DropReason, Tally};
+
+pub use leg::{Leg, LegSpec, Role};
+pub use sink::EdgeSink;
+
+/// Why a leg could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    #[error("cannot listen for the {domain} TCP media leg on {addr}: {source}; free the port or widen the domain's port range")]
+    Listen {
+        domain: DomainId,
+        addr: SocketAddrV4,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot tie the {domain} TCP media leg to its interface: {source}; check the domain's interface name and CAP_NET_RAW")]
+    Device {
+        domain: DomainId,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the TCP media leg's thread or its wake-up eventfd: {0}; the host is out of threads or descriptors")]
+    Resources(#[source] std::io::Error),
+}
+
+/// A leg's state, for listings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LegState {
+    Listening = 0,
+    Connecting = 1,
+    Connected = 2,
+    Closed = 3,
+}
+
+impl LegState {
+    pub fn name(self) -> &'static str {
+        match self {
+            LegState::Listening => "listening",
+            LegState::Connecting => "connecting",
+            LegState::Connected => "connected",
+            LegState::Closed => "closed",
+        }
+    }
+}
+
+/// Counters of one leg (lock-free; written by the leg's thread and, for `stalls`, the
+/// engines offering to its sink).
+#[derive(Debug, Default)]
+pub struct LegCounters {
+    /// Frames and payload bytes de-framed from the peer.
+    pub frames_in: AtomicU64,
+    pub bytes_in: AtomicU64,
+    /// Frames and payload bytes written to the peer.
+    pub frames_out: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Runs of bytes from the peer that were not a valid frame.
+    pub framing_errors: AtomicU64,
+    /// Bytes skipped in those runs.
+    pub skipped_bytes: AtomicU64,
+    /// Closes with an incomplete frame left over.
+    pub partial_frames: AtomicU64,
+    /// Packets for the peer dropped because the leg could not take them (peer not reading,
+    /// leg closed, too long).
+    pub stalls: AtomicU64,
+    /// De-framed packets the route did not forward (no route, source, size, send failure).
+    pub inject_drops: AtomicU64,
+    /// TCP connections established.
+    pub connects: AtomicU64,
+    /// Connections refused: from a source the SDP did not name, or past the first.
+    pub refused: AtomicU64,
+    state: AtomicU8,
+}
+
+impl LegCounters {
+    pub fn state(&self) -> LegState {
+        match self.state.load(Relaxed) {
+            0 => LegState::Listening,
+            1 => LegState::Connecting,
+            2 => LegState::Connected,
+            _ => LegState::Closed,
+        }
+    }
+
+    pub(crate) fn set_state(&self, s: LegState) {
+        self.state.store(s as u8, Relaxed);
+    }
+
+    /// The counters by name, for listings and metrics (one place, so names cannot drift).
+    pub fn named(&self) -> [(&'static str, u64); 11] {
+        [
+            ("frames_in", self.frames_in.load(Relaxed)),
+            ("bytes_in", self.bytes_in.load(Relaxed)),
+            ("frames_out", self.frames_out.load(Relaxed)),
+            ("bytes_out", self.bytes_out.load(Relaxed)),
+            ("framing_errors", self.framing_errors.load(Relaxed)),
+            ("skipped_bytes", self.skipped_bytes.load(Relaxed)),
+            ("partial_frames", self.partial_frames.load(Relaxed)),
+            ("stalls", self.stalls.load(Relaxed)),
+            ("inject_drops", self.inject_drops.load(Relaxed)),
+            ("connects", self.connects.load(Relaxed)),
+            ("refused", self.refused.load(Relaxed)),
+        ]
+    }
+}
+
+/// What the admin interface and the metrics know of a live leg.
+#[derive(Debug)]
+pub struct LegInfo {
+    pub id: u64,
+    pub session: SessionId,
+    pub label: String,
+    pub domain: DomainId,
+    /// `passive` (the gateway listens) or `active` (it connects).
+    pub role: &'static str,
+    /// The gateway's end.
+    pub local: SocketAddrV4,
+    /// The peer the SDP named.
+    pub peer: SocketAddrV4,
+    pub counters: Arc<LegCounters>,
+}
+
+/// The live legs, for listings. Control side only (a mutex, never touched per packet).
+#[derive(Debug, Default)]
+pub struct LegTable {
+    legs: Mutex<BTreeMap<u64, Arc<LegInfo>>>,
+    next: AtomicU64,
+    /// Counters of legs that have ended, summed, so totals never go backwards.
+    pub ended: LegCounters,
+}
+
+impl LegTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<LegInfo>>> {
+        self.legs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Relaxed) + 1
+    }
+
+    pub(crate) fn insert(&self, info: Arc<LegInfo>) {
+        self.lock().insert(info.id, info);
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        if let Some(info) = self.lock().remove(&id) {
+            let c = &info.counters;
+            let e = &self.ended;
+            for (from, to) in [
+                (&c.frames_in, &e.frames_in),
+                (&c.bytes_in, &e.bytes_in),
+                (&c.frames_out, &e.frames_out),
+                (&c.bytes_out, &e.bytes_out),
+                (&c.framing_errors, &e.framing_errors),
+                (&c.skipped_bytes, &e.skipped_bytes),
+                (&c.partial_frames, &e.partial_frames),
+                (&c.stalls, &e.stalls),
+                (&c.inject_drops, &e.inject_drops),
+                (&c.connects, &e.connects),
+                (&c.refused, &e.refused),
+            ] {
+                to.fetch_add(from.load(Relaxed), Relaxed);
+            }
+        }
+    }
+
+    /// The live legs, by id.
+    pub fn list(&self) -> Vec<Arc<LegInfo>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Live legs.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every counter summed over live and ended legs.
+    pub fn totals(&self) -> [(&'static str, u64); 11] {
+        let mut t = self.ended.named();
+        for l in self.list() {
+            for (acc, (_, v)) in t.iter_mut().zip(l.counters.named()) {
+                acc.1 += v;
+            }
+        }
+        t
+    }
+}
+
+/// The TCP → UDP direction of a leg: puts de-framed packets into the route keyed by the
+/// leg's gateway port, as the engines do with datagrams that arrive there.
+pub struct Injector {
+    routes: Arc<Routes>,
+    channel: Channel,
+    port: u16,
+    max_payload: usize,
+    /// The egress socket of the last route seen, by its egress port.
+    egress: Option<(u16, Arc<UdpSocket>)>,
+    /// Whether a packet of the current batch passed every check.
+    admitted: bool,
+}
+
+impl Injector {
+    /// Packets from a leg in `domain` whose gateway port is `port`.
+    pub fn new(routes: Arc<Routes>, domain: DomainId, port: u16, max_payload: usize) -> Injector {
+        Injector {
+            routes,
+            channel: Channel::from_ingress(domain),
+            port,
+            max_payload,
+            egress: None,
+            admitted: false,
+        }
+    }
+
+    /// The route for the next batch of frames (one lookup per read, not per frame).
+    pub fn route(&self) -> Option<Arc<StreamRoute>> {
+        self.routes.lookup(self.channel, self.port)
+    }
+
+    /// One de-framed packet from `from`, for `route` (from [`Injector::route`]).
+    pub fn forward(
+        &mut self,
+        route: Option<&StreamRoute>,
+        from: SocketAddrV4,
+        payload: &[u8],
+        now: u64,
+        t: &mut Tally,
+    ) {
+        t.rx_packets += 1;
+        t.rx_bytes += payload.len() as u64;
+        let Some(route) = route else {
+            t.drop(DropReason::NoRoute);
+            return;
+        };
+        match inspect(route, from, payload, false, self.max_payload, now) {
+            Ok(admitted) => {
+                self.admitted = true;
+                t.relatches += u64::from(admitted == Admitted::Relatched);
+            }
+            Err(reason) => {
+                t.drop(reason);
+                return;
+            }
+        }
+        if let Some(sink) = &route.edge {
+            crate::engine::frames::offer_to_leg(sink, payload, t);
+            return;
+        }
+        let sock = match &self.egress {
+            Some((p, s)) if *p == route.egress_port => s,
+            _ => {
+                let Some(s) = self
+                    .routes
+                    .port_socket(self.channel.egress(), route.egress_port)
+                else {
+                    // Only while the route's session is being torn down.
+                    t.drop(DropReason::SendError);
+                    return;
+                };
+                &self.egress.insert((route.egress_port, s)).1
+            }
+        };
+        match sock.send_to(payload, route.dest) {
+            Ok(_) => {
+                t.tx_packets += 1;
+                t.tx_bytes += payload.len() as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => t.drop(DropReason::QueueFull),
+            Err(_) => t.drop(DropReason::SendError),
+        }
+    }
+
+    /// Ends a batch: the route's counters once, and the route kept alive if anything passed.
+    pub fn finish(&mut self, route: Option<&StreamRoute>, t: &Tally, now: u64) {
+        if let Some(route) = route {
+            if std::mem::take(&mut self.admitted) {
+                route.touch(now);
+            }
+            route.stats.packets.add(t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! Legs on loopback with the real port registry: TCP → UDP through a route, UDP → TCP
+//! through a sink, a refused source, the close callback.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddrV4, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::framing::{frame_into, Rfc4571};
+use super::*;
+use crate::config::{self, SourcePolicy};
+use crate::engine::ports::PortRegistry;
+use crate::routes::{PortHooks, RouteSpec, SessionKind};
+
+fn routes() -> Arc<Routes> {
+    let cfg = config::parse(
+        r#"
+[domains.a]
+interface = "lo"
+address = "127.0.0.1"
+media_ports = "47000-47199"
+[domains.b]
+interface = "lo"
+address = "127.0.0.2"
+media_ports = "48000-48199"
+"#,
+        "t",
+    )
+    .unwrap();
+    let reg = Arc::new(PortRegistry::new([
+        "127.0.0.1".parse().unwrap(),
+        "127.0.0.2".parse().unwrap(),
+    ]));
+    Arc::new(Routes::new(&cfg, reg as Arc<dyn PortHooks>))
+}
+
+fn rtp(seq: u16, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    crate::wire::rtp::write_header(&mut b, 96, seq, 0, 1).unwrap();
+    b
+}
+
+fn spec(
+    session: SessionId,
+    domain: DomainId,
+    role: Role,
+    local: SocketAddrV4,
+    peer: SocketAddrV4,
+    closed: Option<Arc<AtomicBool>>,
+) -> LegSpec {
+    LegSpec {
+        label: "test leg".into(),
+        session,
+        domain,
+        role,
+        local,
+        peer,
+        interface: None,
+        framing: Box::new(Rfc4571),
+        max_payload: 1472,
+        slots: 64,
+        connect_for: Duration::from_secs(5),
+        on_close: closed
+            .map(|c| Box::new(move || c.store(true, SeqCst)) as Box<dyn FnOnce() + Send>),
+    }
+}
+
+fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn passive_leg_bridges_both_ways() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    let viewer = UdpSocket::bind("127.0.0.2:0").unwrap();
+    viewer
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let viewer_at = match viewer.local_addr().unwrap() {
+        std::net::SocketAddr::V4(v) => v,
+        _ => unreachable!(),
+    };
+    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
+    let closed = Arc::new(AtomicBool::new(false));
+    let leg = Leg::start(
+        spec(
+            s,
+            DomainId::A,
+            Role::Passive,
+            local,
+            "127.0.0.1:9".parse().unwrap(),
+            Some(Arc::clone(&closed)),
+        ),
+        Arc::clone(&routes),
+    )
+    .unwrap();
+    // A -> B: what the TCP peer sends leaves as UDP from B's egress port.
+    routes
+        .add_route(
+            s,
+            RouteSpec {
+                ingress: DomainId::A,
+                port: a,
+                dest: viewer_at,
+                egress_port: b,
+                policy: SourcePolicy::Strict,
+                expected: Some("127.0.0.1:0".parse().unwrap()),
+                rtp_only: true,
+                label: "fwd".into(),
+            },
+        )
+        .unwrap();
+    // B -> A: a packet the engine admits for the reverse route goes to the leg's sink.
+    let rev = routes
+        .add_edge_route(
+            s,
+            RouteSpec {
+                ingress: DomainId::B,
+                port: b,
+                dest: local,
+                egress_port: a,
+                policy: SourcePolicy::Any,
+                expected: None,
+                rtp_only: false,
+                label: "rev".into(),
+            },
+            Some(Arc::clone(leg.sink())),
+        )
+        .unwrap();
+    assert_eq!(routes.legs.len(), 1);
+    // A second client from an address the SDP did not name is refused.
+    let mut peer = TcpStream::connect(local).unwrap();
+    let mut bytes = Vec::with_capacity(65536);
+    for i in 0..20 {
+        assert!(frame_into(
+            &Rfc4571,
+            0,
+            &rtp(i, 100 + usize::from(i)),
+            &mut bytes
+        ));
+    }
+    peer.write_all(&bytes).unwrap();
+    let mut buf = [0u8; 2048];
+    for i in 0..20u16 {
+        let (n, from) = viewer.recv_from(&mut buf).unwrap();
+        assert_eq!(n, 100 + usize::from(i));
+        assert_eq!(
+            from.to_string(),
+            format!("127.0.0.2:{b}"),
+            "sent from B's egress port"
+        );
+    }
+    let c = leg.counters();
+    wait("frames_in", || c.frames_in.load(SeqCst) == 20);
+    assert_eq!(c.connects.load(SeqCst), 1);
+    // UDP -> TCP: offered packets come out framed.
+    for i in 0..10 {
+        assert!(rev.edge.as_ref().unwrap().offer(&rtp(i, 60)));
+    }
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = vec![0u8; 10 * 62];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got[..2], &[0, 60]);
+    wait("frames_out", || c.frames_out.load(SeqCst) == 10);
+    // A cut frame at the close: counted, the owner told.
+    peer.write_all(&[0, 50, 0x80, 1, 2]).unwrap();
+    drop(peer);
+    wait("close", || closed.load(SeqCst));
+    assert_eq!(c.partial_frames.load(SeqCst), 1);
+    assert_eq!(c.state(), LegState::Closed);
+    assert!(
+        !rev.edge.as_ref().unwrap().offer(&rtp(1, 60)),
+        "closed legs take nothing"
+    );
+    drop(leg);
+    assert_eq!(routes.legs.len(), 0);
+    assert_eq!(routes.legs.ended.frames_in.load(SeqCst), 20);
+    routes.close_session(s).unwrap();
+}
+
+#[test]
+fn passive_leg_refuses_other_sources() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
+    let leg = Leg::start(
+        spec(
+            s,
+            DomainId::A,
+            Role::Passive,
+            local,
+            "127.0.0.5:9".parse().unwrap(),
+            None,
+        ),
+        Arc::clone(&routes),
+    )
+    .unwrap();
+    let mut intruder = TcpStream::connect(local).unwrap();
+    intruder
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(intruder.read(&mut b), Ok(0) | Err(_)),
+        "closed by the leg"
+    );
+    wait("refused", || leg.counters().refused.load(SeqCst) == 1);
+    assert_eq!(leg.counters().connects.load(SeqCst), 0);
+    drop(leg);
+    routes.close_session(s).unwrap();
+}
+
+#[test]
+fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    let peer_at = match listener.local_addr().unwrap() {
+        std::net::SocketAddr::V4(v) => v,
+        _ => unreachable!(),
+    };
+    let local = SocketAddrV4::new("127.0.0.2".parse().unwrap(), b);
+    let leg = Leg::start(
+        spec(s, DomainId::B, Role::Active, local, peer_at, None),
+        Arc::clone(&routes),
+    )
+    .unwrap();
+    let (conn, from) = listener.accept().unwrap();
+    assert_eq!(
+        from.ip().to_string(),
+        "127.0.0.2",
+        "connects from the gateway's address"
+    );
+    wait("connected", || {
+        leg.counters().state() == LegState::Connected
+    });
+    // The peer never reads: offers are refused once the socket, the write buffer and the
+    // sink are full; memory stays bounded by construction.
+    let sink = Arc::clone(leg.sink());
+    let mut refused = 0u64;
+    for i in 0..200_000u32 {
+        if !sink.offer(&rtp(i as u16, 1400)) {
+            refused += 1;
+        }
+        if refused > 1000 {
+            break;
+        }
+        if i % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+    assert!(
+        refused > 1000,
+        "a peer that never reads ends in counted drops"
+    );
+    assert_eq!(leg.counters().stalls.load(SeqCst), refused);
+    drop(conn);
+    drop(leg);
+    routes.close_session(s).unwrap();
+}
