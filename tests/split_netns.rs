@@ -462,6 +462,9 @@ fn fec_repairs_loss_that_a_plain_link_loses() {
     );
     let lost_frames = bed.counters()["FWD_LOSS"];
     assert!(lost_frames > 0);
+    // The reorder window (default 25 ms) held what came behind each gap and gave the gaps up.
+    assert!(b_in["reorder_held"] > 0, "{b_in:?}");
+    assert!(b_in["reorder_expired"] > 0, "{b_in:?}");
 
     // 16+4 at 1 %: a block is lost only with 5 of its 20 frames (≈ 1.5e-6 per block).
     let (fec, _, _, tb) = run_streams(&bed, "stack", "16+4", "off", count, false);
@@ -473,6 +476,8 @@ fn fec_repairs_loss_that_a_plain_link_loses() {
     let b_in = link_totals(&tb.raw, "in");
     assert!(b_in["repaired"] > 0, "{b_in:?}");
     assert_eq!(b_in["lost"], 0, "{b_in:?}");
+    // What came behind a lost frame waited for its rebuild in the reorder window.
+    assert!(b_in["reorder_held"] > 0, "{b_in:?}");
     // Per stream (one stream here): the route counts the same repaired datagrams.
     assert_eq!(tb.route("cam", "link_repaired"), b_in["repaired"]);
     assert_eq!(tb.route("cam", "link_received"), b_in["delivered"]);

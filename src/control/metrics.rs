@@ -234,7 +234,7 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_link_fec_total",
         "counter",
-        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate",
+        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate; the incoming link's reorder window: datagrams held, positions given up, datagrams overtaken",
     ),
     (
         "vgate_link_drops_total",
@@ -640,6 +640,9 @@ pub fn render(st: &ControlState) -> String {
                 ("late", s.late),
                 ("duplicate", s.duplicate),
                 ("restarts", s.restarts),
+                ("reorder_held", s.reorder_held),
+                ("reorder_expired", s.reorder_expired),
+                ("reorder_overtaken", s.reorder_overtaken),
             ] {
                 o.sample("vgate_link_fec_total", &[("link", l), ("what", what)], v);
             }

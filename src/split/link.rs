@@ -133,6 +133,11 @@ pub struct LinkCounters {
     pub duplicate: AtomicU64,
     /// Incoming: times a sending lane started over (the peer half restarted).
     pub restarts: AtomicU64,
+    /// Incoming, the reorder window: datagrams that waited for an earlier one, positions
+    /// given up, datagrams handed on after their gap was given up.
+    pub reorder_held: AtomicU64,
+    pub reorder_expired: AtomicU64,
+    pub reorder_overtaken: AtomicU64,
     pub drops: [AtomicU64; LinkDrop::COUNT],
 }
 
@@ -149,6 +154,9 @@ pub struct LinkSnapshot {
     pub late: u64,
     pub duplicate: u64,
     pub restarts: u64,
+    pub reorder_held: u64,
+    pub reorder_expired: u64,
+    pub reorder_overtaken: u64,
     pub drops: [u64; LinkDrop::COUNT],
 }
 
@@ -175,6 +183,9 @@ impl LinkCounters {
             late: self.late.load(Relaxed),
             duplicate: self.duplicate.load(Relaxed),
             restarts: self.restarts.load(Relaxed),
+            reorder_held: self.reorder_held.load(Relaxed),
+            reorder_expired: self.reorder_expired.load(Relaxed),
+            reorder_overtaken: self.reorder_overtaken.load(Relaxed),
             drops,
         }
     }
@@ -188,6 +199,9 @@ impl LinkCounters {
         self.late.store(c.late, Relaxed);
         self.duplicate.store(c.duplicate, Relaxed);
         self.restarts.store(c.restarts, Relaxed);
+        self.reorder_held.store(c.reorder.held, Relaxed);
+        self.reorder_expired.store(c.reorder.expired, Relaxed);
+        self.reorder_overtaken.store(c.reorder.overtaken, Relaxed);
     }
 }
 
@@ -254,8 +268,8 @@ impl SplitStats {
         for (name, c) in [("out", &self.out_link), ("in", &self.in_link)] {
             let v = c.snapshot();
             s.push_str(&format!(
-                "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={}",
-                self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts
+                "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={} reorder_held={} reorder_expired={} reorder_overtaken={}",
+                self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts, v.reorder_held, v.reorder_expired, v.reorder_overtaken
             ));
             for r in LinkDrop::ALL {
                 s.push_str(&format!(" drop_{}={}", r.name(), v.drop_count(r)));
@@ -287,6 +301,8 @@ impl SplitStats {
                 "repair_packets": s.repair_packets, "send_errors": s.send_errors,
                 "delivered": s.delivered, "repaired": s.repaired, "lost": s.lost,
                 "late": s.late, "duplicate": s.duplicate, "restarts": s.restarts,
+                "reorder_held": s.reorder_held, "reorder_expired": s.reorder_expired,
+                "reorder_overtaken": s.reorder_overtaken,
                 "drops": drops,
             })
         };
