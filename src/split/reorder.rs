@@ -249,17 +249,7 @@ impl Reorder {
                 self.counts.expired += 1;
                 continue;
             }
-            if s.state == State::Held {
-                self.waiting -= 1;
-                let at = i * MAX_PAYLOAD;
-                deliver(
-                    s.dst,
-                    s.src,
-                    &self.data[at..at + usize::from(s.len)],
-                    s.repaired,
-                );
-            }
-            self.slots[i].state = State::Empty;
+            self.hand_on(i, deliver);
         }
         self.next = to.wrapping_add(1);
         if self.waiting == 0 {
@@ -275,22 +265,28 @@ impl Reorder {
             if s.state == State::Empty || s.pos != self.next {
                 break;
             }
-            if s.state == State::Held {
-                self.waiting -= 1;
-                let at = i * MAX_PAYLOAD;
-                deliver(
-                    s.dst,
-                    s.src,
-                    &self.data[at..at + usize::from(s.len)],
-                    s.repaired,
-                );
-            }
-            self.slots[i].state = State::Empty;
+            self.hand_on(i, deliver);
             self.next = self.next.wrapping_add(1);
         }
         if self.waiting == 0 {
             self.deadline = u64::MAX;
         }
+    }
+
+    /// Hands on slot `i`'s datagram if it holds one, and empties the slot.
+    fn hand_on<F: FnMut(u16, u16, &[u8], bool)>(&mut self, i: usize, deliver: &mut F) {
+        let s = self.slots[i];
+        if s.state == State::Held {
+            self.waiting -= 1;
+            let at = i * MAX_PAYLOAD;
+            deliver(
+                s.dst,
+                s.src,
+                &self.data[at..at + usize::from(s.len)],
+                s.repaired,
+            );
+        }
+        self.slots[i].state = State::Empty;
     }
 }
 
