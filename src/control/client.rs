@@ -352,4 +352,26 @@ mod tests {
         assert!(screen.contains("auth failures 2  replays 1"), "{screen}");
         assert!(screen.contains("sessions ended 3"), "{screen}");
     }
+
+    #[test]
+    fn link_streams_show_in_the_live_view() {
+        let link = json!({ "fec": "8+2", "packets": 10, "bytes": 1000, "drops": {} });
+        let half = json!({
+            "uptime_seconds": 2.0, "healthy": true,
+            "split": {
+                "half": "b", "out_link": link, "in_link": link,
+                "streams": [{ "route": "cam", "port": 21000, "received": 990, "repaired": 7, "rtp_lost": 3 }],
+            },
+        });
+        let screen = render_stats(&half, &half, 1.0);
+        assert!(screen.contains("LINK STREAMS"), "{screen}");
+        let row = screen
+            .lines()
+            .find(|l| l.starts_with("cam "))
+            .unwrap_or_else(|| panic!("{screen}"));
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>(),
+            ["cam", "21000", "990", "7", "3"]
+        );
+    }
 }
