@@ -242,6 +242,9 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
             ))
         }
         (Some(v), false) => *v.get_ref() as u64,
+        // Without FEC a gap on a point-to-point link is a loss (a cable does not reorder):
+        // waiting for it would only delay what follows.
+        (None, _) if fec.is_none() => 0,
         (None, _) => split::link::DEFAULT_REORDER_MS,
     };
     Ok(LinkConfig {

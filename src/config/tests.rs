@@ -639,8 +639,19 @@ mod split {
         assert_eq!(s.in_link.reorder_ms, 25);
         assert_eq!(
             s.out_link.reorder_ms,
-            crate::split::link::DEFAULT_REORDER_MS
+            crate::split::link::DEFAULT_REORDER_MS,
+            "default with FEC on"
         );
+        // Without FEC the default is 0: a gap on a cable is a loss, not a reordering.
+        let plain = HALF_A.replacen("reorder_ms = 25\n", "", 1).replacen(
+            "fec = \"8+2\"\n# CPU",
+            "fec = \"off\"\n# CPU",
+            1,
+        );
+        assert!(!plain.contains("reorder_ms") && plain.contains("fec = \"off\""));
+        let p = parse_for(&plain, "a", 2).unwrap();
+        let s = p.split.unwrap();
+        assert_eq!((s.in_link.fec, s.in_link.reorder_ms), (None, 0));
         let b = parse_for(HALF_B, "b", 2).unwrap();
         assert_eq!(b.split.unwrap().half, crate::split::Half::B);
         // A single-host config has no split.

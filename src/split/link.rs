@@ -51,9 +51,11 @@ use crate::stats::{DropReason, Tally};
 pub const CLOSE_BLOCK_MS: u64 = 20;
 /// A receiver block quiet this long counts what it never got as lost.
 pub const SETTLE_MS: u64 = 500;
-/// The incoming link's reorder window by default: a datagram waits at most this long for a
-/// missing earlier one (`split.in_link.reorder_ms`; 0 hands datagrams on as they arrive).
-/// Long enough for the repair frames of a block closed early ([`CLOSE_BLOCK_MS`]).
+/// The incoming link's reorder window by default with FEC on: a datagram waits at most this
+/// long for a missing earlier one to be rebuilt (`split.in_link.reorder_ms`; 0 hands
+/// datagrams on as they arrive, the default with FEC off: a gap is then a loss, and waiting
+/// for it only delays what follows). Long enough for the repair frames of a block closed
+/// early ([`CLOSE_BLOCK_MS`]).
 pub const DEFAULT_REORDER_MS: u64 = 25;
 /// Receive batches read per wakeup before looking at commands again.
 const BUDGET: usize = 8;

@@ -78,7 +78,8 @@ pub struct LinkConfig {
     /// last worker CPU).
     pub cpu: Option<usize>,
     /// Incoming link only: datagrams are handed on in the sender's order, one waiting at
-    /// most this long for a missing earlier one (0: handed on as they arrive).
+    /// most this long for a missing earlier one (0: handed on as they arrive; the default
+    /// with FEC off).
     pub reorder_ms: u64,
 }
 
