@@ -89,6 +89,7 @@ cleanup() {
     sleep 0.3
     for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     [ "$BED_UP" = 1 ] && { scripts/testbed.sh --name "$BED" down || true; }
+    [ -n "${BPF_STATS_WAS:-}" ] && echo "$BPF_STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled
     rm -rf "$WORK"
     exit "$rc"
 }
@@ -112,6 +113,13 @@ if [[ " $CONFIGS " == *" xdp "* ]]; then
     xdp_bed || die "ethtool not found: apt-get install -y ethtool"
 fi
 steer
+BPF_STATS_WAS=""
+if [[ " $CONFIGS " == *" xdp "* ]] && [ -w /proc/sys/kernel/bpf_stats_enabled ]; then
+    # The XDP program's own run time (bpftool's run_time_ns): on veth it runs in the
+    # sender's NAPI context, not on the relay core. Restored at exit.
+    BPF_STATS_WAS=$(cat /proc/sys/kernel/bpf_stats_enabled)
+    echo 1 > /proc/sys/kernel/bpf_stats_enabled
+fi
 
 RELAY=""     # pid of the relay process (vgate, crelay), empty for the kernel's
 WRAP=""
@@ -140,8 +148,15 @@ start_config() { # cfg n why -> sets TARGET TPORT
             grep -q ready "$WORK/relay.log" || { cat "$WORK/relay.log" > "$why"; return 1; }
             TARGET=$GA_IP TPORT=$A_BASE ;;
         *)
-            vgate_config "$cfg" "$n" "$WORK/vgate.toml"
-            timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" "$VGATE" run --config "$WORK/vgate.toml" \
+            # A mode with a variant of its send path (A/B): MODE-sockets sends through the
+            # gateway's UDP sockets instead of frames built by vgate.
+            local mode=$cfg envs=()
+            case "$cfg" in
+                tnapi-sockets) mode=tnapi envs=(VGATE_TNAPI_TX=sockets) ;;
+                zc-sockets) mode=zc envs=(VGATE_AFXDP_TX=sockets) ;;
+            esac
+            vgate_config "$mode" "$n" "$WORK/vgate.toml"
+            timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")
             while [ $t -lt 150 ]; do
@@ -174,8 +189,46 @@ stop_config() { # cfg
     esac
 }
 
-# cpu<N> busy and total jiffies; a process's utime+stime; UDP counters of a namespace.
+# cpu<N> busy and total jiffies ("" for all CPUs); a process's utime+stime; UDP counters of a namespace.
 core() { awk -v c="cpu$1" '$1 == c { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat; }
+# System calls and context switches of a process (all its threads) over S seconds, counted
+# in the kernel by perf (no strace-style stop per call): "syscalls switches", or nothing.
+PERF=$(command -v perf || true)
+count_calls() { # pid seconds out
+    [ -n "$PERF" ] && [ -n "$1" ] || return 0
+    "$PERF" stat -x, -e raw_syscalls:sys_enter,context-switches -p "$1" -o "$3" -- sleep "$2" 2>/dev/null || true
+}
+calls_of() { # perf stat -x, output -> "syscalls switches" (null when missing)
+    awk -F, '$3 == "raw_syscalls:sys_enter" { s = $1 } $3 == "context-switches" { c = $1 }
+             END { printf "%s %s\n", (s ~ /^[0-9]+$/ ? s : "null"), (c ~ /^[0-9]+$/ ? c : "null") }' "$1" 2>/dev/null || echo "null null"
+}
+# XDP programs named vgate* (run in whatever context the kernel runs them, e.g. the sender's
+# NAPI on veth): total run_time_ns and run_cnt, with kernel.bpf_stats_enabled on.
+# Only the programs attached to this bed's gateway interfaces count (other runs on the
+# machine may load programs of the same name).
+bpf_ns() {
+    command -v bpftool >/dev/null || { echo "null null"; return; }
+    local ids
+    ids=$(ip -n "$G_NS" -d -j link show 2>/dev/null | python3 -c '
+import json, sys
+for l in json.load(sys.stdin):
+    for k in ("xdp",):
+        x = l.get(k) or {}
+        for p in [x.get("prog")] + [a.get("prog") for a in x.get("attached", [])]:
+            if p and p.get("id"):
+                print(p["id"])' 2>/dev/null | sort -u)
+    [ -n "$ids" ] || { echo "0 0"; return; }
+    local id t=0 c=0 pt pc
+    for id in $ids; do
+        read -r pt pc < <(bpftool -j prog show id "$id" 2>/dev/null | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+print(p.get("run_time_ns", 0) if p.get("name", "").startswith("vgate") else 0,
+      p.get("run_cnt", 0) if p.get("name", "").startswith("vgate") else 0)' 2>/dev/null || echo "0 0")
+        t=$((t + pt)) c=$((c + pc))
+    done
+    echo "$t $c"
+}
 proc_ticks() { # fields after "comm)": utime is the 12th, stime the 13th
     local f
     if [ -n "$1" ] && f=$(cat "/proc/$1/stat" 2>/dev/null); then
@@ -206,9 +259,18 @@ point() { # cfg n run
     sink=$!; PIDS+=("$sink")
     local t=0; while [ $t -lt 100 ] && ! grep -q ready "$WORK/sink.log" 2>/dev/null; do sleep 0.05; t=$((t + 1)); done
     s0=$(udp_err "$B_NS"); g0=$(udp_err "$G_NS"); read -r c0 _ < <(core "$RELAY_CPU"); p0=$(proc_ticks "$RELAY")
+    local a0 a1 b0 b1 bn0 bn1 calls=""
+    read -r a0 _ < <(core ""); read -r b0 bn0 < <(bpf_ns)
+    rm -f "$WORK/calls.txt"
+    count_calls "$RELAY" "$SECS" "$WORK/calls.txt" & calls=$!
     timeout -s INT $((SECS + 15)) ip netns exec "$A_NS" taskset -c "$GEN_CPU" "$WORK/blast" send \
         -d "$TARGET" -p "$TPORT" -n "$n" -r "$RATE" -l "$PAYLOAD" -t "$SECS" -b "$A_IP" > "$WORK/gen.out" 2> "$WORK/gen.log" || true
     read -r c1 _ < <(core "$RELAY_CPU"); p1=$(proc_ticks "$RELAY")
+    read -r a1 _ < <(core ""); read -r b1 bn1 < <(bpf_ns)
+    wait "$calls" 2>/dev/null || true
+    local sc cs; read -r sc cs < <(calls_of "$WORK/calls.txt")
+    local bpf_t=null bpf_c=null
+    if [ "$b0" != null ] && [ "$b1" != null ]; then bpf_t=$((b1 - b0)) bpf_c=$((bn1 - bn0)); fi
     sleep 0.5   # what the relay still holds reaches the sinks
     kill -INT "$sink" 2>/dev/null || true; wait "$sink" 2>/dev/null || true
     s1=$(udp_err "$B_NS"); g1=$(udp_err "$G_NS")
@@ -221,9 +283,9 @@ point() { # cfg n run
                tx=$(sed -n 's/^total channel=forward .*tx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1) ;;
         esac
     fi
-    printf '{"cfg": "%s", "n": %d, "run": %d, "gen": %s, "sink": %s, "core_ticks": %d, "relay_ticks": %d, "sink_udp_errors": %d, "gw_udp_errors": %d, "relay_rx": %s, "relay_tx": %s}\n' \
-        "$cfg" "$n" "$r" "$(cat "$WORK/gen.out")" "$(cat "$WORK/sink.out")" $((c1 - c0)) $((p1 - p0)) \
-        $((s1 - s0)) $((g1 - g0)) "${rx:-null}" "${tx:-null}" >> "$RAW"
+    printf '{"cfg": "%s", "n": %d, "run": %d, "gen": %s, "sink": %s, "core_ticks": %d, "all_ticks": %d, "relay_ticks": %d, "sink_udp_errors": %d, "gw_udp_errors": %d, "relay_rx": %s, "relay_tx": %s, "relay_syscalls": %s, "relay_switches": %s, "bpf_ns": %s, "bpf_runs": %s}\n' \
+        "$cfg" "$n" "$r" "$(cat "$WORK/gen.out")" "$(cat "$WORK/sink.out")" $((c1 - c0)) $((a1 - a0)) $((p1 - p0)) \
+        $((s1 - s0)) $((g1 - g0)) "${rx:-null}" "${tx:-null}" "$sc" "$cs" "$bpf_t" "$bpf_c" >> "$RAW"
     tail -1 "$RAW" >&2
     sleep 0.3
 }
@@ -244,7 +306,7 @@ for ((r = 1; r <= RUNS; r++)); do
         done
     done
 done
-is_vgate() { case "$1" in route|kernel|crelay) return 1 ;; *) return 0 ;; esac; }
+is_vgate() { case "$1" in route|kernel|crelay|*-sockets) return 1 ;; *) return 0 ;; esac; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 # Resident memory with few and many routes, idle and after traffic over up to 1000 of them.
@@ -287,16 +349,18 @@ if [[ " $EXTRAS " == *" activation "* ]]; then
             ip netns exec "$G_NS" python3 -c '
 import json, sys, time, urllib.request
 body = json.dumps({"name": "act", "domain": "a", "port": int(sys.argv[1]),
-                   "destination": sys.argv[2], "egress_port": int(sys.argv[3])}).encode()
+                   "destination": sys.argv[2], "egress_port": int(sys.argv[3]),
+                   "expect_source": sys.argv[5] + ":0"}).encode()
 req = urllib.request.Request("http://%s/api/v1/routes" % sys.argv[4], data=body,
                              headers={"Content-Type": "application/json"}, method="POST")
 t0 = time.monotonic_ns()
 urllib.request.urlopen(req, timeout=5).read()
-print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) "$ADMIN" > "$WORK/act-call.out" 2>&1 || true
+print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) "$ADMIN" "$A_IP" > "$WORK/act-call.out" 2>&1 || true
             wait "$agen" 2>/dev/null || true
             sleep 0.3
             kill -INT "$asink" 2>/dev/null || true; wait "$asink" 2>/dev/null || true
-            read -r t0 t1 < "$WORK/act-call.out" || { t0=0; t1=0; }
+            read -r t0 t1 < "$WORK/act-call.out" || true
+            [[ "${t0:-}" =~ ^[0-9]+$ && "${t1:-}" =~ ^[0-9]+$ ]] || { log "activation: the API call failed: $(tail -1 "$WORK/act-call.out")"; t0=0; t1=0; }
             first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_ns"])' "$WORK/act-sink.out" 2>/dev/null || echo 0)
             printf '{"cfg": "activation", "mode": "%s", "try": %d, "call_ms": %s, "first_ms": %s}\n' "$cfg" "$k" \
                 "$(python3 -c "print(round(($t1 - $t0) / 1e6, 2) if $t0 else 'null')")" \

@@ -6,23 +6,36 @@
 # datagrams that arrived behind a later one — per reorder window of half B's incoming link.
 # The measurement itself is tests/split_bench.rs (ignored in the ordinary test run).
 #
+# With --tx: the sending half's cost of the outgoing link by TX family instead — half A in
+# mode tnapi and zc with its link sent by the mode's family (AF_PACKET / AF_XDP) and by the
+# UDP socket (VGATE_LINK_TX=udp), and mode stack, side by side in alternating rounds; per
+# configuration: delivered loss and half A's datapath CPU per datagram (median of rounds).
+# It writes the section of the output file from the line "## Link TX" on (the loss
+# table above it is kept); without --tx the loss table is written and that section kept.
+#
 #   scripts/bench-split.sh [--loss "1 10 50"] [--fec "off 8+2 16+4"] [--reorder "0 25"] [--count N] [--pps R]
 #                          [--out docs/bench-split.md] [--debug] [--no-build]   (as root)
+#   scripts/bench-split.sh --tx [--pps "10000 30000"] [--count N] [--rounds 3] [--fec 8+2] ...
 #
 #   --loss    permille of link frames dropped (default "1 10 50": 0.1 %, 1 %, 5 %)
 #   --fec     FEC settings of the forward link (default "off 8+2 16+4")
 #   --reorder half B's split.in_link.reorder_ms values (default "0 25": on arrival, and the default)
 #   --count   datagrams per point (default 20000, 1328-byte RTP-sized payloads)
 #   --pps     send rate (default 4000 per second, ~42 Mbit/s)
+#   --tx      the link TX comparison (defaults then: --pps "10000 30000", --count 30000,
+#             --fec 8+2, --rounds 3)
+#   --rounds  rounds of the TX comparison (each runs every configuration once)
 #   --debug   use the debug build (faster to build; latency figures are then not vgate's)
 #   --no-build  run the benchmark binary already built (target/release/deps/split_bench-*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOSS="1 10 50"
-FEC="off 8+2 16+4"
+FEC=""
 REORDER="0 25"
-COUNT=20000
-PPS=4000
+COUNT=""
+PPS=""
+TX=0
+ROUNDS=3
 OUT=docs/bench-split.md
 PROFILE=--release
 KIND=release
@@ -37,22 +50,88 @@ while [ $# -gt 0 ]; do
         --out) OUT=$2; shift 2 ;;
         --debug) PROFILE=""; KIND=debug; shift ;;
         --no-build) BUILD=0; shift ;;
+        --tx) TX=1; shift ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-split.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-split.sh: needs root (network namespaces)" >&2; exit 1; }
+if [ "$TX" = 1 ]; then
+    TEST=split_link_tx_families
+    FEC=${FEC:-8+2} COUNT=${COUNT:-30000} PPS=${PPS:-"10000 30000"}
+else
+    TEST=split_loss_and_fec
+    FEC=${FEC:-"off 8+2 16+4"} COUNT=${COUNT:-20000} PPS=${PPS:-4000}
+fi
 raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
-export SPLIT_BENCH_LOSS="$LOSS" SPLIT_BENCH_FEC="$FEC" SPLIT_BENCH_REORDER="$REORDER" SPLIT_BENCH_COUNT="$COUNT" SPLIT_BENCH_PPS="$PPS"
+trap 'rm -f "$raw" "$raw.keep"' EXIT
+export SPLIT_BENCH_LOSS="$LOSS" SPLIT_BENCH_FEC="$FEC" SPLIT_BENCH_REORDER="$REORDER" SPLIT_BENCH_COUNT="$COUNT" \
+    SPLIT_BENCH_PPS="$PPS" SPLIT_BENCH_ROUNDS="$ROUNDS"
 if [ "$BUILD" = 1 ]; then
     # shellcheck disable=SC2086 # PROFILE is one flag or nothing
-    cargo test $PROFILE --test split_bench -- --ignored --nocapture --test-threads 1 2>/dev/null > "$raw" || true
+    cargo test $PROFILE --test split_bench -- --ignored --nocapture --test-threads 1 --exact "$TEST" 2>/dev/null > "$raw" || true
 else
-    dir=target/$KIND/deps
+    dir=${CARGO_TARGET_DIR:-target}/$KIND/deps
     bin=$(find "$dir" -maxdepth 1 -name 'split_bench-*' -type f -executable -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
     [ -n "$bin" ] || { echo "bench-split.sh: no split_bench binary in $dir: run without --no-build" >&2; exit 1; }
-    "$bin" --ignored --nocapture --test-threads 1 2>/dev/null > "$raw" || true
+    "$bin" --ignored --nocapture --test-threads 1 --exact "$TEST" 2>/dev/null > "$raw" || true
+fi
+if [ "$TX" = 1 ]; then
+    grep -o 'txpoint .*' "$raw" > "$raw.points" || true
+    mv "$raw.points" "$raw"
+    grep -q '^txpoint' "$raw" || { echo "bench-split.sh: no results" >&2; exit 1; }
+    cat "$raw"
+    : > "$raw.keep"
+    if [ -f "$OUT" ]; then sed '/^## Link TX/,$d' "$OUT" > "$raw.keep"; fi
+    {
+        cat "$raw.keep"
+        echo "## Link TX by engine family"
+        echo
+        echo "Produced by \`scripts/bench-split.sh --tx --pps \"$PPS\" --count $COUNT --rounds $ROUNDS --fec $FEC\` on $(date -u +%Y-%m-%d) ($(nproc) CPUs, $(uname -r), $KIND build)."
+        echo "Half A (the sending half) in each mode, its outgoing link sent by the mode's family or by the"
+        echo "UDP socket (\`VGATE_LINK_TX=udp\`); half B in mode stack; $COUNT datagrams of 1328 bytes per run,"
+        echo "FEC $FEC on the forward link. The configurations alternate within each of $ROUNDS rounds; figures are"
+        echo "the median over rounds. CPU = half A's engine worker (captures domain a and sends the link),"
+        echo "thread CPU time (user + kernel, so the send syscalls and what the kernel does in them are in)"
+        echo "per datagram forwarded; \"all\" adds the incoming link's (idle) worker. The machine is shared and"
+        echo "noisy: compare within a row group (same rate), as ratios."
+        echo
+        echo "Loss is split where it happened: *before the link* = datagrams half A never forwarded (its"
+        echo "domain-side capture: RX ring or socket overflow), *link and after* = forwarded by half A, not"
+        echo "received in domain B (the link, half B, the receiver); both summed over the rounds; *half B"
+        echo "counted* = the part half B's counters explain (link frames FEC could not rebuild, its link"
+        echo "socket overflowing, its sends refused)."
+        echo
+        echo "| rate (pps) | mode | link TX | runs | lost before the link | lost on the link and after | of which half B counted | link send errors | CPU µs/datagram (median) | all workers µs/datagram | CPU vs UDP socket, same mode |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+        awk '
+            { delete v; for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+              k = v["pps"] SUBSEP v["mode"] SUBSEP v["tx"]
+              if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+              c[k] = c[k] " " v["worker_cpu_us_per_pkt"]; a[k] = a[k] " " v["all_cpu_us_per_pkt"]
+              sent[k] += v["sent"]; fwd[k] += v["forwarded"]; got[k] += v["delivered"]
+              bc[k] += v["b_lost"] + v["b_rx_overflow"] + v["b_queue_full"]
+              runs[k]++; err[k] += v["send_errors"] }
+            function median(s,   x, m, i, j, t) {
+                m = split(s, x, " ")
+                for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (x[j] + 0 < x[i] + 0) { t = x[i]; x[i] = x[j]; x[j] = t }
+                return (m % 2) ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
+            }
+            END {
+                for (i = 1; i <= n; i++) { k = order[i]; med[k] = median(c[k]) }
+                for (i = 1; i <= n; i++) {
+                    k = order[i]; split(k, p, SUBSEP)
+                    u = p[1] SUBSEP p[2] SUBSEP "udp"
+                    ratio = (p[3] != "udp" && (u in med) && med[u] > 0) ? sprintf("%.2f", med[k] / med[u]) : "—"
+                    printf "| %s | %s | %s | %d | %.3f %% | %.3f %% | %.3f %% | %d | %.2f | %.2f | %s |\n", p[1], p[2], p[3], runs[k], \
+                        100 * (sent[k] - fwd[k]) / sent[k], 100 * (fwd[k] - got[k]) / sent[k], 100 * bc[k] / sent[k], err[k], \
+                        med[k], median(a[k]), ratio
+                }
+            }' "$raw"
+    } > "$OUT"
+    echo "bench-split.sh: wrote $OUT"
+    exit 0
 fi
 # libtest may print its "test … " prefix on the first line of output: take each point from
 # where it starts.
@@ -60,6 +139,8 @@ grep -o 'point .*' "$raw" > "$raw.points" || true
 mv "$raw.points" "$raw"
 grep -q '^point' "$raw" || { echo "bench-split.sh: no results" >&2; exit 1; }
 cat "$raw"
+: > "$raw.keep"
+if [ -f "$OUT" ]; then sed -n '/^## Link TX/,$p' "$OUT" > "$raw.keep"; fi
 {
     echo "# Split appliance: loss and FEC on a one-way link"
     echo
@@ -82,5 +163,6 @@ cat "$raw"
             "${v[lat_p50_us]}" "${v[lat_p99_us]}" "${v[out_of_order]}"
         unset v
     done
+    if [ -s "$raw.keep" ]; then echo; cat "$raw.keep"; fi
 } > "$OUT"
 echo "bench-split.sh: wrote $OUT"

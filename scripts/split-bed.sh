@@ -23,8 +23,10 @@
 # domains but vgate. Every address lives inside these namespaces, with no default route: no
 # traffic can leave them.
 #
-# Usage: split-bed.sh [--name PREFIX] up|down|env|counters|loss forward|reverse PERMILLE|guard on|off
-#   up        create the bed (a partial bed is removed on failure), print KEY=value lines
+# Usage: split-bed.sh [--name PREFIX] [--queues N] up|down|env|counters|loss forward|reverse PERMILLE|guard on|off
+#   up        create the bed (a partial bed is removed on failure), print KEY=value lines;
+#             --queues N (1-4, default 1): RX/TX queues of the domain and link veths (what
+#             a half with engine.queues = N workers needs in modes tnapi and zc)
 #   down      remove everything; safe twice or after a failed up
 #   env       print the KEY=value lines
 #   counters  print FWD_WRONG, REV_WRONG (wrong-direction drops at the far end), A_LEAK,
@@ -39,18 +41,23 @@ set -euo pipefail
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 
 N="${VGATE_SPLIT_BED:-vsb$$}"
+QUEUES=1
 CMD=""
 ARGS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --name) N="${2:?--name needs a value}"; shift 2 ;;
         --name=*) N="${1#*=}"; shift ;;
+        --queues) QUEUES="${2:?--queues needs a value}"; shift 2 ;;
         -h|--help) usage ;;
         up|down|env|counters|loss|guard) CMD="$1"; shift; ARGS=("$@"); break ;;
         *) echo "split-bed.sh: unknown argument '$1'" >&2; usage ;;
     esac
 done
 [ -n "$CMD" ] || usage
+if ! [[ "$QUEUES" =~ ^[1-4]$ ]]; then
+    echo "split-bed.sh: --queues must be 1 to 4" >&2; exit 2
+fi
 if ! [[ "$N" =~ ^[A-Za-z0-9_-]{1,12}$ ]]; then
     echo "split-bed.sh: bed name '$N' must be 1-12 letters, digits, '_' or '-'" >&2; exit 2
 fi
@@ -110,9 +117,11 @@ undo_partial_up() {
     fi
 }
 
-# veth NS1 IF1 MAC1 IP1 NS2 IF2 MAC2 IP2
+# veth NS1 IF1 MAC1 IP1 NS2 IF2 MAC2 IP2 [QUEUES]
 veth() {
-    ip -n "$1" link add "$2" address "$3" type veth peer name "$6" netns "$5" address "$7"
+    local q=${9:-1}
+    ip -n "$1" link add "$2" address "$3" numtxqueues "$q" numrxqueues "$q" type veth \
+        peer name "$6" netns "$5" address "$7" numtxqueues "$q" numrxqueues "$q"
     ip -n "$1" addr add "$4/24" dev "$2"
     ip -n "$5" addr add "$8/24" dev "$6"
     ip -n "$1" link set "$2" up
@@ -175,11 +184,13 @@ up() {
         ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 \
             net.ipv4.ip_forward=0 net.ipv4.icmp_echo_ignore_all=1
     done
-    veth "$NS_DA" va "$VA_MAC" "$DA_IP" "$NS_HA" ga "$GA_MAC" "$GA_IP"
-    veth "$NS_HB" gb "$GB_MAC" "$GB_IP" "$NS_DB" vb "$VB_MAC" "$DB_IP"
+    veth "$NS_DA" va "$VA_MAC" "$DA_IP" "$NS_HA" ga "$GA_MAC" "$GA_IP" "$QUEUES"
+    veth "$NS_HB" gb "$GB_MAC" "$GB_IP" "$NS_DB" vb "$VB_MAC" "$DB_IP" "$QUEUES"
     veth "$NS_HA" sa "$SA_MAC" "$SA_IP" "$NS_HB" sb "$SB_MAC" "$SB_IP"
-    veth "$NS_HA" fa "$FA_MAC" "$FA_IP" "$NS_HB" fb "$FB_MAC" "$FB_IP"
-    veth "$NS_HB" rb "$RB_MAC" "$RB_IP" "$NS_HA" ra "$RA_MAC" "$RA_IP"
+    # One-way links with --queues queues too: a half in mode zc sends its link from an
+    # AF_XDP socket per worker, each on its own TX queue.
+    veth "$NS_HA" fa "$FA_MAC" "$FA_IP" "$NS_HB" fb "$FB_MAC" "$FB_IP" "$QUEUES"
+    veth "$NS_HB" rb "$RB_MAC" "$RB_IP" "$NS_HA" ra "$RA_MAC" "$RA_IP" "$QUEUES"
     # Domains: static neighbours both ways (the domain side is not what is tested here).
     ip -n "$NS_DA" neigh replace "$GA_IP" lladdr "$GA_MAC" dev va nud permanent
     ip -n "$NS_HA" neigh replace "$DA_IP" lladdr "$VA_MAC" dev ga nud permanent

@@ -451,7 +451,12 @@ fn admin_keys(path: &std::path::Path) -> Option<(Option<std::net::SocketAddr>, O
 
 fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
     let machine = cpus.map_or_else(config::Cpus::this_machine, config::Cpus::first);
-    match Config::load_on(file, &machine) {
+    // On the machine that runs it (no --cpus): what a half's engine-family link needs here.
+    let here = |cfg: &Config| match (cpus, std::fs::read_to_string(file)) {
+        (None, Ok(text)) => config::check_split_host(cfg, &text, &file.display().to_string()),
+        _ => Ok(()),
+    };
+    match Config::load_on(file, &machine).and_then(|cfg| here(&cfg).map(|()| cfg)) {
         Ok(cfg) => {
             println!(
                 "{}: ok: mode {}, {} queue(s) on CPU(s) {:?}, {} signaling route(s), {} static stream route(s); domain a {} ports {}, domain b {} ports {}",

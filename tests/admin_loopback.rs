@@ -194,6 +194,9 @@ fn metrics_routes_sessions_and_stats() {
         let empty_here = [
             "vgate_rtsp_interleaved_frames_total",
             "vgate_rtsp_interleaved_bytes_total",
+            "vgate_rtsp_bridge_legs_total",
+            "vgate_rtsp_bridge_frames_total",
+            "vgate_rtsp_bridge_bytes_total",
             "vgate_signaling_other_events_total",
         ];
         assert!(

@@ -137,6 +137,10 @@ fn relay_run(mode: &str) {
             log.contains("mode tnapi, engine afpacket") && log.contains("on CPU"),
             "start-up banner names mode, engine, queues and CPUs: {log}"
         );
+        assert!(
+            log.contains("egress packet socket with qdisc bypass on"),
+            "forwarded packets leave by the packet sockets (frames built by vgate): {log}"
+        );
         assert_eq!(
             vgate_tables(&g_ns).len(),
             1,

@@ -353,3 +353,43 @@ destination = "127.0.{net}.2:40000"
     }
     panic!("vgate stats never showed a forwarding rate; last screen:\n{screen}");
 }
+
+/// A half in mode tnapi or zc builds the link's frames itself: check-config (on the machine
+/// that runs it) refuses an outgoing link interface this host does not have, at its line;
+/// with `--cpus` (checking for another machine) the host is not looked at.
+#[test]
+fn check_config_refuses_an_engine_family_link_on_a_missing_interface() {
+    let text = std::fs::read_to_string(repo().join("systemd/vgate-half-a.toml")).unwrap();
+    let cfg = text.replace("mode = \"stack\"", "mode = \"tnapi\"");
+    assert_ne!(cfg, text, "the example sets mode = \"stack\"");
+    let start = cfg.find("[split.out_link]").unwrap();
+    let at = start + cfg[start..].find("interface = \"").unwrap() + "interface = \"".len();
+    let end = at + cfg[at..].find('"').unwrap();
+    let cfg = format!("{}vgnosuchif0{}", &cfg[..at], &cfg[end..]);
+    let line = cfg[..at].lines().count();
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut f, cfg.as_bytes()).unwrap();
+    let out = Command::new(common::vgate_bin())
+        .arg("check-config")
+        .arg(f.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(":{line}:"))
+            && stderr.contains("split.out_link.interface")
+            && stderr.contains("vgnosuchif0"),
+        "{stderr}"
+    );
+    let out = Command::new(common::vgate_bin())
+        .args(["check-config", "--cpus", "2"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use vgate::config::{DomainId, SourcePolicy};
 use vgate::routes::{RouteError, RouteSpec};
-use vgate::signaling::proxy::rtsp::logic::{Exchange, MediaPorts, Output, Settings};
+use vgate::signaling::proxy::rtsp::logic::{
+    BridgeSettings, Exchange, LegSpec, MediaPorts, Output, Settings, TcpSide,
+};
 use vgate::signaling::rtsp::auth::{Credentials, DigestVerifier};
 use vgate::signaling::rtsp::transport::TransportPolicy;
 use vgate::signaling::rtsp::{Authority, Limits, Route, UrlMap};
@@ -23,6 +25,11 @@ struct FakeMedia {
     freed: Vec<(DomainId, u16)>,
     routes: Vec<RouteSpec>,
     released: usize,
+    /// Bridge legs opened, and those closed one by one.
+    legs: Vec<LegSpec>,
+    closed_legs: Vec<(TcpSide, (u8, u8))>,
+    /// Routes ending in a leg: (ingress, port) → its `$` channel.
+    leg_routes: BTreeMap<(DomainId, u16), u8>,
 }
 
 impl MediaPorts for FakeMedia {
@@ -44,7 +51,32 @@ impl MediaPorts for FakeMedia {
     }
     fn release(&mut self) {
         self.routes.clear();
+        self.leg_routes.clear();
         self.released += 1;
+    }
+    fn open_leg(&mut self, leg: LegSpec) -> std::io::Result<()> {
+        self.legs.push(leg);
+        Ok(())
+    }
+    fn add_leg_route(
+        &mut self,
+        spec: RouteSpec,
+        side: TcpSide,
+        channels: (u8, u8),
+        index: usize,
+    ) -> Result<(), RouteError> {
+        assert!(
+            self.legs
+                .iter()
+                .any(|l| l.side == side && l.channels == channels),
+            "a route into a leg that was never opened"
+        );
+        let ch = if index == 0 { channels.0 } else { channels.1 };
+        self.leg_routes.insert((spec.ingress, spec.port), ch);
+        self.add_route(spec)
+    }
+    fn close_leg(&mut self, side: TcpSide, channels: (u8, u8)) {
+        self.closed_legs.push((side, channels));
     }
 }
 
@@ -65,6 +97,7 @@ fn settings() -> Settings {
         rtp_only: false,
         limits: Limits::default(),
         transports: TransportPolicy::default(),
+        bridge: None,
         session_timeout: 30,
         request_timeout: 10,
         stats: Arc::new(vgate::signaling::proxy::SignalingStats::new(
@@ -132,9 +165,14 @@ fn fill(text: &str, names: &BTreeMap<String, u16>) -> String {
     s
 }
 
-fn route_line(r: &RouteSpec) -> String {
+fn route_line(r: &RouteSpec, media: &FakeMedia) -> String {
+    let leg = media
+        .leg_routes
+        .get(&(r.ingress, r.port))
+        .map(|ch| format!(" into leg ${ch}"))
+        .unwrap_or_default();
     format!(
-        "{} {} -> {} from {} expect {} {}",
+        "{} {} -> {} from {} expect {} {}{leg}",
         r.ingress,
         r.port,
         r.dest,
@@ -181,7 +219,12 @@ fn run_transcript(path: &Path, mut ex: Exchange<FakeMedia>) -> Exchange<FakeMedi
                     .filter(|l| !l.is_empty())
                     .map(|l| fill(l, &names))
                     .collect();
-                let got: Vec<String> = ex.media().routes.iter().map(route_line).collect();
+                let got: Vec<String> = ex
+                    .media()
+                    .routes
+                    .iter()
+                    .map(|r| route_line(r, ex.media()))
+                    .collect();
                 assert_eq!(got, want, "{at}");
             }
             m => {
@@ -301,6 +344,65 @@ fn server_requests_reach_the_client_rewritten() {
     assert_eq!(ev["client_replies_forwarded"], 3);
 }
 
+fn bridging() -> Settings {
+    Settings {
+        bridge: Some(BridgeSettings { max_payload: 1500 }),
+        ..settings()
+    }
+}
+
+#[test]
+fn bridge_interleaved_client_to_a_udp_only_server() {
+    let ex = run_transcript(
+        &golden("bridge_tcp_client_udp_server.txt"),
+        exchange(bridging()),
+    );
+    let m = ex.media();
+    assert_eq!(
+        m.legs,
+        [LegSpec {
+            domain: DomainId::B,
+            side: TcpSide::Client,
+            channels: (0, 1),
+            inject: [30000, 30001],
+        }]
+    );
+    assert!(!ex.bridged(TcpSide::Client, 0), "the session ended");
+    assert_eq!(
+        m.released, 1,
+        "TEARDOWN gives the session (and its leg) back"
+    );
+}
+
+#[test]
+fn bridge_udp_client_to_an_interleaved_only_server() {
+    let ex = run_transcript(
+        &golden("bridge_udp_client_tcp_server.txt"),
+        exchange(bridging()),
+    );
+    let m = ex.media();
+    assert_eq!(
+        m.legs,
+        [LegSpec {
+            domain: DomainId::A,
+            side: TcpSide::Upstream,
+            channels: (0, 1),
+            inject: [20000, 20001],
+        }]
+    );
+    assert!(ex.bridged(TcpSide::Upstream, 1));
+    assert!(!ex.channel_allowed(0), "bridged channels are not relayed");
+    assert_eq!(ex.pending(), 0);
+}
+
+#[test]
+fn bridge_refused_both_ways_is_a_461_with_the_reason() {
+    let ex = run_transcript(&golden("bridge_refused_both.txt"), exchange(bridging()));
+    assert!(ex.media().legs.is_empty());
+    assert_eq!(ex.media().allocated.len(), 1, "the retry's pair was reused");
+    assert_eq!(ex.pending(), 1, "the second SETUP awaits its reply");
+}
+
 /// Every golden file is run by a test above.
 #[test]
 fn every_transcript_is_tested() {
@@ -313,6 +415,9 @@ fn every_transcript_is_tested() {
     assert_eq!(
         files,
         [
+            "bridge_refused_both.txt",
+            "bridge_tcp_client_udp_server.txt",
+            "bridge_udp_client_tcp_server.txt",
             "interleaved_absolute_pipelined.txt",
             "per_track_teardown.txt",
             "record_announce_udp.txt",

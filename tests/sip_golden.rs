@@ -516,10 +516,11 @@ fn status(o: &Out) -> String {
 }
 
 #[test]
-fn tcp_media_is_refused_with_488_and_warning() {
+fn tcp_media_vgate_cannot_bridge_is_refused_with_488_and_warning() {
+    // RTP over plain TCP (RFC 4571) is bridged (tests/gb_tcp_netns.rs); over TLS it is not.
     let mut t = bench(0);
     let sdp = OFFER
-        .replace("RTP/AVP 96 98 97", "TCP/RTP/AVP 96")
+        .replace("RTP/AVP 96 98 97", "TCP/TLS/RTP/AVP 96")
         .replace("a=recvonly", "a=recvonly\na=setup:active\na=connection:new");
     let msg = invite_with(&sdp, "34020000002000000001", "tcp1");
     let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);

@@ -10,13 +10,25 @@
 //! datagrams on as they arrive), so the latency the window adds is measured beside it.
 //! One line per point, `point loss_permille=… fec=… reorder_ms=… …`, for the script to
 //! tabulate.
+//!
+//! `split_link_tx_families` (`scripts/bench-split.sh --tx`): the sending half's cost of the
+//! outgoing link per family. Half A runs mode tnapi or zc twice — its link sent with the
+//! engine family of the mode (AF_PACKET / AF_XDP) and with the UDP socket
+//! (`VGATE_LINK_TX=udp`) — and mode stack once, against the same half B (mode stack); the
+//! configurations alternate within each round so the machine's load falls on all of them.
+//! Per point: delivered loss, and half A's CPU time (its engine worker, which captures the
+//! domain and sends the link; and all its datapath workers) per datagram sent.
+//! `txpoint mode=… tx=… …` lines.
 
 mod common;
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::split::{half_config, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
+use common::split::{
+    half_config, half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B,
+};
+use common::vgate::Vgate;
 
 fn env_or(k: &str, d: &str) -> String {
     std::env::var(k).unwrap_or_else(|_| d.to_owned())
@@ -55,7 +67,7 @@ fn split_loss_and_fec() {
         .collect();
     let len: usize = 1328;
     let bed = SplitBed::up();
-    let (da, ga, db) = (bed.ip("DA_IP"), bed.ip("GA_IP"), bed.ip("DB_IP"));
+    let (da, db) = (bed.ip("DA_IP"), bed.ip("DB_IP"));
     for &loss in &losses {
         bed.loss("forward", loss);
         for (fec, reorder) in fecs
@@ -86,65 +98,7 @@ fn split_loss_and_fec() {
                 1,
             );
             let b = start_half(&bed, "b", &b_cfg);
-            let (tx, rx) = std::sync::mpsc::channel();
-            let recv = {
-                let ns = bed.get("DB_NS").to_owned();
-                std::thread::spawn(move || {
-                    common::enter_netns(&ns).unwrap();
-                    let s = UdpSocket::bind(SocketAddrV4::new(db, 6000)).unwrap();
-                    let _ = nix::sys::socket::setsockopt(
-                        &s,
-                        nix::sys::socket::sockopt::RcvBufForce,
-                        &(16 << 20),
-                    );
-                    tx.send(()).unwrap();
-                    let mut seen = vec![false; count as usize];
-                    let mut lat = Vec::with_capacity(count as usize);
-                    let (mut highest, mut out_of_order) = (None::<usize>, 0u64);
-                    let mut buf = [0u8; 2048];
-                    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-                    while let Ok((n, _)) = s.recv_from(&mut buf) {
-                        let t = now_ns();
-                        if n < 24 {
-                            continue;
-                        }
-                        let id = u32::from_be_bytes(buf[12..16].try_into().unwrap()) as usize;
-                        let sent = u64::from_be_bytes(buf[16..24].try_into().unwrap());
-                        if id < seen.len() && !seen[id] {
-                            seen[id] = true;
-                            lat.push(t.saturating_sub(sent));
-                            if highest.is_some_and(|h| id < h) {
-                                out_of_order += 1;
-                            }
-                            highest = highest.max(Some(id));
-                        }
-                    }
-                    (lat, out_of_order)
-                })
-            };
-            rx.recv().unwrap();
-            common::in_netns(bed.get("DA_NS"), move || {
-                let s = UdpSocket::bind(SocketAddrV4::new(da, 5000)).unwrap();
-                let to = SocketAddrV4::new(ga, 20000);
-                let mut p = vec![0u8; len];
-                p[0] = 0x80;
-                p[1] = 96;
-                let start = Instant::now();
-                for id in 0..count {
-                    p[2..4].copy_from_slice(&(id as u16).to_be_bytes());
-                    p[12..16].copy_from_slice(&id.to_be_bytes());
-                    p[16..24].copy_from_slice(&now_ns().to_be_bytes());
-                    s.send_to(&p, to).unwrap();
-                    if id % 10 == 9 {
-                        let due =
-                            start + Duration::from_secs_f64(f64::from(id + 1) / f64::from(pps));
-                        if let Some(w) = due.checked_duration_since(Instant::now()) {
-                            std::thread::sleep(w);
-                        }
-                    }
-                }
-            });
-            let (mut lat, out_of_order) = recv.join().unwrap();
+            let (mut lat, out_of_order) = stream(&bed, count, pps, len);
             let _ta = a.stop();
             let tb = b.stop();
             let link_lost = bed.counters()["FWD_LOSS"] - before;
@@ -170,6 +124,182 @@ fn split_loss_and_fec() {
                 pct(0.99),
                 l["lost"],
             );
+        }
+    }
+}
+
+/// A paced stream of `count` numbered, timestamped datagrams of `len` bytes at `pps` from
+/// domain A (port 5000) to half A's gateway port 20000; returns the one-way latency (ns) of
+/// each distinct datagram that reached the receiver in domain B (port 6000), and how many
+/// arrived behind a later one.
+fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
+    let (da, ga, db) = (bed.ip("DA_IP"), bed.ip("GA_IP"), bed.ip("DB_IP"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let recv = {
+        let ns = bed.get("DB_NS").to_owned();
+        std::thread::spawn(move || {
+            common::enter_netns(&ns).unwrap();
+            let s = UdpSocket::bind(SocketAddrV4::new(db, 6000)).unwrap();
+            let _ = nix::sys::socket::setsockopt(
+                &s,
+                nix::sys::socket::sockopt::RcvBufForce,
+                &(16 << 20),
+            );
+            tx.send(()).unwrap();
+            let mut seen = vec![false; count as usize];
+            let mut lat = Vec::with_capacity(count as usize);
+            let (mut highest, mut out_of_order) = (None::<usize>, 0u64);
+            let mut buf = [0u8; 2048];
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            while let Ok((n, _)) = s.recv_from(&mut buf) {
+                let t = now_ns();
+                if n < 24 {
+                    continue;
+                }
+                let id = u32::from_be_bytes(buf[12..16].try_into().unwrap()) as usize;
+                let sent = u64::from_be_bytes(buf[16..24].try_into().unwrap());
+                if id < seen.len() && !seen[id] {
+                    seen[id] = true;
+                    lat.push(t.saturating_sub(sent));
+                    if highest.is_some_and(|h| id < h) {
+                        out_of_order += 1;
+                    }
+                    highest = highest.max(Some(id));
+                }
+            }
+            (lat, out_of_order)
+        })
+    };
+    rx.recv().unwrap();
+    common::in_netns(bed.get("DA_NS"), move || {
+        let s = UdpSocket::bind(SocketAddrV4::new(da, 5000)).unwrap();
+        let to = SocketAddrV4::new(ga, 20000);
+        let mut p = vec![0u8; len];
+        p[0] = 0x80;
+        p[1] = 96;
+        let start = Instant::now();
+        for id in 0..count {
+            p[2..4].copy_from_slice(&(id as u16).to_be_bytes());
+            p[12..16].copy_from_slice(&id.to_be_bytes());
+            p[16..24].copy_from_slice(&now_ns().to_be_bytes());
+            s.send_to(&p, to).unwrap();
+            if id % 10 == 9 {
+                let due = start + Duration::from_secs_f64(f64::from(id + 1) / f64::from(pps));
+                if let Some(w) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(w);
+                }
+            }
+        }
+    });
+    recv.join().unwrap()
+}
+
+/// Half A's datapath CPU per datagram, by link TX family (see the module doc).
+#[test]
+#[ignore = "benchmark: scripts/bench-split.sh --tx"]
+fn split_link_tx_families() {
+    if !common::prerequisites(
+        "split_link_tx_families",
+        true,
+        &[("ip", "iproute2"), ("nft", "nftables")],
+    ) {
+        return;
+    }
+    let rates: Vec<u32> = env_or("SPLIT_BENCH_PPS", "10000 30000")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let count: u32 = env_or("SPLIT_BENCH_COUNT", "30000").parse().unwrap();
+    let rounds: u32 = env_or("SPLIT_BENCH_ROUNDS", "3").parse().unwrap();
+    let fec = env_or("SPLIT_BENCH_FEC", "8+2");
+    let len: usize = 1328;
+    let bed = SplitBed::up();
+    let (da, db) = (bed.ip("DA_IP"), bed.ip("DB_IP"));
+    let ra = route(
+        "cam",
+        "a",
+        20000,
+        &format!("{FACE_B}:21000"),
+        30000,
+        &format!("{da}:5000"),
+    );
+    let rb = route(
+        "cam",
+        "a",
+        21000,
+        &format!("{db}:6000"),
+        30000,
+        &format!("{FACE_A}:30000"),
+    );
+    // (mode of half A, force the UDP socket on its link)
+    let configs = [
+        ("stack", false),
+        ("tnapi", true),
+        ("tnapi", false),
+        ("zc", true),
+        ("zc", false),
+    ];
+    for &pps in &rates {
+        for round in 0..rounds {
+            for &(mode, udp) in &configs {
+                let ns = bed.get("HA_NS").to_owned();
+                let mut wrapper = vec!["ip", "netns", "exec", &ns];
+                if udp {
+                    wrapper.extend(["env", "VGATE_LINK_TX=udp"]);
+                }
+                let a = Vgate::start_with(
+                    &wrapper,
+                    &half_config_mode(&bed, "a", mode, &fec, "off", &ra),
+                    &[],
+                );
+                let b = start_half(&bed, "b", &half_config(&bed, "b", "off", &fec, &rb));
+                let delivered = stream(&bed, count, pps, len).0.len() as u64;
+                let ta = a.stop();
+                let tb = b.stop();
+                let out = link_totals(&ta.raw, "out");
+                let b_in = link_totals(&tb.raw, "in");
+                // What half B dropped (its incoming link's socket overflowing, sends refused).
+                let b_drop = |name: &str| -> u64 {
+                    tb.channels
+                        .values()
+                        .filter_map(|c| c.get(name).and_then(|v| v.parse::<u64>().ok()))
+                        .sum()
+                };
+                let tx_line = ta
+                    .raw
+                    .lines()
+                    .find(|l| l.starts_with("link name=out "))
+                    .unwrap_or("");
+                let tx = tx_line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("tx="))
+                    .unwrap_or("?");
+                let cpu = |w: &std::collections::HashMap<String, String>| -> f64 {
+                    w.get("cpu_seconds")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0.0)
+                };
+                // Worker 0 captures the domain and sends the link; the last one reads the
+                // (idle) incoming link.
+                let w0 = ta.workers.first().map(cpu).unwrap_or(0.0);
+                let all: f64 = ta.workers.iter().map(cpu).sum();
+                let sent = ta.route("cam", "tx_packets").max(1);
+                println!(
+                    "txpoint pps={pps} round={round} mode={mode} tx={tx} fec={fec} sent={count} forwarded={} link_frames={} delivered={delivered} loss_pct={:.3} send_errors={} worker_cpu_us_per_pkt={:.2} all_cpu_us_per_pkt={:.2} b_link_frames={} b_repaired={} b_lost={} b_rx_overflow={} b_queue_full={}",
+                    ta.route("cam", "tx_packets"),
+                    out["packets"],
+                    100.0 * (u64::from(count) - delivered.min(u64::from(count))) as f64
+                        / f64::from(count),
+                    out["send_errors"],
+                    1e6 * w0 / sent as f64,
+                    1e6 * all / sent as f64,
+                    b_in["packets"],
+                    b_in["repaired"],
+                    b_in["lost"],
+                    b_drop("drop_rx_overflow"),
+                    b_drop("drop_queue_full"),
+                );
+            }
         }
     }
 }

@@ -67,6 +67,28 @@ fn routes_b(bed: &SplitBed) -> String {
     )
 }
 
+/// How a mode sends its outgoing link (`tx=` in the totals, `out_link.tx` in the stats).
+fn link_tx(mode: &str) -> &'static str {
+    match mode {
+        "tnapi" => "af_packet",
+        "zc" => "af_xdp",
+        _ => "udp",
+    }
+}
+
+/// The `link name=out` line of a half's totals says the link was sent with `mode`'s family.
+fn assert_link_tx(raw: &str, mode: &str) {
+    let line = raw
+        .lines()
+        .find(|l| l.starts_with("link name=out "))
+        .unwrap_or_else(|| panic!("no link out line:\n{raw}"));
+    assert!(
+        line.split_whitespace()
+            .any(|w| w == format!("tx={}", link_tx(mode))),
+        "mode {mode}: {line}"
+    );
+}
+
 fn sa(ip: &str, port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(ip.parse().unwrap(), port)
 }
@@ -80,21 +102,25 @@ fn run_streams(
     fec_rev: &str,
     count: u32,
     reverse: bool,
+    queues: usize,
 ) -> (
     common::split::Arrivals,
     common::split::Arrivals,
     Totals,
     Totals,
 ) {
+    let workers = format!("queues = {queues}\n");
     let a = start_half(
         bed,
         "a",
-        &half_config_mode(bed, "a", mode, fec_fwd, fec_rev, &routes_a(bed)),
+        &half_config_mode(bed, "a", mode, fec_fwd, fec_rev, &routes_a(bed))
+            .replace("queues = 1\n", &workers),
     );
     let b = start_half(
         bed,
         "b",
-        &half_config_mode(bed, "b", mode, fec_rev, fec_fwd, &routes_b(bed)),
+        &half_config_mode(bed, "b", mode, fec_rev, fec_fwd, &routes_b(bed))
+            .replace("queues = 1\n", &workers),
     );
     let quiet = Duration::from_secs(2);
     let (fwd_rx, fwd_ready) = receive_numbered(
@@ -156,6 +182,9 @@ fn run_streams(
         assert!(v >= u64::from(want) * 9 / 10, "half {half} {link}: {v}");
         let stats = common::split::admin_get(bed, half, "/api/v1/stats");
         assert!(stats.contains(&format!("\"half\":\"{half}\"")), "{stats}");
+        // The outgoing link is sent with the engine family of the mode.
+        let tx = format!("\"tx\":\"{}\"", link_tx(mode));
+        assert!(stats.contains(&tx), "half {half} stats lack {tx}: {stats}");
     }
     // Per stream on the receiving half: the routes list, the stats' link streams, metrics.
     let routes = common::split::admin_get(bed, "b", "/api/v1/routes");
@@ -186,7 +215,7 @@ fn streams_cross_both_links_once_and_nothing_goes_the_wrong_way() {
     if !ready("streams_cross_both_links_once_and_nothing_goes_the_wrong_way") {
         return;
     }
-    streams_in_mode("stack");
+    streams_in_mode("stack", 1);
 }
 
 /// The same with the domain side captured by AF_PACKET rings (mode tnapi).
@@ -195,7 +224,7 @@ fn streams_cross_the_split_in_mode_tnapi() {
     if !ready("streams_cross_the_split_in_mode_tnapi") {
         return;
     }
-    streams_in_mode("tnapi");
+    streams_in_mode("tnapi", 1);
 }
 
 /// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
@@ -204,13 +233,22 @@ fn streams_cross_the_split_in_mode_zc() {
     if !ready("streams_cross_the_split_in_mode_zc") {
         return;
     }
-    streams_in_mode("zc");
+    streams_in_mode("zc", 1);
 }
 
-fn streams_in_mode(mode: &str) {
-    let bed = SplitBed::up();
+/// Mode zc with two workers: each has its own AF_XDP socket on its own TX queue of the link.
+#[test]
+fn streams_cross_the_split_in_mode_zc_with_two_workers() {
+    if !ready("streams_cross_the_split_in_mode_zc_with_two_workers") {
+        return;
+    }
+    streams_in_mode("zc", 2);
+}
+
+fn streams_in_mode(mode: &str, queues: usize) {
+    let bed = SplitBed::up_with_queues(queues);
     let count = 1500;
-    let (fwd, rev, ta, tb) = run_streams(&bed, mode, "8+2", "8+2", count, true);
+    let (fwd, rev, ta, tb) = run_streams(&bed, mode, "8+2", "8+2", count, true, queues);
     assert_eq!(
         fwd.missing_and_dups(count),
         (0, 0),
@@ -233,6 +271,8 @@ fn streams_in_mode(mode: &str) {
         (0, 0),
         "reverse source and bytes"
     );
+    assert_link_tx(&ta.raw, mode);
+    assert_link_tx(&tb.raw, mode);
     // Half A sent the camera down the forward link and delivered the talkback from it.
     let a_out = link_totals(&ta.raw, "out");
     let a_in = link_totals(&ta.raw, "in");
@@ -443,11 +483,34 @@ fn fec_repairs_loss_that_a_plain_link_loses() {
     if !ready("fec_repairs_loss_that_a_plain_link_loses") {
         return;
     }
+    fec_in_mode("stack");
+}
+
+/// The same with the link sent from an AF_PACKET socket (mode tnapi).
+#[test]
+fn fec_repairs_loss_on_an_af_packet_link() {
+    if !ready("fec_repairs_loss_on_an_af_packet_link") {
+        return;
+    }
+    fec_in_mode("tnapi");
+}
+
+/// The same with the link sent from AF_XDP sockets (mode zc).
+#[test]
+fn fec_repairs_loss_on_an_af_xdp_link() {
+    if !ready("fec_repairs_loss_on_an_af_xdp_link") {
+        return;
+    }
+    fec_in_mode("zc");
+}
+
+fn fec_in_mode(mode: &str) {
     let bed = SplitBed::up();
     // 1 % random loss on the forward link.
     bed.loss("forward", 10);
     let count = 3000;
-    let (plain, _, _, tb) = run_streams(&bed, "stack", "off", "off", count, false);
+    let (plain, _, ta, tb) = run_streams(&bed, mode, "off", "off", count, false, 1);
+    assert_link_tx(&ta.raw, mode);
     let (missing, dups) = plain.missing_and_dups(count);
     let b_in = link_totals(&tb.raw, "in");
     assert!(
@@ -470,7 +533,8 @@ fn fec_repairs_loss_that_a_plain_link_loses() {
     );
 
     // 16+4 at 1 %: a block is lost only with 5 of its 20 frames (≈ 1.5e-6 per block).
-    let (fec, _, _, tb) = run_streams(&bed, "stack", "16+4", "off", count, false);
+    let (fec, _, ta, tb) = run_streams(&bed, mode, "16+4", "off", count, false, 1);
+    assert_link_tx(&ta.raw, mode);
     assert_eq!(
         fec.missing_and_dups(count),
         (0, 0),

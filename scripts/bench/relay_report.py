@@ -76,6 +76,10 @@ def main():
             sink_loss=after,
             core=core,
             proc=(p["relay_ticks"] * tick_us / sent) if p["relay_ticks"] else None,
+            allcore=(p["all_ticks"] * tick_us / sent) if "all_ticks" in p else None,
+            sys=(p["relay_syscalls"] / sent) if p.get("relay_syscalls") is not None else None,
+            sw=(p["relay_switches"] / sent) if p.get("relay_switches") is not None else None,
+            bpf=(p["bpf_ns"] / 1e3 / sent) if p.get("bpf_ns") else None,
             p50=p["sink"]["p50_us"],
             p99=p["sink"]["p99_us"],
             # The kernel's configurations have no relay process to report its own counts.
@@ -85,6 +89,8 @@ def main():
     for (cfg, n, r), v in per.items():
         ref = per.get(("route", n, r))
         v["extra"] = v["core"] - ref["core"] if ref else None
+        v["extra_all"] = (v["allcore"] - ref["allcore"]
+                          if ref and v["allcore"] is not None and ref["allcore"] is not None else None)
     failed = {}
     for p in pts:
         if "failed" in p:
@@ -100,7 +106,8 @@ def main():
             vs = [v for (c, m, _), v in per.items() if c == cfg and m == n]
             if not vs:
                 continue
-            rows[cfg][n] = {k: med([v[k] for v in vs]) for k in vs[0]}
+            rows[cfg][n] = {k: (med([v[k] for v in vs]) if all(v[k] is not None for v in vs) else None)
+                            for k in vs[0]}
             rows[cfg][n]["runs"] = len(vs)
     out = []
     out.append("# What a relay costs the gateway: vgate's modes against the kernel and a plain C relay\n")
@@ -134,6 +141,13 @@ def main():
                "plain routing's figure from the same round and N; it also cancels, on average, whatever else "
                "ran on the core. The relay process's own utime + stime is given too (it includes the softirq "
                "work that happened to interrupt it).")
+    out.append("- **Counts and whole-machine CPU**: the relay process's system calls and context switches "
+               "per packet (`perf stat -e raw_syscalls:sys_enter,context-switches -p PID`, all threads, "
+               "counted in the kernel); *all CPUs: extra* = the whole machine's busy time per packet minus "
+               "routing's (it includes the generator and sinks, which do the same work in every "
+               "configuration); *XDP program* = `run_time_ns / packets` of the `vgate*` XDP programs "
+               "attached to the gateway's interfaces (`kernel.bpf_stats_enabled=1` for the run): on veth "
+               "XDP runs in the sender's NAPI context, not on the relay core.")
     out.append("- **Loss**: the gateway's = sent − what the relay says it sent (vgate's `tx_packets`, "
                "crelay's `tx`), for the kernel's configurations sent − received − the sinks' UDP errors; "
                "*after the gateway* = what the relay sent that the sinks did not get. A point where the "
@@ -142,8 +156,9 @@ def main():
     out.append("## Figures\n")
     out.append("| config | streams | runs | offered kpps | generator behind % | gateway loss % | loss after the gateway % "
                "| core µs/pkt | extra µs/pkt over route | × kernel's extra | × C relay's extra "
-               "| relay process µs/pkt | p50 / p99 µs | flag |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+               "| relay process µs/pkt | system calls / context switches per pkt | all CPUs: extra µs/pkt over route "
+               "| XDP program µs/pkt | p50 / p99 µs | flag |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for n in ns:
         for cfg in cfgs:
             v = rows[cfg].get(n)
@@ -165,7 +180,9 @@ def main():
                 f"| {cfg} | {n} | {v['runs']} | {v['offered'] / 1e3:.1f} | {v['behind'] * 100:.2f} "
                 f"| {v['gw_loss'] * 100:.3f} | {v['sink_loss'] * 100:.3f} | {v['core']:.2f} "
                 f"| {fmt(e, '+.2f') if cfg != 'route' else '(reference)'} | {fmt(xk)} | {fmt(xc)} "
-                f"| {fmt(v['proc'])} | {v['p50']:.0f} / {v['p99']:.0f} | {', '.join(flags)} |")
+                f"| {fmt(v['proc'])} | {fmt(v['sys'])} / {fmt(v['sw'])} "
+                f"| {fmt(v['extra_all'], '+.2f') if cfg != 'route' else '(reference)'} | {fmt(v['bpf'], '.3f')} "
+                f"| {v['p50']:.0f} / {v['p99']:.0f} | {', '.join(flags)} |")
     out.append("")
     out.append("Zero-loss stream count (gateway loss < 0.01 %, generator on schedule, nothing lost "
                "after the gateway) per configuration, within this sweep:")

@@ -17,6 +17,7 @@ use std::path::Path;
 
 use ipnet::Ipv4Net;
 
+pub use split::check_host as check_split_host;
 pub use validate::{auto_cpus, validate, Invalid};
 
 /// The file compiled into the binary: a loopback gateway that runs without privileges.

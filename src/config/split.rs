@@ -257,3 +257,66 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         reorder_ms,
     })
 }
+
+/// What a half's engine-family outgoing link (modes tnapi and zc: frames built by vgate, see
+/// [`crate::split::link`]) needs from the host that runs it: the interface (its index), a
+/// MAC on it (the frames' source; the peer's is `peer_mac`), and in mode zc one TX queue per
+/// engine worker (an AF_XDP socket each). Read from sysfs. `vgate check-config` runs it on
+/// the machine the half runs on (not with `--cpus`, which checks for another machine).
+pub fn check_host(
+    cfg: &super::Config,
+    text: &str,
+    file: &str,
+) -> std::result::Result<(), super::ConfigError> {
+    let Some(s) = &cfg.split else { return Ok(()) };
+    if !matches!(cfg.engine.mode, Mode::Tnapi | Mode::Zc) {
+        return Ok(());
+    }
+    let ifname = &s.out_link.interface;
+    let sys = |f: &str| std::fs::read_to_string(format!("/sys/class/net/{ifname}/{f}"));
+    let problem = if sys("ifindex").is_err() {
+        Some(format!(
+            "mode {} sends the outgoing link from interface {ifname}, which this host does not have; name the link's interface (ip link)",
+            cfg.engine.mode
+        ))
+    } else if sys("address")
+        .ok()
+        .and_then(|a| split::parse_mac(a.trim()))
+        .is_none_or(|m| m == [0; 6])
+    {
+        Some(format!(
+            "interface {ifname} has no Ethernet address, which mode {} needs as the source of the link's frames; use an Ethernet interface for the link",
+            cfg.engine.mode
+        ))
+    } else if cfg.engine.mode == Mode::Zc {
+        let tx_queues = std::fs::read_dir(format!("/sys/class/net/{ifname}/queues"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("tx-"))
+                    .count()
+            })
+            .unwrap_or(0);
+        (tx_queues < cfg.engine.queues).then(|| {
+            format!(
+                "mode zc sends the outgoing link with one AF_XDP socket per engine worker, each on its own TX queue: {ifname} has {tx_queues} TX queue(s) for engine.queues = {}; add queues (ethtool -L {ifname} combined {}) or lower engine.queues",
+                cfg.engine.queues, cfg.engine.queues
+            )
+        })
+    } else {
+        None
+    };
+    let Some(message) = problem else {
+        return Ok(());
+    };
+    let span = toml::from_str::<super::raw::RawConfig>(text)
+        .ok()
+        .and_then(|r| r.split.map(|s| s.out_link.interface.span()));
+    let (line, column) = span.map_or((0, 0), |sp| super::line_col(text, sp.start));
+    Err(super::ConfigError {
+        file: file.to_string(),
+        line,
+        column,
+        key: "split.out_link.interface".into(),
+        message,
+    })
+}

@@ -11,6 +11,7 @@
 //! | `DELETE /api/v1/routes/{channel}/{port}` | remove a static or admin route and free its ports |
 //! | `GET /api/v1/sessions` | live sessions |
 //! | `DELETE /api/v1/sessions/{id}` | end a session: its routes go, its ports come back |
+//! | `GET /api/v1/legs` | stream legs (RTP over TCP the gateway terminates): role, state, counters, and totals |
 //! | `POST /api/v1/reload` | re-read the config file (same as SIGHUP) |
 //! | `GET /api/v1/registrations` | devices registered through each SIP route: ID, contact, expiry |
 //! | `GET /api/v1/log-level` | the log filter in force |
@@ -220,6 +221,7 @@ fn route(
         (Method::Post, ["api", "v1", "routes"]) => add_route(body, st),
         (Method::Delete, ["api", "v1", "routes", channel, port]) => delete_route(channel, port, st),
         (Method::Get, ["api", "v1", "sessions"]) => ok(sessions_json(st)),
+        (Method::Get, ["api", "v1", "legs"]) => ok(legs_json(st)),
         (Method::Delete, ["api", "v1", "sessions", id]) => kill_session(id, st),
         (Method::Post, ["api", "v1", "reload"]) => do_reload(reload),
         (Method::Get, ["api", "v1", "registrations"]) => ok(registrations_json(st)),
@@ -430,6 +432,36 @@ fn routes_json(st: &ControlState) -> Value {
         })
         .collect();
     json!({ "routes": routes })
+}
+
+/// The live stream legs (RTP over TCP the gateway terminates, [`crate::edge`]) with their
+/// counters, and the counters summed over every leg so far.
+fn legs_json(st: &ControlState) -> Value {
+    let legs: Vec<Value> = st
+        .routes
+        .legs
+        .list()
+        .iter()
+        .map(|l| {
+            let mut v = json!({
+                "id": l.id, "session": l.session, "label": l.label, "domain": l.domain.name(),
+                "role": l.role, "local": l.local.to_string(), "peer": l.peer.to_string(),
+                "state": l.counters.state().name(),
+            });
+            for (k, n) in l.counters.named() {
+                v[k] = json!(n);
+            }
+            v
+        })
+        .collect();
+    let totals: serde_json::Map<String, Value> = st
+        .routes
+        .legs
+        .totals()
+        .iter()
+        .map(|(k, n)| (k.to_string(), json!(n)))
+        .collect();
+    json!({ "legs": legs, "totals": totals })
 }
 
 fn sessions_json(st: &ControlState) -> Value {

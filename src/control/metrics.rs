@@ -15,6 +15,16 @@ use crate::stats::{DropReason, Snapshot};
 /// (name, type, help) of every metric family vgate exports.
 pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
+        "vgate_edge_legs",
+        "gauge",
+        "Live stream legs (RTP over TCP the gateway terminates), by state",
+    ),
+    (
+        "vgate_edge_leg_events_total",
+        "counter",
+        "Stream leg counters summed over every leg so far: frames and bytes in (from the TCP peer) and out, framing errors, partial frames at close, stalls (packets dropped because the peer did not read), inject drops, connects, refused connections",
+    ),
+    (
         "vgate_up",
         "gauge",
         "1 while every worker is alive and its heartbeat is fresh",
@@ -97,6 +107,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Duplicate RTP packets per channel, ended routes included",
     ),
     (
+        "vgate_edge_leg_total",
+        "counter",
+        "Per live stream leg (with control.per_stream_metrics): its counters by event (see vgate_edge_leg_events_total)",
+    ),
+    (
         "vgate_route_packets_total",
         "counter",
         "Per stream route (with control.per_stream_metrics): packets received and forwarded",
@@ -170,6 +185,21 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_rtsp_interleaved_bytes_total",
         "counter",
         "Bytes of frames carried inside RTSP connections, by direction",
+    ),
+    (
+        "vgate_rtsp_bridge_legs_total",
+        "counter",
+        "RTSP tracks bridged between interleaved TCP and UDP (one leg each)",
+    ),
+    (
+        "vgate_rtsp_bridge_frames_total",
+        "counter",
+        "RTP/RTCP packets carried by RTSP bridge legs, by direction (udp_to_tcp, tcp_to_udp)",
+    ),
+    (
+        "vgate_rtsp_bridge_bytes_total",
+        "counter",
+        "Payload bytes carried by RTSP bridge legs, by direction",
     ),
     (
         "vgate_signaling_other_events_total",
@@ -326,6 +356,47 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_signaling_dropped_total",
         "interleaved_unnegotiated",
     ),
+    ("bridge_legs", "vgate_rtsp_bridge_legs_total", ""),
+    (
+        "bridge_frames_to_tcp",
+        "vgate_rtsp_bridge_frames_total",
+        "udp_to_tcp",
+    ),
+    (
+        "bridge_frames_to_udp",
+        "vgate_rtsp_bridge_frames_total",
+        "tcp_to_udp",
+    ),
+    (
+        "bridge_bytes_to_tcp",
+        "vgate_rtsp_bridge_bytes_total",
+        "udp_to_tcp",
+    ),
+    (
+        "bridge_bytes_to_udp",
+        "vgate_rtsp_bridge_bytes_total",
+        "tcp_to_udp",
+    ),
+    (
+        "bridge_stalls",
+        "vgate_signaling_dropped_total",
+        "bridge_peer_not_reading",
+    ),
+    (
+        "bridge_dropped",
+        "vgate_signaling_dropped_total",
+        "bridge_socket_refused",
+    ),
+    (
+        "bridge_refused",
+        "vgate_signaling_refused_total",
+        "transport_unbridgeable",
+    ),
+    (
+        "partial_frames",
+        "vgate_signaling_dropped_total",
+        "partial_frame_at_close",
+    ),
     (
         "invite_timeouts",
         "vgate_signaling_timeouts_total",
@@ -426,7 +497,10 @@ fn event_label(family: &str) -> &'static str {
     match family {
         "vgate_signaling_refused_total" | "vgate_signaling_dropped_total" => "reason",
         "vgate_signaling_timeouts_total" => "what",
-        "vgate_rtsp_interleaved_frames_total" | "vgate_rtsp_interleaved_bytes_total" => "direction",
+        "vgate_rtsp_interleaved_frames_total"
+        | "vgate_rtsp_interleaved_bytes_total"
+        | "vgate_rtsp_bridge_frames_total"
+        | "vgate_rtsp_bridge_bytes_total" => "direction",
         "vgate_signaling_proxied_total" => "action",
         _ => "event",
     }
@@ -685,6 +759,21 @@ pub fn render(st: &ControlState) -> String {
             st.routes.ports(d).1,
         );
     }
+    o.family("vgate_edge_legs");
+    let legs = st.routes.legs.list();
+    for state in [
+        crate::edge::LegState::Listening,
+        crate::edge::LegState::Connecting,
+        crate::edge::LegState::Connected,
+        crate::edge::LegState::Closed,
+    ] {
+        let n = legs.iter().filter(|l| l.counters.state() == state).count();
+        o.sample("vgate_edge_legs", &[("state", state.name())], n);
+    }
+    o.family("vgate_edge_leg_events_total");
+    for (event, n) in st.routes.legs.totals() {
+        o.sample("vgate_edge_leg_events_total", &[("event", event)], n);
+    }
     o.family("vgate_sessions");
     let sessions = st.routes.sessions();
     for k in [
@@ -772,6 +861,23 @@ pub fn render(st: &ControlState) -> String {
     }
 
     if st.config().control.per_stream_metrics {
+        o.family("vgate_edge_leg_total");
+        for l in &legs {
+            let id = l.id.to_string();
+            for (event, n) in l.counters.named() {
+                o.sample(
+                    "vgate_edge_leg_total",
+                    &[
+                        ("leg", &id),
+                        ("label", &l.label),
+                        ("domain", l.domain.name()),
+                        ("role", l.role),
+                        ("event", event),
+                    ],
+                    n,
+                );
+            }
+        }
         o.family("vgate_route_packets_total");
         for r in &routes {
             let port = r.port.to_string();

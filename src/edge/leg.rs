@@ -13,7 +13,7 @@
 use std::io::{self, Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -66,8 +66,12 @@ pub struct LegSpec {
     /// The gateway's end: its address in `domain` and the gateway port written in the SDP.
     /// It is also the route key for what the peer sends.
     pub local: SocketAddrV4,
-    /// The peer the SDP named (passive: only its address is checked).
+    /// The peer the SDP named (passive: only its address is checked; unspecified while no
+    /// SDP has named it yet, see [`Leg::expect_peer`]).
     pub peer: SocketAddrV4,
+    /// Passive, while the peer's address is unknown: a connection from any address of this
+    /// domain is taken (the listener is on the domain's address and interface anyway).
+    pub within: Option<crate::config::Domain>,
     /// The domain's interface: the leg's sockets are tied to it, as the media ports are.
     pub interface: Option<String>,
     pub framing: Box<dyn Framing>,
@@ -88,6 +92,8 @@ pub struct Leg {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     routes: Arc<Routes>,
+    /// The address a passive leg accepts (0: not known yet).
+    allowed: Arc<AtomicU32>,
 }
 
 impl std::fmt::Debug for Leg {
@@ -152,7 +158,10 @@ impl Leg {
             counters: Arc::clone(&counters),
         }));
         let stop = Arc::new(AtomicBool::new(false));
+        let allowed = Arc::new(AtomicU32::new(u32::from(*spec.peer.ip())));
         let mut run = Run {
+            allowed: Arc::clone(&allowed),
+            within: spec.within,
             injector: Injector::new(
                 Arc::clone(&routes),
                 spec.domain,
@@ -201,7 +210,13 @@ impl Leg {
             stop,
             thread: Some(thread),
             routes,
+            allowed,
         })
+    }
+
+    /// A passive leg started before an SDP named its peer accepts only `addr` from now on.
+    pub fn expect_peer(&self, addr: std::net::Ipv4Addr) {
+        self.allowed.store(u32::from(addr), Relaxed);
     }
 
     /// The sink an engine offers this leg's packets to (for the route whose receiver it is).
@@ -251,6 +266,8 @@ struct Run {
     stop: Arc<AtomicBool>,
     listener: Option<TcpListener>,
     stream: Option<TcpStream>,
+    allowed: Arc<AtomicU32>,
+    within: Option<crate::config::Domain>,
     /// An active connect in progress.
     pending: Option<OwnedFd>,
     /// The connected peer (the source the route checks).
@@ -315,19 +332,27 @@ impl Run {
                     want_out = out;
                 }
             }
-            // Nothing to frame (or no room for it): sleep until something happens.
-            let idle = self.stream.is_none() || self.sink.is_empty() || want_out;
-            let timeout = if idle && self.sink.prepare_sleep() {
+            // Not connected, or the socket must drain first: new packets are no reason to
+            // wake (they wait in the sink, or are refused when it is full). Connected with
+            // nothing to frame: sleep until a packet or a readable socket. Otherwise go on.
+            let mut armed = false;
+            let timeout = if self.stream.is_none() || want_out {
                 100u16
+            } else if self.sink.is_empty() && self.sink.prepare_sleep() {
+                armed = true;
+                100
             } else {
                 0
             };
             let n = epoll
                 .wait(&mut events, EpollTimeout::from(timeout))
                 .unwrap_or(0);
-            self.sink.woke();
+            if armed {
+                self.sink.unarm();
+            }
             for ev in &events[..n] {
                 match ev.data() {
+                    WAKE => self.sink.clear_wake(),
                     LISTEN => self.accept(&epoll),
                     CONNECT => {
                         if let Some(fd) = self.pending.take() {
@@ -382,7 +407,7 @@ impl Run {
             };
             match l.accept() {
                 Ok((s, std::net::SocketAddr::V4(from)))
-                    if self.stream.is_none() && from.ip() == self.spec_peer.ip() =>
+                    if self.stream.is_none() && self.accepts(*from.ip()) =>
                 {
                     let _ = s.set_nodelay(true);
                     self.from = from;
@@ -391,12 +416,21 @@ impl Run {
                 Ok((s, from)) => {
                     self.counters.refused.fetch_add(1, Relaxed);
                     if let Some(suppressed) = LEG_LOG.check(now_ms()) {
-                        tracing::warn!(leg = %self.label, %from, expected = %self.spec_peer.ip(), suppressed, "TCP media connection refused: not the peer the SDP named, or a second connection");
+                        let expected = std::net::Ipv4Addr::from(self.allowed.load(Relaxed));
+                        tracing::warn!(leg = %self.label, %from, %expected, suppressed, "TCP media connection refused: not the peer the SDP named, or a second connection");
                     }
                     drop(s);
                 }
                 Err(_) => return,
             }
+        }
+    }
+
+    /// Whether a connection from `ip` is the peer's.
+    fn accepts(&self, ip: std::net::Ipv4Addr) -> bool {
+        match self.allowed.load(Relaxed) {
+            0 => self.within.as_ref().is_some_and(|d| d.contains(ip)),
+            a => u32::from(ip) == a,
         }
     }
 

@@ -111,9 +111,13 @@ impl EdgeSink {
         true
     }
 
-    /// After a sleep: clears the wake-up.
-    pub fn woke(&self) {
+    /// After a sleep that [`EdgeSink::prepare_sleep`] armed: offers stop writing the eventfd.
+    pub fn unarm(&self) {
         self.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// The eventfd was readable: clears it.
+    pub fn clear_wake(&self) {
         let _ = self.wake.read();
     }
 

@@ -56,6 +56,7 @@ fn spec(
         role,
         local,
         peer,
+        within: None,
         interface: None,
         framing: Box::new(Rfc4571),
         max_payload: 1472,

@@ -461,6 +461,17 @@ impl PacketRing {
         self.map.take(idx).map(Block::new)
     }
 
+    /// Up to `max` filled blocks in ring order, without a system call; they go back to the
+    /// kernel together when the returned [`Blocks`] is dropped, so frames of all of them can
+    /// be sent in one batch first.
+    pub fn try_blocks(&mut self, max: usize) -> Blocks<'_> {
+        let first = self.next_block;
+        let count = self.map.block_count();
+        let raw = self.map.take_run(first, max);
+        self.next_block = (first + raw.len()) % count;
+        Blocks { raw }
+    }
+
     /// Read and reset the kernel's counters: the values are deltas since the last call (or
     /// since the ring was opened); add them up with `+=`.
     #[doc(alias = "PACKET_STATISTICS")]
@@ -596,12 +607,28 @@ impl<'r> Block<'r> {
 
     /// The frames of the block, in arrival order.
     pub fn frames(&self) -> Frames<'_> {
-        let b = self.raw.bytes();
-        Frames {
-            block: b,
-            pos: ne_u32(b, bd::FIRST_PKT).unwrap_or(0) as usize,
-            left: self.num_packets(),
-        }
+        Frames::of_block(self.raw.bytes())
+    }
+}
+
+/// Consecutive filled blocks owned by user space (see [`PacketRing::try_blocks`]); all go
+/// back to the kernel on drop.
+pub struct Blocks<'r> {
+    raw: sys::RawRun<'r>,
+}
+
+impl Blocks<'_> {
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.raw.len() == 0
+    }
+
+    /// The frames of block `k` (`k < len()`), in arrival order.
+    pub fn frames(&self, k: usize) -> Frames<'_> {
+        Frames::of_block(self.raw.bytes(k))
     }
 }
 
@@ -652,6 +679,15 @@ impl<'b> Iterator for Frames<'b> {
 }
 
 impl<'b> Frames<'b> {
+    /// The frames of a whole block (descriptor included).
+    fn of_block(b: &'b [u8]) -> Frames<'b> {
+        Frames {
+            block: b,
+            pos: ne_u32(b, bd::FIRST_PKT).unwrap_or(0) as usize,
+            left: ne_u32(b, bd::NUM_PKTS).unwrap_or(0),
+        }
+    }
+
     /// Parse the `tpacket3_hdr` at `pos`; `None` if any part lies outside the block.
     fn parse_at(&self, pos: usize) -> Option<(Frame<'b>, u32)> {
         let b = self.block;

@@ -63,7 +63,7 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -80,10 +80,10 @@ use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
-use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{parse_udp4, Ipv4Packet, UdpPacket};
+use crate::wire::{parse_udp4, write_udp4_frame, UDP4_FRAME_HEADERS};
 
 /// The name of our XDP program: how a stale one of ours is recognised.
 pub const PROG_NAME: &str = "vgate_xdp";
@@ -894,11 +894,16 @@ impl Engine for AfxdpEngine {
         }
         let mut per_worker = per_worker.into_iter();
         let mut links = match &self.split {
-            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            Some((s, st)) => Some(HalfLinks::open(
+                s,
+                st,
+                LinkFamily::of(EngineKind::Afxdp),
+                n,
+            )?),
             None => None,
         };
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
-            let link = links.as_ref().map(|l| l.sender(w, self.cfg.batch));
+            let link = links.as_mut().and_then(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker
                 .next()
                 .unwrap_or_default()
@@ -1019,7 +1024,7 @@ static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
 /// Next-hop MACs by destination, resolved lazily through netlink.
 #[derive(Default)]
-struct Neighbours {
+pub(super) struct Neighbours {
     known: HashMap<Ipv4Addr, ([u8; 6], u64)>,
     retry_at: HashMap<Ipv4Addr, u64>,
 }
@@ -1027,7 +1032,7 @@ struct Neighbours {
 impl Neighbours {
     /// The MAC for `dst` out of `ifindex`, refreshed every 5 s; `None` while unresolved
     /// (retried every 200 ms).
-    fn get(&mut self, dst: Ipv4Addr, ifindex: u32, now: u64) -> Option<[u8; 6]> {
+    pub(super) fn get(&mut self, dst: Ipv4Addr, ifindex: u32, now: u64) -> Option<[u8; 6]> {
         if let Some((mac, at)) = self.known.get(&dst) {
             if now < at + 5000 {
                 return Some(*mac);
@@ -1208,6 +1213,13 @@ impl Datapath for XskPath {
         apply_egress(&mut self.local, cmd);
     }
 
+    /// The wakeup's link frames go out together.
+    fn flush(&mut self, _shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.flush();
+        }
+    }
+
     fn sample(&mut self, shell: &Shell) {
         if let Some((_, l)) = self.link.as_mut() {
             l.idle(now_ms());
@@ -1347,9 +1359,6 @@ fn forward_batch<'p>(
     if let Some(r) = run.take() {
         finish_run(r, &mut out, now, chan);
     }
-    if let Some((_, l)) = link {
-        l.flush();
-    }
 }
 
 /// Builds Ethernet/IPv4/UDP around `payload` in a TX frame of the egress socket and queues
@@ -1391,28 +1400,12 @@ fn xdp_send(
         }
         return;
     };
-    let src_ip = ctx.targets[eg.index()].0;
+    let src = SocketAddrV4::new(ctx.targets[eg.index()].0, route.egress_port);
     let buf = x.xsk.tx_buf(&mut f);
     let b = &mut buf[..total];
-    b[0..6].copy_from_slice(&mac);
-    b[6..12].copy_from_slice(&ctx.src_mac[eg.index()]);
-    b[12..14].copy_from_slice(&[0x08, 0x00]);
-    let ip_len = (20 + 8 + payload.len()) as u16;
+    b[UDP4_FRAME_HEADERS..].copy_from_slice(payload);
     let ident = x.ident.fetch_add(1, Relaxed);
-    b[14..34].copy_from_slice(&[
-        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    ]);
-    b[16..18].copy_from_slice(&ip_len.to_be_bytes());
-    b[18..20].copy_from_slice(&ident.to_be_bytes());
-    b[26..30].copy_from_slice(&src_ip.octets());
-    b[30..34].copy_from_slice(&dst.octets());
-    Ipv4Packet::new_unchecked(&mut b[14..34]).fill_checksum();
-    b[34..36].copy_from_slice(&route.egress_port.to_be_bytes());
-    b[36..38].copy_from_slice(&route.dest.port().to_be_bytes());
-    b[38..40].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    b[40..42].copy_from_slice(&[0, 0]);
-    b[42..].copy_from_slice(payload);
-    UdpPacket::new_unchecked(&mut b[34..]).fill_checksum(src_ip, dst);
+    write_udp4_frame(b, mac, ctx.src_mac[eg.index()], src, route.dest, ident);
     if x.xsk.tx_push(f, total as u32) {
         t.tx_packets += 1;
         t.tx_bytes += payload.len() as u64;

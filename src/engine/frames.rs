@@ -152,6 +152,32 @@ impl<'l> Run<'l> {
 
     /// Adds the run's figures to its route (once) and to its channel's batch tally.
     pub fn close(self, now: u64, chan: &mut [Tally; 2]) {
+        self.park().close(now, chan);
+    }
+
+    /// The run's figures without its egress socket, to be closed later (after a batch that
+    /// outlives the run was sent).
+    pub fn park(self) -> Parked {
+        Parked {
+            channel: self.channel,
+            route: self.route,
+            tally: self.tally,
+            admitted: self.admitted,
+        }
+    }
+}
+
+/// A finished run whose figures are added once its packets' fate is known.
+pub struct Parked {
+    pub channel: Channel,
+    pub route: Option<Arc<StreamRoute>>,
+    pub tally: Tally,
+    pub admitted: bool,
+}
+
+impl Parked {
+    /// Adds the run's figures to its route (once) and to its channel's batch tally.
+    pub fn close(self, now: u64, chan: &mut [Tally; 2]) {
         if let Some(route) = &self.route {
             if self.admitted {
                 route.touch(now);

@@ -26,7 +26,7 @@ use crate::channel::{inspect, Admitted};
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
-use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 
@@ -98,7 +98,12 @@ impl Engine for StackEngine {
         // A split half: the link face's egress goes down the outgoing link, one sender
         // (lane) per worker over one socket; the incoming link has its own worker.
         let mut links = match &self.split {
-            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            Some((s, st)) => Some(HalfLinks::open(
+                s,
+                st,
+                LinkFamily::of(EngineKind::Stack),
+                self.cfg.queues,
+            )?),
             None => None,
         };
         let workers = start_workers(
@@ -108,7 +113,7 @@ impl Engine for StackEngine {
             &routes,
             &stop,
             |index| {
-                let link_tx = links.as_ref().map(|l| l.sender(index, batch));
+                let link_tx = links.as_mut().and_then(|l| l.sender(index, batch));
                 move |_: &Shell| Ok(StackPath::new(batch, max_payload, link_tx))
             },
         )?;
@@ -170,6 +175,13 @@ impl Datapath for StackPath {
         drain_socket(shell, self, data_key(token), now);
         if let Some((_, l)) = self.link.as_mut() {
             l.idle(now);
+        }
+    }
+
+    /// The wakeup's link frames go out together.
+    fn flush(&mut self, _shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.flush();
         }
     }
 
@@ -292,7 +304,6 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
             for &i in sel.iter() {
                 link.forward(&route, rx.payload(usize::from(i)), now, ts, &mut tally);
             }
-            link.flush();
         } else if !sel.is_empty() {
             match local.get(&(channel.egress(), route.egress_port)) {
                 Some(egress) => {

@@ -20,14 +20,34 @@
 //! `parse_udp4` → checksums (unless the ring says the NIC verified them, or a local sender
 //! has not filled them in yet) → channel by destination → route by destination port (the
 //! dashmap guard is held only for the lookup; consecutive packets for the same port reuse
-//! the route without a second lookup, within one block) → [`inspect`] → queued, as a slice of
-//! the ring block, on a `sendmmsg` batch for the route's egress socket and destination.
-//! A route run is sent when the next packet belongs to another route, when the batch is full,
-//! and always before the block goes back to the kernel: payloads are never copied.
+//! the route without a second lookup) → [`inspect`] → queued for sending. Payloads are never
+//! copied in user space: a round takes up to [`Geometry::budget`] filled blocks from a ring
+//! at once ([`PacketRing::try_blocks`]) and hands them back only after everything queued
+//! from them was sent.
 //!
-//! Counters: one [`Tally`] per route run (added to the route once) and per block per channel
-//! (added to the worker once). Ring drops (`tp_drops`) are read every 100 ms and counted as
-//! `rx_overflow`; ring freezes go to [`WorkerStats::ring_freezes`].
+//! # Sending (`VGATE_TNAPI_TX`, default `packet`)
+//!
+//! - `packet`: per egress interface, one packet socket with `PACKET_QDISC_BYPASS`; vgate
+//!   builds Ethernet/IPv4/UDP headers in front of the ring's payload (source: the gateway's
+//!   address and the route's egress port, TTL 64, DF; next-hop MAC from the kernel's route
+//!   and neighbour tables over netlink, as zc's AF_XDP TX does, refreshed every 5 s) and a
+//!   `virtio_net_hdr` (`PACKET_VNET_HDR`) that leaves the UDP checksum to the device, or to
+//!   the kernel just before the driver — what the kernel's own UDP sockets do. The whole
+//!   round leaves with one `sendmmsg` per egress interface, whatever the routes (more only
+//!   past `TX_FRAMES` frames): on the namespace bed at 20 streams that cut the worker's
+//!   system calls from about 1.2 to about 0.55 per packet (two runs, docs/bench-relay.md). Like zc's, these
+//!   frames skip the gateway's netfilter OUTPUT/POSTROUTING hooks and taps
+//!   (`tcpdump` on the gateway does not see them; on the receiving side it does). A
+//!   destination whose neighbour is not resolved yet, a payload larger than the egress
+//!   MTU allows, and an interface without an Ethernet address (loopback) go the
+//!   `sockets` way (the kernel resolves, fragments, routes).
+//! - `sockets`: the route's gateway-port UDP socket, one `sendmmsg` per run of packets for
+//!   one route.
+//!
+//! Counters: one [`Tally`] per route run (added to the route once, after the round's frames
+//! were sent, with each frame counted as sent or dropped by what `sendmmsg` said of it) and
+//! per round per channel (added to the worker once). Ring drops (`tp_drops`) are read every
+//! 100 ms and counted as `rx_overflow`; ring freezes go to [`WorkerStats::ring_freezes`].
 //!
 //! # The kernel's copy
 //!
@@ -38,24 +58,31 @@
 //! when the engine is dropped (drop it in the network namespace it was built in).
 
 use std::io;
-use std::os::fd::AsFd;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use super::afpacket::{AfPacketError, DstMatch, PacketRing, RingParams};
-use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
+use super::afpacket::{AfPacketError, Blocks, DstMatch, PacketRing, RingParams};
+use super::afxdp::Neighbours;
+use super::frames::{account, classify, drop_frame, wire_reason, Parked, Run, Targets};
 use super::nft::{DropRule, MediaDropTable, NftError};
 use super::ports::{Cmd, PortRegistry};
-use super::sys::mmsg::{SliceBatch, SliceScope};
+use super::sys::afpacket as psys;
+use super::sys::afxdp as xsys;
+use super::sys::mmsg::{
+    FrameBatch, FrameScope, FrameStatus, SliceBatch, SliceScope, FRAME_HDR_ROOM,
+};
 use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig};
+use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
-use crate::split::link::{HalfLinks, LinkTx};
+use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
-use crate::wire::parse_udp4;
+use crate::wire::{checksum, parse_udp4, Ipv4Packet};
 
 /// Ring memory per ring: 24 MiB, to ride out a worker that the kernel's own receive work
 /// (or anything else) keeps off its CPU for a while: in 4 KiB blocks of two full-size media
@@ -118,6 +145,58 @@ pub struct AfpacketEngine {
     nft: Option<MediaDropTable>,
     /// A split half: the links and their counters.
     split: Option<(SplitConfig, Arc<SplitStats>)>,
+    /// Per egress domain: its interface, when forwarded packets leave by a packet socket
+    /// (see [`TxPath`]); `None` for the gateway's UDP sockets.
+    tx_ifaces: [Option<TxIface>; 2],
+}
+
+/// How forwarded packets leave (`VGATE_TNAPI_TX`, for A/B benchmarks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxPath {
+    /// Gateway-port UDP sockets, one `sendmmsg` per run of packets for one route.
+    Sockets,
+    /// One packet socket per egress interface (`PACKET_QDISC_BYPASS`), headers built by
+    /// vgate, next hop from the neighbour table: one `sendmmsg` per round of ring blocks,
+    /// whatever the routes.
+    Packet,
+}
+
+impl TxPath {
+    /// `VGATE_TNAPI_TX=packet|sockets`; the default is `packet`.
+    pub fn from_env() -> TxPath {
+        match std::env::var("VGATE_TNAPI_TX").as_deref() {
+            Ok("sockets") => TxPath::Sockets,
+            _ => TxPath::Packet,
+        }
+    }
+}
+
+/// An egress interface that takes frames built by vgate.
+#[derive(Clone, Debug)]
+struct TxIface {
+    name: String,
+    ifindex: u32,
+    mac: [u8; 6],
+    /// The largest UDP payload that fits its MTU unfragmented.
+    max_udp: usize,
+}
+
+impl TxIface {
+    /// `None` for an interface without an Ethernet address (loopback, tunnels): the kernel
+    /// sends there.
+    fn probe(name: &str) -> Option<TxIface> {
+        let c = std::ffi::CString::new(name).ok()?;
+        let mac = xsys::hw_addr(&c).ok()?;
+        if mac == [0; 6] {
+            return None;
+        }
+        Some(TxIface {
+            name: name.to_owned(),
+            ifindex: xsys::if_nametoindex(&c).ok()?,
+            mac,
+            max_udp: (xsys::mtu(&c).ok()? as usize).saturating_sub(28),
+        })
+    }
 }
 
 /// The nft instance name for `cfg`: a hash of what the table covers, so that a table left by
@@ -212,6 +291,13 @@ impl AfpacketEngine {
             })
             .collect();
         let nft = MediaDropTable::install(&instance_name(cfg), &rules)?;
+        let tx_iface = |i: usize| match TxPath::from_env() {
+            TxPath::Packet if Some(cfg.domains[i].id) != face => {
+                TxIface::probe(&cfg.domains[i].interface)
+            }
+            _ => None,
+        };
+        let tx_ifaces = [tx_iface(0), tx_iface(1)];
         Ok(AfpacketEngine {
             cfg: cfg.engine.clone(),
             registry: Arc::new(super::bound_registry(cfg)?),
@@ -223,7 +309,28 @@ impl AfpacketEngine {
                 .split
                 .as_ref()
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
+            tx_ifaces,
         })
+    }
+}
+
+impl AfpacketEngine {
+    fn tx_describe(&self) -> String {
+        let by_packet: Vec<&str> = self
+            .tx_ifaces
+            .iter()
+            .flatten()
+            .map(|t| t.name.as_str())
+            .collect();
+        let sockets = format!("UDP sockets, sendmmsg batch {}", self.cfg.batch);
+        if by_packet.is_empty() {
+            sockets
+        } else {
+            format!(
+                "packet socket with qdisc bypass on {} (next hop from the neighbour table, one sendmmsg per round), else {sockets}",
+                by_packet.join("+")
+            )
+        }
     }
 }
 
@@ -273,11 +380,11 @@ impl Engine for AfpacketEngine {
             .collect();
         let geometry = Geometry::for_payload(self.cfg.max_payload);
         format!(
-            "mode tnapi, engine afpacket (AF_PACKET TPACKET_V3, fanout QM, {} x {} KiB blocks, {} ms block timeout; egress UDP sockets, sendmmsg batch {}); interfaces: {}; {} queue(s), workers: {}; nft table inet {} drops captured media at input",
+            "mode tnapi, engine afpacket (AF_PACKET TPACKET_V3, fanout QM, {} x {} KiB blocks, {} ms block timeout; egress {}); interfaces: {}; {} queue(s), workers: {}; nft table inet {} drops captured media at input",
             geometry.block_count,
             geometry.block_size / 1024,
             BLOCK_TIMEOUT_MS,
-            self.cfg.batch,
+            self.tx_describe(),
             ifaces.join(", "),
             q,
             workers.join(", "),
@@ -323,19 +430,40 @@ impl Engine for AfpacketEngine {
         let mut per_queue = per_queue.into_iter();
         let (targets, batch, max_payload) = (self.targets, self.cfg.batch, self.cfg.max_payload);
         let mut links = match &self.split {
-            Some((s, st)) => Some(HalfLinks::open(s, st)?),
+            Some((s, st)) => Some(HalfLinks::open(
+                s,
+                st,
+                LinkFamily::of(EngineKind::Afpacket),
+                n,
+            )?),
             None => None,
         };
         let budget = Geometry::for_payload(max_payload).budget;
+        let tx_ifaces = self.tx_ifaces.clone();
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
-            let link = links.as_ref().map(|l| l.sender(q, batch));
-            move |_: &Shell| {
+            let link = links.as_mut().and_then(|l| l.sender(q, batch));
+            let tx_ifaces = tx_ifaces.clone();
+            move |shell: &Shell| {
+                let ptx: [Option<PacketTx>; 2] = std::array::from_fn(|i| {
+                    let t = tx_ifaces[i].as_ref()?;
+                    match PacketTx::open(t, targets[i].0, TX_FRAMES) {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            tracing::warn!(worker = shell.index, iface = %t.name, "packet socket for sending: {e}; sending through the UDP sockets");
+                            None
+                        }
+                    }
+                });
                 Ok(RingPath {
                     budget,
                     rings,
                     local: EgressSockets::new(),
                     tx: SliceBatch::new(batch),
+                    ptx,
+                    neigh: Neighbours::default(),
+                    pending: Vec::with_capacity(TX_FRAMES),
+                    ident: 1,
                     targets,
                     max_payload,
                     link,
@@ -386,11 +514,49 @@ struct RingPath {
     budget: usize,
     rings: Vec<WorkerRing>,
     local: EgressSockets,
+    /// Runs of packets for one route through the UDP sockets.
     tx: SliceBatch,
+    /// Per egress domain: its packet socket, when frames are built by vgate.
+    ptx: [Option<PacketTx>; 2],
+    neigh: Neighbours,
+    /// The runs of one round, closed once the round's frames are sent.
+    pending: Vec<Parked>,
+    /// IPv4 identification of the next frame built here.
+    ident: u16,
     targets: Targets,
     max_payload: usize,
     /// Split half: the link-face domain and this worker's sender on the outgoing link.
     link: Option<(DomainId, LinkTx)>,
+}
+
+/// Frames per packet-socket `sendmmsg` (a full round of 4 KiB blocks is 128).
+const TX_FRAMES: usize = 256;
+
+/// A packet socket on one egress interface and the frames queued on it.
+struct PacketTx {
+    fd: OwnedFd,
+    ifindex: u32,
+    mac: [u8; 6],
+    src: Ipv4Addr,
+    max_udp: usize,
+    batch: FrameBatch,
+    /// Per queued frame: the index of its run in the round and its payload length.
+    owner: Vec<(u32, u32)>,
+}
+
+impl PacketTx {
+    /// A socket on `t` for frames from the gateway's address `src` there.
+    fn open(t: &TxIface, src: Ipv4Addr, frames: usize) -> io::Result<PacketTx> {
+        Ok(PacketTx {
+            fd: psys::packet_tx_socket(t.ifindex)?,
+            ifindex: t.ifindex,
+            mac: t.mac,
+            src,
+            max_udp: t.max_udp,
+            batch: FrameBatch::new(frames, t.ifindex),
+            owner: Vec::with_capacity(frames),
+        })
+    }
 }
 
 impl Datapath for RingPath {
@@ -404,32 +570,36 @@ impl Datapath for RingPath {
     fn poll(&mut self, shell: &Shell) -> bool {
         let mut busy = false;
         for r in self.rings.iter_mut() {
-            for _ in 0..self.budget {
-                let Some(block) = r.ring.try_block() else {
-                    break;
-                };
-                busy = true;
-                let mut chan = [Tally::default(); 2];
-                let now = now_ms();
-                forward_block(
-                    shell,
-                    &self.targets,
-                    self.max_payload,
-                    &r.domains,
-                    r.fallback,
-                    block.frames(),
-                    &self.local,
-                    &mut self.tx,
-                    self.link.as_mut(),
-                    now,
-                    &mut chan,
-                );
-                // The block goes back to the kernel only after every send of its payloads.
-                drop(block);
-                for c in Channel::ALL {
-                    if !chan[c.index()].is_empty() {
-                        shell.stats.channel(c).add(&chan[c.index()]);
-                    }
+            let blocks = r.ring.try_blocks(self.budget);
+            if blocks.is_empty() {
+                continue;
+            }
+            busy = true;
+            let mut chan = [Tally::default(); 2];
+            let round = Round {
+                shell,
+                targets: &self.targets,
+                max_payload: self.max_payload,
+                domains: &r.domains,
+                fallback: r.fallback,
+                local: &self.local,
+                now: now_ms(),
+            };
+            round.forward(
+                &blocks,
+                &mut self.tx,
+                &mut self.ptx,
+                &mut self.neigh,
+                &mut self.pending,
+                &mut self.ident,
+                self.link.as_mut(),
+                &mut chan,
+            );
+            // The blocks go back to the kernel only after every send of their payloads.
+            drop(blocks);
+            for c in Channel::ALL {
+                if !chan[c.index()].is_empty() {
+                    shell.stats.channel(c).add(&chan[c.index()]);
                 }
             }
         }
@@ -438,6 +608,13 @@ impl Datapath for RingPath {
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
         apply_egress(&mut self.local, cmd);
+    }
+
+    /// The wakeup's link frames go out together.
+    fn flush(&mut self, _shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.flush();
+        }
     }
 
     /// Reads (and resets) the kernel's ring counters into the worker's figures.
@@ -465,80 +642,280 @@ impl Datapath for RingPath {
     }
 }
 
-/// Forwards the frames of one block; adds per-channel figures to `chan`.
-#[allow(clippy::too_many_arguments)]
-fn forward_block<'b>(
-    shell: &Shell,
-    targets: &Targets,
+/// What one round of blocks from one ring shares.
+struct Round<'a> {
+    shell: &'a Shell,
+    targets: &'a Targets,
     max_payload: usize,
-    domains: &[DomainId],
+    /// Domains whose media arrive on the ring's interface.
+    domains: &'a [DomainId],
     fallback: Channel,
-    frames: impl Iterator<Item = super::afpacket::Frame<'b>>,
-    local: &EgressSockets,
-    tx: &mut SliceBatch,
-    mut link: Option<&mut (DomainId, LinkTx)>,
+    local: &'a EgressSockets,
     now: u64,
-    chan: &mut [Tally; 2],
-) {
-    let ts = crate::split::link::now_us();
-    let mut scope: SliceScope<'_, 'b> = tx.scope();
-    let mut run: Option<Run<'_>> = None;
-    for f in frames {
-        let d = match parse_udp4(f.data) {
-            Ok(d) => d,
-            Err(e) => {
-                drop_frame(chan, fallback, f.data.len(), wire_reason(e));
-                continue;
+}
+
+impl Round<'_> {
+    /// Forwards the frames of `blocks`: by packet socket, one `sendmmsg` per egress
+    /// interface for the whole round (more only if it holds more than [`TX_FRAMES`]), or
+    /// through the route's UDP socket, one `sendmmsg` per run; adds per-channel figures to
+    /// `chan`. Each run's figures go to its route once its frames' fate is known.
+    #[allow(clippy::too_many_arguments)]
+    fn forward<'b>(
+        &self,
+        blocks: &'b Blocks<'_>,
+        tx: &mut SliceBatch,
+        ptx: &mut [Option<PacketTx>; 2],
+        neigh: &mut Neighbours,
+        pending: &mut Vec<Parked>,
+        ident: &mut u16,
+        mut link: Option<&mut (DomainId, LinkTx)>,
+        chan: &mut [Tally; 2],
+    ) {
+        let now = self.now;
+        let ts = crate::split::link::now_us();
+        let mut scope: SliceScope<'_, 'b> = tx.scope();
+        let [p0, p1] = ptx;
+        let mut outs: [Option<Out<'_, 'b>>; 2] =
+            [p0.as_mut().map(Out::new), p1.as_mut().map(Out::new)];
+        let mut run: Option<Run<'_>> = None;
+        // The current run's next hop, looked up once per run.
+        let mut hop: Option<Option<[u8; 6]>> = None;
+        for k in 0..blocks.len() {
+            for f in blocks.frames(k) {
+                let d = match parse_udp4(f.data) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        drop_frame(chan, self.fallback, f.data.len(), wire_reason(e));
+                        continue;
+                    }
+                };
+                let Some(channel) = classify(self.targets, self.domains, d.dst_addr, d.dst_port)
+                else {
+                    // The ring filter lets only our destinations through; this is its guard.
+                    drop_frame(chan, self.fallback, d.payload.len(), DropReason::NoRoute);
+                    continue;
+                };
+                if !Run::continues(&run, channel, d.dst_port) {
+                    if let Some(r) = run.take() {
+                        finish_run(r, &mut scope, pending);
+                    }
+                    run = Some(Run::start(
+                        &self.shell.routes,
+                        self.local,
+                        channel,
+                        d.dst_port,
+                        now,
+                    ));
+                    hop = None;
+                }
+                let Some(r) = run.as_mut() else { continue };
+                // The kernel vouches for checksums it validated or has not filled in yet (a
+                // local sender's offload); otherwise both are checked.
+                let skip_udp =
+                    f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
+                let ok = d.checksums_ok(skip_udp);
+                let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), self.max_payload) else {
+                    continue;
+                };
+                let Some(route) = r.route.as_deref() else {
+                    continue;
+                };
+                if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
+                    // Split half: the far side is the peer half, down the outgoing link.
+                    l.forward(route, d.payload, now, ts, &mut r.tally);
+                    continue;
+                }
+                if let Some(o) = outs[channel.egress().index()].as_mut() {
+                    let mac = *hop.get_or_insert_with(|| neigh.get(*dest.ip(), o.ifindex, now));
+                    if let (Some(mac), true) = (mac, d.payload.len() <= o.max_udp) {
+                        if o.scope.is_full() {
+                            o.flush(pending, Some(&mut r.tally));
+                        }
+                        let id = *ident;
+                        *ident = ident.wrapping_add(1);
+                        let port = route.egress_port;
+                        o.push(d.payload, mac, port, dest, id, pending.len());
+                        continue;
+                    }
+                }
+                // Through the kernel: it resolves the neighbour (and fragments).
+                if scope.is_full() {
+                    let out = scope.send(fd, dest);
+                    account(&mut r.tally, &out, r.route.as_deref());
+                }
+                scope.push(d.payload);
             }
-        };
-        let Some(channel) = classify(targets, domains, d.dst_addr, d.dst_port) else {
-            // The ring filter lets only our destinations through; this is its guard.
-            drop_frame(chan, fallback, d.payload.len(), DropReason::NoRoute);
-            continue;
-        };
-        if !Run::continues(&run, channel, d.dst_port) {
-            if let Some(r) = run.take() {
-                finish_run(r, &mut scope, now, chan);
-            }
-            run = Some(Run::start(&shell.routes, local, channel, d.dst_port, now));
         }
-        let Some(r) = run.as_mut() else { continue };
-        // The kernel vouches for checksums it validated or has not filled in yet (a local
-        // sender's offload); otherwise both are checked.
-        let skip_udp = f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
-        let ok = d.checksums_ok(skip_udp);
-        let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), max_payload) else {
-            continue;
-        };
-        if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
-            // Split half: the far side is the peer half, down the outgoing link.
-            if let Some(route) = r.route.as_deref() {
-                l.forward(route, d.payload, now, ts, &mut r.tally);
-            }
-            continue;
+        if let Some(r) = run.take() {
+            finish_run(r, &mut scope, pending);
         }
-        if scope.is_full() {
-            let out = scope.send(fd, dest);
-            account(&mut r.tally, &out, r.route.as_deref());
+        for o in outs.iter_mut().flatten() {
+            o.flush(pending, None);
         }
-        scope.push(d.payload);
-    }
-    if let Some(r) = run.take() {
-        finish_run(r, &mut scope, now, chan);
-    }
-    if let Some((_, l)) = link {
-        l.flush();
+        for p in pending.drain(..) {
+            p.close(now, chan);
+        }
+        // A split half's link frames go out once per wakeup (`Datapath::flush`).
     }
 }
 
-/// Sends what a run queued, then closes the run (its figures to its route and channel).
-fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, now: u64, chan: &mut [Tally; 2]) {
+/// Sends what a run queued on its UDP socket, then parks it until the round's frames are
+/// sent.
+fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, pending: &mut Vec<Parked>) {
     if let (Some(dest), Some(fd)) = (r.route.as_ref().map(|r| r.dest), r.egress) {
         let out = scope.send(fd, dest);
         account(&mut r.tally, &out, r.route.as_deref());
     }
     scope.clear();
-    r.close(now, chan);
+    pending.push(r.park());
+}
+
+static TX_ERRORS: RateLimit = RateLimit::new(5000);
+
+/// One egress interface's packet socket during a round.
+struct Out<'s, 'p> {
+    fd: BorrowedFd<'s>,
+    ifindex: u32,
+    mac: [u8; 6],
+    src: Ipv4Addr,
+    max_udp: usize,
+    scope: FrameScope<'s, 'p>,
+    owner: &'s mut Vec<(u32, u32)>,
+}
+
+impl<'s, 'p> Out<'s, 'p> {
+    fn new(p: &'s mut PacketTx) -> Out<'s, 'p> {
+        let PacketTx {
+            fd,
+            ifindex,
+            mac,
+            src,
+            max_udp,
+            batch,
+            owner,
+        } = p;
+        owner.clear();
+        Out {
+            fd: (*fd).as_fd(),
+            ifindex: *ifindex,
+            mac: *mac,
+            src: *src,
+            max_udp: *max_udp,
+            scope: batch.scope(),
+            owner,
+        }
+    }
+
+    /// Queues `payload` for `dest` from the gateway's port `sport`, next hop `hop`, on
+    /// behalf of run `run` of the round.
+    fn push(
+        &mut self,
+        payload: &'p [u8],
+        hop: [u8; 6],
+        sport: u16,
+        dest: SocketAddrV4,
+        id: u16,
+        run: usize,
+    ) {
+        let (src, mac) = (self.src, self.mac);
+        if self.scope.push(payload, |h| {
+            write_headers(h, hop, mac, src, sport, dest, id, payload.len())
+        }) {
+            self.owner.push((run as u32, payload.len() as u32));
+        }
+    }
+
+    /// Sends what is queued and counts each frame on its run: `pending[run]`, or `cur` for
+    /// the run still open (the one numbered `pending.len()`).
+    fn flush(&mut self, pending: &mut [Parked], mut cur: Option<&mut Tally>) {
+        if self.scope.is_empty() {
+            return;
+        }
+        let out = self.scope.send(self.fd);
+        for (i, &(run, len)) in self.owner.iter().enumerate() {
+            let t = match pending.get_mut(run as usize) {
+                Some(p) => &mut p.tally,
+                None => match cur.as_deref_mut() {
+                    Some(t) => t,
+                    None => continue,
+                },
+            };
+            match self.scope.status(i) {
+                FrameStatus::Sent => {
+                    t.tx_packets += 1;
+                    t.tx_bytes += u64::from(len);
+                }
+                FrameStatus::QueueFull => t.drop(DropReason::QueueFull),
+                FrameStatus::Error => t.drop(DropReason::SendError),
+            }
+        }
+        self.owner.clear();
+        if let Some(code) = out.last_error {
+            if let Some(suppressed) = TX_ERRORS.check(now_ms()) {
+                let e = io::Error::from_raw_os_error(code);
+                tracing::warn!(
+                    ifindex = self.ifindex,
+                    suppressed,
+                    "packet socket send failed: {e}"
+                );
+            }
+        }
+    }
+}
+
+/// Bytes [`write_headers`] puts before a payload: `virtio_net_hdr`, Ethernet, IPv4, UDP.
+const FRAME_HEADERS: usize = 10 + 14 + 20 + 8;
+
+/// Writes the headers of a frame carrying `payload_len` bytes from `src:sport` (Ethernet
+/// `mac`) to `dest` through next hop `hop`; returns their length. The UDP checksum is left to
+/// the device, or to the kernel just before the driver, as for the kernel's own UDP sockets:
+/// the `virtio_net_hdr` asks for it and the field holds the pseudo-header sum.
+#[allow(clippy::too_many_arguments)]
+fn write_headers(
+    h: &mut [u8; FRAME_HDR_ROOM],
+    hop: [u8; 6],
+    mac: [u8; 6],
+    src: Ipv4Addr,
+    sport: u16,
+    dest: SocketAddrV4,
+    id: u16,
+    payload_len: usize,
+) -> usize {
+    const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+    const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+    // struct virtio_net_hdr (legacy, native byte order): flags, gso_type, hdr_len,
+    // gso_size, csum_start, csum_offset (both from the Ethernet header on).
+    h[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+    h[1] = VIRTIO_NET_HDR_GSO_NONE;
+    h[2..4].copy_from_slice(&42u16.to_ne_bytes());
+    h[4..6].copy_from_slice(&0u16.to_ne_bytes());
+    h[6..8].copy_from_slice(&34u16.to_ne_bytes());
+    h[8..10].copy_from_slice(&6u16.to_ne_bytes());
+    let e = &mut h[10..FRAME_HEADERS];
+    e[0..6].copy_from_slice(&hop);
+    e[6..12].copy_from_slice(&mac);
+    e[12..14].copy_from_slice(&[0x08, 0x00]);
+    let udp_len = (8 + payload_len) as u16;
+    let ip_len = 20 + udp_len;
+    e[14..34].copy_from_slice(&[
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    e[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    e[18..20].copy_from_slice(&id.to_be_bytes());
+    e[26..30].copy_from_slice(&src.octets());
+    e[30..34].copy_from_slice(&dest.ip().octets());
+    Ipv4Packet::new_unchecked(&mut e[14..34]).fill_checksum();
+    e[34..36].copy_from_slice(&sport.to_be_bytes());
+    e[36..38].copy_from_slice(&dest.port().to_be_bytes());
+    e[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    let mut pseudo = [0u8; 12];
+    pseudo[0..4].copy_from_slice(&src.octets());
+    pseudo[4..8].copy_from_slice(&dest.ip().octets());
+    pseudo[9] = 17;
+    pseudo[10..12].copy_from_slice(&udp_len.to_be_bytes());
+    let folded = !checksum::finish(checksum::sum(&pseudo));
+    e[40..42].copy_from_slice(&folded.to_be_bytes());
+    FRAME_HEADERS
 }
 
 #[cfg(test)]
@@ -554,6 +931,44 @@ mod tests {
             assert_eq!(g.block_size * g.block_count, RING_BYTES);
             assert_eq!(g.budget * g.block_size as usize, ROUND_BYTES as usize);
         }
+    }
+
+    #[test]
+    fn built_headers_make_a_valid_datagram_once_the_device_sums_it() {
+        let payload: Vec<u8> = (0..1317u32).map(|i| (i * 7) as u8).collect();
+        let (src, dest) = (
+            Ipv4Addr::new(10, 201, 2, 1),
+            SocketAddrV4::new(Ipv4Addr::new(10, 201, 2, 2), 40001),
+        );
+        let mut h = [0u8; FRAME_HDR_ROOM];
+        let n = write_headers(
+            &mut h,
+            [2, 0, 0, 0, 0, 9],
+            [2, 0, 0, 0, 0, 1],
+            src,
+            30001,
+            dest,
+            77,
+            payload.len(),
+        );
+        assert_eq!(n, FRAME_HEADERS);
+        let mut frame = h[10..n].to_vec();
+        frame.extend_from_slice(&payload);
+        // What the device does for VIRTIO_NET_HDR_F_NEEDS_CSUM: sum from csum_start to the
+        // end (the field holds the pseudo-header sum) and store the complement at
+        // csum_start + csum_offset.
+        let start = usize::from(u16::from_ne_bytes([h[6], h[7]]));
+        let at = start + usize::from(u16::from_ne_bytes([h[8], h[9]]));
+        assert_eq!((h[0], start, at), (1, 34, 40));
+        let c = checksum::finish(checksum::sum(&frame[start..]));
+        frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
+        let d = parse_udp4(&frame).expect("a well-formed IPv4/UDP frame");
+        assert!(d.checksums_ok(false), "IPv4 and UDP checksums hold");
+        assert_eq!((d.src_addr, d.src_port), (src, 30001));
+        assert_eq!((d.dst_addr, d.dst_port), (*dest.ip(), 40001));
+        assert_eq!(d.payload, &payload[..]);
+        assert_eq!(&frame[0..6], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(&frame[6..12], &[2, 0, 0, 0, 0, 1]);
     }
 
     #[test]

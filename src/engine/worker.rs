@@ -17,7 +17,9 @@
 //! none, the worker sleeps in `epoll_wait` (at most [`Datapath::idle_ms`]) and hands each
 //! readable descriptor to [`Datapath::ready`] (sockets: read a bounded number of batches).
 //! A ring engine implements `poll`, a socket engine `ready`; both bound the work per call so
-//! that commands, samples and the stop flag are looked at often.
+//! that commands, samples and the stop flag are looked at often. After each wakeup's work
+//! (a busy `poll`, or one `epoll_wait`'s `ready` calls) the worker calls
+//! [`Datapath::flush`] once: what a datapath batches across descriptors goes out then.
 
 use std::collections::HashMap;
 use std::io;
@@ -95,6 +97,11 @@ pub trait Datapath {
     /// The descriptor registered with `token` is readable: receive and forward a bounded
     /// amount from it (level-triggered epoll brings it back for the rest).
     fn ready(&mut self, _shell: &Shell, _token: u64, _now: u64) {}
+
+    /// Once after each wakeup's work (a busy `poll`, or the `ready` calls of one
+    /// `epoll_wait`): sends what the datapath batched across the wakeup (e.g. a split half's
+    /// link frames), so a wakeup costs one send however many descriptors or blocks it read.
+    fn flush(&mut self, _shell: &Shell) {}
 
     /// A port was opened or closed by the route tables.
     fn command(&mut self, shell: &Shell, poller: &Poller, cmd: Cmd);
@@ -229,6 +236,7 @@ fn run<D: Datapath>(
             next_sample = now + SAMPLE_MS;
         }
         if busy {
+            dp.flush(shell);
             drain(shell, &poller, link, &mut dp);
             continue;
         }
@@ -253,6 +261,7 @@ fn run<D: Datapath>(
                     dp.ready(shell, ev.data(), now);
                 }
             }
+            dp.flush(shell);
         }
     }
     sample(shell, &mut dp, now_ms());

@@ -195,6 +195,95 @@ where
     Ok(out)
 }
 
+/// What [`set_transport`] does to a media section's `a=setup:`/`a=connection:` lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetupEdit<'a> {
+    /// Remove them (the section is now RTP over UDP).
+    Remove,
+    /// Replace them with `a=setup:<role>` and `a=connection:new` at the end of the section.
+    Set(&'a str),
+}
+
+/// Changes the transport of media section `media` of an SDP already checked by [`parse`]
+/// (or [`rewrite`]): its `m=` proto becomes `proto`, and its `a=setup:`/`a=connection:`
+/// lines are edited as `setup` says. Every other byte is kept, `y=` and `f=` included; line
+/// endings follow the body's. The gateway uses it when the two sides of a call use different
+/// transports (GB/T 28181 `TCP/RTP/AVP` on one side, `RTP/AVP` on the other).
+pub fn set_transport(body: &[u8], media: usize, proto: &str, setup: SetupEdit<'_>) -> Vec<u8> {
+    let eol: &[u8] = if body.windows(2).any(|w| w == b"\r\n") {
+        b"\r\n"
+    } else {
+        b"\n"
+    };
+    let mut out = Vec::with_capacity(body.len() + 48);
+    let mut section: Option<usize> = None;
+    let mut next = 0;
+    let insert = |out: &mut Vec<u8>| {
+        if let SetupEdit::Set(role) = setup {
+            for l in [format!("a=setup:{role}"), "a=connection:new".to_string()] {
+                out.extend_from_slice(l.as_bytes());
+                out.extend_from_slice(eol);
+            }
+        }
+    };
+    let mut ended_with_eol = true;
+    let mut inserted = false;
+    for line in lines(body) {
+        let end = line.start + line.text.len();
+        // The line's own ending, as written.
+        let rest = body.get(end..).unwrap_or_default();
+        let ending: &[u8] = if rest.starts_with(b"\r\n") {
+            b"\r\n"
+        } else if rest.starts_with(b"\n") {
+            b"\n"
+        } else {
+            b""
+        };
+        if line.text.starts_with(b"m=") {
+            if section == Some(media) && !inserted {
+                insert(&mut out);
+                inserted = true;
+            }
+            section = Some(next);
+            next += 1;
+            if section == Some(media) {
+                let f: Vec<(usize, &[u8])> =
+                    fields(line.text.get(2..).unwrap_or_default()).collect();
+                if let Some((off, old)) = f.get(2) {
+                    let at = 2 + off;
+                    out.extend_from_slice(line.text.get(..at).unwrap_or_default());
+                    out.extend_from_slice(proto.as_bytes());
+                    out.extend_from_slice(line.text.get(at + old.len()..).unwrap_or_default());
+                    out.extend_from_slice(ending);
+                    ended_with_eol = !ending.is_empty();
+                    continue;
+                }
+            }
+        } else if section == Some(media)
+            && (line.text.starts_with(b"a=setup:") || line.text.starts_with(b"a=connection:"))
+        {
+            continue;
+        } else if section == Some(media)
+            && !inserted
+            && (line.text.starts_with(b"y=") || line.text.starts_with(b"f="))
+        {
+            // GB/T 28181 puts y= and f= last: the attributes go before them.
+            insert(&mut out);
+            inserted = true;
+        }
+        out.extend_from_slice(body.get(line.start..end).unwrap_or_default());
+        out.extend_from_slice(ending);
+        ended_with_eol = !ending.is_empty();
+    }
+    if section == Some(media) && !inserted {
+        if !ended_with_eol {
+            out.extend_from_slice(eol);
+        }
+        insert(&mut out);
+    }
+    out
+}
+
 fn rtcp_port<E>(sdp: &Sdp<'_>, media: usize, port: u16) -> Result<u16, RewriteError<E>> {
     if sdp.media.get(media).is_some_and(|m| m.rtcp_mux) {
         return Ok(port);
@@ -692,5 +781,33 @@ mod tests {
         let body = b"v=0\r\nc=IN IP4 1.2.3.4\r\nm=audio 4000 RTP/AVP 0\r\n";
         let r = rewrite(body, Ipv4Addr::LOCALHOST, |_, _| Err(std::fmt::Error));
         assert!(matches!(r, Err(RewriteError::Ports { media: 0, .. })));
+    }
+
+    #[test]
+    fn set_transport_edits_one_section_and_keeps_the_rest() {
+        let tcp = "v=0\r\no=- 1 1 IN IP4 10.1.0.5\r\ns=Play\r\nc=IN IP4 10.1.0.5\r\nt=0 0\r\nm=video 6000 TCP/RTP/AVP 96\r\na=recvonly\r\na=setup:passive\r\na=connection:new\r\na=rtpmap:96 PS/90000\r\ny=0100000001\r\nf=v/2/4///a///\r\n";
+        let udp = set_transport(tcp.as_bytes(), 0, "RTP/AVP", SetupEdit::Remove);
+        assert_eq!(
+            String::from_utf8(udp.clone()).unwrap(),
+            tcp.replace("TCP/RTP/AVP", "RTP/AVP")
+                .replace("a=setup:passive\r\na=connection:new\r\n", "")
+        );
+        let back = set_transport(&udp, 0, "TCP/RTP/AVP", SetupEdit::Set("active"));
+        let text = String::from_utf8(back).unwrap();
+        assert!(text.contains("m=video 6000 TCP/RTP/AVP 96\r\n"));
+        assert!(text
+            .ends_with("a=setup:active\r\na=connection:new\r\ny=0100000001\r\nf=v/2/4///a///\r\n"));
+        assert!(text.contains("y=0100000001\r\n"));
+        assert!(parse(text.as_bytes()).unwrap().media[0].setup == Some("active"));
+        // Another section is left alone.
+        let two = format!("{tcp}m=audio 7000 TCP/RTP/AVP 8\r\na=setup:active\r\n");
+        let out = String::from_utf8(set_transport(
+            two.as_bytes(),
+            0,
+            "RTP/AVP",
+            SetupEdit::Remove,
+        ))
+        .unwrap();
+        assert!(out.ends_with("m=audio 7000 TCP/RTP/AVP 8\r\na=setup:active\r\n"));
     }
 }

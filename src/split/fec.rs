@@ -49,6 +49,12 @@ use super::reorder::{Reorder, ReorderCounts};
 pub const FRAME_CAP: usize = 1472;
 /// Largest datagram a link carries: a frame minus the link header.
 pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN;
+/// Room before each of the sender's frames for the Ethernet, IPv4 and UDP headers: an
+/// engine-family link ([`crate::split::link`]) writes them there, in place, so the frame
+/// and its headers are one contiguous buffer (no copy, one iovec).
+pub const HEADROOM: usize = crate::wire::UDP4_FRAME_HEADERS;
+/// One sender slot: headroom, then a frame.
+const SLOT: usize = HEADROOM + FRAME_CAP;
 /// Blocks of one lane the receiver keeps (the reorder and repair window).
 pub const WINDOW_BLOCKS: usize = 8;
 /// Lanes (sending workers) a receiver tracks.
@@ -113,8 +119,8 @@ pub struct Encoder {
     epoch: u16,
     fec: Option<Fec>,
     codecs: Vec<ReedSolomon>,
-    /// `slots` frames of [`FRAME_CAP`] bytes: data `0..k`, repair `k..k+m` (FEC on); a plain
-    /// batch of frames (FEC off).
+    /// `slots` slots of [`HEADROOM`] + [`FRAME_CAP`] bytes: data `0..k`, repair `k..k+m`
+    /// (FEC on); a plain batch of frames (FEC off).
     frames: Box<[u8]>,
     lens: Box<[usize]>,
     slots: usize,
@@ -143,7 +149,7 @@ impl Encoder {
             epoch,
             fec,
             codecs: fec.map(codecs).unwrap_or_default(),
-            frames: vec![0u8; slots * FRAME_CAP].into_boxed_slice(),
+            frames: vec![0u8; slots * SLOT].into_boxed_slice(),
             lens: vec![0; slots].into_boxed_slice(),
             slots,
             filled: 0,
@@ -177,7 +183,7 @@ impl Encoder {
         }
         let i = self.filled;
         let (k, m) = self.fec.map(|f| (f.k, f.m)).unwrap_or((0, 0));
-        let f = &mut self.frames[i * FRAME_CAP..(i + 1) * FRAME_CAP];
+        let f = &mut self.frames[i * SLOT + HEADROOM..(i + 1) * SLOT];
         header::write_fields(
             f,
             &Fields {
@@ -223,17 +229,18 @@ impl Encoder {
         let (k, m) = (usize::from(fec.k), usize::from(fec.m));
         let kk = self.filled;
         let shard_len = self.lens[..kk].iter().max().copied().unwrap_or(HEADER_LEN) - SHARD_START;
-        let (data, parity) = self.frames.split_at_mut(k * FRAME_CAP);
+        let (data, parity) = self.frames.split_at_mut(k * SLOT);
         // Zero each data shard's padding: the code sees every shard at the block's length.
-        for (i, chunk) in data.chunks_mut(FRAME_CAP).take(kk).enumerate() {
-            chunk[self.lens[i]..SHARD_START + shard_len].fill(0);
+        for (i, slot) in data.chunks_mut(SLOT).take(kk).enumerate() {
+            slot[HEADROOM..][self.lens[i]..SHARD_START + shard_len].fill(0);
         }
         let mut ins: [&[u8]; MAX_K as usize] = Default::default();
-        for (i, chunk) in data.chunks(FRAME_CAP).take(kk).enumerate() {
-            ins[i] = &chunk[SHARD_START..SHARD_START + shard_len];
+        for (i, slot) in data.chunks(SLOT).take(kk).enumerate() {
+            ins[i] = &slot[HEADROOM..][SHARD_START..SHARD_START + shard_len];
         }
         let mut outs: [&mut [u8]; MAX_M as usize] = Default::default();
-        for (j, chunk) in parity.chunks_mut(FRAME_CAP).take(m).enumerate() {
+        for (j, slot) in parity.chunks_mut(SLOT).take(m).enumerate() {
+            let chunk = &mut slot[HEADROOM..];
             header::write_fields(
                 chunk,
                 &Fields {
@@ -262,14 +269,38 @@ impl Encoder {
         self.repair_out += m as u64;
     }
 
+    /// The slots written and not yet sent, in order (data, then the block's repairs); owns
+    /// its indices, so the slots may be written while it runs.
+    fn ready_slots(&self) -> impl Iterator<Item = usize> + use<> {
+        let (k, sent, filled) = (self.data_slots(), self.sent, self.filled);
+        let repair = (sent.saturating_sub(filled)..self.repairs).map(move |j| k + j);
+        (sent.min(filled)..filled).chain(repair)
+    }
+
     /// Frames written and not yet sent, in order (data, then the block's repairs).
     pub fn ready(&self) -> impl Iterator<Item = &[u8]> {
-        let k = self.data_slots();
-        let data = self.sent.min(self.filled)..self.filled;
-        let repair_from = self.sent.saturating_sub(self.filled);
-        let repair = (repair_from..self.repairs).map(move |j| k + j);
-        data.chain(repair)
-            .map(move |s| &self.frames[s * FRAME_CAP..s * FRAME_CAP + self.lens[s]])
+        self.ready_slots().map(move |s| {
+            let at = s * SLOT + HEADROOM;
+            &self.frames[at..at + self.lens[s]]
+        })
+    }
+
+    /// The same frames as [`Encoder::ready`], each with its [`HEADROOM`] in front, writable:
+    /// `write(buf)` fills the headroom of `buf` (headroom + frame) for the wire.
+    pub fn fill_headroom(&mut self, mut write: impl FnMut(&mut [u8])) {
+        for s in self.ready_slots() {
+            let at = s * SLOT;
+            write(&mut self.frames[at..at + HEADROOM + self.lens[s]]);
+        }
+    }
+
+    /// [`Encoder::ready`] with each frame's headroom in front (after
+    /// [`Encoder::fill_headroom`]): whole wire frames.
+    pub fn ready_wire(&self) -> impl Iterator<Item = &[u8]> {
+        self.ready_slots().map(move |s| {
+            let at = s * SLOT;
+            &self.frames[at..at + HEADROOM + self.lens[s]]
+        })
     }
 
     /// Marks everything [`Encoder::ready`] returned as sent; a finished block (or batch)

@@ -1,14 +1,31 @@
 //! Link send and receive: the sockets of the two one-way links, the per-worker sender and
 //! the receiving worker, and the link counters.
 //!
-//! **Outgoing link.** One UDP socket bound to our link address and tied to the link's
-//! interface (`SO_BINDTODEVICE`); the peer's MAC from the config is installed as a
-//! *permanent* neighbour entry before the first send, so the kernel never sends an ARP
-//! request on the link. Every engine worker owns a [`LinkTx`] (its own FEC encoder, frame
-//! slots and `sendmmsg` batch) over that shared socket: the worker pushes the datagrams of a
-//! receive batch and flushes once per batch, so a batch of media costs one `sendmmsg` on
-//! the link. The worker's lane number goes in the header, so the receiver keeps one FEC
-//! state per sending worker and no worker ever waits for another.
+//! **Outgoing link.** Every engine worker owns a [`LinkTx`] (its own FEC encoder, frame
+//! slots and send batch): the worker pushes the datagrams it forwards to the link face and
+//! flushes once per wakeup ([`crate::engine::worker::Datapath::flush`]), so a wakeup's media
+//! costs one send on the link. The worker's lane number goes in the header, so the receiver
+//! keeps one FEC state per sending worker and no worker ever waits for another. The link is
+//! sent with the engine family of the mode ([`LinkFamily`]):
+//!
+//! - `stack`: one UDP socket bound to our link address and tied to the link's interface
+//!   (`SO_BINDTODEVICE`), `sendmmsg`; the peer's MAC from the config is installed as a
+//!   *permanent* neighbour entry, so the kernel never sends an ARP request on the link.
+//! - `tnapi`: one AF_PACKET socket bound to the link interface (protocol 0: it receives
+//!   nothing) with `PACKET_QDISC_BYPASS`. The encoder's slots have [`HEADROOM`] in front
+//!   of each frame, where the Ethernet (peer MAC from the config, our MAC read from the
+//!   interface), IPv4 and UDP headers and both checksums are written in place; the wakeup's
+//!   frames go out with one `sendmmsg` of whole Ethernet frames. No kernel route, neighbour
+//!   or qdisc is involved. (A `PACKET_TX_RING` would save the `sendmmsg` but not a copy of
+//!   each frame, into the ring instead of an skb; not built — see `docs/split.md`.)
+//! - `zc`: one AF_XDP socket per worker on the link interface, queue = lane (copy mode
+//!   where the driver has no zero-copy, e.g. veth), no XDP program (TX only): each frame is
+//!   built in a UMEM chunk (headers as above, then the link frame) and the TX ring is kicked
+//!   once per wakeup. The interface needs a TX queue per engine worker.
+//!
+//! `VGATE_LINK_TX=udp` in the environment sends the link with the UDP socket in every mode
+//! (for side-by-side benchmarks); the family in use is in the stats (`out_link.tx`) and the
+//! shutdown line (`tx=`).
 //!
 //! **Incoming link.** One UDP socket bound to our link address on the incoming link's
 //! interface, read by its own pinned worker ([`HalfLinks::start_receiver`]) with `recvmmsg`. Each
@@ -16,7 +33,14 @@
 //! the [`Decoder`], and each datagram it yields is delivered to the link face as if it had
 //! arrived from `(peer face, source port)` on gateway port `destination port`: route lookup,
 //! [`crate::channel::inspect`] and the route's egress socket, exactly as a domain packet.
-//! Delivery sends one datagram per `send_to` (a batched send is future work).
+//! The incoming link keeps a kernel UDP socket in every mode: it is one socket per half
+//! (not per queue), the kernel checks the IPv4/UDP headers and the destination, and a ring
+//! or an AF_XDP socket there would need a filter or an XDP program on the receive-only
+//! interface for the little it would save on the receiving half.
+//! Delivery is batched per wakeup: the datagrams a wakeup yields are copied into the
+//! worker's preallocated delivery buffer and sent at the end of the wakeup
+//! ([`Datapath::flush`]) with one `sendmmsg` per run of one route (one egress socket and
+//! destination); a full buffer is sent at once.
 //!
 //! What keeps the links one-way on the host (no ARP answers, no IPv6, no ICMP out of the
 //! receive-only interface) is the host's interface setup, not this process: it must hold
@@ -24,27 +48,32 @@
 //! the README's split section.
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 use nix::sys::socket::{setsockopt, sockopt};
 
-use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP};
+use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
 use super::header::{HeaderError, LinkPacket};
 use super::{mac_string, LinkConfig, SplitConfig};
 use crate::channel::{inspect, Admitted};
 use crate::clock::now_ms;
 use crate::config::DomainId;
+use crate::engine::frames::account;
 use crate::engine::ports::{Cmd, PortRegistry};
-use crate::engine::sys::mmsg::{RecvBatch, SliceBatch};
+use crate::engine::sys::afpacket as psys;
+use crate::engine::sys::afxdp::{self as xsys, BindMode, Xsk, XskParams};
+use crate::engine::sys::mmsg::{RecvBatch, SendOutcome, SliceBatch};
 use crate::engine::worker::{apply_egress, spawn, Datapath, EgressSockets, Poller, Shell};
-use crate::engine::{EngineError, Worker};
+use crate::engine::{EngineError, EngineKind, Worker};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
+use crate::wire::write_udp4_frame;
 
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
 /// goes quiet, so the tail of a burst is protected without waiting for more traffic.
@@ -61,6 +90,48 @@ pub const DEFAULT_REORDER_MS: u64 = 25;
 const BUDGET: usize = 8;
 /// The incoming link socket's token in the worker's epoll set.
 const LINK: u64 = 1;
+
+/// How the outgoing link is sent: the engine family of the mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LinkFamily {
+    /// A kernel UDP socket, `sendmmsg` (mode stack).
+    Udp = 1,
+    /// An AF_PACKET socket, whole Ethernet frames built in place, `sendmmsg`, qdisc
+    /// bypassed (mode tnapi).
+    Packet = 2,
+    /// AF_XDP TX, one socket per worker (mode zc).
+    Xdp = 3,
+}
+
+impl LinkFamily {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkFamily::Udp => "udp",
+            LinkFamily::Packet => "af_packet",
+            LinkFamily::Xdp => "af_xdp",
+        }
+    }
+
+    /// The family of an engine; `VGATE_LINK_TX=udp` in the environment forces the UDP
+    /// socket (side-by-side benchmarks).
+    pub fn of(kind: EngineKind) -> LinkFamily {
+        if std::env::var("VGATE_LINK_TX").as_deref() == Ok("udp") {
+            return LinkFamily::Udp;
+        }
+        match kind {
+            EngineKind::Afpacket => LinkFamily::Packet,
+            EngineKind::Afxdp => LinkFamily::Xdp,
+            _ => LinkFamily::Udp,
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<LinkFamily> {
+        [LinkFamily::Udp, LinkFamily::Packet, LinkFamily::Xdp]
+            .into_iter()
+            .find(|f| *f as u8 == v)
+    }
+}
 
 /// Why a datagram on the incoming link was dropped before delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,6 +286,8 @@ pub struct SplitStats {
     pub in_fec: Option<Fec>,
     pub out_link: LinkCounters,
     pub in_link: LinkCounters,
+    /// The outgoing link's [`LinkFamily`] once the links are open (0 before).
+    out_tx: AtomicU8,
     out_if: String,
     in_if: String,
     /// The interfaces' counters when this half started: wrong-direction figures are counted
@@ -243,6 +316,7 @@ impl SplitStats {
             in_fec: cfg.in_link.fec,
             out_link: LinkCounters::default(),
             in_link: LinkCounters::default(),
+            out_tx: AtomicU8::new(0),
             wrong_base: (
                 if_counter(&out_if, "rx_packets"),
                 if_counter(&in_if, "tx_packets"),
@@ -250,6 +324,11 @@ impl SplitStats {
             out_if,
             in_if,
         }
+    }
+
+    /// How the outgoing link is sent (`None` until the links are open).
+    pub fn out_tx(&self) -> Option<LinkFamily> {
+        LinkFamily::from_u8(self.out_tx.load(Relaxed))
     }
 
     /// Packets that travelled a one-way link the wrong way since start, as the interfaces
@@ -284,6 +363,9 @@ impl SplitStats {
             if let Some(w) = wrong {
                 s.push_str(&format!(" wrong_direction={w}"));
             }
+            if let (true, Some(tx)) = (name == "out", self.out_tx()) {
+                s.push_str(&format!(" tx={}", tx.name()));
+            }
             s.push('\n');
         }
         s
@@ -311,6 +393,7 @@ impl SplitStats {
         let (wrong_out, wrong_in) = self.wrong_direction();
         let mut out = link(&self.out_link, self.out_fec);
         out["wrong_direction"] = wrong_out.into();
+        out["tx"] = self.out_tx().map(LinkFamily::name).into();
         let mut inl = link(&self.in_link, self.in_fec);
         inl["wrong_direction"] = wrong_in.into();
         serde_json::json!({
@@ -408,9 +491,77 @@ pub fn open_incoming(cfg: &LinkConfig) -> Result<UdpSocket, EngineError> {
 
 static LINK_SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
+/// The Ethernet, IPv4 and UDP headers of every frame on the outgoing link (engine-family
+/// sends): fixed but for the lengths, the IPv4 identification and the checksums.
+#[derive(Clone, Copy, Debug)]
+pub struct WireHeader {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
+    ident: u16,
+}
+
+impl WireHeader {
+    pub fn new(src_mac: [u8; 6], dst_mac: [u8; 6], src: SocketAddrV4, dst: SocketAddrV4) -> Self {
+        WireHeader {
+            dst_mac,
+            src_mac,
+            src,
+            dst,
+            ident: 0,
+        }
+    }
+
+    /// Writes the headers into the first [`HEADROOM`] bytes of `buf`, whose rest is the link
+    /// frame (the UDP payload), with both checksums. `buf` is at most
+    /// `HEADROOM + FRAME_CAP` long (the encoder's slots are).
+    pub fn write(&mut self, buf: &mut [u8]) {
+        debug_assert!(buf.len() >= HEADROOM && buf.len() <= HEADROOM + FRAME_CAP);
+        write_udp4_frame(
+            buf,
+            self.dst_mac,
+            self.src_mac,
+            self.src,
+            self.dst,
+            self.ident,
+        );
+        self.ident = self.ident.wrapping_add(1);
+    }
+}
+
+/// Where a worker's link frames go.
+enum Wire {
+    /// The shared UDP socket (`sendmmsg` to the peer).
+    Udp(Arc<UdpSocket>),
+    /// The shared AF_PACKET socket: whole frames, headers written in the slots' headroom.
+    Packet(Arc<OwnedFd>, WireHeader),
+    /// This worker's AF_XDP socket on the link interface.
+    Xdp(Box<Xsk>, WireHeader),
+}
+
+/// Sums of the send outcomes of one flush.
+#[derive(Default)]
+struct Sent {
+    frames: u64,
+    bytes: u64,
+    failed: u64,
+    last_error: Option<i32>,
+}
+
+impl Sent {
+    /// Adds one `sendmmsg` outcome; `extra` bytes per frame are headers, not link bytes.
+    fn add(&mut self, out: &SendOutcome, extra: usize) {
+        self.frames += out.sent as u64;
+        self.bytes += out.sent_bytes.saturating_sub(out.sent * extra) as u64;
+        self.failed += (out.queue_full + out.errors) as u64;
+        self.last_error = out.last_error.or(self.last_error);
+    }
+}
+
 /// One worker's sender on the outgoing link.
 pub struct LinkTx {
-    sock: Arc<UdpSocket>,
+    wire: Wire,
     peer: SocketAddrV4,
     enc: Encoder,
     batch: SliceBatch,
@@ -420,8 +571,8 @@ pub struct LinkTx {
 }
 
 impl LinkTx {
-    pub fn new(
-        sock: Arc<UdpSocket>,
+    fn new(
+        wire: Wire,
         cfg: &LinkConfig,
         lane: u8,
         epoch: u16,
@@ -430,7 +581,7 @@ impl LinkTx {
     ) -> LinkTx {
         let slots = batch.max(cfg.fec.map(|f| usize::from(f.k + f.m)).unwrap_or(0));
         LinkTx {
-            sock,
+            wire,
             peer: cfg.peer,
             enc: Encoder::new(lane, epoch, cfg.fec, batch),
             batch: SliceBatch::new(slots),
@@ -478,60 +629,178 @@ impl LinkTx {
         }
     }
 
-    /// Sends every frame written and not yet sent.
+    /// Sends every frame written and not yet sent (engines call it once per wakeup, from
+    /// [`Datapath::flush`]).
     pub fn flush(&mut self) {
-        let mut sent = 0u64;
-        let mut bytes = 0u64;
-        let mut failed = 0u64;
-        let mut last_error = None;
-        {
-            let mut scope = self.batch.scope();
-            for f in self.enc.ready() {
-                if !scope.push(f) {
-                    let out = scope.send(self.sock.as_fd(), self.peer);
-                    sent += out.sent as u64;
-                    bytes += out.sent_bytes as u64;
-                    failed += (out.queue_full + out.errors) as u64;
-                    last_error = out.last_error.or(last_error);
-                    scope.push(f);
+        let mut sent = Sent::default();
+        match &mut self.wire {
+            Wire::Udp(sock) => {
+                let mut scope = self.batch.scope();
+                for f in self.enc.ready() {
+                    if !scope.push(f) {
+                        sent.add(&scope.send(sock.as_fd(), self.peer), 0);
+                        scope.push(f);
+                    }
+                }
+                sent.add(&scope.send(sock.as_fd(), self.peer), 0);
+            }
+            Wire::Packet(fd, hdr) => {
+                self.enc.fill_headroom(|b| hdr.write(b));
+                let mut scope = self.batch.scope();
+                for f in self.enc.ready_wire() {
+                    if !scope.push(f) {
+                        sent.add(&scope.send_bound(fd.as_fd()), HEADROOM);
+                        scope.push(f);
+                    }
+                }
+                sent.add(&scope.send_bound(fd.as_fd()), HEADROOM);
+            }
+            Wire::Xdp(xsk, hdr) => {
+                for f in self.enc.ready() {
+                    let Some(mut chunk) = xsk.tx_frame() else {
+                        // Every TX chunk is in flight: the kernel has not sent them yet.
+                        sent.failed += 1;
+                        continue;
+                    };
+                    let len = HEADROOM + f.len();
+                    let buf = xsk.tx_buf(&mut chunk);
+                    if buf.len() < len {
+                        sent.failed += 1;
+                        continue;
+                    }
+                    buf[HEADROOM..len].copy_from_slice(f);
+                    hdr.write(&mut buf[..len]);
+                    if xsk.tx_push(chunk, len as u32) {
+                        sent.frames += 1;
+                        sent.bytes += f.len() as u64;
+                    } else {
+                        sent.failed += 1;
+                    }
+                }
+                if let Err(e) = xsk.tx_flush() {
+                    sent.last_error = e.raw_os_error();
                 }
             }
-            let out = scope.send(self.sock.as_fd(), self.peer);
-            sent += out.sent as u64;
-            bytes += out.sent_bytes as u64;
-            failed += (out.queue_full + out.errors) as u64;
-            last_error = out.last_error.or(last_error);
         }
         self.enc.mark_sent();
         let c = &self.stats.out_link;
-        if sent > 0 {
-            c.packets.fetch_add(sent, Relaxed);
-            c.bytes.fetch_add(bytes, Relaxed);
+        if sent.frames > 0 {
+            c.packets.fetch_add(sent.frames, Relaxed);
+            c.bytes.fetch_add(sent.bytes, Relaxed);
         }
         if self.enc.repair_out != self.repair_published {
             c.repair_packets
                 .fetch_add(self.enc.repair_out - self.repair_published, Relaxed);
             self.repair_published = self.enc.repair_out;
         }
-        if failed > 0 {
-            c.send_errors.fetch_add(failed, Relaxed);
-            if let Some(code) = last_error {
-                if let Some(suppressed) = LINK_SEND_ERRORS.check(now_ms()) {
-                    let e = io::Error::from_raw_os_error(code);
-                    tracing::warn!(peer = %self.peer, suppressed, "send on the outgoing link failed: {e}");
-                }
+        if sent.failed > 0 {
+            c.send_errors.fetch_add(sent.failed, Relaxed);
+        }
+        if sent.failed > 0 || sent.last_error.is_some() {
+            if let Some(suppressed) = LINK_SEND_ERRORS.check(now_ms()) {
+                let e = sent.last_error.map_or_else(
+                    || io::Error::other("no room in the send queue or TX ring"),
+                    io::Error::from_raw_os_error,
+                );
+                tracing::warn!(peer = %self.peer, suppressed, "send on the outgoing link failed: {e}");
             }
         }
     }
 
     /// Called on every worker wakeup: closes a partial FEC block older than
-    /// [`CLOSE_BLOCK_MS`] and sends its repair frames.
+    /// [`CLOSE_BLOCK_MS`] and sends its repair frames; takes back sent AF_XDP chunks.
     pub fn idle(&mut self, now_ms: u64) {
         if self.enc.block_open() && now_ms.saturating_sub(self.block_opened_ms) >= CLOSE_BLOCK_MS {
             self.enc.close_block(now_us());
             self.flush();
         }
+        if let Wire::Xdp(xsk, _) = &mut self.wire {
+            xsk.reclaim();
+        }
     }
+}
+
+/// The outgoing link's shared socket, by family (AF_XDP sockets are per worker).
+enum OutLink {
+    Udp(Arc<UdpSocket>),
+    Packet(Arc<OwnedFd>, WireHeader),
+    /// One socket per lane, taken by [`HalfLinks::sender`].
+    Xdp(Vec<Option<Xsk>>, WireHeader),
+}
+
+/// Link interface facts an engine-family link needs: its index and our MAC on it.
+fn link_interface(cfg: &LinkConfig) -> Result<(u32, [u8; 6]), EngineError> {
+    let name = CString::new(cfg.interface.as_str()).map_err(|_| EngineError::Io {
+        what: format!("outgoing link: interface name {:?}", cfg.interface),
+        source: io::Error::from_raw_os_error(libc::EINVAL),
+    })?;
+    let index = xsys::if_nametoindex(&name).map_err(io_err(format!(
+        "outgoing link: no interface {} (split.out_link.interface)",
+        cfg.interface
+    )))?;
+    let mac = xsys::hw_addr(&name).map_err(io_err(format!(
+        "outgoing link: cannot read the MAC address of {}",
+        cfg.interface
+    )))?;
+    Ok((index, mac))
+}
+
+/// The headers of the outgoing link's frames: our MAC read from the interface, the peer's
+/// from the config (check-config requires it on an outgoing link).
+fn wire_header(cfg: &LinkConfig, mac: [u8; 6]) -> Result<WireHeader, EngineError> {
+    let peer_mac = cfg.peer_mac.ok_or_else(|| EngineError::Io {
+        what: "outgoing link: split.out_link.peer_mac is required to send frames".into(),
+        source: io::Error::from_raw_os_error(libc::EINVAL),
+    })?;
+    Ok(WireHeader::new(mac, peer_mac, cfg.local, cfg.peer))
+}
+
+/// The AF_PACKET socket of the outgoing link: bound to the interface with protocol 0 (it
+/// receives nothing), the qdisc bypassed (frames go straight to the driver).
+fn open_packet(cfg: &LinkConfig) -> Result<OutLink, EngineError> {
+    let (index, mac) = link_interface(cfg)?;
+    let what = |s: &str| format!("outgoing link (AF_PACKET on {}): {s}", cfg.interface);
+    let fd = psys::packet_socket().map_err(io_err(what(
+        "cannot open a packet socket (vgate needs CAP_NET_RAW)",
+    )))?;
+    psys::bind_ll(fd.as_fd(), index, 0).map_err(io_err(what("bind")))?;
+    psys::set_opt(
+        fd.as_fd(),
+        libc::SOL_PACKET,
+        libc::PACKET_QDISC_BYPASS,
+        &1 as &libc::c_int,
+    )
+    .map_err(io_err(what("PACKET_QDISC_BYPASS")))?;
+    let _ = setsockopt(&fd, sockopt::SndBuf, &(4usize << 20));
+    Ok(OutLink::Packet(Arc::new(fd), wire_header(cfg, mac)?))
+}
+
+/// UMEM of an outgoing link's AF_XDP socket: 512 chunks, 256 for the (unused) fill ring and
+/// 256 for TX — more than a wakeup's frames.
+const XDP_PARAMS: XskParams = XskParams {
+    frame_size: 2048,
+    frames: 512,
+    ring: 256,
+};
+
+/// One AF_XDP socket per lane on the outgoing link's interface, queue = lane, zero-copy
+/// where the driver can, else copy mode. No XDP program: they only transmit.
+fn open_xdp(cfg: &LinkConfig, lanes: usize) -> Result<OutLink, EngineError> {
+    let (index, mac) = link_interface(cfg)?;
+    let mut socks = Vec::with_capacity(lanes);
+    for lane in 0..lanes as u32 {
+        let x = Xsk::open(index, lane, XDP_PARAMS, BindMode::ZeroCopy)
+            .or_else(|_| Xsk::open(index, lane, XDP_PARAMS, BindMode::Copy))
+            .map_err(|e| EngineError::Io {
+                what: format!(
+                    "outgoing link (AF_XDP on {} queue {lane}): {}; the link interface needs one TX queue per engine worker (engine.queues) and vgate needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF",
+                    cfg.interface, e.step
+                ),
+                source: e.source,
+            })?;
+        socks.push(Some(x));
+    }
+    Ok(OutLink::Xdp(socks, wire_header(cfg, mac)?))
 }
 
 /// A half's links as an engine starts them: the sockets, one [`LinkTx`] per worker, the
@@ -539,36 +808,59 @@ impl LinkTx {
 pub struct HalfLinks {
     cfg: SplitConfig,
     stats: Arc<SplitStats>,
-    out: Arc<UdpSocket>,
+    out: OutLink,
     incoming: Option<UdpSocket>,
     epoch: u16,
 }
 
 impl HalfLinks {
-    /// Installs the outgoing link's neighbour and opens both links' sockets.
-    pub fn open(cfg: &SplitConfig, stats: &Arc<SplitStats>) -> Result<HalfLinks, EngineError> {
+    /// Opens both links: the outgoing one in `family` for `lanes` engine workers (the UDP
+    /// socket also installs the peer's neighbour), the incoming link's UDP socket.
+    pub fn open(
+        cfg: &SplitConfig,
+        stats: &Arc<SplitStats>,
+        family: LinkFamily,
+        lanes: usize,
+    ) -> Result<HalfLinks, EngineError> {
+        let out = match family {
+            LinkFamily::Udp => OutLink::Udp(open_outgoing(&cfg.out_link)?),
+            LinkFamily::Packet => open_packet(&cfg.out_link)?,
+            LinkFamily::Xdp => open_xdp(&cfg.out_link, lanes)?,
+        };
+        stats.out_tx.store(family as u8, Relaxed);
+        tracing::info!(
+            interface = %cfg.out_link.interface,
+            tx = family.name(),
+            "outgoing link open"
+        );
         Ok(HalfLinks {
             cfg: cfg.clone(),
             stats: Arc::clone(stats),
-            out: open_outgoing(&cfg.out_link)?,
+            out,
             incoming: Some(open_incoming(&cfg.in_link)?),
             epoch: new_epoch(),
         })
     }
 
-    /// Worker `lane`'s sender, with the link-face domain whose egress it takes.
-    pub fn sender(&self, lane: usize, batch: usize) -> (DomainId, LinkTx) {
-        (
+    /// Worker `lane`'s sender, with the link-face domain whose egress it takes. An AF_XDP
+    /// link gives each lane its own socket, once: `None` for a lane it has no socket for.
+    pub fn sender(&mut self, lane: usize, batch: usize) -> Option<(DomainId, LinkTx)> {
+        let wire = match &mut self.out {
+            OutLink::Udp(s) => Wire::Udp(Arc::clone(s)),
+            OutLink::Packet(fd, hdr) => Wire::Packet(Arc::clone(fd), *hdr),
+            OutLink::Xdp(socks, hdr) => Wire::Xdp(Box::new(socks.get_mut(lane)?.take()?), *hdr),
+        };
+        Some((
             self.cfg.link_face(),
             LinkTx::new(
-                Arc::clone(&self.out),
+                wire,
                 &self.cfg.out_link,
                 lane as u8,
                 self.epoch,
                 batch,
                 Arc::clone(&self.stats),
             ),
-        )
+        ))
     }
 
     /// Adds the incoming link's worker to an engine's `workers` (after them; pinned to
@@ -635,6 +927,7 @@ impl HalfLinks {
             Ok(RxState {
                 rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
                 dec: Decoder::with_reorder(path.fec, path.reorder_ms),
+                out: Delivery::new(path.batch * BUDGET),
                 path,
             })
         })
@@ -662,6 +955,73 @@ struct RxState {
     path: RxPath,
     rx: RecvBatch,
     dec: Decoder,
+    out: Delivery,
+}
+
+/// One datagram waiting in a [`Delivery`]: its route, the egress socket, its length.
+struct Waiting {
+    route: Arc<StreamRoute>,
+    sock: Arc<UdpSocket>,
+    len: usize,
+}
+
+/// Datagrams delivered from the incoming link during one wakeup, copied (they come from the
+/// receive batch or the decoder's rebuilt shards, both reused before the wakeup ends) and
+/// sent together by [`Delivery::send`]. Allocated once; never grows.
+struct Delivery {
+    buf: Box<[u8]>,
+    waiting: Vec<Waiting>,
+    tx: SliceBatch,
+}
+
+impl Delivery {
+    fn new(cap: usize) -> Delivery {
+        let cap = cap.max(1);
+        Delivery {
+            buf: vec![0u8; cap * FRAME_CAP].into_boxed_slice(),
+            waiting: Vec::with_capacity(cap),
+            tx: SliceBatch::new(cap),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.waiting.len() == self.waiting.capacity()
+    }
+
+    /// Queues a copy of `payload` (at most [`FRAME_CAP`] bytes: a link frame's payload) for
+    /// `route`'s destination from `sock`. The caller sends first when [`Delivery::is_full`].
+    fn queue(&mut self, route: Arc<StreamRoute>, sock: Arc<UdpSocket>, payload: &[u8]) {
+        let i = self.waiting.len();
+        let len = payload.len().min(FRAME_CAP);
+        self.buf[i * FRAME_CAP..i * FRAME_CAP + len].copy_from_slice(&payload[..len]);
+        self.waiting.push(Waiting { route, sock, len });
+    }
+
+    /// Sends what is queued, one `sendmmsg` per run of one route, and counts it in the
+    /// routes and in `chan` (the link face's channel).
+    fn send(&mut self, chan: &mut Tally) {
+        let Delivery { buf, waiting, tx } = self;
+        let mut start = 0;
+        while start < waiting.len() {
+            let first = &waiting[start];
+            let mut end = start + 1;
+            while end < waiting.len() && Arc::ptr_eq(&waiting[end].route, &first.route) {
+                end += 1;
+            }
+            let mut scope = tx.scope();
+            for (i, w) in waiting[start..end].iter().enumerate() {
+                let at = (start + i) * FRAME_CAP;
+                scope.push(&buf[at..at + w.len]);
+            }
+            let out = scope.send(first.sock.as_fd(), first.route.dest);
+            let mut t = Tally::default();
+            account(&mut t, &out, Some(&first.route));
+            first.route.stats.packets.add(&t);
+            chan.merge(&t);
+            start = end;
+        }
+        waiting.clear();
+    }
 }
 
 static RX_ERRORS: RateLimit = RateLimit::new(5000);
@@ -672,7 +1032,14 @@ impl Datapath for RxState {
     }
 
     fn ready(&mut self, shell: &Shell, _token: u64, now: u64) {
-        drain(shell, &mut self.path, &mut self.rx, &mut self.dec, now);
+        drain(
+            shell,
+            &mut self.path,
+            &mut self.rx,
+            &mut self.dec,
+            &mut self.out,
+            now,
+        );
     }
 
     /// Hands on what waited its time in the reorder window.
@@ -686,6 +1053,7 @@ impl Datapath for RxState {
             let channel = Channel::from_ingress(ctx.face);
             let mut tally = Tally::default();
             let mut drops = [0u64; LinkDrop::COUNT];
+            let out = &mut self.out;
             self.dec.release_due(now, |dst, src, payload, repaired| {
                 deliver_one(
                     shell,
@@ -693,12 +1061,15 @@ impl Datapath for RxState {
                     channel,
                     (dst, src, payload, repaired),
                     now,
+                    out,
                     &mut tally,
                     &mut drops,
                 )
             });
             count_drops(&ctx.split.in_link, &drops);
             shell.stats.channel(channel).add(&tally);
+            // Out now: the worker flushes only after a wakeup's reads.
+            send_delivery(shell, ctx, &mut self.out);
         }
         false
     }
@@ -713,6 +1084,11 @@ impl Datapath for RxState {
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
         apply_egress(&mut self.path.local, cmd);
+    }
+
+    /// The wakeup's delivered datagrams go out together.
+    fn flush(&mut self, shell: &Shell) {
+        send_delivery(shell, &self.path, &mut self.out);
     }
 
     fn sample(&mut self, _shell: &Shell) {
@@ -739,14 +1115,17 @@ fn count_drops(link: &LinkCounters, drops: &[u64; LinkDrop::COUNT]) {
 }
 
 /// Hands one datagram from the link to the link face as if it came from `(peer face, src)`
-/// on gateway port `dst`: route lookup, checks and the route's egress socket; counts it in
-/// the route (received or repaired on the link) and the batch's tallies.
+/// on gateway port `dst`: route lookup and checks, then queued in `out` for the route's
+/// egress socket (sent at the end of the wakeup); counts it in the route (received or
+/// repaired on the link) and the batch's tallies.
+#[allow(clippy::too_many_arguments)]
 fn deliver_one(
     shell: &Shell,
     ctx: &RxPath,
     channel: Channel,
     (dst, src, payload, repaired): (u16, u16, &[u8], bool),
     now: u64,
+    out: &mut Delivery,
     tally: &mut Tally,
     drops: &mut [u64; LinkDrop::COUNT],
 ) {
@@ -777,16 +1156,15 @@ fn deliver_one(
                 return;
             }
             match ctx.local.get(&(egress, route.egress_port)) {
-                Some(s) => match s.send_to(payload, route.dest) {
-                    Ok(_) => {
-                        one.tx_packets = 1;
-                        one.tx_bytes = payload.len() as u64;
+                Some(s) => {
+                    // Sent (and counted) at the end of the wakeup.
+                    if out.is_full() {
+                        let mut t = Tally::default();
+                        out.send(&mut t);
+                        tally.merge(&t);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        one.drop(DropReason::QueueFull)
-                    }
-                    Err(_) => one.drop(DropReason::SendError),
-                },
+                    out.queue(Arc::clone(&route), Arc::clone(s), payload);
+                }
                 // Only while the route's session is being torn down.
                 None => one.drop(DropReason::SendError),
             }
@@ -796,7 +1174,27 @@ fn deliver_one(
     tally.merge(&one);
 }
 
-fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder, now: u64) {
+/// Sends a [`Delivery`] and counts it in the link face's channel.
+fn send_delivery(shell: &Shell, ctx: &RxPath, out: &mut Delivery) {
+    if out.waiting.is_empty() {
+        return;
+    }
+    let mut chan = Tally::default();
+    out.send(&mut chan);
+    shell
+        .stats
+        .channel(Channel::from_ingress(ctx.face))
+        .add(&chan);
+}
+
+fn drain(
+    shell: &Shell,
+    ctx: &mut RxPath,
+    rx: &mut RecvBatch,
+    dec: &mut Decoder,
+    out: &mut Delivery,
+    now: u64,
+) {
     let channel = Channel::from_ingress(ctx.face);
     let link = &ctx.split.in_link;
     for _ in 0..BUDGET {
@@ -843,6 +1241,7 @@ fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder,
                     channel,
                     (dst, src, payload, repaired),
                     now,
+                    out,
                     &mut tally,
                     &mut drops,
                 )
@@ -858,5 +1257,44 @@ fn drain(shell: &Shell, ctx: &mut RxPath, rx: &mut RecvBatch, dec: &mut Decoder,
         if n < rx.capacity() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::split::fec::Encoder;
+    use crate::wire::parse_udp4;
+
+    /// Frames built in the encoder's headroom are valid Ethernet/IPv4/UDP datagrams from our
+    /// link address to the peer's, carrying exactly the link frame, checksums right.
+    #[test]
+    fn frames_built_in_the_headroom_are_valid_udp() {
+        let src = SocketAddrV4::new(Ipv4Addr::new(10, 211, 3, 1), 7000);
+        let dst = SocketAddrV4::new(Ipv4Addr::new(10, 211, 3, 2), 7001);
+        let (ours, peer) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let mut hdr = WireHeader::new(ours, peer, src, dst);
+        let fec = Fec::parse("2+1").unwrap();
+        let mut enc = Encoder::new(3, 9, fec, 8);
+        assert!(enc.push(21000, 30000, &[7u8; 1000], 1));
+        assert!(enc.push(21000, 30000, &[8u8; 1444], 2)); // completes the block: + 1 repair
+        enc.fill_headroom(|b| hdr.write(b));
+        let frames: Vec<&[u8]> = enc.ready().collect();
+        let wire: Vec<&[u8]> = enc.ready_wire().collect();
+        assert_eq!(wire.len(), 3);
+        let mut idents = Vec::new();
+        for (f, w) in frames.iter().zip(&wire) {
+            assert!(w.len() <= 1514, "fits a 1500-byte MTU");
+            assert_eq!(&w[0..6], &peer);
+            assert_eq!(&w[6..12], &ours);
+            let d = parse_udp4(w).unwrap();
+            assert!(d.checksums_ok(false));
+            assert_eq!((d.src_addr, d.dst_addr), (*src.ip(), *dst.ip()));
+            assert_eq!((d.src_port, d.dst_port), (src.port(), dst.port()));
+            assert_eq!(d.payload, *f);
+            assert!(LinkPacket::new_checked(d.payload).is_ok());
+            idents.push(u16::from_be_bytes([w[18], w[19]]));
+        }
+        assert_eq!(idents, [0, 1, 2]);
     }
 }

@@ -352,3 +352,38 @@ mod tests {
         }
     }
 }
+
+/// Ethernet + IPv4 + UDP header bytes in front of a UDP payload.
+pub const UDP4_FRAME_HEADERS: usize = 14 + 20 + 8;
+
+/// Writes the Ethernet, IPv4 (DF, TTL 64, identification `ident`) and UDP headers of a
+/// datagram `src` → `dst` into the first [`UDP4_FRAME_HEADERS`] bytes of `frame`, whose rest
+/// is the payload, and fills both checksums. `frame` must be at least the headers long and
+/// at most 65 535 - 20 bytes past the Ethernet header.
+pub fn write_udp4_frame(
+    frame: &mut [u8],
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    src: std::net::SocketAddrV4,
+    dst: std::net::SocketAddrV4,
+    ident: u16,
+) {
+    let udp_len = (frame.len() - 14 - 20) as u16;
+    frame[0..6].copy_from_slice(&dst_mac);
+    frame[6..12].copy_from_slice(&src_mac);
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    // Version 4, IHL 5, DSCP 0, total length, identification, DF, TTL 64, UDP.
+    frame[14..34].copy_from_slice(&[
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]);
+    frame[16..18].copy_from_slice(&(udp_len + 20).to_be_bytes());
+    frame[18..20].copy_from_slice(&ident.to_be_bytes());
+    frame[26..30].copy_from_slice(&src.ip().octets());
+    frame[30..34].copy_from_slice(&dst.ip().octets());
+    Ipv4Packet::new_unchecked(&mut frame[14..34]).fill_checksum();
+    frame[34..36].copy_from_slice(&src.port().to_be_bytes());
+    frame[36..38].copy_from_slice(&dst.port().to_be_bytes());
+    frame[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    frame[40..42].copy_from_slice(&[0, 0]);
+    UdpPacket::new_unchecked(&mut frame[34..]).fill_checksum(*src.ip(), *dst.ip());
+}

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod relay;
+pub mod rfc4571;
 pub mod split;
 pub mod vgate;
 

@@ -51,13 +51,26 @@ fn kv(text: &str) -> HashMap<String, String> {
 
 impl SplitBed {
     pub fn up() -> SplitBed {
+        SplitBed::up_with_queues(1)
+    }
+
+    /// [`SplitBed::up`] with `queues` RX/TX queues on the domain and link veths (for halves
+    /// with `engine.queues = queues`).
+    pub fn up_with_queues(queues: usize) -> SplitBed {
         let name = format!(
             "vs{}x{}",
             std::process::id() % 100_000,
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
         let out = Command::new("bash")
-            .args([&script(), "--name", &name, "up"])
+            .args([
+                &script(),
+                "--name",
+                &name,
+                "--queues",
+                &queues.to_string(),
+                "up",
+            ])
             .output()
             .expect("run scripts/split-bed.sh");
         let mut bed = SplitBed {

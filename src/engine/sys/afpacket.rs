@@ -20,7 +20,7 @@ use std::ffi::CStr;
 use std::io;
 use std::marker::PhantomData;
 use std::mem::{size_of, MaybeUninit};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -301,6 +301,102 @@ impl Drop for RingMap {
             );
         }
     }
+}
+
+impl RingMap {
+    /// Takes up to `max` consecutive blocks from `first` on (wrapping) that the kernel has
+    /// handed to user space, all at once; they go back to the kernel together, in ring
+    /// order, when the returned value is dropped. Empty when block `first` is not ready.
+    pub(crate) fn take_run(&mut self, first: usize, max: usize) -> RawRun<'_> {
+        let mut n = 0;
+        while n < max.min(self.block_count) && self.is_ready((first + n) % self.block_count) {
+            n += 1;
+        }
+        RawRun {
+            base: self.base,
+            block_size: self.block_size,
+            block_count: self.block_count,
+            first: first % self.block_count.max(1),
+            n,
+            _ring: PhantomData,
+        }
+    }
+}
+
+/// Consecutive blocks owned by user space (see [`RingMap::take_run`]). Each block's bytes are
+/// readable through [`RawRun::bytes`] for as long as the run lives; dropping it hands every
+/// block back to the kernel.
+pub(crate) struct RawRun<'a> {
+    base: NonNull<u8>,
+    block_size: usize,
+    block_count: usize,
+    first: usize,
+    n: usize,
+    /// Exclusive borrow of the ring: no other block, no unmapping, while this run lives.
+    _ring: PhantomData<&'a mut RingMap>,
+}
+
+impl RawRun<'_> {
+    /// Number of blocks in the run.
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    /// The whole of block `k` of the run (`k < len()`), descriptor included.
+    pub(crate) fn bytes(&self, k: usize) -> &[u8] {
+        assert!(k < self.n, "block of the run out of range");
+        let idx = (self.first + k) % self.block_count;
+        // SAFETY:
+        // - `idx < block_count`, so `idx * block_size .. + block_size` is one block inside
+        //   the live mapping (`_ring` keeps the ring borrowed, so it cannot be unmapped);
+        // - `take_run` saw TP_STATUS_USER on this block with an acquire load: the kernel
+        //   finished writing it and does not write it again until we store
+        //   TP_STATUS_KERNEL, which only `Drop` does, after every `&[u8]` returned here has
+        //   ended (they borrow `self`);
+        // - u8 has no invalid values and alignment 1.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.base.as_ptr().add(idx * self.block_size),
+                self.block_size,
+            )
+        }
+    }
+}
+
+impl Drop for RawRun<'_> {
+    fn drop(&mut self) {
+        for k in 0..self.n {
+            let idx = (self.first + k) % self.block_count;
+            // SAFETY:
+            // - `idx < block_count`: the 4-aligned block_status word of a block inside the
+            //   live mapping (page-aligned block start, offset 8);
+            // - release ordering: every read of the block's bytes (all `bytes()` borrows
+            //   have ended, they borrow `self`) happens before the kernel can observe
+            //   TP_STATUS_KERNEL and start refilling it.
+            unsafe {
+                AtomicU32::from_ptr(
+                    self.base
+                        .as_ptr()
+                        .add(idx * self.block_size + BLOCK_STATUS_OFFSET)
+                        .cast::<u32>(),
+                )
+            }
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        }
+    }
+}
+
+/// A packet socket for sending ready-made Ethernet frames out of interface `ifindex`: bound
+/// with protocol 0 (it receives nothing), `PACKET_QDISC_BYPASS` (frames go straight to the
+/// driver, as AF_XDP TX does) and `PACKET_VNET_HDR` (each frame starts with a
+/// `virtio_net_hdr` that asks for the UDP checksum to be filled in by the device or, where it
+/// cannot, by the kernel just before the driver).
+pub(crate) fn packet_tx_socket(ifindex: u32) -> io::Result<OwnedFd> {
+    let fd = packet_socket()?;
+    bind_ll(fd.as_fd(), ifindex, 0)?;
+    set_opt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1)?;
+    set_opt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1)?;
+    Ok(fd)
 }
 
 /// A block owned by user space. Its bytes are readable through [`RawBlock::bytes`] for as

@@ -380,7 +380,7 @@ fn pack(
 /// in datagrams: a message carries `msg_iovlen` of them (one, or a GSO run of one each).
 ///
 /// # Safety
-/// - `hdrs[i]` names a valid `sockaddr_in`, and its `msg_iov` points to `msg_iovlen` iovecs
+/// - `hdrs[i]` names a valid `sockaddr_in` (or no address: null, length 0), and its `msg_iov` points to `msg_iovlen` iovecs
 ///   each pointing to `iov_len` readable bytes, all valid for the whole call; its control
 ///   buffer, if any, is valid for `msg_controllen` bytes.
 unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcome {
@@ -589,6 +589,225 @@ impl<'p> SliceScope<'_, 'p> {
         // - `pack` pointed hdrs[..m] at `b.dest`, at runs of iov[..k] and at their own control
         //   buffers; iov[..k] were written by `push` in this scope from `&'p [u8]` payloads,
         //   and the scope cannot outlive `'p`, so every buffer is live for the call.
+        unsafe { send_all(fd, &mut b.hdrs[..m]) }
+    }
+}
+
+/// Room for the headers a [`FrameBatch`] puts in front of each payload (a `virtio_net_hdr`,
+/// Ethernet, IPv4 and UDP take 52 bytes).
+pub const FRAME_HDR_ROOM: usize = 64;
+
+/// What became of one frame of a [`FrameScope::send`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameStatus {
+    Sent,
+    /// Refused because the socket's send queue stayed full.
+    QueueFull,
+    /// Refused by the kernel for another reason.
+    Error,
+}
+
+/// Frames for a packet socket: per frame, headers written by the caller into a buffer of
+/// the batch, followed by a borrowed payload (nothing is copied in user space). One
+/// `sendmmsg` sends the lot, whatever their destinations. Use it through
+/// [`FrameBatch::scope`].
+pub struct FrameBatch {
+    hdrs: Box<[[u8; FRAME_HDR_ROOM]]>,
+    iov: Box<[[libc::iovec; 2]]>,
+    msgs: Box<[libc::mmsghdr]>,
+    addr: Box<libc::sockaddr_ll>,
+    status: Box<[FrameStatus]>,
+}
+
+// SAFETY:
+// - Between scopes the headers hold only pointers into the batch's own boxed slices (which
+//   never move) and stale payload pointers that a scope rewrites before use (a scope starts
+//   empty); nothing is shared with another thread.
+unsafe impl Send for FrameBatch {}
+
+impl FrameBatch {
+    /// Room for `batch` frames per `sendmmsg`, sent out of interface `ifindex` as IPv4.
+    pub fn new(batch: usize, ifindex: u32) -> FrameBatch {
+        let batch = batch.max(1);
+        // SAFETY: sockaddr_ll is plain integers and arrays; all-zero is a valid value.
+        let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
+        addr.sll_family = libc::AF_PACKET as libc::c_ushort;
+        addr.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+        addr.sll_ifindex = ifindex as libc::c_int;
+        let mut b = FrameBatch {
+            hdrs: vec![[0u8; FRAME_HDR_ROOM]; batch].into_boxed_slice(),
+            // SAFETY:
+            // - iovec and mmsghdr are plain C structs; all-zero (null pointers, zero
+            //   lengths) is valid and is overwritten before each send.
+            iov: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            // SAFETY: as above.
+            msgs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
+            addr: Box::new(addr),
+            status: vec![FrameStatus::Sent; batch].into_boxed_slice(),
+        };
+        for i in 0..batch {
+            let h = &mut b.msgs[i].msg_hdr;
+            h.msg_iov = b.iov[i].as_mut_ptr();
+            h.msg_iovlen = 2;
+            h.msg_name = (&mut *b.addr as *mut libc::sockaddr_ll).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        }
+        b
+    }
+
+    /// An empty batch of payloads that live at least `'p` (e.g. ring blocks).
+    pub fn scope<'p>(&mut self) -> FrameScope<'_, 'p> {
+        FrameScope {
+            batch: self,
+            len: 0,
+            sent: 0,
+            _payloads: PhantomData,
+        }
+    }
+}
+
+/// Frames queued on a [`FrameBatch`], sent with [`FrameScope::send`].
+pub struct FrameScope<'s, 'p> {
+    batch: &'s mut FrameBatch,
+    len: usize,
+    /// Frames of the last `send`, whose [`FrameScope::status`] can be read.
+    sent: usize,
+    _payloads: PhantomData<&'p [u8]>,
+}
+
+impl<'p> FrameScope<'_, 'p> {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len == self.batch.msgs.len()
+    }
+
+    /// Queues one frame: `write` fills the header room and returns how many of its bytes
+    /// are headers (at most [`FRAME_HDR_ROOM`]); `payload` follows them. `false` (and
+    /// nothing queued) when the batch is full: send first.
+    pub fn push(
+        &mut self,
+        payload: &'p [u8],
+        write: impl FnOnce(&mut [u8; FRAME_HDR_ROOM]) -> usize,
+    ) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let i = self.len;
+        let b = &mut *self.batch;
+        let n = write(&mut b.hdrs[i]).min(FRAME_HDR_ROOM);
+        b.iov[i] = [
+            libc::iovec {
+                iov_base: b.hdrs[i].as_mut_ptr().cast(),
+                iov_len: n,
+            },
+            libc::iovec {
+                iov_base: payload.as_ptr() as *mut libc::c_void,
+                iov_len: payload.len(),
+            },
+        ];
+        self.len += 1;
+        true
+    }
+
+    /// What became of frame `i` of the last [`FrameScope::send`].
+    pub fn status(&self, i: usize) -> FrameStatus {
+        if i < self.sent {
+            self.batch.status[i]
+        } else {
+            FrameStatus::Error
+        }
+    }
+
+    /// Sends every queued frame from packet socket `fd`, as few `sendmmsg` calls as the
+    /// kernel allows, and empties the scope; each frame's fate is then in
+    /// [`FrameScope::status`]. Waits at most once, about a millisecond, for room in a full
+    /// send queue; what still does not fit is `QueueFull`, not retried.
+    pub fn send(&mut self, fd: BorrowedFd<'_>) -> SendOutcome {
+        let k = std::mem::take(&mut self.len);
+        self.sent = k;
+        let b = &mut *self.batch;
+        let mut out = SendOutcome::default();
+        let mut off = 0;
+        let mut waited = false;
+        while off < k {
+            // SAFETY:
+            // - msgs[off..k] name `b.addr` (owned, live) and two iovecs each of `b.iov`: the
+            //   first points into `b.hdrs` (owned), the second at a payload pushed in this
+            //   scope from a `&'p [u8]`, and the scope cannot outlive `'p`; the kernel only
+            //   reads them and writes msg_len;
+            // - `fd` is a live descriptor borrowed from its owner.
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd.as_raw_fd(),
+                    b.msgs.as_mut_ptr().add(off),
+                    (k - off) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                for i in off..off + n as usize {
+                    b.status[i] = FrameStatus::Sent;
+                    out.sent += 1;
+                    out.sent_bytes += b.iov[i][1].iov_len;
+                }
+                off += n as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN | libc::ENOBUFS) if !waited => {
+                    waited = true;
+                    wait_writable(fd, 1);
+                }
+                Some(libc::EAGAIN | libc::ENOBUFS) => {
+                    for st in &mut b.status[off..k] {
+                        *st = FrameStatus::QueueFull;
+                    }
+                    out.queue_full += k - off;
+                    break;
+                }
+                code => {
+                    // sendmmsg reports an error only for the first message: skip it.
+                    b.status[off] = FrameStatus::Error;
+                    out.errors += 1;
+                    out.last_error = code;
+                    off += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+impl SliceScope<'_, '_> {
+    /// Sends everything queued on a socket bound to its destination (a packet socket bound
+    /// to an interface: each payload is a whole Ethernet frame), without an address, and
+    /// empties the scope.
+    pub fn send_bound(&mut self, fd: BorrowedFd<'_>) -> SendOutcome {
+        let k = std::mem::take(&mut self.len);
+        if k == 0 {
+            return SendOutcome::default();
+        }
+        let b = &mut *self.batch;
+        let m = pack(
+            &mut b.iov[..k],
+            &mut b.hdrs,
+            &mut b.ctrl,
+            &mut b.dest,
+            false,
+        );
+        for h in &mut b.hdrs[..m] {
+            h.msg_hdr.msg_name = std::ptr::null_mut();
+            h.msg_hdr.msg_namelen = 0;
+        }
+        // SAFETY:
+        // - as in `send`: hdrs[..m] point at runs of iov[..k], written by `push` in this scope
+        //   from `&'p [u8]` payloads that outlive it; they name no address (null, length 0),
+        //   which the kernel accepts for a bound socket.
         unsafe { send_all(fd, &mut b.hdrs[..m]) }
     }
 }

@@ -6,16 +6,19 @@
 //! reads the upstream's socket (replies and `$` frames). Both hand messages to the exchange
 //! under one lock and take the writer lock of the socket they write before letting the
 //! exchange go, so bytes reach each peer in the exchange's order. Interleaved frames are
-//! relayed as they arrive, channel numbers untouched, counted per direction; frames on
-//! channels no SETUP negotiated are dropped and counted.
+//! relayed as they arrive, channel numbers untouched, counted per direction; frames on a
+//! bridge leg's channels go to that leg's injectors (each reader thread owns its own, see
+//! [`super::bridge`]); frames on channels no SETUP negotiated are dropped and counted.
+//! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddrV4, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::logic::{Events, Exchange, MediaPorts, Output, Settings};
+use super::bridge::{ConnWriter, Leg, LegInjectors, LegPlace, SharedWriter};
+use super::logic::{Events, Exchange, LegSpec, MediaPorts, Output, Settings, TcpSide};
 use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
@@ -38,6 +41,75 @@ pub struct RoutesMedia {
     label: String,
     session: Option<SessionId>,
     installed: Vec<Arc<StreamRoute>>,
+    /// What bridge legs need: absent, the connection cannot open any.
+    bridge: Option<LegContext>,
+}
+
+/// What a connection's bridge legs need.
+struct LegContext {
+    settings: Arc<Settings>,
+    /// The client's and the upstream's writers.
+    client: SharedWriter,
+    upstream: SharedWriter,
+    legs: Arc<ConnLegs>,
+}
+
+/// The open legs of one connection, for its readers: they keep a copy (`LegCache`) and
+/// take a new one only when `generation` moved, so no frame takes a lock.
+#[derive(Default)]
+pub struct ConnLegs {
+    legs: Mutex<Vec<Arc<Leg>>>,
+    generation: AtomicU64,
+}
+
+/// A reader's copy of the [`ConnLegs`], with its own injectors for each leg.
+struct LegCache {
+    generation: u64,
+    legs: Vec<LegInjectors>,
+    max_payload: usize,
+}
+
+impl LegCache {
+    fn new(settings: &Settings) -> LegCache {
+        LegCache {
+            generation: 0,
+            legs: Vec::new(),
+            max_payload: settings.bridge.as_ref().map_or(0, |b| b.max_payload),
+        }
+    }
+
+    /// The injectors of the leg that takes `$` frames on `channel` of `side`'s
+    /// connection, if any.
+    fn find(&mut self, table: &ConnLegs, side: TcpSide, channel: u8) -> Option<&mut LegInjectors> {
+        self.refresh(table);
+        self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
+    }
+
+    fn refresh(&mut self, table: &ConnLegs) {
+        let g = table.generation.load(Relaxed);
+        if g != self.generation {
+            let max = self.max_payload;
+            self.legs = lock(&table.legs)
+                .iter()
+                .map(|l| LegInjectors::new(Arc::clone(l), max))
+                .collect();
+            self.generation = g;
+        }
+    }
+
+    /// `side`'s connection lost its framing (it closes; `partial`: in the middle of a
+    /// frame or message): counted on that side's legs.
+    fn framing_lost(&mut self, table: &ConnLegs, side: TcpSide, partial: bool) {
+        self.refresh(table);
+        for l in self.legs.iter().filter(|l| l.leg.spec.side == side) {
+            let c = &l.leg.counters;
+            if partial {
+                c.partial_frames.fetch_add(1, Relaxed);
+            } else {
+                c.framing_errors.fetch_add(1, Relaxed);
+            }
+        }
+    }
 }
 
 impl RoutesMedia {
@@ -47,6 +119,35 @@ impl RoutesMedia {
             label,
             session: None,
             installed: Vec::new(),
+            bridge: None,
+        }
+    }
+
+    fn close_legs(&mut self, keep: impl Fn(&Leg) -> bool) {
+        let Some(b) = &self.bridge else { return };
+        let mut legs = lock(&b.legs.legs);
+        let (kept, closed): (Vec<_>, Vec<_>) = legs.drain(..).partition(|l| keep(l));
+        *legs = kept;
+        drop(legs);
+        if closed.is_empty() {
+            return;
+        }
+        b.legs.generation.fetch_add(1, Relaxed);
+        for leg in closed {
+            leg.close();
+            let c = &leg.counters;
+            tracing::info!(
+                route = %b.settings.name,
+                side = ?leg.spec.side,
+                channels = ?leg.spec.channels,
+                frames_to_tcp = c.frames_out.load(Relaxed),
+                bytes_to_tcp = c.bytes_out.load(Relaxed),
+                frames_from_tcp = c.frames_in.load(Relaxed),
+                bytes_from_tcp = c.bytes_in.load(Relaxed),
+                stalls = c.stalls.load(Relaxed),
+                inject_drops = c.inject_drops.load(Relaxed),
+                "rtsp bridge leg closed"
+            );
         }
     }
 
@@ -90,6 +191,24 @@ impl MediaPorts for RoutesMedia {
         Ok(())
     }
 
+    fn open_leg(&mut self, spec: LegSpec) -> io::Result<()> {
+        self.open_leg_here(spec)
+    }
+
+    fn add_leg_route(
+        &mut self,
+        spec: RouteSpec,
+        side: TcpSide,
+        channels: (u8, u8),
+        index: usize,
+    ) -> Result<(), RouteError> {
+        self.add_leg_route_here(spec, side, channels, index)
+    }
+
+    fn close_leg(&mut self, side: TcpSide, channels: (u8, u8)) {
+        self.close_legs(|l| !(l.spec.side == side && l.spec.channels == channels));
+    }
+
     fn release_track(&mut self, routes: &[(DomainId, u16)], ports: &[(DomainId, u16)]) {
         let Some(s) = self.session else { return };
         for &(ingress, port) in routes {
@@ -105,10 +224,77 @@ impl MediaPorts for RoutesMedia {
     }
 
     fn release(&mut self) {
+        self.close_legs(|_| false);
         self.installed.clear();
         if let Some(s) = self.session.take() {
             let _ = self.routes.close_session(s);
         }
+    }
+}
+
+impl RoutesMedia {
+    fn open_leg_here(&mut self, spec: LegSpec) -> io::Result<()> {
+        let session = self.session();
+        let Some(b) = &self.bridge else {
+            return Err(io::Error::other("this connection cannot bridge"));
+        };
+        let (writer, conn) = match spec.side {
+            TcpSide::Client => (&b.client, &b.client),
+            TcpSide::Upstream => (&b.upstream, &b.upstream),
+        };
+        let ends = lock(conn)
+            .stream
+            .as_ref()
+            .and_then(|s| match (s.local_addr(), s.peer_addr()) {
+                (Ok(std::net::SocketAddr::V4(l)), Ok(std::net::SocketAddr::V4(p))) => Some((l, p)),
+                _ => None,
+            });
+        let Some((local, peer)) = ends else {
+            return Err(io::Error::other(
+                "the connection of the interleaved side is gone",
+            ));
+        };
+        let place = LegPlace {
+            session,
+            label: format!(
+                "{}:{:?}:{}-{}",
+                self.label, spec.side, spec.channels.0, spec.channels.1
+            ),
+            local,
+            peer,
+        };
+        let leg = Leg::open(
+            spec,
+            place,
+            Arc::clone(writer),
+            Arc::clone(&self.routes),
+            Arc::clone(&b.settings.events),
+        )?;
+        lock(&b.legs.legs).push(leg);
+        b.legs.generation.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    fn add_leg_route_here(
+        &mut self,
+        spec: RouteSpec,
+        side: TcpSide,
+        channels: (u8, u8),
+        index: usize,
+    ) -> Result<(), RouteError> {
+        let s = self.session();
+        let sink = self.bridge.as_ref().and_then(|b| {
+            lock(&b.legs.legs)
+                .iter()
+                .find(|l| l.spec.side == side && l.spec.channels == channels)
+                .and_then(|l| l.sinks.get(index).cloned())
+        });
+        let Some(sink) = sink else {
+            return Err(RouteError::NoSession(s));
+        };
+        let r = self.routes.add_edge_route(s, spec, Some(sink))?;
+        self.installed.push(r);
+        Ok(())
     }
 }
 
@@ -136,8 +322,10 @@ pub struct Interleaved {
 /// What both threads share.
 struct Shared {
     exchange: Mutex<Exchange<RoutesMedia>>,
-    client_w: Mutex<TcpStream>,
-    upstream_w: Mutex<Option<TcpStream>>,
+    /// The writers, shared with the bridge legs (the client's is always `Some`).
+    client_w: SharedWriter,
+    upstream_w: SharedWriter,
+    legs: Arc<ConnLegs>,
     /// Handles for shutting the sockets down while a writer may hold its lock.
     client_ctl: TcpStream,
     upstream_ctl: Mutex<Option<TcpStream>>,
@@ -206,15 +394,25 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let _ = client.set_nodelay(true);
     let _ = writer.set_write_timeout(Some(WRITE_TIMEOUT));
     let label = format!("rtsp:{}:c{id}", ctx.settings.name);
-    let media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
+    let client_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(Some(writer))));
+    let upstream_w: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(None)));
+    let legs = Arc::new(ConnLegs::default());
+    let mut media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
+    media.bridge = Some(LegContext {
+        settings: Arc::clone(&ctx.settings),
+        client: Arc::clone(&client_w),
+        upstream: Arc::clone(&upstream_w),
+        legs: Arc::clone(&legs),
+    });
     let Some(seed) = seed() else {
         return EndReason::Protocol;
     };
     let exchange = Exchange::new(Arc::clone(&ctx.settings), media, peer, seed);
     let shared = Arc::new(Shared {
         exchange: Mutex::new(exchange),
-        client_w: Mutex::new(writer),
-        upstream_w: Mutex::new(None),
+        client_w,
+        upstream_w,
+        legs,
         client_ctl: ctl,
         upstream_ctl: Mutex::new(None),
         channels: std::array::from_fn(|_| AtomicBool::new(false)),
@@ -295,6 +493,7 @@ fn client_loop(
     // first request is awaited from the moment the connection opened.
     let mut waiting_since = Some(now_ms());
     let request_ms = u64::from(ctx.settings.request_timeout) * 1000;
+    let mut legs = LegCache::new(&ctx.settings);
     loop {
         if ctx.stop.load(Relaxed) {
             return EndReason::Shutdown;
@@ -310,7 +509,13 @@ fn client_loop(
             return r;
         }
         match client.read(&mut chunk) {
-            Ok(0) => return EndReason::ClientClosed,
+            Ok(0) => {
+                if !buf.is_empty() {
+                    ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
+                }
+                return EndReason::ClientClosed;
+            }
             Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
             Err(e)
                 if matches!(
@@ -321,7 +526,13 @@ fn client_loop(
                 continue
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return EndReason::ClientClosed,
+            Err(_) => {
+                if !buf.is_empty() {
+                    ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
+                }
+                return EndReason::ClientClosed;
+            }
         }
         let mut consumed = 0;
         loop {
@@ -330,6 +541,7 @@ fn client_loop(
                 Ok(f) => f,
                 Err(_) => {
                     // Framing is lost: a 400 in turn, then the connection goes.
+                    legs.framing_lost(&shared.legs, TcpSide::Client, false);
                     let mut ex = lock(&shared.exchange);
                     let outs = ex.framing_error();
                     perform_outputs(shared, outs, ctx);
@@ -341,7 +553,12 @@ fn client_loop(
             match frame {
                 Frame::Interleaved { channel, len } => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
-                    relay_frame(shared, &ctx.settings.events, channel, len, bytes, false);
+                    match legs.find(&shared.legs, TcpSide::Client, channel) {
+                        Some(leg) => leg.inject(channel, bytes.get(4..).unwrap_or_default()),
+                        None => {
+                            relay_frame(shared, &ctx.settings.events, channel, len, bytes, false)
+                        }
+                    }
                 }
                 Frame::Message(_) => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
@@ -437,7 +654,7 @@ fn connect_if_asked(
         Ok(stream) => {
             let reader = stream.try_clone();
             *lock(&shared.upstream_ctl) = stream.try_clone().ok();
-            *lock(&shared.upstream_w) = Some(stream);
+            lock(&shared.upstream_w).stream = Some(stream);
             match reader {
                 Ok(r) => {
                     let sh = Arc::clone(shared);
@@ -501,9 +718,7 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
             }
             Output::Upstream(b) => {
                 trace(shared, ctx, Dir::Out, false, &b);
-                let mut up = lock(&shared.upstream_w);
-                let ok = up.as_mut().is_some_and(|s| s.write_all(&b).is_ok());
-                if !ok {
+                if lock(&shared.upstream_w).write_all(&b).is_err() {
                     close = true;
                 }
             }
@@ -550,14 +765,12 @@ fn relay_frame(
         events.interleaved_dropped.fetch_add(1, Relaxed);
         return;
     }
-    let ok = if to_client {
-        lock(&shared.client_w).write_all(bytes).is_ok()
+    let writer = if to_client {
+        &shared.client_w
     } else {
-        match lock(&shared.upstream_w).as_mut() {
-            Some(s) => s.write_all(bytes).is_ok(),
-            None => false,
-        }
+        &shared.upstream_w
     };
+    let ok = lock(writer).write_all(bytes).is_ok();
     if !ok {
         c.dropped.fetch_add(1, Relaxed);
         events.interleaved_dropped.fetch_add(1, Relaxed);
@@ -590,12 +803,19 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
     let limits = ctx.settings.limits;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
+    let mut legs = LegCache::new(&ctx.settings);
     loop {
         if shared.closing.load(Relaxed) {
             return None;
         }
         match up.read(&mut chunk) {
-            Ok(0) => break,
+            Ok(0) => {
+                if !buf.is_empty() {
+                    ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
+                    legs.framing_lost(&shared.legs, TcpSide::Upstream, true);
+                }
+                break;
+            }
             Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
@@ -605,6 +825,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let rest = buf.get(consumed..).unwrap_or_default();
             let Ok(frame) = next_frame(rest, &limits) else {
                 // The upstream broke framing: pending requests get 502, then close.
+                legs.framing_lost(&shared.legs, TcpSide::Upstream, false);
                 let mut ex = lock(&shared.exchange);
                 let mut outs = Vec::new();
                 ex.fail_pending(
@@ -619,7 +840,12 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let bytes = rest.get(..len).unwrap_or_default();
             match frame {
                 Frame::Interleaved { channel, len } => {
-                    relay_frame(shared, &ctx.settings.events, channel, len, bytes, true);
+                    match legs.find(&shared.legs, TcpSide::Upstream, channel) {
+                        Some(leg) => leg.inject(channel, bytes.get(4..).unwrap_or_default()),
+                        None => {
+                            relay_frame(shared, &ctx.settings.events, channel, len, bytes, true)
+                        }
+                    }
                 }
                 Frame::Message(_) => {
                     let mut ex = lock(&shared.exchange);

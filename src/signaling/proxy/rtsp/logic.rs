@@ -10,9 +10,14 @@
 //! TEARDOWN of one track frees only its own), and the server's requests to the client
 //! (forwarded rewritten, the client's reply mapped back by `CSeq`).
 //!
+//! It also decides the bridges: a SETUP the upstream refuses (or answers with the other
+//! lower transport) is sent again with the other one, and the reply installs the track with
+//! a bridge leg on the interleaved side ([`MediaPorts::open_leg`], routes toward that side
+//! into the leg's sinks through [`MediaPorts::add_leg_route`]).
+//!
 //! Does not own: sockets, threads, clocks or randomness (passed in), nor the `$` frames of
-//! interleaved media (the connection relays them; [`Exchange::channel_allowed`] says which
-//! channels were negotiated).
+//! interleaved media (the connection relays them, or hands a leg's to its injectors;
+//! [`Exchange::channel_allowed`] and [`Exchange::bridged`] say which channels are which).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -52,8 +57,59 @@ pub trait MediaPorts {
     /// Gives back one track's routes (by ingress domain and port) and then its ports; the
     /// session and its other tracks go on.
     fn release_track(&mut self, routes: &[(DomainId, u16)], ports: &[(DomainId, u16)]);
-    /// Ends the session: every route and port goes back. The next SETUP starts a new one.
+    /// Ends the session: every route and port goes back (and every bridge leg closes).
+    /// The next SETUP starts a new one.
     fn release(&mut self);
+    /// Opens a bridge leg ([`super::bridge`]): its sinks and the thread that frames what
+    /// they take onto `leg.side`'s connection. The default has no legs: bridging is refused.
+    fn open_leg(&mut self, leg: LegSpec) -> std::io::Result<()> {
+        let _ = leg;
+        Err(std::io::Error::other("bridge legs are not available here"))
+    }
+    /// Installs a route whose receiver is the leg of `side` on `channels`: its packets go
+    /// into the leg's sink `index` (0 RTP, 1 RTCP), framed onto that connection.
+    fn add_leg_route(
+        &mut self,
+        spec: RouteSpec,
+        side: TcpSide,
+        channels: (u8, u8),
+        index: usize,
+    ) -> Result<(), RouteError> {
+        let _ = (side, channels, index);
+        self.add_route(spec)
+    }
+    /// Closes the leg of `side` on `channels` (a per-track TEARDOWN or a failed SETUP).
+    fn close_leg(&mut self, side: TcpSide, channels: (u8, u8)) {
+        let _ = (side, channels);
+    }
+}
+
+/// The RTSP connection a bridge leg's `$` frames travel on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpSide {
+    Client,
+    Upstream,
+}
+
+/// A bridge leg the exchange asks for: one track interleaved on `side`'s connection and
+/// UDP on the other side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegSpec {
+    /// Domain of the interleaved side.
+    pub domain: DomainId,
+    pub side: TcpSide,
+    /// `$` channels (RTP, RTCP) on that connection.
+    pub channels: (u8, u8),
+    /// Gateway ports in `domain` (RTP, RTCP) whose routes take the frames from the
+    /// interleaved side (the track's ingress there).
+    pub inject: [u16; 2],
+}
+
+/// What bridge legs need from the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeSettings {
+    /// Largest payload a leg injects (`engine.max_payload`).
+    pub max_payload: usize,
 }
 
 /// Events of one proxy route, summed over its connections (lock-free), published to the
@@ -82,6 +138,23 @@ pub struct Events {
     pub refused_per_source: AtomicU64,
     /// Connections refused: the source opens more than `rate_limit` per second.
     pub refused_rate: AtomicU64,
+    /// Bridge legs opened (one per bridged track).
+    pub bridge_legs: AtomicU64,
+    /// Datagrams a bridge leg wrote as `$` frames (UDP side to TCP side), and their bytes.
+    pub bridge_frames_to_tcp: AtomicU64,
+    pub bridge_bytes_to_tcp: AtomicU64,
+    /// `$` frames a bridge leg sent on as datagrams (TCP side to UDP side), and their bytes.
+    pub bridge_frames_to_udp: AtomicU64,
+    pub bridge_bytes_to_udp: AtomicU64,
+    /// Frames a bridge leg dropped because the TCP peer did not read (socket buffer full).
+    pub bridge_stalls: AtomicU64,
+    /// Frames a bridge leg dropped because a socket refused them.
+    pub bridge_dropped: AtomicU64,
+    /// SETUPs answered `461` because the transports could not be bridged.
+    pub bridge_refused: AtomicU64,
+    /// Connections that closed in the middle of a `$` frame (or a message): the cut bytes
+    /// were dropped.
+    pub partial_frames: AtomicU64,
 }
 
 impl Events {
@@ -113,6 +186,15 @@ impl Events {
             ("refused_peers", &self.refused_peers),
             ("refused_per_source", &self.refused_per_source),
             ("refused_rate", &self.refused_rate),
+            ("bridge_legs", &self.bridge_legs),
+            ("bridge_frames_to_tcp", &self.bridge_frames_to_tcp),
+            ("bridge_bytes_to_tcp", &self.bridge_bytes_to_tcp),
+            ("bridge_frames_to_udp", &self.bridge_frames_to_udp),
+            ("bridge_bytes_to_udp", &self.bridge_bytes_to_udp),
+            ("bridge_stalls", &self.bridge_stalls),
+            ("bridge_dropped", &self.bridge_dropped),
+            ("bridge_refused", &self.bridge_refused),
+            ("partial_frames", &self.partial_frames),
         ]
         .into_iter()
         .map(|(n, a)| (n, a.load(Relaxed)))
@@ -140,6 +222,8 @@ pub struct Settings {
     pub rtp_only: bool,
     pub limits: Limits,
     pub transports: TransportPolicy,
+    /// Where the route may bridge a lower-transport mismatch; `None`: it answers `461`.
+    pub bridge: Option<BridgeSettings>,
     /// Longest idle time of a session in seconds (the server's, if shorter, wins).
     pub session_timeout: u32,
     /// Seconds a client may take to send one whole request.
@@ -183,9 +267,53 @@ struct UdpSetup {
 
 #[derive(Debug, Clone, Copy)]
 enum SetupKind {
+    /// UDP on both sides.
     Udp(UdpSetup),
-    Interleaved,
+    /// Interleaved on both connections: frames relayed, channels kept.
+    Interleaved {
+        /// The client's channels, if it named them.
+        channels: Option<(u8, u8)>,
+        record: bool,
+    },
+    /// A bridge: the client interleaved, the upstream asked for UDP on `upstream_pair`
+    /// (vgate's pair there) after it refused interleaved.
+    TcpToUdp {
+        channels: Option<(u8, u8)>,
+        upstream_pair: u16,
+        record: bool,
+    },
+    /// A bridge: the client on UDP, the upstream asked for interleaved on `channels` of
+    /// vgate's connection after it refused UDP.
+    UdpToTcp { setup: UdpSetup, channels: (u8, u8) },
 }
+
+impl SetupKind {
+    /// The lower transport asked of the upstream.
+    fn upstream_lower(self) -> LowerTransport {
+        match self {
+            SetupKind::Udp(_) | SetupKind::TcpToUdp { .. } => LowerTransport::Udp,
+            SetupKind::Interleaved { .. } | SetupKind::UdpToTcp { .. } => LowerTransport::Tcp,
+        }
+    }
+
+    fn record(self) -> bool {
+        match self {
+            SetupKind::Udp(s) | SetupKind::UdpToTcp { setup: s, .. } => s.record,
+            SetupKind::Interleaved { record, .. } | SetupKind::TcpToUdp { record, .. } => record,
+        }
+    }
+}
+
+/// `461` when a SETUP's transports cannot be bridged; the reason phrase says why.
+const UNBRIDGEABLE: Status = Status::new(
+    461,
+    "Unsupported Transport (the server takes neither interleaved nor UDP for this track)",
+);
+/// `461` where the exchange has no bridge legs (tests of the pure exchange).
+const NO_BRIDGE: Status = Status::new(
+    461,
+    "Unsupported Transport (the server answered the other lower transport and this proxy cannot bridge)",
+);
 
 /// One set-up track: what a TEARDOWN of its control URL gives back.
 #[derive(Debug, Clone, Default)]
@@ -196,8 +324,10 @@ struct Track {
     routes: Vec<(DomainId, u16)>,
     /// Ports it holds, both sides.
     ports: Vec<(DomainId, u16)>,
-    /// Interleaved channels it negotiated.
+    /// Interleaved channels it negotiated (relayed as they are).
     channels: Option<(u8, u8)>,
+    /// Its bridge leg: the connection and the channels there.
+    leg: Option<(TcpSide, (u8, u8))>,
 }
 
 /// A request sent upstream, awaiting its reply.
@@ -210,6 +340,10 @@ struct InFlight {
     /// The request as sent, for a resend with credentials.
     sent: Vec<u8>,
     setup: Option<SetupKind>,
+    /// `RTP/AVP` of the client's Transport, for a SETUP resent with the other transport.
+    profile: String,
+    /// A SETUP already resent with the other lower transport.
+    retried: bool,
     answered_challenge: bool,
 }
 
@@ -249,6 +383,9 @@ pub struct Exchange<M: MediaPorts> {
     rng: u64,
     /// Interleaved channels negotiated on this connection.
     channels: [bool; 256],
+    /// Channels of bridge legs on the client's connection and on the upstream's.
+    client_bridged: [bool; 256],
+    upstream_bridged: [bool; 256],
     /// Spare upstream-side pairs from SETUPs that failed, reused before allocating.
     spare: Vec<u16>,
     announced: bool,
@@ -281,6 +418,8 @@ impl<M: MediaPorts> Exchange<M> {
             nonce_count: 0,
             rng: seed | 1,
             channels: [false; 256],
+            client_bridged: [false; 256],
+            upstream_bridged: [false; 256],
             spare: Vec::new(),
             announced: false,
             state: State::default(),
@@ -308,6 +447,14 @@ impl<M: MediaPorts> Exchange<M> {
     /// Whether `$` frames on this channel belong to a negotiated interleaved track.
     pub fn channel_allowed(&self, channel: u8) -> bool {
         self.channels[usize::from(channel)]
+    }
+
+    /// Whether `$` frames on `channel` of `side`'s connection belong to a bridge leg.
+    pub fn bridged(&self, side: TcpSide, channel: u8) -> bool {
+        match side {
+            TcpSide::Client => self.client_bridged[usize::from(channel)],
+            TcpSide::Upstream => self.upstream_bridged[usize::from(channel)],
+        }
     }
 
     /// Requests still waiting for the upstream.
@@ -344,6 +491,8 @@ impl<M: MediaPorts> Exchange<M> {
         self.media.release();
         self.state = State::default();
         self.channels = [false; 256];
+        self.client_bridged = [false; 256];
+        self.upstream_bridged = [false; 256];
         self.spare.clear();
         self.tracks.clear();
         self.track_seq = 0;
@@ -363,6 +512,10 @@ impl<M: MediaPorts> Exchange<M> {
         let track = self.tracks.remove(i);
         self.media.release_track(&track.routes, &track.ports);
         self.state.routes = self.state.routes.saturating_sub(track.routes.len());
+        if let Some((side, channels)) = track.leg {
+            self.media.close_leg(side, channels);
+            self.mark_bridged(side, channels, false);
+        }
         if let Some((first, last)) = track.channels {
             for c in first..=last {
                 self.channels[usize::from(c)] = false;
@@ -539,8 +692,13 @@ impl<M: MediaPorts> Exchange<M> {
             self.upstream_url = Some(upstream_uri.clone());
         }
         let mut setup = None;
+        let mut profile = String::new();
         match method {
-            "SETUP" => setup = Some(self.setup_request(msg, &mut editor)?),
+            "SETUP" => {
+                let (kind, p) = self.setup_request(msg, &mut editor)?;
+                setup = Some(kind);
+                profile = p;
+            }
             "ANNOUNCE" => {
                 self.announced = true;
                 if !msg.body().is_empty() {
@@ -579,6 +737,8 @@ impl<M: MediaPorts> Exchange<M> {
             upstream_uri,
             sent,
             setup,
+            profile,
+            retried: false,
             answered_challenge: false,
         }));
         Ok(())
@@ -589,7 +749,7 @@ impl<M: MediaPorts> Exchange<M> {
         &mut self,
         msg: &Message<'_>,
         editor: &mut Editor<'_, '_>,
-    ) -> Result<SetupKind, Status> {
+    ) -> Result<(SetupKind, String), Status> {
         let value = msg.transport().ok_or(Status::UNSUPPORTED_TRANSPORT)?;
         let specs = parse_transport(value).map_err(transport_status)?;
         let (chosen, delivery) =
@@ -599,8 +759,9 @@ impl<M: MediaPorts> Exchange<M> {
             .mode()
             .is_some_and(|m| m.to_ascii_uppercase().contains("RECORD"))
             || self.announced;
+        let profile = format!("{}/{}", chosen.protocol, chosen.profile);
         let spec = chosen.clone().with_unicast().without_destination();
-        match delivery {
+        let kind = match delivery {
             Delivery::Udp { client_port } => {
                 if self.state.tracks >= MAX_TRACKS {
                     return Err(Status::NOT_ENOUGH_BANDWIDTH);
@@ -619,22 +780,34 @@ impl<M: MediaPorts> Exchange<M> {
                     .set_header("Transport", &spec.to_string())
                     .map_err(|_| Status::BAD_REQUEST)?;
                 let client_rtp = client_port.rtp();
-                Ok(SetupKind::Udp(UdpSetup {
+                SetupKind::Udp(UdpSetup {
                     client_rtp,
                     client_rtcp: client_port
                         .rtcp()
                         .unwrap_or_else(|| client_rtp.saturating_add(1)),
                     upstream_pair: pair,
                     record,
-                }))
+                })
             }
-            Delivery::Interleaved { .. } => {
+            Delivery::Interleaved { channels } => {
+                // Relayed frames keep their channel numbers: they must not be a bridge's
+                // on vgate's own connection to the server.
+                if channels.is_some_and(|c| {
+                    self.upstream_bridged[usize::from(c.first)]
+                        || self.upstream_bridged[usize::from(c.last)]
+                }) {
+                    return Err(self.unbridgeable());
+                }
                 editor
                     .set_header("Transport", &spec.to_string())
                     .map_err(|_| Status::BAD_REQUEST)?;
-                Ok(SetupKind::Interleaved)
+                SetupKind::Interleaved {
+                    channels: channels.map(|c| (c.first, c.last.max(c.first))),
+                    record,
+                }
             }
-        }
+        };
+        Ok((kind, profile))
     }
 
     fn credentials(&self, route: usize) -> Option<&Credentials> {
@@ -751,6 +924,40 @@ impl<M: MediaPorts> Exchange<M> {
                 }
             }
         }
+        if flight.method == "SETUP" && !flight.retried && self.settings.bridge.is_some() {
+            if let Some(kind) = flight.setup {
+                let other = (200..300).contains(&status)
+                    && answered_lower(&msg).is_some_and(|l| l != kind.upstream_lower());
+                if status == 461 || other {
+                    // The upstream refused the client's lower transport (or answered the
+                    // other one): ask it for the other one, and bridge.
+                    match self.retry_setup(&msg, &mut flight, kind, route) {
+                        Ok(bytes) => {
+                            out.push(Output::Upstream(bytes));
+                            self.slots.insert(index, Slot::Waiting(flight));
+                            return out;
+                        }
+                        Err(status) => {
+                            self.give_back(&flight);
+                            let reply = build_response(Some(&flight.client_cseq), status, &[])
+                                .unwrap_or_default();
+                            self.slots.insert(index, Slot::Ready(reply));
+                            self.flush(&mut out);
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+        if flight.method == "SETUP" && flight.retried && status == 461 {
+            // The other transport refused too: nothing to bridge.
+            self.give_back(&flight);
+            let reply = build_response(Some(&flight.client_cseq), self.unbridgeable(), &[])
+                .unwrap_or_default();
+            self.slots.insert(index, Slot::Ready(reply));
+            self.flush(&mut out);
+            return out;
+        }
         let reply = match self.reply(&msg, &flight, route) {
             Ok(bytes) => bytes,
             Err(status) => {
@@ -813,9 +1020,7 @@ impl<M: MediaPorts> Exchange<M> {
         }
         match flight.method.as_str() {
             "SETUP" => match flight.setup {
-                Some(kind) if ok => {
-                    self.setup_reply(msg, kind, route, &flight.upstream_uri, &mut editor)?
-                }
+                Some(kind) if ok => self.setup_reply(msg, kind, flight, &mut editor)?,
                 _ => {
                     self.give_back(flight);
                     self.rewrite_transport_source(msg, &mut editor)?;
@@ -865,10 +1070,11 @@ impl<M: MediaPorts> Exchange<M> {
         &mut self,
         msg: &Message<'_>,
         kind: SetupKind,
-        route: usize,
-        url: &str,
+        flight: &InFlight,
         editor: &mut Editor<'_, '_>,
     ) -> Result<(), Status> {
+        let route = self.route.unwrap_or_default();
+        let url = flight.upstream_uri.as_str();
         let value = msg.transport().ok_or(BAD_GATEWAY)?;
         let mut specs = parse_transport(value).map_err(|_| BAD_GATEWAY)?;
         if specs.is_empty() {
@@ -877,10 +1083,16 @@ impl<M: MediaPorts> Exchange<M> {
         let spec = specs.swap_remove(0).without_destination();
         let client_ip = IpAddr::V4(self.settings.gateway[self.settings.client_domain.index()]);
         match kind {
-            SetupKind::Interleaved => {
-                // A server that answers interleaved with UDP cannot be bridged here.
+            SetupKind::TcpToUdp { .. } | SetupKind::UdpToTcp { .. } => {
+                if spec.lower != kind.upstream_lower() {
+                    return Err(self.unbridgeable());
+                }
+                self.bridge_reply(&spec, kind, flight, route, editor)
+            }
+            SetupKind::Interleaved { .. } => {
+                // Asked again with UDP first when the route can bridge (see upstream_message).
                 if spec.lower != LowerTransport::Tcp {
-                    return Err(Status::UNSUPPORTED_TRANSPORT);
+                    return Err(self.unbridgeable());
                 }
                 let mut track = Track {
                     url: url.to_owned(),
@@ -905,7 +1117,7 @@ impl<M: MediaPorts> Exchange<M> {
             }
             SetupKind::Udp(setup) => {
                 if spec.lower != LowerTransport::Udp {
-                    return Err(Status::UNSUPPORTED_TRANSPORT);
+                    return Err(self.unbridgeable());
                 }
                 let upstream = self
                     .settings
@@ -939,10 +1151,19 @@ impl<M: MediaPorts> Exchange<M> {
                         (cd, pair + 1),
                     ],
                     channels: None,
+                    leg: None,
                 };
-                if let Err(status) =
-                    self.install(setup, pair, server_ip, server_rtp, server_rtcp, &mut track)
-                {
+                let client = self.client;
+                if let Err(status) = self.install(
+                    setup,
+                    pair,
+                    client,
+                    server_ip,
+                    server_rtp,
+                    server_rtcp,
+                    &mut track,
+                    None,
+                ) {
                     // What was installed goes back; the upstream-side pair is kept as a spare.
                     self.media
                         .release_track(&track.routes, track.ports.get(2..).unwrap_or_default());
@@ -964,20 +1185,24 @@ impl<M: MediaPorts> Exchange<M> {
         }
     }
 
-    /// The stream routes of one UDP track. `pair` is vgate's client-side pair.
+    /// The stream routes of one UDP track. `pair` is vgate's client-side pair. With `leg`,
+    /// one side is interleaved: the routes toward it end in the leg's sinks, the routes from
+    /// it take the leg's frames (that side's ports are 0: any port of its address).
+    #[allow(clippy::too_many_arguments)]
     fn install(
         &mut self,
         setup: UdpSetup,
         pair: u16,
+        client: Ipv4Addr,
         server_ip: Ipv4Addr,
         server_rtp: Option<u16>,
         server_rtcp: Option<u16>,
         track: &mut Track,
+        leg: Option<(TcpSide, (u8, u8))>,
     ) -> Result<(), Status> {
         let cd = self.settings.client_domain;
         let ud = cd.other();
         let up = setup.upstream_pair;
-        let client = self.client;
         let seq = self.track_seq;
         let name = self.settings.name.clone();
         let label = |what: &str| format!("rtsp:{name}:t{seq}:{what}");
@@ -1050,9 +1275,23 @@ impl<M: MediaPorts> Exchange<M> {
         }
         for spec in specs {
             let key = (spec.ingress, spec.port);
-            self.media
-                .add_route(spec)
-                .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
+            // Routes toward the leg's side (egress in its domain) end in its sinks.
+            let added = match leg {
+                Some((side, channels)) => {
+                    let leg_domain = match side {
+                        TcpSide::Client => cd,
+                        TcpSide::Upstream => ud,
+                    };
+                    if spec.ingress.other() == leg_domain {
+                        let index = usize::from(!spec.label.ends_with(":rtp"));
+                        self.media.add_leg_route(spec, side, channels, index)
+                    } else {
+                        self.media.add_route(spec)
+                    }
+                }
+                None => self.media.add_route(spec),
+            };
+            added.map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
             track.routes.push(key);
             self.state.routes += 1;
         }
@@ -1061,11 +1300,271 @@ impl<M: MediaPorts> Exchange<M> {
 
     /// A SETUP that did not succeed gives its upstream-side pair back for the next one.
     fn give_back(&mut self, flight: &InFlight) {
-        if let Some(SetupKind::Udp(s)) = flight.setup {
-            if !self.spare.contains(&s.upstream_pair) {
-                self.spare.push(s.upstream_pair);
-            }
+        let pair = match flight.setup {
+            Some(SetupKind::Udp(s)) | Some(SetupKind::UdpToTcp { setup: s, .. }) => s.upstream_pair,
+            Some(SetupKind::TcpToUdp { upstream_pair, .. }) => upstream_pair,
+            _ => return,
+        };
+        if !self.spare.contains(&pair) {
+            self.spare.push(pair);
         }
+    }
+
+    /// A SETUP refused for lack of a bridge: `461` with the reason, counted.
+    fn unbridgeable(&self) -> Status {
+        self.settings.events.bridge_refused.fetch_add(1, Relaxed);
+        if self.settings.bridge.is_some() {
+            UNBRIDGEABLE
+        } else {
+            NO_BRIDGE
+        }
+    }
+
+    /// The lowest pair of `$` channels free on `side`'s connection (neither relayed nor
+    /// bridged there).
+    fn free_channels(&self, side: TcpSide) -> Option<(u8, u8)> {
+        (0u8..=254).step_by(2).find_map(|n| {
+            let free = |c: u8| !self.channels[usize::from(c)] && !self.bridged(side, c);
+            (free(n) && free(n + 1)).then_some((n, n + 1))
+        })
+    }
+
+    fn mark_bridged(&mut self, side: TcpSide, channels: (u8, u8), on: bool) {
+        let table = match side {
+            TcpSide::Client => &mut self.client_bridged,
+            TcpSide::Upstream => &mut self.upstream_bridged,
+        };
+        for c in [channels.0, channels.1] {
+            table[usize::from(c)] = on;
+        }
+    }
+
+    /// The upstream refused the lower transport of a SETUP (or answered the other one): the
+    /// same SETUP again with the other one, renumbered, for a bridge.
+    fn retry_setup(
+        &mut self,
+        msg: &Message<'_>,
+        flight: &mut InFlight,
+        kind: SetupKind,
+        route: usize,
+    ) -> Result<Vec<u8>, Status> {
+        let mode = if kind.record() { ";mode=record" } else { "" };
+        let (next, transport) = match kind {
+            SetupKind::Udp(setup) => {
+                let Some(channels) = self.free_channels(TcpSide::Upstream) else {
+                    return Err(self.unbridgeable());
+                };
+                (
+                    SetupKind::UdpToTcp { setup, channels },
+                    format!(
+                        "{}/TCP;unicast;interleaved={}-{}{mode}",
+                        flight.profile, channels.0, channels.1
+                    ),
+                )
+            }
+            SetupKind::Interleaved { channels, record } => {
+                if self.state.tracks >= MAX_TRACKS {
+                    return Err(Status::NOT_ENOUGH_BANDWIDTH);
+                }
+                let pair = match self.spare.pop() {
+                    Some(p) => p,
+                    None => self
+                        .media
+                        .alloc_pair(self.settings.client_domain.other())
+                        .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?,
+                };
+                (
+                    SetupKind::TcpToUdp {
+                        channels,
+                        upstream_pair: pair,
+                        record,
+                    },
+                    format!(
+                        "{};unicast;client_port={}-{}{mode}",
+                        flight.profile,
+                        pair,
+                        pair + 1
+                    ),
+                )
+            }
+            SetupKind::TcpToUdp { .. } | SetupKind::UdpToTcp { .. } => {
+                return Err(self.unbridgeable())
+            }
+        };
+        // From here a failure gives the new kind's pair back (give_back).
+        flight.setup = Some(next);
+        flight.retried = true;
+        let limits = self.settings.limits;
+        let fail = |_| Status::INTERNAL_SERVER_ERROR;
+        let mut bytes =
+            with_header(&flight.sent, &limits, "Transport", &transport).map_err(fail)?;
+        let had_session = Message::parse(&flight.sent, &limits)
+            .ok()
+            .is_some_and(|m| m.header("Session").is_some());
+        if let (Ok(Some(session)), false) = (msg.session(), had_session) {
+            bytes = with_header(&bytes, &limits, "Session", session.id).map_err(fail)?;
+        }
+        if let Some(auth) = self.authorization_for(route, "SETUP", &flight.upstream_uri) {
+            bytes = with_header(&bytes, &limits, "Authorization", &auth).map_err(fail)?;
+        }
+        let cseq = self.next_cseq;
+        self.next_cseq = self.next_cseq.wrapping_add(1).max(1);
+        bytes = with_header(&bytes, &limits, "CSeq", &cseq.to_string()).map_err(fail)?;
+        flight.cseq = cseq;
+        flight.sent = bytes.clone();
+        Ok(bytes)
+    }
+
+    /// The upstream's answer to a bridged SETUP: the leg, the track's routes (the leg's
+    /// sockets stand for the interleaved side's peer) and the client's Transport.
+    fn bridge_reply(
+        &mut self,
+        spec: &crate::signaling::rtsp::transport::TransportSpec<'_>,
+        kind: SetupKind,
+        flight: &InFlight,
+        route: usize,
+        editor: &mut Editor<'_, '_>,
+    ) -> Result<(), Status> {
+        let cd = self.settings.client_domain;
+        let ud = cd.other();
+        let gateway = self.settings.gateway;
+        let upstream = *self.settings.upstreams.get(route).ok_or(BAD_GATEWAY)?;
+        let server_ip = match spec.source().map(str::parse::<Ipv4Addr>) {
+            Some(Ok(ip)) => ip,
+            _ => *upstream.ip(),
+        };
+        let ssrc = spec
+            .ssrc()
+            .map(|s| format!(";ssrc={s}"))
+            .unwrap_or_default();
+        let mode = if kind.record() { ";mode=record" } else { "" };
+        if self.state.tracks >= MAX_TRACKS {
+            return Err(Status::NOT_ENOUGH_BANDWIDTH);
+        }
+        let (setup, leg, transport) = match kind {
+            SetupKind::TcpToUdp {
+                channels,
+                upstream_pair,
+                record,
+            } => {
+                let channels = match channels.or_else(|| self.free_channels(TcpSide::Client)) {
+                    Some(c) => c,
+                    None => return Err(self.unbridgeable()),
+                };
+                let setup = UdpSetup {
+                    client_rtp: 0,
+                    client_rtcp: 0,
+                    upstream_pair,
+                    record,
+                };
+                let transport = format!(
+                    "{}/TCP;unicast;interleaved={}-{}{ssrc}{mode}",
+                    flight.profile, channels.0, channels.1
+                );
+                (setup, (TcpSide::Client, channels), transport)
+            }
+            SetupKind::UdpToTcp { setup, channels } => {
+                let channels = spec
+                    .interleaved()
+                    .map_or(channels, |c| (c.first, c.last.max(c.first)));
+                (setup, (TcpSide::Upstream, channels), String::new())
+            }
+            SetupKind::Udp(_) | SetupKind::Interleaved { .. } => return Err(BAD_GATEWAY),
+        };
+        let pair = self
+            .media
+            .alloc_pair(cd)
+            .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?;
+        let (side, channels) = leg;
+        let leg = LegSpec {
+            domain: match side {
+                TcpSide::Client => cd,
+                TcpSide::Upstream => ud,
+            },
+            side,
+            channels,
+            inject: match side {
+                TcpSide::Client => [pair, pair + 1],
+                TcpSide::Upstream => [setup.upstream_pair, setup.upstream_pair + 1],
+            },
+        };
+        match self.media.open_leg(leg) {
+            Ok(()) => {}
+            Err(e) => {
+                self.media.release_track(&[], &[(cd, pair), (cd, pair + 1)]);
+                if let Some(suppressed) = LOG_LEG.check(crate::clock::now_ms()) {
+                    tracing::warn!(route = %self.settings.name, suppressed, "cannot open a bridge leg ({e}); the client gets 461");
+                }
+                return Err(self.unbridgeable());
+            }
+        };
+        // The interleaved side's peer has no ports: its frames come from its TCP connection
+        // (any port of its address), its packets go to the leg's sinks.
+        let (setup, server_ip, server_rtp, server_rtcp, transport) = match side {
+            TcpSide::Client => {
+                let server_port = spec.server_port();
+                (
+                    UdpSetup {
+                        client_rtp: 0,
+                        client_rtcp: 0,
+                        ..setup
+                    },
+                    server_ip,
+                    server_port.map(|p| p.rtp()),
+                    server_port.map(|p| p.rtcp().unwrap_or(p.rtp().saturating_add(1))),
+                    transport,
+                )
+            }
+            TcpSide::Upstream => (
+                setup,
+                *upstream.ip(),
+                Some(0),
+                Some(0),
+                format!(
+                    "{};unicast;client_port={}-{};server_port={}-{};source={}{ssrc}{mode}",
+                    flight.profile,
+                    setup.client_rtp,
+                    setup.client_rtcp,
+                    pair,
+                    pair + 1,
+                    gateway[cd.index()]
+                ),
+            ),
+        };
+        self.state.tracks += 1;
+        self.track_seq += 1;
+        let up = setup.upstream_pair;
+        let mut track = Track {
+            url: flight.upstream_uri.clone(),
+            routes: Vec::new(),
+            ports: vec![(ud, up), (ud, up + 1), (cd, pair), (cd, pair + 1)],
+            channels: None,
+            leg: Some((side, channels)),
+        };
+        let client = self.client;
+        if let Err(status) = self.install(
+            setup,
+            pair,
+            client,
+            server_ip,
+            server_rtp,
+            server_rtcp,
+            &mut track,
+            Some((side, channels)),
+        ) {
+            self.media
+                .release_track(&track.routes, track.ports.get(2..).unwrap_or_default());
+            self.media.close_leg(side, channels);
+            self.state.routes = self.state.routes.saturating_sub(track.routes.len());
+            self.state.tracks -= 1;
+            return Err(status);
+        }
+        self.mark_bridged(side, channels, true);
+        self.tracks.push(track);
+        editor
+            .set_header("Transport", &transport)
+            .map_err(|_| BAD_GATEWAY)?;
+        Ok(())
     }
 
     // ---- server → client requests ------------------------------------------------------
@@ -1257,6 +1756,14 @@ fn is_sdp(msg: &Message<'_>) -> bool {
         None => msg.body().starts_with(b"v=0"),
     }
 }
+
+/// The lower transport of the first alternative of a reply's Transport.
+fn answered_lower(msg: &Message<'_>) -> Option<LowerTransport> {
+    let value = msg.transport()?;
+    parse_transport(value).ok()?.first().map(|s| s.lower)
+}
+
+static LOG_LEG: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
 
 /// A Transport refusal as the status the client gets.
 fn transport_status(e: RtspError) -> Status {

@@ -13,20 +13,30 @@
 //! | `mod.rs` | the listener and accept thread, the connection registry, start and shutdown, settings from the config |
 //! | [`logic`] | one connection's exchange without I/O: pairing, rewrites, auth, SETUP media plumbing |
 //! | [`conn`] | one connection's two threads, timers and the interleaved relay |
+//! | [`bridge`] | bridge legs: a track interleaved on one connection and UDP on the other side |
 //!
 //! A client that pushes (ANNOUNCE, SETUP with `mode=record`, RECORD) gets the same plumbing
 //! turned round: its RTP and RTCP enter at vgate's client-side pair and cross on the reverse
 //! channel to the server's `server_port`; the server's receiver reports come back on the
 //! forward channel. Interleaved pushes relay `$` frames client to server.
 //!
-//! **Lower-transport mismatch: refused, not bridged.** When the server answers a SETUP with
-//! the other lower transport than the client asked for (interleaved asked, UDP answered, or
-//! the reverse), the client gets `461 Unsupported Transport` in the SETUP's turn, at once. A
-//! bridge (vgate receiving the server's UDP on its gateway ports and writing `$` frames to
-//! the client's connection) would put media on the signaling threads, beside the one-way
-//! channels instead of through them, with its own buffering and back-pressure to bound; it is
-//! left out on purpose. Clients fall back on their own (ffmpeg and VLC retry with the other
-//! transport), and `tests/rtsp_netns.rs` checks that neither direction ever hangs.
+//! **Lower-transport mismatch: bridged.** When the server refuses the client's lower
+//! transport (`461`) or answers a SETUP with the other one (interleaved asked, UDP answered,
+//! or the reverse), vgate sends the same SETUP again with the other transport (UDP with its
+//! own upstream-side pair as `client_port`, or interleaved on channels free on its own
+//! connection) and bridges the track ([`bridge`], on the edge-leg core [`crate::edge`]):
+//! the media still crosses only on the one-way channels, through the track's stream routes.
+//! Toward the interleaved side the routes end in the leg's sinks and a leg thread writes
+//! `$` frames into that connection between the RTSP messages (a peer that does not read
+//! loses frames, counted as stalls, never memory); from it the connection's reader hands
+//! the `$` frames of the leg's channels to injectors that put them into the track's routes
+//! as if they had arrived as datagrams. RTP and RTCP cross both ways; the client sees the
+//! transport it asked for (its channels, or `server_port` = vgate's pair). A `461` stays
+//! only where no bridge can be made, with the reason in its reason phrase: the server
+//! refuses the other transport too (or answers the first again), no channel pair is free,
+//! or the leg cannot start. Pushes (`mode=record`) are bridged the same way. The route's
+//! `bridge_*` events count legs, frames and bytes each way, stalls and drops; each leg is
+//! also listed with its counters in the route tables' [`crate::edge::LegTable`].
 //!
 //! **Requests from the server** (keep-alive `OPTIONS`/`GET_PARAMETER`, `ANNOUNCE` of a changed
 //! stream, `REDIRECT`, `PLAY_NOTIFY`...) are forwarded to the client with their URLs and SDP
@@ -61,6 +71,7 @@
 //! at shutdown. A line on stderr says which, with the gateway's live session, route and
 //! port counts after it.
 
+pub mod bridge;
 pub mod conn;
 pub mod logic;
 
@@ -176,6 +187,9 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
             }
         },
         transports: TransportPolicy::default(),
+        bridge: Some(logic::BridgeSettings {
+            max_payload: cfg.engine.max_payload,
+        }),
         session_timeout: opts.session_timeout,
         request_timeout: opts.request_timeout,
         stats: Arc::new(SignalingStats::new(SignalingKind::Rtsp)),

@@ -333,6 +333,8 @@ pub struct Core {
     policy: SignalingPolicy,
     source_policy: SourcePolicy,
     rtp_only: bool,
+    /// `engine.max_payload`, for the TCP media legs.
+    max_payload: usize,
     routes: Arc<Routes>,
     /// Domain of each face.
     domain: [DomainId; 2],
@@ -383,6 +385,7 @@ impl Core {
             },
             source_policy: config.security.source_validation,
             rtp_only: config.security.rtp_only,
+            max_payload: config.engine.max_payload,
             routes,
             domain: [route.listen_domain, route.listen_domain.other()],
             local,
@@ -1193,7 +1196,7 @@ impl Core {
             self.calls.insert(
                 call_id.clone(),
                 Call {
-                    media: CallMedia::new(label),
+                    media: CallMedia::new(label, self.max_payload),
                     contact: [None, None],
                     view: [None, None],
                     cseq_to: [0, 0],

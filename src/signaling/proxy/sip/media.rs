@@ -20,13 +20,67 @@
 //! `rtp_only` (the RTP-only check would drop the RTCP they must carry); the expected
 //! source still applies. A one-sided `a=rtcp-mux` is not negotiated mux: both parties
 //! then use RTP + 1, and so does vgate.
+//!
+//! RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571; RFC 4145 `a=setup`, `a=connection`):
+//! each side's transport is what its own SDP says — the offer crosses with the offerer's
+//! transport, and the answerer may answer over UDP or TCP whatever was offered; vgate bridges
+//! (all four combinations). On a TCP side vgate ends the TCP connection itself at its gateway
+//! RTP port in that domain with a stream leg ([`crate::edge`]): **passive** (it listens)
+//! when that side's peer is `active` (or says nothing in an offer, RFC 4145's default),
+//! **active** (it connects to the address and port the peer's SDP names) when the peer is
+//! `passive`; an `actpass` offer takes the role of the answer. When both sides are TCP the
+//! `a=setup`/`a=connection` lines cross byte for byte, so each peer sees the role the other
+//! asked for and vgate plays the complement on each side. When only one side is TCP, vgate
+//! writes that side's proto and role itself (`passive` unless the peer asked to listen) and
+//! strips them from the UDP side. Only RTP crosses a TCP side (no RTCP routes on it). The
+//! routes are the same as for UDP: a leg's packets enter the route of its gateway port, and
+//! a route whose receiver is a leg hands its packets to the leg's sink. A leg that ends
+//! (peer closed, connect failed) asks for the call's end: BYE both ways
+//! ([`Routes::request_end`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::{DomainId, SourcePolicy};
+use crate::edge::framing::Rfc4571;
+use crate::edge::sink::DEFAULT_SLOTS;
+use crate::edge::{EdgeSink, Leg, LegSpec, Role};
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind};
-use crate::signaling::sdp::{self, Direction, RewriteError};
+use crate::signaling::sdp::{self, Direction, RewriteError, SetupEdit};
+
+/// How long an active TCP leg keeps trying to connect to its peer.
+const CONNECT_FOR: Duration = Duration::from_secs(10);
+
+/// RFC 4145 `a=setup:` roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    Active,
+    Passive,
+    ActPass,
+    HoldConn,
+}
+
+impl Setup {
+    pub fn parse(s: Option<&str>) -> Option<Setup> {
+        match s?.to_ascii_lowercase().as_str() {
+            "active" => Some(Setup::Active),
+            "passive" => Some(Setup::Passive),
+            "actpass" => Some(Setup::ActPass),
+            "holdconn" => Some(Setup::HoldConn),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Setup::Active => "active",
+            Setup::Passive => "passive",
+            Setup::ActPass => "actpass",
+            Setup::HoldConn => "holdconn",
+        }
+    }
+}
 
 /// One side's view of an `m=` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,14 +89,72 @@ pub struct MediaPeer {
     pub port: u16,
     pub direction: Direction,
     pub rtcp_mux: bool,
+    /// RTP over TCP (`TCP/RTP/AVP`).
+    pub tcp: bool,
+    /// Its `a=setup:`.
+    pub setup: Option<Setup>,
+}
+
+/// The TCP leg vgate runs on one side of an `m=` line.
+#[derive(Debug)]
+pub struct SlotLeg {
+    pub leg: Leg,
+    pub role: Role,
+    /// Active legs: where they connect.
+    pub peer: SocketAddrV4,
 }
 
 /// One `m=` line: the gateway pair in each domain and each side's peer.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Slot {
     /// Gateway RTP port per domain (RTCP is +1), indexed by [`DomainId::index`].
     pub ports: [u16; 2],
     pub peer: [Option<MediaPeer>; 2],
+    /// The side that described this line first (the offerer).
+    pub offerer: Option<DomainId>,
+    /// Whether each side speaks RTP over TCP: its own SDP's proto, or, before it has sent
+    /// one, the proto vgate offered it.
+    pub tcp: [bool; 2],
+    /// The `a=setup:` vgate last wrote toward each side.
+    pub written: [Option<Setup>; 2],
+    /// vgate's TCP leg on each side.
+    pub legs: [Option<SlotLeg>; 2],
+}
+
+impl Slot {
+    /// The role vgate plays on side `d` and, when active, where it connects; `None` while
+    /// it cannot be known yet (or the side is not TCP).
+    fn leg_plan(&self, d: DomainId) -> Option<(Role, Option<SocketAddrV4>)> {
+        if !self.tcp[d.index()] {
+            return None;
+        }
+        let passive = Some((Role::Passive, None));
+        match self.peer[d.index()] {
+            Some(p) => {
+                let active = Some((Role::Active, Some(SocketAddrV4::new(p.addr, p.port))));
+                match p.setup {
+                    Some(Setup::Active) => passive,
+                    Some(Setup::Passive) => active,
+                    // Its offer left the choice to the answer vgate sent it.
+                    Some(Setup::ActPass) => match self.written[d.index()] {
+                        Some(Setup::Active) => active,
+                        Some(Setup::Passive) => passive,
+                        _ => None,
+                    },
+                    Some(Setup::HoldConn) => None,
+                    // RFC 4145 §4: the default is active in an offer, passive in an answer.
+                    None if self.offerer == Some(d) => passive,
+                    None => active,
+                }
+            }
+            // vgate offered this side and awaits its answer: listen at once if it may be
+            // asked to (the answerer may connect before its answer arrives).
+            None => match self.written[d.index()] {
+                Some(Setup::Passive | Setup::ActPass) => passive,
+                _ => None,
+            },
+        }
+    }
 }
 
 /// Why an SDP could not cross.
@@ -60,16 +172,27 @@ pub enum MediaError {
 pub struct CallMedia {
     pub session: Option<SessionId>,
     pub slots: Vec<Slot>,
-    pub installed: Vec<RouteSpec>,
+    /// The routes installed, with the sink of the leg that receives them, if any.
+    pub installed: Vec<(RouteSpec, Option<Arc<EdgeSink>>)>,
     /// Per sending domain: the last body received and what it was rewritten to, so a
     /// retransmitted message (same body) gets the same SDP and allocates nothing.
     cache: [Option<(Vec<u8>, Vec<u8>)>; 2],
     pub label: String,
+    /// `engine.max_payload`: the longest packet a TCP leg puts on a channel.
+    max_payload: usize,
 }
 
 /// Whether an `m=` line carries RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571).
 pub fn is_tcp_media(proto: &str) -> bool {
     proto.to_ascii_uppercase().contains("TCP")
+}
+
+/// Whether vgate bridges this TCP proto: RTP over plain TCP, RFC 4571 framing.
+fn tcp_supported(proto: &str) -> bool {
+    matches!(
+        proto.to_ascii_uppercase().as_str(),
+        "TCP/RTP/AVP" | "RTP/AVP/TCP"
+    )
 }
 
 fn sends(d: Direction) -> bool {
@@ -81,13 +204,14 @@ fn receives(d: Direction) -> bool {
 }
 
 impl CallMedia {
-    pub fn new(label: String) -> CallMedia {
+    pub fn new(label: String, max_payload: usize) -> CallMedia {
         CallMedia {
             session: None,
             slots: Vec::new(),
             installed: Vec::new(),
             cache: [None, None],
             label,
+            max_payload,
         }
     }
 
@@ -111,16 +235,16 @@ impl CallMedia {
             reason: "Not Acceptable Here",
             warning: format!("399 vgate \"{e}\""),
         })?;
-        if let Some(m) = parsed
-            .media
-            .iter()
-            .find(|m| m.port != 0 && is_tcp_media(m.proto))
-        {
+        if let Some(m) = parsed.media.iter().find(|m| {
+            m.port != 0
+                && is_tcp_media(m.proto)
+                && (!tcp_supported(m.proto) || m.port_count.is_some_and(|c| c > 1))
+        }) {
             return Err(MediaError::Refuse {
                 code: 488,
                 reason: "Not Acceptable Here",
                 warning: format!(
-                    "399 vgate \"{} media over TCP ({}) is not relayed by this gateway; offer RTP/AVP over UDP\"",
+                    "399 vgate \"{} media over TCP ({}) is not relayed by this gateway; offer TCP/RTP/AVP (RFC 4571) or RTP/AVP over UDP\"",
                     m.kind, m.proto
                 ),
             });
@@ -153,6 +277,13 @@ impl CallMedia {
                 let b = routes.alloc_pair(session, DomainId::B)?;
                 slot.ports = [a, b];
             }
+            let tcp = is_tcp_media(m.proto);
+            slot.offerer.get_or_insert(from);
+            slot.tcp[from.index()] = tcp;
+            if slot.peer[to.index()].is_none() {
+                // An offer to `to`: it crosses with the offerer's transport.
+                slot.tcp[to.index()] = tcp;
+            }
             slot.peer[from.index()] =
                 m.connection
                     .filter(|ip| !ip.is_unspecified())
@@ -161,6 +292,8 @@ impl CallMedia {
                         port: m.port,
                         direction: m.direction,
                         rtcp_mux: m.rtcp_mux,
+                        tcp,
+                        setup: Setup::parse(m.setup),
                     });
             Ok::<_, RouteError>(Some(slot.ports[to.index()]))
         });
@@ -184,20 +317,125 @@ impl CallMedia {
                 })
             }
         };
+        let out = self.transports(&parsed, from, out);
+        if let Err(e) = self.reconcile_legs(routes) {
+            return Err(MediaError::Refuse {
+                code: 503,
+                reason: "Service Unavailable",
+                warning: format!("399 vgate \"{e}\""),
+            });
+        }
         self.reconcile(routes, policy, rtp_only);
         self.cache[from.index()] = Some((body.to_vec(), out.clone()));
         Ok(out)
     }
 
+    /// Writes each crossing TCP line's proto and `a=setup` for the receiving side and
+    /// records the role written (see the module doc).
+    fn transports(&mut self, parsed: &sdp::Sdp<'_>, from: DomainId, mut out: Vec<u8>) -> Vec<u8> {
+        let to = from.other();
+        for (i, m) in parsed.media.iter().enumerate() {
+            let Some(slot) = self.slots.get_mut(i) else {
+                continue;
+            };
+            if m.port == 0 {
+                continue;
+            }
+            let (tcp_from, tcp_to) = (slot.tcp[from.index()], slot.tcp[to.index()]);
+            match (tcp_from, tcp_to) {
+                (true, true) => {
+                    // Byte for byte: each peer sees the role the other asked for.
+                    slot.written[to.index()] = Setup::parse(m.setup);
+                }
+                (true, false) => {
+                    out = sdp::set_transport(&out, i, "RTP/AVP", SetupEdit::Remove);
+                    slot.written[to.index()] = None;
+                }
+                (false, true) => {
+                    // An answer to a TCP offer from `to`: the complement of its role.
+                    let role = match slot.peer[to.index()].and_then(|p| p.setup) {
+                        Some(Setup::Passive) => Setup::Active,
+                        _ => Setup::Passive,
+                    };
+                    out = sdp::set_transport(&out, i, "TCP/RTP/AVP", SetupEdit::Set(role.as_str()));
+                    slot.written[to.index()] = Some(role);
+                }
+                (false, false) => {}
+            }
+        }
+        out
+    }
+
+    /// Starts, replaces or stops the TCP legs the slots call for.
+    fn reconcile_legs(&mut self, routes: &Arc<Routes>) -> Result<(), crate::edge::EdgeError> {
+        let Some(session) = self.session else {
+            return Ok(());
+        };
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            for d in DomainId::ALL {
+                let plan = slot.leg_plan(d);
+                let have = slot.legs[d.index()]
+                    .as_ref()
+                    .map(|l| (l.role, (l.role == Role::Active).then_some(l.peer)));
+                if plan == have {
+                    continue;
+                }
+                // Dropping the old leg stops it (its routes are re-made by `reconcile`).
+                slot.legs[d.index()] = None;
+                let Some((role, target)) = plan else {
+                    continue;
+                };
+                let domain = routes.domain(d);
+                let peer = target.unwrap_or_else(|| {
+                    let ip = slot.peer[d.index()].map_or(Ipv4Addr::UNSPECIFIED, |p| p.addr);
+                    SocketAddrV4::new(ip, 0)
+                });
+                let r = Arc::clone(routes);
+                let leg = Leg::start(
+                    LegSpec {
+                        label: format!("{} m{i} {d} tcp", self.label),
+                        session,
+                        domain: d,
+                        role,
+                        local: SocketAddrV4::new(domain.address, slot.ports[d.index()]),
+                        peer,
+                        within: Some(domain.clone()),
+                        interface: Some(domain.interface.clone()),
+                        framing: Box::new(Rfc4571),
+                        max_payload: self.max_payload,
+                        slots: DEFAULT_SLOTS,
+                        connect_for: CONNECT_FOR,
+                        on_close: Some(Box::new(move || {
+                            let _ = r.request_end(session);
+                        })),
+                    },
+                    Arc::clone(routes),
+                )?;
+                slot.legs[d.index()] = Some(SlotLeg { leg, role, peer });
+            }
+            // A passive leg started before its peer's SDP named an address learns it now.
+            for d in DomainId::ALL {
+                if let (Some(l), Some(p)) = (&slot.legs[d.index()], slot.peer[d.index()]) {
+                    l.leg.expect_peer(p.addr);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The routes the current slots call for.
-    pub fn wanted(&self, policy: SourcePolicy, rtp_only: bool) -> Vec<RouteSpec> {
-        let mut v: Vec<RouteSpec> = Vec::new();
-        let mut push = |spec: RouteSpec| {
+    pub fn wanted(
+        &self,
+        policy: SourcePolicy,
+        rtp_only: bool,
+    ) -> Vec<(RouteSpec, Option<Arc<EdgeSink>>)> {
+        let mut v: Vec<(RouteSpec, Option<Arc<EdgeSink>>)> = Vec::new();
+        let mut push_edge = |spec: RouteSpec, edge: Option<Arc<EdgeSink>>| {
             if !v
                 .iter()
-                .any(|s| s.ingress == spec.ingress && s.port == spec.port)
+                .any(|(s, _)| s.ingress == spec.ingress && s.port == spec.port)
             {
-                v.push(spec);
+                v.push((spec, edge));
             }
         };
         for (i, slot) in self.slots.iter().enumerate() {
@@ -222,6 +460,18 @@ impl CallMedia {
                         label: format!("{} m{i} {kind}", self.label),
                     }
                 };
+                if slot.tcp[src.index()] || slot.tcp[dst.index()] {
+                    // RTP over TCP on a side: RTP only, and when the receiver is vgate's
+                    // leg, into the leg's sink (no leg yet: no route yet).
+                    let edge = match &slot.legs[dst.index()] {
+                        Some(l) => Some(Arc::clone(l.leg.sink())),
+                        None if slot.tcp[dst.index()] => continue,
+                        None => None,
+                    };
+                    push_edge(spec(src, 0, d, s, "rtp"), edge);
+                    continue;
+                }
+                let mut push = |spec: RouteSpec| push_edge(spec, None);
                 if s.rtcp_mux && d.rtcp_mux {
                     // RFC 5761: RTCP shares the RTP port. The sender's reports ride the
                     // RTP route; the receiver's reports come back on the same ports
@@ -249,19 +499,30 @@ impl CallMedia {
             return;
         };
         let want = self.wanted(policy, rtp_only);
-        self.installed.retain(|spec| {
-            if want.contains(spec) {
+        let same = |a: &(RouteSpec, Option<Arc<EdgeSink>>),
+                    b: &(RouteSpec, Option<Arc<EdgeSink>>)| {
+            a.0 == b.0
+                && match (&a.1, &b.1) {
+                    (None, None) => true,
+                    (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+                    _ => false,
+                }
+        };
+        self.installed.retain(|have| {
+            if want.iter().any(|w| same(w, have)) {
                 return true;
             }
+            let spec = &have.0;
             let _ = routes.remove_route(Channel::from_ingress(spec.ingress), spec.port);
             false
         });
-        for spec in want {
-            if self.installed.contains(&spec) {
+        for w in want {
+            if self.installed.iter().any(|have| same(have, &w)) {
                 continue;
             }
-            match routes.add_route(session, spec.clone()) {
-                Ok(_) => self.installed.push(spec),
+            let (spec, edge) = w;
+            match routes.add_edge_route(session, spec.clone(), edge.clone()) {
+                Ok(_) => self.installed.push((spec, edge)),
                 Err(e) => {
                     static LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
                     if let Some(suppressed) = LOG.check(crate::clock::now_ms()) {
@@ -276,18 +537,204 @@ impl CallMedia {
     pub fn last_media_ms(&self, routes: &Routes) -> Option<u64> {
         self.installed
             .iter()
-            .filter_map(|s| routes.lookup(Channel::from_ingress(s.ingress), s.port))
+            .filter_map(|(s, _)| routes.lookup(Channel::from_ingress(s.ingress), s.port))
             .filter_map(|r| r.last_seen_ms())
             .max()
     }
 
     /// Ends the media session: routes removed, ports given back.
     pub fn close(&mut self, routes: &Routes) {
+        // The routes go first, so no engine offers to a leg whose counters were already
+        // summed; then the legs stop.
+        let legs: Vec<SlotLeg> = self
+            .slots
+            .iter_mut()
+            .flat_map(|s| s.legs.iter_mut().filter_map(Option::take))
+            .collect();
         if let Some(s) = self.session.take() {
             let _ = routes.close_session(s);
         }
+        drop(legs);
         self.installed.clear();
         self.slots.clear();
         self.cache = [None, None];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use crate::engine::ports::PortRegistry;
+    use crate::routes::PortHooks;
+
+    fn routes() -> Arc<Routes> {
+        let cfg = config::parse(
+            r#"
+[domains.a]
+interface = "lo"
+address = "127.0.0.1"
+media_ports = "46000-46199"
+[domains.b]
+interface = "lo"
+address = "127.0.0.2"
+media_ports = "45000-45199"
+"#,
+            "t",
+        )
+        .unwrap();
+        let reg = Arc::new(PortRegistry::new([
+            "127.0.0.1".parse().unwrap(),
+            "127.0.0.2".parse().unwrap(),
+        ]));
+        Arc::new(Routes::new(&cfg, reg as Arc<dyn PortHooks>))
+    }
+
+    fn sdp(addr: &str, port: u16, proto: &str, extra: &str) -> Vec<u8> {
+        format!(
+            "v=0\r\no=- 1 1 IN IP4 {addr}\r\ns=Play\r\nc=IN IP4 {addr}\r\nt=0 0\r\nm=video {port} {proto} 96\r\na=rtpmap:96 PS/90000\r\n{extra}y=0100000001\r\nf=\r\n"
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn tcp_offer_udp_answer_bridges_with_the_right_roles() {
+        let routes = routes();
+        let mut m = CallMedia::new("t".into(), 1472);
+        // The platform in B listens (passive) and offers TCP.
+        let offer = sdp(
+            "127.0.0.2",
+            9000,
+            "TCP/RTP/AVP",
+            "a=recvonly\r\na=setup:passive\r\na=connection:new\r\n",
+        );
+        let to_a = m
+            .cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+            .unwrap();
+        let text = String::from_utf8(to_a).unwrap();
+        assert!(text.contains("TCP/RTP/AVP 96"), "{text}");
+        assert!(
+            text.contains("a=setup:passive\r\na=connection:new\r\n"),
+            "kept as offered"
+        );
+        assert!(text.contains("y=0100000001\r\nf=\r\n"));
+        let slot = &m.slots[0];
+        assert_eq!(
+            slot.legs[0].as_ref().map(|l| l.role),
+            Some(Role::Passive),
+            "listens on A at once"
+        );
+        assert_eq!(
+            slot.legs[1].as_ref().map(|l| l.role),
+            Some(Role::Active),
+            "connects to B's peer"
+        );
+        assert_eq!(routes.legs.len(), 2);
+        // The device in A answers over UDP.
+        let answer = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+        let to_b = m
+            .cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+            .unwrap();
+        let text = String::from_utf8(to_b).unwrap();
+        assert!(
+            text.contains("TCP/RTP/AVP 96"),
+            "B keeps its transport: {text}"
+        );
+        assert!(
+            text.contains("a=setup:active\r\na=connection:new\r\ny=0100000001"),
+            "{text}"
+        );
+        assert!(!text.contains("127.0.0.1"));
+        let slot = &m.slots[0];
+        assert!(slot.legs[0].is_none(), "A is UDP now: its listener is gone");
+        assert_eq!(routes.legs.len(), 1);
+        assert_eq!(m.installed.len(), 1, "RTP only across a TCP side");
+        let (spec, edge) = &m.installed[0];
+        assert_eq!(
+            (spec.ingress, spec.dest.to_string().as_str()),
+            (DomainId::A, "127.0.0.2:9000")
+        );
+        assert!(edge.is_some(), "B's leg receives");
+        m.close(&routes);
+        assert_eq!(routes.legs.len(), 0);
+        assert_eq!(routes.ports(DomainId::A).0, 0);
+    }
+
+    #[test]
+    fn udp_offer_tcp_answer_and_tcp_both_sides() {
+        let routes = routes();
+        let mut m = CallMedia::new("t".into(), 1472);
+        let offer = sdp("127.0.0.2", 9002, "RTP/AVP", "a=recvonly\r\n");
+        let to_a = m
+            .cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+            .unwrap();
+        assert!(String::from_utf8(to_a).unwrap().contains("RTP/AVP 96"));
+        assert_eq!(routes.legs.len(), 0);
+        // The device answers TCP, active (it will connect).
+        let answer = sdp(
+            "127.0.0.1",
+            7002,
+            "TCP/RTP/AVP",
+            "a=sendonly\r\na=setup:active\r\na=connection:new\r\n",
+        );
+        let to_b = String::from_utf8(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(to_b.contains("m=video") && to_b.contains(" RTP/AVP 96"));
+        assert!(
+            !to_b.contains("a=setup") && !to_b.contains("a=connection"),
+            "{to_b}"
+        );
+        assert_eq!(
+            m.slots[0].legs[0].as_ref().map(|l| l.role),
+            Some(Role::Passive)
+        );
+        assert_eq!(m.installed.len(), 1);
+        assert!(m.installed[0].1.is_none(), "B is UDP");
+        m.close(&routes);
+
+        // TCP both sides, actpass offer: the answer's role decides both legs.
+        let mut m = CallMedia::new("t2".into(), 1472);
+        let offer = sdp(
+            "127.0.0.2",
+            9004,
+            "TCP/RTP/AVP",
+            "a=recvonly\r\na=setup:actpass\r\na=connection:new\r\n",
+        );
+        m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+            .unwrap();
+        assert_eq!(
+            m.slots[0].legs[0].as_ref().map(|l| l.role),
+            Some(Role::Passive)
+        );
+        assert!(
+            m.slots[0].legs[1].is_none(),
+            "B's role waits for the answer"
+        );
+        let answer = sdp(
+            "127.0.0.1",
+            7004,
+            "TCP/RTP/AVP",
+            "a=sendonly\r\na=setup:passive\r\na=connection:new\r\n",
+        );
+        let to_b = String::from_utf8(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(
+            to_b.contains("a=setup:passive\r\n"),
+            "crosses byte for byte"
+        );
+        let roles = m.slots[0]
+            .legs
+            .each_ref()
+            .map(|l| l.as_ref().map(|l| l.role));
+        assert_eq!(roles, [Some(Role::Active), Some(Role::Passive)]);
+        assert!(m.installed[0].1.is_some());
+        m.close(&routes);
+        assert_eq!(routes.legs.len(), 0);
     }
 }

@@ -84,9 +84,15 @@
 //! RTCP receiver reports get the route the other way (on RTP + 1, or with `a=rtcp-mux` on
 //! both sides on the RTP ports themselves). A re-INVITE keeps the gateway ports and moves
 //! the routes to the new addresses and ports.
-//! `TCP/RTP/AVP` is refused with `488` and a `Warning` (logged rate-limited; a
-//! retransmitted INVITE gets the cached 488, so once per dialog): vgate does not bridge
-//! RTP over TCP yet, and passing such an SDP on would let media bypass the gateway. An SDP
+//! GB/T 28181 RTP over TCP (`TCP/RTP/AVP`, RFC 4571 framing, `a=setup`/`a=connection`) is
+//! bridged: on a TCP side vgate terminates the TCP connection itself with a stream leg
+//! ([`crate::edge`]) at its gateway RTP port in that domain, passive or active as the peer's
+//! `a=setup` asks, and the media still crosses on the one-way UDP channels. Each side keeps
+//! the transport of its own SDP, so TCP↔UDP, UDP↔TCP and TCP↔TCP all work; a leg that
+//! closes ends the call with BYE to both sides (see `media.rs`). Media over TCP that vgate
+//! cannot bridge (`TCP/TLS/RTP/AVP`, a port count) is refused with `488` and a `Warning`
+//! (logged rate-limited; a retransmitted INVITE gets the cached 488, so once per dialog):
+//! passing such an SDP on would let media bypass the gateway. An SDP
 //! in a response that cannot be rewritten is never passed on: the response is dropped and
 //! the INVITE timeout ends the call. Port exhaustion answers `503` with `Retry-After`.
 //!

@@ -1,0 +1,474 @@
+//! Bridge legs of the RTSP proxy: one track interleaved (`$` frames) on one RTSP connection
+//! and plain UDP on the other side, on the edge-leg core ([`crate::edge`]).
+//!
+//! The TCP connection is the RTSP connection itself, shared with the signaling, so the leg
+//! does not own a socket as [`crate::edge::Leg`] does; it takes the core's two halves:
+//!
+//! - **UDP to TCP**: the track's routes toward the interleaved side carry one of the leg's
+//!   [`EdgeSink`]s (RTP, RTCP): every engine hands them the admitted packets instead of
+//!   sending them. The leg's thread drains the sinks and frames each packet as
+//!   `$ channel length payload`; a batch of frames goes to the RTSP connection with one
+//!   take of the connection's writer lock and one send, so a frame never splits an RTSP
+//!   message. The write never waits: frames that find the peer's socket buffer full are
+//!   dropped and counted as stalls; a frame the buffer cuts keeps its tail in the
+//!   connection's [`ConnWriter`], which sends it before anything else (the next batch, an
+//!   RTSP reply), so the stream stays in step. A full sink is counted by the engines as
+//!   `leg_stall`. Memory stays bounded by the sinks and the kernel buffers.
+//! - **TCP to UDP**: the connection's reader de-frames `$` frames on the leg's channels and
+//!   hands each to an [`Injector`] ([`LegInjectors`], owned by that reader thread): the
+//!   packet enters the route keyed by the track's gateway port on the interleaved side as
+//!   if it had arrived there as a datagram (source check, counters, the one-way channel).
+//!
+//! Each leg is listed in the route tables' [`crate::edge::LegTable`] (admin interface and
+//! metrics) with the core's [`LegCounters`], and summed per proxy route in
+//! [`super::logic::Events`].
+//!
+//! Owns: the leg's sinks, its thread and its counters. Does not own: the routes (the
+//! exchange installs them), the connection (the writer is lent).
+
+use std::io::{self, Write};
+use std::net::{SocketAddrV4, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::logic::{Events, LegSpec, TcpSide};
+use crate::clock::now_ms;
+use crate::edge::sink::{EdgeSink, DEFAULT_SLOTS, SLOT_BYTES};
+use crate::edge::{Injector, LegCounters, LegInfo, LegState};
+use crate::routes::{Routes, SessionId};
+use crate::stats::Tally;
+
+/// A connection's writer, shared between the RTSP messages, the relayed `$` frames and the
+/// legs.
+pub type SharedWriter = Arc<Mutex<ConnWriter>>;
+
+/// One connection's write side: the stream (`None` before the upstream connection exists)
+/// and the tail of a frame a leg could only half write, which goes out before anything
+/// else so the stream stays in step.
+pub struct ConnWriter {
+    pub stream: Option<TcpStream>,
+    tail: Vec<u8>,
+}
+
+impl ConnWriter {
+    pub fn new(stream: Option<TcpStream>) -> ConnWriter {
+        ConnWriter {
+            stream,
+            // Room for the rest of one largest frame: never grows.
+            tail: Vec::with_capacity(4 + usize::from(u16::MAX)),
+        }
+    }
+
+    /// Writes `bytes` whole after any frame tail, waiting at most the socket's write
+    /// timeout.
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let Some(s) = self.stream.as_mut() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        if !self.tail.is_empty() {
+            s.write_all(&self.tail)?;
+            self.tail.clear();
+        }
+        s.write_all(bytes)
+    }
+
+    /// Sends what the socket takes now, without waiting; the bytes sent.
+    fn send_now(&self, buf: &[u8]) -> usize {
+        let Some(s) = self.stream.as_ref() else {
+            return 0;
+        };
+        let flags =
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL;
+        loop {
+            match nix::sys::socket::send(s.as_raw_fd(), buf, flags) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                r => return r.unwrap_or(0),
+            }
+        }
+    }
+}
+
+/// Packets one sink may give the leg thread per wake-up before the other is served.
+const BATCH: usize = 64;
+/// The leg thread's write buffer: one batch of frames.
+const OUT_BYTES: usize = 64 * 1024;
+/// How long the leg thread sleeps at most before looking at its stop flag.
+const POLL_MS: u16 = 250;
+
+/// Where a leg sits, for its listing.
+pub struct LegPlace {
+    pub session: SessionId,
+    pub label: String,
+    /// The RTSP connection: the gateway's end and the peer's.
+    pub local: SocketAddrV4,
+    pub peer: SocketAddrV4,
+}
+
+/// One running leg.
+pub struct Leg {
+    pub spec: LegSpec,
+    /// Sinks of the routes toward the interleaved side: RTP, RTCP.
+    pub sinks: [Arc<EdgeSink>; 2],
+    pub counters: Arc<LegCounters>,
+    /// The peer of the interleaved side: the source its frames are checked against.
+    peer: SocketAddrV4,
+    id: u64,
+    routes: Arc<Routes>,
+    events: Arc<Events>,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Leg {
+    /// Makes the leg's sinks, lists it and starts its thread writing to `writer`.
+    pub fn open(
+        spec: LegSpec,
+        place: LegPlace,
+        writer: SharedWriter,
+        routes: Arc<Routes>,
+        events: Arc<Events>,
+    ) -> io::Result<Arc<Leg>> {
+        let counters = Arc::new(LegCounters::default());
+        let sinks = [
+            Arc::new(EdgeSink::new(DEFAULT_SLOTS, Arc::clone(&counters))?),
+            Arc::new(EdgeSink::new(DEFAULT_SLOTS, Arc::clone(&counters))?),
+        ];
+        counters.set_state(LegState::Connected);
+        let id = routes.legs.next_id();
+        routes.legs.insert(Arc::new(LegInfo {
+            id,
+            session: place.session,
+            label: place.label,
+            domain: spec.domain,
+            role: "interleaved",
+            local: place.local,
+            peer: place.peer,
+            counters: Arc::clone(&counters),
+        }));
+        let leg = Arc::new(Leg {
+            spec,
+            sinks,
+            counters,
+            peer: place.peer,
+            id,
+            routes,
+            events,
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let run = Arc::clone(&leg);
+        let handle = std::thread::Builder::new()
+            .name("rtsp-bridge".into())
+            .spawn(move || run.run(&writer));
+        match handle {
+            Ok(h) => *lock(&leg.thread) = Some(h),
+            Err(e) => {
+                leg.close();
+                return Err(e);
+            }
+        }
+        leg.events.bridge_legs.fetch_add(1, Relaxed);
+        Ok(leg)
+    }
+
+    /// Whether `$` frames on `channel` of the connection on `side` belong to this leg.
+    pub fn takes(&self, side: TcpSide, channel: u8) -> bool {
+        self.spec.side == side
+            && (channel == self.spec.channels.0 || channel == self.spec.channels.1)
+    }
+
+    /// Stops the thread, closes the sinks and takes the leg out of the listing.
+    pub fn close(&self) {
+        self.stop.store(true, Relaxed);
+        for s in &self.sinks {
+            s.nudge();
+        }
+        let handle = lock(&self.thread).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        for s in &self.sinks {
+            s.close();
+        }
+        self.counters.set_state(LegState::Closed);
+        self.routes.legs.remove(self.id);
+    }
+
+    fn run(&self, writer: &SharedWriter) {
+        // One buffer for the leg's life: up to 2 x BATCH frames (`$`, channel, length,
+        // packet), written with one lock and one send.
+        let mut out = vec![0u8; OUT_BYTES];
+        let mut ends = [0usize; 2 * BATCH];
+        let channels = [self.spec.channels.0, self.spec.channels.1];
+        while !self.stop.load(Relaxed) {
+            let (mut len, mut n) = (0, 0);
+            for (sink, channel) in self.sinks.iter().zip(channels) {
+                let mut taken = 0;
+                while taken < BATCH && n < ends.len() && len + 4 + SLOT_BYTES <= out.len() {
+                    let Some(slot) = sink.take() else { break };
+                    let payload = slot.payload();
+                    let size = (payload.len() as u16).to_be_bytes();
+                    let Some(frame) = out.get_mut(len..len + 4 + payload.len()) else {
+                        break;
+                    };
+                    frame[..4].copy_from_slice(&[b'$', channel, size[0], size[1]]);
+                    frame[4..].copy_from_slice(payload);
+                    len += 4 + payload.len();
+                    if let Some(e) = ends.get_mut(n) {
+                        *e = len;
+                    }
+                    n += 1;
+                    taken += 1;
+                }
+            }
+            if n > 0 {
+                self.write_frames(writer, &out[..len], &ends[..n]);
+                continue;
+            }
+            // Asleep until an engine offers a packet (or the stop nudge).
+            if !self.sinks.iter().all(|s| s.prepare_sleep()) {
+                for s in &self.sinks {
+                    s.unarm();
+                }
+                continue;
+            }
+            let mut fds = [
+                nix::poll::PollFd::new(self.sinks[0].wake_fd(), nix::poll::PollFlags::POLLIN),
+                nix::poll::PollFd::new(self.sinks[1].wake_fd(), nix::poll::PollFlags::POLLIN),
+            ];
+            let _ = nix::poll::poll(&mut fds, POLL_MS);
+            let fired = fds.map(|f| {
+                f.revents()
+                    .is_some_and(|r| r.contains(nix::poll::PollFlags::POLLIN))
+            });
+            for (s, fired) in self.sinks.iter().zip(fired) {
+                s.unarm();
+                if fired {
+                    s.clear_wake();
+                }
+            }
+        }
+    }
+
+    /// Writes whole frames (`ends`: where each ends in `buf`) without waiting: frames the
+    /// peer's socket buffer does not take are dropped as stalls; a frame cut by the buffer
+    /// keeps its tail in the writer, sent before anything else, so the stream stays in
+    /// step.
+    fn write_frames(&self, writer: &SharedWriter, buf: &[u8], ends: &[usize]) {
+        let mut w = lock(writer);
+        let mut whole = 0;
+        let tail_out = w.tail.is_empty() || {
+            let n = w.send_now(&w.tail);
+            w.tail.drain(..n);
+            w.tail.is_empty()
+        };
+        if tail_out {
+            let sent = w.send_now(buf);
+            whole = ends.iter().take_while(|&&e| e <= sent).count();
+            let start = whole
+                .checked_sub(1)
+                .and_then(|k| ends.get(k))
+                .copied()
+                .unwrap_or(0);
+            if let Some(&end) = ends.get(whole) {
+                if sent > start {
+                    w.tail
+                        .extend_from_slice(buf.get(sent..end).unwrap_or_default());
+                    whole += 1;
+                }
+            }
+        }
+        drop(w);
+        let written = whole
+            .checked_sub(1)
+            .and_then(|k| ends.get(k))
+            .copied()
+            .unwrap_or(0);
+        let payload = (written - 4 * whole) as u64;
+        let c = &self.counters;
+        c.frames_out.fetch_add(whole as u64, Relaxed);
+        c.bytes_out.fetch_add(payload, Relaxed);
+        self.events
+            .bridge_frames_to_tcp
+            .fetch_add(whole as u64, Relaxed);
+        self.events.bridge_bytes_to_tcp.fetch_add(payload, Relaxed);
+        let lost = (ends.len() - whole) as u64;
+        if lost > 0 {
+            c.stalls.fetch_add(lost, Relaxed);
+            self.events.bridge_stalls.fetch_add(lost, Relaxed);
+        }
+    }
+}
+
+/// A reader thread's injectors of one leg (RTP, RTCP), made when it first sees the leg.
+pub struct LegInjectors {
+    pub leg: Arc<Leg>,
+    injectors: [Injector; 2],
+}
+
+impl LegInjectors {
+    pub fn new(leg: Arc<Leg>, max_payload: usize) -> LegInjectors {
+        let make =
+            |port: u16| Injector::new(Arc::clone(&leg.routes), leg.spec.domain, port, max_payload);
+        let injectors = [make(leg.spec.inject[0]), make(leg.spec.inject[1])];
+        LegInjectors { leg, injectors }
+    }
+
+    /// A frame from the interleaved side on one of the leg's channels: into the route of
+    /// the track's gateway port, as a datagram arriving there would. No allocation, no
+    /// lock (one route lookup).
+    pub fn inject(&mut self, channel: u8, payload: &[u8]) {
+        let leg = &self.leg;
+        let i = usize::from(channel != leg.spec.channels.0);
+        let Some(inj) = self.injectors.get_mut(i) else {
+            return;
+        };
+        let c = &leg.counters;
+        c.frames_in.fetch_add(1, Relaxed);
+        c.bytes_in.fetch_add(payload.len() as u64, Relaxed);
+        let route = inj.route();
+        let now = now_ms();
+        let mut t = Tally::default();
+        inj.forward(route.as_deref(), leg.peer, payload, now, &mut t);
+        inj.finish(route.as_deref(), &t, now);
+        if t.tx_packets > 0 {
+            leg.events.bridge_frames_to_udp.fetch_add(1, Relaxed);
+            leg.events
+                .bridge_bytes_to_udp
+                .fetch_add(payload.len() as u64, Relaxed);
+        } else {
+            c.inject_drops.fetch_add(1, Relaxed);
+            leg.events.bridge_dropped.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DomainId;
+    use std::io::Read;
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    fn leg_on_loopback() -> (Arc<Leg>, TcpStream, Arc<Events>, Arc<Routes>) {
+        let cfg = crate::config::parse(crate::config::DEFAULT_TOML, "default").unwrap();
+        let routes = Arc::new(Routes::new(&cfg, Arc::new(crate::routes::NoHooks)));
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        ours.set_write_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let addr = |a: std::net::SocketAddr| match a {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        let place = LegPlace {
+            session: 1,
+            label: "t".into(),
+            local: addr(ours.local_addr().unwrap()),
+            peer: addr(ours.peer_addr().unwrap()),
+        };
+        let events = Arc::new(Events::default());
+        let spec = LegSpec {
+            domain: DomainId::B,
+            side: TcpSide::Client,
+            channels: (4, 5),
+            inject: [30000, 30001],
+        };
+        let writer: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(Some(ours))));
+        let leg = Leg::open(
+            spec,
+            place,
+            writer,
+            Arc::clone(&routes),
+            Arc::clone(&events),
+        )
+        .unwrap();
+        (leg, peer, events, routes)
+    }
+
+    /// Reads `$` frames until `n` arrived or the peer goes quiet; each must be well formed.
+    fn read_frames(peer: &mut TcpStream, n: usize) -> Vec<(u8, Vec<u8>)> {
+        peer.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut out = Vec::new();
+        let mut head = [0u8; 4];
+        while out.len() < n && peer.read_exact(&mut head).is_ok() {
+            assert_eq!(head[0], b'$', "the stream is in step");
+            let mut body = vec![0u8; usize::from(u16::from_be_bytes([head[2], head[3]]))];
+            if peer.read_exact(&mut body).is_err() {
+                // The connection ended inside a frame (its tail never went out).
+                break;
+            }
+            out.push((head[1], body));
+        }
+        out
+    }
+
+    #[test]
+    fn packets_offered_to_the_sinks_reach_the_peer_as_frames_on_their_channels() {
+        let (leg, mut peer, events, routes) = leg_on_loopback();
+        assert_eq!(routes.legs.len(), 1, "listed");
+        for i in 0..10u8 {
+            assert!(leg.sinks[0].offer(&[0x80, 96, 0, i]));
+        }
+        for i in 0..3u8 {
+            assert!(leg.sinks[1].offer(&[0x80, 200, 0, 6, i]));
+        }
+        let frames = read_frames(&mut peer, 13);
+        assert_eq!(frames.len(), 13);
+        let rtp: Vec<_> = frames.iter().filter(|f| f.0 == 4).collect();
+        assert_eq!(rtp.len(), 10);
+        assert_eq!(rtp[9].1, [0x80, 96, 0, 9], "in order");
+        assert_eq!(frames.iter().filter(|f| f.0 == 5).count(), 3);
+        // Counted just after the send.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while leg.counters.frames_out.load(Relaxed) < 13 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(leg.counters.frames_out.load(Relaxed), 13);
+        assert_eq!(events.bridge_bytes_to_tcp.load(Relaxed), 10 * 4 + 3 * 5);
+        leg.close();
+        assert!(routes.legs.is_empty(), "out of the listing");
+        assert!(!leg.sinks[0].offer(&[0x80]), "a closed leg takes nothing");
+    }
+
+    #[test]
+    fn a_peer_that_never_reads_costs_stalls_not_memory_and_the_stream_stays_in_step() {
+        let (leg, mut peer, events, _routes) = leg_on_loopback();
+        let packet = [0x80u8; 1400];
+        let mut offered = 0u64;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Offer until the leg has dropped frames for a while (bounded in count and time).
+        while events.bridge_stalls.load(Relaxed) < 200 && Instant::now() < deadline {
+            if leg.sinks[0].offer(&packet) {
+                offered += 1;
+            }
+            if offered.is_multiple_of(64) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let stalls = events.bridge_stalls.load(Relaxed);
+        assert!(stalls >= 200, "{stalls} stalls");
+        // Everything the peer finally reads is whole frames in step, as many as were
+        // written (the last one may have its tail still in the writer when the leg closes).
+        let written = leg.counters.frames_out.load(Relaxed);
+        leg.close();
+        drop(leg);
+        let frames = read_frames(&mut peer, usize::MAX);
+        let read = frames.len() as u64;
+        assert!(
+            read == written || read + 1 == written,
+            "{read} of {written}"
+        );
+        assert!(frames.iter().all(|f| f.0 == 4 && f.1.len() == 1400));
+        assert!(written + stalls <= offered);
+    }
+}

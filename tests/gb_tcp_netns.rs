@@ -1,0 +1,891 @@
+//! GB/T 28181 RTP over TCP (RFC 4571) through vgate on the three-namespace bed, with real
+//! sipp peers for the signaling and the small RFC 4571 / UDP media peers of
+//! `tests/common/rfc4571.rs` (sipp cannot do RTP over TCP).
+//!
+//! A platform in B (sipp UAC) places live-view calls to a device in A (sipp UAS), both
+//! `a=sendrecv`, so every call carries live view A→B and talkback B→A at once. Five
+//! combinations, 10 calls each (50 in all), every one conforming to RFC 4145:
+//!
+//! | B offers | A answers | vgate's legs |
+//! |---|---|---|
+//! | TCP passive | UDP | B: active (connects to the platform) |
+//! | UDP | TCP active | A: passive (the device connects) |
+//! | TCP passive | TCP active | B: active, A: passive |
+//! | TCP active | TCP passive | B: passive, A: active |
+//! | TCP actpass | UDP | B: passive (vgate answers `passive`) |
+//!
+//! UDP ↔ UDP is `tests/sip_netns.rs`. Checked: every call completes; on every side every
+//! call is one flow that received media with no gap (loss 0, measured between the first and
+//! last packet received), from the gateway's own address (no address of one domain in the
+//! other, also checked by the sipp scenarios on the SIP messages); no framing error; no leg,
+//! session, route or port left at the end.
+//!
+//! A second test: bad input on a TCP leg (a length of 0, one of 65535, garbage before the
+//! first frame, a frame cut at the close) is counted, the leg's close ends the call with a
+//! BYE to both sides, and a peer that never reads costs counted stalls, not memory.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::rfc4571::{self, Flow, Flows};
+use common::{admin_get_in, in_netns, prerequisites, vgate_bin, Bed};
+
+const ADMIN: &str = "127.0.0.1:9946";
+
+/// Kills a child we started (SIGTERM, then SIGKILL), on drop too.
+struct Proc(Option<Child>);
+
+impl Proc {
+    /// Waits (bounded) for the child to exit by itself: its success.
+    fn wait_exit(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(c) = self.0.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    self.0 = None;
+                    return st.success();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    fn stop(&mut self) -> Option<std::process::Output> {
+        let mut c = self.0.take()?;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        c.wait_with_output().ok()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn config(bed: &Bed) -> String {
+    format!(
+        r#"
+[domains.a]
+interface = "{ga}"
+address = "{ga_ip}"
+networks = ["10.201.1.0/24"]
+media_ports = "20000-20999"
+
+[domains.b]
+interface = "{gb}"
+address = "{gb_ip}"
+networks = ["10.201.2.0/24"]
+media_ports = "30000-30999"
+
+[engine]
+mode = "stack"
+queues = 1
+
+[security]
+source_validation = "strict"
+
+[control]
+listen = "{ADMIN}"
+
+[[signaling_route]]
+name = "b2a"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "{a_ip}:5060"
+upstream_port = 5061
+allow_peers = ["{b_ip}/32"]
+allow_ids = ["3402000000"]
+media_timeout = 30
+"#,
+        ga = bed.get("GA_IF"),
+        gb = bed.get("GB_IF"),
+        ga_ip = bed.get("GA_IP"),
+        gb_ip = bed.get("GB_IP"),
+        a_ip = bed.get("A_IP"),
+        b_ip = bed.get("B_IP"),
+    )
+}
+
+/// How one side's peer does media.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Udp,
+    /// `TCP/RTP/AVP` with this `a=setup:` (what the peer itself does).
+    Tcp(&'static str),
+}
+
+impl Side {
+    fn proto(self) -> &'static str {
+        match self {
+            Side::Udp => "RTP/AVP",
+            Side::Tcp(_) => "TCP/RTP/AVP",
+        }
+    }
+    fn setup_lines(self) -> String {
+        match self {
+            Side::Udp => String::new(),
+            Side::Tcp(role) => format!("a=setup:{role}\n      a=connection:new\n      "),
+        }
+    }
+}
+
+/// The platform's scenario: INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
+/// `expect_bye`, waits for vgate's BYE instead and answers it).
+fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool) -> String {
+    let end = if expect_bye {
+        r#"  <recv request="BYE" timeout="20000"/>
+  <send>
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Content-Length: 0
+
+    ]]>
+  </send>"#
+            .to_string()
+    } else {
+        format!(
+            r#"  <pause milliseconds="{hold_ms}"/>
+  <send retrans="500">
+    <![CDATA[
+      BYE [next_url] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      [last_To:]
+      Call-ID: [call_id]
+      CSeq: 21 BYE
+      Max-Forwards: 70
+      Content-Length: 0
+
+    ]]>
+  </send>
+  <recv response="200" crlf="true"/>"#
+        )
+    };
+    format!(
+        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<!DOCTYPE scenario SYSTEM "sipp.dtd">
+<scenario name="vgate GB TCP play UAC">
+  <send retrans="500">
+    <![CDATA[
+      INVITE sip:34020000001320000001@3402000000 SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      To: <sip:34020000001320000001@3402000000>
+      Call-ID: [call_id]
+      CSeq: 20 INVITE
+      Contact: <sip:34020000002000000001@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Subject: 34020000001320000001:0[call_number],34020000002000000001:0
+      Content-Type: APPLICATION/SDP
+      Content-Length: [len]
+
+      v=0
+      o=34020000002000000001 0 0 IN IP4 [local_ip]
+      s=Play
+      c=IN IP4 [local_ip]
+      t=0 0
+      m=video {port} {proto} 96
+      a=sendrecv
+      a=rtpmap:96 PS/90000
+      {setup}y=0[call_number]
+      f=v/2/4///a///
+    ]]>
+  </send>
+  <recv response="100" optional="true"/>
+  <recv response="200" rtd="true" rrs="true">
+    <action>
+      <ereg regexp="10\.201\.1\." search_in="msg" check_it_inverse="true" assign_to="leak"/>
+      <ereg regexp="m=video [0-9]+ {proto} 96" search_in="body" check_it="true" assign_to="proto"/>
+    </action>
+  </recv>
+  <send>
+    <![CDATA[
+      ACK [next_url] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      [last_To:]
+      Call-ID: [call_id]
+      CSeq: 20 ACK
+      Max-Forwards: 70
+      Content-Length: 0
+
+    ]]>
+  </send>
+{end}
+  <Reference variables="leak,proto"/>
+</scenario>
+"#,
+        proto = side.proto(),
+        setup = side.setup_lines(),
+    )
+}
+
+/// The device's scenario: answers the INVITE with its SDP, then waits for BYE.
+fn uas_xml(side: Side, port: u16) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<!DOCTYPE scenario SYSTEM "sipp.dtd">
+<scenario name="vgate GB TCP device UAS">
+  <recv request="INVITE" crlf="true">
+    <action>
+      <ereg regexp="10\.201\.2\." search_in="msg" check_it_inverse="true" assign_to="leak"/>
+      <ereg regexp="y=0[0-9]+\r?\nf=v/2/4///a///" search_in="body" check_it="true" assign_to="gb"/>
+    </action>
+  </recv>
+  <send retrans="500">
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:];tag=[pid]D[call_number]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Contact: <sip:34020000001320000001@[local_ip]:[local_port]>
+      Content-Type: application/sdp
+      Content-Length: [len]
+
+      v=0
+      o=34020000001320000001 0 0 IN IP4 [local_ip]
+      s=Play
+      c=IN IP4 [local_ip]
+      t=0 0
+      m=video {port} {proto} 96
+      a=sendrecv
+      a=rtpmap:96 PS/90000
+      {setup}y=0[call_number]
+      f=
+    ]]>
+  </send>
+  <recv request="ACK" crlf="true"/>
+  <recv request="BYE"/>
+  <send>
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Content-Length: 0
+
+    ]]>
+  </send>
+  <timewait milliseconds="500"/>
+  <Reference variables="leak,gb"/>
+</scenario>
+"#,
+        proto = side.proto(),
+        setup = side.setup_lines(),
+    )
+}
+
+fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "timeout", "120", "sipp"])
+        .args(args)
+        .current_dir(cwd);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+/// The legs vgate lists: (id, domain, role, state, local).
+fn legs(g_ns: &str) -> Vec<(u64, String, String, String, String)> {
+    let body = admin_get_in(g_ns, ADMIN, "/api/v1/legs");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    v["legs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|l| {
+                    let s = |k: &str| l[k].as_str().unwrap_or_default().to_owned();
+                    (
+                        l["id"].as_u64().unwrap_or(0),
+                        s("domain"),
+                        s("role"),
+                        s("state"),
+                        s("local"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn leg_totals(g_ns: &str) -> serde_json::Value {
+    let body = admin_get_in(g_ns, ADMIN, "/api/v1/legs");
+    serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["totals"].clone()
+}
+
+/// Connects, from `ip` in `ns`, to every passive leg of `domain` that is listening, once
+/// each, until `stop`; every connection is a flow.
+fn connector(
+    ns: &str,
+    g_ns: &str,
+    domain: &'static str,
+    ip: &str,
+    stop: Arc<AtomicBool>,
+) -> (Flows, std::thread::JoinHandle<()>) {
+    let flows: Flows = Arc::default();
+    let (f2, ns, g_ns, ip) = (
+        Arc::clone(&flows),
+        ns.to_owned(),
+        g_ns.to_owned(),
+        ip.to_owned(),
+    );
+    let h = std::thread::spawn(move || {
+        let g = g_ns.clone();
+        in_netns(&ns, move || {
+            let mut seen = std::collections::HashSet::new();
+            let mut threads = Vec::new();
+            while !stop.load(Relaxed) {
+                for (id, d, role, state, local) in legs(&g) {
+                    if d == domain && role == "passive" && state == "listening" && seen.insert(id) {
+                        let to: SocketAddr = local.parse().unwrap();
+                        if let Some(t) = rfc4571::tcp_connect(
+                            &ip,
+                            to,
+                            Arc::clone(&stop),
+                            10_000,
+                            Arc::clone(&f2),
+                        ) {
+                            threads.push(t);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+    });
+    (flows, h)
+}
+
+/// The media peer of one side for one combination.
+fn peer(
+    side: Side,
+    ns: &str,
+    g_ns: &str,
+    domain: &'static str,
+    ip: &str,
+    port: u16,
+    stop: &Arc<AtomicBool>,
+) -> (Flows, std::thread::JoinHandle<()>) {
+    let addr = format!("{ip}:{port}");
+    let stop2 = Arc::clone(stop);
+    match side {
+        Side::Udp => in_netns(ns, move || rfc4571::udp_responder(&addr, stop2, 10_000)),
+        // The peer listens: vgate connects.
+        Side::Tcp("passive") => in_netns(ns, move || rfc4571::tcp_server(&addr, stop2, 10_000)),
+        // The peer connects (active, or actpass answered passive by vgate).
+        Side::Tcp(_) => connector(ns, g_ns, domain, ip, stop2),
+    }
+}
+
+fn check_flows(what: &str, flows: &[Flow], calls: usize, gateway_ip: &str) {
+    assert_eq!(
+        flows.len(),
+        calls,
+        "{what}: one media flow per call: {flows:#?}"
+    );
+    for f in flows {
+        assert!(
+            f.received >= 10,
+            "{what}: a flow received too little: {f:?}"
+        );
+        assert_eq!(f.lost(), 0, "{what}: loss in a flow: {f:?}");
+        assert_eq!(f.bad_frames, 0, "{what}: not RTP: {f:?}");
+        let from = f.peer.map(|p| p.ip().to_string()).unwrap_or_default();
+        assert_eq!(
+            from, gateway_ip,
+            "{what}: media must come from the gateway's own address"
+        );
+    }
+}
+
+fn setup_bed(test: &str) -> Option<(Bed, tempfile::TempDir)> {
+    if !prerequisites(
+        test,
+        true,
+        &[
+            ("sipp", "sip-tester"),
+            ("ip", "iproute2"),
+            ("timeout", "coreutils"),
+        ],
+    ) {
+        return None;
+    }
+    let bed = Bed::up(1);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("a")).unwrap();
+    std::fs::create_dir_all(dir.path().join("b")).unwrap();
+    std::fs::write(dir.path().join("vgate.toml"), config(&bed)).unwrap();
+    Some((bed, dir))
+}
+
+fn start_vgate(g_ns: &str, cfg: &Path) -> Proc {
+    let p = Proc(Some(
+        Command::new("ip")
+            .args(["netns", "exec", g_ns])
+            .arg(vgate_bin())
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    // Ready when the admin interface answers.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let g = g_ns.to_owned();
+    while Instant::now() < deadline {
+        let g2 = g.clone();
+        if in_netns(&g2, || std::net::TcpStream::connect(ADMIN).is_ok()) {
+            return p;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("vgate did not start");
+}
+
+#[test]
+fn gb_tcp_media_every_combination_both_ways() {
+    let Some((bed, dir)) = setup_bed("gb_tcp_netns") else {
+        return;
+    };
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
+    let (a_ip, b_ip, ga_ip, gb_ip) = (
+        bed.get("A_IP").to_owned(),
+        bed.get("B_IP").to_owned(),
+        bed.get("GA_IP").to_owned(),
+        bed.get("GB_IP").to_owned(),
+    );
+    let mut vgate = start_vgate(&g_ns, &dir.path().join("vgate.toml"));
+    let combos = [
+        (Side::Tcp("passive"), Side::Udp),
+        (Side::Udp, Side::Tcp("active")),
+        (Side::Tcp("passive"), Side::Tcp("active")),
+        (Side::Tcp("active"), Side::Tcp("passive")),
+        (Side::Tcp("actpass"), Side::Udp),
+    ];
+    const CALLS: usize = 10;
+    for (n, (b_side, a_side)) in combos.into_iter().enumerate() {
+        let what = format!("B {b_side:?} / A {a_side:?}");
+        let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+        let uas = a_dir.join(format!("uas{n}.xml"));
+        let uac = b_dir.join(format!("uac{n}.xml"));
+        std::fs::write(&uas, uas_xml(a_side, 16000)).unwrap();
+        std::fs::write(&uac, uac_xml(b_side, 6000, 2000, false)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a_flows, a_peer) = peer(a_side, &a_ns, &g_ns, "a", &a_ip, 16000, &stop);
+        let (b_flows, b_peer) = peer(b_side, &b_ns, &g_ns, "b", &b_ip, 6000, &stop);
+        let calls = CALLS.to_string();
+        let mut device = Proc(Some(
+            sipp(
+                &a_ns,
+                &a_dir,
+                &[
+                    "-sf",
+                    uas.to_str().unwrap(),
+                    "-i",
+                    &a_ip,
+                    "-p",
+                    "5060",
+                    "-m",
+                    &calls,
+                    "-trace_err",
+                    "-nostdin",
+                ],
+            )
+            .spawn()
+            .unwrap(),
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+        let target = format!("{gb_ip}:5060");
+        let st = sipp(
+            &b_ns,
+            &b_dir,
+            &[
+                "-sf",
+                uac.to_str().unwrap(),
+                "-i",
+                &b_ip,
+                "-p",
+                "5060",
+                "-cid_str",
+                "%u-%p@3402000000",
+                &target,
+                "-m",
+                &calls,
+                "-r",
+                "5",
+                "-l",
+                "10",
+                "-trace_err",
+                "-nostdin",
+                "-timeout",
+                "90",
+                "-timeout_error",
+            ],
+        )
+        .status()
+        .unwrap();
+        assert!(
+            st.success(),
+            "{what}: not every call completed (sipp exit {st:?}); logs in {}",
+            b_dir.display()
+        );
+        assert!(
+            device.wait_exit(Duration::from_secs(15)),
+            "{what}: the device scenario failed (leak or lost y=/f=); logs in {}",
+            a_dir.display()
+        );
+        // The calls are over: their legs close (peers see EOF), then the peers stop.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !legs(&g_ns).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            legs(&g_ns).is_empty(),
+            "{what}: legs left after the calls: {:?}",
+            legs(&g_ns)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Relaxed);
+        a_peer.join().unwrap();
+        b_peer.join().unwrap();
+        {
+            let (af, bf) = (a_flows.lock().unwrap(), b_flows.lock().unwrap());
+            let sum = |f: &[Flow]| f.iter().map(|f| f.received).sum::<u64>();
+            eprintln!(
+                "{what}: talkback at A: {} flows, {} packets; live view at B: {} flows, {} packets",
+                af.len(),
+                sum(&af),
+                bf.len(),
+                sum(&bf)
+            );
+        }
+        check_flows(
+            &format!("{what}: talkback at A"),
+            &a_flows.lock().unwrap(),
+            CALLS,
+            &ga_ip,
+        );
+        check_flows(
+            &format!("{what}: live view at B"),
+            &b_flows.lock().unwrap(),
+            CALLS,
+            &gb_ip,
+        );
+    }
+    let totals = leg_totals(&g_ns);
+    assert_eq!(totals["framing_errors"], 0, "{totals}");
+    assert_eq!(totals["refused"], 0, "{totals}");
+    assert!(totals["frames_in"].as_u64().unwrap_or(0) > 0, "{totals}");
+    let frames_in = metric(&g_ns, "vgate_edge_leg_events_total{event=\"frames_in\"}");
+    assert_eq!(
+        Some(frames_in),
+        totals["frames_in"].as_u64(),
+        "the metrics show the legs' totals"
+    );
+    let out = vgate.stop().expect("vgate output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
+        "vgate left state behind:\n{stdout}"
+    );
+}
+
+/// Waits until vgate lists a route on `channel` (both SDPs of the call have crossed), then a
+/// little more for the ACK.
+fn wait_for_route(g_ns: &str, channel: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let body = admin_get_in(g_ns, ADMIN, "/api/v1/routes");
+        if body.contains(&format!("\"channel\":\"{channel}\"")) {
+            std::thread::sleep(Duration::from_millis(300));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    panic!("no {channel} route appeared");
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn metric(g_ns: &str, series: &str) -> u64 {
+    admin_get_in(g_ns, ADMIN, "/metrics")
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+/// Runs one call whose A side is a TCP peer listening at `port` (vgate connects) that
+/// `a_peer` drives; B is a UDP peer at `b_port` that `b_peer` drives. The call must end by
+/// vgate's BYE to both sides (the leg closes).
+fn call_ended_by_the_leg(
+    dir: &Path,
+    bed: &Bed,
+    n: usize,
+    a_port: u16,
+    b_port: u16,
+    a_peer: impl FnOnce() + Send + 'static,
+    b_peer: impl FnOnce() + Send + 'static,
+) {
+    let (a_ns, b_ns, _) = bed.namespaces();
+    let (a_ip, b_ip, gb_ip) = (bed.get("A_IP"), bed.get("B_IP"), bed.get("GB_IP"));
+    let (a_dir, b_dir) = (dir.join("a"), dir.join("b"));
+    let uas = a_dir.join(format!("bad_uas{n}.xml"));
+    let uac = b_dir.join(format!("bad_uac{n}.xml"));
+    std::fs::write(&uas, uas_xml(Side::Tcp("passive"), a_port)).unwrap();
+    std::fs::write(&uac, uac_xml(Side::Udp, b_port, 0, true)).unwrap();
+    let a_thread = {
+        let a_ns = a_ns.clone();
+        std::thread::spawn(move || in_netns(&a_ns, a_peer))
+    };
+    let b_thread = {
+        let b_ns = b_ns.clone();
+        std::thread::spawn(move || in_netns(&b_ns, b_peer))
+    };
+    let mut device = Proc(Some(
+        sipp(
+            &a_ns,
+            &a_dir,
+            &[
+                "-sf",
+                uas.to_str().unwrap(),
+                "-i",
+                a_ip,
+                "-p",
+                "5060",
+                "-m",
+                "1",
+                "-trace_err",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let target = format!("{gb_ip}:5060");
+    let st = sipp(
+        &b_ns,
+        &b_dir,
+        &[
+            "-sf",
+            uac.to_str().unwrap(),
+            "-i",
+            b_ip,
+            "-p",
+            "5060",
+            "-cid_str",
+            "%u-%p@3402000000",
+            &target,
+            "-m",
+            "1",
+            "-trace_err",
+            "-nostdin",
+            "-timeout",
+            "60",
+            "-timeout_error",
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(
+        st.success(),
+        "the platform got no BYE from vgate after the leg closed; logs in {}",
+        b_dir.display()
+    );
+    assert!(
+        device.wait_exit(Duration::from_secs(15)),
+        "the device got no BYE from vgate; logs in {}",
+        a_dir.display()
+    );
+    a_thread.join().unwrap();
+    b_thread.join().unwrap();
+}
+
+#[test]
+fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
+    let Some((bed, dir)) = setup_bed("gb_tcp_netns") else {
+        return;
+    };
+    let (a_ns, _b_ns, g_ns) = bed.namespaces();
+    let (a_ip, b_ip) = (bed.get("A_IP").to_owned(), bed.get("B_IP").to_owned());
+    let mut vgate = start_vgate(&g_ns, &dir.path().join("vgate.toml"));
+    let pid = vgate.0.as_ref().map(|c| c.id()).unwrap();
+
+    // 1. Bad input: garbage before the first frame, a zero length, a 65535 length, a frame
+    //    cut at the close; 20 good frames among them.
+    let frame = |seq: u16| {
+        let mut f = vec![0u8, 200, 0x80, 96];
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.resize(2 + 200, 0x11);
+        f
+    };
+    let mut bad = b"GARBAGE BEFORE THE FIRST FRAME\r\n".to_vec();
+    for i in 0..5 {
+        bad.extend_from_slice(&frame(i));
+    }
+    bad.extend_from_slice(&[0, 0]);
+    for i in 5..10 {
+        bad.extend_from_slice(&frame(i));
+    }
+    bad.extend_from_slice(&[0xff, 0xff, 0x01, 0x02]);
+    for i in 10..20 {
+        bad.extend_from_slice(&frame(i));
+    }
+    bad.extend_from_slice(&[0, 100, 0x80, 96, 0, 99]);
+    let (g1, a1) = (g_ns.clone(), format!("{a_ip}:16001"));
+    let b1 = format!("{b_ip}:6001");
+    let b_stop = Arc::new(AtomicBool::new(false));
+    let b_stop2 = Arc::clone(&b_stop);
+    call_ended_by_the_leg(
+        dir.path(),
+        &bed,
+        1,
+        16001,
+        6001,
+        move || {
+            use std::io::Write;
+            let l = std::net::TcpListener::bind(&a1).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            wait_for_route(&g1, "forward");
+            s.write_all(&bad).unwrap();
+            // Closed here, mid-frame.
+        },
+        move || {
+            let (_f, h) = rfc4571::udp_responder(&b1, b_stop2, 0);
+            let _ = h;
+        },
+    );
+    b_stop.store(true, Relaxed);
+    let t = leg_totals(&g_ns);
+    assert_eq!(t["frames_in"], 20, "{t}");
+    assert_eq!(
+        t["framing_errors"], 3,
+        "garbage, length 0, length 65535: {t}"
+    );
+    assert_eq!(t["partial_frames"], 1, "{t}");
+    assert!(legs(&g_ns).is_empty(), "the leg is gone with its call");
+
+    // 2. A TCP peer that never reads while B sends 6000 packets at 2000/s: counted stalls,
+    //    vgate's memory flat.
+    let rss_before = rss_kib(pid);
+    let (g2, a2) = (g_ns.clone(), format!("{a_ip}:16002"));
+    let b2 = format!("{b_ip}:6002");
+    let blasted = Arc::new(AtomicBool::new(false));
+    let blasted2 = Arc::clone(&blasted);
+    call_ended_by_the_leg(
+        dir.path(),
+        &bed,
+        2,
+        16002,
+        6002,
+        move || {
+            use std::io::Write;
+            let l = std::net::TcpListener::bind(&a2).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096);
+            wait_for_route(&g2, "reverse");
+            // Frames every 20 ms so B hears from the gateway; never a read.
+            let mut seq = 0u16;
+            while !blasted2.load(Relaxed) {
+                let mut f = vec![0u8, 40, 0x80, 96];
+                f.extend_from_slice(&seq.to_be_bytes());
+                f.resize(42, 0);
+                if s.write_all(&f).is_err() {
+                    break;
+                }
+                seq = seq.wrapping_add(1);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        },
+        move || {
+            let s = std::net::UdpSocket::bind(&b2).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut buf = [0u8; 2048];
+            let (_, gw) = s.recv_from(&mut buf).unwrap();
+            let mut p = vec![0u8; 1200];
+            p[0] = 0x80;
+            p[1] = 96;
+            let start = Instant::now();
+            for i in 0..6000u32 {
+                p[2..4].copy_from_slice(&(i as u16).to_be_bytes());
+                let _ = s.send_to(&p, gw);
+                // 2000 packets/s.
+                let due = start + Duration::from_micros(500 * u64::from(i));
+                if let Some(d) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+            }
+            blasted.store(true, Relaxed);
+        },
+    );
+    let t = leg_totals(&g_ns);
+    let stalls = t["stalls"].as_u64().unwrap_or(0);
+    assert!(
+        stalls > 0,
+        "a peer that never reads must cost counted stalls: {t}"
+    );
+    let leg_stall = metric(
+        &g_ns,
+        "vgate_channel_drops_total{channel=\"reverse\",reason=\"leg_stall\"}",
+    );
+    assert_eq!(leg_stall, stalls, "the engine counted each as leg_stall");
+    let rss_after = rss_kib(pid);
+    eprintln!("stalls={stalls} rss before={rss_before} KiB after={rss_after} KiB");
+    assert!(
+        rss_after < rss_before + 16 * 1024,
+        "memory must stay flat: {rss_before} KiB -> {rss_after} KiB"
+    );
+    let _ = a_ns;
+    let out = vgate.stop().expect("vgate output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
+        "vgate left state behind:\n{stdout}"
+    );
+}
