@@ -30,9 +30,10 @@
 //! Each sending worker is a *lane* with its own blocks. The receiver keeps the last
 //! [`WINDOW_BLOCKS`] blocks of every lane: packets arriving out of order within that window
 //! are placed in their block, and a block is rebuilt as soon as enough of it has arrived.
-//! Data packets are delivered the moment they arrive (holding them back in sequence would
-//! add the repair delay to every packet after a loss; RTP receivers order by their own
-//! sequence numbers); rebuilt ones follow as soon as their block can be decoded. Blocks
+//! Without a reorder window data packets are delivered the moment they arrive and rebuilt
+//! ones as soon as their block can be decoded (so behind later ones); with one
+//! ([`Decoder::with_reorder`], [`super::reorder`]) each lane's datagrams are handed on in the
+//! sender's order, a datagram behind a gap waiting at most the window's time. Blocks
 //! pushed out of the window, or quiet for [`Decoder::settle`]'s age, count what they never
 //! got as lost. With FEC off the lane only follows the sequence: gaps count as lost, late
 //! arrivals are delivered and counted.
