@@ -462,7 +462,11 @@ fn start_vgate(g_ns: &str, cfg: &Path) -> Proc {
             .arg(vgate_bin())
             .args(["run", "--config", cfg.to_str().unwrap()])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // GBTCP_VGATE_LOG=<file>: vgate's log there (for debugging a failure).
+            .stderr(match std::env::var_os("GBTCP_VGATE_LOG") {
+                Some(f) => Stdio::from(std::fs::File::create(f).unwrap()),
+                None => Stdio::null(),
+            })
             .spawn()
             .unwrap(),
     ));
@@ -492,13 +496,20 @@ fn gb_tcp_media_every_combination_both_ways() {
         bed.get("GB_IP").to_owned(),
     );
     let mut vgate = start_vgate(&g_ns, &dir.path().join("vgate.toml"));
-    let combos = [
+    let mut combos = vec![
         (Side::Tcp("passive"), Side::Udp),
         (Side::Udp, Side::Tcp("active")),
         (Side::Tcp("passive"), Side::Tcp("active")),
         (Side::Tcp("active"), Side::Tcp("passive")),
         (Side::Tcp("actpass"), Side::Udp),
     ];
+    // GBTCP_ONLY=<index>: one combination (for debugging).
+    if let Some(i) = std::env::var("GBTCP_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        combos = vec![combos[i]];
+    }
     const CALLS: usize = 10;
     for (n, (b_side, a_side)) in combos.into_iter().enumerate() {
         let what = format!("B {b_side:?} / A {a_side:?}");
@@ -588,12 +599,15 @@ fn gb_tcp_media_every_combination_both_ways() {
         {
             let (af, bf) = (a_flows.lock().unwrap(), b_flows.lock().unwrap());
             let sum = |f: &[Flow]| f.iter().map(|f| f.received).sum::<u64>();
+            let longest = |f: &[Flow]| f.iter().map(Flow::duration).max().unwrap_or_default();
             eprintln!(
-                "{what}: talkback at A: {} flows, {} packets; live view at B: {} flows, {} packets",
+                "{what}: talkback at A: {} flows, {} packets (longest {:?}); live view at B: {} flows, {} packets (longest {:?})",
                 af.len(),
                 sum(&af),
+                longest(&af),
                 bf.len(),
-                sum(&bf)
+                sum(&bf),
+                longest(&bf),
             );
         }
         check_flows(

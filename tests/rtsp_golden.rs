@@ -396,6 +396,16 @@ fn bridge_udp_client_to_an_interleaved_only_server() {
 }
 
 #[test]
+fn bridge_when_the_server_answers_the_other_transport() {
+    let ex = run_transcript(
+        &golden("bridge_other_transport_answered.txt"),
+        exchange(bridging()),
+    );
+    assert_eq!(ex.media().legs.len(), 1);
+    assert!(ex.bridged(TcpSide::Upstream, 0));
+}
+
+#[test]
 fn bridge_refused_both_ways_is_a_461_with_the_reason() {
     let ex = run_transcript(&golden("bridge_refused_both.txt"), exchange(bridging()));
     assert!(ex.media().legs.is_empty());
@@ -415,6 +425,7 @@ fn every_transcript_is_tested() {
     assert_eq!(
         files,
         [
+            "bridge_other_transport_answered.txt",
             "bridge_refused_both.txt",
             "bridge_tcp_client_udp_server.txt",
             "bridge_udp_client_tcp_server.txt",

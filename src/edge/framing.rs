@@ -10,6 +10,8 @@
 //! de-framer resynchronises one byte further on (garbage before the first frame, a length
 //! of 0 or 65535). One error is counted per run of bad bytes, not per byte.
 
+use std::ops::Range;
+
 /// What a framing found at the start of a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Header {
@@ -141,6 +143,29 @@ impl<F: Framing> Deframer<F> {
     /// `n` bytes were read into [`Deframer::space`].
     pub fn filled(&mut self, n: usize) {
         self.end = (self.end + n).min(self.buf.len());
+    }
+
+    /// Records every complete frame as (channel, range in the buffer) into `out` (cleared
+    /// first), counting into `t`; read each with [`Deframer::bytes`] before the next
+    /// [`Deframer::space`]. Lets a caller batch the frames of one read (one `sendmmsg`).
+    pub fn drain_ranges(&mut self, t: &mut DeframeTally, out: &mut Vec<(u8, Range<usize>)>) {
+        out.clear();
+        let base = self.buf.as_ptr() as usize;
+        self.drain(t, |c, p| {
+            let at = p.as_ptr() as usize - base;
+            out.push((c, at..at + p.len()));
+        });
+    }
+
+    /// The bytes of a range [`Deframer::drain_ranges`] recorded.
+    pub fn bytes(&self, r: Range<usize>) -> &[u8] {
+        self.buf.get(r).unwrap_or_default()
+    }
+
+    /// Frames one buffer can hold at most (for sizing the list given to
+    /// [`Deframer::drain_ranges`] once).
+    pub fn max_frames(&self) -> usize {
+        self.buf.len() / (self.framing.header_len() + 1) + 1
     }
 
     /// Hands every complete frame to `f(channel, payload)`, counting into `t`.

@@ -158,6 +158,8 @@ impl Leg {
             counters: Arc::clone(&counters),
         }));
         let stop = Arc::new(AtomicBool::new(false));
+        let deframer = Deframer::new(spec.framing, spec.max_payload);
+        let max_frames = deframer.max_frames();
         let allowed = Arc::new(AtomicU32::new(u32::from(*spec.peer.ip())));
         let mut run = Run {
             allowed: Arc::clone(&allowed),
@@ -168,7 +170,8 @@ impl Leg {
                 spec.local.port(),
                 spec.max_payload,
             ),
-            deframer: Deframer::new(spec.framing, spec.max_payload),
+            deframer,
+            frames: Vec::with_capacity(max_frames),
             out: Vec::with_capacity(OUT_BYTES),
             sink: Arc::clone(&sink),
             counters: Arc::clone(&counters),
@@ -260,6 +263,8 @@ static LEG_LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(5000)
 struct Run {
     injector: Injector,
     deframer: Deframer<Box<dyn Framing>>,
+    /// The frames of one read (sized once, never grown).
+    frames: Vec<(u8, std::ops::Range<usize>)>,
     out: Vec<u8>,
     sink: Arc<EdgeSink>,
     counters: Arc<LegCounters>,
@@ -454,6 +459,7 @@ impl Run {
             injector,
             counters,
             from,
+            frames,
             ..
         } = self;
         let s = stream.as_mut()?;
@@ -470,9 +476,15 @@ impl Run {
             let route = injector.route();
             let mut t = Tally::default();
             let mut d = DeframeTally::default();
-            deframer.drain(&mut d, |_, p| {
-                injector.forward(route.as_deref(), *from, p, now, &mut t)
-            });
+            deframer.drain_ranges(&mut d, frames);
+            let df = &*deframer;
+            injector.forward_batch(
+                route.as_deref(),
+                *from,
+                frames.iter().map(|(_, r)| df.bytes(r.clone())),
+                now,
+                &mut t,
+            );
             injector.finish(route.as_deref(), &t, now);
             counters.frames_in.fetch_add(d.frames, Relaxed);
             counters.bytes_in.fetch_add(d.bytes, Relaxed);

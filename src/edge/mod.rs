@@ -230,6 +230,9 @@ impl LegTable {
     }
 }
 
+/// Datagrams per `sendmmsg` of an [`Injector`].
+const BATCH: usize = 32;
+
 /// The TCP → UDP direction of a leg: puts de-framed packets into the route keyed by the
 /// leg's gateway port, as the engines do with datagrams that arrive there.
 pub struct Injector {
@@ -241,6 +244,20 @@ pub struct Injector {
     egress: Option<(u16, Arc<UdpSocket>)>,
     /// Whether a packet of the current batch passed every check.
     admitted: bool,
+    /// Send headers for one read's packets.
+    batch: crate::engine::sys::mmsg::SliceBatch,
+}
+
+/// Sends what `scope` holds to the route's receiver and counts it.
+fn send(
+    scope: &mut crate::engine::sys::mmsg::SliceScope<'_, '_>,
+    sock: &UdpSocket,
+    route: &StreamRoute,
+    t: &mut Tally,
+) {
+    use std::os::fd::AsFd;
+    let out = scope.send(sock.as_fd(), route.dest);
+    crate::engine::frames::account(t, &out, Some(route));
 }
 
 impl Injector {
@@ -253,6 +270,7 @@ impl Injector {
             max_payload,
             egress: None,
             admitted: false,
+            batch: crate::engine::sys::mmsg::SliceBatch::new(BATCH),
         }
     }
 
@@ -261,7 +279,8 @@ impl Injector {
         self.routes.lookup(self.channel, self.port)
     }
 
-    /// One de-framed packet from `from`, for `route` (from [`Injector::route`]).
+    /// One de-framed packet from `from`, for `route` (from [`Injector::route`]); prefer
+    /// [`Injector::forward_batch`] for the frames of one read.
     pub fn forward(
         &mut self,
         route: Option<&StreamRoute>,
@@ -270,47 +289,71 @@ impl Injector {
         now: u64,
         t: &mut Tally,
     ) {
-        t.rx_packets += 1;
-        t.rx_bytes += payload.len() as u64;
+        self.forward_batch(route, from, std::iter::once(payload), now, t);
+    }
+
+    /// The de-framed packets of one read, from `from`, for `route` (from
+    /// [`Injector::route`]): each checked as a datagram would be, the admitted ones handed to
+    /// the far leg's sink or sent from the route's egress socket, one `sendmmsg` per batch.
+    pub fn forward_batch<'p>(
+        &mut self,
+        route: Option<&StreamRoute>,
+        from: SocketAddrV4,
+        frames: impl Iterator<Item = &'p [u8]>,
+        now: u64,
+        t: &mut Tally,
+    ) {
         let Some(route) = route else {
-            t.drop(DropReason::NoRoute);
+            for p in frames {
+                t.rx_packets += 1;
+                t.rx_bytes += p.len() as u64;
+                t.drop(DropReason::NoRoute);
+            }
             return;
         };
-        match inspect(route, from, payload, false, self.max_payload, now) {
-            Ok(admitted) => {
-                self.admitted = true;
-                t.relatches += u64::from(admitted == Admitted::Relatched);
-            }
-            Err(reason) => {
-                t.drop(reason);
-                return;
-            }
-        }
-        if let Some(sink) = &route.edge {
-            crate::engine::frames::offer_to_leg(sink, payload, t);
-            return;
-        }
-        let sock = match &self.egress {
-            Some((p, s)) if *p == route.egress_port => s,
-            _ => {
-                let Some(s) = self
+        let sock = match (&route.edge, &self.egress) {
+            (Some(_), _) => None,
+            (None, Some((p, s))) if *p == route.egress_port => Some(Arc::clone(s)),
+            (None, _) => {
+                let s = self
                     .routes
-                    .port_socket(self.channel.egress(), route.egress_port)
-                else {
-                    // Only while the route's session is being torn down.
-                    t.drop(DropReason::SendError);
-                    return;
-                };
-                &self.egress.insert((route.egress_port, s)).1
+                    .port_socket(self.channel.egress(), route.egress_port);
+                if let Some(s) = &s {
+                    self.egress = Some((route.egress_port, Arc::clone(s)));
+                }
+                s
             }
         };
-        match sock.send_to(payload, route.dest) {
-            Ok(_) => {
-                t.tx_packets += 1;
-                t.tx_bytes += payload.len() as u64;
+        let mut scope = self.batch.scope();
+        for p in frames {
+            t.rx_packets += 1;
+            t.rx_bytes += p.len() as u64;
+            match inspect(route, from, p, false, self.max_payload, now) {
+                Ok(admitted) => {
+                    self.admitted = true;
+                    t.relatches += u64::from(admitted == Admitted::Relatched);
+                }
+                Err(reason) => {
+                    t.drop(reason);
+                    continue;
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => t.drop(DropReason::QueueFull),
-            Err(_) => t.drop(DropReason::SendError),
+            if let Some(sink) = &route.edge {
+                crate::engine::frames::offer_to_leg(sink, p, t);
+                continue;
+            }
+            let Some(sock) = &sock else {
+                // Only while the route's session is being torn down.
+                t.drop(DropReason::SendError);
+                continue;
+            };
+            if scope.is_full() {
+                send(&mut scope, sock, route, t);
+            }
+            scope.push(p);
+        }
+        if let Some(sock) = &sock {
+            send(&mut scope, sock, route, t);
         }
     }
 

@@ -9,15 +9,19 @@
 //! table drops `udp dport <lo>-<hi>` to the gateway's address arriving on the capture
 //! interfaces, one rule per domain, and counts it.
 //!
-//! # Why the `input` hook at priority −300
+//! # Why the `prerouting` hook at priority −300
 //!
-//! The drop must come after AF_PACKET has seen the frame, so it cannot be a `netdev ingress`
-//! chain: the rings are bound with `ETH_P_IP`, and such sockets are served after the ingress
-//! hook (a drop there would starve them). In the `inet` family the packet socket has already
-//! been served. On the `input` hook, −300 (the "raw" priority) places the chain before every
-//! other table's input chain — mangle (−150), filter (0), SNAT-on-input (100), the conntrack
-//! helpers (300) — so no other rule logs, counts, NATs or accepts media first, and the
-//! packet is dropped before the UDP lookup that would answer with ICMP.
+//! The drop must not starve the rings, so it cannot be a `netdev ingress` chain: the rings
+//! are bound with `ETH_P_IP`, and such sockets are served after the ingress hook. Any hook of
+//! the IP layer is safe: the kernel hands an `ETH_P_IP` packet socket its own reference to
+//! the frame (`ip_rcv` works on a clone when the frame is shared), so what the IP layer drops
+//! the ring still gets. `prerouting` at −300 (the "raw" priority) comes after defragmentation
+//! (−400) and before connection tracking (−200), every other table's prerouting chain, the
+//! route lookup and the input hook: captured media costs the kernel no conntrack entry, no
+//! route lookup and no UDP lookup (which would answer with ICMP port unreachable), and no
+//! other rule logs, counts, NATs or accepts it first. (Until 2026-12 the chain was on
+//! `input`, which paid the route lookup and, where conntrack runs, a conntrack entry per
+//! media flow.)
 //!
 //! A stale table left by a crash is replaced atomically: the script declares the table,
 //! deletes it and creates it again in one transaction (`nft -f` is all-or-nothing).
@@ -67,7 +71,9 @@ fn valid_ifname(s: &str) -> bool {
         })
 }
 
-/// One drop rule: UDP to `ports` (and to `addr`, when given) arriving on `iface`.
+/// One drop rule: UDP to `ports` (and to `addr`, when given) arriving on `iface`. The chain
+/// is on `prerouting`: without `addr` it also drops such datagrams that the host would route
+/// elsewhere, so the engines always give the gateway's address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DropRule {
     pub iface: String,
@@ -109,7 +115,7 @@ pub fn ruleset(instance: &str, rules: &[DropRule]) -> Result<String, NftError> {
          delete table {table}\n\
          table {table} {{\n\
          \tchain media_in {{\n\
-         \t\ttype filter hook input priority -300; policy accept;\n\
+         \t\ttype filter hook prerouting priority -300; policy accept;\n\
          {lines}\
          \t}}\n\
          }}\n"
@@ -235,7 +241,7 @@ mod tests {
         )
         .unwrap();
         assert!(s.starts_with("table inet vgate_t1\ndelete table inet vgate_t1\n"));
-        assert!(s.contains("type filter hook input priority -300; policy accept;"));
+        assert!(s.contains("type filter hook prerouting priority -300; policy accept;"));
         assert!(s.contains("iifname \"ga\" ip daddr 10.0.0.1 udp dport 20000-20099 counter drop\n"));
         assert!(s.contains("iifname \"gb\" udp dport 30000-30099 counter drop\n"));
         let one = ruleset("t1", &[rule("ga", None, 5004..=5004)]).unwrap();

@@ -54,7 +54,8 @@
 //! A packet socket receives a *copy*; the kernel would still look the datagram up and answer
 //! "port unreachable" or deliver it to the port's socket. At build time the engine installs
 //! `inet vgate_<hash of interfaces, addresses and ranges>` ([`super::nft`]) dropping the media
-//! ranges at input; a table of the same name left by a crashed run is replaced. It is removed
+//! ranges before routing (`prerouting`, before conntrack); a table of the same name left by a
+//! crashed run is replaced. It is removed
 //! when the engine is dropped (drop it in the network namespace it was built in).
 
 use std::io;
@@ -380,7 +381,7 @@ impl Engine for AfpacketEngine {
             .collect();
         let geometry = Geometry::for_payload(self.cfg.max_payload);
         format!(
-            "mode tnapi, engine afpacket (AF_PACKET TPACKET_V3, fanout QM, {} x {} KiB blocks, {} ms block timeout; egress {}); interfaces: {}; {} queue(s), workers: {}; nft table inet {} drops captured media at input",
+            "mode tnapi, engine afpacket (AF_PACKET TPACKET_V3, fanout QM, {} x {} KiB blocks, {} ms block timeout; egress {}); interfaces: {}; {} queue(s), workers: {}; nft table inet {} drops captured media before routing",
             geometry.block_count,
             geometry.block_size / 1024,
             BLOCK_TIMEOUT_MS,

@@ -484,7 +484,11 @@ pub fn open_outgoing(cfg: &LinkConfig) -> Result<Arc<UdpSocket>, EngineError> {
 /// Opens the incoming link's socket.
 pub fn open_incoming(cfg: &LinkConfig) -> Result<UdpSocket, EngineError> {
     let sock = bind_on(cfg.local, &cfg.interface, "incoming link")?;
-    let _ = setsockopt(&sock, sockopt::RcvBuf, &(8usize << 20));
+    // Past net.core.rmem_max with CAP_NET_ADMIN: the link's frames come in bursts (a
+    // sending worker's wakeup at once), and what overflows here is lost for good.
+    if setsockopt(&sock, sockopt::RcvBufForce, &(8usize << 20)).is_err() {
+        let _ = setsockopt(&sock, sockopt::RcvBuf, &(8usize << 20));
+    }
     let _ = setsockopt(&sock, sockopt::RxqOvfl, &1);
     Ok(sock)
 }

@@ -37,6 +37,8 @@ pub struct Flow {
     /// Bytes that were not a whole frame when the connection closed (TCP).
     pub trailing: usize,
     pub bad_frames: u64,
+    /// When the first and the last packet arrived.
+    pub span: Option<(Instant, Instant)>,
 }
 
 impl Flow {
@@ -48,7 +50,14 @@ impl Flow {
         let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
         self.first.get_or_insert(seq);
         self.last = seq;
+        let now = Instant::now();
+        self.span = Some((self.span.map_or(now, |s| s.0), now));
         self.received += 1;
+    }
+
+    /// Time between the first and the last packet received.
+    pub fn duration(&self) -> Duration {
+        self.span.map_or(Duration::ZERO, |(a, b)| b - a)
     }
 
     /// Packets missing between the first and the last received.
@@ -62,6 +71,16 @@ impl Flow {
 
 /// Flows seen by one peer.
 pub type Flows = Arc<Mutex<Vec<Flow>>>;
+
+/// A new SSRC for each flow this process sends (flows are told apart by it).
+fn next_ssrc() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x4571_0000);
+    NEXT.fetch_add(1, Relaxed)
+}
+
+fn ssrc_of(pkt: &[u8]) -> Option<u32> {
+    (pkt.len() >= 12).then(|| u32::from_be_bytes([pkt[8], pkt[9], pkt[10], pkt[11]]))
+}
 
 fn rtp(seq: u16, ssrc: u32) -> Vec<u8> {
     let mut p = vec![0u8; 12 + PAYLOAD];
@@ -83,7 +102,7 @@ fn run_flow(s: TcpStream, stop: Arc<AtomicBool>, max_send: u64, flows: Flows) {
     let stop2 = Arc::clone(&stop);
     let writer = std::thread::spawn(move || {
         let mut sent = 0u64;
-        let ssrc = 0x4571_0000 | u32::from(peer.map_or(0, |p| p.port()));
+        let ssrc = next_ssrc();
         while sent < max_send && !done2.load(Relaxed) && !stop2.load(Relaxed) {
             let p = rtp(sent as u16, ssrc);
             let mut f = (p.len() as u16).to_be_bytes().to_vec();
@@ -194,58 +213,66 @@ pub fn tcp_connect(
     }))
 }
 
-/// A UDP media peer at `addr`: every gateway port it hears from becomes a flow; it sends
-/// back to it every [`PACE`] (at most `max_send` packets) until that port has been silent
-/// for 300 ms.
+/// A UDP media peer at `addr`: every stream (SSRC) it hears is a flow; it sends back to the
+/// gateway port that stream last came from, every [`PACE`] (at most `max_send` packets),
+/// while that stream is alive (heard within 300 ms; a pause only pauses the reply, it never
+/// splits the flow).
 pub fn udp_responder(addr: &str, stop: Arc<AtomicBool>, max_send: u64) -> (Flows, JoinHandle<()>) {
+    struct Live {
+        flow: Flow,
+        to: SocketAddr,
+        heard: Instant,
+        next: Instant,
+        ssrc: u32,
+    }
     let s = UdpSocket::bind(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
     let flows: Flows = Arc::default();
     let f2 = Arc::clone(&flows);
     let h = std::thread::spawn(move || {
-        let mut live: HashMap<SocketAddr, (Flow, Instant, Instant)> = HashMap::new();
+        let mut live: HashMap<u32, Live> = HashMap::new();
         let mut buf = [0u8; 2048];
         while !stop.load(Relaxed) {
             while let Ok((n, from)) = s.recv_from(&mut buf) {
                 let now = Instant::now();
-                let e = live.entry(from).or_insert_with(|| {
-                    (
-                        Flow {
-                            peer: Some(from),
-                            ..Flow::default()
-                        },
-                        now,
-                        now,
-                    )
+                let Some(key) = ssrc_of(&buf[..n]) else {
+                    continue;
+                };
+                let e = live.entry(key).or_insert_with(|| Live {
+                    flow: Flow {
+                        peer: Some(from),
+                        ..Flow::default()
+                    },
+                    to: from,
+                    heard: now,
+                    next: now,
+                    ssrc: next_ssrc(),
                 });
-                e.0.observe(&buf[..n]);
-                e.1 = now;
+                e.flow.observe(&buf[..n]);
+                if e.to != from {
+                    e.flow.peer = Some(from);
+                    e.to = from;
+                }
+                if now.duration_since(e.heard) > Duration::from_millis(300) {
+                    e.next = now;
+                }
+                e.heard = now;
             }
             let now = Instant::now();
-            let mut ended = Vec::new();
-            for (to, (flow, heard, next)) in live.iter_mut() {
-                if now.duration_since(*heard) > Duration::from_millis(300) {
-                    ended.push(*to);
+            for l in live.values_mut() {
+                if now.duration_since(l.heard) > Duration::from_millis(300) {
                     continue;
                 }
-                if now >= *next && flow.sent < max_send {
-                    let _ = s.send_to(
-                        &rtp(flow.sent as u16, 0x0bad_0000 | u32::from(to.port())),
-                        to,
-                    );
-                    flow.sent += 1;
-                    *next += PACE;
-                }
-            }
-            for to in ended {
-                if let Some((f, _, _)) = live.remove(&to) {
-                    f2.lock().unwrap().push(f);
+                if now >= l.next && l.flow.sent < max_send {
+                    let _ = s.send_to(&rtp(l.flow.sent as u16, l.ssrc), l.to);
+                    l.flow.sent += 1;
+                    l.next += PACE;
                 }
             }
         }
         f2.lock()
             .unwrap()
-            .extend(live.into_values().map(|(f, _, _)| f));
+            .extend(live.into_values().map(|l| l.flow));
     });
     (flows, h)
 }

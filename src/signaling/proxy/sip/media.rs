@@ -545,16 +545,17 @@ impl CallMedia {
     /// Ends the media session: routes removed, ports given back.
     pub fn close(&mut self, routes: &Routes) {
         // The routes go first, so no engine offers to a leg whose counters were already
-        // summed; then the legs stop.
-        let legs: Vec<SlotLeg> = self
-            .slots
-            .iter_mut()
-            .flat_map(|s| s.legs.iter_mut().filter_map(Option::take))
-            .collect();
+        // summed; then the legs stop (and let go of the egress sockets they send from);
+        // then the ports are given back (a port's close waits for its socket's last user).
+        for (spec, _) in &self.installed {
+            let _ = routes.remove_route(Channel::from_ingress(spec.ingress), spec.port);
+        }
+        for slot in &mut self.slots {
+            slot.legs = [None, None];
+        }
         if let Some(s) = self.session.take() {
             let _ = routes.close_session(s);
         }
-        drop(legs);
         self.installed.clear();
         self.slots.clear();
         self.cache = [None, None];
