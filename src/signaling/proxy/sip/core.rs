@@ -335,6 +335,8 @@ pub struct Core {
     rtp_only: bool,
     /// `engine.max_payload`, for the TCP media legs.
     max_payload: usize,
+    /// This proxy runs in a half of the split appliance (TCP media refused there).
+    split: bool,
     routes: Arc<Routes>,
     /// Domain of each face.
     domain: [DomainId; 2],
@@ -386,6 +388,7 @@ impl Core {
             source_policy: config.security.source_validation,
             rtp_only: config.security.rtp_only,
             max_payload: config.engine.max_payload,
+            split: config.split.is_some(),
             routes,
             domain: [route.listen_domain, route.listen_domain.other()],
             local,
@@ -1196,7 +1199,7 @@ impl Core {
             self.calls.insert(
                 call_id.clone(),
                 Call {
-                    media: CallMedia::new(label, self.max_payload),
+                    media: CallMedia::new(label, self.max_payload).in_split_half(self.split),
                     contact: [None, None],
                     view: [None, None],
                     cseq_to: [0, 0],

@@ -180,6 +180,8 @@ pub struct CallMedia {
     pub label: String,
     /// `engine.max_payload`: the longest packet a TCP leg puts on a channel.
     max_payload: usize,
+    /// A split half: media over TCP is refused (see [`CallMedia::in_split_half`]).
+    split: bool,
 }
 
 /// Whether an `m=` line carries RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571).
@@ -212,7 +214,17 @@ impl CallMedia {
             cache: [None, None],
             label,
             max_payload,
+            split: false,
         }
+    }
+
+    /// This call runs in a half of the split appliance. Its TCP legs could take media from
+    /// the link (an engine offers to a leg's sink on either side), but a leg's packets
+    /// cannot go down the outgoing one-way link yet (that needs a link sender of the leg's
+    /// own), so media over TCP is refused with 488 there rather than lost.
+    pub fn in_split_half(mut self, split: bool) -> CallMedia {
+        self.split = split;
+        self
     }
 
     /// Rewrites an SDP body sent from domain `from` for the other domain, allocating
@@ -238,13 +250,18 @@ impl CallMedia {
         if let Some(m) = parsed.media.iter().find(|m| {
             m.port != 0
                 && is_tcp_media(m.proto)
-                && (!tcp_supported(m.proto) || m.port_count.is_some_and(|c| c > 1))
+                && (self.split || !tcp_supported(m.proto) || m.port_count.is_some_and(|c| c > 1))
         }) {
+            let what = if self.split {
+                "is not relayed across a split appliance yet; offer RTP/AVP over UDP"
+            } else {
+                "is not relayed by this gateway; offer TCP/RTP/AVP (RFC 4571) or RTP/AVP over UDP"
+            };
             return Err(MediaError::Refuse {
                 code: 488,
                 reason: "Not Acceptable Here",
                 warning: format!(
-                    "399 vgate \"{} media over TCP ({}) is not relayed by this gateway; offer TCP/RTP/AVP (RFC 4571) or RTP/AVP over UDP\"",
+                    "399 vgate \"{} media over TCP ({}) {what}\"",
                     m.kind, m.proto
                 ),
             });
@@ -746,5 +763,29 @@ media_ports = "45000-45199"
         assert!(m.installed[0].1.is_some());
         m.close(&routes);
         assert_eq!(routes.legs.len(), 0);
+    }
+
+    #[test]
+    fn a_split_half_refuses_tcp_media_and_opens_nothing() {
+        let routes = routes();
+        let mut m = CallMedia::new("t".into(), 1472).in_split_half(true);
+        let offer = sdp(
+            "127.0.0.2",
+            9006,
+            "TCP/RTP/AVP",
+            "a=recvonly\r\na=setup:passive\r\na=connection:new\r\n",
+        );
+        match m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer) {
+            Err(MediaError::Refuse { code, warning, .. }) => {
+                assert_eq!(code, 488);
+                assert!(
+                    warning.contains("over TCP") && warning.contains("split"),
+                    "{warning}"
+                );
+            }
+            Ok(_) => panic!("TCP media crossed a split half"),
+        }
+        assert_eq!(routes.legs.len(), 0);
+        assert_eq!(routes.ports(DomainId::A).0, 0);
     }
 }
