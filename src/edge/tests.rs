@@ -283,3 +283,55 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     drop(leg);
     routes.close_session(s).unwrap();
 }
+
+#[test]
+fn a_passive_leg_drops_a_stranger_once_the_sdp_names_its_peer() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
+    let mut sp = spec(
+        s,
+        DomainId::A,
+        Role::Passive,
+        local,
+        "0.0.0.0:0".parse().unwrap(),
+        None,
+    );
+    sp.within = Some(routes.domain(DomainId::A).clone());
+    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    // Before any SDP named the peer: an address of the domain is taken.
+    let mut early = TcpStream::connect(local).unwrap();
+    wait("connected", || leg.counters().connects.load(SeqCst) == 1);
+    // The answer names 127.0.0.3: the early connection is dropped, counted.
+    leg.expect_peer("127.0.0.3".parse().unwrap());
+    early
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(early.read(&mut b), Ok(0) | Err(_)),
+        "closed by the leg"
+    );
+    wait("refused", || leg.counters().refused.load(SeqCst) == 1);
+    // The named peer gets in.
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Stream,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    use std::os::fd::AsRawFd;
+    let from: SocketAddrV4 = "127.0.0.3:0".parse().unwrap();
+    nix::sys::socket::bind(sock.as_raw_fd(), &nix::sys::socket::SockaddrIn::from(from)).unwrap();
+    nix::sys::socket::connect(sock.as_raw_fd(), &nix::sys::socket::SockaddrIn::from(local))
+        .unwrap();
+    let _named = TcpStream::from(sock);
+    wait("the named peer", || {
+        leg.counters().connects.load(SeqCst) == 2
+    });
+    assert_eq!(leg.counters().state(), LegState::Connected);
+    drop(leg);
+    routes.close_session(s).unwrap();
+}
