@@ -67,6 +67,17 @@ fn spec(
     }
 }
 
+/// `conn` is closed by the leg, which has counted `refused` refusals.
+fn closed_by_the_leg(mut conn: TcpStream, leg: &Leg, refused: u64) {
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(conn.read(&mut b), Ok(0) | Err(_)),
+        "closed by the leg"
+    );
+    wait("refused", || leg.counters().refused.load(SeqCst) == refused);
+}
+
 fn thread_named(name: &str) -> bool {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -219,16 +230,8 @@ fn passive_leg_refuses_other_sources() {
         Arc::clone(&routes),
     )
     .unwrap();
-    let mut intruder = TcpStream::connect(local).unwrap();
-    intruder
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut b = [0u8; 1];
-    assert!(
-        matches!(intruder.read(&mut b), Ok(0) | Err(_)),
-        "closed by the leg"
-    );
-    wait("refused", || leg.counters().refused.load(SeqCst) == 1);
+    let intruder = TcpStream::connect(local).unwrap();
+    closed_by_the_leg(intruder, &leg, 1);
     assert_eq!(leg.counters().connects.load(SeqCst), 0);
     drop(leg);
     routes.close_session(s).unwrap();
@@ -301,19 +304,11 @@ fn a_passive_leg_drops_a_stranger_once_the_sdp_names_its_peer() {
     sp.within = Some(routes.domain(DomainId::A).clone());
     let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
     // Before any SDP named the peer: an address of the domain is taken.
-    let mut early = TcpStream::connect(local).unwrap();
+    let early = TcpStream::connect(local).unwrap();
     wait("connected", || leg.counters().connects.load(SeqCst) == 1);
     // The answer names 127.0.0.3: the early connection is dropped, counted.
     leg.expect_peer("127.0.0.3".parse().unwrap());
-    early
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut b = [0u8; 1];
-    assert!(
-        matches!(early.read(&mut b), Ok(0) | Err(_)),
-        "closed by the leg"
-    );
-    wait("refused", || leg.counters().refused.load(SeqCst) == 1);
+    closed_by_the_leg(early, &leg, 1);
     // The named peer gets in.
     let sock = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
