@@ -369,4 +369,4 @@ impl Injector {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

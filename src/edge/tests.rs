@@ -14,17 +14,25 @@ use crate::engine::ports::PortRegistry;
 use crate::routes::{PortHooks, RouteSpec, SessionKind};
 
 fn routes() -> Arc<Routes> {
+    loopback_routes("47000-47199", "48000-48199")
+}
+
+/// Route tables on loopback (A = 127.0.0.1, B = 127.0.0.2) with the real port registry, so
+/// legs and injectors find their sockets; the ranges keep concurrent tests apart.
+pub(crate) fn loopback_routes(a_ports: &str, b_ports: &str) -> Arc<Routes> {
     let cfg = config::parse(
-        r#"
+        &format!(
+            r#"
 [domains.a]
 interface = "lo"
 address = "127.0.0.1"
-media_ports = "47000-47199"
+media_ports = "{a_ports}"
 [domains.b]
 interface = "lo"
 address = "127.0.0.2"
-media_ports = "48000-48199"
-"#,
+media_ports = "{b_ports}"
+"#
+        ),
         "t",
     )
     .unwrap();
