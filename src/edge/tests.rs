@@ -167,7 +167,8 @@ fn passive_leg_bridges_both_ways() {
         .unwrap();
     assert_eq!(routes.legs.len(), 1);
     let name = format!("vgate-leg{}", leg.id());
-    assert!(thread_named(&name), "the leg runs its own thread");
+    // The new thread names itself when it starts: wait for it rather than race it.
+    wait("the leg runs its own thread", || thread_named(&name));
     // A second client from an address the SDP did not name is refused.
     let mut peer = TcpStream::connect(local).unwrap();
     let mut bytes = Vec::with_capacity(65536);
