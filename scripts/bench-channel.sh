@@ -23,6 +23,13 @@
 #                     can outrun them, plus memory and route activation.)
 #   --generator G     iperf (default), vgate (vgate demo's own RTP generator on loopback inside
 #                     the gateway namespace, stack mode only, a separate table) or "iperf vgate"
+#   --split           also run the split appliance ("split"): the same iperf streams from domain A
+#                     through half A, the forward one-way link and half B to domain B, on the
+#                     four-namespace bed of scripts/split-bed.sh, two `vgate run --half` processes
+#                     (stack mode, both pinned to the relay core like the single-host modes); the
+#                     report gives each half's CPU per packet and throughput/loss against the
+#                     single-host stack mode of the same run
+#   --split-fec F     the forward link's FEC in the split configuration (default "8+2"; "off")
 #   --socat-max N     largest N the socat floor is run at (default 200: N processes)
 #   --flows-per-process K   iperf flows per iperf process (default 50; 1 = one process per stream)
 #   --quick           smoke run (~3 minutes): --runs 1 --seconds 4
@@ -46,6 +53,8 @@ MODES="stack tnapi zc"
 BASELINES="kernel crelay socat"
 GENERATOR=iperf
 SOCAT_MAX=200
+SPLIT=0
+SPLIT_FEC=8+2
 PER_PROC=50
 OUT=docs/bench-channel.md
 NOTE=""
@@ -66,6 +75,8 @@ while [ $# -gt 0 ]; do
         --baselines) BASELINES="${2-}"; shift 2 ;;
         --generator) GENERATOR="${2:?}"; shift 2 ;;
         --socat-max) SOCAT_MAX="${2:?}"; shift 2 ;;
+        --split) SPLIT=1; shift ;;
+        --split-fec) SPLIT_FEC="${2:?}"; shift 2 ;;
         --flows-per-process) PER_PROC="${2:?}"; shift 2 ;;
         --quick) QUICK=1; shift ;;
         --out) OUT="${2:?}"; shift 2 ;;
@@ -96,6 +107,8 @@ for n in $STREAMS; do isnum "$n" 1 2000 || die "--streams: '$n' is not 1..2000";
 for m in $MODES; do case "$m" in stack|tnapi|zc|xdp) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
 for b in $BASELINES; do case "$b" in kernel|crelay|socat|route) ;; *) die "--baselines: unknown '$b'" ;; esac; done
 for g in $GENERATOR; do case "$g" in iperf|vgate) ;; *) die "--generator: iperf or vgate" ;; esac; done
+[[ "$SPLIT_FEC" =~ ^(off|[0-9]+\+[0-9]+)$ ]] || die "--split-fec: off or K+M"
+
 
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nftables)"
 PY=/usr/bin/python3   # Debian's python3, where python3-matplotlib lives
@@ -119,6 +132,8 @@ WORK=$(mktemp -d /tmp/bench-channel.XXXXXX)
 RAW=$WORK/raw
 mkdir -p "$RAW"
 BED="vgch$$"
+SPLIT_BED="vgsp$$"
+SPLIT_UP=0
 PIDS=()          # every background process this script started (timeout wrappers, socat, vgate)
 BED_UP=0
 G_NS="" A_NS="" B_NS=""
@@ -133,6 +148,9 @@ cleanup() {
     if [ "$BED_UP" = 1 ]; then
         # Namespace deletion takes the veths, routes and nft tables inside with it.
         scripts/testbed.sh --name "$BED" down || true
+    fi
+    if [ "$SPLIT_UP" = 1 ]; then
+        scripts/split-bed.sh --name "$SPLIT_BED" down || true
     fi
     if [ -n "$KEEP" ]; then
         mkdir -p "$KEEP" && cp -a "$RAW/." "$KEEP/" && echo "bench-channel: raw outputs in $KEEP" >&2
@@ -175,6 +193,65 @@ if [[ " $MODES " == *" xdp "* ]]; then
 fi
 steer
 
+# ---- the split bed (--split): its KEY=value lines as SP_KEY -------------------------------
+if [ "$SPLIT" = 1 ]; then
+    log "bringing up split bed $SPLIT_BED"
+    SPLIT_UP=1
+    scripts/split-bed.sh --name "$SPLIT_BED" up | sed 's/^/SP_/' > "$WORK/split.env"
+    # shellcheck disable=SC1091
+    . "$WORK/split.env"
+    # The same placement: the halves' receive processing on the relay core, the domains' on
+    # the generator's (one queue per veth on this bed).
+    if [ "$NCPU" -gt 1 ]; then
+        for ifc in ga fa ra; do inns "$SP_HA_NS" sh -c "echo $(printf '%x' $((1 << RELAY_CPU))) > /sys/class/net/$ifc/queues/rx-0/rps_cpus"; done
+        for ifc in gb fb rb; do inns "$SP_HB_NS" sh -c "echo $(printf '%x' $((1 << RELAY_CPU))) > /sys/class/net/$ifc/queues/rx-0/rps_cpus"; done
+        inns "$SP_DA_NS" sh -c "echo $(printf '%x' $((1 << GEN_CPU))) > /sys/class/net/va/queues/rx-0/rps_cpus"
+        inns "$SP_DB_NS" sh -c "echo $(printf '%x' $((1 << GEN_CPU))) > /sys/class/net/vb/queues/rx-0/rps_cpus"
+    fi
+fi
+SPLIT_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+FACE_A=127.77.0.1 FACE_B=127.77.0.2
+FACE_PORT_BASE=25000  # half B's gateway ports on its link face (half A's routes' destination)
+
+split_config() { # half n file
+    local h=$1 n=$2 f=$3 i
+    {
+        echo "# Written by $(basename "$0"): half $h of the split appliance, $n static stream routes A -> B."
+        if [ "$h" = a ]; then
+            printf '[domains.a]\ninterface = "ga"\naddress = "%s"\nnetworks = ["10.211.1.0/24"]\nmedia_ports = "20000-29999"\n' "$SP_GA_IP"
+            printf '[domains.b]\ninterface = "lo"\naddress = "%s"\nnetworks = ["%s/32"]\nmedia_ports = "30000-39999"\n' "$FACE_A" "$FACE_B"
+        else
+            printf '[domains.a]\ninterface = "lo"\naddress = "%s"\nnetworks = ["%s/32"]\nmedia_ports = "20000-29999"\n' "$FACE_B" "$FACE_A"
+            printf '[domains.b]\ninterface = "gb"\naddress = "%s"\nnetworks = ["10.211.2.0/24"]\nmedia_ports = "30000-39999"\n' "$SP_GB_IP"
+        fi
+        printf '[engine]\nmode = "stack"\nqueues = 1\ncpus = [%s]\n[security]\nsource_validation = "strict"\n[control]\nlisten = "%s"\n' "$RELAY_CPU" "$ADMIN"
+        if [ "$h" = a ]; then
+            printf '[split]\nhalf = "a"\npeer_face = "%s"\n' "$FACE_B"
+            printf '[split.out_link]\ninterface = "fa"\nlocal = "%s:7001"\npeer = "%s:7001"\npeer_mac = "%s"\nfec = "%s"\n' "$SP_FA_IP" "$SP_FB_IP" "$SP_FB_MAC" "$SPLIT_FEC"
+            printf '[split.in_link]\ninterface = "ra"\nlocal = "%s:7002"\npeer = "%s:7002"\nfec = "off"\n' "$SP_RA_IP" "$SP_RB_IP"
+            printf '[split.signal]\ninterface = "sa"\nlocal = "%s:7400"\npeer = "%s:7400"\nkey = "%s"\n' "$SP_SA_IP" "$SP_SB_IP" "$SPLIT_KEY"
+            for ((i = 0; i < n; i++)); do
+                printf '[[stream_route]]\nname = "s%d"\ndomain = "a"\nport = %d\ndestination = "%s:%d"\negress_port = %d\nexpect_source = "%s:0"\n' \
+                    "$i" $((A_BASE + i)) "$FACE_B" $((FACE_PORT_BASE + i)) $((EG_BASE + i)) "$SP_DA_IP"
+            done
+        else
+            printf '[split]\nhalf = "b"\npeer_face = "%s"\n' "$FACE_A"
+            printf '[split.out_link]\ninterface = "rb"\nlocal = "%s:7002"\npeer = "%s:7002"\npeer_mac = "%s"\nfec = "off"\n' "$SP_RB_IP" "$SP_RA_IP" "$SP_RA_MAC"
+            printf '[split.in_link]\ninterface = "fb"\nlocal = "%s:7001"\npeer = "%s:7001"\nfec = "%s"\n' "$SP_FB_IP" "$SP_FA_IP" "$SPLIT_FEC"
+            printf '[split.signal]\ninterface = "sb"\nlocal = "%s:7400"\npeer = "%s:7400"\nkey = "%s"\n' "$SP_SB_IP" "$SP_SA_IP" "$SPLIT_KEY"
+            for ((i = 0; i < n; i++)); do
+                printf '[[stream_route]]\nname = "s%d"\ndomain = "a"\nport = %d\ndestination = "%s:%d"\negress_port = %d\nexpect_source = "%s:%d"\n' \
+                    "$i" $((FACE_PORT_BASE + i)) "$SP_DB_IP" $((SINK_BASE + i)) $((EG_BASE + i)) "$FACE_A" $((EG_BASE + i))
+            done
+        fi
+    } > "$f"
+}
+
+# The split configuration runs its peers on the split bed: the namespace variables point
+# there while it runs (restored by stop_config).
+SAVED_NS=()
+SPLIT_WRAP_A="" SPLIT_WRAP_B="" SPLIT_PID_A="" SPLIT_PID_B=""
+
 # ---- configurations ---------------------------------------------------------------------
 RELAY_PIDS=()   # the processes whose CPU time is the relay's (vgate, socats)
 VGATE_WRAP=""   # timeout wrapper of the running vgate
@@ -188,6 +265,7 @@ start_config() {
         route)
             inns "$G_NS" sysctl -qw net.ipv4.ip_forward=1
             ip -n "$A_NS" route replace 10.201.2.0/24 via "$GA_IP" dev "$A_IF"
+            # shellcheck disable=SC2153 # GB_IP and B_IF come from the bed's env (sourced)
             ip -n "$B_NS" route replace 10.201.1.0/24 via "$GB_IP" dev "$B_IF"
             TARGET=$B_IP TPORT=$SINK_BASE ;;
         kernel)
@@ -219,6 +297,42 @@ start_config() {
             # ip and taskset exec it: the wrapper's child is the relay, whose CPU time counts.
             RELAY_PIDS=("$(pgrep -P "$VGATE_WRAP" | head -1 || true)")
             TARGET=$GA_IP TPORT=$A_BASE ;;
+        split)
+            local h ns wrap vp
+            for h in a b; do
+                split_config "$h" "$n" "$WORK/half-$h.toml"
+                rm -f "$WORK/half-$h.log" "$WORK/half-$h.out"
+                if [ "$h" = a ]; then ns=$SP_HA_NS; else ns=$SP_HB_NS; fi
+                timeout -s TERM $((SECS + 60)) ip netns exec "$ns" "$VGATE" run --config "$WORK/half-$h.toml" \
+                    --stats-interval 0 > "$WORK/half-$h.out" 2> "$WORK/half-$h.log" &
+                wrap=$!
+                PIDS+=("$wrap")
+                if [ "$h" = a ]; then SPLIT_WRAP_A=$wrap; else SPLIT_WRAP_B=$wrap; fi
+            done
+            for h in a b; do
+                if [ "$h" = a ]; then wrap=$SPLIT_WRAP_A; else wrap=$SPLIT_WRAP_B; fi
+                local t=0
+                vp=""
+                while [ $t -lt 100 ]; do
+                    vp=$(pgrep -P "$wrap" | head -1 || true)
+                    if [ -n "$vp" ] && grep -q "static stream routes installed" "$WORK/half-$h.log" 2>/dev/null; then break; fi
+                    if ! kill -0 "$wrap" 2>/dev/null; then break; fi
+                    sleep 0.1; t=$((t + 1))
+                done
+                if [ -z "$vp" ] || ! grep -q "static stream routes installed" "$WORK/half-$h.log" 2>/dev/null; then
+                    kill -TERM "$SPLIT_WRAP_A" "$SPLIT_WRAP_B" 2>/dev/null || true
+                    wait "$SPLIT_WRAP_A" "$SPLIT_WRAP_B" 2>/dev/null || true
+                    touch "$WORK/half-$h.log"
+                    { echo -n "half $h: "; sed 's/\x1b\[[0-9;]*m//g' "$WORK/half-$h.log" | grep -m1 " ERROR " || tail -1 "$WORK/half-$h.log"; } > "$why"
+                    SPLIT_WRAP_A="" SPLIT_WRAP_B=""
+                    return 1
+                fi
+                if [ "$h" = a ]; then SPLIT_PID_A=$vp; else SPLIT_PID_B=$vp; fi
+            done
+            RELAY_PIDS=("$SPLIT_PID_A" "$SPLIT_PID_B")
+            SAVED_NS=("$A_NS" "$B_NS" "$B_IP" "$G_NS")
+            A_NS=$SP_DA_NS B_NS=$SP_DB_NS B_IP=$SP_DB_IP G_NS=$SP_HB_NS
+            TARGET=$SP_GA_IP TPORT=$A_BASE ;;
         stack|tnapi|zc|xdp)
             vgate_config "$cfg" "$n" "$WORK/vgate.toml"
             # The previous run's log must not be mistaken for this one's (the redirection
@@ -269,6 +383,18 @@ stop_config() { # cfg dir
             kill -TERM "$VGATE_WRAP" 2>/dev/null || true
             wait "$VGATE_WRAP" 2>/dev/null || true
             cp "$WORK/crelay.out" "$d/crelay-totals.txt" 2>/dev/null || true ;;
+        split)
+            kill -TERM "$SPLIT_WRAP_A" "$SPLIT_WRAP_B" 2>/dev/null || true
+            wait "$SPLIT_WRAP_A" "$SPLIT_WRAP_B" 2>/dev/null || true
+            cp "$WORK/half-b.out" "$d/vgate-totals.txt" 2>/dev/null || true
+            cp "$WORK/half-a.out" "$d/vgate-totals-a.txt" 2>/dev/null || true
+            for p in a b; do
+                sed 's/\x1b\[[0-9;]*m//g' "$WORK/half-$p.log" 2>/dev/null | grep -v "route started" > "$d/half-$p.log" || true
+            done
+            if [ ${#SAVED_NS[@]} -eq 4 ]; then
+                A_NS=${SAVED_NS[0]} B_NS=${SAVED_NS[1]} B_IP=${SAVED_NS[2]} G_NS=${SAVED_NS[3]}
+            fi
+            SAVED_NS=() SPLIT_WRAP_A="" SPLIT_WRAP_B="" SPLIT_PID_A="" SPLIT_PID_B="" ;;
         stack|tnapi|zc|xdp)
             kill -TERM "$VGATE_WRAP" 2>/dev/null || true
             wait "$VGATE_WRAP" 2>/dev/null || true
@@ -315,6 +441,10 @@ snapshot() { # dir tag
     inns "$G_NS" cat /proc/net/snmp > "$d/snmp-g.$t"
     inns "$B_NS" cat /proc/net/snmp > "$d/snmp-b.$t"
     cpu_ticks "${RELAY_PIDS[@]}" > "$d/relay.$t"
+    if [ -n "$SPLIT_PID_A" ]; then
+        cpu_ticks "$SPLIT_PID_A" > "$d/relay_a.$t"
+        cpu_ticks "$SPLIT_PID_B" > "$d/relay_b.$t"
+    fi
 }
 
 # One point: configuration, streams, run.
@@ -362,8 +492,9 @@ point() {
 CONFIGS=(route)
 for b in $BASELINES; do [ "$b" = route ] || CONFIGS+=("$b"); done
 for m in $MODES; do CONFIGS+=("$m"); done
+[ "$SPLIT" = 0 ] || CONFIGS+=(split)
 echo "" > "$RAW/unavailable"
-for m in $MODES; do
+for m in $MODES $([ "$SPLIT" = 0 ] || echo split); do
     mkdir -p "$RAW/$m"
     if ! start_config "$m" 1 "$RAW/$m/why"; then
         log "mode $m: not available: $(head -1 "$RAW/$m/why")"
@@ -411,6 +542,6 @@ mkdir -p "$FIGDIR"
 "$PY" scripts/bench/report.py --raw "$RAW" --out "$OUT" --figures "$FIGDIR" \
     --command "$CMDLINE" --runs "$RUNS" --seconds "$SECS" --streams "$STREAMS" \
     --configs "${CONFIGS[*]}" --generator "$GENERATOR" --socat-max "$SOCAT_MAX" \
-    --per-process "$PER_PROC" --relay-cpu "$RELAY_CPU" --gen-cpu "$GEN_CPU" \
+    --per-process "$PER_PROC" --relay-cpu "$RELAY_CPU" --gen-cpu "$GEN_CPU" --split-fec "$SPLIT_FEC" \
     --rev "$REV" --dirty "$DIRTY" --elapsed "$ELAPSED" --note "$NOTE"
 log "report: $OUT (sweep took ${ELAPSED} s)"

@@ -2,7 +2,8 @@
 # Loss and FEC on a one-way link of the split appliance: the forward link of the split bed
 # (scripts/split-bed.sh) with random loss injected by nftables (`numgen random mod 1000 < N`
 # at half B's end of the link), FEC off and on. Per point: delivered loss, repair rate,
-# overhead and the one-way latency p50/p99 from domain A to domain B through both halves.
+# overhead, the one-way latency p50/p99 from domain A to domain B through both halves, and the
+# datagrams that arrived behind a later one — per reorder window of half B's incoming link.
 # The measurement itself is tests/split_bench.rs (ignored in the ordinary test run).
 #
 # With --tx: the sending half's cost of the outgoing link by TX family instead — half A in
@@ -12,12 +13,13 @@
 # It writes the section of the output file from the line "## Link TX" on (the loss
 # table above it is kept); without --tx the loss table is written and that section kept.
 #
-#   scripts/bench-split.sh [--loss "1 10 50"] [--fec "off 8+2 16+4"] [--count N] [--pps R]
+#   scripts/bench-split.sh [--loss "1 10 50"] [--fec "off 8+2 16+4"] [--reorder "0 25"] [--count N] [--pps R]
 #                          [--out docs/bench-split.md] [--debug] [--no-build]   (as root)
 #   scripts/bench-split.sh --tx [--pps "10000 30000"] [--count N] [--rounds 3] [--fec 8+2] ...
 #
 #   --loss    permille of link frames dropped (default "1 10 50": 0.1 %, 1 %, 5 %)
 #   --fec     FEC settings of the forward link (default "off 8+2 16+4")
+#   --reorder half B's split.in_link.reorder_ms values (default "0 25": on arrival, and the default)
 #   --count   datagrams per point (default 20000, 1328-byte RTP-sized payloads)
 #   --pps     send rate (default 4000 per second, ~42 Mbit/s)
 #   --tx      the link TX comparison (defaults then: --pps "10000 30000", --count 30000,
@@ -31,6 +33,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LOSS="1 10 50"
 FEC=""
+REORDER="0 25"
 COUNT=""
 PPS=""
 TX=0
@@ -44,6 +47,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --loss) LOSS=$2; shift 2 ;;
         --fec) FEC=$2; shift 2 ;;
+        --reorder) REORDER=$2; shift 2 ;;
         --count) COUNT=$2; shift 2 ;;
         --pps) PPS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
@@ -66,8 +70,8 @@ else
 fi
 raw=$(mktemp)
 trap 'rm -f "$raw" "$raw.keep"' EXIT
-export SPLIT_BENCH_LOSS="$LOSS" SPLIT_BENCH_FEC="$FEC" SPLIT_BENCH_COUNT="$COUNT" SPLIT_BENCH_PPS="$PPS" \
-    SPLIT_BENCH_ROUNDS="$ROUNDS"
+export SPLIT_BENCH_LOSS="$LOSS" SPLIT_BENCH_FEC="$FEC" SPLIT_BENCH_REORDER="$REORDER" SPLIT_BENCH_COUNT="$COUNT" \
+    SPLIT_BENCH_PPS="$PPS" SPLIT_BENCH_ROUNDS="$ROUNDS"
 if [ -n "$FROM" ]; then
     cp "$FROM" "$raw"
 elif [ "$BUILD" = 1 ]; then
@@ -155,17 +159,19 @@ if [ -f "$OUT" ]; then sed -n '/^## Link TX/,$p' "$OUT" > "$raw.keep"; fi
     echo "$COUNT datagrams of 1328 bytes per point at $PPS per second from domain A to domain B"
     echo "through both halves and the forward link of the split bed; loss injected at half B's end"
     echo "of the link (nftables \`numgen random\`). Repair rate = datagrams rebuilt / data frames"
-    echo "the link lost; overhead = repair frames / data frames; latency one-way, sender to receiver."
+    echo "the link lost; overhead = repair frames / data frames; latency one-way, sender to receiver;"
+    echo "reorder = half B's \`split.in_link.reorder_ms\` (0: datagrams handed on as they arrive);"
+    echo "out of order = datagrams the receiver got after a later one."
     echo
-    echo "| link loss | FEC | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| link loss | FEC | reorder | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 | out of order |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
     grep '^point' "$raw" | while read -r _ rest; do
         declare -A v=()
         for kv in $rest; do v[${kv%%=*}]=${kv#*=}; done
-        printf '| %s %% | %s | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs |\n' \
-            "$(awk "BEGIN{print ${v[loss_permille]}/10}")" "${v[fec]}" "${v[delivered_loss_pct]}" \
+        printf '| %s %% | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s |\n' \
+            "$(awk "BEGIN{print ${v[loss_permille]}/10}")" "${v[fec]}" "${v[reorder_ms]}" "${v[delivered_loss_pct]}" \
             "${v[link_dropped]}" "${v[repaired]}" "${v[repair_rate_pct]}" "${v[overhead_pct]}" \
-            "${v[lat_p50_us]}" "${v[lat_p99_us]}"
+            "${v[lat_p50_us]}" "${v[lat_p99_us]}" "${v[out_of_order]}"
         unset v
     done
     if [ -s "$raw.keep" ]; then echo; cat "$raw.keep"; fi

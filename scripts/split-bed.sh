@@ -13,21 +13,28 @@
 # a test fails if they are not 0. Loss is injected at the receiving end with
 # `numgen random mod 1000 < N` (there is no tc netem here).
 #
-# The halves' link interfaces are set up as an operator would (see harden_link): IPv6 off,
-# ARP never answered (arp_ignore=8), no ICMP echo answers. vgate installs the permanent
-# neighbour of its outgoing link itself (split.out_link.peer_mac). The halves have
-# ip_forward=0; nothing routes between domains but vgate. Every address lives inside these
-# namespaces, with no default route: no traffic can leave them.
+# The halves' link interfaces are set up as an operator would (see harden_link): IPv6 off
+# (so no ND, no MLD), ARP never answered (arp_ignore=8), no ICMP echo answers, and on each
+# half's receive-only interface (fb in half B, ra in half A) an nftables netdev egress rule
+# that drops and counts everything the host would send there — ARP, ICMP errors (a half
+# that is down draws port unreachables for the media still arriving), LLDP, anything. No
+# LLDP agent runs in the bed. vgate installs the permanent neighbour of its outgoing link
+# itself (split.out_link.peer_mac). The halves have ip_forward=0; nothing routes between
+# domains but vgate. Every address lives inside these namespaces, with no default route: no
+# traffic can leave them.
 #
-# Usage: split-bed.sh [--name PREFIX] [--queues N] up|down|env|counters|loss forward|reverse PERMILLE
+# Usage: split-bed.sh [--name PREFIX] [--queues N] up|down|env|counters|loss forward|reverse PERMILLE|guard on|off
 #   up        create the bed (a partial bed is removed on failure), print KEY=value lines;
 #             --queues N (1-4, default 1): RX/TX queues of the domain and link veths (what
 #             a half with engine.queues = N workers needs in modes tnapi and zc)
 #   down      remove everything; safe twice or after a failed up
 #   env       print the KEY=value lines
-#   counters  print FWD_WRONG, REV_WRONG (wrong-direction drops) and FWD_LOSS, REV_LOSS
-#             (injected losses) as KEY=value
+#   counters  print FWD_WRONG, REV_WRONG (wrong-direction drops at the far end), A_LEAK,
+#             B_LEAK (what half A / half B tried to send on its receive-only interface,
+#             dropped there), FWD_LOSS, REV_LOSS (injected losses) as KEY=value
 #   loss      drop PERMILLE/1000 of the packets arriving on a link (0 removes the loss)
+#   guard     on (the default after up): the receive-only interfaces' egress drop; off
+#             removes it (a test that proves the wrong-direction counter counts)
 # The prefix (1-12 characters) comes from --name, else $VGATE_SPLIT_BED, else vsb$$.
 set -euo pipefail
 
@@ -43,7 +50,7 @@ while [ $# -gt 0 ]; do
         --name=*) N="${1#*=}"; shift ;;
         --queues) QUEUES="${2:?--queues needs a value}"; shift 2 ;;
         -h|--help) usage ;;
-        up|down|env|counters|loss) CMD="$1"; shift; ARGS=("$@"); break ;;
+        up|down|env|counters|loss|guard) CMD="$1"; shift; ARGS=("$@"); break ;;
         *) echo "split-bed.sh: unknown argument '$1'" >&2; usage ;;
     esac
 done
@@ -128,17 +135,34 @@ harden_link() {
         "net.ipv6.conf.$ifc.disable_ipv6=1"
 }
 
-# link_rules NS WRONG_IF LOSS_IF: in NS, drop and count everything arriving on WRONG_IF (the
-# end of a one-way link that must never receive), and prepare the loss chain on LOSS_IF.
+# link_rules NS WRONG_IF RX_IF: in NS, drop and count everything arriving on WRONG_IF (the
+# end of a one-way link that must never receive), prepare the loss chain on RX_IF (the
+# receive-only end) and drop and count everything the host would send out of RX_IF.
 link_rules() {
     ip netns exec "$1" nft -f - <<NFT
 table netdev splitbed {
     counter wrong { }
     counter loss { }
+    counter leak { }
     chain wrong_in { type filter hook ingress device "$2" priority 0; counter name wrong drop; }
     chain loss_in { type filter hook ingress device "$3" priority 0; }
+    chain leak_out { type filter hook egress device "$3" priority 0; counter name leak drop; }
 }
 NFT
+}
+
+guard() {
+    local ns
+    case "${1:-}" in
+        on|off) ;;
+        *) echo "split-bed.sh: guard on|off" >&2; exit 2 ;;
+    esac
+    for ns in "$NS_HA" "$NS_HB"; do
+        ip netns exec "$ns" nft flush chain netdev splitbed leak_out
+        if [ "$1" = on ]; then
+            ip netns exec "$ns" nft add rule netdev splitbed leak_out counter name leak drop
+        fi
+    done
 }
 
 up() {
@@ -193,6 +217,8 @@ counter() { # NS NAME
 counters() {
     echo "FWD_WRONG=$(counter "$NS_HA" wrong)"
     echo "REV_WRONG=$(counter "$NS_HB" wrong)"
+    echo "A_LEAK=$(counter "$NS_HA" leak)"
+    echo "B_LEAK=$(counter "$NS_HB" leak)"
     echo "FWD_LOSS=$(counter "$NS_HB" loss)"
     echo "REV_LOSS=$(counter "$NS_HA" loss)"
 }
@@ -220,4 +246,5 @@ case "$CMD" in
     env) print_env ;;
     counters) counters ;;
     loss) loss "${ARGS[@]}" ;;
+    guard) guard "${ARGS[@]}" ;;
 esac

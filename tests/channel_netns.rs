@@ -580,22 +580,16 @@ fn split(mode: &str) -> Verdict {
             &format!("{FACE_A}:{}", EGRESS_PORTS + i),
         ));
     }
-    let metrics_on = |c: String| {
-        c.replacen(
-            "listen = \"127.0.0.1:9940\"",
-            "listen = \"127.0.0.1:9940\"\nper_stream_metrics = true",
-            1,
-        )
-    };
+    // (The bed's half configs have per_stream_metrics on.)
     let a = start_half(
         &bed,
         "a",
-        &metrics_on(half_config_mode(&bed, "a", mode, "8+2", "off", &routes_a)),
+        &half_config_mode(&bed, "a", mode, "8+2", "off", &routes_a),
     );
     let b = start_half(
         &bed,
         "b",
-        &metrics_on(half_config_mode(&bed, "b", mode, "off", "8+2", &routes_b)),
+        &half_config_mode(&bed, "b", mode, "off", "8+2", &routes_b),
     );
     wire_counters(bed.get("DA_NS"));
     let b_before = udp_in(bed.get("DB_NS"));

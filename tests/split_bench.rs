@@ -4,8 +4,12 @@
 //! one-way link and half B to a receiver in domain B; reported: datagrams sent, delivered,
 //! delivered loss, link frames dropped by the loss rule, repaired, repair rate (repaired /
 //! data frames the link lost), overhead (repair frames / data frames), and the one-way
-//! latency p50/p99 from sender to receiver (one clock: the namespaces share the host's).
-//! One line per point, `point loss_permille=… fec=… …`, for the script to tabulate.
+//! latency p50/p99 from sender to receiver (one clock: the namespaces share the host's), and
+//! how many datagrams arrived behind a later one (`out_of_order`). Each point runs once per
+//! reorder window of half B's incoming link (`SPLIT_BENCH_REORDER`, milliseconds; 0 hands
+//! datagrams on as they arrive), so the latency the window adds is measured beside it.
+//! One line per point, `point loss_permille=… fec=… reorder_ms=… …`, for the script to
+//! tabulate.
 //!
 //! `split_link_tx_families` (`scripts/bench-split.sh --tx`): the sending half's cost of the
 //! outgoing link per family. Half A runs mode tnapi or zc twice — its link sent with the
@@ -57,12 +61,19 @@ fn split_loss_and_fec() {
         .collect();
     let count: u32 = env_or("SPLIT_BENCH_COUNT", "20000").parse().unwrap();
     let pps: u32 = env_or("SPLIT_BENCH_PPS", "4000").parse().unwrap();
+    let reorders: Vec<u64> = env_or("SPLIT_BENCH_REORDER", "0 25")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
     let len: usize = 1328;
     let bed = SplitBed::up();
     let (da, db) = (bed.ip("DA_IP"), bed.ip("DB_IP"));
     for &loss in &losses {
         bed.loss("forward", loss);
-        for fec in &fecs {
+        for (fec, reorder) in fecs
+            .iter()
+            .flat_map(|f| reorders.iter().map(move |r| (f, *r)))
+        {
             let before = bed.counters()["FWD_LOSS"];
             let ra = route(
                 "cam",
@@ -81,8 +92,13 @@ fn split_loss_and_fec() {
                 &format!("{FACE_A}:30000"),
             );
             let a = start_half(&bed, "a", &half_config(&bed, "a", fec, "off", &ra));
-            let b = start_half(&bed, "b", &half_config(&bed, "b", "off", fec, &rb));
-            let mut lat = stream(&bed, count, pps, len);
+            let b_cfg = half_config(&bed, "b", "off", fec, &rb).replacen(
+                "[split.in_link]\n",
+                &format!("[split.in_link]\nreorder_ms = {reorder}\n"),
+                1,
+            );
+            let b = start_half(&bed, "b", &b_cfg);
+            let (mut lat, out_of_order) = stream(&bed, count, pps, len);
             let _ta = a.stop();
             let tb = b.stop();
             let link_lost = bed.counters()["FWD_LOSS"] - before;
@@ -99,7 +115,7 @@ fn split_loss_and_fec() {
             let frames = l["packets"] + link_lost;
             let data_frames_lost = u64::from(count).saturating_sub(l["delivered"]);
             println!(
-                "point loss_permille={loss} fec={fec} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} counted_lost={}",
+                "point loss_permille={loss} fec={fec} reorder_ms={reorder} out_of_order={out_of_order} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} counted_lost={}",
                 100.0 * (u64::from(count) - delivered) as f64 / f64::from(count),
                 l["repaired"],
                 if data_frames_lost == 0 { 100.0 } else { 100.0 * l["repaired"] as f64 / data_frames_lost as f64 },
@@ -114,8 +130,9 @@ fn split_loss_and_fec() {
 
 /// A paced stream of `count` numbered, timestamped datagrams of `len` bytes at `pps` from
 /// domain A (port 5000) to half A's gateway port 20000; returns the one-way latency (ns) of
-/// each distinct datagram that reached the receiver in domain B (port 6000).
-fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> Vec<u64> {
+/// each distinct datagram that reached the receiver in domain B (port 6000), and how many
+/// arrived behind a later one.
+fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
     let (da, ga, db) = (bed.ip("DA_IP"), bed.ip("GA_IP"), bed.ip("DB_IP"));
     let (tx, rx) = std::sync::mpsc::channel();
     let recv = {
@@ -131,6 +148,7 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> Vec<u64> {
             tx.send(()).unwrap();
             let mut seen = vec![false; count as usize];
             let mut lat = Vec::with_capacity(count as usize);
+            let (mut highest, mut out_of_order) = (None::<usize>, 0u64);
             let mut buf = [0u8; 2048];
             s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
             while let Ok((n, _)) = s.recv_from(&mut buf) {
@@ -143,9 +161,13 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> Vec<u64> {
                 if id < seen.len() && !seen[id] {
                     seen[id] = true;
                     lat.push(t.saturating_sub(sent));
+                    if highest.is_some_and(|h| id < h) {
+                        out_of_order += 1;
+                    }
+                    highest = highest.max(Some(id));
                 }
             }
-            lat
+            (lat, out_of_order)
         })
     };
     rx.recv().unwrap();
@@ -231,7 +253,7 @@ fn split_link_tx_families() {
                     &[],
                 );
                 let b = start_half(&bed, "b", &half_config(&bed, "b", "off", &fec, &rb));
-                let delivered = stream(&bed, count, pps, len).len() as u64;
+                let delivered = stream(&bed, count, pps, len).0.len() as u64;
                 let ta = a.stop();
                 let tb = b.stop();
                 let out = link_totals(&ta.raw, "out");

@@ -186,6 +186,25 @@ fn run_streams(
         let tx = format!("\"tx\":\"{}\"", link_tx(mode));
         assert!(stats.contains(&tx), "half {half} stats lack {tx}: {stats}");
     }
+    // Per stream on the receiving half: the routes list, the stats' link streams, metrics.
+    let routes = common::split::admin_get(bed, "b", "/api/v1/routes");
+    let v: serde_json::Value = serde_json::from_str(&routes).expect("routes JSON");
+    let cam = v["routes"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == "cam"))
+        .unwrap_or_else(|| panic!("no cam route: {routes}"));
+    let link = &cam["link"];
+    let n = link["received"].as_u64().unwrap() + link["repaired"].as_u64().unwrap();
+    assert!(n >= u64::from(count) * 9 / 10, "{cam}");
+    let stats = common::split::admin_get(bed, "b", "/api/v1/stats");
+    let v: serde_json::Value = serde_json::from_str(&stats).expect("stats JSON");
+    assert_eq!(v["split"]["streams"][0]["route"], "cam", "{stats}");
+    let m = common::split::admin_get(bed, "b", "/metrics");
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("vgate_route_link_packets_total{route=\"cam\"")),
+        "{m}"
+    );
     let ta = a.stop();
     let tb = b.stop();
     (fwd, rev, ta, tb)
@@ -290,10 +309,22 @@ fn streams_in_mode(mode: &str, queues: usize) {
     assert_eq!(ta.route("talk", "tx_packets"), u64::from(count));
     let c = bed.counters();
     assert_eq!(
-        (c["FWD_WRONG"], c["REV_WRONG"]),
-        (0, 0),
-        "wrong-direction packets: {c:?}"
+        (c["FWD_WRONG"], c["REV_WRONG"], c["A_LEAK"], c["B_LEAK"]),
+        (0, 0, 0, 0),
+        "wrong-direction packets, and nothing sent on a receive-only interface: {c:?}"
     );
+    // Per stream: each half's route from the link face counts what the link handed it.
+    assert_eq!(
+        tb.route("cam", "link_received") + tb.route("cam", "link_repaired"),
+        u64::from(count),
+        "{}",
+        tb.raw
+    );
+    assert_eq!(
+        ta.route("talk", "link_received") + ta.route("talk", "link_repaired"),
+        u64::from(count)
+    );
+    assert_eq!(ta.route("cam", "link_received"), 0, "domain-side routes: 0");
     // Each half counts the same from its interfaces.
     for (name, l) in [
         ("a out", &a_out),
@@ -377,8 +408,8 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
     });
     let arrivals = rx.join().unwrap();
     // One datagram the wrong way down the reverse link (half A's receive-only end ra to
-    // half B's send-only end rb): the bed drops and counts it, and half B sees it on its
-    // outgoing link's interface.
+    // half B's send-only end rb): the hardening of half A's receive-only interface drops it
+    // on the way out and counts it; nothing reaches the link.
     let (ra_ip, rb_ip) = (bed.get("RA_IP").to_owned(), bed.get("RB_IP").to_owned());
     let st = std::process::Command::new("ip")
         .args([
@@ -397,12 +428,31 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         .status()
         .unwrap();
     assert!(st.success());
-    common::in_netns(bed.get("HA_NS"), move || {
-        let s = UdpSocket::bind(format!("{ra_ip}:0")).unwrap();
-        s.send_to(b"wrong way", format!("{rb_ip}:9")).unwrap();
-    });
+    let wrong_way = || {
+        let (ra_ip, rb_ip) = (ra_ip.clone(), rb_ip.clone());
+        common::in_netns(bed.get("HA_NS"), move || {
+            let s = UdpSocket::bind(format!("{ra_ip}:0")).unwrap();
+            s.send_to(b"wrong way", format!("{rb_ip}:9")).unwrap();
+        });
+    };
+    wrong_way();
     let c = bed.counters();
-    assert_eq!((c["FWD_WRONG"], c["REV_WRONG"]), (0, 1), "{c:?}");
+    assert_eq!(
+        (c["FWD_WRONG"], c["REV_WRONG"], c["A_LEAK"], c["B_LEAK"]),
+        (0, 0, 1, 0),
+        "{c:?}"
+    );
+    // Without the hardening it travels the link backwards: the bed's far end drops and
+    // counts it, and half B sees it on its outgoing link's interface.
+    bed.guard(false);
+    wrong_way();
+    bed.guard(true);
+    let c = bed.counters();
+    assert_eq!(
+        (c["FWD_WRONG"], c["REV_WRONG"], c["A_LEAK"]),
+        (0, 1, 1),
+        "{c:?}"
+    );
     let t = b.stop();
     assert_eq!(
         link_totals(&t.raw, "out").get("wrong_direction"),
@@ -475,6 +525,12 @@ fn fec_in_mode(mode: &str) {
     );
     let lost_frames = bed.counters()["FWD_LOSS"];
     assert!(lost_frames > 0);
+    // Without FEC the reorder window is off by default: a gap is a loss, nothing waits.
+    assert_eq!(
+        (b_in["reorder_held"], b_in["reorder_expired"]),
+        (0, 0),
+        "{b_in:?}"
+    );
 
     // 16+4 at 1 %: a block is lost only with 5 of its 20 frames (≈ 1.5e-6 per block).
     let (fec, _, ta, tb) = run_streams(&bed, mode, "16+4", "off", count, false, 1);
@@ -487,11 +543,118 @@ fn fec_in_mode(mode: &str) {
     let b_in = link_totals(&tb.raw, "in");
     assert!(b_in["repaired"] > 0, "{b_in:?}");
     assert_eq!(b_in["lost"], 0, "{b_in:?}");
+    // What came behind a lost frame waited for its rebuild in the reorder window.
+    assert!(b_in["reorder_held"] > 0, "{b_in:?}");
+    // Per stream (one stream here): the route counts the same repaired datagrams.
+    assert_eq!(tb.route("cam", "link_repaired"), b_in["repaired"]);
+    assert_eq!(tb.route("cam", "link_received"), b_in["delivered"]);
     assert_eq!(
         b_in["delivered"] + b_in["repaired"],
         u64::from(count),
         "{b_in:?}"
     );
     let c = bed.counters();
-    assert_eq!((c["FWD_WRONG"], c["REV_WRONG"]), (0, 0), "{c:?}");
+    assert_eq!(
+        (c["FWD_WRONG"], c["REV_WRONG"], c["A_LEAK"], c["B_LEAK"]),
+        (0, 0, 0, 0),
+        "{c:?}"
+    );
+}
+
+/// Half A restarts while its camera stream flows (a new process: a new epoch on the forward
+/// link, its sequence from 0): half B takes the new sender's frames as a restart, counts
+/// it, and the stream resumes — every datagram sent while half A ran arrives once, and
+/// neither half sends anything on its receive-only link.
+#[test]
+fn media_link_peer_restart_resumes_on_the_other_half() {
+    use common::split::send_numbered_from;
+    if !ready("media_link_peer_restart_resumes_on_the_other_half") {
+        return;
+    }
+    let bed = SplitBed::up();
+    let cfg_a = half_config(&bed, "a", "8+2", "8+2", &routes_a(&bed));
+    let b = start_half(
+        &bed,
+        "b",
+        &half_config(&bed, "b", "8+2", "8+2", &routes_b(&bed)),
+    );
+    let per_run = 600;
+    let (rx, rx_ready) = receive_numbered(
+        bed.get("DB_NS"),
+        sa(bed.get("DB_IP"), 6000),
+        sa(bed.get("GB_IP"), 30000),
+        2 * per_run,
+        LEN,
+        Duration::from_secs(60),
+        // Covers half A's restart between the two runs.
+        Duration::from_secs(20),
+    );
+    rx_ready.recv().unwrap();
+    let mut totals_a = Vec::new();
+    for run in 0..2 {
+        let a = start_half(&bed, "a", &cfg_a);
+        send_numbered_from(
+            bed.get("DA_NS"),
+            sa(bed.get("DA_IP"), 5000),
+            sa(bed.get("GA_IP"), 20000),
+            run * per_run,
+            per_run,
+            LEN,
+            1000,
+        )
+        .join()
+        .unwrap();
+        // What half A took in it sent on (its partial last block closes when it goes quiet).
+        let sent_all = || {
+            let m = common::split::admin_get(&bed, "a", "/metrics");
+            m.lines().any(|l| {
+                l.strip_prefix("vgate_link_packets_total{link=\"out\"} ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .is_some_and(|v| v >= u64::from(per_run) * 5 / 4)
+            })
+        };
+        let waited = std::time::Instant::now();
+        while !sent_all() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "half A did not send its datagrams and their repair frames"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        totals_a.push(a.stop());
+    }
+    let arrivals = rx.join().unwrap();
+    let tb = b.stop();
+    for t in &totals_a {
+        assert_eq!(
+            t.route("cam", "tx_packets"),
+            u64::from(per_run),
+            "{}",
+            t.raw
+        );
+    }
+    assert_eq!(
+        arrivals.missing_and_dups(2 * per_run),
+        (0, 0),
+        "both runs' datagrams once\nhalf B:\n{}",
+        tb.raw
+    );
+    let b_in = link_totals(&tb.raw, "in");
+    assert_eq!(b_in["restarts"], 1, "half A's restart, counted: {b_in:?}");
+    assert_eq!(b_in["lost"], 0, "{b_in:?}");
+    assert_eq!(
+        b_in["delivered"] + b_in["repaired"],
+        u64::from(2 * per_run),
+        "{b_in:?}"
+    );
+    assert_eq!(
+        tb.route("cam", "link_received") + tb.route("cam", "link_repaired"),
+        u64::from(2 * per_run)
+    );
+    let c = bed.counters();
+    assert_eq!(
+        (c["FWD_WRONG"], c["REV_WRONG"], c["A_LEAK"], c["B_LEAK"]),
+        (0, 0, 0, 0),
+        "{c:?}"
+    );
 }

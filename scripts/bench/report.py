@@ -38,6 +38,7 @@ LABELS = {
     "tnapi": "vgate tnapi",
     "zc": "vgate zc",
     "xdp": "vgate xdp",
+    "split": "vgate split (half A → one-way link → half B, stack)",
 }
 STYLE = {
     "route": dict(color="0.6", linestyle=":", marker="."),
@@ -48,6 +49,7 @@ STYLE = {
     "tnapi": dict(color="tab:orange", marker="^"),
     "zc": dict(color="tab:green", marker="D"),
     "xdp": dict(color="tab:red", marker="v"),
+    "split": dict(color="tab:cyan", linestyle="-.", marker="P"),
 }
 
 RE_CONN = re.compile(r"^\[\s*(\d+)\] local \S+ port (\d+) connected with \S+ port (\d+)")
@@ -255,6 +257,16 @@ def parse_point(d, relay_cpu, gen_cpu, tck):
         # CONFIG_IRQ_TIME_ACCOUNTING, as here, the kernel charges it to both.) Anything else
         # running on the relay core is in it too: the report gives the core's background.
         p["gateway_cpu_pct"] = p["relay_core_pct"]
+        # The split appliance: each half's process CPU (utime + stime) on its own.
+        for h in ("a", "b"):
+            try:
+                h0 = int(read(os.path.join(d, f"relay_{h}.0"), "").strip())
+                h1 = int(read(os.path.join(d, f"relay_{h}.1"), "").strip())
+            except ValueError:
+                continue
+            p[f"half_{h}_pct"] = 100 * (h1 - h0) / tck / win
+            if pps > 0:
+                p[f"half_{h}_us_pkt"] = p[f"half_{h}_pct"] / 100 / pps * 1e6
         if pps > 0:
             p["gateway_us_pkt"] = p["gateway_cpu_pct"] / 100 / pps * 1e6
             p["machine_us_pkt"] = p["machine_cpu_pct"] / 100 / pps * 1e6
@@ -474,6 +486,7 @@ def main():
     ap.add_argument("--dirty", default="0")
     ap.add_argument("--elapsed", default="?")
     ap.add_argument("--note", default="")
+    ap.add_argument("--split-fec", default="off")
     o = ap.parse_args()
     tck = os.sysconf("SC_CLK_TCK")
     streams = [int(x) for x in o.streams.split()]
@@ -653,6 +666,39 @@ def main():
                   f"| {'reference' if ref else fmt(a.get('inc_gw_us_pkt'), '+.2f') + rk('inc_gw_us_pkt')} "
                   f"| {'reference' if ref else fmt(a.get('inc_machine_us_pkt'), '+.2f')} "
                   f"| {fmt(a.get('p50_us'), '.0f')}{rk('p50_us')} | {fmt(a.get('p99_us'), '.0f')}{rk('p99_us')} | {lim} |")
+            w("")
+
+        if "split" in configs:
+            w("## The split appliance against the single host\n")
+            w(f"*split*: the same iperf streams from domain A through half A, the forward one-way link (FEC "
+              f"`{o.split_fec}`, link header and repair frames included in what it carries) and half B to "
+              "domain B, on the four-namespace bed of `scripts/split-bed.sh` (its links hardened: nothing may "
+              "leave a receive-only interface), two `vgate run` processes in stack mode with their workers "
+              f"pinned to CPU {o.relay_cpu} like the single-host modes. *half A / half B µs/pkt*: that "
+              "process's CPU time (utime + stime from /proc, its kernel work in system calls included; softirq "
+              "work run on its behalf is not) per datagram delivered to domain B; *relay core µs/pkt*: CPU "
+              f"{o.relay_cpu}'s busy time per delivered datagram (both halves and their receive processing; the "
+              "single-host figure is one process's). Ratios are split / single-host stack in the same run "
+              "(medians over runs). The bed differs (four namespaces and two more veth crossings per packet "
+              "for the split), so the comparison is of the whole path, not of vgate's code alone.\n")
+            w("| N | throughput split (× stack) | loss % split | loss % stack | half A µs/pkt | half B µs/pkt "
+              "| halves µs/pkt (× stack proc) | relay core µs/pkt split (× stack) | p50 µs split (× stack) | p99 µs split (× stack) |")
+            w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for n in streams:
+                a = agg.get(("split", n))
+                st = agg.get(("stack", n)) or {}
+                if not a or not a.get("runs"):
+                    continue
+                both = None
+                if a.get("half_a_us_pkt") is not None and a.get("half_b_us_pkt") is not None:
+                    both = a["half_a_us_pkt"] + a["half_b_us_pkt"]
+                rs = lambda key, v=None: ratio(a.get(key) if v is None else v, st.get(key))
+                w(f"| {n} | {fmt(a.get('throughput_mbps'), '.0f')}{rs('throughput_mbps')} "
+                  f"| {fmt(a.get('loss_pct'), '.3f')} | {fmt(st.get('loss_pct'), '.3f')} "
+                  f"| {fmt(a.get('half_a_us_pkt'), '.2f')} | {fmt(a.get('half_b_us_pkt'), '.2f')} "
+                  f"| {fmt(both, '.2f')}{ratio(both, st.get('relay_proc_us_pkt'))} "
+                  f"| {fmt(a.get('relay_core_us_pkt'), '.2f')}{rs('relay_core_us_pkt')} "
+                  f"| {fmt(a.get('p50_us'), '.0f')}{rs('p50_us')} | {fmt(a.get('p99_us'), '.0f')}{rs('p99_us')} |")
             w("")
 
         w("## Where the packets were lost\n")

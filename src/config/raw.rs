@@ -47,6 +47,8 @@ pub struct RawLink {
     pub fec: Spanned<String>,
     /// Incoming link only: the CPU of its receive worker.
     pub cpu: Option<Spanned<i64>>,
+    /// Incoming link only: the reorder window's longest wait, milliseconds (0: off).
+    pub reorder_ms: Option<Spanned<i64>>,
 }
 
 fn default_fec() -> Spanned<String> {

@@ -223,6 +223,30 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         }
         _ => {}
     }
+    let reorder_ms = match (&r.reorder_ms, outgoing) {
+        (Some(v), true) => {
+            return Err(invalid(
+                v,
+                k("reorder_ms"),
+                "the outgoing link sends in order; only split.in_link has a reorder window",
+            ))
+        }
+        (Some(v), false) if !(0..=i64::try_from(split::link::SETTLE_MS).unwrap_or(500)).contains(v.get_ref()) => {
+            return Err(invalid(
+                v,
+                k("reorder_ms"),
+                format!(
+                    "expected 0 (hand datagrams on as they arrive) to {} milliseconds (the longest a datagram waits for a missing earlier one)",
+                    split::link::SETTLE_MS
+                ),
+            ))
+        }
+        (Some(v), false) => *v.get_ref() as u64,
+        // Without FEC a gap on a point-to-point link is a loss (a cable does not reorder):
+        // waiting for it would only delay what follows.
+        (None, _) if fec.is_none() => 0,
+        (None, _) => split::link::DEFAULT_REORDER_MS,
+    };
     Ok(LinkConfig {
         interface: r.interface.get_ref().clone(),
         local,
@@ -230,6 +254,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         peer_mac,
         fec,
         cpu: r.cpu.as_ref().map(|c| *c.get_ref() as usize),
+        reorder_ms,
     })
 }
 

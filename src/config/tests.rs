@@ -636,6 +636,22 @@ mod split {
         assert_eq!(s.link_face(), super::super::DomainId::B);
         assert_eq!(a.engine.max_payload, crate::split::fec::MAX_PAYLOAD);
         assert_eq!(s.out_link.fec.unwrap().to_string(), "8+2");
+        assert_eq!(s.in_link.reorder_ms, 25);
+        assert_eq!(
+            s.out_link.reorder_ms,
+            crate::split::link::DEFAULT_REORDER_MS,
+            "default with FEC on"
+        );
+        // Without FEC the default is 0: a gap on a cable is a loss, not a reordering.
+        let plain = HALF_A.replacen("reorder_ms = 25\n", "", 1).replacen(
+            "fec = \"8+2\"\n# CPU",
+            "fec = \"off\"\n# CPU",
+            1,
+        );
+        assert!(!plain.contains("reorder_ms") && plain.contains("fec = \"off\""));
+        let p = parse_for(&plain, "a", 2).unwrap();
+        let s = p.split.unwrap();
+        assert_eq!((s.in_link.fec, s.in_link.reorder_ms), (None, 0));
         let b = parse_for(HALF_B, "b", 2).unwrap();
         assert_eq!(b.split.unwrap().half, crate::split::Half::B);
         // A single-host config has no split.
@@ -702,6 +718,21 @@ mod split {
                 "split.signal.dead_after_ms",
             ),
             ("# cpu = 1", "cpu = 7", "split.in_link.cpu"),
+            (
+                "reorder_ms = 25",
+                "reorder_ms = 900",
+                "split.in_link.reorder_ms",
+            ),
+            (
+                "reorder_ms = 25",
+                "reorder_ms = -1",
+                "split.in_link.reorder_ms",
+            ),
+            (
+                "peer_mac = \"02:00:00:99:01:02\"",
+                "peer_mac = \"02:00:00:99:01:02\"\nreorder_ms = 5",
+                "split.out_link.reorder_ms: the outgoing link sends in order",
+            ),
             (
                 "mode = \"stack\"",
                 "mode = \"xdp\"",

@@ -288,6 +288,21 @@ fn snapshot_json(s: &crate::stats::Snapshot) -> Value {
     })
 }
 
+/// A split half's route from the link face: what the incoming link handed it (`received`,
+/// `repaired` by FEC) and the RTP gaps seen after the link (`rtp_lost`: the stream's loss so
+/// far, what happened before the peer half included). `None` on a single host and for routes
+/// from this half's own domain.
+fn link_stream_json(
+    st: &ControlState,
+    r: &crate::routes::StreamRoute,
+    s: &crate::routes::RouteSnapshot,
+) -> Option<Value> {
+    let sp = st.split.as_ref()?;
+    (r.channel == Channel::from_ingress(sp.half.link_face())).then(|| {
+        json!({ "received": s.link.received, "repaired": s.link.repaired, "rtp_lost": s.rtp.lost })
+    })
+}
+
 fn stats(st: &ControlState) -> Value {
     let totals = st.totals();
     let channels: serde_json::Map<String, Value> = Channel::ALL
@@ -331,6 +346,27 @@ fn stats(st: &ControlState) -> Value {
         std::cmp::Reverse(v["rtp_lost"].as_u64().unwrap_or(0) + v["dropped"].as_u64().unwrap_or(0))
     });
     worst.truncate(10);
+    // A split half: the streams the incoming link carries, most lost and repaired first.
+    let mut link_streams: Vec<Value> = st
+        .routes
+        .routes()
+        .iter()
+        .filter_map(|r| {
+            let s = r.stats.snapshot();
+            let mut v = link_stream_json(st, r, &s)?;
+            v["route"] = (*r.label).into();
+            v["port"] = r.port.into();
+            Some(v)
+        })
+        .collect();
+    link_streams.sort_by_key(|v| {
+        std::cmp::Reverse((
+            v["rtp_lost"].as_u64().unwrap_or(0),
+            v["repaired"].as_u64().unwrap_or(0),
+            v["received"].as_u64().unwrap_or(0),
+        ))
+    });
+    link_streams.truncate(20);
     let ports: serde_json::Map<String, Value> = DomainId::ALL
         .iter()
         .map(|d| {
@@ -352,7 +388,11 @@ fn stats(st: &ControlState) -> Value {
         })
     });
     json!({
-        "split": st.split.as_ref().map(|s| s.to_json()),
+        "split": st.split.as_ref().map(|s| {
+            let mut v = s.to_json();
+            v["streams"] = link_streams.into();
+            v
+        }),
         "uptime_seconds": st.started.elapsed().as_secs_f64(),
         "split_signal": split_signal,
         "engine": st.engine,
@@ -373,7 +413,7 @@ fn routes_json(st: &ControlState) -> Value {
         .iter()
         .map(|r| {
             let s = r.stats.snapshot();
-            json!({
+            let mut v = json!({
                 "name": &*r.label, "channel": r.channel.name(), "port": r.port,
                 "destination": r.dest.to_string(), "egress_port": r.egress_port,
                 "source_validation": r.policy.to_string(),
@@ -384,7 +424,11 @@ fn routes_json(st: &ControlState) -> Value {
                 "idle_ms": r.last_seen_ms().map(|t| now_ms().saturating_sub(t)),
                 "counters": snapshot_json(&s.packets),
                 "rtp": { "packets": s.rtp.packets, "lost": s.rtp.lost, "reordered": s.rtp.reordered, "duplicate": s.rtp.duplicate },
-            })
+            });
+            if let Some(link) = link_stream_json(st, r, &s) {
+                v["link"] = link;
+            }
+            v
         })
         .collect();
     json!({ "routes": routes })

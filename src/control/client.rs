@@ -254,6 +254,26 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
                 }
             );
         }
+        if let Some(streams) = cur["split"]["streams"].as_array() {
+            if !streams.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\nLINK STREAMS (in link, since start)\n{:<24} {:>6} {:>10} {:>9} {:>9}",
+                    "ROUTE", "PORT", "RECEIVED", "REPAIRED", "RTP LOST"
+                );
+                for v in streams {
+                    let _ = writeln!(
+                        s,
+                        "{:<24} {:>6} {:>10} {:>9} {:>9}",
+                        v["route"].as_str().unwrap_or(""),
+                        v["port"],
+                        v["received"],
+                        v["repaired"],
+                        v["rtp_lost"]
+                    );
+                }
+            }
+        }
     }
     if let Some(worst) = cur["worst_routes"].as_array() {
         if !worst.is_empty() {
@@ -331,5 +351,27 @@ mod tests {
         assert!(screen.contains("frames in/out 10/12"), "{screen}");
         assert!(screen.contains("auth failures 2  replays 1"), "{screen}");
         assert!(screen.contains("sessions ended 3"), "{screen}");
+    }
+
+    #[test]
+    fn link_streams_show_in_the_live_view() {
+        let link = json!({ "fec": "8+2", "packets": 10, "bytes": 1000, "drops": {} });
+        let half = json!({
+            "uptime_seconds": 2.0, "healthy": true,
+            "split": {
+                "half": "b", "out_link": link, "in_link": link,
+                "streams": [{ "route": "cam", "port": 21000, "received": 990, "repaired": 7, "rtp_lost": 3 }],
+            },
+        });
+        let screen = render_stats(&half, &half, 1.0);
+        assert!(screen.contains("LINK STREAMS"), "{screen}");
+        let row = screen
+            .lines()
+            .find(|l| l.starts_with("cam "))
+            .unwrap_or_else(|| panic!("{screen}"));
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>(),
+            ["cam", "21000", "990", "7", "3"]
+        );
     }
 }

@@ -264,12 +264,17 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_link_fec_total",
         "counter",
-        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate",
+        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate; the incoming link's reorder window: datagrams held, positions given up, datagrams overtaken",
     ),
     (
         "vgate_link_drops_total",
         "counter",
         "Split half: incoming-link datagrams dropped before delivery, by reason; outgoing send errors",
+    ),
+    (
+        "vgate_route_link_packets_total",
+        "counter",
+        "Split half: datagrams the incoming one-way link handed each route of the link face, as received or rebuilt by FEC (what the link lost per stream shows as the route's RTP loss)",
     ),
     ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
     ("vgate_split_peer_last_seen_timestamp_seconds", "gauge", "Split half: Unix time in seconds of the last authenticated frame from the other half (0: never)"),
@@ -709,6 +714,9 @@ pub fn render(st: &ControlState) -> String {
                 ("late", s.late),
                 ("duplicate", s.duplicate),
                 ("restarts", s.restarts),
+                ("reorder_held", s.reorder_held),
+                ("reorder_expired", s.reorder_expired),
+                ("reorder_overtaken", s.reorder_overtaken),
             ] {
                 o.sample("vgate_link_fec_total", &[("link", l), ("what", what)], v);
             }
@@ -917,6 +925,27 @@ pub fn render(st: &ControlState) -> String {
                 &labels,
                 r.stats.rtp.snapshot().lost,
             );
+        }
+        if let Some(sp) = &st.split {
+            // One series pair per route of the link face: bounded like every per-route family.
+            let face = crate::routes::Channel::from_ingress(sp.half.link_face());
+            o.family("vgate_route_link_packets_total");
+            for r in routes.iter().filter(|r| r.channel == face) {
+                let port = r.port.to_string();
+                let l = r.stats.link.snapshot();
+                for (how, v) in [("received", l.received), ("repaired", l.repaired)] {
+                    o.sample(
+                        "vgate_route_link_packets_total",
+                        &[
+                            ("route", &*r.label),
+                            ("channel", r.channel.name()),
+                            ("port", &port),
+                            ("how", how),
+                        ],
+                        v,
+                    );
+                }
+            }
         }
     }
     o.text

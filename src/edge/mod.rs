@@ -396,4 +396,4 @@ impl Injector {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -70,6 +70,43 @@ pub type SessionId = u64;
 pub struct RouteStats {
     pub packets: PacketCounters,
     pub rtp: RtpTracker,
+    /// A split half's route from the link face: what the incoming one-way link handed it.
+    pub link: LinkStreamCounters,
+}
+
+/// Per stream on a split half's incoming link: datagrams received as sent, and rebuilt by
+/// FEC. (What the link lost of one stream cannot be told apart from another's on the link
+/// itself; the route's RTP gaps show it.) Single writer: the link's receive worker.
+#[derive(Debug, Default)]
+pub struct LinkStreamCounters {
+    received: AtomicU64,
+    repaired: AtomicU64,
+}
+
+/// A copy of [`LinkStreamCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStreamSnapshot {
+    pub received: u64,
+    pub repaired: u64,
+}
+
+impl LinkStreamCounters {
+    /// One datagram from the link: `repaired` when FEC rebuilt it.
+    pub fn count(&self, repaired: bool) {
+        let c = if repaired {
+            &self.repaired
+        } else {
+            &self.received
+        };
+        c.fetch_add(1, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> LinkStreamSnapshot {
+        LinkStreamSnapshot {
+            received: self.received.load(Relaxed),
+            repaired: self.repaired.load(Relaxed),
+        }
+    }
 }
 
 /// A copy of a route's counters.
@@ -77,6 +114,7 @@ pub struct RouteStats {
 pub struct RouteSnapshot {
     pub packets: Snapshot,
     pub rtp: RtpSnapshot,
+    pub link: LinkStreamSnapshot,
 }
 
 impl RouteStats {
@@ -84,6 +122,7 @@ impl RouteStats {
         RouteSnapshot {
             packets: self.packets.snapshot(),
             rtp: self.rtp.snapshot(),
+            link: self.link.snapshot(),
         }
     }
 }

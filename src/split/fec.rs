@@ -30,9 +30,10 @@
 //! Each sending worker is a *lane* with its own blocks. The receiver keeps the last
 //! [`WINDOW_BLOCKS`] blocks of every lane: packets arriving out of order within that window
 //! are placed in their block, and a block is rebuilt as soon as enough of it has arrived.
-//! Data packets are delivered the moment they arrive (holding them back in sequence would
-//! add the repair delay to every packet after a loss; RTP receivers order by their own
-//! sequence numbers); rebuilt ones follow as soon as their block can be decoded. Blocks
+//! Without a reorder window data packets are delivered the moment they arrive and rebuilt
+//! ones as soon as their block can be decoded (so behind later ones); with one
+//! ([`Decoder::with_reorder`], [`super::reorder`]) each lane's datagrams are handed on in the
+//! sender's order, a datagram behind a gap waiting at most the window's time. Blocks
 //! pushed out of the window, or quiet for [`Decoder::settle`]'s age, count what they never
 //! got as lost. With FEC off the lane only follows the sequence: gaps count as lost, late
 //! arrivals are delivered and counted.
@@ -43,6 +44,7 @@ use super::header::{
     self, Fields, HeaderError, Kind, LinkPacket, HEADER_LEN, MAX_K, MAX_M, SHARD_PREFIX,
     SHARD_START,
 };
+use super::reorder::{Reorder, ReorderCounts};
 
 /// Largest frame on a link (1500-byte MTU minus IPv4 and UDP headers).
 pub const FRAME_CAP: usize = 1472;
@@ -341,6 +343,31 @@ pub struct DecoderCounts {
     pub fec_mismatch: u64,
     /// A lane started over (the peer half restarted).
     pub restarts: u64,
+    /// The reorder windows' counts, summed over the lanes (zero when reordering is off).
+    pub reorder: ReorderCounts,
+}
+
+/// Where a lane's datagrams go: straight to the caller, or through the lane's reorder
+/// window, which hands them on in the sender's order.
+struct Out<'a, F> {
+    order: Option<&'a mut Reorder>,
+    deliver: &'a mut F,
+    now: u64,
+}
+
+impl<F: FnMut(u16, u16, &[u8], bool)> Out<'_, F> {
+    fn data(&mut self, pos: u32, dst: u16, src: u16, payload: &[u8], repaired: bool) {
+        match self.order.as_deref_mut() {
+            Some(r) => r.offer(pos, dst, src, payload, repaired, self.now, self.deliver),
+            None => (self.deliver)(dst, src, payload, repaired),
+        }
+    }
+
+    fn skip(&mut self, from: u32, to: u32) {
+        if let Some(r) = self.order.as_deref_mut() {
+            r.skip(from, to, self.deliver);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -374,16 +401,72 @@ pub struct Decoder {
     fec: Option<Fec>,
     codecs: Vec<ReedSolomon>,
     lanes: Vec<Option<Box<Lane>>>,
+    /// Each lane's reorder window (when `hold_ms` > 0).
+    orders: Vec<Option<Box<Reorder>>>,
+    hold_ms: u64,
+    /// Bit `lane` set: that lane's window holds datagrams.
+    waiting: u64,
     pub counts: DecoderCounts,
 }
 
 impl Decoder {
+    /// A decoder that hands datagrams on as they arrive or are rebuilt.
     pub fn new(fec: Option<Fec>) -> Decoder {
+        Decoder::with_reorder(fec, 0)
+    }
+
+    /// A decoder whose lanes hand datagrams on in the sender's order, a datagram waiting at
+    /// most `hold_ms` for a missing earlier one (0: as they arrive, like [`Decoder::new`]).
+    pub fn with_reorder(fec: Option<Fec>, hold_ms: u64) -> Decoder {
         Decoder {
             fec,
             codecs: fec.map(codecs).unwrap_or_default(),
             lanes: (0..MAX_LANES).map(|_| None).collect(),
+            orders: (0..MAX_LANES).map(|_| None).collect(),
+            hold_ms,
+            waiting: 0,
             counts: DecoderCounts::default(),
+        }
+    }
+
+    /// The counts, the reorder windows' included.
+    pub fn totals(&self) -> DecoderCounts {
+        let mut c = self.counts;
+        for r in self.orders.iter().flatten() {
+            c.reorder.held += r.counts.held;
+            c.reorder.expired += r.counts.expired;
+            c.reorder.overtaken += r.counts.overtaken;
+        }
+        c
+    }
+
+    /// When [`Decoder::release_due`] next has something to hand on (None: nothing held).
+    pub fn next_deadline(&self) -> Option<u64> {
+        let mut bits = self.waiting;
+        let mut min: Option<u64> = None;
+        while bits != 0 {
+            let lane = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(d) = self.orders[lane].as_ref().and_then(|r| r.deadline()) {
+                min = Some(min.map_or(d, |m| m.min(d)));
+            }
+        }
+        min
+    }
+
+    /// Hands on, in order, what waited `hold_ms` in a reorder window (and what it waited
+    /// for is given up). Called by the receive worker when [`Decoder::next_deadline`] passes.
+    pub fn release_due<F: FnMut(u16, u16, &[u8], bool)>(&mut self, now_ms: u64, mut deliver: F) {
+        let mut bits = self.waiting;
+        while bits != 0 {
+            let lane = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(r) = self.orders[lane].as_deref_mut() {
+                r.release_due(now_ms, &mut deliver);
+                if r.deadline().is_none() {
+                    self.waiting &= !(1u64 << lane);
+                }
+            }
         }
     }
 
@@ -393,10 +476,11 @@ impl Decoder {
             .unwrap_or(0)
     }
 
-    /// Takes one checked link packet; calls `deliver(dst, src, payload)` for each datagram
-    /// it yields (the packet's own, and any its arrival let the code rebuild).
+    /// Takes one checked link packet; calls `deliver(dst, src, payload, repaired)` for each
+    /// datagram it yields (the packet's own, any its arrival let the code rebuild, and with a
+    /// reorder window those that waited for it).
     /// `Err` when the packet is refused; the caller counts the reason.
-    pub fn receive<F: FnMut(u16, u16, &[u8])>(
+    pub fn receive<F: FnMut(u16, u16, &[u8], bool)>(
         &mut self,
         p: &LinkPacket<&[u8]>,
         now_ms: u64,
@@ -427,7 +511,15 @@ impl Decoder {
                 shards: vec![0u8; WINDOW_BLOCKS * per * FRAME_CAP].into_boxed_slice(),
                 shard_lens: vec![0; WINDOW_BLOCKS * per].into_boxed_slice(),
             }));
+            if self.hold_ms > 0 {
+                self.orders[lane_no] = Some(Box::new(Reorder::new(self.hold_ms)));
+            }
         }
+        let mut out = Out {
+            order: self.orders[lane_no].as_deref_mut(),
+            deliver: &mut deliver,
+            now: now_ms,
+        };
         let Some(lane) = self.lanes[lane_no].as_deref_mut() else {
             return Ok(());
         };
@@ -435,26 +527,30 @@ impl Decoder {
             self.counts.restarts += 1;
             lane.started = false;
             lane.blocks = [Block::default(); WINDOW_BLOCKS];
+            // What the old sender's window held goes first; the new one starts its own order.
+            if let Some(r) = out.order.as_deref_mut() {
+                r.flush(out.deliver);
+            }
         }
         lane.epoch = p.epoch();
         match self.fec {
-            None => {
-                receive_plain(lane, &mut self.counts, p, &mut deliver);
-                Ok(())
-            }
-            Some(fec) => {
-                receive_block(
-                    lane,
-                    &self.codecs,
-                    fec,
-                    &mut self.counts,
-                    p,
-                    now_ms,
-                    &mut deliver,
-                );
-                Ok(())
-            }
+            None => receive_plain(lane, &mut self.counts, p, &mut out),
+            Some(fec) => receive_block(
+                lane,
+                &self.codecs,
+                fec,
+                &mut self.counts,
+                p,
+                now_ms,
+                &mut out,
+            ),
         }
+        if out.order.is_some_and(|r| r.deadline().is_some()) {
+            self.waiting |= 1u64 << lane_no;
+        } else {
+            self.waiting &= !(1u64 << lane_no);
+        }
+        Ok(())
     }
 
     /// Counts as lost what blocks quiet for `age_ms` never got (FEC on), so the figures are
@@ -471,11 +567,11 @@ impl Decoder {
     }
 }
 
-fn receive_plain<F: FnMut(u16, u16, &[u8])>(
+fn receive_plain<F: FnMut(u16, u16, &[u8], bool)>(
     lane: &mut Lane,
     counts: &mut DecoderCounts,
     p: &LinkPacket<&[u8]>,
-    deliver: &mut F,
+    out: &mut Out<'_, F>,
 ) {
     let seq = p.sequence();
     if !lane.started {
@@ -496,7 +592,7 @@ fn receive_plain<F: FnMut(u16, u16, &[u8])>(
     }
     counts.frames += 1;
     counts.delivered += 1;
-    deliver(p.dst_port(), p.src_port(), p.payload());
+    out.data(seq, p.dst_port(), p.src_port(), p.payload(), false);
 }
 
 fn settle_block(b: &mut Block, counts: &mut DecoderCounts) {
@@ -509,14 +605,14 @@ fn settle_block(b: &mut Block, counts: &mut DecoderCounts) {
     b.settled = true;
 }
 
-fn receive_block<F: FnMut(u16, u16, &[u8])>(
+fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
     lane: &mut Lane,
     codecs: &[ReedSolomon],
     fec: Fec,
     counts: &mut DecoderCounts,
     p: &LinkPacket<&[u8]>,
     now_ms: u64,
-    deliver: &mut F,
+    out: &mut Out<'_, F>,
 ) {
     let id = p.block();
     if !lane.started {
@@ -586,7 +682,13 @@ fn receive_block<F: FnMut(u16, u16, &[u8])>(
             if !b.settled {
                 b.delivered |= 1 << idx;
                 counts.delivered += 1;
-                deliver(p.dst_port(), p.src_port(), p.payload());
+                out.data(
+                    position(id, fec, idx),
+                    p.dst_port(),
+                    p.src_port(),
+                    p.payload(),
+                    false,
+                );
             } else {
                 counts.late += 1;
             }
@@ -595,18 +697,32 @@ fn receive_block<F: FnMut(u16, u16, &[u8])>(
             counts.repair_frames += 1;
             b.k = b.k.min(usize::from(p.fec_k()));
             b.shard_len = shard.len();
+            if b.k < usize::from(fec.k) {
+                // A partial block: its unused positions will never come.
+                out.skip(
+                    position(id, fec, b.k),
+                    position(id, fec, usize::from(fec.k)),
+                );
+            }
         }
     }
-    try_rebuild(lane, slot, codecs, fec, counts, deliver);
+    try_rebuild(lane, slot, codecs, fec, counts, out);
 }
 
-fn try_rebuild<F: FnMut(u16, u16, &[u8])>(
+/// A data packet's place in its lane's order (FEC on): `block × k + index`, wrapping.
+fn position(block: u32, fec: Fec, index: usize) -> u32 {
+    block
+        .wrapping_mul(u32::from(fec.k))
+        .wrapping_add(index as u32)
+}
+
+fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
     lane: &mut Lane,
     slot: usize,
     codecs: &[ReedSolomon],
     fec: Fec,
     counts: &mut DecoderCounts,
-    deliver: &mut F,
+    out: &mut Out<'_, F>,
 ) {
     let b = lane.blocks[slot];
     let (k, m) = (b.k, usize::from(fec.m));
@@ -656,7 +772,13 @@ fn try_rebuild<F: FnMut(u16, u16, &[u8])>(
         blk.present |= 1 << i;
         blk.delivered |= 1 << i;
         counts.repaired += 1;
-        deliver(dst, src, &chunk[SHARD_PREFIX..SHARD_PREFIX + len]);
+        out.data(
+            position(b.id, fec, i),
+            dst,
+            src,
+            &chunk[SHARD_PREFIX..SHARD_PREFIX + len],
+            true,
+        );
     }
 }
 
@@ -683,7 +805,7 @@ mod tests {
                 wire += 1;
                 if keep {
                     let p = LinkPacket::new_checked(&f[..]).unwrap();
-                    dec.receive(&p, 0, |dst, src, pl| {
+                    dec.receive(&p, 0, |dst, src, pl, _| {
                         assert_eq!((dst, src), (30000, 20002));
                         out.push(pl.to_vec())
                     })
@@ -752,12 +874,12 @@ mod tests {
         let p = LinkPacket::new_checked(&f[..]).unwrap();
         let mut dec = Decoder::new(Some(Fec { k: 8, m: 2 }));
         assert_eq!(
-            dec.receive(&p, 0, |_, _, _| panic!()),
+            dec.receive(&p, 0, |_, _, _, _| panic!()),
             Err(HeaderError::BadFec)
         );
         let mut off = Decoder::new(None);
         assert_eq!(
-            off.receive(&p, 0, |_, _, _| panic!()),
+            off.receive(&p, 0, |_, _, _, _| panic!()),
             Err(HeaderError::BadFec)
         );
         assert_eq!(off.counts.fec_mismatch, 1);
@@ -774,8 +896,14 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for fec in [None, Some(Fec { k: 8, m: 2 }), Some(Fec { k: 3, m: 4 })] {
-            let mut dec = Decoder::new(fec);
+        for (fec, hold) in [
+            (None, 0),
+            (Some(Fec { k: 8, m: 2 }), 0),
+            (Some(Fec { k: 3, m: 4 }), 0),
+            (None, 20),
+            (Some(Fec { k: 8, m: 2 }), 20),
+        ] {
+            let mut dec = Decoder::with_reorder(fec, hold);
             let mut enc = Encoder::new(1, 9, fec, 4);
             for round in 0..8_000u32 {
                 if enc.must_flush() {
@@ -799,15 +927,155 @@ mod tests {
                     _ => {}
                 }
                 if let Ok(p) = LinkPacket::new_checked(&f[..]) {
-                    let _ = dec.receive(&p, u64::from(round), |_, _, pl| {
+                    let _ = dec.receive(&p, u64::from(round), |_, _, pl, _| {
                         assert!(pl.len() <= MAX_PAYLOAD + SHARD_PREFIX)
                     });
                 }
                 if round % 1000 == 0 {
                     dec.settle(u64::from(round), 10);
                 }
+                if round % 7 == 0 {
+                    dec.release_due(u64::from(round), |_, _, pl, _| {
+                        assert!(pl.len() <= MAX_PAYLOAD + SHARD_PREFIX)
+                    });
+                }
             }
         }
+    }
+
+    /// Every frame an encoder (lane 2, `epoch`) sends for datagrams `ids`, in wire order.
+    fn wire(fec: Option<Fec>, epoch: u16, ids: std::ops::Range<usize>) -> Vec<Vec<u8>> {
+        let mut enc = Encoder::new(2, epoch, fec, 4);
+        let mut frames = Vec::new();
+        let all = expected(ids.end);
+        for payload in &all[ids] {
+            if enc.must_flush() {
+                frames.extend(enc.ready().map(|f| f.to_vec()));
+                enc.mark_sent();
+            }
+            assert!(enc.push(30000, 20002, payload, 0));
+        }
+        enc.close_block(0);
+        frames.extend(enc.ready().map(|f| f.to_vec()));
+        enc.mark_sent();
+        frames
+    }
+
+    /// Feeds `frames` at `now`; returns what was delivered (payload, repaired).
+    fn feed(dec: &mut Decoder, frames: &[Vec<u8>], now: u64) -> Vec<(Vec<u8>, bool)> {
+        let mut out = Vec::new();
+        for f in frames {
+            let p = LinkPacket::new_checked(&f[..]).unwrap();
+            dec.receive(&p, now, |_, _, pl, rep| out.push((pl.to_vec(), rep)))
+                .unwrap();
+        }
+        out
+    }
+
+    fn payloads(v: Vec<(Vec<u8>, bool)>) -> Vec<Vec<u8>> {
+        v.into_iter().map(|(p, _)| p).collect()
+    }
+
+    #[test]
+    fn reorder_window_delivers_in_sender_order() {
+        for fec in [None, Some(Fec { k: 8, m: 2 }), Some(Fec { k: 4, m: 2 })] {
+            let mut frames = wire(fec, 7, 0..60);
+            // Swap neighbours all along, and lose one frame in 7 (FEC rebuilds them).
+            // (From the second frame: the window starts where its first frame is.)
+            for i in (1..frames.len() - 1).step_by(3) {
+                frames.swap(i, i + 1);
+            }
+            if fec.is_some() {
+                frames = frames
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % 7 != 3)
+                    .map(|(_, f)| f)
+                    .collect();
+            }
+            let mut dec = Decoder::with_reorder(fec, 50);
+            let got = feed(&mut dec, &frames, 0);
+            assert_eq!(payloads(got.clone()), expected(60), "{fec:?}: in order");
+            let c = dec.totals();
+            assert!(c.reorder.held > 0, "{fec:?}: {c:?}");
+            assert_eq!((c.lost, c.reorder.expired), (0, 0), "{fec:?}: {c:?}");
+            assert_eq!(dec.next_deadline(), None, "{fec:?}: nothing left waiting");
+            if fec.is_some() {
+                assert_eq!(got.iter().filter(|(_, r)| *r).count() as u64, c.repaired);
+                assert!(c.repaired > 0);
+            }
+            // Without a window the same frames come out of order.
+            let mut plain = Decoder::new(fec);
+            assert_ne!(payloads(feed(&mut plain, &frames, 0)), expected(60));
+        }
+    }
+
+    #[test]
+    fn reorder_window_gives_a_gap_up_when_the_wait_ends() {
+        for fec in [None, Some(Fec { k: 8, m: 2 })] {
+            let frames = wire(fec, 7, 0..20);
+            // Lose data 3 and both repair frames of the first block (FEC on): beyond repair.
+            let keep: Vec<Vec<u8>> = frames
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| *i != 3 && !(fec.is_some() && (*i == 8 || *i == 9)))
+                .map(|(_, f)| f)
+                .collect();
+            let mut dec = Decoder::with_reorder(fec, 30);
+            let got = payloads(feed(&mut dec, &keep, 100));
+            assert_eq!(got, expected(3), "{fec:?}: 4.. wait for 3");
+            assert_eq!(dec.next_deadline(), Some(130));
+            let mut late = Vec::new();
+            dec.release_due(129, |_, _, pl, _| late.push(pl.to_vec()));
+            assert!(late.is_empty());
+            dec.release_due(130, |_, _, pl, _| late.push(pl.to_vec()));
+            assert_eq!(late, expected(20)[4..].to_vec(), "{fec:?}");
+            assert_eq!(dec.next_deadline(), None);
+            assert_eq!(dec.totals().reorder.expired, 1, "{fec:?}");
+            // 3 shows up after all: handed on, counted (FEC on: its block is not settled yet).
+            let late3 = wire(fec, 7, 0..20).swap_remove(3);
+            let got = feed(&mut dec, &[late3], 200);
+            assert_eq!(payloads(got), vec![expected(4)[3].clone()]);
+            assert_eq!(dec.totals().reorder.overtaken, 1);
+        }
+    }
+
+    #[test]
+    fn reorder_window_flushes_on_a_new_epoch() {
+        for fec in [None, Some(Fec { k: 8, m: 2 })] {
+            let mut old = wire(fec, 7, 0..5);
+            old.remove(1); // datagram 1 lost: 2.. wait
+            let mut dec = Decoder::with_reorder(fec, 1000);
+            assert_eq!(payloads(feed(&mut dec, &old[..3], 0)), expected(1));
+            // The sender restarts (new epoch, its sequence from 0): what waited goes first,
+            // then the new sender's datagrams, in their own order.
+            let new = wire(fec, 8, 0..3);
+            let got = payloads(feed(&mut dec, &new, 1));
+            let mut want = expected(4)[2..4].to_vec();
+            want.extend(expected(3));
+            assert_eq!(got, want, "{fec:?}");
+            let c = dec.totals();
+            assert_eq!(c.restarts, 1, "{fec:?}");
+            assert_eq!(dec.next_deadline(), None);
+        }
+    }
+
+    #[test]
+    fn reorder_window_hands_duplicates_on_once() {
+        let fec = Some(Fec { k: 8, m: 2 });
+        let frames = wire(fec, 7, 0..8);
+        let mut dup = vec![frames[0].clone(), frames[2].clone(), frames[2].clone()];
+        dup.push(frames[1].clone());
+        dup.push(frames[2].clone());
+        let mut dec = Decoder::with_reorder(fec, 20);
+        assert_eq!(payloads(feed(&mut dec, &dup, 0)), expected(3));
+        assert_eq!(dec.totals().duplicate, 2);
+        // FEC off: the link has no way to tell a copy from a late datagram; the window holds
+        // a position once, and a copy after it passed is handed on as overtaken.
+        let frames = wire(None, 7, 0..3);
+        let mut dec = Decoder::with_reorder(None, 20);
+        let seq = [&frames[0], &frames[2], &frames[2], &frames[1]].map(|f| f.clone());
+        assert_eq!(payloads(feed(&mut dec, &seq, 0)), expected(3));
     }
 
     #[test]

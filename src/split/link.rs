@@ -80,6 +80,12 @@ use crate::wire::write_udp4_frame;
 pub const CLOSE_BLOCK_MS: u64 = 20;
 /// A receiver block quiet this long counts what it never got as lost.
 pub const SETTLE_MS: u64 = 500;
+/// The incoming link's reorder window by default with FEC on: a datagram waits at most this
+/// long for a missing earlier one to be rebuilt (`split.in_link.reorder_ms`; 0 hands
+/// datagrams on as they arrive, the default with FEC off: a gap is then a loss, and waiting
+/// for it only delays what follows). Long enough for the repair frames of a block closed
+/// early ([`CLOSE_BLOCK_MS`]).
+pub const DEFAULT_REORDER_MS: u64 = 25;
 /// Receive batches read per wakeup before looking at commands again.
 const BUDGET: usize = 8;
 /// The incoming link socket's token in the worker's epoll set.
@@ -200,6 +206,11 @@ pub struct LinkCounters {
     pub duplicate: AtomicU64,
     /// Incoming: times a sending lane started over (the peer half restarted).
     pub restarts: AtomicU64,
+    /// Incoming, the reorder window: datagrams that waited for an earlier one, positions
+    /// given up, datagrams handed on after their gap was given up.
+    pub reorder_held: AtomicU64,
+    pub reorder_expired: AtomicU64,
+    pub reorder_overtaken: AtomicU64,
     pub drops: [AtomicU64; LinkDrop::COUNT],
 }
 
@@ -216,6 +227,9 @@ pub struct LinkSnapshot {
     pub late: u64,
     pub duplicate: u64,
     pub restarts: u64,
+    pub reorder_held: u64,
+    pub reorder_expired: u64,
+    pub reorder_overtaken: u64,
     pub drops: [u64; LinkDrop::COUNT],
 }
 
@@ -242,6 +256,9 @@ impl LinkCounters {
             late: self.late.load(Relaxed),
             duplicate: self.duplicate.load(Relaxed),
             restarts: self.restarts.load(Relaxed),
+            reorder_held: self.reorder_held.load(Relaxed),
+            reorder_expired: self.reorder_expired.load(Relaxed),
+            reorder_overtaken: self.reorder_overtaken.load(Relaxed),
             drops,
         }
     }
@@ -255,6 +272,9 @@ impl LinkCounters {
         self.late.store(c.late, Relaxed);
         self.duplicate.store(c.duplicate, Relaxed);
         self.restarts.store(c.restarts, Relaxed);
+        self.reorder_held.store(c.reorder.held, Relaxed);
+        self.reorder_expired.store(c.reorder.expired, Relaxed);
+        self.reorder_overtaken.store(c.reorder.overtaken, Relaxed);
     }
 }
 
@@ -329,8 +349,8 @@ impl SplitStats {
         for (name, c) in [("out", &self.out_link), ("in", &self.in_link)] {
             let v = c.snapshot();
             s.push_str(&format!(
-                "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={}",
-                self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts
+                "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={} reorder_held={} reorder_expired={} reorder_overtaken={}",
+                self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts, v.reorder_held, v.reorder_expired, v.reorder_overtaken
             ));
             for r in LinkDrop::ALL {
                 s.push_str(&format!(" drop_{}={}", r.name(), v.drop_count(r)));
@@ -365,6 +385,8 @@ impl SplitStats {
                 "repair_packets": s.repair_packets, "send_errors": s.send_errors,
                 "delivered": s.delivered, "repaired": s.repaired, "lost": s.lost,
                 "late": s.late, "duplicate": s.duplicate, "restarts": s.restarts,
+                "reorder_held": s.reorder_held, "reorder_expired": s.reorder_expired,
+                "reorder_overtaken": s.reorder_overtaken,
                 "drops": drops,
             })
         };
@@ -956,6 +978,7 @@ impl HalfLinks {
             local: HashMap::new(),
             batch,
             fec: self.cfg.in_link.fec,
+            reorder_ms: self.cfg.in_link.reorder_ms,
             max_payload,
             overflow_seen: 0,
         };
@@ -963,7 +986,7 @@ impl HalfLinks {
         spawn(index, cpu, routes, stop, Some(link), move |_: &Shell| {
             Ok(RxState {
                 rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
-                dec: Decoder::new(path.fec),
+                dec: Decoder::with_reorder(path.fec, path.reorder_ms),
                 out: Delivery::new(path.batch * BUDGET),
                 path,
             })
@@ -981,6 +1004,8 @@ struct RxPath {
     local: EgressSockets,
     batch: usize,
     fec: Option<Fec>,
+    /// The reorder window's longest wait (0: datagrams are handed on as they arrive).
+    reorder_ms: u64,
     max_payload: usize,
     overflow_seen: u32,
 }
@@ -1077,6 +1102,46 @@ impl Datapath for RxState {
         );
     }
 
+    /// Hands on what waited its time in the reorder window.
+    fn poll(&mut self, shell: &Shell) -> bool {
+        let Some(due) = self.dec.next_deadline() else {
+            return false;
+        };
+        let now = now_ms();
+        if now >= due {
+            let ctx = &self.path;
+            let channel = Channel::from_ingress(ctx.face);
+            let mut tally = Tally::default();
+            let mut drops = [0u64; LinkDrop::COUNT];
+            let out = &mut self.out;
+            self.dec.release_due(now, |dst, src, payload, repaired| {
+                deliver_one(
+                    shell,
+                    ctx,
+                    channel,
+                    (dst, src, payload, repaired),
+                    now,
+                    out,
+                    &mut tally,
+                    &mut drops,
+                )
+            });
+            count_drops(&ctx.split.in_link, &drops);
+            shell.stats.channel(channel).add(&tally);
+            // Out now: the worker flushes only after a wakeup's reads.
+            send_delivery(shell, ctx, &mut self.out);
+        }
+        false
+    }
+
+    /// Sleeps no longer than the reorder window's next release.
+    fn idle_ms(&self) -> u16 {
+        match self.dec.next_deadline() {
+            Some(due) => due.saturating_sub(now_ms()).clamp(1, 100) as u16,
+            None => 100,
+        }
+    }
+
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
         apply_egress(&mut self.path.local, cmd);
     }
@@ -1088,16 +1153,85 @@ impl Datapath for RxState {
 
     fn sample(&mut self, _shell: &Shell) {
         self.dec.settle(now_ms(), SETTLE_MS);
-        self.path.split.in_link.publish(&self.dec.counts);
+        self.path.split.in_link.publish(&self.dec.totals());
     }
 }
 
 impl Drop for RxState {
     fn drop(&mut self) {
-        // At exit every block still open counts what it never got.
+        // At exit every block still open counts what it never got (what a reorder window
+        // still holds, at most `reorder_ms` of traffic, is not sent any more).
         self.dec.settle(u64::MAX, 0);
-        self.path.split.in_link.publish(&self.dec.counts);
+        self.path.split.in_link.publish(&self.dec.totals());
     }
+}
+
+fn count_drops(link: &LinkCounters, drops: &[u64; LinkDrop::COUNT]) {
+    for (a, &d) in link.drops.iter().zip(drops) {
+        if d > 0 {
+            a.fetch_add(d, Relaxed);
+        }
+    }
+}
+
+/// Hands one datagram from the link to the link face as if it came from `(peer face, src)`
+/// on gateway port `dst`: route lookup and checks, then queued in `out` for the route's
+/// egress socket (sent at the end of the wakeup); counts it in the route (received or
+/// repaired on the link) and the batch's tallies.
+#[allow(clippy::too_many_arguments)]
+fn deliver_one(
+    shell: &Shell,
+    ctx: &RxPath,
+    channel: Channel,
+    (dst, src, payload, repaired): (u16, u16, &[u8], bool),
+    now: u64,
+    out: &mut Delivery,
+    tally: &mut Tally,
+    drops: &mut [u64; LinkDrop::COUNT],
+) {
+    let egress = channel.egress();
+    let mut one = Tally {
+        rx_packets: 1,
+        rx_bytes: payload.len() as u64,
+        ..Tally::default()
+    };
+    let Some(route) = shell.routes.lookup(channel, dst) else {
+        drops[LinkDrop::UnknownPort as usize] += 1;
+        one.drop(DropReason::NoRoute);
+        tally.merge(&one);
+        return;
+    };
+    route.stats.link.count(repaired);
+    let from = SocketAddrV4::new(ctx.peer_face, src);
+    match inspect(&route, from, payload, false, ctx.max_payload, now) {
+        Err(r) => one.drop(r),
+        Ok(admitted) => {
+            one.relatches += u64::from(admitted == Admitted::Relatched);
+            // Only admitted datagrams keep the route alive.
+            route.touch(now);
+            if let Some(sink) = &route.edge {
+                crate::engine::frames::offer_to_leg(sink, payload, &mut one);
+                route.stats.packets.add(&one);
+                tally.merge(&one);
+                return;
+            }
+            match ctx.local.get(&(egress, route.egress_port)) {
+                Some(s) => {
+                    // Sent (and counted) at the end of the wakeup.
+                    if out.is_full() {
+                        let mut t = Tally::default();
+                        out.send(&mut t);
+                        tally.merge(&t);
+                    }
+                    out.queue(Arc::clone(&route), Arc::clone(s), payload);
+                }
+                // Only while the route's session is being torn down.
+                None => one.drop(DropReason::SendError),
+            }
+        }
+    }
+    route.stats.packets.add(&one);
+    tally.merge(&one);
 }
 
 /// Sends a [`Delivery`] and counts it in the link face's channel.
@@ -1122,9 +1256,7 @@ fn drain(
     now: u64,
 ) {
     let channel = Channel::from_ingress(ctx.face);
-    let egress = channel.egress();
     let link = &ctx.split.in_link;
-    let local = &ctx.local;
     for _ in 0..BUDGET {
         let n = match rx.recv(ctx.sock.as_fd()) {
             Ok(0) => return,
@@ -1162,63 +1294,25 @@ fn drain(
                     continue;
                 }
             };
-            let res = {
-                let mut deliver = |dst: u16, src: u16, payload: &[u8]| {
-                    let mut one = Tally {
-                        rx_packets: 1,
-                        rx_bytes: payload.len() as u64,
-                        ..Tally::default()
-                    };
-                    let Some(route) = shell.routes.lookup(channel, dst) else {
-                        drops[LinkDrop::UnknownPort as usize] += 1;
-                        one.drop(DropReason::NoRoute);
-                        tally.merge(&one);
-                        return;
-                    };
-                    let from = SocketAddrV4::new(ctx.peer_face, src);
-                    match inspect(&route, from, payload, false, ctx.max_payload, now) {
-                        Err(r) => one.drop(r),
-                        Ok(admitted) => {
-                            one.relatches += u64::from(admitted == Admitted::Relatched);
-                            // Only admitted datagrams keep the route alive.
-                            route.touch(now);
-                            if let Some(sink) = &route.edge {
-                                crate::engine::frames::offer_to_leg(sink, payload, &mut one);
-                                route.stats.packets.add(&one);
-                                tally.merge(&one);
-                                return;
-                            }
-                            match local.get(&(egress, route.egress_port)) {
-                                Some(s) => {
-                                    // Sent (and counted) at the end of the wakeup.
-                                    if out.is_full() {
-                                        let mut t = Tally::default();
-                                        out.send(&mut t);
-                                        tally.merge(&t);
-                                    }
-                                    out.queue(Arc::clone(&route), Arc::clone(s), payload);
-                                }
-                                // Only while the route's session is being torn down.
-                                None => one.drop(DropReason::SendError),
-                            }
-                        }
-                    }
-                    route.stats.packets.add(&one);
-                    tally.merge(&one);
-                };
-                dec.receive(&p, now, &mut deliver)
-            };
+            let res = dec.receive(&p, now, |dst, src, payload, repaired| {
+                deliver_one(
+                    shell,
+                    ctx,
+                    channel,
+                    (dst, src, payload, repaired),
+                    now,
+                    out,
+                    &mut tally,
+                    &mut drops,
+                )
+            });
             if let Err(e) = res {
                 drops[LinkDrop::from_header(e) as usize] += 1;
             }
         }
         link.packets.fetch_add(n as u64, Relaxed);
         link.bytes.fetch_add(bytes, Relaxed);
-        for (a, d) in link.drops.iter().zip(drops) {
-            if d > 0 {
-                a.fetch_add(d, Relaxed);
-            }
-        }
+        count_drops(link, &drops);
         shell.stats.channel(channel).add(&tally);
         if n < rx.capacity() {
             return;

@@ -18,6 +18,7 @@
 pub mod fec;
 pub mod header;
 pub mod link;
+pub mod reorder;
 pub mod signal;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -76,6 +77,10 @@ pub struct LinkConfig {
     /// Incoming link only: the CPU its receive worker is pinned to (default: the engine's
     /// last worker CPU).
     pub cpu: Option<usize>,
+    /// Incoming link only: datagrams are handed on in the sender's order, one waiting at
+    /// most this long for a missing earlier one (0: handed on as they arrive; the default
+    /// with FEC off).
+    pub reorder_ms: u64,
 }
 
 /// `[split]`: this process is one half.

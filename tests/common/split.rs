@@ -111,13 +111,20 @@ impl SplitBed {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `FWD_WRONG`, `REV_WRONG` (packets that travelled a one-way link the wrong way) and
-    /// `FWD_LOSS`, `REV_LOSS` (injected drops).
+    /// `FWD_WRONG`, `REV_WRONG` (packets that travelled a one-way link the wrong way),
+    /// `A_LEAK`, `B_LEAK` (what a half's host tried to send on its receive-only interface,
+    /// dropped by the bed's hardening) and `FWD_LOSS`, `REV_LOSS` (injected drops).
     pub fn counters(&self) -> HashMap<String, u64> {
         kv(&self.run(&["counters"]))
             .into_iter()
             .map(|(k, v)| (k, v.trim().parse().unwrap_or(u64::MAX)))
             .collect()
+    }
+
+    /// The receive-only interfaces' egress drop (on after `up`); off only to prove the
+    /// wrong-direction counters count.
+    pub fn guard(&self, on: bool) {
+        self.run(&["guard", if on { "on" } else { "off" }]);
     }
 
     /// Drops `permille`/1000 of what arrives on `link` ("forward" or "reverse"); 0 removes.
@@ -225,6 +232,7 @@ queues = 1
 source_validation = "strict"
 [control]
 listen = "127.0.0.1:9940"
+per_stream_metrics = true
 [split]
 half = "{half}"
 peer_face = "{peer_face}"
@@ -288,15 +296,28 @@ pub fn send_numbered(
     len: usize,
     pps: u32,
 ) -> JoinHandle<u32> {
+    send_numbered_from(ns, from, to, 0, count, len, pps)
+}
+
+/// [`send_numbered`] of ids `first..first + count`.
+pub fn send_numbered_from(
+    ns: &str,
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+    first: u32,
+    count: u32,
+    len: usize,
+    pps: u32,
+) -> JoinHandle<u32> {
     let ns = ns.to_owned();
     std::thread::spawn(move || {
         enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
         let s = UdpSocket::bind(from).expect("bind sender");
         let start = Instant::now();
-        for id in 0..count {
-            s.send_to(&numbered(id, len), to).expect("send");
-            if id % 10 == 9 {
-                let due = start + Duration::from_secs_f64(f64::from(id + 1) / f64::from(pps));
+        for i in 0..count {
+            s.send_to(&numbered(first + i, len), to).expect("send");
+            if i % 10 == 9 {
+                let due = start + Duration::from_secs_f64(f64::from(i + 1) / f64::from(pps));
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }

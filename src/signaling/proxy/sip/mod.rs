@@ -90,7 +90,8 @@
 //! `a=setup` asks, and the media still crosses on the one-way UDP channels. Each side keeps
 //! the transport of its own SDP, so TCP↔UDP, UDP↔TCP and TCP↔TCP all work; a leg that
 //! closes ends the call with BYE to both sides (see `media.rs`). Media over TCP that vgate
-//! cannot bridge (`TCP/TLS/RTP/AVP`, a port count) is refused with `488` and a `Warning`
+//! cannot bridge (`TCP/TLS/RTP/AVP`, a port count, any TCP media in a half of the split
+//! appliance, whose legs cannot send down the one-way link yet) is refused with `488` and a `Warning`
 //! (logged rate-limited; a retransmitted INVITE gets the cached 488, so once per dialog):
 //! passing such an SDP on would let media bypass the gateway. An SDP
 //! in a response that cannot be rewritten is never passed on: the response is dropped and
