@@ -1189,12 +1189,33 @@ fn check_gb_flows(what: &str, flows: &[common::rfc4571::Flow], calls: usize, gat
 /// fraction of the media's bytes.
 #[test]
 fn gb_tcp_media_crosses_the_split_on_the_media_links() {
-    if !ready("split_signal_netns gb tcp") {
+    gb_tcp_across_the_split("stack", "off");
+}
+
+/// The same in mode tnapi (the legs' lane shares the AF_PACKET link socket), FEC 8+2.
+#[test]
+fn gb_tcp_media_crosses_the_split_in_mode_tnapi_with_fec() {
+    gb_tcp_across_the_split("tnapi", "8+2");
+}
+
+/// The same in mode zc (the legs' lane opens an AF_PACKET socket beside the AF_XDP one).
+#[test]
+fn gb_tcp_media_crosses_the_split_in_mode_zc() {
+    gb_tcp_across_the_split("zc", "off");
+}
+
+fn gb_tcp_across_the_split(mode: &str, fec: &str) {
+    if !ready(&format!("split_signal_netns gb tcp {mode}")) {
         return;
     }
     let (bed, _dir, a_dir, b_dir) = setup();
-    let a = half(&bed, "a", "udp");
-    let b = half(&bed, "b", "udp");
+    let start = |name: &str| {
+        let routes = sip_routes(&bed, name, "udp");
+        let cfg = common::split::half_config_mode(&bed, name, mode, fec, fec, &routes);
+        start_half(&bed, name, &cfg)
+    };
+    let a = start("a");
+    let b = start("b");
     peers_up(&a, &b);
     let (da, db) = (bed.get("DA_IP").to_owned(), bed.get("DB_IP").to_owned());
     const CALLS: usize = 3;
@@ -1205,7 +1226,7 @@ fn gb_tcp_media_crosses_the_split_on_the_media_links() {
         (GbSide::TcpPassive, GbSide::TcpPassive),
     ];
     for (n, (b_side, a_side)) in combos.into_iter().enumerate() {
-        let what = format!("platform {b_side:?} / device {a_side:?}");
+        let what = format!("{mode}: platform {b_side:?} / device {a_side:?}");
         let uas = a_dir.join(format!("tcp_uas{n}.xml"));
         let uac = b_dir.join(format!("tcp_uac{n}.xml"));
         std::fs::write(&uas, gb_tcp_uas(a_side, 16000)).unwrap();
@@ -1303,7 +1324,7 @@ fn gb_tcp_media_crosses_the_split_on_the_media_links() {
     let lb = stop_clean_links(b, "b");
     let la = stop_clean_links(a, "a");
     eprintln!(
-        "signaling link {} bytes; media links: A sent {} bytes, B sent {} bytes; delivered A {} B {} packets; received at A {at_a} at B {at_b}",
+        "{mode}: signaling link {} bytes; media links: A sent {} bytes, B sent {} bytes; delivered A {} B {} packets; received at A {at_a} at B {at_b}",
         la.signal, la.media_out_bytes, lb.media_out_bytes, la.media_in_delivered, lb.media_in_delivered
     );
     // What the device in A received came down the reverse link, what the platform in B
