@@ -735,11 +735,11 @@ fn rtsp_ready(test: &str) -> bool {
     true
 }
 
-#[test]
-fn rtsp_udp_and_interleaved_with_upstream_digest_across_the_split() {
-    if !rtsp_ready("split_signal_netns rtsp") {
-        return;
-    }
+/// A bed with GStreamer's RTSP server in A (digest cam:s3cret, `server_args` added) and
+/// both halves running [`rtsp_routes`], peers up.
+fn rtsp_across_the_split(
+    server_args: &[&str],
+) -> (SplitBed, tempfile::TempDir, Proc, Vgate, Vgate) {
     let bed = SplitBed::up();
     let dir = tempfile::tempdir().unwrap();
     let script = format!("{}/tests/rtsp/server.py", env!("CARGO_MANIFEST_DIR"));
@@ -759,6 +759,7 @@ fn rtsp_udp_and_interleaved_with_upstream_digest_across_the_split() {
             "--digest",
             "cam:s3cret",
         ])
+        .args(server_args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the GStreamer RTSP server");
@@ -784,6 +785,15 @@ fn rtsp_udp_and_interleaved_with_upstream_digest_across_the_split() {
         &half_config(&bed, "b", "off", "off", &rtsp_routes(&bed, "b")),
     );
     peers_up(&a, &b);
+    (bed, dir, server, a, b)
+}
+
+#[test]
+fn rtsp_udp_and_interleaved_with_upstream_digest_across_the_split() {
+    if !rtsp_ready("split_signal_netns rtsp") {
+        return;
+    }
+    let (bed, dir, server, a, b) = rtsp_across_the_split(&[]);
     let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
     for transport in ["udp", "tcp"] {
         let trace_path = dir.path().join(format!("ffmpeg-{transport}.log"));
@@ -1350,51 +1360,7 @@ fn rtsp_interleaved_client_crosses_the_split_on_the_media_links() {
     if !rtsp_ready("split_signal_netns rtsp interleaved") {
         return;
     }
-    let bed = SplitBed::up();
-    let dir = tempfile::tempdir().unwrap();
-    let script = format!("{}/tests/rtsp/server.py", env!("CARGO_MANIFEST_DIR"));
-    let mut server = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            bed.get("DA_NS"),
-            "/usr/bin/python3",
-            &script,
-        ])
-        .args([
-            "--address",
-            bed.get("DA_IP"),
-            "--port",
-            "8554",
-            "--digest",
-            "cam:s3cret",
-            "--udp-only",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the GStreamer RTSP server");
-    let mut line = String::new();
-    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
-    let _ = std::io::BufRead::read_line(&mut out, &mut line);
-    assert!(
-        line.starts_with("READY"),
-        "RTSP server did not start: {line:?}"
-    );
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut out, &mut std::io::sink());
-    });
-    let server = Proc(server);
-    let a = start_half(
-        &bed,
-        "a",
-        &half_config(&bed, "a", "off", "off", &rtsp_routes(&bed, "a")),
-    );
-    let b = start_half(
-        &bed,
-        "b",
-        &half_config(&bed, "b", "off", "off", &rtsp_routes(&bed, "b")),
-    );
-    peers_up(&a, &b);
+    let (bed, dir, server, a, b) = rtsp_across_the_split(&["--udp-only"]);
     let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
     let trace_path = dir.path().join("ffmpeg-tcp.log");
     let out = Command::new("ip")

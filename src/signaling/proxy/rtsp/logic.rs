@@ -748,6 +748,20 @@ impl<M: MediaPorts> Exchange<M> {
         Ok(())
     }
 
+    /// A new track's RTP/RTCP pair on the upstream side (a spare one first).
+    fn upstream_pair(&mut self) -> Result<u16, Status> {
+        if self.state.tracks >= MAX_TRACKS {
+            return Err(Status::NOT_ENOUGH_BANDWIDTH);
+        }
+        match self.spare.pop() {
+            Some(p) => Ok(p),
+            None => self
+                .media
+                .alloc_pair(self.settings.client_domain.other())
+                .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH),
+        }
+    }
+
     /// Polices the client's Transport and points the upstream at vgate.
     fn setup_request(
         &mut self,
@@ -767,16 +781,7 @@ impl<M: MediaPorts> Exchange<M> {
         let spec = chosen.clone().with_unicast().without_destination();
         let kind = match delivery {
             Delivery::Udp { client_port } => {
-                if self.state.tracks >= MAX_TRACKS {
-                    return Err(Status::NOT_ENOUGH_BANDWIDTH);
-                }
-                let pair = match self.spare.pop() {
-                    Some(p) => p,
-                    None => self
-                        .media
-                        .alloc_pair(self.settings.client_domain.other())
-                        .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?,
-                };
+                let pair = self.upstream_pair()?;
                 let spec = spec
                     .with_client_port(pair, Some(pair + 1))
                     .map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
@@ -800,16 +805,7 @@ impl<M: MediaPorts> Exchange<M> {
                     .as_ref()
                     .is_some_and(|b| b.udp_upstream) =>
             {
-                if self.state.tracks >= MAX_TRACKS {
-                    return Err(Status::NOT_ENOUGH_BANDWIDTH);
-                }
-                let pair = match self.spare.pop() {
-                    Some(p) => p,
-                    None => self
-                        .media
-                        .alloc_pair(self.settings.client_domain.other())
-                        .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?,
-                };
+                let pair = self.upstream_pair()?;
                 let mode = if record { ";mode=record" } else { "" };
                 editor
                     .set_header(
@@ -1397,16 +1393,7 @@ impl<M: MediaPorts> Exchange<M> {
                 )
             }
             SetupKind::Interleaved { channels, record } => {
-                if self.state.tracks >= MAX_TRACKS {
-                    return Err(Status::NOT_ENOUGH_BANDWIDTH);
-                }
-                let pair = match self.spare.pop() {
-                    Some(p) => p,
-                    None => self
-                        .media
-                        .alloc_pair(self.settings.client_domain.other())
-                        .map_err(|_| Status::NOT_ENOUGH_BANDWIDTH)?,
-                };
+                let pair = self.upstream_pair()?;
                 (
                     SetupKind::TcpToUdp {
                         channels,
