@@ -29,6 +29,9 @@
 //! - `rtsp_interleaved_client_crosses_the_split_on_the_media_links`: interleaved ffmpeg in B,
 //!   UDP-only GStreamer server in A: half B bridges to UDP toward the link face, 120 frames
 //!   decoded, the video crossed on the forward link, not the signaling link.
+//! - `rtsp_interleaved_record_crosses_the_split_on_the_reverse_link`: interleaved ffmpeg
+//!   pushes to a UDP-only RECORD server: the packets half B's bridge injects toward the face
+//!   go down the reverse link, all delivered (those over 1444 bytes cannot: docs/split.md).
 //!
 //! Needs root, iproute2, nftables and sipp (sip-tester) — the RTSP test ffmpeg and
 //! GStreamer's RTSP server instead of sipp; prints DID NOT RUN without them (fails under
@@ -740,6 +743,22 @@ fn rtsp_ready(test: &str) -> bool {
 fn rtsp_across_the_split(
     server_args: &[&str],
 ) -> (SplitBed, tempfile::TempDir, Proc, Vgate, Vgate) {
+    let (bed, dir, server, a, b, _) = rtsp_across_the_split_out(server_args);
+    (bed, dir, server, a, b)
+}
+
+/// [`rtsp_across_the_split`] that also keeps what the server prints (`FRAMES n` lines of a
+/// RECORD server).
+fn rtsp_across_the_split_out(
+    server_args: &[&str],
+) -> (
+    SplitBed,
+    tempfile::TempDir,
+    Proc,
+    Vgate,
+    Vgate,
+    Arc<std::sync::Mutex<String>>,
+) {
     let bed = SplitBed::up();
     let dir = tempfile::tempdir().unwrap();
     let script = format!("{}/tests/rtsp/server.py", env!("CARGO_MANIFEST_DIR"));
@@ -770,8 +789,14 @@ fn rtsp_across_the_split(
         line.starts_with("READY"),
         "RTSP server did not start: {line:?}"
     );
+    let printed = Arc::new(std::sync::Mutex::new(String::new()));
+    let printed2 = Arc::clone(&printed);
     std::thread::spawn(move || {
-        let _ = std::io::copy(&mut out, &mut std::io::sink());
+        let mut l = String::new();
+        while std::io::BufRead::read_line(&mut out, &mut l).is_ok_and(|n| n > 0) {
+            printed2.lock().unwrap().push_str(&l);
+            l.clear();
+        }
     });
     let server = Proc(server);
     let a = start_half(
@@ -785,7 +810,7 @@ fn rtsp_across_the_split(
         &half_config(&bed, "b", "off", "off", &rtsp_routes(&bed, "b")),
     );
     peers_up(&a, &b);
-    (bed, dir, server, a, b)
+    (bed, dir, server, a, b, printed)
 }
 
 #[test]
@@ -965,6 +990,7 @@ fn static_routes_keep_flowing_through_a_signaling_outage() {
 struct LinkBytes {
     signal: u64,
     media_out_bytes: u64,
+    media_out_packets: u64,
     media_in_delivered: u64,
 }
 
@@ -975,6 +1001,7 @@ fn link_bytes(raw: &str) -> LinkBytes {
     LinkBytes {
         signal: s["bytes_in"] + s["bytes_out"],
         media_out_bytes: out["bytes"],
+        media_out_packets: out["packets"],
         media_in_delivered: inl["delivered"],
     }
 }
@@ -1464,6 +1491,77 @@ fn rtsp_interleaved_client_crosses_the_split_on_the_media_links() {
         "the signaling link carried {} bytes, the forward link {}: media rode the signaling link",
         la.signal,
         la.media_out_bytes
+    );
+    drop(server);
+}
+
+/// An interleaved ffmpeg in B pushes (ANNOUNCE/RECORD) 4 s of JPEG video to a UDP-only
+/// RECORD server in A: half B bridges the client's `$` frames to UDP toward the link face,
+/// and those packets — sent from the leg's thread, not an engine worker — go down the
+/// reverse link on the legs' lane, every one delivered by half A. ffmpeg's RTP packets over
+/// TCP are up to 1472 bytes, more than the 1444 a link frame carries: those are dropped at
+/// half B and counted as `oversize` (measured: 173 packets from ffmpeg, 132 oversize, in
+/// the leg's `inject_drops` and the route's `drop_oversize`), so the server decodes no
+/// frame; see docs/split.md. Nothing rides the signaling link.
+#[test]
+fn rtsp_interleaved_record_crosses_the_split_on_the_reverse_link() {
+    if !rtsp_ready("split_signal_netns rtsp record") {
+        return;
+    }
+    let (bed, _dir, server, a, b) = rtsp_across_the_split(&["--udp-only", "--record"]);
+    let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
+    let out = Command::new("ip")
+        .args(["netns", "exec", bed.get("DB_NS"), "timeout", "30", "ffmpeg"])
+        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-re"])
+        .args([
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=320x240:rate=10",
+            "-t",
+            "4",
+        ])
+        .args([
+            "-c:v", "mjpeg", "-huffman", "default", "-pix_fmt", "yuvj420p",
+        ])
+        .args(["-f", "rtsp", "-rtsp_transport", "tcp", &url])
+        .output()
+        .expect("run ffmpeg");
+    assert!(
+        out.status.success(),
+        "ffmpeg push failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metric = |h: &str, family: &str, label: &str| {
+        common::split::admin_get(&bed, h, "/metrics")
+            .lines()
+            .filter(|l| l.starts_with(family) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    let injected = metric("b", "vgate_rtsp_bridge_frames_total{", "tcp_to_udp");
+    std::thread::sleep(Duration::from_secs(2));
+    no_wrong_direction(&bed);
+    let lb = stop_clean_links(b, "b");
+    let la = stop_clean_links(a, "a");
+    eprintln!(
+        "record: half B injected {injected} of ffmpeg's packets toward the face; reverse link: B sent {} packets ({} bytes), A delivered {}; signaling link {} bytes",
+        lb.media_out_packets, lb.media_out_bytes, la.media_in_delivered, la.signal
+    );
+    assert!(
+        injected >= 30 && lb.media_out_packets >= injected,
+        "half B sent the pushed packets that fit a link frame down the reverse link: {injected} injected, {} sent",
+        lb.media_out_packets
+    );
+    assert_eq!(
+        la.media_in_delivered, lb.media_out_packets,
+        "half A delivered every packet of the reverse link"
+    );
+    assert!(
+        la.signal * 4 < lb.media_out_bytes,
+        "the signaling link carried {} bytes, the reverse link {}",
+        la.signal,
+        lb.media_out_bytes
     );
     drop(server);
 }
