@@ -416,6 +416,54 @@ fn bridge_refused_both_ways_is_a_461_with_the_reason() {
     assert_eq!(ex.pending(), 1, "the second SETUP awaits its reply");
 }
 
+/// A split half whose upstream is the link face: an interleaved client's SETUP goes
+/// upstream over UDP at once (never interleaved over the signaling link), and the reply
+/// opens the bridge leg on the client's side.
+#[test]
+fn toward_the_split_link_face_an_interleaved_setup_goes_upstream_over_udp() {
+    let mut s = bridging();
+    s.bridge = Some(BridgeSettings {
+        max_payload: 1444,
+        udp_upstream: true,
+    });
+    let mut ex = exchange(s);
+    let outs = one_message(
+        &mut ex,
+        "SETUP rtsp://192.168.1.1:554/cam1/stream=0 RTSP/1.0\nCSeq: 1\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1\n",
+        true,
+    );
+    let Some(Output::Upstream(sent)) = outs.iter().find(|o| matches!(o, Output::Upstream(_)))
+    else {
+        panic!("{outs:?}")
+    };
+    let sent = show(sent);
+    let pair = ex.media().allocated[0].1;
+    assert!(
+        sent.contains(&format!(
+            "Transport: RTP/AVP;unicast;client_port={pair}-{}\n",
+            pair + 1
+        )),
+        "{sent}"
+    );
+    assert!(!sent.contains("interleaved"), "{sent}");
+    let outs = one_message(
+        &mut ex,
+        &format!("RTSP/1.0 200 OK\nCSeq: 1\nTransport: RTP/AVP;unicast;client_port={pair}-{};server_port=7000-7001\nSession: 1234;timeout=60\n", pair + 1),
+        false,
+    );
+    let Some(Output::Client(reply)) = outs.iter().find(|o| matches!(o, Output::Client(_))) else {
+        panic!("{outs:?}")
+    };
+    let reply = show(reply);
+    assert!(reply.starts_with("RTSP/1.0 200 OK"), "{reply}");
+    assert!(
+        reply.contains("Transport: RTP/AVP/TCP;unicast;interleaved=0-1"),
+        "{reply}"
+    );
+    assert_eq!(ex.media().legs.len(), 1, "the client's side is bridged");
+    assert_eq!(ex.media().legs[0].side, TcpSide::Client);
+}
+
 /// Every golden file is run by a test above.
 #[test]
 fn every_transcript_is_tested() {
