@@ -223,6 +223,13 @@ impl<F: Framing> Deframer<F> {
         self.start += 1;
     }
 
+    /// Forgets what is buffered (a connection replaced by another).
+    pub fn reset(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.bad_run = false;
+    }
+
     /// The framing it reads.
     pub fn framing(&self) -> &F {
         &self.framing

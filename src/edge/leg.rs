@@ -218,8 +218,11 @@ impl Leg {
     }
 
     /// A passive leg started before an SDP named its peer accepts only `addr` from now on.
+    /// A connection already taken from another address is dropped (counted as refused).
     pub fn expect_peer(&self, addr: std::net::Ipv4Addr) {
-        self.allowed.store(u32::from(addr), Relaxed);
+        if self.allowed.swap(u32::from(addr), Relaxed) != u32::from(addr) {
+            self.sink.nudge();
+        }
     }
 
     /// The sink an engine offers this leg's packets to (for the route whose receiver it is).
@@ -306,6 +309,18 @@ impl Run {
         loop {
             if self.stop.load(Relaxed) {
                 return false;
+            }
+            if self.connected_to_stranger() {
+                // Taken before an SDP named the peer, by another address: dropped, counted,
+                // listening again for the named one.
+                if let Some(s) = self.stream.take() {
+                    let _ = epoll.delete(&s);
+                }
+                self.counters.refused.fetch_add(1, Relaxed);
+                self.counters.set_state(LegState::Listening);
+                self.deframer.reset();
+                self.out.clear();
+                want_out = false;
             }
             if self.role == Role::Active && self.stream.is_none() && self.pending.is_none() {
                 let now = Instant::now();
@@ -429,6 +444,16 @@ impl Run {
                 Err(_) => return,
             }
         }
+    }
+
+    /// A passive leg connected (before its peer was known) to an address that is not the
+    /// one an SDP has named since.
+    fn connected_to_stranger(&self) -> bool {
+        let a = self.allowed.load(Relaxed);
+        self.role == Role::Passive
+            && self.stream.is_some()
+            && a != 0
+            && u32::from(*self.from.ip()) != a
     }
 
     /// Whether a connection from `ip` is the peer's.
