@@ -43,6 +43,18 @@ media_ports = "{b_ports}"
     Arc::new(Routes::new(&cfg, reg as Arc<dyn PortHooks>))
 }
 
+/// A UDP receiver in domain B (loopback 127.0.0.2), with its address.
+fn viewer() -> (UdpSocket, SocketAddrV4) {
+    let viewer = UdpSocket::bind("127.0.0.2:0").unwrap();
+    viewer
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    match viewer.local_addr().unwrap() {
+        std::net::SocketAddr::V4(v) => (viewer, v),
+        _ => unreachable!(),
+    }
+}
+
 fn rtp(seq: u16, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
     crate::wire::rtp::write_header(&mut b, 96, seq, 0, 1).unwrap();
@@ -110,14 +122,7 @@ fn passive_leg_bridges_both_ways() {
     let s = routes.open_session(SessionKind::Sip, "t");
     let a = routes.alloc_pair(s, DomainId::A).unwrap();
     let b = routes.alloc_pair(s, DomainId::B).unwrap();
-    let viewer = UdpSocket::bind("127.0.0.2:0").unwrap();
-    viewer
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let viewer_at = match viewer.local_addr().unwrap() {
-        std::net::SocketAddr::V4(v) => v,
-        _ => unreachable!(),
-    };
+    let (viewer, viewer_at) = viewer();
     let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
     let closed = Arc::new(AtomicBool::new(false));
     let leg = Leg::start(
@@ -305,14 +310,7 @@ fn a_kept_injector_does_not_hold_a_closed_port() {
     let s = routes.open_session(SessionKind::Rtsp, "t");
     let a = routes.alloc_pair(s, DomainId::A).unwrap();
     let b = routes.alloc_pair(s, DomainId::B).unwrap();
-    let viewer = UdpSocket::bind("127.0.0.2:0").unwrap();
-    viewer
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let viewer_at = match viewer.local_addr().unwrap() {
-        std::net::SocketAddr::V4(v) => v,
-        _ => unreachable!(),
-    };
+    let (viewer, viewer_at) = viewer();
     routes
         .add_route(
             s,
