@@ -464,6 +464,42 @@ fn toward_the_split_link_face_an_interleaved_setup_goes_upstream_over_udp() {
     assert_eq!(ex.media().legs[0].side, TcpSide::Client);
 }
 
+#[test]
+fn bridge_refuses_channels_another_track_answered_on_the_server_connection() {
+    let s = bridging();
+    let events = Arc::clone(&s.events);
+    let ex = run_transcript(&golden("bridge_channels_taken_server.txt"), exchange(s));
+    let m = ex.media();
+    assert_eq!(
+        m.legs.len(),
+        1,
+        "no second leg on the first track's channels"
+    );
+    assert_eq!(m.legs[0].channels, (0, 1));
+    assert!(ex.bridged(TcpSide::Upstream, 0));
+    assert!(
+        !ex.bridged(TcpSide::Upstream, 2),
+        "the asked channels are not taken"
+    );
+    assert_eq!(ex.pending(), 0);
+    let ev: BTreeMap<_, _> = events.list().into_iter().collect();
+    assert_eq!(ev["channels_taken"], 1);
+    assert_eq!(ev["bridge_refused"], 0);
+}
+
+#[test]
+fn bridge_refuses_client_channels_another_track_takes() {
+    let s = bridging();
+    let events = Arc::clone(&s.events);
+    let ex = run_transcript(&golden("bridge_channels_taken_client.txt"), exchange(s));
+    let m = ex.media();
+    assert_eq!(m.legs.len(), 1);
+    assert!(ex.bridged(TcpSide::Client, 1));
+    assert_eq!(ex.pending(), 0, "nothing was sent for the refused SETUP");
+    let ev: BTreeMap<_, _> = events.list().into_iter().collect();
+    assert_eq!(ev["channels_taken"], 1);
+}
+
 /// Every golden file is run by a test above.
 #[test]
 fn every_transcript_is_tested() {
@@ -476,6 +512,8 @@ fn every_transcript_is_tested() {
     assert_eq!(
         files,
         [
+            "bridge_channels_taken_client.txt",
+            "bridge_channels_taken_server.txt",
             "bridge_other_transport_answered.txt",
             "bridge_refused_both.txt",
             "bridge_tcp_client_udp_server.txt",

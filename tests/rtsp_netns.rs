@@ -1367,7 +1367,7 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
     );
     assert!(wait_event(&rig, "partial_frames", 1.0) >= 1.0);
     // Garbage on the connection of a bridged session: 400, closed, nothing left.
-    let mut c = client_in(&b, addr);
+    let mut c = client_in(&b, addr.clone());
     setup(&mut c);
     c.s.write_all(b"\x00\xff garbage \x01\r\n\r\n").unwrap();
     let mut rest = Vec::new();
@@ -1376,6 +1376,41 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
     rig.wait_log(
         &format!("(protocol-error); {ZERO}"),
         1,
+        Duration::from_secs(10),
+    );
+    // TEARDOWN after receiver reports: the reader thread that handles it has sent the
+    // reports through the upstream port's socket, and closing that port must not wait on
+    // it (it would always wait the full second with the signaling locks held, and leave
+    // the port bound after it went back to the allocator).
+    let mut c = client_in(&b, addr.clone());
+    setup(&mut c);
+    assert!(read_frames(&mut c.s, 0, 5) >= 5, "RTP frames on channel 0");
+    let before = cam_event(&rig, "bridge_frames_to_udp");
+    c.s.write_all(&rr).unwrap();
+    c.s.write_all(&rr).unwrap();
+    assert!(wait_event(&rig, "bridge_frames_to_udp", before + 2.0) >= before + 2.0);
+    c.request("TEARDOWN", &base, "");
+    rig.wait_log(
+        &format!("rtsp session ended (teardown); {ZERO}"),
+        1,
+        Duration::from_secs(10),
+    );
+    let log = rig.log();
+    assert!(
+        !log.contains("did not release the socket of a closed port"),
+        "a TEARDOWN waited on a socket its own thread held:\n{log}"
+    );
+    // The same connection sets the track up again on the freed ports and plays.
+    c.session = None;
+    setup(&mut c);
+    assert!(
+        read_frames(&mut c.s, 0, 5) >= 5,
+        "RTP frames after a new SETUP"
+    );
+    drop(c);
+    rig.wait_log(
+        &format!("rtsp connection ended (client-closed); {ZERO}"),
+        3,
         Duration::from_secs(10),
     );
     let _ = writeln!(

@@ -393,6 +393,11 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "transport_unbridgeable",
     ),
     (
+        "channels_taken",
+        "vgate_signaling_refused_total",
+        "interleaved_channels_taken",
+    ),
+    (
         "partial_frames",
         "vgate_signaling_dropped_total",
         "partial_frame_at_close",

@@ -36,7 +36,7 @@ pub mod sink;
 use std::collections::BTreeMap;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::channel::{inspect, Admitted};
 use crate::config::DomainId;
@@ -243,8 +243,11 @@ pub struct Injector {
     channel: Channel,
     port: u16,
     max_payload: usize,
-    /// The egress socket of the last route seen, by its egress port.
-    egress: Option<(u16, Arc<UdpSocket>)>,
+    /// The egress socket of the last route seen, by its egress port. Weak: the registry
+    /// owns it, and closing the port waits until no one else holds it (`close_port`), so a
+    /// strong copy kept here between reads would make the thread that tears the session
+    /// down (an RTSP reader handling TEARDOWN) wait on itself and leave the port bound.
+    egress: Option<(u16, Weak<UdpSocket>)>,
     /// Whether a packet of the current batch passed every check.
     admitted: bool,
     /// Send headers for one read's packets.
@@ -329,17 +332,20 @@ impl Injector {
         } else {
             0
         };
-        let sock = match (&route.edge, &self.egress) {
+        // Held for this batch only (see `egress`).
+        let cached = match (&route.edge, &self.egress) {
+            (None, Some((p, s))) if link.is_none() && *p == route.egress_port => s.upgrade(),
+            _ => None,
+        };
+        let sock = match (&route.edge, cached) {
             (Some(_), _) => None,
             (None, _) if link.is_some() => None,
-            (None, Some((p, s))) if *p == route.egress_port => Some(Arc::clone(s)),
-            (None, _) => {
+            (None, Some(s)) => Some(s),
+            (None, None) => {
                 let s = self
                     .routes
                     .port_socket(self.channel.egress(), route.egress_port);
-                if let Some(s) = &s {
-                    self.egress = Some((route.egress_port, Arc::clone(s)));
-                }
+                self.egress = s.as_ref().map(|s| (route.egress_port, Arc::downgrade(s)));
                 s
             }
         };

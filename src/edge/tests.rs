@@ -43,6 +43,18 @@ media_ports = "{b_ports}"
     Arc::new(Routes::new(&cfg, reg as Arc<dyn PortHooks>))
 }
 
+/// A UDP receiver in domain B (loopback 127.0.0.2), with its address.
+fn viewer() -> (UdpSocket, SocketAddrV4) {
+    let viewer = UdpSocket::bind("127.0.0.2:0").unwrap();
+    viewer
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    match viewer.local_addr().unwrap() {
+        std::net::SocketAddr::V4(v) => (viewer, v),
+        _ => unreachable!(),
+    }
+}
+
 fn rtp(seq: u16, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
     crate::wire::rtp::write_header(&mut b, 96, seq, 0, 1).unwrap();
@@ -110,14 +122,7 @@ fn passive_leg_bridges_both_ways() {
     let s = routes.open_session(SessionKind::Sip, "t");
     let a = routes.alloc_pair(s, DomainId::A).unwrap();
     let b = routes.alloc_pair(s, DomainId::B).unwrap();
-    let viewer = UdpSocket::bind("127.0.0.2:0").unwrap();
-    viewer
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let viewer_at = match viewer.local_addr().unwrap() {
-        std::net::SocketAddr::V4(v) => v,
-        _ => unreachable!(),
-    };
+    let (viewer, viewer_at) = viewer();
     let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
     let closed = Arc::new(AtomicBool::new(false));
     let leg = Leg::start(
@@ -294,6 +299,58 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     drop(conn);
     drop(leg);
     routes.close_session(s).unwrap();
+}
+
+/// An injector kept between reads (an RTSP reader's leg cache) must not keep the egress
+/// port's socket: the session's close returns at once and the port can be bound again,
+/// even when the thread closing it is the one holding the injector.
+#[test]
+fn a_kept_injector_does_not_hold_a_closed_port() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Rtsp, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    let (viewer, viewer_at) = viewer();
+    routes
+        .add_route(
+            s,
+            RouteSpec {
+                ingress: DomainId::A,
+                port: a,
+                dest: viewer_at,
+                egress_port: b,
+                policy: SourcePolicy::Any,
+                expected: None,
+                rtp_only: false,
+                label: "fwd".into(),
+            },
+        )
+        .unwrap();
+    let mut inj = Injector::new(Arc::clone(&routes), DomainId::A, a, 1472);
+    let from: SocketAddrV4 = "127.0.0.1:9".parse().unwrap();
+    for seq in 0..2 {
+        let route = inj.route();
+        let mut t = Tally::default();
+        inj.forward(route.as_deref(), from, &rtp(seq, 80), 1, &mut t);
+        inj.finish(route.as_deref(), &t, 1);
+        assert_eq!(t.tx_packets, 1, "forwarded");
+    }
+    let mut buf = [0u8; 2048];
+    for _ in 0..2 {
+        let (n, from) = viewer.recv_from(&mut buf).unwrap();
+        assert_eq!((n, from.to_string()), (80, format!("127.0.0.2:{b}")));
+    }
+    // Closed with the injector still alive on this thread.
+    routes.close_session(s).unwrap();
+    UdpSocket::bind(("127.0.0.2", b))
+        .expect("the egress port is free once its session is closed, injector or not");
+    UdpSocket::bind(("127.0.0.1", a)).expect("the ingress port is free too");
+    // A packet after the close is dropped for want of a route, not sent.
+    let route = inj.route();
+    assert!(route.is_none());
+    let mut t = Tally::default();
+    inj.forward(route.as_deref(), from, &rtp(3, 80), 2, &mut t);
+    assert_eq!(t.tx_packets, 0);
 }
 
 #[test]

@@ -62,7 +62,9 @@ pub struct ConnLegs {
     generation: AtomicU64,
 }
 
-/// A reader's copy of the [`ConnLegs`], with its own injectors for each leg.
+/// A reader's copy of the [`ConnLegs`], with its own injectors for each leg. It may
+/// outlive a leg's ports (until the next frame refreshes it): the injectors hold the egress
+/// sockets only weakly, so the TEARDOWN this same thread handles closes them at once.
 struct LegCache {
     generation: u64,
     legs: Vec<LegInjectors>,

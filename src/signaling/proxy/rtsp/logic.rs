@@ -156,6 +156,9 @@ pub struct Events {
     pub bridge_dropped: AtomicU64,
     /// SETUPs answered `461` because the transports could not be bridged.
     pub bridge_refused: AtomicU64,
+    /// SETUPs answered `461` because the interleaved channels (answered by the server or
+    /// asked by the client) are another track's on that connection.
+    pub channels_taken: AtomicU64,
     /// Connections that closed in the middle of a `$` frame (or a message): the cut bytes
     /// were dropped.
     pub partial_frames: AtomicU64,
@@ -198,6 +201,7 @@ impl Events {
             ("bridge_stalls", &self.bridge_stalls),
             ("bridge_dropped", &self.bridge_dropped),
             ("bridge_refused", &self.bridge_refused),
+            ("channels_taken", &self.channels_taken),
             ("partial_frames", &self.partial_frames),
         ]
         .into_iter()
@@ -312,6 +316,13 @@ impl SetupKind {
 const UNBRIDGEABLE: Status = Status::new(
     461,
     "Unsupported Transport (the server takes neither interleaved nor UDP for this track)",
+);
+/// `461` when a track's interleaved channels are another track's on the same connection
+/// (a server answering `interleaved=0-1` for every track): its frames would be taken for
+/// the other track's.
+const CHANNELS_TAKEN: Status = Status::new(
+    461,
+    "Unsupported Transport (the interleaved channels are already another track's on this connection)",
 );
 /// `461` where the exchange has no bridge legs (tests of the pure exchange).
 const NO_BRIDGE: Status = Status::new(
@@ -821,12 +832,13 @@ impl<M: MediaPorts> Exchange<M> {
             }
             Delivery::Interleaved { channels } => {
                 // Relayed frames keep their channel numbers: they must not be a bridge's
-                // on vgate's own connection to the server.
+                // on either connection (bridged, the client's channels stay its own).
                 if channels.is_some_and(|c| {
-                    self.upstream_bridged[usize::from(c.first)]
-                        || self.upstream_bridged[usize::from(c.last)]
+                    (c.first..=c.last).any(|c| {
+                        self.bridged(TcpSide::Client, c) || self.bridged(TcpSide::Upstream, c)
+                    })
                 }) {
-                    return Err(self.unbridgeable());
+                    return Err(self.taken());
                 }
                 editor
                     .set_header("Transport", &spec.to_string())
@@ -1129,6 +1141,13 @@ impl<M: MediaPorts> Exchange<M> {
                     ..Track::default()
                 };
                 if let Some(ch) = spec.interleaved() {
+                    // Relayed frames keep their numbers on both connections: none may be a
+                    // bridge leg's on either.
+                    if (ch.first..=ch.last).any(|c| {
+                        self.bridged(TcpSide::Client, c) || self.bridged(TcpSide::Upstream, c)
+                    }) {
+                        return Err(self.taken());
+                    }
                     for c in ch.first..=ch.last {
                         self.channels[usize::from(c)] = true;
                     }
@@ -1350,6 +1369,21 @@ impl<M: MediaPorts> Exchange<M> {
         }
     }
 
+    /// Whether one of `channels` carries another track on `side`'s connection (relayed
+    /// or bridged there).
+    fn channels_taken(&self, side: TcpSide, channels: (u8, u8)) -> bool {
+        [channels.0, channels.1]
+            .into_iter()
+            .any(|c| self.channels[usize::from(c)] || self.bridged(side, c))
+    }
+
+    /// A SETUP refused because its interleaved channels are taken: `461` with the reason,
+    /// counted.
+    fn taken(&self) -> Status {
+        self.settings.events.channels_taken.fetch_add(1, Relaxed);
+        CHANNELS_TAKEN
+    }
+
     /// The lowest pair of `$` channels free on `side`'s connection (neither relayed nor
     /// bridged there).
     fn free_channels(&self, side: TcpSide) -> Option<(u8, u8)> {
@@ -1469,6 +1503,7 @@ impl<M: MediaPorts> Exchange<M> {
                 record,
             } => {
                 let channels = match channels.or_else(|| self.free_channels(TcpSide::Client)) {
+                    Some(c) if self.channels_taken(TcpSide::Client, c) => return Err(self.taken()),
                     Some(c) => c,
                     None => return Err(self.unbridgeable()),
                 };
@@ -1488,6 +1523,9 @@ impl<M: MediaPorts> Exchange<M> {
                 let channels = spec
                     .interleaved()
                     .map_or(channels, |c| (c.first, c.last.max(c.first)));
+                if self.channels_taken(TcpSide::Upstream, channels) {
+                    return Err(self.taken());
+                }
                 (setup, (TcpSide::Upstream, channels), String::new())
             }
             SetupKind::Udp(_) | SetupKind::Interleaved { .. } => return Err(BAD_GATEWAY),
