@@ -491,6 +491,7 @@ impl Run {
             if d.framing_errors > 0 || d.skipped_bytes > 0 {
                 counters.framing_errors.fetch_add(d.framing_errors, Relaxed);
                 counters.skipped_bytes.fetch_add(d.skipped_bytes, Relaxed);
+                counters.oversize.fetch_add(d.oversize, Relaxed);
             }
             let dropped: u64 = DropReason::ALL.iter().map(|r| t.drops[*r as usize]).sum();
             if dropped > 0 {
@@ -550,7 +551,7 @@ impl Run {
 
     /// The leg ended by itself: count, close the sink, say so once.
     fn end(&mut self, reason: &str) -> bool {
-        if self.deframer.pending() > 0 {
+        if self.deframer.mid_frame() {
             self.counters.partial_frames.fetch_add(1, Relaxed);
         }
         self.counters.set_state(LegState::Closed);
