@@ -407,13 +407,21 @@ mod tests {
         for chunk in [1, 2, 3, 7, 100, 1500, 4096, 65536] {
             let mut d = Deframer::new(Rfc4571, 1472);
             let (t, got) = feed(&mut d, &bytes, chunk);
-            assert_eq!(got, vec![before.clone(), after.clone(), after.clone()], "chunk {chunk}");
+            assert_eq!(
+                got,
+                vec![before.clone(), after.clone(), after.clone()],
+                "chunk {chunk}"
+            );
             assert_eq!(
                 (t.frames, t.oversize, t.framing_errors, d.pending()),
                 (3, 3, 0, 0),
                 "chunk {chunk}"
             );
-            assert_eq!(t.skipped_bytes, 2 + 3000 + 65535 + 2 + 3000, "chunk {chunk}");
+            assert_eq!(
+                t.skipped_bytes,
+                2 + 3000 + 65535 + 2 + 3000,
+                "chunk {chunk}"
+            );
         }
     }
 

@@ -358,7 +358,8 @@ impl Run {
             for ev in &events[..n] {
                 match ev.data() {
                     WAKE => self.sink.clear_wake(),
-                    LISTEN => self.accept(&epoll),
+                    // A socket taken is registered for reading only.
+                    LISTEN => want_out &= !self.accept(&epoll),
                     CONNECT => {
                         if let Some(fd) = self.pending.take() {
                             let _ = epoll.delete(&fd);
@@ -405,18 +406,26 @@ impl Run {
         }
     }
 
-    fn accept(&mut self, epoll: &Epoll) {
+    /// Takes the peer's connections; `true` when one was taken. A new connection from the
+    /// peer replaces the one it had (RFC 4145 §5.1 `a=connection:new`, e.g. after a
+    /// re-INVITE): the old one is closed, what was buffered for it dropped and counted.
+    fn accept(&mut self, epoll: &Epoll) -> bool {
+        let mut taken = false;
         loop {
             let Some(l) = &self.listener else {
-                return;
+                return taken;
             };
             match l.accept() {
-                Ok((s, std::net::SocketAddr::V4(from)))
-                    if self.stream.is_none() && self.accepts(*from.ip()) =>
-                {
+                Ok((s, std::net::SocketAddr::V4(from))) if self.accepts(*from.ip()) => {
+                    if let Some(old) = self.stream.take() {
+                        let _ = epoll.delete(&old);
+                        self.drop_connection();
+                        tracing::info!(leg = %self.label, peer = %from, "TCP media leg: the peer opened a new connection, replacing the old one");
+                    }
                     let _ = s.set_nodelay(true);
                     self.from = from;
                     self.connected(epoll, s);
+                    taken = true;
                 }
                 Ok((s, from)) => {
                     self.counters.refused.fetch_add(1, Relaxed);
@@ -426,9 +435,19 @@ impl Run {
                     }
                     drop(s);
                 }
-                Err(_) => return,
+                Err(_) => return taken,
             }
         }
+    }
+
+    /// Forgets the state of a connection that is gone: a frame it left half read is
+    /// counted, what was framed for it and not written is dropped.
+    fn drop_connection(&mut self) {
+        if self.deframer.mid_frame() {
+            self.counters.partial_frames.fetch_add(1, Relaxed);
+        }
+        self.deframer.reset();
+        self.out.clear();
     }
 
     /// Whether a connection from `ip` is the peer's.
@@ -551,9 +570,7 @@ impl Run {
 
     /// The leg ended by itself: count, close the sink, say so once.
     fn end(&mut self, reason: &str) -> bool {
-        if self.deframer.mid_frame() {
-            self.counters.partial_frames.fetch_add(1, Relaxed);
-        }
+        self.drop_connection();
         self.counters.set_state(LegState::Closed);
         self.sink.close();
         self.stream = None;

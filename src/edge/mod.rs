@@ -109,7 +109,8 @@ pub struct LegCounters {
     pub inject_drops: AtomicU64,
     /// TCP connections established.
     pub connects: AtomicU64,
-    /// Connections refused: from a source the SDP did not name, or past the first.
+    /// Connections refused: from a source the SDP did not name. (A new connection from the
+    /// peer replaces its old one: counted in `connects`.)
     pub refused: AtomicU64,
     state: AtomicU8,
 }

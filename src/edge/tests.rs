@@ -235,6 +235,66 @@ fn passive_leg_refuses_other_sources() {
 }
 
 #[test]
+fn passive_leg_takes_a_new_connection_from_its_peer_in_place_of_the_old() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
+    let closed = Arc::new(AtomicBool::new(false));
+    let leg = Leg::start(
+        spec(
+            s,
+            DomainId::A,
+            Role::Passive,
+            local,
+            "127.0.0.1:9".parse().unwrap(),
+            Some(Arc::clone(&closed)),
+        ),
+        Arc::clone(&routes),
+    )
+    .unwrap();
+    let c = Arc::clone(leg.counters());
+    let mut first = TcpStream::connect(local).unwrap();
+    wait("first connect", || c.connects.load(SeqCst) == 1);
+    // A frame and half of one on the old connection (one small write: read at once), then
+    // the peer reconnects (a=connection:new).
+    let mut old = Vec::with_capacity(128);
+    assert!(frame_into(&Rfc4571, 0, &rtp(9, 40), &mut old));
+    old.extend_from_slice(&[0, 50, 0x80, 1]);
+    first.write_all(&old).unwrap();
+    wait("the old connection's frame", || {
+        c.frames_in.load(SeqCst) == 1
+    });
+    let mut second = TcpStream::connect(local).unwrap();
+    wait("second connect", || c.connects.load(SeqCst) == 2);
+    drop(first);
+    let mut bytes = Vec::with_capacity(1024);
+    for i in 0..3 {
+        assert!(frame_into(&Rfc4571, 0, &rtp(i, 80), &mut bytes));
+    }
+    second.write_all(&bytes).unwrap();
+    wait("frames on the new connection", || {
+        c.frames_in.load(SeqCst) == 4
+    });
+    assert_eq!(
+        c.framing_errors.load(SeqCst),
+        0,
+        "read in step from its start"
+    );
+    assert_eq!(c.partial_frames.load(SeqCst), 1, "the old one's half frame");
+    assert_eq!(c.refused.load(SeqCst), 0);
+    assert_eq!(c.state(), LegState::Connected);
+    assert!(
+        !closed.load(SeqCst),
+        "the old connection closing ends nothing"
+    );
+    drop(second);
+    wait("close", || closed.load(SeqCst));
+    drop(leg);
+    routes.close_session(s).unwrap();
+}
+
+#[test]
 fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     let routes = routes();
     let s = routes.open_session(SessionKind::Sip, "t");

@@ -45,7 +45,7 @@ use std::time::Duration;
 use crate::config::{DomainId, SourcePolicy};
 use crate::edge::framing::Rfc4571;
 use crate::edge::sink::DEFAULT_SLOTS;
-use crate::edge::{EdgeSink, Leg, LegSpec, Role};
+use crate::edge::{EdgeSink, Leg, LegSpec, LegState, Role};
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind};
 use crate::signaling::sdp::{self, Direction, RewriteError, SetupEdit};
 
@@ -93,6 +93,9 @@ pub struct MediaPeer {
     pub tcp: bool,
     /// Its `a=setup:`.
     pub setup: Option<Setup>,
+    /// It wrote `a=connection:existing` (RFC 4145 §5: keep the open connection; absent
+    /// means `new`).
+    pub keeps_connection: bool,
 }
 
 /// The TCP leg vgate runs on one side of an `m=` line.
@@ -124,6 +127,16 @@ pub struct Slot {
 impl Slot {
     /// The role vgate plays on side `d` and, when active, where it connects; `None` while
     /// it cannot be known yet (or the side is not TCP).
+    /// Whether `d`'s leg is connected and is the one [`Slot::leg_plan`] calls for (so it
+    /// is kept).
+    fn leg_connected_as_planned(&self, d: DomainId) -> bool {
+        let Some(l) = &self.legs[d.index()] else {
+            return false;
+        };
+        let have = (l.role, (l.role == Role::Active).then_some(l.peer));
+        l.leg.counters().state() == LegState::Connected && self.leg_plan(d) == Some(have)
+    }
+
     fn leg_plan(&self, d: DomainId) -> Option<(Role, Option<SocketAddrV4>)> {
         if !self.tcp[d.index()] {
             return None;
@@ -177,6 +190,9 @@ pub struct CallMedia {
     /// Per sending domain: the last body received and what it was rewritten to, so a
     /// retransmitted message (same body) gets the same SDP and allocates nothing.
     cache: [Option<(Vec<u8>, Vec<u8>)>; 2],
+    /// The side whose SDP crossed last: an SDP from the other side answers it; one from
+    /// the same side again is a retransmission (or a new offer).
+    last_from: Option<DomainId>,
     pub label: String,
     /// `engine.max_payload`: the longest packet a TCP leg puts on a channel.
     max_payload: usize,
@@ -212,6 +228,7 @@ impl CallMedia {
             slots: Vec::new(),
             installed: Vec::new(),
             cache: [None, None],
+            last_from: None,
             label,
             max_payload,
             split: false,
@@ -237,8 +254,10 @@ impl CallMedia {
         from: DomainId,
         body: &[u8],
     ) -> Result<Vec<u8>, MediaError> {
+        // A retransmission gets the same SDP. The same body after the other side spoke is
+        // a new exchange (a session refresh): rewritten again, as the legs stand now.
         if let Some((seen, out)) = &self.cache[from.index()] {
-            if seen.as_slice() == body {
+            if self.last_from == Some(from) && seen.as_slice() == body {
                 return Ok(out.clone());
             }
         }
@@ -311,6 +330,9 @@ impl CallMedia {
                         rtcp_mux: m.rtcp_mux,
                         tcp,
                         setup: Setup::parse(m.setup),
+                        keeps_connection: m
+                            .tcp_connection
+                            .is_some_and(|c| c.eq_ignore_ascii_case("existing")),
                     });
             Ok::<_, RouteError>(Some(slot.ports[to.index()]))
         });
@@ -344,6 +366,7 @@ impl CallMedia {
         }
         self.reconcile(routes, policy, rtp_only);
         self.cache[from.index()] = Some((body.to_vec(), out.clone()));
+        self.last_from = Some(from);
         Ok(out)
     }
 
@@ -351,6 +374,8 @@ impl CallMedia {
     /// records the role written (see the module doc).
     fn transports(&mut self, parsed: &sdp::Sdp<'_>, from: DomainId, mut out: Vec<u8>) -> Vec<u8> {
         let to = from.other();
+        // This SDP answers one `to` sent (else it offers to `to`).
+        let answering = self.last_from == Some(to);
         for (i, m) in parsed.media.iter().enumerate() {
             let Some(slot) = self.slots.get_mut(i) else {
                 continue;
@@ -374,8 +399,18 @@ impl CallMedia {
                         Some(Setup::Passive) => Setup::Active,
                         _ => Setup::Passive,
                     };
-                    out = sdp::set_transport(&out, i, "TCP/RTP/AVP", SetupEdit::Set(role.as_str()));
                     slot.written[to.index()] = Some(role);
+                    // RFC 4145 §5.1: `existing` when vgate's leg on that side is connected
+                    // and stays as it is (a re-INVITE), unless `to` offered `new`.
+                    let keep = slot.leg_connected_as_planned(to)
+                        && (!answering
+                            || slot.peer[to.index()].is_some_and(|p| p.keeps_connection));
+                    let edit = if keep {
+                        SetupEdit::Keep(role.as_str())
+                    } else {
+                        SetupEdit::Set(role.as_str())
+                    };
+                    out = sdp::set_transport(&out, i, "TCP/RTP/AVP", edit);
                 }
                 (false, false) => {}
             }
@@ -685,6 +720,112 @@ media_ports = "45000-45199"
         m.close(&routes);
         assert_eq!(routes.legs.len(), 0);
         assert_eq!(routes.ports(DomainId::A).0, 0);
+    }
+
+    #[test]
+    fn re_invites_keep_a_connected_leg_with_connection_existing() {
+        let routes = routes();
+        let mut m = CallMedia::new("t".into(), 1472);
+        // B's platform listens on loopback (this test's own listener).
+        let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let b_offer = |version: u32, connection: &str| {
+            let mut o = sdp(
+                "127.0.0.2",
+                port,
+                "TCP/RTP/AVP",
+                &format!("a=recvonly\r\na=setup:passive\r\na=connection:{connection}\r\n"),
+            );
+            let at = o.windows(7).position(|w| w == b"o=- 1 1").unwrap();
+            o.splice(at..at + 7, format!("o=- 1 {version}").into_bytes());
+            o
+        };
+        let a_sdp = |version: u32| {
+            let mut s = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+            let at = s.windows(7).position(|w| w == b"o=- 1 1").unwrap();
+            s.splice(at..at + 7, format!("o=- 1 {version}").into_bytes());
+            s
+        };
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(1, "new"),
+        )
+        .unwrap();
+        let to_b = m
+            .cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(1))
+            .unwrap();
+        assert!(
+            text(to_b).contains("a=setup:active\r\na=connection:new\r\n"),
+            "nothing connected yet"
+        );
+        let (_conn, _) = listener.accept().unwrap();
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        let t = std::time::Instant::now();
+        while counters.state() != LegState::Connected {
+            assert!(t.elapsed() < Duration::from_secs(10), "B's leg connects");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A's session refresh (a re-INVITE offer): B keeps its connection.
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(2))
+                .unwrap(),
+        );
+        assert!(
+            to_b.contains("a=setup:active\r\na=connection:existing\r\n"),
+            "{to_b}"
+        );
+        assert_eq!(to_b.matches("a=connection:").count(), 1, "{to_b}");
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(2, "existing"),
+        )
+        .unwrap();
+        // The same refresh body again after B answered: a new exchange, rewritten again.
+        let again = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(2))
+                .unwrap(),
+        );
+        assert!(again.contains("a=connection:existing\r\n"), "{again}");
+        // B's own re-INVITE asking for `existing`: answered `existing`; asking for `new`:
+        // answered `new`.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(3, "existing"),
+        )
+        .unwrap();
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(3))
+                .unwrap(),
+        );
+        assert!(to_b.contains("a=connection:existing\r\n"), "{to_b}");
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(4, "new"),
+        )
+        .unwrap();
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(4))
+                .unwrap(),
+        );
+        assert!(to_b.contains("a=connection:new\r\n"), "{to_b}");
+        assert_eq!(
+            counters.connects.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        m.close(&routes);
     }
 
     #[test]
