@@ -307,12 +307,17 @@ impl Run {
             if self.stop.load(Relaxed) {
                 return false;
             }
-            if self.role == Role::Active && self.stream.is_none() && self.pending.is_none() {
+            if self.role == Role::Active && self.stream.is_none() {
+                // The deadline holds while a connect is pending too: a peer that drops SYNs
+                // would otherwise keep the call for the kernel's whole SYN retry (~2 min).
                 let now = Instant::now();
                 if now >= self.deadline {
+                    if let Some(fd) = self.pending.take() {
+                        let _ = epoll.delete(&fd);
+                    }
                     return self.end("could not connect");
                 }
-                if now >= self.next_try {
+                if self.pending.is_none() && now >= self.next_try {
                     self.next_try = now + RETRY;
                     if let Some(fd) = self.connect() {
                         let _ = epoll.add(&fd, EpollEvent::new(EpollFlags::EPOLLOUT, CONNECT));

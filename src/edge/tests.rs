@@ -295,6 +295,55 @@ fn passive_leg_takes_a_new_connection_from_its_peer_in_place_of_the_old() {
 }
 
 #[test]
+fn active_leg_gives_up_at_its_deadline_while_syns_go_unanswered() {
+    use nix::sys::socket::{
+        bind, getsockname, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn,
+    };
+    use std::os::fd::AsRawFd;
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    // A loopback listener with a backlog of 0, never accepting: once one connection waits
+    // in its queue, the kernel drops further SYNs (the peer that silently drops SYNs).
+    let l = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(
+        l.as_raw_fd(),
+        &SockaddrIn::from("127.0.0.1:0".parse::<SocketAddrV4>().unwrap()),
+    )
+    .unwrap();
+    listen(&l, Backlog::new(0).unwrap()).unwrap();
+    let at: SocketAddrV4 = getsockname::<SockaddrIn>(l.as_raw_fd()).unwrap().into();
+    let _queued = TcpStream::connect(at).unwrap();
+    let closed = Arc::new(AtomicBool::new(false));
+    let mut sp = spec(
+        s,
+        DomainId::A,
+        Role::Active,
+        SocketAddrV4::new("127.0.0.1".parse().unwrap(), a),
+        at,
+        Some(Arc::clone(&closed)),
+    );
+    sp.connect_for = Duration::from_millis(300);
+    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    // The first SYN retry alone is 1 s after the first; the kernel gives up after ~127 s.
+    wait("the leg to give up", || closed.load(SeqCst));
+    assert_eq!(leg.counters().state(), LegState::Closed);
+    assert_eq!(
+        leg.counters().connects.load(SeqCst),
+        0,
+        "no SYN was answered"
+    );
+    drop(leg);
+    routes.close_session(s).unwrap();
+}
+
+#[test]
 fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     let routes = routes();
     let s = routes.open_session(SessionKind::Sip, "t");
