@@ -173,6 +173,7 @@ impl Leg {
             deframer,
             frames: Vec::with_capacity(max_frames),
             out: Vec::with_capacity(OUT_BYTES),
+            out_rest: 0,
             sink: Arc::clone(&sink),
             counters: Arc::clone(&counters),
             stop: Arc::clone(&stop),
@@ -266,6 +267,8 @@ struct Run {
     /// The frames of one read (sized once, never grown).
     frames: Vec<(u8, std::ops::Range<usize>)>,
     out: Vec<u8>,
+    /// Bytes at the front of `out` that finish a frame already partly written.
+    out_rest: usize,
     sink: Arc<EdgeSink>,
     counters: Arc<LegCounters>,
     stop: Arc<AtomicBool>,
@@ -305,6 +308,7 @@ impl Run {
         let mut want_out = false;
         loop {
             if self.stop.load(Relaxed) {
+                self.drop_connection();
                 return false;
             }
             if self.role == Role::Active && self.stream.is_none() {
@@ -452,7 +456,15 @@ impl Run {
             self.counters.partial_frames.fetch_add(1, Relaxed);
         }
         self.deframer.reset();
+        // Framed for the peer, never (or only partly) written: dropped, counted as stalls.
+        let framing = self.deframer.framing();
+        let (whole, _) = frames_from(framing, &self.out, self.out_rest, self.out.len());
+        let unsent = whole + u64::from(self.out_rest > 0);
+        if unsent > 0 {
+            self.counters.stalls.fetch_add(unsent, Relaxed);
+        }
         self.out.clear();
+        self.out_rest = 0;
     }
 
     /// Whether a connection from `ip` is the peer's.
@@ -531,6 +543,7 @@ impl Run {
             stream,
             deframer,
             out,
+            out_rest,
             sink,
             counters,
             ..
@@ -560,6 +573,8 @@ impl Run {
             match s.write(out) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
+                    let (_, end) = frames_from(framing, out, *out_rest, n);
+                    *out_rest = end - n;
                     out.drain(..n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -584,4 +599,26 @@ impl Run {
         tracing::info!(leg = %self.label, reason, "TCP media leg ended");
         true
     }
+}
+
+/// Walks the frames of `buf` (a leg's write buffer: whole frames from `from` on) that start
+/// before `upto`: how many, and where the last of them ends (`from` when none).
+fn frames_from<F: Framing + ?Sized>(
+    framing: &F,
+    buf: &[u8],
+    from: usize,
+    upto: usize,
+) -> (u64, usize) {
+    let (mut count, mut pos) = (0u64, from);
+    while pos < upto {
+        match framing.parse(buf.get(pos..).unwrap_or_default()) {
+            super::framing::Header::Frame { header, len, .. } => {
+                pos += header + len;
+                count += 1;
+            }
+            // Cannot happen: the buffer holds only frames written by `frame_into`.
+            _ => return (count, upto.max(pos)),
+        }
+    }
+    (count, pos)
 }

@@ -103,7 +103,8 @@ pub struct LegCounters {
     /// Closes with an incomplete frame left over.
     pub partial_frames: AtomicU64,
     /// Packets for the peer dropped because the leg could not take them (peer not reading,
-    /// leg closed, too long).
+    /// leg closed, too long), or still queued or unwritten when the leg stopped or the peer
+    /// replaced its connection.
     pub stalls: AtomicU64,
     /// De-framed packets the route did not forward (no route, source, size, send failure).
     pub inject_drops: AtomicU64,

@@ -139,10 +139,17 @@ impl EdgeSink {
         self.wake.as_fd()
     }
 
-    /// The leg has closed: refuse further packets and drop the queued ones.
+    /// The leg has closed: refuse further packets and drop the queued ones (the engines
+    /// counted them sent; they are counted here as `stalls`).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        while self.queue.pop().is_some() {}
+        let mut dropped = 0u64;
+        while self.queue.pop().is_some() {
+            dropped += 1;
+        }
+        if dropped > 0 {
+            self.counters.stalls.fetch_add(dropped, Ordering::Relaxed);
+        }
     }
 }
 
@@ -166,7 +173,11 @@ mod tests {
         s.close();
         assert!(s.is_empty());
         assert!(!s.offer(&[0x80]));
-        assert_eq!(c.stalls.load(Relaxed), 3);
+        assert_eq!(
+            c.stalls.load(Relaxed),
+            2 + 4 + 1,
+            "the 4 queued at the close count"
+        );
     }
 
     #[test]

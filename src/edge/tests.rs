@@ -371,8 +371,9 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     // The peer never reads: offers are refused once the socket, the write buffer and the
     // sink are full; memory stays bounded by construction.
     let sink = Arc::clone(leg.sink());
-    let mut refused = 0u64;
+    let (mut refused, mut offered) = (0u64, 0u64);
     for i in 0..200_000u32 {
+        offered += 1;
         if !sink.offer(&rtp(i as u16, 1400)) {
             refused += 1;
         }
@@ -388,7 +389,27 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
         "a peer that never reads ends in counted drops"
     );
     assert_eq!(leg.counters().stalls.load(SeqCst), refused);
-    drop(conn);
+    // Stopping the leg drops what its sink and write buffer still hold, counted: every
+    // packet taken is either read whole by the peer or a stall.
+    let c = Arc::clone(leg.counters());
     drop(leg);
+    let mut conn = conn;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    conn.read_to_end(&mut got).unwrap();
+    let mut whole = 0u64;
+    let mut at = 0;
+    while let Some(h) = got.get(at..at + 2) {
+        let end = at + 2 + usize::from(u16::from_be_bytes([h[0], h[1]]));
+        if end > got.len() {
+            break;
+        }
+        whole += 1;
+        at = end;
+    }
+    let dropped_at_stop = c.stalls.load(SeqCst) - refused;
+    assert!(dropped_at_stop > 0, "the sink and buffer were full");
+    assert_eq!(whole + dropped_at_stop, offered - refused);
     routes.close_session(s).unwrap();
 }

@@ -357,14 +357,20 @@ impl CallMedia {
             }
         };
         let out = self.transports(&parsed, from, out);
-        if let Err(e) = self.reconcile_legs(routes) {
-            return Err(MediaError::Refuse {
-                code: 503,
-                reason: "Service Unavailable",
-                warning: format!("399 vgate \"{e}\""),
-            });
-        }
+        let retired = match self.reconcile_legs(routes) {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(MediaError::Refuse {
+                    code: 503,
+                    reason: "Service Unavailable",
+                    warning: format!("399 vgate \"{e}\""),
+                })
+            }
+        };
         self.reconcile(routes, policy, rtp_only);
+        // Only now, with the routes pointing at the new legs, do the replaced ones stop:
+        // no engine offers to a closed sink meanwhile.
+        drop(retired);
         self.cache[from.index()] = Some((body.to_vec(), out.clone()));
         self.last_from = Some(from);
         Ok(out)
@@ -418,10 +424,15 @@ impl CallMedia {
         out
     }
 
-    /// Starts, replaces or stops the TCP legs the slots call for.
-    fn reconcile_legs(&mut self, routes: &Arc<Routes>) -> Result<(), crate::edge::EdgeError> {
+    /// Starts, replaces or stops the TCP legs the slots call for; returns the legs replaced
+    /// or stopped, for the caller to drop once the routes are re-pointed.
+    fn reconcile_legs(
+        &mut self,
+        routes: &Arc<Routes>,
+    ) -> Result<Vec<SlotLeg>, crate::edge::EdgeError> {
+        let mut retired = Vec::new();
         let Some(session) = self.session else {
-            return Ok(());
+            return Ok(retired);
         };
         for (i, slot) in self.slots.iter_mut().enumerate() {
             for d in DomainId::ALL {
@@ -432,8 +443,14 @@ impl CallMedia {
                 if plan == have {
                     continue;
                 }
-                // Dropping the old leg stops it (its routes are re-made by `reconcile`).
-                slot.legs[d.index()] = None;
+                // The old leg stops when the caller drops it, after `reconcile` re-made its
+                // routes; but a listener going away for an active leg goes now, so the new
+                // leg can connect from the gateway port.
+                let old = slot.legs[d.index()].take();
+                match (&old, plan) {
+                    (Some(o), Some((Role::Active, _))) if o.role == Role::Passive => drop(old),
+                    _ => retired.extend(old),
+                }
                 let Some((role, target)) = plan else {
                     continue;
                 };
@@ -472,7 +489,7 @@ impl CallMedia {
                 }
             }
         }
-        Ok(())
+        Ok(retired)
     }
 
     /// The routes the current slots call for.
