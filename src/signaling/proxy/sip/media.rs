@@ -403,6 +403,9 @@ impl CallMedia {
                     // An answer to a TCP offer from `to`: the complement of its role.
                     let role = match slot.peer[to.index()].and_then(|p| p.setup) {
                         Some(Setup::Passive) => Setup::Active,
+                        // RFC 4145 §4: an offer of `holdconn` is answered `holdconn` (no
+                        // connection now, so no leg).
+                        Some(Setup::HoldConn) if answering => Setup::HoldConn,
                         _ => Setup::Passive,
                     };
                     slot.written[to.index()] = Some(role);
@@ -842,6 +845,31 @@ media_ports = "45000-45199"
             counters.connects.load(std::sync::atomic::Ordering::Relaxed),
             1
         );
+        m.close(&routes);
+    }
+
+    #[test]
+    fn a_holdconn_offer_is_answered_holdconn_and_opens_no_leg() {
+        let routes = routes();
+        let mut m = CallMedia::new("t".into(), 1472);
+        let offer = sdp(
+            "127.0.0.2",
+            9004,
+            "TCP/RTP/AVP",
+            "a=recvonly\r\na=setup:holdconn\r\na=connection:new\r\n",
+        );
+        m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+            .unwrap();
+        let answer = sdp("127.0.0.1", 7004, "RTP/AVP", "a=sendonly\r\n");
+        let to_b = m
+            .cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+            .unwrap();
+        let text = String::from_utf8(to_b).unwrap();
+        assert!(text.contains("TCP/RTP/AVP 96"), "{text}");
+        assert!(text.contains("a=setup:holdconn\r\n"), "{text}");
+        assert!(!text.contains("a=setup:passive"), "{text}");
+        assert!(m.slots[0].legs.iter().all(Option::is_none));
+        assert_eq!(routes.legs.len(), 0, "no listener for a held connection");
         m.close(&routes);
     }
 
