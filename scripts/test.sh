@@ -54,7 +54,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 test_log=$(mktemp)
 trap 'rm -f "$test_log"' EXIT
-cargo test --workspace --all-targets 2>&1 | tee "$test_log"
+# --no-fail-fast: one run shows every failing test binary, not just the first.
+cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$test_log"
 echo "== doc tests"
 cargo test --workspace --doc
 echo "== fuzz smoke (15 s per target; scripts/fuzz.sh for the full 10 million runs)"

@@ -324,6 +324,59 @@ fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// Runs `calls` calls: the device scenario `uas` in A (from its file's directory), then the
+/// platform scenario `uac` in B with `extra` sipp arguments. Whether each scenario passed
+/// (every call, every check in it).
+fn run_calls(bed: &Bed, uas: &Path, uac: &Path, calls: usize, extra: &[&str]) -> (bool, bool) {
+    let (a_ns, b_ns, _) = bed.namespaces();
+    let (a_ip, b_ip) = (bed.get("A_IP"), bed.get("B_IP"));
+    let target = format!("{}:5060", bed.get("GB_IP"));
+    let calls = calls.to_string();
+    let dir = |p: &Path| p.parent().unwrap().to_owned();
+    let mut device = Proc(Some(
+        sipp(
+            &a_ns,
+            &dir(uas),
+            &[
+                "-sf",
+                uas.to_str().unwrap(),
+                "-i",
+                a_ip,
+                "-p",
+                "5060",
+                "-m",
+                &calls,
+                "-trace_err",
+                "-nostdin",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut args = vec![
+        "-sf",
+        uac.to_str().unwrap(),
+        "-i",
+        b_ip,
+        "-p",
+        "5060",
+        "-cid_str",
+        "%u-%p@3402000000",
+        &target,
+        "-m",
+        &calls,
+        "-trace_err",
+        "-nostdin",
+        "-timeout",
+        "90",
+        "-timeout_error",
+    ];
+    args.extend_from_slice(extra);
+    let platform = sipp(&b_ns, &dir(uac), &args).status().unwrap().success();
+    (platform, device.wait_exit(Duration::from_secs(15)))
+}
+
 /// The legs vgate lists: (id, domain, role, state, local).
 fn legs(g_ns: &str) -> Vec<(u64, String, String, String, String)> {
     let body = admin_get_in(g_ns, ADMIN, "/api/v1/legs");
@@ -526,64 +579,14 @@ fn gb_tcp_media_every_combination_both_ways() {
         let stop = Arc::new(AtomicBool::new(false));
         let (a_flows, a_peer) = peer(a_side, &a_ns, &g_ns, "a", &a_ip, 16000, &stop);
         let (b_flows, b_peer) = peer(b_side, &b_ns, &g_ns, "b", &b_ip, 6000, &stop);
-        let calls = CALLS.to_string();
-        let mut device = Proc(Some(
-            sipp(
-                &a_ns,
-                &a_dir,
-                &[
-                    "-sf",
-                    uas.to_str().unwrap(),
-                    "-i",
-                    &a_ip,
-                    "-p",
-                    "5060",
-                    "-m",
-                    &calls,
-                    "-trace_err",
-                    "-nostdin",
-                ],
-            )
-            .spawn()
-            .unwrap(),
-        ));
-        std::thread::sleep(Duration::from_millis(300));
-        let target = format!("{gb_ip}:5060");
-        let st = sipp(
-            &b_ns,
-            &b_dir,
-            &[
-                "-sf",
-                uac.to_str().unwrap(),
-                "-i",
-                &b_ip,
-                "-p",
-                "5060",
-                "-cid_str",
-                "%u-%p@3402000000",
-                &target,
-                "-m",
-                &calls,
-                "-r",
-                "5",
-                "-l",
-                "10",
-                "-trace_err",
-                "-nostdin",
-                "-timeout",
-                "90",
-                "-timeout_error",
-            ],
-        )
-        .status()
-        .unwrap();
+        let (platform_ok, device_ok) = run_calls(&bed, &uas, &uac, CALLS, &["-r", "5", "-l", "10"]);
         assert!(
-            st.success(),
-            "{what}: not every call completed (sipp exit {st:?}); logs in {}",
+            platform_ok,
+            "{what}: not every call completed; logs in {}",
             b_dir.display()
         );
         assert!(
-            device.wait_exit(Duration::from_secs(15)),
+            device_ok,
             "{what}: the device scenario failed (leak or lost y=/f=); logs in {}",
             a_dir.display()
         );
@@ -708,7 +711,6 @@ fn call_ended_by_the_leg(
     b_peer: impl FnOnce() + Send + 'static,
 ) {
     let (a_ns, b_ns, _) = bed.namespaces();
-    let (a_ip, b_ip, gb_ip) = (bed.get("A_IP"), bed.get("B_IP"), bed.get("GB_IP"));
     let (a_dir, b_dir) = (dir.join("a"), dir.join("b"));
     let uas = a_dir.join(format!("bad_uas{n}.xml"));
     let uac = b_dir.join(format!("bad_uac{n}.xml"));
@@ -722,59 +724,14 @@ fn call_ended_by_the_leg(
         let b_ns = b_ns.clone();
         std::thread::spawn(move || in_netns(&b_ns, b_peer))
     };
-    let mut device = Proc(Some(
-        sipp(
-            &a_ns,
-            &a_dir,
-            &[
-                "-sf",
-                uas.to_str().unwrap(),
-                "-i",
-                a_ip,
-                "-p",
-                "5060",
-                "-m",
-                "1",
-                "-trace_err",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(300));
-    let target = format!("{gb_ip}:5060");
-    let st = sipp(
-        &b_ns,
-        &b_dir,
-        &[
-            "-sf",
-            uac.to_str().unwrap(),
-            "-i",
-            b_ip,
-            "-p",
-            "5060",
-            "-cid_str",
-            "%u-%p@3402000000",
-            &target,
-            "-m",
-            "1",
-            "-trace_err",
-            "-nostdin",
-            "-timeout",
-            "60",
-            "-timeout_error",
-        ],
-    )
-    .status()
-    .unwrap();
+    let (platform_ok, device_ok) = run_calls(bed, &uas, &uac, 1, &[]);
     assert!(
-        st.success(),
+        platform_ok,
         "the platform got no BYE from vgate after the leg closed; logs in {}",
         b_dir.display()
     );
     assert!(
-        device.wait_exit(Duration::from_secs(15)),
+        device_ok,
         "the device got no BYE from vgate; logs in {}",
         a_dir.display()
     );

@@ -275,7 +275,8 @@ impl<F: Framing> Deframer<F> {
         self.pending() > 0 || self.discard > 0
     }
 
-    /// Forgets everything buffered, for a new connection: it starts in step.
+    /// Forgets everything buffered (a connection replaced by another): the next one starts
+    /// in step.
     pub fn reset(&mut self) {
         self.start = 0;
         self.end = 0;

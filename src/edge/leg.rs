@@ -219,8 +219,11 @@ impl Leg {
     }
 
     /// A passive leg started before an SDP named its peer accepts only `addr` from now on.
+    /// A connection already taken from another address is dropped (counted as refused).
     pub fn expect_peer(&self, addr: std::net::Ipv4Addr) {
-        self.allowed.store(u32::from(addr), Relaxed);
+        if self.allowed.swap(u32::from(addr), Relaxed) != u32::from(addr) {
+            self.sink.nudge();
+        }
     }
 
     /// The sink an engine offers this leg's packets to (for the route whose receiver it is).
@@ -310,6 +313,17 @@ impl Run {
             if self.stop.load(Relaxed) {
                 self.drop_connection();
                 return false;
+            }
+            if self.connected_to_stranger() {
+                // Taken before an SDP named the peer, by another address: dropped, counted,
+                // listening again for the named one.
+                if let Some(s) = self.stream.take() {
+                    let _ = epoll.delete(&s);
+                }
+                self.counters.refused.fetch_add(1, Relaxed);
+                self.counters.set_state(LegState::Listening);
+                self.drop_connection();
+                want_out = false;
             }
             if self.role == Role::Active && self.stream.is_none() {
                 // The deadline holds while a connect is pending too: a peer that drops SYNs
@@ -465,6 +479,16 @@ impl Run {
         }
         self.out.clear();
         self.out_rest = 0;
+    }
+
+    /// A passive leg connected (before its peer was known) to an address that is not the
+    /// one an SDP has named since.
+    fn connected_to_stranger(&self) -> bool {
+        let a = self.allowed.load(Relaxed);
+        self.role == Role::Passive
+            && self.stream.is_some()
+            && a != 0
+            && u32::from(*self.from.ip()) != a
     }
 
     /// Whether a connection from `ip` is the peer's.

@@ -375,4 +375,4 @@ impl Injector {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

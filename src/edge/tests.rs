@@ -14,17 +14,25 @@ use crate::engine::ports::PortRegistry;
 use crate::routes::{PortHooks, RouteSpec, SessionKind};
 
 fn routes() -> Arc<Routes> {
+    loopback_routes("47000-47199", "48000-48199")
+}
+
+/// Route tables on loopback (A = 127.0.0.1, B = 127.0.0.2) with the real port registry, so
+/// legs and injectors find their sockets; the ranges keep concurrent tests apart.
+pub(crate) fn loopback_routes(a_ports: &str, b_ports: &str) -> Arc<Routes> {
     let cfg = config::parse(
-        r#"
+        &format!(
+            r#"
 [domains.a]
 interface = "lo"
 address = "127.0.0.1"
-media_ports = "47000-47199"
+media_ports = "{a_ports}"
 [domains.b]
 interface = "lo"
 address = "127.0.0.2"
-media_ports = "48000-48199"
-"#,
+media_ports = "{b_ports}"
+"#
+        ),
         "t",
     )
     .unwrap();
@@ -65,6 +73,17 @@ fn spec(
         on_close: closed
             .map(|c| Box::new(move || c.store(true, SeqCst)) as Box<dyn FnOnce() + Send>),
     }
+}
+
+/// `conn` is closed by the leg, which has counted `refused` refusals.
+fn closed_by_the_leg(mut conn: TcpStream, leg: &Leg, refused: u64) {
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(conn.read(&mut b), Ok(0) | Err(_)),
+        "closed by the leg"
+    );
+    wait("refused", || leg.counters().refused.load(SeqCst) == refused);
 }
 
 fn thread_named(name: &str) -> bool {
@@ -148,7 +167,8 @@ fn passive_leg_bridges_both_ways() {
         .unwrap();
     assert_eq!(routes.legs.len(), 1);
     let name = format!("vgate-leg{}", leg.id());
-    assert!(thread_named(&name), "the leg runs its own thread");
+    // The new thread names itself when it starts: wait for it rather than race it.
+    wait("the leg runs its own thread", || thread_named(&name));
     // A second client from an address the SDP did not name is refused.
     let mut peer = TcpStream::connect(local).unwrap();
     let mut bytes = Vec::with_capacity(65536);
@@ -219,16 +239,8 @@ fn passive_leg_refuses_other_sources() {
         Arc::clone(&routes),
     )
     .unwrap();
-    let mut intruder = TcpStream::connect(local).unwrap();
-    intruder
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut b = [0u8; 1];
-    assert!(
-        matches!(intruder.read(&mut b), Ok(0) | Err(_)),
-        "closed by the leg"
-    );
-    wait("refused", || leg.counters().refused.load(SeqCst) == 1);
+    let intruder = TcpStream::connect(local).unwrap();
+    closed_by_the_leg(intruder, &leg, 1);
     assert_eq!(leg.counters().connects.load(SeqCst), 0);
     drop(leg);
     routes.close_session(s).unwrap();
@@ -411,5 +423,49 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     let dropped_at_stop = c.stalls.load(SeqCst) - refused;
     assert!(dropped_at_stop > 0, "the sink and buffer were full");
     assert_eq!(whole + dropped_at_stop, offered - refused);
+    routes.close_session(s).unwrap();
+}
+
+#[test]
+fn a_passive_leg_drops_a_stranger_once_the_sdp_names_its_peer() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
+    let mut sp = spec(
+        s,
+        DomainId::A,
+        Role::Passive,
+        local,
+        "0.0.0.0:0".parse().unwrap(),
+        None,
+    );
+    sp.within = Some(routes.domain(DomainId::A).clone());
+    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    // Before any SDP named the peer: an address of the domain is taken.
+    let early = TcpStream::connect(local).unwrap();
+    wait("connected", || leg.counters().connects.load(SeqCst) == 1);
+    // The answer names 127.0.0.3: the early connection is dropped, counted.
+    leg.expect_peer("127.0.0.3".parse().unwrap());
+    closed_by_the_leg(early, &leg, 1);
+    // The named peer gets in.
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Stream,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    use std::os::fd::AsRawFd;
+    let from: SocketAddrV4 = "127.0.0.3:0".parse().unwrap();
+    nix::sys::socket::bind(sock.as_raw_fd(), &nix::sys::socket::SockaddrIn::from(from)).unwrap();
+    nix::sys::socket::connect(sock.as_raw_fd(), &nix::sys::socket::SockaddrIn::from(local))
+        .unwrap();
+    let _named = TcpStream::from(sock);
+    wait("the named peer", || {
+        leg.counters().connects.load(SeqCst) == 2
+    });
+    assert_eq!(leg.counters().state(), LegState::Connected);
+    drop(leg);
     routes.close_session(s).unwrap();
 }

@@ -646,30 +646,9 @@ impl CallMedia {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config;
-    use crate::engine::ports::PortRegistry;
-    use crate::routes::PortHooks;
 
     fn routes() -> Arc<Routes> {
-        let cfg = config::parse(
-            r#"
-[domains.a]
-interface = "lo"
-address = "127.0.0.1"
-media_ports = "46000-46199"
-[domains.b]
-interface = "lo"
-address = "127.0.0.2"
-media_ports = "45000-45199"
-"#,
-            "t",
-        )
-        .unwrap();
-        let reg = Arc::new(PortRegistry::new([
-            "127.0.0.1".parse().unwrap(),
-            "127.0.0.2".parse().unwrap(),
-        ]));
-        Arc::new(Routes::new(&cfg, reg as Arc<dyn PortHooks>))
+        crate::edge::tests::loopback_routes("46000-46199", "45000-45199")
     }
 
     fn sdp(addr: &str, port: u16, proto: &str, extra: &str) -> Vec<u8> {
