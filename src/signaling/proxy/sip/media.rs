@@ -721,6 +721,13 @@ mod tests {
         assert_eq!(routes.ports(DomainId::A).0, 0);
     }
 
+    /// `body` (from [`sdp`]) with its `o=` version set to `version`.
+    fn versioned(mut body: Vec<u8>, version: u32) -> Vec<u8> {
+        let at = body.windows(7).position(|w| w == b"o=- 1 1").unwrap();
+        body.splice(at..at + 7, format!("o=- 1 {version}").into_bytes());
+        body
+    }
+
     #[test]
     fn re_invites_keep_a_connected_leg_with_connection_existing() {
         let routes = routes();
@@ -729,21 +736,17 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let b_offer = |version: u32, connection: &str| {
-            let mut o = sdp(
+            let o = sdp(
                 "127.0.0.2",
                 port,
                 "TCP/RTP/AVP",
                 &format!("a=recvonly\r\na=setup:passive\r\na=connection:{connection}\r\n"),
             );
-            let at = o.windows(7).position(|w| w == b"o=- 1 1").unwrap();
-            o.splice(at..at + 7, format!("o=- 1 {version}").into_bytes());
-            o
+            versioned(o, version)
         };
         let a_sdp = |version: u32| {
-            let mut s = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
-            let at = s.windows(7).position(|w| w == b"o=- 1 1").unwrap();
-            s.splice(at..at + 7, format!("o=- 1 {version}").into_bytes());
-            s
+            let s = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+            versioned(s, version)
         };
         let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
         m.cross(
