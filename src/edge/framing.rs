@@ -6,9 +6,14 @@
 //! byte, a 2-byte length, RFC 2326 §10.12). The [`Deframer`] does the rest the same way for
 //! both: a caller-owned buffer, complete frames handed out in place, and untrusted input
 //! counted instead of trusted. A frame is accepted only if its length is 1..=`max` and its
-//! payload starts like RTP/RTCP version 2; anything else is a framing error and the
-//! de-framer resynchronises one byte further on (garbage before the first frame, a length
-//! of 0 or 65535). One error is counted per run of bad bytes, not per byte.
+//! payload starts like RTP/RTCP version 2. A frame longer than `max` whose payload starts
+//! like RTP v2, met while the de-framer is in step with the stream, is a real frame too long
+//! to forward (RFC 4571 allows any 16-bit length; a device on TCP is not bound by the MTU):
+//! it is skipped whole and counted `oversize`, never searched for frames inside. Anything
+//! else is a framing error and the de-framer resynchronises one byte further on (garbage
+//! before the first frame, a length of 0, a length whose payload is not RTP); while it
+//! resynchronises, a long length is not trusted either. One error is counted per run of bad
+//! bytes, not per byte.
 
 use std::ops::Range;
 
@@ -98,8 +103,10 @@ pub struct DeframeTally {
     /// Runs of bytes that were not a valid frame (garbage, length 0, length > max, payload
     /// not RTP/RTCP version 2), one per run.
     pub framing_errors: u64,
-    /// Bytes skipped in those runs.
+    /// Bytes skipped: in those runs and in oversize frames (headers included).
     pub skipped_bytes: u64,
+    /// Whole frames longer than `max` skipped (in step with the stream, payload RTP v2).
+    pub oversize: u64,
 }
 
 /// Takes frames out of a byte stream. The caller reads into [`Deframer::space`], reports
@@ -112,6 +119,8 @@ pub struct Deframer<F: Framing> {
     max: usize,
     /// Inside a run of bad bytes (its error is already counted).
     bad_run: bool,
+    /// Bytes of an oversize frame still to skip (they may not have arrived yet).
+    discard: usize,
 }
 
 impl<F: Framing> Deframer<F> {
@@ -128,6 +137,7 @@ impl<F: Framing> Deframer<F> {
             end: 0,
             max,
             bad_run: false,
+            discard: 0,
         }
     }
 
@@ -172,6 +182,16 @@ impl<F: Framing> Deframer<F> {
     /// Hands every complete frame to `f(channel, payload)`, counting into `t`.
     pub fn drain(&mut self, t: &mut DeframeTally, mut f: impl FnMut(u8, &[u8])) {
         loop {
+            if self.discard > 0 {
+                let n = self.discard.min(self.end - self.start);
+                if n == 0 {
+                    return;
+                }
+                self.discard -= n;
+                t.skipped_bytes += n as u64;
+                self.consumed(n);
+                continue;
+            }
             let avail = &self.buf[self.start..self.end];
             let (header, len, channel) = match self.framing.parse(avail) {
                 Header::Need => return,
@@ -185,6 +205,19 @@ impl<F: Framing> Deframer<F> {
                     channel,
                 } => (header, len, channel),
             };
+            if len > self.max && !self.bad_run {
+                // In step with the stream, a length is trusted once its payload starts like
+                // RTP: the whole frame goes, nothing inside it is read as frames.
+                match avail.get(header) {
+                    None => return,
+                    Some(b) if b >> 6 == 2 => {
+                        t.oversize += 1;
+                        self.discard = header + len;
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+            }
             if len == 0 || len > self.max {
                 self.skip(t);
                 continue;
@@ -206,11 +239,15 @@ impl<F: Framing> Deframer<F> {
             t.frames += 1;
             t.bytes += len as u64;
             f(channel, payload);
-            self.start += header + len;
-            if self.start == self.end {
-                self.start = 0;
-                self.end = 0;
-            }
+            self.consumed(header + len);
+        }
+    }
+
+    fn consumed(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
         }
     }
 
@@ -223,13 +260,6 @@ impl<F: Framing> Deframer<F> {
         self.start += 1;
     }
 
-    /// Forgets what is buffered (a connection replaced by another).
-    pub fn reset(&mut self) {
-        self.start = 0;
-        self.end = 0;
-        self.bad_run = false;
-    }
-
     /// The framing it reads.
     pub fn framing(&self) -> &F {
         &self.framing
@@ -238,6 +268,20 @@ impl<F: Framing> Deframer<F> {
     /// Bytes left that are not a complete frame (at a close: a partial frame).
     pub fn pending(&self) -> usize {
         self.end - self.start
+    }
+
+    /// In the middle of a frame: bytes pending, or an oversize frame not all skipped yet.
+    pub fn mid_frame(&self) -> bool {
+        self.pending() > 0 || self.discard > 0
+    }
+
+    /// Forgets everything buffered (a connection replaced by another): the next one starts
+    /// in step.
+    pub fn reset(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.bad_run = false;
+        self.discard = 0;
     }
 }
 
@@ -294,7 +338,7 @@ mod tests {
     }
 
     fn framed(payloads: &[Vec<u8>]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(65536);
+        let mut out = Vec::with_capacity(payloads.iter().map(|p| 2 + p.len()).sum());
         for p in payloads {
             assert!(frame_into(&Rfc4571, 0, p, &mut out));
         }
@@ -316,12 +360,13 @@ mod tests {
     #[test]
     fn bad_input_is_counted_and_skipped() {
         let good = rtp(1, 200);
-        // Garbage before the first frame, a zero length, a 65535 length, then good frames.
+        // Garbage before the first frame, a zero length, a 65535 length whose payload is not
+        // RTP, then good frames.
         let mut bytes = b"GET / HTTP/1.0\r\n\r\n".to_vec();
         bytes.extend_from_slice(&framed(std::slice::from_ref(&good)));
         bytes.extend_from_slice(&[0, 0]);
         bytes.extend_from_slice(&framed(std::slice::from_ref(&good)));
-        bytes.extend_from_slice(&[0xff, 0xff, 0x80, 0x60]);
+        bytes.extend_from_slice(&[0xff, 0xff, 0x41, 0x60]);
         bytes.extend_from_slice(&framed(&[good.clone(), good.clone()]));
         let mut d = Deframer::new(Rfc4571, 1472);
         let (t, got) = feed(&mut d, &bytes, 5);
@@ -332,6 +377,79 @@ mod tests {
             "garbage, zero length, oversize: one each"
         );
         assert_eq!(d.pending(), 0);
+    }
+
+    /// A frame whose payload is itself RFC 4571 frames of RTP: what a de-framer that lost
+    /// step inside it would inject.
+    fn frame_full_of_fake_frames(len: usize) -> Vec<u8> {
+        let mut p = rtp(7, 12);
+        while p.len() < len {
+            p.extend_from_slice(&[0, 12, 0x80, 0x60, 0xee, 0xee]);
+            p.extend_from_slice(&[0xee; 8]);
+        }
+        p.truncate(len);
+        p
+    }
+
+    #[test]
+    fn oversize_frame_is_skipped_whole_in_any_chunking() {
+        let big = frame_full_of_fake_frames(3000);
+        let max_len = rtp(9, 65535 - 2);
+        let before = rtp(1, 100);
+        let after = rtp(2, 1472);
+        let bytes = framed(&[
+            before.clone(),
+            big.clone(),
+            after.clone(),
+            max_len,
+            big,
+            after.clone(),
+        ]);
+        for chunk in [1, 2, 3, 7, 100, 1500, 4096, 65536] {
+            let mut d = Deframer::new(Rfc4571, 1472);
+            let (t, got) = feed(&mut d, &bytes, chunk);
+            assert_eq!(
+                got,
+                vec![before.clone(), after.clone(), after.clone()],
+                "chunk {chunk}"
+            );
+            assert_eq!(
+                (t.frames, t.oversize, t.framing_errors, d.pending()),
+                (3, 3, 0, 0),
+                "chunk {chunk}"
+            );
+            assert_eq!(
+                t.skipped_bytes,
+                2 + 3000 + 65535 + 2 + 3000,
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn cut_oversize_frame_is_pending() {
+        let bytes = framed(&[rtp(1, 100), rtp(2, 5000)]);
+        let mut d = Deframer::new(Rfc4571, 1472);
+        let (t, got) = feed(&mut d, &bytes[..bytes.len() - 10], 512);
+        assert_eq!((got.len(), t.oversize), (1, 1));
+        assert_eq!(d.pending(), 0, "what came of the frame is skipped");
+        assert!(d.mid_frame(), "10 bytes of it still to come");
+        d.reset();
+        assert!(!d.mid_frame());
+    }
+
+    #[test]
+    fn long_lengths_are_not_trusted_while_resynchronising() {
+        // Garbage, then what looks like a 4000-byte frame, then good frames: the de-framer
+        // is out of step, so it does not skip 4000 bytes on the garbage's word.
+        let good = rtp(3, 40);
+        let mut bytes = b"junk".to_vec();
+        bytes.extend_from_slice(&[0x0f, 0xa0, 0x80, 0x60]);
+        bytes.extend_from_slice(&framed(&[good.clone(), good.clone()]));
+        let mut d = Deframer::new(Rfc4571, 1472);
+        let (t, got) = feed(&mut d, &bytes, 3);
+        assert_eq!(got, vec![good.clone(), good]);
+        assert_eq!((t.oversize, t.framing_errors), (0, 1));
     }
 
     #[test]

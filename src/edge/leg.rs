@@ -173,6 +173,7 @@ impl Leg {
             deframer,
             frames: Vec::with_capacity(max_frames),
             out: Vec::with_capacity(OUT_BYTES),
+            out_rest: 0,
             sink: Arc::clone(&sink),
             counters: Arc::clone(&counters),
             stop: Arc::clone(&stop),
@@ -269,6 +270,8 @@ struct Run {
     /// The frames of one read (sized once, never grown).
     frames: Vec<(u8, std::ops::Range<usize>)>,
     out: Vec<u8>,
+    /// Bytes at the front of `out` that finish a frame already partly written.
+    out_rest: usize,
     sink: Arc<EdgeSink>,
     counters: Arc<LegCounters>,
     stop: Arc<AtomicBool>,
@@ -308,6 +311,7 @@ impl Run {
         let mut want_out = false;
         loop {
             if self.stop.load(Relaxed) {
+                self.drop_connection();
                 return false;
             }
             if self.connected_to_stranger() {
@@ -318,16 +322,20 @@ impl Run {
                 }
                 self.counters.refused.fetch_add(1, Relaxed);
                 self.counters.set_state(LegState::Listening);
-                self.deframer.reset();
-                self.out.clear();
+                self.drop_connection();
                 want_out = false;
             }
-            if self.role == Role::Active && self.stream.is_none() && self.pending.is_none() {
+            if self.role == Role::Active && self.stream.is_none() {
+                // The deadline holds while a connect is pending too: a peer that drops SYNs
+                // would otherwise keep the call for the kernel's whole SYN retry (~2 min).
                 let now = Instant::now();
                 if now >= self.deadline {
+                    if let Some(fd) = self.pending.take() {
+                        let _ = epoll.delete(&fd);
+                    }
                     return self.end("could not connect");
                 }
-                if now >= self.next_try {
+                if self.pending.is_none() && now >= self.next_try {
                     self.next_try = now + RETRY;
                     if let Some(fd) = self.connect() {
                         let _ = epoll.add(&fd, EpollEvent::new(EpollFlags::EPOLLOUT, CONNECT));
@@ -373,7 +381,8 @@ impl Run {
             for ev in &events[..n] {
                 match ev.data() {
                     WAKE => self.sink.clear_wake(),
-                    LISTEN => self.accept(&epoll),
+                    // A socket taken is registered for reading only.
+                    LISTEN => want_out &= !self.accept(&epoll),
                     CONNECT => {
                         if let Some(fd) = self.pending.take() {
                             let _ = epoll.delete(&fd);
@@ -420,18 +429,26 @@ impl Run {
         }
     }
 
-    fn accept(&mut self, epoll: &Epoll) {
+    /// Takes the peer's connections; `true` when one was taken. A new connection from the
+    /// peer replaces the one it had (RFC 4145 §5.1 `a=connection:new`, e.g. after a
+    /// re-INVITE): the old one is closed, what was buffered for it dropped and counted.
+    fn accept(&mut self, epoll: &Epoll) -> bool {
+        let mut taken = false;
         loop {
             let Some(l) = &self.listener else {
-                return;
+                return taken;
             };
             match l.accept() {
-                Ok((s, std::net::SocketAddr::V4(from)))
-                    if self.stream.is_none() && self.accepts(*from.ip()) =>
-                {
+                Ok((s, std::net::SocketAddr::V4(from))) if self.accepts(*from.ip()) => {
+                    if let Some(old) = self.stream.take() {
+                        let _ = epoll.delete(&old);
+                        self.drop_connection();
+                        tracing::info!(leg = %self.label, peer = %from, "TCP media leg: the peer opened a new connection, replacing the old one");
+                    }
                     let _ = s.set_nodelay(true);
                     self.from = from;
                     self.connected(epoll, s);
+                    taken = true;
                 }
                 Ok((s, from)) => {
                     self.counters.refused.fetch_add(1, Relaxed);
@@ -441,9 +458,27 @@ impl Run {
                     }
                     drop(s);
                 }
-                Err(_) => return,
+                Err(_) => return taken,
             }
         }
+    }
+
+    /// Forgets the state of a connection that is gone: a frame it left half read is
+    /// counted, what was framed for it and not written is dropped.
+    fn drop_connection(&mut self) {
+        if self.deframer.mid_frame() {
+            self.counters.partial_frames.fetch_add(1, Relaxed);
+        }
+        self.deframer.reset();
+        // Framed for the peer, never (or only partly) written: dropped, counted as stalls.
+        let framing = self.deframer.framing();
+        let (whole, _) = frames_from(framing, &self.out, self.out_rest, self.out.len());
+        let unsent = whole + u64::from(self.out_rest > 0);
+        if unsent > 0 {
+            self.counters.stalls.fetch_add(unsent, Relaxed);
+        }
+        self.out.clear();
+        self.out_rest = 0;
     }
 
     /// A passive leg connected (before its peer was known) to an address that is not the
@@ -516,6 +551,7 @@ impl Run {
             if d.framing_errors > 0 || d.skipped_bytes > 0 {
                 counters.framing_errors.fetch_add(d.framing_errors, Relaxed);
                 counters.skipped_bytes.fetch_add(d.skipped_bytes, Relaxed);
+                counters.oversize.fetch_add(d.oversize, Relaxed);
             }
             let dropped: u64 = DropReason::ALL.iter().map(|r| t.drops[*r as usize]).sum();
             if dropped > 0 {
@@ -531,6 +567,7 @@ impl Run {
             stream,
             deframer,
             out,
+            out_rest,
             sink,
             counters,
             ..
@@ -560,6 +597,8 @@ impl Run {
             match s.write(out) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
+                    let (_, end) = frames_from(framing, out, *out_rest, n);
+                    *out_rest = end - n;
                     out.drain(..n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -575,9 +614,7 @@ impl Run {
 
     /// The leg ended by itself: count, close the sink, say so once.
     fn end(&mut self, reason: &str) -> bool {
-        if self.deframer.pending() > 0 {
-            self.counters.partial_frames.fetch_add(1, Relaxed);
-        }
+        self.drop_connection();
         self.counters.set_state(LegState::Closed);
         self.sink.close();
         self.stream = None;
@@ -586,4 +623,26 @@ impl Run {
         tracing::info!(leg = %self.label, reason, "TCP media leg ended");
         true
     }
+}
+
+/// Walks the frames of `buf` (a leg's write buffer: whole frames from `from` on) that start
+/// before `upto`: how many, and where the last of them ends (`from` when none).
+fn frames_from<F: Framing + ?Sized>(
+    framing: &F,
+    buf: &[u8],
+    from: usize,
+    upto: usize,
+) -> (u64, usize) {
+    let (mut count, mut pos) = (0u64, from);
+    while pos < upto {
+        match framing.parse(buf.get(pos..).unwrap_or_default()) {
+            super::framing::Header::Frame { header, len, .. } => {
+                pos += header + len;
+                count += 1;
+            }
+            // Cannot happen: the buffer holds only frames written by `frame_into`.
+            _ => return (count, upto.max(pos)),
+        }
+    }
+    (count, pos)
 }

@@ -99,18 +99,22 @@ pub struct LegCounters {
     pub bytes_out: AtomicU64,
     /// Runs of bytes from the peer that were not a valid frame.
     pub framing_errors: AtomicU64,
-    /// Bytes skipped in those runs.
+    /// Bytes skipped in those runs and in oversize frames.
     pub skipped_bytes: AtomicU64,
+    /// Whole frames from the peer longer than `engine.max_payload`, skipped.
+    pub oversize: AtomicU64,
     /// Closes with an incomplete frame left over.
     pub partial_frames: AtomicU64,
     /// Packets for the peer dropped because the leg could not take them (peer not reading,
-    /// leg closed, too long).
+    /// leg closed, too long), or still queued or unwritten when the leg stopped or the peer
+    /// replaced its connection.
     pub stalls: AtomicU64,
     /// De-framed packets the route did not forward (no route, source, size, send failure).
     pub inject_drops: AtomicU64,
     /// TCP connections established.
     pub connects: AtomicU64,
-    /// Connections refused: from a source the SDP did not name, or past the first.
+    /// Connections refused: from a source the SDP did not name. (A new connection from the
+    /// peer replaces its old one: counted in `connects`.)
     pub refused: AtomicU64,
     state: AtomicU8,
 }
@@ -130,7 +134,7 @@ impl LegCounters {
     }
 
     /// The counters by name, for listings and metrics (one place, so names cannot drift).
-    pub fn named(&self) -> [(&'static str, u64); 11] {
+    pub fn named(&self) -> [(&'static str, u64); 12] {
         [
             ("frames_in", self.frames_in.load(Relaxed)),
             ("bytes_in", self.bytes_in.load(Relaxed)),
@@ -138,6 +142,7 @@ impl LegCounters {
             ("bytes_out", self.bytes_out.load(Relaxed)),
             ("framing_errors", self.framing_errors.load(Relaxed)),
             ("skipped_bytes", self.skipped_bytes.load(Relaxed)),
+            ("oversize", self.oversize.load(Relaxed)),
             ("partial_frames", self.partial_frames.load(Relaxed)),
             ("stalls", self.stalls.load(Relaxed)),
             ("inject_drops", self.inject_drops.load(Relaxed)),
@@ -196,6 +201,7 @@ impl LegTable {
                 (&c.bytes_out, &e.bytes_out),
                 (&c.framing_errors, &e.framing_errors),
                 (&c.skipped_bytes, &e.skipped_bytes),
+                (&c.oversize, &e.oversize),
                 (&c.partial_frames, &e.partial_frames),
                 (&c.stalls, &e.stalls),
                 (&c.inject_drops, &e.inject_drops),
@@ -222,7 +228,7 @@ impl LegTable {
     }
 
     /// Every counter summed over live and ended legs.
-    pub fn totals(&self) -> [(&'static str, u64); 11] {
+    pub fn totals(&self) -> [(&'static str, u64); 12] {
         let mut t = self.ended.named();
         for l in self.list() {
             for (acc, (_, v)) in t.iter_mut().zip(l.counters.named()) {

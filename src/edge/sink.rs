@@ -8,7 +8,7 @@
 //! `leg_stall` and the leg counts it in its own `stalls`.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_queue::ArrayQueue;
@@ -80,6 +80,13 @@ impl EdgeSink {
             self.counters.stalls.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        // Pairs with the fence in `prepare_sleep` (store-buffering: push then load
+        // `sleeping` here, store `sleeping` then load the queue there). With a SeqCst fence
+        // on both sides at least one of them sees the other's write, so either the leg sees
+        // this packet and does not sleep, or this sees it sleeping and wakes it. Without
+        // them both could read the old values (allowed by the model, real on ARMv8): a lost
+        // wake-up, bounded only by the leg's 100 ms poll.
+        fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
             let _ = self.wake.write(1);
         }
@@ -104,6 +111,8 @@ impl EdgeSink {
     /// sleep). Wake-ups then come through [`EdgeSink::wake_fd`].
     pub fn prepare_sleep(&self) -> bool {
         self.sleeping.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `offer` (see there).
+        fence(Ordering::SeqCst);
         if !self.queue.is_empty() {
             self.sleeping.store(false, Ordering::SeqCst);
             return false;
@@ -130,10 +139,17 @@ impl EdgeSink {
         self.wake.as_fd()
     }
 
-    /// The leg has closed: refuse further packets and drop the queued ones.
+    /// The leg has closed: refuse further packets and drop the queued ones (the engines
+    /// counted them sent; they are counted here as `stalls`).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        while self.queue.pop().is_some() {}
+        let mut dropped = 0u64;
+        while self.queue.pop().is_some() {
+            dropped += 1;
+        }
+        if dropped > 0 {
+            self.counters.stalls.fetch_add(dropped, Ordering::Relaxed);
+        }
     }
 }
 
@@ -157,7 +173,11 @@ mod tests {
         s.close();
         assert!(s.is_empty());
         assert!(!s.offer(&[0x80]));
-        assert_eq!(c.stalls.load(Relaxed), 3);
+        assert_eq!(
+            c.stalls.load(Relaxed),
+            2 + 4 + 1,
+            "the 4 queued at the close count"
+        );
     }
 
     #[test]

@@ -98,6 +98,29 @@ fn closed_by_the_leg(mut conn: TcpStream, leg: &Leg, refused: u64) {
     wait("refused", || leg.counters().refused.load(SeqCst) == refused);
 }
 
+/// A passive leg on A's port `a` expecting its peer on 127.0.0.1; `closed` set when it ends.
+fn passive_leg_on_a(
+    routes: &Arc<Routes>,
+    s: SessionId,
+    a: u16,
+    closed: &Arc<AtomicBool>,
+) -> (Leg, SocketAddrV4) {
+    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
+    let leg = Leg::start(
+        spec(
+            s,
+            DomainId::A,
+            Role::Passive,
+            local,
+            "127.0.0.1:9".parse().unwrap(),
+            Some(Arc::clone(closed)),
+        ),
+        Arc::clone(routes),
+    )
+    .unwrap();
+    (leg, local)
+}
+
 fn thread_named(name: &str) -> bool {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -123,20 +146,8 @@ fn passive_leg_bridges_both_ways() {
     let a = routes.alloc_pair(s, DomainId::A).unwrap();
     let b = routes.alloc_pair(s, DomainId::B).unwrap();
     let (viewer, viewer_at) = viewer();
-    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
     let closed = Arc::new(AtomicBool::new(false));
-    let leg = Leg::start(
-        spec(
-            s,
-            DomainId::A,
-            Role::Passive,
-            local,
-            "127.0.0.1:9".parse().unwrap(),
-            Some(Arc::clone(&closed)),
-        ),
-        Arc::clone(&routes),
-    )
-    .unwrap();
+    let (leg, local) = passive_leg_on_a(&routes, s, a, &closed);
     // A -> B: what the TCP peer sends leaves as UDP from B's egress port.
     routes
         .add_route(
@@ -252,6 +263,103 @@ fn passive_leg_refuses_other_sources() {
 }
 
 #[test]
+fn passive_leg_takes_a_new_connection_from_its_peer_in_place_of_the_old() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let closed = Arc::new(AtomicBool::new(false));
+    let (leg, local) = passive_leg_on_a(&routes, s, a, &closed);
+    let c = Arc::clone(leg.counters());
+    let mut first = TcpStream::connect(local).unwrap();
+    wait("first connect", || c.connects.load(SeqCst) == 1);
+    // A frame and half of one on the old connection (one small write: read at once), then
+    // the peer reconnects (a=connection:new).
+    let mut old = Vec::with_capacity(128);
+    assert!(frame_into(&Rfc4571, 0, &rtp(9, 40), &mut old));
+    old.extend_from_slice(&[0, 50, 0x80, 1]);
+    first.write_all(&old).unwrap();
+    wait("the old connection's frame", || {
+        c.frames_in.load(SeqCst) == 1
+    });
+    let mut second = TcpStream::connect(local).unwrap();
+    wait("second connect", || c.connects.load(SeqCst) == 2);
+    drop(first);
+    let mut bytes = Vec::with_capacity(1024);
+    for i in 0..3 {
+        assert!(frame_into(&Rfc4571, 0, &rtp(i, 80), &mut bytes));
+    }
+    second.write_all(&bytes).unwrap();
+    wait("frames on the new connection", || {
+        c.frames_in.load(SeqCst) == 4
+    });
+    assert_eq!(
+        c.framing_errors.load(SeqCst),
+        0,
+        "read in step from its start"
+    );
+    assert_eq!(c.partial_frames.load(SeqCst), 1, "the old one's half frame");
+    assert_eq!(c.refused.load(SeqCst), 0);
+    assert_eq!(c.state(), LegState::Connected);
+    assert!(
+        !closed.load(SeqCst),
+        "the old connection closing ends nothing"
+    );
+    drop(second);
+    wait("close", || closed.load(SeqCst));
+    drop(leg);
+    routes.close_session(s).unwrap();
+}
+
+#[test]
+fn active_leg_gives_up_at_its_deadline_while_syns_go_unanswered() {
+    use nix::sys::socket::{
+        bind, getsockname, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrIn,
+    };
+    use std::os::fd::AsRawFd;
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    // A loopback listener with a backlog of 0, never accepting: once one connection waits
+    // in its queue, the kernel drops further SYNs (the peer that silently drops SYNs).
+    let l = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    bind(
+        l.as_raw_fd(),
+        &SockaddrIn::from("127.0.0.1:0".parse::<SocketAddrV4>().unwrap()),
+    )
+    .unwrap();
+    listen(&l, Backlog::new(0).unwrap()).unwrap();
+    let at: SocketAddrV4 = getsockname::<SockaddrIn>(l.as_raw_fd()).unwrap().into();
+    let _queued = TcpStream::connect(at).unwrap();
+    let closed = Arc::new(AtomicBool::new(false));
+    let mut sp = spec(
+        s,
+        DomainId::A,
+        Role::Active,
+        SocketAddrV4::new("127.0.0.1".parse().unwrap(), a),
+        at,
+        Some(Arc::clone(&closed)),
+    );
+    sp.connect_for = Duration::from_millis(300);
+    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    // The first SYN retry alone is 1 s after the first; the kernel gives up after ~127 s.
+    wait("the leg to give up", || closed.load(SeqCst));
+    assert_eq!(leg.counters().state(), LegState::Closed);
+    assert_eq!(
+        leg.counters().connects.load(SeqCst),
+        0,
+        "no SYN was answered"
+    );
+    drop(leg);
+    routes.close_session(s).unwrap();
+}
+
+#[test]
 fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     let routes = routes();
     let s = routes.open_session(SessionKind::Sip, "t");
@@ -279,8 +387,9 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     // The peer never reads: offers are refused once the socket, the write buffer and the
     // sink are full; memory stays bounded by construction.
     let sink = Arc::clone(leg.sink());
-    let mut refused = 0u64;
+    let (mut refused, mut offered) = (0u64, 0u64);
     for i in 0..200_000u32 {
+        offered += 1;
         if !sink.offer(&rtp(i as u16, 1400)) {
             refused += 1;
         }
@@ -296,8 +405,27 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
         "a peer that never reads ends in counted drops"
     );
     assert_eq!(leg.counters().stalls.load(SeqCst), refused);
-    drop(conn);
+    // Stopping the leg drops what its sink and write buffer still hold, counted: every
+    // packet taken is either read whole by the peer or a stall.
+    let c = Arc::clone(leg.counters());
     drop(leg);
+    let mut conn = conn;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    conn.read_to_end(&mut got).unwrap();
+    let mut whole = 0u64;
+    let mut at = 0;
+    while let Some(h) = got.get(at..at + 2) {
+        let end = at + 2 + usize::from(u16::from_be_bytes([h[0], h[1]]));
+        if end > got.len() {
+            break;
+        }
+        whole += 1;
+        at = end;
+    }
+    let dropped_at_stop = c.stalls.load(SeqCst) - refused;
+    assert_eq!(whole + dropped_at_stop, offered - refused);
     routes.close_session(s).unwrap();
 }
 

@@ -115,6 +115,8 @@ pub struct Media<'a> {
     pub direction: Direction,
     /// `a=setup:` (RFC 4145), used by GB/T 28181 for RTP over TCP.
     pub setup: Option<&'a str>,
+    /// `a=connection:` (RFC 4145 §5): `new` or `existing`.
+    pub tcp_connection: Option<&'a str>,
     /// `a=rtcp:` port (RFC 3605).
     pub rtcp_port: Option<u16>,
     /// `a=rtcp-mux` (RFC 5761): RTCP shares the RTP port.
@@ -202,6 +204,9 @@ pub enum SetupEdit<'a> {
     Remove,
     /// Replace them with `a=setup:<role>` and `a=connection:new` at the end of the section.
     Set(&'a str),
+    /// Replace them with `a=setup:<role>` and `a=connection:existing` (RFC 4145 §5.1: the
+    /// connection already open for this line stays, e.g. in a session-refresh re-INVITE).
+    Keep(&'a str),
 }
 
 /// Changes the transport of media section `media` of an SDP already checked by [`parse`]
@@ -219,11 +224,17 @@ pub fn set_transport(body: &[u8], media: usize, proto: &str, setup: SetupEdit<'_
     let mut section: Option<usize> = None;
     let mut next = 0;
     let insert = |out: &mut Vec<u8>| {
-        if let SetupEdit::Set(role) = setup {
-            for l in [format!("a=setup:{role}"), "a=connection:new".to_string()] {
-                out.extend_from_slice(l.as_bytes());
-                out.extend_from_slice(eol);
-            }
+        let (role, connection) = match setup {
+            SetupEdit::Remove => return,
+            SetupEdit::Set(role) => (role, "new"),
+            SetupEdit::Keep(role) => (role, "existing"),
+        };
+        for l in [
+            format!("a=setup:{role}"),
+            format!("a=connection:{connection}"),
+        ] {
+            out.extend_from_slice(l.as_bytes());
+            out.extend_from_slice(eol);
         }
     };
     let mut ended_with_eol = true;
@@ -534,6 +545,7 @@ impl<'a> Scanner<'a> {
             connection: None,
             direction: Direction::SendRecv,
             setup: None,
+            tcp_connection: None,
             rtcp_port: None,
             rtcp_mux: false,
             ssrc: None,
@@ -566,6 +578,11 @@ impl<'a> Scanner<'a> {
             (b"setup", Some(a), Some(i)) => {
                 if let Some(m) = self.sdp.media.get_mut(i) {
                     m.setup = ascii(a).map(str::trim);
+                }
+            }
+            (b"connection", Some(a), Some(i)) => {
+                if let Some(m) = self.sdp.media.get_mut(i) {
+                    m.tcp_connection = ascii(a).map(str::trim);
                 }
             }
             (b"rtcp-mux", _, Some(i)) => {
@@ -799,6 +816,19 @@ mod tests {
             .ends_with("a=setup:active\r\na=connection:new\r\ny=0100000001\r\nf=v/2/4///a///\r\n"));
         assert!(text.contains("y=0100000001\r\n"));
         assert!(parse(text.as_bytes()).unwrap().media[0].setup == Some("active"));
+        assert_eq!(
+            parse(text.as_bytes()).unwrap().media[0].tcp_connection,
+            Some("new")
+        );
+        let kept = set_transport(text.as_bytes(), 0, "TCP/RTP/AVP", SetupEdit::Keep("active"));
+        let kept = String::from_utf8(kept).unwrap();
+        assert!(
+            kept.ends_with(
+                "a=setup:active\r\na=connection:existing\r\ny=0100000001\r\nf=v/2/4///a///\r\n"
+            ),
+            "{kept}"
+        );
+        assert_eq!(kept.matches("a=setup:").count(), 1, "{kept}");
         // Another section is left alone.
         let two = format!("{tcp}m=audio 7000 TCP/RTP/AVP 8\r\na=setup:active\r\n");
         let out = String::from_utf8(set_transport(

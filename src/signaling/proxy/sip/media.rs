@@ -51,7 +51,7 @@ use std::time::Duration;
 use crate::config::{DomainId, SourcePolicy};
 use crate::edge::framing::Rfc4571;
 use crate::edge::sink::DEFAULT_SLOTS;
-use crate::edge::{EdgeSink, Leg, LegSpec, Role};
+use crate::edge::{EdgeSink, Leg, LegSpec, LegState, Role};
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind};
 use crate::signaling::sdp::{self, Direction, RewriteError, SetupEdit};
 
@@ -99,6 +99,9 @@ pub struct MediaPeer {
     pub tcp: bool,
     /// Its `a=setup:`.
     pub setup: Option<Setup>,
+    /// It wrote `a=connection:existing` (RFC 4145 §5: keep the open connection; absent
+    /// means `new`).
+    pub keeps_connection: bool,
 }
 
 /// The TCP leg vgate runs on one side of an `m=` line.
@@ -130,6 +133,16 @@ pub struct Slot {
 impl Slot {
     /// The role vgate plays on side `d` and, when active, where it connects; `None` while
     /// it cannot be known yet (or the side is not TCP).
+    /// Whether `d`'s leg is connected and is the one [`Slot::leg_plan`] calls for (so it
+    /// is kept).
+    fn leg_connected_as_planned(&self, d: DomainId) -> bool {
+        let Some(l) = &self.legs[d.index()] else {
+            return false;
+        };
+        let have = (l.role, (l.role == Role::Active).then_some(l.peer));
+        l.leg.counters().state() == LegState::Connected && self.leg_plan(d) == Some(have)
+    }
+
     fn leg_plan(&self, d: DomainId) -> Option<(Role, Option<SocketAddrV4>)> {
         if !self.tcp[d.index()] {
             return None;
@@ -183,6 +196,9 @@ pub struct CallMedia {
     /// Per sending domain: the last body received and what it was rewritten to, so a
     /// retransmitted message (same body) gets the same SDP and allocates nothing.
     cache: [Option<(Vec<u8>, Vec<u8>)>; 2],
+    /// The side whose SDP crossed last: an SDP from the other side answers it; one from
+    /// the same side again is a retransmission (or a new offer).
+    last_from: Option<DomainId>,
     pub label: String,
     /// `engine.max_payload`: the longest packet a TCP leg puts on a channel.
     max_payload: usize,
@@ -218,6 +234,7 @@ impl CallMedia {
             slots: Vec::new(),
             installed: Vec::new(),
             cache: [None, None],
+            last_from: None,
             label,
             max_payload,
             link_face: None,
@@ -240,8 +257,10 @@ impl CallMedia {
         from: DomainId,
         body: &[u8],
     ) -> Result<Vec<u8>, MediaError> {
+        // A retransmission gets the same SDP. The same body after the other side spoke is
+        // a new exchange (a session refresh): rewritten again, as the legs stand now.
         if let Some((seen, out)) = &self.cache[from.index()] {
-            if seen.as_slice() == body {
+            if self.last_from == Some(from) && seen.as_slice() == body {
                 return Ok(out.clone());
             }
         }
@@ -327,6 +346,9 @@ impl CallMedia {
                         rtcp_mux: m.rtcp_mux,
                         tcp,
                         setup: Setup::parse(m.setup),
+                        keeps_connection: m
+                            .tcp_connection
+                            .is_some_and(|c| c.eq_ignore_ascii_case("existing")),
                     });
             Ok::<_, RouteError>(Some(slot.ports[to.index()]))
         });
@@ -351,15 +373,22 @@ impl CallMedia {
             }
         };
         let out = self.transports(&parsed, from, out);
-        if let Err(e) = self.reconcile_legs(routes) {
-            return Err(MediaError::Refuse {
-                code: 503,
-                reason: "Service Unavailable",
-                warning: format!("399 vgate \"{e}\""),
-            });
-        }
+        let retired = match self.reconcile_legs(routes) {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(MediaError::Refuse {
+                    code: 503,
+                    reason: "Service Unavailable",
+                    warning: format!("399 vgate \"{e}\""),
+                })
+            }
+        };
         self.reconcile(routes, policy, rtp_only);
+        // Only now, with the routes pointing at the new legs, do the replaced ones stop:
+        // no engine offers to a closed sink meanwhile.
+        drop(retired);
         self.cache[from.index()] = Some((body.to_vec(), out.clone()));
+        self.last_from = Some(from);
         Ok(out)
     }
 
@@ -367,6 +396,8 @@ impl CallMedia {
     /// records the role written (see the module doc).
     fn transports(&mut self, parsed: &sdp::Sdp<'_>, from: DomainId, mut out: Vec<u8>) -> Vec<u8> {
         let to = from.other();
+        // This SDP answers one `to` sent (else it offers to `to`).
+        let answering = self.last_from == Some(to);
         for (i, m) in parsed.media.iter().enumerate() {
             let Some(slot) = self.slots.get_mut(i) else {
                 continue;
@@ -388,10 +419,23 @@ impl CallMedia {
                     // An answer to a TCP offer from `to`: the complement of its role.
                     let role = match slot.peer[to.index()].and_then(|p| p.setup) {
                         Some(Setup::Passive) => Setup::Active,
+                        // RFC 4145 §4: an offer of `holdconn` is answered `holdconn` (no
+                        // connection now, so no leg).
+                        Some(Setup::HoldConn) if answering => Setup::HoldConn,
                         _ => Setup::Passive,
                     };
-                    out = sdp::set_transport(&out, i, "TCP/RTP/AVP", SetupEdit::Set(role.as_str()));
                     slot.written[to.index()] = Some(role);
+                    // RFC 4145 §5.1: `existing` when vgate's leg on that side is connected
+                    // and stays as it is (a re-INVITE), unless `to` offered `new`.
+                    let keep = slot.leg_connected_as_planned(to)
+                        && (!answering
+                            || slot.peer[to.index()].is_some_and(|p| p.keeps_connection));
+                    let edit = if keep {
+                        SetupEdit::Keep(role.as_str())
+                    } else {
+                        SetupEdit::Set(role.as_str())
+                    };
+                    out = sdp::set_transport(&out, i, "TCP/RTP/AVP", edit);
                 }
                 (false, false) => {}
             }
@@ -399,10 +443,15 @@ impl CallMedia {
         out
     }
 
-    /// Starts, replaces or stops the TCP legs the slots call for.
-    fn reconcile_legs(&mut self, routes: &Arc<Routes>) -> Result<(), crate::edge::EdgeError> {
+    /// Starts, replaces or stops the TCP legs the slots call for; returns the legs replaced
+    /// or stopped, for the caller to drop once the routes are re-pointed.
+    fn reconcile_legs(
+        &mut self,
+        routes: &Arc<Routes>,
+    ) -> Result<Vec<SlotLeg>, crate::edge::EdgeError> {
+        let mut retired = Vec::new();
         let Some(session) = self.session else {
-            return Ok(());
+            return Ok(retired);
         };
         for (i, slot) in self.slots.iter_mut().enumerate() {
             for d in DomainId::ALL {
@@ -413,8 +462,14 @@ impl CallMedia {
                 if plan == have {
                     continue;
                 }
-                // Dropping the old leg stops it (its routes are re-made by `reconcile`).
-                slot.legs[d.index()] = None;
+                // The old leg stops when the caller drops it, after `reconcile` re-made its
+                // routes; but a listener going away for an active leg goes now, so the new
+                // leg can connect from the gateway port.
+                let old = slot.legs[d.index()].take();
+                match (&old, plan) {
+                    (Some(o), Some((Role::Active, _))) if o.role == Role::Passive => drop(old),
+                    _ => retired.extend(old),
+                }
                 let Some((role, target)) = plan else {
                     continue;
                 };
@@ -453,7 +508,7 @@ impl CallMedia {
                 }
             }
         }
-        Ok(())
+        Ok(retired)
     }
 
     /// The routes the current slots call for.
@@ -680,6 +735,140 @@ mod tests {
         m.close(&routes);
         assert_eq!(routes.legs.len(), 0);
         assert_eq!(routes.ports(DomainId::A).0, 0);
+    }
+
+    /// `body` (from [`sdp`]) with its `o=` version set to `version`.
+    fn versioned(mut body: Vec<u8>, version: u32) -> Vec<u8> {
+        let at = body.windows(7).position(|w| w == b"o=- 1 1").unwrap();
+        body.splice(at..at + 7, format!("o=- 1 {version}").into_bytes());
+        body
+    }
+
+    #[test]
+    fn re_invites_keep_a_connected_leg_with_connection_existing() {
+        let routes = routes();
+        let mut m = CallMedia::new("t".into(), 1472);
+        // B's platform listens on loopback (this test's own listener).
+        let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let b_offer = |version: u32, connection: &str| {
+            let o = sdp(
+                "127.0.0.2",
+                port,
+                "TCP/RTP/AVP",
+                &format!("a=recvonly\r\na=setup:passive\r\na=connection:{connection}\r\n"),
+            );
+            versioned(o, version)
+        };
+        let a_sdp = |version: u32| {
+            let s = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+            versioned(s, version)
+        };
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(1, "new"),
+        )
+        .unwrap();
+        let to_b = m
+            .cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(1))
+            .unwrap();
+        assert!(
+            text(to_b).contains("a=setup:active\r\na=connection:new\r\n"),
+            "nothing connected yet"
+        );
+        let (_conn, _) = listener.accept().unwrap();
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        let t = std::time::Instant::now();
+        while counters.state() != LegState::Connected {
+            assert!(t.elapsed() < Duration::from_secs(10), "B's leg connects");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A's session refresh (a re-INVITE offer): B keeps its connection.
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(2))
+                .unwrap(),
+        );
+        assert!(
+            to_b.contains("a=setup:active\r\na=connection:existing\r\n"),
+            "{to_b}"
+        );
+        assert_eq!(to_b.matches("a=connection:").count(), 1, "{to_b}");
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(2, "existing"),
+        )
+        .unwrap();
+        // The same refresh body again after B answered: a new exchange, rewritten again.
+        let again = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(2))
+                .unwrap(),
+        );
+        assert!(again.contains("a=connection:existing\r\n"), "{again}");
+        // B's own re-INVITE asking for `existing`: answered `existing`; asking for `new`:
+        // answered `new`.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(3, "existing"),
+        )
+        .unwrap();
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(3))
+                .unwrap(),
+        );
+        assert!(to_b.contains("a=connection:existing\r\n"), "{to_b}");
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(4, "new"),
+        )
+        .unwrap();
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &a_sdp(4))
+                .unwrap(),
+        );
+        assert!(to_b.contains("a=connection:new\r\n"), "{to_b}");
+        assert_eq!(
+            counters.connects.load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        m.close(&routes);
+    }
+
+    #[test]
+    fn a_holdconn_offer_is_answered_holdconn_and_opens_no_leg() {
+        let routes = routes();
+        let mut m = CallMedia::new("t".into(), 1472);
+        let offer = sdp(
+            "127.0.0.2",
+            9004,
+            "TCP/RTP/AVP",
+            "a=recvonly\r\na=setup:holdconn\r\na=connection:new\r\n",
+        );
+        m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+            .unwrap();
+        let answer = sdp("127.0.0.1", 7004, "RTP/AVP", "a=sendonly\r\n");
+        let to_b = m
+            .cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+            .unwrap();
+        let text = String::from_utf8(to_b).unwrap();
+        assert!(text.contains("TCP/RTP/AVP 96"), "{text}");
+        assert!(text.contains("a=setup:holdconn\r\n"), "{text}");
+        assert!(!text.contains("a=setup:passive"), "{text}");
+        assert!(m.slots[0].legs.iter().all(Option::is_none));
+        assert_eq!(routes.legs.len(), 0, "no listener for a held connection");
+        m.close(&routes);
     }
 
     #[test]
