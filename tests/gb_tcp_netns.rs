@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::gb_sipp::{check_flows, uac_xml, uas_xml, Side};
 use common::rfc4571::{self, Flow, Flows};
 use common::{admin_get_in, in_netns, prerequisites, vgate_bin, Bed};
 
@@ -127,189 +128,6 @@ media_timeout = 30
         gb_ip = bed.get("GB_IP"),
         a_ip = bed.get("A_IP"),
         b_ip = bed.get("B_IP"),
-    )
-}
-
-/// How one side's peer does media.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Udp,
-    /// `TCP/RTP/AVP` with this `a=setup:` (what the peer itself does).
-    Tcp(&'static str),
-}
-
-impl Side {
-    fn proto(self) -> &'static str {
-        match self {
-            Side::Udp => "RTP/AVP",
-            Side::Tcp(_) => "TCP/RTP/AVP",
-        }
-    }
-    fn setup_lines(self) -> String {
-        match self {
-            Side::Udp => String::new(),
-            Side::Tcp(role) => format!("a=setup:{role}\n      a=connection:new\n      "),
-        }
-    }
-}
-
-/// The platform's scenario: INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
-/// `expect_bye`, waits for vgate's BYE instead and answers it).
-fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool) -> String {
-    let end = if expect_bye {
-        r#"  <recv request="BYE" timeout="20000">
-    <action>
-      <ereg regexp="TCP media leg closed" search_in="hdr" header="Reason:" check_it="true" assign_to="why"/>
-    </action>
-  </recv>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-
-    ]]>
-  </send>"#
-            .to_string()
-    } else {
-        format!(
-            r#"  <pause milliseconds="{hold_ms}"/>
-  <send retrans="500">
-    <![CDATA[
-      BYE [next_url] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      [last_To:]
-      Call-ID: [call_id]
-      CSeq: 21 BYE
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <recv response="200" crlf="true"/>"#
-        )
-    };
-    format!(
-        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="vgate GB TCP play UAC">
-  <send retrans="500">
-    <![CDATA[
-      INVITE sip:34020000001320000001@3402000000 SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      To: <sip:34020000001320000001@3402000000>
-      Call-ID: [call_id]
-      CSeq: 20 INVITE
-      Contact: <sip:34020000002000000001@[local_ip]:[local_port]>
-      Max-Forwards: 70
-      Subject: 34020000001320000001:0[call_number],34020000002000000001:0
-      Content-Type: APPLICATION/SDP
-      Content-Length: [len]
-
-      v=0
-      o=34020000002000000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      m=video {port} {proto} 96
-      a=sendrecv
-      a=rtpmap:96 PS/90000
-      {setup}y=0[call_number]
-      f=v/2/4///a///
-    ]]>
-  </send>
-  <recv response="100" optional="true"/>
-  <recv response="200" rtd="true" rrs="true">
-    <action>
-      <ereg regexp="10\.201\.1\." search_in="msg" check_it_inverse="true" assign_to="leak"/>
-      <ereg regexp="m=video [0-9]+ {proto} 96" search_in="body" check_it="true" assign_to="proto"/>
-    </action>
-  </recv>
-  <send>
-    <![CDATA[
-      ACK [next_url] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      [last_To:]
-      Call-ID: [call_id]
-      CSeq: 20 ACK
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-{end}
-  <Reference variables="leak,proto{why_ref}"/>
-</scenario>
-"#,
-        proto = side.proto(),
-        setup = side.setup_lines(),
-        why_ref = if expect_bye { ",why" } else { "" },
-    )
-}
-
-/// The device's scenario: answers the INVITE with its SDP, then waits for BYE.
-fn uas_xml(side: Side, port: u16) -> String {
-    format!(
-        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="vgate GB TCP device UAS">
-  <recv request="INVITE" crlf="true">
-    <action>
-      <ereg regexp="10\.201\.2\." search_in="msg" check_it_inverse="true" assign_to="leak"/>
-      <ereg regexp="y=0[0-9]+\r?\nf=v/2/4///a///" search_in="body" check_it="true" assign_to="gb"/>
-    </action>
-  </recv>
-  <send retrans="500">
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]D[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:34020000001320000001@[local_ip]:[local_port]>
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=34020000001320000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      m=video {port} {proto} 96
-      a=sendrecv
-      a=rtpmap:96 PS/90000
-      {setup}y=0[call_number]
-      f=
-    ]]>
-  </send>
-  <recv request="ACK" crlf="true"/>
-  <recv request="BYE"/>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <timewait milliseconds="500"/>
-  <Reference variables="leak,gb"/>
-</scenario>
-"#,
-        proto = side.proto(),
-        setup = side.setup_lines(),
     )
 }
 
@@ -472,27 +290,6 @@ fn peer(
     }
 }
 
-fn check_flows(what: &str, flows: &[Flow], calls: usize, gateway_ip: &str) {
-    assert_eq!(
-        flows.len(),
-        calls,
-        "{what}: one media flow per call: {flows:#?}"
-    );
-    for f in flows {
-        assert!(
-            f.received >= 10,
-            "{what}: a flow received too little: {f:?}"
-        );
-        assert_eq!(f.lost(), 0, "{what}: loss in a flow: {f:?}");
-        assert_eq!(f.bad_frames, 0, "{what}: not RTP: {f:?}");
-        let from = f.peer.map(|p| p.ip().to_string()).unwrap_or_default();
-        assert_eq!(
-            from, gateway_ip,
-            "{what}: media must come from the gateway's own address"
-        );
-    }
-}
-
 fn setup_bed(test: &str) -> Option<(Bed, tempfile::TempDir)> {
     if !prerequisites(
         test,
@@ -574,8 +371,8 @@ fn gb_tcp_media_every_combination_both_ways() {
         let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
         let uas = a_dir.join(format!("uas{n}.xml"));
         let uac = b_dir.join(format!("uac{n}.xml"));
-        std::fs::write(&uas, uas_xml(a_side, 16000)).unwrap();
-        std::fs::write(&uac, uac_xml(b_side, 6000, 2000, false)).unwrap();
+        std::fs::write(&uas, uas_xml(a_side, 16000, r"10\.201\.2\.", None)).unwrap();
+        std::fs::write(&uac, uac_xml(b_side, 6000, 2000, false, r"10\.201\.1\.")).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (a_flows, a_peer) = peer(a_side, &a_ns, &g_ns, "a", &a_ip, 16000, &stop);
         let (b_flows, b_peer) = peer(b_side, &b_ns, &g_ns, "b", &b_ip, 6000, &stop);
@@ -714,8 +511,12 @@ fn call_ended_by_the_leg(
     let (a_dir, b_dir) = (dir.join("a"), dir.join("b"));
     let uas = a_dir.join(format!("bad_uas{n}.xml"));
     let uac = b_dir.join(format!("bad_uac{n}.xml"));
-    std::fs::write(&uas, uas_xml(Side::Tcp("passive"), a_port)).unwrap();
-    std::fs::write(&uac, uac_xml(Side::Udp, b_port, 0, true)).unwrap();
+    std::fs::write(
+        &uas,
+        uas_xml(Side::Tcp("passive"), a_port, r"10\.201\.2\.", None),
+    )
+    .unwrap();
+    std::fs::write(&uac, uac_xml(Side::Udp, b_port, 0, true, r"10\.201\.1\.")).unwrap();
     let a_thread = {
         let a_ns = a_ns.clone();
         std::thread::spawn(move || in_netns(&a_ns, a_peer))

@@ -47,6 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::gb_sipp::{uac_xml, uas_xml, Side};
 use common::split::{half_config, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::Vgate;
 
@@ -1031,198 +1032,22 @@ fn stop_clean_links(v: Vgate, name: &str) -> LinkBytes {
     link_bytes(&t.raw)
 }
 
-/// How one domain's GB peer does media.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum GbSide {
-    Udp,
-    /// `TCP/RTP/AVP`, the peer listens (`a=setup:passive`): the half connects to it.
-    TcpPassive,
-}
-
-impl GbSide {
-    fn proto(self) -> &'static str {
-        match self {
-            GbSide::Udp => "RTP/AVP",
-            GbSide::TcpPassive => "TCP/RTP/AVP",
-        }
-    }
-
-    fn sdp(self, port: u16) -> String {
-        let setup = match self {
-            GbSide::Udp => "",
-            GbSide::TcpPassive => "a=setup:passive\n      a=connection:new\n      ",
-        };
-        format!(
-            "m=video {port} {} 96\n      a=sendrecv\n      a=rtpmap:96 PS/90000\n      {setup}y=0[call_number]",
-            self.proto()
-        )
-    }
-}
-
 /// What no domain may see: the other domain's addresses, the faces, the signaling link.
 const HIDDEN_FROM_B: &str = r"10\.211\.1\.|127\.77\.|10\.211\.0\.";
 const HIDDEN_FROM_A: &str = r"10\.211\.2\.|127\.77\.|10\.211\.0\.";
 
-/// The platform in B: INVITE (sendrecv, its transport), 200/ACK, hold, BYE. Checks the
-/// answer keeps its own transport and shows nothing of A, the faces or the link.
-fn gb_tcp_uac(side: GbSide, port: u16, hold_ms: u64) -> String {
-    format!(
-        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="vgate split GB TCP UAC">
-  <send retrans="500">
-    <![CDATA[
-      INVITE sip:34020000001320000001@3402000000 SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      To: <sip:34020000001320000001@3402000000>
-      Call-ID: [call_id]
-      CSeq: 20 INVITE
-      Contact: <sip:34020000002000000001@[local_ip]:[local_port]>
-      Max-Forwards: 70
-      Subject: 34020000001320000001:0[call_number],34020000002000000001:0
-      Content-Type: APPLICATION/SDP
-      Content-Length: [len]
-
-      v=0
-      o=34020000002000000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      {sdp}
-    ]]>
-  </send>
-  <recv response="100" optional="true"/>
-  <recv response="200" rtd="true" rrs="true">
-    <action>
-      <ereg regexp="{HIDDEN_FROM_B}" search_in="msg" check_it_inverse="true" assign_to="leak"/>
-      <ereg regexp="m=video [0-9]+ {proto} 96" search_in="body" check_it="true" assign_to="proto"/>
-    </action>
-  </recv>
-  <send>
-    <![CDATA[
-      ACK [next_url] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      [last_To:]
-      Call-ID: [call_id]
-      CSeq: 20 ACK
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <pause milliseconds="{hold_ms}"/>
-  <send retrans="500">
-    <![CDATA[
-      BYE [next_url] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      [last_To:]
-      Call-ID: [call_id]
-      CSeq: 21 BYE
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <recv response="200" crlf="true"/>
-  <Reference variables="leak,proto"/>
-</scenario>
-"#,
-        sdp = side.sdp(port),
-        proto = side.proto(),
-    )
-}
-
-/// The device in A: answers the INVITE (which must be UDP, nothing of B in it) with its own
-/// transport, then waits for BYE.
-fn gb_tcp_uas(side: GbSide, port: u16) -> String {
-    format!(
-        r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="vgate split GB TCP UAS">
-  <recv request="INVITE" crlf="true">
-    <action>
-      <ereg regexp="{HIDDEN_FROM_A}" search_in="msg" check_it_inverse="true" assign_to="leak"/>
-      <ereg regexp="m=video [0-9]+ RTP/AVP 96" search_in="body" check_it="true" assign_to="udp"/>
-    </action>
-  </recv>
-  <send retrans="500">
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]D[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:34020000001320000001@[local_ip]:[local_port]>
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=34020000001320000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      {sdp}
-    ]]>
-  </send>
-  <recv request="ACK" crlf="true"/>
-  <recv request="BYE"/>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <timewait milliseconds="500"/>
-  <Reference variables="leak,udp"/>
-</scenario>
-"#,
-        sdp = side.sdp(port),
-    )
-}
-
 /// The media peer of one GB side, started in its namespace.
 fn gb_media_peer(
-    side: GbSide,
+    side: Side,
     ns: &str,
     addr: String,
     stop: &Arc<AtomicBool>,
 ) -> (common::rfc4571::Flows, std::thread::JoinHandle<()>) {
     let stop = Arc::clone(stop);
     common::in_netns(ns, move || match side {
-        GbSide::Udp => common::rfc4571::udp_responder(&addr, stop, 10_000),
-        GbSide::TcpPassive => common::rfc4571::tcp_server(&addr, stop, 10_000),
+        Side::Udp => common::rfc4571::udp_responder(&addr, stop, 10_000),
+        Side::Tcp(_) => common::rfc4571::tcp_server(&addr, stop, 10_000),
     })
-}
-
-fn check_gb_flows(what: &str, flows: &[common::rfc4571::Flow], calls: usize, gateway: &str) {
-    assert_eq!(flows.len(), calls, "{what}: one flow per call: {flows:#?}");
-    for f in flows {
-        assert!(
-            f.received >= 10,
-            "{what}: a flow received too little: {f:?}"
-        );
-        assert_eq!(f.lost(), 0, "{what}: loss in a flow: {f:?}");
-        assert_eq!(
-            f.bad_frames + f.trailing as u64,
-            0,
-            "{what}: not RTP: {f:?}"
-        );
-        let from = f.peer.map(|p| p.ip().to_string()).unwrap_or_default();
-        assert_eq!(
-            from, gateway,
-            "{what}: media must come from the half's own address"
-        );
-    }
 }
 
 /// GB/T 28181 live view + talkback (sendrecv) from the platform in B to the device in A with
@@ -1265,16 +1090,16 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str) {
     const CALLS: usize = 3;
     let (mut at_a, mut at_b) = (0u64, 0u64);
     let combos = [
-        (GbSide::TcpPassive, GbSide::Udp),
-        (GbSide::Udp, GbSide::TcpPassive),
-        (GbSide::TcpPassive, GbSide::TcpPassive),
+        (Side::Tcp("passive"), Side::Udp),
+        (Side::Udp, Side::Tcp("passive")),
+        (Side::Tcp("passive"), Side::Tcp("passive")),
     ];
     for (n, (b_side, a_side)) in combos.into_iter().enumerate() {
         let what = format!("{mode}: platform {b_side:?} / device {a_side:?}");
         let uas = a_dir.join(format!("tcp_uas{n}.xml"));
         let uac = b_dir.join(format!("tcp_uac{n}.xml"));
-        std::fs::write(&uas, gb_tcp_uas(a_side, 16000)).unwrap();
-        std::fs::write(&uac, gb_tcp_uac(b_side, 6000, 3000)).unwrap();
+        std::fs::write(&uas, uas_xml(a_side, 16000, HIDDEN_FROM_A, Some("RTP/AVP"))).unwrap();
+        std::fs::write(&uac, uac_xml(b_side, 6000, 3000, false, HIDDEN_FROM_B)).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (a_flows, a_peer) =
             gb_media_peer(a_side, bed.get("DA_NS"), format!("{da}:16000"), &stop);
@@ -1341,13 +1166,13 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str) {
             bf.len(),
             sum(&bf)
         );
-        check_gb_flows(
+        common::gb_sipp::check_flows(
             &format!("{what}: talkback at A"),
             &af,
             CALLS,
             bed.get("GA_IP"),
         );
-        check_gb_flows(
+        common::gb_sipp::check_flows(
             &format!("{what}: live view at B"),
             &bf,
             CALLS,

@@ -3,6 +3,7 @@
 //! `scripts/testbed.sh`, running code inside a namespace, and the `vgate` binary.
 #![allow(dead_code)]
 
+pub mod gb_sipp;
 pub mod relay;
 pub mod rfc4571;
 pub mod split;
