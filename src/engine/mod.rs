@@ -20,6 +20,7 @@
 
 pub mod afpacket;
 pub mod afxdp;
+pub mod btf;
 pub mod frames;
 pub mod nft;
 #[cfg(vgate_pfring)]

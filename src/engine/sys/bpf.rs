@@ -24,6 +24,7 @@ const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_int = 17;
 const BPF_LINK_CREATE: libc::c_int = 28;
 
 pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -31,6 +32,7 @@ pub(crate) const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub(crate) const BPF_MAP_TYPE_DEVMAP: u32 = 14;
 pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 /// `enum bpf_attach_type`: `BPF_XDP`.
 const BPF_XDP: u32 = 37;
 
@@ -115,6 +117,21 @@ struct InfoAttr {
     info: u64,
 }
 
+#[repr(C)]
+#[derive(Default)]
+struct RawTpAttr {
+    name: u64,
+    prog_fd: u32,
+}
+
+/// The head of `struct bpf_map_info`, up to and including `id`.
+#[repr(C)]
+#[derive(Default)]
+struct MapInfo {
+    map_type: u32,
+    id: u32,
+}
+
 /// The head of `struct bpf_prog_info`, up to and including `name`.
 #[repr(C)]
 #[derive(Default)]
@@ -141,6 +158,7 @@ impl BpfAttr for ProgLoadAttr {}
 impl BpfAttr for LinkCreateAttr {}
 impl BpfAttr for GetIdAttr {}
 impl BpfAttr for InfoAttr {}
+impl BpfAttr for RawTpAttr {}
 
 /// `bpf(cmd, attr, sizeof attr)`, `EINTR` retried; the non-negative result.
 ///
@@ -250,6 +268,20 @@ impl Map {
         self.fd.as_raw_fd()
     }
 
+    /// The map's id (`BPF_OBJ_GET_INFO_BY_FD`): how the kernel's tracepoints name it.
+    pub(crate) fn id(&self) -> io::Result<u32> {
+        let mut info = MapInfo::default();
+        let mut attr = InfoAttr {
+            bpf_fd: self.fd.as_raw_fd() as u32,
+            info_len: size_of::<MapInfo>() as u32,
+            info: (&mut info as *mut MapInfo) as u64,
+        };
+        // SAFETY: `info` is writable for `info_len` bytes during the call; the kernel writes
+        // at most that many.
+        unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+        Ok(info.id)
+    }
+
     /// `BPF_MAP_UPDATE_ELEM(key, value, BPF_ANY)`; key and value sizes are the map's.
     pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
         if key.len() != self.key_size || value.len() != self.value_size {
@@ -308,10 +340,25 @@ pub(crate) struct Prog {
 impl Prog {
     /// `BPF_PROG_LOAD` of an XDP program. On failure the verifier log (level 1) is returned.
     pub(crate) fn load_xdp(insns: &[Insn], name: &str) -> Result<Prog, LoadError> {
+        Prog::load(insns, name, BPF_PROG_TYPE_XDP, BPF_XDP)
+    }
+
+    /// `BPF_PROG_LOAD` of a raw-tracepoint program (its context: the tracepoint's arguments,
+    /// one `u64` each). Loading one needs CAP_PERFMON besides CAP_BPF.
+    pub(crate) fn load_raw_tracepoint(insns: &[Insn], name: &str) -> Result<Prog, LoadError> {
+        Prog::load(insns, name, BPF_PROG_TYPE_RAW_TRACEPOINT, 0)
+    }
+
+    fn load(
+        insns: &[Insn],
+        name: &str,
+        prog_type: u32,
+        expected_attach_type: u32,
+    ) -> Result<Prog, LoadError> {
         let license = c"GPL";
         let mut log = vec![0u8; 1 << 20];
         let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_XDP,
+            prog_type,
             insn_cnt: insns.len() as u32,
             insns: insns.as_ptr() as u64,
             license: license.as_ptr() as u64,
@@ -319,7 +366,7 @@ impl Prog {
             log_size: 0,
             log_buf: 0,
             prog_name: name16(name),
-            expected_attach_type: BPF_XDP,
+            expected_attach_type,
             ..Default::default()
         };
         // SAFETY: `insns` is readable for `insn_cnt` instructions and `license` is a
@@ -357,6 +404,26 @@ impl Prog {
 #[derive(Debug)]
 pub(crate) struct XdpLink {
     _fd: OwnedFd,
+}
+
+/// A raw-tracepoint program attached through its own fd: detached when the fd is closed —
+/// on drop, and by the kernel if the process dies.
+#[derive(Debug)]
+pub(crate) struct TpLink {
+    _fd: OwnedFd,
+}
+
+/// `BPF_RAW_TRACEPOINT_OPEN`: attaches `prog` (a raw-tracepoint program) to the kernel
+/// tracepoint `name` (e.g. `xdp_devmap_xmit`).
+pub(crate) fn raw_tracepoint(prog: &Prog, name: &std::ffi::CStr) -> io::Result<TpLink> {
+    let mut attr = RawTpAttr {
+        name: name.as_ptr() as u64,
+        prog_fd: prog.fd.as_raw_fd() as u32,
+    };
+    // SAFETY: `name` is a NUL-terminated string that outlives the call; the rest are plain
+    // integers.
+    let fd = unsafe { sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr) }?;
+    Ok(TpLink { _fd: owned(fd) })
 }
 
 /// `BPF_LINK_CREATE` attaching `prog` at `ifindex`'s XDP hook in the mode `flags` selects.
