@@ -235,7 +235,7 @@ pub(super) const HELPER_REDIRECT_MAP: i32 = 51;
 pub(super) const XDP_PASS: i32 = 2;
 
 impl Asm {
-    fn new() -> Asm {
+    pub(super) fn new() -> Asm {
         Asm {
             insns: Vec::new(),
             fixups: Vec::new(),
@@ -262,12 +262,16 @@ impl Asm {
         self.labels.insert(name, self.insns.len());
     }
 
+    pub(super) fn has_label(&self, name: &'static str) -> bool {
+        self.labels.contains_key(name)
+    }
+
     pub(super) fn ld_map_fd(&mut self, dst: u8, fd: i32) {
         self.op(LD_IMM64, dst, PSEUDO_MAP_FD, 0, fd);
         self.op(0, 0, 0, 0, 0);
     }
 
-    fn finish(mut self) -> Vec<Insn> {
+    pub(super) fn finish(mut self) -> Vec<Insn> {
         for (at, label) in self.fixups {
             let target = self.labels[label];
             self.insns[at].off = (target as isize - at as isize - 1) as i16;
@@ -553,6 +557,12 @@ pub fn leave_stale_program(ifname: &str) -> io::Result<u32> {
     let prog = Prog::load_xdp(&a.finish(), PROG_NAME).map_err(|e| e.source)?;
     bpf::xdp_attach_legacy(ifindex, &prog, bpf::XDP_FLAGS_DRV_MODE)?;
     Ok(bpf::xdp_state(ifindex)?.prog_id)
+}
+
+/// Whether a BPF program with this id is loaded (for tests and drills: a program vgate
+/// logged is gone once vgate has exited or been killed).
+pub fn bpf_program_loaded(id: u32) -> bool {
+    bpf::prog_by_id(id).is_ok()
 }
 
 fn privilege(what: &'static str) -> impl Fn(io::Error) -> Option<AfxdpError> {
@@ -859,9 +869,10 @@ impl Engine for AfxdpEngine {
         let head = match &self.fast {
             None => "mode zc, engine afxdp (AF_XDP".to_string(),
             Some(f) => format!(
-                "mode xdp, engine xdp (in-kernel fast path for confirmed streams: XDP rewrite + devmap redirect, {} counter slots, {} route(s) active; slow path AF_XDP",
+                "mode xdp, engine xdp (in-kernel fast path for confirmed streams: XDP rewrite + devmap redirect, {} counter slots, {} route(s) active, {}; slow path AF_XDP",
                 super::xdp::SLOTS,
-                f.active()
+                f.active(),
+                f.watch_summary()
             ),
         };
         format!(

@@ -94,10 +94,10 @@ impl Btf {
             };
             let vlen = t.vlen as usize;
             let extra = match t.kind {
-                1 | 14 | 17 => 4,            // INT, VAR, DECL_TAG
-                3 => 12,                     // ARRAY
+                1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
+                3 => 12,                      // ARRAY
                 4 | 5 | 15 | 19 => 12 * vlen, // STRUCT, UNION, DATASEC, ENUM64
-                6 | 13 => 8 * vlen,          // ENUM, FUNC_PROTO
+                6 | 13 => 8 * vlen,           // ENUM, FUNC_PROTO
                 2 | 7..=12 | 16 | 18 => 0,
                 _ => return None, // a kind newer than this parser: sizes unknown
             };
@@ -193,7 +193,13 @@ mod tests {
         let mut out = Vec::new();
         out.extend_from_slice(&MAGIC.to_ne_bytes());
         out.extend_from_slice(&[1, 0]);
-        for w in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+        for w in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
             out.extend_from_slice(&w.to_ne_bytes());
         }
         out.extend_from_slice(&types);

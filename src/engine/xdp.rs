@@ -75,11 +75,12 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 
 use super::afxdp::*;
-use super::sys::bpf::{self, Map};
+use super::btf::Btf;
+use super::sys::bpf::{self, Map, Prog, TpLink};
 use crate::channel::WorkerStats;
 use crate::config::{DomainId, SourcePolicy};
 use crate::routes::{Channel, StreamRoute};
-use crate::stats::Tally;
+use crate::stats::{DropReason, Tally};
 
 /// Counter slots of the fast path: active routes beyond this stay on the AF_XDP path.
 pub const SLOTS: u32 = 16384;
@@ -108,6 +109,9 @@ const JNE_IMM: u8 = 0x55;
 const JGT_IMM: u8 = 0x25;
 const JLE_IMM: u8 = 0xb5;
 const JSET_IMM: u8 = 0x45;
+
+/// `bpf_probe_read_kernel(dst, size, unsafe_ptr)`.
+const HELPER_PROBE_READ_KERNEL: i32 = 113;
 
 /// The fast path's map fds and limits, for the program builder.
 pub(super) struct FastFds {
@@ -343,6 +347,234 @@ fn entry_policy(route: &StreamRoute) -> Option<(u32, SocketAddrV4)> {
     }
 }
 
+// ---- redirect failures ---------------------------------------------------------------------
+
+/// Byte offsets the `xdp_devmap_xmit` program reads, from the running kernel's BTF.
+#[derive(Clone, Copy, Debug)]
+struct DevOffsets {
+    /// `net_device.ifindex`
+    ifindex: u32,
+    /// `net_device.nd_net` (a `possible_net_t`, whose only member is the `struct net *`)
+    nd_net: u32,
+    /// `net.ns` + `ns_common.inum`: the network namespace's inode number
+    inum: u32,
+}
+
+impl DevOffsets {
+    fn from_btf(btf: &Btf) -> Option<DevOffsets> {
+        Some(DevOffsets {
+            ifindex: btf.member_offset("net_device", "ifindex")?,
+            nd_net: btf.member_offset("net_device", "nd_net")?,
+            inum: btf.member_offset("net", "ns")? + btf.member_offset("ns_common", "inum")?,
+        })
+    }
+}
+
+/// The `xdp:xdp_redirect_err` program: a redirect through our devmap (`devmap_id`) that the
+/// kernel refused before queueing it (egress down, frame over its MTU, no such slot) adds 1 to
+/// `vgate_xerr[slot]`. Arguments: dev, prog, tgt, err, map_type, map_id @40, index @48.
+fn redirect_err_program(xerr_fd: i32, devmap_id: u32) -> Vec<bpf::Insn> {
+    let mut a = Asm::new();
+    a.op(LDX_DW, R2, R1, 40, 0);
+    a.jmp(JNE32_IMM, R2, 0, devmap_id as i32, "out");
+    a.op(LDX_DW, R2, R1, 48, 0);
+    a.jmp(JGT_IMM, R2, 0, 1, "out");
+    a.op(STX_W, R10, R2, -4, 0);
+    a.op(MOV64_IMM, R3, 0, 0, 1);
+    a.op(STX_DW, R10, R3, -16, 0);
+    emit_add(&mut a, xerr_fd);
+    a.finish()
+}
+
+/// The `xdp:xdp_devmap_xmit` program: after a devmap flush, frames the egress driver did not
+/// take (`drops` @24) on one of our egress interfaces (`to_dev` @8: its ifindex and its
+/// network namespace's inode, read with `bpf_probe_read_kernel` at offsets from BTF) are
+/// added to `vgate_xerr[slot]`. `egress` is (slot, ifindex) per egress interface.
+fn devmap_xmit_program(
+    xerr_fd: i32,
+    off: DevOffsets,
+    egress: &[(u32, u32)],
+    netns: u32,
+) -> Vec<bpf::Insn> {
+    let mut a = Asm::new();
+    a.op(MOV64_REG, R6, R1, 0, 0);
+    a.op(LDX_DW, R7, R6, 24, 0); // drops
+    a.op(LSH64_IMM, R7, 0, 0, 32);
+    a.op(RSH64_IMM, R7, 0, 0, 32);
+    a.jmp(JEQ_IMM, R7, 0, 0, "out");
+    a.jmp(JGT_IMM, R7, 0, 0xffff, "out");
+    a.op(STX_DW, R10, R7, -16, 0);
+    a.op(LDX_DW, R8, R6, 8, 0); // to_dev
+                                // to_dev->ifindex
+    a.op(MOV64_REG, R1, R10, 0, 0);
+    a.op(ADD64_IMM, R1, 0, 0, -8);
+    a.op(MOV64_IMM, R2, 0, 0, 4);
+    a.op(MOV64_REG, R3, R8, 0, 0);
+    a.op(ADD64_IMM, R3, 0, 0, off.ifindex as i32);
+    a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
+    a.jmp(JNE_IMM, R0, 0, 0, "out");
+    a.op(LDX_W, R9, R10, -8, 0);
+    let labels: [&'static str; 2] = ["eg0", "eg1"];
+    for (i, (slot, ifindex)) in egress.iter().take(2).enumerate() {
+        a.jmp(JNE32_IMM, R9, 0, *ifindex as i32, labels[i]);
+        a.op(MOV64_IMM, R9, 0, 0, *slot as i32);
+        a.jmp(JA, 0, 0, 0, "ours");
+        a.label(labels[i]);
+    }
+    a.jmp(JA, 0, 0, 0, "out");
+    a.label("ours");
+    // to_dev->nd_net->ns.inum: the same ifindex in another namespace is not ours.
+    a.op(MOV64_REG, R1, R10, 0, 0);
+    a.op(ADD64_IMM, R1, 0, 0, -8);
+    a.op(MOV64_IMM, R2, 0, 0, 8);
+    a.op(MOV64_REG, R3, R8, 0, 0);
+    a.op(ADD64_IMM, R3, 0, 0, off.nd_net as i32);
+    a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
+    a.jmp(JNE_IMM, R0, 0, 0, "out");
+    a.op(LDX_DW, R3, R10, -8, 0);
+    a.jmp(JEQ_IMM, R3, 0, 0, "out");
+    a.op(ADD64_IMM, R3, 0, 0, off.inum as i32);
+    a.op(MOV64_REG, R1, R10, 0, 0);
+    a.op(ADD64_IMM, R1, 0, 0, -8);
+    a.op(MOV64_IMM, R2, 0, 0, 4);
+    a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
+    a.jmp(JNE_IMM, R0, 0, 0, "out");
+    a.op(LDX_W, R1, R10, -8, 0);
+    a.jmp(JNE32_IMM, R1, 0, netns as i32, "out");
+    a.op(STX_W, R10, R9, -4, 0);
+    emit_add(&mut a, xerr_fd);
+    for l in labels {
+        if !a.has_label(l) {
+            a.label(l);
+        }
+    }
+    a.finish()
+}
+
+/// Adds the u64 at r10-16 to `vgate_xerr[u32 at r10-4]` (this CPU's value); then `out`:
+/// returns 0.
+fn emit_add(a: &mut Asm, xerr_fd: i32) {
+    a.op(MOV64_REG, R2, R10, 0, 0);
+    a.op(ADD64_IMM, R2, 0, 0, -4);
+    a.ld_map_fd(R1, xerr_fd);
+    a.op(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM);
+    a.jmp(JEQ_IMM, R0, 0, 0, "out");
+    a.op(LDX_DW, R1, R0, 0, 0);
+    a.op(LDX_DW, R2, R10, -16, 0);
+    a.op(ADD64_REG, R1, R2, 0, 0);
+    a.op(STX_DW, R0, R1, 0, 0);
+    a.label("out");
+    a.op(MOV64_IMM, R0, 0, 0, 0);
+    a.op(EXIT, 0, 0, 0, 0);
+}
+
+/// Counts the frames the kernel dropped after the fast path redirected them, per egress
+/// interface (`vgate_xerr`, a per-CPU array indexed by the egress domain): two programs on
+/// the kernel's XDP tracepoints, attached through fds (detached when vgate exits or dies).
+struct RedirectWatch {
+    xerr: Map,
+    _links: Vec<TpLink>,
+    _progs: Vec<Prog>,
+    /// (tracepoint, program id) of what is attached.
+    attached: Vec<(&'static str, u32)>,
+}
+
+impl RedirectWatch {
+    /// Attaches what it can; the second value says what could not be (said once in the log
+    /// and in the engine's description).
+    fn open(devmap: &Map, egress: &[(u32, u32)]) -> (Option<RedirectWatch>, Vec<String>) {
+        let mut missing = Vec::new();
+        let xerr = match Map::create(bpf::BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 2, "vgate_xerr") {
+            Ok(m) => m,
+            Err(e) => {
+                missing.push(format!("map vgate_xerr: {e}"));
+                return (None, missing);
+            }
+        };
+        let mut w = RedirectWatch {
+            xerr,
+            _links: Vec::new(),
+            _progs: Vec::new(),
+            attached: Vec::new(),
+        };
+        let mut attach = |tp: &'static str, name: &'static str, insns: Vec<bpf::Insn>| {
+            let prog = Prog::load_raw_tracepoint(&insns, name).map_err(|e| {
+                if e.log.is_empty() {
+                    e.source.to_string()
+                } else {
+                    format!("{}; verifier log:\n{}", e.source, e.log)
+                }
+            })?;
+            let c = std::ffi::CString::new(tp).map_err(|e| e.to_string())?;
+            let link = bpf::raw_tracepoint(&prog, &c).map_err(|e| e.to_string())?;
+            let id = prog.id().unwrap_or(0);
+            w._links.push(link);
+            w._progs.push(prog);
+            w.attached.push((tp, id));
+            Ok::<(), String>(())
+        };
+        let fd = w.xerr.raw_fd();
+        match devmap.id() {
+            Ok(id) => {
+                if let Err(e) = attach(
+                    "xdp_redirect_err",
+                    "vgate_xdperr",
+                    redirect_err_program(fd, id),
+                ) {
+                    missing.push(format!("tracepoint xdp_redirect_err: {e}"));
+                }
+            }
+            Err(e) => missing.push(format!("tracepoint xdp_redirect_err (devmap id): {e}")),
+        }
+        let offsets = Btf::vmlinux().map_err(|e| e.to_string()).and_then(|b| {
+            DevOffsets::from_btf(&b).ok_or_else(|| {
+                "net_device, net or ns_common members not in the kernel's BTF".to_string()
+            })
+        });
+        let netns = netns_inode();
+        match (offsets, netns) {
+            (Ok(off), Ok(ns)) => {
+                if let Err(e) = attach(
+                    "xdp_devmap_xmit",
+                    "vgate_xmiterr",
+                    devmap_xmit_program(fd, off, egress, ns),
+                ) {
+                    missing.push(format!("tracepoint xdp_devmap_xmit: {e}"));
+                }
+            }
+            (Err(e), _) => missing.push(format!("tracepoint xdp_devmap_xmit (kernel BTF): {e}")),
+            (_, Err(e)) => missing.push(format!(
+                "tracepoint xdp_devmap_xmit (network namespace): {e}"
+            )),
+        }
+        if w.attached.is_empty() {
+            return (None, missing);
+        }
+        (Some(w), missing)
+    }
+
+    /// Failures so far per egress domain, summed over CPUs.
+    fn read(&self, buf: &mut Vec<u8>) -> [u64; 2] {
+        buf.resize(self.xerr.lookup_len(), 0);
+        let mut out = [0u64; 2];
+        for (d, o) in out.iter_mut().enumerate() {
+            if self.xerr.lookup(&(d as u32).to_ne_bytes(), buf).is_ok() {
+                *o = buf
+                    .chunks_exact(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+                    .sum();
+            }
+        }
+        out
+    }
+}
+
+/// The inode of this thread's network namespace (what `ns_common.inum` holds).
+fn netns_inode() -> io::Result<u32> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino() as u32)
+}
+
 /// A route the fast path knows.
 struct Entry {
     route: Arc<StreamRoute>,
@@ -367,6 +599,12 @@ struct FastState {
     flushed: [Tally; 2],
     /// Per-CPU read buffer.
     buf: Vec<u8>,
+    /// Redirect failures per egress domain already counted, and those not yet taken off a
+    /// channel's `tx` (a failure can be read before the redirect it follows).
+    xerr_seen: [u64; 2],
+    xerr_owed: [u64; 2],
+    /// Per-CPU read buffer of `vgate_xerr`.
+    xbuf: Vec<u8>,
 }
 
 /// The fast path's maps and what they hold. Shared by the port hooks (route changes) and
@@ -377,6 +615,9 @@ pub(super) struct FastPath {
     devmap: Map,
     egress: [Option<Egress>; 2],
     max_payload: u32,
+    watch: Option<RedirectWatch>,
+    /// What the redirect-failure watch could not attach (empty when it watches both).
+    watch_missing: Vec<String>,
     state: Mutex<FastState>,
 }
 
@@ -424,18 +665,40 @@ impl FastPath {
             }
         }
         let buf = vec![0u8; stats.lookup_len()];
+        let slots: Vec<(u32, u32)> = egress
+            .iter()
+            .enumerate()
+            .filter_map(|(d, e)| e.as_ref().map(|(_, e)| (d as u32, e.ifindex)))
+            .collect();
+        let (watch, watch_missing) = RedirectWatch::open(&devmap, &slots);
+        match &watch {
+            Some(w) if watch_missing.is_empty() => tracing::info!(
+                programs = ?w.attached,
+                "XDP redirect failures are counted (redirect_failed) from the kernel's xdp tracepoints"
+            ),
+            _ => tracing::warn!(
+                "XDP redirect failures are not all counted: {}; a fast-path frame the egress refuses is then counted as sent (grant CAP_PERFMON, or see the egress driver's xdp_xmit_err counters)",
+                watch_missing.join("; ")
+            ),
+        }
+        let xerr_seen = watch.as_ref().map_or([0; 2], |w| w.read(&mut Vec::new()));
         Ok(FastPath {
             fwd,
             stats,
             devmap,
             egress: egress.map(|e| e.map(|(_, e)| e)),
             max_payload: max_payload.min(65507) as u32,
+            watch,
+            watch_missing,
             state: Mutex::new(FastState {
                 entries: HashMap::new(),
                 free: (0..SLOTS).rev().collect(),
                 neigh: HashMap::new(),
                 flushed: [Tally::default(); 2],
                 buf,
+                xerr_seen,
+                xerr_owed: [0; 2],
+                xbuf: Vec::new(),
             }),
         })
     }
@@ -593,6 +856,8 @@ impl FastPath {
     /// channels; routes that became decidable (latched, next hop resolved) made active.
     pub(super) fn poll(&self, now: u64, stats: &WorkerStats) {
         let mut st = self.lock();
+        // Failures first: each one read here follows a redirect the counters below include.
+        let failed = self.failures(&mut st);
         let keys: Vec<(Channel, u16)> = st.entries.keys().copied().collect();
         let mut chan = std::mem::take(&mut st.flushed);
         for key in keys {
@@ -609,11 +874,56 @@ impl FastPath {
             }
             st.entries.insert(key, e);
         }
+        for c in Channel::ALL {
+            let d = c.egress().index();
+            let t = &mut chan[c.index()];
+            t.drops[DropReason::RedirectFailed as usize] += failed[d];
+            st.xerr_owed[d] += failed[d];
+            // Sent = redirected by the program − dropped after it. Bytes: the tracepoints
+            // give frames only, so the failed frames' bytes are taken at this poll's mean.
+            let off = st.xerr_owed[d].min(t.tx_packets);
+            if off > 0 {
+                t.tx_bytes -= t.tx_bytes / t.tx_packets * off;
+                t.tx_packets -= off;
+                st.xerr_owed[d] -= off;
+            }
+        }
         drop(st);
         for c in Channel::ALL {
             if !chan[c.index()].is_empty() {
                 stats.channel(c).add(&chan[c.index()]);
             }
+        }
+    }
+
+    /// Growth of the redirect failures per egress domain since the last call.
+    fn failures(&self, st: &mut FastState) -> [u64; 2] {
+        let Some(w) = &self.watch else {
+            return [0; 2];
+        };
+        let now = w.read(&mut st.xbuf);
+        let mut out = [0; 2];
+        for d in 0..2 {
+            out[d] = now[d].saturating_sub(st.xerr_seen[d]);
+            st.xerr_seen[d] = st.xerr_seen[d].max(now[d]);
+        }
+        out
+    }
+
+    /// How redirect failures are counted, for the engine's description.
+    pub(super) fn watch_summary(&self) -> String {
+        match &self.watch {
+            Some(w) if self.watch_missing.is_empty() => {
+                let tps: Vec<&str> = w.attached.iter().map(|a| a.0).collect();
+                format!(
+                    "redirect failures counted from tracepoints {}",
+                    tps.join(", ")
+                )
+            }
+            _ => format!(
+                "redirect failures NOT all counted ({})",
+                self.watch_missing.join("; ")
+            ),
         }
     }
 

@@ -37,10 +37,15 @@ pub enum DropReason {
     /// The route's receiver is a stream leg ([`crate::edge`]) whose queue was full (its peer
     /// is not reading fast enough) or that has closed.
     LegStall,
+    /// Mode xdp: the fast path redirected the frame to the egress interface and the kernel
+    /// then dropped it (the egress driver refused it, the interface was down, its queue was
+    /// full). Counted per channel only: the kernel reports these per egress interface, not per
+    /// route.
+    RedirectFailed,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -52,6 +57,7 @@ impl DropReason {
         DropReason::RxOverflow,
         DropReason::Malformed,
         DropReason::LegStall,
+        DropReason::RedirectFailed,
     ];
 
     /// Name used in totals and metrics labels.
@@ -67,6 +73,7 @@ impl DropReason {
             DropReason::RxOverflow => "rx_overflow",
             DropReason::Malformed => "malformed",
             DropReason::LegStall => "leg_stall",
+            DropReason::RedirectFailed => "redirect_failed",
         }
     }
 }

@@ -399,6 +399,22 @@ impl Prog {
     }
 }
 
+impl Prog {
+    /// The program's id (what `bpftool prog show id N` and `BPF_PROG_GET_FD_BY_ID` take).
+    pub(crate) fn id(&self) -> io::Result<u32> {
+        let mut info = ProgInfo::default();
+        let mut attr = InfoAttr {
+            bpf_fd: self.fd.as_raw_fd() as u32,
+            info_len: size_of::<ProgInfo>() as u32,
+            info: (&mut info as *mut ProgInfo) as u64,
+        };
+        // SAFETY: `info` is writable for `info_len` bytes during the call; the kernel writes
+        // at most that many.
+        unsafe { sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
+        Ok(info.id)
+    }
+}
+
 /// A program attached to an interface through a BPF link: detached when the link fd is
 /// closed — on drop, and by the kernel if the process dies.
 #[derive(Debug)]
