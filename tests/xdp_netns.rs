@@ -10,11 +10,14 @@
 //! flows takes effect at once; frames the fast path must not forward (wrong source, IP
 //! options, fragments, truncated or inconsistent lengths, bad header checksum, oversize,
 //! unknown port) are forwarded correctly by the slow path or dropped with their reason
-//! counter, never forwarded wrongly; nothing stays attached after exit or `kill -9`.
+//! counter, never forwarded wrongly; redirects the kernel drops after the program are counted
+//! `redirect_failed`, not sent; nothing stays attached after exit or `kill -9` (the XDP
+//! programs nor the redirect-failure watch's tracepoint programs).
 //!
 //! The bed for native XDP redirect between veths: the gateway's B-side veth takes redirected
 //! frames only when its peer (in B) has NAPI — GRO on (`ethtool -K vb gro on`, done here) or
-//! an XDP program of its own; without either the kernel drops them (`xdp_xmit_errors`). The
+//! an XDP program of its own; without either the kernel drops them (counted by vgate as
+//! `redirect_failed`, by veth nowhere: see `xdp_counts_redirects_the_egress_refuses`). The
 //! senders turn TX checksum offload off, so their UDP checksums are complete when the XDP
 //! program updates them (see `engine::xdp`). Both are set on A's and B's veths.
 //!
@@ -207,14 +210,191 @@ fn xdp_leaves_nothing_after_kill_9() {
         &["--mode", "xdp"],
     );
     assert_eq!(xdp_links(&g_ns).len(), 2);
+    // The redirect-failure watch's tracepoint programs, as the engine describes them.
+    let engine = admin_get(&g_ns, 9952, "/api/v1/stats")["engine"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let tp_progs = tracepoint_programs(&engine);
+    assert_eq!(tp_progs.len(), 2, "two tracepoint programs: {engine}");
+    for id in &tp_progs {
+        assert!(vgate::engine::afxdp::bpf_program_loaded(*id), "{id} loaded");
+    }
     vg.signal(nix::sys::signal::Signal::SIGKILL);
     vg.child.wait().unwrap();
     // The links go when the last fd does, as the process is torn down; bounded wait.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !xdp_links(&g_ns).is_empty() {
-        assert!(Instant::now() < deadline, "left: {:?}", xdp_links(&g_ns));
+    while !xdp_links(&g_ns).is_empty()
+        || tp_progs
+            .iter()
+            .any(|id| vgate::engine::afxdp::bpf_program_loaded(*id))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "left: {:?}, tracepoint programs {tp_progs:?} loaded: {:?}",
+            xdp_links(&g_ns),
+            tp_progs
+                .iter()
+                .map(|id| vgate::engine::afxdp::bpf_program_loaded(*id))
+                .collect::<Vec<_>>()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The program ids in the engine description's "…=progN" words (the redirect-failure watch).
+fn tracepoint_programs(engine: &str) -> Vec<u32> {
+    engine
+        .split([' ', ';', ','])
+        .filter_map(|w| w.split_once("=prog"))
+        .filter_map(|(_, id)| id.parse().ok())
+        .collect()
+}
+
+/// Frames the fast path redirected and the kernel then dropped are counted as
+/// `redirect_failed` on the channel and not as sent: first the egress driver refuses them
+/// (the B-side peer has neither GRO nor an XDP program, so the gateway's veth has no NAPI
+/// to hand them to: `xdp_devmap_xmit` reports drops), then the egress interface is down (the
+/// redirect is refused before it is queued: `xdp_redirect_err`). Every packet is either
+/// delivered and counted sent, or counted `redirect_failed`.
+#[test]
+fn xdp_counts_redirects_the_egress_refuses() {
+    if !prerequisites("xdp_counts_redirects_the_egress_refuses", true, NEEDS) {
+        return;
+    }
+    use vgate::config::{DomainId, SourcePolicy};
+    use vgate::routes::{Channel, RouteSpec};
+    use vgate::stats::DropReason;
+    const COUNT: u32 = 150;
+
+    let bed = xdp_bed();
+    let g_ns = bed.get("G_NS").to_owned();
+    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9956), "test").unwrap();
+    let gw = gateway_with_route(
+        &g_ns,
+        cfg,
+        RouteSpec {
+            ingress: DomainId::A,
+            port: A_PORTS,
+            dest: SocketAddrV4::new(b_ip, SINK_PORTS),
+            egress_port: B_PORTS,
+            policy: SourcePolicy::Any,
+            expected: None,
+            rtp_only: false,
+            label: "refused".into(),
+        },
+    );
+    let engine = gw.describe();
+    assert!(
+        engine.contains("redirect failures counted on tracepoints"),
+        "{engine}"
+    );
+    let sinks = Sinks::start(b_ns.clone(), b_ip, gb_ip, 1);
+    let send = |n: u32, from: u32| {
+        let a_ns = a_ns.clone();
+        std::thread::spawn(move || {
+            enter_netns(&a_ns).unwrap();
+            let s = UdpSocket::bind((a_ip, 0)).unwrap();
+            for seq in from..from + n {
+                s.send_to(&packet(0, seq), (ga_ip, A_PORTS)).unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .join()
+        .unwrap();
+    };
+    let forward = || *gw.totals().channel(Channel::Forward);
+    // Waits until the channel's counters account for every packet sent so far (worker 0
+    // polls the fast path's maps every 100 ms); bounded.
+    let settled = |sent: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = forward();
+            let failed = f.drop_count(DropReason::RedirectFailed);
+            if f.tx_packets + failed >= sent || Instant::now() > deadline {
+                return f;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    // A warm-up packet resolves the next hop (the slow path sends it), so the route is on
+    // the fast path before the measured packets.
+    send(1, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gw.describe().contains("1 route(s) active") {
+        assert!(Instant::now() < deadline, "the route never became active");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let f0 = settled(1);
+
+    // 1. The egress driver refuses: no NAPI on the B-side peer. (veth counts these nowhere:
+    // its xdp_xmit_errors are kept on the peer's NAPI queue, which is what is missing.)
+    ethtool(&b_ns, &["-K", bed.get("B_IF"), "gro", "off"]);
+    send(COUNT, 1);
+    let f1 = settled(1 + u64::from(COUNT));
+    let failed1 =
+        f1.drop_count(DropReason::RedirectFailed) - f0.drop_count(DropReason::RedirectFailed);
+    let delivered1 = sinks.count(0);
+    eprintln!("driver refused: counted {failed1}, delivered {delivered1}; {f1:?}");
+    assert_eq!(
+        failed1,
+        u64::from(COUNT),
+        "each refused frame counted redirect_failed: {f1:?}"
+    );
+    assert_eq!(f1.tx_packets, f0.tx_packets, "none counted sent: {f1:?}");
+
+    // 2. The egress interface is down: the redirect is refused before it is queued.
+    ethtool(&b_ns, &["-K", bed.get("B_IF"), "gro", "on"]);
+    let gb_if = bed.get("GB_IF").to_owned();
+    let ip_link = |state: &str| {
+        let st = Command::new("ip")
+            .args(["-n", &g_ns, "link", "set", &gb_if, state])
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip link set {gb_if} {state}");
+    };
+    ip_link("down");
+    send(COUNT, 1 + COUNT);
+    let total = 1 + 2 * u64::from(COUNT);
+    let f2 = settled(total);
+    ip_link("up");
+    assert_eq!(
+        sinks.count(0),
+        delivered1,
+        "nothing delivered while refused"
+    );
+    let failed2 =
+        f2.drop_count(DropReason::RedirectFailed) - f1.drop_count(DropReason::RedirectFailed);
+    eprintln!("egress down: counted {failed2}; {f2:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let delivered = sinks.count(0);
+    sinks.finish();
+
+    // Nothing was delivered while the egress refused; what was, is counted sent, the rest
+    // redirect_failed — and none of those counted sent.
+    assert_eq!(
+        f2.tx_packets, delivered,
+        "sent = delivered (redirect failures are not counted sent): {f2:?}"
+    );
+    assert_eq!(
+        f2.tx_packets + f2.drop_count(DropReason::RedirectFailed),
+        total,
+        "every packet either sent or redirect_failed: {f2:?}"
+    );
+    assert_eq!(
+        failed2,
+        u64::from(COUNT),
+        "the down interface's refusals counted: {f2:?}"
+    );
+    in_netns(&g_ns, move || drop(gw));
+    assert!(
+        xdp_links(&g_ns).is_empty(),
+        "nothing left: {:?}",
+        xdp_links(&g_ns)
+    );
 }
 
 /// Route changes while a sender runs, in process: a route (policy any: on the fast path at

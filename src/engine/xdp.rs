@@ -7,7 +7,7 @@
 //!
 //! Owns: the fast-path part of the XDP program (`emit_fast`), its three maps
 //! (`vgate_fwd`, `vgate_fstats`, `vgate_egress`) and keeping them in step with the stream
-//! tables (`FastPath`). Must not touch: the AF_XDP sockets and workers (`engine::afxdp`),
+//! tables (`FastPath`); the redirect-failure watch (two tracepoint programs and `vgate_xerr`). Must not touch: the AF_XDP sockets and workers (`engine::afxdp`),
 //! route decisions (a route is put on the fast path only in a state where
 //! [`crate::channel::inspect`] would forward every packet the program forwards).
 //!
@@ -57,11 +57,29 @@
 //! the growth to the route's counters (rx and tx: a fast-path packet is received and sent)
 //! and to its own channel counters, and marks the route seen (so idle timeouts see the
 //! stream); a route removed is read once more at removal. RTP sequence gaps (`rtp_lost`) are
-//! not counted for fast-path packets. A redirect the egress driver refuses is dropped by the
-//! kernel after the program counted it (the `xdp:xdp_redirect_err` tracepoint and the
-//! driver's `xdp_xmit_err` show it); on veth that is the case when the peer of the egress
-//! end has neither an XDP program nor GRO enabled.
+//! not counted for fast-path packets.
 //!
+//! # Redirects the kernel drops after the program
+//!
+//! `XDP_REDIRECT` hands the frame to the devmap; the kernel may still drop it: before it is
+//! queued (egress down, frame over its MTU: tracepoint `xdp:xdp_redirect_err`) or when the
+//! queue is flushed to the egress driver (`ndo_xdp_xmit` took fewer frames: on veth when the
+//! peer of the egress end has neither an XDP program nor GRO, or its ring is full;
+//! tracepoint `xdp:xdp_devmap_xmit`). Two raw-tracepoint programs (`vgate_xdperr`,
+//! `vgate_xmiterr`, emitted here like the XDP program, attached through fds: detached when
+//! vgate exits or dies) add those frames into `vgate_xerr`, a per-CPU array indexed by the
+//! egress domain. Ours are told apart from other programs' by the devmap's id
+//! (`xdp_redirect_err`) and by the egress `net_device`'s ifindex and network namespace inode
+//! (`xdp_devmap_xmit`: read with `bpf_probe_read_kernel` at offsets from the kernel's BTF,
+//! [`super::btf`]). Worker 0 reads `vgate_xerr` before the route counters at each poll and
+//! counts the growth as `redirect_failed` on the channel leaving through that interface,
+//! taking as many off the channel's `tx_packets` (and their bytes at the poll's mean payload
+//! size: the tracepoints give frame counts only). **Per route** the kernel does not say which
+//! frames of a flush failed, so a route's `tx_packets` stays "handed to the egress by the
+//! program"; the channel's figures are the honest ones. Loading the two programs needs
+//! CAP_PERFMON (besides CAP_BPF) and a kernel with BTF; without either the engine runs, says
+//! so once in the log and in its description, and those drops go uncounted.
+
 //! # Route changes
 //!
 //! [`PortHooks::route_added`](crate::routes::PortHooks::route_added) writes the entry at
@@ -677,7 +695,7 @@ impl FastPath {
                 "XDP redirect failures are counted (redirect_failed) from the kernel's xdp tracepoints"
             ),
             _ => tracing::warn!(
-                "XDP redirect failures are not all counted: {}; a fast-path frame the egress refuses is then counted as sent (grant CAP_PERFMON, or see the egress driver's xdp_xmit_err counters)",
+                "XDP redirect failures are not all counted: {}; a fast-path frame the kernel drops after the redirect is then counted as sent (loading tracepoint programs needs CAP_PERFMON and a kernel with BTF)",
                 watch_missing.join("; ")
             ),
         }
@@ -914,11 +932,12 @@ impl FastPath {
     pub(super) fn watch_summary(&self) -> String {
         match &self.watch {
             Some(w) if self.watch_missing.is_empty() => {
-                let tps: Vec<&str> = w.attached.iter().map(|a| a.0).collect();
-                format!(
-                    "redirect failures counted from tracepoints {}",
-                    tps.join(", ")
-                )
+                let tps: Vec<String> = w
+                    .attached
+                    .iter()
+                    .map(|(tp, id)| format!("{tp}=prog{id}"))
+                    .collect();
+                format!("redirect failures counted on tracepoints {}", tps.join(" "))
             }
             _ => format!(
                 "redirect failures NOT all counted ({})",
@@ -1000,6 +1019,35 @@ mod tests {
         assert_eq!(u32::from_ne_bytes(v[24..28].try_into().unwrap()), 1);
         assert_eq!(u32::from_ne_bytes(v[28..32].try_into().unwrap()), 7);
         assert_eq!(&v[32..44], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    }
+
+    #[test]
+    fn watch_programs_jump_inside_and_exit() {
+        let off = DevOffsets {
+            ifindex: 224,
+            nd_net: 264,
+            inum: 176,
+        };
+        for p in [
+            redirect_err_program(5, 77),
+            devmap_xmit_program(5, off, &[(1, 3)], 0xf000_0001),
+            devmap_xmit_program(5, off, &[(0, 2), (1, 3)], 4026531840),
+        ] {
+            for (i, insn) in p.iter().enumerate() {
+                let class = insn.code & 0x07;
+                if (class == 0x05 || class == 0x06) && insn.code != CALL && insn.code != EXIT {
+                    let target = i as isize + 1 + insn.off as isize;
+                    assert!(target > i as isize && (target as usize) < p.len(), "{i}");
+                }
+            }
+            let maps: Vec<i32> = p
+                .iter()
+                .filter(|i| i.code == LD_IMM64)
+                .map(|i| i.imm)
+                .collect();
+            assert_eq!(maps, vec![5]);
+            assert_eq!(p.last().map(|i| i.code), Some(EXIT));
+        }
     }
 
     #[test]
