@@ -11,7 +11,10 @@
 #                     reference), nftables DNAT (the kernel bound), the plain C relay
 #                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes;
 #                     a mode that cannot start is reported as such; with xdp in the list the
-#                     bed is prepared for it for every configuration, as bench-channel does)
+#                     bed is prepared for it for every configuration, as bench-channel does);
+#                     A/B variants: tnapi-sockets, zc-sockets (send through the gateway's UDP
+#                     sockets), zc-spinN (zc's workers poll their rings N µs after work
+#                     before sleeping: VGATE_AFXDP_SPIN_US=N)
 #   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
 #                     memory with 100 and 10 000 static routes, idle and after relaying) and
 #                     "activation" (route added through the admin API while its stream is
@@ -154,6 +157,7 @@ start_config() { # cfg n why -> sets TARGET TPORT
             case "$cfg" in
                 tnapi-sockets) mode=tnapi envs=(VGATE_TNAPI_TX=sockets) ;;
                 zc-sockets) mode=zc envs=(VGATE_AFXDP_TX=sockets) ;;
+                zc-spin*) mode=zc envs=(VGATE_AFXDP_SPIN_US="${cfg#zc-spin}") ;;
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
             timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
@@ -312,7 +316,7 @@ for ((r = 1; r <= RUNS; r++)); do
         done
     done
 done
-is_vgate() { case "$1" in route|kernel|crelay|*-sockets) return 1 ;; *) return 0 ;; esac; }
+is_vgate() { case "$1" in route|kernel|crelay|*-sockets|*-spin*) return 1 ;; *) return 0 ;; esac; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 # Resident memory with few and many routes, idle and after traffic over up to 1000 of them.

@@ -95,6 +95,9 @@ pub const FRAMES: u32 = 4096;
 pub const RING: u32 = 2048;
 /// Frames taken from one socket before looking at the next.
 pub const RX_BATCH: usize = 64;
+/// Microseconds a worker keeps polling its rings after work before it sleeps (see
+/// [`super::worker::Datapath::spin_us`]); `VGATE_AFXDP_SPIN_US` overrides it.
+pub const SPIN_US: u32 = 0;
 
 /// Why the engine cannot run. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -965,6 +968,7 @@ impl Engine for AfxdpEngine {
                     src_mac,
                     egress_ifindex,
                     fast: if shell.index == 0 { fast } else { None },
+                    spin_us: spin_from_env(),
                 };
                 Ok(XskPath {
                     ctx,
@@ -1029,6 +1033,8 @@ struct WorkerCtx {
     egress_ifindex: [u32; 2],
     /// Worker 0 in mode xdp: polls the fast path's counters.
     fast: Option<Arc<FastPath>>,
+    /// Microseconds to keep polling the rings after work before sleeping (`VGATE_AFXDP_SPIN_US`).
+    spin_us: u32,
 }
 
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
@@ -1224,6 +1230,10 @@ impl Datapath for XskPath {
         apply_egress(&mut self.local, cmd);
     }
 
+    fn spin_us(&self) -> u32 {
+        self.ctx.spin_us
+    }
+
     /// The wakeup's link frames go out together.
     fn flush(&mut self, _shell: &Shell) {
         if let Some((_, l)) = self.link.as_mut() {
@@ -1245,6 +1255,15 @@ impl Datapath for XskPath {
             }
         }
     }
+}
+
+/// `VGATE_AFXDP_SPIN_US` (0–1000): how long a worker keeps polling its rings after work
+/// before it sleeps; default [`SPIN_US`].
+fn spin_from_env() -> u32 {
+    std::env::var("VGATE_AFXDP_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(SPIN_US, |v| v.min(1000))
 }
 
 /// The socket to transmit on for what arrives on `s`, in AF_XDP TX mode.

@@ -19,7 +19,9 @@
 //! A ring engine implements `poll`, a socket engine `ready`; both bound the work per call so
 //! that commands, samples and the stop flag are looked at often. After each wakeup's work
 //! (a busy `poll`, or one `epoll_wait`'s `ready` calls) the worker calls
-//! [`Datapath::flush`] once: what a datapath batches across descriptors goes out then.
+//! [`Datapath::flush`] once: what a datapath batches across descriptors goes out then. A
+//! datapath may ask to keep polling for a few microseconds after work before it sleeps
+//! ([`Datapath::spin_us`]): the rest of a burst is then taken without another wake-up.
 
 use std::collections::HashMap;
 use std::io;
@@ -113,6 +115,14 @@ pub trait Datapath {
     /// asks for less).
     fn idle_ms(&self) -> u16 {
         100
+    }
+
+    /// Microseconds to keep calling [`Datapath::poll`] after the last round that found
+    /// work, before sleeping in `epoll_wait` (0: sleep at once). For a ring datapath whose
+    /// packets arrive in bursts (a sender's NAPI round, a video frame), a short spin takes
+    /// the rest of the burst without another wake-up; it never spins when idle.
+    fn spin_us(&self) -> u32 {
+        0
     }
 }
 
@@ -227,6 +237,8 @@ fn run<D: Datapath>(
     drain(shell, &poller, link, &mut dp);
     let mut events = [EpollEvent::empty(); EVENTS];
     let mut next_sample = 0;
+    let spin = std::time::Duration::from_micros(u64::from(dp.spin_us()));
+    let mut worked_at: Option<std::time::Instant> = None;
     shell.stats.ready.store(true, Relaxed);
     while !stop.load(Relaxed) {
         let busy = dp.poll(shell);
@@ -238,7 +250,17 @@ fn run<D: Datapath>(
         if busy {
             dp.flush(shell);
             drain(shell, &poller, link, &mut dp);
+            if !spin.is_zero() {
+                worked_at = Some(std::time::Instant::now());
+            }
             continue;
+        }
+        if let Some(t) = worked_at {
+            if t.elapsed() < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            worked_at = None;
         }
         let n = match poller
             .epoll
