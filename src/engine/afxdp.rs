@@ -1234,6 +1234,12 @@ impl Datapath for XskPath {
         self.ctx.spin_us
     }
 
+    fn finish(&mut self, shell: &Shell) {
+        if let Some(f) = &self.ctx.fast {
+            f.finish(&shell.stats);
+        }
+    }
+
     /// The wakeup's link frames go out together.
     fn flush(&mut self, _shell: &Shell) {
         if let Some((_, l)) = self.link.as_mut() {

@@ -111,6 +111,10 @@ pub trait Datapath {
     /// Every [`SAMPLE_MS`] and at exit: reads the kernel's counters into `shell.stats`.
     fn sample(&mut self, _shell: &Shell) {}
 
+    /// Once at exit, after the last [`Datapath::sample`]: counts what the datapath still
+    /// held back (e.g. mode xdp's sent frames awaiting confirmation).
+    fn finish(&mut self, _shell: &Shell) {}
+
     /// The longest sleep when idle, milliseconds (a datapath with a descriptor-less source
     /// asks for less).
     fn idle_ms(&self) -> u16 {
@@ -287,6 +291,7 @@ fn run<D: Datapath>(
         }
     }
     sample(shell, &mut dp, now_ms());
+    dp.finish(shell);
     Ok(())
 }
 

@@ -72,9 +72,12 @@
 //! (`xdp_redirect_err`) and by the egress `net_device`'s ifindex and network namespace inode
 //! (`xdp_devmap_xmit`: read with `bpf_probe_read_kernel` at offsets from the kernel's BTF,
 //! [`super::btf`]). Worker 0 reads `vgate_xerr` before the route counters at each poll and
-//! counts the growth as `redirect_failed` on the channel leaving through that interface,
-//! taking as many off the channel's `tx_packets` (and their bytes at the poll's mean payload
-//! size: the tracepoints give frame counts only). **Per route** the kernel does not say which
+//! counts the growth as `redirect_failed` on the channel leaving through that interface. A
+//! failure shows up after the redirect it follows (at the flush that ends the driver's poll),
+//! possibly in the next poll, so the channel counts fast-path frames as sent one poll later
+//! (at once when no new ones came, and at exit), less the failures that arrived meanwhile
+//! (their bytes at the mean payload size: the tracepoints give frame counts only). The
+//! channel's `rx_packets` are counted at once. **Per route** the kernel does not say which
 //! frames of a flush failed, so a route's `tx_packets` stays "handed to the egress by the
 //! program"; the channel's figures are the honest ones. Loading the two programs needs
 //! CAP_PERFMON (besides CAP_BPF) and a kernel with BTF; without either the engine runs, says
@@ -617,10 +620,12 @@ struct FastState {
     flushed: [Tally; 2],
     /// Per-CPU read buffer.
     buf: Vec<u8>,
-    /// Redirect failures per egress domain already counted, and those not yet taken off a
-    /// channel's `tx` (a failure can be read before the redirect it follows).
+    /// Redirect failures per egress domain already counted.
     xerr_seen: [u64; 2],
-    xerr_owed: [u64; 2],
+    /// Per channel: fast-path frames (packets, bytes) redirected but not yet counted sent — a
+    /// redirect's failure shows up after it (at the flush ending the driver's poll), so
+    /// frames are confirmed sent one poll later, or at once when no new ones came.
+    unconfirmed: [(u64, u64); 2],
     /// Per-CPU read buffer of `vgate_xerr`.
     xbuf: Vec<u8>,
 }
@@ -715,7 +720,7 @@ impl FastPath {
                 flushed: [Tally::default(); 2],
                 buf,
                 xerr_seen,
-                xerr_owed: [0; 2],
+                unconfirmed: [(0, 0); 2],
                 xbuf: Vec::new(),
             }),
         })
@@ -893,23 +898,39 @@ impl FastPath {
             st.entries.insert(key, e);
         }
         for c in Channel::ALL {
-            let d = c.egress().index();
             let t = &mut chan[c.index()];
-            t.drops[DropReason::RedirectFailed as usize] += failed[d];
-            st.xerr_owed[d] += failed[d];
-            // Sent = redirected by the program − dropped after it. Bytes: the tracepoints
-            // give frames only, so the failed frames' bytes are taken at this poll's mean.
-            let off = st.xerr_owed[d].min(t.tx_packets);
-            if off > 0 {
-                t.tx_bytes -= t.tx_bytes / t.tx_packets * off;
-                t.tx_packets -= off;
-                st.xerr_owed[d] -= off;
-            }
+            let failed = failed[c.egress().index()];
+            t.drops[DropReason::RedirectFailed as usize] += failed;
+            let (sent, held) = confirm(
+                st.unconfirmed[c.index()],
+                (t.tx_packets, t.tx_bytes),
+                failed,
+            );
+            (t.tx_packets, t.tx_bytes) = sent;
+            st.unconfirmed[c.index()] = held;
         }
         drop(st);
         for c in Channel::ALL {
             if !chan[c.index()].is_empty() {
                 stats.channel(c).add(&chan[c.index()]);
+            }
+        }
+    }
+
+    /// At exit (after the last poll): what is still unconfirmed is counted sent.
+    pub(super) fn finish(&self, stats: &WorkerStats) {
+        let mut st = self.lock();
+        let failed = self.failures(&mut st);
+        for c in Channel::ALL {
+            let failed = failed[c.egress().index()];
+            // With nothing new, everything held is confirmed (or failed).
+            let (sent, _) = confirm(st.unconfirmed[c.index()], (0, 0), failed);
+            st.unconfirmed[c.index()] = (0, 0);
+            let mut t = Tally::default();
+            t.drops[DropReason::RedirectFailed as usize] = failed;
+            (t.tx_packets, t.tx_bytes) = sent;
+            if !t.is_empty() {
+                stats.channel(c).add(&t);
             }
         }
     }
@@ -953,6 +974,27 @@ impl FastPath {
             .values()
             .filter(|e| e.value.is_some())
             .count()
+    }
+}
+
+/// Takes `failed` frames off the redirected-but-unconfirmed ones — the older (`old`, from
+/// earlier polls) first, then this poll's (`new`) — and returns (sent now, still held): the
+/// old ones are confirmed sent (their failures would have shown by now); this poll's are held
+/// for the next poll unless there are none. Bytes of failed frames are taken at the mean
+/// payload size of the frames they are taken from (the tracepoints count frames only).
+fn confirm(old: (u64, u64), new: (u64, u64), mut failed: u64) -> ((u64, u64), (u64, u64)) {
+    let mut take = |(p, b): (u64, u64)| {
+        let n = failed.min(p);
+        failed -= n;
+        let bytes = if n == p { b } else { b / p.max(1) * n };
+        (p - n, b - bytes)
+    };
+    let old = take(old);
+    let new = take(new);
+    if new.0 == 0 {
+        ((old.0, old.1 + new.1), (0, 0))
+    } else {
+        (old, new)
     }
 }
 
@@ -1019,6 +1061,24 @@ mod tests {
         assert_eq!(u32::from_ne_bytes(v[24..28].try_into().unwrap()), 1);
         assert_eq!(u32::from_ne_bytes(v[28..32].try_into().unwrap()), 7);
         assert_eq!(&v[32..44], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    }
+
+    #[test]
+    fn failures_come_off_the_frames_they_follow_and_sent_is_confirmed_a_poll_later() {
+        // Poll 1: 10 redirected, none failed yet: held.
+        let (sent, held) = confirm((0, 0), (10, 1000), 0);
+        assert_eq!((sent, held), ((0, 0), (10, 1000)));
+        // Poll 2: 3 of them failed (seen late), 5 new: 7 confirmed, the 5 held.
+        let (sent, held) = confirm(held, (5, 500), 3);
+        assert_eq!((sent, held), ((7, 700), (5, 500)));
+        // Poll 3: nothing new, 5 failed: all accounted, nothing held.
+        let (sent, held) = confirm(held, (0, 0), 5);
+        assert_eq!((sent, held), ((0, 0), (0, 0)));
+        // Failures beyond the held frames of this and the last poll take what there is.
+        let (sent, held) = confirm((2, 200), (1, 100), 5);
+        assert_eq!((sent, held), ((0, 0), (0, 0)));
+        // Nothing new and nothing failed: the old ones are sent.
+        assert_eq!(confirm((4, 400), (0, 0), 0), ((4, 400), (0, 0)));
     }
 
     #[test]
