@@ -74,15 +74,28 @@ pub enum LegState {
     Connecting = 1,
     Connected = 2,
     Closed = 3,
+    /// Connected, but holding what its sinks take: an RTSP bridge leg on the client's
+    /// connection before the reply that starts the media has been written there.
+    Held = 4,
 }
 
 impl LegState {
+    /// Every state, for listings and metrics.
+    pub const ALL: [LegState; 5] = [
+        LegState::Listening,
+        LegState::Connecting,
+        LegState::Connected,
+        LegState::Held,
+        LegState::Closed,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             LegState::Listening => "listening",
             LegState::Connecting => "connecting",
             LegState::Connected => "connected",
             LegState::Closed => "closed",
+            LegState::Held => "held",
         }
     }
 }
@@ -125,6 +138,7 @@ impl LegCounters {
             0 => LegState::Listening,
             1 => LegState::Connecting,
             2 => LegState::Connected,
+            4 => LegState::Held,
             _ => LegState::Closed,
         }
     }

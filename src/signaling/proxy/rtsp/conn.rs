@@ -9,7 +9,9 @@
 //! relayed as they arrive, channel numbers untouched, counted per direction; frames on a
 //! bridge leg's channels go to that leg's injectors (each reader thread owns its own, see
 //! [`super::bridge`]); frames on channels no SETUP negotiated are dropped and counted.
-//! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes.
+//! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes;
+//! the legs on the client's connection start held and are released right after the reply
+//! that starts the media has been written ([`Output::ReleaseClientLegs`]).
 
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddrV4, TcpStream};
@@ -729,6 +731,19 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
             }
             Output::TrackEnded => {
                 tracing::info!(route = %ctx.settings.name, "rtsp track ended (teardown of one track); live {}", live(&ctx.routes));
+            }
+            Output::ReleaseClientLegs => {
+                // The reply before it is in the client's socket (written whole, under the
+                // writer lock): from now on the legs' frames follow it. Not after a failed
+                // write: the connection closes and the legs with it.
+                if !close {
+                    for leg in lock(&shared.legs.legs)
+                        .iter()
+                        .filter(|l| l.spec.side == TcpSide::Client)
+                    {
+                        leg.release();
+                    }
+                }
             }
             Output::Close => close = true,
             Output::Connect(_) => {}
