@@ -896,3 +896,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
     drop(ex);
     Some(EndReason::UpstreamClosed)
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;
