@@ -107,7 +107,8 @@ pub struct LegCounters {
     /// Frames and payload bytes de-framed from the peer.
     pub frames_in: AtomicU64,
     pub bytes_in: AtomicU64,
-    /// Frames and payload bytes written to the peer.
+    /// Frames and payload bytes written whole to the peer's socket (a frame dropped before
+    /// its last byte was written counts only in `stalls`).
     pub frames_out: AtomicU64,
     pub bytes_out: AtomicU64,
     /// Runs of bytes from the peer that were not a valid frame.
