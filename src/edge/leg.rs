@@ -409,26 +409,33 @@ impl Run {
         }
     }
 
-    /// Starts a non-blocking connect from the gateway's end (its port when free, else any).
+    /// Starts a non-blocking connect from the gateway's end: its port when it can, else any
+    /// port of its address (the port is taken, or the connection from it to the peer still
+    /// exists or lingers in TIME_WAIT: a reconnect for `a=connection:new`).
     fn connect(&self) -> Option<OwnedFd> {
+        match self.connect_from(self.local.port()) {
+            Ok(fd) => Some(fd),
+            Err(Errno::EADDRINUSE | Errno::EADDRNOTAVAIL) => self.connect_from(0).ok(),
+            Err(_) => None,
+        }
+    }
+
+    fn connect_from(&self, port: u16) -> Result<OwnedFd, Errno> {
         let fd = socket::socket(
             AddressFamily::Inet,
             SockType::Stream,
             SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
             None,
-        )
-        .ok()?;
+        )?;
         let _ = socket::setsockopt(&fd, sockopt::ReuseAddr, &true);
         if let Some(ifname) = &self.interface {
-            bind_to_device(&fd, ifname, self.domain).ok()?;
+            bind_to_device(&fd, ifname, self.domain).map_err(|_| Errno::EPERM)?;
         }
-        if socket::bind(fd.as_raw_fd(), &SockaddrIn::from(self.local)).is_err() {
-            let any = SocketAddrV4::new(*self.local.ip(), 0);
-            socket::bind(fd.as_raw_fd(), &SockaddrIn::from(any)).ok()?;
-        }
+        let at = SocketAddrV4::new(*self.local.ip(), port);
+        socket::bind(fd.as_raw_fd(), &SockaddrIn::from(at))?;
         match socket::connect(fd.as_raw_fd(), &SockaddrIn::from(self.spec_peer)) {
-            Ok(()) | Err(Errno::EINPROGRESS) => Some(fd),
-            Err(_) => None,
+            Ok(()) | Err(Errno::EINPROGRESS) => Ok(fd),
+            Err(e) => Err(e),
         }
     }
 
