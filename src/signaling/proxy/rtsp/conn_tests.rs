@@ -1,8 +1,10 @@
-//! One connection served end to end on loopback (the embedded default's domains: A on
-//! 127.0.0.1, B on 127.0.0.2): a real client socket, [`serve`], and a hand-written server
+//! One connection served end to end on loopback (domain A on 127.0.0.1, B on 127.0.0.2,
+//! the real port registry): a real client socket, [`serve`], and a hand-written server
 //! that serves UDP only, so vgate bridges the client's interleaved track. No engine runs:
 //! the test offers media to the leg's sink itself, as an engine (or, in a split half, the
-//! link receiver) would, at the moment it chooses — before the PLAY reply exists.
+//! link receiver) would, at the moment it chooses — before the PLAY reply exists. What the
+//! client sends on its channels leaves from vgate's A-side ports to the server's UDP
+//! sockets (the test's).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
@@ -14,9 +16,14 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::edge::{EdgeSink, LegInfo, LegState};
 
-/// The fake server: answers interleaved SETUPs 461 and UDP ones 200; on PLAY it says so
-/// on `played` and answers only when `go` gives the status line.
-fn udp_only_server(played: mpsc::Sender<()>, go: mpsc::Receiver<&'static str>) -> SocketAddrV4 {
+/// The fake server: answers interleaved SETUPs 461 and UDP ones 200 with `server_port`
+/// naming `media` (its RTP and RTCP ports); on PLAY it says so on `played` and answers only
+/// when `go` gives the status line.
+fn udp_only_server(
+    played: mpsc::Sender<()>,
+    go: mpsc::Receiver<&'static str>,
+    media: (u16, u16),
+) -> SocketAddrV4 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = match l.local_addr().unwrap() {
         std::net::SocketAddr::V4(a) => a,
@@ -50,7 +57,7 @@ fn udp_only_server(played: mpsc::Sender<()>, go: mpsc::Receiver<&'static str>) -
             let reply = if head.starts_with("SETUP ") && transport.contains("TCP") {
                 format!("RTSP/1.0 461 Unsupported Transport\r\nCSeq: {cseq}\r\n\r\n")
             } else if head.starts_with("SETUP ") {
-                format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nTransport: {transport};server_port=7000-7001\r\nSession: 77;timeout=60\r\n\r\n")
+                format!("RTSP/1.0 200 OK\r\nCSeq: {cseq}\r\nTransport: {transport};server_port={}-{}\r\nSession: 77;timeout=60\r\n\r\n", media.0, media.1)
             } else if head.starts_with("PLAY ") {
                 let _ = played.send(());
                 let Ok(status) = go.recv() else { return };
@@ -99,6 +106,8 @@ fn client_pair() -> (TcpStream, TcpStream) {
 
 struct Served {
     client: TcpStream,
+    /// The server's RTP and RTCP sockets.
+    server_media: (std::net::UdpSocket, std::net::UdpSocket),
     routes: Arc<Routes>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<EndReason>>,
@@ -110,13 +119,34 @@ impl Served {
     fn start() -> Served {
         let (played_tx, played) = mpsc::channel();
         let (go, go_rx) = mpsc::channel();
-        let upstream = udp_only_server(played_tx, go_rx);
+        // An even RTP port and the next one for RTCP, as servers give them.
+        let (rtp, rtcp) = (0..100)
+            .find_map(|_| {
+                let rtp = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+                let port = rtp.local_addr().ok()?.port();
+                let rtcp = std::net::UdpSocket::bind(("127.0.0.1", port.checked_add(1)?)).ok()?;
+                (port % 2 == 0).then_some((rtp, rtcp))
+            })
+            .expect("a free port pair");
+        for s in [&rtp, &rtcp] {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        let rtp_port = rtp.local_addr().unwrap().port();
+        let rtcp_port = rtp_port + 1;
+        let upstream = udp_only_server(played_tx, go_rx, (rtp_port, rtcp_port));
+        // Port ranges of their own, apart from the other loopback tests'.
         let text = format!(
-            "{}\n[[signaling_route]]\nname = \"cam\"\ntype = \"rtsp\"\ntransport = \"tcp\"\nlisten_domain = \"b\"\nlisten_port = 8554\nupstream = \"{upstream}\"\n",
-            crate::config::DEFAULT_TOML
+            "[domains.a]\ninterface = \"lo\"\naddress = \"127.0.0.1\"\nmedia_ports = \"44000-44199\"\n[domains.b]\ninterface = \"lo\"\naddress = \"127.0.0.2\"\nmedia_ports = \"44200-44399\"\n[security]\nsource_validation = \"strict\"\n[[signaling_route]]\nname = \"cam\"\ntype = \"rtsp\"\ntransport = \"tcp\"\nlisten_domain = \"b\"\nlisten_port = 8554\nupstream = \"{upstream}\"\n"
         );
         let cfg = crate::config::parse(&text, "test").unwrap();
-        let routes = Arc::new(Routes::new(&cfg, Arc::new(crate::routes::NoHooks)));
+        let registry = Arc::new(crate::engine::ports::PortRegistry::new([
+            "127.0.0.1".parse().unwrap(),
+            "127.0.0.2".parse().unwrap(),
+        ]));
+        let routes = Arc::new(Routes::new(
+            &cfg,
+            registry as Arc<dyn crate::routes::PortHooks>,
+        ));
         let settings = Arc::new(super::super::settings(&cfg.signaling[0], &cfg).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         let ctx = ConnContext {
@@ -129,6 +159,7 @@ impl Served {
         let thread = std::thread::spawn(move || serve(accepted, 1, &ctx));
         Served {
             client,
+            server_media: (rtp, rtcp),
             routes,
             stop,
             thread: Some(thread),
@@ -291,4 +322,41 @@ fn a_refused_play_leaves_the_leg_held_until_the_connection_ends() {
         3,
         "held, then dropped at the close"
     );
+}
+
+/// What the client sends on its channels enters the track's routes as datagrams would and
+/// reaches the server's UDP ports in order: here 20 receiver reports written at once (one
+/// read of vgate's, so one batch: one route lookup and one `sendmmsg`; see
+/// `LegInjectors::inject_batch`), then one more.
+#[test]
+fn client_frames_of_one_read_reach_the_server_in_order() {
+    let mut s = Served::start();
+    s.setup_and_send_play();
+    s.go.send("200 OK").unwrap();
+    let play = s.reply();
+    assert!(play.starts_with("RTSP/1.0 200"), "{play}");
+    let (leg, _) = s.leg_and_sink();
+    let rr = |i: u8| [b'$', 1, 0, 8, 0x80, 201, 0, 1, 0, 0, 0, i];
+    let mut burst = Vec::new();
+    for i in 0..20u8 {
+        burst.extend_from_slice(&rr(i));
+    }
+    s.client.write_all(&burst).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    for _ in 0..20 {
+        let (n, from) = s.server_media.1.recv_from(&mut buf).unwrap();
+        assert_eq!(n, 8);
+        assert_eq!(from.ip().to_string(), "127.0.0.1", "from vgate's A side");
+        got.push(buf[7]);
+    }
+    assert_eq!(got, (0..20).collect::<Vec<u8>>(), "in order");
+    s.client.write_all(&rr(20)).unwrap();
+    let (_, _) = s.server_media.1.recv_from(&mut buf).unwrap();
+    assert_eq!(buf[7], 20);
+    let c = &leg.counters;
+    assert_eq!(c.frames_in.load(Relaxed), 21);
+    assert_eq!(c.bytes_in.load(Relaxed), 21 * 8);
+    assert_eq!(c.inject_drops.load(Relaxed), 0);
+    s.end();
 }
