@@ -26,9 +26,11 @@
 //!   session ends and closes it. A leg on the upstream's connection writes at once: the
 //!   server has answered the SETUP that opened it, and `$` frames may follow a SETUP.
 //! - **TCP to UDP**: the connection's reader de-frames `$` frames on the leg's channels and
-//!   hands each to an [`Injector`] ([`LegInjectors`], owned by that reader thread): the
+//!   hands them to an [`Injector`] ([`LegInjectors`], owned by that reader thread): each
 //!   packet enters the route keyed by the track's gateway port on the interleaved side as
 //!   if it had arrived there as a datagram (source check, counters, the one-way channel).
+//!   The consecutive frames of one read on one channel go as one batch: one route lookup
+//!   and one `sendmmsg` (or one link lock) for all of them.
 //!
 //! Each leg is listed in the route tables' [`crate::edge::LegTable`] (admin interface and
 //! metrics) with the core's [`LegCounters`], and summed per proxy route in
@@ -367,31 +369,29 @@ impl LegInjectors {
         LegInjectors { leg, injectors }
     }
 
-    /// A frame from the interleaved side on one of the leg's channels: into the route of
-    /// the track's gateway port, as a datagram arriving there would. No allocation, no
-    /// lock (one route lookup).
-    pub fn inject(&mut self, channel: u8, payload: &[u8]) {
-        let leg = &self.leg;
+    /// Frames from the interleaved side on one of the leg's channels, consecutive in one
+    /// read: into the route of the track's gateway port, as datagrams arriving there would,
+    /// with one route lookup and one send for the batch. No allocation, no lock.
+    pub fn inject_batch<'p>(&mut self, channel: u8, frames: impl Iterator<Item = &'p [u8]>) {
+        let LegInjectors { leg, injectors } = self;
         let i = usize::from(channel != leg.spec.channels.0);
-        let Some(inj) = self.injectors.get_mut(i) else {
+        let Some(inj) = injectors.get_mut(i) else {
             return;
         };
-        let c = &leg.counters;
-        c.frames_in.fetch_add(1, Relaxed);
-        c.bytes_in.fetch_add(payload.len() as u64, Relaxed);
         let route = inj.route();
         let now = now_ms();
         let mut t = Tally::default();
-        inj.forward(route.as_deref(), leg.peer, payload, now, &mut t);
+        inj.forward_batch(route.as_deref(), leg.peer, frames, now, &mut t);
         inj.finish(route.as_deref(), &t, now);
-        if t.tx_packets > 0 {
-            leg.events.bridge_frames_to_udp.fetch_add(1, Relaxed);
-            leg.events
-                .bridge_bytes_to_udp
-                .fetch_add(payload.len() as u64, Relaxed);
-        } else {
-            c.inject_drops.fetch_add(1, Relaxed);
-            leg.events.bridge_dropped.fetch_add(1, Relaxed);
+        let (c, ev) = (&leg.counters, &leg.events);
+        c.frames_in.fetch_add(t.rx_packets, Relaxed);
+        c.bytes_in.fetch_add(t.rx_bytes, Relaxed);
+        ev.bridge_frames_to_udp.fetch_add(t.tx_packets, Relaxed);
+        ev.bridge_bytes_to_udp.fetch_add(t.tx_bytes, Relaxed);
+        let dropped = t.rx_packets.saturating_sub(t.tx_packets);
+        if dropped > 0 {
+            c.inject_drops.fetch_add(dropped, Relaxed);
+            ev.bridge_dropped.fetch_add(dropped, Relaxed);
         }
     }
 }

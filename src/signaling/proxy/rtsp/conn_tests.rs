@@ -354,6 +354,9 @@ fn client_frames_of_one_read_reach_the_server_in_order() {
     s.client.write_all(&rr(20)).unwrap();
     let (_, _) = s.server_media.1.recv_from(&mut buf).unwrap();
     assert_eq!(buf[7], 20);
+    // Once a later request is answered, the reader has counted the frames before it.
+    s.send("GET_PARAMETER", 3, "");
+    assert!(s.reply().contains("CSeq: 3\r\n"));
     let c = &leg.counters;
     assert_eq!(c.frames_in.load(Relaxed), 21);
     assert_eq!(c.bytes_in.load(Relaxed), 21 * 8);
