@@ -542,6 +542,8 @@ fn run(
         tracing::warn!("cannot watch SIGHUP, reload only through `vgate reload`: {e}");
     }
     // Before any thread starts: what this thread starts inherits it; workers pin themselves.
+    // (The start-up affinity is read first: automatic CPUs of a reload come from it.)
+    let _ = config::Cpus::this_machine();
     match crate::engine::keep_off_worker_cpus(&cfg.engine.cpus) {
         Some(rest) => tracing::info!(
             control_cpus = ?rest,

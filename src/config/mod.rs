@@ -492,21 +492,28 @@ pub struct Cpus {
 }
 
 impl Cpus {
-    /// This machine: online CPUs from sysfs, the allowed ones from the affinity mask.
+    /// This machine: online CPUs from sysfs, the allowed ones from the affinity mask as it
+    /// was at the first call (start-up: `vgate run` later keeps its control threads off the
+    /// worker CPUs, and a reload must still choose the same automatic CPUs).
     pub fn this_machine() -> Cpus {
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
             .and_then(|t| parse_cpu_list(&t))
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| (0..available_cpus()).collect());
-        let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
-            .map(|set| {
-                (0..nix::sched::CpuSet::count())
-                    .filter(|&c| set.is_set(c).unwrap_or(false))
-                    .collect::<Vec<_>>()
+        static START: std::sync::OnceLock<Option<Vec<usize>>> = std::sync::OnceLock::new();
+        let allowed = START
+            .get_or_init(|| {
+                nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+                    .map(|set| {
+                        (0..nix::sched::CpuSet::count())
+                            .filter(|&c| set.is_set(c).unwrap_or(false))
+                            .collect::<Vec<_>>()
+                    })
+                    .ok()
+                    .filter(|v| !v.is_empty())
             })
-            .ok()
-            .filter(|v| !v.is_empty())
+            .clone()
             .unwrap_or_else(|| online.clone());
         Cpus { online, allowed }
     }
