@@ -145,7 +145,11 @@ fn the_generation_moves_with_every_route_change_and_only_then() {
     let g3 = routes.generation();
     assert_ne!(g3, g2);
     routes.close_session(s).unwrap();
-    assert_ne!(routes.generation(), g3, "closing a session removes its routes");
+    assert_ne!(
+        routes.generation(),
+        g3,
+        "closing a session removes its routes"
+    );
 }
 
 #[test]
