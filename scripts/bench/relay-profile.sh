@@ -2,7 +2,8 @@
 # Where a relay's CPU goes, counted rather than timed (issue 12, docs/bench-relay.md): for each
 # configuration, on the bench-relay bed and placement (relay on CPU 1, generator and sinks on
 # CPU 0), N streams for S seconds, then per configuration
-#   - every thread of the relay process: CPU ticks, voluntary/involuntary context switches
+#   - every thread of the relay process: CPU time (schedstat, ns) per packet,
+#     voluntary/involuntary context switches
 #     (/proc/PID/task/*: which threads wake up, and how often);
 #   - system calls by kind per packet, and epoll_wait returns with no event (timer wake-ups)
 #     and recvmmsg calls that found nothing (perf, counted in the kernel);
@@ -68,10 +69,11 @@ scripts/testbed.sh --name "$BED" --queues 2 up > "$W/bed.env"
 . scripts/bench/bed-lib.sh
 steer
 
-threads() { # pid -> "tid comm ticks voluntary involuntary" per thread
+threads() { # pid -> "tid comm cpu_ns voluntary involuntary" per thread
     local t
     for t in /proc/"$1"/task/*; do
-        echo "$(basename "$t") $(tr ' ' '_' < "$t/comm") $(awk '{ print $14 + $15 }' "$t/stat") $(awk '/^voluntary_ctxt/ { v = $2 } /^nonvoluntary_ctxt/ { n = $2 } END { print v, n }' "$t/status")"
+        # schedstat: nanoseconds on the CPU (user and system; finer than the stat ticks)
+        echo "$(basename "$t") $(tr ' ' '_' < "$t/comm") $(cut -d' ' -f1 "$t/schedstat") $(awk '/^voluntary_ctxt/ { v = $2 } /^nonvoluntary_ctxt/ { n = $2 } END { print v, n }' "$t/status")"
     done 2>/dev/null | sort
 }
 
@@ -121,7 +123,7 @@ for cfg in "${CONFIGS[@]}"; do
     kill -TERM "$relay" 2>/dev/null || true; wait "$relay" 2>/dev/null || true
     sent=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sent"])' "$W/gen.out")
     echo "== $cfg: $N streams, $sent packets sent in $SECS s, received $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["received"])' "$W/sink.out"); load $(cut -d' ' -f1-3 /proc/loadavg)"
-    join "$W/t0" "$W/t1" | awk '{ printf "  thread %-7s %-16s ticks %4d  voluntary switches %6d  involuntary %5d\n", $1, $2, $7 - $3, $8 - $4, $9 - $5 }'
+    join "$W/t0" "$W/t1" | awk -v s="$sent" '{ printf "  thread %-7s %-16s CPU %8.1f ms  %6.2f us/packet  voluntary switches %6d  involuntary %5d\n", $1, $2, ($7 - $3) / 1e6, ($7 - $3) / 1e3 / s, $8 - $4, $9 - $5 }'
     grep -v '^#' "$W/stat.txt" | awk -F, -v s="$sent" 'NF > 2 && $1 ~ /^[0-9]+$/ {
         name = $3; if (name ~ /sys_exit_epoll_wait/) name = "epoll_wait returning 0 events"; if (name ~ /sys_exit_recvmmsg/) name = "recvmmsg finding nothing (error)"
         printf "  %-36s %8d  %.3f per packet\n", name, $1, $1 / s }'
