@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Mode, SignalingKind, SourcePolicy, Transport, TnapiRing};
+use super::{Mode, SignalingKind, SourcePolicy, TnapiRing, Transport};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

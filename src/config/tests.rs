@@ -759,8 +759,14 @@ fn tnapi_ring_defaults_to_v2_and_is_checked() {
         let text = BASE.replace("queues = 1", "queues = 1\nmode = \"tnapi\"");
         parse(&format!("{text}[engine.tnapi]\n{ring}\n"), "test.toml")
     };
-    assert_eq!(tnapi("ring = \"v3\"").unwrap().engine.tnapi_ring, TnapiRing::V3);
-    assert_eq!(tnapi("ring = \"v2\"").unwrap().engine.tnapi_ring, TnapiRing::V2);
+    assert_eq!(
+        tnapi("ring = \"v3\"").unwrap().engine.tnapi_ring,
+        TnapiRing::V3
+    );
+    assert_eq!(
+        tnapi("ring = \"v2\"").unwrap().engine.tnapi_ring,
+        TnapiRing::V2
+    );
     assert_eq!(tnapi("").unwrap().engine.tnapi_ring, TnapiRing::V2);
     let e = tnapi("ring = \"v4\"").unwrap_err();
     assert!(e.message.contains("unknown variant"), "{e}");

@@ -375,7 +375,11 @@ fn engine(raw: &RawConfig, machine: &Cpus) -> Result<EngineConfig> {
         cpus,
         batch: batch as usize,
         max_payload: max_payload as usize,
-        tnapi_ring: e.tnapi.ring.as_ref().map_or_else(TnapiRing::default, |r| *r.get_ref()),
+        tnapi_ring: e
+            .tnapi
+            .ring
+            .as_ref()
+            .map_or_else(TnapiRing::default, |r| *r.get_ref()),
     })
 }
 

@@ -306,14 +306,25 @@ impl PacketRing {
         })?;
         let s = fd.as_fd();
         let (version, option) = match params.version {
-            RingVersion::V3 => (libc::tpacket_versions::TPACKET_V3, "PACKET_VERSION=TPACKET_V3"),
-            RingVersion::V2 => (libc::tpacket_versions::TPACKET_V2, "PACKET_VERSION=TPACKET_V2"),
+            RingVersion::V3 => (
+                libc::tpacket_versions::TPACKET_V3,
+                "PACKET_VERSION=TPACKET_V3",
+            ),
+            RingVersion::V2 => (
+                libc::tpacket_versions::TPACKET_V2,
+                "PACKET_VERSION=TPACKET_V2",
+            ),
         };
-        sys::set_opt(s, libc::SOL_PACKET, libc::PACKET_VERSION, &(version as libc::c_int))
-            .map_err(opt_err(
-                option,
-                "the kernel needs TPACKET_V3 (Linux 3.2 or later) or TPACKET_V2 (2.6.27)",
-            ))?;
+        sys::set_opt(
+            s,
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &(version as libc::c_int),
+        )
+        .map_err(opt_err(
+            option,
+            "the kernel needs TPACKET_V3 (Linux 3.2 or later) or TPACKET_V2 (2.6.27)",
+        ))?;
         sys::attach_filter(s, &to_sock_filter(&DROP_ALL)).map_err(opt_err(
             "SO_ATTACH_FILTER (drop all)",
             "classic BPF socket filters must be enabled in the kernel",
@@ -1350,7 +1361,8 @@ mod tests {
         let w = |slot: &mut Vec<u8>, off: usize, v: u32| {
             slot[off..off + 4].copy_from_slice(&v.to_ne_bytes())
         };
-        let status = libc::TP_STATUS_USER | libc::TP_STATUS_CSUMNOTREADY | libc::TP_STATUS_VLAN_VALID;
+        let status =
+            libc::TP_STATUS_USER | libc::TP_STATUS_CSUMNOTREADY | libc::TP_STATUS_VLAN_VALID;
         w(&mut slot, ph2::STATUS, status);
         w(&mut slot, ph2::LEN, 110);
         w(&mut slot, ph2::SNAPLEN, 100);
@@ -1364,7 +1376,10 @@ mod tests {
         let f = got[0];
         assert_eq!((f.data.len(), f.data[0], f.wire_len), (100, 0xab, 110));
         assert!(f.truncated() && f.csum_not_ready());
-        assert_eq!((f.vlan_tci, f.rxhash, f.sec, f.nsec), (Some(0x2005), 0, 7, 9));
+        assert_eq!(
+            (f.vlan_tci, f.rxhash, f.sec, f.nsec),
+            (Some(0x2005), 0, 7, 9)
+        );
         // A snap length past the slot's end ends the walk, no panic.
         w(&mut slot, ph2::SNAPLEN, 2000);
         assert_eq!(Frames::of_slot(&slot, RingVersion::V2).count(), 0);

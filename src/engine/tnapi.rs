@@ -44,7 +44,8 @@
 //! - `packet`: per egress interface, one packet socket with `PACKET_QDISC_BYPASS`; vgate
 //!   builds Ethernet/IPv4/UDP headers in front of the ring's payload (source: the gateway's
 //!   address and the route's egress port, TTL 64, DF; next-hop MAC from the kernel's route
-//!   and neighbour tables over netlink, as zc's AF_XDP TX does, refreshed every 5 s) and a
+//!   and neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and
+//!   looked up by the worker without a system call, as zc's AF_XDP TX does) and a
 //!   `virtio_net_hdr` (`PACKET_VNET_HDR`) that leaves the UDP checksum to the device, or to
 //!   the kernel just before the driver — what the kernel's own UDP sockets do. The whole
 //!   round leaves with one `sendmmsg` per egress interface, whatever the routes (more only
@@ -79,8 +80,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::afpacket::{AfPacketError, Blocks, DstMatch, PacketRing, RingParams, RingVersion};
-use super::afxdp::Neighbours;
 use super::frames::{account, classify, drop_frame, wire_reason, Parked, Run, Targets};
+use super::neigh::{NeighResolver, Neighbours};
 use super::nft::{DropRule, MediaDropTable, NftError};
 use super::ports::{Cmd, PortRegistry};
 use super::sys::afpacket as psys;
@@ -498,10 +499,22 @@ impl Engine for AfpacketEngine {
         };
         let budget = Geometry::for_ring(self.cfg.tnapi_ring, max_payload).budget;
         let tx_ifaces = self.tx_ifaces.clone();
+        // Next hops for the packet-socket transmit, resolved off the workers.
+        let resolver = if tx_ifaces.iter().any(Option::is_some) {
+            Some(
+                NeighResolver::start(Arc::clone(&stop)).map_err(|source| EngineError::Io {
+                    what: "starting the neighbour resolver thread".into(),
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
             let link = links.as_mut().and_then(|l| l.sender(q, batch));
             let tx_ifaces = tx_ifaces.clone();
+            let neigh = resolver.as_ref().map(NeighResolver::handle);
             move |shell: &Shell| {
                 let ptx: [Option<PacketTx>; 2] = std::array::from_fn(|i| {
                     let t = tx_ifaces[i].as_ref()?;
@@ -519,7 +532,7 @@ impl Engine for AfpacketEngine {
                     local: EgressSockets::new(),
                     tx: SliceBatch::new(batch),
                     ptx,
-                    neigh: Neighbours::default(),
+                    neigh,
                     pending: Vec::with_capacity(TX_FRAMES),
                     ident: 1,
                     targets,
@@ -576,7 +589,8 @@ struct RingPath {
     tx: SliceBatch,
     /// Per egress domain: its packet socket, when frames are built by vgate.
     ptx: [Option<PacketTx>; 2],
-    neigh: Neighbours,
+    /// Next hops (when some egress interface takes frames built by vgate).
+    neigh: Option<Neighbours>,
     /// The runs of one round, closed once the round's frames are sent.
     pending: Vec<Parked>,
     /// IPv4 identification of the next frame built here.
@@ -723,7 +737,7 @@ impl Round<'_> {
         blocks: &'b Blocks<'_>,
         tx: &mut SliceBatch,
         ptx: &mut [Option<PacketTx>; 2],
-        neigh: &mut Neighbours,
+        neigh: &mut Option<Neighbours>,
         pending: &mut Vec<Parked>,
         ident: &mut u16,
         mut link: Option<&mut (DomainId, LinkTx)>,
@@ -784,7 +798,8 @@ impl Round<'_> {
                     continue;
                 }
                 if let Some(o) = outs[channel.egress().index()].as_mut() {
-                    let mac = *hop.get_or_insert_with(|| neigh.get(*dest.ip(), o.ifindex, now));
+                    let mac =
+                        *hop.get_or_insert_with(|| neigh.as_mut()?.get(*dest.ip(), o.ifindex, now));
                     if let (Some(mac), true) = (mac, d.payload.len() <= o.max_udp) {
                         if o.scope.is_full() {
                             o.flush(pending, Some(&mut r.tally));
@@ -881,7 +896,10 @@ impl<'s, 'p> Out<'s, 'p> {
             src: SocketAddrV4::new(self.src, sport),
             dst: dest,
         };
-        if self.scope.push(payload, |h| ends.write_vnet(h, id, payload.len())) {
+        if self
+            .scope
+            .push(payload, |h| ends.write_vnet(h, id, payload.len()))
+        {
             self.owner.push((run as u32, payload.len() as u32));
         }
     }

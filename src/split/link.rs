@@ -1384,7 +1384,11 @@ mod tests {
             let mut p = h[crate::wire::VNET_HDR_LEN..n].to_vec();
             p.extend_from_slice(f);
             assert_eq!(h[0], 1, "VIRTIO_NET_HDR_F_NEEDS_CSUM");
-            assert_eq!(u16::from_ne_bytes([h[6], h[7]]), 34, "csum_start: the UDP header");
+            assert_eq!(
+                u16::from_ne_bytes([h[6], h[7]]),
+                34,
+                "csum_start: the UDP header"
+            );
             let c = crate::wire::checksum::finish(crate::wire::checksum::sum(&p[34..]));
             p[40..42].copy_from_slice(&c.to_be_bytes());
             assert!(parse_udp4(&p).unwrap().checksums_ok(false));

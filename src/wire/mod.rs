@@ -547,10 +547,21 @@ mod frame_tests {
             let p = payload(n);
             let mut full = vec![0u8; UDP4_FRAME_HEADERS];
             full.extend_from_slice(&p);
-            write_udp4_frame(&mut full, ends().dst_mac, ends().src_mac, ends().src, ends().dst, 5);
+            write_udp4_frame(
+                &mut full,
+                ends().dst_mac,
+                ends().src_mac,
+                ends().src,
+                ends().dst,
+                5,
+            );
             let d = parse_udp4(&full).unwrap();
             assert!(d.checksums_ok(false), "({n})");
-            assert_ne!(u16::from_be_bytes([full[40], full[41]]), 0, "never 'no checksum'");
+            assert_ne!(
+                u16::from_be_bytes([full[40], full[41]]),
+                0,
+                "never 'no checksum'"
+            );
             let mut h = [0u8; 64];
             ends().write_vnet(&mut h, 5, p.len());
             let mut off = h[VNET_HDR_LEN..VNET_UDP4_HEADERS].to_vec();
