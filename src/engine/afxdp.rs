@@ -47,7 +47,8 @@
 //! - `xdp` (default): the payload is copied into a TX frame of the worker's socket on the
 //!   egress interface behind Ethernet/IPv4/UDP headers built here (source: the gateway's
 //!   address and the route's egress port; next hop's MAC from the kernel's route and
-//!   neighbour tables over netlink, refreshed every 5 s; IPv4 and UDP checksums). A
+//!   neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and looked up
+//!   by the worker without a system call; IPv4 and UDP checksums). A
 //!   destination whose neighbour is not resolved yet goes through the gateway-port socket
 //!   (which makes the kernel resolve it). Only for interfaces that face one domain; packets
 //!   sent this way bypass the gateway's own netfilter output hooks.
