@@ -320,7 +320,6 @@ impl AfpacketEngine {
                         }
                     })
                     .collect(),
-                ..RingParams::default()
             };
             let opened = PacketRing::open_queues(&iface.name, None, queues as u16, &params)
                 .map_err(unavailable)?;

@@ -236,7 +236,10 @@ impl RingMap {
         block_count: usize,
         status_offset: usize,
     ) -> io::Result<Self> {
-        if block_size % 16 != 0 || status_offset % 4 != 0 || status_offset + 4 > block_size {
+        if !block_size.is_multiple_of(16)
+            || !status_offset.is_multiple_of(4)
+            || status_offset + 4 > block_size
+        {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let len = block_size
