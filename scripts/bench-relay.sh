@@ -9,7 +9,8 @@
 #   --seconds S       seconds of traffic per point (default 3)
 #   --configs "..."   default "route kernel crelay stack tnapi zc xdp": plain IP routing (the
 #                     reference), nftables DNAT (the kernel bound), the plain C relay
-#                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes;
+#                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes,
+#                     and the A/B variants tnapi-sockets, zc-sockets, tnapi-v2, tnapi-v3;
 #                     a mode that cannot start is reported as such; with xdp in the list the
 #                     bed is prepared for it for every configuration, as bench-channel does).
 #                     A/B variants: crelay-vgate (the C relay with stack mode's socket
@@ -157,13 +158,17 @@ start_config() { # cfg n why -> sets TARGET TPORT
         *)
             # A mode with a variant of its send path (A/B): MODE-sockets sends through the
             # gateway's UDP sockets instead of frames built by vgate.
-            local mode=$cfg envs=()
+            # tnapi-v2 / tnapi-v3: mode tnapi with that AF_PACKET ring version
+            # ([engine.tnapi] ring; plain tnapi takes the default).
+            local mode=$cfg envs=() extra=""
             case "$cfg" in
                 tnapi-sockets) mode=tnapi envs=(VGATE_TNAPI_TX=sockets) ;;
                 stack-nogso) mode=stack envs=(VGATE_UDP_GSO=off) ;;
                 zc-sockets) mode=zc envs=(VGATE_AFXDP_TX=sockets) ;;
+                tnapi-v2|tnapi-v3) mode=tnapi extra=$(printf '[engine.tnapi]\nring = "%s"' "${cfg#tnapi-}") ;;
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
+            [ -z "$extra" ] || printf '%s\n' "$extra" >> "$WORK/vgate.toml"
             timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")

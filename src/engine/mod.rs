@@ -21,6 +21,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod frames;
+pub mod neigh;
 pub mod nft;
 #[cfg(vgate_pfring)]
 pub mod pfring;

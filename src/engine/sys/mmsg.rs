@@ -805,35 +805,6 @@ impl<'p> FrameScope<'_, 'p> {
     }
 }
 
-impl SliceScope<'_, '_> {
-    /// Sends everything queued on a socket bound to its destination (a packet socket bound
-    /// to an interface: each payload is a whole Ethernet frame), without an address, and
-    /// empties the scope.
-    pub fn send_bound(&mut self, fd: BorrowedFd<'_>) -> SendOutcome {
-        let k = std::mem::take(&mut self.len);
-        if k == 0 {
-            return SendOutcome::default();
-        }
-        let b = &mut *self.batch;
-        let m = pack(
-            &mut b.iov[..k],
-            &mut b.hdrs,
-            &mut b.ctrl,
-            &mut b.dest,
-            false,
-        );
-        for h in &mut b.hdrs[..m] {
-            h.msg_hdr.msg_name = std::ptr::null_mut();
-            h.msg_hdr.msg_namelen = 0;
-        }
-        // SAFETY:
-        // - as in `send`: hdrs[..m] point at runs of iov[..k], written by `push` in this scope
-        //   from `&'p [u8]` payloads that outlive it; they name no address (null, length 0),
-        //   which the kernel accepts for a bound socket.
-        unsafe { send_all(fd, &mut b.hdrs[..m]) }
-    }
-}
-
 /// Waits up to `ms` milliseconds for `fd` to accept more data.
 fn wait_writable(fd: BorrowedFd<'_>, ms: i32) {
     let mut p = libc::pollfd {
