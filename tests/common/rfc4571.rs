@@ -242,7 +242,7 @@ pub fn udp_responder(addr: &str, stop: Arc<AtomicBool>, max_send: u64) -> (Flows
     let f2 = Arc::clone(&flows);
     let h = std::thread::spawn(move || {
         let mut live: HashMap<u32, Live> = HashMap::new();
-        let mut buf = [0u8; 2048];
+        let mut buf = vec![0u8; 65536];
         while !stop.load(Relaxed) {
             while let Ok((n, from)) = s.recv_from(&mut buf) {
                 let now = Instant::now();
