@@ -358,4 +358,47 @@ mod tests {
         assert_eq!(j.counts.timeout, JOIN_SLOTS as u64);
         assert_eq!(j.buf.len(), JOIN_SLOTS * SLOT_BYTES);
     }
+
+    /// Random and mutated link datagrams (what a hostile or broken peer could make FEC
+    /// rebuild) never panic the reassembly and never grow it.
+    #[test]
+    fn random_input_is_harmless() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let good = cut_all(&datagram(5000, 9), 77);
+        for in_order in [false, true] {
+            let mut j = Joiner::new(in_order);
+            for i in 0..20_000u64 {
+                let mut f = if next() % 2 == 0 {
+                    good[(next() % good.len() as u64) as usize].clone()
+                } else {
+                    let len = (next() % 1500) as usize;
+                    (0..len).map(|_| next() as u8).collect()
+                };
+                if !f.is_empty() && next() % 3 == 0 {
+                    let at = (next() as usize) % f.len();
+                    f[at] ^= 1 << (next() % 8);
+                }
+                if let Some((sh, media)) = StreamHeader::parse(&f) {
+                    if sh.frags > 1 {
+                        let (dst, src) = ((next() % 3) as u16, (next() % 2) as u16);
+                        if let Some(d) = j.offer(dst, src, sh, media, false, i) {
+                            assert!(d.data.len() <= MAX_DATAGRAM);
+                        }
+                    }
+                }
+                if i % 1000 == 0 {
+                    j.expire(i);
+                }
+            }
+            assert_eq!(j.buf.len(), JOIN_SLOTS * SLOT_BYTES);
+            j.expire(u64::MAX);
+            assert_eq!(j.next_deadline(), None);
+        }
+    }
 }
