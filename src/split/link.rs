@@ -1517,6 +1517,7 @@ fn drain(
 mod tests {
     use super::*;
     use crate::split::fec::Encoder;
+    use crate::split::header::Kind;
     use crate::wire::parse_udp4;
 
     /// Frames built in the encoder's headroom are valid Ethernet/IPv4/UDP datagrams from our
@@ -1549,5 +1550,89 @@ mod tests {
             idents.push(u16::from_be_bytes([w[18], w[19]]));
         }
         assert_eq!(idents, [0, 1, 2]);
+    }
+
+    fn test_config(fec: &str) -> SplitConfig {
+        let link = |port: u16| LinkConfig {
+            interface: "lo".into(),
+            local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, port),
+            peer: SocketAddrV4::new(Ipv4Addr::LOCALHOST, port + 1),
+            peer_mac: None,
+            fec: Fec::parse(fec).unwrap(),
+            cpu: None,
+            reorder_ms: 0,
+            max_datagram: MAX_DATAGRAM,
+        };
+        SplitConfig {
+            half: super::super::Half::B,
+            peer_face: Ipv4Addr::new(127, 77, 0, 1),
+            out_link: link(7000),
+            in_link: link(7100),
+            signal: super::super::signal::SignalLink {
+                interface: "lo".into(),
+                local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7200),
+                peer: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7201),
+                key: super::super::signal::SignalKey::new(vec![7; 32]),
+                heartbeat: std::time::Duration::from_millis(500),
+                dead_after: std::time::Duration::from_millis(3000),
+            },
+        }
+    }
+
+    /// The TCP legs' lane: a partial FEC block left open after a leg's read is closed (its
+    /// repair frames sent) by whoever calls `close_if_due` once `CLOSE_BLOCK_MS` passed —
+    /// the incoming link's worker — not at the leg's next read.
+    #[test]
+    fn the_legs_partial_block_is_closed_on_time() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let mut cfg = test_config("8+2");
+        cfg.out_link.peer = match rx.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        let stats = Arc::new(SplitStats::new(&cfg));
+        let mut tx = LinkTx::new(
+            Wire::Udp(sock),
+            &cfg.out_link,
+            EDGE_LANE,
+            1,
+            EDGE_BATCH,
+            Arc::clone(&stats),
+        );
+        let t0 = 1_000;
+        // A 4000-byte datagram: three fragments of one partial block.
+        assert!(tx.push(21000, 30000, 5, &[9u8; 4000], t0, 0));
+        tx.flush();
+        tx.idle(t0 + 1);
+        let edge = EdgeLink::default();
+        edge.set(DomainId::A, tx);
+        let m = edge.toward(DomainId::A).unwrap();
+        edge.sent(&m.lock().unwrap());
+        assert_eq!(edge.close_due(), Some(t0 + CLOSE_BLOCK_MS));
+        let mut buf = [0u8; 2048];
+        let mut frames = Vec::new();
+        while let Ok(n) = rx.recv(&mut buf) {
+            frames.push(LinkPacket::new_checked(&buf[..n]).unwrap().kind());
+        }
+        assert_eq!(frames, [Kind::Data; 3], "the data frames went out at once");
+        edge.close_if_due(t0 + CLOSE_BLOCK_MS - 1);
+        assert!(rx.recv(&mut buf).is_err(), "not due yet");
+        edge.close_if_due(t0 + CLOSE_BLOCK_MS);
+        let mut frames = Vec::new();
+        while let Ok(n) = rx.recv(&mut buf) {
+            let p = LinkPacket::new_checked(&buf[..n]).unwrap();
+            frames.push((p.kind(), p.fec_k()));
+        }
+        assert_eq!(
+            frames,
+            [(Kind::Repair, 3); 2],
+            "the partial block's repairs"
+        );
+        assert_eq!(edge.close_due(), None);
+        assert_eq!(stats.out_link.snapshot().repair_packets, 2);
+        assert_eq!(stats.out_link.snapshot().fragmented, 1);
     }
 }
