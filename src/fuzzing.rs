@@ -276,7 +276,7 @@ pub fn link_frames(data: &[u8]) {
     let fec = Some(Fec { k: 8, m: 2 });
     let mut dec = Decoder::with_reorder(fec, 25);
     let mut join = Joiner::new(true);
-    let mut sink = |dec_out: (u16, u16, &[u8], bool), join: &mut Joiner, now: u64| {
+    let sink = |dec_out: (u16, u16, &[u8], bool), join: &mut Joiner, now: u64| {
         let (dst, src, dg, repaired) = dec_out;
         if let Some((sh, media)) = StreamHeader::parse(dg) {
             if sh.frags > 1 {
@@ -305,7 +305,7 @@ pub fn link_frames(data: &[u8]) {
     let mut dec = Decoder::with_reorder(fec, 25);
     let mut join = Joiner::new(true);
     let mut got: Vec<Vec<u8>> = Vec::new();
-    let mut take = |dg: &[u8], join: &mut Joiner, got: &mut Vec<Vec<u8>>| {
+    let take = |dg: &[u8], join: &mut Joiner, got: &mut Vec<Vec<u8>>| {
         let (sh, media) = StreamHeader::parse(dg).expect("our own stream header");
         if sh.frags == 1 {
             got.push(media.to_vec());
