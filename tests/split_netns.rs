@@ -196,15 +196,25 @@ fn run_streams(
     let link = &cam["link"];
     let n = link["received"].as_u64().unwrap() + link["repaired"].as_u64().unwrap();
     assert!(n >= u64::from(count) * 9 / 10, "{cam}");
+    // The exact per-stream link loss (link header v2) is there too; its value is checked
+    // against the receiver's count in the totals.
+    for k in ["lost", "late", "duplicate", "restarts"] {
+        assert!(link[k].is_u64(), "{k}: {cam}");
+    }
     let stats = common::split::admin_get(bed, "b", "/api/v1/stats");
     let v: serde_json::Value = serde_json::from_str(&stats).expect("stats JSON");
     assert_eq!(v["split"]["streams"][0]["route"], "cam", "{stats}");
+    assert!(v["split"]["streams"][0]["lost"].is_u64(), "{stats}");
     let m = common::split::admin_get(bed, "b", "/metrics");
-    assert!(
-        m.lines()
-            .any(|l| l.starts_with("vgate_route_link_packets_total{route=\"cam\"")),
-        "{m}"
-    );
+    for how in ["received", "lost"] {
+        assert!(
+            m.lines().any(
+                |l| l.starts_with("vgate_route_link_packets_total{route=\"cam\"")
+                    && l.contains(&format!("how=\"{how}\""))
+            ),
+            "{how}: {m}"
+        );
+    }
     let ta = a.stop();
     let tb = b.stop();
     (fwd, rev, ta, tb)
