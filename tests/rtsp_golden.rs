@@ -239,6 +239,7 @@ fn run_transcript(path: &Path, mut ex: Exchange<FakeMedia>) -> Exchange<FakeMedi
                     }
                     ("<< session-ended", Output::SessionEnded)
                     | ("<< track-ended", Output::TrackEnded)
+                    | ("<< release-client-legs", Output::ReleaseClientLegs)
                     | ("<< close", Output::Close) => {}
                     (m, Output::Connect(a)) if m.starts_with("<< connect ") => {
                         assert_eq!(a.to_string(), m.trim_start_matches("<< connect "), "{at}");
@@ -462,6 +463,135 @@ fn toward_the_split_link_face_an_interleaved_setup_goes_upstream_over_udp() {
     );
     assert_eq!(ex.media().legs.len(), 1, "the client's side is bridged");
     assert_eq!(ex.media().legs[0].side, TcpSide::Client);
+}
+
+/// The kinds of `outs`, for order checks: `C` a reply to the client, `U` a request
+/// upstream, `R` the release of the client's legs, `-` anything else.
+fn kinds(outs: &[Output]) -> String {
+    outs.iter()
+        .map(|o| match o {
+            Output::Client(_) => 'C',
+            Output::Upstream(_) => 'U',
+            Output::ReleaseClientLegs => 'R',
+            _ => '-',
+        })
+        .collect()
+}
+
+/// An interleaved client bridged to a UDP-only server (the split half's way: UDP upstream
+/// at once): the leg on the client's connection is released only right after a 200 to PLAY
+/// or RECORD (or to a SETUP while playing) is written to the client; a failed PLAY, a
+/// pipelined PLAY whose reply waits behind another, and a UDP-only session release nothing
+/// early.
+#[test]
+fn client_legs_are_released_right_after_the_reply_that_starts_the_media() {
+    let mut s = bridging();
+    s.bridge = Some(BridgeSettings {
+        max_payload: 1444,
+        udp_upstream: true,
+    });
+    let mut ex = exchange(s);
+    let setup = |ex: &mut Exchange<FakeMedia>, cseq: u32, track: u32, channels: &str| {
+        let outs = one_message(
+            ex,
+            &format!("SETUP rtsp://192.168.1.1:554/cam1/stream={track} RTSP/1.0\nCSeq: {cseq}\nSession: 1234\nTransport: RTP/AVP/TCP;unicast;interleaved={channels}\n"),
+            true,
+        );
+        assert!(kinds(&outs).ends_with('U'), "{outs:?}");
+        let pair = ex.media().allocated.last().unwrap().1;
+        one_message(
+            ex,
+            &format!("RTSP/1.0 200 OK\nCSeq: {}\nTransport: RTP/AVP;unicast;client_port={pair}-{};server_port=7000-7001\nSession: 1234;timeout=60\n", cseq, pair + 1),
+            false,
+        )
+    };
+    let play = |ex: &mut Exchange<FakeMedia>, method: &str, cseq: u32| {
+        one_message(
+            ex,
+            &format!(
+                "{method} rtsp://192.168.1.1:554/cam1 RTSP/1.0\nCSeq: {cseq}\nSession: 1234\n"
+            ),
+            true,
+        )
+    };
+    let answer = |ex: &mut Exchange<FakeMedia>, status: &str, cseq: u32| {
+        one_message(
+            ex,
+            &format!("RTSP/1.0 {status}\nCSeq: {cseq}\nSession: 1234\n"),
+            false,
+        )
+    };
+    // The SETUP reply opens the leg (held): nothing releases it.
+    assert_eq!(kinds(&setup(&mut ex, 1, 0, "0-1")), "C");
+    assert_eq!(ex.media().legs.len(), 1);
+    // A failed PLAY: its reply, no release.
+    assert_eq!(kinds(&play(&mut ex, "PLAY", 2)), "U");
+    assert_eq!(kinds(&answer(&mut ex, "454 Session Not Found", 2)), "C");
+    assert!(!ex.state().playing);
+    // PLAY pipelined behind a GET_PARAMETER: the server answers the PLAY first, but its
+    // reply (and the release after it) waits for the earlier reply to go out.
+    assert_eq!(kinds(&play(&mut ex, "GET_PARAMETER", 3)), "U");
+    assert_eq!(kinds(&play(&mut ex, "PLAY", 4)), "U");
+    assert_eq!(
+        kinds(&answer(&mut ex, "200 OK", 4)),
+        "",
+        "held behind CSeq 3"
+    );
+    let outs = answer(&mut ex, "200 OK", 3);
+    assert_eq!(kinds(&outs), "CCR", "{outs:?}");
+    let Output::Client(reply) = &outs[1] else {
+        unreachable!()
+    };
+    assert!(
+        show(reply).contains("CSeq: 4\n"),
+        "the PLAY's reply, then the release"
+    );
+    // A second bridged track set up while playing: released right after its SETUP reply.
+    assert_eq!(kinds(&setup(&mut ex, 5, 1, "2-3")), "CR");
+    assert_eq!(ex.media().legs.len(), 2);
+    // Other replies while playing release nothing more.
+    assert_eq!(kinds(&play(&mut ex, "GET_PARAMETER", 6)), "U");
+    assert_eq!(kinds(&answer(&mut ex, "200 OK", 6)), "C");
+    // PAUSE, then PLAY again: released again (idempotent on the legs).
+    assert_eq!(kinds(&play(&mut ex, "PAUSE", 7)), "U");
+    assert_eq!(kinds(&answer(&mut ex, "200 OK", 7)), "C");
+    assert_eq!(kinds(&play(&mut ex, "PLAY", 8)), "U");
+    assert_eq!(kinds(&answer(&mut ex, "200 OK", 8)), "CR");
+
+    // A UDP client (no leg on its connection) is never told to release anything.
+    let mut ex = exchange(bridging());
+    let outs = one_message(
+        &mut ex,
+        "SETUP rtsp://192.168.1.1:554/cam1/stream=0 RTSP/1.0\nCSeq: 1\nTransport: RTP/AVP;unicast;client_port=41000-41001\n",
+        true,
+    );
+    assert_eq!(kinds(&outs), "-U", "connect, SETUP");
+    let pair = ex.media().allocated.last().unwrap().1;
+    let outs = answer_setup_udp(&mut ex, pair);
+    assert_eq!(kinds(&outs), "C");
+    assert_eq!(kinds(&play(&mut ex, "PLAY", 2)), "U");
+    assert_eq!(kinds(&answer(&mut ex, "200 OK", 2)), "C");
+    assert!(ex.state().playing);
+
+    // RECORD releases like PLAY.
+    let mut s = bridging();
+    s.bridge = Some(BridgeSettings {
+        max_payload: 1444,
+        udp_upstream: true,
+    });
+    let mut ex = exchange(s);
+    assert_eq!(kinds(&setup(&mut ex, 1, 0, "0-1")), "C");
+    assert_eq!(kinds(&play(&mut ex, "RECORD", 2)), "U");
+    assert_eq!(kinds(&answer(&mut ex, "200 OK", 2)), "CR");
+    assert!(ex.state().recording);
+}
+
+fn answer_setup_udp(ex: &mut Exchange<FakeMedia>, pair: u16) -> Vec<Output> {
+    one_message(
+        ex,
+        &format!("RTSP/1.0 200 OK\nCSeq: 1\nTransport: RTP/AVP;unicast;client_port={pair}-{};server_port=7000-7001\nSession: 1234;timeout=60\n", pair + 1),
+        false,
+    )
 }
 
 #[test]

@@ -599,7 +599,10 @@ impl Client {
         while !head.ends_with(b"\r\n\r\n") {
             self.s.read_exact(&mut byte).unwrap();
             if head.is_empty() && byte[0] == b'$' {
-                // Interleaved media may come before the reply (a PLAY's): skipped.
+                // Interleaved media of a playing session may come before a reply: skipped.
+                // Never before the PLAY's own reply (vgate's bridge legs hold their frames
+                // until it is written; the PLAYs here are UDP or bridged).
+                assert_ne!(method, "PLAY", "a `$` frame came before the PLAY reply");
                 let mut h = [0u8; 3];
                 self.s.read_exact(&mut h).unwrap();
                 let mut body = vec![0u8; usize::from(u16::from_be_bytes([h[1], h[2]]))];

@@ -847,16 +847,13 @@ fn ffmpeg_plays(bed: &SplitBed, dir: &Path, transport: &str, map: &str, frames: 
         .filter(|l| l.starts_with("0,"))
         .count();
     let trace = std::fs::read_to_string(&trace_path).unwrap_or_default();
-    // Known defect, not hidden: across the split, half B's bridge leg can write the first
-    // interleaved frames before the PLAY reply (the reply crosses the signaling link, the media
-    // the media link); ffmpeg skips what precedes the reply and then logs the first
-    // fragment it sees mid-frame. That one startup message is tolerated; every other error
-    // fails, and the frame count must be reached. The fix (hold the leg until the PLAY reply
-    // is written) is listed in docs/split.md.
+    // No error at all. Across the split the PLAY reply crosses the signaling link and the
+    // first media a media link, in either order; half B's bridge leg holds its frames until
+    // the reply is written, so ffmpeg never sees a `$` frame before it (it would skip it and
+    // log "Received packet without a start chunk").
     let errors: Vec<&str> = trace
         .lines()
         .filter(|l| l.contains("[error]") || l.contains("[fatal]"))
-        .filter(|l| !l.contains("Received packet without a start chunk"))
         .collect();
     assert!(
         out.status.success() && got >= frames,

@@ -769,12 +769,7 @@ pub fn render(st: &ControlState) -> String {
     }
     o.family("vgate_edge_legs");
     let legs = st.routes.legs.list();
-    for state in [
-        crate::edge::LegState::Listening,
-        crate::edge::LegState::Connecting,
-        crate::edge::LegState::Connected,
-        crate::edge::LegState::Closed,
-    ] {
+    for state in crate::edge::LegState::ALL {
         let n = legs.iter().filter(|l| l.counters.state() == state).count();
         o.sample("vgate_edge_legs", &[("state", state.name())], n);
     }

@@ -174,6 +174,7 @@ impl Leg {
             frames: Vec::with_capacity(max_frames),
             out: Vec::with_capacity(OUT_BYTES),
             out_rest: 0,
+            out_rest_payload: 0,
             sink: Arc::clone(&sink),
             counters: Arc::clone(&counters),
             stop: Arc::clone(&stop),
@@ -272,6 +273,8 @@ struct Run {
     out: Vec<u8>,
     /// Bytes at the front of `out` that finish a frame already partly written.
     out_rest: usize,
+    /// That frame's payload bytes (counted in `bytes_out` once its last byte is written).
+    out_rest_payload: usize,
     sink: Arc<EdgeSink>,
     counters: Arc<LegCounters>,
     stop: Arc<AtomicBool>,
@@ -406,26 +409,33 @@ impl Run {
         }
     }
 
-    /// Starts a non-blocking connect from the gateway's end (its port when free, else any).
+    /// Starts a non-blocking connect from the gateway's end: its port when it can, else any
+    /// port of its address (the port is taken, or the connection from it to the peer still
+    /// exists or lingers in TIME_WAIT: a reconnect for `a=connection:new`).
     fn connect(&self) -> Option<OwnedFd> {
+        match self.connect_from(self.local.port()) {
+            Ok(fd) => Some(fd),
+            Err(Errno::EADDRINUSE | Errno::EADDRNOTAVAIL) => self.connect_from(0).ok(),
+            Err(_) => None,
+        }
+    }
+
+    fn connect_from(&self, port: u16) -> Result<OwnedFd, Errno> {
         let fd = socket::socket(
             AddressFamily::Inet,
             SockType::Stream,
             SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
             None,
-        )
-        .ok()?;
+        )?;
         let _ = socket::setsockopt(&fd, sockopt::ReuseAddr, &true);
         if let Some(ifname) = &self.interface {
-            bind_to_device(&fd, ifname, self.domain).ok()?;
+            bind_to_device(&fd, ifname, self.domain).map_err(|_| Errno::EPERM)?;
         }
-        if socket::bind(fd.as_raw_fd(), &SockaddrIn::from(self.local)).is_err() {
-            let any = SocketAddrV4::new(*self.local.ip(), 0);
-            socket::bind(fd.as_raw_fd(), &SockaddrIn::from(any)).ok()?;
-        }
+        let at = SocketAddrV4::new(*self.local.ip(), port);
+        socket::bind(fd.as_raw_fd(), &SockaddrIn::from(at))?;
         match socket::connect(fd.as_raw_fd(), &SockaddrIn::from(self.spec_peer)) {
-            Ok(()) | Err(Errno::EINPROGRESS) => Some(fd),
-            Err(_) => None,
+            Ok(()) | Err(Errno::EINPROGRESS) => Ok(fd),
+            Err(e) => Err(e),
         }
     }
 
@@ -479,6 +489,7 @@ impl Run {
         }
         self.out.clear();
         self.out_rest = 0;
+        self.out_rest_payload = 0;
     }
 
     /// A passive leg connected (before its peer was known) to an address that is not the
@@ -562,12 +573,15 @@ impl Run {
     }
 
     /// Frames what the sink holds into the write buffer and writes what the socket takes.
+    /// A frame counts in `frames_out` once its last byte is written; one dropped unwritten
+    /// counts only in `stalls` (see [`Run::drop_connection`]).
     fn pump(&mut self) -> io::Result<()> {
         let Run {
             stream,
             deframer,
             out,
             out_rest,
+            out_rest_payload,
             sink,
             counters,
             ..
@@ -578,27 +592,25 @@ impl Run {
         let framing = deframer.framing();
         let room = framing.header_len() + SLOT_BYTES;
         for _ in 0..64 {
-            let (mut frames, mut bytes) = (0u64, 0u64);
             while out.capacity() - out.len() >= room {
                 let Some(slot) = sink.take() else {
                     break;
                 };
-                let p = slot.payload();
-                if frame_into(framing, 0, p, out) {
-                    frames += 1;
-                    bytes += p.len() as u64;
+                if !frame_into(framing, 0, slot.payload(), out) {
+                    // Cannot happen (the room was checked, a slot fits a frame).
+                    counters.stalls.fetch_add(1, Relaxed);
                 }
             }
-            counters.frames_out.fetch_add(frames, Relaxed);
-            counters.bytes_out.fetch_add(bytes, Relaxed);
             if out.is_empty() {
                 return Ok(());
             }
             match s.write(out) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    let (_, end) = frames_from(framing, out, *out_rest, n);
-                    *out_rest = end - n;
+                    let w = written(framing, out, *out_rest, *out_rest_payload, n);
+                    counters.frames_out.fetch_add(w.frames, Relaxed);
+                    counters.bytes_out.fetch_add(w.payload, Relaxed);
+                    (*out_rest, *out_rest_payload) = (w.rest, w.rest_payload);
                     out.drain(..n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -625,6 +637,58 @@ impl Run {
     }
 }
 
+/// What writing the first `n` bytes of a leg's write buffer completed.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Written {
+    /// Frames whose last byte was among them, and their payload bytes.
+    frames: u64,
+    payload: u64,
+    /// Bytes still to write of a frame they cut, and that frame's payload bytes.
+    rest: usize,
+    rest_payload: usize,
+}
+
+/// [`Written`] for a write of `n` bytes from the front of `buf` (a leg's write buffer: the
+/// `rest` bytes finishing a frame of `rest_payload` payload bytes, then whole frames).
+fn written<F: Framing + ?Sized>(
+    framing: &F,
+    buf: &[u8],
+    rest: usize,
+    rest_payload: usize,
+    n: usize,
+) -> Written {
+    let mut w = Written::default();
+    if rest > 0 {
+        if n < rest {
+            return Written {
+                rest: rest - n,
+                rest_payload,
+                ..w
+            };
+        }
+        w.frames = 1;
+        w.payload = rest_payload as u64;
+    }
+    let mut pos = rest;
+    while pos < n {
+        match framing.parse(buf.get(pos..).unwrap_or_default()) {
+            super::framing::Header::Frame { header, len, .. } => {
+                let end = pos + header + len;
+                if end <= n {
+                    w.frames += 1;
+                    w.payload += len as u64;
+                } else {
+                    (w.rest, w.rest_payload) = (end - n, len);
+                }
+                pos = end;
+            }
+            // Cannot happen: the buffer holds only frames written by `frame_into`.
+            _ => break,
+        }
+    }
+    w
+}
+
 /// Walks the frames of `buf` (a leg's write buffer: whole frames from `from` on) that start
 /// before `upto`: how many, and where the last of them ends (`from` when none).
 fn frames_from<F: Framing + ?Sized>(
@@ -645,4 +709,51 @@ fn frames_from<F: Framing + ?Sized>(
         }
     }
     (count, pos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::framing::Rfc4571;
+    use super::*;
+
+    #[test]
+    fn a_frame_counts_as_written_only_with_its_last_byte() {
+        let f = Rfc4571;
+        let mut buf = Vec::with_capacity(64);
+        for len in [4usize, 6] {
+            let mut p = vec![0u8; len];
+            p[0] = 0x80;
+            assert!(frame_into(&f, 0, &p, &mut buf));
+        }
+        // Frames of 2 + 4 and 2 + 6 bytes: a write of 7 completes the first and cuts the
+        // second (7 of its 8 bytes still to go).
+        let w = written(&f, &buf, 0, 0, 7);
+        let cut = Written {
+            frames: 1,
+            payload: 4,
+            rest: 7,
+            rest_payload: 6,
+        };
+        assert_eq!(w, cut);
+        let rest = &buf[7..];
+        assert_eq!(
+            written(&f, rest, 7, 6, 3),
+            Written {
+                rest: 4,
+                rest_payload: 6,
+                ..Written::default()
+            },
+            "still cut"
+        );
+        assert_eq!(
+            written(&f, &rest[3..], 4, 6, 4),
+            Written {
+                frames: 1,
+                payload: 6,
+                ..Written::default()
+            },
+            "its last byte"
+        );
+        assert_eq!(written(&f, &buf, 0, 0, buf.len()).frames, 2);
+    }
 }

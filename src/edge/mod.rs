@@ -74,15 +74,28 @@ pub enum LegState {
     Connecting = 1,
     Connected = 2,
     Closed = 3,
+    /// Connected, but holding what its sinks take: an RTSP bridge leg on the client's
+    /// connection before the reply that starts the media has been written there.
+    Held = 4,
 }
 
 impl LegState {
+    /// Every state, for listings and metrics.
+    pub const ALL: [LegState; 5] = [
+        LegState::Listening,
+        LegState::Connecting,
+        LegState::Connected,
+        LegState::Held,
+        LegState::Closed,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             LegState::Listening => "listening",
             LegState::Connecting => "connecting",
             LegState::Connected => "connected",
             LegState::Closed => "closed",
+            LegState::Held => "held",
         }
     }
 }
@@ -94,7 +107,8 @@ pub struct LegCounters {
     /// Frames and payload bytes de-framed from the peer.
     pub frames_in: AtomicU64,
     pub bytes_in: AtomicU64,
-    /// Frames and payload bytes written to the peer.
+    /// Frames and payload bytes written whole to the peer's socket (a frame dropped before
+    /// its last byte was written counts only in `stalls`).
     pub frames_out: AtomicU64,
     pub bytes_out: AtomicU64,
     /// Runs of bytes from the peer that were not a valid frame.
@@ -125,6 +139,7 @@ impl LegCounters {
             0 => LegState::Listening,
             1 => LegState::Connecting,
             2 => LegState::Connected,
+            4 => LegState::Held,
             _ => LegState::Closed,
         }
     }

@@ -426,6 +426,15 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     }
     let dropped_at_stop = c.stalls.load(SeqCst) - refused;
     assert_eq!(whole + dropped_at_stop, offered - refused);
+    // Each packet counts once: `frames_out` is what the peer read whole, never also a
+    // stall (a frame framed and then dropped unwritten at the stop is only a stall).
+    assert_eq!(
+        c.frames_out.load(SeqCst),
+        whole,
+        "frames_out counts whole writes"
+    );
+    assert_eq!(c.frames_out.load(SeqCst) + c.stalls.load(SeqCst), offered);
+    assert_eq!(c.bytes_out.load(SeqCst), whole * 1400);
     routes.close_session(s).unwrap();
 }
 

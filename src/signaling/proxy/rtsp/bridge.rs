@@ -14,10 +14,23 @@
 //!   connection's [`ConnWriter`], which sends it before anything else (the next batch, an
 //!   RTSP reply), so the stream stays in step. A full sink is counted by the engines as
 //!   `leg_stall`. Memory stays bounded by the sinks and the kernel buffers.
+//! - **Held until the media starts**: a leg on the client's connection opens *held*
+//!   ([`LegState::Held`]): it writes nothing, what the engines offer stays queued in its
+//!   sinks (bounded; a full sink refuses and counts as today), and the thread sleeps
+//!   without being woken per packet. The connection releases it ([`Leg::release`]) right
+//!   after it has written the `200` reply to PLAY or RECORD
+//!   ([`super::logic::Output::ReleaseClientLegs`]), and the queued packets go out first.
+//!   So no `$` frame ever reaches a client before the reply that starts its media, even
+//!   where the reply and the first media take different paths (across the split: the
+//!   signaling link and a media link). A leg whose PLAY fails stays held until its track or
+//!   session ends and closes it. A leg on the upstream's connection writes at once: the
+//!   server has answered the SETUP that opened it, and `$` frames may follow a SETUP.
 //! - **TCP to UDP**: the connection's reader de-frames `$` frames on the leg's channels and
-//!   hands each to an [`Injector`] ([`LegInjectors`], owned by that reader thread): the
+//!   hands them to an [`Injector`] ([`LegInjectors`], owned by that reader thread): each
 //!   packet enters the route keyed by the track's gateway port on the interleaved side as
 //!   if it had arrived there as a datagram (source check, counters, the one-way channel).
+//!   The consecutive frames of one read on one channel go as one batch: one route lookup
+//!   and one `sendmmsg` (or one link lock) for all of them.
 //!
 //! Each leg is listed in the route tables' [`crate::edge::LegTable`] (admin interface and
 //! metrics) with the core's [`LegCounters`], and summed per proxy route in
@@ -29,7 +42,10 @@
 use std::io::{self, Write};
 use std::net::{SocketAddrV4, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -117,12 +133,15 @@ pub struct Leg {
     id: u64,
     routes: Arc<Routes>,
     events: Arc<Events>,
+    /// Writes nothing until [`Leg::release`] (see the module doc).
+    held: AtomicBool,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Leg {
-    /// Makes the leg's sinks, lists it and starts its thread writing to `writer`.
+    /// Makes the leg's sinks, lists it and starts its thread writing to `writer`; a leg on
+    /// the client's connection starts held.
     pub fn open(
         spec: LegSpec,
         place: LegPlace,
@@ -135,7 +154,12 @@ impl Leg {
             Arc::new(EdgeSink::new(DEFAULT_SLOTS, Arc::clone(&counters))?),
             Arc::new(EdgeSink::new(DEFAULT_SLOTS, Arc::clone(&counters))?),
         ];
-        counters.set_state(LegState::Connected);
+        let held = spec.side == TcpSide::Client;
+        counters.set_state(if held {
+            LegState::Held
+        } else {
+            LegState::Connected
+        });
         let id = routes.legs.next_id();
         routes.legs.insert(Arc::new(LegInfo {
             id,
@@ -155,6 +179,7 @@ impl Leg {
             id,
             routes,
             events,
+            held: AtomicBool::new(held),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -177,6 +202,20 @@ impl Leg {
     pub fn takes(&self, side: TcpSide, channel: u8) -> bool {
         self.spec.side == side
             && (channel == self.spec.channels.0 || channel == self.spec.channels.1)
+    }
+
+    /// Lets a held leg write: called once the reply that starts the media has been written
+    /// on its connection (the frames queued meanwhile go first). Idempotent.
+    pub fn release(&self) {
+        if self.held.swap(false, AcqRel) {
+            self.counters.set_state(LegState::Connected);
+            self.sinks[0].nudge();
+        }
+    }
+
+    /// Whether the leg still holds its frames.
+    pub fn is_held(&self) -> bool {
+        self.held.load(Acquire)
     }
 
     /// Stops the thread, closes the sinks and takes the leg out of the listing.
@@ -203,6 +242,12 @@ impl Leg {
         let mut ends = [0usize; 2 * BATCH];
         let channels = [self.spec.channels.0, self.spec.channels.1];
         while !self.stop.load(Relaxed) {
+            if self.held.load(Acquire) {
+                // Held: packets wait in the sinks. Not armed, so offers do not wake this
+                // thread; `release` and `close` nudge it.
+                self.sleep_on_wake_fds(false);
+                continue;
+            }
             let (mut len, mut n) = (0, 0);
             for (sink, channel) in self.sinks.iter().zip(channels) {
                 let mut taken = 0;
@@ -234,20 +279,28 @@ impl Leg {
                 }
                 continue;
             }
-            let mut fds = [
-                nix::poll::PollFd::new(self.sinks[0].wake_fd(), nix::poll::PollFlags::POLLIN),
-                nix::poll::PollFd::new(self.sinks[1].wake_fd(), nix::poll::PollFlags::POLLIN),
-            ];
-            let _ = nix::poll::poll(&mut fds, POLL_MS);
-            let fired = fds.map(|f| {
-                f.revents()
-                    .is_some_and(|r| r.contains(nix::poll::PollFlags::POLLIN))
-            });
-            for (s, fired) in self.sinks.iter().zip(fired) {
+            self.sleep_on_wake_fds(true);
+        }
+    }
+
+    /// Sleeps until a sink's eventfd fires or [`POLL_MS`] passes; `armed`: the sinks were
+    /// armed by `prepare_sleep` and are unarmed after.
+    fn sleep_on_wake_fds(&self, armed: bool) {
+        let mut fds = [
+            nix::poll::PollFd::new(self.sinks[0].wake_fd(), nix::poll::PollFlags::POLLIN),
+            nix::poll::PollFd::new(self.sinks[1].wake_fd(), nix::poll::PollFlags::POLLIN),
+        ];
+        let _ = nix::poll::poll(&mut fds, POLL_MS);
+        let fired = fds.map(|f| {
+            f.revents()
+                .is_some_and(|r| r.contains(nix::poll::PollFlags::POLLIN))
+        });
+        for (s, fired) in self.sinks.iter().zip(fired) {
+            if armed {
                 s.unarm();
-                if fired {
-                    s.clear_wake();
-                }
+            }
+            if fired {
+                s.clear_wake();
             }
         }
     }
@@ -316,31 +369,29 @@ impl LegInjectors {
         LegInjectors { leg, injectors }
     }
 
-    /// A frame from the interleaved side on one of the leg's channels: into the route of
-    /// the track's gateway port, as a datagram arriving there would. No allocation, no
-    /// lock (one route lookup).
-    pub fn inject(&mut self, channel: u8, payload: &[u8]) {
-        let leg = &self.leg;
+    /// Frames from the interleaved side on one of the leg's channels, consecutive in one
+    /// read: into the route of the track's gateway port, as datagrams arriving there would,
+    /// with one route lookup and one send for the batch. No allocation, no lock.
+    pub fn inject_batch<'p>(&mut self, channel: u8, frames: impl Iterator<Item = &'p [u8]>) {
+        let LegInjectors { leg, injectors } = self;
         let i = usize::from(channel != leg.spec.channels.0);
-        let Some(inj) = self.injectors.get_mut(i) else {
+        let Some(inj) = injectors.get_mut(i) else {
             return;
         };
-        let c = &leg.counters;
-        c.frames_in.fetch_add(1, Relaxed);
-        c.bytes_in.fetch_add(payload.len() as u64, Relaxed);
         let route = inj.route();
         let now = now_ms();
         let mut t = Tally::default();
-        inj.forward(route.as_deref(), leg.peer, payload, now, &mut t);
+        inj.forward_batch(route.as_deref(), leg.peer, frames, now, &mut t);
         inj.finish(route.as_deref(), &t, now);
-        if t.tx_packets > 0 {
-            leg.events.bridge_frames_to_udp.fetch_add(1, Relaxed);
-            leg.events
-                .bridge_bytes_to_udp
-                .fetch_add(payload.len() as u64, Relaxed);
-        } else {
-            c.inject_drops.fetch_add(1, Relaxed);
-            leg.events.bridge_dropped.fetch_add(1, Relaxed);
+        let (c, ev) = (&leg.counters, &leg.events);
+        c.frames_in.fetch_add(t.rx_packets, Relaxed);
+        c.bytes_in.fetch_add(t.rx_bytes, Relaxed);
+        ev.bridge_frames_to_udp.fetch_add(t.tx_packets, Relaxed);
+        ev.bridge_bytes_to_udp.fetch_add(t.tx_bytes, Relaxed);
+        let dropped = t.rx_packets.saturating_sub(t.tx_packets);
+        if dropped > 0 {
+            c.inject_drops.fetch_add(dropped, Relaxed);
+            ev.bridge_dropped.fetch_add(dropped, Relaxed);
         }
     }
 }
@@ -357,7 +408,9 @@ mod tests {
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
 
-    fn leg_on_loopback() -> (Arc<Leg>, TcpStream, Arc<Events>, Arc<Routes>) {
+    /// A leg on a loopback connection whose writer is also returned; on the client's side
+    /// it starts held.
+    fn leg_on(side: TcpSide) -> (Arc<Leg>, TcpStream, Arc<Events>, Arc<Routes>, SharedWriter) {
         let cfg = crate::config::parse(crate::config::DEFAULT_TOML, "default").unwrap();
         let routes = Arc::new(Routes::new(&cfg, Arc::new(crate::routes::NoHooks)));
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -378,7 +431,7 @@ mod tests {
         let events = Arc::new(Events::default());
         let spec = LegSpec {
             domain: DomainId::B,
-            side: TcpSide::Client,
+            side,
             channels: (4, 5),
             inject: [30000, 30001],
         };
@@ -386,11 +439,18 @@ mod tests {
         let leg = Leg::open(
             spec,
             place,
-            writer,
+            Arc::clone(&writer),
             Arc::clone(&routes),
             Arc::clone(&events),
         )
         .unwrap();
+        (leg, peer, events, routes, writer)
+    }
+
+    /// A leg that writes at once (on the upstream's side, or a client's leg released).
+    fn leg_on_loopback() -> (Arc<Leg>, TcpStream, Arc<Events>, Arc<Routes>) {
+        let (leg, peer, events, routes, _) = leg_on(TcpSide::Upstream);
+        assert!(!leg.is_held());
         (leg, peer, events, routes)
     }
 
@@ -438,6 +498,79 @@ mod tests {
         leg.close();
         assert!(routes.legs.is_empty(), "out of the listing");
         assert!(!leg.sinks[0].offer(&[0x80]), "a closed leg takes nothing");
+    }
+
+    /// Waits (bounded) until `done`; the verdict is the caller's, on state, never on time.
+    fn wait_until(mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The defect this guards against: across the split the first media can reach the leg
+    /// before the PLAY reply reaches the connection. A client-side leg holds what it is
+    /// offered until released, and the connection releases it right after writing the
+    /// reply: the peer reads the reply whole, then every frame offered before it, in order.
+    /// Deterministic: the reply is written only once the offered packets are either written
+    /// (a leg that does not hold: the test fails) or queued in a held leg.
+    #[test]
+    fn a_client_leg_holds_its_frames_until_released_after_the_reply() {
+        let (leg, mut peer, _events, routes, writer) = leg_on(TcpSide::Client);
+        assert!(leg.is_held());
+        assert_eq!(routes.legs.list()[0].counters.state(), LegState::Held);
+        for i in 0..5u8 {
+            assert!(leg.sinks[0].offer(&[0x80, 96, 0, i]));
+        }
+        assert!(leg.sinks[1].offer(&[0x80, 200, 0, 6]));
+        wait_until(|| {
+            leg.counters.frames_out.load(Relaxed) == 6
+                || (leg.is_held() && leg.sinks[0].len() == 5 && leg.sinks[1].len() == 1)
+        });
+        assert_eq!(
+            leg.counters.frames_out.load(Relaxed),
+            0,
+            "nothing written while held"
+        );
+        let reply = b"RTSP/1.0 200 OK\r\nCSeq: 3\r\nSession: 1\r\n\r\n";
+        lock(&writer).write_all(reply).unwrap();
+        leg.release();
+        assert_eq!(leg.counters.state(), LegState::Connected);
+        let mut head = vec![0u8; reply.len()];
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        peer.read_exact(&mut head).unwrap();
+        assert_eq!(head, reply, "the reply comes first, whole");
+        let frames = read_frames(&mut peer, 6);
+        assert_eq!(frames.len(), 6, "then every frame queued while held");
+        let rtp: Vec<_> = frames.iter().filter(|f| f.0 == 4).map(|f| f.1[3]).collect();
+        assert_eq!(rtp, [0, 1, 2, 3, 4], "in order");
+        leg.release();
+        leg.close();
+    }
+
+    /// A held leg whose sinks fill refuses and counts the rest (bounded); closed while
+    /// still held (a PLAY that never succeeded), it writes nothing and counts what it held.
+    #[test]
+    fn a_leg_held_forever_is_bounded_and_closes_clean() {
+        let (leg, mut peer, events, routes, _writer) = leg_on(TcpSide::Client);
+        let mut refused = 0u64;
+        for i in 0..(DEFAULT_SLOTS + 10) {
+            if !leg.sinks[0].offer(&[0x80, 96, 0, i as u8]) {
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 10, "the sink is bounded");
+        assert_eq!(leg.counters.stalls.load(Relaxed), 10);
+        leg.close();
+        assert!(routes.legs.is_empty());
+        assert_eq!(
+            leg.counters.stalls.load(Relaxed),
+            10 + DEFAULT_SLOTS as u64,
+            "what it held counts as stalls at the close"
+        );
+        assert_eq!(events.bridge_frames_to_tcp.load(Relaxed), 0);
+        assert!(read_frames(&mut peer, 1).is_empty(), "nothing was written");
     }
 
     #[test]

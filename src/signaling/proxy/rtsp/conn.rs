@@ -9,7 +9,9 @@
 //! relayed as they arrive, channel numbers untouched, counted per direction; frames on a
 //! bridge leg's channels go to that leg's injectors (each reader thread owns its own, see
 //! [`super::bridge`]); frames on channels no SETUP negotiated are dropped and counted.
-//! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes.
+//! [`RoutesMedia`] opens and closes the legs and puts their sinks on the track's routes;
+//! the legs on the client's connection start held and are released right after the reply
+//! that starts the media has been written ([`Output::ReleaseClientLegs`]).
 
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddrV4, TcpStream};
@@ -65,11 +67,23 @@ pub struct ConnLegs {
 /// A reader's copy of the [`ConnLegs`], with its own injectors for each leg. It may
 /// outlive a leg's ports (until the next frame refreshes it): the injectors hold the egress
 /// sockets only weakly, so the TEARDOWN this same thread handles closes them at once.
+///
+/// It also gathers the `$` frames of one read that go to the same leg and channel, one
+/// after the other, into a batch ([`LegInjectors::inject_batch`]: one route lookup, one
+/// send): sent when a frame for another leg or channel, anything else on the connection,
+/// or the end of the read comes, or when it is full.
 struct LegCache {
     generation: u64,
     legs: Vec<LegInjectors>,
     max_payload: usize,
+    /// The batch's leg (its index in `legs`) and channel, and where each frame's payload
+    /// lies in the reader's buffer (capacity [`INJECT_BATCH`], never grown).
+    batch_for: Option<(usize, u8)>,
+    batch: Vec<std::ops::Range<usize>>,
 }
+
+/// Frames of one read injected together at most.
+const INJECT_BATCH: usize = 32;
 
 impl LegCache {
     fn new(settings: &Settings) -> LegCache {
@@ -77,19 +91,56 @@ impl LegCache {
             generation: 0,
             legs: Vec::new(),
             max_payload: settings.bridge.as_ref().map_or(0, |b| b.max_payload),
+            batch_for: None,
+            batch: Vec::with_capacity(INJECT_BATCH),
         }
     }
 
-    /// The injectors of the leg that takes `$` frames on `channel` of `side`'s
-    /// connection, if any.
-    fn find(&mut self, table: &ConnLegs, side: TcpSide, channel: u8) -> Option<&mut LegInjectors> {
-        self.refresh(table);
-        self.legs.iter_mut().find(|l| l.leg.takes(side, channel))
+    /// A `$` frame on `channel` of `side`'s connection whose payload is `at` in `buf`:
+    /// added to its leg's batch (the batch so far sent first if it is another leg's or
+    /// channel's, or full); `false` when no leg takes the channel.
+    fn take(
+        &mut self,
+        table: &ConnLegs,
+        side: TcpSide,
+        channel: u8,
+        buf: &[u8],
+        at: std::ops::Range<usize>,
+    ) -> bool {
+        self.refresh(table, buf);
+        let Some(i) = self.legs.iter().position(|l| l.leg.takes(side, channel)) else {
+            return false;
+        };
+        if self.batch_for != Some((i, channel)) || self.batch.len() >= INJECT_BATCH {
+            self.flush(buf);
+        }
+        self.batch_for = Some((i, channel));
+        self.batch.push(at);
+        true
     }
 
-    fn refresh(&mut self, table: &ConnLegs) {
+    /// Sends the batch (its ranges are in `buf`).
+    fn flush(&mut self, buf: &[u8]) {
+        let Some((i, channel)) = self.batch_for.take() else {
+            return;
+        };
+        if let Some(l) = self.legs.get_mut(i) {
+            l.inject_batch(
+                channel,
+                self.batch
+                    .iter()
+                    .map(|r| buf.get(r.clone()).unwrap_or_default()),
+            );
+        }
+        self.batch.clear();
+    }
+
+    /// Takes a new copy of the legs when they changed (the batch, which names a leg by its
+    /// index, is sent first).
+    fn refresh(&mut self, table: &ConnLegs, buf: &[u8]) {
         let g = table.generation.load(Relaxed);
         if g != self.generation {
+            self.flush(buf);
             let max = self.max_payload;
             self.legs = lock(&table.legs)
                 .iter()
@@ -101,8 +152,8 @@ impl LegCache {
 
     /// `side`'s connection lost its framing (it closes; `partial`: in the middle of a
     /// frame or message): counted on that side's legs.
-    fn framing_lost(&mut self, table: &ConnLegs, side: TcpSide, partial: bool) {
-        self.refresh(table);
+    fn framing_lost(&mut self, table: &ConnLegs, side: TcpSide, partial: bool, buf: &[u8]) {
+        self.refresh(table, buf);
         for l in self.legs.iter().filter(|l| l.leg.spec.side == side) {
             let c = &l.leg.counters;
             if partial {
@@ -514,7 +565,7 @@ fn client_loop(
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
-                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true, &buf);
                 }
                 return EndReason::ClientClosed;
             }
@@ -531,7 +582,7 @@ fn client_loop(
             Err(_) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
-                    legs.framing_lost(&shared.legs, TcpSide::Client, true);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, true, &buf);
                 }
                 return EndReason::ClientClosed;
             }
@@ -543,7 +594,8 @@ fn client_loop(
                 Ok(f) => f,
                 Err(_) => {
                     // Framing is lost: a 400 in turn, then the connection goes.
-                    legs.framing_lost(&shared.legs, TcpSide::Client, false);
+                    legs.flush(&buf);
+                    legs.framing_lost(&shared.legs, TcpSide::Client, false, &buf);
                     let mut ex = lock(&shared.exchange);
                     let outs = ex.framing_error();
                     perform_outputs(shared, outs, ctx);
@@ -555,14 +607,14 @@ fn client_loop(
             match frame {
                 Frame::Interleaved { channel, len } => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
-                    match legs.find(&shared.legs, TcpSide::Client, channel) {
-                        Some(leg) => leg.inject(channel, bytes.get(4..).unwrap_or_default()),
-                        None => {
-                            relay_frame(shared, &ctx.settings.events, channel, len, bytes, false)
-                        }
+                    let at = consumed + 4..consumed + 4 + len;
+                    if !legs.take(&shared.legs, TcpSide::Client, channel, &buf, at) {
+                        legs.flush(&buf);
+                        relay_frame(shared, &ctx.settings.events, channel, len, bytes, false);
                     }
                 }
                 Frame::Message(_) => {
+                    legs.flush(&buf);
                     shared.last_request_ms.store(now_ms(), Relaxed);
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
@@ -582,6 +634,7 @@ fn client_loop(
             }
             consumed += len;
         }
+        legs.flush(&buf);
         buf.drain(..consumed);
         waiting_since = match (buf.is_empty(), consumed > 0) {
             (true, true) => None,
@@ -730,6 +783,19 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
             Output::TrackEnded => {
                 tracing::info!(route = %ctx.settings.name, "rtsp track ended (teardown of one track); live {}", live(&ctx.routes));
             }
+            Output::ReleaseClientLegs => {
+                // The reply before it is in the client's socket (written whole, under the
+                // writer lock): from now on the legs' frames follow it. Not after a failed
+                // write: the connection closes and the legs with it.
+                if !close {
+                    for leg in lock(&shared.legs.legs)
+                        .iter()
+                        .filter(|l| l.spec.side == TcpSide::Client)
+                    {
+                        leg.release();
+                    }
+                }
+            }
             Output::Close => close = true,
             Output::Connect(_) => {}
         }
@@ -814,7 +880,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             Ok(0) => {
                 if !buf.is_empty() {
                     ctx.settings.events.partial_frames.fetch_add(1, Relaxed);
-                    legs.framing_lost(&shared.legs, TcpSide::Upstream, true);
+                    legs.framing_lost(&shared.legs, TcpSide::Upstream, true, &buf);
                 }
                 break;
             }
@@ -827,7 +893,8 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let rest = buf.get(consumed..).unwrap_or_default();
             let Ok(frame) = next_frame(rest, &limits) else {
                 // The upstream broke framing: pending requests get 502, then close.
-                legs.framing_lost(&shared.legs, TcpSide::Upstream, false);
+                legs.flush(&buf);
+                legs.framing_lost(&shared.legs, TcpSide::Upstream, false, &buf);
                 let mut ex = lock(&shared.exchange);
                 let mut outs = Vec::new();
                 ex.fail_pending(
@@ -842,14 +909,14 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             let bytes = rest.get(..len).unwrap_or_default();
             match frame {
                 Frame::Interleaved { channel, len } => {
-                    match legs.find(&shared.legs, TcpSide::Upstream, channel) {
-                        Some(leg) => leg.inject(channel, bytes.get(4..).unwrap_or_default()),
-                        None => {
-                            relay_frame(shared, &ctx.settings.events, channel, len, bytes, true)
-                        }
+                    let at = consumed + 4..consumed + 4 + len;
+                    if !legs.take(&shared.legs, TcpSide::Upstream, channel, &buf, at) {
+                        legs.flush(&buf);
+                        relay_frame(shared, &ctx.settings.events, channel, len, bytes, true);
                     }
                 }
                 Frame::Message(_) => {
+                    legs.flush(&buf);
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
                     trace(shared, ctx, Dir::In, false, bytes);
@@ -866,6 +933,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
             }
             consumed += len;
         }
+        legs.flush(&buf);
         buf.drain(..consumed);
     }
     if shared.closing.load(Relaxed) {
@@ -881,3 +949,7 @@ fn upstream_loop(mut up: TcpStream, shared: &Arc<Shared>, ctx: &ConnContext) -> 
     drop(ex);
     Some(EndReason::UpstreamClosed)
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;

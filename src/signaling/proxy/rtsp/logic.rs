@@ -258,6 +258,12 @@ pub enum Output {
     /// A TEARDOWN of one track's control URL: that track's routes and ports are gone, the
     /// session goes on.
     TrackEnded,
+    /// The reply just before (a `200` to PLAY or RECORD, or to a SETUP while playing) has
+    /// been written to the client: its bridge legs may write `$` frames from now on. Until
+    /// then a leg on the client's connection holds what its sinks take, so no interleaved
+    /// frame reaches the client before the reply that starts its media (across the split
+    /// the reply and the media travel on different links and may arrive in either order).
+    ReleaseClientLegs,
     /// Close both connections (after writing what came before).
     Close,
 }
@@ -366,7 +372,9 @@ struct InFlight {
 #[derive(Debug)]
 enum Slot {
     Waiting(InFlight),
-    Ready(Vec<u8>),
+    /// A reply for the client; `true`: the client's bridge legs are released after it
+    /// ([`Output::ReleaseClientLegs`]).
+    Ready(Vec<u8>, bool),
 }
 
 /// Counters and state the connection reads for its timers and logs.
@@ -983,7 +991,7 @@ impl<M: MediaPorts> Exchange<M> {
                             self.give_back(&flight);
                             let reply = build_response(Some(&flight.client_cseq), status, &[])
                                 .unwrap_or_default();
-                            self.slots.insert(index, Slot::Ready(reply));
+                            self.slots.insert(index, Slot::Ready(reply, false));
                             self.flush(&mut out);
                             return out;
                         }
@@ -996,18 +1004,20 @@ impl<M: MediaPorts> Exchange<M> {
             self.give_back(&flight);
             let reply = build_response(Some(&flight.client_cseq), self.unbridgeable(), &[])
                 .unwrap_or_default();
-            self.slots.insert(index, Slot::Ready(reply));
+            self.slots.insert(index, Slot::Ready(reply, false));
             self.flush(&mut out);
             return out;
         }
-        let reply = match self.reply(&msg, &flight, route) {
-            Ok(bytes) => bytes,
+        let (reply, release) = match self.reply(&msg, &flight, route) {
+            Ok(bytes) => (bytes, self.releases_client_legs(status, &flight.method)),
             Err(status) => {
                 self.give_back(&flight);
-                build_response(Some(&flight.client_cseq), status, &[]).unwrap_or_default()
+                let bytes =
+                    build_response(Some(&flight.client_cseq), status, &[]).unwrap_or_default();
+                (bytes, false)
             }
         };
-        self.slots.insert(index, Slot::Ready(reply));
+        self.slots.insert(index, Slot::Ready(reply, release));
         self.flush(&mut out);
         out
     }
@@ -1078,6 +1088,21 @@ impl<M: MediaPorts> Exchange<M> {
             _ => self.rewrite_transport_source(msg, &mut editor)?,
         }
         Ok(editor.to_bytes())
+    }
+
+    /// Whether the client's bridge legs may write once the reply (`status` to `method`,
+    /// already acted on) is written: it starts the media (PLAY, RECORD) or sets up a track
+    /// of a session already playing, and the client's connection has a leg. A failed PLAY
+    /// releases nothing: the legs hold (their sinks bounded, overflow counted as stalls)
+    /// until a PLAY succeeds or the track or session ends and closes them.
+    fn releases_client_legs(&self, status: u16, method: &str) -> bool {
+        (200..300).contains(&status)
+            && self.state.playing
+            && matches!(method, "PLAY" | "RECORD" | "SETUP")
+            && self
+                .tracks
+                .iter()
+                .any(|t| matches!(t.leg, Some((TcpSide::Client, _))))
     }
 
     /// A Transport in a reply other than a successful SETUP still must not name domain A.
@@ -1762,14 +1787,17 @@ impl<M: MediaPorts> Exchange<M> {
         let bytes = build_response(cseq, status, extra)
             .or_else(|_| build_response(None, status, &[]))
             .unwrap_or_default();
-        self.slots.push_back(Slot::Ready(bytes));
+        self.slots.push_back(Slot::Ready(bytes, false));
         self.flush(out);
     }
 
     fn flush(&mut self, out: &mut Vec<Output>) {
-        while let Some(Slot::Ready(_)) = self.slots.front() {
-            if let Some(Slot::Ready(bytes)) = self.slots.pop_front() {
+        while let Some(Slot::Ready(..)) = self.slots.front() {
+            if let Some(Slot::Ready(bytes, release)) = self.slots.pop_front() {
                 out.push(Output::Client(bytes));
+                if release {
+                    out.push(Output::ReleaseClientLegs);
+                }
             }
         }
     }
@@ -1779,7 +1807,7 @@ impl<M: MediaPorts> Exchange<M> {
         for slot in self.slots.iter_mut() {
             if let Slot::Waiting(f) = slot {
                 let bytes = build_response(Some(&f.client_cseq), status, &[]).unwrap_or_default();
-                *slot = Slot::Ready(bytes);
+                *slot = Slot::Ready(bytes, false);
             }
         }
         self.flush(out);

@@ -28,7 +28,9 @@
 //! the media still crosses only on the one-way channels, through the track's stream routes.
 //! Toward the interleaved side the routes end in the leg's sinks and a leg thread writes
 //! `$` frames into that connection between the RTSP messages (a peer that does not read
-//! loses frames, counted as stalls, never memory); from it the connection's reader hands
+//! loses frames, counted as stalls, never memory; a leg on the client's connection holds
+//! its frames until the reply to PLAY or RECORD has been written there, so no `$` frame
+//! ever precedes the reply that starts the media); from it the connection's reader hands
 //! the `$` frames of the leg's channels to injectors that put them into the track's routes
 //! as if they had arrived as datagrams. RTP and RTCP cross both ways; the client sees the
 //! transport it asked for (its channels, or `server_port` = vgate's pair). A `461` stays

@@ -128,6 +128,10 @@ pub struct Slot {
     pub written: [Option<Setup>; 2],
     /// vgate's TCP leg on each side.
     pub legs: [Option<SlotLeg>; 2],
+    /// The side's latest SDP (a changed one) asks for a new connection (RFC 4145 §5.1
+    /// `a=connection:new`, or no `a=connection`) while vgate's leg there is in place: an
+    /// active leg reconnects ([`CallMedia::reconcile_legs`]).
+    renew: [bool; 2],
 }
 
 impl Slot {
@@ -309,6 +313,11 @@ impl CallMedia {
         };
         let to = from.other();
         let to_face = self.link_face == Some(to);
+        // An SDP that differs from the side's last one is a new offer or answer (RFC 3264:
+        // an unchanged one changes nothing, not even the connection).
+        let changed = self.cache[from.index()]
+            .as_ref()
+            .is_none_or(|(seen, _)| seen.as_slice() != body);
         let slots = &mut self.slots;
         let out = sdp::rewrite(body, routes.domain(to).address, |i, m| {
             if m.port == 0 {
@@ -350,6 +359,10 @@ impl CallMedia {
                             .tcp_connection
                             .is_some_and(|c| c.eq_ignore_ascii_case("existing")),
                     });
+            slot.renew[from.index()] = changed
+                && tcp
+                && slot.legs[from.index()].is_some()
+                && slot.peer[from.index()].is_some_and(|p| !p.keeps_connection);
             Ok::<_, RouteError>(Some(slot.ports[to.index()]))
         });
         let out = match out {
@@ -459,7 +472,13 @@ impl CallMedia {
                 let have = slot.legs[d.index()]
                     .as_ref()
                     .map(|l| (l.role, (l.role == Role::Active).then_some(l.peer)));
-                if plan == have {
+                // RFC 4145 §5.1: `new` from a peer that listens means a new connection, so
+                // vgate's active leg makes one (a new leg; the old connection closes once
+                // the routes point at it). A passive leg needs nothing: the peer's new
+                // connection replaces the old one when it comes.
+                let renew = std::mem::take(&mut slot.renew[d.index()])
+                    && have.is_some_and(|h| h.0 == Role::Active);
+                if plan == have && !renew {
                     continue;
                 }
                 // The old leg stops when the caller drops it, after `reconcile` re-made its
@@ -745,7 +764,7 @@ mod tests {
     }
 
     #[test]
-    fn re_invites_keep_a_connected_leg_with_connection_existing() {
+    fn re_invites_keep_a_connected_leg_with_existing_and_reconnect_it_with_new() {
         let routes = routes();
         let mut m = CallMedia::new("t".into(), 1472);
         // B's platform listens on loopback (this test's own listener).
@@ -826,6 +845,14 @@ mod tests {
                 .unwrap(),
         );
         assert!(to_b.contains("a=connection:existing\r\n"), "{to_b}");
+        assert_eq!(
+            counters.connects.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "`existing` kept the connection"
+        );
+        let first = m.slots[0].legs[1].as_ref().unwrap().leg.id();
+        // B (listening) asks for `new`: RFC 4145 §5.1, a new connection. vgate's active leg
+        // is replaced by one that connects again; the answer says `new`.
         m.cross(
             &routes,
             SourcePolicy::Strict,
@@ -839,10 +866,42 @@ mod tests {
                 .unwrap(),
         );
         assert!(to_b.contains("a=connection:new\r\n"), "{to_b}");
-        assert_eq!(
-            counters.connects.load(std::sync::atomic::Ordering::Relaxed),
-            1
+        let second = m.slots[0].legs[1].as_ref().unwrap();
+        assert_ne!(second.leg.id(), first, "a new leg");
+        assert!(
+            !routes.legs.list().iter().any(|l| l.id == first),
+            "the old one closed"
         );
+        listener.set_nonblocking(true).unwrap();
+        let t = std::time::Instant::now();
+        let _conn2 = loop {
+            match listener.accept() {
+                Ok((c, _)) => break c,
+                Err(_) if t.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => panic!("vgate never connected again: {e}"),
+            }
+        };
+        let counters = Arc::clone(second.leg.counters());
+        while counters.state() != LegState::Connected {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the new leg connects"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The same offer again (unchanged, so not a new one): the connection stays.
+        let second = second.leg.id();
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_offer(4, "new"),
+        )
+        .unwrap();
+        assert_eq!(m.slots[0].legs[1].as_ref().unwrap().leg.id(), second);
         m.close(&routes);
     }
 
