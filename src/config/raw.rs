@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Mode, SignalingKind, SourcePolicy, Transport};
+use super::{Mode, SignalingKind, SourcePolicy, TnapiRing, Transport};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +49,8 @@ pub struct RawLink {
     pub cpu: Option<Spanned<i64>>,
     /// Incoming link only: the reorder window's longest wait, milliseconds (0: off).
     pub reorder_ms: Option<Spanned<i64>>,
+    /// Outgoing link only: the longest datagram sent down the link (cut into frames).
+    pub max_datagram: Option<Spanned<i64>>,
 }
 
 fn default_fec() -> Spanned<String> {
@@ -84,6 +86,15 @@ pub struct RawEngine {
     pub batch: Spanned<i64>,
     #[serde(default = "default_max_payload")]
     pub max_payload: Spanned<i64>,
+    #[serde(default)]
+    pub tnapi: RawTnapi,
+}
+
+/// `[engine.tnapi]`: settings of mode tnapi.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTnapi {
+    pub ring: Option<Spanned<TnapiRing>>,
 }
 
 impl Default for RawEngine {
@@ -94,6 +105,7 @@ impl Default for RawEngine {
             cpus: None,
             batch: default_batch(),
             max_payload: default_max_payload(),
+            tnapi: RawTnapi::default(),
         }
     }
 }

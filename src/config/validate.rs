@@ -10,9 +10,9 @@ use toml::Spanned;
 
 use super::raw::{RawConfig, RawDomain, RawSecret, RawSignalingRoute, RawStreamRoute};
 use super::{
-    Config, Control, Cpus, Domain, DomainId, EngineConfig, ManscdpAddresses, PortRange,
+    Config, Control, Cpus, Domain, DomainId, EngineConfig, ManscdpAddresses, Mode, PortRange,
     RtspOptions, RtspPath, Secret, Security, SignalingKind, SignalingPolicy, SignalingRoute,
-    SourcePolicy, StaticStream, Transport, UserPass,
+    SourcePolicy, StaticStream, TnapiRing, Transport, UserPass,
 };
 
 /// A validation failure before it is placed in the file.
@@ -45,11 +45,7 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
     let b = domain(DomainId::B, &raw.domains.b)?;
     cross_domain(&a, &b, &raw.domains.b)?;
     let domains = [a, b];
-    let mut engine = engine(raw, cpus)?;
-    if raw.split.is_some() && raw.engine.max_payload.span() == (0..0) {
-        // A half's media rides in link frames: the default shrinks to what a frame carries.
-        engine.max_payload = engine.max_payload.min(crate::split::fec::MAX_PAYLOAD);
-    }
+    let engine = engine(raw, cpus)?;
     let relatch_after_ms =
         match &raw.security.relatch_after_ms {
             None => crate::routes::DEFAULT_RELATCH_AFTER_MS,
@@ -359,12 +355,27 @@ fn engine(raw: &RawConfig, machine: &Cpus) -> Result<EngineConfig> {
             "must be between 64 and 9000 bytes (jumbo frames at most)",
         ));
     }
+    let mode = *e.mode.get_ref();
+    if let Some(ring) = &e.tnapi.ring {
+        if mode != Mode::Tnapi {
+            return Err(invalid(
+                ring,
+                "engine.tnapi.ring",
+                format!("applies to mode tnapi only (mode is {mode}); remove it or set engine.mode = \"tnapi\""),
+            ));
+        }
+    }
     Ok(EngineConfig {
-        mode: *e.mode.get_ref(),
+        mode,
         queues,
         cpus,
         batch: batch as usize,
         max_payload: max_payload as usize,
+        tnapi_ring: e
+            .tnapi
+            .ring
+            .as_ref()
+            .map_or_else(TnapiRing::default, |r| *r.get_ref()),
     })
 }
 
