@@ -923,6 +923,9 @@ impl Engine for AfxdpEngine {
                 what: "starting the neighbour resolver thread".into(),
                 source,
             })?;
+        if let Some(f) = &self.fast {
+            f.attach_neighbours(resolver.handle());
+        }
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
             let link = links.as_mut().and_then(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker
@@ -1046,9 +1049,6 @@ struct WorkerCtx {
 }
 
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
-
-// Next-hop MACs: `super::neigh` (a resolver thread per engine; workers only read).
-pub(super) use super::neigh::resolve_next_hop;
 
 /// One afxdp worker: its sockets (one per RX queue it serves), the egress sockets, batches.
 struct XskPath {

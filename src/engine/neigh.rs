@@ -392,8 +392,8 @@ fn resolve_with_netlink(dests: &[(Ipv4Addr, u32)]) -> Vec<Option<[u8; 6]>> {
 
 /// The next hop of `dst` (the kernel's route: gateway or on-link) and its MAC in the
 /// neighbour table, when the route leaves through `ifindex` and the entry is valid. One
-/// synchronous netlink exchange each: for the control side (the resolver, mode xdp's route
-/// installer), never a worker.
+/// synchronous netlink exchange each: for the control side (mode xdp's route installer, when
+/// the resolver's table does not have it yet), never a worker.
 pub(super) fn resolve_next_hop(dst: Ipv4Addr, ifindex: u32) -> Option<[u8; 6]> {
     let hop = route_hop(dst, ifindex)?;
     neighbours_on(ifindex)?

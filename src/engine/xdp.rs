@@ -37,10 +37,11 @@
 //! worker forwards in the meantime; a re-latch to another source after the latched one fell
 //! silent is made by a worker the same way, and the next poll rewrites the entry — until then
 //! the new source's packets take the slow path); not `rtp_only` routes (RTP parsing stays in user space);
-//! the egress interface faces only the egress domain; the next hop's MAC is known (the
-//! kernel's route and neighbour tables over netlink, as the AF_XDP TX path does, refreshed
-//! every 5 s; while unresolved the worker sends through the gateway-port socket, which makes
-//! the kernel resolve it); a free counter slot (of [`SLOTS`]).
+//! the egress interface faces only the egress domain; the next hop's MAC is known (from the
+//! engine's neighbour resolver thread, [`super::neigh`], as the AF_XDP TX path: never a
+//! netlink exchange on a worker; while unresolved the worker sends through the gateway-port
+//! socket, which makes the kernel resolve it, and the entry becomes active at a later poll);
+//! a free counter slot (of [`SLOTS`]).
 //!
 //! The rewrite: destination MAC (next hop), source MAC (egress interface), IPv4 source (the
 //! gateway's egress address), destination (the route's), TTL 64 (the gateway originates the
@@ -86,7 +87,8 @@
 //! # Route changes
 //!
 //! [`PortHooks::route_added`](crate::routes::PortHooks::route_added) writes the entry at
-//! once (one `bpf(2)` call; the neighbour lookup may add a netlink exchange), `route_removed`
+//! once (one `bpf(2)` call; a next hop the resolver's table lacks costs this control-side call
+//! one netlink exchange, and one still unresolved defers it to a later poll), `route_removed`
 //! clears it before the port map stops sending the port to the sockets: a route change
 //! reaches the next packet.
 
@@ -97,6 +99,7 @@ use std::sync::{Arc, Mutex};
 
 use super::afxdp::*;
 use super::btf::Btf;
+use super::neigh::Neighbours;
 use super::sys::bpf::{self, Map, Prog, TpLink};
 use crate::channel::WorkerStats;
 use crate::config::{DomainId, SourcePolicy};
@@ -606,16 +609,12 @@ struct Entry {
     value: Option<FastValue>,
 }
 
-/// A next hop's MAC as last resolved, and when.
-struct Neigh {
-    mac: Option<[u8; 6]>,
-    at: u64,
-}
-
 struct FastState {
     entries: HashMap<(Channel, u16), Entry>,
     free: Vec<u32>,
-    neigh: HashMap<(Ipv4Addr, u32), Neigh>,
+    /// Next hops from the engine's resolver thread (attached when the engine starts; until
+    /// then no entry becomes active).
+    neigh: Option<Neighbours>,
     /// Figures of routes removed since the last poll, for worker 0's channel counters.
     flushed: [Tally; 2],
     /// Per-CPU read buffer.
@@ -716,7 +715,7 @@ impl FastPath {
             state: Mutex::new(FastState {
                 entries: HashMap::new(),
                 free: (0..SLOTS).rev().collect(),
-                neigh: HashMap::new(),
+                neigh: None,
                 flushed: [Tally::default(); 2],
                 buf,
                 xerr_seen,
@@ -724,6 +723,12 @@ impl FastPath {
                 xbuf: Vec::new(),
             }),
         })
+    }
+
+    /// Next hops come from the engine's resolver from now on (a lookup is a read of its
+    /// table; a miss is posted to it and retried at the next poll).
+    pub(super) fn attach_neighbours(&self, n: Neighbours) {
+        self.lock().neigh = Some(n);
     }
 
     pub(super) fn fds(&self) -> FastFds {
@@ -756,7 +761,7 @@ impl FastPath {
                 value: None,
             },
         );
-        self.activate(&mut st, key, now);
+        self.activate(&mut st, key, now, true);
     }
 
     /// A route was removed: its entry goes first, then its last figures are counted.
@@ -822,8 +827,11 @@ impl FastPath {
     }
 
     /// Makes `key`'s entry active if its route can be decided in the kernel now, or brings
-    /// an active one's next hop up to date.
-    fn activate(&self, st: &mut FastState, key: (Channel, u16), now: u64) {
+    /// an active one's next hop up to date. `control`: called on the control side (a route
+    /// added), which may ask the kernel itself when the resolver's table does not know the
+    /// next hop yet, so a route with a known neighbour is in the kernel from its first packet;
+    /// worker 0's poll never does (only the table's read).
+    fn activate(&self, st: &mut FastState, key: (Channel, u16), now: u64, control: bool) {
         let FastState {
             entries,
             free,
@@ -841,7 +849,13 @@ impl FastPath {
         let Some((flags, src)) = entry_policy(&route) else {
             return;
         };
-        let Some(dmac) = next_hop(neigh, *route.dest.ip(), eg.ifindex, now) else {
+        let dst = *route.dest.ip();
+        let known = neigh.as_mut().and_then(|n| n.get(dst, eg.ifindex, now));
+        let Some(dmac) = known.or_else(|| {
+            control
+                .then(|| super::neigh::resolve_next_hop(dst, eg.ifindex))
+                .flatten()
+        }) else {
             return;
         };
         let slot = match e.slot {
@@ -884,7 +898,7 @@ impl FastPath {
         let keys: Vec<(Channel, u16)> = st.entries.keys().copied().collect();
         let mut chan = std::mem::take(&mut st.flushed);
         for key in keys {
-            self.activate(&mut st, key, now);
+            self.activate(&mut st, key, now, false);
             let Some(mut e) = st.entries.remove(&key) else {
                 continue;
             };
@@ -996,29 +1010,6 @@ fn confirm(old: (u64, u64), new: (u64, u64), mut failed: u64) -> ((u64, u64), (u
     } else {
         (old, new)
     }
-}
-
-/// The next hop's MAC for `dst` out of `ifindex`: cached 5 s, an unresolved one retried
-/// after 200 ms.
-fn next_hop(
-    cache: &mut HashMap<(Ipv4Addr, u32), Neigh>,
-    dst: Ipv4Addr,
-    ifindex: u32,
-    now: u64,
-) -> Option<[u8; 6]> {
-    if let Some(n) = cache.get(&(dst, ifindex)) {
-        let fresh = match n.mac {
-            Some(_) => now < n.at + 5000,
-            None => now < n.at + 200,
-        };
-        if fresh {
-            return n.mac;
-        }
-    }
-    let mac = resolve_next_hop(dst, ifindex);
-    let keep = mac.or_else(|| cache.get(&(dst, ifindex)).and_then(|n| n.mac));
-    cache.insert((dst, ifindex), Neigh { mac: keep, at: now });
-    keep
 }
 
 /// The egress interface of each domain: the one facing it alone.
