@@ -84,6 +84,7 @@ fn spec(
         connect_for: Duration::from_secs(5),
         on_close: closed
             .map(|c| Box::new(move || c.store(true, SeqCst)) as Box<dyn FnOnce() + Send>),
+        close_grace: Duration::ZERO,
     }
 }
 

@@ -45,8 +45,9 @@
 //! the TCP leg of its own domain; an SDP from the link face is UDP (the other half wrote it).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{DomainId, SourcePolicy};
 use crate::edge::framing::Rfc4571;
@@ -57,6 +58,14 @@ use crate::signaling::sdp::{self, Direction, RewriteError, SetupEdit};
 
 /// How long an active TCP leg keeps trying to connect to its peer.
 const CONNECT_FOR: Duration = Duration::from_secs(10);
+/// How long a TCP leg whose peer closed waits before the call ends: the close may be the
+/// peer's half of an `a=connection:new` reconnect whose SDP is still on its way (the leg is
+/// replaced meanwhile, or a passive one takes the peer's new connection).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// The shortest time between two reconnects of one side's leg that a peer's
+/// `a=connection:new` may ask for; one asked sooner keeps the connection and is counted
+/// in the leg's `refused`.
+const RENEW_MIN: Duration = Duration::from_secs(5);
 
 /// RFC 4145 `a=setup:` roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,9 +108,11 @@ pub struct MediaPeer {
     pub tcp: bool,
     /// Its `a=setup:`.
     pub setup: Option<Setup>,
-    /// It wrote `a=connection:existing` (RFC 4145 §5: keep the open connection; absent
-    /// means `new`).
-    pub keeps_connection: bool,
+    /// It wrote `a=connection:new`. RFC 4145 §5 reads an absent attribute as `new` too, but
+    /// devices in the field omit it in hold/resume and session-refresh re-INVITEs that do
+    /// not mean to reconnect: vgate reconnects only on an explicit `new` (or when the
+    /// address or port the peer listens on changed).
+    pub asks_new: bool,
 }
 
 /// The TCP leg vgate runs on one side of an `m=` line.
@@ -128,10 +139,8 @@ pub struct Slot {
     pub written: [Option<Setup>; 2],
     /// vgate's TCP leg on each side.
     pub legs: [Option<SlotLeg>; 2],
-    /// The side's latest SDP (a changed one) asks for a new connection (RFC 4145 §5.1
-    /// `a=connection:new`, or no `a=connection`) while vgate's leg there is in place: an
-    /// active leg reconnects ([`CallMedia::reconcile_legs`]).
-    renew: [bool; 2],
+    /// When each side's active leg last reconnected for `a=connection:new`.
+    last_renew: [Option<Instant>; 2],
 }
 
 impl Slot {
@@ -208,6 +217,9 @@ pub struct CallMedia {
     max_payload: usize,
     /// The split appliance's link face: that side is always UDP (see the module doc).
     link_face: Option<DomainId>,
+    /// [`CLOSE_GRACE`] and [`RENEW_MIN`] (tests set their own).
+    close_grace: Duration,
+    renew_min: Duration,
 }
 
 /// Whether an `m=` line carries RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571).
@@ -242,6 +254,8 @@ impl CallMedia {
             label,
             max_payload,
             link_face: None,
+            close_grace: CLOSE_GRACE,
+            renew_min: RENEW_MIN,
         }
     }
 
@@ -319,6 +333,9 @@ impl CallMedia {
             .as_ref()
             .is_none_or(|(seen, _)| seen.as_slice() != body);
         let slots = &mut self.slots;
+        // The lines whose (changed) SDP asks for a new connection (RFC 4145 §5.1
+        // `a=connection:new`) while vgate's leg on that side is in place.
+        let mut renew: Vec<usize> = Vec::new();
         let out = sdp::rewrite(body, routes.domain(to).address, |i, m| {
             if m.port == 0 {
                 if let Some(slot) = slots.get_mut(i) {
@@ -355,14 +372,17 @@ impl CallMedia {
                         rtcp_mux: m.rtcp_mux,
                         tcp,
                         setup: Setup::parse(m.setup),
-                        keeps_connection: m
+                        asks_new: m
                             .tcp_connection
-                            .is_some_and(|c| c.eq_ignore_ascii_case("existing")),
+                            .is_some_and(|c| c.eq_ignore_ascii_case("new")),
                     });
-            slot.renew[from.index()] = changed
+            if changed
                 && tcp
                 && slot.legs[from.index()].is_some()
-                && slot.peer[from.index()].is_some_and(|p| !p.keeps_connection);
+                && slot.peer[from.index()].is_some_and(|p| p.asks_new)
+            {
+                renew.push(i);
+            }
             Ok::<_, RouteError>(Some(slot.ports[to.index()]))
         });
         let out = match out {
@@ -386,7 +406,7 @@ impl CallMedia {
             }
         };
         let out = self.transports(&parsed, from, out);
-        let retired = match self.reconcile_legs(routes) {
+        let retired = match self.reconcile_legs(routes, from, &renew) {
             Ok(r) => r,
             Err(e) => {
                 return Err(MediaError::Refuse {
@@ -441,8 +461,7 @@ impl CallMedia {
                     // RFC 4145 §5.1: `existing` when vgate's leg on that side is connected
                     // and stays as it is (a re-INVITE), unless `to` offered `new`.
                     let keep = slot.leg_connected_as_planned(to)
-                        && (!answering
-                            || slot.peer[to.index()].is_some_and(|p| p.keeps_connection));
+                        && (!answering || slot.peer[to.index()].is_some_and(|p| !p.asks_new));
                     let edit = if keep {
                         SetupEdit::Keep(role.as_str())
                     } else {
@@ -457,10 +476,13 @@ impl CallMedia {
     }
 
     /// Starts, replaces or stops the TCP legs the slots call for; returns the legs replaced
-    /// or stopped, for the caller to drop once the routes are re-pointed.
+    /// or stopped, for the caller to drop once the routes are re-pointed. `renew`: the
+    /// lines whose SDP from `from` asked for a new connection.
     fn reconcile_legs(
         &mut self,
         routes: &Arc<Routes>,
+        from: DomainId,
+        renew: &[usize],
     ) -> Result<Vec<SlotLeg>, crate::edge::EdgeError> {
         let mut retired = Vec::new();
         let Some(session) = self.session else {
@@ -476,8 +498,24 @@ impl CallMedia {
                 // vgate's active leg makes one (a new leg; the old connection closes once
                 // the routes point at it). A passive leg needs nothing: the peer's new
                 // connection replaces the old one when it comes.
-                let renew = std::mem::take(&mut slot.renew[d.index()])
+                // A peer may not make vgate reconnect more often than `renew_min`: one asked
+                // sooner keeps the connection (counted as refused on the leg).
+                let asked = d == from
+                    && renew.contains(&i)
+                    && plan == have
                     && have.is_some_and(|h| h.0 == Role::Active);
+                let renew = asked
+                    && match (slot.last_renew[d.index()], &slot.legs[d.index()]) {
+                        (Some(t), Some(l)) if t.elapsed() < self.renew_min => {
+                            l.leg.counters().refused.fetch_add(1, Relaxed);
+                            tracing::warn!(call = %self.label, line = i, "a=connection:new asked again within {:?} of the last reconnect: the TCP media connection is kept", self.renew_min);
+                            false
+                        }
+                        _ => true,
+                    };
+                if renew {
+                    slot.last_renew[d.index()] = Some(Instant::now());
+                }
                 if plan == have && !renew {
                     continue;
                 }
@@ -515,6 +553,7 @@ impl CallMedia {
                         on_close: Some(Box::new(move || {
                             let _ = r.request_end(session);
                         })),
+                        close_grace: self.close_grace,
                     },
                     Arc::clone(routes),
                 )?;
@@ -902,6 +941,147 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.slots[0].legs[1].as_ref().unwrap().leg.id(), second);
+        m.close(&routes);
+    }
+
+    /// A call whose B side listens on this test's own listener (`a=setup:passive`), with
+    /// vgate's active leg connected to it: the call, the listener, the connection accepted.
+    fn connected_to_listening_b(
+        routes: &Arc<Routes>,
+        close_grace: Duration,
+        renew_min: Duration,
+    ) -> (CallMedia, std::net::TcpListener, std::net::TcpStream) {
+        let mut m = CallMedia::new("t".into(), 1472);
+        (m.close_grace, m.renew_min) = (close_grace, renew_min);
+        let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let offer = b_listening(port, 1, "a=connection:new\r\n");
+        m.cross(routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+            .unwrap();
+        let answer = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+        m.cross(routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+            .unwrap();
+        let (conn, _) = listener.accept().unwrap();
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        wait_for("B's leg connects", || {
+            counters.state() == LegState::Connected
+        });
+        (m, listener, conn)
+    }
+
+    /// B's offer (it listens on `port`), `o=` version `version`, with `connection` lines.
+    fn b_listening(port: u16, version: u32, connection: &str) -> Vec<u8> {
+        let extra = format!("a=recvonly\r\na=setup:passive\r\n{connection}");
+        versioned(sdp("127.0.0.2", port, "TCP/RTP/AVP", &extra), version)
+    }
+
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let t = std::time::Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn b_leg_id(m: &CallMedia) -> u64 {
+        m.slots[0].legs[1].as_ref().unwrap().leg.id()
+    }
+
+    #[test]
+    fn a_peer_close_before_its_new_connection_sdp_does_not_end_the_call() {
+        let routes = routes();
+        let hour = Duration::from_secs(3600);
+        let (mut m, listener, conn) = connected_to_listening_b(&routes, hour, hour);
+        let session = m.session.unwrap();
+        let first = b_leg_id(&m);
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        // B closes the old connection before its `a=connection:new` re-INVITE arrives.
+        drop(conn);
+        wait_for("the leg sees the close", || {
+            counters.state() != LegState::Connected
+        });
+        assert!(!routes.end_requested(session), "no BYE for a reconnect");
+        assert!(!m.leg_closed(), "the call is not ended by the close");
+        let port = listener.local_addr().unwrap().port();
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 2, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        assert_ne!(b_leg_id(&m), first, "replaced");
+        assert!(
+            !routes.end_requested(session),
+            "the replaced leg told nobody"
+        );
+        let (_conn2, _) = listener.accept().unwrap();
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        wait_for("the new leg connects", || {
+            counters.state() == LegState::Connected
+        });
+        m.close(&routes);
+
+        // A close that no new SDP follows ends the call once the grace has passed.
+        let (m, _listener, conn) =
+            connected_to_listening_b(&routes, Duration::from_millis(50), hour);
+        let session = m.session.unwrap();
+        drop(conn);
+        wait_for("the call ends", || {
+            routes.end_requested(session) && m.leg_closed()
+        });
+    }
+
+    #[test]
+    fn only_an_explicit_connection_new_reconnects_and_not_too_often() {
+        let routes = routes();
+        let hour = Duration::from_secs(3600);
+        let (mut m, listener, _conn) = connected_to_listening_b(&routes, hour, hour);
+        let port = listener.local_addr().unwrap().port();
+        let first = b_leg_id(&m);
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        // A changed SDP (a hold, a version bump) without `a=connection`: kept, and the answer
+        // to it says so.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 2, ""),
+        )
+        .unwrap();
+        assert_eq!(b_leg_id(&m), first, "no a=connection: no reconnect");
+        let answer = versioned(sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n"), 2);
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+                .unwrap(),
+        );
+        assert!(to_b.contains("a=connection:existing\r\n"), "{to_b}");
+        // An explicit `new`: reconnected.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 3, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        let second = b_leg_id(&m);
+        assert_ne!(second, first, "`new` reconnects");
+        let (_conn2, _) = listener.accept().unwrap();
+        // `new` again within `renew_min`: refused, counted, the connection kept.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 4, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        assert_eq!(b_leg_id(&m), second, "bounded");
+        let refused = m.slots[0].legs[1].as_ref().unwrap().leg.counters();
+        assert_eq!(refused.refused.load(Relaxed), 1, "counted");
         m.close(&routes);
     }
 
