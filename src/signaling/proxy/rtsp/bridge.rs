@@ -44,7 +44,7 @@ use std::net::{SocketAddrV4, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{
     AtomicBool,
-    Ordering::{AcqRel, Acquire, Relaxed},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -171,6 +171,8 @@ pub struct Leg {
     events: Arc<Events>,
     /// Writes nothing until [`Leg::release`] (see the module doc).
     held: AtomicBool,
+    /// Set by [`Leg::release`], taken by the thread: its next drain is the backlog.
+    released: AtomicBool,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -216,6 +218,7 @@ impl Leg {
             routes,
             events,
             held: AtomicBool::new(held),
+            released: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -243,6 +246,10 @@ impl Leg {
     /// Lets a held leg write: called once the reply that starts the media has been written
     /// on its connection (the frames queued meanwhile go first). Idempotent.
     pub fn release(&self) {
+        // Marked before the hold ends, so the thread's first drain after it is patient.
+        if self.held.load(Acquire) {
+            self.released.store(true, Release);
+        }
         if self.held.swap(false, AcqRel) {
             self.counters.set_state(LegState::Connected);
             self.sinks[0].nudge();
@@ -279,16 +286,14 @@ impl Leg {
         let channels = [self.spec.channels.0, self.spec.channels.1];
         // Set while the backlog of a released leg drains: writes wait for room until then.
         let mut patient: Option<std::time::Instant> = None;
-        let mut was_held = false;
         while !self.stop.load(Relaxed) {
             if self.held.load(Acquire) {
                 // Held: packets wait in the sinks. Not armed, so offers do not wake this
                 // thread; `release` and `close` nudge it.
-                was_held = true;
                 self.sleep_on_wake_fds(false);
                 continue;
             }
-            if std::mem::take(&mut was_held) {
+            if self.released.swap(false, AcqRel) {
                 patient = Some(std::time::Instant::now() + RELEASE_DRAIN);
             }
             let (mut len, mut n) = (0, 0);
@@ -446,6 +451,8 @@ impl LegInjectors {
         inj.forward_batch(route.as_deref(), leg.peer, frames, now, &mut t);
         inj.finish(route.as_deref(), &t, now);
         let (c, ev) = (&leg.counters, &leg.events);
+        #[cfg(test)]
+        c.batches_in.fetch_add(1, Relaxed);
         c.frames_in.fetch_add(t.rx_packets, Relaxed);
         c.bytes_in.fetch_add(t.rx_bytes, Relaxed);
         ev.bridge_frames_to_udp.fetch_add(t.tx_packets, Relaxed);
