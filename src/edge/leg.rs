@@ -84,6 +84,11 @@ pub struct LegSpec {
     pub slots: usize,
     /// Active: how long to keep trying to connect.
     pub connect_for: Duration,
+    /// Active: another port of the gateway's address, from the port registry (so no other
+    /// leg or media port has it), to connect from while `local`'s port cannot be used (the
+    /// old connection of a reconnect still exists or lingers in TIME_WAIT). `None`: only
+    /// `local`'s port, retried until `connect_for` ends.
+    pub fallback_port: Option<u16>,
     /// Called once, from the leg's thread, when the leg ends by itself (not when dropped).
     pub on_close: Option<Box<dyn FnOnce() + Send>>,
     /// After the peer closed: how long the leg waits (passive: listening for the peer's new
@@ -196,6 +201,7 @@ impl Leg {
             role: spec.role,
             deadline: Instant::now() + spec.connect_for,
             next_try: Instant::now(),
+            fallback_port: spec.fallback_port,
             close_grace: spec.close_grace,
             grace_until: None,
             label: spec.label,
@@ -305,6 +311,7 @@ struct Run {
     role: Role,
     deadline: Instant,
     next_try: Instant,
+    fallback_port: Option<u16>,
     close_grace: Duration,
     /// The peer closed: the leg ends at this instant unless a new connection comes first
     /// (or the owner drops it).
@@ -435,13 +442,17 @@ impl Run {
         }
     }
 
-    /// Starts a non-blocking connect from the gateway's end: its port when it can, else any
-    /// port of its address (the port is taken, or the connection from it to the peer still
-    /// exists or lingers in TIME_WAIT: a reconnect for `a=connection:new`).
+    /// Starts a non-blocking connect from the gateway's end: its port when it can, else the
+    /// fallback port the owner took from the registry (the port is taken, or the connection
+    /// from it to the peer still exists or lingers in TIME_WAIT: a reconnect for
+    /// `a=connection:new`). Never an ephemeral port: one could fall inside the media ports
+    /// unknown to the registry, and peers that check the source port refuse it.
     fn connect(&self) -> Option<OwnedFd> {
         match self.connect_from(self.local.port()) {
             Ok(fd) => Some(fd),
-            Err(Errno::EADDRINUSE | Errno::EADDRNOTAVAIL) => self.connect_from(0).ok(),
+            Err(Errno::EADDRINUSE | Errno::EADDRNOTAVAIL) => {
+                self.connect_from(self.fallback_port?).ok()
+            }
             Err(_) => None,
         }
     }

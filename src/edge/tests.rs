@@ -85,6 +85,7 @@ fn spec(
         on_close: closed
             .map(|c| Box::new(move || c.store(true, SeqCst)) as Box<dyn FnOnce() + Send>),
         close_grace: Duration::ZERO,
+        fallback_port: None,
     }
 }
 

@@ -122,6 +122,35 @@ pub struct SlotLeg {
     pub role: Role,
     /// Active legs: where they connect.
     pub peer: SocketAddrV4,
+    /// A replacing active leg's fallback port pair, from the registry, given back after
+    /// the leg stopped (declared after `leg`, so dropped after it).
+    pub fallback: Option<PortLease>,
+}
+
+/// A port pair a call took from the registry for one leg; given back when dropped (the
+/// call's end gives it back anyway).
+pub struct PortLease {
+    routes: Arc<Routes>,
+    session: SessionId,
+    domain: DomainId,
+    pub port: u16,
+}
+
+impl std::fmt::Debug for PortLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortLease")
+            .field("domain", &self.domain)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl Drop for PortLease {
+    fn drop(&mut self) {
+        for p in [self.port, self.port + 1] {
+            let _ = self.routes.release_port(self.session, self.domain, p);
+        }
+    }
 }
 
 /// One `m=` line: the gateway pair in each domain and each side's peer.
@@ -523,6 +552,23 @@ impl CallMedia {
                 // routes; but a listener going away for an active leg goes now, so the new
                 // leg can connect from the gateway port.
                 let old = slot.legs[d.index()].take();
+                // An active leg replacing one on this side may find the gateway port still
+                // tied to the old connection: it connects from a registry port then.
+                let fallback = match (&old, plan) {
+                    (Some(_), Some((Role::Active, _))) => {
+                        match routes.alloc_pair(session, d) {
+                            Ok(port) => Some(PortLease {
+                                routes: Arc::clone(routes),
+                                session,
+                                domain: d,
+                                port,
+                            }),
+                            // No port free: the gateway port only (retried).
+                            Err(_) => None,
+                        }
+                    }
+                    _ => None,
+                };
                 match (&old, plan) {
                     (Some(o), Some((Role::Active, _))) if o.role == Role::Passive => drop(old),
                     _ => retired.extend(old),
@@ -554,10 +600,16 @@ impl CallMedia {
                             let _ = r.request_end(session);
                         })),
                         close_grace: self.close_grace,
+                        fallback_port: fallback.as_ref().map(|f| f.port),
                     },
                     Arc::clone(routes),
                 )?;
-                slot.legs[d.index()] = Some(SlotLeg { leg, role, peer });
+                slot.legs[d.index()] = Some(SlotLeg {
+                    leg,
+                    role,
+                    peer,
+                    fallback,
+                });
             }
             // A passive leg started before its peer's SDP named an address learns it now.
             for d in DomainId::ALL {
@@ -1069,7 +1121,18 @@ mod tests {
         .unwrap();
         let second = b_leg_id(&m);
         assert_ne!(second, first, "`new` reconnects");
-        let (_conn2, _) = listener.accept().unwrap();
+        let (_conn2, from) = listener.accept().unwrap();
+        // From the gateway port, or (the old connection lingering) from the port pair the
+        // call took from the registry for it: never an ephemeral port.
+        let slot = &m.slots[0];
+        let lease = slot.legs[1].as_ref().unwrap().fallback.as_ref().unwrap();
+        assert!(
+            [slot.ports[1], lease.port].contains(&from.port()),
+            "{from} not from {} or {}",
+            slot.ports[1],
+            lease.port
+        );
+        let (lease_port, taken) = (lease.port, routes.ports(DomainId::B).0);
         // `new` again within `renew_min`: refused, counted, the connection kept.
         m.cross(
             &routes,
@@ -1082,7 +1145,22 @@ mod tests {
         assert_eq!(b_leg_id(&m), second, "bounded");
         let refused = m.slots[0].legs[1].as_ref().unwrap().leg.counters();
         assert_eq!(refused.refused.load(Relaxed), 1, "counted");
+        // The third `new`, once allowed again: the second leg's lease goes back with it.
+        m.renew_min = Duration::ZERO;
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 5, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        let slot = &m.slots[0];
+        let lease = slot.legs[1].as_ref().unwrap().fallback.as_ref().unwrap();
+        assert_ne!(lease.port, lease_port);
+        assert_eq!(routes.ports(DomainId::B).0, taken, "one lease at a time");
         m.close(&routes);
+        assert_eq!(routes.ports(DomainId::B).0, 0, "all given back");
     }
 
     #[test]
