@@ -9,8 +9,8 @@
 //!   sending them. The leg's thread drains the sinks and frames each packet as
 //!   `$ channel length payload`; a batch of frames goes to the RTSP connection with one
 //!   take of the connection's writer lock and one send, so a frame never splits an RTSP
-//!   message. The write never waits: frames that find the peer's socket buffer full are
-//!   dropped and counted as stalls; a frame the buffer cuts keeps its tail in the
+//!   message. The write never waits (but for a released leg's backlog, below): frames that
+//!   find the peer's socket buffer full are dropped and counted as stalls; a frame the buffer cuts keeps its tail in the
 //!   connection's [`ConnWriter`], which sends it before anything else (the next batch, an
 //!   RTSP reply), so the stream stays in step. A full sink is counted by the engines as
 //!   `leg_stall`. Memory stays bounded by the sinks and the kernel buffers.
@@ -19,7 +19,11 @@
 //!   sinks (bounded; a full sink refuses and counts as today), and the thread sleeps
 //!   without being woken per packet. The connection releases it ([`Leg::release`]) right
 //!   after it has written the `200` reply to PLAY or RECORD
-//!   ([`super::logic::Output::ReleaseClientLegs`]), and the queued packets go out first.
+//!   ([`super::logic::Output::ReleaseClientLegs`], naming the legs that existed when that
+//!   reply was made), and the queued packets go out first: that first drain waits for the
+//!   client's socket to take them (up to [`RELEASE_DRAIN`], 2 s) instead of dropping what
+//!   does not fit at once, so the keyframe the hold kept is not lost to it; only what
+//!   still does not fit by then counts as stalls.
 //!   So no `$` frame ever reaches a client before the reply that starts its media, even
 //!   where the reply and the first media take different paths (across the split: the
 //!   signaling link and a media link). A leg whose PLAY fails stays held until its track or
