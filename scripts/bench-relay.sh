@@ -9,9 +9,13 @@
 #   --seconds S       seconds of traffic per point (default 3)
 #   --configs "..."   default "route kernel crelay stack tnapi zc xdp": plain IP routing (the
 #                     reference), nftables DNAT (the kernel bound), the plain C relay
-#                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes;
+#                     (scripts/bench/crelay.c), and vgate's modes (any `--mode` vgate takes,
+#                     and the A/B variants tnapi-sockets, zc-sockets, tnapi-v2, tnapi-v3;
 #                     a mode that cannot start is reported as such; with xdp in the list the
-#                     bed is prepared for it for every configuration, as bench-channel does)
+#                     bed is prepared for it for every configuration, as bench-channel does).
+#                     A/B variants: crelay-vgate (the C relay with stack mode's socket
+#                     options: SO_RXQ_OVFL, egress sockets watched, SO_BINDTODEVICE),
+#                     stack-nogso (VGATE_UDP_GSO=off), tnapi-sockets, zc-sockets
 #   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
 #                     memory with 100 and 10 000 static routes, idle and after relaying) and
 #                     "activation" (route added through the admin API while its stream is
@@ -138,9 +142,13 @@ start_config() { # cfg n why -> sets TARGET TPORT
             inns "$G_NS" nft -f "$WORK/nat.nft" 2> "$why" || return 1
             inns "$G_NS" sysctl -qw net.ipv4.ip_forward=1
             TARGET=$GA_IP TPORT=$A_BASE ;;
-        crelay)
+        crelay|crelay-vgate)
+            # crelay-vgate: the C relay with what vgate's stack mode does to its sockets
+            # (SO_RXQ_OVFL, egress sockets watched, SO_BINDTODEVICE): their kernel cost, A/B.
+            local copts=()
+            [ "$cfg" = crelay-vgate ] && copts=(-o -w -i "$GA_IF" -I "$GB_IF")
             timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" taskset -c "$RELAY_CPU" "$WORK/crelay" \
-                -a "$GA_IP" -p "$A_BASE" -n "$n" -b "$GB_IP" -e "$EG_BASE" -d "$B_IP" -s "$SINK_BASE" \
+                -a "$GA_IP" -p "$A_BASE" -n "$n" -b "$GB_IP" -e "$EG_BASE" -d "$B_IP" -s "$SINK_BASE" "${copts[@]}" \
                 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")
             while [ $t -lt 100 ] && ! grep -q ready "$WORK/relay.log" 2>/dev/null; do sleep 0.1; t=$((t + 1)); done
@@ -150,12 +158,17 @@ start_config() { # cfg n why -> sets TARGET TPORT
         *)
             # A mode with a variant of its send path (A/B): MODE-sockets sends through the
             # gateway's UDP sockets instead of frames built by vgate.
-            local mode=$cfg envs=()
+            # tnapi-v2 / tnapi-v3: mode tnapi with that AF_PACKET ring version
+            # ([engine.tnapi] ring; plain tnapi takes the default).
+            local mode=$cfg envs=() extra=""
             case "$cfg" in
                 tnapi-sockets) mode=tnapi envs=(VGATE_TNAPI_TX=sockets) ;;
+                stack-nogso) mode=stack envs=(VGATE_UDP_GSO=off) ;;
                 zc-sockets) mode=zc envs=(VGATE_AFXDP_TX=sockets) ;;
+                tnapi-v2|tnapi-v3) mode=tnapi extra=$(printf '[engine.tnapi]\nring = "%s"' "${cfg#tnapi-}") ;;
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
+            [ -z "$extra" ] || printf '%s\n' "$extra" >> "$WORK/vgate.toml"
             timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")
@@ -284,7 +297,7 @@ import json, sys
 kv = dict(w.split("=", 1) for w in sys.stdin.read().split() if "=" in w)
 print(json.dumps({k[5:]: int(v) for k, v in kv.items() if k.startswith("drop_") and v.isdigit() and int(v)}))' 2>/dev/null || echo "{}")
         case "$cfg" in
-            crelay) rx=$(sed -n 's/.*rx=\([0-9]*\).*/\1/p' "$WORK/relay.out"); tx=$(sed -n 's/.*tx=\([0-9]*\).*/\1/p' "$WORK/relay.out") ;;
+            crelay*) rx=$(sed -n 's/.*rx=\([0-9]*\).*/\1/p' "$WORK/relay.out"); tx=$(sed -n 's/.*tx=\([0-9]*\).*/\1/p' "$WORK/relay.out") ;;
             *) rx=$(sed -n 's/^total channel=forward .*rx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1)
                tx=$(sed -n 's/^total channel=forward .*tx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1) ;;
         esac
@@ -312,7 +325,7 @@ for ((r = 1; r <= RUNS; r++)); do
         done
     done
 done
-is_vgate() { case "$1" in route|kernel|crelay|*-sockets) return 1 ;; *) return 0 ;; esac; }
+is_vgate() { case "$1" in route|kernel|crelay*|*-sockets|*-nogso) return 1 ;; *) return 0 ;; esac; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 # Resident memory with few and many routes, idle and after traffic over up to 1000 of them.

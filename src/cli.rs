@@ -541,6 +541,21 @@ fn run(
     if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup)) {
         tracing::warn!("cannot watch SIGHUP, reload only through `vgate reload`: {e}");
     }
+    // Before any thread starts: what this thread starts inherits it; workers pin themselves.
+    // (The start-up affinity is read first: automatic CPUs of a reload come from it.)
+    let _ = config::Cpus::this_machine();
+    match crate::engine::keep_off_worker_cpus(&cfg.engine.cpus) {
+        Some(rest) => tracing::info!(
+            control_cpus = ?rest,
+            worker_cpus = ?cfg.engine.cpus,
+            "control threads kept off the worker CPUs"
+        ),
+        None if !cfg.engine.cpus.is_empty() => tracing::info!(
+            worker_cpus = ?cfg.engine.cpus,
+            "the workers take every allowed CPU: control threads share them"
+        ),
+        None => {}
+    }
     let mut gw = match Gateway::start(cfg, engine) {
         Ok(gw) => gw,
         Err(e) => {

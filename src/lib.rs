@@ -17,8 +17,10 @@
 //!   UDP sockets with `recvmmsg`/`sendmmsg`), `tnapi` (one ring per NIC RSS queue), `zc`
 //!   (zero copy) or `xdp` (`zc` plus an in-kernel fast path for settled streams: the XDP
 //!   program rewrites and redirects them itself, [`engine::xdp`]). Each engine runs one worker
-//!   thread per queue, pinned to its own CPU. All the
-//!   `unsafe` of the data path lives in `engine::sys`.
+//!   thread per queue, pinned to its own CPU; `vgate run` keeps every other thread (main
+//!   loop, admin interface, signaling) off those CPUs when any CPU is left over
+//!   ([`engine::keep_off_worker_cpus`]). All the `unsafe` of the data path lives in
+//!   `engine::sys`.
 //! - [`routes`] holds the tables the worker consults: one **stream route table per one-way
 //!   channel** (forward A→B, reverse B→A), keyed by the gateway port the packet arrived on,
 //!   plus the static signaling table, the per-domain port allocators and the sessions that own

@@ -110,6 +110,29 @@ pub enum Mode {
     Xdp,
 }
 
+/// How mode tnapi's AF_PACKET rings hand packets over (`engine.tnapi.ring`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TnapiRing {
+    /// TPACKET_V2: each frame reaches the worker as soon as the kernel wrote it; a wakeup
+    /// takes every frame that is ready, so batches grow with the load and no timer adds
+    /// latency. The default (measured in docs/bench-relay.md).
+    #[default]
+    V2,
+    /// TPACKET_V3: blocks handed over when full or on the kernel's 1 ms block timer (fewer
+    /// wakeups at moderate load, up to 1 ms added latency at a trickle).
+    V3,
+}
+
+impl fmt::Display for TnapiRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TnapiRing::V2 => "v2",
+            TnapiRing::V3 => "v3",
+        })
+    }
+}
+
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -190,6 +213,8 @@ pub struct EngineConfig {
     pub batch: usize,
     /// Largest UDP payload forwarded; anything longer is dropped as `oversize`.
     pub max_payload: usize,
+    /// Mode tnapi on AF_PACKET: the ring version (`[engine.tnapi] ring`).
+    pub tnapi_ring: TnapiRing,
 }
 
 /// A static signaling route: where a proxy listens and where it forwards.
@@ -492,21 +517,28 @@ pub struct Cpus {
 }
 
 impl Cpus {
-    /// This machine: online CPUs from sysfs, the allowed ones from the affinity mask.
+    /// This machine: online CPUs from sysfs, the allowed ones from the affinity mask as it
+    /// was at the first call (start-up: `vgate run` later keeps its control threads off the
+    /// worker CPUs, and a reload must still choose the same automatic CPUs).
     pub fn this_machine() -> Cpus {
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
             .ok()
             .and_then(|t| parse_cpu_list(&t))
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| (0..available_cpus()).collect());
-        let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
-            .map(|set| {
-                (0..nix::sched::CpuSet::count())
-                    .filter(|&c| set.is_set(c).unwrap_or(false))
-                    .collect::<Vec<_>>()
+        static START: std::sync::OnceLock<Option<Vec<usize>>> = std::sync::OnceLock::new();
+        let allowed = START
+            .get_or_init(|| {
+                nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+                    .map(|set| {
+                        (0..nix::sched::CpuSet::count())
+                            .filter(|&c| set.is_set(c).unwrap_or(false))
+                            .collect::<Vec<_>>()
+                    })
+                    .ok()
+                    .filter(|v| !v.is_empty())
             })
-            .ok()
-            .filter(|v| !v.is_empty())
+            .clone()
             .unwrap_or_else(|| online.clone());
         Cpus { online, allowed }
     }

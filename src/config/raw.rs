@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Mode, SignalingKind, SourcePolicy, Transport};
+use super::{Mode, SignalingKind, SourcePolicy, TnapiRing, Transport};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,6 +84,15 @@ pub struct RawEngine {
     pub batch: Spanned<i64>,
     #[serde(default = "default_max_payload")]
     pub max_payload: Spanned<i64>,
+    #[serde(default)]
+    pub tnapi: RawTnapi,
+}
+
+/// `[engine.tnapi]`: settings of mode tnapi.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTnapi {
+    pub ring: Option<Spanned<TnapiRing>>,
 }
 
 impl Default for RawEngine {
@@ -94,6 +103,7 @@ impl Default for RawEngine {
             cpus: None,
             batch: default_batch(),
             max_payload: default_max_payload(),
+            tnapi: RawTnapi::default(),
         }
     }
 }

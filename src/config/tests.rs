@@ -751,3 +751,32 @@ mod split {
         assert!(e.contains("unknown field"), "{e}");
     }
 }
+
+#[test]
+fn tnapi_ring_defaults_to_v2_and_is_checked() {
+    assert_eq!(check("").unwrap().engine.tnapi_ring, TnapiRing::V2);
+    let tnapi = |ring: &str| {
+        let text = BASE.replace("queues = 1", "queues = 1\nmode = \"tnapi\"");
+        parse(&format!("{text}[engine.tnapi]\n{ring}\n"), "test.toml")
+    };
+    assert_eq!(
+        tnapi("ring = \"v3\"").unwrap().engine.tnapi_ring,
+        TnapiRing::V3
+    );
+    assert_eq!(
+        tnapi("ring = \"v2\"").unwrap().engine.tnapi_ring,
+        TnapiRing::V2
+    );
+    assert_eq!(tnapi("").unwrap().engine.tnapi_ring, TnapiRing::V2);
+    let e = tnapi("ring = \"v4\"").unwrap_err();
+    assert!(e.message.contains("unknown variant"), "{e}");
+    let e = tnapi("rings = \"v3\"").unwrap_err();
+    assert!(e.message.contains("unknown field"), "{e}");
+    // Another mode: the setting would be silently ignored, so it is refused.
+    expect_err(
+        "[engine.tnapi]\nring = \"v3\"\n",
+        "engine.tnapi.ring",
+        base_lines() + 2,
+        "applies to mode tnapi only",
+    );
+}

@@ -10,9 +10,9 @@ use toml::Spanned;
 
 use super::raw::{RawConfig, RawDomain, RawSecret, RawSignalingRoute, RawStreamRoute};
 use super::{
-    Config, Control, Cpus, Domain, DomainId, EngineConfig, ManscdpAddresses, PortRange,
+    Config, Control, Cpus, Domain, DomainId, EngineConfig, ManscdpAddresses, Mode, PortRange,
     RtspOptions, RtspPath, Secret, Security, SignalingKind, SignalingPolicy, SignalingRoute,
-    SourcePolicy, StaticStream, Transport, UserPass,
+    SourcePolicy, StaticStream, TnapiRing, Transport, UserPass,
 };
 
 /// A validation failure before it is placed in the file.
@@ -359,12 +359,27 @@ fn engine(raw: &RawConfig, machine: &Cpus) -> Result<EngineConfig> {
             "must be between 64 and 9000 bytes (jumbo frames at most)",
         ));
     }
+    let mode = *e.mode.get_ref();
+    if let Some(ring) = &e.tnapi.ring {
+        if mode != Mode::Tnapi {
+            return Err(invalid(
+                ring,
+                "engine.tnapi.ring",
+                format!("applies to mode tnapi only (mode is {mode}); remove it or set engine.mode = \"tnapi\""),
+            ));
+        }
+    }
     Ok(EngineConfig {
-        mode: *e.mode.get_ref(),
+        mode,
         queues,
         cpus,
         batch: batch as usize,
         max_payload: max_payload as usize,
+        tnapi_ring: e
+            .tnapi
+            .ring
+            .as_ref()
+            .map_or_else(TnapiRing::default, |r| *r.get_ref()),
     })
 }
 

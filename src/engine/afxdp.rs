@@ -47,7 +47,8 @@
 //! - `xdp` (default): the payload is copied into a TX frame of the worker's socket on the
 //!   egress interface behind Ethernet/IPv4/UDP headers built here (source: the gateway's
 //!   address and the route's egress port; next hop's MAC from the kernel's route and
-//!   neighbour tables over netlink, refreshed every 5 s; IPv4 and UDP checksums). A
+//!   neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and looked up
+//!   by the worker without a system call; IPv4 and UDP checksums). A
 //!   destination whose neighbour is not resolved yet goes through the gateway-port socket
 //!   (which makes the kernel resolve it). Only for interfaces that face one domain; packets
 //!   sent this way bypass the gateway's own netfilter output hooks.
@@ -69,6 +70,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
+use super::neigh::{NeighResolver, Neighbours};
 use super::ports::{Cmd, PortRegistry};
 use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
@@ -902,6 +904,11 @@ impl Engine for AfxdpEngine {
             )?),
             None => None,
         };
+        let resolver =
+            NeighResolver::start(Arc::clone(&stop)).map_err(|source| EngineError::Io {
+                what: "starting the neighbour resolver thread".into(),
+                source,
+            })?;
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
             let link = links.as_mut().and_then(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker
@@ -943,6 +950,7 @@ impl Engine for AfxdpEngine {
                 self.tx_path,
             );
             let fast = self.fast.clone();
+            let neigh = resolver.handle();
             move |shell: &Shell| {
                 let ctx = WorkerCtx {
                     index: shell.index,
@@ -961,7 +969,7 @@ impl Engine for AfxdpEngine {
                     local: EgressSockets::new(),
                     txb: SliceBatch::new(batch),
                     frames: Vec::with_capacity(RX_BATCH),
-                    neigh: Neighbours::default(),
+                    neigh,
                     link,
                 })
             }
@@ -1022,101 +1030,8 @@ struct WorkerCtx {
 
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
-/// Next-hop MACs by destination, resolved lazily through netlink.
-#[derive(Default)]
-pub(super) struct Neighbours {
-    known: HashMap<Ipv4Addr, ([u8; 6], u64)>,
-    retry_at: HashMap<Ipv4Addr, u64>,
-}
-
-impl Neighbours {
-    /// The MAC for `dst` out of `ifindex`, refreshed every 5 s; `None` while unresolved
-    /// (retried every 200 ms).
-    pub(super) fn get(&mut self, dst: Ipv4Addr, ifindex: u32, now: u64) -> Option<[u8; 6]> {
-        if let Some((mac, at)) = self.known.get(&dst) {
-            if now < at + 5000 {
-                return Some(*mac);
-            }
-        }
-        if self.retry_at.get(&dst).is_some_and(|t| now < *t) {
-            return self.known.get(&dst).map(|k| k.0);
-        }
-        match resolve_next_hop(dst, ifindex) {
-            Some(mac) => {
-                self.known.insert(dst, (mac, now));
-                self.retry_at.remove(&dst);
-                Some(mac)
-            }
-            None => {
-                self.retry_at.insert(dst, now + 200);
-                self.known.get(&dst).map(|k| k.0)
-            }
-        }
-    }
-}
-
-/// The next hop of `dst` (the kernel's route: gateway or on-link) and its MAC in the
-/// neighbour table, when the route leaves through `ifindex` and the entry is valid.
-pub(super) fn resolve_next_hop(dst: Ipv4Addr, ifindex: u32) -> Option<[u8; 6]> {
-    const RTA_DST: u16 = 1;
-    const RTA_OIF: u16 = 4;
-    const RTA_GATEWAY: u16 = 5;
-    // struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags(u32)
-    let mut body = vec![libc::AF_INET as u8, 32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-    bpf::push_attr(&mut body, RTA_DST, &dst.octets());
-    let req = bpf::nl_message(libc::RTM_GETROUTE, libc::NLM_F_REQUEST as u16, &body);
-    let reply = bpf::nl_exchange(&req).ok()?;
-    let (_, route) = reply.iter().find(|(t, _)| *t == libc::RTM_NEWROUTE)?;
-    let mut hop = dst;
-    let mut oif = 0;
-    for (t, v) in bpf::attrs(route.get(12..)?) {
-        match t {
-            RTA_GATEWAY if v.len() == 4 => hop = Ipv4Addr::new(v[0], v[1], v[2], v[3]),
-            RTA_OIF if v.len() == 4 => oif = u32::from_ne_bytes([v[0], v[1], v[2], v[3]]),
-            _ => {}
-        }
-    }
-    if oif != ifindex {
-        return None;
-    }
-    // struct ndmsg: family, pad, pad16, ifindex(i32), state(u16), flags, type
-    let mut nd = vec![libc::AF_INET as u8, 0, 0, 0];
-    nd.extend_from_slice(&(ifindex as i32).to_ne_bytes());
-    nd.extend_from_slice(&[0, 0, 0, 0]);
-    let req = bpf::nl_message(
-        libc::RTM_GETNEIGH,
-        (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16,
-        &nd,
-    );
-    const NUD_VALID: u16 = 0x02 | 0x04 | 0x08 | 0x10 | 0x40 | 0x80;
-    for (t, m) in bpf::nl_exchange(&req).ok()? {
-        if t != libc::RTM_NEWNEIGH || m.len() < 12 {
-            continue;
-        }
-        let idx = i32::from_ne_bytes([m[4], m[5], m[6], m[7]]) as u32;
-        let state = u16::from_ne_bytes([m[8], m[9]]);
-        if idx != ifindex || state & NUD_VALID == 0 {
-            continue;
-        }
-        let mut ip = None;
-        let mut mac = None;
-        for (a, v) in bpf::attrs(&m[12..]) {
-            match a {
-                x if x == libc::NDA_DST && v.len() == 4 => {
-                    ip = Some(Ipv4Addr::new(v[0], v[1], v[2], v[3]))
-                }
-                x if x == libc::NDA_LLADDR && v.len() == 6 => {
-                    mac = Some([v[0], v[1], v[2], v[3], v[4], v[5]])
-                }
-                _ => {}
-            }
-        }
-        if ip == Some(hop) {
-            return mac;
-        }
-    }
-    None
-}
+// Next-hop MACs: `super::neigh` (a resolver thread per engine; workers only read).
+pub(super) use super::neigh::resolve_next_hop;
 
 /// One afxdp worker: its sockets (one per RX queue it serves), the egress sockets, batches.
 struct XskPath {

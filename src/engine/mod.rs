@@ -21,6 +21,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod frames;
+pub mod neigh;
 pub mod nft;
 #[cfg(vgate_pfring)]
 pub mod pfring;
@@ -236,6 +237,35 @@ pub fn pin_worker(stats: &WorkerStats, cpu: Option<usize>) {
     stats.record_cpu(on, pinned && on == cpu);
 }
 
+/// Keeps the calling thread, and every thread it starts from now on (the main loop, the admin
+/// interface, signaling proxies and their sessions, edge legs), off the workers' CPUs: the
+/// data-path cores are left to the workers (and to the kernel's receive processing the NIC
+/// setup steers there), so a periodic control wake-up never preempts a worker or cools its
+/// caches. Workers pin themselves to their own CPU afterwards (an affinity mask inherited
+/// from the parent does not limit that). Returns the CPUs the control threads keep; `None`
+/// (and nothing changed) when no worker CPU is configured or the workers would leave none
+/// of the allowed CPUs over — then the control threads share the workers' CPUs as before.
+pub fn keep_off_worker_cpus(worker_cpus: &[usize]) -> Option<Vec<usize>> {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    if worker_cpus.is_empty() {
+        return None;
+    }
+    let current = sched_getaffinity(Pid::from_raw(0)).ok()?;
+    let rest: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| current.is_set(c).unwrap_or(false) && !worker_cpus.contains(&c))
+        .collect();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut set = CpuSet::new();
+    for &c in &rest {
+        set.set(c).ok()?;
+    }
+    sched_setaffinity(Pid::from_raw(0), &set).ok()?;
+    Some(rest)
+}
+
 pub fn pin_to(cpu: usize) -> bool {
     // Core ids come from the config, not from a list of "available" cores, which hides
     // isolated CPUs — exactly the ones an appliance reserves for its workers.
@@ -248,6 +278,49 @@ pub fn pin_to(cpu: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn affinity() -> Vec<usize> {
+        let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+        (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect()
+    }
+
+    #[test]
+    fn control_threads_leave_the_worker_cpus_to_the_workers() {
+        // In a thread of its own: the affinity is per thread, and inherited by its children.
+        std::thread::spawn(|| {
+            let before = affinity();
+            assert_eq!(keep_off_worker_cpus(&[]), None, "no worker CPUs: as is");
+            assert_eq!(
+                keep_off_worker_cpus(&before),
+                None,
+                "the workers would take every CPU: as is"
+            );
+            assert_eq!(affinity(), before);
+            if before.len() < 2 {
+                return; // nothing to split on a one-CPU allowance
+            }
+            let worker = before[before.len() - 1];
+            let rest = keep_off_worker_cpus(&[worker]).expect("confined");
+            assert_eq!(rest, before[..before.len() - 1]);
+            assert_eq!(affinity(), rest);
+            // A thread started now (an admin or signaling thread) inherits it…
+            let child = std::thread::spawn(affinity).join().unwrap();
+            assert_eq!(child, rest);
+            // …and a worker still pins itself to its own CPU.
+            let pinned = std::thread::spawn(move || {
+                let st = WorkerStats::new(0, Some(worker));
+                pin_worker(&st, Some(worker));
+                (affinity(), st.pinned())
+            })
+            .join()
+            .unwrap();
+            assert_eq!(pinned, (vec![worker], true));
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn a_failed_pin_reports_where_the_worker_really_runs() {

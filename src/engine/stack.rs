@@ -25,7 +25,7 @@ use super::{Engine, EngineError, EngineKind, Worker};
 use crate::channel::{inspect, Admitted};
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::logging::RateLimit;
-use crate::routes::{Channel, PortHooks, Routes};
+use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
 use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
@@ -135,14 +135,71 @@ struct LocalSocket {
     owned: bool,
     /// Last value of the socket's cumulative SO_RXQ_OVFL counter.
     overflow_seen: u32,
+    /// The route of this (ingress) port as last looked up, valid while the route tables'
+    /// generation is `route_gen`: a batch then costs no table lookup (hash, shard lock,
+    /// reference count).
+    route: Option<Arc<StreamRoute>>,
+    route_gen: u64,
 }
+
+impl LocalSocket {
+    fn new(sock: Arc<UdpSocket>, owned: bool) -> LocalSocket {
+        LocalSocket {
+            sock,
+            owned,
+            overflow_seen: 0,
+            route: None,
+            route_gen: u64::MAX,
+        }
+    }
+
+    /// The route of port `key` now: the kept one unless the tables changed since.
+    fn route(&mut self, routes: &Routes, key: Key) -> Option<&Arc<StreamRoute>> {
+        let generation = routes.generation();
+        if generation != self.route_gen {
+            self.route = routes.lookup(Channel::from_ingress(key.0), key.1);
+            self.route_gen = generation;
+        }
+        self.route.as_ref()
+    }
+}
+
+/// The worker's sockets by (domain, port): a multiplicative hash of the 17-bit key instead of
+/// SipHash (two lookups per batch; the keys are the gateway's own ports, not chosen by peers).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(17) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type Sockets = HashMap<Key, LocalSocket, std::hash::BuildHasherDefault<KeyHasher>>;
 
 static RECV_ERRORS: RateLimit = RateLimit::new(5000);
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
 /// One stack worker: the sockets it knows (those it reads, and every egress), its batches.
 struct StackPath {
-    local: HashMap<Key, LocalSocket>,
+    local: Sockets,
     rx: RecvBatch,
     tx: SendBatch,
     sel: Vec<u16>,
@@ -155,7 +212,7 @@ struct StackPath {
 impl StackPath {
     fn new(batch: usize, max_payload: usize, link: Option<(DomainId, LinkTx)>) -> StackPath {
         StackPath {
-            local: HashMap::new(),
+            local: Sockets::default(),
             rx: RecvBatch::new(batch, max_payload + 1),
             tx: SendBatch::new(batch),
             sel: Vec::with_capacity(batch),
@@ -205,14 +262,7 @@ impl Datapath for StackPath {
                         );
                     }
                 }
-                if let Some(old) = self.local.insert(
-                    key,
-                    LocalSocket {
-                        sock,
-                        owned,
-                        overflow_seen: 0,
-                    },
-                ) {
+                if let Some(old) = self.local.insert(key, LocalSocket::new(sock, owned)) {
                     if old.owned {
                         let _ = poller.delete(old.sock.as_fd());
                     }
@@ -265,8 +315,9 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
             ls.overflow_seen = total;
             tally.drops[DropReason::RxOverflow as usize] += u64::from(lost);
         }
-        // The batch came from one port, so it has one route: one lookup per batch.
-        let Some(route) = shell.routes.lookup(channel, key.1) else {
+        // The batch came from one port, so it has one route (kept between batches while the
+        // tables do not change).
+        let Some(route) = ls.route(&shell.routes, key).cloned() else {
             tally.rx_packets = n as u64;
             tally.rx_bytes = (0..n).map(|i| rx.payload(i).len() as u64).sum();
             tally.drops[DropReason::NoRoute as usize] += n as u64;

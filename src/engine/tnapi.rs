@@ -1,5 +1,6 @@
-//! The `afpacket` engine: mode `tnapi` without PF_RING. One AF_PACKET TPACKET_V3 ring per RX
-//! queue of each domain interface, one pinned worker per queue index.
+//! The `afpacket` engine: mode `tnapi` without PF_RING. One AF_PACKET ring (TPACKET_V2 by
+//! default, V3 with `[engine.tnapi] ring = "v3"`) per RX queue of each domain interface, one
+//! pinned worker per queue index.
 //!
 //! Owns: the rings (opened at build time, so a mode that cannot run fails before anything
 //! else starts), the nftables table that keeps the kernel from also handling captured media,
@@ -14,6 +15,19 @@
 //! gateway's address and media port range of the domain(s) the interface faces. Worker *q*
 //! reads ring *q* of every interface (two domains on one interface, e.g. `lo`, share one set
 //! of rings; a packet's channel comes from its destination address and port range).
+//!
+//! # Ring version (`engine.tnapi.ring`)
+//!
+//! - `v2` (default): fixed 2 KiB frames (for 1500-byte MTUs), each visible to the worker as
+//!   soon as the kernel wrote it. A wakeup takes every ready frame (up to a round's
+//!   [`Geometry::budget`]), so batches grow with the load and nothing waits for a timer.
+//! - `v3`: 4 KiB blocks of two full-size frames, handed over when full or after the kernel's
+//!   1 ms block timer ([`BLOCK_TIMEOUT_MS`]): at moderate load a packet waits for the next
+//!   one to fill its block, at a trickle for the timer (p50 180 µs against stack's 74 µs at
+//!   20 streams, docs/bench-relay.md).
+//!
+//! In both, a "block" of the round is a V3 block or one V2 frame
+//! ([`super::afpacket::Blocks`]); everything after the ring is the same.
 //!
 //! # Per packet
 //!
@@ -30,7 +44,8 @@
 //! - `packet`: per egress interface, one packet socket with `PACKET_QDISC_BYPASS`; vgate
 //!   builds Ethernet/IPv4/UDP headers in front of the ring's payload (source: the gateway's
 //!   address and the route's egress port, TTL 64, DF; next-hop MAC from the kernel's route
-//!   and neighbour tables over netlink, as zc's AF_XDP TX does, refreshed every 5 s) and a
+//!   and neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and
+//!   looked up by the worker without a system call, as zc's AF_XDP TX does) and a
 //!   `virtio_net_hdr` (`PACKET_VNET_HDR`) that leaves the UDP checksum to the device, or to
 //!   the kernel just before the driver — what the kernel's own UDP sockets do. The whole
 //!   round leaves with one `sendmmsg` per egress interface, whatever the routes (more only
@@ -64,26 +79,24 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use super::afpacket::{AfPacketError, Blocks, DstMatch, PacketRing, RingParams};
-use super::afxdp::Neighbours;
+use super::afpacket::{AfPacketError, Blocks, DstMatch, PacketRing, RingParams, RingVersion};
 use super::frames::{account, classify, drop_frame, wire_reason, Parked, Run, Targets};
+use super::neigh::{NeighResolver, Neighbours};
 use super::nft::{DropRule, MediaDropTable, NftError};
 use super::ports::{Cmd, PortRegistry};
 use super::sys::afpacket as psys;
 use super::sys::afxdp as xsys;
-use super::sys::mmsg::{
-    FrameBatch, FrameScope, FrameStatus, SliceBatch, SliceScope, FRAME_HDR_ROOM,
-};
+use super::sys::mmsg::{FrameBatch, FrameScope, FrameStatus, SliceBatch, SliceScope};
 use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
-use crate::config::{Config, DomainId, EngineConfig};
+use crate::config::{Config, DomainId, EngineConfig, TnapiRing};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
 use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{checksum, parse_udp4, Ipv4Packet};
+use crate::wire::{parse_udp4, FrameEnds};
 
 /// Ring memory per ring: 24 MiB, to ride out a worker that the kernel's own receive work
 /// (or anything else) keeps off its CPU for a while: in 4 KiB blocks of two full-size media
@@ -96,16 +109,47 @@ pub const BLOCK_TIMEOUT_MS: u32 = 1;
 /// starve the other.
 pub const ROUND_BYTES: u32 = 256 << 10;
 
-/// How the ring is cut into blocks for datagrams of up to `max_payload` bytes.
+/// How the ring is cut into blocks (V2: frames) for datagrams of up to `max_payload` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    pub version: RingVersion,
     pub block_size: u32,
     pub block_count: u32,
-    /// Blocks taken from one ring per round.
+    /// V2: the slot of one packet. V3: the kernel's accounting unit only.
+    pub frame_size: u32,
+    /// Blocks (V2: frames) taken from one ring per round.
     pub budget: usize,
 }
 
 impl Geometry {
+    /// The geometry of a ring of version `ring`.
+    pub fn for_ring(ring: TnapiRing, max_payload: usize) -> Geometry {
+        match ring {
+            TnapiRing::V3 => Geometry::for_payload(max_payload),
+            TnapiRing::V2 => Geometry::v2_for_payload(max_payload),
+        }
+    }
+
+    /// A V2 ring: frames of the smallest power of two that holds the largest frame the
+    /// gateway takes (2 KiB for a 1472-byte payload), blocks of a page or one frame, the
+    /// same ring memory and round size as V3.
+    pub fn v2_for_payload(max_payload: usize) -> Geometry {
+        // Per frame: TPACKET2 header + sockaddr_ll (TPACKET2_HDRLEN), the kernel's 16-byte
+        // MAC headroom, Ethernet with a VLAN tag, IPv4 with options, UDP, the payload and
+        // one byte to see truncation.
+        let frame = (libc::TPACKET2_HDRLEN + 16 + 18 + 60 + 8 + max_payload + 1 + 15) & !15;
+        let frame = frame.next_power_of_two() as u32;
+        let page = super::sys::afpacket::page_size().max(4096) as u32;
+        let block = frame.max(page);
+        Geometry {
+            version: RingVersion::V2,
+            block_size: block,
+            block_count: (RING_BYTES / block).max(2),
+            frame_size: frame,
+            budget: (ROUND_BYTES / frame).max(8) as usize,
+        }
+    }
+
     /// The smallest block (a power of two, at least a page) that holds two of the largest
     /// frames the gateway takes. The kernel hands a block over when it is full or after
     /// [`BLOCK_TIMEOUT_MS`], so small blocks bound the added latency at moderate load: at 20
@@ -120,8 +164,10 @@ impl Geometry {
         let page = super::sys::afpacket::page_size().max(4096);
         let block = (64 + 2 * frame).next_power_of_two().max(page) as u32;
         Geometry {
+            version: RingVersion::V3,
             block_size: block,
             block_count: (RING_BYTES / block).max(2),
+            frame_size: RingParams::default().frame_size.min(block),
             budget: (ROUND_BYTES / block).max(8) as usize,
         }
     }
@@ -245,7 +291,7 @@ impl AfpacketEngine {
             (cfg.domains[0].address, cfg.domains[0].media_ports),
             (cfg.domains[1].address, cfg.domains[1].media_ports),
         ];
-        let geometry = Geometry::for_payload(cfg.engine.max_payload);
+        let geometry = Geometry::for_ring(cfg.engine.tnapi_ring, cfg.engine.max_payload);
         let mut rings: Vec<Vec<PacketRing>> = (0..queues).map(|_| Vec::new()).collect();
         for iface in &mut ifaces {
             iface.rx_queues = PacketRing::rx_queues(&iface.name).map_err(unavailable)?;
@@ -258,8 +304,10 @@ impl AfpacketEngine {
                 });
             }
             let params = RingParams {
+                version: geometry.version,
                 block_size: geometry.block_size,
                 block_count: geometry.block_count,
+                frame_size: geometry.frame_size,
                 block_timeout_ms: BLOCK_TIMEOUT_MS,
                 filter: iface
                     .domains
@@ -272,7 +320,6 @@ impl AfpacketEngine {
                         }
                     })
                     .collect(),
-                ..RingParams::default()
             };
             let opened = PacketRing::open_queues(&iface.name, None, queues as u16, &params)
                 .map_err(unavailable)?;
@@ -379,12 +426,22 @@ impl Engine for AfpacketEngine {
                 format!("w{w} ring {w} ({}) on {cpu}", rxqs.join(" "))
             })
             .collect();
-        let geometry = Geometry::for_payload(self.cfg.max_payload);
+        let g = Geometry::for_ring(self.cfg.tnapi_ring, self.cfg.max_payload);
+        let ring = match g.version {
+            RingVersion::V3 => format!(
+                "TPACKET_V3, {} x {} KiB blocks, {} ms block timeout",
+                g.block_count,
+                g.block_size / 1024,
+                BLOCK_TIMEOUT_MS
+            ),
+            RingVersion::V2 => format!(
+                "TPACKET_V2, {} x {} KiB frames, each handed over when written",
+                g.block_size / g.frame_size * g.block_count,
+                g.frame_size / 1024
+            ),
+        };
         format!(
-            "mode tnapi, engine afpacket (AF_PACKET TPACKET_V3, fanout QM, {} x {} KiB blocks, {} ms block timeout; egress {}); interfaces: {}; {} queue(s), workers: {}; nft table inet {} drops captured media before routing",
-            geometry.block_count,
-            geometry.block_size / 1024,
-            BLOCK_TIMEOUT_MS,
+            "mode tnapi, engine afpacket (AF_PACKET {ring}, fanout QM; egress {}); interfaces: {}; {} queue(s), workers: {}; nft table inet {} drops captured media before routing",
             self.tx_describe(),
             ifaces.join(", "),
             q,
@@ -439,12 +496,24 @@ impl Engine for AfpacketEngine {
             )?),
             None => None,
         };
-        let budget = Geometry::for_payload(max_payload).budget;
+        let budget = Geometry::for_ring(self.cfg.tnapi_ring, max_payload).budget;
         let tx_ifaces = self.tx_ifaces.clone();
+        // Next hops for the packet-socket transmit, resolved off the workers.
+        let resolver = if tx_ifaces.iter().any(Option::is_some) {
+            Some(
+                NeighResolver::start(Arc::clone(&stop)).map_err(|source| EngineError::Io {
+                    what: "starting the neighbour resolver thread".into(),
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
             let link = links.as_mut().and_then(|l| l.sender(q, batch));
             let tx_ifaces = tx_ifaces.clone();
+            let neigh = resolver.as_ref().map(NeighResolver::handle);
             move |shell: &Shell| {
                 let ptx: [Option<PacketTx>; 2] = std::array::from_fn(|i| {
                     let t = tx_ifaces[i].as_ref()?;
@@ -462,7 +531,7 @@ impl Engine for AfpacketEngine {
                     local: EgressSockets::new(),
                     tx: SliceBatch::new(batch),
                     ptx,
-                    neigh: Neighbours::default(),
+                    neigh,
                     pending: Vec::with_capacity(TX_FRAMES),
                     ident: 1,
                     targets,
@@ -519,7 +588,8 @@ struct RingPath {
     tx: SliceBatch,
     /// Per egress domain: its packet socket, when frames are built by vgate.
     ptx: [Option<PacketTx>; 2],
-    neigh: Neighbours,
+    /// Next hops (when some egress interface takes frames built by vgate).
+    neigh: Option<Neighbours>,
     /// The runs of one round, closed once the round's frames are sent.
     pending: Vec<Parked>,
     /// IPv4 identification of the next frame built here.
@@ -666,7 +736,7 @@ impl Round<'_> {
         blocks: &'b Blocks<'_>,
         tx: &mut SliceBatch,
         ptx: &mut [Option<PacketTx>; 2],
-        neigh: &mut Neighbours,
+        neigh: &mut Option<Neighbours>,
         pending: &mut Vec<Parked>,
         ident: &mut u16,
         mut link: Option<&mut (DomainId, LinkTx)>,
@@ -727,7 +797,8 @@ impl Round<'_> {
                     continue;
                 }
                 if let Some(o) = outs[channel.egress().index()].as_mut() {
-                    let mac = *hop.get_or_insert_with(|| neigh.get(*dest.ip(), o.ifindex, now));
+                    let mac =
+                        *hop.get_or_insert_with(|| neigh.as_mut()?.get(*dest.ip(), o.ifindex, now));
                     if let (Some(mac), true) = (mac, d.payload.len() <= o.max_udp) {
                         if o.scope.is_full() {
                             o.flush(pending, Some(&mut r.tally));
@@ -818,10 +889,16 @@ impl<'s, 'p> Out<'s, 'p> {
         id: u16,
         run: usize,
     ) {
-        let (src, mac) = (self.src, self.mac);
-        if self.scope.push(payload, |h| {
-            write_headers(h, hop, mac, src, sport, dest, id, payload.len())
-        }) {
+        let ends = FrameEnds {
+            dst_mac: hop,
+            src_mac: self.mac,
+            src: SocketAddrV4::new(self.src, sport),
+            dst: dest,
+        };
+        if self
+            .scope
+            .push(payload, |h| ends.write_vnet(h, id, payload.len()))
+        {
             self.owner.push((run as u32, payload.len() as u32));
         }
     }
@@ -864,61 +941,6 @@ impl<'s, 'p> Out<'s, 'p> {
     }
 }
 
-/// Bytes [`write_headers`] puts before a payload: `virtio_net_hdr`, Ethernet, IPv4, UDP.
-const FRAME_HEADERS: usize = 10 + 14 + 20 + 8;
-
-/// Writes the headers of a frame carrying `payload_len` bytes from `src:sport` (Ethernet
-/// `mac`) to `dest` through next hop `hop`; returns their length. The UDP checksum is left to
-/// the device, or to the kernel just before the driver, as for the kernel's own UDP sockets:
-/// the `virtio_net_hdr` asks for it and the field holds the pseudo-header sum.
-#[allow(clippy::too_many_arguments)]
-fn write_headers(
-    h: &mut [u8; FRAME_HDR_ROOM],
-    hop: [u8; 6],
-    mac: [u8; 6],
-    src: Ipv4Addr,
-    sport: u16,
-    dest: SocketAddrV4,
-    id: u16,
-    payload_len: usize,
-) -> usize {
-    const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
-    const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
-    // struct virtio_net_hdr (legacy, native byte order): flags, gso_type, hdr_len,
-    // gso_size, csum_start, csum_offset (both from the Ethernet header on).
-    h[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
-    h[1] = VIRTIO_NET_HDR_GSO_NONE;
-    h[2..4].copy_from_slice(&42u16.to_ne_bytes());
-    h[4..6].copy_from_slice(&0u16.to_ne_bytes());
-    h[6..8].copy_from_slice(&34u16.to_ne_bytes());
-    h[8..10].copy_from_slice(&6u16.to_ne_bytes());
-    let e = &mut h[10..FRAME_HEADERS];
-    e[0..6].copy_from_slice(&hop);
-    e[6..12].copy_from_slice(&mac);
-    e[12..14].copy_from_slice(&[0x08, 0x00]);
-    let udp_len = (8 + payload_len) as u16;
-    let ip_len = 20 + udp_len;
-    e[14..34].copy_from_slice(&[
-        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    ]);
-    e[16..18].copy_from_slice(&ip_len.to_be_bytes());
-    e[18..20].copy_from_slice(&id.to_be_bytes());
-    e[26..30].copy_from_slice(&src.octets());
-    e[30..34].copy_from_slice(&dest.ip().octets());
-    Ipv4Packet::new_unchecked(&mut e[14..34]).fill_checksum();
-    e[34..36].copy_from_slice(&sport.to_be_bytes());
-    e[36..38].copy_from_slice(&dest.port().to_be_bytes());
-    e[38..40].copy_from_slice(&udp_len.to_be_bytes());
-    let mut pseudo = [0u8; 12];
-    pseudo[0..4].copy_from_slice(&src.octets());
-    pseudo[4..8].copy_from_slice(&dest.ip().octets());
-    pseudo[9] = 17;
-    pseudo[10..12].copy_from_slice(&udp_len.to_be_bytes());
-    let folded = !checksum::finish(checksum::sum(&pseudo));
-    e[40..42].copy_from_slice(&folded.to_be_bytes());
-    FRAME_HEADERS
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -926,50 +948,29 @@ mod tests {
     #[test]
     fn blocks_hold_two_of_the_largest_frames_and_the_ring_keeps_its_size() {
         for (payload, block) in [(1472, 4096), (64, 4096), (2000, 8192), (9000, 32768)] {
-            let g = Geometry::for_payload(payload);
+            let g = Geometry::for_ring(TnapiRing::V3, payload);
+            assert_eq!(g.version, RingVersion::V3);
             assert_eq!(g.block_size, block, "max_payload {payload}");
             assert!(64 + 2 * (payload + 100) <= g.block_size as usize);
             assert_eq!(g.block_size * g.block_count, RING_BYTES);
             assert_eq!(g.budget * g.block_size as usize, ROUND_BYTES as usize);
+            assert_eq!(g.block_size % g.frame_size, 0);
         }
     }
 
     #[test]
-    fn built_headers_make_a_valid_datagram_once_the_device_sums_it() {
-        let payload: Vec<u8> = (0..1317u32).map(|i| (i * 7) as u8).collect();
-        let (src, dest) = (
-            Ipv4Addr::new(10, 201, 2, 1),
-            SocketAddrV4::new(Ipv4Addr::new(10, 201, 2, 2), 40001),
-        );
-        let mut h = [0u8; FRAME_HDR_ROOM];
-        let n = write_headers(
-            &mut h,
-            [2, 0, 0, 0, 0, 9],
-            [2, 0, 0, 0, 0, 1],
-            src,
-            30001,
-            dest,
-            77,
-            payload.len(),
-        );
-        assert_eq!(n, FRAME_HEADERS);
-        let mut frame = h[10..n].to_vec();
-        frame.extend_from_slice(&payload);
-        // What the device does for VIRTIO_NET_HDR_F_NEEDS_CSUM: sum from csum_start to the
-        // end (the field holds the pseudo-header sum) and store the complement at
-        // csum_start + csum_offset.
-        let start = usize::from(u16::from_ne_bytes([h[6], h[7]]));
-        let at = start + usize::from(u16::from_ne_bytes([h[8], h[9]]));
-        assert_eq!((h[0], start, at), (1, 34, 40));
-        let c = checksum::finish(checksum::sum(&frame[start..]));
-        frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
-        let d = parse_udp4(&frame).expect("a well-formed IPv4/UDP frame");
-        assert!(d.checksums_ok(false), "IPv4 and UDP checksums hold");
-        assert_eq!((d.src_addr, d.src_port), (src, 30001));
-        assert_eq!((d.dst_addr, d.dst_port), (*dest.ip(), 40001));
-        assert_eq!(d.payload, &payload[..]);
-        assert_eq!(&frame[0..6], &[2, 0, 0, 0, 0, 9]);
-        assert_eq!(&frame[6..12], &[2, 0, 0, 0, 0, 1]);
+    fn v2_frames_hold_the_largest_frame_and_the_ring_keeps_its_size() {
+        for (payload, frame) in [(1472, 2048), (64, 256), (2000, 4096), (9000, 16384)] {
+            let g = Geometry::for_ring(TnapiRing::V2, payload);
+            assert_eq!(g.version, RingVersion::V2);
+            assert_eq!(g.frame_size, frame, "max_payload {payload}");
+            // Header, headroom, Ethernet + VLAN, IPv4 with options, UDP, payload.
+            assert!(libc::TPACKET2_HDRLEN + 16 + 18 + 60 + 8 + payload < frame as usize);
+            assert_eq!(g.block_size % g.frame_size, 0);
+            assert_eq!(g.block_size % 4096, 0);
+            assert_eq!(g.block_size * g.block_count, RING_BYTES);
+            assert_eq!(g.budget * g.frame_size as usize, ROUND_BYTES as usize);
+        }
     }
 
     #[test]

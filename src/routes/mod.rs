@@ -157,6 +157,9 @@ struct Inner {
 /// The gateway's route state. Cheap to share (`Arc<Routes>`).
 pub struct Routes {
     tables: [DashMap<u16, Arc<StreamRoute>>; 2],
+    /// Bumped after every change to the stream tables: a worker that keeps the route of a
+    /// socket between batches ([`Routes::generation`]) looks it up again when this moved.
+    generation: AtomicU64,
     signaling: Vec<SignalingRoute>,
     domains: [Domain; 2],
     inner: Mutex<Inner>,
@@ -185,6 +188,7 @@ impl Routes {
     pub fn new(cfg: &Config, hooks: Arc<dyn PortHooks>) -> Routes {
         Routes {
             tables: [DashMap::new(), DashMap::new()],
+            generation: AtomicU64::new(0),
             signaling: cfg.signaling.clone(),
             domains: cfg.domains.clone(),
             inner: Mutex::new(Inner {
@@ -289,6 +293,19 @@ impl Routes {
         self.tables[channel.index()]
             .get(&port)
             .map(|r| Arc::clone(r.value()))
+    }
+
+    /// Changes with every route added or removed (never goes back). A data path may keep the
+    /// result of [`Routes::lookup`] for as long as this has not moved: a route removed is then
+    /// not used for a batch that starts after `remove_route` or `close_session` returned, as
+    /// with a lookup per batch.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// The stream table of one channel, for engines that look up per packet without
@@ -458,6 +475,7 @@ impl Routes {
         }
         let route = Arc::new(route);
         table.insert(route.port, Arc::clone(&route));
+        self.changed();
         s.routes.push((channel, route.port));
         self.hooks.route_added(&route);
         tracing::info!(
@@ -485,6 +503,7 @@ impl Routes {
         let (_, route) = self.tables[channel.index()]
             .remove(&port)
             .ok_or(RouteError::NoRoute { channel, port })?;
+        self.changed();
         self.hooks.route_removed(&route);
         self.retire(&route);
         if let Some(s) = inner.sessions.get_mut(&route.session) {
@@ -532,6 +551,7 @@ impl Routes {
         let mut routes = Vec::new();
         for &(channel, port) in &session.routes {
             if let Some((_, r)) = self.tables[channel.index()].remove(&port) {
+                self.changed();
                 self.hooks.route_removed(&r);
                 self.retire(&r);
                 routes.push((Arc::clone(&r.label), channel, port, r.stats.snapshot()));

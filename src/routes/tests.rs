@@ -124,6 +124,35 @@ fn duplicate_route_wrong_domain_and_strict_are_refused() {
 }
 
 #[test]
+fn the_generation_moves_with_every_route_change_and_only_then() {
+    // A data path keeps a port's route while the generation stays: it must move on every
+    // add and remove (also a session's close), and not on anything else.
+    let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
+    let g0 = routes.generation();
+    let s = routes.open_session(SessionKind::Admin, "x");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    assert_eq!(routes.generation(), g0, "sessions and ports are not routes");
+    routes.add_route(s, spec(a, b)).unwrap();
+    let g1 = routes.generation();
+    assert_ne!(g1, g0);
+    assert!(routes.add_route(s, spec(a, b)).is_err());
+    assert_eq!(routes.generation(), g1, "a refused add changes nothing");
+    routes.remove_route(Channel::Forward, a).unwrap();
+    let g2 = routes.generation();
+    assert_ne!(g2, g1);
+    routes.add_route(s, spec(a, b)).unwrap();
+    let g3 = routes.generation();
+    assert_ne!(g3, g2);
+    routes.close_session(s).unwrap();
+    assert_ne!(
+        routes.generation(),
+        g3,
+        "closing a session removes its routes"
+    );
+}
+
+#[test]
 fn remove_route_keeps_ports_until_session_ends() {
     let routes = Routes::new(&cfg(""), Arc::new(NoHooks));
     let s = routes.open_session(SessionKind::Admin, "x");

@@ -12,15 +12,19 @@
 //!   (`SO_BINDTODEVICE`), `sendmmsg`; the peer's MAC from the config is installed as a
 //!   *permanent* neighbour entry, so the kernel never sends an ARP request on the link.
 //! - `tnapi`: one AF_PACKET socket bound to the link interface (protocol 0: it receives
-//!   nothing) with `PACKET_QDISC_BYPASS`. The encoder's slots have [`HEADROOM`] in front
-//!   of each frame, where the Ethernet (peer MAC from the config, our MAC read from the
-//!   interface), IPv4 and UDP headers and both checksums are written in place; the wakeup's
-//!   frames go out with one `sendmmsg` of whole Ethernet frames. No kernel route, neighbour
-//!   or qdisc is involved. (A `PACKET_TX_RING` would save the `sendmmsg` but not a copy of
+//!   nothing) with `PACKET_QDISC_BYPASS` and `PACKET_VNET_HDR`, opened as mode tnapi opens
+//!   its own ([`psys::packet_tx_socket`]). Per frame, a `virtio_net_hdr`, the Ethernet
+//!   (peer MAC from the config, our MAC read from the interface), IPv4 and UDP headers are
+//!   written by the one frame writer ([`FrameEnds::write_vnet`], shared with mode tnapi) in
+//!   a header buffer of a [`FrameBatch`], the link frame follows from the encoder's slot
+//!   (no copy), and the UDP checksum is left to the device or to the kernel just before the
+//!   driver; the wakeup's frames go out with one `sendmmsg`. No kernel route, neighbour or
+//!   qdisc is involved. (A `PACKET_TX_RING` would save the `sendmmsg` but not a copy of
 //!   each frame, into the ring instead of an skb; not built — see `docs/split.md`.)
 //! - `zc`: one AF_XDP socket per worker on the link interface, queue = lane (copy mode
 //!   where the driver has no zero-copy, e.g. veth), no XDP program (TX only): each frame is
-//!   built in a UMEM chunk (headers as above, then the link frame) and the TX ring is kicked
+//!   built in a UMEM chunk (the same headers with the UDP checksum computed here, then the
+//!   link frame) and the TX ring is kicked
 //!   once per wakeup. The interface needs a TX queue per engine worker.
 //!
 //! `VGATE_LINK_TX=udp` in the environment sends the link with the UDP socket in every mode
@@ -67,13 +71,13 @@ use crate::engine::frames::account;
 use crate::engine::ports::{Cmd, PortRegistry};
 use crate::engine::sys::afpacket as psys;
 use crate::engine::sys::afxdp::{self as xsys, BindMode, Xsk, XskParams};
-use crate::engine::sys::mmsg::{RecvBatch, SendOutcome, SliceBatch};
+use crate::engine::sys::mmsg::{FrameBatch, RecvBatch, SendOutcome, SliceBatch};
 use crate::engine::worker::{apply_egress, spawn, Datapath, EgressSockets, Poller, Shell};
 use crate::engine::{EngineError, EngineKind, Worker};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
-use crate::wire::write_udp4_frame;
+use crate::wire::{FrameEnds, UdpChecksum};
 
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
 /// goes quiet, so the tail of a burst is protected without waiting for more traffic.
@@ -496,41 +500,53 @@ pub fn open_incoming(cfg: &LinkConfig) -> Result<UdpSocket, EngineError> {
 static LINK_SEND_ERRORS: RateLimit = RateLimit::new(5000);
 
 /// The Ethernet, IPv4 and UDP headers of every frame on the outgoing link (engine-family
-/// sends): fixed but for the lengths, the IPv4 identification and the checksums.
+/// sends): fixed but for the lengths, the IPv4 identification and the checksums. Written by
+/// the one frame writer of frames vgate builds ([`FrameEnds`]).
 #[derive(Clone, Copy, Debug)]
 pub struct WireHeader {
-    pub dst_mac: [u8; 6],
-    pub src_mac: [u8; 6],
-    pub src: SocketAddrV4,
-    pub dst: SocketAddrV4,
+    pub ends: FrameEnds,
+    /// The link interface's index (frames for a packet socket name it).
+    pub ifindex: u32,
     ident: u16,
 }
 
 impl WireHeader {
-    pub fn new(src_mac: [u8; 6], dst_mac: [u8; 6], src: SocketAddrV4, dst: SocketAddrV4) -> Self {
+    pub fn new(
+        src_mac: [u8; 6],
+        dst_mac: [u8; 6],
+        src: SocketAddrV4,
+        dst: SocketAddrV4,
+        ifindex: u32,
+    ) -> Self {
         WireHeader {
-            dst_mac,
-            src_mac,
-            src,
-            dst,
+            ends: FrameEnds {
+                dst_mac,
+                src_mac,
+                src,
+                dst,
+            },
+            ifindex,
             ident: 0,
         }
     }
 
     /// Writes the headers into the first [`HEADROOM`] bytes of `buf`, whose rest is the link
-    /// frame (the UDP payload), with both checksums. `buf` is at most
-    /// `HEADROOM + FRAME_CAP` long (the encoder's slots are).
+    /// frame (the UDP payload), with both checksums (AF_XDP: nothing fills them later).
+    /// `buf` is at most `HEADROOM + FRAME_CAP` long (the encoder's slots are).
     pub fn write(&mut self, buf: &mut [u8]) {
         debug_assert!(buf.len() >= HEADROOM && buf.len() <= HEADROOM + FRAME_CAP);
-        write_udp4_frame(
-            buf,
-            self.dst_mac,
-            self.src_mac,
-            self.src,
-            self.dst,
-            self.ident,
-        );
+        let (h, payload) = buf.split_at_mut(HEADROOM);
+        self.ends.write(h, self.ident, UdpChecksum::Full(payload));
         self.ident = self.ident.wrapping_add(1);
+    }
+
+    /// For the packet socket (`PACKET_VNET_HDR`): a `virtio_net_hdr` asking for the UDP
+    /// checksum and the headers of a link frame of `len` bytes that follows in the same
+    /// message; returns the bytes written.
+    pub fn write_vnet(&mut self, h: &mut [u8], len: usize) -> usize {
+        let n = self.ends.write_vnet(h, self.ident, len);
+        self.ident = self.ident.wrapping_add(1);
+        n
     }
 }
 
@@ -538,10 +554,20 @@ impl WireHeader {
 enum Wire {
     /// The shared UDP socket (`sendmmsg` to the peer).
     Udp(Arc<UdpSocket>),
-    /// The shared AF_PACKET socket: whole frames, headers written in the slots' headroom.
-    Packet(Arc<OwnedFd>, WireHeader),
+    /// The shared AF_PACKET socket: per frame, headers written in a buffer of this worker's
+    /// batch, the link frame borrowed from the encoder.
+    Packet(Arc<OwnedFd>, WireHeader, Box<FrameBatch>),
     /// This worker's AF_XDP socket on the link interface.
     Xdp(Box<Xsk>, WireHeader),
+}
+
+impl Wire {
+    /// The packet-socket wire with room for `batch` frames per `sendmmsg` (a flush of more
+    /// sends several).
+    fn packet(fd: Arc<OwnedFd>, hdr: WireHeader, batch: usize) -> Wire {
+        let frames = Box::new(FrameBatch::new(batch.max(1), hdr.ifindex));
+        Wire::Packet(fd, hdr, frames)
+    }
 }
 
 /// Sums of the send outcomes of one flush.
@@ -648,16 +674,17 @@ impl LinkTx {
                 }
                 sent.add(&scope.send(sock.as_fd(), self.peer), 0);
             }
-            Wire::Packet(fd, hdr) => {
-                self.enc.fill_headroom(|b| hdr.write(b));
-                let mut scope = self.batch.scope();
-                for f in self.enc.ready_wire() {
-                    if !scope.push(f) {
-                        sent.add(&scope.send_bound(fd.as_fd()), HEADROOM);
-                        scope.push(f);
+            Wire::Packet(fd, hdr, frames) => {
+                let mut scope = frames.scope();
+                for f in self.enc.ready() {
+                    if scope.is_full() {
+                        sent.add(&scope.send(fd.as_fd()), 0);
                     }
+                    scope.push(f, |h| hdr.write_vnet(h, f.len()));
                 }
-                sent.add(&scope.send_bound(fd.as_fd()), HEADROOM);
+                if !scope.is_empty() {
+                    sent.add(&scope.send(fd.as_fd()), 0);
+                }
             }
             Wire::Xdp(xsk, hdr) => {
                 for f in self.enc.ready() {
@@ -782,32 +809,25 @@ fn link_interface(cfg: &LinkConfig) -> Result<(u32, [u8; 6]), EngineError> {
 
 /// The headers of the outgoing link's frames: our MAC read from the interface, the peer's
 /// from the config (check-config requires it on an outgoing link).
-fn wire_header(cfg: &LinkConfig, mac: [u8; 6]) -> Result<WireHeader, EngineError> {
+fn wire_header(cfg: &LinkConfig, index: u32, mac: [u8; 6]) -> Result<WireHeader, EngineError> {
     let peer_mac = cfg.peer_mac.ok_or_else(|| EngineError::Io {
         what: "outgoing link: split.out_link.peer_mac is required to send frames".into(),
         source: io::Error::from_raw_os_error(libc::EINVAL),
     })?;
-    Ok(WireHeader::new(mac, peer_mac, cfg.local, cfg.peer))
+    Ok(WireHeader::new(mac, peer_mac, cfg.local, cfg.peer, index))
 }
 
-/// The AF_PACKET socket of the outgoing link: bound to the interface with protocol 0 (it
-/// receives nothing), the qdisc bypassed (frames go straight to the driver).
+/// The AF_PACKET socket of the outgoing link, opened as mode tnapi opens its own
+/// ([`psys::packet_tx_socket`]): bound to the interface with protocol 0 (it receives
+/// nothing), the qdisc bypassed (frames go straight to the driver), `PACKET_VNET_HDR` (the
+/// UDP checksum left to the device or the kernel), a 4 MiB send buffer.
 fn open_packet(cfg: &LinkConfig) -> Result<OutLink, EngineError> {
     let (index, mac) = link_interface(cfg)?;
-    let what = |s: &str| format!("outgoing link (AF_PACKET on {}): {s}", cfg.interface);
-    let fd = psys::packet_socket().map_err(io_err(what(
-        "cannot open a packet socket (vgate needs CAP_NET_RAW)",
+    let fd = psys::packet_tx_socket(index).map_err(io_err(format!(
+        "outgoing link (AF_PACKET on {}): cannot open the packet socket (vgate needs CAP_NET_RAW; PACKET_QDISC_BYPASS needs Linux 3.14, PACKET_VNET_HDR 3.0)",
+        cfg.interface
     )))?;
-    psys::bind_ll(fd.as_fd(), index, 0).map_err(io_err(what("bind")))?;
-    psys::set_opt(
-        fd.as_fd(),
-        libc::SOL_PACKET,
-        libc::PACKET_QDISC_BYPASS,
-        &1 as &libc::c_int,
-    )
-    .map_err(io_err(what("PACKET_QDISC_BYPASS")))?;
-    let _ = setsockopt(&fd, sockopt::SndBuf, &(4usize << 20));
-    Ok(OutLink::Packet(Arc::new(fd), wire_header(cfg, mac)?))
+    Ok(OutLink::Packet(Arc::new(fd), wire_header(cfg, index, mac)?))
 }
 
 /// UMEM of an outgoing link's AF_XDP socket: 512 chunks, 256 for the (unused) fill ring and
@@ -835,7 +855,7 @@ fn open_xdp(cfg: &LinkConfig, lanes: usize) -> Result<OutLink, EngineError> {
             })?;
         socks.push(Some(x));
     }
-    Ok(OutLink::Xdp(socks, wire_header(cfg, mac)?))
+    Ok(OutLink::Xdp(socks, wire_header(cfg, index, mac)?))
 }
 
 /// A half's links as an engine starts them: the sockets, one [`LinkTx`] per worker, the
@@ -882,7 +902,7 @@ impl HalfLinks {
     pub fn sender(&mut self, lane: usize, batch: usize) -> Option<(DomainId, LinkTx)> {
         let wire = match &mut self.out {
             OutLink::Udp(s) => Wire::Udp(Arc::clone(s)),
-            OutLink::Packet(fd, hdr) => Wire::Packet(Arc::clone(fd), *hdr),
+            OutLink::Packet(fd, hdr) => Wire::packet(Arc::clone(fd), *hdr, batch),
             OutLink::Xdp(socks, hdr) => Wire::Xdp(Box::new(socks.get_mut(lane)?.take()?), *hdr),
         };
         Some((
@@ -906,9 +926,9 @@ impl HalfLinks {
     pub fn edge_sender(&self) -> Result<LinkTx, EngineError> {
         let wire = match &self.out {
             OutLink::Udp(s) => Wire::Udp(Arc::clone(s)),
-            OutLink::Packet(fd, hdr) => Wire::Packet(Arc::clone(fd), *hdr),
+            OutLink::Packet(fd, hdr) => Wire::packet(Arc::clone(fd), *hdr, EDGE_BATCH),
             OutLink::Xdp(..) => match open_packet(&self.cfg.out_link)? {
-                OutLink::Packet(fd, hdr) => Wire::Packet(fd, hdr),
+                OutLink::Packet(fd, hdr) => Wire::packet(fd, hdr, EDGE_BATCH),
                 _ => unreachable!("open_packet opens a packet socket"),
             },
         };
@@ -1326,14 +1346,17 @@ mod tests {
     use crate::split::fec::Encoder;
     use crate::wire::parse_udp4;
 
-    /// Frames built in the encoder's headroom are valid Ethernet/IPv4/UDP datagrams from our
-    /// link address to the peer's, carrying exactly the link frame, checksums right.
+    /// Frames built in the encoder's headroom (AF_XDP) are valid Ethernet/IPv4/UDP datagrams
+    /// from our link address to the peer's, carrying exactly the link frame, checksums
+    /// right; the packet socket's frames (`virtio_net_hdr` + the same headers, checksum left
+    /// to the device) are the same bytes once the device has summed them.
     #[test]
-    fn frames_built_in_the_headroom_are_valid_udp() {
+    fn frames_built_for_the_link_are_valid_udp() {
         let src = SocketAddrV4::new(Ipv4Addr::new(10, 211, 3, 1), 7000);
         let dst = SocketAddrV4::new(Ipv4Addr::new(10, 211, 3, 2), 7001);
         let (ours, peer) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-        let mut hdr = WireHeader::new(ours, peer, src, dst);
+        let mut hdr = WireHeader::new(ours, peer, src, dst, 3);
+        let mut vnet = WireHeader::new(ours, peer, src, dst, 3);
         let fec = Fec::parse("2+1").unwrap();
         let mut enc = Encoder::new(3, 9, fec, 8);
         assert!(enc.push(21000, 30000, &[7u8; 1000], 1));
@@ -1354,6 +1377,23 @@ mod tests {
             assert_eq!(d.payload, *f);
             assert!(LinkPacket::new_checked(d.payload).is_ok());
             idents.push(u16::from_be_bytes([w[18], w[19]]));
+            // The packet socket's version of the same frame.
+            let mut h = [0u8; 64];
+            let n = vnet.write_vnet(&mut h, f.len());
+            assert_eq!(n, crate::wire::VNET_UDP4_HEADERS);
+            let mut p = h[crate::wire::VNET_HDR_LEN..n].to_vec();
+            p.extend_from_slice(f);
+            assert_eq!(h[0], 1, "VIRTIO_NET_HDR_F_NEEDS_CSUM");
+            assert_eq!(
+                u16::from_ne_bytes([h[6], h[7]]),
+                34,
+                "csum_start: the UDP header"
+            );
+            let c = crate::wire::checksum::finish(crate::wire::checksum::sum(&p[34..]));
+            p[40..42].copy_from_slice(&c.to_be_bytes());
+            assert!(parse_udp4(&p).unwrap().checksums_ok(false));
+            assert_eq!(p[..40], w[..40]);
+            assert_eq!(p[42..], w[42..]);
         }
         assert_eq!(idents, [0, 1, 2]);
     }

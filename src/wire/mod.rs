@@ -358,8 +358,9 @@ pub const UDP4_FRAME_HEADERS: usize = 14 + 20 + 8;
 
 /// Writes the Ethernet, IPv4 (DF, TTL 64, identification `ident`) and UDP headers of a
 /// datagram `src` → `dst` into the first [`UDP4_FRAME_HEADERS`] bytes of `frame`, whose rest
-/// is the payload, and fills both checksums. `frame` must be at least the headers long and
-/// at most 65 535 - 20 bytes past the Ethernet header.
+/// is the payload, and fills both checksums (for frames nothing fills in later: AF_XDP).
+/// `frame` must be at least the headers long and at most 65 535 - 20 bytes past the Ethernet
+/// header.
 pub fn write_udp4_frame(
     frame: &mut [u8],
     dst_mac: [u8; 6],
@@ -368,22 +369,207 @@ pub fn write_udp4_frame(
     dst: std::net::SocketAddrV4,
     ident: u16,
 ) {
-    let udp_len = (frame.len() - 14 - 20) as u16;
-    frame[0..6].copy_from_slice(&dst_mac);
-    frame[6..12].copy_from_slice(&src_mac);
-    frame[12..14].copy_from_slice(&[0x08, 0x00]);
-    // Version 4, IHL 5, DSCP 0, total length, identification, DF, TTL 64, UDP.
-    frame[14..34].copy_from_slice(&[
-        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    ]);
-    frame[16..18].copy_from_slice(&(udp_len + 20).to_be_bytes());
-    frame[18..20].copy_from_slice(&ident.to_be_bytes());
-    frame[26..30].copy_from_slice(&src.ip().octets());
-    frame[30..34].copy_from_slice(&dst.ip().octets());
-    Ipv4Packet::new_unchecked(&mut frame[14..34]).fill_checksum();
-    frame[34..36].copy_from_slice(&src.port().to_be_bytes());
-    frame[36..38].copy_from_slice(&dst.port().to_be_bytes());
-    frame[38..40].copy_from_slice(&udp_len.to_be_bytes());
-    frame[40..42].copy_from_slice(&[0, 0]);
-    UdpPacket::new_unchecked(&mut frame[34..]).fill_checksum(*src.ip(), *dst.ip());
+    let (h, payload) = frame.split_at_mut(UDP4_FRAME_HEADERS);
+    let ends = FrameEnds {
+        dst_mac,
+        src_mac,
+        src,
+        dst,
+    };
+    ends.write(h, ident, UdpChecksum::Full(payload));
+}
+
+/// Who fills the UDP checksum of a frame built by [`FrameEnds::write`].
+#[derive(Clone, Copy, Debug)]
+pub enum UdpChecksum<'a> {
+    /// Computed here over this payload.
+    Full(&'a [u8]),
+    /// Left to the device, or to the kernel just before the driver, as for the kernel's own
+    /// UDP sockets: the field holds the pseudo-header sum and a `virtio_net_hdr`
+    /// ([`write_vnet_udp_csum`]) asks for the rest. The payload is this long.
+    Offload(usize),
+}
+
+/// The two ends of the IPv4/UDP frames vgate builds itself (the packet-socket transmit of
+/// mode tnapi and of a split half's outgoing link, and AF_XDP transmit): the one writer of
+/// their Ethernet/IPv4/UDP headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameEnds {
+    /// The next hop's MAC address.
+    pub dst_mac: [u8; 6],
+    /// Ours on the egress interface.
+    pub src_mac: [u8; 6],
+    pub src: std::net::SocketAddrV4,
+    pub dst: std::net::SocketAddrV4,
+}
+
+/// Length of the legacy `struct virtio_net_hdr` a packet socket with `PACKET_VNET_HDR` takes
+/// in front of each frame.
+pub const VNET_HDR_LEN: usize = 10;
+
+/// Bytes [`FrameEnds::write_vnet`] puts before a payload: `virtio_net_hdr`, Ethernet, IPv4,
+/// UDP.
+pub const VNET_UDP4_HEADERS: usize = VNET_HDR_LEN + UDP4_FRAME_HEADERS;
+
+/// Writes a `virtio_net_hdr` (legacy, native byte order) asking the device or the kernel to
+/// fill in the UDP checksum of the Ethernet/IPv4 (no options)/UDP frame that follows it:
+/// `NEEDS_CSUM`, no GSO, checksum from byte 34 (the UDP header) stored 6 bytes in.
+pub fn write_vnet_udp_csum(h: &mut [u8]) {
+    const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+    const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+    // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
+    h[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+    h[1] = VIRTIO_NET_HDR_GSO_NONE;
+    h[2..4].copy_from_slice(&(UDP4_FRAME_HEADERS as u16).to_ne_bytes());
+    h[4..6].copy_from_slice(&0u16.to_ne_bytes());
+    h[6..8].copy_from_slice(&34u16.to_ne_bytes());
+    h[8..10].copy_from_slice(&6u16.to_ne_bytes());
+}
+
+impl FrameEnds {
+    /// Writes the Ethernet, IPv4 (DF, TTL 64, identification `ident`, header checksum) and
+    /// UDP headers into the first [`UDP4_FRAME_HEADERS`] bytes of `h`, and the UDP checksum
+    /// as `csum` says. The payload follows the headers on the wire (in `h` or in another
+    /// buffer of the same message); it must be at most 65 535 - 28 bytes.
+    pub fn write(&self, h: &mut [u8], ident: u16, csum: UdpChecksum<'_>) {
+        let payload_len = match csum {
+            UdpChecksum::Full(p) => p.len(),
+            UdpChecksum::Offload(n) => n,
+        };
+        let udp_len = (8 + payload_len) as u16;
+        let e = &mut h[..UDP4_FRAME_HEADERS];
+        e[0..6].copy_from_slice(&self.dst_mac);
+        e[6..12].copy_from_slice(&self.src_mac);
+        e[12..14].copy_from_slice(&[0x08, 0x00]);
+        // Version 4, IHL 5, DSCP 0, total length, identification, DF, TTL 64, UDP.
+        e[14..34].copy_from_slice(&[
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ]);
+        e[16..18].copy_from_slice(&(udp_len + 20).to_be_bytes());
+        e[18..20].copy_from_slice(&ident.to_be_bytes());
+        e[26..30].copy_from_slice(&self.src.ip().octets());
+        e[30..34].copy_from_slice(&self.dst.ip().octets());
+        Ipv4Packet::new_unchecked(&mut e[14..34]).fill_checksum();
+        e[34..36].copy_from_slice(&self.src.port().to_be_bytes());
+        e[36..38].copy_from_slice(&self.dst.port().to_be_bytes());
+        e[38..40].copy_from_slice(&udp_len.to_be_bytes());
+        e[40..42].copy_from_slice(&[0, 0]);
+        let mut pseudo = [0u8; 12];
+        pseudo[0..4].copy_from_slice(&self.src.ip().octets());
+        pseudo[4..8].copy_from_slice(&self.dst.ip().octets());
+        pseudo[9] = ipv4::PROTO_UDP;
+        pseudo[10..12].copy_from_slice(&udp_len.to_be_bytes());
+        let pseudo = checksum::sum(&pseudo);
+        let c = match csum {
+            UdpChecksum::Full(p) => {
+                let hdr = checksum::combine(pseudo, checksum::sum(&e[34..42]));
+                match checksum::finish(checksum::combine(hdr, checksum::sum(p))) {
+                    // A computed zero is sent as all ones (RFC 768).
+                    0 => 0xffff,
+                    c => c,
+                }
+            }
+            // The device adds the header and payload to this and complements the result.
+            UdpChecksum::Offload(_) => !checksum::finish(pseudo),
+        };
+        e[40..42].copy_from_slice(&c.to_be_bytes());
+    }
+
+    /// For a packet socket with `PACKET_VNET_HDR`: a `virtio_net_hdr` asking for the UDP
+    /// checksum, then the headers of [`FrameEnds::write`] with the checksum offloaded, for a
+    /// payload of `payload_len` bytes that follows in the same message. Returns
+    /// [`VNET_UDP4_HEADERS`], the bytes written.
+    pub fn write_vnet(&self, h: &mut [u8], ident: u16, payload_len: usize) -> usize {
+        write_vnet_udp_csum(&mut h[..VNET_HDR_LEN]);
+        self.write(
+            &mut h[VNET_HDR_LEN..VNET_UDP4_HEADERS],
+            ident,
+            UdpChecksum::Offload(payload_len),
+        );
+        VNET_UDP4_HEADERS
+    }
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use super::*;
+    use std::net::SocketAddrV4;
+
+    fn ends() -> FrameEnds {
+        FrameEnds {
+            dst_mac: [2, 0, 0, 0, 0, 9],
+            src_mac: [2, 0, 0, 0, 0, 1],
+            src: SocketAddrV4::new(Ipv4Addr::new(10, 201, 2, 1), 30001),
+            dst: SocketAddrV4::new(Ipv4Addr::new(10, 201, 2, 2), 40001),
+        }
+    }
+
+    fn payload(n: u32) -> Vec<u8> {
+        (0..n).map(|i| (i * 7) as u8).collect()
+    }
+
+    /// What a device does for `VIRTIO_NET_HDR_F_NEEDS_CSUM`: sums from `csum_start` to the
+    /// end (the field holds the pseudo-header sum) and stores the complement at
+    /// `csum_start + csum_offset`.
+    fn device_sums(vnet: &[u8], frame: &mut [u8]) {
+        let start = usize::from(u16::from_ne_bytes([vnet[6], vnet[7]]));
+        let at = start + usize::from(u16::from_ne_bytes([vnet[8], vnet[9]]));
+        assert_eq!((vnet[0], start, at), (1, 34, 40));
+        let c = checksum::finish(checksum::sum(&frame[start..]));
+        frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    }
+
+    #[test]
+    fn offloaded_headers_make_a_valid_datagram_once_the_device_sums_it() {
+        // Odd and even lengths: the device's sum must come out right for both.
+        for n in [1317, 1316, 1, 0] {
+            let p = payload(n);
+            let mut h = [0u8; 64];
+            assert_eq!(ends().write_vnet(&mut h, 77, p.len()), VNET_UDP4_HEADERS);
+            let mut frame = h[VNET_HDR_LEN..VNET_UDP4_HEADERS].to_vec();
+            frame.extend_from_slice(&p);
+            device_sums(&h[..VNET_HDR_LEN], &mut frame);
+            let d = parse_udp4(&frame).expect("a well-formed IPv4/UDP frame");
+            assert!(d.checksums_ok(false), "IPv4 and UDP checksums hold ({n})");
+            let e = ends();
+            assert_eq!((d.src_addr, d.src_port), (*e.src.ip(), 30001));
+            assert_eq!((d.dst_addr, d.dst_port), (*e.dst.ip(), 40001));
+            assert_eq!(d.payload, &p[..]);
+            assert_eq!(&frame[0..6], &e.dst_mac);
+            assert_eq!(&frame[6..12], &e.src_mac);
+            assert_eq!(u16::from_be_bytes([frame[18], frame[19]]), 77);
+        }
+    }
+
+    #[test]
+    fn full_checksum_matches_the_udp_view_and_the_offloaded_result() {
+        for n in [1317, 1316, 1, 0] {
+            let p = payload(n);
+            let mut full = vec![0u8; UDP4_FRAME_HEADERS];
+            full.extend_from_slice(&p);
+            write_udp4_frame(
+                &mut full,
+                ends().dst_mac,
+                ends().src_mac,
+                ends().src,
+                ends().dst,
+                5,
+            );
+            let d = parse_udp4(&full).unwrap();
+            assert!(d.checksums_ok(false), "({n})");
+            assert_ne!(
+                u16::from_be_bytes([full[40], full[41]]),
+                0,
+                "never 'no checksum'"
+            );
+            let mut h = [0u8; 64];
+            ends().write_vnet(&mut h, 5, p.len());
+            let mut off = h[VNET_HDR_LEN..VNET_UDP4_HEADERS].to_vec();
+            off.extend_from_slice(&p);
+            device_sums(&h[..VNET_HDR_LEN], &mut off);
+            // The same bytes but where one side writes 0xffff for a computed zero.
+            assert_eq!(full[..40], off[..40]);
+            assert_eq!(full[42..], off[42..]);
+        }
+    }
 }

@@ -1,4 +1,5 @@
-//! Unsafe core of the AF_PACKET engine: the socket syscalls and the mmapped TPACKET_V3 ring.
+//! Unsafe core of the AF_PACKET engine: the socket syscalls and the mmapped TPACKET_V3 or
+//! TPACKET_V2 ring.
 //!
 //! Owns: every raw pointer and raw fd of the engine, and the memory-ordering protocol of the
 //! ring. Must not touch: packet parsing, policy, errors shown to operators — that is
@@ -15,6 +16,15 @@
 //! user space hands it back with a *release* store, so all its reads of the block happen
 //! before the kernel may overwrite it. [`RawBlock`] is the only way to see block bytes and
 //! the only way to hand a block back, so those two steps cannot be separated or reordered.
+//!
+//! # TPACKET_V2
+//!
+//! A V2 ring is `frame_nr` frames of `frame_size` bytes, each starting with a `tpacket2_hdr`
+//! whose first word `tp_status` follows the same protocol per frame (the kernel publishes
+//! each frame with `smp_wmb()` before setting `TP_STATUS_USER`, and takes it back when user
+//! space stores `TP_STATUS_KERNEL`). [`RingMap`] therefore deals in *slots*: a V3 block
+//! (status word at [`BLOCK_STATUS_OFFSET`]) or a V2 frame (status word at
+//! [`FRAME_STATUS_OFFSET`]); everything else is the same.
 
 use std::ffi::CStr;
 use std::io;
@@ -27,6 +37,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Byte offset of `block_status` inside a block (`tpacket_block_desc.hdr.bh1.block_status`).
 pub(crate) const BLOCK_STATUS_OFFSET: usize = std::mem::offset_of!(libc::tpacket_block_desc, hdr)
     + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status);
+
+/// Byte offset of `tp_status` inside a TPACKET_V2 frame (`tpacket2_hdr.tp_status`).
+pub(crate) const FRAME_STATUS_OFFSET: usize = std::mem::offset_of!(libc::tpacket2_hdr, tp_status);
 
 /// Turn a `-1` return into `io::Error::last_os_error()`, retrying on `EINTR`. The one place
 /// where interrupted system calls are retried.
@@ -73,6 +86,7 @@ pub(crate) fn if_nametoindex(name: &CStr) -> io::Result<u32> {
 pub(crate) trait SockOptValue: Copy {}
 impl SockOptValue for libc::c_int {}
 impl SockOptValue for libc::tpacket_req3 {}
+impl SockOptValue for libc::tpacket_req {}
 impl SockOptValue for libc::sock_fprog {}
 
 /// `setsockopt(fd, level, name, &value, sizeof value)`.
@@ -191,15 +205,19 @@ pub(crate) fn page_size() -> usize {
     usize::try_from(p).unwrap_or(4096)
 }
 
-/// The mmapped RX ring of one packet socket. Unmapped on drop.
+/// The mmapped RX ring of one packet socket, as `block_count` slots of `block_size` bytes (a
+/// slot is a V3 block or a V2 frame, see the module doc). Unmapped on drop.
 ///
 /// Invariants: `base` points to a live `MAP_SHARED` mapping of `block_size * block_count`
-/// bytes set up by `PACKET_RX_RING` + `mmap`; `block_size` is a multiple of the page size
-/// (so every block start is suitably aligned for the `u32` status word).
+/// bytes set up by `PACKET_RX_RING` + `mmap`; `block_size` is a multiple of 16 (the mapping
+/// is page aligned, so every slot start is 16-aligned); `status_offset` is a multiple of 4
+/// and `status_offset + 4 <= block_size` (so every slot's status word is a 4-aligned `u32`
+/// inside its slot).
 pub(crate) struct RingMap {
     base: NonNull<u8>,
     block_size: usize,
     block_count: usize,
+    status_offset: usize,
 }
 
 // SAFETY: the mapping is plain shared memory, valid from any thread; `RingMap` has no
@@ -209,12 +227,21 @@ unsafe impl Send for RingMap {}
 
 impl RingMap {
     /// mmap the ring of `fd`, which must already have `PACKET_RX_RING` set with exactly
-    /// these sizes (the kernel checks the length against the ring it allocated).
+    /// this length (the kernel checks the length against the ring it allocated), as
+    /// `block_count` slots of `block_size` bytes whose status word is at `status_offset`
+    /// ([`BLOCK_STATUS_OFFSET`] for V3 blocks, [`FRAME_STATUS_OFFSET`] for V2 frames).
     pub(crate) fn map(
         fd: BorrowedFd<'_>,
         block_size: usize,
         block_count: usize,
+        status_offset: usize,
     ) -> io::Result<Self> {
+        if !block_size.is_multiple_of(16)
+            || !status_offset.is_multiple_of(4)
+            || status_offset + 4 > block_size
+        {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
         let len = block_size
             .checked_mul(block_count)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -241,6 +268,7 @@ impl RingMap {
             base,
             block_size,
             block_count,
+            status_offset,
         })
     }
 
@@ -251,9 +279,10 @@ impl RingMap {
     fn status_word(&self, idx: usize) -> &AtomicU32 {
         assert!(idx < self.block_count, "block index out of range");
         // SAFETY:
-        // - `idx < block_count`, so the word lies inside the live mapping (a block is at
-        //   least one page, far larger than the descriptor);
-        // - block starts are page aligned and the offset is 8, so the word is 4-aligned;
+        // - `idx < block_count` and `status_offset + 4 <= block_size`, so the word lies
+        //   inside slot `idx` of the live mapping;
+        // - slot starts are 16-aligned and `status_offset` is a multiple of 4, so the word
+        //   is 4-aligned;
         // - the kernel and we only ever access this word as a 32-bit value (the kernel with
         //   WRITE_ONCE/READ_ONCE plus barriers), so treating it as an atomic is sound;
         // - the returned reference lives no longer than `&self`, i.e. than the mapping.
@@ -261,7 +290,7 @@ impl RingMap {
             AtomicU32::from_ptr(
                 self.base
                     .as_ptr()
-                    .add(idx * self.block_size + BLOCK_STATUS_OFFSET)
+                    .add(idx * self.block_size + self.status_offset)
                     .cast::<u32>(),
             )
         }
@@ -284,7 +313,7 @@ impl RingMap {
         Some(RawBlock {
             start,
             len: self.block_size,
-            status: start.as_ptr().wrapping_add(BLOCK_STATUS_OFFSET).cast(),
+            status: start.as_ptr().wrapping_add(self.status_offset).cast(),
             _ring: PhantomData,
         })
     }
@@ -316,6 +345,7 @@ impl RingMap {
             base: self.base,
             block_size: self.block_size,
             block_count: self.block_count,
+            status_offset: self.status_offset,
             first: first % self.block_count.max(1),
             n,
             _ring: PhantomData,
@@ -330,6 +360,7 @@ pub(crate) struct RawRun<'a> {
     base: NonNull<u8>,
     block_size: usize,
     block_count: usize,
+    status_offset: usize,
     first: usize,
     n: usize,
     /// Exclusive borrow of the ring: no other block, no unmapping, while this run lives.
@@ -368,8 +399,8 @@ impl Drop for RawRun<'_> {
         for k in 0..self.n {
             let idx = (self.first + k) % self.block_count;
             // SAFETY:
-            // - `idx < block_count`: the 4-aligned block_status word of a block inside the
-            //   live mapping (page-aligned block start, offset 8);
+            // - `idx < block_count`: the 4-aligned status word of a slot inside the live
+            //   mapping (16-aligned slot start, `status_offset` a multiple of 4 inside it);
             // - release ordering: every read of the block's bytes (all `bytes()` borrows
             //   have ended, they borrow `self`) happens before the kernel can observe
             //   TP_STATUS_KERNEL and start refilling it.
@@ -377,7 +408,7 @@ impl Drop for RawRun<'_> {
                 AtomicU32::from_ptr(
                     self.base
                         .as_ptr()
-                        .add(idx * self.block_size + BLOCK_STATUS_OFFSET)
+                        .add(idx * self.block_size + self.status_offset)
                         .cast::<u32>(),
                 )
             }
@@ -445,7 +476,7 @@ impl RawBlock<'_> {
 impl Drop for RawBlock<'_> {
     fn drop(&mut self) {
         // SAFETY:
-        // - `status` points to the 4-aligned block_status word inside the live mapping;
+        // - `status` points to the slot's 4-aligned status word inside the live mapping;
         // - release ordering: every read of this block's bytes (all `bytes()` borrows have
         //   ended, they borrow `self`) happens before the kernel can observe
         //   TP_STATUS_KERNEL and start refilling the block.
