@@ -21,7 +21,7 @@
 //!   after it has written the `200` reply to PLAY or RECORD
 //!   ([`super::logic::Output::ReleaseClientLegs`], naming the legs that existed when that
 //!   reply was made), and the queued packets go out first: that first drain waits for the
-//!   client's socket to take them (up to [`RELEASE_DRAIN`], 2 s) instead of dropping what
+//!   client's socket to take them (up to `RELEASE_DRAIN`, 2 s) instead of dropping what
 //!   does not fit at once, so the keyframe the hold kept is not lost to it; only what
 //!   still does not fit by then counts as stalls.
 //!   So no `$` frame ever reaches a client before the reply that starts its media, even

@@ -35,10 +35,10 @@
 //! strips them from the UDP side. Only RTP crosses a TCP side (no RTCP routes on it). The
 //! routes are the same as for UDP: a leg's packets enter the route of its gateway port, and
 //! a route whose receiver is a leg hands its packets to the leg's sink. A leg that ends
-//! (peer closed and [`CLOSE_GRACE`] passed with no new connection or new SDP, connect
+//! (peer closed and `CLOSE_GRACE` (2 s) passed with no new connection or new SDP, connect
 //! failed) asks for the call's end: BYE both ways ([`Routes::request_end`]). A listening
 //! peer's changed SDP with an explicit `a=connection:new` makes vgate's active leg
-//! reconnect (at most once per [`RENEW_MIN`]; no `a=connection` keeps the connection,
+//! reconnect (at most once per `RENEW_MIN` (5 s); no `a=connection` keeps the connection,
 //! against RFC 4145's default, as devices in the field mean it), from its gateway port or a
 //! registry port pair taken for the new leg while the old connection lingers.
 //!
