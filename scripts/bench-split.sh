@@ -161,17 +161,21 @@ if [ -f "$OUT" ]; then sed -n '/^## Link TX/,$p' "$OUT" > "$raw.keep"; fi
     echo "of the link (nftables \`numgen random\`). Repair rate = datagrams rebuilt / data frames"
     echo "the link lost; overhead = repair frames / data frames; latency one-way, sender to receiver;"
     echo "reorder = half B's \`split.in_link.reorder_ms\` (0: datagrams handed on as they arrive);"
-    echo "out of order = datagrams the receiver got after a later one."
+    echo "out of order = datagrams the receiver got after a later one. Per stream (link header v2):"
+    echo "*dropped − repaired* = data frames the link lost minus those FEC rebuilt; *stream lost* = the"
+    echo "route's exact link loss on half B (\`link_lost\`), which must equal it; *bytes/frame* = link"
+    echo "bytes per frame received (payload + the 34-byte v2 header; repair frames included)."
     echo
-    echo "| link loss | FEC | reorder | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 | out of order |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| link loss | FEC | reorder | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 | out of order | dropped − repaired | stream lost | bytes/frame |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     grep '^point' "$raw" | while read -r _ rest; do
         declare -A v=()
         for kv in $rest; do v[${kv%%=*}]=${kv#*=}; done
-        printf '| %s %% | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s |\n' \
+        printf '| %s %% | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s | %s | %s | %s |\n' \
             "$(awk "BEGIN{print ${v[loss_permille]}/10}")" "${v[fec]}" "${v[reorder_ms]}" "${v[delivered_loss_pct]}" \
             "${v[link_dropped]}" "${v[repaired]}" "${v[repair_rate_pct]}" "${v[overhead_pct]}" \
-            "${v[lat_p50_us]}" "${v[lat_p99_us]}" "${v[out_of_order]}"
+            "${v[lat_p50_us]}" "${v[lat_p99_us]}" "${v[out_of_order]}" \
+            "$(( ${v[data_frames_lost]:-0} - ${v[repaired]:-0} ))" "${v[stream_lost]:-?}" "${v[link_bytes_per_frame]:-?}"
         unset v
     done
     if [ -s "$raw.keep" ]; then echo; cat "$raw.keep"; fi

@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
         *) TARGETS+=("$1"); shift ;;
     esac
 done
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(sip sdp rtsp transport packet config signal deframe)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(sip sdp rtsp transport packet config signal deframe link)
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 

@@ -24,6 +24,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config", config_text),
     ("signal", signal_frames),
     ("deframe", deframe_stream),
+    ("link", link_frames),
 ];
 
 /// Stream-leg de-framing (RFC 4571 and `$`-interleaved): the first byte picks the read size,
@@ -261,4 +262,73 @@ pub fn signal_frames(data: &[u8]) {
             }
         }
     }
+}
+
+/// The split link's receiving side: the bytes as a stream of link frames (each a 2-byte
+/// length, then the frame) through the header view, the FEC decoder with a reorder window
+/// (8+2) and the stream header and reassembly, as the incoming link's worker drives them;
+/// then the bytes as one datagram cut by the sender, encoded, decoded and joined, which
+/// must give them back exactly.
+pub fn link_frames(data: &[u8]) {
+    use crate::split::fec::{Decoder, Encoder, Fec};
+    use crate::split::frag::{cut, Joiner};
+    use crate::split::header::{LinkPacket, StreamHeader, MAX_DATAGRAM};
+    let fec = Some(Fec { k: 8, m: 2 });
+    let mut dec = Decoder::with_reorder(fec, 25);
+    let mut join = Joiner::new(true);
+    let sink = |dec_out: (u16, u16, &[u8], bool), join: &mut Joiner, now: u64| {
+        let (dst, src, dg, repaired) = dec_out;
+        if let Some((sh, media)) = StreamHeader::parse(dg) {
+            if sh.frags > 1 {
+                if let Some(j) = join.offer(dst, src, sh, media, repaired, now) {
+                    assert!(j.data.len() <= MAX_DATAGRAM);
+                }
+            }
+        }
+    };
+    let mut rest = data;
+    let mut now = 0u64;
+    while let Some((len, tail)) = rest.split_first_chunk::<2>() {
+        let n = usize::from(u16::from_be_bytes(*len)).min(tail.len());
+        let (frame, tail) = tail.split_at(n);
+        rest = tail;
+        now += 3;
+        if let Ok(p) = LinkPacket::new_checked(frame) {
+            let _ = dec.receive(&p, now, |d, s, dg, r| sink((d, s, dg, r), &mut join, now));
+        }
+        dec.release_due(now, |d, s, dg, r| sink((d, s, dg, r), &mut join, now));
+        join.expire(now);
+    }
+    // Round trip: cut, encode, decode, join.
+    let datagram = &data[..data.len().min(MAX_DATAGRAM)];
+    let mut enc = Encoder::new(0, 1, fec, 8);
+    let mut dec = Decoder::with_reorder(fec, 25);
+    let mut join = Joiner::new(true);
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let take = |dg: &[u8], join: &mut Joiner, got: &mut Vec<Vec<u8>>| {
+        let (sh, media) = StreamHeader::parse(dg).expect("our own stream header");
+        if sh.frags == 1 {
+            got.push(media.to_vec());
+        } else if let Some(j) = join.offer(1, 2, sh, media, false, 0) {
+            got.push(j.data.to_vec());
+        }
+    };
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    let ok = cut(datagram, 7, MAX_DATAGRAM, |sh, media| {
+        if enc.must_flush() {
+            frames.extend(enc.ready().map(<[u8]>::to_vec));
+            enc.mark_sent();
+        }
+        assert!(enc.push_parts(1, 2, &sh.bytes(), media, 0));
+    });
+    assert!(ok);
+    enc.close_block(0);
+    frames.extend(enc.ready().map(<[u8]>::to_vec));
+    enc.mark_sent();
+    for f in &frames {
+        let p = LinkPacket::new_checked(&f[..]).expect("our own frame");
+        dec.receive(&p, 0, |_, _, dg, _| take(dg, &mut join, &mut got))
+            .expect("our own frame");
+    }
+    assert_eq!(got, [datagram.to_vec()]);
 }

@@ -115,7 +115,7 @@ fn split_loss_and_fec() {
             let frames = l["packets"] + link_lost;
             let data_frames_lost = u64::from(count).saturating_sub(l["delivered"]);
             println!(
-                "point loss_permille={loss} fec={fec} reorder_ms={reorder} out_of_order={out_of_order} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} counted_lost={}",
+                "point loss_permille={loss} fec={fec} reorder_ms={reorder} out_of_order={out_of_order} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} counted_lost={} stream_lost={} stream_received={} stream_repaired={} stream_late={} link_bytes_per_frame={:.1}",
                 100.0 * (u64::from(count) - delivered) as f64 / f64::from(count),
                 l["repaired"],
                 if data_frames_lost == 0 { 100.0 } else { 100.0 * l["repaired"] as f64 / data_frames_lost as f64 },
@@ -123,6 +123,11 @@ fn split_loss_and_fec() {
                 pct(0.5),
                 pct(0.99),
                 l["lost"],
+                tb.route("cam", "link_lost"),
+                tb.route("cam", "link_received"),
+                tb.route("cam", "link_repaired"),
+                tb.route("cam", "link_late"),
+                l["bytes"] as f64 / l["packets"].max(1) as f64,
             );
         }
     }

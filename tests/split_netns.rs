@@ -196,15 +196,25 @@ fn run_streams(
     let link = &cam["link"];
     let n = link["received"].as_u64().unwrap() + link["repaired"].as_u64().unwrap();
     assert!(n >= u64::from(count) * 9 / 10, "{cam}");
+    // The exact per-stream link loss (link header v2) is there too; its value is checked
+    // against the receiver's count in the totals.
+    for k in ["lost", "late", "duplicate", "restarts"] {
+        assert!(link[k].is_u64(), "{k}: {cam}");
+    }
     let stats = common::split::admin_get(bed, "b", "/api/v1/stats");
     let v: serde_json::Value = serde_json::from_str(&stats).expect("stats JSON");
     assert_eq!(v["split"]["streams"][0]["route"], "cam", "{stats}");
+    assert!(v["split"]["streams"][0]["lost"].is_u64(), "{stats}");
     let m = common::split::admin_get(bed, "b", "/metrics");
-    assert!(
-        m.lines()
-            .any(|l| l.starts_with("vgate_route_link_packets_total{route=\"cam\"")),
-        "{m}"
-    );
+    for how in ["received", "lost"] {
+        assert!(
+            m.lines().any(
+                |l| l.starts_with("vgate_route_link_packets_total{route=\"cam\"")
+                    && l.contains(&format!("how=\"{how}\""))
+            ),
+            "{how}: {m}"
+        );
+    }
     let ta = a.stop();
     let tb = b.stop();
     (fwd, rev, ta, tb)
@@ -338,7 +348,9 @@ fn streams_in_mode(mode: &str, queues: usize) {
 
 #[test]
 fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
-    use vgate::split::header::{write_fields, write_shard_prefix, Fields, HEADER_LEN};
+    use vgate::split::header::{
+        write_fields, write_shard_prefix, Fields, StreamHeader, HEADER_LEN, VERSION,
+    };
     if !ready("bad_input_on_the_incoming_link_is_dropped_and_counted") {
         return;
     }
@@ -358,21 +370,29 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         Duration::from_secs(1),
     );
     rx_ready.recv().unwrap();
-    let frame = |dst: u16, version: u8, k: u8| {
+    let frame_at = |dst: u16, version: u8, k: u8, index: u8, frags: u8| {
         let mut f = vec![0u8; HEADER_LEN + 100];
         write_fields(
             &mut f,
             &Fields {
                 k,
                 m: if k > 0 { 2 } else { 0 },
+                index,
                 epoch: 1,
                 ..Fields::default()
             },
         );
         write_shard_prefix(&mut f, dst, 30000, 100);
+        let sh = StreamHeader {
+            sequence: 1,
+            frag: 0,
+            frags,
+        };
+        f[HEADER_LEN..HEADER_LEN + 6].copy_from_slice(&sh.bytes());
         f[2] = version;
         f
     };
+    let frame = |dst: u16, version: u8, k: u8| frame_at(dst, version, k, 0, 1);
     let to = sa(bed.get("FB_IP"), FWD_PORT);
     // What half A's vgate would install: the peer's permanent neighbour (no ARP).
     let st = std::process::Command::new("ip")
@@ -393,18 +413,24 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         .unwrap();
     assert!(st.success());
     let fa = bed.get("FA_IP").to_owned();
-    let unknown = frame(29990, 1, 8);
+    let unknown = frame(29990, VERSION, 8);
     let bad_version = frame(21000, 9, 8);
-    let wrong_fec = frame(21000, 1, 4);
-    let good = frame(21000, 1, 8);
+    // A peer half of the release before the link header's version 2.
+    let version_1 = frame(21000, 1, 8);
+    let wrong_fec = frame(21000, VERSION, 4);
+    let good = frame(21000, VERSION, 8);
+    // A stream header no vgate writes: 0 fragments.
+    let bad_fragment = frame_at(21000, VERSION, 8, 1, 0);
     common::in_netns(bed.get("HA_NS"), move || {
         let s = UdpSocket::bind(format!("{fa}:0")).unwrap();
         s.send_to(b"GET / HTTP/1.1\r\n\r\n", to).unwrap(); // garbage
         s.send_to(&good[..10], to).unwrap(); // truncated header
         s.send_to(&good[..HEADER_LEN + 50], to).unwrap(); // shorter than it claims
         s.send_to(&bad_version, to).unwrap();
+        s.send_to(&version_1, to).unwrap();
         s.send_to(&unknown, to).unwrap();
         s.send_to(&wrong_fec, to).unwrap();
+        s.send_to(&bad_fragment, to).unwrap();
     });
     let arrivals = rx.join().unwrap();
     // One datagram the wrong way down the reverse link (half A's receive-only end ra to
@@ -453,6 +479,7 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         (0, 1, 1),
         "{c:?}"
     );
+    let log = b.stderr_lines.try_iter().collect::<Vec<_>>().join("\n");
     let t = b.stop();
     assert_eq!(
         link_totals(&t.raw, "out").get("wrong_direction"),
@@ -463,12 +490,17 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
     let l = link_totals(&t.raw, "in");
     assert_eq!(l["drop_garbage"], 1, "{l:?}");
     assert_eq!(l["drop_truncated"], 2, "{l:?}");
-    assert_eq!(l["drop_bad_version"], 1, "{l:?}");
+    assert_eq!(l["drop_bad_version"], 2, "{l:?}");
     assert_eq!(l["drop_unknown_port"], 1, "{l:?}");
     assert_eq!(l["drop_bad_fec"], 1, "{l:?}");
+    assert_eq!(l["drop_bad_fragment"], 1, "{l:?}");
     assert_eq!(
-        l["delivered"], 1,
-        "only the unknown-port frame got past the header: {l:?}"
+        l["delivered"], 2,
+        "only the unknown-port and bad-fragment frames got past the lane header: {l:?}"
+    );
+    assert!(
+        log.contains("both halves must run the same vgate release"),
+        "the other version is logged: {log}"
     );
     assert!(
         arrivals.counts.is_empty() && arrivals.wrong_source == 0,
@@ -523,6 +555,14 @@ fn fec_in_mode(mode: &str) {
         u64::from(missing),
         "the link counts what it lost: {b_in:?}"
     );
+    // Per stream (link header v2): the route counts exactly the stream's losses.
+    assert_eq!(
+        tb.route("cam", "link_lost"),
+        u64::from(missing),
+        "{}",
+        tb.raw
+    );
+    assert_eq!(tb.route("cam", "link_received"), u64::from(count - missing));
     let lost_frames = bed.counters()["FWD_LOSS"];
     assert!(lost_frames > 0);
     // Without FEC the reorder window is off by default: a gap is a loss, nothing waits.
@@ -548,6 +588,7 @@ fn fec_in_mode(mode: &str) {
     // Per stream (one stream here): the route counts the same repaired datagrams.
     assert_eq!(tb.route("cam", "link_repaired"), b_in["repaired"]);
     assert_eq!(tb.route("cam", "link_received"), b_in["delivered"]);
+    assert_eq!(tb.route("cam", "link_lost"), 0, "{}", tb.raw);
     assert_eq!(
         b_in["delivered"] + b_in["repaired"],
         u64::from(count),

@@ -31,7 +31,8 @@
 //!   decoded, the video crossed on the forward link, not the signaling link.
 //! - `rtsp_interleaved_record_crosses_the_split_on_the_reverse_link`: interleaved ffmpeg
 //!   pushes to a UDP-only RECORD server: the packets half B's bridge injects toward the face
-//!   go down the reverse link, all delivered (those over 1444 bytes cannot: docs/split.md).
+//!   go down the reverse link, all delivered (those over a frame's 1438 bytes of media cut
+//!   into two frames and joined), and the server decodes the video.
 //!
 //! Needs root, iproute2, nftables and sipp (sip-tester) — the RTSP test ffmpeg and
 //! GStreamer's RTSP server instead of sipp; prints DID NOT RUN without them (fails under
@@ -1000,6 +1001,8 @@ fn static_routes_keep_flowing_through_a_signaling_outage() {
 /// one-way links carried (sent on the outgoing one, delivered from the incoming one), from
 /// its shutdown totals.
 struct LinkBytes {
+    /// The shutdown totals.
+    raw: String,
     signal: u64,
     media_out_bytes: u64,
     media_out_packets: u64,
@@ -1011,6 +1014,7 @@ fn link_bytes(raw: &str) -> LinkBytes {
     let out = common::split::link_totals(raw, "out");
     let inl = common::split::link_totals(raw, "in");
     LinkBytes {
+        raw: raw.to_string(),
         signal: s["bytes_in"] + s["bytes_out"],
         media_out_bytes: out["bytes"],
         media_out_packets: out["packets"],
@@ -1046,11 +1050,12 @@ fn gb_media_peer(
     ns: &str,
     addr: String,
     stop: &Arc<AtomicBool>,
+    payload: usize,
 ) -> (common::rfc4571::Flows, std::thread::JoinHandle<()>) {
     let stop = Arc::clone(stop);
     common::in_netns(ns, move || match side {
         Side::Udp => common::rfc4571::udp_responder(&addr, stop, 10_000),
-        Side::Tcp(_) => common::rfc4571::tcp_server(&addr, stop, 10_000),
+        Side::Tcp(_) => common::rfc4571::tcp_server_sized(&addr, stop, 10_000, payload),
     })
 }
 
@@ -1062,22 +1067,48 @@ fn gb_media_peer(
 /// fraction of the media's bytes.
 #[test]
 fn gb_tcp_media_crosses_the_split_on_the_media_links() {
-    gb_tcp_across_the_split("stack", "off");
+    gb_tcp_across_the_split("stack", "off", &ALL_TCP_COMBOS, common::rfc4571::PAYLOAD);
 }
+
+/// RTP over TCP with 4 KiB packets (GB/T 28181 devices send PS packets of several KiB over
+/// TCP) from the platform, then from the device, to a UDP peer on the other side, FEC 8+2:
+/// each packet is cut into three link frames by the half that terminates the TCP leg and
+/// joined by the other half (link header v2); every flow arrives complete, nothing is
+/// dropped as oversize, lost or timed out. (TCP at both ends is not here: a leg's send
+/// queue holds packets of up to 2048 bytes, `edge::sink::SLOT_BYTES`; see docs/split.md.)
+#[test]
+fn gb_tcp_packets_larger_than_a_link_frame_cross_the_split() {
+    gb_tcp_across_the_split(
+        "stack",
+        "8+2",
+        &[
+            (Side::Tcp("passive"), Side::Udp),
+            (Side::Udp, Side::Tcp("passive")),
+        ],
+        4096,
+    );
+}
+
+/// Platform side / device side of the GB TCP calls.
+const ALL_TCP_COMBOS: [(Side, Side); 3] = [
+    (Side::Tcp("passive"), Side::Udp),
+    (Side::Udp, Side::Tcp("passive")),
+    (Side::Tcp("passive"), Side::Tcp("passive")),
+];
 
 /// The same in mode tnapi (the legs' lane shares the AF_PACKET link socket), FEC 8+2.
 #[test]
 fn gb_tcp_media_crosses_the_split_in_mode_tnapi_with_fec() {
-    gb_tcp_across_the_split("tnapi", "8+2");
+    gb_tcp_across_the_split("tnapi", "8+2", &ALL_TCP_COMBOS, common::rfc4571::PAYLOAD);
 }
 
 /// The same in mode zc (the legs' lane opens an AF_PACKET socket beside the AF_XDP one).
 #[test]
 fn gb_tcp_media_crosses_the_split_in_mode_zc() {
-    gb_tcp_across_the_split("zc", "off");
+    gb_tcp_across_the_split("zc", "off", &ALL_TCP_COMBOS, common::rfc4571::PAYLOAD);
 }
 
-fn gb_tcp_across_the_split(mode: &str, fec: &str) {
+fn gb_tcp_across_the_split(mode: &str, fec: &str, combos: &[(Side, Side)], payload: usize) {
     if !ready(&format!("split_signal_netns gb tcp {mode}")) {
         return;
     }
@@ -1093,22 +1124,27 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str) {
     let (da, db) = (bed.get("DA_IP").to_owned(), bed.get("DB_IP").to_owned());
     const CALLS: usize = 3;
     let (mut at_a, mut at_b) = (0u64, 0u64);
-    let combos = [
-        (Side::Tcp("passive"), Side::Udp),
-        (Side::Udp, Side::Tcp("passive")),
-        (Side::Tcp("passive"), Side::Tcp("passive")),
-    ];
-    for (n, (b_side, a_side)) in combos.into_iter().enumerate() {
+    for (n, &(b_side, a_side)) in combos.iter().enumerate() {
         let what = format!("{mode}: platform {b_side:?} / device {a_side:?}");
         let uas = a_dir.join(format!("tcp_uas{n}.xml"));
         let uac = b_dir.join(format!("tcp_uac{n}.xml"));
         std::fs::write(&uas, uas_xml(a_side, 16000, HIDDEN_FROM_A, Some("RTP/AVP"))).unwrap();
         std::fs::write(&uac, uac_xml(b_side, 6000, 3000, false, HIDDEN_FROM_B)).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let (a_flows, a_peer) =
-            gb_media_peer(a_side, bed.get("DA_NS"), format!("{da}:16000"), &stop);
-        let (b_flows, b_peer) =
-            gb_media_peer(b_side, bed.get("DB_NS"), format!("{db}:6000"), &stop);
+        let (a_flows, a_peer) = gb_media_peer(
+            a_side,
+            bed.get("DA_NS"),
+            format!("{da}:16000"),
+            &stop,
+            payload,
+        );
+        let (b_flows, b_peer) = gb_media_peer(
+            b_side,
+            bed.get("DB_NS"),
+            format!("{db}:6000"),
+            &stop,
+            payload,
+        );
         let calls = CALLS.to_string();
         let mut dev = Proc(
             sipp(
@@ -1191,11 +1227,39 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str) {
             serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["totals"].clone();
         assert_eq!(t["framing_errors"], 0, "half {h}: {t}");
         assert_eq!(t["refused"], 0, "half {h}: {t}");
+        assert_eq!(t["oversize"], 0, "half {h}: {t}");
     }
     topology_hidden(&a_dir, &b_dir);
     no_wrong_direction(&bed);
     let lb = stop_clean_links(b, "b");
     let la = stop_clean_links(a, "a");
+    // Packets longer than a link frame's media were cut by one half and joined by the other.
+    for (name, out, inl) in [("forward", &la.raw, &lb.raw), ("reverse", &lb.raw, &la.raw)] {
+        let (o, i) = (
+            common::split::link_totals(out, "out"),
+            common::split::link_totals(inl, "in"),
+        );
+        let frames = payload.div_ceil(1438) as u64;
+        eprintln!(
+            "{mode}: {name} link: {} datagrams cut, {} fragments and {} joined at the receiver",
+            o["fragmented"], i["fragments"], i["joined"]
+        );
+        if frames > 1 {
+            assert!(o["fragmented"] >= 50, "{name}: {o:?}");
+            assert_eq!(i["joined"], o["fragmented"], "{name}: {i:?}");
+            assert_eq!(i["fragments"], o["fragmented"] * frames, "{name}: {i:?}");
+        } else {
+            assert_eq!(o["fragmented"], 0, "{name}: {o:?}");
+        }
+        for k in [
+            "drop_fragment_lost",
+            "drop_fragment_timeout",
+            "drop_bad_fragment",
+            "drop_bad_version",
+        ] {
+            assert_eq!(i[k], 0, "{name} {k}: {i:?}");
+        }
+    }
     eprintln!(
         "{mode}: signaling link {} bytes; media links: A sent {} bytes, B sent {} bytes; delivered A {} B {} packets; received at A {at_a} at B {at_b}",
         la.signal, la.media_out_bytes, lb.media_out_bytes, la.media_in_delivered, lb.media_in_delivered
@@ -1287,16 +1351,16 @@ fn rtsp_interleaved_client_crosses_the_split_on_the_media_links() {
 /// RECORD server in A: half B bridges the client's `$` frames to UDP toward the link face,
 /// and those packets — sent from the leg's thread, not an engine worker — go down the
 /// reverse link on the legs' lane, every one delivered by half A. ffmpeg's RTP packets over
-/// TCP are up to 1472 bytes, more than the 1444 a link frame carries: those are dropped at
-/// half B and counted as `oversize` (measured: 173 packets from ffmpeg, 132 oversize, in
-/// the leg's `inject_drops` and the route's `drop_oversize`), so the server decodes no
-/// frame; see docs/split.md. Nothing rides the signaling link.
+/// TCP are up to 1472 bytes, more than the 1438 bytes of media a link frame carries: those
+/// are cut into two frames by half B and joined by half A (link header v2), so nothing is
+/// dropped as `oversize` and the server decodes the video (before v2: 132 of 173 packets
+/// oversize, no frame decoded). Nothing rides the signaling link.
 #[test]
 fn rtsp_interleaved_record_crosses_the_split_on_the_reverse_link() {
     if !rtsp_ready("split_signal_netns rtsp record") {
         return;
     }
-    let (bed, _dir, server, a, b) = rtsp_across_the_split(&["--udp-only", "--record"]);
+    let (bed, _dir, server, a, b, printed) = rtsp_across_the_split_out(&["--udp-only", "--record"]);
     let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
     let out = Command::new("ip")
         .args(["netns", "exec", bed.get("DB_NS"), "timeout", "30", "ffmpeg"])
@@ -1330,8 +1394,62 @@ fn rtsp_interleaved_record_crosses_the_split_on_the_reverse_link() {
     let injected = metric("b", "vgate_rtsp_bridge_frames_total{", "tcp_to_udp");
     std::thread::sleep(Duration::from_secs(2));
     no_wrong_direction(&bed);
+    let oversize = |h: &str| {
+        metric(h, "vgate_channel_drops_total{", "reason=\"oversize\"")
+            + metric(h, "vgate_edge_leg_events_total{", "event=\"oversize\"")
+            + metric(h, "vgate_edge_leg_events_total{", "event=\"inject_drops\"")
+    };
+    assert_eq!(
+        (oversize("b"), oversize("a")),
+        (0, 0),
+        "no pushed packet dropped as oversize or refused by the injector"
+    );
+    let frames = || {
+        printed
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("FRAMES "))
+            .filter_map(|n| n.trim().parse::<u64>().ok())
+            .next_back()
+            .unwrap_or(0)
+    };
     let lb = stop_clean_links(b, "b");
     let la = stop_clean_links(a, "a");
+    let (b_out, a_in) = (
+        common::split::link_totals(&lb.raw, "out"),
+        common::split::link_totals(&la.raw, "in"),
+    );
+    eprintln!(
+        "record: server decoded {} frames; half B cut {} datagrams, half A joined {} from {} fragments",
+        frames(),
+        b_out["fragmented"],
+        a_in["joined"],
+        a_in["fragments"]
+    );
+    assert!(
+        b_out["fragmented"] > 0,
+        "ffmpeg's largest packets were cut: {b_out:?}"
+    );
+    assert_eq!(
+        a_in["joined"], b_out["fragmented"],
+        "half A joined every datagram half B cut: {a_in:?}"
+    );
+    for k in [
+        "drop_fragment_lost",
+        "drop_fragment_timeout",
+        "drop_bad_fragment",
+    ] {
+        assert_eq!(a_in[k], 0, "{k}: {a_in:?}");
+    }
+    // 4 s at 10 frames/s; the server counts what it decoded (the first frames may come
+    // before its pipeline is up).
+    assert!(
+        frames() >= 30,
+        "the RECORD server decoded {} frames:\n{}",
+        frames(),
+        printed.lock().unwrap()
+    );
     eprintln!(
         "record: half B injected {injected} of ffmpeg's packets toward the face; reverse link: B sent {} packets ({} bytes), A delivered {}; signaling link {} bytes",
         lb.media_out_packets, lb.media_out_bytes, la.media_in_delivered, la.signal

@@ -407,6 +407,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// The longest packet a TCP media leg ([`crate::edge`]) puts on a channel:
+    /// `engine.max_payload` on a single host (the far side is a UDP datagram on a domain);
+    /// in a split half the larger of it and `split.out_link.max_datagram`, since the leg's
+    /// packets toward the link face are cut into link frames (and its domain side is TCP).
+    pub fn leg_max_payload(&self) -> usize {
+        match &self.split {
+            Some(s) => self.engine.max_payload.max(s.out_link.max_datagram),
+            None => self.engine.max_payload,
+        }
+    }
+
     pub fn domain(&self, id: DomainId) -> &Domain {
         &self.domains[id.index()]
     }

@@ -49,6 +49,8 @@ pub struct RawLink {
     pub cpu: Option<Spanned<i64>>,
     /// Incoming link only: the reorder window's longest wait, milliseconds (0: off).
     pub reorder_ms: Option<Spanned<i64>>,
+    /// Outgoing link only: the longest datagram sent down the link (cut into frames).
+    pub max_datagram: Option<Spanned<i64>>,
 }
 
 fn default_fec() -> Spanned<String> {

@@ -8,7 +8,7 @@ use toml::Spanned;
 use super::raw::{RawLink, RawSplit};
 use super::validate::{invalid, parse_ipv4, parse_sockaddr, Invalid};
 use super::{Cpus, Domain, EngineConfig, Mode};
-use crate::split::{self, fec, Fec, Half, LinkConfig, SplitConfig};
+use crate::split::{self, Fec, Half, LinkConfig, SplitConfig};
 
 type Result<T> = std::result::Result<T, Invalid>;
 
@@ -59,19 +59,17 @@ pub fn split(
             message: "mode xdp forwards inside the kernel and cannot hand datagrams to the link; a split half runs mode stack, tnapi or zc".into(),
         });
     }
-    if engine.max_payload > fec::MAX_PAYLOAD {
+    let out_link = link(&r.out_link, "split.out_link", true, cpus)?;
+    if engine.max_payload > out_link.max_datagram {
         return Err(Invalid {
             span: None,
             key: "engine.max_payload".into(),
             message: format!(
-                "a link frame carries at most {} bytes of media (1500-byte link MTU minus IPv4, UDP and the {}-byte link header); set engine.max_payload = {} or less",
-                fec::MAX_PAYLOAD,
-                split::header::HEADER_LEN,
-                fec::MAX_PAYLOAD
+                "a half sends datagrams of up to split.out_link.max_datagram = {} bytes down the link; set engine.max_payload = {} or less, or raise max_datagram",
+                out_link.max_datagram, out_link.max_datagram
             ),
         });
     }
-    let out_link = link(&r.out_link, "split.out_link", true, cpus)?;
     let in_link = link(&r.in_link, "split.in_link", false, cpus)?;
     if in_link.interface == out_link.interface {
         return Err(invalid(
@@ -247,6 +245,28 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         (None, _) if fec.is_none() => 0,
         (None, _) => split::link::DEFAULT_REORDER_MS,
     };
+    let max_datagram = match (&r.max_datagram, outgoing) {
+        (Some(v), false) => {
+            return Err(invalid(
+                v,
+                k("max_datagram"),
+                "the incoming link joins datagrams of any length the peer may send; only split.out_link has max_datagram",
+            ))
+        }
+        (Some(v), true) if !(64..=split::header::MAX_DATAGRAM as i64).contains(v.get_ref()) => {
+            return Err(invalid(
+                v,
+                k("max_datagram"),
+                format!(
+                    "expected 64 to {} bytes (the largest UDP payload); a datagram longer than a link frame's {} bytes of media is cut into several frames",
+                    split::header::MAX_DATAGRAM,
+                    split::header::MAX_MEDIA
+                ),
+            ))
+        }
+        (Some(v), true) => *v.get_ref() as usize,
+        (None, _) => split::header::MAX_DATAGRAM,
+    };
     Ok(LinkConfig {
         interface: r.interface.get_ref().clone(),
         local,
@@ -255,6 +275,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         fec,
         cpu: r.cpu.as_ref().map(|c| *c.get_ref() as usize),
         reorder_ms,
+        max_datagram,
     })
 }
 

@@ -634,7 +634,9 @@ mod split {
         let s = a.split.as_ref().unwrap();
         assert_eq!(s.half, crate::split::Half::A);
         assert_eq!(s.link_face(), super::super::DomainId::B);
-        assert_eq!(a.engine.max_payload, crate::split::fec::MAX_PAYLOAD);
+        assert_eq!(a.engine.max_payload, 1472, "the domain side's default");
+        assert_eq!(s.out_link.max_datagram, crate::split::header::MAX_DATAGRAM);
+        assert_eq!(a.leg_max_payload(), crate::split::header::MAX_DATAGRAM);
         assert_eq!(s.out_link.fec.unwrap().to_string(), "8+2");
         assert_eq!(s.in_link.reorder_ms, 25);
         assert_eq!(
@@ -708,9 +710,19 @@ mod split {
                 "split.signal.key",
             ),
             (
-                "queues = 1\n",
-                "queues = 1\nmax_payload = 1472\n",
-                "engine.max_payload",
+                "peer_mac = \"02:00:00:99:01:02\"",
+                "peer_mac = \"02:00:00:99:01:02\"\nmax_datagram = 1400",
+                "engine.max_payload: a half sends datagrams of up to split.out_link.max_datagram = 1400",
+            ),
+            (
+                "peer_mac = \"02:00:00:99:01:02\"",
+                "peer_mac = \"02:00:00:99:01:02\"\nmax_datagram = 70000",
+                "split.out_link.max_datagram: expected 64 to 65507",
+            ),
+            (
+                "reorder_ms = 25",
+                "reorder_ms = 25\nmax_datagram = 9000",
+                "split.in_link.max_datagram: the incoming link joins",
             ),
             (
                 "dead_after_ms = 3000",

@@ -45,11 +45,7 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
     let b = domain(DomainId::B, &raw.domains.b)?;
     cross_domain(&a, &b, &raw.domains.b)?;
     let domains = [a, b];
-    let mut engine = engine(raw, cpus)?;
-    if raw.split.is_some() && raw.engine.max_payload.span() == (0..0) {
-        // A half's media rides in link frames: the default shrinks to what a frame carries.
-        engine.max_payload = engine.max_payload.min(crate::split::fec::MAX_PAYLOAD);
-    }
+    let engine = engine(raw, cpus)?;
     let relatch_after_ms =
         match &raw.security.relatch_after_ms {
             None => crate::routes::DEFAULT_RELATCH_AFTER_MS,

@@ -289,8 +289,9 @@ fn snapshot_json(s: &crate::stats::Snapshot) -> Value {
 }
 
 /// A split half's route from the link face: what the incoming link handed it (`received`,
-/// `repaired` by FEC) and the RTP gaps seen after the link (`rtp_lost`: the stream's loss so
-/// far, what happened before the peer half included). `None` on a single host and for routes
+/// `repaired` by FEC), what it lost of the stream (`lost`, exact from the link stream
+/// sequence; `late`, `duplicate`, `restarts`), and the RTP gaps seen after the link
+/// (`rtp_lost`: the stream's loss so far, what happened before the peer half included). `None` on a single host and for routes
 /// from this half's own domain.
 fn link_stream_json(
     st: &ControlState,
@@ -299,7 +300,11 @@ fn link_stream_json(
 ) -> Option<Value> {
     let sp = st.split.as_ref()?;
     (r.channel == Channel::from_ingress(sp.half.link_face())).then(|| {
-        json!({ "received": s.link.received, "repaired": s.link.repaired, "rtp_lost": s.rtp.lost })
+        let l = &s.link;
+        json!({
+            "received": l.received, "repaired": l.repaired, "lost": l.lost, "late": l.late,
+            "duplicate": l.duplicate, "restarts": l.restarts, "rtp_lost": s.rtp.lost,
+        })
     })
 }
 
@@ -346,7 +351,8 @@ fn stats(st: &ControlState) -> Value {
         std::cmp::Reverse(v["rtp_lost"].as_u64().unwrap_or(0) + v["dropped"].as_u64().unwrap_or(0))
     });
     worst.truncate(10);
-    // A split half: the streams the incoming link carries, most lost and repaired first.
+    // A split half: the streams the incoming link carries, most lost on the link, then most
+    // lost before it, then most repaired first.
     let mut link_streams: Vec<Value> = st
         .routes
         .routes()
@@ -361,6 +367,7 @@ fn stats(st: &ControlState) -> Value {
         .collect();
     link_streams.sort_by_key(|v| {
         std::cmp::Reverse((
+            v["lost"].as_u64().unwrap_or(0),
             v["rtp_lost"].as_u64().unwrap_or(0),
             v["repaired"].as_u64().unwrap_or(0),
             v["received"].as_u64().unwrap_or(0),

@@ -258,17 +258,20 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
             if !streams.is_empty() {
                 let _ = writeln!(
                     s,
-                    "\nLINK STREAMS (in link, since start)\n{:<24} {:>6} {:>10} {:>9} {:>9}",
-                    "ROUTE", "PORT", "RECEIVED", "REPAIRED", "RTP LOST"
+                    "\nLINK STREAMS (in link, since start)\n{:<24} {:>6} {:>10} {:>9} {:>9} {:>6} {:>6} {:>9}",
+                    "ROUTE", "PORT", "RECEIVED", "REPAIRED", "LOST", "LATE", "DUP", "RTP LOST"
                 );
                 for v in streams {
                     let _ = writeln!(
                         s,
-                        "{:<24} {:>6} {:>10} {:>9} {:>9}",
+                        "{:<24} {:>6} {:>10} {:>9} {:>9} {:>6} {:>6} {:>9}",
                         v["route"].as_str().unwrap_or(""),
                         v["port"],
                         v["received"],
                         v["repaired"],
+                        v["lost"],
+                        v["late"],
+                        v["duplicate"],
                         v["rtp_lost"]
                     );
                 }
@@ -360,7 +363,7 @@ mod tests {
             "uptime_seconds": 2.0, "healthy": true,
             "split": {
                 "half": "b", "out_link": link, "in_link": link,
-                "streams": [{ "route": "cam", "port": 21000, "received": 990, "repaired": 7, "rtp_lost": 3 }],
+                "streams": [{ "route": "cam", "port": 21000, "received": 990, "repaired": 7, "lost": 2, "late": 1, "duplicate": 0, "rtp_lost": 3 }],
             },
         });
         let screen = render_stats(&half, &half, 1.0);
@@ -371,7 +374,7 @@ mod tests {
             .unwrap_or_else(|| panic!("{screen}"));
         assert_eq!(
             row.split_whitespace().collect::<Vec<_>>(),
-            ["cam", "21000", "990", "7", "3"]
+            ["cam", "21000", "990", "7", "2", "1", "0", "3"]
         );
     }
 }

@@ -264,7 +264,7 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_link_fec_total",
         "counter",
-        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate; the incoming link's reorder window: datagrams held, positions given up, datagrams overtaken",
+        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate; the incoming link's reorder window: datagrams held, positions given up, datagrams overtaken; datagrams cut into fragments (out), fragments received and datagrams joined from them (in)",
     ),
     (
         "vgate_link_drops_total",
@@ -274,7 +274,7 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_route_link_packets_total",
         "counter",
-        "Split half: datagrams the incoming one-way link handed each route of the link face, as received or rebuilt by FEC (what the link lost per stream shows as the route's RTP loss)",
+        "Split half: datagrams the incoming one-way link handed each route of the link face, as received or rebuilt by FEC, and the stream's datagrams the link lost (exact, from the link header's per-route sequence), that came late (taken off lost) or twice",
     ),
     ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
     ("vgate_split_peer_last_seen_timestamp_seconds", "gauge", "Split half: Unix time in seconds of the last authenticated frame from the other half (0: never)"),
@@ -722,6 +722,9 @@ pub fn render(st: &ControlState) -> String {
                 ("reorder_held", s.reorder_held),
                 ("reorder_expired", s.reorder_expired),
                 ("reorder_overtaken", s.reorder_overtaken),
+                ("fragmented", s.fragmented),
+                ("fragments", s.fragments),
+                ("joined", s.joined),
             ] {
                 o.sample("vgate_link_fec_total", &[("link", l), ("what", what)], v);
             }
@@ -933,7 +936,13 @@ pub fn render(st: &ControlState) -> String {
             for r in routes.iter().filter(|r| r.channel == face) {
                 let port = r.port.to_string();
                 let l = r.stats.link.snapshot();
-                for (how, v) in [("received", l.received), ("repaired", l.repaired)] {
+                for (how, v) in [
+                    ("received", l.received),
+                    ("repaired", l.repaired),
+                    ("lost", l.lost),
+                    ("late", l.late),
+                    ("duplicate", l.duplicate),
+                ] {
                     o.sample(
                         "vgate_route_link_packets_total",
                         &[

@@ -412,6 +412,8 @@ impl Injector {
         if let Some(tx) = link.as_deref_mut() {
             tx.flush();
             tx.idle(now);
+            // A block left open is closed on time by the incoming link's worker.
+            self.routes.edge_link.sent(tx);
         }
     }
 

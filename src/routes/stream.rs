@@ -5,7 +5,7 @@
 //! so a session's final figures can be read after its routes are gone.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -74,37 +74,110 @@ pub struct RouteStats {
     pub link: LinkStreamCounters,
 }
 
-/// Per stream on a split half's incoming link: datagrams received as sent, and rebuilt by
-/// FEC. (What the link lost of one stream cannot be told apart from another's on the link
-/// itself; the route's RTP gaps show it.) Single writer: the link's receive worker.
+/// Per stream on a split half's incoming link (version 2 link header: every datagram carries
+/// its route's sequence number from the sending half). Counted after the reorder window, FEC
+/// and fragment reassembly: `received` as sent, `repaired` (rebuilt by FEC, or joined from
+/// fragments one of which was), `lost` (sequence numbers that never came: exact, but a loss
+/// before the stream's first datagram here or after its last cannot be seen), `late` (came
+/// after a later one and was counted lost meanwhile: taken off `lost`), `duplicate`, and
+/// `restarts` (the sequence jumped by [`LINK_SEQ_RESYNC`] or more: the sending route was
+/// made anew or its half restarted; no loss counted for the jump).
+///
+/// Single writer (the link's receive worker), so the state is plain loads and stores.
 #[derive(Debug, Default)]
 pub struct LinkStreamCounters {
     received: AtomicU64,
     repaired: AtomicU64,
+    lost: AtomicU64,
+    late: AtomicU64,
+    duplicate: AtomicU64,
+    restarts: AtomicU64,
+    /// Highest sequence seen, and bit `i` of `window`: `highest - i` arrived.
+    highest: AtomicU32,
+    window: AtomicU64,
+    started: AtomicBool,
 }
+
+/// A per-stream sequence this far from the highest seen, either way, is a new sender, not a
+/// loss or a late datagram.
+pub const LINK_SEQ_RESYNC: u32 = 1 << 16;
 
 /// A copy of [`LinkStreamCounters`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkStreamSnapshot {
     pub received: u64,
     pub repaired: u64,
+    pub lost: u64,
+    pub late: u64,
+    pub duplicate: u64,
+    pub restarts: u64,
 }
 
 impl LinkStreamCounters {
-    /// One datagram from the link: `repaired` when FEC rebuilt it.
-    pub fn count(&self, repaired: bool) {
-        let c = if repaired {
-            &self.repaired
-        } else {
-            &self.received
-        };
-        c.fetch_add(1, Relaxed);
+    /// One datagram from the link with the sending route's sequence `seq`: `repaired` when
+    /// FEC rebuilt it (or a fragment of it). `false` for a duplicate, which the caller drops.
+    pub fn count(&self, seq: u32, repaired: bool) -> bool {
+        let bump = |c: &AtomicU64, n: u64| c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+        let fresh = self.track(seq, &bump);
+        if fresh {
+            bump(
+                if repaired {
+                    &self.repaired
+                } else {
+                    &self.received
+                },
+                1,
+            );
+        }
+        fresh
+    }
+
+    fn track(&self, seq: u32, bump: &impl Fn(&AtomicU64, u64)) -> bool {
+        let high = self.highest.load(Relaxed);
+        let ahead = seq.wrapping_sub(high);
+        let behind = high.wrapping_sub(seq);
+        if !self.started.load(Relaxed) || (ahead >= LINK_SEQ_RESYNC && behind >= LINK_SEQ_RESYNC) {
+            if self.started.load(Relaxed) {
+                bump(&self.restarts, 1);
+            }
+            self.started.store(true, Relaxed);
+            self.highest.store(seq, Relaxed);
+            self.window.store(1, Relaxed);
+            return true;
+        }
+        let window = self.window.load(Relaxed);
+        if ahead != 0 && ahead < LINK_SEQ_RESYNC {
+            bump(&self.lost, u64::from(ahead - 1));
+            let shifted = if ahead >= 64 { 0 } else { window << ahead };
+            self.window.store(shifted | 1, Relaxed);
+            self.highest.store(seq, Relaxed);
+            return true;
+        }
+        // At or behind the highest.
+        if behind < 64 {
+            let bit = 1u64 << behind;
+            if window & bit != 0 {
+                bump(&self.duplicate, 1);
+                return false;
+            }
+            self.window.store(window | bit, Relaxed);
+        }
+        // Counted lost when the gap opened (further back than the window remembers: taken
+        // as late all the same; a duplicate that old is not told apart).
+        bump(&self.late, 1);
+        let lost = self.lost.load(Relaxed);
+        self.lost.store(lost.saturating_sub(1), Relaxed);
+        true
     }
 
     pub fn snapshot(&self) -> LinkStreamSnapshot {
         LinkStreamSnapshot {
             received: self.received.load(Relaxed),
             repaired: self.repaired.load(Relaxed),
+            lost: self.lost.load(Relaxed),
+            late: self.late.load(Relaxed),
+            duplicate: self.duplicate.load(Relaxed),
+            restarts: self.restarts.load(Relaxed),
         }
     }
 }
@@ -179,6 +252,10 @@ pub struct StreamRoute {
     /// When the receiver is a stream leg the gateway terminates ([`crate::edge`]): engines
     /// offer admitted packets to it instead of sending them to `dest`.
     pub edge: Option<Arc<crate::edge::EdgeSink>>,
+    /// A split half: the next link stream sequence of this route's datagrams down the
+    /// outgoing link (starts at random, so a route made anew is told apart by the receiver).
+    /// One worker normally sends a route; an atomic keeps it right when two do.
+    link_seq: AtomicU32,
 }
 
 const LATCHED: u64 = 1 << 48;
@@ -202,6 +279,14 @@ pub enum SourceCheck {
 
 fn pack(a: SocketAddrV4) -> u64 {
     LATCHED | (u64::from(u32::from(*a.ip())) << 16) | u64::from(a.port())
+}
+
+/// From the OS's randomness; 0 when it has none (a new route then looks like a restart only
+/// when its sequence is far from the old one's).
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = getrandom::fill(&mut b);
+    u32::from_ne_bytes(b)
 }
 
 fn unpack(v: u64) -> SocketAddrV4 {
@@ -234,7 +319,13 @@ impl StreamRoute {
             timed_kind: None,
             stats: Arc::new(RouteStats::default()),
             edge: None,
+            link_seq: AtomicU32::new(random_u32()),
         }
+    }
+
+    /// The link stream sequence for the route's next datagram down the outgoing link.
+    pub fn next_link_seq(&self) -> u32 {
+        self.link_seq.fetch_add(1, Relaxed)
     }
 
     /// Times this route's first packet ([`StreamRoute::take_first_packet`]): for routes a
@@ -466,5 +557,51 @@ mod tests {
         assert!(admit(&route(SourcePolicy::Any, None), a("1.2.3.4:5"), 1));
         assert_eq!(Channel::from_ingress(DomainId::B), Channel::Reverse);
         assert_eq!(Channel::Forward.egress(), DomainId::B);
+    }
+
+    /// Exact per-stream loss from the link stream sequence: gaps, late arrivals taken off,
+    /// duplicates refused, wrapping, and a new sender (a jump) not counted as loss.
+    #[test]
+    fn link_stream_sequence() {
+        let c = LinkStreamCounters::default();
+        let base = u32::MAX - 3; // wraps
+        let fresh: Vec<bool> = [0u32, 1, 2, 5, 6, 4, 4, 9, 3, 10]
+            .iter()
+            .map(|&i| c.count(base.wrapping_add(i), i == 6))
+            .collect();
+        assert_eq!(
+            fresh,
+            [true, true, true, true, true, true, false, true, true, true]
+        );
+        let s = c.snapshot();
+        // Sent 0..=10; never came: 7, 8. 4 came late (once; its second copy a duplicate),
+        // 3 came late.
+        assert_eq!(
+            (
+                s.received,
+                s.repaired,
+                s.lost,
+                s.late,
+                s.duplicate,
+                s.restarts
+            ),
+            (8, 1, 2, 2, 1, 0)
+        );
+        // Further back than the window remembers: late all the same.
+        let c = LinkStreamCounters::default();
+        c.count(0, false);
+        c.count(200, false);
+        assert_eq!(c.snapshot().lost, 199);
+        assert!(c.count(100, false));
+        assert_eq!((c.snapshot().lost, c.snapshot().late), (198, 1));
+        // A new sender far away: a restart, no loss; then counting goes on from it.
+        assert!(c.count(7_000_000, false));
+        assert!(c.count(7_000_002, false));
+        let s = c.snapshot();
+        assert_eq!((s.restarts, s.lost, s.received), (1, 199, 5));
+        // Two routes start apart.
+        let r1 = route(SourcePolicy::Any, None);
+        let a = r1.next_link_seq();
+        assert_eq!(r1.next_link_seq(), a.wrapping_add(1));
     }
 }

@@ -46,9 +46,9 @@ use super::header::{
 };
 use super::reorder::{Reorder, ReorderCounts};
 
-/// Largest frame on a link (1500-byte MTU minus IPv4 and UDP headers).
-pub const FRAME_CAP: usize = 1472;
-/// Largest datagram a link carries: a frame minus the link header.
+pub use super::header::FRAME_CAP;
+/// Largest link datagram one frame carries: a frame minus the lane header (the stream
+/// header and the media, or one fragment of it: [`super::header::MAX_MEDIA`]).
 pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN;
 /// Room before each of the sender's frames for the Ethernet, IPv4 and UDP headers: an
 /// engine-family link ([`crate::split::link`]) writes them there, in place, so the frame
@@ -179,7 +179,14 @@ impl Encoder {
     /// frame; when that completes a block, its repair frames are computed too. `false` (and
     /// nothing written) when the payload does not fit a link frame or a flush is due.
     pub fn push(&mut self, dst: u16, src: u16, payload: &[u8], ts_us: u32) -> bool {
-        if payload.len() > MAX_PAYLOAD || self.must_flush() {
+        self.push_parts(dst, src, &[], payload, ts_us)
+    }
+
+    /// [`Encoder::push`] of the link datagram `head` followed by `body` (a stream header and
+    /// the media), written straight into the frame.
+    pub fn push_parts(&mut self, dst: u16, src: u16, head: &[u8], body: &[u8], ts_us: u32) -> bool {
+        let len = head.len() + body.len();
+        if len > MAX_PAYLOAD || self.must_flush() {
             return false;
         }
         let i = self.filled;
@@ -199,9 +206,10 @@ impl Encoder {
                 epoch: self.epoch,
             },
         );
-        header::write_shard_prefix(f, dst, src, payload.len() as u16);
-        f[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
-        self.lens[i] = HEADER_LEN + payload.len();
+        header::write_shard_prefix(f, dst, src, len as u16);
+        f[HEADER_LEN..HEADER_LEN + head.len()].copy_from_slice(head);
+        f[HEADER_LEN + head.len()..HEADER_LEN + len].copy_from_slice(body);
+        self.lens[i] = HEADER_LEN + len;
         self.filled += 1;
         self.sequence = self.sequence.wrapping_add(1);
         self.frames_out += 1;

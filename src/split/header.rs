@@ -2,7 +2,9 @@
 //!
 //! A checked zero-copy view in the style of [`crate::wire`]: [`LinkPacket::new_checked`]
 //! checks magic, version, kind, the FEC fields and the lengths once; after that no accessor
-//! can panic. Big-endian, 28 bytes:
+//! can panic. Big-endian; version 2 is 34 bytes: the 28-byte *lane header* (FEC and order,
+//! per sending worker) and the 6-byte *stream header* (per route), which starts the link
+//! datagram the lane header carries:
 //!
 //! ```text
 //!  0      2      3      4      5      6      7      8             12            16
@@ -13,6 +15,10 @@
 //!  +-------------+-------+------+------+------+---- payload (data) / coded shard (repair)
 //!  | timestamp µs| epoch | dst  | src  | len  |
 //!  +-------------+-------+------+------+------+
+//!  28                  32     33     34
+//!  +-------------------+------+------+---- media (the datagram, or one fragment of it)
+//!  | stream sequence   | frag | frags|
+//!  +-------------------+------+------+
 //! ```
 //!
 //! - `lane`: the sending worker; each lane has its own sequence, blocks and FEC state.
@@ -24,15 +30,40 @@
 //!   They sit last on purpose: bytes 22.. of a data packet, padded, are exactly the shard the
 //!   erasure code protects, so a repaired shard gives back ports and length as well as the
 //!   payload, and the sender encodes straight from the frames it sends (no copy).
-//!   In a repair packet those six bytes are coded bytes, not ports.
+//!   In a repair packet those six bytes are coded bytes, not ports. `len` counts the link
+//!   datagram: the stream header and the media.
+//! - The stream header (version 2; [`StreamHeader`]) is part of the link datagram, so FEC
+//!   protects and rebuilds it like the media and the lane layers ([`super::fec`],
+//!   [`super::reorder`]) never look at it. `stream sequence`: the sending half's per-route
+//!   count of datagrams (each route starts at a random value), so the receiving half counts
+//!   each stream's losses exactly. `frag`/`frags`: a datagram longer than a link frame's
+//!   media ([`MAX_MEDIA`]) is cut into `frags` frames, `frag` = 0.. (all but the last carry
+//!   exactly [`MAX_MEDIA`] bytes); 0/1 for a whole datagram. The view checks the lane header
+//!   only; [`StreamHeader::parse`] checks the stream header where datagrams are handed on.
+//!
+//! Version 1 (no stream header) and version 2 do not interoperate: a frame of another
+//! version is dropped and counted (`bad_version`); both halves must run the same release.
 
 use std::ops::Range;
 
 /// `"VG"`.
 pub const MAGIC: u16 = 0x5647;
-pub const VERSION: u8 = 1;
-/// Bytes before the payload.
+pub const VERSION: u8 = 2;
+/// Bytes of the lane header, before the link datagram ([`LinkPacket::payload`]).
 pub const HEADER_LEN: usize = 28;
+/// Bytes of the stream header at the start of every link datagram.
+pub const STREAM_HEADER_LEN: usize = 6;
+/// Every header byte before the media of a frame.
+pub const FULL_HEADER_LEN: usize = HEADER_LEN + STREAM_HEADER_LEN;
+/// Largest link frame (1500-byte MTU minus IPv4 and UDP headers).
+pub const FRAME_CAP: usize = 1472;
+/// Media bytes one link frame carries; longer datagrams are cut into fragments.
+pub const MAX_MEDIA: usize = FRAME_CAP - FULL_HEADER_LEN;
+/// Largest datagram a link carries (the largest UDP payload over IPv4), in up to
+/// [`MAX_FRAGS`] frames.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// Frames of the largest datagram.
+pub const MAX_FRAGS: usize = MAX_DATAGRAM.div_ceil(MAX_MEDIA);
 /// Where the FEC shard starts in a frame (ports and length, then payload).
 pub const SHARD_START: usize = 22;
 /// Shard bytes before the payload (dst, src, len).
@@ -258,6 +289,49 @@ pub fn shard_prefix(shard: &[u8]) -> Option<(u16, u16, u16)> {
     ))
 }
 
+/// The stream header at the start of a link datagram (version 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamHeader {
+    /// The sending half's sequence of the route's datagrams (all fragments of one share it).
+    pub sequence: u32,
+    /// This frame's fragment, `0..frags`.
+    pub frag: u8,
+    /// Frames the datagram was cut into (1: whole).
+    pub frags: u8,
+}
+
+impl StreamHeader {
+    /// Splits a link datagram into its stream header and media. `None` when it is shorter
+    /// than the header, or its fragment fields are impossible: `frags` 0 or above
+    /// [`MAX_FRAGS`], `frag` not below `frags`, media longer than [`MAX_MEDIA`], or a
+    /// fragment before the last not exactly [`MAX_MEDIA`] long.
+    pub fn parse(datagram: &[u8]) -> Option<(StreamHeader, &[u8])> {
+        let (h, media) = datagram.split_at_checked(STREAM_HEADER_LEN)?;
+        let sh = StreamHeader {
+            sequence: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+            frag: h[4],
+            frags: h[5],
+        };
+        let (frag, frags) = (usize::from(sh.frag), usize::from(sh.frags));
+        let ok = (1..=MAX_FRAGS).contains(&frags)
+            && frag < frags
+            && media.len() <= MAX_MEDIA
+            && (frag + 1 == frags || media.len() == MAX_MEDIA);
+        ok.then_some((sh, media))
+    }
+
+    /// The header's bytes.
+    pub fn bytes(&self) -> [u8; STREAM_HEADER_LEN] {
+        let s = self.sequence.to_be_bytes();
+        [s[0], s[1], s[2], s[3], self.frag, self.frags]
+    }
+}
+
+/// Frames a datagram of `len` bytes is cut into (`None`: longer than [`MAX_DATAGRAM`]).
+pub fn fragments(len: usize) -> Option<usize> {
+    (len <= MAX_DATAGRAM).then(|| len.div_ceil(MAX_MEDIA).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,5 +437,89 @@ mod tests {
         );
         r[26] = 0xff;
         assert!(LinkPacket::new_checked(&r[..]).is_ok());
+    }
+
+    /// Version 2 on the wire, byte for byte: a change here breaks the peer half.
+    #[test]
+    fn golden_v2_frame() {
+        let f = Fields {
+            lane: 1,
+            k: 8,
+            m: 2,
+            index: 3,
+            sequence: 0x0102_0304,
+            block: 0x0a0b_0c0d,
+            timestamp_us: 0x1122_3344,
+            epoch: 0xbeef,
+            ..Fields::default()
+        };
+        let sh = StreamHeader {
+            sequence: 0xdead_beef,
+            frag: 1,
+            frags: 2,
+        };
+        let mut dg = sh.bytes().to_vec();
+        dg.extend_from_slice(b"media");
+        let b = frame(f, &dg);
+        assert_eq!(
+            b,
+            [
+                b'V', b'G', 2, 0, 1, 8, 2, 3, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x11, 0x22, 0x33,
+                0x44, 0xbe, 0xef, 0x75, 0x30, 0x4e, 0x21, 0, 11, 0xde, 0xad, 0xbe, 0xef, 1, 2,
+                b'm', b'e', b'd', b'i', b'a'
+            ]
+        );
+        assert_eq!(FULL_HEADER_LEN, 34);
+        let p = LinkPacket::new_checked(&b[..]).unwrap();
+        assert_eq!(StreamHeader::parse(p.payload()), Some((sh, &b"media"[..])));
+        // A version 1 frame is refused as another version.
+        let mut v1 = b.clone();
+        v1[2] = 1;
+        assert_eq!(
+            LinkPacket::new_checked(&v1[..]).err(),
+            Some(HeaderError::BadVersion)
+        );
+    }
+
+    #[test]
+    fn stream_header_refusals() {
+        let dg = |frag: u8, frags: u8, len: usize| {
+            let mut d = StreamHeader {
+                sequence: 7,
+                frag,
+                frags,
+            }
+            .bytes()
+            .to_vec();
+            d.resize(STREAM_HEADER_LEN + len, 0);
+            d
+        };
+        assert!(StreamHeader::parse(&dg(0, 1, 0)).is_some());
+        assert!(StreamHeader::parse(&dg(0, 1, MAX_MEDIA)).is_some());
+        assert!(StreamHeader::parse(&dg(0, 2, MAX_MEDIA)).is_some());
+        assert!(StreamHeader::parse(&dg(1, 2, 1)).is_some());
+        let max = MAX_FRAGS as u8;
+        assert!(StreamHeader::parse(&dg(max - 1, max, 3)).is_some());
+        for (frag, frags, len) in [
+            (0, 0, 10),
+            (1, 1, 10),
+            (0, 1, MAX_MEDIA + 1),
+            (0, 2, MAX_MEDIA - 1),
+            (0, max + 1, MAX_MEDIA),
+        ] {
+            assert_eq!(
+                StreamHeader::parse(&dg(frag, frags, len)),
+                None,
+                "{frag}/{frags} len {len}"
+            );
+        }
+        for cut in 0..STREAM_HEADER_LEN {
+            assert_eq!(StreamHeader::parse(&dg(0, 1, 0)[..cut]), None);
+        }
+        assert_eq!(fragments(0), Some(1));
+        assert_eq!(fragments(MAX_MEDIA), Some(1));
+        assert_eq!(fragments(MAX_MEDIA + 1), Some(2));
+        assert_eq!(fragments(MAX_DATAGRAM), Some(MAX_FRAGS));
+        assert_eq!(fragments(MAX_DATAGRAM + 1), None);
     }
 }

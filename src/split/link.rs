@@ -62,7 +62,8 @@ use std::sync::Arc;
 use nix::sys::socket::{setsockopt, sockopt};
 
 use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
-use super::header::{HeaderError, LinkPacket};
+use super::frag::{self, JoinCounts, Joiner};
+use super::header::{HeaderError, LinkPacket, StreamHeader, MAX_DATAGRAM};
 use super::{mac_string, LinkConfig, SplitConfig};
 use crate::channel::{inspect, Admitted};
 use crate::clock::now_ms;
@@ -155,10 +156,17 @@ pub enum LinkDrop {
     ForeignSource,
     /// Longer than a link frame.
     Oversize,
+    /// A fragment of a datagram that can no longer complete (another fragment lost).
+    FragmentLost,
+    /// A fragment of a datagram not complete [`super::frag::JOIN_TIMEOUT_MS`] after its first.
+    FragmentTimeout,
+    /// An impossible stream header (fragment fields), or a fragment that contradicts the
+    /// others of its datagram.
+    BadFragment,
 }
 
 impl LinkDrop {
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 10;
     pub const ALL: [LinkDrop; Self::COUNT] = [
         LinkDrop::Garbage,
         LinkDrop::Truncated,
@@ -167,6 +175,9 @@ impl LinkDrop {
         LinkDrop::UnknownPort,
         LinkDrop::ForeignSource,
         LinkDrop::Oversize,
+        LinkDrop::FragmentLost,
+        LinkDrop::FragmentTimeout,
+        LinkDrop::BadFragment,
     ];
 
     pub fn name(self) -> &'static str {
@@ -178,6 +189,9 @@ impl LinkDrop {
             LinkDrop::UnknownPort => "unknown_port",
             LinkDrop::ForeignSource => "foreign_source",
             LinkDrop::Oversize => "oversize",
+            LinkDrop::FragmentLost => "fragment_lost",
+            LinkDrop::FragmentTimeout => "fragment_timeout",
+            LinkDrop::BadFragment => "bad_fragment",
         }
     }
 
@@ -215,6 +229,11 @@ pub struct LinkCounters {
     pub reorder_held: AtomicU64,
     pub reorder_expired: AtomicU64,
     pub reorder_overtaken: AtomicU64,
+    /// Outgoing: datagrams cut into fragments. Incoming: fragments received, datagrams
+    /// joined from them.
+    pub fragmented: AtomicU64,
+    pub fragments: AtomicU64,
+    pub joined: AtomicU64,
     pub drops: [AtomicU64; LinkDrop::COUNT],
 }
 
@@ -234,6 +253,9 @@ pub struct LinkSnapshot {
     pub reorder_held: u64,
     pub reorder_expired: u64,
     pub reorder_overtaken: u64,
+    pub fragmented: u64,
+    pub fragments: u64,
+    pub joined: u64,
     pub drops: [u64; LinkDrop::COUNT],
 }
 
@@ -263,6 +285,9 @@ impl LinkCounters {
             reorder_held: self.reorder_held.load(Relaxed),
             reorder_expired: self.reorder_expired.load(Relaxed),
             reorder_overtaken: self.reorder_overtaken.load(Relaxed),
+            fragmented: self.fragmented.load(Relaxed),
+            fragments: self.fragments.load(Relaxed),
+            joined: self.joined.load(Relaxed),
             drops,
         }
     }
@@ -279,6 +304,15 @@ impl LinkCounters {
         self.reorder_held.store(c.reorder.held, Relaxed);
         self.reorder_expired.store(c.reorder.expired, Relaxed);
         self.reorder_overtaken.store(c.reorder.overtaken, Relaxed);
+    }
+
+    /// Publishes the reassembly's cumulative counts (single writer: the receive worker).
+    fn publish_join(&self, j: &JoinCounts) {
+        self.fragments.store(j.fragments, Relaxed);
+        self.joined.store(j.joined, Relaxed);
+        self.drops[LinkDrop::FragmentLost as usize].store(j.lost, Relaxed);
+        self.drops[LinkDrop::FragmentTimeout as usize].store(j.timeout, Relaxed);
+        self.drops[LinkDrop::BadFragment as usize].store(j.bad, Relaxed);
     }
 }
 
@@ -353,8 +387,8 @@ impl SplitStats {
         for (name, c) in [("out", &self.out_link), ("in", &self.in_link)] {
             let v = c.snapshot();
             s.push_str(&format!(
-                "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={} reorder_held={} reorder_expired={} reorder_overtaken={}",
-                self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts, v.reorder_held, v.reorder_expired, v.reorder_overtaken
+                "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={} reorder_held={} reorder_expired={} reorder_overtaken={} fragmented={} fragments={} joined={}",
+                self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts, v.reorder_held, v.reorder_expired, v.reorder_overtaken, v.fragmented, v.fragments, v.joined
             ));
             for r in LinkDrop::ALL {
                 s.push_str(&format!(" drop_{}={}", r.name(), v.drop_count(r)));
@@ -391,6 +425,7 @@ impl SplitStats {
                 "late": s.late, "duplicate": s.duplicate, "restarts": s.restarts,
                 "reorder_held": s.reorder_held, "reorder_expired": s.reorder_expired,
                 "reorder_overtaken": s.reorder_overtaken,
+                "fragmented": s.fragmented, "fragments": s.fragments, "joined": s.joined,
                 "drops": drops,
             })
         };
@@ -598,6 +633,8 @@ pub struct LinkTx {
     stats: Arc<SplitStats>,
     block_opened_ms: u64,
     repair_published: u64,
+    /// Longest datagram sent (`split.out_link.max_datagram`), cut into fragments.
+    max_datagram: usize,
 }
 
 impl LinkTx {
@@ -618,27 +655,45 @@ impl LinkTx {
             stats,
             block_opened_ms: 0,
             repair_published: 0,
+            max_datagram: cfg.max_datagram.min(MAX_DATAGRAM),
         }
     }
 
     /// Queues one datagram for gateway port `dst` of the peer, sent from our egress port
-    /// `src`; frames go out when a block or batch is full, and at [`LinkTx::flush`].
-    /// `false` when it does not fit a link frame (the caller counts it as oversize).
-    pub fn push(&mut self, dst: u16, src: u16, payload: &[u8], now_ms: u64, ts_us: u32) -> bool {
-        if self.enc.must_flush() {
-            self.flush();
+    /// `src`, with its route's link stream sequence `seq`; a datagram longer than a frame's
+    /// media is cut into fragments, consecutive frames of this lane ([`frag`]). Frames go
+    /// out when a block or batch is full, and at [`LinkTx::flush`]. `false` (nothing sent)
+    /// when it is longer than `split.out_link.max_datagram` (the caller counts it as
+    /// oversize).
+    pub fn push(
+        &mut self,
+        dst: u16,
+        src: u16,
+        seq: u32,
+        payload: &[u8],
+        now_ms: u64,
+        ts_us: u32,
+    ) -> bool {
+        let mut cut = 0u64;
+        let ok = frag::cut(payload, seq, self.max_datagram, |sh, media| {
+            cut += u64::from(sh.frag == 1);
+            if self.enc.must_flush() {
+                self.flush();
+            }
+            let opened = self.enc.block_open();
+            let pushed = self.enc.push_parts(dst, src, &sh.bytes(), media, ts_us);
+            debug_assert!(pushed, "a fragment fits a frame and a flush made room");
+            if !opened {
+                self.block_opened_ms = now_ms;
+            }
+            if self.enc.must_flush() {
+                self.flush();
+            }
+        });
+        if cut > 0 {
+            self.stats.out_link.fragmented.fetch_add(cut, Relaxed);
         }
-        let opened = self.enc.block_open();
-        if !self.enc.push(dst, src, payload, ts_us) {
-            return false;
-        }
-        if !opened {
-            self.block_opened_ms = now_ms;
-        }
-        if self.enc.must_flush() {
-            self.flush();
-        }
-        true
+        ok
     }
 
     /// [`LinkTx::push`] for an engine's worker: one admitted datagram of a route, counted in
@@ -651,7 +706,20 @@ impl LinkTx {
         ts_us: u32,
         t: &mut Tally,
     ) {
-        if self.push(route.dest.port(), route.egress_port, payload, now_ms, ts_us) {
+        if payload.len() > self.max_datagram {
+            // Refused before it takes a sequence number: the receiver sees no gap.
+            t.drop(DropReason::Oversize);
+            return;
+        }
+        let seq = route.next_link_seq();
+        if self.push(
+            route.dest.port(),
+            route.egress_port,
+            seq,
+            payload,
+            now_ms,
+            ts_us,
+        ) {
             t.tx_packets += 1;
             t.tx_bytes += payload.len() as u64;
         } else {
@@ -738,6 +806,13 @@ impl LinkTx {
         }
     }
 
+    /// When [`LinkTx::idle`] will close the partial FEC block now open (None: none open).
+    pub fn close_due_ms(&self) -> Option<u64> {
+        self.enc
+            .block_open()
+            .then_some(self.block_opened_ms + CLOSE_BLOCK_MS)
+    }
+
     /// Called on every worker wakeup: closes a partial FEC block older than
     /// [`CLOSE_BLOCK_MS`] and sends its repair frames; takes back sent AF_XDP chunks.
     pub fn idle(&mut self, now_ms: u64) {
@@ -758,11 +833,42 @@ pub const EDGE_LANE: u8 = (crate::split::fec::MAX_LANES - 1) as u8;
 const EDGE_BATCH: usize = 64;
 
 /// The TCP media legs' sender on the outgoing link, shared by the legs' threads; set when
-/// a half's engine starts ([`HalfLinks::finish`]), empty on a single host.
+/// a half's engine starts ([`HalfLinks::finish`]), empty on a single host. A partial FEC
+/// block the legs leave open is closed on time by the incoming link's worker
+/// ([`EdgeLink::close_due`]), so the tail of a leg's burst is not held until its next read.
 #[derive(Default)]
-pub struct EdgeLink(std::sync::OnceLock<(DomainId, std::sync::Mutex<LinkTx>)>);
+pub struct EdgeLink(
+    std::sync::OnceLock<(DomainId, std::sync::Mutex<LinkTx>)>,
+    /// [`LinkTx::close_due_ms`] of the sender after its last use (0: no block open).
+    AtomicU64,
+);
 
 impl EdgeLink {
+    /// Notes when `tx` (this link's sender, locked by the caller after a send) must close
+    /// its partial block.
+    pub fn sent(&self, tx: &LinkTx) {
+        self.1.store(tx.close_due_ms().unwrap_or(0), Relaxed);
+    }
+
+    /// When the legs' partial FEC block must be closed (None: none open). No lock.
+    pub fn close_due(&self) -> Option<u64> {
+        Some(self.1.load(Relaxed)).filter(|&d| d != 0)
+    }
+
+    /// Closes the legs' partial block if it is due, unless a leg holds the sender (it will
+    /// close it itself at the end of its read).
+    pub fn close_if_due(&self, now_ms: u64) {
+        if self.close_due().is_none_or(|d| now_ms < d) {
+            return;
+        }
+        if let Some((_, m)) = self.0.get() {
+            if let Ok(mut tx) = m.try_lock() {
+                tx.idle(now_ms);
+                self.sent(&tx);
+            }
+        }
+    }
+
     /// Installs the sender for link face `face` (a restarted engine replaces it).
     pub fn set(&self, face: DomainId, tx: LinkTx) {
         match self.0.get() {
@@ -991,6 +1097,7 @@ impl HalfLinks {
         let link = registry.attach_sender().map_err(io_err("eventfd".into()))?;
         let path = RxPath {
             sock,
+            routes: Arc::clone(routes),
             face: self.cfg.link_face(),
             peer_face: self.cfg.peer_face,
             peer: *self.cfg.in_link.peer.ip(),
@@ -999,7 +1106,9 @@ impl HalfLinks {
             batch,
             fec: self.cfg.in_link.fec,
             reorder_ms: self.cfg.in_link.reorder_ms,
-            max_payload,
+            // What the sending half cut and this one joined may be longer than a frame
+            // and than this half's own `engine.max_payload` (which bounds its domain side).
+            max_payload: max_payload.max(MAX_DATAGRAM),
             overflow_seen: 0,
         };
         let cpu = self.cfg.in_link.cpu.or(default_cpu);
@@ -1007,6 +1116,7 @@ impl HalfLinks {
             Ok(RxState {
                 rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
                 dec: Decoder::with_reorder(path.fec, path.reorder_ms),
+                join: Joiner::new(path.reorder_ms > 0),
                 out: Delivery::new(path.batch * BUDGET),
                 path,
             })
@@ -1017,6 +1127,8 @@ impl HalfLinks {
 /// The incoming link's worker: what crosses threads at start.
 struct RxPath {
     sock: UdpSocket,
+    /// For the legs' sender on the outgoing link ([`EdgeLink::close_if_due`]).
+    routes: Arc<Routes>,
     face: DomainId,
     peer_face: Ipv4Addr,
     peer: Ipv4Addr,
@@ -1035,6 +1147,7 @@ struct RxState {
     path: RxPath,
     rx: RecvBatch,
     dec: Decoder,
+    join: Joiner,
     out: Delivery,
 }
 
@@ -1105,6 +1218,7 @@ impl Delivery {
 }
 
 static RX_ERRORS: RateLimit = RateLimit::new(5000);
+static VERSION_LOG: RateLimit = RateLimit::new(10_000);
 
 impl Datapath for RxState {
     fn register(&mut self, poller: &Poller) -> io::Result<()> {
@@ -1117,27 +1231,35 @@ impl Datapath for RxState {
             &mut self.path,
             &mut self.rx,
             &mut self.dec,
+            &mut self.join,
             &mut self.out,
             now,
         );
     }
 
-    /// Hands on what waited its time in the reorder window.
+    /// Hands on what waited its time in the reorder window; gives up the datagrams whose
+    /// fragments did not all come in time.
+    /// Also closes the TCP legs' partial FEC block on the outgoing link when it is due.
     fn poll(&mut self, shell: &Shell) -> bool {
+        let now = now_ms();
+        if self.join.next_deadline().is_some_and(|d| now >= d) {
+            self.join.expire(now);
+        }
+        self.path.routes.edge_link.close_if_due(now);
         let Some(due) = self.dec.next_deadline() else {
             return false;
         };
-        let now = now_ms();
         if now >= due {
             let ctx = &self.path;
             let channel = Channel::from_ingress(ctx.face);
             let mut tally = Tally::default();
             let mut drops = [0u64; LinkDrop::COUNT];
-            let out = &mut self.out;
+            let (out, join) = (&mut self.out, &mut self.join);
             self.dec.release_due(now, |dst, src, payload, repaired| {
-                deliver_one(
+                on_datagram(
                     shell,
                     ctx,
+                    join,
                     channel,
                     (dst, src, payload, repaired),
                     now,
@@ -1154,9 +1276,18 @@ impl Datapath for RxState {
         false
     }
 
-    /// Sleeps no longer than the reorder window's next release.
+    /// Sleeps no longer than the reorder window's next release, the next reassembly timeout
+    /// or the legs' partial FEC block's closing time.
     fn idle_ms(&self) -> u16 {
-        match self.dec.next_deadline() {
+        let due = [
+            self.dec.next_deadline(),
+            self.join.next_deadline(),
+            self.path.routes.edge_link.close_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        match due {
             Some(due) => due.saturating_sub(now_ms()).clamp(1, 100) as u16,
             None => 100,
         }
@@ -1174,15 +1305,48 @@ impl Datapath for RxState {
     fn sample(&mut self, _shell: &Shell) {
         self.dec.settle(now_ms(), SETTLE_MS);
         self.path.split.in_link.publish(&self.dec.totals());
+        self.path.split.in_link.publish_join(&self.join.counts);
     }
 }
 
 impl Drop for RxState {
     fn drop(&mut self) {
         // At exit every block still open counts what it never got (what a reorder window
-        // still holds, at most `reorder_ms` of traffic, is not sent any more).
+        // still holds, at most `reorder_ms` of traffic, is not sent any more), and so does
+        // every datagram still being joined.
         self.dec.settle(u64::MAX, 0);
+        self.join.expire(u64::MAX);
         self.path.split.in_link.publish(&self.dec.totals());
+        self.path.split.in_link.publish_join(&self.join.counts);
+    }
+}
+
+/// One link datagram from the decoder (or its reorder window): its stream header read,
+/// a whole datagram delivered, a fragment joined and the datagram delivered once complete.
+#[allow(clippy::too_many_arguments)]
+fn on_datagram(
+    shell: &Shell,
+    ctx: &RxPath,
+    join: &mut Joiner,
+    channel: Channel,
+    (dst, src, datagram, repaired): (u16, u16, &[u8], bool),
+    now: u64,
+    out: &mut Delivery,
+    tally: &mut Tally,
+    drops: &mut [u64; LinkDrop::COUNT],
+) {
+    let Some((sh, media)) = StreamHeader::parse(datagram) else {
+        // Only a peer that is not vgate (a data frame's header was checked on arrival; a
+        // rebuilt one is what that peer sent).
+        join.counts.bad += 1;
+        return;
+    };
+    if sh.frags == 1 {
+        let d = (dst, src, sh.sequence, media, repaired);
+        deliver_one(shell, ctx, channel, d, now, out, tally, drops);
+    } else if let Some(j) = join.offer(dst, src, sh, media, repaired, now) {
+        let d = (dst, src, sh.sequence, j.data, j.repaired);
+        deliver_one(shell, ctx, channel, d, now, out, tally, drops);
     }
 }
 
@@ -1196,14 +1360,15 @@ fn count_drops(link: &LinkCounters, drops: &[u64; LinkDrop::COUNT]) {
 
 /// Hands one datagram from the link to the link face as if it came from `(peer face, src)`
 /// on gateway port `dst`: route lookup and checks, then queued in `out` for the route's
-/// egress socket (sent at the end of the wakeup); counts it in the route (received or
-/// repaired on the link) and the batch's tallies.
+/// egress socket (sent at the end of the wakeup; one longer than a frame is sent at once,
+/// after what is queued); counts it in the route's link stream (received or repaired on the
+/// link, its stream sequence `seq`: a duplicate goes no further) and the batch's tallies.
 #[allow(clippy::too_many_arguments)]
 fn deliver_one(
     shell: &Shell,
     ctx: &RxPath,
     channel: Channel,
-    (dst, src, payload, repaired): (u16, u16, &[u8], bool),
+    (dst, src, seq, payload, repaired): (u16, u16, u32, &[u8], bool),
     now: u64,
     out: &mut Delivery,
     tally: &mut Tally,
@@ -1221,7 +1386,10 @@ fn deliver_one(
         tally.merge(&one);
         return;
     };
-    route.stats.link.count(repaired);
+    if !route.stats.link.count(seq, repaired) {
+        // A duplicate of one already handed on (counted in the route's link stream).
+        return;
+    }
     let from = SocketAddrV4::new(ctx.peer_face, src);
     match inspect(&route, from, payload, false, ctx.max_payload, now) {
         Err(r) => one.drop(r),
@@ -1236,6 +1404,20 @@ fn deliver_one(
                 return;
             }
             match ctx.local.get(&(egress, route.egress_port)) {
+                Some(s) if payload.len() > FRAME_CAP => {
+                    // A joined datagram: after what waits, at once (rare; the queue's
+                    // slots are a frame long).
+                    let mut t = Tally::default();
+                    out.send(&mut t);
+                    tally.merge(&t);
+                    match s.send_to(payload, route.dest) {
+                        Ok(_) => {
+                            one.tx_packets += 1;
+                            one.tx_bytes += payload.len() as u64;
+                        }
+                        Err(_) => one.drop(DropReason::SendError),
+                    }
+                }
                 Some(s) => {
                     // Sent (and counted) at the end of the wakeup.
                     if out.is_full() {
@@ -1272,6 +1454,7 @@ fn drain(
     ctx: &mut RxPath,
     rx: &mut RecvBatch,
     dec: &mut Decoder,
+    join: &mut Joiner,
     out: &mut Delivery,
     now: u64,
 ) {
@@ -1315,9 +1498,10 @@ fn drain(
                 }
             };
             let res = dec.receive(&p, now, |dst, src, payload, repaired| {
-                deliver_one(
+                on_datagram(
                     shell,
                     ctx,
+                    join,
                     channel,
                     (dst, src, payload, repaired),
                     now,
@@ -1332,6 +1516,15 @@ fn drain(
         }
         link.packets.fetch_add(n as u64, Relaxed);
         link.bytes.fetch_add(bytes, Relaxed);
+        if drops[LinkDrop::BadVersion as usize] > 0 {
+            if let Some(suppressed) = VERSION_LOG.check(now) {
+                tracing::warn!(
+                    suppressed,
+                    ours = super::header::VERSION,
+                    "link frames of another link header version dropped (bad_version): both halves must run the same vgate release"
+                );
+            }
+        }
         count_drops(link, &drops);
         shell.stats.channel(channel).add(&tally);
         if n < rx.capacity() {
@@ -1344,6 +1537,7 @@ fn drain(
 mod tests {
     use super::*;
     use crate::split::fec::Encoder;
+    use crate::split::header::Kind;
     use crate::wire::parse_udp4;
 
     /// Frames built in the encoder's headroom (AF_XDP) are valid Ethernet/IPv4/UDP datagrams
@@ -1396,5 +1590,89 @@ mod tests {
             assert_eq!(p[42..], w[42..]);
         }
         assert_eq!(idents, [0, 1, 2]);
+    }
+
+    fn test_config(fec: &str) -> SplitConfig {
+        let link = |port: u16| LinkConfig {
+            interface: "lo".into(),
+            local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, port),
+            peer: SocketAddrV4::new(Ipv4Addr::LOCALHOST, port + 1),
+            peer_mac: None,
+            fec: Fec::parse(fec).unwrap(),
+            cpu: None,
+            reorder_ms: 0,
+            max_datagram: MAX_DATAGRAM,
+        };
+        SplitConfig {
+            half: super::super::Half::B,
+            peer_face: Ipv4Addr::new(127, 77, 0, 1),
+            out_link: link(7000),
+            in_link: link(7100),
+            signal: super::super::signal::SignalLink {
+                interface: "lo".into(),
+                local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7200),
+                peer: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7201),
+                key: super::super::signal::SignalKey::new(vec![7; 32]),
+                heartbeat: std::time::Duration::from_millis(500),
+                dead_after: std::time::Duration::from_millis(3000),
+            },
+        }
+    }
+
+    /// The TCP legs' lane: a partial FEC block left open after a leg's read is closed (its
+    /// repair frames sent) by whoever calls `close_if_due` once `CLOSE_BLOCK_MS` passed —
+    /// the incoming link's worker — not at the leg's next read.
+    #[test]
+    fn the_legs_partial_block_is_closed_on_time() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let mut cfg = test_config("8+2");
+        cfg.out_link.peer = match rx.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        let stats = Arc::new(SplitStats::new(&cfg));
+        let mut tx = LinkTx::new(
+            Wire::Udp(sock),
+            &cfg.out_link,
+            EDGE_LANE,
+            1,
+            EDGE_BATCH,
+            Arc::clone(&stats),
+        );
+        let t0 = 1_000;
+        // A 4000-byte datagram: three fragments of one partial block.
+        assert!(tx.push(21000, 30000, 5, &[9u8; 4000], t0, 0));
+        tx.flush();
+        tx.idle(t0 + 1);
+        let edge = EdgeLink::default();
+        edge.set(DomainId::A, tx);
+        let m = edge.toward(DomainId::A).unwrap();
+        edge.sent(&m.lock().unwrap());
+        assert_eq!(edge.close_due(), Some(t0 + CLOSE_BLOCK_MS));
+        let mut buf = [0u8; 2048];
+        let mut frames = Vec::new();
+        while let Ok(n) = rx.recv(&mut buf) {
+            frames.push(LinkPacket::new_checked(&buf[..n]).unwrap().kind());
+        }
+        assert_eq!(frames, [Kind::Data; 3], "the data frames went out at once");
+        edge.close_if_due(t0 + CLOSE_BLOCK_MS - 1);
+        assert!(rx.recv(&mut buf).is_err(), "not due yet");
+        edge.close_if_due(t0 + CLOSE_BLOCK_MS);
+        let mut frames = Vec::new();
+        while let Ok(n) = rx.recv(&mut buf) {
+            let p = LinkPacket::new_checked(&buf[..n]).unwrap();
+            frames.push((p.kind(), p.fec_k()));
+        }
+        assert_eq!(
+            frames,
+            [(Kind::Repair, 3); 2],
+            "the partial block's repairs"
+        );
+        assert_eq!(edge.close_due(), None);
+        assert_eq!(stats.out_link.snapshot().repair_packets, 2);
+        assert_eq!(stats.out_link.snapshot().fragmented, 1);
     }
 }

@@ -16,6 +16,7 @@
 //! [`signal`]).
 
 pub mod fec;
+pub mod frag;
 pub mod header;
 pub mod link;
 pub mod reorder;
@@ -81,6 +82,9 @@ pub struct LinkConfig {
     /// most this long for a missing earlier one (0: handed on as they arrive; the default
     /// with FEC off).
     pub reorder_ms: u64,
+    /// Outgoing link only: the longest datagram sent down the link, cut into as many frames
+    /// as it needs ([`frag`]); longer ones are dropped as `oversize`.
+    pub max_datagram: usize,
 }
 
 /// `[split]`: this process is one half.

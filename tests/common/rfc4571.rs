@@ -82,8 +82,8 @@ fn ssrc_of(pkt: &[u8]) -> Option<u32> {
     (pkt.len() >= 12).then(|| u32::from_be_bytes([pkt[8], pkt[9], pkt[10], pkt[11]]))
 }
 
-fn rtp(seq: u16, ssrc: u32) -> Vec<u8> {
-    let mut p = vec![0u8; 12 + PAYLOAD];
+fn rtp(seq: u16, ssrc: u32, payload: usize) -> Vec<u8> {
+    let mut p = vec![0u8; 12 + payload];
     p[0] = 0x80;
     p[1] = 96;
     p[2..4].copy_from_slice(&seq.to_be_bytes());
@@ -94,7 +94,7 @@ fn rtp(seq: u16, ssrc: u32) -> Vec<u8> {
 
 /// Runs one TCP flow: a writer sending framed RTP every [`PACE`] while the connection is up
 /// (at most `max_send` packets) and a reader de-framing what comes back.
-fn run_flow(s: TcpStream, stop: Arc<AtomicBool>, max_send: u64, flows: Flows) {
+fn run_flow(s: TcpStream, stop: Arc<AtomicBool>, max_send: u64, flows: Flows, payload: usize) {
     let peer = s.peer_addr().ok();
     let mut w = s.try_clone().unwrap();
     let done = Arc::new(AtomicBool::new(false));
@@ -104,7 +104,7 @@ fn run_flow(s: TcpStream, stop: Arc<AtomicBool>, max_send: u64, flows: Flows) {
         let mut sent = 0u64;
         let ssrc = next_ssrc();
         while sent < max_send && !done2.load(Relaxed) && !stop2.load(Relaxed) {
-            let p = rtp(sent as u16, ssrc);
+            let p = rtp(sent as u16, ssrc, payload);
             let mut f = (p.len() as u16).to_be_bytes().to_vec();
             f.extend_from_slice(&p);
             if w.write_all(&f).is_err() {
@@ -161,6 +161,17 @@ fn run_flow(s: TcpStream, stop: Arc<AtomicBool>, max_send: u64, flows: Flows) {
 /// A TCP media peer listening at `addr` (call from inside its namespace); every accepted
 /// connection is a flow sending at most `max_send` packets. Stops when `stop` is set.
 pub fn tcp_server(addr: &str, stop: Arc<AtomicBool>, max_send: u64) -> (Flows, JoinHandle<()>) {
+    tcp_server_sized(addr, stop, max_send, PAYLOAD)
+}
+
+/// [`tcp_server`] whose packets carry `payload` bytes after the RTP header (RFC 4571 allows
+/// up to 65535 per frame; GB/T 28181 devices over TCP send PS packets of several KiB).
+pub fn tcp_server_sized(
+    addr: &str,
+    stop: Arc<AtomicBool>,
+    max_send: u64,
+    payload: usize,
+) -> (Flows, JoinHandle<()>) {
     let l = TcpListener::bind(addr).unwrap();
     l.set_nonblocking(true).unwrap();
     let flows: Flows = Arc::default();
@@ -173,7 +184,7 @@ pub fn tcp_server(addr: &str, stop: Arc<AtomicBool>, max_send: u64) -> (Flows, J
                     s.set_nonblocking(false).unwrap();
                     let (stop, flows) = (Arc::clone(&stop), Arc::clone(&f2));
                     threads.push(std::thread::spawn(move || {
-                        run_flow(s, stop, max_send, flows)
+                        run_flow(s, stop, max_send, flows, payload)
                     }));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(10)),
@@ -209,7 +220,7 @@ pub fn tcp_connect(
     nix::sys::socket::connect(sock.as_raw_fd(), &nix::sys::socket::SockaddrIn::from(to4)).ok()?;
     let s = TcpStream::from(sock);
     Some(std::thread::spawn(move || {
-        run_flow(s, stop, max_send, flows)
+        run_flow(s, stop, max_send, flows, PAYLOAD)
     }))
 }
 
@@ -231,7 +242,7 @@ pub fn udp_responder(addr: &str, stop: Arc<AtomicBool>, max_send: u64) -> (Flows
     let f2 = Arc::clone(&flows);
     let h = std::thread::spawn(move || {
         let mut live: HashMap<u32, Live> = HashMap::new();
-        let mut buf = [0u8; 2048];
+        let mut buf = vec![0u8; 65536];
         while !stop.load(Relaxed) {
             while let Ok((n, from)) = s.recv_from(&mut buf) {
                 let now = Instant::now();
@@ -264,7 +275,7 @@ pub fn udp_responder(addr: &str, stop: Arc<AtomicBool>, max_send: u64) -> (Flows
                     continue;
                 }
                 if now >= l.next && l.flow.sent < max_send {
-                    let _ = s.send_to(&rtp(l.flow.sent as u16, l.ssrc), l.to);
+                    let _ = s.send_to(&rtp(l.flow.sent as u16, l.ssrc, PAYLOAD), l.to);
                     l.flow.sent += 1;
                     l.next += PACE;
                 }

@@ -190,7 +190,7 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         },
         transports: TransportPolicy::default(),
         bridge: Some(logic::BridgeSettings {
-            max_payload: cfg.engine.max_payload,
+            max_payload: cfg.leg_max_payload(),
             udp_upstream: cfg
                 .split
                 .as_ref()

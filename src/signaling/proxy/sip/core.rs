@@ -387,7 +387,7 @@ impl Core {
             },
             source_policy: config.security.source_validation,
             rtp_only: config.security.rtp_only,
-            max_payload: config.engine.max_payload,
+            max_payload: config.leg_max_payload(),
             link_face: config.split.as_ref().map(|s| s.link_face()),
             routes,
             domain: [route.listen_domain, route.listen_domain.other()],
