@@ -170,6 +170,8 @@ queues = 1
             slots: 256,
             connect_for: Duration::from_secs(5),
             on_close: None,
+            close_grace: Duration::ZERO,
+            fallback_port: None,
         },
         Arc::clone(&routes),
     )

@@ -239,7 +239,7 @@ fn run_transcript(path: &Path, mut ex: Exchange<FakeMedia>) -> Exchange<FakeMedi
                     }
                     ("<< session-ended", Output::SessionEnded)
                     | ("<< track-ended", Output::TrackEnded)
-                    | ("<< release-client-legs", Output::ReleaseClientLegs)
+                    | ("<< release-client-legs", Output::ReleaseClientLegs(_))
                     | ("<< close", Output::Close) => {}
                     (m, Output::Connect(a)) if m.starts_with("<< connect ") => {
                         assert_eq!(a.to_string(), m.trim_start_matches("<< connect "), "{at}");
@@ -472,7 +472,7 @@ fn kinds(outs: &[Output]) -> String {
         .map(|o| match o {
             Output::Client(_) => 'C',
             Output::Upstream(_) => 'U',
-            Output::ReleaseClientLegs => 'R',
+            Output::ReleaseClientLegs(_) => 'R',
             _ => '-',
         })
         .collect()
@@ -557,6 +557,44 @@ fn client_legs_are_released_right_after_the_reply_that_starts_the_media() {
     assert_eq!(kinds(&answer(&mut ex, "200 OK", 7)), "C");
     assert_eq!(kinds(&play(&mut ex, "PLAY", 8)), "U");
     assert_eq!(kinds(&answer(&mut ex, "200 OK", 8)), "CR");
+    // Replies out of order: a PLAY's reply waits behind a GET_PARAMETER while a SETUP sent
+    // after the PLAY is answered and opens its leg. The PLAY's release names only the legs
+    // that existed at its reply; the new leg is released after its own SETUP reply.
+    assert_eq!(kinds(&play(&mut ex, "GET_PARAMETER", 9)), "U");
+    assert_eq!(kinds(&play(&mut ex, "PLAY", 10)), "U");
+    let outs = one_message(
+        &mut ex,
+        "SETUP rtsp://192.168.1.1:554/cam1/stream=2 RTSP/1.0\nCSeq: 11\nSession: 1234\nTransport: RTP/AVP/TCP;unicast;interleaved=4-5\n",
+        true,
+    );
+    assert!(kinds(&outs).ends_with('U'), "{outs:?}");
+    assert_eq!(
+        kinds(&answer(&mut ex, "200 OK", 10)),
+        "",
+        "held behind CSeq 9"
+    );
+    let pair = ex.media().allocated.last().unwrap().1;
+    let outs = one_message(
+        &mut ex,
+        &format!("RTSP/1.0 200 OK\nCSeq: 11\nTransport: RTP/AVP;unicast;client_port={pair}-{};server_port=7000-7001\nSession: 1234;timeout=60\n", pair + 1),
+        false,
+    );
+    assert_eq!(kinds(&outs), "", "held behind CSeq 9");
+    assert_eq!(ex.media().legs.len(), 3, "the SETUP opened its leg");
+    let outs = answer(&mut ex, "200 OK", 9);
+    assert_eq!(kinds(&outs), "CCRCR", "{outs:?}");
+    let released: Vec<_> = outs
+        .iter()
+        .filter_map(|o| match o {
+            Output::ReleaseClientLegs(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        released,
+        [vec![(0, 1), (2, 3)], vec![(0, 1), (2, 3), (4, 5)]],
+        "the PLAY's release leaves out the leg opened after its reply"
+    );
 
     // A UDP client (no leg on its connection) is never told to release anything.
     let mut ex = exchange(bridging());

@@ -7,7 +7,11 @@
 //! framed into a bounded write buffer ([`OUT_BYTES`]) and written non-blocking; while that
 //! buffer is full the sink fills and the engines count `leg_stall`. The peer closing, a
 //! read or write error, or an active connect that never succeeds ends the leg: counted,
-//! the sink closed, the owner told once ([`LegSpec::on_close`]). Dropping the [`Leg`]
+//! the sink closed, the owner told once ([`LegSpec::on_close`]). The peer closing may be
+//! the start of a reconnect (RFC 4145 `a=connection:new` in an SDP that has not reached
+//! the owner yet), so with [`LegSpec::close_grace`] the leg first waits that long without
+//! its connection (a passive leg listening again and taking the peer's new one) before it
+//! ends; the owner replacing (dropping) it meanwhile tells nobody. Dropping the [`Leg`]
 //! stops and joins the thread, closes its sockets and takes it out of the [`super::LegTable`].
 
 use std::io::{self, Read, Write};
@@ -80,8 +84,16 @@ pub struct LegSpec {
     pub slots: usize,
     /// Active: how long to keep trying to connect.
     pub connect_for: Duration,
+    /// Active: another port of the gateway's address, from the port registry (so no other
+    /// leg or media port has it), to connect from while `local`'s port cannot be used (the
+    /// old connection of a reconnect still exists or lingers in TIME_WAIT). `None`: only
+    /// `local`'s port, retried until `connect_for` ends.
+    pub fallback_port: Option<u16>,
     /// Called once, from the leg's thread, when the leg ends by itself (not when dropped).
     pub on_close: Option<Box<dyn FnOnce() + Send>>,
+    /// After the peer closed: how long the leg waits (passive: listening for the peer's new
+    /// connection; active: for its owner to replace it) before it ends. Zero: at once.
+    pub close_grace: Duration,
 }
 
 /// A running leg; dropping it stops it.
@@ -189,6 +201,9 @@ impl Leg {
             role: spec.role,
             deadline: Instant::now() + spec.connect_for,
             next_try: Instant::now(),
+            fallback_port: spec.fallback_port,
+            close_grace: spec.close_grace,
+            grace_until: None,
             label: spec.label,
         };
         let on_close = spec.on_close;
@@ -262,6 +277,9 @@ const LISTEN: u64 = 1;
 const CONNECT: u64 = 2;
 const STREAM: u64 = 3;
 
+/// Why a leg ends when its peer closed the connection.
+const PEER_CLOSED: &str = "peer closed";
+
 static LEG_LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(5000);
 
 /// The leg thread's state.
@@ -293,6 +311,11 @@ struct Run {
     role: Role,
     deadline: Instant,
     next_try: Instant,
+    fallback_port: Option<u16>,
+    close_grace: Duration,
+    /// The peer closed: the leg ends at this instant unless a new connection comes first
+    /// (or the owner drops it).
+    grace_until: Option<Instant>,
     label: String,
 }
 
@@ -317,6 +340,13 @@ impl Run {
                 self.drop_connection();
                 return false;
             }
+            if let Some(t) = self.grace_until {
+                if self.stream.is_some() {
+                    self.grace_until = None;
+                } else if Instant::now() >= t {
+                    return self.end(PEER_CLOSED);
+                }
+            }
             if self.connected_to_stranger() {
                 // Taken before an SDP named the peer, by another address: dropped, counted,
                 // listening again for the named one.
@@ -328,7 +358,7 @@ impl Run {
                 self.drop_connection();
                 want_out = false;
             }
-            if self.role == Role::Active && self.stream.is_none() {
+            if self.role == Role::Active && self.stream.is_none() && self.grace_until.is_none() {
                 // The deadline holds while a connect is pending too: a peer that drops SYNs
                 // would otherwise keep the call for the kernel's whole SYN retry (~2 min).
                 let now = Instant::now();
@@ -398,24 +428,31 @@ impl Run {
                             }
                         }
                     }
-                    STREAM => {
-                        if let Some(reason) = self.read() {
-                            return self.end(reason);
+                    STREAM => match self.read() {
+                        Some(PEER_CLOSED) if !self.close_grace.is_zero() => {
+                            self.peer_closed(&epoll);
+                            want_out = false;
                         }
-                    }
+                        Some(reason) => return self.end(reason),
+                        None => {}
+                    },
                     _ => {}
                 }
             }
         }
     }
 
-    /// Starts a non-blocking connect from the gateway's end: its port when it can, else any
-    /// port of its address (the port is taken, or the connection from it to the peer still
-    /// exists or lingers in TIME_WAIT: a reconnect for `a=connection:new`).
+    /// Starts a non-blocking connect from the gateway's end: its port when it can, else the
+    /// fallback port the owner took from the registry (the port is taken, or the connection
+    /// from it to the peer still exists or lingers in TIME_WAIT: a reconnect for
+    /// `a=connection:new`). Never an ephemeral port: one could fall inside the media ports
+    /// unknown to the registry, and peers that check the source port refuse it.
     fn connect(&self) -> Option<OwnedFd> {
         match self.connect_from(self.local.port()) {
             Ok(fd) => Some(fd),
-            Err(Errno::EADDRINUSE | Errno::EADDRNOTAVAIL) => self.connect_from(0).ok(),
+            Err(Errno::EADDRINUSE | Errno::EADDRNOTAVAIL) => {
+                self.connect_from(self.fallback_port?).ok()
+            }
             Err(_) => None,
         }
     }
@@ -471,6 +508,21 @@ impl Run {
                 Err(_) => return taken,
             }
         }
+    }
+
+    /// The peer closed its connection: forgotten, and the leg waits [`Run::close_grace`]
+    /// for a new one (passive) or for its owner (active) before it ends.
+    fn peer_closed(&mut self, epoll: &Epoll) {
+        if let Some(s) = self.stream.take() {
+            let _ = epoll.delete(&s);
+        }
+        self.drop_connection();
+        self.grace_until = Some(Instant::now() + self.close_grace);
+        self.counters.set_state(match self.role {
+            Role::Passive => LegState::Listening,
+            Role::Active => LegState::Connecting,
+        });
+        tracing::info!(leg = %self.label, grace = ?self.close_grace, "TCP media leg: the peer closed; ending unless it connects again or the leg is replaced meanwhile");
     }
 
     /// Forgets the state of a connection that is gone: a frame it left half read is
@@ -536,7 +588,7 @@ impl Run {
         let s = stream.as_mut()?;
         for _ in 0..READS_PER_WAKE {
             let n = match s.read(deframer.space()) {
-                Ok(0) => return Some("peer closed"),
+                Ok(0) => return Some(PEER_CLOSED),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

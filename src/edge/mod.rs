@@ -131,6 +131,10 @@ pub struct LegCounters {
     /// peer replaces its old one: counted in `connects`.)
     pub refused: AtomicU64,
     state: AtomicU8,
+    /// Tests: batches of de-framed packets injected (an RTSP bridge leg's
+    /// `LegInjectors::inject_batch` calls).
+    #[cfg(test)]
+    pub batches_in: AtomicU64,
 }
 
 impl LegCounters {

@@ -84,6 +84,8 @@ fn spec(
         connect_for: Duration::from_secs(5),
         on_close: closed
             .map(|c| Box::new(move || c.store(true, SeqCst)) as Box<dyn FnOnce() + Send>),
+        close_grace: Duration::ZERO,
+        fallback_port: None,
     }
 }
 
@@ -307,6 +309,48 @@ fn passive_leg_takes_a_new_connection_from_its_peer_in_place_of_the_old() {
     drop(second);
     wait("close", || closed.load(SeqCst));
     drop(leg);
+    routes.close_session(s).unwrap();
+}
+
+/// The peer closes first and connects again after (a reconnect whose close came first):
+/// within `close_grace` the passive leg listens again and takes the new connection, and the
+/// call is not ended; past the grace a close ends it. Deterministic: the reconnect waits
+/// for the leg to have seen the close (state `listening`), the grace is an hour.
+#[test]
+fn a_passive_leg_whose_peer_closes_takes_its_new_connection_within_the_grace() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let closed = Arc::new(AtomicBool::new(false));
+    let local = SocketAddrV4::new("127.0.0.1".parse().unwrap(), a);
+    let mut sp = spec(
+        s,
+        DomainId::A,
+        Role::Passive,
+        local,
+        "127.0.0.1:9".parse().unwrap(),
+        Some(Arc::clone(&closed)),
+    );
+    sp.close_grace = Duration::from_secs(3600);
+    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    let c = Arc::clone(leg.counters());
+    let first = TcpStream::connect(local).unwrap();
+    wait("first connect", || c.state() == LegState::Connected);
+    drop(first);
+    wait("the close seen", || c.state() == LegState::Listening);
+    assert!(!closed.load(SeqCst), "not ended within the grace");
+    let mut second = TcpStream::connect(local).unwrap();
+    wait("second connect", || c.connects.load(SeqCst) == 2);
+    let mut bytes = Vec::with_capacity(256);
+    assert!(frame_into(&Rfc4571, 0, &rtp(1, 80), &mut bytes));
+    second.write_all(&bytes).unwrap();
+    wait("a frame on the new connection", || {
+        c.frames_in.load(SeqCst) == 1
+    });
+    assert_eq!(c.state(), LegState::Connected);
+    assert!(!closed.load(SeqCst));
+    drop(leg);
+    assert!(!closed.load(SeqCst), "dropped by its owner: nobody told");
     routes.close_session(s).unwrap();
 }
 

@@ -9,8 +9,8 @@
 //!   sending them. The leg's thread drains the sinks and frames each packet as
 //!   `$ channel length payload`; a batch of frames goes to the RTSP connection with one
 //!   take of the connection's writer lock and one send, so a frame never splits an RTSP
-//!   message. The write never waits: frames that find the peer's socket buffer full are
-//!   dropped and counted as stalls; a frame the buffer cuts keeps its tail in the
+//!   message. The write never waits (but for a released leg's backlog, below): frames that
+//!   find the peer's socket buffer full are dropped and counted as stalls; a frame the buffer cuts keeps its tail in the
 //!   connection's [`ConnWriter`], which sends it before anything else (the next batch, an
 //!   RTSP reply), so the stream stays in step. A full sink is counted by the engines as
 //!   `leg_stall`. Memory stays bounded by the sinks and the kernel buffers.
@@ -19,7 +19,11 @@
 //!   sinks (bounded; a full sink refuses and counts as today), and the thread sleeps
 //!   without being woken per packet. The connection releases it ([`Leg::release`]) right
 //!   after it has written the `200` reply to PLAY or RECORD
-//!   ([`super::logic::Output::ReleaseClientLegs`]), and the queued packets go out first.
+//!   ([`super::logic::Output::ReleaseClientLegs`], naming the legs that existed when that
+//!   reply was made), and the queued packets go out first: that first drain waits for the
+//!   client's socket to take them (up to `RELEASE_DRAIN`, 2 s) instead of dropping what
+//!   does not fit at once, so the keyframe the hold kept is not lost to it; only what
+//!   still does not fit by then counts as stalls.
 //!   So no `$` frame ever reaches a client before the reply that starts its media, even
 //!   where the reply and the first media take different paths (across the split: the
 //!   signaling link and a media link). A leg whose PLAY fails stays held until its track or
@@ -41,10 +45,10 @@
 
 use std::io::{self, Write};
 use std::net::{SocketAddrV4, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{
     AtomicBool,
-    Ordering::{AcqRel, Acquire, Relaxed},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -90,6 +94,34 @@ impl ConnWriter {
         s.write_all(bytes)
     }
 
+    /// Waits until the socket takes bytes again, at most until `until` (and [`POLL_MS`] at a
+    /// time, so a stop is seen); whether it may.
+    fn wait_writable(&self, until: std::time::Instant) -> bool {
+        let Some(s) = self.stream.as_ref() else {
+            return false;
+        };
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let ms = u16::try_from(left.as_millis())
+            .unwrap_or(u16::MAX)
+            .min(POLL_MS);
+        let mut fds = [nix::poll::PollFd::new(
+            s.as_fd(),
+            nix::poll::PollFlags::POLLOUT,
+        )];
+        match nix::poll::poll(&mut fds, ms) {
+            // Timed out (this slice): try again while time is left.
+            Ok(0) | Err(nix::errno::Errno::EINTR) => true,
+            Ok(_) => fds[0].revents().is_some_and(|r| {
+                r.contains(nix::poll::PollFlags::POLLOUT)
+                    && !r.intersects(nix::poll::PollFlags::POLLERR | nix::poll::PollFlags::POLLHUP)
+            }),
+            Err(_) => false,
+        }
+    }
+
     /// Sends what the socket takes now, without waiting; the bytes sent.
     fn send_now(&self, buf: &[u8]) -> usize {
         let Some(s) = self.stream.as_ref() else {
@@ -112,6 +144,14 @@ const BATCH: usize = 64;
 const OUT_BYTES: usize = 64 * 1024;
 /// How long the leg thread sleeps at most before looking at its stop flag.
 const POLL_MS: u16 = 250;
+/// After a held leg is released: how long its first drain (the backlog queued while held,
+/// starting with the keyframe the client needs) may wait for the client's socket to take
+/// it, instead of dropping what does not fit at once. Tests wait longer (a loaded machine).
+const RELEASE_DRAIN: std::time::Duration = if cfg!(test) {
+    std::time::Duration::from_secs(30)
+} else {
+    std::time::Duration::from_secs(2)
+};
 
 /// Where a leg sits, for its listing.
 pub struct LegPlace {
@@ -135,6 +175,8 @@ pub struct Leg {
     events: Arc<Events>,
     /// Writes nothing until [`Leg::release`] (see the module doc).
     held: AtomicBool,
+    /// Set by [`Leg::release`], taken by the thread: its next drain is the backlog.
+    released: AtomicBool,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -180,6 +222,7 @@ impl Leg {
             routes,
             events,
             held: AtomicBool::new(held),
+            released: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
         });
@@ -207,6 +250,10 @@ impl Leg {
     /// Lets a held leg write: called once the reply that starts the media has been written
     /// on its connection (the frames queued meanwhile go first). Idempotent.
     pub fn release(&self) {
+        // Marked before the hold ends, so the thread's first drain after it is patient.
+        if self.held.load(Acquire) {
+            self.released.store(true, Release);
+        }
         if self.held.swap(false, AcqRel) {
             self.counters.set_state(LegState::Connected);
             self.sinks[0].nudge();
@@ -241,12 +288,17 @@ impl Leg {
         let mut out = vec![0u8; OUT_BYTES];
         let mut ends = [0usize; 2 * BATCH];
         let channels = [self.spec.channels.0, self.spec.channels.1];
+        // Set while the backlog of a released leg drains: writes wait for room until then.
+        let mut patient: Option<std::time::Instant> = None;
         while !self.stop.load(Relaxed) {
             if self.held.load(Acquire) {
                 // Held: packets wait in the sinks. Not armed, so offers do not wake this
                 // thread; `release` and `close` nudge it.
                 self.sleep_on_wake_fds(false);
                 continue;
+            }
+            if self.released.swap(false, AcqRel) {
+                patient = Some(std::time::Instant::now() + RELEASE_DRAIN);
             }
             let (mut len, mut n) = (0, 0);
             for (sink, channel) in self.sinks.iter().zip(channels) {
@@ -269,9 +321,11 @@ impl Leg {
                 }
             }
             if n > 0 {
-                self.write_frames(writer, &out[..len], &ends[..n]);
+                self.write_frames(writer, &out[..len], &ends[..n], patient);
                 continue;
             }
+            // The backlog is out: from now on a write never waits.
+            patient = None;
             // Asleep until an engine offers a packet (or the stop nudge).
             if !self.sinks.iter().all(|s| s.prepare_sleep()) {
                 for s in &self.sinks {
@@ -305,20 +359,37 @@ impl Leg {
         }
     }
 
-    /// Writes whole frames (`ends`: where each ends in `buf`) without waiting: frames the
+    /// Writes whole frames (`ends`: where each ends in `buf`) without waiting (or, until
+    /// `patient`, waiting for the socket to take them: a released leg's backlog): frames the
     /// peer's socket buffer does not take are dropped as stalls; a frame cut by the buffer
     /// keeps its tail in the writer, sent before anything else, so the stream stays in
     /// step.
-    fn write_frames(&self, writer: &SharedWriter, buf: &[u8], ends: &[usize]) {
+    fn write_frames(
+        &self,
+        writer: &SharedWriter,
+        buf: &[u8],
+        ends: &[usize],
+        patient: Option<std::time::Instant>,
+    ) {
         let mut w = lock(writer);
         let mut whole = 0;
-        let tail_out = w.tail.is_empty() || {
-            let n = w.send_now(&w.tail);
-            w.tail.drain(..n);
-            w.tail.is_empty()
+        let mut sent = 0;
+        let tail_out = loop {
+            if !w.tail.is_empty() {
+                let n = w.send_now(&w.tail);
+                w.tail.drain(..n);
+            }
+            if w.tail.is_empty() {
+                sent += w.send_now(buf.get(sent..).unwrap_or_default());
+            }
+            let done = w.tail.is_empty() && sent == buf.len();
+            // The writer's lock is held meanwhile, as an RTSP reply's blocking write holds
+            // it: the bytes of the connection go out in order either way.
+            if done || self.stop.load(Relaxed) || !patient.is_some_and(|t| w.wait_writable(t)) {
+                break w.tail.is_empty();
+            }
         };
         if tail_out {
-            let sent = w.send_now(buf);
             whole = ends.iter().take_while(|&&e| e <= sent).count();
             let start = whole
                 .checked_sub(1)
@@ -384,6 +455,8 @@ impl LegInjectors {
         inj.forward_batch(route.as_deref(), leg.peer, frames, now, &mut t);
         inj.finish(route.as_deref(), &t, now);
         let (c, ev) = (&leg.counters, &leg.events);
+        #[cfg(test)]
+        c.batches_in.fetch_add(1, Relaxed);
         c.frames_in.fetch_add(t.rx_packets, Relaxed);
         c.bytes_in.fetch_add(t.rx_bytes, Relaxed);
         ev.bridge_frames_to_udp.fetch_add(t.tx_packets, Relaxed);
@@ -411,10 +484,27 @@ mod tests {
     /// A leg on a loopback connection whose writer is also returned; on the client's side
     /// it starts held.
     fn leg_on(side: TcpSide) -> (Arc<Leg>, TcpStream, Arc<Events>, Arc<Routes>, SharedWriter) {
+        leg_on_buffers(side, None)
+    }
+
+    /// [`leg_on`], the socket buffers on both ends `bufs` bytes when given (small: a
+    /// connection that takes little at a time).
+    fn leg_on_buffers(
+        side: TcpSide,
+        bufs: Option<usize>,
+    ) -> (Arc<Leg>, TcpStream, Arc<Events>, Arc<Routes>, SharedWriter) {
+        use nix::sys::socket::{setsockopt, sockopt};
         let cfg = crate::config::parse(crate::config::DEFAULT_TOML, "default").unwrap();
         let routes = Arc::new(Routes::new(&cfg, Arc::new(crate::routes::NoHooks)));
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        if let Some(b) = bufs {
+            // Inherited by the connection accepted: its window stays small.
+            setsockopt(&l, sockopt::RcvBuf, &b).unwrap();
+        }
         let ours = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        if let Some(b) = bufs {
+            setsockopt(&ours, sockopt::SndBuf, &b).unwrap();
+        }
         let (peer, _) = l.accept().unwrap();
         ours.set_write_timeout(Some(Duration::from_secs(5)))
             .unwrap();
@@ -447,6 +537,9 @@ mod tests {
         (leg, peer, events, routes, writer)
     }
 
+    /// How long a reader waits for frames that are expected.
+    const LONG: Duration = Duration::from_secs(10);
+
     /// A leg that writes at once (on the upstream's side, or a client's leg released).
     fn leg_on_loopback() -> (Arc<Leg>, TcpStream, Arc<Events>, Arc<Routes>) {
         let (leg, peer, events, routes, _) = leg_on(TcpSide::Upstream);
@@ -454,10 +547,11 @@ mod tests {
         (leg, peer, events, routes)
     }
 
-    /// Reads `$` frames until `n` arrived or the peer goes quiet; each must be well formed.
-    fn read_frames(peer: &mut TcpStream, n: usize) -> Vec<(u8, Vec<u8>)> {
-        peer.set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
+    /// Reads `$` frames until `n` arrived, the connection ends or the peer is quiet for
+    /// `quiet`; each must be well formed. Where frames are expected `quiet` is long (a
+    /// loaded machine); only a check that nothing comes uses a short one.
+    fn read_frames(peer: &mut TcpStream, n: usize, quiet: Duration) -> Vec<(u8, Vec<u8>)> {
+        peer.set_read_timeout(Some(quiet)).unwrap();
         let mut out = Vec::new();
         let mut head = [0u8; 4];
         while out.len() < n && peer.read_exact(&mut head).is_ok() {
@@ -482,7 +576,7 @@ mod tests {
         for i in 0..3u8 {
             assert!(leg.sinks[1].offer(&[0x80, 200, 0, 6, i]));
         }
-        let frames = read_frames(&mut peer, 13);
+        let frames = read_frames(&mut peer, 13, LONG);
         assert_eq!(frames.len(), 13);
         let rtp: Vec<_> = frames.iter().filter(|f| f.0 == 4).collect();
         assert_eq!(rtp.len(), 10);
@@ -541,11 +635,41 @@ mod tests {
             .unwrap();
         peer.read_exact(&mut head).unwrap();
         assert_eq!(head, reply, "the reply comes first, whole");
-        let frames = read_frames(&mut peer, 6);
+        let frames = read_frames(&mut peer, 6, LONG);
         assert_eq!(frames.len(), 6, "then every frame queued while held");
         let rtp: Vec<_> = frames.iter().filter(|f| f.0 == 4).map(|f| f.1[3]).collect();
         assert_eq!(rtp, [0, 1, 2, 3, 4], "in order");
         leg.release();
+        leg.close();
+    }
+
+    /// The backlog a held leg queued (a full sink: the keyframe the client waits for) goes
+    /// out whole on release even when the client's socket takes only a little at a time:
+    /// the first drain waits for room instead of dropping what does not fit at once.
+    /// Deterministic: the peer reads only after the release, through small buffers, so a
+    /// leg that does not wait drops most of the backlog.
+    #[test]
+    fn a_released_backlog_waits_for_a_slow_socket_instead_of_dropping() {
+        let (leg, mut peer, events, _routes, _writer) = leg_on_buffers(TcpSide::Client, Some(4096));
+        let mut packet = [0u8; 1400];
+        packet[0] = 0x80;
+        for i in 0..DEFAULT_SLOTS {
+            packet[2..4].copy_from_slice(&(i as u16).to_be_bytes());
+            assert!(leg.sinks[0].offer(&packet));
+        }
+        leg.release();
+        let frames = read_frames(&mut peer, DEFAULT_SLOTS, LONG);
+        assert_eq!(frames.len(), DEFAULT_SLOTS, "the whole backlog arrives");
+        let seq: Vec<u16> = frames
+            .iter()
+            .map(|f| u16::from_be_bytes([f.1[2], f.1[3]]))
+            .collect();
+        assert!(
+            seq.iter().enumerate().all(|(i, s)| usize::from(*s) == i),
+            "in order"
+        );
+        assert_eq!(leg.counters.stalls.load(Relaxed), 0, "nothing dropped");
+        assert_eq!(events.bridge_stalls.load(Relaxed), 0);
         leg.close();
     }
 
@@ -570,7 +694,10 @@ mod tests {
             "what it held counts as stalls at the close"
         );
         assert_eq!(events.bridge_frames_to_tcp.load(Relaxed), 0);
-        assert!(read_frames(&mut peer, 1).is_empty(), "nothing was written");
+        assert!(
+            read_frames(&mut peer, 1, Duration::from_millis(500)).is_empty(),
+            "nothing was written"
+        );
     }
 
     #[test]
@@ -595,7 +722,7 @@ mod tests {
         let written = leg.counters.frames_out.load(Relaxed);
         leg.close();
         drop(leg);
-        let frames = read_frames(&mut peer, usize::MAX);
+        let frames = read_frames(&mut peer, usize::MAX, LONG);
         let read = frames.len() as u64;
         assert!(
             read == written || read + 1 == written,

@@ -783,15 +783,15 @@ fn perform_outputs(shared: &Shared, outs: Vec<Output>, ctx: &ConnContext) -> boo
             Output::TrackEnded => {
                 tracing::info!(route = %ctx.settings.name, "rtsp track ended (teardown of one track); live {}", live(&ctx.routes));
             }
-            Output::ReleaseClientLegs => {
+            Output::ReleaseClientLegs(channels) => {
                 // The reply before it is in the client's socket (written whole, under the
                 // writer lock): from now on the legs' frames follow it. Not after a failed
-                // write: the connection closes and the legs with it.
+                // write: the connection closes and the legs with it. Only the legs that
+                // existed when the reply was made: one opened since waits for its own.
                 if !close {
-                    for leg in lock(&shared.legs.legs)
-                        .iter()
-                        .filter(|l| l.spec.side == TcpSide::Client)
-                    {
+                    for leg in lock(&shared.legs.legs).iter().filter(|l| {
+                        l.spec.side == TcpSide::Client && channels.contains(&l.spec.channels)
+                    }) {
                         leg.release();
                     }
                 }

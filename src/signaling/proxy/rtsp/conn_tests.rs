@@ -361,5 +361,10 @@ fn client_frames_of_one_read_reach_the_server_in_order() {
     assert_eq!(c.frames_in.load(Relaxed), 21);
     assert_eq!(c.bytes_in.load(Relaxed), 21 * 8);
     assert_eq!(c.inject_drops.load(Relaxed), 0);
+    assert_eq!(
+        c.batches_in.load(Relaxed),
+        2,
+        "the burst of one write (one read) went as one batch, then the single frame"
+    );
     s.end();
 }

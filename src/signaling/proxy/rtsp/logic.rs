@@ -263,7 +263,9 @@ pub enum Output {
     /// then a leg on the client's connection holds what its sinks take, so no interleaved
     /// frame reaches the client before the reply that starts its media (across the split
     /// the reply and the media travel on different links and may arrive in either order).
-    ReleaseClientLegs,
+    /// The legs are those (by channel pair) that existed when the reply was produced: a
+    /// leg a later reply opened meanwhile waits for a release after its own reply.
+    ReleaseClientLegs(Vec<(u8, u8)>),
     /// Close both connections (after writing what came before).
     Close,
 }
@@ -372,9 +374,9 @@ struct InFlight {
 #[derive(Debug)]
 enum Slot {
     Waiting(InFlight),
-    /// A reply for the client; `true`: the client's bridge legs are released after it
-    /// ([`Output::ReleaseClientLegs`]).
-    Ready(Vec<u8>, bool),
+    /// A reply for the client, and the client's bridge legs (channel pairs) released after
+    /// it ([`Output::ReleaseClientLegs`]; none: empty).
+    Ready(Vec<u8>, Vec<(u8, u8)>),
 }
 
 /// Counters and state the connection reads for its timers and logs.
@@ -991,7 +993,7 @@ impl<M: MediaPorts> Exchange<M> {
                             self.give_back(&flight);
                             let reply = build_response(Some(&flight.client_cseq), status, &[])
                                 .unwrap_or_default();
-                            self.slots.insert(index, Slot::Ready(reply, false));
+                            self.slots.insert(index, Slot::Ready(reply, Vec::new()));
                             self.flush(&mut out);
                             return out;
                         }
@@ -1004,7 +1006,7 @@ impl<M: MediaPorts> Exchange<M> {
             self.give_back(&flight);
             let reply = build_response(Some(&flight.client_cseq), self.unbridgeable(), &[])
                 .unwrap_or_default();
-            self.slots.insert(index, Slot::Ready(reply, false));
+            self.slots.insert(index, Slot::Ready(reply, Vec::new()));
             self.flush(&mut out);
             return out;
         }
@@ -1014,7 +1016,7 @@ impl<M: MediaPorts> Exchange<M> {
                 self.give_back(&flight);
                 let bytes =
                     build_response(Some(&flight.client_cseq), status, &[]).unwrap_or_default();
-                (bytes, false)
+                (bytes, Vec::new())
             }
         };
         self.slots.insert(index, Slot::Ready(reply, release));
@@ -1094,15 +1096,22 @@ impl<M: MediaPorts> Exchange<M> {
     /// already acted on) is written: it starts the media (PLAY, RECORD) or sets up a track
     /// of a session already playing, and the client's connection has a leg. A failed PLAY
     /// releases nothing: the legs hold (their sinks bounded, overflow counted as stalls)
-    /// until a PLAY succeeds or the track or session ends and closes them.
-    fn releases_client_legs(&self, status: u16, method: &str) -> bool {
-        (200..300).contains(&status)
+    /// until a PLAY succeeds or the track or session ends and closes them. The legs: their
+    /// channel pairs, as they are now (none: empty).
+    fn releases_client_legs(&self, status: u16, method: &str) -> Vec<(u8, u8)> {
+        if !((200..300).contains(&status)
             && self.state.playing
-            && matches!(method, "PLAY" | "RECORD" | "SETUP")
-            && self
-                .tracks
-                .iter()
-                .any(|t| matches!(t.leg, Some((TcpSide::Client, _))))
+            && matches!(method, "PLAY" | "RECORD" | "SETUP"))
+        {
+            return Vec::new();
+        }
+        self.tracks
+            .iter()
+            .filter_map(|t| match t.leg {
+                Some((TcpSide::Client, channels)) => Some(channels),
+                _ => None,
+            })
+            .collect()
     }
 
     /// A Transport in a reply other than a successful SETUP still must not name domain A.
@@ -1787,7 +1796,7 @@ impl<M: MediaPorts> Exchange<M> {
         let bytes = build_response(cseq, status, extra)
             .or_else(|_| build_response(None, status, &[]))
             .unwrap_or_default();
-        self.slots.push_back(Slot::Ready(bytes, false));
+        self.slots.push_back(Slot::Ready(bytes, Vec::new()));
         self.flush(out);
     }
 
@@ -1795,8 +1804,8 @@ impl<M: MediaPorts> Exchange<M> {
         while let Some(Slot::Ready(..)) = self.slots.front() {
             if let Some(Slot::Ready(bytes, release)) = self.slots.pop_front() {
                 out.push(Output::Client(bytes));
-                if release {
-                    out.push(Output::ReleaseClientLegs);
+                if !release.is_empty() {
+                    out.push(Output::ReleaseClientLegs(release));
                 }
             }
         }
@@ -1807,7 +1816,7 @@ impl<M: MediaPorts> Exchange<M> {
         for slot in self.slots.iter_mut() {
             if let Slot::Waiting(f) = slot {
                 let bytes = build_response(Some(&f.client_cseq), status, &[]).unwrap_or_default();
-                *slot = Slot::Ready(bytes, false);
+                *slot = Slot::Ready(bytes, Vec::new());
             }
         }
         self.flush(out);

@@ -35,8 +35,12 @@
 //! strips them from the UDP side. Only RTP crosses a TCP side (no RTCP routes on it). The
 //! routes are the same as for UDP: a leg's packets enter the route of its gateway port, and
 //! a route whose receiver is a leg hands its packets to the leg's sink. A leg that ends
-//! (peer closed, connect failed) asks for the call's end: BYE both ways
-//! ([`Routes::request_end`]).
+//! (peer closed and `CLOSE_GRACE` (2 s) passed with no new connection or new SDP, connect
+//! failed) asks for the call's end: BYE both ways ([`Routes::request_end`]). A listening
+//! peer's changed SDP with an explicit `a=connection:new` makes vgate's active leg
+//! reconnect (at most once per `RENEW_MIN` (5 s); no `a=connection` keeps the connection,
+//! against RFC 4145's default, as devices in the field mean it), from its gateway port or a
+//! registry port pair taken for the new leg while the old connection lingers.
 //!
 //! In a half of the split appliance (`[split]`) the link face is never a TCP side: media
 //! between the halves must cross on the one-way media links, and a TCP leg toward the link
@@ -45,8 +49,9 @@
 //! the TCP leg of its own domain; an SDP from the link face is UDP (the other half wrote it).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{DomainId, SourcePolicy};
 use crate::edge::framing::Rfc4571;
@@ -57,6 +62,14 @@ use crate::signaling::sdp::{self, Direction, RewriteError, SetupEdit};
 
 /// How long an active TCP leg keeps trying to connect to its peer.
 const CONNECT_FOR: Duration = Duration::from_secs(10);
+/// How long a TCP leg whose peer closed waits before the call ends: the close may be the
+/// peer's half of an `a=connection:new` reconnect whose SDP is still on its way (the leg is
+/// replaced meanwhile, or a passive one takes the peer's new connection).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// The shortest time between two reconnects of one side's leg that a peer's
+/// `a=connection:new` may ask for; one asked sooner keeps the connection and is counted
+/// in the leg's `refused`.
+const RENEW_MIN: Duration = Duration::from_secs(5);
 
 /// RFC 4145 `a=setup:` roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,9 +112,11 @@ pub struct MediaPeer {
     pub tcp: bool,
     /// Its `a=setup:`.
     pub setup: Option<Setup>,
-    /// It wrote `a=connection:existing` (RFC 4145 §5: keep the open connection; absent
-    /// means `new`).
-    pub keeps_connection: bool,
+    /// It wrote `a=connection:new`. RFC 4145 §5 reads an absent attribute as `new` too, but
+    /// devices in the field omit it in hold/resume and session-refresh re-INVITEs that do
+    /// not mean to reconnect: vgate reconnects only on an explicit `new` (or when the
+    /// address or port the peer listens on changed).
+    pub asks_new: bool,
 }
 
 /// The TCP leg vgate runs on one side of an `m=` line.
@@ -111,6 +126,35 @@ pub struct SlotLeg {
     pub role: Role,
     /// Active legs: where they connect.
     pub peer: SocketAddrV4,
+    /// A replacing active leg's fallback port pair, from the registry, given back after
+    /// the leg stopped (declared after `leg`, so dropped after it).
+    pub fallback: Option<PortLease>,
+}
+
+/// A port pair a call took from the registry for one leg; given back when dropped (the
+/// call's end gives it back anyway).
+pub struct PortLease {
+    routes: Arc<Routes>,
+    session: SessionId,
+    domain: DomainId,
+    pub port: u16,
+}
+
+impl std::fmt::Debug for PortLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortLease")
+            .field("domain", &self.domain)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl Drop for PortLease {
+    fn drop(&mut self) {
+        for p in [self.port, self.port + 1] {
+            let _ = self.routes.release_port(self.session, self.domain, p);
+        }
+    }
 }
 
 /// One `m=` line: the gateway pair in each domain and each side's peer.
@@ -128,10 +172,8 @@ pub struct Slot {
     pub written: [Option<Setup>; 2],
     /// vgate's TCP leg on each side.
     pub legs: [Option<SlotLeg>; 2],
-    /// The side's latest SDP (a changed one) asks for a new connection (RFC 4145 §5.1
-    /// `a=connection:new`, or no `a=connection`) while vgate's leg there is in place: an
-    /// active leg reconnects ([`CallMedia::reconcile_legs`]).
-    renew: [bool; 2],
+    /// When each side's active leg last reconnected for `a=connection:new`.
+    last_renew: [Option<Instant>; 2],
 }
 
 impl Slot {
@@ -208,6 +250,9 @@ pub struct CallMedia {
     max_payload: usize,
     /// The split appliance's link face: that side is always UDP (see the module doc).
     link_face: Option<DomainId>,
+    /// [`CLOSE_GRACE`] and [`RENEW_MIN`] (tests set their own).
+    close_grace: Duration,
+    renew_min: Duration,
 }
 
 /// Whether an `m=` line carries RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571).
@@ -242,6 +287,8 @@ impl CallMedia {
             label,
             max_payload,
             link_face: None,
+            close_grace: CLOSE_GRACE,
+            renew_min: RENEW_MIN,
         }
     }
 
@@ -319,6 +366,9 @@ impl CallMedia {
             .as_ref()
             .is_none_or(|(seen, _)| seen.as_slice() != body);
         let slots = &mut self.slots;
+        // The lines whose (changed) SDP asks for a new connection (RFC 4145 §5.1
+        // `a=connection:new`) while vgate's leg on that side is in place.
+        let mut renew: Vec<usize> = Vec::new();
         let out = sdp::rewrite(body, routes.domain(to).address, |i, m| {
             if m.port == 0 {
                 if let Some(slot) = slots.get_mut(i) {
@@ -355,14 +405,17 @@ impl CallMedia {
                         rtcp_mux: m.rtcp_mux,
                         tcp,
                         setup: Setup::parse(m.setup),
-                        keeps_connection: m
+                        asks_new: m
                             .tcp_connection
-                            .is_some_and(|c| c.eq_ignore_ascii_case("existing")),
+                            .is_some_and(|c| c.eq_ignore_ascii_case("new")),
                     });
-            slot.renew[from.index()] = changed
+            if changed
                 && tcp
                 && slot.legs[from.index()].is_some()
-                && slot.peer[from.index()].is_some_and(|p| !p.keeps_connection);
+                && slot.peer[from.index()].is_some_and(|p| p.asks_new)
+            {
+                renew.push(i);
+            }
             Ok::<_, RouteError>(Some(slot.ports[to.index()]))
         });
         let out = match out {
@@ -386,7 +439,7 @@ impl CallMedia {
             }
         };
         let out = self.transports(&parsed, from, out);
-        let retired = match self.reconcile_legs(routes) {
+        let retired = match self.reconcile_legs(routes, from, &renew) {
             Ok(r) => r,
             Err(e) => {
                 return Err(MediaError::Refuse {
@@ -441,8 +494,7 @@ impl CallMedia {
                     // RFC 4145 §5.1: `existing` when vgate's leg on that side is connected
                     // and stays as it is (a re-INVITE), unless `to` offered `new`.
                     let keep = slot.leg_connected_as_planned(to)
-                        && (!answering
-                            || slot.peer[to.index()].is_some_and(|p| p.keeps_connection));
+                        && (!answering || slot.peer[to.index()].is_some_and(|p| !p.asks_new));
                     let edit = if keep {
                         SetupEdit::Keep(role.as_str())
                     } else {
@@ -457,10 +509,13 @@ impl CallMedia {
     }
 
     /// Starts, replaces or stops the TCP legs the slots call for; returns the legs replaced
-    /// or stopped, for the caller to drop once the routes are re-pointed.
+    /// or stopped, for the caller to drop once the routes are re-pointed. `renew`: the
+    /// lines whose SDP from `from` asked for a new connection.
     fn reconcile_legs(
         &mut self,
         routes: &Arc<Routes>,
+        from: DomainId,
+        renew: &[usize],
     ) -> Result<Vec<SlotLeg>, crate::edge::EdgeError> {
         let mut retired = Vec::new();
         let Some(session) = self.session else {
@@ -476,8 +531,24 @@ impl CallMedia {
                 // vgate's active leg makes one (a new leg; the old connection closes once
                 // the routes point at it). A passive leg needs nothing: the peer's new
                 // connection replaces the old one when it comes.
-                let renew = std::mem::take(&mut slot.renew[d.index()])
+                // A peer may not make vgate reconnect more often than `renew_min`: one asked
+                // sooner keeps the connection (counted as refused on the leg).
+                let asked = d == from
+                    && renew.contains(&i)
+                    && plan == have
                     && have.is_some_and(|h| h.0 == Role::Active);
+                let renew = asked
+                    && match (slot.last_renew[d.index()], &slot.legs[d.index()]) {
+                        (Some(t), Some(l)) if t.elapsed() < self.renew_min => {
+                            l.leg.counters().refused.fetch_add(1, Relaxed);
+                            tracing::warn!(call = %self.label, line = i, "a=connection:new asked again within {:?} of the last reconnect: the TCP media connection is kept", self.renew_min);
+                            false
+                        }
+                        _ => true,
+                    };
+                if renew {
+                    slot.last_renew[d.index()] = Some(Instant::now());
+                }
                 if plan == have && !renew {
                     continue;
                 }
@@ -485,6 +556,23 @@ impl CallMedia {
                 // routes; but a listener going away for an active leg goes now, so the new
                 // leg can connect from the gateway port.
                 let old = slot.legs[d.index()].take();
+                // An active leg replacing one on this side may find the gateway port still
+                // tied to the old connection: it connects from a registry port then.
+                let fallback = match (&old, plan) {
+                    (Some(_), Some((Role::Active, _))) => {
+                        match routes.alloc_pair(session, d) {
+                            Ok(port) => Some(PortLease {
+                                routes: Arc::clone(routes),
+                                session,
+                                domain: d,
+                                port,
+                            }),
+                            // No port free: the gateway port only (retried).
+                            Err(_) => None,
+                        }
+                    }
+                    _ => None,
+                };
                 match (&old, plan) {
                     (Some(o), Some((Role::Active, _))) if o.role == Role::Passive => drop(old),
                     _ => retired.extend(old),
@@ -515,10 +603,17 @@ impl CallMedia {
                         on_close: Some(Box::new(move || {
                             let _ = r.request_end(session);
                         })),
+                        close_grace: self.close_grace,
+                        fallback_port: fallback.as_ref().map(|f| f.port),
                     },
                     Arc::clone(routes),
                 )?;
-                slot.legs[d.index()] = Some(SlotLeg { leg, role, peer });
+                slot.legs[d.index()] = Some(SlotLeg {
+                    leg,
+                    role,
+                    peer,
+                    fallback,
+                });
             }
             // A passive leg started before its peer's SDP named an address learns it now.
             for d in DomainId::ALL {
@@ -903,6 +998,173 @@ mod tests {
         .unwrap();
         assert_eq!(m.slots[0].legs[1].as_ref().unwrap().leg.id(), second);
         m.close(&routes);
+    }
+
+    /// A call whose B side listens on this test's own listener (`a=setup:passive`), with
+    /// vgate's active leg connected to it: the call, the listener, the connection accepted.
+    fn connected_to_listening_b(
+        routes: &Arc<Routes>,
+        close_grace: Duration,
+        renew_min: Duration,
+    ) -> (CallMedia, std::net::TcpListener, std::net::TcpStream) {
+        let mut m = CallMedia::new("t".into(), 1472);
+        (m.close_grace, m.renew_min) = (close_grace, renew_min);
+        let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let offer = b_listening(port, 1, "a=connection:new\r\n");
+        m.cross(routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+            .unwrap();
+        let answer = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+        m.cross(routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+            .unwrap();
+        let (conn, _) = listener.accept().unwrap();
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        wait_for("B's leg connects", || {
+            counters.state() == LegState::Connected
+        });
+        (m, listener, conn)
+    }
+
+    /// B's offer (it listens on `port`), `o=` version `version`, with `connection` lines.
+    fn b_listening(port: u16, version: u32, connection: &str) -> Vec<u8> {
+        let extra = format!("a=recvonly\r\na=setup:passive\r\n{connection}");
+        versioned(sdp("127.0.0.2", port, "TCP/RTP/AVP", &extra), version)
+    }
+
+    fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+        let t = std::time::Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn b_leg_id(m: &CallMedia) -> u64 {
+        m.slots[0].legs[1].as_ref().unwrap().leg.id()
+    }
+
+    #[test]
+    fn a_peer_close_before_its_new_connection_sdp_does_not_end_the_call() {
+        let routes = routes();
+        let hour = Duration::from_secs(3600);
+        let (mut m, listener, conn) = connected_to_listening_b(&routes, hour, hour);
+        let session = m.session.unwrap();
+        let first = b_leg_id(&m);
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        // B closes the old connection before its `a=connection:new` re-INVITE arrives.
+        drop(conn);
+        wait_for("the leg sees the close", || {
+            counters.state() != LegState::Connected
+        });
+        assert!(!routes.end_requested(session), "no BYE for a reconnect");
+        assert!(!m.leg_closed(), "the call is not ended by the close");
+        let port = listener.local_addr().unwrap().port();
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 2, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        assert_ne!(b_leg_id(&m), first, "replaced");
+        assert!(
+            !routes.end_requested(session),
+            "the replaced leg told nobody"
+        );
+        let (_conn2, _) = listener.accept().unwrap();
+        let counters = Arc::clone(m.slots[0].legs[1].as_ref().unwrap().leg.counters());
+        wait_for("the new leg connects", || {
+            counters.state() == LegState::Connected
+        });
+        m.close(&routes);
+
+        // A close that no new SDP follows ends the call once the grace has passed.
+        let (m, _listener, conn) =
+            connected_to_listening_b(&routes, Duration::from_millis(50), hour);
+        let session = m.session.unwrap();
+        drop(conn);
+        wait_for("the call ends", || {
+            routes.end_requested(session) && m.leg_closed()
+        });
+    }
+
+    #[test]
+    fn only_an_explicit_connection_new_reconnects_and_not_too_often() {
+        let routes = routes();
+        let hour = Duration::from_secs(3600);
+        let (mut m, listener, _conn) = connected_to_listening_b(&routes, hour, hour);
+        let port = listener.local_addr().unwrap().port();
+        let first = b_leg_id(&m);
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        // A changed SDP (a hold, a version bump) without `a=connection`: kept, and the answer
+        // to it says so.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 2, ""),
+        )
+        .unwrap();
+        assert_eq!(b_leg_id(&m), first, "no a=connection: no reconnect");
+        let answer = versioned(sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n"), 2);
+        let to_b = text(
+            m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+                .unwrap(),
+        );
+        assert!(to_b.contains("a=connection:existing\r\n"), "{to_b}");
+        // An explicit `new`: reconnected.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 3, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        let second = b_leg_id(&m);
+        assert_ne!(second, first, "`new` reconnects");
+        let (_conn2, from) = listener.accept().unwrap();
+        // From the gateway port, or (the old connection lingering) from the port pair the
+        // call took from the registry for it: never an ephemeral port.
+        let slot = &m.slots[0];
+        let lease = slot.legs[1].as_ref().unwrap().fallback.as_ref().unwrap();
+        assert!(
+            [slot.ports[1], lease.port].contains(&from.port()),
+            "{from} not from {} or {}",
+            slot.ports[1],
+            lease.port
+        );
+        let (lease_port, taken) = (lease.port, routes.ports(DomainId::B).0);
+        // `new` again within `renew_min`: refused, counted, the connection kept.
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 4, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        assert_eq!(b_leg_id(&m), second, "bounded");
+        let refused = m.slots[0].legs[1].as_ref().unwrap().leg.counters();
+        assert_eq!(refused.refused.load(Relaxed), 1, "counted");
+        // The third `new`, once allowed again: the second leg's lease goes back with it.
+        m.renew_min = Duration::ZERO;
+        m.cross(
+            &routes,
+            SourcePolicy::Strict,
+            true,
+            DomainId::B,
+            &b_listening(port, 5, "a=connection:new\r\n"),
+        )
+        .unwrap();
+        let slot = &m.slots[0];
+        let lease = slot.legs[1].as_ref().unwrap().fallback.as_ref().unwrap();
+        assert_ne!(lease.port, lease_port);
+        assert_eq!(routes.ports(DomainId::B).0, taken, "one lease at a time");
+        m.close(&routes);
+        assert_eq!(routes.ports(DomainId::B).0, 0, "all given back");
     }
 
     #[test]
