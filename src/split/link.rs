@@ -1407,7 +1407,7 @@ fn deliver_one(
         tally.merge(&one);
         return;
     };
-    if !route.stats.link.count(seq, repaired) {
+    if !route.stats.link.count(src, seq, repaired) {
         // A duplicate of one already handed on (counted in the route's link stream).
         return;
     }
