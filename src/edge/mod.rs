@@ -31,6 +31,8 @@
 
 pub mod framing;
 pub mod leg;
+// The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).
+#[allow(unsafe_code)]
 pub mod sink;
 
 use std::collections::BTreeMap;
