@@ -82,7 +82,8 @@ pub struct LegSpec {
     /// The longest packet either way: frames from the peer (longer ones are skipped) and
     /// packets the engines offer to the sink (`Config::leg_max_payload`).
     pub max_payload: usize,
-    /// Sink slots ([`super::sink::DEFAULT_SLOTS`]).
+    /// Small (2 KiB) sink buffers ([`super::sink::DEFAULT_SLOTS`]); the large ones are
+    /// [`super::sink::LARGE_SLOTS`], made only when `max_payload` is longer than 2 KiB.
     pub slots: usize,
     /// Active: how long to keep trying to connect.
     pub connect_for: Duration,
