@@ -674,7 +674,12 @@ impl AfxdpEngine {
                 ));
             }
             Some(Arc::new(
-                FastPath::new(egress_of(&eg), cfg.engine.max_payload).map_err(AfxdpError::Fast)?,
+                FastPath::new(
+                    egress_of(&eg),
+                    &wanted.iter().map(|w| w.2).collect::<Vec<u32>>(),
+                    cfg.engine.max_payload,
+                )
+                .map_err(AfxdpError::Fast)?,
             ))
         } else {
             None
