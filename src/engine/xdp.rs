@@ -794,7 +794,32 @@ impl FastPath {
                 value: None,
             },
         );
-        self.activate(&mut st, key, now, true);
+        self.activate(&mut st, key, now, None);
+        // The resolver's table lacks the next hop: ask the kernel here (control side), with
+        // the lock released so worker 0's poll never waits behind a netlink exchange; then
+        // activate with what it said (if the entry is still there and for that next hop).
+        let Some((dst, ifindex)) = st
+            .entries
+            .get(&key)
+            .filter(|e| e.value.is_none())
+            .and_then(|e| self.next_hop_of(&e.route))
+        else {
+            return;
+        };
+        drop(st);
+        let Some(mac) = super::neigh::resolve_next_hop(dst, ifindex) else {
+            return;
+        };
+        let mut st = self.lock();
+        self.activate(&mut st, key, now, Some((dst, ifindex, mac)));
+    }
+
+    /// The (destination, egress ifindex) whose next hop `route` needs to be activated: `None`
+    /// when it has no egress interface or is not decidable yet.
+    fn next_hop_of(&self, route: &StreamRoute) -> Option<(Ipv4Addr, u32)> {
+        let eg = self.egress[route.channel.egress().index()]?;
+        entry_policy(route)?;
+        Some((*route.dest.ip(), eg.ifindex))
     }
 
     /// A route was removed: its entry goes first, then its last figures are counted.
@@ -860,11 +885,17 @@ impl FastPath {
     }
 
     /// Makes `key`'s entry active if its route can be decided in the kernel now, or brings
-    /// an active one's next hop up to date. `control`: called on the control side (a route
-    /// added), which may ask the kernel itself when the resolver's table does not know the
-    /// next hop yet, so a route with a known neighbour is in the kernel from its first packet;
-    /// worker 0's poll never does (only the table's read).
-    fn activate(&self, st: &mut FastState, key: (Channel, u16), now: u64, control: bool) {
+    /// an active one's next hop up to date, with the next hop from the resolver's table, or
+    /// else `resolved` (destination, ifindex, MAC) when it is for this route's next hop: what
+    /// `added` asked the kernel on the control side, lock released, so a route with a known
+    /// neighbour is in the kernel from its first packet. Never a netlink exchange itself.
+    fn activate(
+        &self,
+        st: &mut FastState,
+        key: (Channel, u16),
+        now: u64,
+        resolved: Option<(Ipv4Addr, u32, [u8; 6])>,
+    ) {
         let FastState {
             entries,
             free,
@@ -885,9 +916,9 @@ impl FastPath {
         let dst = *route.dest.ip();
         let known = neigh.as_mut().and_then(|n| n.get(dst, eg.ifindex, now));
         let Some(dmac) = known.or_else(|| {
-            control
-                .then(|| super::neigh::resolve_next_hop(dst, eg.ifindex))
-                .flatten()
+            resolved
+                .filter(|r| r.0 == dst && r.1 == eg.ifindex)
+                .map(|r| r.2)
         }) else {
             return;
         };
@@ -931,7 +962,7 @@ impl FastPath {
         let keys: Vec<(Channel, u16)> = st.entries.keys().copied().collect();
         let mut chan = std::mem::take(&mut st.flushed);
         for key in keys {
-            self.activate(&mut st, key, now, false);
+            self.activate(&mut st, key, now, None);
             let Some(mut e) = st.entries.remove(&key) else {
                 continue;
             };
