@@ -210,11 +210,18 @@ fn xdp_leaves_nothing_after_kill_9() {
         &["--mode", "xdp"],
     );
     assert_eq!(xdp_links(&g_ns).len(), 2);
+    let stats = admin_get(&g_ns, 9952, "/api/v1/stats");
+    // The neighbour resolver's counters are shown with the engine's.
+    let neigh = &stats["neigh"];
+    assert_eq!(
+        neigh["capacity"].as_u64(),
+        Some(vgate::engine::neigh::TABLE_SLOTS as u64 / 4 * 3),
+        "{stats}"
+    );
+    assert_eq!(neigh["queue_full"].as_u64(), Some(0), "{stats}");
+    assert_eq!(neigh["table_full"].as_u64(), Some(0), "{stats}");
     // The redirect-failure watch's tracepoint programs, as the engine describes them.
-    let engine = admin_get(&g_ns, 9952, "/api/v1/stats")["engine"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let engine = stats["engine"].as_str().unwrap_or_default().to_owned();
     let tp_progs = tracepoint_programs(&engine);
     assert_eq!(tp_progs.len(), 2, "two tracepoint programs: {engine}");
     for id in &tp_progs {

@@ -122,6 +122,11 @@ impl NeighTable {
         self.slots.len() / 4 * 3
     }
 
+    /// Entries in the table now (the resolver's count; no walk).
+    pub fn entries(&self) -> usize {
+        self.occupied.load(Ordering::Relaxed)
+    }
+
     /// Whether a new destination would be refused now.
     fn is_full(&self) -> bool {
         self.occupied.load(Ordering::Relaxed) >= self.capacity()
