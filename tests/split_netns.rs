@@ -215,6 +215,11 @@ fn run_streams(
             "{how}: {m}"
         );
     }
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("vgate_route_link_restarts_total{route=\"cam\"")),
+        "restarts: {m}"
+    );
     let ta = a.stop();
     let tb = b.stop();
     (fwd, rev, ta, tb)

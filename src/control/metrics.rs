@@ -286,6 +286,11 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
         "counter",
         "Split half: datagrams the incoming one-way link handed each route of the link face, as received or rebuilt by FEC, and the stream's datagrams the link lost (exact, from the link header's per-route sequence), that came late (taken off lost) or twice",
     ),
+    (
+        "vgate_route_link_restarts_total",
+        "counter",
+        "Split half: times a route's link stream started anew (its sequence jumped: the sending route was made anew or its half restarted; or another source port)",
+    ),
     ("vgate_split_peer_up", "gauge", "Split half: 1 while the other half is authenticated and heard within dead_after"),
     ("vgate_split_peer_last_seen_timestamp_seconds", "gauge", "Split half: Unix time in seconds of the last authenticated frame from the other half (0: never)"),
     ("vgate_split_signal_total", "counter", "Split half, signaling link: frames, bytes, heartbeats, auth failures, replays, resets, peer losses and restarts, sessions ended, carried datagrams and streams, by event"),
@@ -982,6 +987,19 @@ pub fn render(st: &ControlState) -> String {
                         v,
                     );
                 }
+            }
+            o.family("vgate_route_link_restarts_total");
+            for r in routes.iter().filter(|r| r.channel == face) {
+                let port = r.port.to_string();
+                o.sample(
+                    "vgate_route_link_restarts_total",
+                    &[
+                        ("route", &*r.label),
+                        ("channel", r.channel.name()),
+                        ("port", &port),
+                    ],
+                    r.stats.link.snapshot().restarts,
+                );
             }
         }
     }

@@ -79,9 +79,12 @@ pub struct RouteStats {
 /// and fragment reassembly: `received` as sent, `repaired` (rebuilt by FEC, or joined from
 /// fragments one of which was), `lost` (sequence numbers that never came: exact, but a loss
 /// before the stream's first datagram here or after its last cannot be seen), `late` (came
-/// after a later one and was counted lost meanwhile: taken off `lost`), `duplicate`, and
+/// after a later one and was counted lost meanwhile: taken off `lost`; one from before the
+/// stream's first datagram here was never counted lost, so it is neither), `duplicate`, and
 /// `restarts` (the sequence jumped by [`LINK_SEQ_RESYNC`] or more: the sending route was
-/// made anew or its half restarted; no loss counted for the jump).
+/// made anew or its half restarted; or the datagrams now come from another source port: a
+/// second sending route toward the same port, whose sequence is its own; no loss counted
+/// for either).
 ///
 /// Single writer (the link's receive worker), so the state is plain loads and stores.
 #[derive(Debug, Default)]
@@ -95,6 +98,11 @@ pub struct LinkStreamCounters {
     /// Highest sequence seen, and bit `i` of `window`: `highest - i` arrived.
     highest: AtomicU32,
     window: AtomicU64,
+    /// The stream's first sequence here, kept within [`LINK_SEQ_RESYNC`] of `highest`
+    /// (nothing further back can count late anyway): older ones were never counted lost.
+    first: AtomicU32,
+    /// The sending route's source port (the stream is per route and source).
+    src: AtomicU32,
     started: AtomicBool,
 }
 
@@ -114,11 +122,12 @@ pub struct LinkStreamSnapshot {
 }
 
 impl LinkStreamCounters {
-    /// One datagram from the link with the sending route's sequence `seq`: `repaired` when
-    /// FEC rebuilt it (or a fragment of it). `false` for a duplicate, which the caller drops.
-    pub fn count(&self, seq: u32, repaired: bool) -> bool {
+    /// One datagram from the link from source port `src` with the sending route's sequence
+    /// `seq`: `repaired` when FEC rebuilt it (or a fragment of it). `false` for a duplicate,
+    /// which the caller drops.
+    pub fn count(&self, src: u16, seq: u32, repaired: bool) -> bool {
         let bump = |c: &AtomicU64, n: u64| c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
-        let fresh = self.track(seq, &bump);
+        let fresh = self.track(u32::from(src), seq, &bump);
         if fresh {
             bump(
                 if repaired {
@@ -132,16 +141,22 @@ impl LinkStreamCounters {
         fresh
     }
 
-    fn track(&self, seq: u32, bump: &impl Fn(&AtomicU64, u64)) -> bool {
+    fn track(&self, src: u32, seq: u32, bump: &impl Fn(&AtomicU64, u64)) -> bool {
         let high = self.highest.load(Relaxed);
         let ahead = seq.wrapping_sub(high);
         let behind = high.wrapping_sub(seq);
-        if !self.started.load(Relaxed) || (ahead >= LINK_SEQ_RESYNC && behind >= LINK_SEQ_RESYNC) {
-            if self.started.load(Relaxed) {
+        let started = self.started.load(Relaxed);
+        if !started
+            || self.src.load(Relaxed) != src
+            || (ahead >= LINK_SEQ_RESYNC && behind >= LINK_SEQ_RESYNC)
+        {
+            if started {
                 bump(&self.restarts, 1);
             }
             self.started.store(true, Relaxed);
+            self.src.store(src, Relaxed);
             self.highest.store(seq, Relaxed);
+            self.first.store(seq, Relaxed);
             self.window.store(1, Relaxed);
             return true;
         }
@@ -151,6 +166,9 @@ impl LinkStreamCounters {
             let shifted = if ahead >= 64 { 0 } else { window << ahead };
             self.window.store(shifted | 1, Relaxed);
             self.highest.store(seq, Relaxed);
+            if seq.wrapping_sub(self.first.load(Relaxed)) > LINK_SEQ_RESYNC {
+                self.first.store(seq.wrapping_sub(LINK_SEQ_RESYNC), Relaxed);
+            }
             return true;
         }
         // At or behind the highest.
@@ -161,6 +179,10 @@ impl LinkStreamCounters {
                 return false;
             }
             self.window.store(window | bit, Relaxed);
+        }
+        if behind > high.wrapping_sub(self.first.load(Relaxed)) {
+            // Before the stream's first here: never counted lost, so not late either.
+            return true;
         }
         // Counted lost when the gap opened (further back than the window remembers: taken
         // as late all the same; a duplicate that old is not told apart).
@@ -567,7 +589,7 @@ mod tests {
         let base = u32::MAX - 3; // wraps
         let fresh: Vec<bool> = [0u32, 1, 2, 5, 6, 4, 4, 9, 3, 10]
             .iter()
-            .map(|&i| c.count(base.wrapping_add(i), i == 6))
+            .map(|&i| c.count(6000, base.wrapping_add(i), i == 6))
             .collect();
         assert_eq!(
             fresh,
@@ -589,16 +611,45 @@ mod tests {
         );
         // Further back than the window remembers: late all the same.
         let c = LinkStreamCounters::default();
-        c.count(0, false);
-        c.count(200, false);
+        c.count(6000, 0, false);
+        c.count(6000, 200, false);
         assert_eq!(c.snapshot().lost, 199);
-        assert!(c.count(100, false));
+        assert!(c.count(6000, 100, false));
         assert_eq!((c.snapshot().lost, c.snapshot().late), (198, 1));
         // A new sender far away: a restart, no loss; then counting goes on from it.
-        assert!(c.count(7_000_000, false));
-        assert!(c.count(7_000_002, false));
+        assert!(c.count(6000, 7_000_000, false));
+        assert!(c.count(6000, 7_000_002, false));
         let s = c.snapshot();
         assert_eq!((s.restarts, s.lost, s.received), (1, 199, 5));
+
+        // Before the stream's first datagram here: neither late nor lost (it was never
+        // counted lost); a duplicate of it still refused.
+        let c = LinkStreamCounters::default();
+        assert!(c.count(6000, 10, false));
+        assert!(c.count(6000, 12, false));
+        assert!(c.count(6000, 8, false));
+        assert!(!c.count(6000, 8, false));
+        assert!(c.count(6000, 11, false));
+        let s = c.snapshot();
+        assert_eq!((s.received, s.lost, s.late, s.duplicate), (4, 0, 1, 1));
+        // Far along, the first is forgotten: a datagram far behind counts late as before.
+        let c = LinkStreamCounters::default();
+        for i in 0..4u32 {
+            assert!(c.count(6000, i * (LINK_SEQ_RESYNC - 1), false));
+        }
+        let high = 3 * (LINK_SEQ_RESYNC - 1);
+        assert!(c.count(6000, high - 100, false));
+        let s = c.snapshot();
+        assert_eq!((s.late, s.restarts), (1, 0));
+
+        // Two sending routes toward one port (their own sequences): each change of source
+        // port is a restart, no loss, no late.
+        let c = LinkStreamCounters::default();
+        for (src, seq) in [(6000, 5), (6000, 6), (6002, 900), (6002, 901), (6000, 7)] {
+            assert!(c.count(src, seq, false));
+        }
+        let s = c.snapshot();
+        assert_eq!((s.received, s.lost, s.late, s.restarts), (5, 0, 0, 2));
         // Two routes start apart.
         let r1 = route(SourcePolicy::Any, None);
         let a = r1.next_link_seq();

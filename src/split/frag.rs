@@ -11,8 +11,10 @@
 //!   [`MAX_MEDIA`] bytes, allocated once at the first fragment (about 1 MiB); never more.
 //! - **Given up** (the fragments it holds counted as dropped, by reason): `fragment_lost`
 //!   when the datagram can no longer complete — with a reorder window (lane order), a
-//!   fragment of another datagram of the same stream came, so the missing ones were given
-//!   up; in any mode, every slot was busy and this was the oldest — and `fragment_timeout`
+//!   fragment of a newer datagram of the same stream came (wrapping compare), so the
+//!   missing ones were given up, and a late fragment of an older datagram (an FEC rebuild
+//!   the window already passed over, a duplicate) is dropped, counted, leaving the newer
+//!   slot alone; in any mode, every slot was busy and this was the oldest — and `fragment_timeout`
 //!   when it waited [`JOIN_TIMEOUT_MS`].
 //! - A fragment whose fields disagree with its slot's (another fragment count) or that
 //!   repeats one already held is counted `bad_fragment` / ignored.
@@ -112,13 +114,22 @@ impl Joiner {
             self.buf = vec![0u8; JOIN_SLOTS * SLOT_BYTES].into_boxed_slice();
         }
         let same = |s: &Slot| s.used && s.dst == dst && s.src == src;
+        // Wrapping compare: the slot's datagram came after this fragment's in the stream.
+        let newer = |s: &Slot| (s.seq.wrapping_sub(sh.sequence) as i32) > 0;
+        if self.in_order && self.slots.iter().any(|s| same(s) && newer(s)) {
+            // A late fragment (an FEC rebuild the reorder window already passed over, a
+            // duplicate): its datagram was given up when the newer one began; the newer
+            // one's slot is left alone.
+            self.counts.lost += 1;
+            return None;
+        }
         let mut found = None;
         for (i, s) in self.slots.iter_mut().enumerate() {
             if same(s) && s.seq == sh.sequence {
                 found = Some(i);
             } else if self.in_order && same(s) {
-                // In lane order another datagram of the stream means this one's missing
-                // fragments were given up.
+                // In lane order a newer datagram of the stream means this older one's
+                // missing fragments were given up (no slot of the stream is newer: above).
                 Self::give_up(s, &mut self.counts.lost);
             }
         }
@@ -329,6 +340,24 @@ mod tests {
         assert_eq!(feed(&mut j, &frames, 0), vec![a.clone(), c.clone()]);
         assert_eq!((j.counts.lost, j.counts.timeout), (1, 0));
         assert_eq!(j.next_deadline(), None);
+
+        // In lane order, a late fragment of b (e.g. rebuilt by FEC after the reorder window
+        // passed it) after c's first fragment: counted lost, dropped; c still joins and
+        // no slot is left waiting for b.
+        let mut j = Joiner::new(true);
+        let frames = [&fc[0], &fb[1], &fc[1], &fb[0], &fc[2]].map(|f| f.clone());
+        assert_eq!(feed(&mut j, &frames, 0), vec![c.clone()]);
+        assert_eq!(
+            (j.counts.lost, j.counts.timeout, j.counts.joined),
+            (2, 0, 1)
+        );
+        assert_eq!(j.next_deadline(), None);
+        // Across the sequence's wrap: 0 is newer than u32::MAX.
+        let (fw, fz) = (cut_all(&a, u32::MAX), cut_all(&c, 0));
+        let mut j = Joiner::new(true);
+        let frames = [&fz[0], &fw[2], &fz[1], &fz[2]].map(|f| f.clone());
+        assert_eq!(feed(&mut j, &frames, 0), vec![c.clone()]);
+        assert_eq!((j.counts.lost, j.counts.joined), (1, 1));
 
         // A duplicate fragment is ignored; one with another count is refused.
         let mut j = Joiner::new(false);

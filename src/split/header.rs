@@ -303,8 +303,9 @@ pub struct StreamHeader {
 impl StreamHeader {
     /// Splits a link datagram into its stream header and media. `None` when it is shorter
     /// than the header, or its fragment fields are impossible: `frags` 0 or above
-    /// [`MAX_FRAGS`], `frag` not below `frags`, media longer than [`MAX_MEDIA`], or a
-    /// fragment before the last not exactly [`MAX_MEDIA`] long.
+    /// [`MAX_FRAGS`], `frag` not below `frags`, media longer than [`MAX_MEDIA`], a
+    /// fragment before the last not exactly [`MAX_MEDIA`] long, or a last fragment making
+    /// the joined datagram longer than [`MAX_DATAGRAM`].
     pub fn parse(datagram: &[u8]) -> Option<(StreamHeader, &[u8])> {
         let (h, media) = datagram.split_at_checked(STREAM_HEADER_LEN)?;
         let sh = StreamHeader {
@@ -316,7 +317,9 @@ impl StreamHeader {
         let ok = (1..=MAX_FRAGS).contains(&frags)
             && frag < frags
             && media.len() <= MAX_MEDIA
-            && (frag + 1 == frags || media.len() == MAX_MEDIA);
+            && (frag + 1 == frags || media.len() == MAX_MEDIA)
+            // The joined datagram (its length set by the last fragment) fits a UDP one.
+            && (frag + 1 < frags || frag * MAX_MEDIA + media.len() <= MAX_DATAGRAM);
         ok.then_some((sh, media))
     }
 
@@ -500,12 +503,17 @@ mod tests {
         assert!(StreamHeader::parse(&dg(1, 2, 1)).is_some());
         let max = MAX_FRAGS as u8;
         assert!(StreamHeader::parse(&dg(max - 1, max, 3)).is_some());
+        let last = MAX_DATAGRAM - (MAX_FRAGS - 1) * MAX_MEDIA;
+        assert!(StreamHeader::parse(&dg(max - 1, max, last)).is_some());
         for (frag, frags, len) in [
             (0, 0, 10),
             (1, 1, 10),
             (0, 1, MAX_MEDIA + 1),
             (0, 2, MAX_MEDIA - 1),
             (0, max + 1, MAX_MEDIA),
+            // Joined, longer than MAX_DATAGRAM.
+            (max - 1, max, last + 1),
+            (max - 1, max, MAX_MEDIA),
         ] {
             assert_eq!(
                 StreamHeader::parse(&dg(frag, frags, len)),

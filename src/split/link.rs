@@ -59,6 +59,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
+use nix::sys::eventfd::EventFd;
 use nix::sys::socket::{setsockopt, sockopt};
 
 use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
@@ -835,19 +836,38 @@ const EDGE_BATCH: usize = 64;
 /// The TCP media legs' sender on the outgoing link, shared by the legs' threads; set when
 /// a half's engine starts ([`HalfLinks::finish`]), empty on a single host. A partial FEC
 /// block the legs leave open is closed on time by the incoming link's worker
-/// ([`EdgeLink::close_due`]), so the tail of a leg's burst is not held until its next read.
+/// ([`EdgeLink::close_due`]), so the tail of a leg's burst is not held until its next read:
+/// when a block opens, [`EdgeLink::sent`] wakes that worker (its eventfd; one write per
+/// block, not per packet), which then sleeps no longer than the block's closing time.
 #[derive(Default)]
 pub struct EdgeLink(
     std::sync::OnceLock<(DomainId, std::sync::Mutex<LinkTx>)>,
     /// [`LinkTx::close_due_ms`] of the sender after its last use (0: no block open).
     AtomicU64,
+    /// The incoming link's worker's wake-up eventfd ([`EdgeLink::set_waker`]); taken once
+    /// per opened block.
+    std::sync::Mutex<Option<Arc<EventFd>>>,
 );
 
 impl EdgeLink {
     /// Notes when `tx` (this link's sender, locked by the caller after a send) must close
-    /// its partial block.
+    /// its partial block; wakes the incoming link's worker when a block just opened (it may
+    /// be asleep for up to 100 ms, longer than [`CLOSE_BLOCK_MS`]).
     pub fn sent(&self, tx: &LinkTx) {
-        self.1.store(tx.close_due_ms().unwrap_or(0), Relaxed);
+        let due = tx.close_due_ms().unwrap_or(0);
+        if self.1.swap(due, Relaxed) == 0 && due != 0 {
+            let waker = self.2.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(w) = waker.as_ref() {
+                // Full (never in practice: the worker reads it) or closed: nothing to do.
+                let _ = w.write(1);
+            }
+        }
+    }
+
+    /// The eventfd of the worker that closes the legs' blocks (the incoming link's; a
+    /// restarted engine replaces it).
+    pub fn set_waker(&self, wake: Arc<EventFd>) {
+        *self.2.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
     }
 
     /// When the legs' partial FEC block must be closed (None: none open). No lock.
@@ -1095,6 +1115,7 @@ impl HalfLinks {
             source: io::Error::other("its worker was already started"),
         })?;
         let link = registry.attach_sender().map_err(io_err("eventfd".into()))?;
+        routes.edge_link.set_waker(Arc::clone(&link.wake));
         let path = RxPath {
             sock,
             routes: Arc::clone(routes),
@@ -1386,7 +1407,7 @@ fn deliver_one(
         tally.merge(&one);
         return;
     };
-    if !route.stats.link.count(seq, repaired) {
+    if !route.stats.link.count(src, seq, repaired) {
         // A duplicate of one already handed on (counted in the route's link stream).
         return;
     }
@@ -1674,5 +1695,112 @@ mod tests {
         assert_eq!(edge.close_due(), None);
         assert_eq!(stats.out_link.snapshot().repair_packets, 2);
         assert_eq!(stats.out_link.snapshot().fragmented, 1);
+    }
+
+    /// The same through the real incoming link worker, asleep (nothing due, its longest
+    /// sleep is 100 ms) when a leg leaves a partial block open: the leg's `sent` wakes it,
+    /// and it closes the block about [`CLOSE_BLOCK_MS`] later. The bound (80 ms) is four
+    /// times the close time yet below the worker's 100 ms sleep that it would otherwise
+    /// finish first.
+    #[test]
+    fn the_incoming_workers_sleep_does_not_hold_the_legs_block() {
+        use crate::routes::PortHooks;
+        use std::time::{Duration, Instant};
+        let registry = Arc::new(PortRegistry::new([Ipv4Addr::LOCALHOST; 2]));
+        let routes = Arc::new(Routes::new(
+            &crate::config::Config::embedded_default(),
+            Arc::clone(&registry) as Arc<dyn PortHooks>,
+        ));
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let mut cfg = test_config("8+2");
+        cfg.out_link.peer = match rx.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        let stats = Arc::new(SplitStats::new(&cfg));
+        let tx = LinkTx::new(
+            Wire::Udp(Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap())),
+            &cfg.out_link,
+            EDGE_LANE,
+            1,
+            EDGE_BATCH,
+            Arc::clone(&stats),
+        );
+        routes.edge_link.set(DomainId::A, tx);
+        // The incoming link's worker, its peer not this host: a datagram we send it is
+        // counted `foreign_source`, which tells us it is awake and about to sleep.
+        let link_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let link_addr = link_sock.local_addr().unwrap();
+        let wake = registry.attach_sender().unwrap();
+        routes.edge_link.set_waker(Arc::clone(&wake.wake));
+        let path = RxPath {
+            sock: link_sock,
+            routes: Arc::clone(&routes),
+            face: cfg.link_face(),
+            peer_face: cfg.peer_face,
+            peer: Ipv4Addr::new(192, 0, 2, 1),
+            split: Arc::clone(&stats),
+            local: HashMap::new(),
+            batch: 8,
+            fec: cfg.in_link.fec,
+            reorder_ms: 0,
+            max_payload: MAX_DATAGRAM,
+            overflow_seen: 0,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = spawn(0, None, &routes, &stop, Some(wake), move |_: &Shell| {
+            Ok(RxState {
+                rx: RecvBatch::new(path.batch, FRAME_CAP + 1),
+                dec: Decoder::with_reorder(path.fec, path.reorder_ms),
+                join: Joiner::new(false),
+                out: Delivery::new(path.batch * BUDGET),
+                path,
+            })
+        })
+        .unwrap();
+        let poke = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let foreign = || stats.in_link.snapshot().drop_count(LinkDrop::ForeignSource);
+        let mut buf = [0u8; 2048];
+        for round in 1..=3 {
+            poke.send_to(b"wake up", link_addr).unwrap();
+            while foreign() < round {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Let it go back to sleep (nothing due: 100 ms).
+            std::thread::sleep(Duration::from_millis(5));
+            let m = routes.edge_link.toward(DomainId::A).unwrap();
+            let t0 = Instant::now();
+            {
+                let mut tx = m.lock().unwrap();
+                assert!(tx.push(21000, 30000, round as u32, &[9u8; 4000], now_ms(), 0));
+                tx.flush();
+                routes.edge_link.sent(&tx);
+            }
+            let mut kinds = Vec::new();
+            while kinds.len() < 5 {
+                let n = rx.recv(&mut buf).expect("the block's frames and repairs");
+                kinds.push(LinkPacket::new_checked(&buf[..n]).unwrap().kind());
+            }
+            let took = t0.elapsed();
+            assert_eq!(
+                kinds,
+                [
+                    Kind::Data,
+                    Kind::Data,
+                    Kind::Data,
+                    Kind::Repair,
+                    Kind::Repair
+                ]
+            );
+            assert!(
+                took < Duration::from_millis(80),
+                "round {round}: the repairs came after {took:?}"
+            );
+            assert_eq!(routes.edge_link.close_due(), None);
+        }
+        stop.store(true, Relaxed);
+        worker.thread.join().unwrap();
     }
 }
