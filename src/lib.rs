@@ -20,7 +20,7 @@
 //!   thread per queue, pinned to its own CPU; `vgate run` keeps every other thread (main
 //!   loop, admin interface, signaling) off those CPUs when any CPU is left over
 //!   ([`engine::keep_off_worker_cpus`]). All the `unsafe` of the data path lives in
-//!   `engine::sys`.
+//!   `engine::sys`, and in [`edge::sink`] (its buffers handed between threads by queues).
 //! - [`routes`] holds the tables the worker consults: one **stream route table per one-way
 //!   channel** (forward A→B, reverse B→A), keyed by the gateway port the packet arrived on,
 //!   plus the static signaling table, the per-domain port allocators and the sessions that own

@@ -1071,22 +1071,14 @@ fn gb_tcp_media_crosses_the_split_on_the_media_links() {
 }
 
 /// RTP over TCP with 4 KiB packets (GB/T 28181 devices send PS packets of several KiB over
-/// TCP) from the platform, then from the device, to a UDP peer on the other side, FEC 8+2:
-/// each packet is cut into three link frames by the half that terminates the TCP leg and
-/// joined by the other half (link header v2); every flow arrives complete, nothing is
-/// dropped as oversize, lost or timed out. (TCP at both ends is not here: a leg's send
-/// queue holds packets of up to 2048 bytes, `edge::sink::SLOT_BYTES`; see docs/split.md.)
+/// TCP) from the platform, then from the device, to a UDP peer on the other side, then TCP
+/// at both ends, FEC 8+2: each packet is cut into three link frames by the half that
+/// receives it and joined by the other half (link header v2), whose leg sink takes it whole
+/// (a large buffer, `edge::sink::LARGE_SLOTS`); every flow arrives complete, nothing is
+/// dropped as oversize, lost or timed out.
 #[test]
 fn gb_tcp_packets_larger_than_a_link_frame_cross_the_split() {
-    gb_tcp_across_the_split(
-        "stack",
-        "8+2",
-        &[
-            (Side::Tcp("passive"), Side::Udp),
-            (Side::Udp, Side::Tcp("passive")),
-        ],
-        4096,
-    );
+    gb_tcp_across_the_split("stack", "8+2", &ALL_TCP_COMBOS, 4096);
 }
 
 /// Platform side / device side of the GB TCP calls.

@@ -27,7 +27,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 
 use super::framing::{frame_into, DeframeTally, Deframer, Framing};
-use super::sink::{EdgeSink, SLOT_BYTES};
+use super::sink::EdgeSink;
 use super::{EdgeError, Injector, LegCounters, LegInfo, LegState};
 use crate::clock::now_ms;
 use crate::config::DomainId;
@@ -79,8 +79,11 @@ pub struct LegSpec {
     /// The domain's interface: the leg's sockets are tied to it, as the media ports are.
     pub interface: Option<String>,
     pub framing: Box<dyn Framing>,
+    /// The longest packet either way: frames from the peer (longer ones are skipped) and
+    /// packets the engines offer to the sink (`Config::leg_max_payload`).
     pub max_payload: usize,
-    /// Sink slots ([`super::sink::DEFAULT_SLOTS`]).
+    /// Small (2 KiB) sink buffers ([`super::sink::DEFAULT_SLOTS`]); the large ones are
+    /// [`super::sink::LARGE_SLOTS`], made only when `max_payload` is longer than 2 KiB.
     pub slots: usize,
     /// Active: how long to keep trying to connect.
     pub connect_for: Duration,
@@ -132,7 +135,8 @@ impl Leg {
     pub fn start(spec: LegSpec, routes: Arc<Routes>) -> Result<Leg, EdgeError> {
         let counters = Arc::new(LegCounters::default());
         let sink = Arc::new(
-            EdgeSink::new(spec.slots, Arc::clone(&counters)).map_err(EdgeError::Resources)?,
+            EdgeSink::new(spec.slots, spec.max_payload, Arc::clone(&counters))
+                .map_err(EdgeError::Resources)?,
         );
         let listener = match spec.role {
             Role::Passive => {
@@ -642,14 +646,14 @@ impl Run {
             return Ok(());
         };
         let framing = deframer.framing();
-        let room = framing.header_len() + SLOT_BYTES;
+        let room = framing.header_len() + sink.max_payload();
         for _ in 0..64 {
             while out.capacity() - out.len() >= room {
                 let Some(slot) = sink.take() else {
                     break;
                 };
                 if !frame_into(framing, 0, slot.payload(), out) {
-                    // Cannot happen (the room was checked, a slot fits a frame).
+                    // Cannot happen (the room was checked for the longest packet).
                     counters.stalls.fetch_add(1, Relaxed);
                 }
             }

@@ -9,8 +9,10 @@
 //!
 //! - **UDP → TCP** ([`EdgeSink`]): a route whose receiver is a leg carries the leg's sink
 //!   ([`crate::routes::StreamRoute::edge`]). Every engine, where it would hand an admitted
-//!   packet to its egress socket, offers it to the sink instead (a bounded, preallocated
-//!   queue; full → the packet is dropped and counted as `leg_stall`). The leg's thread drains
+//!   packet to its egress socket, offers it to the sink instead (preallocated buffer pools, a
+//!   2 KiB one and, for legs whose maximum is longer, a small one of that maximum; only the
+//!   payload's bytes are copied; no free buffer → the packet is dropped and counted as
+//!   `leg_stall`). The leg's thread drains
 //!   the sink, frames each packet ([`framing`]) into a bounded write buffer and writes it
 //!   non-blocking: a peer that stops reading costs drops, never memory.
 //! - **TCP → UDP** ([`Injector`]): the leg's thread de-frames what its peer sends (bad input
@@ -31,6 +33,8 @@
 
 pub mod framing;
 pub mod leg;
+// The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).
+#[allow(unsafe_code)]
 pub mod sink;
 
 use std::collections::BTreeMap;

@@ -182,10 +182,11 @@ pub struct Leg {
 }
 
 impl Leg {
-    /// Makes the leg's sinks, lists it and starts its thread writing to `writer`; a leg on
-    /// the client's connection starts held.
+    /// Makes the leg's sinks (taking packets of up to `max_payload` bytes), lists it and
+    /// starts its thread writing to `writer`; a leg on the client's connection starts held.
     pub fn open(
         spec: LegSpec,
+        max_payload: usize,
         place: LegPlace,
         writer: SharedWriter,
         routes: Arc<Routes>,
@@ -193,8 +194,16 @@ impl Leg {
     ) -> io::Result<Arc<Leg>> {
         let counters = Arc::new(LegCounters::default());
         let sinks = [
-            Arc::new(EdgeSink::new(DEFAULT_SLOTS, Arc::clone(&counters))?),
-            Arc::new(EdgeSink::new(DEFAULT_SLOTS, Arc::clone(&counters))?),
+            Arc::new(EdgeSink::new(
+                DEFAULT_SLOTS,
+                max_payload,
+                Arc::clone(&counters),
+            )?),
+            Arc::new(EdgeSink::new(
+                DEFAULT_SLOTS,
+                max_payload,
+                Arc::clone(&counters),
+            )?),
         ];
         let held = spec.side == TcpSide::Client;
         counters.set_state(if held {
@@ -284,8 +293,11 @@ impl Leg {
 
     fn run(&self, writer: &SharedWriter) {
         // One buffer for the leg's life: up to 2 x BATCH frames (`$`, channel, length,
-        // packet), written with one lock and one send.
-        let mut out = vec![0u8; OUT_BYTES];
+        // packet), written with one lock and one send. Frames are added while fewer than
+        // OUT_BYTES - 4 - SLOT_BYTES bytes are used, so the buffer's tail has room for one
+        // of the longest packet the sinks take.
+        let max_frame = 4 + self.sinks[0].max_payload().max(SLOT_BYTES);
+        let mut out = vec![0u8; OUT_BYTES - 4 - SLOT_BYTES + max_frame];
         let mut ends = [0usize; 2 * BATCH];
         let channels = [self.spec.channels.0, self.spec.channels.1];
         // Set while the backlog of a released leg drains: writes wait for room until then.
@@ -303,7 +315,7 @@ impl Leg {
             let (mut len, mut n) = (0, 0);
             for (sink, channel) in self.sinks.iter().zip(channels) {
                 let mut taken = 0;
-                while taken < BATCH && n < ends.len() && len + 4 + SLOT_BYTES <= out.len() {
+                while taken < BATCH && n < ends.len() && len + 4 + SLOT_BYTES <= OUT_BYTES {
                     let Some(slot) = sink.take() else { break };
                     let payload = slot.payload();
                     let size = (payload.len() as u16).to_be_bytes();
@@ -528,6 +540,7 @@ mod tests {
         let writer: SharedWriter = Arc::new(Mutex::new(ConnWriter::new(Some(ours))));
         let leg = Leg::open(
             spec,
+            4096,
             place,
             Arc::clone(&writer),
             Arc::clone(&routes),

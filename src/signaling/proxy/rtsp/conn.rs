@@ -316,8 +316,15 @@ impl RoutesMedia {
             local,
             peer,
         };
+        // The longest packet the leg's sinks take (a UDP datagram of the other side).
+        let max_payload = b
+            .settings
+            .bridge
+            .as_ref()
+            .map_or(crate::edge::sink::SLOT_BYTES, |s| s.max_payload);
         let leg = Leg::open(
             spec,
+            max_payload,
             place,
             Arc::clone(writer),
             Arc::clone(&self.routes),

@@ -108,8 +108,9 @@ pub struct LegSpec {
 /// What bridge legs need from the config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeSettings {
-    /// Largest payload a leg injects ([`crate::config::Config::leg_max_payload`]: up to
-    /// `split.out_link.max_datagram` in a split half, else `engine.max_payload`).
+    /// Largest payload a leg injects, and its sinks take
+    /// ([`crate::config::Config::leg_max_payload`]: up to `split.out_link.max_datagram` in a
+    /// split half, else `engine.max_payload`).
     pub max_payload: usize,
     /// The upstream is the split appliance's link face (`[split]`): an interleaved client's
     /// SETUP goes upstream over UDP at once and is bridged, so media between the halves
