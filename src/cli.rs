@@ -587,6 +587,7 @@ fn run(
         signaling: Arc::clone(&gw.signaling_stats),
         split_signal: gw.split_signal_stats(),
         split: gw.split_stats(),
+        neigh: gw.neigh_table(),
         reloads: Default::default(),
     };
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);

@@ -435,6 +435,11 @@ impl Gateway {
         }
     }
 
+    /// The engine's neighbour resolver (table and counters), if it runs one.
+    pub fn neigh_table(&self) -> Option<Arc<crate::engine::neigh::NeighTable>> {
+        self.engine.neigh_table()
+    }
+
     /// A split half's link counters; `None` on a single host.
     pub fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
         self.engine.split_stats()

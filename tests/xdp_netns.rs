@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{enter_netns, in_netns, prerequisites, Bed};
+use common::{admin_get_in, enter_netns, in_netns, prerequisites, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -210,11 +210,26 @@ fn xdp_leaves_nothing_after_kill_9() {
         &["--mode", "xdp"],
     );
     assert_eq!(xdp_links(&g_ns).len(), 2);
+    let stats = admin_get(&g_ns, 9952, "/api/v1/stats");
+    // The neighbour resolver's counters are shown with the engine's.
+    let neigh = &stats["neigh"];
+    assert_eq!(
+        neigh["capacity"].as_u64(),
+        Some(vgate::engine::neigh::TABLE_SLOTS as u64 / 4 * 3),
+        "{stats}"
+    );
+    assert_eq!(neigh["queue_full"].as_u64(), Some(0), "{stats}");
+    assert_eq!(neigh["table_full"].as_u64(), Some(0), "{stats}");
+    let metrics = admin_get_in(&g_ns, "127.0.0.1:9952", "/metrics");
+    for series in [
+        "vgate_neigh_refused_total{reason=\"queue_full\"} 0\n",
+        "vgate_neigh_refused_total{reason=\"table_full\"} 0\n",
+        "vgate_neigh_entries{kind=\"capacity\"} 12288\n",
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
     // The redirect-failure watch's tracepoint programs, as the engine describes them.
-    let engine = admin_get(&g_ns, 9952, "/api/v1/stats")["engine"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let engine = stats["engine"].as_str().unwrap_or_default().to_owned();
     let tp_progs = tracepoint_programs(&engine);
     assert_eq!(tp_progs.len(), 2, "two tracepoint programs: {engine}");
     for id in &tp_progs {

@@ -403,6 +403,12 @@ fn stats(st: &ControlState) -> Value {
         "uptime_seconds": st.started.elapsed().as_secs_f64(),
         "split_signal": split_signal,
         "engine": st.engine,
+        "neigh": st.neigh.as_ref().map(|n| json!({
+            "entries": n.entries(),
+            "capacity": n.capacity(),
+            "queue_full": n.queue_full.load(Relaxed),
+            "table_full": n.table_full.load(Relaxed),
+        })),
         "healthy": st.healthy(now_ms()),
         "channels": channels,
         "workers": workers,

@@ -75,6 +75,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Seconds since each worker last went round its loop",
     ),
     (
+        "vgate_neigh_refused_total",
+        "counter",
+        "Engines that build frames themselves (tnapi packet-socket transmit, zc, xdp): next-hop lookups the neighbour resolver did not take, by reason: queue_full (a worker's miss did not fit its queue), table_full (a new destination refused, the table holding 3/4 of its slots); those packets go through the kernel's socket",
+    ),
+    (
+        "vgate_neigh_entries",
+        "gauge",
+        "Destinations in the neighbour resolver's table, and its capacity (kind=capacity)",
+    ),
+    (
         "vgate_ports_used",
         "gauge",
         "Media ports held by sessions, per domain",
@@ -846,6 +856,24 @@ pub fn render(st: &ControlState) -> String {
         u8::from(st.reloads.last_ok.load(Relaxed)),
     );
     process_families(&mut o);
+
+    if let Some(n) = &st.neigh {
+        use std::sync::atomic::Ordering::Relaxed;
+        o.family("vgate_neigh_refused_total");
+        o.sample(
+            "vgate_neigh_refused_total",
+            &[("reason", "queue_full")],
+            n.queue_full.load(Relaxed),
+        );
+        o.sample(
+            "vgate_neigh_refused_total",
+            &[("reason", "table_full")],
+            n.table_full.load(Relaxed),
+        );
+        o.family("vgate_neigh_entries");
+        o.sample("vgate_neigh_entries", &[("kind", "used")], n.entries());
+        o.sample("vgate_neigh_entries", &[("kind", "capacity")], n.capacity());
+    }
 
     if let Some(sig) = &st.split_signal {
         use std::sync::atomic::Ordering::Relaxed;

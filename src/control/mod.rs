@@ -39,6 +39,8 @@ pub struct ControlState {
     pub split_signal: Option<Arc<crate::split::signal::SignalStats>>,
     /// A split half's link counters; `None` on a single host.
     pub split: Option<Arc<crate::split::SplitStats>>,
+    /// The engine's neighbour resolver (modes tnapi with packet-socket transmit, zc, xdp).
+    pub neigh: Option<Arc<crate::engine::neigh::NeighTable>>,
     /// Outcomes of config reloads.
     pub reloads: Arc<ReloadStats>,
 }

@@ -497,6 +497,8 @@ pub struct AfxdpEngine {
     split: Option<(SplitConfig, Arc<SplitStats>)>,
     /// Mode xdp: the in-kernel fast path.
     fast: Option<Arc<FastPath>>,
+    /// The neighbour resolver's table, once `start` runs one.
+    neigh: Option<Arc<super::neigh::NeighTable>>,
 }
 
 fn xdp_mode_flag(attached: u8) -> u32 {
@@ -674,7 +676,12 @@ impl AfxdpEngine {
                 ));
             }
             Some(Arc::new(
-                FastPath::new(egress_of(&eg), cfg.engine.max_payload).map_err(AfxdpError::Fast)?,
+                FastPath::new(
+                    egress_of(&eg),
+                    &wanted.iter().map(|w| w.2).collect::<Vec<u32>>(),
+                    cfg.engine.max_payload,
+                )
+                .map_err(AfxdpError::Fast)?,
             ))
         } else {
             None
@@ -801,6 +808,7 @@ impl AfxdpEngine {
                 .as_ref()
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
             fast,
+            neigh: None,
         })
     }
 }
@@ -895,6 +903,10 @@ impl Engine for AfxdpEngine {
         self.split.as_ref().map(|(_, s)| Arc::clone(s))
     }
 
+    fn neigh_table(&self) -> Option<Arc<super::neigh::NeighTable>> {
+        self.neigh.clone()
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
@@ -926,6 +938,7 @@ impl Engine for AfxdpEngine {
         if let Some(f) = &self.fast {
             f.attach_neighbours(resolver.handle());
         }
+        self.neigh = Some(Arc::clone(resolver.table()));
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
             let link = links.as_mut().and_then(|l| l.sender(w, self.cfg.batch));
             let socks: Vec<WorkerXsk> = per_worker

@@ -158,6 +158,11 @@ pub trait Engine: Send {
     fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
         None
     }
+    /// The neighbour resolver's table and counters, once `start` runs one (engines that
+    /// build frames themselves); see [`neigh`].
+    fn neigh_table(&self) -> Option<Arc<neigh::NeighTable>> {
+        None
+    }
     /// Starts the workers; they run until `stop` is set.
     fn start(
         &mut self,

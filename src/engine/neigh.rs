@@ -23,11 +23,17 @@
 //!   every resolved one every [`REFRESH_MS`] with one neighbour dump per interface (not one
 //!   per destination). A destination nobody asked for in [`FORGET_MS`] is dropped from the
 //!   table, so the table holds the destinations in use, not every one ever seen.
+//! - The table is never filled beyond 3/4 of its slots ([`NeighTable::set`] refuses, counted
+//!   as `table_full`), so a worker's miss ends at an empty slot after a short probe; while it
+//!   is that full the resolver drops new destinations before asking the kernel (counted too),
+//!   so a refused destination costs no netlink exchange. Those destinations go through the
+//!   kernel's socket until entries are forgotten. Every probe and move loop is bounded by the
+//!   slot count.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +98,10 @@ pub struct NeighTable {
     slots: Box<[Slot]>,
     /// Misses that did not fit the queue.
     pub queue_full: AtomicU64,
+    /// New destinations refused because the table held [`NeighTable::capacity`] entries.
+    pub table_full: AtomicU64,
+    /// Entries in the table (written by the resolver only).
+    occupied: AtomicUsize,
 }
 
 impl NeighTable {
@@ -101,7 +111,25 @@ impl NeighTable {
                 .map(|_| Slot::default())
                 .collect(),
             queue_full: AtomicU64::new(0),
+            table_full: AtomicU64::new(0),
+            occupied: AtomicUsize::new(0),
         }
+    }
+
+    /// The most entries the table takes: 3/4 of its slots, so probe chains stay short and
+    /// always end at an empty slot.
+    pub fn capacity(&self) -> usize {
+        self.slots.len() / 4 * 3
+    }
+
+    /// Entries in the table now (the resolver's count; no walk).
+    pub fn entries(&self) -> usize {
+        self.occupied.load(Ordering::Relaxed)
+    }
+
+    /// Whether a new destination would be refused now.
+    fn is_full(&self) -> bool {
+        self.occupied.load(Ordering::Relaxed) >= self.capacity()
     }
 
     fn mask(&self) -> usize {
@@ -146,7 +174,8 @@ impl NeighTable {
         s.seq.store(v.wrapping_add(2), Ordering::Release);
     }
 
-    /// Resolver: sets `k`'s MAC word, inserting it; `false` when the table is full.
+    /// Resolver: sets `k`'s MAC word, inserting it; `false` (counted as `table_full`) when
+    /// the table already holds [`NeighTable::capacity`] entries.
     fn set(&self, k: u64, mac: u64) -> bool {
         if let Some((i, old)) = self.find(k) {
             if old != mac {
@@ -154,12 +183,17 @@ impl NeighTable {
             }
             return true;
         }
+        if self.is_full() {
+            self.table_full.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let mask = self.mask();
         let mut i = hash(k) & mask;
         for _ in 0..self.slots.len() {
             if self.slots[i].key.load(Ordering::Relaxed) == 0 {
                 self.slots[i].used.store(now_ms(), Ordering::Relaxed);
                 self.write(i, k, mac);
+                self.occupied.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
             i = (i + 1) & mask;
@@ -176,7 +210,9 @@ impl NeighTable {
         };
         let mask = self.mask();
         let mut j = hole;
-        loop {
+        // Bounded: a table is never full (see `set`), but a loop that could spin forever on
+        // the resolver would stop every lookup with it.
+        for _ in 1..self.slots.len() {
             j = (j + 1) & mask;
             let jk = self.slots[j].key.load(Ordering::Relaxed);
             if jk == 0 {
@@ -198,6 +234,7 @@ impl NeighTable {
             }
         }
         self.write(hole, 0, 0);
+        self.occupied.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn used(&self, k: u64) -> Option<u64> {
@@ -358,6 +395,18 @@ where
         }
         due.sort_unstable_by_key(|d| (d.1, u32::from(d.0)));
         due.dedup();
+        if table.is_full() {
+            // No room for a new destination: refuse it before asking the kernel (a worker
+            // re-posts it, and it would be asked again every time).
+            let before = due.len();
+            due.retain(|d| known.contains_key(d));
+            table
+                .table_full
+                .fetch_add((before - due.len()) as u64, Ordering::Relaxed);
+            if due.is_empty() {
+                continue;
+            }
+        }
         let macs = resolve(&due);
         for (d, mac) in due.iter().zip(macs) {
             let word = mac.map_or(0, pack_mac);
@@ -504,12 +553,77 @@ mod tests {
             }
         }
         assert_eq!(t.len(), 6);
-        // Full table: the 17th distinct key does not fit.
-        let t = NeighTable::new(16);
-        for i in 0..16u32 {
-            assert!(t.set(key(Ipv4Addr::from(i + 1), 1), 0));
+    }
+
+    /// Runs `f` on another thread and fails (instead of hanging) if it does not return.
+    fn returns_within_10s(f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "did not return (or panicked)"
+        );
+    }
+
+    /// A table filled as far as it goes refuses (and counts) new destinations at 3/4 of its
+    /// slots, still answers misses, and every removal returns and keeps the rest findable.
+    #[test]
+    fn a_filled_table_refuses_new_destinations_and_removals_return() {
+        returns_within_10s(|| {
+            let t = NeighTable::new(64);
+            let keys: Vec<u64> = (1..=200u32)
+                .map(|i| key(Ipv4Addr::from(0x0a00_0000 + i), 2))
+                .collect();
+            let stored: Vec<u64> = keys.iter().copied().filter(|&k| t.set(k, 0)).collect();
+            assert_eq!(stored.len(), 48, "3/4 of 64 slots");
+            assert_eq!(t.len(), 48);
+            assert_eq!(t.table_full.load(Ordering::Relaxed), 200 - 48);
+            assert!(t.set(stored[0], pack_mac([1; 6])), "an update still fits");
+            assert!(t.find(keys[199]).is_none(), "a miss ends");
+            for (n, &k) in stored.iter().enumerate() {
+                t.remove(k);
+                assert!(stored[n + 1..].iter().all(|&o| t.find(o).is_some()));
+            }
+            assert!(t.is_empty());
+            assert!(t.set(keys[199], 0), "room again");
+        });
+        // Every slot taken (only `write` can do that): a removal still returns.
+        returns_within_10s(|| {
+            let t = NeighTable::new(16);
+            for i in 0..16 {
+                t.write(i, key(Ipv4Addr::from(i as u32 + 1), 1), 0);
+            }
+            t.remove(key(Ipv4Addr::from(1), 1));
+            assert!(t.find(key(Ipv4Addr::from(1), 1)).is_none());
+        });
+    }
+
+    /// While the table is full the resolver refuses new destinations without asking the
+    /// kernel for them.
+    #[test]
+    fn a_full_table_costs_no_netlink_exchange() {
+        let asked: Arc<Mutex<Vec<Ipv4Addr>>> = Arc::default();
+        let a = Arc::clone(&asked);
+        let stop = Arc::new(AtomicBool::new(false));
+        let r = NeighResolver::start_with(Arc::clone(&stop), 16, move |dests| {
+            a.lock().unwrap().extend(dests.iter().map(|d| d.0));
+            dests.iter().map(|_| Some([2, 0, 0, 0, 0, 9])).collect()
+        })
+        .unwrap();
+        let mut w = r.handle();
+        for i in 1..=12u32 {
+            let d = Ipv4Addr::from(i);
+            assert!(wait_for(|| w.get(d, 1, now_ms()).is_some()), "{d}");
         }
-        assert!(!t.set(key(Ipv4Addr::from(99), 1), 0));
+        assert_eq!(r.table().len(), 12);
+        let extra = Ipv4Addr::from(99);
+        let _ = w.get(extra, 1, now_ms());
+        assert!(wait_for(|| r.table().table_full.load(Ordering::Relaxed) > 0));
+        assert!(!asked.lock().unwrap().contains(&extra));
+        stop.store(true, Ordering::Relaxed);
     }
 
     fn wait_for(mut f: impl FnMut() -> bool) -> bool {
@@ -577,23 +691,34 @@ mod tests {
         let t = Arc::new(NeighTable::new(64));
         let mac_of = |i: u32| pack_mac([i as u8, (i >> 8) as u8, 0xee, 0, 0, 1]);
         let stop = Arc::new(AtomicBool::new(false));
+        // Entries readers find whatever the scheduling: present before they start, and
+        // every reader makes at least one pass (the stop flag is read after a pass).
+        for i in 1..48u32 {
+            t.set(key(Ipv4Addr::from(i * 64), 1), mac_of(i));
+        }
+        let started = Arc::new(std::sync::Barrier::new(3));
         let readers: Vec<_> = (0..2)
             .map(|_| {
-                let (t, stop) = (Arc::clone(&t), Arc::clone(&stop));
+                let (t, stop, started) = (Arc::clone(&t), Arc::clone(&stop), Arc::clone(&started));
                 std::thread::spawn(move || {
                     let mut hits = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
+                    started.wait();
+                    loop {
                         for i in 1..48u32 {
                             if let Some((_, m)) = t.find(key(Ipv4Addr::from(i * 64), 1)) {
                                 assert!(m == 0 || m == mac_of(i), "key {i}");
                                 hits += 1;
                             }
                         }
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                     }
                     hits
                 })
             })
             .collect();
+        started.wait();
         for round in 0..2000u32 {
             for i in 1..48u32 {
                 let k = key(Ipv4Addr::from(i * 64), 1);

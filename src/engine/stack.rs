@@ -136,8 +136,11 @@ struct LocalSocket {
     /// Last value of the socket's cumulative SO_RXQ_OVFL counter.
     overflow_seen: u32,
     /// The route of this (ingress) port as last looked up, valid while the route tables'
-    /// generation is `route_gen`: a batch then costs no table lookup (hash, shard lock,
-    /// reference count).
+    /// generation is `route_gen`: a batch then costs no table lookup (hash, shard lock); it
+    /// still takes one reference count per batch (`drain_socket` clones the `Arc`, since
+    /// the egress socket is looked up in the same map this entry lives in). A removed
+    /// route kept here (with its edge sink or link leg) is let go at the worker's next
+    /// sample (every `SAMPLE_MS`) after the tables' generation moves, even on an idle port.
     route: Option<Arc<StreamRoute>>,
     route_gen: u64,
 }
@@ -207,6 +210,8 @@ struct StackPath {
     /// Split half: the link-face domain, whose egress goes down the outgoing link, and this
     /// worker's sender on it.
     link: Option<(DomainId, LinkTx)>,
+    /// The route tables' generation when the sockets' cached routes were last checked.
+    swept_gen: u64,
 }
 
 impl StackPath {
@@ -218,6 +223,24 @@ impl StackPath {
             sel: Vec::with_capacity(batch),
             max_payload,
             link,
+            swept_gen: u64::MAX,
+        }
+    }
+
+    /// Lets go of every cached route older than the tables' generation (a removed route
+    /// must not be kept alive by a port that receives nothing more). Walks the sockets only
+    /// when the generation moved since the last call.
+    fn drop_stale_routes(&mut self, routes: &Routes) {
+        let generation = routes.generation();
+        if generation == self.swept_gen {
+            return;
+        }
+        self.swept_gen = generation;
+        for ls in self.local.values_mut() {
+            if ls.route_gen != generation {
+                ls.route = None;
+                ls.route_gen = u64::MAX;
+            }
         }
     }
 }
@@ -242,7 +265,8 @@ impl Datapath for StackPath {
         }
     }
 
-    fn sample(&mut self, _shell: &Shell) {
+    fn sample(&mut self, shell: &Shell) {
+        self.drop_stale_routes(&shell.routes);
         // A quiet sender still closes its last FEC block.
         if let Some((_, l)) = self.link.as_mut() {
             l.idle(crate::clock::now_ms());
@@ -288,6 +312,7 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
         sel,
         max_payload,
         link,
+        swept_gen: _,
     } = p;
     let max_payload = *max_payload;
     let channel = Channel::from_ingress(key.0);
@@ -393,5 +418,56 @@ mod tests {
             assert_eq!(data_key(key_data(k)), k);
             assert_ne!(key_data(k), Poller::WAKE);
         }
+    }
+
+    /// A port's cached route is let go once the tables change, without another batch on
+    /// that port (a removed route must not stay alive behind an idle port).
+    #[test]
+    fn an_idle_port_lets_go_of_a_removed_route() {
+        use crate::config::SourcePolicy;
+        use crate::routes::{NoHooks, RouteSpec, SessionKind};
+        let cfg = crate::config::parse(
+            r#"
+[domains.a]
+interface = "lo"
+address = "127.0.0.1"
+media_ports = "20000-20009"
+[domains.b]
+interface = "lo"
+address = "127.0.0.2"
+media_ports = "30000-30009"
+"#,
+            "t",
+        )
+        .unwrap();
+        let routes = Routes::new(&cfg, Arc::new(NoHooks));
+        let s = routes.open_session(SessionKind::Admin, "x");
+        let a = routes.alloc_pair(s, DomainId::A).unwrap();
+        let b = routes.alloc_pair(s, DomainId::B).unwrap();
+        let spec = RouteSpec {
+            ingress: DomainId::A,
+            port: a,
+            dest: "127.0.0.2:40000".parse().unwrap(),
+            egress_port: b,
+            policy: SourcePolicy::Latch,
+            expected: None,
+            rtp_only: false,
+            label: "r".into(),
+        };
+        let added = routes.add_route(s, spec).unwrap();
+        let weak = Arc::downgrade(&added);
+        drop(added);
+        let mut p = StackPath::new(4, 1500, None);
+        let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let key = (DomainId::A, a);
+        p.local.insert(key, LocalSocket::new(sock, true));
+        assert!(p.local.get_mut(&key).unwrap().route(&routes, key).is_some());
+        p.drop_stale_routes(&routes);
+        assert!(p.local[&key].route.is_some(), "unchanged tables: kept");
+        routes.remove_route(Channel::Forward, a).unwrap();
+        routes.close_session(s).unwrap();
+        p.drop_stale_routes(&routes);
+        assert!(p.local[&key].route.is_none(), "let go after the change");
+        assert!(weak.upgrade().is_none(), "nothing else keeps it alive");
     }
 }

@@ -195,6 +195,8 @@ pub struct AfpacketEngine {
     /// Per egress domain: its interface, when forwarded packets leave by a packet socket
     /// (see [`TxPath`]); `None` for the gateway's UDP sockets.
     tx_ifaces: [Option<TxIface>; 2],
+    /// The neighbour resolver's table, once `start` runs one.
+    neigh: Option<Arc<super::neigh::NeighTable>>,
 }
 
 /// How forwarded packets leave (`VGATE_TNAPI_TX`, for A/B benchmarks).
@@ -358,6 +360,7 @@ impl AfpacketEngine {
                 .as_ref()
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
             tx_ifaces,
+            neigh: None,
         })
     }
 }
@@ -458,6 +461,10 @@ impl Engine for AfpacketEngine {
         self.split.as_ref().map(|(_, s)| Arc::clone(s))
     }
 
+    fn neigh_table(&self) -> Option<Arc<super::neigh::NeighTable>> {
+        self.neigh.clone()
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
@@ -509,6 +516,7 @@ impl Engine for AfpacketEngine {
         } else {
             None
         };
+        self.neigh = resolver.as_ref().map(|r| Arc::clone(r.table()));
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
             let link = links.as_mut().and_then(|l| l.sender(q, batch));

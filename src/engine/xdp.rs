@@ -70,9 +70,12 @@
 //! `vgate_xmiterr`, emitted here like the XDP program, attached through fds: detached when
 //! vgate exits or dies) add those frames into `vgate_xerr`, a per-CPU array indexed by the
 //! egress domain. Ours are told apart from other programs' by the devmap's id
-//! (`xdp_redirect_err`) and by the egress `net_device`'s ifindex and network namespace inode
-//! (`xdp_devmap_xmit`: read with `bpf_probe_read_kernel` at offsets from the kernel's BTF,
-//! [`super::btf`]). Worker 0 reads `vgate_xerr` before the route counters at each poll and
+//! (`xdp_redirect_err`) and, for `xdp_devmap_xmit`, by both `net_device`s it names: the
+//! egress one (`to_dev`) must be one of ours and the receiving one (`from_dev`, whose XDP
+//! program redirected) one carrying vgate's XDP program, each by ifindex and network
+//! namespace inode (read with `bpf_probe_read_kernel` at offsets from the kernel's BTF,
+//! [`super::btf`]); another program redirecting to the same egress from an interface
+//! without vgate's program is not counted. Worker 0 reads `vgate_xerr` before the route counters at each poll and
 //! counts the growth as `redirect_failed` on the channel leaving through that interface. A
 //! failure shows up after the redirect it follows (at the flush that ends the driver's poll),
 //! possibly in the next poll, so the channel counts fast-path frames as sent one poll later
@@ -130,6 +133,7 @@ const XOR64_IMM: u8 = 0xa7;
 const XOR32_IMM: u8 = 0xa4;
 const JNE_REG: u8 = 0x5d;
 const JNE_IMM: u8 = 0x55;
+const JEQ32_IMM: u8 = 0x16;
 const JGT_IMM: u8 = 0x25;
 const JLE_IMM: u8 = 0xb5;
 const JSET_IMM: u8 = 0x45;
@@ -411,13 +415,17 @@ fn redirect_err_program(xerr_fd: i32, devmap_id: u32) -> Vec<bpf::Insn> {
 }
 
 /// The `xdp:xdp_devmap_xmit` program: after a devmap flush, frames the egress driver did not
-/// take (`drops` @24) on one of our egress interfaces (`to_dev` @8: its ifindex and its
-/// network namespace's inode, read with `bpf_probe_read_kernel` at offsets from BTF) are
-/// added to `vgate_xerr[slot]`. `egress` is (slot, ifindex) per egress interface.
+/// take (`drops` @24) on one of our egress interfaces (`to_dev` @8), redirected by the XDP
+/// program of one of the interfaces carrying vgate's (`from_dev` @0), are added to
+/// `vgate_xerr[slot]`. Each device is matched by its ifindex and its network namespace's
+/// inode (read with `bpf_probe_read_kernel` at offsets from BTF), so another XDP program
+/// redirecting to the same egress does not count as ours. `egress` is (slot, ifindex) per
+/// egress interface; `ingress` the ifindexes carrying vgate's XDP program (at most 4 used).
 fn devmap_xmit_program(
     xerr_fd: i32,
     off: DevOffsets,
     egress: &[(u32, u32)],
+    ingress: &[u32],
     netns: u32,
 ) -> Vec<bpf::Insn> {
     let mut a = Asm::new();
@@ -428,15 +436,18 @@ fn devmap_xmit_program(
     a.jmp(JEQ_IMM, R7, 0, 0, "out");
     a.jmp(JGT_IMM, R7, 0, 0xffff, "out");
     a.op(STX_DW, R10, R7, -16, 0);
+    // from_dev: the interface whose XDP program redirected; one carrying ours.
+    a.op(LDX_DW, R7, R6, 0, 0);
+    emit_read_ifindex(&mut a, R7, off);
+    a.op(LDX_W, R1, R10, -8, 0);
+    for ifindex in ingress.iter().take(4) {
+        a.jmp(JEQ32_IMM, R1, 0, *ifindex as i32, "from_ours");
+    }
+    a.jmp(JA, 0, 0, 0, "out");
+    a.label("from_ours");
+    emit_check_netns(&mut a, R7, off, netns);
     a.op(LDX_DW, R8, R6, 8, 0); // to_dev
-                                // to_dev->ifindex
-    a.op(MOV64_REG, R1, R10, 0, 0);
-    a.op(ADD64_IMM, R1, 0, 0, -8);
-    a.op(MOV64_IMM, R2, 0, 0, 4);
-    a.op(MOV64_REG, R3, R8, 0, 0);
-    a.op(ADD64_IMM, R3, 0, 0, off.ifindex as i32);
-    a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
-    a.jmp(JNE_IMM, R0, 0, 0, "out");
+    emit_read_ifindex(&mut a, R8, off);
     a.op(LDX_W, R9, R10, -8, 0);
     let labels: [&'static str; 2] = ["eg0", "eg1"];
     for (i, (slot, ifindex)) in egress.iter().take(2).enumerate() {
@@ -447,11 +458,36 @@ fn devmap_xmit_program(
     }
     a.jmp(JA, 0, 0, 0, "out");
     a.label("ours");
-    // to_dev->nd_net->ns.inum: the same ifindex in another namespace is not ours.
+    // The same ifindex in another namespace is not ours.
+    emit_check_netns(&mut a, R8, off, netns);
+    a.op(STX_W, R10, R9, -4, 0);
+    emit_add(&mut a, xerr_fd);
+    for l in labels {
+        if !a.has_label(l) {
+            a.label(l);
+        }
+    }
+    a.finish()
+}
+
+/// `dev->ifindex` (the `net_device *` in `dev`) into the u32 at r10-8; `out` when unreadable.
+/// Clobbers r0-r5.
+fn emit_read_ifindex(a: &mut Asm, dev: u8, off: DevOffsets) {
+    a.op(MOV64_REG, R1, R10, 0, 0);
+    a.op(ADD64_IMM, R1, 0, 0, -8);
+    a.op(MOV64_IMM, R2, 0, 0, 4);
+    a.op(MOV64_REG, R3, dev, 0, 0);
+    a.op(ADD64_IMM, R3, 0, 0, off.ifindex as i32);
+    a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
+    a.jmp(JNE_IMM, R0, 0, 0, "out");
+}
+
+/// Goes to `out` unless `dev->nd_net->ns.inum` is `netns`. Clobbers r0-r5 and r10-8.
+fn emit_check_netns(a: &mut Asm, dev: u8, off: DevOffsets, netns: u32) {
     a.op(MOV64_REG, R1, R10, 0, 0);
     a.op(ADD64_IMM, R1, 0, 0, -8);
     a.op(MOV64_IMM, R2, 0, 0, 8);
-    a.op(MOV64_REG, R3, R8, 0, 0);
+    a.op(MOV64_REG, R3, dev, 0, 0);
     a.op(ADD64_IMM, R3, 0, 0, off.nd_net as i32);
     a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
     a.jmp(JNE_IMM, R0, 0, 0, "out");
@@ -465,14 +501,6 @@ fn devmap_xmit_program(
     a.jmp(JNE_IMM, R0, 0, 0, "out");
     a.op(LDX_W, R1, R10, -8, 0);
     a.jmp(JNE32_IMM, R1, 0, netns as i32, "out");
-    a.op(STX_W, R10, R9, -4, 0);
-    emit_add(&mut a, xerr_fd);
-    for l in labels {
-        if !a.has_label(l) {
-            a.label(l);
-        }
-    }
-    a.finish()
 }
 
 /// Adds the u64 at r10-16 to `vgate_xerr[u32 at r10-4]` (this CPU's value); then `out`:
@@ -506,7 +534,11 @@ struct RedirectWatch {
 impl RedirectWatch {
     /// Attaches what it can; the second value says what could not be (said once in the log
     /// and in the engine's description).
-    fn open(devmap: &Map, egress: &[(u32, u32)]) -> (Option<RedirectWatch>, Vec<String>) {
+    fn open(
+        devmap: &Map,
+        egress: &[(u32, u32)],
+        ingress: &[u32],
+    ) -> (Option<RedirectWatch>, Vec<String>) {
         let mut missing = Vec::new();
         let xerr = match Map::create(bpf::BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 2, "vgate_xerr") {
             Ok(m) => m,
@@ -561,7 +593,7 @@ impl RedirectWatch {
                 if let Err(e) = attach(
                     "xdp_devmap_xmit",
                     "vgate_xmiterr",
-                    devmap_xmit_program(fd, off, egress, ns),
+                    devmap_xmit_program(fd, off, egress, ingress, ns),
                 ) {
                     missing.push(format!("tracepoint xdp_devmap_xmit: {e}"));
                 }
@@ -659,9 +691,10 @@ static POLL_ERRORS: crate::logging::RateLimit = crate::logging::RateLimit::new(5
 
 impl FastPath {
     /// Creates the maps; `egress[d]` is the interface facing only domain `d` (with its name),
-    /// if there is one.
+    /// if there is one; `ingress` the interfaces vgate's XDP program is attached to.
     pub(super) fn new(
         egress: [Option<(String, Egress)>; 2],
+        ingress: &[u32],
         max_payload: usize,
     ) -> Result<FastPath, XdpError> {
         let map = |t, k, v, n, name: &'static str| {
@@ -692,7 +725,7 @@ impl FastPath {
             .enumerate()
             .filter_map(|(d, e)| e.as_ref().map(|(_, e)| (d as u32, e.ifindex)))
             .collect();
-        let (watch, watch_missing) = RedirectWatch::open(&devmap, &slots);
+        let (watch, watch_missing) = RedirectWatch::open(&devmap, &slots, ingress);
         match &watch {
             Some(w) if watch_missing.is_empty() => tracing::info!(
                 programs = ?w.attached,
@@ -761,7 +794,32 @@ impl FastPath {
                 value: None,
             },
         );
-        self.activate(&mut st, key, now, true);
+        self.activate(&mut st, key, now, None);
+        // The resolver's table lacks the next hop: ask the kernel here (control side), with
+        // the lock released so worker 0's poll never waits behind a netlink exchange; then
+        // activate with what it said (if the entry is still there and for that next hop).
+        let Some((dst, ifindex)) = st
+            .entries
+            .get(&key)
+            .filter(|e| e.value.is_none())
+            .and_then(|e| self.next_hop_of(&e.route))
+        else {
+            return;
+        };
+        drop(st);
+        let Some(mac) = super::neigh::resolve_next_hop(dst, ifindex) else {
+            return;
+        };
+        let mut st = self.lock();
+        self.activate(&mut st, key, now, Some((dst, ifindex, mac)));
+    }
+
+    /// The (destination, egress ifindex) whose next hop `route` needs to be activated: `None`
+    /// when it has no egress interface or is not decidable yet.
+    fn next_hop_of(&self, route: &StreamRoute) -> Option<(Ipv4Addr, u32)> {
+        let eg = self.egress[route.channel.egress().index()]?;
+        entry_policy(route)?;
+        Some((*route.dest.ip(), eg.ifindex))
     }
 
     /// A route was removed: its entry goes first, then its last figures are counted.
@@ -827,11 +885,17 @@ impl FastPath {
     }
 
     /// Makes `key`'s entry active if its route can be decided in the kernel now, or brings
-    /// an active one's next hop up to date. `control`: called on the control side (a route
-    /// added), which may ask the kernel itself when the resolver's table does not know the
-    /// next hop yet, so a route with a known neighbour is in the kernel from its first packet;
-    /// worker 0's poll never does (only the table's read).
-    fn activate(&self, st: &mut FastState, key: (Channel, u16), now: u64, control: bool) {
+    /// an active one's next hop up to date, with the next hop from the resolver's table, or
+    /// else `resolved` (destination, ifindex, MAC) when it is for this route's next hop: what
+    /// `added` asked the kernel on the control side, lock released, so a route with a known
+    /// neighbour is in the kernel from its first packet. Never a netlink exchange itself.
+    fn activate(
+        &self,
+        st: &mut FastState,
+        key: (Channel, u16),
+        now: u64,
+        resolved: Option<(Ipv4Addr, u32, [u8; 6])>,
+    ) {
         let FastState {
             entries,
             free,
@@ -852,9 +916,9 @@ impl FastPath {
         let dst = *route.dest.ip();
         let known = neigh.as_mut().and_then(|n| n.get(dst, eg.ifindex, now));
         let Some(dmac) = known.or_else(|| {
-            control
-                .then(|| super::neigh::resolve_next_hop(dst, eg.ifindex))
-                .flatten()
+            resolved
+                .filter(|r| r.0 == dst && r.1 == eg.ifindex)
+                .map(|r| r.2)
         }) else {
             return;
         };
@@ -898,7 +962,7 @@ impl FastPath {
         let keys: Vec<(Channel, u16)> = st.entries.keys().copied().collect();
         let mut chan = std::mem::take(&mut st.flushed);
         for key in keys {
-            self.activate(&mut st, key, now, false);
+            self.activate(&mut st, key, now, None);
             let Some(mut e) = st.entries.remove(&key) else {
                 continue;
             };
@@ -1081,8 +1145,9 @@ mod tests {
         };
         for p in [
             redirect_err_program(5, 77),
-            devmap_xmit_program(5, off, &[(1, 3)], 0xf000_0001),
-            devmap_xmit_program(5, off, &[(0, 2), (1, 3)], 4026531840),
+            devmap_xmit_program(5, off, &[(1, 3)], &[3], 0xf000_0001),
+            devmap_xmit_program(5, off, &[(0, 2), (1, 3)], &[2, 3], 4026531840),
+            devmap_xmit_program(5, off, &[(0, 2)], &[2, 3, 4], 4026531840),
         ] {
             for (i, insn) in p.iter().enumerate() {
                 let class = insn.code & 0x07;

@@ -122,6 +122,9 @@ struct InfoAttr {
 struct RawTpAttr {
     name: u64,
     prog_fd: u32,
+    /// Explicit, so the 4 tail bytes handed to `bpf(2)` are zero: kernels before 6.10 refuse
+    /// (EINVAL) an attr whose bytes past the fields they know are not.
+    _pad: u32,
 }
 
 /// The head of `struct bpf_map_info`, up to and including `id`.
@@ -435,6 +438,7 @@ pub(crate) fn raw_tracepoint(prog: &Prog, name: &std::ffi::CStr) -> io::Result<T
     let mut attr = RawTpAttr {
         name: name.as_ptr() as u64,
         prog_fd: prog.fd.as_raw_fd() as u32,
+        _pad: 0,
     };
     // SAFETY: `name` is a NUL-terminated string that outlives the call; the rest are plain
     // integers.
@@ -689,6 +693,36 @@ mod tests {
         assert_eq!(std::mem::offset_of!(MapElemAttr, key), 8);
         assert_eq!(std::mem::offset_of!(ProgInfo, name), 64);
         assert_eq!(size_of::<Insn>(), 8);
+        // No implicit padding in any attr handed to bpf(2): every byte is a named field,
+        // so zero-initialising the fields zeroes everything the kernel checks.
+        assert_eq!(
+            std::mem::offset_of!(RawTpAttr, _pad) + 4,
+            size_of::<RawTpAttr>()
+        );
+        assert_eq!(
+            std::mem::offset_of!(MapElemAttr, flags) + 8,
+            size_of::<MapElemAttr>()
+        );
+        assert_eq!(
+            std::mem::offset_of!(MapCreateAttr, map_name) + 16,
+            size_of::<MapCreateAttr>()
+        );
+        assert_eq!(
+            std::mem::offset_of!(ProgLoadAttr, expected_attach_type) + 4,
+            size_of::<ProgLoadAttr>()
+        );
+        assert_eq!(
+            std::mem::offset_of!(LinkCreateAttr, flags) + 4,
+            size_of::<LinkCreateAttr>()
+        );
+        assert_eq!(
+            std::mem::offset_of!(GetIdAttr, open_flags) + 4,
+            size_of::<GetIdAttr>()
+        );
+        assert_eq!(
+            std::mem::offset_of!(InfoAttr, info) + 8,
+            size_of::<InfoAttr>()
+        );
     }
 
     #[test]
