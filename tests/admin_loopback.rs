@@ -202,6 +202,9 @@ fn metrics_routes_sessions_and_stats() {
             "vgate_signaling_other_events_total",
             // Per live TCP media leg: none on this gateway.
             "vgate_edge_leg_total",
+            // Mode stack sends through the kernel's sockets: no neighbour resolver.
+            "vgate_neigh_refused_total",
+            "vgate_neigh_entries",
         ];
         assert!(
             empty_here.contains(name)

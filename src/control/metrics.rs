@@ -857,9 +857,11 @@ pub fn render(st: &ControlState) -> String {
     );
     process_families(&mut o);
 
+    // Declared whatever the engine (a scrape shows every family); samples only where the
+    // engine has a neighbour resolver (not in mode stack).
+    o.family("vgate_neigh_refused_total");
     if let Some(n) = &st.neigh {
         use std::sync::atomic::Ordering::Relaxed;
-        o.family("vgate_neigh_refused_total");
         o.sample(
             "vgate_neigh_refused_total",
             &[("reason", "queue_full")],
@@ -870,7 +872,9 @@ pub fn render(st: &ControlState) -> String {
             &[("reason", "table_full")],
             n.table_full.load(Relaxed),
         );
-        o.family("vgate_neigh_entries");
+    }
+    o.family("vgate_neigh_entries");
+    if let Some(n) = &st.neigh {
         o.sample("vgate_neigh_entries", &[("kind", "used")], n.entries());
         o.sample("vgate_neigh_entries", &[("kind", "capacity")], n.capacity());
     }
