@@ -426,20 +426,7 @@ mod tests {
     fn an_idle_port_lets_go_of_a_removed_route() {
         use crate::config::SourcePolicy;
         use crate::routes::{NoHooks, RouteSpec, SessionKind};
-        let cfg = crate::config::parse(
-            r#"
-[domains.a]
-interface = "lo"
-address = "127.0.0.1"
-media_ports = "20000-20009"
-[domains.b]
-interface = "lo"
-address = "127.0.0.2"
-media_ports = "30000-30009"
-"#,
-            "t",
-        )
-        .unwrap();
+        let cfg = crate::routes::tests::cfg("");
         let routes = Routes::new(&cfg, Arc::new(NoHooks));
         let s = routes.open_session(SessionKind::Admin, "x");
         let a = routes.alloc_pair(s, DomainId::A).unwrap();

@@ -692,4 +692,4 @@ impl Routes {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

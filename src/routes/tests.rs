@@ -3,7 +3,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::*;
 use crate::config;
 
-fn cfg(extra: &str) -> Config {
+/// Two loopback domains with ten media ports each (A 127.0.0.1:20000-, B 127.0.0.2:30000-),
+/// `latch` sources, plus `extra`.
+pub(crate) fn cfg(extra: &str) -> Config {
     let text = format!(
         r#"
 [domains.a]
