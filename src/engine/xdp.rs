@@ -470,35 +470,31 @@ fn devmap_xmit_program(
     a.finish()
 }
 
-/// `dev->ifindex` (the `net_device *` in `dev`) into the u32 at r10-8; `out` when unreadable.
-/// Clobbers r0-r5.
-fn emit_read_ifindex(a: &mut Asm, dev: u8, off: DevOffsets) {
+/// `bpf_probe_read_kernel(r10-8, size, src + offset)`; `out` when unreadable. Clobbers r0-r5.
+fn emit_probe_read(a: &mut Asm, size: i32, src: u8, offset: i32) {
     a.op(MOV64_REG, R1, R10, 0, 0);
     a.op(ADD64_IMM, R1, 0, 0, -8);
-    a.op(MOV64_IMM, R2, 0, 0, 4);
-    a.op(MOV64_REG, R3, dev, 0, 0);
-    a.op(ADD64_IMM, R3, 0, 0, off.ifindex as i32);
+    a.op(MOV64_IMM, R2, 0, 0, size);
+    if src != R3 {
+        a.op(MOV64_REG, R3, src, 0, 0);
+    }
+    a.op(ADD64_IMM, R3, 0, 0, offset);
     a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
     a.jmp(JNE_IMM, R0, 0, 0, "out");
 }
 
+/// `dev->ifindex` (the `net_device *` in `dev`) into the u32 at r10-8; `out` when unreadable.
+/// Clobbers r0-r5.
+fn emit_read_ifindex(a: &mut Asm, dev: u8, off: DevOffsets) {
+    emit_probe_read(a, 4, dev, off.ifindex as i32);
+}
+
 /// Goes to `out` unless `dev->nd_net->ns.inum` is `netns`. Clobbers r0-r5 and r10-8.
 fn emit_check_netns(a: &mut Asm, dev: u8, off: DevOffsets, netns: u32) {
-    a.op(MOV64_REG, R1, R10, 0, 0);
-    a.op(ADD64_IMM, R1, 0, 0, -8);
-    a.op(MOV64_IMM, R2, 0, 0, 8);
-    a.op(MOV64_REG, R3, dev, 0, 0);
-    a.op(ADD64_IMM, R3, 0, 0, off.nd_net as i32);
-    a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
-    a.jmp(JNE_IMM, R0, 0, 0, "out");
+    emit_probe_read(a, 8, dev, off.nd_net as i32);
     a.op(LDX_DW, R3, R10, -8, 0);
     a.jmp(JEQ_IMM, R3, 0, 0, "out");
-    a.op(ADD64_IMM, R3, 0, 0, off.inum as i32);
-    a.op(MOV64_REG, R1, R10, 0, 0);
-    a.op(ADD64_IMM, R1, 0, 0, -8);
-    a.op(MOV64_IMM, R2, 0, 0, 4);
-    a.op(CALL, 0, 0, 0, HELPER_PROBE_READ_KERNEL);
-    a.jmp(JNE_IMM, R0, 0, 0, "out");
+    emit_probe_read(a, 4, R3, off.inum as i32);
     a.op(LDX_W, R1, R10, -8, 0);
     a.jmp(JNE32_IMM, R1, 0, netns as i32, "out");
 }
