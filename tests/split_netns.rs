@@ -89,6 +89,20 @@ fn assert_link_tx(raw: &str, mode: &str) {
     );
 }
 
+/// Where the datagrams of a stream went, for an assertion message: the receiving half's
+/// shutdown totals (its `link` lines: delivered, repaired, lost, late, reorder; its `route`
+/// lines; its workers' drop reasons), the sending half's, the bed's counters (injected loss,
+/// wrong-direction packets) and every interface's packet and drop counters.
+fn explain(bed: &SplitBed, receiver: &Totals, sender: &Totals) -> String {
+    format!(
+        "\n--- receiving half's totals:\n{}\n--- sending half's totals:\n{}\n--- bed counters: {:?}\n--- interfaces:\n{}",
+        receiver.raw,
+        sender.raw,
+        bed.counters(),
+        bed.interface_stats()
+    )
+}
+
 fn sa(ip: &str, port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(ip.parse().unwrap(), port)
 }
@@ -267,14 +281,14 @@ fn streams_in_mode(mode: &str, queues: usize) {
     assert_eq!(
         fwd.missing_and_dups(count),
         (0, 0),
-        "forward: every datagram once\nhalf A:\n{}\nhalf B:\n{}",
-        ta.raw,
-        tb.raw
+        "forward: every datagram once{}",
+        explain(&bed, &tb, &ta)
     );
     assert_eq!(
         rev.missing_and_dups(count),
         (0, 0),
-        "reverse: every datagram once"
+        "reverse: every datagram once{}",
+        explain(&bed, &ta, &tb)
     );
     assert_eq!(
         (fwd.wrong_source, fwd.corrupt),
@@ -552,13 +566,15 @@ fn fec_in_mode(mode: &str) {
     let b_in = link_totals(&tb.raw, "in");
     assert!(
         missing > 0,
-        "1 % loss without FEC loses datagrams (P(no loss) ≈ e^-30)"
+        "1 % loss without FEC loses datagrams (P(no loss) ≈ e^-30){}",
+        explain(&bed, &tb, &ta)
     );
-    assert_eq!(dups, 0);
+    assert_eq!(dups, 0, "{}", explain(&bed, &tb, &ta));
     assert_eq!(
         b_in["lost"],
         u64::from(missing),
-        "the link counts what it lost: {b_in:?}"
+        "the link counts what it lost, and nothing else was lost: {b_in:?}{}",
+        explain(&bed, &tb, &ta)
     );
     // Per stream (link header v2): the route counts exactly the stream's losses.
     assert_eq!(
@@ -583,7 +599,8 @@ fn fec_in_mode(mode: &str) {
     assert_eq!(
         fec.missing_and_dups(count),
         (0, 0),
-        "FEC delivers every datagram once"
+        "FEC delivers every datagram once{}",
+        explain(&bed, &tb, &ta)
     );
     let b_in = link_totals(&tb.raw, "in");
     assert!(b_in["repaired"] > 0, "{b_in:?}");
@@ -682,8 +699,11 @@ fn media_link_peer_restart_resumes_on_the_other_half() {
     assert_eq!(
         arrivals.missing_and_dups(2 * per_run),
         (0, 0),
-        "both runs' datagrams once\nhalf B:\n{}",
-        tb.raw
+        "both runs' datagrams once\n--- half B's totals:\n{}\n--- half A's last run's totals:\n{}\n--- bed counters: {:?}\n--- interfaces:\n{}",
+        tb.raw,
+        totals_a.last().map_or("", |t| t.raw.as_str()),
+        bed.counters(),
+        bed.interface_stats()
     );
     let b_in = link_totals(&tb.raw, "in");
     assert_eq!(b_in["restarts"], 1, "half A's restart, counted: {b_in:?}");
