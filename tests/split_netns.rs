@@ -310,15 +310,27 @@ fn streams_in_mode(mode: &str, queues: usize) {
     let bed = SplitBed::up_with_queues(queues);
     let count = 1500;
     let (fwd, rev, ta, tb) = run_streams(&bed, mode, "8+2", "8+2", count, true, queues);
+    // What each sending half took in went down its link; what it did not take in it counted
+    // as dropped (a starved worker's full RX ring on a loaded machine): the links and the
+    // far ends are held exact to what was sent down them.
+    let fwd_dropped = source_drops(&ta, "forward");
+    let rev_dropped = source_drops(&tb, "reverse");
+    let fwd_sent = u64::from(count) - fwd_dropped;
+    let rev_sent = u64::from(count) - rev_dropped;
+    if fwd_dropped + rev_dropped > 0 {
+        eprintln!(
+            "streams_in_mode({mode}): dropped before the links: {fwd_dropped} forward, {rev_dropped} reverse"
+        );
+    }
     assert_eq!(
         fwd.missing_and_dups(count),
-        (0, 0),
+        (u32::try_from(fwd_dropped).unwrap(), 0),
         "forward: every datagram once{}",
         explain(&bed, &tb, &ta)
     );
     assert_eq!(
         rev.missing_and_dups(count),
-        (0, 0),
+        (u32::try_from(rev_dropped).unwrap(), 0),
         "reverse: every datagram once{}",
         explain(&bed, &ta, &tb)
     );
@@ -339,11 +351,14 @@ fn streams_in_mode(mode: &str, queues: usize) {
     let a_in = link_totals(&ta.raw, "in");
     let b_out = link_totals(&tb.raw, "out");
     let b_in = link_totals(&tb.raw, "in");
-    assert_eq!(b_in["delivered"], u64::from(count), "{}", tb.raw);
-    assert_eq!(a_in["delivered"], u64::from(count), "{}", ta.raw);
+    assert_eq!(b_in["delivered"], fwd_sent, "{}", tb.raw);
+    assert_eq!(a_in["delivered"], rev_sent, "{}", ta.raw);
     for (name, l) in [("a out", &a_out), ("b out", &b_out)] {
         // 8+2: at least 2 repair frames per 8 data frames (more with partial blocks).
-        assert!(l["repair_packets"] >= u64::from(count) / 4, "{name}: {l:?}");
+        assert!(
+            l["repair_packets"] >= fwd_sent.min(rev_sent) / 4,
+            "{name}: {l:?}"
+        );
         assert_eq!(l["send_errors"], 0, "{name}");
     }
     for (name, l) in [("a in", &a_in), ("b in", &b_in)] {
@@ -360,14 +375,14 @@ fn streams_in_mode(mode: &str, queues: usize) {
         }
     }
     // Half A forwarded every camera datagram into the link (data frames = datagrams).
-    assert_eq!(ta.route("cam", "tx_packets"), u64::from(count));
+    assert_eq!(ta.route("cam", "tx_packets"), fwd_sent);
     assert_eq!(
         a_out["packets"] - a_out["repair_packets"],
-        u64::from(count),
+        fwd_sent,
         "{a_out:?}"
     );
-    assert_eq!(tb.route("cam", "tx_packets"), u64::from(count));
-    assert_eq!(ta.route("talk", "tx_packets"), u64::from(count));
+    assert_eq!(tb.route("cam", "tx_packets"), fwd_sent);
+    assert_eq!(ta.route("talk", "tx_packets"), rev_sent);
     let c = bed.counters();
     assert_eq!(
         (c["FWD_WRONG"], c["REV_WRONG"], c["A_LEAK"], c["B_LEAK"]),
@@ -377,13 +392,13 @@ fn streams_in_mode(mode: &str, queues: usize) {
     // Per stream: each half's route from the link face counts what the link handed it.
     assert_eq!(
         tb.route("cam", "link_received") + tb.route("cam", "link_repaired"),
-        u64::from(count),
+        fwd_sent,
         "{}",
         tb.raw
     );
     assert_eq!(
         ta.route("talk", "link_received") + ta.route("talk", "link_repaired"),
-        u64::from(count)
+        rev_sent
     );
     assert_eq!(ta.route("cam", "link_received"), 0, "domain-side routes: 0");
     // Each half counts the same from its interfaces.
@@ -608,17 +623,26 @@ fn fec_in_mode(mode: &str) {
         "1 % loss without FEC loses datagrams (P(no loss) ≈ e^-30){}",
         why()
     );
-    assert_eq!(
-        b_in["lost"] + dropped,
-        u64::from(missing),
-        "the link counts what it lost, and nothing else was lost{}",
+    // The link counts what it lost, and nothing else was lost — but a loss at the very end
+    // (ids after the last one that arrived) no later frame reveals to a link without FEC.
+    let after_last = plain
+        .counts
+        .keys()
+        .max()
+        .map_or(u64::from(count), |&last| u64::from(count - 1 - last));
+    let missing = u64::from(missing);
+    assert!(
+        b_in["lost"] + dropped <= missing && missing <= b_in["lost"] + dropped + after_last,
+        "the link counts what it lost ({}), the sending half what it dropped ({dropped}), \
+         {after_last} after the last arrival; nothing else was lost: {missing} missing{}",
+        b_in["lost"],
         why()
     );
     // Per stream (link header v2): the route counts exactly the stream's losses.
     assert_eq!(tb.route("cam", "link_lost"), b_in["lost"], "{}", why());
     assert_eq!(
         tb.route("cam", "link_received"),
-        sent - b_in["lost"],
+        u64::from(count) - missing,
         "{}",
         why()
     );
