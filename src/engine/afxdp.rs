@@ -65,13 +65,13 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::neigh::{NeighResolver, Neighbours};
-use super::ports::{Cmd, PortRegistry};
+use super::ports::{Cmd, PortRegistry, TxVia};
 use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
@@ -438,8 +438,8 @@ impl PortHooks for XdpHooks {
     fn close_port(&self, domain: DomainId, port: u16) {
         self.registry.close_port(domain, port)
     }
-    fn port_socket(&self, domain: DomainId, port: u16) -> Option<Arc<std::net::UdpSocket>> {
-        self.registry.port_socket(domain, port)
+    fn port_tx(&self, domain: DomainId, port: u16) -> Option<super::ports::PortTx> {
+        self.registry.port_tx(domain, port)
     }
     fn route_added(&self, route: &Arc<StreamRoute>) {
         self.set(route.channel, route.port, true);
@@ -640,6 +640,7 @@ impl AfxdpEngine {
                 cfg.domains[0].interface.clone(),
                 cfg.domains[1].interface.clone(),
             ])
+            .and_then(|r| r.holding(super::ring_hold(cfg, tx_path == TxPath::Sockets)))
             .map_err(AfxdpError::Isolation)?;
         let registry = Arc::new(registry);
         let ports =
@@ -939,8 +940,16 @@ impl Engine for AfxdpEngine {
             f.attach_neighbours(resolver.handle());
         }
         self.neigh = Some(Arc::clone(resolver.table()));
+        // Each worker's raw sockets (ports without sockets), opened here so a refusal stops
+        // the start.
+        let mut raws = (0..n)
+            .map(|_| self.registry.raw_senders())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(EngineError::Isolation)?
+            .into_iter();
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
             let link = links.as_mut().and_then(|l| l.sender(w, self.cfg.batch));
+            let raw = raws.next().unwrap_or_default();
             let socks: Vec<WorkerXsk> = per_worker
                 .next()
                 .unwrap_or_default()
@@ -997,7 +1006,7 @@ impl Engine for AfxdpEngine {
                 Ok(XskPath {
                     ctx,
                     socks,
-                    local: EgressSockets::new(),
+                    local: EgressSockets::with_raw(raw),
                     txb: SliceBatch::new(batch),
                     frames: Vec::with_capacity(RX_BATCH),
                     neigh,
@@ -1308,7 +1317,7 @@ fn forward_batch<'p>(
         match &mut out {
             Out::Sockets(scope) => {
                 if scope.is_full() {
-                    let o = scope.send(fd, dest);
+                    let o = fd.send(scope, dest);
                     account(&mut r.tally, &o, r.route.as_deref());
                 }
                 scope.push(d.payload);
@@ -1334,7 +1343,7 @@ fn xdp_send(
     channel: Channel,
     route: &StreamRoute,
     payload: &[u8],
-    fd: BorrowedFd<'_>,
+    fd: TxVia<'_>,
     now: u64,
     t: &mut Tally,
 ) {
@@ -1349,17 +1358,12 @@ fn xdp_send(
     };
     let (Some(mac), Some(mut f)) = (mac, frame) else {
         // Through the kernel: it resolves the neighbour (or the TX frames ran out).
-        match nix::sys::socket::sendto(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            payload,
-            &nix::sys::socket::SockaddrIn::from(route.dest),
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        ) {
+        match fd.send_one(payload, route.dest) {
             Ok(n) => {
                 t.tx_packets += 1;
                 t.tx_bytes += n as u64;
             }
-            Err(nix::errno::Errno::EAGAIN) => t.drop(DropReason::QueueFull),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.drop(DropReason::QueueFull),
             Err(_) => t.drop(DropReason::SendError),
         }
         return;
@@ -1386,7 +1390,7 @@ fn finish_run(mut r: Run<'_>, out: &mut Out<'_, '_, '_>, now: u64, chan: &mut [T
     if let (Some(dest), Some(fd), Out::Sockets(scope)) =
         (r.route.as_ref().map(|r| r.dest), r.egress, &mut *out)
     {
-        let o = scope.send(fd, dest);
+        let o = fd.send(scope, dest);
         account(&mut r.tally, &o, r.route.as_deref());
     }
     if let Out::Sockets(scope) = out {

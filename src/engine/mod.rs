@@ -141,6 +141,36 @@ pub fn bound_registry(cfg: &Config) -> Result<ports::PortRegistry, EngineError> 
         .map_err(EngineError::Isolation)
 }
 
+/// The port registry of a ring engine (`tnapi`, `zc`, `xdp`) for `cfg`: no socket per port
+/// ([`ports::PortHold::Reserved`]) unless `sockets` (a `sockets` transmit variant) or a
+/// split half (its incoming link worker sends on the port sockets) needs them. Says once
+/// when the media ranges are not kept from the kernel's ephemeral ports.
+pub fn ring_registry(cfg: &Config, sockets: bool) -> Result<ports::PortRegistry, EngineError> {
+    bound_registry(cfg)?
+        .holding(ring_hold(cfg, sockets))
+        .map_err(EngineError::Isolation)
+}
+
+/// How a ring engine holds ports (see [`ring_registry`]).
+pub fn ring_hold(cfg: &Config, sockets: bool) -> ports::PortHold {
+    let hold = if sockets || cfg.split.is_some() {
+        ports::PortHold::Sockets
+    } else {
+        ports::PortHold::Reserved
+    };
+    if hold == ports::PortHold::Reserved {
+        let ranges: Vec<(u16, u16)> = cfg
+            .domains
+            .iter()
+            .map(|d| (d.media_ports.first, d.media_ports.last))
+            .collect();
+        if let Some(advice) = ports::reserved_ports_advice(&ranges) {
+            tracing::warn!("{advice}");
+        }
+    }
+    hold
+}
+
 /// A running worker thread.
 pub struct Worker {
     pub stats: Arc<WorkerStats>,

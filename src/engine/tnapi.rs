@@ -350,7 +350,10 @@ impl AfpacketEngine {
         let tx_ifaces = [tx_iface(0), tx_iface(1)];
         Ok(AfpacketEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(super::bound_registry(cfg)?),
+            registry: Arc::new(super::ring_registry(
+                cfg,
+                TxPath::from_env() == TxPath::Sockets,
+            )?),
             ifaces,
             rings,
             targets,
@@ -517,8 +520,16 @@ impl Engine for AfpacketEngine {
             None
         };
         self.neigh = resolver.as_ref().map(|r| Arc::clone(r.table()));
+        // Each worker's raw sockets (ports without sockets), opened here so a refusal stops
+        // the start.
+        let mut raws = (0..n)
+            .map(|_| self.registry.raw_senders())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(EngineError::Isolation)?
+            .into_iter();
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
+            let raw = raws.next().unwrap_or_default();
             let link = links.as_mut().and_then(|l| l.sender(q, batch));
             let tx_ifaces = tx_ifaces.clone();
             let neigh = resolver.as_ref().map(NeighResolver::handle);
@@ -536,7 +547,7 @@ impl Engine for AfpacketEngine {
                 Ok(RingPath {
                     budget,
                     rings,
-                    local: EgressSockets::new(),
+                    local: EgressSockets::with_raw(raw),
                     tx: SliceBatch::new(batch),
                     ptx,
                     neigh,
@@ -820,7 +831,7 @@ impl Round<'_> {
                 }
                 // Through the kernel: it resolves the neighbour (and fragments).
                 if scope.is_full() {
-                    let out = scope.send(fd, dest);
+                    let out = fd.send(&mut scope, dest);
                     account(&mut r.tally, &out, r.route.as_deref());
                 }
                 scope.push(d.payload);
@@ -843,7 +854,7 @@ impl Round<'_> {
 /// sent.
 fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, pending: &mut Vec<Parked>) {
     if let (Some(dest), Some(fd)) = (r.route.as_ref().map(|r| r.dest), r.egress) {
-        let out = scope.send(fd, dest);
+        let out = fd.send(scope, dest);
         account(&mut r.tally, &out, r.route.as_deref());
     }
     scope.clear();
