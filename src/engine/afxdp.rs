@@ -12,12 +12,17 @@
 //!
 //! Hand-assembled eBPF (no clang in the build): Ethernet (+ one 802.1Q tag) → IPv4 (IHL,
 //! no fragments) → UDP, each header bounds-checked against `data_end` before it is read; the
-//! destination address must be the gateway's address of a domain the interface faces, and
-//! the destination port's entry in `vgate_ports` (a 65 536-entry ARRAY of u32, bit *d* set
-//! when domain *d* has a route on that port) must have that domain's bit. Then
+//! destination address must be the gateway's address of a domain the interface faces and the
+//! destination port inside that domain's media range. Then
 //! `bpf_redirect_map(vgate_xsks, ctx->rx_queue_index, XDP_PASS)`: to the queue's socket, or
-//! to the kernel when the queue has none. Everything else — ARP, signaling, management,
-//! media ports without a route — goes to the kernel (`XDP_PASS`).
+//! to the kernel when the queue has none. The whole range goes to the workers, routed or not:
+//! the gateway holds no socket on its ports ([`super::ports`]), so a datagram for a port
+//! without a route must not reach the kernel's UDP layer (it would answer with ICMP port
+//! unreachable, or hand it to another program's socket); the worker counts it `no_route`.
+//! `vgate_ports` (a 65 536-entry ARRAY of u32, bit *d* set when domain *d* has a route on
+//! that port) decides only whether mode xdp's fast path may take the frame. Everything
+//! else — ARP, signaling, management, fragments (reassembled by the kernel) — goes to the
+//! kernel (`XDP_PASS`).
 //!
 //! `vgate_ports` is kept in step with the stream tables by [`PortHooks::route_added`] /
 //! [`PortHooks::route_removed`]: a route change takes effect at the next packet, without
@@ -229,6 +234,7 @@ pub(super) const JA: u8 = 0x05;
 pub(super) const JGT_REG: u8 = 0x2d;
 pub(super) const JEQ_IMM: u8 = 0x15;
 pub(super) const JLT_IMM: u8 = 0xa5;
+pub(super) const JGT_IMM: u8 = 0x25;
 pub(super) const JNE32_IMM: u8 = 0x56;
 pub(super) const JSET32_IMM: u8 = 0x46;
 pub(super) const CALL: u8 = 0x85;
@@ -292,7 +298,7 @@ impl Asm {
 fn xdp_program(
     ports_fd: i32,
     xsks_fd: i32,
-    dsts: &[(Ipv4Addr, u32)],
+    dsts: &[(Ipv4Addr, u32, u16, u16)],
     fast: Option<&FastFds>,
 ) -> Vec<Insn> {
     let mut a = Asm::new();
@@ -334,7 +340,7 @@ fn xdp_program(
     a.jmp(JSET32_IMM, R4, 0, 0xff3f, "pass"); // MF or a fragment offset: the kernel's
     a.op(LDX_W, R4, R2, 30, 0); // destination address
     a.op(MOV64_IMM, R8, 0, 0, 0);
-    for (i, (addr, bit)) in dsts.iter().enumerate() {
+    for (i, (addr, bit, _, _)) in dsts.iter().enumerate() {
         let next: &'static str = ["dst1", "dst2", "dst3"][i.min(2)];
         a.jmp(
             JNE32_IMM,
@@ -356,20 +362,33 @@ fn xdp_program(
     a.jmp(JGT_REG, R4, R3, 0, "pass"); // UDP header present
     a.op(LDX_H, R4, R2, 16, 0); // destination port, network order
     a.op(BE, R4, 0, 0, 16); // to host order
+    // The whole media range of the domain is ours, routed or not: no datagram for it may
+    // reach the kernel's UDP layer (port unreachable, another socket); a port without a
+    // route goes to a worker, which counts it `no_route`.
+    for (i, (_, bit, lo, hi)) in dsts.iter().enumerate() {
+        let next: &'static str = ["rng1", "rng2", "rng3"][i.min(2)];
+        a.jmp(JNE32_IMM, R8, 0, *bit as i32, next);
+        a.jmp(JLT_IMM, R4, 0, i32::from(*lo), "pass");
+        a.jmp(JGT_IMM, R4, 0, i32::from(*hi), "pass");
+        a.jmp(JA, 0, 0, 0, "in_range");
+        a.label(next);
+    }
+    a.jmp(JA, 0, 0, 0, "pass");
+    a.label("in_range");
     a.op(STX_W, R10, R4, -4, 0); // key on the stack
     a.op(MOV64_REG, R2, R10, 0, 0);
     a.op(ADD64_IMM, R2, 0, 0, -4);
     a.ld_map_fd(R1, ports_fd);
     a.op(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM);
-    a.jmp(JEQ_IMM, R0, 0, 0, "pass");
+    a.jmp(JEQ_IMM, R0, 0, 0, "xsk");
     a.op(LDX_W, R0, R0, 0, 0); // the port's domain bits
     a.op(0x5f, R0, R8, 0, 0); // r0 &= r8 (AND64_REG)
-    a.jmp(JEQ_IMM, R0, 0, 0, "pass"); // no route for this domain
+    a.jmp(JEQ_IMM, R0, 0, 0, "xsk"); // no route for this domain: a worker counts it
     if let Some(f) = fast {
         a.jmp(JEQ_IMM, R9, 0, 0, "xsk");
         emit_fast(&mut a, f);
-        a.label("xsk");
     }
+    a.label("xsk");
     a.op(LDX_W, R2, R6, 16, 0); // ctx->rx_queue_index
     a.ld_map_fd(R1, xsks_fd);
     a.op(MOV64_IMM, R3, 0, 0, XDP_PASS); // no socket on this queue: to the kernel
@@ -378,8 +397,8 @@ fn xdp_program(
     a.label("pass");
     a.op(MOV64_IMM, R0, 0, 0, XDP_PASS);
     a.op(EXIT, 0, 0, 0, 0);
-    // Unused labels of the address chain must exist for the assembler.
-    for l in ["dst1", "dst2", "dst3"] {
+    // Unused labels of the address and range chains must exist for the assembler.
+    for l in ["dst1", "dst2", "dst3", "rng1", "rng2", "rng3"] {
         if !a.labels.contains_key(l) {
             a.labels.insert(l, a.labels["pass"]);
         }
@@ -694,9 +713,12 @@ impl AfxdpEngine {
                     name: "vgate_xsks",
                     source,
                 })?;
-            let dsts: Vec<(Ipv4Addr, u32)> = domains
+            let dsts: Vec<(Ipv4Addr, u32, u16, u16)> = domains
                 .iter()
-                .map(|d| (targets[d.index()].0, bit(*d)))
+                .map(|d| {
+                    let (addr, r) = targets[d.index()];
+                    (addr, bit(*d), r.first, r.last)
+                })
                 .collect();
             let fds = fast.as_ref().map(|f| f.fds());
             let insns = xdp_program(ports.raw_fd(), xsks.raw_fd(), &dsts, fds.as_ref());
@@ -1416,8 +1438,8 @@ mod tests {
                 7,
                 8,
                 &[
-                    (Ipv4Addr::new(10, 0, 0, 1), 1),
-                    (Ipv4Addr::new(10, 0, 0, 200), 2),
+                    (Ipv4Addr::new(10, 0, 0, 1), 1, 20000, 20999),
+                    (Ipv4Addr::new(10, 0, 0, 200), 2, 30000, 30999),
                 ],
                 with_fast,
             );
