@@ -362,9 +362,9 @@ fn xdp_program(
     a.jmp(JGT_REG, R4, R3, 0, "pass"); // UDP header present
     a.op(LDX_H, R4, R2, 16, 0); // destination port, network order
     a.op(BE, R4, 0, 0, 16); // to host order
-    // The whole media range of the domain is ours, routed or not: no datagram for it may
-    // reach the kernel's UDP layer (port unreachable, another socket); a port without a
-    // route goes to a worker, which counts it `no_route`.
+                            // The whole media range of the domain is ours, routed or not: no datagram for it may
+                            // reach the kernel's UDP layer (port unreachable, another socket); a port without a
+                            // route goes to a worker, which counts it `no_route`.
     for (i, (_, bit, lo, hi)) in dsts.iter().enumerate() {
         let next: &'static str = ["rng1", "rng2", "rng3"][i.min(2)];
         a.jmp(JNE32_IMM, R8, 0, *bit as i32, next);
