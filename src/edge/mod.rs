@@ -19,7 +19,8 @@
 //!   counted, never trusted) and puts each packet into the route keyed by the leg's gateway
 //!   port, exactly as if it had arrived there as a datagram: [`crate::channel::inspect`]
 //!   decides and counts, then the packet leaves from the gateway's egress port in the other
-//!   domain (that port's socket, whatever the capture mode) — or, when the far side is a
+//!   domain (that port's socket in mode stack, the domain's shared raw socket in the ring
+//!   modes, which hold no socket per port: [`crate::engine::ports`]) — or, when the far side is a
 //!   leg too, straight into that leg's sink. In a split half, when the other domain is the
 //!   link face, the packet goes down the outgoing link instead, on the legs' own lane
 //!   ([`crate::split::link::EdgeLink`], one lock per read): a face address has nothing

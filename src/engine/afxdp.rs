@@ -54,10 +54,12 @@
 //!   address and the route's egress port; next hop's MAC from the kernel's route and
 //!   neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and looked up
 //!   by the worker without a system call; IPv4 and UDP checksums). A
-//!   destination whose neighbour is not resolved yet goes through the gateway-port socket
-//!   (which makes the kernel resolve it). Only for interfaces that face one domain; packets
+//!   destination whose neighbour is not resolved yet goes through the worker's raw socket
+//!   of the egress domain ([`super::ports::RawUdp`], which makes the kernel resolve it); the
+//!   engine holds no socket per gateway port ([`super::ports::PortHold::Reserved`]). Only for interfaces that face one domain; packets
 //!   sent this way bypass the gateway's own netfilter output hooks.
-//! - `sockets` (`VGATE_AFXDP_TX=sockets`): the gateway-port UDP sockets of [`PortRegistry`],
+//! - `sockets` (`VGATE_AFXDP_TX=sockets`): the gateway-port UDP sockets of [`PortRegistry`]
+//!   (held for this variant only),
 //!   `sendmmsg` with payloads borrowed straight from the UMEM (no copy in user space).
 //!
 //! Measured on the 3-namespace veth bed (copy mode, 2 workers on 2 cores shared with the
@@ -413,7 +415,8 @@ fn bit(domain: DomainId) -> u32 {
 
 // ---- route observer -----------------------------------------------------------------------
 
-/// The engine's [`PortHooks`]: gateway-port sockets (the registry) plus the `vgate_ports`
+/// The engine's [`PortHooks`]: the port registry (no socket per port unless a `sockets`
+/// variant or a split half needs them) plus the `vgate_ports`
 /// map and, in mode xdp, the fast path's entries, updated as routes come and go.
 struct XdpHooks {
     registry: Arc<PortRegistry>,
@@ -652,8 +655,9 @@ impl AfxdpEngine {
             let mac = xsys::hw_addr(&c).unwrap_or_default();
             wanted.push((d.interface.clone(), vec![d.id], ifindex, rxq, mac));
         }
-        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
-        // their interfaces like the other engines' (checked before anything is attached).
+        // The registry's sockets (raw send sockets; per-port sockets only where needed) are
+        // tied to their interfaces like the other engines' (checked before anything is
+        // attached).
         let registry = PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address])
             .on_interfaces([
                 cfg.domains[0].interface.clone(),

@@ -6,8 +6,8 @@
 //! | mode    | engine      | status in this build |
 //! |---------|-------------|----------------------|
 //! | `stack` | `stack`     | kernel UDP sockets, `recvmmsg`/`sendmmsg`, one worker per queue |
-//! | `tnapi` | `afpacket`   | AF_PACKET TPACKET_V3 ring per RX queue (fanout QM), egress through UDP sockets with `sendmmsg` |
-//! | `tnapi` | `pfring`     | PF_RING ring per RX queue (`dev@q`), where built with `--features pfring` and `pf_ring.ko` is loaded; egress as `afpacket` |
+//! | `tnapi` | `afpacket`   | AF_PACKET ring per RX queue (fanout QM), egress by packet socket with frames built by vgate, else through a raw socket per worker ([`ports`]) |
+//! | `tnapi` | `pfring`     | PF_RING ring per RX queue (`dev@q`), where built with `--features pfring` and `pf_ring.ko` is loaded; egress through a UDP socket per gateway port |
 //! | `zc`    | `afxdp`     | AF_XDP socket per RX queue behind an XDP program that redirects routed media only; zero-copy where the driver allows, copy mode otherwise |
 //! | `zc`    | `pfring-zc` | PF_RING ZC `zc:dev@q` per RX queue, where built with `--features pfring` (ntop's licence; libpfring.so loaded at run time) |
 //! | `xdp`   | `xdp`       | the `afxdp` engine plus an in-kernel fast path: confirmed streams are rewritten and redirected by the XDP program itself (see [`xdp`]) |

@@ -54,10 +54,13 @@
 //!   frames skip the gateway's netfilter OUTPUT/POSTROUTING hooks and taps
 //!   (`tcpdump` on the gateway does not see them; on the receiving side it does). A
 //!   destination whose neighbour is not resolved yet, a payload larger than the egress
-//!   MTU allows, and an interface without an Ethernet address (loopback) go the
-//!   `sockets` way (the kernel resolves, fragments, routes).
-//! - `sockets`: the route's gateway-port UDP socket, one `sendmmsg` per run of packets for
-//!   one route.
+//!   MTU allows, and an interface without an Ethernet address (loopback) go through the
+//!   worker's raw socket of the egress domain ([`super::ports::RawUdp`]: vgate writes the
+//!   UDP header with the route's ports, the kernel adds the IPv4 header, routes, resolves
+//!   the neighbour and fragments), one `sendmmsg` per run of packets for one route. The
+//!   engine holds no socket per gateway port ([`super::ports::PortHold::Reserved`]).
+//! - `sockets`: the route's gateway-port UDP socket (the registry then holds one per port),
+//!   one `sendmmsg` per run of packets for one route.
 //!
 //! Counters: one [`Tally`] per route run (added to the route once, after the round's frames
 //! were sent, with each frame counted as sent or dropped by what `sendmmsg` said of it) and
