@@ -13,7 +13,9 @@
 //!   the route's egress port (the receivers check both);
 //! - **a port without a route**: datagrams to a port of the media range that has no route
 //!   produce no ICMP port unreachable and reach no socket (`Icmp: OutDestUnreachs` and `Udp:
-//!   NoPorts` of the gateway namespace do not grow) and are counted `no_route`.
+//!   NoPorts` of the gateway namespace do not grow) and are counted `no_route`; nor do
+//!   fragmented datagrams to a media port (reassembled by the kernel, then dropped by the
+//!   media ranges' nft table).
 //!
 //! Rates are modest (a loaded 2-core machine passes). Needs root, `ip` (iproute2), `ss`,
 //! `nft` (tnapi) and `ethtool` (the xdp bed); without them each test says it did not run
@@ -169,6 +171,12 @@ fn run(mode: &str, control_port: u16) {
             s.send_to(&packet(999, i), SocketAddrV4::new(ga_ip, unrouted))
                 .unwrap();
             std::thread::sleep(Duration::from_millis(5));
+        }
+        // Fragmented (over the veth's MTU): the kernel reassembles what XDP passes, and the
+        // media ranges' nft table drops it (no socket, so no ICMP either).
+        for port in [unrouted, A_PORTS] {
+            s.send_to(&[7u8; 3000], SocketAddrV4::new(ga_ip, port))
+                .unwrap();
         }
     });
     let sent = tx.join().expect("sender");

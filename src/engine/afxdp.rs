@@ -21,8 +21,9 @@
 //! unreachable, or hand it to another program's socket); the worker counts it `no_route`.
 //! `vgate_ports` (a 65 536-entry ARRAY of u32, bit *d* set when domain *d* has a route on
 //! that port) decides only whether mode xdp's fast path may take the frame. Everything
-//! else — ARP, signaling, management, fragments (reassembled by the kernel) — goes to the
-//! kernel (`XDP_PASS`).
+//! else — ARP, signaling, management, fragments — goes to the kernel (`XDP_PASS`). Fragments
+//! for the media ranges are reassembled there and dropped by the nft table of
+//! [`super::nft`] (installed when ports hold no socket, as tnapi does; best effort).
 //!
 //! `vgate_ports` is kept in step with the stream tables by [`PortHooks::route_added`] /
 //! [`PortHooks::route_removed`]: a route change takes effect at the next packet, without
@@ -78,6 +79,7 @@ use std::sync::{Arc, Mutex};
 
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::neigh::{NeighResolver, Neighbours};
+use super::nft::{DropRule, MediaDropTable};
 use super::ports::{Cmd, PortRegistry, TxVia};
 use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
@@ -521,6 +523,9 @@ pub struct AfxdpEngine {
     fast: Option<Arc<FastPath>>,
     /// The neighbour resolver's table, once `start` runs one.
     neigh: Option<Arc<super::neigh::NeighTable>>,
+    /// The media ranges' nft drop table for what the program passes (fragments), when ports
+    /// hold no socket.
+    nft: Option<MediaDropTable>,
 }
 
 fn xdp_mode_flag(attached: u8) -> u32 {
@@ -822,6 +827,11 @@ impl AfxdpEngine {
             }),
             fast: fast.clone(),
         });
+        let nft = if registry.hold() == super::ports::PortHold::Reserved {
+            fragment_guard(cfg, face)
+        } else {
+            None
+        };
         Ok(AfxdpEngine {
             cfg: cfg.engine.clone(),
             hooks,
@@ -836,7 +846,33 @@ impl AfxdpEngine {
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
             fast,
             neigh: None,
+            nft,
         })
+    }
+}
+
+/// What the XDP program passes to the kernel for the media ranges — fragments, which the
+/// kernel reassembles and, with no socket on the port, would answer with ICMP port
+/// unreachable — dropped after reassembly by the nft table tnapi uses
+/// ([`super::nft::MediaDropTable`]; datagrams the program redirects never reach it). Best
+/// effort: without `nft` the engine runs and says once what that leaves open.
+fn fragment_guard(cfg: &Config, face: Option<DomainId>) -> Option<MediaDropTable> {
+    let rules: Vec<DropRule> = cfg
+        .domains
+        .iter()
+        .filter(|d| Some(d.id) != face)
+        .map(|d| DropRule {
+            iface: d.interface.clone(),
+            addr: Some(d.address),
+            ports: d.media_ports.first..=d.media_ports.last,
+        })
+        .collect();
+    match MediaDropTable::install(&super::tnapi::instance_name(cfg), &rules) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!("no nft table for the media ranges ({e}): a fragmented datagram to a media port is reassembled by the kernel and answered with ICMP port unreachable");
+            None
+        }
     }
 }
 
@@ -1060,6 +1096,12 @@ impl Drop for AfxdpEngine {
             // when their last fd (ours, the workers' sockets) is closed.
             if i.link.take().is_some() {
                 tracing::info!(interface = %i.name, "{PROG_NAME} detached");
+            }
+        }
+        if let Some(t) = self.nft.take() {
+            let name = t.table_name().to_owned();
+            if let Err(e) = t.remove() {
+                tracing::error!("could not remove nft table inet {name}: {e}; remove it with `nft delete table inet {name}`");
             }
         }
     }
