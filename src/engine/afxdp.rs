@@ -938,7 +938,7 @@ impl Engine for AfxdpEngine {
         let egress = match self.tx_path {
             TxPath::Sockets => format!("egress UDP sockets, sendmmsg batch {}", self.cfg.batch),
             TxPath::Xdp => {
-                "egress AF_XDP TX (headers built in vgate, next hop from the neighbour table)"
+                "egress AF_XDP TX (headers built in vgate, next hop from the neighbour table), else a raw IPv4 socket per worker and egress domain (no socket per port)"
                     .into()
             }
         };

@@ -379,7 +379,15 @@ impl AfpacketEngine {
             .flatten()
             .map(|t| t.name.as_str())
             .collect();
-        let sockets = format!("UDP sockets, sendmmsg batch {}", self.cfg.batch);
+        let sockets = match self.registry.hold() {
+            super::ports::PortHold::Sockets => {
+                format!("UDP sockets, sendmmsg batch {}", self.cfg.batch)
+            }
+            super::ports::PortHold::Reserved => format!(
+                "a raw IPv4 socket per worker and egress domain (no socket per port), sendmmsg batch {}",
+                self.cfg.batch
+            ),
+        };
         if by_packet.is_empty() {
             sockets
         } else {
