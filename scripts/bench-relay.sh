@@ -17,7 +17,12 @@
 #                     options: SO_RXQ_OVFL, egress sockets watched, SO_BINDTODEVICE),
 #                     stack-nogso (VGATE_UDP_GSO=off), tnapi-sockets, zc-sockets,
 #                     zc-spinN (zc's workers poll their rings N µs after work before
-#                     sleeping: VGATE_AFXDP_SPIN_US=N)
+#                     sleeping: VGATE_AFXDP_SPIN_US=N), zc-swcsum (zc sums UDP in
+#                     software: VGATE_AFXDP_TX_CSUM=software), zc-epoll (zc's workers sleep
+#                     in epoll_wait and kick TX with sendto: VGATE_AFXDP_WAIT=epoll; the
+#                     default sleeps in poll(2), which also kicks TX), zc-kickN
+#                     (zc kicks TX after N frames while busy: VGATE_AFXDP_KICK_AT=N; 1 is
+#                     the kick per RX batch of before)
 #   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
 #                     memory with 100 and 10 000 static routes, idle and after relaying) and
 #                     "activation" (route added through the admin API while its stream is
@@ -168,6 +173,9 @@ start_config() { # cfg n why -> sets TARGET TPORT
                 stack-nogso) mode=stack envs=(VGATE_UDP_GSO=off) ;;
                 zc-sockets) mode=zc envs=(VGATE_AFXDP_TX=sockets) ;;
                 zc-spin*) mode=zc envs=(VGATE_AFXDP_SPIN_US="${cfg#zc-spin}") ;;
+                zc-swcsum) mode=zc envs=(VGATE_AFXDP_TX_CSUM=software) ;;
+                zc-epoll) mode=zc envs=(VGATE_AFXDP_WAIT=epoll) ;;
+                zc-kick*) mode=zc envs=(VGATE_AFXDP_KICK_AT="${cfg#zc-kick}") ;;
                 tnapi-v2|tnapi-v3) mode=tnapi extra=$(printf '[engine.tnapi]\nring = "%s"' "${cfg#tnapi-}") ;;
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"

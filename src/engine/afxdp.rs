@@ -48,7 +48,16 @@
 //!   egress interface behind Ethernet/IPv4/UDP headers built here (source: the gateway's
 //!   address and the route's egress port; next hop's MAC from the kernel's route and
 //!   neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and looked up
-//!   by the worker without a system call; IPv4 and UDP checksums). A
+//!   by the worker without a system call; IPv4 checksum; the UDP checksum left to the
+//!   kernel through AF_XDP TX metadata — `XDP_TXMD_FLAGS_CHECKSUM`, which copy mode turns
+//!   into a `CHECKSUM_PARTIAL` skb the egress device or the kernel completes — where the
+//!   kernel grants it (≥ 6.11, copy-mode sockets), else computed here; said once per
+//!   interface in the log and in [`Engine::describe`]; `VGATE_AFXDP_TX_CSUM=software`
+//!   forces the software sum). The kernel is asked to send (copy mode sends only from
+//!   the caller's context) once per wake-up, when the worker has nothing else to do, or
+//!   after [`TX_KICK_AT`] frames; by default the worker sleeps in `poll(2)`, which does that
+//!   kick itself (one system call per wake-up; `VGATE_AFXDP_WAIT=epoll` for epoll_wait and
+//!   a `sendto`). A
 //!   destination whose neighbour is not resolved yet goes through the gateway-port socket
 //!   (which makes the kernel resolve it). Only for interfaces that face one domain; packets
 //!   sent this way bypass the gateway's own netfilter output hooks.
@@ -106,7 +115,7 @@ pub const TX_KICK_AT: u32 = 32;
 /// Whether an idle worker sleeps in `poll(2)` (which sends what waits on its copy-mode
 /// sockets' TX rings: one system call per wake-up instead of a `sendto` and an
 /// `epoll_wait`) rather than `epoll_wait`; `VGATE_AFXDP_WAIT=poll|epoll` overrides it.
-pub const WAIT_IN_POLL: bool = false;
+pub const WAIT_IN_POLL: bool = true;
 /// Microseconds a worker keeps polling its rings after work before it sleeps (see
 /// [`super::worker::Datapath::spin_us`]); `VGATE_AFXDP_SPIN_US` overrides it.
 pub const SPIN_US: u32 = 0;
@@ -1058,6 +1067,7 @@ impl Engine for AfxdpEngine {
                     fast: if shell.index == 0 { fast } else { None },
                     spin_us: spin_from_env(),
                     sleep_in_poll: sleep_in_poll_from_env(),
+                    kick_at: kick_at_from_env(),
                 };
                 Ok(XskPath {
                     ctx,
@@ -1126,6 +1136,8 @@ struct WorkerCtx {
     spin_us: u32,
     /// Sleep in `poll(2)`, which also kicks TX (`VGATE_AFXDP_WAIT`).
     sleep_in_poll: bool,
+    /// Kick TX once this many frames wait, even while RX keeps coming (`VGATE_AFXDP_KICK_AT`).
+    kick_at: u32,
 }
 
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
@@ -1194,7 +1206,7 @@ impl Datapath for XskPath {
                     // Published now; the kernel is asked to send once the worker has
                     // nothing else to do (`idle`), or now if much is waiting.
                     tx.xsk.tx_publish();
-                    if tx.xsk.tx_unkicked() >= TX_KICK_AT {
+                    if tx.xsk.tx_unkicked() >= ctx.kick_at {
                         kick(ctx.index, &mut tx.xsk);
                     }
                 }
@@ -1293,6 +1305,15 @@ fn kick_waiting(worker: usize, socks: &mut [WorkerXsk]) {
             kick(worker, &mut s.xsk);
         }
     }
+}
+
+/// `VGATE_AFXDP_KICK_AT` (1–2048): TX frames after which a busy worker kicks the kernel;
+/// default [`TX_KICK_AT`]; 1 kicks after every RX batch (the behaviour before, for A/B).
+fn kick_at_from_env() -> u32 {
+    std::env::var("VGATE_AFXDP_KICK_AT")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(TX_KICK_AT, |v| v.clamp(1, RING))
 }
 
 /// `VGATE_AFXDP_WAIT=poll|epoll`: how an idle worker sleeps (see

@@ -4,7 +4,8 @@
 //! skeleton ([`start_workers`], [`spawn`]) does the rest, the same way for every engine:
 //!
 //! - the thread (`vgate-w<index>`), pinned to the configured CPU (a refusal is said once);
-//! - the epoll set ([`Poller`]), with the port registry's wake-up eventfd in it;
+//! - the readiness set ([`Poller`]: epoll, or `poll(2)` for a datapath that asks,
+//!   [`Datapath::sleep_in_poll`]), with the port registry's wake-up eventfd in it;
 //! - the port commands ([`Cmd`]): drained before the worker says it is ready, after every
 //!   wake-up, and between busy rounds (one queue check, no lock);
 //! - the heartbeat and the thread's CPU time every [`SAMPLE_MS`], with the datapath's own
@@ -22,6 +23,8 @@
 //! [`Datapath::flush`] once: what a datapath batches across descriptors goes out then. A
 //! datapath may ask to keep polling for a few microseconds after work before it sleeps
 //! ([`Datapath::spin_us`]): the rest of a burst is then taken without another wake-up.
+//! Right before it sleeps the worker calls [`Datapath::idle`]: what a datapath holds back
+//! until it has nothing else to do (AF_XDP's transmit kick) goes out then.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -379,6 +382,8 @@ mod tests {
         polls: Arc<AtomicUsize>,
         commands: Arc<AtomicUsize>,
         samples: Arc<AtomicUsize>,
+        idles: Arc<AtomicUsize>,
+        in_poll: bool,
     }
 
     impl Datapath for Probe {
@@ -398,6 +403,12 @@ mod tests {
         fn idle_ms(&self) -> u16 {
             5
         }
+        fn idle(&mut self, _shell: &Shell) {
+            self.idles.fetch_add(1, SeqCst);
+        }
+        fn sleep_in_poll(&self) -> bool {
+            self.in_poll
+        }
     }
 
     fn wait_for(what: &str, cond: impl Fn() -> bool) {
@@ -408,8 +419,15 @@ mod tests {
         }
     }
 
+    /// Both ways of sleeping: `epoll_wait` and `poll(2)` ([`Datapath::sleep_in_poll`]).
     #[test]
     fn skeleton_runs_a_datapath_and_delivers_commands() {
+        for in_poll in [false, true] {
+            skeleton_run(in_poll);
+        }
+    }
+
+    fn skeleton_run(in_poll: bool) {
         use crate::routes::PortHooks;
         let registry = Arc::new(PortRegistry::new([
             Ipv4Addr::LOCALHOST,
@@ -421,22 +439,26 @@ mod tests {
             Arc::clone(&registry) as Arc<dyn PortHooks>,
         ));
         let stop = Arc::new(AtomicBool::new(false));
-        let (polls, commands, samples) = (
+        let (polls, commands, samples, idles) = (
+            Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
         );
         let workers = start_workers(2, &[], &registry, &routes, &stop, |_| {
-            let (p, c, s) = (
+            let (p, c, s, i) = (
                 Arc::clone(&polls),
                 Arc::clone(&commands),
                 Arc::clone(&samples),
+                Arc::clone(&idles),
             );
             move |_: &Shell| {
                 Ok(Probe {
                     polls: p,
                     commands: c,
                     samples: s,
+                    idles: i,
+                    in_poll,
                 })
             }
         })
@@ -447,8 +469,8 @@ mod tests {
         // One port opened: every worker hears of it (an Add each), through the wake-up fd.
         registry.open_port(DomainId::A, 0).unwrap();
         wait_for("commands", || commands.load(SeqCst) >= 2);
-        wait_for("polls and samples", || {
-            polls.load(SeqCst) > 2 && samples.load(SeqCst) >= 2
+        wait_for("polls, samples and idles", || {
+            polls.load(SeqCst) > 2 && samples.load(SeqCst) >= 2 && idles.load(SeqCst) >= 2
         });
         stop.store(true, SeqCst);
         for w in workers {
