@@ -22,7 +22,8 @@
 #                     in epoll_wait and kick TX with sendto: VGATE_AFXDP_WAIT=epoll; the
 #                     default sleeps in poll(2), which also kicks TX), zc-kickN
 #                     (zc kicks TX after N frames while busy: VGATE_AFXDP_KICK_AT=N; 1 is
-#                     the kick per RX batch of before)
+#                     the kick per RX batch of before), zc-before (all three as before
+#                     the zcperf branch: software checksum, kick per RX batch, epoll_wait)
 #   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
 #                     memory with 100 and 10 000 static routes, idle and after relaying) and
 #                     "activation" (route added through the admin API while its stream is
@@ -176,6 +177,7 @@ start_config() { # cfg n why -> sets TARGET TPORT
                 zc-swcsum) mode=zc envs=(VGATE_AFXDP_TX_CSUM=software) ;;
                 zc-epoll) mode=zc envs=(VGATE_AFXDP_WAIT=epoll) ;;
                 zc-kick*) mode=zc envs=(VGATE_AFXDP_KICK_AT="${cfg#zc-kick}") ;;
+                zc-before) mode=zc envs=(VGATE_AFXDP_TX_CSUM=software VGATE_AFXDP_KICK_AT=1 VGATE_AFXDP_WAIT=epoll) ;;
                 tnapi-v2|tnapi-v3) mode=tnapi extra=$(printf '[engine.tnapi]\nring = "%s"' "${cfg#tnapi-}") ;;
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
