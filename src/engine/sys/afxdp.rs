@@ -54,7 +54,7 @@ pub(crate) enum BindMode {
 }
 
 /// Bytes of TX metadata in front of each TX frame when the kernel takes it
-/// (`XDP_UMEM_TX_METADATA_LEN`, kernel ≥ 6.11; the flag did not exist in 6.8–6.10): the size
+/// (`XDP_UMEM_TX_METADATA_LEN`, kernel ≥ 6.11, and stable 6.8–6.10 updates that took the fix adding the flag): the size
 /// of `struct xsk_tx_metadata` since 6.14 (flags, then `request { csum_start, csum_offset,
 /// launch_time }`). A multiple of 8, under 256, as the kernel requires.
 pub(crate) const TX_META_LEN: u32 = 24;
