@@ -655,7 +655,17 @@ struct FastState {
     unconfirmed: [(u64, u64); 2],
     /// Per-CPU read buffer of `vgate_xerr`.
     xbuf: Vec<u8>,
+    /// The poll's batch read of `vgate_fstats`: each slot's (packets, bytes) summed over
+    /// CPUs, and the keys and per-CPU values of one `BPF_MAP_LOOKUP_BATCH`.
+    sums: Vec<(u64, u64)>,
+    bkeys: Vec<u8>,
+    bvals: Vec<u8>,
+    /// Batch lookups refused by this kernel (before 5.6): one lookup per slot instead.
+    no_batch: bool,
 }
+
+/// Counter slots one `BPF_MAP_LOOKUP_BATCH` of the poll reads (16 bytes per possible CPU each).
+const BATCH: usize = 256;
 
 /// The fast path's maps and what they hold. Shared by the port hooks (route changes) and
 /// worker 0 (counters, latches, neighbours); the lock is never taken per packet.
@@ -750,6 +760,10 @@ impl FastPath {
                 xerr_seen,
                 unconfirmed: [(0, 0); 2],
                 xbuf: Vec::new(),
+                sums: Vec::new(),
+                bkeys: Vec::new(),
+                bvals: Vec::new(),
+                no_batch: false,
             }),
         })
     }
@@ -853,33 +867,93 @@ impl FastPath {
     /// The counters of `slot`, summed over CPUs.
     fn read(&self, buf: &mut [u8], slot: u32) -> Option<(u64, u64)> {
         self.stats.lookup(&slot.to_ne_bytes(), buf).ok()?;
-        let mut sum = (0u64, 0u64);
-        for c in buf.chunks_exact(16) {
-            let w = |i: usize| u64::from_ne_bytes(c[i..i + 8].try_into().unwrap_or_default());
-            sum.0 += w(0);
-            sum.1 += w(8);
-        }
-        Some(sum)
+        Some(sum_cpus(buf))
     }
 
     /// Adds the growth of `e`'s counters to its route; returns it.
     fn collect(&self, st: &mut FastState, e: &mut Entry, slot: u32) -> Tally {
-        let mut t = Tally::default();
-        let Some((p, b)) = self.read(&mut st.buf, slot) else {
-            return t;
-        };
-        let (dp, db) = (p.wrapping_sub(e.seen.0), b.wrapping_sub(e.seen.1));
-        e.seen = (p, b);
-        if dp > 0 {
-            t.rx_packets = dp;
-            t.tx_packets = dp;
-            t.rx_bytes = db;
-            t.tx_bytes = db;
-            e.route.stats.packets.add(&t);
+        match self.read(&mut st.buf, slot) {
+            Some(now) => grow(e, now),
+            None => Tally::default(),
         }
-        t
     }
 
+    /// Slots `0..hi` of `vgate_fstats`, summed over CPUs, into `st.sums`: one
+    /// `BPF_MAP_LOOKUP_BATCH` per [`BATCH`] slots (one lookup per slot where the kernel has no
+    /// batch lookups). `false` when not all of them could be read (the poll then counts
+    /// nothing this time; the growth is counted at the next poll that reads).
+    fn read_slots(&self, st: &mut FastState, hi: u32) -> bool {
+        let hi = hi as usize;
+        st.sums.clear();
+        let per = self.stats.lookup_len();
+        if !st.no_batch {
+            st.bkeys.resize(BATCH * 4, 0);
+            st.bvals.resize(BATCH * per, 0);
+            while st.sums.len() < hi {
+                let from = st.sums.len();
+                let n = BATCH.min(hi - from);
+                let after = (from as u32).wrapping_sub(1).to_ne_bytes();
+                let r = self.stats.lookup_batch(
+                    (from > 0).then_some(&after[..]),
+                    &mut st.bkeys[..n * 4],
+                    &mut st.bvals[..n * per],
+                );
+                match r {
+                    Ok((got, _)) if got > 0 => {
+                        for v in st.bvals[..got * per].chunks_exact(per) {
+                            st.sums.push(sum_cpus(v));
+                        }
+                    }
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::info!(
+                            "batch reads of the XDP counters refused ({e}): one read per route"
+                        );
+                        st.no_batch = true;
+                        st.sums.clear();
+                        break;
+                    }
+                }
+            }
+            if !st.no_batch {
+                return st.sums.len() >= hi;
+            }
+        }
+        for slot in 0..hi as u32 {
+            let v = self.read(&mut st.buf, slot).unwrap_or_default();
+            st.sums.push(v);
+        }
+        true
+    }
+}
+
+/// One slot's per-CPU (packets, bytes) values summed.
+fn sum_cpus(v: &[u8]) -> (u64, u64) {
+    let mut sum = (0u64, 0u64);
+    for c in v.chunks_exact(16) {
+        let w = |i: usize| u64::from_ne_bytes(c[i..i + 8].try_into().unwrap_or_default());
+        sum.0 += w(0);
+        sum.1 += w(8);
+    }
+    sum
+}
+
+/// Adds the growth of `e`'s counters up to `(p, b)` to its route; returns it.
+fn grow(e: &mut Entry, (p, b): (u64, u64)) -> Tally {
+    let mut t = Tally::default();
+    let (dp, db) = (p.wrapping_sub(e.seen.0), b.wrapping_sub(e.seen.1));
+    e.seen = (p, b);
+    if dp > 0 {
+        t.rx_packets = dp;
+        t.tx_packets = dp;
+        t.rx_bytes = db;
+        t.tx_bytes = db;
+        e.route.stats.packets.add(&t);
+    }
+    t
+}
+
+impl FastPath {
     /// Makes `key`'s entry active if its route can be decided in the kernel now, or brings
     /// an active one's next hop up to date, with the next hop from the resolver's table, or
     /// else `resolved` (destination, ifindex, MAC) when it is for this route's next hop: what
@@ -959,17 +1033,22 @@ impl FastPath {
         let mut chan = std::mem::take(&mut st.flushed);
         for key in keys {
             self.activate(&mut st, key, now, None);
-            let Some(mut e) = st.entries.remove(&key) else {
-                continue;
-            };
-            if let Some(slot) = e.slot {
-                let t = self.collect(&mut st, &mut e, slot);
+        }
+        // Every slot in use in one batch read (not one system call per route), then each
+        // route's growth.
+        let hi = st.entries.values().filter_map(|e| e.slot).max().map_or(0, |s| s + 1);
+        if hi > 0 && self.read_slots(&mut st, hi) {
+            let FastState { entries, sums, .. } = &mut *st;
+            for (key, e) in entries.iter_mut() {
+                let Some(&now_counts) = e.slot.and_then(|s| sums.get(s as usize)) else {
+                    continue;
+                };
+                let t = grow(e, now_counts);
                 if t.rx_packets > 0 {
                     e.route.touch(now);
                 }
                 chan[key.0.index()].merge(&t);
             }
-            st.entries.insert(key, e);
         }
         for c in Channel::ALL {
             let t = &mut chan[c.index()];
