@@ -1241,6 +1241,53 @@ mod tests {
         }
     }
 
+    /// The poll's batch read of the counter slots gives what one lookup per slot gives,
+    /// across batch boundaries and for a range that is not a multiple of the batch. Needs
+    /// CAP_BPF (the namespace tests' privileges); says so and returns without it.
+    #[test]
+    fn batch_read_of_the_counters_matches_one_lookup_per_slot() {
+        let fp = match FastPath::new([None, None], &[], 1316) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("skipped: no BPF maps here ({e})");
+                return;
+            }
+        };
+        let ncpu = fp.stats.lookup_len() / 16;
+        let slots = 2 * BATCH as u32 + 37;
+        for slot in (0..slots).step_by(7) {
+            let mut v = Vec::new();
+            for cpu in 0..ncpu as u64 {
+                v.extend_from_slice(&(u64::from(slot) * 10 + cpu).to_ne_bytes());
+                v.extend_from_slice(&(u64::from(slot) * 1000 + cpu).to_ne_bytes());
+            }
+            fp.stats.update(&slot.to_ne_bytes(), &v).unwrap();
+        }
+        let mut st = fp.lock();
+        assert!(fp.read_slots(&mut st, slots));
+        assert_eq!(st.sums.len(), slots as usize);
+        let cpus: u64 = (0..ncpu as u64).sum();
+        let mut buf = vec![0u8; fp.stats.lookup_len()];
+        for slot in 0..slots {
+            let one = fp.read(&mut buf, slot).unwrap();
+            assert_eq!(st.sums[slot as usize], one, "slot {slot}");
+            if slot % 7 == 0 {
+                let n = ncpu as u64;
+                assert_eq!(
+                    one,
+                    (u64::from(slot) * 10 * n + cpus, u64::from(slot) * 1000 * n + cpus)
+                );
+            } else {
+                assert_eq!(one, (0, 0));
+            }
+        }
+        // The per-slot fallback gives the same.
+        st.no_batch = true;
+        let batched = std::mem::take(&mut st.sums);
+        assert!(fp.read_slots(&mut st, slots));
+        assert_eq!(st.sums, batched);
+    }
+
     #[test]
     fn only_decidable_routes_get_an_entry() {
         use crate::routes::RouteSpec;

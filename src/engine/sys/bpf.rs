@@ -301,9 +301,10 @@ impl Map {
         Ok(info.id)
     }
 
-    /// `BPF_MAP_UPDATE_ELEM(key, value, BPF_ANY)`; key and value sizes are the map's.
+    /// `BPF_MAP_UPDATE_ELEM(key, value, BPF_ANY)`; the key size is the map's, the value
+    /// [`Map::lookup_len`] bytes (for a per-CPU map one value per possible CPU).
     pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
-        if key.len() != self.key_size || value.len() != self.value_size {
+        if key.len() != self.key_size || value.len() != self.lookup_len {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let mut attr = MapElemAttr {
@@ -312,8 +313,9 @@ impl Map {
             value: value.as_ptr() as u64,
             ..Default::default()
         };
-        // SAFETY: `key` and `value` are live slices of exactly the map's key and value sizes
-        // (checked above); UPDATE only reads them during the call.
+        // SAFETY: `key` and `value` are live slices of exactly the map's key size and of what
+        // the kernel reads as the value for this map type (checked above); UPDATE only reads
+        // them during the call.
         unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }?;
         Ok(())
     }
