@@ -154,9 +154,11 @@ fn add(a: &mut Asm, acc: u8, r: u8) {
     a.op(ADD64_REG, acc, r, 0, 0);
 }
 
-/// Folds `acc` to 16 bits (end-around carry) and complements it: a checksum field.
-fn fold_complement(a: &mut Asm, acc: u8, tmp: u8) {
-    for _ in 0..4 {
+/// Folds `acc` to 16 bits (end-around carry, `rounds` times) and complements it: a checksum
+/// field. Each round takes a sum below 2^(16 + k) to below 2^16 + 2^k, so two rounds fold any
+/// sum below 2^32 and three any below 2^48 (the callers' bounds are stated where they call).
+fn fold_complement(a: &mut Asm, acc: u8, tmp: u8, rounds: usize) {
+    for _ in 0..rounds {
         a.op(MOV64_REG, tmp, acc, 0, 0);
         a.op(RSH64_IMM, tmp, 0, 0, 16);
         a.op(AND64_IMM, acc, 0, 0, 0xffff);
@@ -216,13 +218,14 @@ pub(super) fn emit_fast(a: &mut Asm, f: &FastFds) {
     a.op(LDX_H, R2, R7, 34, 0);
     a.op(LDX_H, R3, R8, 8, 0);
     a.jmp(JNE_REG, R2, R3, 0, "xsk");
-    // The IPv4 header checksum must hold (the slow path drops a bad one as malformed).
+    // The IPv4 header checksum must hold (the slow path drops a bad one as malformed): the
+    // one's-complement sum of its five 32-bit words (< 5 * 2^32: three rounds) folds to 0xffff.
     a.op(MOV64_IMM, R1, 0, 0, 0);
-    for off in (14..34).step_by(2) {
-        a.op(LDX_H, R2, R7, off, 0);
+    for off in (14..34).step_by(4) {
+        a.op(LDX_W, R2, R7, off, 0);
         add(a, R1, R2);
     }
-    fold_complement(a, R1, R2);
+    fold_complement(a, R1, R2, 3);
     a.jmp(JNE_IMM, R1, 0, 0, "xsk");
     // Lengths: IPv4 total = UDP length + 20, payload in [1, max_payload], total <= MTU, the
     // whole datagram in the frame.
@@ -248,25 +251,29 @@ pub(super) fn emit_fast(a: &mut Asm, f: &FastFds) {
     a.op(ADD64_REG, R4, R2, 0, 0);
     a.op(LDX_W, R3, R6, 4, 0);
     a.jmp(JGT_REG, R4, R3, 0, "xsk");
-    // IPv4 checksum: addresses and TTL/protocol replaced.
+    // The addresses' change, once for both checksums (IPv4 header and UDP pseudo-header):
+    // r9 = sum of ~old + new over the two 32-bit addresses, < 4 * 2^32.
+    a.op(MOV64_IMM, R9, 0, 0, 0);
+    replace32(a, R9, 26, 12);
+    replace32(a, R9, 30, 16);
+    // IPv4 checksum: addresses and TTL/protocol replaced (sum < 2^34 + 3 * 2^16: three rounds).
     a.op(LDX_H, R1, R7, 24, 0);
     a.op(XOR64_IMM, R1, 0, 0, 0xffff);
-    replace32(a, R1, 26, 12);
-    replace32(a, R1, 30, 16);
+    add(a, R1, R9);
     a.op(LDX_H, R2, R7, 22, 0);
     a.op(XOR64_IMM, R2, 0, 0, 0xffff);
     add(a, R1, R2);
     a.op(ADD64_IMM, R1, 0, 0, 0x1140); // TTL 64, protocol 17, as loaded (little-endian)
-    fold_complement(a, R1, R2);
+    fold_complement(a, R1, R2, 3);
     a.op(STX_H, R7, R1, 24, 0);
-    // UDP checksum (zero: none, stays so): addresses and ports replaced.
+    // UDP checksum (zero: none, stays so): addresses and ports replaced (sum < 6 * 2^32 +
+    // 2^16: three rounds).
     a.op(LDX_H, R1, R7, 40, 0);
     a.jmp(JEQ_IMM, R1, 0, 0, "udp_done");
     a.op(XOR64_IMM, R1, 0, 0, 0xffff);
-    replace32(a, R1, 26, 12);
-    replace32(a, R1, 30, 16);
+    add(a, R1, R9);
     replace32(a, R1, 34, 20);
-    fold_complement(a, R1, R2);
+    fold_complement(a, R1, R2, 3);
     a.jmp(JNE_IMM, R1, 0, 0, "udp_store");
     a.op(MOV64_IMM, R1, 0, 0, 0xffff);
     a.label("udp_store");
@@ -1036,7 +1043,12 @@ impl FastPath {
         }
         // Every slot in use in one batch read (not one system call per route), then each
         // route's growth.
-        let hi = st.entries.values().filter_map(|e| e.slot).max().map_or(0, |s| s + 1);
+        let hi = st
+            .entries
+            .values()
+            .filter_map(|e| e.slot)
+            .max()
+            .map_or(0, |s| s + 1);
         if hi > 0 && self.read_slots(&mut st, hi) {
             let FastState { entries, sums, .. } = &mut *st;
             for (key, e) in entries.iter_mut() {
@@ -1275,7 +1287,10 @@ mod tests {
                 let n = ncpu as u64;
                 assert_eq!(
                     one,
-                    (u64::from(slot) * 10 * n + cpus, u64::from(slot) * 1000 * n + cpus)
+                    (
+                        u64::from(slot) * 10 * n + cpus,
+                        u64::from(slot) * 1000 * n + cpus
+                    )
                 );
             } else {
                 assert_eq!(one, (0, 0));

@@ -231,7 +231,6 @@ fn name16(name: &str) -> [u8; 16] {
 pub(crate) struct Map {
     fd: OwnedFd,
     key_size: usize,
-    value_size: usize,
     /// Bytes a lookup writes: the value size, or for a per-CPU map one 8-byte-aligned value
     /// per possible CPU.
     lookup_len: usize,
@@ -278,7 +277,6 @@ impl Map {
         Ok(Map {
             fd: owned(fd),
             key_size: key_size as usize,
-            value_size: value_size as usize,
             lookup_len,
         })
     }
