@@ -98,7 +98,9 @@ nic_feed() {
     ip netns add "$h"
     ip -n "$h" link set lo up
     inns "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-    # Bridged frames skip netfilter here (br_netfilter is built in on these kernels).
+    # Bridged frames skip netfilter here (br_netfilter is built in on these kernels; its
+    # switches are per namespace).
+    # shellcheck disable=SC2016  # expanded by the inner shell
     inns "$h" sh -c 'for f in /proc/sys/net/bridge/bridge-nf-call-*; do [ -w "$f" ] && echo 0 > "$f"; done; true'
     ip -n "$A_NS" link del "$A_IF"   # takes ga with it
     ip -n "$A_NS" link add "$A_IF" numtxqueues "$q" numrxqueues "$q" address "$A_MAC" type veth \

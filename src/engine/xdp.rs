@@ -54,7 +54,9 @@
 //! # Counters
 //!
 //! `vgate_fstats` is a per-CPU array of (packets, payload bytes) per route slot, added by the
-//! program without atomics. Worker 0 reads the slots of active routes every 100 ms and adds
+//! program without atomics. Worker 0 reads the slots in use every 100 ms — in
+//! `BPF_MAP_LOOKUP_BATCH` calls of 256 slots, so the poll's system calls do not grow with the
+//! routes (one lookup per slot on a kernel without batch lookups) — and adds
 //! the growth to the route's counters (rx and tx: a fast-path packet is received and sent)
 //! and to its own channel counters, and marks the route seen (so idle timeouts see the
 //! stream); a route removed is read once more at removal. RTP sequence gaps (`rtp_lost`) are
