@@ -128,6 +128,7 @@ ADMIN=127.0.0.1:9941
 . scripts/bench/bed-lib.sh
 if [ "$FEED" = nic ]; then
     nic_feed || die "could not build the nic feed (bridge hop with an XDP_PASS program)"
+    NOTE="${NOTE:+$NOTE }Feed nic: the generator's frames cross a bridge hop with an XDP_PASS program (namespace ${BED}h) before the gateway, in every configuration, so the gateway's veth receives page-backed frames with 256 bytes of headroom as from a NIC (no copy before its XDP program); the hop's copy runs on the generator's core."
 fi
 if [[ " $CONFIGS " == *" xdp "* ]]; then
     xdp_bed || die "ethtool not found: apt-get install -y ethtool"
