@@ -982,14 +982,26 @@ impl FastPath {
             buf,
             ..
         } = st;
-        let Some(e) = entries.get_mut(&key) else {
-            return;
-        };
-        let route = Arc::clone(&e.route);
+        if let Some(e) = entries.get_mut(&key) {
+            self.activate_entry(e, free, neigh, buf, now, resolved);
+        }
+    }
+
+    /// [`FastPath::activate`] for an entry at hand (the poll walks them all).
+    fn activate_entry(
+        &self,
+        e: &mut Entry,
+        free: &mut Vec<u32>,
+        neigh: &mut Option<Neighbours>,
+        buf: &mut [u8],
+        now: u64,
+        resolved: Option<(Ipv4Addr, u32, [u8; 6])>,
+    ) {
+        let route: &StreamRoute = &e.route;
         let Some(eg) = self.egress[route.channel.egress().index()] else {
             return;
         };
-        let Some((flags, src)) = entry_policy(&route) else {
+        let Some((flags, src)) = entry_policy(route) else {
             return;
         };
         let dst = *route.dest.ip();
@@ -1038,10 +1050,18 @@ impl FastPath {
         let mut st = self.lock();
         // Failures first: each one read here follows a redirect the counters below include.
         let failed = self.failures(&mut st);
-        let keys: Vec<(Channel, u16)> = st.entries.keys().copied().collect();
         let mut chan = std::mem::take(&mut st.flushed);
-        for key in keys {
-            self.activate(&mut st, key, now, None);
+        {
+            let FastState {
+                entries,
+                free,
+                neigh,
+                buf,
+                ..
+            } = &mut *st;
+            for e in entries.values_mut() {
+                self.activate_entry(e, free, neigh, buf, now, None);
+            }
         }
         // Every slot in use in one batch read (not one system call per route), then each
         // route's growth.
