@@ -141,7 +141,7 @@ if [ "$FEED" = nic ]; then
     NOTE="${NOTE:+$NOTE }Feed nic: the generator's frames cross a bridge hop with an XDP_PASS program (namespace ${BED}h) before the gateway, in every configuration, so the gateway's veth receives page-backed frames with 256 bytes of headroom as from a NIC (no copy before its XDP program); the hop's copy runs on the generator's core."
 fi
 if [[ " $CONFIGS " == *" xdp "* ]]; then
-    xdp_bed || die "ethtool not found: apt-get install -y ethtool"
+    xdp_bed || die "could not prepare the bed for mode xdp (ethtool: apt-get install -y ethtool)"
 fi
 steer
 BPF_STATS_WAS=""
