@@ -22,9 +22,8 @@
 //!   and stream legs send through one shared raw socket per domain ([`PortTx::Raw`]). The
 //!   port number is safe without a socket because (1) media arriving for the range never
 //!   reaches the kernel's UDP layer: tnapi's nft table drops it before routing, zc/xdp's XDP
-//!   program hands every datagram for the range to a worker (a port without a route is
-//!   counted `no_route` there), so no ICMP port unreachable goes out and no other socket
-//!   gets it; (2) the kernel must not give the range's ports to other programs' ephemeral
+//!   program hands a routed port's datagrams to a worker and drops the rest itself (counted
+//!   `no_route`), so no ICMP port unreachable goes out and no other socket gets it; (2) the kernel must not give the range's ports to other programs' ephemeral
 //!   sockets — `net.ipv4.ip_local_reserved_ports` covers the media ranges (checked at start,
 //!   [`reserved_ports_advice`]; docs/operations.md). A port another program holds when a
 //!   session takes it is refused as before: `open_port` binds a UDP socket to it and closes
