@@ -508,7 +508,11 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     .map(|d| (d.media_ports.first, d.media_ports.last))
                     .collect();
                 if let Some(advice) = crate::engine::ports::reserved_ports_advice(&ranges) {
-                    eprintln!("{}: warning: {advice}", file.display());
+                    if cfg.engine.reserve_ports {
+                        eprintln!("{}: note: engine.reserve_ports = true: vgate reserves the media ranges at start (a warning if the kernel refuses, e.g. under ProtectKernelTunables=yes). Now: {advice}", file.display());
+                    } else {
+                        eprintln!("{}: warning: {advice}", file.display());
+                    }
                 }
             }
             ExitCode::SUCCESS

@@ -448,18 +448,57 @@ pub fn reserved_ports_advice(ranges: &[(u16, u16)]) -> Option<String> {
     advice_for(ranges, &eph, &reserved)
 }
 
-fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String> {
-    let mut it = eph.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
-    let (lo, hi) = (it.next()?, it.next()?);
-    let held: Vec<(u16, u16)> = reserved
-        .trim()
+/// Adds `ranges` (inclusive) to `net.ipv4.ip_local_reserved_ports` of this network
+/// namespace, keeping what it holds: `Ok(Some(list written))`, `Ok(None)` when every port was
+/// reserved already.
+pub fn reserve_ranges(ranges: &[(u16, u16)]) -> io::Result<Option<String>> {
+    const FILE: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
+    let held = std::fs::read_to_string(FILE)?;
+    let Some(list) = reserved_with(&held, ranges) else {
+        return Ok(None);
+    };
+    std::fs::write(FILE, &list)?;
+    Ok(Some(list))
+}
+
+/// `held` (the sysctl's comma-separated ports and ranges) plus `ranges`, or `None` when it
+/// covers them already.
+fn reserved_with(held: &str, ranges: &[(u16, u16)]) -> Option<String> {
+    let held: Vec<(u16, u16)> = parse_port_list(held);
+    let covered =
+        |(a, b): &(u16, u16)| (*a..=*b).all(|p| held.iter().any(|(x, y)| (*x..=*y).contains(&p)));
+    if ranges.iter().all(covered) {
+        return None;
+    }
+    let list: Vec<String> = held
+        .iter()
+        .chain(ranges.iter().filter(|r| !covered(r)))
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    Some(list.join(","))
+}
+
+fn parse_port_list(list: &str) -> Vec<(u16, u16)> {
+    list.trim()
         .split(',')
-        .filter(|p| !p.is_empty())
+        .filter(|p| !p.trim().is_empty())
         .filter_map(|p| match p.split_once('-') {
             Some((a, b)) => Some((a.trim().parse().ok()?, b.trim().parse().ok()?)),
             None => p.trim().parse().ok().map(|a| (a, a)),
         })
-        .collect();
+        .collect()
+}
+
+fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String> {
+    let mut it = eph.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
+    let (lo, hi) = (it.next()?, it.next()?);
+    let held = parse_port_list(reserved);
     let exposed = |port: u16| {
         (lo..=hi).contains(&port) && !held.iter().any(|(a, b)| (*a..=*b).contains(&port))
     };
@@ -536,6 +575,19 @@ mod tests {
             partly.contains("ip_local_reserved_ports=40000-40500,40000-40999"),
             "{partly}"
         );
+    }
+
+    #[test]
+    fn reserving_keeps_what_the_list_holds() {
+        assert_eq!(
+            reserved_with("\n", &[(40000, 40999)]).as_deref(),
+            Some("40000-40999")
+        );
+        assert_eq!(
+            reserved_with("5060,39000-40500\n", &[(40000, 40999), (20000, 20099)]).as_deref(),
+            Some("5060,39000-40500,40000-40999,20000-20099")
+        );
+        assert_eq!(reserved_with("5060,39000-41000\n", &[(40000, 40999)]), None);
     }
 
     #[test]
