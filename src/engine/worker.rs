@@ -6,7 +6,8 @@
 //! - the thread (`vgate-w<index>`), pinned to the configured CPU (a refusal is said once);
 //! - the epoll set ([`Poller`]), with the port registry's wake-up eventfd in it;
 //! - the port commands ([`Cmd`]): drained before the worker says it is ready, after every
-//!   wake-up, and between busy rounds (one queue check, no lock);
+//!   wake-up that the registry's eventfd (written after each command) or the idle timeout
+//!   caused, and between busy rounds (one queue check, no lock);
 //! - the heartbeat and the thread's CPU time every [`SAMPLE_MS`], with the datapath's own
 //!   kernel counters ([`Datapath::sample`]), and once more at exit;
 //! - `ready` once receiving, `exited` however the thread leaves (return or panic), and the
@@ -30,7 +31,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
 use super::ports::{Cmd, PortKey, PortRegistry, WorkerLink};
 use super::sys::thread_cpu_ns;
@@ -62,7 +63,7 @@ impl Poller {
     /// The token of the port registry's wake-up eventfd; a datapath never uses it.
     pub const WAKE: u64 = u64::MAX;
 
-    fn new() -> io::Result<Poller> {
+    pub(crate) fn new() -> io::Result<Poller> {
         Ok(Poller {
             epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
         })
@@ -266,20 +267,25 @@ fn run<D: Datapath>(
             }
             worked_at = None;
         }
-        let n = match poller
-            .epoll
-            .wait(&mut events, EpollTimeout::from(dp.idle_ms()))
-        {
+        let n = match super::sys::epoll_wait(
+            poller.epoll.0.as_fd(),
+            &mut events,
+            i32::from(dp.idle_ms()),
+        ) {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
         };
-        if let Some(link) = link {
-            if events[..n].iter().any(|e| e.data() == Poller::WAKE) {
-                let _ = link.wake.read();
-            }
+        // Every command comes with a write to the wake-up eventfd (after it is queued), so
+        // the queue is looked at only when that fired (or on the idle timeout): not once
+        // per wakeup of a busy socket.
+        let woken = n == 0 || events[..n].iter().any(|e| e.data() == Poller::WAKE);
+        if let (true, Some(link)) = (woken, link) {
+            let _ = link.wake.read();
         }
-        drain(shell, &poller, link, &mut dp);
+        if woken {
+            drain(shell, &poller, link, &mut dp);
+        }
         if n > 0 {
             let now = now_ms();
             for ev in &events[..n] {
