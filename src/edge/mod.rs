@@ -134,6 +134,9 @@ pub struct LegCounters {
     /// Connections refused: from a source the SDP did not name. (A new connection from the
     /// peer replaces its old one: counted in `connects`.)
     pub refused: AtomicU64,
+    /// `a=connection:new` asks this leg to reconnect sooner than the minimum interval after
+    /// its last reconnect: the connection is kept, the ask counted here.
+    pub renew_refused: AtomicU64,
     state: AtomicU8,
     /// Tests: batches of de-framed packets injected (an RTSP bridge leg's
     /// `LegInjectors::inject_batch` calls).
@@ -157,7 +160,7 @@ impl LegCounters {
     }
 
     /// The counters by name, for listings and metrics (one place, so names cannot drift).
-    pub fn named(&self) -> [(&'static str, u64); 12] {
+    pub fn named(&self) -> [(&'static str, u64); 13] {
         [
             ("frames_in", self.frames_in.load(Relaxed)),
             ("bytes_in", self.bytes_in.load(Relaxed)),
@@ -171,6 +174,7 @@ impl LegCounters {
             ("inject_drops", self.inject_drops.load(Relaxed)),
             ("connects", self.connects.load(Relaxed)),
             ("refused", self.refused.load(Relaxed)),
+            ("renew_refused", self.renew_refused.load(Relaxed)),
         ]
     }
 }
@@ -230,6 +234,7 @@ impl LegTable {
                 (&c.inject_drops, &e.inject_drops),
                 (&c.connects, &e.connects),
                 (&c.refused, &e.refused),
+                (&c.renew_refused, &e.renew_refused),
             ] {
                 to.fetch_add(from.load(Relaxed), Relaxed);
             }
@@ -251,7 +256,7 @@ impl LegTable {
     }
 
     /// Every counter summed over live and ended legs.
-    pub fn totals(&self) -> [(&'static str, u64); 12] {
+    pub fn totals(&self) -> [(&'static str, u64); 13] {
         let mut t = self.ended.named();
         for l in self.list() {
             for (acc, (_, v)) in t.iter_mut().zip(l.counters.named()) {

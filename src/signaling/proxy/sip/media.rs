@@ -68,8 +68,10 @@ const CONNECT_FOR: Duration = Duration::from_secs(10);
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// The shortest time between two reconnects of one side's leg that a peer's
 /// `a=connection:new` may ask for; one asked sooner keeps the connection and is counted
-/// in the leg's `refused`.
+/// in the leg's `renew_refused`.
 const RENEW_MIN: Duration = Duration::from_secs(5);
+/// A peer's SDP can trigger the refused-reconnect warning: at most one line per 5 s.
+static RENEW_LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(5000);
 
 /// RFC 4145 `a=setup:` roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -532,7 +534,7 @@ impl CallMedia {
                 // the routes point at it). A passive leg needs nothing: the peer's new
                 // connection replaces the old one when it comes.
                 // A peer may not make vgate reconnect more often than `renew_min`: one asked
-                // sooner keeps the connection (counted as refused on the leg).
+                // sooner keeps the connection (counted in the leg's `renew_refused`).
                 let asked = d == from
                     && renew.contains(&i)
                     && plan == have
@@ -540,8 +542,10 @@ impl CallMedia {
                 let renew = asked
                     && match (slot.last_renew[d.index()], &slot.legs[d.index()]) {
                         (Some(t), Some(l)) if t.elapsed() < self.renew_min => {
-                            l.leg.counters().refused.fetch_add(1, Relaxed);
-                            tracing::warn!(call = %self.label, line = i, "a=connection:new asked again within {:?} of the last reconnect: the TCP media connection is kept", self.renew_min);
+                            l.leg.counters().renew_refused.fetch_add(1, Relaxed);
+                            if let Some(suppressed) = RENEW_LOG.check(crate::clock::now_ms()) {
+                                tracing::warn!(call = %self.label, line = i, suppressed, "a=connection:new asked again within {:?} of the last reconnect: the TCP media connection is kept", self.renew_min);
+                            }
                             false
                         }
                         _ => true,
@@ -1148,7 +1152,8 @@ mod tests {
         .unwrap();
         assert_eq!(b_leg_id(&m), second, "bounded");
         let refused = m.slots[0].legs[1].as_ref().unwrap().leg.counters();
-        assert_eq!(refused.refused.load(Relaxed), 1, "counted");
+        assert_eq!(refused.renew_refused.load(Relaxed), 1, "counted");
+        assert_eq!(refused.refused.load(Relaxed), 0, "not a refused connection");
         // The third `new`, once allowed again: the second leg's lease goes back with it.
         m.renew_min = Duration::ZERO;
         m.cross(
