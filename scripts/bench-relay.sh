@@ -173,7 +173,7 @@ start_config() { # cfg n why -> sets TARGET TPORT
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
             [ -z "$extra" ] || printf '%s\n' "$extra" >> "$WORK/vgate.toml"
-            timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
+            timeout -s TERM $((SECS + 60 + 6 * ${ACT_TRIES:-5})) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")
             while [ $t -lt 150 ]; do
