@@ -200,7 +200,8 @@ fn refresh_route<'a>(
 }
 
 /// The worker's sockets by (domain, port): a multiplicative hash of the 17-bit key instead of
-/// SipHash (two lookups per batch; the keys are the gateway's own ports, not chosen by peers).
+/// SipHash (one lookup per batch, two when the kept route is refreshed; the keys are the
+/// gateway's own ports, not chosen by peers).
 #[derive(Default)]
 struct KeyHasher(u64);
 
@@ -279,7 +280,8 @@ impl StackPath {
     }
 
     /// Lets go of every kept copy of `sock` (its port is being closed or replaced, and
-    /// `close_port` waits until no worker holds it); one walk per port closed.
+    /// `close_port` waits until no worker holds it); one walk of the worker's sockets per
+    /// port closed (a few instructions per socket: ~40 µs with 20 000 sockets).
     fn release_egress(&mut self, sock: &Arc<UdpSocket>) {
         for ls in self.local.values_mut() {
             if ls.egress.as_ref().is_some_and(|e| Arc::ptr_eq(e, sock)) {
