@@ -4,7 +4,8 @@
 #
 #   scripts/bench-relay.sh [options]           (as root)
 #
-#   --streams "..."   stream counts (default "20 100 300"); 10 Mbit/s of 1316-byte datagrams each
+#   --streams "..."   stream counts (default "20 100 300"); 10 Mbit/s of 1316-byte datagrams each;
+#                     "" for none (only the --extras)
 #   --runs N          rounds; every configuration runs once per round, rounds outermost (default 3)
 #   --seconds S       seconds of traffic per point (default 3)
 #   --configs "..."   default "route kernel crelay stack tnapi zc xdp": plain IP routing (the
@@ -23,8 +24,9 @@
 #                     "activation" (route added through the admin API while its stream is
 #                     already arriving -> first datagram at the sink; 5 times, or
 #                     $ACT_TRIES; a try where nothing arrives logs the route's counters). Default both;
-#                     "" for none (the many-routes point is 10 000, or what the open-file
-#                     limit allows at two sockets per route when it cannot be raised)
+#                     "" for none (the many-routes point is 10 000; for stack and the
+#                     -sockets variants, which hold two sockets per route, what the open-file
+#                     limit allows when it cannot be raised)
 #   --out FILE        the Markdown table (default: printed only); raw JSON lines go beside it
 #   --note TEXT       a sentence for the report (e.g. what else loaded the machine)
 #   --no-build        use target/release/vgate as it is
@@ -52,7 +54,7 @@ NOTE=""
 BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
-        --streams) STREAMS="${2:?}"; shift 2 ;;
+        --streams) STREAMS="${2?}"; shift 2 ;;
         --runs) RUNS="${2:?}"; shift 2 ;;
         --seconds) SECS="${2:?}"; shift 2 ;;
         --configs) CONFIGS="${2:?}"; shift 2 ;;
@@ -73,12 +75,14 @@ for n in $STREAMS; do isnum "$n" 1 5000 || die "--streams: '$n' is not 1..5000";
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nftables)"
 for t in ip nft cc taskset timeout python3; do command -v "$t" >/dev/null || die "$t not found"; done
 
-# stack mode holds two sockets per route: 10 000 routes need more than the usual 1024 files
-# (the systemd unit sets its own LimitNOFILE).
+# stack mode (and the ring modes' -sockets variants) hold two sockets per route: 10 000
+# routes need more than the usual 1024 files (the systemd unit sets its own LimitNOFILE). The
+# ring modes hold no socket per port: 10 000 routes whatever the limit.
 { ulimit -Hn 65536 && ulimit -Sn 65536; } 2>/dev/null || true
-MANY=$(( ($(ulimit -n) - 200) / 2 ))
-[ "$MANY" -le 10000 ] || MANY=10000
-[ "$MANY" -eq 10000 ] || log "open-file limit $(ulimit -n) cannot be raised here: the memory phase uses $MANY routes, not 10 000"
+MANY_SOCKETS=$(( ($(ulimit -n) - 200) / 2 ))
+[ "$MANY_SOCKETS" -le 10000 ] || MANY_SOCKETS=10000
+[ "$MANY_SOCKETS" -eq 10000 ] || log "open-file limit $(ulimit -n) cannot be raised here: the memory phase gives stack mode $MANY_SOCKETS routes, not 10 000"
+many_for() { case "$1" in stack*|*-sockets) echo "$MANY_SOCKETS" ;; *) echo 10000 ;; esac; }
 NCPU=$(nproc)
 RELAY_CPU=$((NCPU > 1 ? 1 : 0))
 GEN_CPU=0
@@ -331,24 +335,27 @@ for ((r = 1; r <= RUNS; r++)); do
 done
 is_vgate() { case "$1" in route|kernel|crelay*|*-sockets|*-nogso|*-spin*) return 1 ;; *) return 0 ;; esac; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+fd_count() { find "/proc/$1/fd" -mindepth 1 2>/dev/null | wc -l; }
+socket_count() { find "/proc/$1/fd" -mindepth 1 -lname 'socket:*' 2>/dev/null | wc -l; }
 
 # Resident memory with few and many routes, idle and after traffic over up to 1000 of them.
 if [[ " $EXTRAS " == *" memory "* ]]; then
     for cfg in $CONFIGS; do
         is_vgate "$cfg" || continue
-        for routes in 100 "$MANY"; do
+        for routes in 100 "$(many_for "$cfg")"; do
             log "memory: $cfg with $routes routes"
             start_config "$cfg" "$routes" "$WORK/why" || { log "  cannot start: $(head -c 200 "$WORK/why")"; continue; }
             sleep 1
             idle_kb=$(rss_kb "$RELAY")
+            fds=$(fd_count "$RELAY") socks=$(socket_count "$RELAY")
             n=$((routes < 1000 ? routes : 1000))
             ip netns exec "$A_NS" taskset -c "$GEN_CPU" "$WORK/blast" send -d "$TARGET" -p "$TPORT" -n "$n" \
                 -r 1000000 -l "$PAYLOAD" -t 2 -b "$A_IP" > /dev/null 2>&1 || true
             sleep 0.5
             busy_kb=$(rss_kb "$RELAY")
             stop_config "$cfg"
-            printf '{"cfg": "memory", "mode": "%s", "routes": %d, "rss_idle_kb": %d, "rss_after_kb": %d, "streams_relayed": %d}\n' \
-                "$cfg" "$routes" "$idle_kb" "$busy_kb" "$n" | tee -a "$RAW" >&2
+            printf '{"cfg": "memory", "mode": "%s", "routes": %d, "rss_idle_kb": %d, "rss_after_kb": %d, "streams_relayed": %d, "fds": %d, "sockets": %d}\n' \
+                "$cfg" "$routes" "$idle_kb" "$busy_kb" "$n" "$fds" "$socks" | tee -a "$RAW" >&2
         done
     done
 fi

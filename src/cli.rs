@@ -492,6 +492,19 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     s.signal.interface,
                 );
             }
+            // On this machine: the ring modes hold no socket per port, so the kernel must
+            // not hand the media ports out as ephemeral ports (a warning, not a refusal).
+            let ring = !matches!(cfg.engine.mode, Mode::Stack) && cfg.split.is_none();
+            if ring && cpus.is_none() {
+                let ranges: Vec<(u16, u16)> = cfg
+                    .domains
+                    .iter()
+                    .map(|d| (d.media_ports.first, d.media_ports.last))
+                    .collect();
+                if let Some(advice) = crate::engine::ports::reserved_ports_advice(&ranges) {
+                    eprintln!("{}: warning: {advice}", file.display());
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

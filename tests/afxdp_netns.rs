@@ -284,12 +284,18 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
                 "route {i} took {first:?} to forward its first packet"
             );
         };
-        // What the workers received on the forward channel: only what XDP redirected.
-        let seen = || -> u64 {
+        // What the workers received on the forward channel (XDP redirects the whole media
+        // range, routed or not), and how much of it they counted `no_route`.
+        let seen = || -> (u64, u64) {
             workers
                 .iter()
-                .map(|w| w.channel(Channel::Forward).snapshot().rx_packets)
-                .sum()
+                .map(|w| w.channel(Channel::Forward).snapshot())
+                .fold((0, 0), |(rx, nr), s| {
+                    (
+                        rx + s.rx_packets,
+                        nr + s.drop_count(vgate::stats::DropReason::NoRoute),
+                    )
+                })
         };
         let spec = |i: u16| route_spec(i, b_ip);
         let s = gw.routes.open_session(SessionKind::Admin, "test");
@@ -298,7 +304,9 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         }
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(count(0), 0, "nothing forwarded before a route exists");
-        assert_eq!(seen(), 0, "XDP redirects no port without a route");
+        let (rx, no_route) = seen();
+        assert!(rx > 0, "XDP hands a port without a route to the workers");
+        assert_eq!(no_route, rx, "…which count it no_route");
         gw.routes.add_route(s, spec(0)).unwrap();
         wait_growth(0, 50);
 
@@ -307,10 +315,11 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         let (after_remove, seen_after) = (count(0), seen());
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(count(0), after_remove, "a removed route forwards nothing");
-        assert_eq!(
-            seen(),
-            seen_after,
-            "XDP stopped redirecting the removed route's port"
+        let (rx, no_route) = seen();
+        assert!(
+            no_route - seen_after.1 >= (rx - seen_after.0) / 2 && rx > seen_after.0,
+            "the removed route's port is counted no_route: {seen_after:?} -> {:?}",
+            (rx, no_route)
         );
 
         gw.routes.add_route(s, spec(0)).unwrap();
@@ -337,9 +346,11 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         let fwd = gw.totals();
         let fwd = fwd.channel(Channel::Forward);
         // Only packets already on their way to a socket when the route went can miss it.
+        // Before the first route and while it was removed, every packet for its port was
+        // counted no_route (about 1 per ms for ~0.5 s); never a packet forwarded wrongly.
         assert!(
-            fwd.drop_count(vgate::stats::DropReason::NoRoute) <= 20,
-            "XDP hands over no port without a route: {fwd:?}"
+            fwd.drop_count(vgate::stats::DropReason::NoRoute) >= 100,
+            "XDP hands ports without a route to the workers: {fwd:?}"
         );
         drop(gw);
     });

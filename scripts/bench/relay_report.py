@@ -213,16 +213,21 @@ def main():
         out.append("Resident memory of the vgate process (VmRSS), idle after start-up and after relaying "
                    "2 s of traffic over up to 1000 of the routes:")
         out.append("")
-        out.append("| mode | routes | RSS idle MiB | RSS after traffic MiB |")
-        out.append("|---|---:|---:|---:|")
+        out.append("| mode | routes | RSS idle MiB | RSS after traffic MiB | open files | of which sockets |")
+        out.append("|---|---:|---:|---:|---:|---:|")
         for m in mem:
-            out.append(f"| {m['mode']} | {m['routes']} | {m['rss_idle_kb'] / 1024:.1f} | {m['rss_after_kb'] / 1024:.1f} |")
-        most = max(m["routes"] for m in mem)
-        if most < 10000:
+            fds = m.get("fds", "-")
+            socks = m.get("sockets", "-")
+            out.append(f"| {m['mode']} | {m['routes']} | {m['rss_idle_kb'] / 1024:.1f} | "
+                       f"{m['rss_after_kb'] / 1024:.1f} | {fds} | {socks} |")
+        short = sorted({(m["mode"], m["routes"]) for m in mem
+                        if m["routes"] != 100 and m["routes"] < 10000})
+        if short:
             out.append("")
-            out.append(f"{most} routes, not 10 000: stack mode holds two sockets per route and the open-file "
-                       "limit of the shell that ran this could not be raised (the systemd unit sets "
-                       "`LimitNOFILE=1048576`).")
+            out.append(", ".join(f"{mode}: {r} routes" for mode, r in short)
+                       + ", not 10 000: these hold two sockets per route and the open-file limit of the "
+                       "shell that ran this could not be raised (the systemd unit sets "
+                       "`LimitNOFILE=1048576`). The ring modes hold no socket per port.")
     if act:
         out.append("")
         out.append("Route install → first forwarded datagram: a 10 Mbit/s stream (one datagram about every "

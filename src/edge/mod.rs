@@ -19,7 +19,8 @@
 //!   counted, never trusted) and puts each packet into the route keyed by the leg's gateway
 //!   port, exactly as if it had arrived there as a datagram: [`crate::channel::inspect`]
 //!   decides and counts, then the packet leaves from the gateway's egress port in the other
-//!   domain (that port's socket, whatever the capture mode) — or, when the far side is a
+//!   domain (that port's socket in mode stack, the domain's shared raw socket in the ring
+//!   modes, which hold no socket per port: [`crate::engine::ports`]) — or, when the far side is a
 //!   leg too, straight into that leg's sink. In a split half, when the other domain is the
 //!   link face, the packet goes down the outgoing link instead, on the legs' own lane
 //!   ([`crate::split::link::EdgeLink`], one lock per read): a face address has nothing
@@ -44,6 +45,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::channel::{inspect, Admitted};
 use crate::config::DomainId;
+use crate::engine::ports::PortTx;
 use crate::routes::{Channel, Routes, SessionId, StreamRoute};
 use crate::stats::{DropReason, Tally};
 
@@ -281,22 +283,45 @@ pub struct Injector {
     /// owns it, and closing the port waits until no one else holds it (`close_port`), so a
     /// strong copy kept here between reads would make the thread that tears the session
     /// down (an RTSP reader handling TEARDOWN) wait on itself and leave the port bound.
-    egress: Option<(u16, Weak<UdpSocket>)>,
+    egress: Option<(u16, HeldTx)>,
     /// Whether a packet of the current batch passed every check.
     admitted: bool,
     /// Send headers for one read's packets.
     batch: crate::engine::sys::mmsg::SliceBatch,
 }
 
+/// How an [`Injector`] keeps the way out of its route's egress port between reads.
+enum HeldTx {
+    /// The port's socket, weakly (see `Injector::egress`).
+    Socket(Weak<UdpSocket>),
+    /// A raw socket shared by the domain's legs (ports hold no socket): nothing waits for it.
+    Raw(PortTx),
+}
+
+impl HeldTx {
+    fn of(tx: &PortTx) -> HeldTx {
+        match tx {
+            PortTx::Socket(s) => HeldTx::Socket(Arc::downgrade(s)),
+            raw => HeldTx::Raw(raw.clone()),
+        }
+    }
+
+    fn get(&self) -> Option<PortTx> {
+        match self {
+            HeldTx::Socket(w) => w.upgrade().map(PortTx::Socket),
+            HeldTx::Raw(tx) => Some(tx.clone()),
+        }
+    }
+}
+
 /// Sends what `scope` holds to the route's receiver and counts it.
 fn send(
     scope: &mut crate::engine::sys::mmsg::SliceScope<'_, '_>,
-    sock: &UdpSocket,
+    tx: &PortTx,
     route: &StreamRoute,
     t: &mut Tally,
 ) {
-    use std::os::fd::AsFd;
-    let out = scope.send(sock.as_fd(), route.dest);
+    let out = tx.egress().send(scope, route.dest);
     crate::engine::frames::account(t, &out, Some(route));
 }
 
@@ -368,7 +393,7 @@ impl Injector {
         };
         // Held for this batch only (see `egress`).
         let cached = match (&route.edge, &self.egress) {
-            (None, Some((p, s))) if link.is_none() && *p == route.egress_port => s.upgrade(),
+            (None, Some((p, s))) if link.is_none() && *p == route.egress_port => s.get(),
             _ => None,
         };
         let sock = match (&route.edge, cached) {
@@ -378,8 +403,8 @@ impl Injector {
             (None, None) => {
                 let s = self
                     .routes
-                    .port_socket(self.channel.egress(), route.egress_port);
-                self.egress = s.as_ref().map(|s| (route.egress_port, Arc::downgrade(s)));
+                    .port_tx(self.channel.egress(), route.egress_port);
+                self.egress = s.as_ref().map(|s| (route.egress_port, HeldTx::of(s)));
                 s
             }
         };

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::framing::{frame_into, Rfc4571};
 use super::*;
 use crate::config::{self, SourcePolicy};
-use crate::engine::ports::PortRegistry;
+use crate::engine::ports::{PortHold, PortRegistry};
 use crate::routes::{PortHooks, RouteSpec, SessionKind};
 
 fn routes() -> Arc<Routes> {
@@ -20,6 +20,12 @@ fn routes() -> Arc<Routes> {
 /// Route tables on loopback (A = 127.0.0.1, B = 127.0.0.2) with the real port registry, so
 /// legs and injectors find their sockets; the ranges keep concurrent tests apart.
 pub(crate) fn loopback_routes(a_ports: &str, b_ports: &str) -> Arc<Routes> {
+    loopback_routes_holding(a_ports, b_ports, PortHold::Sockets).unwrap()
+}
+
+/// As [`loopback_routes`], ports held as `hold` says (`Reserved`: no socket per port, the
+/// legs send through a raw socket per domain; `None` without CAP_NET_RAW).
+fn loopback_routes_holding(a_ports: &str, b_ports: &str, hold: PortHold) -> Option<Arc<Routes>> {
     let cfg = config::parse(
         &format!(
             r#"
@@ -36,11 +42,13 @@ media_ports = "{b_ports}"
         "t",
     )
     .unwrap();
-    let reg = Arc::new(PortRegistry::new([
-        "127.0.0.1".parse().unwrap(),
-        "127.0.0.2".parse().unwrap(),
-    ]));
-    Arc::new(Routes::new(&cfg, reg as Arc<dyn PortHooks>))
+    let reg = PortRegistry::new(["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()])
+        .holding(hold)
+        .ok()?;
+    Some(Arc::new(Routes::new(
+        &cfg,
+        Arc::new(reg) as Arc<dyn PortHooks>,
+    )))
 }
 
 /// A UDP receiver in domain B (loopback 127.0.0.2), with its address.
@@ -143,7 +151,22 @@ fn wait(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn passive_leg_bridges_both_ways() {
-    let routes = routes();
+    bridges_both_ways(routes());
+}
+
+/// As a ring mode holds ports: no socket per port, the leg's packets leave through the
+/// domain's raw socket from the route's egress port.
+#[test]
+fn passive_leg_bridges_both_ways_without_port_sockets() {
+    match loopback_routes_holding("47200-47299", "48200-48299", PortHold::Reserved) {
+        Some(routes) => bridges_both_ways(routes),
+        None => {
+            eprintln!("passive_leg_bridges_both_ways_without_port_sockets: no CAP_NET_RAW, not run")
+        }
+    }
+}
+
+fn bridges_both_ways(routes: Arc<Routes>) {
     let s = routes.open_session(SessionKind::Sip, "t");
     let a = routes.alloc_pair(s, DomainId::A).unwrap();
     let b = routes.alloc_pair(s, DomainId::B).unwrap();

@@ -12,12 +12,18 @@
 //!
 //! Hand-assembled eBPF (no clang in the build): Ethernet (+ one 802.1Q tag) → IPv4 (IHL,
 //! no fragments) → UDP, each header bounds-checked against `data_end` before it is read; the
-//! destination address must be the gateway's address of a domain the interface faces, and
-//! the destination port's entry in `vgate_ports` (a 65 536-entry ARRAY of u32, bit *d* set
-//! when domain *d* has a route on that port) must have that domain's bit. Then
+//! destination address must be the gateway's address of a domain the interface faces and the
+//! destination port inside that domain's media range. Then
 //! `bpf_redirect_map(vgate_xsks, ctx->rx_queue_index, XDP_PASS)`: to the queue's socket, or
-//! to the kernel when the queue has none. Everything else — ARP, signaling, management,
-//! media ports without a route — goes to the kernel (`XDP_PASS`).
+//! to the kernel when the queue has none. The whole range goes to the workers, routed or not:
+//! the gateway holds no socket on its ports ([`super::ports`]), so a datagram for a port
+//! without a route must not reach the kernel's UDP layer (it would answer with ICMP port
+//! unreachable, or hand it to another program's socket); the worker counts it `no_route`.
+//! `vgate_ports` (a 65 536-entry ARRAY of u32, bit *d* set when domain *d* has a route on
+//! that port) decides only whether mode xdp's fast path may take the frame. Everything
+//! else — ARP, signaling, management, fragments — goes to the kernel (`XDP_PASS`). Fragments
+//! for the media ranges are reassembled there and dropped by the nft table of
+//! [`super::nft`] (installed when ports hold no socket, as tnapi does; best effort).
 //!
 //! `vgate_ports` is kept in step with the stream tables by [`PortHooks::route_added`] /
 //! [`PortHooks::route_removed`]: a route change takes effect at the next packet, without
@@ -49,10 +55,12 @@
 //!   address and the route's egress port; next hop's MAC from the kernel's route and
 //!   neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and looked up
 //!   by the worker without a system call; IPv4 and UDP checksums). A
-//!   destination whose neighbour is not resolved yet goes through the gateway-port socket
-//!   (which makes the kernel resolve it). Only for interfaces that face one domain; packets
+//!   destination whose neighbour is not resolved yet goes through the worker's raw socket
+//!   of the egress domain ([`super::ports::RawUdp`], which makes the kernel resolve it); the
+//!   engine holds no socket per gateway port ([`super::ports::PortHold::Reserved`]). Only for interfaces that face one domain; packets
 //!   sent this way bypass the gateway's own netfilter output hooks.
-//! - `sockets` (`VGATE_AFXDP_TX=sockets`): the gateway-port UDP sockets of [`PortRegistry`],
+//! - `sockets` (`VGATE_AFXDP_TX=sockets`): the gateway-port UDP sockets of [`PortRegistry`]
+//!   (held for this variant only),
 //!   `sendmmsg` with payloads borrowed straight from the UMEM (no copy in user space).
 //!
 //! Measured on the 3-namespace veth bed (copy mode, 2 workers on 2 cores shared with the
@@ -65,13 +73,14 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::neigh::{NeighResolver, Neighbours};
-use super::ports::{Cmd, PortRegistry};
+use super::nft::{DropRule, MediaDropTable};
+use super::ports::{Cmd, PortRegistry, TxVia};
 use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
@@ -229,6 +238,7 @@ pub(super) const JA: u8 = 0x05;
 pub(super) const JGT_REG: u8 = 0x2d;
 pub(super) const JEQ_IMM: u8 = 0x15;
 pub(super) const JLT_IMM: u8 = 0xa5;
+pub(super) const JGT_IMM: u8 = 0x25;
 pub(super) const JNE32_IMM: u8 = 0x56;
 pub(super) const JSET32_IMM: u8 = 0x46;
 pub(super) const CALL: u8 = 0x85;
@@ -292,7 +302,7 @@ impl Asm {
 fn xdp_program(
     ports_fd: i32,
     xsks_fd: i32,
-    dsts: &[(Ipv4Addr, u32)],
+    dsts: &[(Ipv4Addr, u32, u16, u16)],
     fast: Option<&FastFds>,
 ) -> Vec<Insn> {
     let mut a = Asm::new();
@@ -334,7 +344,7 @@ fn xdp_program(
     a.jmp(JSET32_IMM, R4, 0, 0xff3f, "pass"); // MF or a fragment offset: the kernel's
     a.op(LDX_W, R4, R2, 30, 0); // destination address
     a.op(MOV64_IMM, R8, 0, 0, 0);
-    for (i, (addr, bit)) in dsts.iter().enumerate() {
+    for (i, (addr, bit, _, _)) in dsts.iter().enumerate() {
         let next: &'static str = ["dst1", "dst2", "dst3"][i.min(2)];
         a.jmp(
             JNE32_IMM,
@@ -356,20 +366,33 @@ fn xdp_program(
     a.jmp(JGT_REG, R4, R3, 0, "pass"); // UDP header present
     a.op(LDX_H, R4, R2, 16, 0); // destination port, network order
     a.op(BE, R4, 0, 0, 16); // to host order
+                            // The whole media range of the domain is ours, routed or not: no datagram for it may
+                            // reach the kernel's UDP layer (port unreachable, another socket); a port without a
+                            // route goes to a worker, which counts it `no_route`.
+    for (i, (_, bit, lo, hi)) in dsts.iter().enumerate() {
+        let next: &'static str = ["rng1", "rng2", "rng3"][i.min(2)];
+        a.jmp(JNE32_IMM, R8, 0, *bit as i32, next);
+        a.jmp(JLT_IMM, R4, 0, i32::from(*lo), "pass");
+        a.jmp(JGT_IMM, R4, 0, i32::from(*hi), "pass");
+        a.jmp(JA, 0, 0, 0, "in_range");
+        a.label(next);
+    }
+    a.jmp(JA, 0, 0, 0, "pass");
+    a.label("in_range");
     a.op(STX_W, R10, R4, -4, 0); // key on the stack
     a.op(MOV64_REG, R2, R10, 0, 0);
     a.op(ADD64_IMM, R2, 0, 0, -4);
     a.ld_map_fd(R1, ports_fd);
     a.op(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM);
-    a.jmp(JEQ_IMM, R0, 0, 0, "pass");
+    a.jmp(JEQ_IMM, R0, 0, 0, "xsk");
     a.op(LDX_W, R0, R0, 0, 0); // the port's domain bits
     a.op(0x5f, R0, R8, 0, 0); // r0 &= r8 (AND64_REG)
-    a.jmp(JEQ_IMM, R0, 0, 0, "pass"); // no route for this domain
+    a.jmp(JEQ_IMM, R0, 0, 0, "xsk"); // no route for this domain: a worker counts it
     if let Some(f) = fast {
         a.jmp(JEQ_IMM, R9, 0, 0, "xsk");
         emit_fast(&mut a, f);
-        a.label("xsk");
     }
+    a.label("xsk");
     a.op(LDX_W, R2, R6, 16, 0); // ctx->rx_queue_index
     a.ld_map_fd(R1, xsks_fd);
     a.op(MOV64_IMM, R3, 0, 0, XDP_PASS); // no socket on this queue: to the kernel
@@ -378,8 +401,8 @@ fn xdp_program(
     a.label("pass");
     a.op(MOV64_IMM, R0, 0, 0, XDP_PASS);
     a.op(EXIT, 0, 0, 0, 0);
-    // Unused labels of the address chain must exist for the assembler.
-    for l in ["dst1", "dst2", "dst3"] {
+    // Unused labels of the address and range chains must exist for the assembler.
+    for l in ["dst1", "dst2", "dst3", "rng1", "rng2", "rng3"] {
         if !a.labels.contains_key(l) {
             a.labels.insert(l, a.labels["pass"]);
         }
@@ -394,7 +417,8 @@ fn bit(domain: DomainId) -> u32 {
 
 // ---- route observer -----------------------------------------------------------------------
 
-/// The engine's [`PortHooks`]: gateway-port sockets (the registry) plus the `vgate_ports`
+/// The engine's [`PortHooks`]: the port registry (no socket per port unless a `sockets`
+/// variant or a split half needs them) plus the `vgate_ports`
 /// map and, in mode xdp, the fast path's entries, updated as routes come and go.
 struct XdpHooks {
     registry: Arc<PortRegistry>,
@@ -438,8 +462,8 @@ impl PortHooks for XdpHooks {
     fn close_port(&self, domain: DomainId, port: u16) {
         self.registry.close_port(domain, port)
     }
-    fn port_socket(&self, domain: DomainId, port: u16) -> Option<Arc<std::net::UdpSocket>> {
-        self.registry.port_socket(domain, port)
+    fn port_tx(&self, domain: DomainId, port: u16) -> Option<super::ports::PortTx> {
+        self.registry.port_tx(domain, port)
     }
     fn route_added(&self, route: &Arc<StreamRoute>) {
         self.set(route.channel, route.port, true);
@@ -499,6 +523,9 @@ pub struct AfxdpEngine {
     fast: Option<Arc<FastPath>>,
     /// The neighbour resolver's table, once `start` runs one.
     neigh: Option<Arc<super::neigh::NeighTable>>,
+    /// The media ranges' nft drop table for what the program passes (fragments), when ports
+    /// hold no socket.
+    nft: Option<MediaDropTable>,
 }
 
 fn xdp_mode_flag(attached: u8) -> u32 {
@@ -633,13 +660,15 @@ impl AfxdpEngine {
             let mac = xsys::hw_addr(&c).unwrap_or_default();
             wanted.push((d.interface.clone(), vec![d.id], ifindex, rxq, mac));
         }
-        // The gateway-port sockets (egress, and what XDP passes to the kernel) are tied to
-        // their interfaces like the other engines' (checked before anything is attached).
+        // The registry's sockets (raw send sockets; per-port sockets only where needed) are
+        // tied to their interfaces like the other engines' (checked before anything is
+        // attached).
         let registry = PortRegistry::new([cfg.domains[0].address, cfg.domains[1].address])
             .on_interfaces([
                 cfg.domains[0].interface.clone(),
                 cfg.domains[1].interface.clone(),
             ])
+            .and_then(|r| r.holding(super::ring_hold(cfg, tx_path == TxPath::Sockets)))
             .map_err(AfxdpError::Isolation)?;
         let registry = Arc::new(registry);
         let ports =
@@ -693,9 +722,12 @@ impl AfxdpEngine {
                     name: "vgate_xsks",
                     source,
                 })?;
-            let dsts: Vec<(Ipv4Addr, u32)> = domains
+            let dsts: Vec<(Ipv4Addr, u32, u16, u16)> = domains
                 .iter()
-                .map(|d| (targets[d.index()].0, bit(*d)))
+                .map(|d| {
+                    let (addr, r) = targets[d.index()];
+                    (addr, bit(*d), r.first, r.last)
+                })
                 .collect();
             let fds = fast.as_ref().map(|f| f.fds());
             let insns = xdp_program(ports.raw_fd(), xsks.raw_fd(), &dsts, fds.as_ref());
@@ -795,6 +827,11 @@ impl AfxdpEngine {
             }),
             fast: fast.clone(),
         });
+        let nft = if registry.hold() == super::ports::PortHold::Reserved {
+            fragment_guard(cfg, face)
+        } else {
+            None
+        };
         Ok(AfxdpEngine {
             cfg: cfg.engine.clone(),
             hooks,
@@ -809,7 +846,33 @@ impl AfxdpEngine {
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
             fast,
             neigh: None,
+            nft,
         })
+    }
+}
+
+/// What the XDP program passes to the kernel for the media ranges — fragments, which the
+/// kernel reassembles and, with no socket on the port, would answer with ICMP port
+/// unreachable — dropped after reassembly by the nft table tnapi uses
+/// ([`super::nft::MediaDropTable`]; datagrams the program redirects never reach it). Best
+/// effort: without `nft` the engine runs and says once what that leaves open.
+fn fragment_guard(cfg: &Config, face: Option<DomainId>) -> Option<MediaDropTable> {
+    let rules: Vec<DropRule> = cfg
+        .domains
+        .iter()
+        .filter(|d| Some(d.id) != face)
+        .map(|d| DropRule {
+            iface: d.interface.clone(),
+            addr: Some(d.address),
+            ports: d.media_ports.first..=d.media_ports.last,
+        })
+        .collect();
+    match MediaDropTable::install(&super::tnapi::instance_name(cfg), &rules) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!("no nft table for the media ranges ({e}): a fragmented datagram to a media port is reassembled by the kernel and answered with ICMP port unreachable");
+            None
+        }
     }
 }
 
@@ -875,7 +938,7 @@ impl Engine for AfxdpEngine {
         let egress = match self.tx_path {
             TxPath::Sockets => format!("egress UDP sockets, sendmmsg batch {}", self.cfg.batch),
             TxPath::Xdp => {
-                "egress AF_XDP TX (headers built in vgate, next hop from the neighbour table)"
+                "egress AF_XDP TX (headers built in vgate, next hop from the neighbour table), else a raw IPv4 socket per worker and egress domain (no socket per port)"
                     .into()
             }
         };
@@ -939,8 +1002,16 @@ impl Engine for AfxdpEngine {
             f.attach_neighbours(resolver.handle());
         }
         self.neigh = Some(Arc::clone(resolver.table()));
+        // Each worker's raw sockets (ports without sockets), opened here so a refusal stops
+        // the start.
+        let mut raws = (0..n)
+            .map(|_| self.registry.raw_senders())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(EngineError::Isolation)?
+            .into_iter();
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |w| {
             let link = links.as_mut().and_then(|l| l.sender(w, self.cfg.batch));
+            let raw = raws.next().unwrap_or_default();
             let socks: Vec<WorkerXsk> = per_worker
                 .next()
                 .unwrap_or_default()
@@ -997,7 +1068,7 @@ impl Engine for AfxdpEngine {
                 Ok(XskPath {
                     ctx,
                     socks,
-                    local: EgressSockets::new(),
+                    local: EgressSockets::with_raw(raw),
                     txb: SliceBatch::new(batch),
                     frames: Vec::with_capacity(RX_BATCH),
                     neigh,
@@ -1025,6 +1096,12 @@ impl Drop for AfxdpEngine {
             // when their last fd (ours, the workers' sockets) is closed.
             if i.link.take().is_some() {
                 tracing::info!(interface = %i.name, "{PROG_NAME} detached");
+            }
+        }
+        if let Some(t) = self.nft.take() {
+            let name = t.table_name().to_owned();
+            if let Err(e) = t.remove() {
+                tracing::error!("could not remove nft table inet {name}: {e}; remove it with `nft delete table inet {name}`");
             }
         }
     }
@@ -1308,7 +1385,7 @@ fn forward_batch<'p>(
         match &mut out {
             Out::Sockets(scope) => {
                 if scope.is_full() {
-                    let o = scope.send(fd, dest);
+                    let o = fd.send(scope, dest);
                     account(&mut r.tally, &o, r.route.as_deref());
                 }
                 scope.push(d.payload);
@@ -1334,7 +1411,7 @@ fn xdp_send(
     channel: Channel,
     route: &StreamRoute,
     payload: &[u8],
-    fd: BorrowedFd<'_>,
+    fd: TxVia<'_>,
     now: u64,
     t: &mut Tally,
 ) {
@@ -1349,17 +1426,12 @@ fn xdp_send(
     };
     let (Some(mac), Some(mut f)) = (mac, frame) else {
         // Through the kernel: it resolves the neighbour (or the TX frames ran out).
-        match nix::sys::socket::sendto(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            payload,
-            &nix::sys::socket::SockaddrIn::from(route.dest),
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        ) {
+        match fd.send_one(payload, route.dest) {
             Ok(n) => {
                 t.tx_packets += 1;
                 t.tx_bytes += n as u64;
             }
-            Err(nix::errno::Errno::EAGAIN) => t.drop(DropReason::QueueFull),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.drop(DropReason::QueueFull),
             Err(_) => t.drop(DropReason::SendError),
         }
         return;
@@ -1386,7 +1458,7 @@ fn finish_run(mut r: Run<'_>, out: &mut Out<'_, '_, '_>, now: u64, chan: &mut [T
     if let (Some(dest), Some(fd), Out::Sockets(scope)) =
         (r.route.as_ref().map(|r| r.dest), r.egress, &mut *out)
     {
-        let o = scope.send(fd, dest);
+        let o = fd.send(scope, dest);
         account(&mut r.tally, &o, r.route.as_deref());
     }
     if let Out::Sockets(scope) = out {
@@ -1412,8 +1484,8 @@ mod tests {
                 7,
                 8,
                 &[
-                    (Ipv4Addr::new(10, 0, 0, 1), 1),
-                    (Ipv4Addr::new(10, 0, 0, 200), 2),
+                    (Ipv4Addr::new(10, 0, 0, 1), 1, 20000, 20999),
+                    (Ipv4Addr::new(10, 0, 0, 200), 2, 30000, 30999),
                 ],
                 with_fast,
             );

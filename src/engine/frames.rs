@@ -4,13 +4,11 @@
 //! [`crate::channel::inspect`], and the accounting of what a send did. Each engine keeps only
 //! what differs: where frames come from and how a run's packets leave.
 
-use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
-use super::ports::PortKey;
+use super::ports::{EgressSockets, TxVia};
 use super::sys::mmsg::SendOutcome;
 use crate::channel::{inspect, Admitted};
 use crate::clock::now_ms;
@@ -61,7 +59,7 @@ pub struct Run<'l> {
     pub channel: Channel,
     pub port: u16,
     pub route: Option<Arc<StreamRoute>>,
-    pub egress: Option<BorrowedFd<'l>>,
+    pub egress: Option<TxVia<'l>>,
     pub tally: Tally,
     /// When the run's packets arrived ([`crate::clock::now_ms`]).
     pub now: u64,
@@ -77,10 +75,10 @@ impl<'l> Run<'l> {
     }
 
     /// Starts a run: one table lookup (the read guard lives only for this statement) and the
-    /// egress socket of its route from the worker's own map.
+    /// way out of its route (the egress port's socket, or the worker's raw socket).
     pub fn start(
         routes: &Routes,
-        local: &'l HashMap<PortKey, Arc<UdpSocket>>,
+        local: &'l EgressSockets,
         channel: Channel,
         port: u16,
         now: u64,
@@ -89,11 +87,9 @@ impl<'l> Run<'l> {
             .table(channel)
             .get(&port)
             .map(|r| Arc::clone(r.value()));
-        let egress = route.as_ref().and_then(|r| {
-            local
-                .get(&(channel.egress(), r.egress_port))
-                .map(|s| s.as_fd())
-        });
+        let egress = route
+            .as_ref()
+            .and_then(|r| local.egress(channel.egress(), r.egress_port));
         Run {
             channel,
             port,
@@ -114,7 +110,7 @@ impl<'l> Run<'l> {
         checksums_ok: bool,
         truncated: bool,
         max_payload: usize,
-    ) -> Option<(SocketAddrV4, BorrowedFd<'l>)> {
+    ) -> Option<(SocketAddrV4, TxVia<'l>)> {
         self.tally.rx_packets += 1;
         self.tally.rx_bytes += d.payload.len() as u64;
         let Some(route) = &self.route else {

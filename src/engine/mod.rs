@@ -6,8 +6,8 @@
 //! | mode    | engine      | status in this build |
 //! |---------|-------------|----------------------|
 //! | `stack` | `stack`     | kernel UDP sockets, `recvmmsg`/`sendmmsg`, one worker per queue |
-//! | `tnapi` | `afpacket`   | AF_PACKET TPACKET_V3 ring per RX queue (fanout QM), egress through UDP sockets with `sendmmsg` |
-//! | `tnapi` | `pfring`     | PF_RING ring per RX queue (`dev@q`), where built with `--features pfring` and `pf_ring.ko` is loaded; egress as `afpacket` |
+//! | `tnapi` | `afpacket`   | AF_PACKET ring per RX queue (fanout QM), egress by packet socket with frames built by vgate, else through a raw socket per worker ([`ports`]) |
+//! | `tnapi` | `pfring`     | PF_RING ring per RX queue (`dev@q`), where built with `--features pfring` and `pf_ring.ko` is loaded; egress through a UDP socket per gateway port |
 //! | `zc`    | `afxdp`     | AF_XDP socket per RX queue behind an XDP program that redirects routed media only; zero-copy where the driver allows, copy mode otherwise |
 //! | `zc`    | `pfring-zc` | PF_RING ZC `zc:dev@q` per RX queue, where built with `--features pfring` (ntop's licence; libpfring.so loaded at run time) |
 //! | `xdp`   | `xdp`       | the `afxdp` engine plus an in-kernel fast path: confirmed streams are rewritten and redirected by the XDP program itself (see [`xdp`]) |
@@ -139,6 +139,36 @@ pub fn bound_registry(cfg: &Config) -> Result<ports::PortRegistry, EngineError> 
             cfg.domains[1].interface.clone(),
         ])
         .map_err(EngineError::Isolation)
+}
+
+/// The port registry of a ring engine (`tnapi`, `zc`, `xdp`) for `cfg`: no socket per port
+/// ([`ports::PortHold::Reserved`]) unless `sockets` (a `sockets` transmit variant) or a
+/// split half (its incoming link worker sends on the port sockets) needs them. Says once
+/// when the media ranges are not kept from the kernel's ephemeral ports.
+pub fn ring_registry(cfg: &Config, sockets: bool) -> Result<ports::PortRegistry, EngineError> {
+    bound_registry(cfg)?
+        .holding(ring_hold(cfg, sockets))
+        .map_err(EngineError::Isolation)
+}
+
+/// How a ring engine holds ports (see [`ring_registry`]).
+pub fn ring_hold(cfg: &Config, sockets: bool) -> ports::PortHold {
+    let hold = if sockets || cfg.split.is_some() {
+        ports::PortHold::Sockets
+    } else {
+        ports::PortHold::Reserved
+    };
+    if hold == ports::PortHold::Reserved {
+        let ranges: Vec<(u16, u16)> = cfg
+            .domains
+            .iter()
+            .map(|d| (d.media_ports.first, d.media_ports.last))
+            .collect();
+        if let Some(advice) = ports::reserved_ports_advice(&ranges) {
+            tracing::warn!("{advice}");
+        }
+    }
+    hold
 }
 
 /// A running worker thread.

@@ -484,7 +484,7 @@ fn forward(
             continue;
         };
         if scope.is_full() {
-            let out = scope.send(fd, dest);
+            let out = fd.send(&mut scope, dest);
             account(&mut run.tally, &out, run.route.as_deref());
         }
         scope.push(d.payload);
@@ -497,7 +497,7 @@ fn forward(
 /// Sends what a run queued, then closes the run (its figures to its route and channel).
 fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, now: u64, chan: &mut [Tally; 2]) {
     if let (Some(dest), Some(fd)) = (r.route.as_ref().map(|r| r.dest), r.egress) {
-        let out = scope.send(fd, dest);
+        let out = fd.send(scope, dest);
         account(&mut r.tally, &out, r.route.as_deref());
     }
     scope.clear();

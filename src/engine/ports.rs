@@ -1,14 +1,35 @@
-//! Gateway-port UDP sockets, shared by the engines.
+//! Gateway ports: how the engines hold them and send from them.
 //!
-//! Owns: one UDP socket per gateway port in use, bound to the gateway's address in that
-//! domain, and the command queues that tell the workers about them. Must not touch: the
-//! route tables (it is what the tables call, through [`PortHooks`]) or packet contents.
+//! Owns: the gateway ports in use and, where the engine needs them, one UDP socket per port
+//! bound to the gateway's address in that domain; the raw sockets that send from a port
+//! without holding it ([`RawUdp`]); the command queues that tell the workers about sockets.
+//! Must not touch: the route tables (it is what the tables call, through [`PortHooks`]) or
+//! packet contents.
 //!
-//! Every port a session holds gets a socket, whether the port receives media (ingress) or
-//! sends it (egress: receivers see a stable source, the far-side gateway address and the
-//! route's egress port). The `stack` engine also reads the sockets; the ring engines
-//! (`tnapi`) capture ingress media from their rings and only send on the sockets — the
-//! socket then just holds the port, so no other program can take it.
+//! # Two ways to hold a port ([`PortHold`])
+//!
+//! - [`PortHold::Sockets`]: every port a session holds gets a socket, whether the port
+//!   receives media (ingress) or sends it (egress: receivers see a stable source, the
+//!   far-side gateway address and the route's egress port). The `stack` engine reads these
+//!   sockets; a split half's incoming link worker and the `sockets` transmit variants of
+//!   the ring engines (`VGATE_TNAPI_TX=sockets`, `VGATE_AFXDP_TX=sockets`) send on them.
+//! - [`PortHold::Reserved`] (the ring modes `tnapi`, `zc`, `xdp` by default): no socket per
+//!   port. Those engines capture ingress media from their rings and build what they send;
+//!   the per-port socket was only a fallback transmit path and a claim on the port number.
+//!   The fallback goes through one raw IPv4 socket per worker and egress domain instead
+//!   ([`RawUdp`]: vgate writes the UDP header with the route's ports, the kernel adds the
+//!   IPv4 header, routes, resolves the next hop and fragments — what the UDP socket did),
+//!   and stream legs send through one shared raw socket per domain ([`PortTx::Raw`]). The
+//!   port number is safe without a socket because (1) media arriving for the range never
+//!   reaches the kernel's UDP layer: tnapi's nft table drops it before routing, zc/xdp's XDP
+//!   program hands every datagram for the range to a worker (a port without a route is
+//!   counted `no_route` there), so no ICMP port unreachable goes out and no other socket
+//!   gets it; (2) the kernel must not give the range's ports to other programs' ephemeral
+//!   sockets — `net.ipv4.ip_local_reserved_ports` covers the media ranges (checked at start,
+//!   [`reserved_ports_advice`]; docs/operations.md). A program that binds a port of the
+//!   range explicitly is a configuration error that a socket per port would have caught
+//!   and this does not. 10 000 routes then cost no file descriptors beyond the engine's
+//!   own (docs/bench-relay.md).
 //!
 //! Sockets are opened and closed on the control side and announced to the workers through a
 //! per-worker command queue plus an eventfd wake-up, so workers never take a lock.
@@ -16,13 +37,14 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_channel::{Receiver, Sender};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{setsockopt, sockopt};
 
+use super::sys::mmsg::{raw_udp_socket, send_raw_udp_one, SendOutcome, SliceScope};
 use crate::config::DomainId;
 use crate::routes::PortHooks;
 
@@ -63,12 +85,153 @@ struct State {
     readers: usize,
 }
 
+/// How gateway ports are held (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortHold {
+    /// One UDP socket per port in use.
+    Sockets,
+    /// No socket per port; sending goes through raw sockets ([`RawUdp`]).
+    Reserved,
+}
+
+/// A raw IPv4 socket that sends UDP datagrams from the gateway's address in one domain, from
+/// any of its ports, out of that domain's interface (`SO_BINDTODEVICE`, as the port sockets
+/// are tied). It never receives (see [`raw_udp_socket`]).
+pub struct RawUdp {
+    fd: OwnedFd,
+    addr: Ipv4Addr,
+}
+
+impl RawUdp {
+    /// A raw socket sending from `addr`, tied to `interface` when given.
+    pub fn open(addr: Ipv4Addr, interface: Option<&str>, domain: DomainId) -> io::Result<RawUdp> {
+        let fd = raw_udp_socket(addr).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot open the raw socket that sends domain {domain}'s media from {addr}: {e}; vgate needs CAP_NET_RAW"),
+            )
+        })?;
+        if let Some(ifname) = interface {
+            bind_to_device(&fd, ifname, domain)?;
+        }
+        Ok(RawUdp { fd, addr })
+    }
+
+    /// Where a datagram from gateway port `port` leaves.
+    pub fn from_port(&self, port: u16) -> TxVia<'_> {
+        TxVia::Raw(self.fd.as_fd(), SocketAddrV4::new(self.addr, port))
+    }
+}
+
+/// How a stream leg ([`crate::edge::Injector`]) sends from a gateway port.
+#[derive(Clone)]
+pub enum PortTx {
+    /// The port's own socket.
+    Socket(Arc<UdpSocket>),
+    /// A raw socket shared by the domain's legs, and the port to send from.
+    Raw(Arc<RawUdp>, u16),
+}
+
+impl PortTx {
+    /// Where the datagrams leave.
+    pub fn egress(&self) -> TxVia<'_> {
+        match self {
+            PortTx::Socket(s) => TxVia::Port(s.as_fd()),
+            PortTx::Raw(r, port) => r.from_port(*port),
+        }
+    }
+}
+
+/// The way a route's datagrams leave a worker: the egress port's socket, or a raw socket
+/// and the source (gateway address and egress port) to write in the UDP header.
+#[derive(Clone, Copy, Debug)]
+pub enum TxVia<'l> {
+    Port(BorrowedFd<'l>),
+    Raw(BorrowedFd<'l>, SocketAddrV4),
+}
+
+impl TxVia<'_> {
+    /// Sends what `scope` holds to `dest` and empties it.
+    #[inline]
+    pub fn send(self, scope: &mut SliceScope<'_, '_>, dest: SocketAddrV4) -> SendOutcome {
+        match self {
+            TxVia::Port(fd) => scope.send(fd, dest),
+            TxVia::Raw(fd, src) => scope.send_raw_udp(fd, src, dest),
+        }
+    }
+
+    /// Sends one datagram to `dest` without waiting; the payload bytes sent.
+    pub fn send_one(self, payload: &[u8], dest: SocketAddrV4) -> io::Result<usize> {
+        match self {
+            TxVia::Port(fd) => Ok(nix::sys::socket::sendto(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                payload,
+                &nix::sys::socket::SockaddrIn::from(dest),
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            )?),
+            TxVia::Raw(fd, src) => send_raw_udp_one(fd, src, dest, payload),
+        }
+    }
+}
+
+/// The gateway's sending side as a worker knows it: the port sockets it was told of (by
+/// port), and, where ports hold no socket, its own raw socket per egress domain.
+#[derive(Default)]
+pub struct EgressSockets {
+    ports: HashMap<PortKey, Arc<UdpSocket>>,
+    raw: [Option<RawUdp>; 2],
+}
+
+impl EgressSockets {
+    pub fn new() -> EgressSockets {
+        EgressSockets::default()
+    }
+
+    /// With the worker's raw sockets (from [`PortRegistry::raw_senders`]).
+    pub fn with_raw(raw: [Option<RawUdp>; 2]) -> EgressSockets {
+        EgressSockets {
+            ports: HashMap::new(),
+            raw,
+        }
+    }
+
+    /// Applies a port command.
+    pub fn apply(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Add { key, sock, .. } => {
+                self.ports.insert(key, sock);
+            }
+            Cmd::Remove { key } => {
+                self.ports.remove(&key);
+            }
+        }
+    }
+
+    /// The socket of port `key`, when ports hold sockets.
+    pub fn get(&self, key: &PortKey) -> Option<&Arc<UdpSocket>> {
+        self.ports.get(key)
+    }
+
+    /// How a datagram from gateway port `port` of `domain` leaves: its socket, else the raw
+    /// socket of `domain`; `None` when neither exists (a port being closed).
+    #[inline]
+    pub fn egress(&self, domain: DomainId, port: u16) -> Option<TxVia<'_>> {
+        match self.ports.get(&(domain, port)) {
+            Some(s) => Some(TxVia::Port(s.as_fd())),
+            None => self.raw[domain.index()].as_ref().map(|r| r.from_port(port)),
+        }
+    }
+}
+
 /// Sockets by port, and the workers to tell about them. Control side only.
 pub struct PortRegistry {
     addrs: [Ipv4Addr; 2],
     /// Interface of each domain: a port's socket is tied to it (`SO_BINDTODEVICE`), so the
     /// gateway's address in one domain takes no datagram arriving from the other.
     interfaces: [Option<String>; 2],
+    hold: PortHold,
+    /// [`PortHold::Reserved`]: the raw socket per domain the stream legs send through.
+    leg_raw: [Option<Arc<RawUdp>>; 2],
     state: Mutex<State>,
 }
 
@@ -78,8 +241,48 @@ impl PortRegistry {
         PortRegistry {
             addrs,
             interfaces: [None, None],
+            hold: PortHold::Sockets,
+            leg_raw: [None, None],
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Holds ports as `hold` says; [`PortHold::Reserved`] opens the stream legs' raw socket
+    /// per domain now (tied to the interfaces given so far: call after
+    /// [`PortRegistry::on_interfaces`]), so a missing CAP_NET_RAW is a start-up error.
+    pub fn holding(mut self, hold: PortHold) -> io::Result<PortRegistry> {
+        self.hold = hold;
+        if hold == PortHold::Reserved {
+            let a = self.open_raw(DomainId::A)?;
+            let b = self.open_raw(DomainId::B)?;
+            self.leg_raw = [Some(Arc::new(a)), Some(Arc::new(b))];
+        }
+        Ok(self)
+    }
+
+    /// How ports are held.
+    pub fn hold(&self) -> PortHold {
+        self.hold
+    }
+
+    fn open_raw(&self, d: DomainId) -> io::Result<RawUdp> {
+        RawUdp::open(
+            self.addrs[d.index()],
+            self.interfaces[d.index()].as_deref(),
+            d,
+        )
+    }
+
+    /// A worker's own raw socket per egress domain when ports hold no socket (all `None`
+    /// with [`PortHold::Sockets`]).
+    pub fn raw_senders(&self) -> io::Result<[Option<RawUdp>; 2]> {
+        if self.hold == PortHold::Sockets {
+            return Ok([None, None]);
+        }
+        Ok([
+            Some(self.open_raw(DomainId::A)?),
+            Some(self.open_raw(DomainId::B)?),
+        ])
     }
 
     /// Ties every port's socket to its domain's interface (indexed by [`DomainId::index`]).
@@ -156,6 +359,10 @@ impl PortRegistry {
 
 impl PortHooks for PortRegistry {
     fn open_port(&self, domain: DomainId, port: u16) -> io::Result<()> {
+        if self.hold == PortHold::Reserved {
+            // Nothing to open: see the module doc.
+            return Ok(());
+        }
         let sock = UdpSocket::bind(SocketAddrV4::new(self.addrs[domain.index()], port))?;
         if let Some(ifname) = &self.interfaces[domain.index()] {
             // Refused, the port is not opened (the session gets no port rather than one
@@ -182,11 +389,22 @@ impl PortHooks for PortRegistry {
         Ok(())
     }
 
-    fn port_socket(&self, domain: DomainId, port: u16) -> Option<Arc<UdpSocket>> {
-        self.lock().sockets.get(&(domain, port)).cloned()
+    fn port_tx(&self, domain: DomainId, port: u16) -> Option<PortTx> {
+        match &self.leg_raw[domain.index()] {
+            Some(raw) => Some(PortTx::Raw(Arc::clone(raw), port)),
+            None => self
+                .lock()
+                .sockets
+                .get(&(domain, port))
+                .cloned()
+                .map(PortTx::Socket),
+        }
     }
 
     fn close_port(&self, domain: DomainId, port: u16) {
+        if self.hold == PortHold::Reserved {
+            return;
+        }
         let key = (domain, port);
         let sock = {
             let mut st = self.lock();
@@ -198,6 +416,51 @@ impl PortHooks for PortRegistry {
             wait_released(&sock, port);
         }
     }
+}
+
+/// Whether the kernel may hand ports of `ranges` (inclusive) to other programs' ephemeral
+/// sockets in this network namespace: `Some(advice)` naming the ports of a range that lie
+/// inside `net.ipv4.ip_local_port_range` and are not in `net.ipv4.ip_local_reserved_ports`,
+/// with the command that reserves them; `None` when every port is safe (or the files cannot
+/// be read). With [`PortHold::Reserved`] nothing else stops the kernel from giving such a
+/// port to another program's `connect()` or `bind(0)`.
+pub fn reserved_ports_advice(ranges: &[(u16, u16)]) -> Option<String> {
+    let eph = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let reserved = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").ok()?;
+    advice_for(ranges, &eph, &reserved)
+}
+
+fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String> {
+    let mut it = eph.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
+    let (lo, hi) = (it.next()?, it.next()?);
+    let held: Vec<(u16, u16)> = reserved
+        .trim()
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| match p.split_once('-') {
+            Some((a, b)) => Some((a.trim().parse().ok()?, b.trim().parse().ok()?)),
+            None => p.trim().parse().ok().map(|a| (a, a)),
+        })
+        .collect();
+    let exposed = |port: u16| {
+        (lo..=hi).contains(&port) && !held.iter().any(|(a, b)| (*a..=*b).contains(&port))
+    };
+    let bad: Vec<(u16, u16)> = ranges
+        .iter()
+        .filter(|(a, b)| (*a..=*b).any(exposed))
+        .copied()
+        .collect();
+    if bad.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+    let mut want: Vec<String> = held.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+    want.extend(list.iter().cloned());
+    Some(format!(
+        "media port range(s) {} overlap the kernel's ephemeral ports {lo}-{hi} and are not in net.ipv4.ip_local_reserved_ports: another program's connect() or bind(0) may get one of them and send from the gateway's port. Reserve them in this network namespace: sysctl -w net.ipv4.ip_local_reserved_ports={} (and in /etc/sysctl.d, see docs/operations.md)",
+        bad.iter().map(|(a, b)| format!("{a}-{b}")).collect::<Vec<_>>().join(","),
+        want.join(",")
+    ))
 }
 
 /// Ties `sock` to `interface` (`SO_BINDTODEVICE`); the error names the interface, the
@@ -234,6 +497,77 @@ fn wait_released(sock: &Arc<UdpSocket>, port: u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reserved_ports_advice_names_the_exposed_ranges() {
+        let eph = "32768\t60999\n";
+        assert_eq!(advice_for(&[(20000, 20999)], eph, "\n"), None, "below");
+        let a = advice_for(&[(40000, 40999), (20000, 20099)], eph, "\n").expect("exposed");
+        assert!(a.contains("40000-40999 overlap"), "{a}");
+        assert!(
+            a.contains("ip_local_reserved_ports=40000-40999,20000-20099"),
+            "{a}"
+        );
+        assert_eq!(
+            advice_for(&[(40000, 40999)], eph, "5060,39000-41000\n"),
+            None,
+            "reserved"
+        );
+        let partly = advice_for(&[(40000, 40999)], eph, "40000-40500\n").expect("partly");
+        assert!(
+            partly.contains("ip_local_reserved_ports=40000-40500,40000-40999"),
+            "{partly}"
+        );
+    }
+
+    #[test]
+    fn reserved_registry_opens_no_socket_per_port() {
+        let reg = PortRegistry::new([Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)]);
+        // Raw sockets need CAP_NET_RAW: without it this part cannot run.
+        let Ok(reg) = reg.holding(PortHold::Reserved) else {
+            eprintln!("reserved_registry_opens_no_socket_per_port: no CAP_NET_RAW, skipped");
+            return;
+        };
+        let links = reg.attach_workers(1).unwrap();
+        reg.open_port(DomainId::A, 20000).unwrap();
+        assert!(links[0].cmds.try_recv().is_err(), "no socket announced");
+        assert!(matches!(
+            reg.port_tx(DomainId::A, 20000),
+            Some(PortTx::Raw(_, 20000))
+        ));
+        // The port stays free for the kernel: binding it here works.
+        let other = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let sink = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        sink.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let dest = match sink.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        drop(other);
+        let raw = reg.raw_senders().unwrap();
+        let local = EgressSockets::with_raw(raw);
+        let eg = local.egress(DomainId::A, 20000).unwrap();
+        assert_eq!(eg.send_one(b"hello", dest).unwrap(), 5);
+        let mut batch = super::super::sys::mmsg::SliceBatch::new(4);
+        let mut scope = batch.scope();
+        let data = [b"one".as_slice(), b"two-two", &[7u8; 1400]];
+        for d in data {
+            assert!(scope.push(d));
+        }
+        let out = eg.send(&mut scope, dest);
+        assert_eq!((out.sent, out.sent_bytes), (3, 3 + 7 + 1400), "{out:?}");
+        let mut buf = [0u8; 2048];
+        for want in [b"hello".as_slice(), b"one", b"two-two", &[7u8; 1400]] {
+            let (n, from) = sink.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], want);
+            assert_eq!(
+                from,
+                "127.0.0.1:20000".parse::<std::net::SocketAddr>().unwrap()
+            );
+        }
+        reg.close_port(DomainId::A, 20000);
+    }
 
     #[test]
     fn pairs_share_a_worker_and_workers_hear_of_ports() {

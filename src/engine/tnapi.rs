@@ -54,10 +54,13 @@
 //!   frames skip the gateway's netfilter OUTPUT/POSTROUTING hooks and taps
 //!   (`tcpdump` on the gateway does not see them; on the receiving side it does). A
 //!   destination whose neighbour is not resolved yet, a payload larger than the egress
-//!   MTU allows, and an interface without an Ethernet address (loopback) go the
-//!   `sockets` way (the kernel resolves, fragments, routes).
-//! - `sockets`: the route's gateway-port UDP socket, one `sendmmsg` per run of packets for
-//!   one route.
+//!   MTU allows, and an interface without an Ethernet address (loopback) go through the
+//!   worker's raw socket of the egress domain ([`super::ports::RawUdp`]: vgate writes the
+//!   UDP header with the route's ports, the kernel adds the IPv4 header, routes, resolves
+//!   the neighbour and fragments), one `sendmmsg` per run of packets for one route. The
+//!   engine holds no socket per gateway port ([`super::ports::PortHold::Reserved`]).
+//! - `sockets`: the route's gateway-port UDP socket (the registry then holds one per port),
+//!   one `sendmmsg` per run of packets for one route.
 //!
 //! Counters: one [`Tally`] per route run (added to the route once, after the round's frames
 //! were sent, with each frame counted as sent or dropped by what `sendmmsg` said of it) and
@@ -350,7 +353,10 @@ impl AfpacketEngine {
         let tx_ifaces = [tx_iface(0), tx_iface(1)];
         Ok(AfpacketEngine {
             cfg: cfg.engine.clone(),
-            registry: Arc::new(super::bound_registry(cfg)?),
+            registry: Arc::new(super::ring_registry(
+                cfg,
+                TxPath::from_env() == TxPath::Sockets,
+            )?),
             ifaces,
             rings,
             targets,
@@ -373,7 +379,15 @@ impl AfpacketEngine {
             .flatten()
             .map(|t| t.name.as_str())
             .collect();
-        let sockets = format!("UDP sockets, sendmmsg batch {}", self.cfg.batch);
+        let sockets = match self.registry.hold() {
+            super::ports::PortHold::Sockets => {
+                format!("UDP sockets, sendmmsg batch {}", self.cfg.batch)
+            }
+            super::ports::PortHold::Reserved => format!(
+                "a raw IPv4 socket per worker and egress domain (no socket per port), sendmmsg batch {}",
+                self.cfg.batch
+            ),
+        };
         if by_packet.is_empty() {
             sockets
         } else {
@@ -517,8 +531,16 @@ impl Engine for AfpacketEngine {
             None
         };
         self.neigh = resolver.as_ref().map(|r| Arc::clone(r.table()));
+        // Each worker's raw sockets (ports without sockets), opened here so a refusal stops
+        // the start.
+        let mut raws = (0..n)
+            .map(|_| self.registry.raw_senders())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(EngineError::Isolation)?
+            .into_iter();
         let workers = start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |q| {
             let rings = per_queue.next().unwrap_or_default();
+            let raw = raws.next().unwrap_or_default();
             let link = links.as_mut().and_then(|l| l.sender(q, batch));
             let tx_ifaces = tx_ifaces.clone();
             let neigh = resolver.as_ref().map(NeighResolver::handle);
@@ -536,7 +558,7 @@ impl Engine for AfpacketEngine {
                 Ok(RingPath {
                     budget,
                     rings,
-                    local: EgressSockets::new(),
+                    local: EgressSockets::with_raw(raw),
                     tx: SliceBatch::new(batch),
                     ptx,
                     neigh,
@@ -820,7 +842,7 @@ impl Round<'_> {
                 }
                 // Through the kernel: it resolves the neighbour (and fragments).
                 if scope.is_full() {
-                    let out = scope.send(fd, dest);
+                    let out = fd.send(&mut scope, dest);
                     account(&mut r.tally, &out, r.route.as_deref());
                 }
                 scope.push(d.payload);
@@ -843,7 +865,7 @@ impl Round<'_> {
 /// sent.
 fn finish_run(mut r: Run<'_>, scope: &mut SliceScope<'_, '_>, pending: &mut Vec<Parked>) {
     if let (Some(dest), Some(fd)) = (r.route.as_ref().map(|r| r.dest), r.egress) {
-        let out = scope.send(fd, dest);
+        let out = fd.send(scope, dest);
         account(&mut r.tally, &out, r.route.as_deref());
     }
     scope.clear();

@@ -24,16 +24,14 @@
 //! datapath may ask to keep polling for a few microseconds after work before it sleeps
 //! ([`Datapath::spin_us`]): the rest of a burst is then taken without another wake-up.
 
-use std::collections::HashMap;
 use std::io;
-use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
-use super::ports::{Cmd, PortKey, PortRegistry, WorkerLink};
+use super::ports::{Cmd, PortRegistry, WorkerLink};
 use super::sys::thread_cpu_ns;
 use super::{pin_worker, EngineError, ExitFlag, Worker};
 use crate::channel::WorkerStats;
@@ -131,19 +129,11 @@ pub trait Datapath {
     }
 }
 
-/// The gateway's media sockets as a ring engine's worker knows them: by port, for sending.
-pub type EgressSockets = HashMap<PortKey, Arc<UdpSocket>>;
+pub use super::ports::EgressSockets;
 
 /// Applies a port command to a ring engine's egress sockets.
 pub fn apply_egress(local: &mut EgressSockets, cmd: Cmd) {
-    match cmd {
-        Cmd::Add { key, sock, .. } => {
-            local.insert(key, sock);
-        }
-        Cmd::Remove { key } => {
-            local.remove(&key);
-        }
-    }
+    local.apply(cmd);
 }
 
 /// Starts `n` workers on `cpus` (in order; workers past the list run unpinned), each told of

@@ -39,8 +39,8 @@
 //! the new source's packets take the slow path); not `rtp_only` routes (RTP parsing stays in user space);
 //! the egress interface faces only the egress domain; the next hop's MAC is known (from the
 //! engine's neighbour resolver thread, [`super::neigh`], as the AF_XDP TX path: never a
-//! netlink exchange on a worker; while unresolved the worker sends through the gateway-port
-//! socket, which makes the kernel resolve it, and the entry becomes active at a later poll);
+//! netlink exchange on a worker; while unresolved the worker sends through its raw socket
+//! ([`super::ports::RawUdp`]), which makes the kernel resolve it, and the entry becomes active at a later poll);
 //! a free counter slot (of [`SLOTS`]).
 //!
 //! The rewrite: destination MAC (next hop), source MAC (egress interface), IPv4 source (the

@@ -43,9 +43,10 @@ pub trait PortHooks: Send + Sync {
     fn route_added(&self, _route: &Arc<StreamRoute>) {}
     /// The route was removed from the table (its channel and port are free again).
     fn route_removed(&self, _route: &StreamRoute) {}
-    /// The socket bound on an open port, when the hooks bind one: stream legs
-    /// ([`crate::edge::Injector`]) send from it.
-    fn port_socket(&self, _domain: DomainId, _port: u16) -> Option<Arc<std::net::UdpSocket>> {
+    /// How to send from an open port, when the hooks can: its socket, or a raw socket and
+    /// the port number ([`crate::engine::ports`]). Stream legs ([`crate::edge::Injector`])
+    /// send this way.
+    fn port_tx(&self, _domain: DomainId, _port: u16) -> Option<crate::engine::ports::PortTx> {
         None
     }
 }
@@ -420,10 +421,10 @@ impl Routes {
         self.add_edge_route(session, spec, None)
     }
 
-    /// The socket bound on a gateway port, when the engine binds one (every engine on one
-    /// host does): what a stream leg sends its packets from.
-    pub fn port_socket(&self, domain: DomainId, port: u16) -> Option<Arc<std::net::UdpSocket>> {
-        self.hooks.port_socket(domain, port)
+    /// How to send from a gateway port (every engine on one host can): what a stream leg
+    /// sends its packets from.
+    pub fn port_tx(&self, domain: DomainId, port: u16) -> Option<crate::engine::ports::PortTx> {
+        self.hooks.port_tx(domain, port)
     }
 
     /// Installs a route whose receiver may be a stream leg (`edge`: its sink, see

@@ -51,7 +51,6 @@
 //! while vgate is stopped or restarting too. See `scripts/split-bed.sh` (`harden_link`) and
 //! the README's split section.
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -1123,7 +1122,7 @@ impl HalfLinks {
             peer_face: self.cfg.peer_face,
             peer: *self.cfg.in_link.peer.ip(),
             split: Arc::clone(&self.stats),
-            local: HashMap::new(),
+            local: EgressSockets::new(),
             batch,
             fec: self.cfg.in_link.fec,
             reorder_ms: self.cfg.in_link.reorder_ms,
@@ -1749,7 +1748,7 @@ mod tests {
             peer_face: cfg.peer_face,
             peer: Ipv4Addr::new(192, 0, 2, 1),
             split: Arc::clone(&stats),
-            local: HashMap::new(),
+            local: EgressSockets::new(),
             batch: 8,
             fec: cfg.in_link.fec,
             reorder_ms: 0,

@@ -9,7 +9,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::mem::{size_of, zeroed};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Room for the `SO_RXQ_OVFL` counter (and any other small control message).
@@ -429,6 +429,21 @@ fn pack(
 ///   each pointing to `iov_len` readable bytes, all valid for the whole call; its control
 ///   buffer, if any, is valid for `msg_controllen` bytes.
 unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcome {
+    // SAFETY: the caller's contract.
+    unsafe { send_all_framed(fd, hdrs, 0) }
+}
+
+/// [`send_all`] for messages whose datagrams each take two iovecs, a header of `hdr` bytes
+/// and the payload ([`SliceScope::send_raw_udp`]); `hdr` 0: one iovec per datagram. Counts
+/// are in datagrams and payload bytes either way.
+///
+/// # Safety
+/// - as for [`send_all`].
+unsafe fn send_all_framed(
+    fd: BorrowedFd<'_>,
+    hdrs: &mut [libc::mmsghdr],
+    hdr: usize,
+) -> SendOutcome {
     let k = hdrs.len();
     let mut out = SendOutcome::default();
     let mut off = 0;
@@ -451,7 +466,7 @@ unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcom
             // A message is sent whole or not at all.
             for h in &hdrs[off..off + n as usize] {
                 // SAFETY: the caller's contract: msg_iov holds msg_iovlen valid iovecs.
-                let (count, bytes) = unsafe { datagrams(&h.msg_hdr) };
+                let (count, bytes) = unsafe { datagrams(&h.msg_hdr, hdr) };
                 out.sent += count;
                 out.sent_bytes += bytes;
             }
@@ -460,7 +475,7 @@ unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcom
         }
         let e = io::Error::last_os_error();
         // SAFETY: as above, for the message the error is about.
-        let (count, _) = unsafe { datagrams(&hdrs[off].msg_hdr) };
+        let (count, _) = unsafe { datagrams(&hdrs[off].msg_hdr, hdr) };
         match e.raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EAGAIN) if !waited => {
@@ -470,7 +485,7 @@ unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcom
             Some(libc::EAGAIN) => {
                 for h in &hdrs[off..] {
                     // SAFETY: as above.
-                    out.queue_full += unsafe { datagrams(&h.msg_hdr) }.0;
+                    out.queue_full += unsafe { datagrams(&h.msg_hdr, hdr) }.0;
                 }
                 break;
             }
@@ -499,14 +514,21 @@ unsafe fn send_all(fd: BorrowedFd<'_>, hdrs: &mut [libc::mmsghdr]) -> SendOutcom
     out
 }
 
-/// The datagrams a message carries and their bytes.
+/// The datagrams a message carries and their payload bytes (each datagram one iovec, or,
+/// with `hdr` > 0, a header iovec of `hdr` bytes and a payload iovec).
 ///
 /// # Safety
 /// - `h.msg_iov` points to `h.msg_iovlen` valid iovecs.
-unsafe fn datagrams(h: &libc::msghdr) -> (usize, usize) {
+unsafe fn datagrams(h: &libc::msghdr, hdr: usize) -> (usize, usize) {
     // SAFETY: the caller's contract.
     let iov = unsafe { std::slice::from_raw_parts(h.msg_iov, h.msg_iovlen) };
-    (iov.len(), iov.iter().map(|v| v.iov_len).sum())
+    let bytes: usize = iov.iter().map(|v| v.iov_len).sum();
+    if hdr == 0 {
+        (iov.len(), bytes)
+    } else {
+        let n = iov.len() / 2;
+        (n, bytes.saturating_sub(n * hdr))
+    }
 }
 
 /// Sends each datagram of GSO message `h` as its own message (after the kernel refused GSO).
@@ -549,6 +571,10 @@ pub struct SliceBatch {
     hdrs: Box<[libc::mmsghdr]>,
     ctrl: Box<[SegCtrl]>,
     dest: Box<libc::sockaddr_in>,
+    /// [`SliceScope::send_raw_udp`]: each datagram's UDP header…
+    udp: Box<[[u8; 8]]>,
+    /// …and its two iovecs (header, payload).
+    riov: Box<[[libc::iovec; 2]]>,
 }
 
 // SAFETY:
@@ -569,6 +595,9 @@ impl SliceBatch {
             hdrs: (0..batch).map(|_| unsafe { zeroed() }).collect(),
             ctrl: vec![[0u64; 4]; batch].into_boxed_slice(),
             dest: Box::new(sockaddr_v4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
+            udp: vec![[0u8; 8]; batch].into_boxed_slice(),
+            // SAFETY: as above.
+            riov: (0..batch).map(|_| unsafe { zeroed() }).collect(),
         }
     }
 
@@ -637,6 +666,168 @@ impl<'p> SliceScope<'_, 'p> {
         //   and the scope cannot outlive `'p`, so every buffer is live for the call.
         unsafe { send_all(fd, &mut b.hdrs[..m]) }
     }
+
+    /// Sends everything queued as UDP datagrams `src` → `dest` through a raw IPv4 socket of
+    /// protocol UDP ([`raw_udp_socket`]) and empties the scope: vgate writes each UDP header
+    /// (ports, length, checksum over the payload), the kernel adds the IPv4 header (source:
+    /// the address the socket is bound to), routes, resolves the next hop and fragments —
+    /// what a UDP socket bound to `src` would have sent, without holding the port.
+    pub fn send_raw_udp(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        src: SocketAddrV4,
+        dest: SocketAddrV4,
+    ) -> SendOutcome {
+        let k = std::mem::take(&mut self.len);
+        if k == 0 {
+            return SendOutcome::default();
+        }
+        let b = &mut *self.batch;
+        *b.dest = sockaddr_v4(dest);
+        for i in 0..k {
+            let v = b.iov[i];
+            // SAFETY:
+            // - iov[i] was written by `push` in this scope from a `&'p [u8]`, and the scope
+            //   cannot outlive `'p`: the bytes are live and not written to.
+            let payload = unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) };
+            b.udp[i] = crate::wire::udp_header(src, dest, payload);
+            b.riov[i] = [
+                libc::iovec {
+                    iov_base: b.udp[i].as_mut_ptr().cast(),
+                    iov_len: 8,
+                },
+                v,
+            ];
+            let h = &mut b.hdrs[i].msg_hdr;
+            h.msg_iov = b.riov[i].as_mut_ptr();
+            h.msg_iovlen = 2;
+            h.msg_name = (&mut *b.dest as *mut libc::sockaddr_in).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+            b.hdrs[i].msg_len = 0;
+        }
+        // SAFETY:
+        // - hdrs[..k] name `b.dest` and their own two iovecs: `b.udp[i]` (owned by the batch,
+        //   not touched until the call returns) and a payload of this scope (live, see
+        //   above).
+        unsafe { send_all_framed(fd, &mut b.hdrs[..k], 8) }
+    }
+}
+
+/// Opens a raw IPv4 socket of protocol UDP for [`SliceScope::send_raw_udp`]: bound to `src`
+/// (the source address of everything it sends), non-blocking, with a 4 MiB send buffer
+/// (best effort). It never receives: the kernel would hand it a copy of every UDP datagram
+/// delivered locally to `src`, so a filter that drops everything is attached and the
+/// receive buffer is kept at its minimum. Needs CAP_NET_RAW.
+pub fn raw_udp_socket(src: Ipv4Addr) -> io::Result<OwnedFd> {
+    // SAFETY:
+    // - plain socket(2) call with constant arguments; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_UDP,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY:
+    // - `fd` was just returned by socket(2) and is owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // `ret #0`: accept no byte of any packet.
+    let mut drop_all = [libc::sock_filter {
+        code: 0x06,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }];
+    let prog = libc::sock_fprog {
+        len: 1,
+        filter: drop_all.as_mut_ptr(),
+    };
+    setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)?;
+    let rcvbuf: libc::c_int = 0; // the kernel raises it to its minimum
+    setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf)?;
+    let sndbuf: libc::c_int = 4 << 20;
+    let _ = setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf);
+    let sa = sockaddr_v4(SocketAddrV4::new(src, 0));
+    // SAFETY:
+    // - `sa` is a valid sockaddr_in on our stack and its size is passed with it.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Sends one UDP datagram `src` → `dest` through a raw socket of [`raw_udp_socket`] (the
+/// one-off form of [`SliceScope::send_raw_udp`]); returns the payload bytes sent.
+pub fn send_raw_udp_one(
+    fd: BorrowedFd<'_>,
+    src: SocketAddrV4,
+    dest: SocketAddrV4,
+    payload: &[u8],
+) -> io::Result<usize> {
+    let mut udp = crate::wire::udp_header(src, dest, payload);
+    let mut iov = [
+        libc::iovec {
+            iov_base: udp.as_mut_ptr().cast(),
+            iov_len: 8,
+        },
+        libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        },
+    ];
+    let mut sa = sockaddr_v4(dest);
+    // SAFETY:
+    // - msghdr is plain old data; all-zero is valid (no name, no iovecs, no control).
+    let mut h: libc::msghdr = unsafe { zeroed() };
+    h.msg_name = (&mut sa as *mut libc::sockaddr_in).cast();
+    h.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    h.msg_iov = iov.as_mut_ptr();
+    h.msg_iovlen = 2;
+    loop {
+        // SAFETY:
+        // - `h` names `sa` and the two iovecs on this stack frame (the header and the
+        //   borrowed payload), all live for the call; the kernel only reads them.
+        let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &h, libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok((n as usize).saturating_sub(8));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn setsockopt_raw<T>(fd: BorrowedFd<'_>, level: i32, name: i32, v: &T) -> io::Result<()> {
+    // SAFETY:
+    // - `v` is a live value of the type the option expects, its size passed with it; the
+    //   kernel copies it during the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Room for the headers a [`FrameBatch`] puts in front of each payload (a `virtio_net_hdr`,
