@@ -18,7 +18,13 @@
 #                     options: SO_RXQ_OVFL, egress sockets watched, SO_BINDTODEVICE),
 #                     stack-nogso (VGATE_UDP_GSO=off), tnapi-sockets, zc-sockets,
 #                     zc-spinN (zc's workers poll their rings N µs after work before
-#                     sleeping: VGATE_AFXDP_SPIN_US=N)
+#                     sleeping: VGATE_AFXDP_SPIN_US=N), zc-swcsum (zc sums UDP in
+#                     software: VGATE_AFXDP_TX_CSUM=software), zc-epoll (zc's workers sleep
+#                     in epoll_wait and kick TX with sendto: VGATE_AFXDP_WAIT=epoll; the
+#                     default sleeps in poll(2), which also kicks TX), zc-kickN
+#                     (zc kicks TX after N frames while busy: VGATE_AFXDP_KICK_AT=N; 1 is
+#                     the kick per RX batch of before), zc-before (all three as before
+#                     the zcperf branch: software checksum, kick per RX batch, epoll_wait)
 #   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
 #                     memory with 100 and 10 000 static routes, idle and after relaying) and
 #                     "activation" (route added through the admin API while its stream is
@@ -29,6 +35,12 @@
 #                     limit allows when it cannot be raised)
 #   --out FILE        the Markdown table (default: printed only); raw JSON lines go beside it
 #   --note TEXT       a sentence for the report (e.g. what else loaded the machine)
+#   --feed local|nic  how the generator's frames reach the gateway (default local: straight
+#                     from A's veth, as locally sent skbs: with an XDP program on the gateway's
+#                     veth, veth copies each one into a page-pool page first, which a NIC does
+#                     not). nic: through a bridge hop whose XDP_PASS program takes that copy
+#                     before the gateway, for every configuration alike, so the gateway gets
+#                     what a NIC driver hands up (scripts/bench/bed-lib.sh, nic_feed)
 #   --no-build        use target/release/vgate as it is
 #
 # Placement (2 cores): the gateway's work on CPU 1 (vgate's one worker, crelay; RPS steers the
@@ -51,6 +63,7 @@ CONFIGS="route kernel crelay stack tnapi zc xdp"
 OUT=""
 EXTRAS="memory activation"
 NOTE=""
+FEED=local
 BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -61,6 +74,7 @@ while [ $# -gt 0 ]; do
         --out) OUT="${2:?}"; shift 2 ;;
         --extras) EXTRAS="${2-}"; shift 2 ;;
         --note) NOTE="${2:?}"; shift 2 ;;
+        --feed) FEED="${2:?}"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-relay: unknown argument '$1'" >&2; exit 2 ;;
@@ -71,6 +85,7 @@ log() { echo "bench-relay: $*" >&2; }
 isnum() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
 isnum "$RUNS" 1 20 || die "--runs must be 1..20"
 isnum "$SECS" 1 60 || die "--seconds must be 1..60"
+case "$FEED" in local|nic) ;; *) die "--feed must be local or nic" ;; esac
 for n in $STREAMS; do isnum "$n" 1 5000 || die "--streams: '$n' is not 1..5000"; done
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nftables)"
 for t in ip nft cc taskset timeout python3; do command -v "$t" >/dev/null || die "$t not found"; done
@@ -99,7 +114,7 @@ cleanup() {
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     sleep 0.3
     for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    [ "$BED_UP" = 1 ] && { scripts/testbed.sh --name "$BED" down || true; }
+    [ "$BED_UP" = 1 ] && { scripts/testbed.sh --name "$BED" down || true; ! declare -F nic_feed_down >/dev/null || nic_feed_down; }
     [ -n "${BPF_STATS_WAS:-}" ] && echo "$BPF_STATS_WAS" > /proc/sys/kernel/bpf_stats_enabled
     rm -rf "$WORK"
     exit "$rc"
@@ -111,6 +126,8 @@ trap 'exit 130' INT TERM
 cp target/release/vgate "$WORK/vgate"
 cc -O2 -o "$WORK/crelay" scripts/bench/crelay.c
 cc -O2 -o "$WORK/blast" scripts/bench/blast.c
+XDPPASS=$WORK/xdppass
+[ "$FEED" = local ] || cc -O2 -o "$XDPPASS" scripts/bench/xdppass.c
 VGATE=$WORK/vgate
 
 BED_UP=1
@@ -120,6 +137,10 @@ scripts/testbed.sh --name "$BED" --queues 2 up > "$WORK/bed.env"
 ADMIN=127.0.0.1:9941
 # shellcheck disable=SC1091  # sourced from the repository (see scripts/bench/bed-lib.sh)
 . scripts/bench/bed-lib.sh
+if [ "$FEED" = nic ]; then
+    nic_feed || die "could not build the nic feed (bridge hop with an XDP_PASS program)"
+    NOTE="${NOTE:+$NOTE }Feed nic: the generator's frames cross a bridge hop with an XDP_PASS program (namespace ${BED}h) before the gateway, in every configuration, so the gateway's veth receives page-backed frames with 256 bytes of headroom as from a NIC (no copy before its XDP program); the hop's copy runs on the generator's core."
+fi
 if [[ " $CONFIGS " == *" xdp "* ]]; then
     xdp_bed || die "ethtool not found: apt-get install -y ethtool"
 fi
@@ -173,6 +194,10 @@ start_config() { # cfg n why -> sets TARGET TPORT
                 stack-nogso) mode=stack envs=(VGATE_UDP_GSO=off) ;;
                 zc-sockets) mode=zc envs=(VGATE_AFXDP_TX=sockets) ;;
                 zc-spin*) mode=zc envs=(VGATE_AFXDP_SPIN_US="${cfg#zc-spin}") ;;
+                zc-swcsum) mode=zc envs=(VGATE_AFXDP_TX_CSUM=software) ;;
+                zc-epoll) mode=zc envs=(VGATE_AFXDP_WAIT=epoll) ;;
+                zc-kick*) mode=zc envs=(VGATE_AFXDP_KICK_AT="${cfg#zc-kick}") ;;
+                zc-before) mode=zc envs=(VGATE_AFXDP_TX_CSUM=software VGATE_AFXDP_KICK_AT=1 VGATE_AFXDP_WAIT=epoll) ;;
                 tnapi-v2|tnapi-v3) mode=tnapi extra=$(printf '[engine.tnapi]\nring = "%s"' "${cfg#tnapi-}") ;;
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
@@ -411,7 +436,7 @@ fi
 
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 python3 scripts/bench/relay_report.py "$RAW" --hz "$(getconf CLK_TCK)" --seconds "$SECS" \
-    --command "scripts/bench-relay.sh --streams \"$STREAMS\" --runs $RUNS --seconds $SECS --configs \"$CONFIGS\"" \
+    --command "scripts/bench-relay.sh --streams \"$STREAMS\" --runs $RUNS --seconds $SECS --configs \"$CONFIGS\" --feed $FEED" \
     --load "$LOAD" --rev "$(git rev-parse --short HEAD)" --note "$NOTE" > "$WORK/report.md"
 cat "$WORK/report.md"
 if [ -n "$OUT" ]; then

@@ -360,3 +360,105 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         xdp_links(&g_ns)
     );
 }
+
+/// The UDP checksum of what zc transmits is right whoever fills it: vgate
+/// (`VGATE_AFXDP_TX_CSUM=software`) or the kernel from the frame's TX metadata (default on
+/// kernels with `XDP_UMEM_TX_METADATA_LEN`). The receivers' kernel drops a datagram whose
+/// checksum is wrong and counts it in `Udp InCsumErrors`, so every datagram delivered and no
+/// checksum error is the proof — for the offloaded checksum only where the kernel finishes it
+/// before the wire: with checksum offload turned off on the gateway's egress veth
+/// (`ethtool -K tx off`, as on a NIC without it). With it on (the veth default, and GRO on
+/// the receivers' side as on the bench bed) the frame stays `CHECKSUM_PARTIAL` up to the
+/// receiver, which is checked for delivery. The engine description says which is in use.
+#[test]
+fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
+    if !prerequisites(
+        "afxdp_transmit_checksums_are_right_offloaded_or_computed",
+        true,
+        &[("ip", "iproute2"), ("ethtool", "ethtool")],
+    ) {
+        return;
+    }
+    // (VGATE_AFXDP_TX_CSUM, egress veth's tx checksum offload, receivers' GRO)
+    for (csum, egress_tx, sink_gro) in [
+        ("offload", "off", "off"),
+        ("offload", "on", "on"),
+        ("software", "on", "off"),
+    ] {
+        let bed = Bed::up(2);
+        let (g_ns, b_ns) = (bed.get("G_NS").to_owned(), bed.get("B_NS").to_owned());
+        for (ns, dev, feature, v) in [
+            (&g_ns, bed.get("GB_IF"), "tx", egress_tx),
+            (&b_ns, bed.get("B_IF"), "gro", sink_gro),
+        ] {
+            let st = Command::new("ip")
+                .args(["netns", "exec", ns, "ethtool", "-K", dev, feature, v])
+                .output()
+                .unwrap();
+            assert!(
+                st.status.success(),
+                "ethtool -K {dev} {feature} {v}: {st:?}"
+            );
+        }
+        let csum_errors_before = snmp_udp(&b_ns, "InCsumErrors");
+        let in_errors_before = snmp_udp(&b_ns, "InErrors");
+        let env = format!("VGATE_AFXDP_TX_CSUM={csum}");
+        let streams = 8;
+        let per_stream = 100;
+        let vg = Vgate::start_with(
+            &["ip", "netns", "exec", &g_ns, "env", &env],
+            &config(&bed, "zc", streams, 9942),
+            &["--mode", "zc"],
+        );
+        let stats = common::admin_get_in(&g_ns, "127.0.0.1:9942", "/api/v1/stats");
+        let want = if csum == "offload" {
+            "UDP checksum left to the kernel/device (TX metadata)"
+        } else {
+            "UDP checksum computed in vgate"
+        };
+        assert!(
+            stats.contains(want),
+            "{csum}: the engine description says {want:?}: {stats}"
+        );
+        let done = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let rx = receiver(
+            b_ns.clone(),
+            bed.ip("B_IP"),
+            bed.ip("GB_IP"),
+            streams,
+            Arc::clone(&done),
+            ready_tx,
+        );
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("receivers bound");
+        let tx = sender(
+            bed.get("A_NS").to_owned(),
+            bed.ip("A_IP"),
+            bed.ip("GA_IP"),
+            streams,
+            per_stream,
+        );
+        let sent = tx.join().expect("sender");
+        done.store(true, Relaxed);
+        let got = rx.join().expect("receiver");
+        let totals = vg.stop();
+        let raw = &totals.raw;
+        let csum_errors = snmp_udp(&b_ns, "InCsumErrors") - csum_errors_before;
+        let in_errors = snmp_udp(&b_ns, "InErrors") - in_errors_before;
+        eprintln!(
+            "checksum {csum}, egress tx offload {egress_tx}, receivers' GRO {sink_gro}: sent {sent}, \
+             InCsumErrors +{csum_errors}, InErrors +{in_errors}"
+        );
+        assert_eq!(sent, streams * per_stream);
+        assert_eq!(
+            totals.channel("forward", "tx_packets"),
+            u64::from(sent),
+            "every datagram sent on AF_XDP: {raw}"
+        );
+        assert_eq!(csum_errors, 0, "{csum}/{egress_tx}: no checksum errors");
+        assert_eq!(in_errors, 0, "{csum}/{egress_tx}: no receive errors");
+        check_delivery(&got, per_stream);
+    }
+}

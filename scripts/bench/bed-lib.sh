@@ -80,3 +80,51 @@ nat_rules() { # n file
         echo "}"
     } > "$f"
 }
+
+# ---- feed "nic" (xdpcost branch): frames reach the gateway as a NIC would hand them up ----
+# On veth, an interface with an XDP program copies every frame of a locally built skb (a
+# kmalloc'ed head, or headroom < 256) into a page-pool page before the program runs
+# (`veth_convert_skb_to_xdp_buff` → `skb_pp_cow_data`, kernel 6.18); a NIC driver does not. So
+# on the plain bed the generator's frames cost mode xdp (and zc) a copy the kernel baselines,
+# which take them without XDP, do not pay. `nic_feed` puts a bridge hop between A and the
+# gateway: A's va ── h1 [namespace ${BED}h: bridge, XDP_PASS program on h1] h2 ── ga. The copy
+# happens once at h1 (on the generator's core, in every configuration alike) and what h2
+# sends on is the kind of skb a NIC driver builds (page-backed head, 256 bytes of headroom):
+# the gateway's XDP program runs on it in place. Names, addresses and MACs of va and ga are
+# the bed's, so nothing else changes. Expects XDPPASS (the built scripts/bench/xdppass.c);
+# the caller deletes the namespace (`nic_feed_down`).
+nic_feed() {
+    local h="${BED}h" q=${QUEUES:-2}
+    ip netns add "$h"
+    ip -n "$h" link set lo up
+    inns "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    # Bridged frames skip netfilter here (br_netfilter is built in on these kernels; its
+    # switches are per namespace).
+    # shellcheck disable=SC2016  # expanded by the inner shell
+    inns "$h" sh -c 'for f in /proc/sys/net/bridge/bridge-nf-call-*; do [ -w "$f" ] && echo 0 > "$f"; done; true'
+    ip -n "$A_NS" link del "$A_IF"   # takes ga with it
+    ip -n "$A_NS" link add "$A_IF" numtxqueues "$q" numrxqueues "$q" address "$A_MAC" type veth \
+        peer name h1 netns "$h" numtxqueues "$q" numrxqueues "$q"
+    ip -n "$h" link add h2 numtxqueues "$q" numrxqueues "$q" type veth \
+        peer name "$GA_IF" netns "$G_NS" numtxqueues "$q" numrxqueues "$q" address "$GA_MAC"
+    ip -n "$A_NS" addr add "$A_IP/24" dev "$A_IF"
+    ip -n "$G_NS" addr add "$GA_IP/24" dev "$GA_IF"
+    ip -n "$A_NS" neigh replace "$GA_IP" lladdr "$GA_MAC" dev "$A_IF" nud permanent
+    ip -n "$G_NS" neigh replace "$A_IP" lladdr "$A_MAC" dev "$GA_IF" nud permanent
+    ip -n "$h" link add br0 type bridge
+    ip -n "$h" link set h1 master br0
+    ip -n "$h" link set h2 master br0
+    # Static forwarding entries: no flooding, no learning delay.
+    bridge -n "$h" fdb replace "$GA_MAC" dev h2 master static
+    bridge -n "$h" fdb replace "$A_MAC" dev h1 master static
+    local l
+    for l in h1 h2 br0; do ip -n "$h" link set "$l" up; done
+    ip -n "$A_NS" link set "$A_IF" up
+    ip -n "$G_NS" link set "$GA_IF" up
+    inns "$h" "$XDPPASS" h1 >/dev/null
+}
+
+nic_feed_down() {
+    ip netns list 2>/dev/null | awk '{print $1}' | grep -qx -- "${BED}h" && ip netns del "${BED}h"
+    return 0
+}

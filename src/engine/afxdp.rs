@@ -54,7 +54,16 @@
 //!   egress interface behind Ethernet/IPv4/UDP headers built here (source: the gateway's
 //!   address and the route's egress port; next hop's MAC from the kernel's route and
 //!   neighbour tables, read by the engine's resolver thread ([`super::neigh`]) and looked up
-//!   by the worker without a system call; IPv4 and UDP checksums). A
+//!   by the worker without a system call; IPv4 checksum; the UDP checksum left to the
+//!   kernel through AF_XDP TX metadata — `XDP_TXMD_FLAGS_CHECKSUM`, which copy mode turns
+//!   into a `CHECKSUM_PARTIAL` skb the egress device or the kernel completes — where the
+//!   kernel grants it (≥ 6.11, copy-mode sockets), else computed here; said once per
+//!   interface in the log and in [`Engine::describe`]; `VGATE_AFXDP_TX_CSUM=software`
+//!   forces the software sum). The kernel is asked to send (copy mode sends only from
+//!   the caller's context) once per wake-up, when the worker has nothing else to do, or
+//!   after [`TX_KICK_AT`] frames; by default the worker sleeps in `poll(2)`, which does that
+//!   kick itself (one system call per wake-up; `VGATE_AFXDP_WAIT=epoll` for epoll_wait and
+//!   a `sendto`). A
 //!   destination whose neighbour is not resolved yet goes through the worker's raw socket
 //!   of the egress domain ([`super::ports::RawUdp`], which makes the kernel resolve it); the
 //!   engine holds no socket per gateway port ([`super::ports::PortHold::Reserved`]). Only for interfaces that face one domain; packets
@@ -81,7 +90,7 @@ use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::neigh::{NeighResolver, Neighbours};
 use super::nft::{DropRule, MediaDropTable};
 use super::ports::{Cmd, PortRegistry, TxVia};
-use super::sys::afxdp::{self as xsys, BindMode, RxFrame, Xsk, XskParams};
+use super::sys::afxdp::{self as xsys, BindMode, RxFrame, TxCsum, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
 use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
@@ -94,7 +103,10 @@ use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
 use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{parse_udp4, write_udp4_frame, UDP4_FRAME_HEADERS};
+use crate::wire::{
+    parse_udp4, write_udp4_frame, FrameEnds, UdpChecksum, UDP4_CSUM_START, UDP4_FRAME_HEADERS,
+    UDP_CSUM_OFFSET,
+};
 
 /// The name of our XDP program: how a stale one of ours is recognised.
 pub const PROG_NAME: &str = "vgate_xdp";
@@ -106,6 +118,13 @@ pub const FRAMES: u32 = 4096;
 pub const RING: u32 = 2048;
 /// Frames taken from one socket before looking at the next.
 pub const RX_BATCH: usize = 64;
+/// A worker asks the kernel to send (the `sendto` kick) after this many TX frames even while
+/// more RX keeps coming; otherwise once per wake-up, when its rings are empty.
+pub const TX_KICK_AT: u32 = 32;
+/// Whether an idle worker sleeps in `poll(2)` (which sends what waits on its copy-mode
+/// sockets' TX rings: one system call per wake-up instead of a `sendto` and an
+/// `epoll_wait`) rather than `epoll_wait`; `VGATE_AFXDP_WAIT=poll|epoll` overrides it.
+pub const WAIT_IN_POLL: bool = true;
 /// Microseconds a worker keeps polling its rings after work before it sleeps (see
 /// [`super::worker::Datapath::spin_us`]); `VGATE_AFXDP_SPIN_US` overrides it.
 pub const SPIN_US: u32 = 0;
@@ -199,6 +218,17 @@ impl TxPath {
             _ => TxPath::Xdp,
         }
     }
+}
+
+/// `VGATE_AFXDP_TX_CSUM=software|offload`: who fills the UDP checksum of AF_XDP TX frames.
+/// `offload` (default) asks the kernel for TX metadata and, where it is granted (kernel ≥
+/// 6.11, copy-mode sockets), leaves the checksum to the egress device; `software` always sums
+/// in vgate (for A/B runs).
+pub fn csum_offload_from_env() -> bool {
+    !matches!(
+        std::env::var("VGATE_AFXDP_TX_CSUM").as_deref(),
+        Ok("software")
+    )
 }
 
 // ---- the XDP program ----------------------------------------------------------------------
@@ -410,6 +440,19 @@ fn xdp_program(
     a.finish()
 }
 
+/// Who fills the UDP checksum of an interface's AF_XDP TX frames, for the log and
+/// [`Engine::describe`].
+fn csum_summary(modes: &[TxCsum]) -> String {
+    let off = modes.iter().filter(|m| **m == TxCsum::Offload).count();
+    match (off, modes.len() - off) {
+        (0, _) => "UDP checksum computed in vgate".into(),
+        (_, 0) => "UDP checksum left to the kernel/device (TX metadata)".into(),
+        (o, s) => format!(
+            "UDP checksum left to the kernel/device on {o} socket(s) (TX metadata), computed in vgate on {s}"
+        ),
+    }
+}
+
 /// The port-map bit of `domain`.
 fn bit(domain: DomainId) -> u32 {
     1 << domain.index()
@@ -497,6 +540,10 @@ struct Iface {
     modes: Vec<BindMode>,
     /// Why zero-copy was refused (first refusal).
     zc_refused: Option<String>,
+    /// Who fills the UDP checksum, per RX queue's socket.
+    tx_csum: Vec<TxCsum>,
+    /// Why the kernel refused TX metadata (first refusal).
+    tx_meta_refused: Option<String>,
     replaced_stale: Option<u32>,
     xsks: Map,
     /// The attachment; dropping it detaches the program.
@@ -631,6 +678,7 @@ impl AfxdpEngine {
 
     fn open(cfg: &Config, tx_path: TxPath, fast: bool) -> Result<AfxdpEngine, AfxdpError> {
         let queues = cfg.engine.queues.max(1);
+        let csum_offload = csum_offload_from_env();
         let targets: Targets = [
             (cfg.domains[0].address, cfg.domains[0].media_ports),
             (cfg.domains[1].address, cfg.domains[1].media_ports),
@@ -772,6 +820,8 @@ impl AfxdpEngine {
                 prog_id,
                 modes: Vec::new(),
                 zc_refused: None,
+                tx_csum: Vec::new(),
+                tx_meta_refused: None,
                 replaced_stale,
                 xsks,
                 link: Some(link),
@@ -788,19 +838,23 @@ impl AfxdpEngine {
                     step: e.step,
                     source: e.source,
                 };
+                let open = |mode| Xsk::open(iface.ifindex, q, params(), mode, csum_offload);
                 let xsk = if iface.zc_refused.is_none() {
-                    match Xsk::open(iface.ifindex, q, params(), BindMode::ZeroCopy) {
+                    match open(BindMode::ZeroCopy) {
                         Ok(x) => x,
                         Err(e) if e.step == "bind" => {
                             iface.zc_refused = Some(e.source.to_string());
-                            Xsk::open(iface.ifindex, q, params(), BindMode::Copy)
-                                .map_err(sock_err)?
+                            open(BindMode::Copy).map_err(sock_err)?
                         }
                         Err(e) => return Err(sock_err(e)),
                     }
                 } else {
-                    Xsk::open(iface.ifindex, q, params(), BindMode::Copy).map_err(sock_err)?
+                    open(BindMode::Copy).map_err(sock_err)?
                 };
+                if let (Some(e), None) = (&xsk.tx_meta_refused, &iface.tx_meta_refused) {
+                    iface.tx_meta_refused = Some(e.to_string());
+                }
+                iface.tx_csum.push(xsk.tx_csum);
                 iface
                     .xsks
                     .update(&q.to_ne_bytes(), &(xsk.raw_fd() as u32).to_ne_bytes())
@@ -817,6 +871,18 @@ impl AfxdpEngine {
                     interface = %iface.name,
                     "zero-copy AF_XDP bind refused by the driver ({why}); the sockets of this interface run in copy mode"
                 );
+            }
+            match (&iface.tx_meta_refused, csum_offload) {
+                (Some(why), _) => tracing::warn!(
+                    interface = %iface.name,
+                    "the kernel refused AF_XDP TX metadata ({why}; needs Linux 6.11 or later): vgate computes the UDP checksum of every frame it sends on this interface"
+                ),
+                (None, true) => tracing::info!(
+                    interface = %iface.name,
+                    "AF_XDP transmit: {}",
+                    csum_summary(&iface.tx_csum)
+                ),
+                (None, false) => {}
             }
         }
         let hooks = Arc::new(XdpHooks {
@@ -905,12 +971,19 @@ impl Engine for AfxdpEngine {
                 let stale = i
                     .replaced_stale
                     .map_or(String::new(), |id| format!(", replaced stale program id {id}"));
+                let refused = i
+                    .tx_meta_refused
+                    .as_deref()
+                    .map_or(String::new(), |why| {
+                        format!(" (TX metadata refused: {why})")
+                    });
                 format!(
-                    "{} (domain {}, {} RX queue(s), {PROG_NAME} id {} in driver mode{stale}, {modes})",
+                    "{} (domain {}, {} RX queue(s), {PROG_NAME} id {} in driver mode{stale}, {modes}, {}{refused})",
                     i.name,
                     doms.join("+"),
                     i.rx_queues,
                     i.prog_id,
+                    csum_summary(&i.tx_csum),
                 )
             })
             .collect();
@@ -1064,6 +1137,8 @@ impl Engine for AfxdpEngine {
                     egress_ifindex,
                     fast: if shell.index == 0 { fast } else { None },
                     spin_us: spin_from_env(),
+                    sleep_in_poll: sleep_in_poll_from_env(),
+                    kick_at: kick_at_from_env(),
                 };
                 Ok(XskPath {
                     ctx,
@@ -1136,6 +1211,10 @@ struct WorkerCtx {
     fast: Option<Arc<FastPath>>,
     /// Microseconds to keep polling the rings after work before sleeping (`VGATE_AFXDP_SPIN_US`).
     spin_us: u32,
+    /// Sleep in `poll(2)`, which also kicks TX (`VGATE_AFXDP_WAIT`).
+    sleep_in_poll: bool,
+    /// Kick TX once this many frames wait, even while RX keeps coming (`VGATE_AFXDP_KICK_AT`).
+    kick_at: u32,
 }
 
 static SEND_ERRORS: RateLimit = RateLimit::new(5000);
@@ -1201,10 +1280,11 @@ impl Datapath for XskPath {
                         now,
                         &mut chan,
                     );
-                    if let Err(e) = tx.xsk.tx_flush() {
-                        if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
-                            tracing::warn!(worker = ctx.index, suppressed, "AF_XDP TX: {e}");
-                        }
+                    // Published now; the kernel is asked to send once the worker has
+                    // nothing else to do (`idle`), or now if much is waiting.
+                    tx.xsk.tx_publish();
+                    if tx.xsk.tx_unkicked() >= ctx.kick_at {
+                        kick(ctx.index, &mut tx.xsk);
                     }
                 }
                 _ => {
@@ -1228,7 +1308,22 @@ impl Datapath for XskPath {
                 }
             }
         }
+        if !busy && ctx.spin_us > 0 {
+            // Spinning: the worker does not sleep after this round, so `idle` would come
+            // only after the spin.
+            kick_waiting(ctx.index, socks);
+        }
         busy
+    }
+
+    fn idle(&mut self, _shell: &Shell) {
+        if !self.ctx.sleep_in_poll {
+            kick_waiting(self.ctx.index, &mut self.socks);
+        }
+    }
+
+    fn sleep_in_poll(&self) -> bool {
+        self.ctx.sleep_in_poll
     }
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
@@ -1264,7 +1359,47 @@ impl Datapath for XskPath {
             for s in self.socks.iter_mut() {
                 s.xsk.reclaim();
             }
+            // What a full device queue left on a ring is asked for again.
+            kick_waiting(self.ctx.index, &mut self.socks);
         }
+    }
+}
+
+/// Asks the kernel to send what waits on `xsk`'s TX ring (a rate-limited warning when it
+/// fails).
+fn kick(worker: usize, xsk: &mut Xsk) {
+    if let Err(e) = xsk.tx_kick() {
+        if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
+            tracing::warn!(worker, suppressed, "AF_XDP TX: {e}");
+        }
+    }
+}
+
+/// [`kick`] for each socket with TX waiting.
+fn kick_waiting(worker: usize, socks: &mut [WorkerXsk]) {
+    for s in socks.iter_mut() {
+        if s.xsk.tx_waiting() {
+            kick(worker, &mut s.xsk);
+        }
+    }
+}
+
+/// `VGATE_AFXDP_KICK_AT` (1–2048): TX frames after which a busy worker kicks the kernel;
+/// default [`TX_KICK_AT`]; 1 kicks after every RX batch (the behaviour before, for A/B).
+fn kick_at_from_env() -> u32 {
+    std::env::var("VGATE_AFXDP_KICK_AT")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(TX_KICK_AT, |v| v.clamp(1, RING))
+}
+
+/// `VGATE_AFXDP_WAIT=poll|epoll`: how an idle worker sleeps (see
+/// [`Datapath::sleep_in_poll`]); default [`WAIT_IN_POLL`].
+fn sleep_in_poll_from_env() -> bool {
+    match std::env::var("VGATE_AFXDP_WAIT").as_deref() {
+        Ok("poll") => true,
+        Ok("epoll") => false,
+        _ => WAIT_IN_POLL,
     }
 }
 
@@ -1418,8 +1553,8 @@ fn xdp_send(
     let eg = channel.egress();
     let dst = *route.dest.ip();
     let mac = x.neigh.get(dst, ctx.egress_ifindex[eg.index()], now);
-    let total = 14 + 20 + 8 + payload.len();
-    let frame = if mac.is_some() && total <= FRAME_SIZE as usize {
+    let total = UDP4_FRAME_HEADERS + payload.len();
+    let frame = if mac.is_some() && total <= x.xsk.tx_room() {
         x.xsk.tx_frame()
     } else {
         None
@@ -1437,17 +1572,31 @@ fn xdp_send(
         return;
     };
     let src = SocketAddrV4::new(ctx.targets[eg.index()].0, route.egress_port);
+    let offload = x.xsk.tx_csum == TxCsum::Offload;
     let buf = x.xsk.tx_buf(&mut f);
     let b = &mut buf[..total];
     b[UDP4_FRAME_HEADERS..].copy_from_slice(payload);
     let ident = x.ident.fetch_add(1, Relaxed);
-    write_udp4_frame(b, mac, ctx.src_mac[eg.index()], src, route.dest, ident);
-    if x.xsk.tx_push(f, total as u32) {
+    let src_mac = ctx.src_mac[eg.index()];
+    let csum = if offload {
+        let ends = FrameEnds {
+            dst_mac: mac,
+            src_mac,
+            src,
+            dst: route.dest,
+        };
+        ends.write(b, ident, UdpChecksum::Offload(payload.len()));
+        Some((UDP4_CSUM_START, UDP_CSUM_OFFSET))
+    } else {
+        write_udp4_frame(b, mac, src_mac, src, route.dest, ident);
+        None
+    };
+    if x.xsk.tx_push(f, total as u32, csum) {
         t.tx_packets += 1;
         t.tx_bytes += payload.len() as u64;
     } else {
         // The TX ring is full: send what is queued and count this one as lost to it.
-        let _ = x.xsk.tx_flush();
+        let _ = x.xsk.tx_kick();
         t.drop(DropReason::QueueFull);
     }
 }

@@ -507,7 +507,7 @@ mod tests {
             routes: Arc::clone(&routes),
             stats: Arc::new(crate::channel::WorkerStats::new(0, None)),
         };
-        let poller = Poller::new().unwrap();
+        let poller = Poller::new(false).unwrap();
         let mut p = StackPath::new(4, 1500, None);
         let sock = || Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
         let (ingress, egress) = ((DomainId::A, a), (DomainId::B, b));

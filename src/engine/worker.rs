@@ -4,7 +4,8 @@
 //! skeleton ([`start_workers`], [`spawn`]) does the rest, the same way for every engine:
 //!
 //! - the thread (`vgate-w<index>`), pinned to the configured CPU (a refusal is said once);
-//! - the epoll set ([`Poller`]), with the port registry's wake-up eventfd in it;
+//! - the readiness set ([`Poller`]: epoll, or `poll(2)` for a datapath that asks,
+//!   [`Datapath::sleep_in_poll`]), with the port registry's wake-up eventfd in it;
 //! - the port commands ([`Cmd`]): drained before the worker says it is ready, after every
 //!   wake-up that the registry's eventfd (written after each command) or the idle timeout
 //!   caused, and between busy rounds (one queue check, no lock);
@@ -23,16 +24,19 @@
 //! [`Datapath::flush`] once: what a datapath batches across descriptors goes out then. A
 //! datapath may ask to keep polling for a few microseconds after work before it sleeps
 //! ([`Datapath::spin_us`]): the rest of a burst is then taken without another wake-up.
+//! Right before it sleeps the worker calls [`Datapath::idle`]: what a datapath holds back
+//! until it has nothing else to do (AF_XDP's transmit kick) goes out then.
 
+use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
 use super::ports::{Cmd, PortRegistry, WorkerLink};
-use super::sys::thread_cpu_ns;
+use super::sys::{poll_fds, thread_cpu_ns};
 use super::{pin_worker, EngineError, ExitFlag, Worker};
 use crate::channel::WorkerStats;
 use crate::clock::now_ms;
@@ -52,33 +56,102 @@ pub struct Shell {
     pub stats: Arc<WorkerStats>,
 }
 
-/// The worker's epoll set. Tokens are the datapath's own, except [`Poller::WAKE`].
+/// The worker's readiness set: an epoll set, or (for a datapath that asks,
+/// [`Datapath::sleep_in_poll`]) a `poll(2)` list. Tokens are the datapath's own, except
+/// [`Poller::WAKE`].
 pub struct Poller {
-    epoll: Epoll,
+    backend: Backend,
+}
+
+enum Backend {
+    Epoll(Epoll),
+    /// The descriptors (as `pollfd`, for input) and their tokens, in step.
+    Poll(RefCell<(Vec<libc::pollfd>, Vec<u64>)>),
 }
 
 impl Poller {
     /// The token of the port registry's wake-up eventfd; a datapath never uses it.
     pub const WAKE: u64 = u64::MAX;
 
-    pub(crate) fn new() -> io::Result<Poller> {
+    pub(crate) fn new(poll: bool) -> io::Result<Poller> {
         Ok(Poller {
-            epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
+            backend: if poll {
+                Backend::Poll(RefCell::new((Vec::new(), Vec::new())))
+            } else {
+                Backend::Epoll(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?)
+            },
         })
     }
 
     /// Watches `fd` for input (level-triggered); its events come back with `token`.
     pub fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
         debug_assert_ne!(token, Self::WAKE);
-        self.epoll
-            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))?;
+        self.watch(fd, token)
+    }
+
+    fn watch(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        match &self.backend {
+            Backend::Epoll(e) => e.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))?,
+            Backend::Poll(l) => {
+                let mut l = l.borrow_mut();
+                l.0.push(libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                l.1.push(token);
+            }
+        }
         Ok(())
     }
 
     /// Stops watching `fd`.
     pub fn delete(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
-        self.epoll.delete(fd)?;
+        match &self.backend {
+            Backend::Epoll(e) => e.delete(fd)?,
+            Backend::Poll(l) => {
+                let mut l = l.borrow_mut();
+                if let Some(i) = l.0.iter().position(|p| p.fd == fd.as_raw_fd()) {
+                    l.0.swap_remove(i);
+                    l.1.swap_remove(i);
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Sleeps until a descriptor is readable or `timeout_ms` passes; fills `events` with
+    /// the ready tokens and returns how many.
+    fn wait(&self, events: &mut [EpollEvent], timeout_ms: u16) -> io::Result<usize> {
+        match &self.backend {
+            // The plain system call, not glibc's cancellation-point wrapper (`sys::epoll_wait`).
+            Backend::Epoll(e) => {
+                match super::sys::epoll_wait(e.0.as_fd(), events, i32::from(timeout_ms)) {
+                    Ok(n) => Ok(n),
+                    Err(nix::errno::Errno::EINTR) => Ok(0),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Backend::Poll(l) => {
+                let mut l = l.borrow_mut();
+                let (fds, tokens) = &mut *l;
+                match poll_fds(fds, i32::from(timeout_ms)) {
+                    Ok(0) => Ok(0),
+                    Ok(_) => {
+                        let mut n = 0;
+                        for (p, t) in fds.iter().zip(tokens.iter()) {
+                            if p.revents != 0 && n < events.len() {
+                                events[n] = EpollEvent::new(EpollFlags::EPOLLIN, *t);
+                                n += 1;
+                            }
+                        }
+                        Ok(n)
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
+                    Err(e) => Err(e),
+                }
+            }
+        }
     }
 }
 
@@ -126,6 +199,19 @@ pub trait Datapath {
     /// the rest of the burst without another wake-up; it never spins when idle.
     fn spin_us(&self) -> u32 {
         0
+    }
+
+    /// Right before the worker sleeps (a round found no work and any spin is over): sends
+    /// what the datapath held back until it had nothing else to do (e.g. AF_XDP's transmit
+    /// kick, once per wake-up instead of once per round).
+    fn idle(&mut self, _shell: &Shell) {}
+
+    /// Sleep in `poll(2)` over the registered descriptors instead of `epoll_wait`, asked once
+    /// at start. For AF_XDP sockets `poll(2)` also sends what waits on their TX rings (copy
+    /// mode) or wakes the driver (zero-copy), so the sleep and the transmit kick are one
+    /// system call; meant for a handful of descriptors.
+    fn sleep_in_poll(&self) -> bool {
+        false
     }
 }
 
@@ -221,12 +307,9 @@ fn run<D: Datapath>(
     link: Option<&WorkerLink>,
     mut dp: D,
 ) -> io::Result<()> {
-    let poller = Poller::new()?;
+    let poller = Poller::new(dp.sleep_in_poll())?;
     if let Some(link) = link {
-        poller.epoll.add(
-            link.wake.as_fd(),
-            EpollEvent::new(EpollFlags::EPOLLIN, Poller::WAKE),
-        )?;
+        poller.watch(link.wake.as_fd(), Poller::WAKE)?;
     }
     dp.register(&poller)?;
     drain(shell, &poller, link, &mut dp);
@@ -257,15 +340,8 @@ fn run<D: Datapath>(
             }
             worked_at = None;
         }
-        let n = match super::sys::epoll_wait(
-            poller.epoll.0.as_fd(),
-            &mut events,
-            i32::from(dp.idle_ms()),
-        ) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(e.into()),
-        };
+        dp.idle(shell);
+        let n = poller.wait(&mut events, dp.idle_ms())?;
         // Every command comes with a write to the wake-up eventfd (after it is queued), so
         // the queue is looked at only when that fired (or on the idle timeout): not once
         // per wakeup of a busy socket.
@@ -304,6 +380,8 @@ mod tests {
         polls: Arc<AtomicUsize>,
         commands: Arc<AtomicUsize>,
         samples: Arc<AtomicUsize>,
+        idles: Arc<AtomicUsize>,
+        in_poll: bool,
     }
 
     impl Datapath for Probe {
@@ -323,6 +401,12 @@ mod tests {
         fn idle_ms(&self) -> u16 {
             5
         }
+        fn idle(&mut self, _shell: &Shell) {
+            self.idles.fetch_add(1, SeqCst);
+        }
+        fn sleep_in_poll(&self) -> bool {
+            self.in_poll
+        }
     }
 
     fn wait_for(what: &str, cond: impl Fn() -> bool) {
@@ -333,8 +417,15 @@ mod tests {
         }
     }
 
+    /// Both ways of sleeping: `epoll_wait` and `poll(2)` ([`Datapath::sleep_in_poll`]).
     #[test]
     fn skeleton_runs_a_datapath_and_delivers_commands() {
+        for in_poll in [false, true] {
+            skeleton_run(in_poll);
+        }
+    }
+
+    fn skeleton_run(in_poll: bool) {
         use crate::routes::PortHooks;
         let registry = Arc::new(PortRegistry::new([
             Ipv4Addr::LOCALHOST,
@@ -346,22 +437,26 @@ mod tests {
             Arc::clone(&registry) as Arc<dyn PortHooks>,
         ));
         let stop = Arc::new(AtomicBool::new(false));
-        let (polls, commands, samples) = (
+        let (polls, commands, samples, idles) = (
+            Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
             Arc::new(AtomicUsize::new(0)),
         );
         let workers = start_workers(2, &[], &registry, &routes, &stop, |_| {
-            let (p, c, s) = (
+            let (p, c, s, i) = (
                 Arc::clone(&polls),
                 Arc::clone(&commands),
                 Arc::clone(&samples),
+                Arc::clone(&idles),
             );
             move |_: &Shell| {
                 Ok(Probe {
                     polls: p,
                     commands: c,
                     samples: s,
+                    idles: i,
+                    in_poll,
                 })
             }
         })
@@ -372,8 +467,8 @@ mod tests {
         // One port opened: every worker hears of it (an Add each), through the wake-up fd.
         registry.open_port(DomainId::A, 0).unwrap();
         wait_for("commands", || commands.load(SeqCst) >= 2);
-        wait_for("polls and samples", || {
-            polls.load(SeqCst) > 2 && samples.load(SeqCst) >= 2
+        wait_for("polls, samples and idles", || {
+            polls.load(SeqCst) > 2 && samples.load(SeqCst) >= 2 && idles.load(SeqCst) >= 2
         });
         stop.store(true, SeqCst);
         for w in workers {

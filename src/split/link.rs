@@ -769,14 +769,14 @@ impl LinkTx {
                     }
                     buf[HEADROOM..len].copy_from_slice(f);
                     hdr.write(&mut buf[..len]);
-                    if xsk.tx_push(chunk, len as u32) {
+                    if xsk.tx_push(chunk, len as u32, None) {
                         sent.frames += 1;
                         sent.bytes += f.len() as u64;
                     } else {
                         sent.failed += 1;
                     }
                 }
-                if let Err(e) = xsk.tx_flush() {
+                if let Err(e) = xsk.tx_kick() {
                     sent.last_error = e.raw_os_error();
                 }
             }
@@ -969,8 +969,8 @@ fn open_xdp(cfg: &LinkConfig, lanes: usize) -> Result<OutLink, EngineError> {
     let (index, mac) = link_interface(cfg)?;
     let mut socks = Vec::with_capacity(lanes);
     for lane in 0..lanes as u32 {
-        let x = Xsk::open(index, lane, XDP_PARAMS, BindMode::ZeroCopy)
-            .or_else(|_| Xsk::open(index, lane, XDP_PARAMS, BindMode::Copy))
+        let x = Xsk::open(index, lane, XDP_PARAMS, BindMode::ZeroCopy, false)
+            .or_else(|_| Xsk::open(index, lane, XDP_PARAMS, BindMode::Copy, false))
             .map_err(|e| EngineError::Io {
                 what: format!(
                     "outgoing link (AF_XDP on {} queue {lane}): {}; the link interface needs one TX queue per engine worker (engine.queues) and vgate needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF",

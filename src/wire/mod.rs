@@ -438,6 +438,13 @@ pub fn udp_header(
 /// Ethernet + IPv4 + UDP header bytes in front of a UDP payload.
 pub const UDP4_FRAME_HEADERS: usize = 14 + 20 + 8;
 
+/// Where the UDP checksum's coverage starts in a frame of [`FrameEnds::write`] (the UDP
+/// header: Ethernet, then IPv4 without options), and where the checksum field sits from
+/// there: what a device that finishes an offloaded checksum is told.
+pub const UDP4_CSUM_START: u16 = 14 + 20;
+/// See [`UDP4_CSUM_START`].
+pub const UDP_CSUM_OFFSET: u16 = 6;
+
 /// Writes the Ethernet, IPv4 (DF, TTL 64, identification `ident`) and UDP headers of a
 /// datagram `src` → `dst` into the first [`UDP4_FRAME_HEADERS`] bytes of `frame`, whose rest
 /// is the payload, and fills both checksums (for frames nothing fills in later: AF_XDP).
@@ -504,8 +511,8 @@ pub fn write_vnet_udp_csum(h: &mut [u8]) {
     h[1] = VIRTIO_NET_HDR_GSO_NONE;
     h[2..4].copy_from_slice(&(UDP4_FRAME_HEADERS as u16).to_ne_bytes());
     h[4..6].copy_from_slice(&0u16.to_ne_bytes());
-    h[6..8].copy_from_slice(&34u16.to_ne_bytes());
-    h[8..10].copy_from_slice(&6u16.to_ne_bytes());
+    h[6..8].copy_from_slice(&UDP4_CSUM_START.to_ne_bytes());
+    h[8..10].copy_from_slice(&UDP_CSUM_OFFSET.to_ne_bytes());
 }
 
 impl FrameEnds {

@@ -53,6 +53,23 @@ pub(crate) enum BindMode {
     Copy,
 }
 
+/// Bytes of TX metadata in front of each TX frame when the kernel takes it
+/// (`XDP_UMEM_TX_METADATA_LEN`, kernel ≥ 6.11, and stable 6.8–6.10 updates that took the fix adding the flag): the size
+/// of `struct xsk_tx_metadata` since 6.14 (flags, then `request { csum_start, csum_offset,
+/// launch_time }`). A multiple of 8, under 256, as the kernel requires.
+pub(crate) const TX_META_LEN: u32 = 24;
+
+/// Who fills the UDP checksum of the frames a socket transmits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TxCsum {
+    /// User space, over every payload.
+    Software,
+    /// The kernel's skb path (copy mode): the descriptor carries `XDP_TX_METADATA` with
+    /// `XDP_TXMD_FLAGS_CHECKSUM`, the skb becomes `CHECKSUM_PARTIAL`, and the egress device
+    /// (or the kernel just before a device without checksum offload) finishes the sum.
+    Offload,
+}
+
 /// Which step of opening a socket failed.
 #[derive(Debug)]
 pub(crate) struct XskError {
@@ -279,7 +296,16 @@ pub(crate) struct Xsk {
     free: Vec<u64>,
     /// TX descriptors written but not yet published.
     tx_pending: u32,
+    /// TX descriptors published since the last kick (see [`Xsk::tx_kick`]).
+    tx_unkicked: u32,
+    /// Where a TX packet starts in its chunk: [`TX_META_LEN`] when the UMEM was registered
+    /// with TX metadata (the kernel then wants that much room before every TX packet), else 0.
+    tx_offset: u32,
     pub(crate) mode: BindMode,
+    /// Who fills the UDP checksum of what this socket sends.
+    pub(crate) tx_csum: TxCsum,
+    /// Why the kernel refused TX metadata, when it did.
+    pub(crate) tx_meta_refused: Option<io::Error>,
 }
 
 // SAFETY:
@@ -311,16 +337,29 @@ impl Xsk {
     /// Opens a socket on `ifindex` queue `queue`, bound in `mode`. The XDP program that
     /// redirects to the socket must be attached already. A driver without zero-copy support
     /// refuses the bind (`step == "bind"`): open again in copy mode.
+    ///
+    /// With `csum_offload`, the UMEM is registered with room for TX metadata and a socket
+    /// bound in copy mode leaves the UDP checksum to the kernel ([`TxCsum::Offload`]); a
+    /// kernel that refuses TX metadata (before 6.11) gets the registration without it and the
+    /// socket sums in software ([`Xsk::tx_meta_refused`] says why). Zero-copy sockets always
+    /// sum in software: whether a driver honours the checksum request is not checked here.
     pub(crate) fn open(
         ifindex: u32,
         queue: u32,
         p: XskParams,
         mode: BindMode,
+        csum_offload: bool,
     ) -> Result<Xsk, XskError> {
-        Xsk::open_mode(ifindex, queue, p, mode)
+        Xsk::open_mode(ifindex, queue, p, mode, csum_offload)
     }
 
-    fn open_mode(ifindex: u32, queue: u32, p: XskParams, mode: BindMode) -> Result<Xsk, XskError> {
+    fn open_mode(
+        ifindex: u32,
+        queue: u32,
+        p: XskParams,
+        mode: BindMode,
+        csum_offload: bool,
+    ) -> Result<Xsk, XskError> {
         // SAFETY: socket(2) takes plain integers.
         let raw =
             cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
@@ -329,7 +368,7 @@ impl Xsk {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let umem_len = p.frames as usize * p.frame_size as usize;
         let umem = Mmap::new(umem_len, None, 0).map_err(step("mmap UMEM"))?;
-        let reg = libc::xdp_umem_reg {
+        let mut reg = libc::xdp_umem_reg {
             addr: umem.ptr.as_ptr() as u64,
             len: umem_len as u64,
             chunk_size: p.frame_size,
@@ -337,7 +376,25 @@ impl Xsk {
             flags: 0,
             tx_metadata_len: 0,
         };
-        setopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg).map_err(step("XDP_UMEM_REG"))?;
+        let mut tx_meta_refused = None;
+        if csum_offload {
+            reg.flags = libc::XDP_UMEM_TX_METADATA_LEN;
+            reg.tx_metadata_len = TX_META_LEN;
+            match setopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg) {
+                Ok(()) => {}
+                // A kernel without the flag rejects it as an unknown UMEM flag.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    tx_meta_refused = Some(e);
+                    reg.flags = 0;
+                    reg.tx_metadata_len = 0;
+                }
+                Err(e) => return Err(step("XDP_UMEM_REG")(e)),
+            }
+        }
+        if reg.flags == 0 {
+            setopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg).map_err(step("XDP_UMEM_REG"))?;
+        }
+        let tx_offset = reg.tx_metadata_len;
         for (name, what) in [
             (libc::XDP_UMEM_FILL_RING, "XDP_UMEM_FILL_RING"),
             (libc::XDP_UMEM_COMPLETION_RING, "XDP_UMEM_COMPLETION_RING"),
@@ -386,7 +443,15 @@ impl Xsk {
             frame_size: p.frame_size,
             free: Vec::new(),
             tx_pending: 0,
+            tx_unkicked: 0,
+            tx_offset,
             mode,
+            tx_csum: if tx_offset > 0 && mode == BindMode::Copy {
+                TxCsum::Offload
+            } else {
+                TxCsum::Software
+            },
+            tx_meta_refused,
         };
         // Fill before bind, so the first packets find frames.
         let rx_frames = p.ring.min(p.frames);
@@ -513,49 +578,105 @@ impl Xsk {
         self.free.pop().map(|addr| TxFrame { addr })
     }
 
-    /// The writable bytes of a TX chunk.
+    /// The longest frame [`Xsk::tx_buf`] holds.
+    pub(crate) fn tx_room(&self) -> usize {
+        (self.frame_size - self.tx_offset) as usize
+    }
+
+    /// The writable bytes of a TX chunk: where the packet goes (after the TX metadata room
+    /// when there is one), up to the chunk's end.
     pub(crate) fn tx_buf<'a>(&'a mut self, f: &'a mut TxFrame) -> &'a mut [u8] {
-        let start = f.addr as usize;
-        let len = self.frame_size as usize;
+        let start = f.addr as usize + self.tx_offset as usize;
+        let len = (self.frame_size - self.tx_offset) as usize;
         if start + len > self.umem.len {
             return &mut [];
         }
         // SAFETY:
-        // - `start..start+len` is one chunk inside the UMEM mapping (checked);
+        // - `start..start+len` lies inside one chunk of the UMEM mapping (checked; `f.addr`
+        //   is a chunk start and `tx_offset < frame_size`);
         // - `f` proves user space owns the chunk (taken from the free list, not on the TX
         //   ring), and `&mut f` makes this the only reference to it.
         unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().add(start), len) }
     }
 
     /// Queues a written frame of `len` bytes on the TX ring (not yet visible to the kernel:
-    /// see [`Xsk::tx_flush`]). When the ring is full the frame goes back to the free list and
-    /// `false` is returned.
-    pub(crate) fn tx_push(&mut self, f: TxFrame, len: u32) -> bool {
+    /// see [`Xsk::tx_publish`]). With `csum = Some((start, offset))` on a socket whose
+    /// [`Xsk::tx_csum`] is [`TxCsum::Offload`], the kernel is asked to fill the checksum
+    /// that covers the frame from byte `start` and is stored `offset` bytes after it (the
+    /// field must hold the pseudo-header sum). When the ring is full the frame goes back to
+    /// the free list and `false` is returned.
+    pub(crate) fn tx_push(&mut self, f: TxFrame, len: u32, csum: Option<(u16, u16)>) -> bool {
         let want = self.tx_pending + 1;
         if self.tx.free(want) < want {
             self.free.push(f.addr);
             return false;
         }
+        let mut options = 0;
+        if let (Some((start, offset)), TxCsum::Offload) = (csum, self.tx_csum) {
+            // `struct xsk_tx_metadata` in the TX_META_LEN bytes before the packet: flags
+            // (u64), then request.csum_start and request.csum_offset (u16 each), native order.
+            let at = (f.addr + u64::from(self.tx_offset - TX_META_LEN)) as usize;
+            let mut meta = [0u8; 12];
+            meta[..8].copy_from_slice(&u64::from(libc::XDP_TXMD_FLAGS_CHECKSUM).to_ne_bytes());
+            meta[8..10].copy_from_slice(&start.to_ne_bytes());
+            meta[10..12].copy_from_slice(&offset.to_ne_bytes());
+            if at + meta.len() <= self.umem.len {
+                // SAFETY:
+                // - `at..at+12` lies inside the UMEM mapping (checked) and inside `f`'s chunk
+                //   (`tx_offset >= TX_META_LEN` when the mode is Offload);
+                // - `f` proves user space owns the chunk until it is published below.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        meta.as_ptr(),
+                        self.umem.ptr.as_ptr().add(at),
+                        meta.len(),
+                    )
+                };
+                options = libc::XDP_TX_METADATA;
+            }
+        }
         self.tx.write(
             self.tx_pending,
             libc::xdp_desc {
-                addr: f.addr,
+                addr: f.addr + u64::from(self.tx_offset),
                 len,
-                options: 0,
+                options,
             },
         );
         self.tx_pending = want;
         true
     }
 
-    /// Publishes the queued TX descriptors and asks the kernel to send them. In copy mode
-    /// the kernel sends a bounded number per call, so it is asked until the ring drains or
-    /// it stops making progress.
-    pub(crate) fn tx_flush(&mut self) -> io::Result<()> {
+    /// Publishes the queued TX descriptors to the kernel, without asking it to send them
+    /// (see [`Xsk::tx_kick`]; a `poll(2)` on the socket also sends them in copy mode).
+    pub(crate) fn tx_publish(&mut self) {
         if self.tx_pending > 0 {
             self.tx.publish(self.tx_pending);
+            self.tx_unkicked += self.tx_pending;
             self.tx_pending = 0;
         }
+    }
+
+    /// TX descriptors published since the last [`Xsk::tx_kick`] plus those not yet published.
+    pub(crate) fn tx_unkicked(&self) -> u32 {
+        self.tx_unkicked + self.tx_pending
+    }
+
+    /// Whether published TX descriptors still wait for the kernel to take them, or some are
+    /// queued and not yet published.
+    pub(crate) fn tx_waiting(&self) -> bool {
+        // Relaxed is enough for a yes/no hint: `tx_kick` re-reads it with acquire.
+        self.tx_pending > 0 || self.tx.cons().load(Ordering::Relaxed) != self.tx.cached_prod
+    }
+
+    /// Publishes the queued TX descriptors and asks the kernel to send them (a `sendto`,
+    /// only when something waits and the kernel needs the call: always in copy mode, where
+    /// the kernel sends only from the caller's context; in zero-copy mode when the driver
+    /// asks with `XDP_RING_NEED_WAKEUP`). In copy mode the kernel sends a bounded number per
+    /// call, so it is asked until the ring drains or it stops making progress.
+    pub(crate) fn tx_kick(&mut self) -> io::Result<()> {
+        self.tx_publish();
+        self.tx_unkicked = 0;
         if !(self.tx.needs_wakeup() || self.mode == BindMode::Copy) {
             return Ok(());
         }

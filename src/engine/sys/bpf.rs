@@ -25,6 +25,7 @@ const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_int = 17;
+const BPF_MAP_LOOKUP_BATCH: libc::c_int = 24;
 const BPF_LINK_CREATE: libc::c_int = 28;
 
 pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -72,6 +73,20 @@ struct MapElemAttr {
     _pad: u32,
     key: u64,
     value: u64,
+    flags: u64,
+}
+
+/// The `batch` member of `bpf_attr` (the `BPF_MAP_*_BATCH` commands).
+#[repr(C)]
+#[derive(Default)]
+struct MapBatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
     flags: u64,
 }
 
@@ -157,6 +172,7 @@ struct ProgInfo {
 trait BpfAttr {}
 impl BpfAttr for MapCreateAttr {}
 impl BpfAttr for MapElemAttr {}
+impl BpfAttr for MapBatchAttr {}
 impl BpfAttr for ProgLoadAttr {}
 impl BpfAttr for LinkCreateAttr {}
 impl BpfAttr for GetIdAttr {}
@@ -215,7 +231,6 @@ fn name16(name: &str) -> [u8; 16] {
 pub(crate) struct Map {
     fd: OwnedFd,
     key_size: usize,
-    value_size: usize,
     /// Bytes a lookup writes: the value size, or for a per-CPU map one 8-byte-aligned value
     /// per possible CPU.
     lookup_len: usize,
@@ -262,7 +277,6 @@ impl Map {
         Ok(Map {
             fd: owned(fd),
             key_size: key_size as usize,
-            value_size: value_size as usize,
             lookup_len,
         })
     }
@@ -285,9 +299,10 @@ impl Map {
         Ok(info.id)
     }
 
-    /// `BPF_MAP_UPDATE_ELEM(key, value, BPF_ANY)`; key and value sizes are the map's.
+    /// `BPF_MAP_UPDATE_ELEM(key, value, BPF_ANY)`; the key size is the map's, the value
+    /// [`Map::lookup_len`] bytes (for a per-CPU map one value per possible CPU).
     pub(crate) fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
-        if key.len() != self.key_size || value.len() != self.value_size {
+        if key.len() != self.key_size || value.len() != self.lookup_len {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let mut attr = MapElemAttr {
@@ -296,8 +311,9 @@ impl Map {
             value: value.as_ptr() as u64,
             ..Default::default()
         };
-        // SAFETY: `key` and `value` are live slices of exactly the map's key and value sizes
-        // (checked above); UPDATE only reads them during the call.
+        // SAFETY: `key` and `value` are live slices of exactly the map's key size and of what
+        // the kernel reads as the value for this map type (checked above); UPDATE only reads
+        // them during the call.
         unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }?;
         Ok(())
     }
@@ -324,6 +340,54 @@ impl Map {
         // LOOKUP reads the key and writes the value during the call only.
         unsafe { sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) }?;
         Ok(())
+    }
+
+    /// `BPF_MAP_LOOKUP_BATCH`: up to `keys.len() / key size` entries in key order, starting
+    /// after `after` (a key the previous call returned last), or at the first key with
+    /// `None`. `values` holds [`Map::lookup_len`] bytes per key. Returns how many entries were
+    /// read and whether the map has more after them (`false` once the last key was read).
+    /// One system call however many entries: for reading many per-CPU counters at once.
+    pub(crate) fn lookup_batch(
+        &self,
+        after: Option<&[u8]>,
+        keys: &mut [u8],
+        values: &mut [u8],
+    ) -> io::Result<(usize, bool)> {
+        let count = keys.len() / self.key_size.max(1);
+        if after.is_some_and(|k| k.len() != self.key_size)
+            || keys.len() != count * self.key_size
+            || values.len() != count * self.lookup_len
+            || count == 0
+            || count > u32::MAX as usize
+            || self.key_size > 64
+        {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // Where the kernel writes the last key read (key_size bytes; not used: the caller
+        // knows its keys).
+        let mut next = [0u8; 64];
+        let mut attr = MapBatchAttr {
+            in_batch: after.map_or(0, |k| k.as_ptr() as u64),
+            out_batch: next.as_mut_ptr() as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: count as u32,
+            map_fd: self.fd.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `after` (when given) is a live slice of the map's key size, `next` a live
+        // buffer of at least that size;
+        // `keys` and `values` are live, writable slices of `count` keys and `count` values as
+        // the kernel writes them for this map type (all checked above); the call reads
+        // `after`, writes `next`, `keys`, `values` and `attr.count` during the call only.
+        match unsafe { sys_bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) } {
+            Ok(_) => Ok(((attr.count as usize).min(count), true)),
+            // The end of the map: `count` says what was read before it.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                Ok(((attr.count as usize).min(count), false))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -722,6 +786,12 @@ mod tests {
         assert_eq!(
             std::mem::offset_of!(InfoAttr, info) + 8,
             size_of::<InfoAttr>()
+        );
+        assert_eq!(std::mem::offset_of!(MapBatchAttr, count), 32);
+        assert_eq!(std::mem::offset_of!(MapBatchAttr, elem_flags), 40);
+        assert_eq!(
+            std::mem::offset_of!(MapBatchAttr, flags) + 8,
+            size_of::<MapBatchAttr>()
         );
     }
 

@@ -23,6 +23,20 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `poll(2)` over `fds` for at most `timeout_ms`: the number of entries whose `revents` are
+/// set (EINTR is returned as an error, for the caller to treat as "nothing").
+pub fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result<usize> {
+    // SAFETY:
+    // - `fds` is a live, writable array of `fds.len()` pollfd structs, written by the kernel
+    //   (`revents`) during the call only; an fd that is not open comes back as POLLNVAL.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 /// `epoll_wait` as a plain system call (`epoll_pwait` with no signal mask, which is the
 /// same call), returning the number of events written to the front of `events`. glibc's
 /// wrapper (and so nix's `Epoll::wait`) is a cancellation point: in a multi-threaded
