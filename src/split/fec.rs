@@ -35,7 +35,9 @@
 //! ([`Decoder::with_reorder`], [`super::reorder`]) each lane's datagrams are handed on in the
 //! sender's order, a datagram behind a gap waiting at most the window's time. Blocks
 //! pushed out of the window, or quiet for [`Decoder::settle`]'s age, count what they never
-//! got as lost. With FEC off the lane only follows the sequence: gaps count as lost, late
+//! got as lost; a datagram of a settled block that still arrives (or is rebuilt) while the
+//! block is in the window is handed on, counted late and taken off lost (a sending worker
+//! that stalled mid-block loses nothing). With FEC off the lane only follows the sequence: gaps count as lost, late
 //! arrivals are delivered and counted.
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
@@ -603,13 +605,19 @@ fn receive_plain<F: FnMut(u16, u16, &[u8], bool)>(
     out.data(seq, p.dst_port(), p.src_port(), p.payload(), false);
 }
 
-fn settle_block(b: &mut Block, counts: &mut DecoderCounts) {
-    let want = if b.k >= 64 {
+/// Bits of data positions `0..k` of a block.
+fn data_mask(k: usize) -> u64 {
+    if k >= 64 {
         u64::MAX
     } else {
-        (1u64 << b.k) - 1
-    };
-    counts.lost += u64::from((want & !b.delivered).count_ones());
+        (1u64 << k) - 1
+    }
+}
+
+/// Counts what a block never got as lost. A datagram of it that still arrives (or is
+/// rebuilt) while the block is in the window is handed on, late, and un-counted.
+fn settle_block(b: &mut Block, counts: &mut DecoderCounts) {
+    counts.lost += u64::from((data_mask(b.k) & !b.delivered).count_ones());
     b.settled = true;
 }
 
@@ -687,23 +695,33 @@ fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
     lane.shard_lens[slot * per + idx] = shard.len();
     match p.kind() {
         Kind::Data => {
-            if !b.settled {
-                b.delivered |= 1 << idx;
-                counts.delivered += 1;
-                out.data(
-                    position(id, fec, idx),
-                    p.dst_port(),
-                    p.src_port(),
-                    p.payload(),
-                    false,
-                );
-            } else {
+            if b.settled {
+                // Its block was given up (quiet for the settle age: e.g. the sending worker
+                // stalled mid-block) and its position counted lost; it was not: hand it on,
+                // late.
                 counts.late += 1;
+                counts.lost = counts.lost.saturating_sub(1);
             }
+            b.delivered |= 1 << idx;
+            counts.delivered += 1;
+            out.data(
+                position(id, fec, idx),
+                p.dst_port(),
+                p.src_port(),
+                p.payload(),
+                false,
+            );
         }
         Kind::Repair => {
             counts.repair_frames += 1;
-            b.k = b.k.min(usize::from(p.fec_k()));
+            let k = b.k.min(usize::from(p.fec_k()));
+            if b.settled && k < b.k {
+                // Settled as a full block, closed short by its sender since: the positions
+                // past `k` never existed, so they were not lost.
+                let never = data_mask(b.k) & !data_mask(k) & !b.delivered;
+                counts.lost = counts.lost.saturating_sub(u64::from(never.count_ones()));
+            }
+            b.k = k;
             b.shard_len = shard.len();
             if b.k < usize::from(fec.k) {
                 // A partial block: its unused positions will never come.
@@ -736,7 +754,7 @@ fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
     let (k, m) = (b.k, usize::from(fec.m));
     let data_mask = (1u64 << k) - 1;
     let missing = data_mask & !b.present;
-    if b.settled || b.shard_len == 0 || missing == 0 || (b.present.count_ones() as usize) < k {
+    if b.shard_len == 0 || missing == 0 || (b.present.count_ones() as usize) < k {
         return;
     }
     let per = usize::from(fec.k) + m;
@@ -780,6 +798,11 @@ fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
         blk.present |= 1 << i;
         blk.delivered |= 1 << i;
         counts.repaired += 1;
+        if blk.settled {
+            // Counted lost when its block was given up; rebuilt since, late.
+            counts.late += 1;
+            counts.lost = counts.lost.saturating_sub(1);
+        }
         out.data(
             position(b.id, fec, i),
             dst,
@@ -838,6 +861,71 @@ mod tests {
         (0..n)
             .map(|i| (0..(20 + i * 37 % 1200)).map(|j| (i + j) as u8).collect())
             .collect()
+    }
+
+    /// The sending worker stalls mid-block for longer than the settle age: the receiver
+    /// gives the block up and counts its missing positions lost; when the sender resumes,
+    /// the rest of the block (data, and the rebuild of a frame the link lost before the
+    /// stall) is still handed on, counted late, and nothing stays counted lost.
+    #[test]
+    fn a_block_settled_while_its_sender_stalled_still_delivers_the_rest() {
+        let fec = Fec { k: 8, m: 2 };
+        let mut enc = Encoder::new(2, 7, Some(fec), 4);
+        let mut dec = Decoder::new(Some(fec));
+        let mut out = Vec::new();
+        let mut feed = |enc: &mut Encoder, dec: &mut Decoder, now: u64, lose: &[usize]| {
+            let frames: Vec<Vec<u8>> = enc.ready().map(|f| f.to_vec()).collect();
+            enc.mark_sent();
+            for (i, f) in frames.iter().enumerate() {
+                if !lose.contains(&i) {
+                    let p = LinkPacket::new_checked(&f[..]).unwrap();
+                    dec.receive(&p, now, |_, _, pl, _| out.push(pl.to_vec()))
+                        .unwrap();
+                }
+            }
+        };
+        let payloads = expected(8);
+        for p in &payloads[..5] {
+            assert!(enc.push(30000, 20002, p, 0));
+        }
+        // Data 0..5 sent, the link loses 1; then the sender stalls.
+        feed(&mut enc, &mut dec, 0, &[1]);
+        dec.settle(600, 500);
+        assert_eq!(dec.counts.lost, 4, "1, and 5..8 not sent yet");
+        for p in &payloads[5..] {
+            assert!(enc.push(30000, 20002, p, 0));
+        }
+        feed(&mut enc, &mut dec, 2000, &[]);
+        let mut got = out.clone();
+        got.sort();
+        let mut want = payloads.clone();
+        want.sort();
+        assert_eq!(got, want, "every datagram once");
+        let c = dec.counts;
+        assert_eq!((c.lost, c.repaired, c.late), (0, 1, 4), "{c:?}");
+
+        // A partial block closed short after it was settled: its never-sent positions are
+        // not lost.
+        let mut enc = Encoder::new(2, 7, Some(fec), 4);
+        let mut dec = Decoder::new(Some(fec));
+        for p in &payloads[..3] {
+            assert!(enc.push(30000, 20002, p, 0));
+        }
+        let frames: Vec<Vec<u8>> = enc.ready().map(|f| f.to_vec()).collect();
+        enc.mark_sent();
+        for f in &frames {
+            let p = LinkPacket::new_checked(&f[..]).unwrap();
+            dec.receive(&p, 0, |_, _, _, _| {}).unwrap();
+        }
+        dec.settle(600, 500);
+        assert_eq!(dec.counts.lost, 5);
+        enc.close_block(0);
+        let frames: Vec<Vec<u8>> = enc.ready().map(|f| f.to_vec()).collect();
+        for f in &frames {
+            let p = LinkPacket::new_checked(&f[..]).unwrap();
+            dec.receive(&p, 2000, |_, _, _, _| {}).unwrap();
+        }
+        assert_eq!(dec.counts.lost, 0, "{:?}", dec.counts);
     }
 
     #[test]

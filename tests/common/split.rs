@@ -127,6 +127,27 @@ impl SplitBed {
         self.run(&["guard", if on { "on" } else { "off" }]);
     }
 
+    /// Every interface's packet and drop counters in the bed's four namespaces (`ip -s
+    /// link`) and the host's per-CPU backlog drops (`/proc/net/softnet_stat`, second column):
+    /// where datagrams went when a test misses some.
+    pub fn interface_stats(&self) -> String {
+        let mut out = String::new();
+        for key in ["DA_NS", "HA_NS", "HB_NS", "DB_NS"] {
+            let ns = self.get(key);
+            let o = Command::new("ip")
+                .args(["-n", ns, "-s", "link", "show"])
+                .output();
+            out += &format!("== {key} {ns}: ip -s link\n");
+            match o {
+                Ok(o) => out += &String::from_utf8_lossy(&o.stdout),
+                Err(e) => out += &format!("({e})\n"),
+            }
+        }
+        out += "== /proc/net/softnet_stat (processed dropped squeezed ...; one line per CPU)\n";
+        out += &std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default();
+        out
+    }
+
     /// Drops `permille`/1000 of what arrives on `link` ("forward" or "reverse"); 0 removes.
     pub fn loss(&self, link: &str, permille: u32) {
         self.run(&["loss", link, &permille.to_string()]);
