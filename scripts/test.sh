@@ -25,6 +25,7 @@ PACKAGES=(
     tmux                                # driving `vgate stats` like a person
     nmap hping3 python3-scapy           # hostile suites: scans, SYN flood, forged datagrams
     shellcheck                          # the scripts are checked too
+    bpftool                             # afxdp_netns reads the XDP program's no-route drop map
 )
 
 install=1

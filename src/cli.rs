@@ -494,7 +494,13 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
             }
             // On this machine: the ring modes hold no socket per port, so the kernel must
             // not hand the media ports out as ephemeral ports (a warning, not a refusal).
-            let ring = !matches!(cfg.engine.mode, Mode::Stack) && cfg.split.is_none();
+            // The PF_RING engines (the default of tnapi and zc in PF_RING builds) still hold
+            // one socket per port.
+            let pfring = matches!(
+                crate::engine::choose(cfg.engine.mode, None),
+                Ok(crate::engine::EngineKind::Pfring | crate::engine::EngineKind::PfringZc)
+            );
+            let ring = !matches!(cfg.engine.mode, Mode::Stack) && cfg.split.is_none() && !pfring;
             if ring && cpus.is_none() {
                 let ranges: Vec<(u16, u16)> = cfg
                     .domains
@@ -502,7 +508,11 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     .map(|d| (d.media_ports.first, d.media_ports.last))
                     .collect();
                 if let Some(advice) = crate::engine::ports::reserved_ports_advice(&ranges) {
-                    eprintln!("{}: warning: {advice}", file.display());
+                    if cfg.engine.reserve_ports {
+                        eprintln!("{}: note: engine.reserve_ports = true: vgate reserves the media ranges at start (a warning if the kernel refuses, e.g. under ProtectKernelTunables=yes). Now: {advice}", file.display());
+                    } else {
+                        eprintln!("{}: warning: {advice}", file.display());
+                    }
                 }
             }
             ExitCode::SUCCESS

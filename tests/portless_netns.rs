@@ -17,6 +17,9 @@
 //!   fragmented datagrams to a media port (reassembled by the kernel, then dropped by the
 //!   media ranges' nft table).
 //!
+//! - **engine.reserve_ports**: the media ranges are in the namespace's
+//!   `net.ipv4.ip_local_reserved_ports` once vgate runs.
+//!
 //! Rates are modest (a loaded 2-core machine passes). Needs root, `ip` (iproute2), `ss`,
 //! `nft` (tnapi) and `ethtool` (the xdp bed); without them each test says it did not run
 //! (and fails under `CI=true`).
@@ -121,9 +124,26 @@ fn run(mode: &str, control_port: u16) {
         .expect("ip neigh del");
     assert!(del.success(), "ip neigh del");
 
-    let config = config(&bed, mode, ROUTES, control_port);
+    // engine.reserve_ports: vgate adds the media ranges to the bed namespace's reserved
+    // ports (empty before) at start.
+    let config = config(&bed, mode, ROUTES, control_port)
+        .replace("[engine]\n", "[engine]\nreserve_ports = true\n");
+    assert!(config.contains("reserve_ports = true"));
     let vg = Vgate::start_with(&["ip", "netns", "exec", &g_ns], &config, &[]);
     let pid = vg.child.id();
+
+    let reserved = Command::new("ip")
+        .args(["netns", "exec", &g_ns, "cat"])
+        .arg("/proc/sys/net/ipv4/ip_local_reserved_ports")
+        .output()
+        .expect("read ip_local_reserved_ports");
+    let reserved = String::from_utf8_lossy(&reserved.stdout).trim().to_owned();
+    for first in [A_PORTS, B_PORTS] {
+        assert!(
+            reserved.contains(&format!("{first}-{}", first + 999)),
+            "{mode}: engine.reserve_ports reserved the media ranges: {reserved:?}"
+        );
+    }
 
     // No per-port sockets.
     let in_range =

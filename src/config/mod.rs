@@ -215,6 +215,10 @@ pub struct EngineConfig {
     pub max_payload: usize,
     /// Mode tnapi on AF_PACKET: the ring version (`[engine.tnapi] ring`).
     pub tnapi_ring: TnapiRing,
+    /// `engine.reserve_ports`: a ring mode holding no socket per port adds the media ranges
+    /// to `net.ipv4.ip_local_reserved_ports` of its network namespace at start (a warning
+    /// when refused). Off by default.
+    pub reserve_ports: bool,
 }
 
 /// A static signaling route: where a proxy listens and where it forwards.

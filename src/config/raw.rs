@@ -88,6 +88,9 @@ pub struct RawEngine {
     pub max_payload: Spanned<i64>,
     #[serde(default)]
     pub tnapi: RawTnapi,
+    /// Ring modes: add the media ranges to `net.ipv4.ip_local_reserved_ports` at start.
+    #[serde(default)]
+    pub reserve_ports: bool,
 }
 
 /// `[engine.tnapi]`: settings of mode tnapi.
@@ -106,6 +109,7 @@ impl Default for RawEngine {
             batch: default_batch(),
             max_payload: default_max_payload(),
             tnapi: RawTnapi::default(),
+            reserve_ports: false,
         }
     }
 }

@@ -376,6 +376,7 @@ fn engine(raw: &RawConfig, machine: &Cpus) -> Result<EngineConfig> {
             .ring
             .as_ref()
             .map_or_else(TnapiRing::default, |r| *r.get_ref()),
+        reserve_ports: e.reserve_ports,
     })
 }
 

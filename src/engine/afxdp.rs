@@ -3,7 +3,7 @@
 //! worker per `engine.queues` index. With the in-kernel fast path of [`super::xdp`] (its
 //! section of the program, its maps and hooks) the same engine is mode `xdp`.
 //!
-//! Owns: the XDP program (`vgate_xdp`), its two maps, its attachment to each domain interface,
+//! Owns: the XDP program (`vgate_xdp`), its maps (`vgate_ports`, `vgate_xsks`, `vgate_noroute`), its attachment to each domain interface,
 //! the AF_XDP sockets (opened at build time, so a mode that cannot run fails before anything
 //! else starts) and the worker loop. Must not touch: route decisions (that is
 //! [`crate::channel::inspect`]) or gateway-port sockets (that is [`super::ports`]).
@@ -13,14 +13,20 @@
 //! Hand-assembled eBPF (no clang in the build): Ethernet (+ one 802.1Q tag) → IPv4 (IHL,
 //! no fragments) → UDP, each header bounds-checked against `data_end` before it is read; the
 //! destination address must be the gateway's address of a domain the interface faces and the
-//! destination port inside that domain's media range. Then
-//! `bpf_redirect_map(vgate_xsks, ctx->rx_queue_index, XDP_PASS)`: to the queue's socket, or
-//! to the kernel when the queue has none. The whole range goes to the workers, routed or not:
-//! the gateway holds no socket on its ports ([`super::ports`]), so a datagram for a port
-//! without a route must not reach the kernel's UDP layer (it would answer with ICMP port
-//! unreachable, or hand it to another program's socket); the worker counts it `no_route`.
-//! `vgate_ports` (a 65 536-entry ARRAY of u32, bit *d* set when domain *d* has a route on
-//! that port) decides only whether mode xdp's fast path may take the frame. Everything
+//! destination port inside that domain's media range. The whole range is the program's,
+//! routed or not: the gateway holds no socket on its ports ([`super::ports`]), so no
+//! datagram for the range may reach the kernel's UDP layer (it would answer with ICMP port
+//! unreachable, or hand it to another program's socket). `vgate_ports` (a 65 536-entry ARRAY
+//! of u32, bit *d* set when domain *d* has a route on that port) decides: a routed port goes
+//! (after mode xdp's fast path, which may take it) to
+//! `bpf_redirect_map(vgate_xsks, ctx->rx_queue_index, XDP_PASS)`: the queue's socket, or the
+//! kernel when the queue has none. A port without a route is dropped in the program
+//! (`XDP_DROP`) and counted in `vgate_noroute` (a per-CPU ARRAY by ingress domain: packets,
+//! payload bytes), so a flood to unrouted ports never shares the workers' rings with routed
+//! media; worker 0 adds the counts to the channel's `rx` and `no_route` at each sample
+//! ([`super::worker::SAMPLE_MS`]) and at exit. The map entry of a route is written in
+//! [`PortHooks::route_added`], inside the call that installs the route, before anyone is
+//! told of it: its first packets are not dropped. Everything
 //! else — ARP, signaling, management, fragments — goes to the kernel (`XDP_PASS`). Fragments
 //! for the media ranges are reassembled there and dropped by the nft table of
 //! [`super::nft`] (installed when ports hold no socket, as tnapi does; best effort).
@@ -278,6 +284,11 @@ pub(super) const PSEUDO_MAP_FD: u8 = 1;
 pub(super) const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 pub(super) const HELPER_REDIRECT_MAP: i32 = 51;
 pub(super) const XDP_PASS: i32 = 2;
+const XDP_DROP: i32 = 1;
+const LDX_DW: u8 = 0x79;
+const STX_H: u8 = 0x6b;
+const STX_DW: u8 = 0x7b;
+const RSH64_IMM: u8 = 0x77;
 
 impl Asm {
     pub(super) fn new() -> Asm {
@@ -326,12 +337,13 @@ impl Asm {
 }
 
 /// The XDP program for an interface facing the domains whose gateway addresses and port-map
-/// bits are `dsts`. `ports_fd` is the `vgate_ports` ARRAY, `xsks_fd` the interface's XSKMAP;
-/// with `fast` (mode xdp), routed media may be forwarded in the kernel first (see
-/// [`super::xdp`]).
+/// bits are `dsts`. `ports_fd` is the `vgate_ports` ARRAY, `xsks_fd` the interface's XSKMAP,
+/// `noroute_fd` the `vgate_noroute` per-CPU ARRAY ([`NoRouteCount`]); with `fast` (mode
+/// xdp), routed media may be forwarded in the kernel first (see [`super::xdp`]).
 fn xdp_program(
     ports_fd: i32,
     xsks_fd: i32,
+    noroute_fd: i32,
     dsts: &[(Ipv4Addr, u32, u16, u16)],
     fast: Option<&FastFds>,
 ) -> Vec<Insn> {
@@ -398,7 +410,7 @@ fn xdp_program(
     a.op(BE, R4, 0, 0, 16); // to host order
                             // The whole media range of the domain is ours, routed or not: no datagram for it may
                             // reach the kernel's UDP layer (port unreachable, another socket); a port without a
-                            // route goes to a worker, which counts it `no_route`.
+                            // route is dropped here and counted in `vgate_noroute`.
     for (i, (_, bit, lo, hi)) in dsts.iter().enumerate() {
         let next: &'static str = ["rng1", "rng2", "rng3"][i.min(2)];
         a.jmp(JNE32_IMM, R8, 0, *bit as i32, next);
@@ -409,15 +421,17 @@ fn xdp_program(
     }
     a.jmp(JA, 0, 0, 0, "pass");
     a.label("in_range");
+    a.op(LDX_H, R5, R2, 18, 0); // UDP length, network order (for no_route's byte count)
+    a.op(STX_H, R10, R5, -8, 0);
     a.op(STX_W, R10, R4, -4, 0); // key on the stack
     a.op(MOV64_REG, R2, R10, 0, 0);
     a.op(ADD64_IMM, R2, 0, 0, -4);
     a.ld_map_fd(R1, ports_fd);
     a.op(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM);
-    a.jmp(JEQ_IMM, R0, 0, 0, "xsk");
+    a.jmp(JEQ_IMM, R0, 0, 0, "no_route");
     a.op(LDX_W, R0, R0, 0, 0); // the port's domain bits
     a.op(0x5f, R0, R8, 0, 0); // r0 &= r8 (AND64_REG)
-    a.jmp(JEQ_IMM, R0, 0, 0, "xsk"); // no route for this domain: a worker counts it
+    a.jmp(JEQ_IMM, R0, 0, 0, "no_route"); // no route for this domain
     if let Some(f) = fast {
         a.jmp(JEQ_IMM, R9, 0, 0, "xsk");
         emit_fast(&mut a, f);
@@ -427,6 +441,31 @@ fn xdp_program(
     a.ld_map_fd(R1, xsks_fd);
     a.op(MOV64_IMM, R3, 0, 0, XDP_PASS); // no socket on this queue: to the kernel
     a.op(CALL, 0, 0, 0, HELPER_REDIRECT_MAP);
+    a.op(EXIT, 0, 0, 0, 0);
+    // A port of the range without a route: dropped, counted per ingress domain
+    // (`vgate_noroute[bit >> 1]`: packets, payload bytes), so a flood to unrouted ports
+    // does not share the workers' rings with routed media.
+    a.label("no_route");
+    a.op(MOV64_REG, R1, R8, 0, 0);
+    a.op(RSH64_IMM, R1, 0, 0, 1); // bit 1 -> 0 (A), bit 2 -> 1 (B)
+    a.op(STX_W, R10, R1, -4, 0);
+    a.op(MOV64_REG, R2, R10, 0, 0);
+    a.op(ADD64_IMM, R2, 0, 0, -4);
+    a.ld_map_fd(R1, noroute_fd);
+    a.op(CALL, 0, 0, 0, HELPER_MAP_LOOKUP_ELEM);
+    a.jmp(JEQ_IMM, R0, 0, 0, "drop");
+    a.op(LDX_DW, R1, R0, 0, 0);
+    a.op(ADD64_IMM, R1, 0, 0, 1);
+    a.op(STX_DW, R0, R1, 0, 0);
+    a.op(LDX_H, R1, R10, -8, 0);
+    a.op(BE, R1, 0, 0, 16);
+    a.jmp(JLT_IMM, R1, 0, 8, "drop"); // a UDP length below its header: no bytes
+    a.op(ADD64_IMM, R1, 0, 0, -8);
+    a.op(LDX_DW, R2, R0, 8, 0);
+    a.op(ADD64_REG, R2, R1, 0, 0);
+    a.op(STX_DW, R0, R2, 8, 0);
+    a.label("drop");
+    a.op(MOV64_IMM, R0, 0, 0, XDP_DROP);
     a.op(EXIT, 0, 0, 0, 0);
     a.label("pass");
     a.op(MOV64_IMM, R0, 0, 0, XDP_PASS);
@@ -568,6 +607,8 @@ pub struct AfxdpEngine {
     split: Option<(SplitConfig, Arc<SplitStats>)>,
     /// Mode xdp: the in-kernel fast path.
     fast: Option<Arc<FastPath>>,
+    /// What the program dropped for ports without a route.
+    noroute: Arc<NoRouteCount>,
     /// The neighbour resolver's table, once `start` runs one.
     neigh: Option<Arc<super::neigh::NeighTable>>,
     /// The media ranges' nft drop table for what the program passes (fragments), when ports
@@ -730,6 +771,10 @@ impl AfxdpEngine {
                 })
             })?;
         let ports = Arc::new(ports);
+        let noroute = Arc::new(NoRouteCount::create().map_err(|source| AfxdpError::Map {
+            name: "vgate_noroute",
+            source,
+        })?);
         let fast = if fast {
             let mut eg = Vec::new();
             for (name, domains, ifindex, _, mac) in &wanted {
@@ -778,7 +823,13 @@ impl AfxdpEngine {
                 })
                 .collect();
             let fds = fast.as_ref().map(|f| f.fds());
-            let insns = xdp_program(ports.raw_fd(), xsks.raw_fd(), &dsts, fds.as_ref());
+            let insns = xdp_program(
+                ports.raw_fd(),
+                xsks.raw_fd(),
+                noroute.map.raw_fd(),
+                &dsts,
+                fds.as_ref(),
+            );
             let prog = Prog::load_xdp(&insns, PROG_NAME).map_err(|e| {
                 privilege("loading an XDP program")(io::Error::from_raw_os_error(
                     e.source.raw_os_error().unwrap_or(0),
@@ -911,6 +962,7 @@ impl AfxdpEngine {
                 .as_ref()
                 .map(|s| (s.clone(), Arc::new(SplitStats::new(s)))),
             fast,
+            noroute,
             neigh: None,
             nft,
         })
@@ -1124,6 +1176,7 @@ impl Engine for AfxdpEngine {
                 self.tx_path,
             );
             let fast = self.fast.clone();
+            let noroute = Arc::clone(&self.noroute);
             let neigh = resolver.handle();
             move |shell: &Shell| {
                 let ctx = WorkerCtx {
@@ -1136,6 +1189,7 @@ impl Engine for AfxdpEngine {
                     src_mac,
                     egress_ifindex,
                     fast: if shell.index == 0 { fast } else { None },
+                    noroute: (shell.index == 0).then_some(noroute),
                     spin_us: spin_from_env(),
                     sleep_in_poll: sleep_in_poll_from_env(),
                     kick_at: kick_at_from_env(),
@@ -1209,6 +1263,8 @@ struct WorkerCtx {
     egress_ifindex: [u32; 2],
     /// Worker 0 in mode xdp: polls the fast path's counters.
     fast: Option<Arc<FastPath>>,
+    /// Worker 0: adds what the XDP program dropped for ports without a route.
+    noroute: Option<Arc<NoRouteCount>>,
     /// Microseconds to keep polling the rings after work before sleeping (`VGATE_AFXDP_SPIN_US`).
     spin_us: u32,
     /// Sleep in `poll(2)`, which also kicks TX (`VGATE_AFXDP_WAIT`).
@@ -1338,6 +1394,9 @@ impl Datapath for XskPath {
         if let Some(f) = &self.ctx.fast {
             f.finish(&shell.stats);
         }
+        if let Some(n) = &self.ctx.noroute {
+            n.poll(shell);
+        }
     }
 
     /// The wakeup's link frames go out together.
@@ -1352,6 +1411,9 @@ impl Datapath for XskPath {
             l.idle(now_ms());
         }
         socket_stats(shell, &mut self.socks);
+        if let Some(n) = &self.ctx.noroute {
+            n.poll(shell);
+        }
         if let Some(f) = &self.ctx.fast {
             f.poll(now_ms(), &shell.stats);
         }
@@ -1433,6 +1495,64 @@ fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
     }
 }
 
+/// `vgate_noroute`: what the XDP program dropped for ports of a media range without a route,
+/// a per-CPU ARRAY indexed by the ingress domain, each value (packets, payload bytes). Worker
+/// 0 adds the growth to its channel counters at each sample and at exit, so `no_route` and
+/// `rx_packets` count these datagrams as they did when the workers received them.
+struct NoRouteCount {
+    map: Map,
+    /// Per domain, (packets, bytes) already added; only worker 0 polls.
+    seen: Mutex<[(u64, u64); 2]>,
+}
+
+impl NoRouteCount {
+    fn create() -> io::Result<NoRouteCount> {
+        Ok(NoRouteCount {
+            map: Map::create(bpf::BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, 2, "vgate_noroute")?,
+            seen: Mutex::new([(0, 0); 2]),
+        })
+    }
+
+    /// Per domain, (packets, bytes) so far, summed over CPUs.
+    fn read(&self) -> [(u64, u64); 2] {
+        let mut buf = vec![0u8; self.map.lookup_len()];
+        let mut out = [(0, 0); 2];
+        for (d, o) in out.iter_mut().enumerate() {
+            if self.map.lookup(&(d as u32).to_ne_bytes(), &mut buf).is_ok() {
+                for c in buf.chunks_exact(16) {
+                    let word =
+                        |i: usize| u64::from_ne_bytes(c[i..i + 8].try_into().unwrap_or_default());
+                    o.0 += word(0);
+                    o.1 += word(8);
+                }
+            }
+        }
+        out
+    }
+
+    /// Adds what grew since the last poll to the channel of each ingress domain.
+    fn poll(&self, shell: &Shell) {
+        let now = self.read();
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for d in DomainId::ALL {
+            let (p, b) = now[d.index()];
+            let (sp, sb) = seen[d.index()];
+            let new = p.saturating_sub(sp);
+            if new == 0 {
+                continue;
+            }
+            seen[d.index()] = (p, b);
+            let mut t = Tally {
+                rx_packets: new,
+                rx_bytes: b.saturating_sub(sb),
+                ..Tally::default()
+            };
+            t.drops[DropReason::NoRoute as usize] = new;
+            shell.stats.channel(Channel::from_ingress(d)).add(&t);
+        }
+    }
+}
+
 /// Kernel drops per socket (RX ring full, no fill frames, invalid descriptors).
 fn socket_stats(shell: &Shell, socks: &mut [WorkerXsk]) {
     for s in socks.iter_mut() {
@@ -1494,7 +1614,8 @@ fn forward_batch<'p>(
             }
         };
         let Some(channel) = classify(&ctx.targets, &s.domains, d.dst_addr, d.dst_port) else {
-            // The XDP program redirects only our destinations; this is its guard.
+            // The XDP program redirects only our destinations' routed ports; this is its
+            // guard.
             drop_frame(chan, s.fallback, d.payload.len(), DropReason::NoRoute);
             continue;
         };
@@ -1632,6 +1753,7 @@ mod tests {
             let p = xdp_program(
                 7,
                 8,
+                12,
                 &[
                     (Ipv4Addr::new(10, 0, 0, 1), 1, 20000, 20999),
                     (Ipv4Addr::new(10, 0, 0, 200), 2, 30000, 30999),
@@ -1657,9 +1779,9 @@ mod tests {
                 })
                 .collect();
             let want = if with_fast.is_some() {
-                vec![7, 9, 10, 11, 8]
+                vec![7, 9, 10, 11, 8, 12]
             } else {
-                vec![7, 8]
+                vec![7, 8, 12]
             };
             assert_eq!(maps, want);
             assert_eq!(p.last().map(|i| i.code), Some(EXIT));

@@ -164,6 +164,17 @@ pub fn ring_hold(cfg: &Config, sockets: bool) -> ports::PortHold {
             .iter()
             .map(|d| (d.media_ports.first, d.media_ports.last))
             .collect();
+        if cfg.engine.reserve_ports {
+            match ports::reserve_ranges(&ranges) {
+                Ok(Some(list)) => tracing::info!(
+                    "engine.reserve_ports: net.ipv4.ip_local_reserved_ports = {list} in this network namespace"
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    "engine.reserve_ports: cannot add the media ranges to net.ipv4.ip_local_reserved_ports ({e}; under systemd ProtectKernelTunables=yes forbids it): set it before start (docs/operations.md)"
+                ),
+            }
+        }
         if let Some(advice) = ports::reserved_ports_advice(&ranges) {
             tracing::warn!("{advice}");
         }

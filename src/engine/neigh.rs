@@ -15,8 +15,9 @@
 //!   (the resolver), any number of readers, each slot guarded by a sequence counter, so a
 //!   worker's lookup is a few atomic loads: no lock, no system call, no allocation.
 //! - A worker holds a [`Neighbours`] handle. A lookup that finds nothing (or an unresolved
-//!   entry) returns `None` at once — the caller sends through the kernel's UDP socket, which
-//!   resolves by itself — and posts the destination on a bounded queue (dropped when full,
+//!   entry) returns `None` at once — the caller sends through the kernel instead (the
+//!   worker's raw socket of the egress domain, or the port's UDP socket where ports hold
+//!   sockets; the kernel resolves by itself) — and posts the destination on a bounded queue (dropped when full,
 //!   counted); it never blocks.
 //! - The resolver answers a posted destination at once, retries an unresolved one every
 //!   [`RETRY_MS`] (so a neighbour that appears later is used within that), and refreshes

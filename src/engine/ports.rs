@@ -22,14 +22,17 @@
 //!   and stream legs send through one shared raw socket per domain ([`PortTx::Raw`]). The
 //!   port number is safe without a socket because (1) media arriving for the range never
 //!   reaches the kernel's UDP layer: tnapi's nft table drops it before routing, zc/xdp's XDP
-//!   program hands every datagram for the range to a worker (a port without a route is
-//!   counted `no_route` there), so no ICMP port unreachable goes out and no other socket
-//!   gets it; (2) the kernel must not give the range's ports to other programs' ephemeral
+//!   program hands a routed port's datagrams to a worker and drops the rest itself (counted
+//!   `no_route`), so no ICMP port unreachable goes out and no other socket gets it; (2) the kernel must not give the range's ports to other programs' ephemeral
 //!   sockets — `net.ipv4.ip_local_reserved_ports` covers the media ranges (checked at start,
-//!   [`reserved_ports_advice`]; docs/operations.md). A program that binds a port of the
-//!   range explicitly is a configuration error that a socket per port would have caught
-//!   and this does not. 10 000 routes then cost no file descriptors beyond the engine's
-//!   own (docs/bench-relay.md).
+//!   [`reserved_ports_advice`]; docs/operations.md). A port another program holds when a
+//!   session takes it is refused as before: `open_port` binds a UDP socket to it and closes
+//!   it at once (control side, no lasting descriptor), so the allocator takes another port
+//!   and a static route's error names the holder class. A program that binds a port of the
+//!   range *after* vgate took it is not detected (a socket per port would have kept it
+//!   out); its socket receives nothing from the media interfaces (the rings take those
+//!   datagrams first) but may send from the gateway's port. 10 000 routes then cost no file
+//!   descriptors beyond the engine's own (docs/bench-relay.md).
 //!
 //! Sockets are opened and closed on the control side and announced to the workers through a
 //! per-worker command queue plus an eventfd wake-up, so workers never take a lock.
@@ -360,8 +363,9 @@ impl PortRegistry {
 impl PortHooks for PortRegistry {
     fn open_port(&self, domain: DomainId, port: u16) -> io::Result<()> {
         if self.hold == PortHold::Reserved {
-            // Nothing to open: see the module doc.
-            return Ok(());
+            // Nothing to hold (see the module doc), but a port another program holds is
+            // refused as a socket per port would refuse it.
+            return probe_free(self.addrs[domain.index()], port);
         }
         let sock = UdpSocket::bind(SocketAddrV4::new(self.addrs[domain.index()], port))?;
         if let Some(ifname) = &self.interfaces[domain.index()] {
@@ -418,6 +422,20 @@ impl PortHooks for PortRegistry {
     }
 }
 
+/// Whether UDP port `port` of `addr` is free: a socket is bound to it and closed at once.
+/// Without device binding, so it collides with another program's socket on the address or
+/// the wildcard, tied to an interface or not. The error says who holds it.
+fn probe_free(addr: Ipv4Addr, port: u16) -> io::Result<()> {
+    match UdpSocket::bind(SocketAddrV4::new(addr, port)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
+            e.kind(),
+            format!("another program's UDP socket holds port {port} on {addr} or on all addresses (ss -ulpn 'sport = :{port}' names it): {e}"),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether the kernel may hand ports of `ranges` (inclusive) to other programs' ephemeral
 /// sockets in this network namespace: `Some(advice)` naming the ports of a range that lie
 /// inside `net.ipv4.ip_local_port_range` and are not in `net.ipv4.ip_local_reserved_ports`,
@@ -430,18 +448,57 @@ pub fn reserved_ports_advice(ranges: &[(u16, u16)]) -> Option<String> {
     advice_for(ranges, &eph, &reserved)
 }
 
-fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String> {
-    let mut it = eph.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
-    let (lo, hi) = (it.next()?, it.next()?);
-    let held: Vec<(u16, u16)> = reserved
-        .trim()
+/// Adds `ranges` (inclusive) to `net.ipv4.ip_local_reserved_ports` of this network
+/// namespace, keeping what it holds: `Ok(Some(list written))`, `Ok(None)` when every port was
+/// reserved already.
+pub fn reserve_ranges(ranges: &[(u16, u16)]) -> io::Result<Option<String>> {
+    const FILE: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
+    let held = std::fs::read_to_string(FILE)?;
+    let Some(list) = reserved_with(&held, ranges) else {
+        return Ok(None);
+    };
+    std::fs::write(FILE, &list)?;
+    Ok(Some(list))
+}
+
+/// `held` (the sysctl's comma-separated ports and ranges) plus `ranges`, or `None` when it
+/// covers them already.
+fn reserved_with(held: &str, ranges: &[(u16, u16)]) -> Option<String> {
+    let held: Vec<(u16, u16)> = parse_port_list(held);
+    let covered =
+        |(a, b): &(u16, u16)| (*a..=*b).all(|p| held.iter().any(|(x, y)| (*x..=*y).contains(&p)));
+    if ranges.iter().all(covered) {
+        return None;
+    }
+    let list: Vec<String> = held
+        .iter()
+        .chain(ranges.iter().filter(|r| !covered(r)))
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect();
+    Some(list.join(","))
+}
+
+fn parse_port_list(list: &str) -> Vec<(u16, u16)> {
+    list.trim()
         .split(',')
-        .filter(|p| !p.is_empty())
+        .filter(|p| !p.trim().is_empty())
         .filter_map(|p| match p.split_once('-') {
             Some((a, b)) => Some((a.trim().parse().ok()?, b.trim().parse().ok()?)),
             None => p.trim().parse().ok().map(|a| (a, a)),
         })
-        .collect();
+        .collect()
+}
+
+fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String> {
+    let mut it = eph.split_whitespace().filter_map(|w| w.parse::<u16>().ok());
+    let (lo, hi) = (it.next()?, it.next()?);
+    let held = parse_port_list(reserved);
     let exposed = |port: u16| {
         (lo..=hi).contains(&port) && !held.iter().any(|(a, b)| (*a..=*b).contains(&port))
     };
@@ -521,6 +578,19 @@ mod tests {
     }
 
     #[test]
+    fn reserving_keeps_what_the_list_holds() {
+        assert_eq!(
+            reserved_with("\n", &[(40000, 40999)]).as_deref(),
+            Some("40000-40999")
+        );
+        assert_eq!(
+            reserved_with("5060,39000-40500\n", &[(40000, 40999), (20000, 20099)]).as_deref(),
+            Some("5060,39000-40500,40000-40999,20000-20099")
+        );
+        assert_eq!(reserved_with("5060,39000-41000\n", &[(40000, 40999)]), None);
+    }
+
+    #[test]
     fn reserved_registry_opens_no_socket_per_port() {
         let reg = PortRegistry::new([Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)]);
         // Raw sockets need CAP_NET_RAW: without it this part cannot run.
@@ -529,11 +599,30 @@ mod tests {
             return;
         };
         let links = reg.attach_workers(1).unwrap();
-        reg.open_port(DomainId::A, 20000).unwrap();
+        // A port another program holds is refused, on the address or the wildcard.
+        for holder in [Ipv4Addr::LOCALHOST, Ipv4Addr::UNSPECIFIED] {
+            let taken = UdpSocket::bind((holder, 0)).unwrap();
+            let port = taken.local_addr().unwrap().port();
+            let e = reg.open_port(DomainId::A, port).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{holder}: {e}");
+            assert!(
+                e.to_string().contains("another program's UDP socket"),
+                "{e}"
+            );
+            drop(taken);
+            reg.open_port(DomainId::A, port).unwrap();
+            reg.close_port(DomainId::A, port);
+        }
+        let port = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        reg.open_port(DomainId::A, port).unwrap();
         assert!(links[0].cmds.try_recv().is_err(), "no socket announced");
         assert!(matches!(
-            reg.port_tx(DomainId::A, 20000),
-            Some(PortTx::Raw(_, 20000))
+            reg.port_tx(DomainId::A, port),
+            Some(PortTx::Raw(_, p)) if p == port
         ));
         // The port stays free for the kernel: binding it here works.
         let other = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -547,7 +636,7 @@ mod tests {
         drop(other);
         let raw = reg.raw_senders().unwrap();
         let local = EgressSockets::with_raw(raw);
-        let eg = local.egress(DomainId::A, 20000).unwrap();
+        let eg = local.egress(DomainId::A, port).unwrap();
         assert_eq!(eg.send_one(b"hello", dest).unwrap(), 5);
         let mut batch = super::super::sys::mmsg::SliceBatch::new(4);
         let mut scope = batch.scope();
@@ -563,10 +652,10 @@ mod tests {
             assert_eq!(&buf[..n], want);
             assert_eq!(
                 from,
-                "127.0.0.1:20000".parse::<std::net::SocketAddr>().unwrap()
+                std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, port))
             );
         }
-        reg.close_port(DomainId::A, 20000);
+        reg.close_port(DomainId::A, port);
     }
 
     #[test]

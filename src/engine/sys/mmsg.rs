@@ -25,6 +25,37 @@ fn sockaddr_v4(a: SocketAddrV4) -> libc::sockaddr_in {
     s
 }
 
+/// `recvmmsg` or `sendmmsg` (`nr`) as a plain system call, returning what the call returns
+/// (-1 with `errno` set on failure). glibc's wrappers are cancellation points: in a
+/// multi-threaded process each call also runs `__pthread_enable_asynccancel` and
+/// `__pthread_disable_asynccancel` (about 45 instructions per call, two calls per batch
+/// here), which the workers never need (no thread is ever cancelled).
+///
+/// # Safety
+/// - `hdrs` points to `len` valid `mmsghdr`s whose buffers, names and control buffers are
+///   valid for the call (writable for `recvmmsg`), and `fd` is a live descriptor.
+unsafe fn raw_mmsg(
+    nr: libc::c_long,
+    fd: BorrowedFd<'_>,
+    hdrs: *mut libc::mmsghdr,
+    len: usize,
+    flags: libc::c_int,
+) -> isize {
+    // SAFETY:
+    // - The caller's contract covers the pointers; the remaining arguments are plain values
+    //   (the timeout of recvmmsg is null: none), passed as the kernel's `long`s.
+    unsafe {
+        libc::syscall(
+            nr,
+            libc::c_long::from(fd.as_raw_fd()),
+            hdrs,
+            len as libc::c_long,
+            libc::c_long::from(flags),
+            std::ptr::null_mut::<libc::timespec>(),
+        ) as isize
+    }
+}
+
 /// A batch of receive buffers.
 pub struct RecvBatch {
     bufs: Box<[u8]>,
@@ -115,12 +146,12 @@ impl RecvBatch {
             //   buffers point into slices owned by `self`, valid and exclusively borrowed for
             //   the duration of the call; `fd` is a live descriptor borrowed from its owner.
             let n = unsafe {
-                libc::recvmmsg(
-                    fd.as_raw_fd(),
+                raw_mmsg(
+                    libc::SYS_recvmmsg,
+                    fd,
                     self.hdrs.as_mut_ptr(),
-                    self.hdrs.len() as libc::c_uint,
+                    self.hdrs.len(),
                     libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
                 )
             };
             if n >= 0 {
@@ -423,10 +454,11 @@ unsafe fn send_all_framed(
         //   contract); the kernel only reads them, and writes msg_len.
         // - `fd` is a live descriptor borrowed from its owner.
         let n = unsafe {
-            libc::sendmmsg(
-                fd.as_raw_fd(),
+            raw_mmsg(
+                libc::SYS_sendmmsg,
+                fd,
                 hdrs.as_mut_ptr().add(off),
-                (k - off) as libc::c_uint,
+                k - off,
                 libc::MSG_DONTWAIT,
             )
         };
@@ -685,11 +717,28 @@ impl<'p> SliceScope<'_, 'p> {
 }
 
 /// Opens a raw IPv4 socket of protocol UDP for [`SliceScope::send_raw_udp`]: bound to `src`
-/// (the source address of everything it sends), non-blocking, with a 4 MiB send buffer
-/// (best effort). It never receives: the kernel would hand it a copy of every UDP datagram
-/// delivered locally to `src`, so a filter that drops everything is attached and the
-/// receive buffer is kept at its minimum. Needs CAP_NET_RAW.
+/// (the source address of everything it sends), non-blocking, with a [`RAW_SNDBUF`] send
+/// buffer (`SO_SNDBUFFORCE`, past `net.core.wmem_max`, where the process has CAP_NET_ADMIN;
+/// else `SO_SNDBUF`, capped there; the size obtained is logged once): one such socket
+/// carries every fallback route of a worker, or every stream leg of a domain. It never
+/// receives: the kernel hands it a copy of every UDP datagram delivered locally to `src`
+/// (signaling included), so a filter that drops everything is attached, what was queued
+/// before the filter is drained (as libpcap does), and the receive buffer is kept at its
+/// minimum. Needs CAP_NET_RAW.
 pub fn raw_udp_socket(src: Ipv4Addr) -> io::Result<OwnedFd> {
+    raw_udp_socket_with(src, |_| {})
+}
+
+/// Send buffer asked for by [`raw_udp_socket`].
+pub const RAW_SNDBUF: libc::c_int = 4 << 20;
+
+static RAW_SNDBUF_SAID: std::sync::Once = std::sync::Once::new();
+
+/// [`raw_udp_socket`], calling `before_filter` between `socket()` and the filter (tests).
+fn raw_udp_socket_with(
+    src: Ipv4Addr,
+    before_filter: impl FnOnce(BorrowedFd<'_>),
+) -> io::Result<OwnedFd> {
     // SAFETY:
     // - plain socket(2) call with constant arguments; the result is checked.
     let fd = unsafe {
@@ -705,6 +754,7 @@ pub fn raw_udp_socket(src: Ipv4Addr) -> io::Result<OwnedFd> {
     // SAFETY:
     // - `fd` was just returned by socket(2) and is owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    before_filter(fd.as_fd());
     // `ret #0`: accept no byte of any packet.
     let mut drop_all = [libc::sock_filter {
         code: 0x06,
@@ -717,10 +767,31 @@ pub fn raw_udp_socket(src: Ipv4Addr) -> io::Result<OwnedFd> {
         filter: drop_all.as_mut_ptr(),
     };
     setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)?;
+    // What arrived between socket() and the filter is queued still and would stay so for
+    // the socket's life (nothing reads it): drop it now.
+    drain(fd.as_fd());
     let rcvbuf: libc::c_int = 0; // the kernel raises it to its minimum
     setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf)?;
-    let sndbuf: libc::c_int = 4 << 20;
-    let _ = setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf);
+    if setsockopt_raw(
+        fd.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUFFORCE,
+        &RAW_SNDBUF,
+    )
+    .is_err()
+    {
+        // Without CAP_NET_ADMIN: as much as net.core.wmem_max allows.
+        let _ = setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &RAW_SNDBUF);
+    }
+    RAW_SNDBUF_SAID.call_once(|| {
+        match nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SndBuf) {
+            Ok(got) if got < RAW_SNDBUF as usize => tracing::warn!(
+                "raw send sockets got a {got}-byte send buffer ({RAW_SNDBUF} asked for; SO_SNDBUFFORCE needs CAP_NET_ADMIN, else net.core.wmem_max caps it): a worker's fallback routes share it, a burst may find it full"
+            ),
+            Ok(got) => tracing::info!("raw send sockets: {got}-byte send buffer"),
+            Err(e) => tracing::warn!("raw send sockets: cannot read the send buffer size: {e}"),
+        }
+    });
     let sa = sockaddr_v4(SocketAddrV4::new(src, 0));
     // SAFETY:
     // - `sa` is a valid sockaddr_in on our stack and its size is passed with it.
@@ -735,6 +806,28 @@ pub fn raw_udp_socket(src: Ipv4Addr) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// Reads and discards what `fd`'s receive queue holds, without waiting, until it is empty.
+fn drain(fd: BorrowedFd<'_>) {
+    let mut buf = [0u8; 1];
+    loop {
+        // SAFETY:
+        // - `buf` is a live, writable buffer of the length passed; the kernel writes at most
+        //   that many bytes (the rest of a longer datagram is discarded, MSG_TRUNC semantics).
+        let r = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            // EAGAIN: empty (any other error: nothing more to read either).
+            return;
+        }
+    }
 }
 
 /// Sends one UDP datagram `src` → `dest` through a raw socket of [`raw_udp_socket`] (the
@@ -946,10 +1039,11 @@ impl<'p> FrameScope<'_, 'p> {
             //   reads them and writes msg_len;
             // - `fd` is a live descriptor borrowed from its owner.
             let n = unsafe {
-                libc::sendmmsg(
-                    fd.as_raw_fd(),
+                raw_mmsg(
+                    libc::SYS_sendmmsg,
+                    fd,
                     b.msgs.as_mut_ptr().add(off),
-                    (k - off) as libc::c_uint,
+                    k - off,
                     libc::MSG_DONTWAIT,
                 )
             };
@@ -1015,6 +1109,45 @@ mod tests {
     use super::*;
     use std::net::UdpSocket;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn raw_socket_drops_what_arrived_before_its_filter() {
+        let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let SocketAddr4(dst) = SocketAddr4::of(&sink);
+        let mut sent = 0;
+        let raw = raw_udp_socket_with(Ipv4Addr::LOCALHOST, |_| {
+            // Delivered locally: the unfiltered raw socket queues a copy of each.
+            for _ in 0..3 {
+                sent += sender.send_to(b"early", dst).map_or(0, |_| 1);
+            }
+        });
+        let Ok(raw) = raw else {
+            eprintln!("raw_socket_drops_what_arrived_before_its_filter: no CAP_NET_RAW, skipped");
+            return;
+        };
+        assert_eq!(sent, 3);
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            sink.recv(&mut buf).unwrap(),
+            5,
+            "the datagrams were delivered"
+        );
+        // SAFETY: `buf` is live and writable for its length during the call.
+        let r = unsafe {
+            libc::recv(
+                raw.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        assert_eq!(r, -1, "the raw socket's queue is empty");
+        assert_eq!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EAGAIN)
+        );
+    }
 
     #[test]
     fn relays_a_batch_between_real_sockets() {
