@@ -343,13 +343,15 @@ fn run<D: Datapath>(
         dp.idle(shell);
         let n = poller.wait(&mut events, dp.idle_ms())?;
         // Every command comes with a write to the wake-up eventfd (after it is queued), so
-        // the queue is looked at only when that fired (or on the idle timeout): not once
-        // per wakeup of a busy socket.
+        // the queue is drained when that fired (or on the idle timeout); and whenever it is
+        // not empty (one atomic load), since with more than `EVENTS` ready sockets the
+        // wake-up may not be among the events reported for several rounds, while
+        // `close_port` waits for its command.
         let woken = n == 0 || events[..n].iter().any(|e| e.data() == Poller::WAKE);
         if let (true, Some(link)) = (woken, link) {
             let _ = link.wake.read();
         }
-        if woken {
+        if woken || link.is_some_and(|l| !l.cmds.is_empty()) {
             drain(shell, &poller, link, &mut dp);
         }
         if n > 0 {

@@ -119,8 +119,12 @@ impl PacketCounters {
 
     /// [`PacketCounters::add`] for counters that only the calling thread ever writes (a
     /// worker's own channel counters): plain loads and stores, no locked read-modify-write
-    /// per field. Exact only with one writer; readers see each field whole, as with `add`.
-    pub fn add_single_writer(&self, t: &Tally) {
+    /// per field. Readers see each field whole, as with `add`.
+    ///
+    /// **Only for counters with one writer thread, ever**: a second writer (another worker,
+    /// the control thread, even one `add` on the same counters) loses increments silently.
+    /// Crate-private for that reason; anything shared uses [`PacketCounters::add`].
+    pub(crate) fn add_as_only_writer(&self, t: &Tally) {
         fn bump(a: &AtomicU64, n: u64) {
             if n > 0 {
                 a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
