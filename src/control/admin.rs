@@ -516,6 +516,8 @@ fn route_error(e: RouteError) -> Answer {
     let status = match e {
         RouteError::Ports { .. } | RouteError::PortOpen { .. } | RouteError::Exists { .. } => 409,
         RouteError::NoSession(_) | RouteError::NoRoute { .. } => 404,
+        // The gateway's fault, not the request's.
+        RouteError::Install { .. } => 500,
         _ => 400,
     };
     err(status, e.to_string())

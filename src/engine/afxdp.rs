@@ -286,7 +286,7 @@ pub(super) const HELPER_REDIRECT_MAP: i32 = 51;
 pub(super) const XDP_PASS: i32 = 2;
 const XDP_DROP: i32 = 1;
 const LDX_DW: u8 = 0x79;
-const STX_H: u8 = 0x6b;
+const SUB64_REG: u8 = 0x1f;
 const STX_DW: u8 = 0x7b;
 const RSH64_IMM: u8 = 0x77;
 
@@ -421,8 +421,21 @@ fn xdp_program(
     }
     a.jmp(JA, 0, 0, 0, "pass");
     a.label("in_range");
-    a.op(LDX_H, R5, R2, 18, 0); // UDP length, network order (for no_route's byte count)
-    a.op(STX_H, R10, R5, -8, 0);
+    // no_route's byte count: the payload the UDP length claims, but no more than the frame
+    // holds (the length field is the sender's word).
+    a.op(LDX_H, R5, R2, 18, 0); // UDP length, network order
+    a.op(BE, R5, 0, 0, 16);
+    a.jmp(JGT_IMM, R5, 0, 7, "ulen_ok");
+    a.op(MOV64_IMM, R5, 0, 0, 8); // below its header: no payload
+    a.label("ulen_ok");
+    a.op(ADD64_IMM, R5, 0, 0, -8);
+    a.op(MOV64_REG, R1, R3, 0, 0);
+    a.op(SUB64_REG, R1, R2, 0, 0);
+    a.op(ADD64_IMM, R1, 0, 0, -22); // payload in the frame: >= 0, the UDP header is there
+    a.jmp(JGT_REG, R1, R5, 0, "ulen_min"); // more in the frame (Ethernet padding)
+    a.op(MOV64_REG, R5, R1, 0, 0);
+    a.label("ulen_min");
+    a.op(STX_W, R10, R5, -8, 0);
     a.op(STX_W, R10, R4, -4, 0); // key on the stack
     a.op(MOV64_REG, R2, R10, 0, 0);
     a.op(ADD64_IMM, R2, 0, 0, -4);
@@ -457,10 +470,7 @@ fn xdp_program(
     a.op(LDX_DW, R1, R0, 0, 0);
     a.op(ADD64_IMM, R1, 0, 0, 1);
     a.op(STX_DW, R0, R1, 0, 0);
-    a.op(LDX_H, R1, R10, -8, 0);
-    a.op(BE, R1, 0, 0, 16);
-    a.jmp(JLT_IMM, R1, 0, 8, "drop"); // a UDP length below its header: no bytes
-    a.op(ADD64_IMM, R1, 0, 0, -8);
+    a.op(LDX_W, R1, R10, -8, 0); // payload bytes
     a.op(LDX_DW, R2, R0, 8, 0);
     a.op(ADD64_REG, R2, R1, 0, 0);
     a.op(STX_DW, R0, R2, 8, 0);
@@ -517,23 +527,26 @@ struct PortMap {
 static MAP_ERRORS: RateLimit = RateLimit::new(5000);
 
 impl XdpHooks {
-    fn set(&self, channel: Channel, port: u16, on: bool) {
+    /// Lets the XDP program pass (`on`) or drop the port's media for `channel`; on an error
+    /// the map and `flags` are as they were.
+    fn set(&self, channel: Channel, port: u16, on: bool) -> io::Result<()> {
         let mut p = self.ports.lock().unwrap_or_else(|e| e.into_inner());
         let b = bit(channel.ingress());
         let old = p.flags[usize::from(port)];
         let new = if on { old | b } else { old & !b };
         if new == old {
-            return;
+            return Ok(());
         }
-        p.flags[usize::from(port)] = new;
-        if let Err(e) = p
-            .map
+        p.map
             .update(&u32::from(port).to_ne_bytes(), &new.to_ne_bytes())
-        {
-            if let Some(suppressed) = MAP_ERRORS.check(now_ms()) {
-                tracing::error!(port, suppressed, "could not update the XDP port map: {e}");
-            }
-        }
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("could not update the XDP port map (vgate_ports) for port {port}: {e}"),
+                )
+            })?;
+        p.flags[usize::from(port)] = new;
+        Ok(())
     }
 }
 
@@ -547,8 +560,10 @@ impl PortHooks for XdpHooks {
     fn port_tx(&self, domain: DomainId, port: u16) -> Option<super::ports::PortTx> {
         self.registry.port_tx(domain, port)
     }
-    fn route_added(&self, route: &Arc<StreamRoute>) {
-        self.set(route.channel, route.port, true);
+    /// A failed port-map update refuses the route: installed, the XDP program would drop
+    /// its media as `no_route`.
+    fn route_added(&self, route: &Arc<StreamRoute>) -> io::Result<()> {
+        self.set(route.channel, route.port, true)?;
         if let Some(f) = &self.fast {
             // A route whose receiver is a stream leg stays on the slow path: only user
             // space can hand its packets to the leg's sink.
@@ -556,12 +571,19 @@ impl PortHooks for XdpHooks {
                 f.added(route, now_ms());
             }
         }
+        Ok(())
     }
+    /// A failed update leaves the port passed to the workers, which count its media
+    /// `no_route` (they find no route): logged, rate-limited.
     fn route_removed(&self, route: &StreamRoute) {
         if let Some(f) = &self.fast {
             f.removed(route);
         }
-        self.set(route.channel, route.port, false);
+        if let Err(e) = self.set(route.channel, route.port, false) {
+            if let Some(suppressed) = MAP_ERRORS.check(now_ms()) {
+                tracing::error!(port = route.port, suppressed, "{e}");
+            }
+        }
     }
 }
 

@@ -39,8 +39,12 @@ pub trait PortHooks: Send + Sync {
     fn close_port(&self, domain: DomainId, port: u16);
     /// `route` was installed (it is in the table already). Engines
     /// that filter before user space (the XDP program of `afxdp`) start letting the port's
-    /// media through. Called with the tables' lock held: keep it short.
-    fn route_added(&self, _route: &Arc<StreamRoute>) {}
+    /// media through. Called with the tables' lock held: keep it short. An error refuses
+    /// the route: it is taken out of the table again and the caller gets
+    /// [`RouteError::Install`] (rather than a route whose media the engine drops).
+    fn route_added(&self, _route: &Arc<StreamRoute>) -> std::io::Result<()> {
+        Ok(())
+    }
     /// The route was removed from the table (its channel and port are free again).
     fn route_removed(&self, _route: &StreamRoute) {}
     /// How to send from an open port, when the hooks can: its socket, or a raw socket and
@@ -102,6 +106,12 @@ pub enum RouteError {
     },
     #[error("source validation is strict but no expected source was given; give one or use latch")]
     StrictWithoutSource,
+    #[error("the engine could not install the {channel} route on port {port}: {source}")]
+    Install {
+        channel: Channel,
+        port: u16,
+        source: std::io::Error,
+    },
 }
 
 /// What owns a session.
@@ -477,8 +487,17 @@ impl Routes {
         let route = Arc::new(route);
         table.insert(route.port, Arc::clone(&route));
         self.changed();
+        if let Err(source) = self.hooks.route_added(&route) {
+            table.remove(&route.port);
+            self.changed();
+            tracing::error!(session, route = %route.label, channel = %channel, port = route.port, "route refused: {source}");
+            return Err(RouteError::Install {
+                channel,
+                port: route.port,
+                source,
+            });
+        }
         s.routes.push((channel, route.port));
-        self.hooks.route_added(&route);
         tracing::info!(
             session,
             kind = s.kind.name(),

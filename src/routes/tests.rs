@@ -28,6 +28,8 @@ source_validation = "latch"
 struct CountingHooks {
     open: AtomicUsize,
     refuse: Option<u16>,
+    /// A route on this (ingress) port is refused by `route_added`.
+    refuse_route: Option<u16>,
 }
 
 impl PortHooks for CountingHooks {
@@ -40,6 +42,12 @@ impl PortHooks for CountingHooks {
     }
     fn close_port(&self, _: DomainId, _: u16) {
         self.open.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn route_added(&self, route: &Arc<StreamRoute>) -> std::io::Result<()> {
+        if Some(route.port) == self.refuse_route {
+            return Err(std::io::Error::other("map full"));
+        }
+        Ok(())
     }
 }
 
@@ -215,6 +223,33 @@ fn a_port_the_system_refuses_is_skipped() {
         .ports
         .contains(&(DomainId::A, 20000)));
     assert_eq!(routes.ports(DomainId::A).0, 2);
+}
+
+/// A route the engine cannot install (`route_added` fails: the XDP port map update) is
+/// refused with the engine's reason and left out of the tables and the session.
+#[test]
+fn a_route_the_engine_refuses_is_not_installed() {
+    let hooks = Arc::new(CountingHooks {
+        refuse_route: Some(20000),
+        ..Default::default()
+    });
+    let routes = Routes::new(&cfg(""), hooks.clone());
+    let s = routes.open_session(SessionKind::Sip, "x");
+    assert_eq!(routes.alloc_pair(s, DomainId::A).unwrap(), 20000);
+    assert_eq!(routes.alloc_pair(s, DomainId::A).unwrap(), 20002);
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    let generation = routes.generation();
+    let e = routes.add_route(s, spec(20000, b)).unwrap_err();
+    assert!(
+        matches!(e, RouteError::Install { port: 20000, .. }) && e.to_string().contains("map full"),
+        "{e}"
+    );
+    assert!(routes.lookup(Channel::Forward, 20000).is_none());
+    assert!(routes.session(s).unwrap().routes.is_empty());
+    assert_ne!(routes.generation(), generation, "workers look again");
+    routes.add_route(s, spec(20002, b)).unwrap();
+    assert_eq!(routes.session(s).unwrap().routes.len(), 1);
+    routes.close_session(s).unwrap();
 }
 
 #[test]
