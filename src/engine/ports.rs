@@ -365,9 +365,11 @@ impl PortHooks for PortRegistry {
         if self.hold == PortHold::Reserved {
             // Nothing to hold (see the module doc), but a port another program holds is
             // refused as a socket per port would refuse it.
-            return probe_free(self.addrs[domain.index()], port);
+            return probe_free(self.addrs[domain.index()], port, domain);
         }
-        let sock = UdpSocket::bind(SocketAddrV4::new(self.addrs[domain.index()], port))?;
+        let addr = self.addrs[domain.index()];
+        let sock = UdpSocket::bind(SocketAddrV4::new(addr, port))
+            .map_err(|e| not_on_host(e, addr, domain))?;
         if let Some(ifname) = &self.interfaces[domain.index()] {
             // Refused, the port is not opened (the session gets no port rather than one
             // that also takes datagrams from the other domain).
@@ -424,16 +426,32 @@ impl PortHooks for PortRegistry {
 
 /// Whether UDP port `port` of `addr` is free: a socket is bound to it and closed at once.
 /// Without device binding, so it collides with another program's socket on the address or
-/// the wildcard, tied to an interface or not. The error says who holds it.
-fn probe_free(addr: Ipv4Addr, port: u16) -> io::Result<()> {
+/// the wildcard, tied to an interface or not. The error says who holds it, or that the
+/// gateway address of `domain` is not on the host.
+fn probe_free(addr: Ipv4Addr, port: u16, domain: DomainId) -> io::Result<()> {
     match UdpSocket::bind(SocketAddrV4::new(addr, port)) {
         Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => Err(not_on_host(e, addr, domain)),
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
             e.kind(),
             format!("another program's UDP socket holds port {port} on {addr} or on all addresses (ss -ulpn 'sport = :{port}' names it): {e}"),
         )),
         Err(e) => Err(e),
     }
+}
+
+/// A bind to a domain's gateway address that failed because no interface of this network
+/// namespace has that address (EADDRNOTAVAIL): says so, with the address and the domain
+/// (every port of the domain fails the same way until it is configured). Other errors as
+/// they are.
+fn not_on_host(e: io::Error, addr: Ipv4Addr, domain: DomainId) -> io::Error {
+    if e.kind() != io::ErrorKind::AddrNotAvailable {
+        return e;
+    }
+    io::Error::new(
+        e.kind(),
+        format!("the gateway address {addr} of domain {domain} is not configured on this host (network namespace): add it to the domain's interface (ip addr add {addr}/<prefix> dev <interface>); {e}"),
+    )
 }
 
 /// Whether the kernel may hand ports of `ranges` (inclusive) to other programs' ephemeral
@@ -470,9 +488,16 @@ fn reserved_with(held: &str, ranges: &[(u16, u16)]) -> Option<String> {
     if ranges.iter().all(covered) {
         return None;
     }
+    let mut missing: Vec<(u16, u16)> = Vec::new();
+    for r in ranges.iter().filter(|r| !covered(r)) {
+        // Both domains may share one range: written once.
+        if !missing.contains(r) {
+            missing.push(*r);
+        }
+    }
     let list: Vec<String> = held
         .iter()
-        .chain(ranges.iter().filter(|r| !covered(r)))
+        .chain(missing.iter())
         .map(|(a, b)| {
             if a == b {
                 a.to_string()
@@ -510,7 +535,8 @@ fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String
     if bad.is_empty() {
         return None;
     }
-    let list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+    let mut list: Vec<String> = ranges.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+    list.dedup(); // both domains on one range
     let mut want: Vec<String> = held.iter().map(|(a, b)| format!("{a}-{b}")).collect();
     want.extend(list.iter().cloned());
     Some(format!(
@@ -577,6 +603,22 @@ mod tests {
         );
     }
 
+    /// A domain address missing from the host fails every port the same way: the error says
+    /// which address of which domain to configure.
+    #[test]
+    fn a_gateway_address_missing_from_the_host_is_named() {
+        // TEST-NET-1: on no interface here.
+        let addr = Ipv4Addr::new(192, 0, 2, 77);
+        let e = probe_free(addr, 40000, DomainId::B).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable);
+        let m = e.to_string();
+        assert!(
+            m.contains("192.0.2.77 of domain") && m.contains("not configured on this host"),
+            "{m}"
+        );
+        assert!(probe_free(Ipv4Addr::LOCALHOST, 0, DomainId::A).is_ok());
+    }
+
     #[test]
     fn reserving_keeps_what_the_list_holds() {
         assert_eq!(
@@ -588,6 +630,11 @@ mod tests {
             Some("5060,39000-40500,40000-40999,20000-20099")
         );
         assert_eq!(reserved_with("5060,39000-41000\n", &[(40000, 40999)]), None);
+        assert_eq!(
+            reserved_with("5060\n", &[(40000, 40999), (40000, 40999)]).as_deref(),
+            Some("5060,40000-40999"),
+            "a range both domains share is written once"
+        );
     }
 
     #[test]
