@@ -1523,24 +1523,25 @@ fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
 /// `rx_packets` count these datagrams as they did when the workers received them.
 struct NoRouteCount {
     map: Map,
-    /// Per domain, (packets, bytes) already added; only worker 0 polls.
-    seen: Mutex<[(u64, u64); 2]>,
+    /// Per domain, (packets, bytes) already added, and the buffer a lookup reads the
+    /// per-CPU values into (kept: no allocation per sample); only worker 0 polls.
+    seen: Mutex<([(u64, u64); 2], Vec<u8>)>,
 }
 
 impl NoRouteCount {
     fn create() -> io::Result<NoRouteCount> {
         Ok(NoRouteCount {
             map: Map::create(bpf::BPF_MAP_TYPE_PERCPU_ARRAY, 4, 16, 2, "vgate_noroute")?,
-            seen: Mutex::new([(0, 0); 2]),
+            seen: Mutex::new(([(0, 0); 2], Vec::new())),
         })
     }
 
-    /// Per domain, (packets, bytes) so far, summed over CPUs.
-    fn read(&self) -> [(u64, u64); 2] {
-        let mut buf = vec![0u8; self.map.lookup_len()];
+    /// Per domain, (packets, bytes) so far, summed over CPUs; `buf` is resized once.
+    fn read(&self, buf: &mut Vec<u8>) -> [(u64, u64); 2] {
+        buf.resize(self.map.lookup_len(), 0);
         let mut out = [(0, 0); 2];
         for (d, o) in out.iter_mut().enumerate() {
-            if self.map.lookup(&(d as u32).to_ne_bytes(), &mut buf).is_ok() {
+            if self.map.lookup(&(d as u32).to_ne_bytes(), buf).is_ok() {
                 for c in buf.chunks_exact(16) {
                     let word =
                         |i: usize| u64::from_ne_bytes(c[i..i + 8].try_into().unwrap_or_default());
@@ -1554,8 +1555,9 @@ impl NoRouteCount {
 
     /// Adds what grew since the last poll to the channel of each ingress domain.
     fn poll(&self, shell: &Shell) {
-        let now = self.read();
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (seen, buf) = &mut *guard;
+        let now = self.read(buf);
         for d in DomainId::ALL {
             let (p, b) = now[d.index()];
             let (sp, sb) = seen[d.index()];
