@@ -310,6 +310,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
     let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
     let gw_ns = g_ns.clone();
+    let raw_ns = a_ns.clone();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");
         let workers = gw.worker_stats();
@@ -421,6 +422,55 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         assert!(
             in_kernel >= 100 && nr >= in_kernel,
             "the XDP program drops ports without a route ({in_kernel}) and the workers count them no_route: {fwd:?}"
+        );
+
+        // The program's no_route bytes are what the frame holds, not what the sender's UDP
+        // length field claims: 10 datagrams of 42 payload bytes claiming 65 527 add 420.
+        let counted = || -> (u64, u64) {
+            workers
+                .iter()
+                .map(|w| w.channel(Channel::Forward).snapshot())
+                .fold((0, 0), |(n, b), s| {
+                    (
+                        n + s.drop_count(vgate::stats::DropReason::NoRoute),
+                        b + s.rx_bytes,
+                    )
+                })
+        };
+        let before = counted();
+        std::thread::spawn(move || {
+            use nix::sys::socket::{sendto, socket, AddressFamily, MsgFlags, SockFlag};
+            use nix::sys::socket::{SockProtocol, SockType, SockaddrIn};
+            use std::os::fd::AsRawFd;
+            enter_netns(&raw_ns).unwrap_or_else(|e| panic!("setns {raw_ns}: {e}"));
+            // The kernel writes the IP header; the UDP header is ours, checksum 0 (none).
+            let fd = socket(
+                AddressFamily::Inet,
+                SockType::Raw,
+                SockFlag::empty(),
+                SockProtocol::Udp,
+            )
+            .expect("raw socket");
+            let mut d = [0u8; 8 + 42];
+            d[0..2].copy_from_slice(&40000u16.to_be_bytes());
+            d[2..4].copy_from_slice(&(A_PORTS + 100).to_be_bytes());
+            d[4..6].copy_from_slice(&65535u16.to_be_bytes());
+            let to = SockaddrIn::from(std::net::SocketAddrV4::new(ga_ip, 0));
+            for _ in 0..10 {
+                sendto(fd.as_raw_fd(), &d, &to, MsgFlags::empty()).expect("raw send");
+            }
+        })
+        .join()
+        .unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while counted().0 < before.0 + 10 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let after = counted();
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (10, 420),
+            "10 datagrams of 42 bytes (UDP length 65 535) counted no_route: {before:?} -> {after:?}"
         );
         drop(gw);
     });
