@@ -1525,8 +1525,11 @@ struct NoRouteCount {
     map: Map,
     /// Per domain, (packets, bytes) already added, and the buffer a lookup reads the
     /// per-CPU values into (kept: no allocation per sample); only worker 0 polls.
-    seen: Mutex<([(u64, u64); 2], Vec<u8>)>,
+    seen: Mutex<NoRouteSeen>,
 }
+
+/// Per domain, (packets, bytes) already added; the lookup buffer.
+type NoRouteSeen = ([(u64, u64); 2], Vec<u8>);
 
 impl NoRouteCount {
     fn create() -> io::Result<NoRouteCount> {

@@ -608,7 +608,11 @@ mod tests {
         let shared = new_sock();
         let bulk = |i: u16| {
             (
-                if i % 2 == 0 { DomainId::A } else { DomainId::B },
+                if i.is_multiple_of(2) {
+                    DomainId::A
+                } else {
+                    DomainId::B
+                },
                 40000 + i / 2,
             )
         };
