@@ -230,7 +230,11 @@ impl TxPath {
     pub fn from_env() -> TxPath {
         match std::env::var("VGATE_AFXDP_TX").as_deref() {
             Ok("sockets") => TxPath::Sockets,
-            _ => TxPath::Xdp,
+            Ok("xdp") | Err(_) => TxPath::Xdp,
+            Ok(v) => {
+                knob_ignored("VGATE_AFXDP_TX", v, "xdp|sockets; xdp used");
+                TxPath::Xdp
+            }
         }
     }
 }
@@ -240,10 +244,45 @@ impl TxPath {
 /// 6.11, copy-mode sockets), leaves the checksum to the egress device; `software` always sums
 /// in vgate (for A/B runs).
 pub fn csum_offload_from_env() -> bool {
-    !matches!(
-        std::env::var("VGATE_AFXDP_TX_CSUM").as_deref(),
-        Ok("software")
-    )
+    match std::env::var("VGATE_AFXDP_TX_CSUM").as_deref() {
+        Ok("software") => false,
+        Ok("offload") | Err(_) => true,
+        Ok(v) => {
+            knob_ignored("VGATE_AFXDP_TX_CSUM", v, "software|offload; offload used");
+            true
+        }
+    }
+}
+
+/// Warns, once per knob per process, that an environment knob's value was not understood
+/// and what is used instead (startup only).
+fn knob_ignored(name: &'static str, value: &str, instead: &str) {
+    static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if !w.contains(&name) {
+        w.push(name);
+        tracing::warn!("{name}={value:?} not understood (expected {instead})");
+    }
+}
+
+/// A numeric knob: its value clamped to `lo..=hi`, or `default` when unset; a value that is
+/// not a number, or out of range, is warned about once.
+fn numeric_knob(name: &'static str, default: u32, lo: u32, hi: u32) -> u32 {
+    let Ok(v) = std::env::var(name) else {
+        return default;
+    };
+    match v.trim().parse::<u32>() {
+        Ok(n) if (lo..=hi).contains(&n) => n,
+        Ok(n) => {
+            let c = n.clamp(lo, hi);
+            knob_ignored(name, &v, &format!("{lo}–{hi}; {c} used"));
+            c
+        }
+        Err(_) => {
+            knob_ignored(name, &v, &format!("a number {lo}–{hi}; {default} used"));
+            default
+        }
+    }
 }
 
 /// Whether the kernel's copy-mode transmit can be trusted to fill the UDP checksum from TX
@@ -1580,10 +1619,7 @@ fn kick_waiting(worker: usize, socks: &mut [WorkerXsk]) {
 /// `VGATE_AFXDP_KICK_AT` (1–2048): TX frames after which a busy worker kicks the kernel;
 /// default [`TX_KICK_AT`]; 1 kicks after every RX batch (the behaviour before, for A/B).
 fn kick_at_from_env() -> u32 {
-    std::env::var("VGATE_AFXDP_KICK_AT")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(TX_KICK_AT, |v| v.clamp(1, RING))
+    numeric_knob("VGATE_AFXDP_KICK_AT", TX_KICK_AT, 1, RING)
 }
 
 /// `VGATE_AFXDP_WAIT=poll|epoll`: how an idle worker sleeps (see
@@ -1592,17 +1628,18 @@ fn sleep_in_poll_from_env() -> bool {
     match std::env::var("VGATE_AFXDP_WAIT").as_deref() {
         Ok("poll") => true,
         Ok("epoll") => false,
-        _ => WAIT_IN_POLL,
+        Err(_) => WAIT_IN_POLL,
+        Ok(v) => {
+            knob_ignored("VGATE_AFXDP_WAIT", v, "poll|epoll; the default used");
+            WAIT_IN_POLL
+        }
     }
 }
 
 /// `VGATE_AFXDP_SPIN_US` (0–1000): how long a worker keeps polling its rings after work
 /// before it sleeps; default [`SPIN_US`].
 fn spin_from_env() -> u32 {
-    std::env::var("VGATE_AFXDP_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(SPIN_US, |v| v.min(1000))
+    numeric_knob("VGATE_AFXDP_SPIN_US", SPIN_US, 0, 1000)
 }
 
 /// The socket to transmit on for what arrives on `s`, in AF_XDP TX mode.
@@ -1871,6 +1908,21 @@ fn finish_run(mut r: Run<'_>, out: &mut Out<'_, '_, '_>, now: u64, chan: &mut [T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numeric_knobs_clamp_and_default() {
+        // A name no other test or run sets.
+        const K: &str = "VGATE_AFXDP_TEST_KNOB_ZCFIX";
+        std::env::remove_var(K);
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 32);
+        std::env::set_var(K, "64");
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 64);
+        std::env::set_var(K, "0");
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 1);
+        std::env::set_var(K, "lots");
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 32);
+        std::env::remove_var(K);
+    }
 
     #[test]
     fn csum_offload_only_where_the_kernel_honours_it() {
