@@ -240,9 +240,9 @@ impl TxPath {
 }
 
 /// `VGATE_AFXDP_TX_CSUM=software|offload`: who fills the UDP checksum of AF_XDP TX frames.
-/// `offload` (default) asks the kernel for TX metadata and, where it is granted (kernel ≥
-/// 6.11, copy-mode sockets), leaves the checksum to the egress device; `software` always sums
-/// in vgate (for A/B runs).
+/// `offload` (default) asks the kernel for TX metadata where it is known to be honoured
+/// ([`csum_offload_verdict`]) and, where it is granted (copy-mode sockets), leaves the
+/// checksum to the egress device; `software` always sums in vgate (for A/B runs).
 pub fn csum_offload_from_env() -> bool {
     match std::env::var("VGATE_AFXDP_TX_CSUM").as_deref() {
         Ok("software") => false,
