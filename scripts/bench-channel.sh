@@ -189,7 +189,7 @@ ADMIN=127.0.0.1:9940
 # shellcheck disable=SC1091  # sourced from the repository (see scripts/bench/bed-lib.sh)
 . scripts/bench/bed-lib.sh
 if [[ " $MODES " == *" xdp "* ]]; then
-    xdp_bed || die "ethtool not found: apt-get install -y ethtool"
+    xdp_bed || die "could not prepare the bed for mode xdp (ethtool: apt-get install -y ethtool)"
 fi
 steer
 

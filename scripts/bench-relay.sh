@@ -28,7 +28,8 @@
 #   --extras "..."    after the sweep, for each vgate mode in --configs: "memory" (resident
 #                     memory with 100 and 10 000 static routes, idle and after relaying) and
 #                     "activation" (route added through the admin API while its stream is
-#                     already arriving -> first datagram at the sink; 5 times). Default both;
+#                     already arriving -> first datagram at the sink; 5 times, or
+#                     $ACT_TRIES; a try where nothing arrives logs the route's counters). Default both;
 #                     "" for none (the many-routes point is 10 000; for stack and the
 #                     -sockets variants, which hold two sockets per route, what the open-file
 #                     limit allows when it cannot be raised)
@@ -141,7 +142,7 @@ if [ "$FEED" = nic ]; then
     NOTE="${NOTE:+$NOTE }Feed nic: the generator's frames cross a bridge hop with an XDP_PASS program (namespace ${BED}h) before the gateway, in every configuration, so the gateway's veth receives page-backed frames with 256 bytes of headroom as from a NIC (no copy before its XDP program); the hop's copy runs on the generator's core."
 fi
 if [[ " $CONFIGS " == *" xdp "* ]]; then
-    xdp_bed || die "ethtool not found: apt-get install -y ethtool"
+    xdp_bed || die "could not prepare the bed for mode xdp (ethtool: apt-get install -y ethtool)"
 fi
 steer
 BPF_STATS_WAS=""
@@ -201,7 +202,7 @@ start_config() { # cfg n why -> sets TARGET TPORT
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
             [ -z "$extra" ] || printf '%s\n' "$extra" >> "$WORK/vgate.toml"
-            timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
+            timeout -s TERM $((SECS + 60 + 6 * ${ACT_TRIES:-5})) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")
             while [ $t -lt 150 ]; do
@@ -389,7 +390,7 @@ if [[ " $EXTRAS " == *" activation "* ]]; then
     for cfg in $CONFIGS; do
         is_vgate "$cfg" || continue
         start_config "$cfg" 1 "$WORK/why" || { log "activation: $cfg cannot start"; continue; }
-        for k in 1 2 3 4 5; do
+        for k in $(seq 1 "${ACT_TRIES:-5}"); do
             port=$((A_BASE + 100 + k)) sport=$((SINK_BASE + 100 + k))
             timeout -s INT 20 ip netns exec "$B_NS" "$WORK/blast" sink -a "$B_IP" -p "$sport" -n 1 -t 8 \
                 > "$WORK/act-sink.out" 2> "$WORK/act-sink.log" &
@@ -413,6 +414,15 @@ print(t0, time.monotonic_ns())' "$port" "$B_IP:$sport" $((EG_BASE + 100 + k)) "$
             wait "$agen" 2>/dev/null || true
             sleep 0.3
             kill -INT "$asink" 2>/dev/null || true; wait "$asink" 2>/dev/null || true
+            if ! grep -q '"first_ns": [1-9]' "$WORK/act-sink.out" 2>/dev/null; then
+                # Nothing reached the sink: keep what each side saw, to tell the relay's
+                # fault from the bed's (the route's counters say whether vgate received,
+                # dropped — and why — or sent).
+                log "activation try $k ($cfg): no datagram at the sink; sink: $(tr -d '\n' < "$WORK/act-sink.out" 2>/dev/null) $(tail -1 "$WORK/act-sink.log" 2>/dev/null)"
+                log "  route: $(ip netns exec "$G_NS" python3 -c 'import json, sys, urllib.request
+for r in json.load(urllib.request.urlopen("http://%s/api/v1/routes" % sys.argv[1], timeout=5))["routes"]:
+    if r.get("port") == int(sys.argv[2]): print(json.dumps(r))' "$ADMIN" "$port" 2>&1 | tail -1)"
+            fi
             read -r t0 t1 < "$WORK/act-call.out" || true
             [[ "${t0:-}" =~ ^[0-9]+$ && "${t1:-}" =~ ^[0-9]+$ ]] || { log "activation: the API call failed: $(tail -1 "$WORK/act-call.out")"; t0=0; t1=0; }
             first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_ns"])' "$WORK/act-sink.out" 2>/dev/null || echo 0)

@@ -562,9 +562,11 @@ struct Frame {
     cut: Option<usize>,
     /// Spoil the IPv4 header checksum.
     bad_ip_csum: bool,
+    /// The test stream whose packet it carries (the sink it is for).
+    stream: u32,
 }
 
-/// An Ethernet frame from A to the gateway carrying stream 0's packet `seq`, shaped by `f`;
+/// An Ethernet frame from A to the gateway carrying stream `f.stream`'s packet `seq`, shaped by `f`;
 /// checksums correct for what it claims.
 fn frame(bed: &Bed, seq: u32, f: Frame) -> Vec<u8> {
     let mac = |k: &str| -> Vec<u8> {
@@ -573,7 +575,7 @@ fn frame(bed: &Bed, seq: u32, f: Frame) -> Vec<u8> {
             .map(|h| u8::from_str_radix(h, 16).unwrap())
             .collect()
     };
-    let mut payload = packet(0, seq).to_vec();
+    let mut payload = packet(f.stream, seq).to_vec();
     payload.resize(PAYLOAD + f.pad, 0);
     let ihl = 20 + f.options;
     let udp_len = (8 + payload.len()) as u16;
@@ -676,7 +678,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         return;
     }
     use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec};
+    use vgate::routes::{Channel, RouteSpec, SessionKind};
     use vgate::stats::DropReason;
 
     let bed = xdp_bed();
@@ -768,17 +770,45 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         ),
         ("good again", good, true),
     ];
-    let frames: Vec<Vec<u8>> = cases
+    // A second route, policy `any` (no source checks): its frames skip the source checks,
+    // not the header checksum's.
+    let any = Frame {
+        dport: A_PORTS + 2,
+        stream: 1,
+        ..good
+    };
+    let any_cases: Vec<(&str, Frame, bool)> = vec![
+        ("any: good", any, true),
+        (
+            "any: bad IPv4 header checksum",
+            Frame {
+                bad_ip_csum: true,
+                ..any
+            },
+            false,
+        ),
+        ("any: good again", any, true),
+    ];
+    let mut frames: Vec<Vec<u8>> = cases
         .iter()
         .enumerate()
         .map(|(i, (_, f, _))| frame(&bed, i as u32, *f))
         .collect();
-    let want: Vec<u32> = cases
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.2)
-        .map(|(i, _)| i as u32)
-        .collect();
+    frames.extend(
+        any_cases
+            .iter()
+            .enumerate()
+            .map(|(i, (_, f, _))| frame(&bed, i as u32, *f)),
+    );
+    let delivered = |cases: &[(&str, Frame, bool)]| -> Vec<u32> {
+        cases
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.2)
+            .map(|(i, _)| i as u32)
+            .collect()
+    };
+    let (want, want_any) = (delivered(&cases), delivered(&any_cases));
     let b_ns = bed.get("B_NS").to_owned();
     let gw = gateway_with_route(
         &g_ns,
@@ -794,13 +824,39 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
             label: "strict".into(),
         },
     );
-    let sinks = Sinks::start(b_ns, b_ip, gb_ip, 1);
+    let gw = in_netns(&g_ns, move || {
+        let s = gw.routes.open_session(SessionKind::Admin, "any");
+        gw.routes.reserve_port(s, DomainId::A, A_PORTS + 2).unwrap();
+        gw.routes.reserve_port(s, DomainId::B, B_PORTS + 2).unwrap();
+        gw.routes
+            .add_route(
+                s,
+                RouteSpec {
+                    ingress: DomainId::A,
+                    port: A_PORTS + 2,
+                    dest: SocketAddrV4::new(b_ip, SINK_PORTS + 1),
+                    egress_port: B_PORTS + 2,
+                    policy: SourcePolicy::Any,
+                    expected: None,
+                    rtp_only: false,
+                    label: "any".into(),
+                },
+            )
+            .unwrap();
+        gw
+    });
+    let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
     let (x0, _) = fast_xmit(&bed);
     send_frames(&bed, &frames);
     // Delivered ones are likely in already (python3 takes longer than the relay).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while sinks.count(0) < want.len() as u64 {
-        assert!(Instant::now() < deadline, "delivered: {:?}", sinks.seqs(0));
+    while sinks.count(0) < want.len() as u64 || sinks.count(1) < want_any.len() as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "delivered: {:?} {:?}",
+            sinks.seqs(0),
+            sinks.seqs(1)
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     // Anything wrongly forwarded would arrive within this quiet time too.
@@ -808,9 +864,19 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
     let (x1, _) = fast_xmit(&bed);
     let mut got = sinks.seqs(0);
     got.sort_unstable();
+    let mut got_any = sinks.seqs(1);
+    got_any.sort_unstable();
     sinks.finish();
     assert_eq!(got, want, "exactly the valid frames, once each");
-    assert_eq!(x1 - x0, 2, "only the two good frames took the fast path");
+    assert_eq!(
+        got_any, want_any,
+        "route `any`: the valid frames, once each"
+    );
+    assert_eq!(
+        x1 - x0,
+        4,
+        "only the two good frames of each route took the fast path"
+    );
     // Let worker 0 poll the fast path's counters, then read the channel.
     std::thread::sleep(Duration::from_millis(300));
     let fwd = in_netns(&g_ns, move || {
@@ -820,13 +886,18 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         fwd
     });
     eprintln!("{fwd:?}");
-    assert_eq!(fwd.tx_packets, want.len() as u64, "{fwd:?}");
+    assert_eq!(
+        fwd.tx_packets,
+        (want.len() + want_any.len()) as u64,
+        "{fwd:?}"
+    );
     assert_eq!(fwd.drop_count(DropReason::SourceMismatch), 2, "{fwd:?}");
     assert_eq!(fwd.drop_count(DropReason::Oversize), 1, "{fwd:?}");
     assert_eq!(
         fwd.drop_count(DropReason::Truncated) + fwd.drop_count(DropReason::Malformed),
-        3,
-        "IPv4 length beyond the frame, UDP length beyond IPv4's, bad header checksum: {fwd:?}"
+        4,
+        "IPv4 length beyond the frame, UDP length beyond IPv4's, bad header checksum (on \
+         both routes): {fwd:?}"
     );
     assert!(
         xdp_links(&g_ns).is_empty(),

@@ -8,11 +8,11 @@ inns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 # Mode xdp: the senders' UDP checksums complete (the fast path updates them incrementally)
 # and NAPI on the sinks' veth (it takes XDP redirects only then); for every configuration
-# of a run that has xdp in it. Fails when ethtool is missing.
+# of a run that has xdp in it. Fails when ethtool is missing or a step fails.
 xdp_bed() {
     command -v ethtool >/dev/null || return 1
-    inns "$A_NS" ethtool -K "$A_IF" tx off >/dev/null
-    inns "$B_NS" ethtool -K "$B_IF" gro on >/dev/null
+    inns "$A_NS" ethtool -K "$A_IF" tx off >/dev/null || return 1
+    inns "$B_NS" ethtool -K "$B_IF" gro on >/dev/null || return 1
 }
 
 # Receive processing of the gateway's interfaces on the relay core, of A's and B's on the
@@ -92,36 +92,37 @@ nat_rules() { # n file
 # sends on is the kind of skb a NIC driver builds (page-backed head, 256 bytes of headroom):
 # the gateway's XDP program runs on it in place. Names, addresses and MACs of va and ga are
 # the bed's, so nothing else changes. Expects XDPPASS (the built scripts/bench/xdppass.c);
-# the caller deletes the namespace (`nic_feed_down`).
+# the caller deletes the namespace (`nic_feed_down`). Every step ends in `|| return 1`: a
+# caller's `nic_feed || die` turns `set -e` off inside the function.
 nic_feed() {
     local h="${BED}h" q=${QUEUES:-2}
-    ip netns add "$h"
-    ip -n "$h" link set lo up
-    inns "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    ip netns add "$h" || return 1
+    ip -n "$h" link set lo up || return 1
+    inns "$h" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 || return 1
     # Bridged frames skip netfilter here (br_netfilter is built in on these kernels; its
     # switches are per namespace).
     # shellcheck disable=SC2016  # expanded by the inner shell
-    inns "$h" sh -c 'for f in /proc/sys/net/bridge/bridge-nf-call-*; do [ -w "$f" ] && echo 0 > "$f"; done; true'
-    ip -n "$A_NS" link del "$A_IF"   # takes ga with it
+    inns "$h" sh -c 'for f in /proc/sys/net/bridge/bridge-nf-call-*; do [ -w "$f" ] && echo 0 > "$f"; done; true' || return 1
+    ip -n "$A_NS" link del "$A_IF" || return 1   # takes ga with it
     ip -n "$A_NS" link add "$A_IF" numtxqueues "$q" numrxqueues "$q" address "$A_MAC" type veth \
-        peer name h1 netns "$h" numtxqueues "$q" numrxqueues "$q"
+        peer name h1 netns "$h" numtxqueues "$q" numrxqueues "$q" || return 1
     ip -n "$h" link add h2 numtxqueues "$q" numrxqueues "$q" type veth \
-        peer name "$GA_IF" netns "$G_NS" numtxqueues "$q" numrxqueues "$q" address "$GA_MAC"
-    ip -n "$A_NS" addr add "$A_IP/24" dev "$A_IF"
-    ip -n "$G_NS" addr add "$GA_IP/24" dev "$GA_IF"
-    ip -n "$A_NS" neigh replace "$GA_IP" lladdr "$GA_MAC" dev "$A_IF" nud permanent
-    ip -n "$G_NS" neigh replace "$A_IP" lladdr "$A_MAC" dev "$GA_IF" nud permanent
-    ip -n "$h" link add br0 type bridge
-    ip -n "$h" link set h1 master br0
-    ip -n "$h" link set h2 master br0
+        peer name "$GA_IF" netns "$G_NS" numtxqueues "$q" numrxqueues "$q" address "$GA_MAC" || return 1
+    ip -n "$A_NS" addr add "$A_IP/24" dev "$A_IF" || return 1
+    ip -n "$G_NS" addr add "$GA_IP/24" dev "$GA_IF" || return 1
+    ip -n "$A_NS" neigh replace "$GA_IP" lladdr "$GA_MAC" dev "$A_IF" nud permanent || return 1
+    ip -n "$G_NS" neigh replace "$A_IP" lladdr "$A_MAC" dev "$GA_IF" nud permanent || return 1
+    ip -n "$h" link add br0 type bridge || return 1
+    ip -n "$h" link set h1 master br0 || return 1
+    ip -n "$h" link set h2 master br0 || return 1
     # Static forwarding entries: no flooding, no learning delay.
-    bridge -n "$h" fdb replace "$GA_MAC" dev h2 master static
-    bridge -n "$h" fdb replace "$A_MAC" dev h1 master static
+    bridge -n "$h" fdb replace "$GA_MAC" dev h2 master static || return 1
+    bridge -n "$h" fdb replace "$A_MAC" dev h1 master static || return 1
     local l
-    for l in h1 h2 br0; do ip -n "$h" link set "$l" up; done
-    ip -n "$A_NS" link set "$A_IF" up
-    ip -n "$G_NS" link set "$GA_IF" up
-    inns "$h" "$XDPPASS" h1 >/dev/null
+    for l in h1 h2 br0; do ip -n "$h" link set "$l" up || return 1; done
+    ip -n "$A_NS" link set "$A_IF" up || return 1
+    ip -n "$G_NS" link set "$GA_IF" up || return 1
+    inns "$h" "$XDPPASS" h1 >/dev/null || return 1
 }
 
 nic_feed_down() {

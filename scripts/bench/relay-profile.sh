@@ -104,8 +104,10 @@ for cfg in "${CONFIGS[@]}"; do
     sink=$!; PIDS+=("$sink")
     sleep 0.5
     threads "$relay" > "$W/t0"
-    perf stat -x, -e raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_recvmmsg,syscalls:sys_enter_sendmmsg \
-        -e syscalls:sys_exit_epoll_wait --filter 'ret == 0' -e syscalls:sys_exit_recvmmsg --filter 'ret < 0' \
+    # epoll_wait and epoll_pwait: vgate's workers make the second (the same call without
+    # glibc's cancellation wrapper), the C relay the first.
+    perf stat -x, -e raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_recvmmsg,syscalls:sys_enter_sendmmsg \
+        -e syscalls:sys_exit_epoll_wait --filter 'ret == 0' -e syscalls:sys_exit_epoll_pwait --filter 'ret == 0' -e syscalls:sys_exit_recvmmsg --filter 'ret < 0' \
         -p "$relay" -o "$W/stat.txt" -- sleep "$SECS" 2>/dev/null &
     pstat=$!
     prec=""
@@ -125,7 +127,7 @@ for cfg in "${CONFIGS[@]}"; do
     echo "== $cfg: $N streams, $sent packets sent in $SECS s, received $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["received"])' "$W/sink.out"); load $(cut -d' ' -f1-3 /proc/loadavg)"
     join "$W/t0" "$W/t1" | awk -v s="$sent" '{ printf "  thread %-7s %-16s CPU %8.1f ms  %6.2f us/packet  voluntary switches %6d  involuntary %5d\n", $1, $2, ($7 - $3) / 1e6, ($7 - $3) / 1e3 / s, $8 - $4, $9 - $5 }'
     grep -v '^#' "$W/stat.txt" | awk -F, -v s="$sent" 'NF > 2 && $1 ~ /^[0-9]+$/ {
-        name = $3; if (name ~ /sys_exit_epoll_wait/) name = "epoll_wait returning 0 events"; if (name ~ /sys_exit_recvmmsg/) name = "recvmmsg finding nothing (error)"
+        name = $3; if (name ~ /sys_exit_epoll_p?wait/) name = "epoll_" (name ~ /pwait/ ? "pwait" : "wait") " returning 0 events"; if (name ~ /sys_exit_recvmmsg/) name = "recvmmsg finding nothing (error)"
         printf "  %-36s %8d  %.3f per packet\n", name, $1, $1 / s }'
     if [ "$PERF" = 1 ] && [ -n "$KEEP" ]; then cp "$W/$mode.data" "$KEEP/$cfg.data"; fi
     if [ "$CG" = 1 ]; then

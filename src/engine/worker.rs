@@ -7,7 +7,8 @@
 //! - the readiness set ([`Poller`]: epoll, or `poll(2)` for a datapath that asks,
 //!   [`Datapath::sleep_in_poll`]), with the port registry's wake-up eventfd in it;
 //! - the port commands ([`Cmd`]): drained before the worker says it is ready, after every
-//!   wake-up, and between busy rounds (one queue check, no lock);
+//!   wake-up that the registry's eventfd (written after each command) or the idle timeout
+//!   caused, and between busy rounds (one queue check, no lock);
 //! - the heartbeat and the thread's CPU time every [`SAMPLE_MS`], with the datapath's own
 //!   kernel counters ([`Datapath::sample`]), and once more at exit;
 //! - `ready` once receiving, `exited` however the thread leaves (return or panic), and the
@@ -32,7 +33,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
 use super::ports::{Cmd, PortRegistry, WorkerLink};
 use super::sys::{poll_fds, thread_cpu_ns};
@@ -72,7 +73,7 @@ impl Poller {
     /// The token of the port registry's wake-up eventfd; a datapath never uses it.
     pub const WAKE: u64 = u64::MAX;
 
-    fn new(poll: bool) -> io::Result<Poller> {
+    pub(crate) fn new(poll: bool) -> io::Result<Poller> {
         Ok(Poller {
             backend: if poll {
                 Backend::Poll(RefCell::new((Vec::new(), Vec::new())))
@@ -123,11 +124,14 @@ impl Poller {
     /// the ready tokens and returns how many.
     fn wait(&self, events: &mut [EpollEvent], timeout_ms: u16) -> io::Result<usize> {
         match &self.backend {
-            Backend::Epoll(e) => match e.wait(events, EpollTimeout::from(timeout_ms)) {
-                Ok(n) => Ok(n),
-                Err(nix::errno::Errno::EINTR) => Ok(0),
-                Err(e) => Err(e.into()),
-            },
+            // The plain system call, not glibc's cancellation-point wrapper (`sys::epoll_wait`).
+            Backend::Epoll(e) => {
+                match super::sys::epoll_wait(e.0.as_fd(), events, i32::from(timeout_ms)) {
+                    Ok(n) => Ok(n),
+                    Err(nix::errno::Errno::EINTR) => Ok(0),
+                    Err(e) => Err(e.into()),
+                }
+            }
             Backend::Poll(l) => {
                 let mut l = l.borrow_mut();
                 let (fds, tokens) = &mut *l;
@@ -354,12 +358,16 @@ fn run<D: Datapath>(
         }
         dp.idle(shell);
         let n = poller.wait(&mut events, dp.idle_ms())?;
-        if let Some(link) = link {
-            if events[..n].iter().any(|e| e.data() == Poller::WAKE) {
-                let _ = link.wake.read();
-            }
+        // Every command comes with a write to the wake-up eventfd (after it is queued), so
+        // the queue is looked at only when that fired (or on the idle timeout): not once
+        // per wakeup of a busy socket.
+        let woken = n == 0 || events[..n].iter().any(|e| e.data() == Poller::WAKE);
+        if let (true, Some(link)) = (woken, link) {
+            let _ = link.wake.read();
         }
-        drain(shell, &poller, link, &mut dp);
+        if woken {
+            drain(shell, &poller, link, &mut dp);
+        }
         if n > 0 {
             let now = now_ms();
             for ev in &events[..n] {

@@ -54,9 +54,13 @@
 //! # Counters
 //!
 //! `vgate_fstats` is a per-CPU array of (packets, payload bytes) per route slot, added by the
-//! program without atomics. Worker 0 reads the slots in use every 100 ms — in
-//! `BPF_MAP_LOOKUP_BATCH` calls of 256 slots, so the poll's system calls do not grow with the
-//! routes (one lookup per slot on a kernel without batch lookups) — and adds
+//! program without atomics. Slots are handed out lowest first, so those in use stay packed low
+//! after churn. Worker 0 reads the slots in use every 100 ms — in `BPF_MAP_LOOKUP_BATCH`
+//! calls of 256 slots, skipping a block of 256 with none in use, so the poll's system calls do
+//! not grow with the routes (one lookup per slot when batch lookups are refused: an older
+//! kernel without them for per-CPU arrays, or a transient error; a batch is tried again every
+//! 10 s); a poll that cannot read every slot counts nothing, its growth is counted by the next
+//! one — and adds
 //! the growth to the route's counters (rx and tx: a fast-path packet is received and sent)
 //! and to its own channel counters, and marks the route seen (so idle timeouts see the
 //! stream); a route removed is read once more at removal. RTP sequence gaps (`rtp_lost`) are
@@ -97,7 +101,8 @@
 //! clears it before the port map stops sending the port to the sockets: a route change
 //! reaches the next packet.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
@@ -215,13 +220,15 @@ pub(super) fn emit_fast(a: &mut Asm, f: &FastFds) {
     a.jmp(JNE_REG, R2, R3, 0, "xsk");
     a.label("check_port");
     a.jmp(JSET_IMM, R1, 0, CHECK_PORT as i32, "check_sport");
-    a.jmp(JA, 0, 0, 0, "lengths");
+    a.jmp(JA, 0, 0, 0, "ip_csum");
     a.label("check_sport");
     a.op(LDX_H, R2, R7, 34, 0);
     a.op(LDX_H, R3, R8, 8, 0);
     a.jmp(JNE_REG, R2, R3, 0, "xsk");
     // The IPv4 header checksum must hold (the slow path drops a bad one as malformed): the
     // one's-complement sum of its five 32-bit words (< 5 * 2^32: three rounds) folds to 0xffff.
+    // Every route passes here, whatever its source checks.
+    a.label("ip_csum");
     a.op(MOV64_IMM, R1, 0, 0, 0);
     for off in (14..34).step_by(4) {
         a.op(LDX_W, R2, R7, off, 0);
@@ -648,7 +655,7 @@ struct Entry {
 
 struct FastState {
     entries: HashMap<(Channel, u16), Entry>,
-    free: Vec<u32>,
+    free: Slots,
     /// Next hops from the engine's resolver thread (attached when the engine starts; until
     /// then no entry becomes active).
     neigh: Option<Neighbours>,
@@ -669,8 +676,52 @@ struct FastState {
     sums: Vec<(u64, u64)>,
     bkeys: Vec<u8>,
     bvals: Vec<u8>,
-    /// Batch lookups refused by this kernel (before 5.6): one lookup per slot instead.
+    /// Batch lookups refused (an older kernel without them for per-CPU arrays, or a
+    /// transient error such as ENOMEM): one lookup per slot instead, until `batch_retry`
+    /// polls later, when a batch is tried again.
     no_batch: bool,
+    batch_retry: u32,
+    /// The refusal was logged (once per process run of the fast path, not every retry).
+    batch_logged: bool,
+}
+
+/// Polls after a refused batch lookup before the poll tries one again (10 s).
+const BATCH_RETRY: u32 = 100;
+
+/// The counter slots not in use, lowest handed out first (so the slots in use stay packed
+/// low after churn and the poll's reads stay short), and how many are in use per [`BATCH`]
+/// block of slots (the poll skips a block with none). Control side and poll only.
+struct Slots {
+    free: BinaryHeap<Reverse<u32>>,
+    in_block: Vec<u32>,
+}
+
+impl Slots {
+    fn new() -> Slots {
+        Slots {
+            free: (0..SLOTS).map(Reverse).collect(),
+            in_block: vec![0; (SLOTS as usize).div_ceil(BATCH)],
+        }
+    }
+
+    /// The lowest free slot, now in use.
+    fn take(&mut self) -> Option<u32> {
+        let Reverse(s) = self.free.pop()?;
+        self.in_block[s as usize / BATCH] += 1;
+        Some(s)
+    }
+
+    /// `s` (from [`Slots::take`]) free again.
+    fn put(&mut self, s: u32) {
+        self.in_block[s as usize / BATCH] -= 1;
+        self.free.push(Reverse(s));
+    }
+
+    /// Whether block `b` ([`BATCH`] slots from `b * BATCH`) may hold a slot in use (a
+    /// block beyond the map is read, and fails there).
+    fn block_used(&self, b: usize) -> bool {
+        self.in_block.get(b).is_none_or(|&n| n > 0)
+    }
 }
 
 /// Counter slots one `BPF_MAP_LOOKUP_BATCH` of the poll reads (16 bytes per possible CPU each).
@@ -762,7 +813,7 @@ impl FastPath {
             watch_missing,
             state: Mutex::new(FastState {
                 entries: HashMap::new(),
-                free: (0..SLOTS).rev().collect(),
+                free: Slots::new(),
                 neigh: None,
                 flushed: [Tally::default(); 2],
                 buf,
@@ -773,6 +824,8 @@ impl FastPath {
                 bkeys: Vec::new(),
                 bvals: Vec::new(),
                 no_batch: false,
+                batch_retry: 0,
+                batch_logged: false,
             }),
         })
     }
@@ -856,7 +909,7 @@ impl FastPath {
         if let Some(slot) = e.slot {
             let t = self.collect(st, &mut e, slot);
             st.flushed[e.route.channel.index()].merge(&t);
-            st.free.push(slot);
+            st.free.put(slot);
         }
     }
 
@@ -887,20 +940,30 @@ impl FastPath {
         }
     }
 
-    /// Slots `0..hi` of `vgate_fstats`, summed over CPUs, into `st.sums`: one
-    /// `BPF_MAP_LOOKUP_BATCH` per [`BATCH`] slots (one lookup per slot where the kernel has no
-    /// batch lookups). `false` when not all of them could be read (the poll then counts
-    /// nothing this time; the growth is counted at the next poll that reads).
+    /// Slots `0..hi` of `vgate_fstats`, summed over CPUs, into `st.sums` (zero for a block
+    /// of [`BATCH`] slots with none in use, which is not read): one `BPF_MAP_LOOKUP_BATCH`
+    /// per block read (one lookup per slot when batch lookups are refused). `false` when
+    /// not all of them could be read (the poll then counts nothing this time; the growth is
+    /// counted at the next poll that reads).
     fn read_slots(&self, st: &mut FastState, hi: u32) -> bool {
         let hi = hi as usize;
         st.sums.clear();
         let per = self.stats.lookup_len();
+        if st.no_batch {
+            st.batch_retry = st.batch_retry.saturating_sub(1);
+            st.no_batch = st.batch_retry > 0;
+        }
         if !st.no_batch {
             st.bkeys.resize(BATCH * 4, 0);
             st.bvals.resize(BATCH * per, 0);
             while st.sums.len() < hi {
                 let from = st.sums.len();
-                let n = BATCH.min(hi - from);
+                // Up to the end of `from`'s block (a short read leaves `from` inside one).
+                let n = (BATCH - from % BATCH).min(hi - from);
+                if !st.free.block_used(from / BATCH) {
+                    st.sums.resize(from + n, (0, 0));
+                    continue;
+                }
                 let after = (from as u32).wrapping_sub(1).to_ne_bytes();
                 let r = self.stats.lookup_batch(
                     (from > 0).then_some(&after[..]),
@@ -915,10 +978,16 @@ impl FastPath {
                     }
                     Ok(_) => break,
                     Err(e) => {
-                        tracing::info!(
-                            "batch reads of the XDP counters refused ({e}): one read per route"
-                        );
+                        if !st.batch_logged {
+                            st.batch_logged = true;
+                            tracing::info!(
+                                "batch reads of the XDP counters refused ({e}): one read per \
+                                 slot, batch tried again every {} s",
+                                BATCH_RETRY / 10
+                            );
+                        }
                         st.no_batch = true;
+                        st.batch_retry = BATCH_RETRY;
                         st.sums.clear();
                         break;
                     }
@@ -929,7 +998,14 @@ impl FastPath {
             }
         }
         for slot in 0..hi as u32 {
-            let v = self.read(&mut st.buf, slot).unwrap_or_default();
+            if !st.free.block_used(slot as usize / BATCH) {
+                st.sums.push((0, 0));
+                continue;
+            }
+            let Some(v) = self.read(&mut st.buf, slot) else {
+                st.sums.clear();
+                return false;
+            };
             st.sums.push(v);
         }
         true
@@ -991,7 +1067,7 @@ impl FastPath {
     fn activate_entry(
         &self,
         e: &mut Entry,
-        free: &mut Vec<u32>,
+        free: &mut Slots,
         neigh: &mut Option<Neighbours>,
         buf: &mut [u8],
         now: u64,
@@ -1016,9 +1092,9 @@ impl FastPath {
         let slot = match e.slot {
             Some(s) => s,
             None => {
-                let Some(s) = free.pop() else { return };
+                let Some(s) = free.take() else { return };
                 let Some(base) = self.read(buf, s) else {
-                    free.push(s);
+                    free.put(s);
                     return;
                 };
                 e.slot = Some(s);
@@ -1300,7 +1376,13 @@ mod tests {
             fp.stats.update(&slot.to_ne_bytes(), &v).unwrap();
         }
         let mut st = fp.lock();
+        // As if every block held a slot in use (none is read otherwise).
+        st.free.in_block.fill(1);
         assert!(fp.read_slots(&mut st, slots));
+        assert!(
+            !st.no_batch,
+            "this kernel (6.x) takes batch lookups of per-CPU arrays"
+        );
         assert_eq!(st.sums.len(), slots as usize);
         let cpus: u64 = (0..ncpu as u64).sum();
         let mut buf = vec![0u8; fp.stats.lookup_len()];
@@ -1320,11 +1402,63 @@ mod tests {
                 assert_eq!(one, (0, 0));
             }
         }
-        // The per-slot fallback gives the same.
+        // The per-slot fallback gives the same; the poll after the last retry tries a batch
+        // again.
         st.no_batch = true;
+        st.batch_retry = 2;
         let batched = std::mem::take(&mut st.sums);
         assert!(fp.read_slots(&mut st, slots));
         assert_eq!(st.sums, batched);
+        assert!(st.no_batch, "one retry left");
+        assert!(fp.read_slots(&mut st, slots));
+        assert!(!st.no_batch, "batch lookups again");
+        assert_eq!(st.sums, batched);
+        // A block with no slot in use is not read (its slots read as zero), in both ways.
+        st.free.in_block[1] = 0;
+        let mut skipped = batched.clone();
+        skipped[BATCH..2 * BATCH].fill((0, 0));
+        assert_ne!(skipped, batched, "block 1 holds counters");
+        assert!(fp.read_slots(&mut st, slots));
+        assert_eq!(st.sums, skipped);
+        st.no_batch = true;
+        st.batch_retry = 2;
+        assert!(fp.read_slots(&mut st, slots));
+        assert_eq!(st.sums, skipped);
+        // A slot that cannot be read (beyond the map) makes the read fail, in both ways,
+        // with nothing in `sums` (the fallback once made it (0, 0), a wrapped growth).
+        st.free.in_block.fill(1);
+        for no_batch in [true, false] {
+            st.no_batch = no_batch;
+            st.batch_retry = 2;
+            assert!(!fp.read_slots(&mut st, SLOTS + 1), "no_batch {no_batch}");
+            if no_batch {
+                assert!(st.sums.is_empty());
+            }
+        }
+    }
+
+    /// Slots are handed out lowest first, and counted per block.
+    #[test]
+    fn the_lowest_free_slot_is_handed_out_first() {
+        let mut s = Slots::new();
+        assert_eq!((s.take(), s.take(), s.take()), (Some(0), Some(1), Some(2)));
+        assert_eq!(s.in_block[0], 3);
+        s.put(1);
+        s.put(0);
+        assert_eq!(s.take(), Some(0));
+        assert_eq!(s.take(), Some(1));
+        assert_eq!(s.take(), Some(3));
+        for x in [0, 1, 2, 3] {
+            s.put(x);
+        }
+        assert!(!s.block_used(0));
+        assert!(
+            s.block_used(s.in_block.len()),
+            "beyond the map: read (and fail)"
+        );
+        let all: Vec<u32> = std::iter::from_fn(|| s.take()).collect();
+        assert_eq!(all, (0..SLOTS).collect::<Vec<_>>());
+        assert!(s.in_block.iter().all(|&n| n as usize == BATCH));
     }
 
     #[test]

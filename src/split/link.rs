@@ -1805,6 +1805,12 @@ mod tests {
                 took < Duration::from_secs(5),
                 "round {round}: the repairs came after {took:?}"
             );
+            // The worker clears the due time just after it sent the repairs (`close_if_due`:
+            // `idle` then `sent`), so the frames can arrive here first: wait for it.
+            let until = Instant::now() + Duration::from_secs(5);
+            while routes.edge_link.close_due().is_some() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             assert_eq!(routes.edge_link.close_due(), None);
         }
         stop.store(true, Relaxed);

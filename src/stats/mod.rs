@@ -108,12 +108,35 @@ impl PacketCounters {
             self.tx_packets.fetch_add(t.tx_packets, Relaxed);
             self.tx_bytes.fetch_add(t.tx_bytes, Relaxed);
         }
-        for r in DropReason::ALL {
-            self.drop(r, t.drops[r as usize]);
+        if t.any_drop() {
+            for r in DropReason::ALL {
+                self.drop(r, t.drops[r as usize]);
+            }
         }
         if t.relatches > 0 {
             self.relatches.fetch_add(t.relatches, Relaxed);
         }
+    }
+
+    /// [`PacketCounters::add`] for counters that only the calling thread ever writes (a
+    /// worker's own channel counters): plain loads and stores, no locked read-modify-write
+    /// per field. Exact only with one writer; readers see each field whole, as with `add`.
+    pub fn add_single_writer(&self, t: &Tally) {
+        fn bump(a: &AtomicU64, n: u64) {
+            if n > 0 {
+                a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+            }
+        }
+        bump(&self.rx_packets, t.rx_packets);
+        bump(&self.rx_bytes, t.rx_bytes);
+        bump(&self.tx_packets, t.tx_packets);
+        bump(&self.tx_bytes, t.tx_bytes);
+        if t.any_drop() {
+            for (a, &n) in self.drops.iter().zip(&t.drops) {
+                bump(a, n);
+            }
+        }
+        bump(&self.relatches, t.relatches);
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -151,6 +174,13 @@ impl Tally {
 
     pub fn is_empty(&self) -> bool {
         *self == Tally::default()
+    }
+
+    /// Whether any drop is counted (one branch instead of one per reason on the usual
+    /// batch, which drops nothing).
+    #[inline]
+    pub fn any_drop(&self) -> bool {
+        self.drops.iter().fold(0, |a, &d| a | d) != 0
     }
 
     /// Adds another tally into this one (e.g. a route run into its channel's batch).

@@ -237,17 +237,23 @@ pub(crate) struct Map {
 }
 
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`, e.g. `0-3` or `0,2-5`):
-/// how many values a per-CPU map holds per key.
+/// how many values a per-CPU map holds per key (the kernel counts the CPUs in the mask,
+/// `num_possible_cpus()`, not the highest + 1).
 pub(crate) fn possible_cpus() -> io::Result<usize> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "cannot parse possible CPUs");
-    let mut n = 0;
+    count_cpus(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "cannot parse possible CPUs"))
+}
+
+/// The CPUs in a CPU list (`0-3`, `0,2-5`): the sum of each range's length.
+fn count_cpus(text: &str) -> Option<usize> {
+    let mut n = 0usize;
     for part in text.trim().split(',') {
         let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-        n = n.max(b + 1).max(a + 1);
+        let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+        n = n.checked_add(b.checked_sub(a)? + 1)?;
     }
-    Ok(n)
+    Some(n)
 }
 
 impl Map {
@@ -748,6 +754,17 @@ pub(crate) fn xdp_attach_legacy(ifindex: u32, prog: &Prog, mode: u32) -> io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn possible_cpus_are_counted_in_the_mask() {
+        assert_eq!(count_cpus("0-3\n"), Some(4));
+        assert_eq!(count_cpus("0"), Some(1));
+        assert_eq!(count_cpus("0,2-5"), Some(5), "a hole is not counted");
+        assert_eq!(count_cpus("4-7"), Some(4));
+        assert_eq!(count_cpus("3-1"), None);
+        assert_eq!(count_cpus("x"), None);
+        assert_eq!(count_cpus(""), None);
+    }
 
     #[test]
     fn attribute_layouts_match_the_kernel() {

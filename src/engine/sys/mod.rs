@@ -36,3 +36,38 @@ pub fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result<us
         Ok(r as usize)
     }
 }
+
+/// `epoll_wait` as a plain system call (`epoll_pwait` with no signal mask, which is the
+/// same call), returning the number of events written to the front of `events`. glibc's
+/// wrapper (and so nix's `Epoll::wait`) is a cancellation point: in a multi-threaded
+/// process every call also runs `__pthread_enable_asynccancel`/`_disable_` (about 45
+/// instructions), which a worker that is never cancelled does not need.
+pub fn epoll_wait(
+    epfd: std::os::fd::BorrowedFd<'_>,
+    events: &mut [nix::sys::epoll::EpollEvent],
+    timeout_ms: i32,
+) -> Result<usize, nix::errno::Errno> {
+    use std::os::fd::AsRawFd;
+    let max = events.len().min(i32::MAX as usize);
+    // SAFETY:
+    // - `EpollEvent` is `#[repr(transparent)]` over `libc::epoll_event`, so `events` is a
+    //   writable array of `max` epoll_events, exclusively borrowed for the call; the kernel
+    //   writes at most `max` of them.
+    // - A null signal mask makes epoll_pwait behave as epoll_wait (the size is then unused).
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait,
+            libc::c_long::from(epfd.as_raw_fd()),
+            events.as_mut_ptr().cast::<libc::epoll_event>(),
+            max as libc::c_long,
+            libc::c_long::from(timeout_ms),
+            std::ptr::null::<libc::sigset_t>(),
+            8 as libc::c_long,
+        )
+    };
+    if n < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        Ok(n as usize)
+    }
+}
