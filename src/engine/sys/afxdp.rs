@@ -1010,7 +1010,7 @@ mod tests {
                 ring: 32,
             };
             let mut x = Xsk::open(ifindex, 0, p, BindMode::Copy, false).expect("copy-mode socket");
-            let mut push = |x: &mut Xsk| {
+            let push = |x: &mut Xsk| {
                 let mut f = x.tx_frame().expect("a TX frame");
                 x.tx_buf(&mut f)[..60].fill(0xff);
                 assert!(x.tx_push(f, 60, None));
