@@ -1499,8 +1499,7 @@ impl Datapath for XskPath {
         // `poll(2)` sends at most POLL_TX_BUDGET frames per socket and then waits for RX
         // only: more than that, or what a stopped kick left, is asked for now.
         for s in self.socks.iter_mut() {
-            let queued = s.xsk.tx_queued();
-            if queued > POLL_TX_BUDGET || (queued > 0 && s.xsk.tx_stopped()) {
+            if poll_needs_kick(s.xsk.tx_queued(), s.xsk.tx_stopped()) {
                 kick(self.ctx.index, &mut s.xsk);
             }
         }
@@ -1564,6 +1563,13 @@ fn kick(worker: usize, xsk: &mut Xsk) {
             tracing::warn!(worker, suppressed, "AF_XDP TX: {e}");
         }
     }
+}
+
+/// A worker about to sleep in `poll(2)`: whether a socket with `queued` TX frames waiting,
+/// whose last kick `stopped` early, must be kicked first (the poll sends only
+/// [`POLL_TX_BUDGET`], and nothing for a stopped device until RX wakes the worker).
+fn poll_needs_kick(queued: u32, stopped: bool) -> bool {
+    queued > POLL_TX_BUDGET || (queued > 0 && stopped)
 }
 
 static TX_STALLS: RateLimit = RateLimit::new(5000);
@@ -1908,6 +1914,18 @@ fn finish_run(mut r: Run<'_>, out: &mut Out<'_, '_, '_>, now: u64, chan: &mut [T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_sleeping_in_poll_kicks_what_the_poll_would_leave() {
+        assert!(!poll_needs_kick(0, false));
+        assert!(!poll_needs_kick(0, true));
+        assert!(
+            !poll_needs_kick(POLL_TX_BUDGET, false),
+            "the poll sends these"
+        );
+        assert!(poll_needs_kick(POLL_TX_BUDGET + 1, false));
+        assert!(poll_needs_kick(1, true), "after a kick the device stopped");
+    }
 
     #[test]
     fn numeric_knobs_clamp_and_default() {
