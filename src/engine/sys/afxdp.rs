@@ -360,16 +360,6 @@ impl Xsk {
         mode: BindMode,
         csum_offload: bool,
     ) -> Result<Xsk, XskError> {
-        Xsk::open_mode(ifindex, queue, p, mode, csum_offload)
-    }
-
-    fn open_mode(
-        ifindex: u32,
-        queue: u32,
-        p: XskParams,
-        mode: BindMode,
-        csum_offload: bool,
-    ) -> Result<Xsk, XskError> {
         // SAFETY: socket(2) takes plain integers.
         let raw =
             cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
