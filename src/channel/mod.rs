@@ -92,7 +92,8 @@ pub struct WorkerStats {
     /// Ring engines: packets the kernel dropped because the worker's rings were full (also
     /// counted as `rx_overflow` in the channel counters).
     pub ring_drops: AtomicU64,
-    /// Ring engines: times a ring froze (every block held by user space).
+    /// Ring engines: times a ring froze (tnapi: every block held by user space; afxdp: a TX
+    /// ring kept frames with none taken by the kernel between two samples).
     pub ring_freezes: AtomicU64,
 }
 

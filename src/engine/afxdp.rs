@@ -63,13 +63,19 @@
 //!   by the worker without a system call; IPv4 checksum; the UDP checksum left to the
 //!   kernel through AF_XDP TX metadata — `XDP_TXMD_FLAGS_CHECKSUM`, which copy mode turns
 //!   into a `CHECKSUM_PARTIAL` skb the egress device or the kernel completes — where the
-//!   kernel grants it (≥ 6.11, copy-mode sockets), else computed here; said once per
-//!   interface in the log and in [`Engine::describe`]; `VGATE_AFXDP_TX_CSUM=software`
-//!   forces the software sum). The kernel is asked to send (copy mode sends only from
-//!   the caller's context) once per wake-up, when the worker has nothing else to do, or
-//!   after [`TX_KICK_AT`] frames; by default the worker sleeps in `poll(2)`, which does that
-//!   kick itself (one system call per wake-up; `VGATE_AFXDP_WAIT=epoll` for epoll_wait and
-//!   a `sendto`). A
+//!   kernel grants it and is known to honour it (copy-mode sockets; Linux ≥ 6.18, or veth
+//!   on 6.11–6.17: before 6.18 drivers with `IFF_TX_SKB_NO_LINEAR` such as virtio_net
+//!   drop the metadata, see [`csum_offload_verdict`]), else computed here; said once per
+//!   interface, with the reason, in the log and in [`Engine::describe`];
+//!   `VGATE_AFXDP_TX_CSUM=software` forces the software sum). The kernel is asked to send
+//!   (copy mode sends only from the caller's context) once per wake-up, when the worker
+//!   has nothing else to do, or after [`TX_KICK_AT`] frames; by default the worker sleeps
+//!   in `poll(2)`, which does that kick itself for up to 32 frames per socket (one system
+//!   call per wake-up; with more waiting, or after a kick the device stopped, the idle
+//!   worker kicks first; `VGATE_AFXDP_WAIT=epoll` for epoll_wait and a `sendto`). A frame
+//!   the device drops after the kick (`EBUSY`) is taken off the channel's `tx_packets` and
+//!   counted `send_error`; a TX ring that keeps frames with none taken between two 100 ms
+//!   samples is logged (rate-limited) and counted in the worker's `ring_freezes`. A
 //!   destination whose neighbour is not resolved yet goes through the worker's raw socket
 //!   of the egress domain ([`super::ports::RawUdp`], which makes the kernel resolve it); the
 //!   engine holds no socket per gateway port ([`super::ports::PortHold::Reserved`]). Only for interfaces that face one domain; packets
@@ -131,6 +137,9 @@ pub const TX_KICK_AT: u32 = 32;
 /// sockets' TX rings: one system call per wake-up instead of a `sendto` and an
 /// `epoll_wait`) rather than `epoll_wait`; `VGATE_AFXDP_WAIT=poll|epoll` overrides it.
 pub const WAIT_IN_POLL: bool = true;
+/// Frames the kernel sends per `poll(2)` of a copy-mode socket (its `max_tx_budget`): with
+/// more waiting, an idle worker that sleeps in `poll(2)` kicks first.
+const POLL_TX_BUDGET: u32 = 32;
 /// Microseconds a worker keeps polling its rings after work before it sleeps (see
 /// [`super::worker::Datapath::spin_us`]); `VGATE_AFXDP_SPIN_US` overrides it.
 pub const SPIN_US: u32 = 0;
@@ -221,20 +230,103 @@ impl TxPath {
     pub fn from_env() -> TxPath {
         match std::env::var("VGATE_AFXDP_TX").as_deref() {
             Ok("sockets") => TxPath::Sockets,
-            _ => TxPath::Xdp,
+            Ok("xdp") | Err(_) => TxPath::Xdp,
+            Ok(v) => {
+                knob_ignored("VGATE_AFXDP_TX", v, "xdp|sockets; xdp used");
+                TxPath::Xdp
+            }
         }
     }
 }
 
 /// `VGATE_AFXDP_TX_CSUM=software|offload`: who fills the UDP checksum of AF_XDP TX frames.
-/// `offload` (default) asks the kernel for TX metadata and, where it is granted (kernel ≥
-/// 6.11, copy-mode sockets), leaves the checksum to the egress device; `software` always sums
-/// in vgate (for A/B runs).
+/// `offload` (default) asks the kernel for TX metadata where it is known to be honoured
+/// ([`csum_offload_verdict`]) and, where it is granted (copy-mode sockets), leaves the
+/// checksum to the egress device; `software` always sums in vgate (for A/B runs).
 pub fn csum_offload_from_env() -> bool {
-    !matches!(
-        std::env::var("VGATE_AFXDP_TX_CSUM").as_deref(),
-        Ok("software")
-    )
+    match std::env::var("VGATE_AFXDP_TX_CSUM").as_deref() {
+        Ok("software") => false,
+        Ok("offload") | Err(_) => true,
+        Ok(v) => {
+            knob_ignored("VGATE_AFXDP_TX_CSUM", v, "software|offload; offload used");
+            true
+        }
+    }
+}
+
+/// Warns, once per knob per process, that an environment knob's value was not understood
+/// and what is used instead (startup only).
+fn knob_ignored(name: &'static str, value: &str, instead: &str) {
+    static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut w = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if !w.contains(&name) {
+        w.push(name);
+        tracing::warn!("{name}={value:?} not understood (expected {instead})");
+    }
+}
+
+/// A numeric knob: its value clamped to `lo..=hi`, or `default` when unset; a value that is
+/// not a number, or out of range, is warned about once.
+fn numeric_knob(name: &'static str, default: u32, lo: u32, hi: u32) -> u32 {
+    let Ok(v) = std::env::var(name) else {
+        return default;
+    };
+    match v.trim().parse::<u32>() {
+        Ok(n) if (lo..=hi).contains(&n) => n,
+        Ok(n) => {
+            let c = n.clamp(lo, hi);
+            knob_ignored(name, &v, &format!("{lo}–{hi}; {c} used"));
+            c
+        }
+        Err(_) => {
+            knob_ignored(name, &v, &format!("a number {lo}–{hi}; {default} used"));
+            default
+        }
+    }
+}
+
+/// Whether the kernel's copy-mode transmit can be trusted to fill the UDP checksum from TX
+/// metadata on an interface with `driver`, under kernel `release` (`uname -r`); `Err` says
+/// why not (the socket then sums in software).
+///
+/// Copy mode honours TX metadata from Linux 6.11, but before 6.18 only for drivers without
+/// `IFF_TX_SKB_NO_LINEAR`: for those (virtio_net) the skb is built by
+/// `xsk_build_skb_zerocopy`, which ignored the metadata (fixed by upstream 30c3055f, "xsk: wrap
+/// generic metadata handling onto separate function") while the kernel still granted
+/// `XDP_UMEM_TX_METADATA_LEN` — every datagram would leave with only the pseudo-header sum.
+/// The flag is not visible from user space, so on 6.11–6.17 only veth (known not to set it)
+/// is trusted.
+pub(crate) fn csum_offload_verdict(
+    release: Option<&str>,
+    driver: Option<&str>,
+) -> Result<(), String> {
+    let Some((major, minor)) = release.and_then(kernel_version) else {
+        return Err("the kernel version is unknown".into());
+    };
+    let v = (major, minor);
+    if v >= (6, 18) {
+        return Ok(());
+    }
+    if v < (6, 11) {
+        return Err(format!(
+            "Linux {major}.{minor}: copy-mode AF_XDP honours TX metadata from 6.11"
+        ));
+    }
+    match driver {
+        Some("veth") => Ok(()),
+        d => Err(format!(
+            "Linux {major}.{minor} with driver {}: before 6.18 copy mode ignores TX metadata on drivers with IFF_TX_SKB_NO_LINEAR (virtio_net); only veth is trusted",
+            d.unwrap_or("unknown")
+        )),
+    }
+}
+
+/// `6.18.4-arch1` → (6, 18).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 // ---- the XDP program ----------------------------------------------------------------------
@@ -605,6 +697,8 @@ struct Iface {
     tx_csum: Vec<TxCsum>,
     /// Why the kernel refused TX metadata (first refusal).
     tx_meta_refused: Option<String>,
+    /// Why vgate did not ask for TX checksum offload here ([`csum_offload_verdict`]).
+    csum_withheld: Option<String>,
     replaced_stale: Option<u32>,
     xsks: Map,
     /// The attachment; dropping it detaches the program.
@@ -895,6 +989,7 @@ impl AfxdpEngine {
                 zc_refused: None,
                 tx_csum: Vec::new(),
                 tx_meta_refused: None,
+                csum_withheld: None,
                 replaced_stale,
                 xsks,
                 link: Some(link),
@@ -903,7 +998,20 @@ impl AfxdpEngine {
         }
         // Sockets, once every program is attached (an error drops the links: detached).
         let mut sockets: Vec<Vec<(usize, u32, Xsk)>> = (0..queues).map(|_| Vec::new()).collect();
+        let release = xsys::kernel_release().ok();
         for (i, iface) in ifaces.iter_mut().enumerate() {
+            let csum_offload = csum_offload && {
+                let driver = CString::new(iface.name.as_str())
+                    .ok()
+                    .and_then(|c| xsys::driver(&c).ok());
+                match csum_offload_verdict(release.as_deref(), driver.as_deref()) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        iface.csum_withheld = Some(why);
+                        false
+                    }
+                }
+            };
             for q in 0..iface.rx_queues {
                 let sock_err = |e: xsys::XskError| AfxdpError::Socket {
                     ifname: iface.name.clone(),
@@ -946,6 +1054,11 @@ impl AfxdpEngine {
                 );
             }
             match (&iface.tx_meta_refused, csum_offload) {
+                _ if iface.csum_withheld.is_some() => tracing::warn!(
+                    interface = %iface.name,
+                    "AF_XDP TX checksum offload not used ({}): vgate computes the UDP checksum of every frame it sends on this interface",
+                    iface.csum_withheld.as_deref().unwrap_or("-")
+                ),
                 (Some(why), _) => tracing::warn!(
                     interface = %iface.name,
                     "the kernel refused AF_XDP TX metadata ({why}; needs Linux 6.11 or later): vgate computes the UDP checksum of every frame it sends on this interface"
@@ -1050,6 +1163,9 @@ impl Engine for AfxdpEngine {
                     .as_deref()
                     .map_or(String::new(), |why| {
                         format!(" (TX metadata refused: {why})")
+                    })
+                    + &i.csum_withheld.as_deref().map_or(String::new(), |why| {
+                        format!(" (TX checksum offload not used: {why})")
                     });
                 format!(
                     "{} (domain {}, {} RX queue(s), {PROG_NAME} id {} in driver mode{stale}, {modes}, {}{refused})",
@@ -1172,6 +1288,7 @@ impl Engine for AfxdpEngine {
                         domains: iface.domains.clone(),
                         fallback: Channel::from_ingress(iface.domains[0]),
                         dropped: 0,
+                        busy_seen: 0,
                     }
                 })
                 .collect();
@@ -1270,6 +1387,8 @@ struct WorkerXsk {
     fallback: Channel,
     /// Kernel drops already counted.
     dropped: u64,
+    /// [`Xsk::tx_busy_drops`] already counted.
+    busy_seen: u64,
 }
 
 /// What a worker's forwarding needs besides its sockets.
@@ -1397,6 +1516,14 @@ impl Datapath for XskPath {
     fn idle(&mut self, _shell: &Shell) {
         if !self.ctx.sleep_in_poll {
             kick_waiting(self.ctx.index, &mut self.socks);
+            return;
+        }
+        // `poll(2)` sends at most POLL_TX_BUDGET frames per socket and then waits for RX
+        // only: more than that, or what a stopped kick left, is asked for now.
+        for s in self.socks.iter_mut() {
+            if poll_needs_kick(s.xsk.tx_queued(), s.xsk.tx_stopped()) {
+                kick(self.ctx.index, &mut s.xsk);
+            }
         }
     }
 
@@ -1445,6 +1572,7 @@ impl Datapath for XskPath {
             }
             // What a full device queue left on a ring is asked for again.
             kick_waiting(self.ctx.index, &mut self.socks);
+            tx_health(shell, &self.ctx, &mut self.socks);
         }
     }
 }
@@ -1455,6 +1583,54 @@ fn kick(worker: usize, xsk: &mut Xsk) {
     if let Err(e) = xsk.tx_kick() {
         if let Some(suppressed) = SEND_ERRORS.check(now_ms()) {
             tracing::warn!(worker, suppressed, "AF_XDP TX: {e}");
+        }
+    }
+}
+
+/// A worker about to sleep in `poll(2)`: whether a socket with `queued` TX frames waiting,
+/// whose last kick `stopped` early, must be kicked first (the poll sends only
+/// [`POLL_TX_BUDGET`], and nothing for a stopped device until RX wakes the worker).
+fn poll_needs_kick(queued: u32, stopped: bool) -> bool {
+    queued > POLL_TX_BUDGET || (queued > 0 && stopped)
+}
+
+static TX_STALLS: RateLimit = RateLimit::new(5000);
+
+/// Per sample: frames the egress device dropped after a kick (`EBUSY`) move from the channel's
+/// `tx_packets` to `drop_send_error` (per channel only, like the fast path's redirect
+/// failures: the route is not known any more); a TX ring that kept frames with none taken
+/// since the last sample (sends failing, e.g. the interface is down, or the poll-driven send
+/// erroring unseen) counts a [`WorkerStats::ring_freezes`] and is logged (rate-limited).
+///
+/// [`WorkerStats::ring_freezes`]: crate::channel::WorkerStats::ring_freezes
+fn tx_health(shell: &Shell, ctx: &WorkerCtx, socks: &mut [WorkerXsk]) {
+    for (j, s) in socks.iter_mut().enumerate() {
+        let busy = s.xsk.tx_busy_drops();
+        let new = busy - s.busy_seen;
+        if new > 0 {
+            s.busy_seen = busy;
+            let chan = [DomainId::A, DomainId::B]
+                .into_iter()
+                .find(|d| ctx.tx_sock[d.index()] == Some(j))
+                .map_or(s.fallback, |d| Channel::from_ingress(d.other()));
+            let c = shell.stats.channel(chan);
+            c.drop(DropReason::SendError, new);
+            // Counted sent when queued; never below zero.
+            let _ = c
+                .tx_packets
+                .fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(new)));
+        }
+        if s.xsk.tx_stalled() {
+            shell.stats.ring_freezes.fetch_add(1, Relaxed);
+            if let Some(suppressed) = TX_STALLS.check(now_ms()) {
+                tracing::warn!(
+                    worker = ctx.index,
+                    queue = s.queue,
+                    waiting = s.xsk.tx_queued(),
+                    suppressed,
+                    "AF_XDP TX ring made no progress since the last sample (sends failing: interface down? device stalled?)"
+                );
+            }
         }
     }
 }
@@ -1471,10 +1647,7 @@ fn kick_waiting(worker: usize, socks: &mut [WorkerXsk]) {
 /// `VGATE_AFXDP_KICK_AT` (1–2048): TX frames after which a busy worker kicks the kernel;
 /// default [`TX_KICK_AT`]; 1 kicks after every RX batch (the behaviour before, for A/B).
 fn kick_at_from_env() -> u32 {
-    std::env::var("VGATE_AFXDP_KICK_AT")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(TX_KICK_AT, |v| v.clamp(1, RING))
+    numeric_knob("VGATE_AFXDP_KICK_AT", TX_KICK_AT, 1, RING)
 }
 
 /// `VGATE_AFXDP_WAIT=poll|epoll`: how an idle worker sleeps (see
@@ -1483,17 +1656,18 @@ fn sleep_in_poll_from_env() -> bool {
     match std::env::var("VGATE_AFXDP_WAIT").as_deref() {
         Ok("poll") => true,
         Ok("epoll") => false,
-        _ => WAIT_IN_POLL,
+        Err(_) => WAIT_IN_POLL,
+        Ok(v) => {
+            knob_ignored("VGATE_AFXDP_WAIT", v, "poll|epoll; the default used");
+            WAIT_IN_POLL
+        }
     }
 }
 
 /// `VGATE_AFXDP_SPIN_US` (0–1000): how long a worker keeps polling its rings after work
 /// before it sleeps; default [`SPIN_US`].
 fn spin_from_env() -> u32 {
-    std::env::var("VGATE_AFXDP_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(SPIN_US, |v| v.min(1000))
+    numeric_knob("VGATE_AFXDP_SPIN_US", SPIN_US, 0, 1000)
 }
 
 /// The socket to transmit on for what arrives on `s`, in AF_XDP TX mode.
@@ -1767,6 +1941,64 @@ fn finish_run(mut r: Run<'_>, out: &mut Out<'_, '_, '_>, now: u64, chan: &mut [T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_sleeping_in_poll_kicks_what_the_poll_would_leave() {
+        assert!(!poll_needs_kick(0, false));
+        assert!(!poll_needs_kick(0, true));
+        assert!(
+            !poll_needs_kick(POLL_TX_BUDGET, false),
+            "the poll sends these"
+        );
+        assert!(poll_needs_kick(POLL_TX_BUDGET + 1, false));
+        assert!(poll_needs_kick(1, true), "after a kick the device stopped");
+    }
+
+    #[test]
+    fn numeric_knobs_clamp_and_default() {
+        // A name no other test or run sets.
+        const K: &str = "VGATE_AFXDP_TEST_KNOB_ZCFIX";
+        std::env::remove_var(K);
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 32);
+        std::env::set_var(K, "64");
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 64);
+        std::env::set_var(K, "0");
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 1);
+        std::env::set_var(K, "lots");
+        assert_eq!(numeric_knob(K, 32, 1, 2048), 32);
+        std::env::remove_var(K);
+    }
+
+    #[test]
+    fn csum_offload_only_where_the_kernel_honours_it() {
+        // 6.18 and later: every driver (the skb-zerocopy path handles metadata too).
+        for d in [Some("virtio_net"), Some("veth"), Some("mlx5_core"), None] {
+            assert_eq!(csum_offload_verdict(Some("6.18.0"), d), Ok(()));
+            assert_eq!(csum_offload_verdict(Some("6.19.2-arch1-1"), d), Ok(()));
+            assert_eq!(csum_offload_verdict(Some("7.0.0-rc1"), d), Ok(()));
+        }
+        // 6.11–6.17: veth only; virtio_net (IFF_TX_SKB_NO_LINEAR) and anything unknown sum in
+        // software.
+        assert_eq!(csum_offload_verdict(Some("6.11.0"), Some("veth")), Ok(()));
+        assert_eq!(
+            csum_offload_verdict(Some("6.17.9-fc"), Some("veth")),
+            Ok(())
+        );
+        for d in [Some("virtio_net"), Some("e1000e"), None] {
+            let why = csum_offload_verdict(Some("6.17.9"), d).unwrap_err();
+            assert!(why.contains("IFF_TX_SKB_NO_LINEAR"), "{why}");
+            assert!(csum_offload_verdict(Some("6.12.1"), d).is_err());
+        }
+        // Before 6.11 copy mode ignores TX metadata, whatever the driver.
+        for r in ["6.10.14", "6.8.0-45-generic", "5.15.0"] {
+            assert!(csum_offload_verdict(Some(r), Some("veth")).is_err(), "{r}");
+        }
+        // Unknown or unparsable version: software.
+        assert!(csum_offload_verdict(None, Some("veth")).is_err());
+        assert!(csum_offload_verdict(Some("garbage"), Some("veth")).is_err());
+        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
+        assert_eq!(kernel_version("6"), None);
+    }
 
     #[test]
     fn program_jumps_land_inside_and_the_map_loads_are_pseudo() {

@@ -138,6 +138,22 @@ impl Poller {
                 match poll_fds(fds, i32::from(timeout_ms)) {
                     Ok(0) => Ok(0),
                     Ok(_) => {
+                        // A descriptor closed while watched would report POLLNVAL at once,
+                        // forever: the worker would spin. It is dropped from the set.
+                        let mut i = 0;
+                        while i < fds.len() {
+                            if fds[i].revents & libc::POLLNVAL != 0 {
+                                tracing::warn!(
+                                    fd = fds[i].fd,
+                                    token = tokens[i],
+                                    "poll: descriptor no longer open (POLLNVAL); no longer watched"
+                                );
+                                fds.swap_remove(i);
+                                tokens.swap_remove(i);
+                            } else {
+                                i += 1;
+                            }
+                        }
                         let mut n = 0;
                         for (p, t) in fds.iter().zip(tokens.iter()) {
                             if p.revents != 0 && n < events.len() {
@@ -376,6 +392,32 @@ mod tests {
     use std::net::Ipv4Addr;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn poll_backend_drops_a_closed_descriptor() {
+        let poller = Poller::new(true).unwrap();
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        poller.add(a.as_fd(), 7).unwrap();
+        // A descriptor closed behind the poller's back (a number no process can have open,
+        // so no other test's descriptor takes it): poll(2) reports POLLNVAL for it.
+        let Backend::Poll(l) = &poller.backend else {
+            unreachable!()
+        };
+        l.borrow_mut().0.push(libc::pollfd {
+            fd: i32::MAX,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        l.borrow_mut().1.push(8);
+        b.send(b"x").unwrap();
+        let mut events = [EpollEvent::empty(); 4];
+        // Returns at once (both ready); without the guard the dead entry would stay and
+        // make every later wait return at once.
+        assert_eq!(poller.wait(&mut events, 1000).unwrap(), 1);
+        assert_eq!(events[0].data(), 7);
+        assert_eq!(l.borrow().1, vec![7]);
+        assert!(l.borrow().0.iter().all(|p| p.fd != i32::MAX));
+    }
 
     /// Counts what the skeleton hands it.
     struct Probe {

@@ -24,7 +24,8 @@ pub enum DropReason {
     Truncated,
     /// Not RTP version 2 on a route that forwards RTP only.
     NotRtp,
-    /// The kernel refused the send (no route to the destination, ...).
+    /// The kernel refused the send (no route to the destination, ...), or (AF_XDP) the
+    /// egress device dropped a frame it was handed (counted per channel only).
     SendError,
     /// The egress queue stayed full; the packet could not be handed to the kernel.
     QueueFull,

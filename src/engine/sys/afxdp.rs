@@ -306,6 +306,16 @@ pub(crate) struct Xsk {
     pub(crate) tx_csum: TxCsum,
     /// Why the kernel refused TX metadata, when it did.
     pub(crate) tx_meta_refused: Option<io::Error>,
+    /// Frames the device dropped after the kernel took them (`EBUSY` from a kick:
+    /// `NET_XMIT_DROP`), since the socket opened.
+    tx_busy_drops: u64,
+    /// The last kick stopped before the ring drained (device busy, no buffers, or the
+    /// kick's round limit): the rest waits for another kick.
+    tx_stopped: bool,
+    /// The kernel's TX consumer index at the last [`Xsk::tx_stalled`] check, and whether
+    /// frames were waiting then.
+    tx_cons_seen: u32,
+    tx_waiting_seen: bool,
 }
 
 // SAFETY:
@@ -344,16 +354,6 @@ impl Xsk {
     /// socket sums in software ([`Xsk::tx_meta_refused`] says why). Zero-copy sockets always
     /// sum in software: whether a driver honours the checksum request is not checked here.
     pub(crate) fn open(
-        ifindex: u32,
-        queue: u32,
-        p: XskParams,
-        mode: BindMode,
-        csum_offload: bool,
-    ) -> Result<Xsk, XskError> {
-        Xsk::open_mode(ifindex, queue, p, mode, csum_offload)
-    }
-
-    fn open_mode(
         ifindex: u32,
         queue: u32,
         p: XskParams,
@@ -452,6 +452,10 @@ impl Xsk {
                 TxCsum::Software
             },
             tx_meta_refused,
+            tx_busy_drops: 0,
+            tx_stopped: false,
+            tx_cons_seen: 0,
+            tx_waiting_seen: false,
         };
         // Fill before bind, so the first packets find frames.
         let rx_frames = p.ring.min(p.frames);
@@ -678,12 +682,15 @@ impl Xsk {
         self.tx_publish();
         self.tx_unkicked = 0;
         if !(self.tx.needs_wakeup() || self.mode == BindMode::Copy) {
+            self.tx_stopped = false;
             return Ok(());
         }
+        self.tx_stopped = true;
         for _ in 0..64 {
             // The kernel's consumer index: everything before it has been taken for sending.
             let cons = self.tx.cons().load(Ordering::Acquire);
             if cons == self.tx.cached_prod {
+                self.tx_stopped = false;
                 return Ok(());
             }
             // SAFETY: a zero-length send with a null buffer touches no memory of ours; it
@@ -702,13 +709,48 @@ impl Xsk {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
                     Some(libc::EAGAIN) | Some(libc::EINTR) => {}
-                    // The device queue is full: the frames stay on the ring for later.
-                    Some(libc::EBUSY) | Some(libc::ENOBUFS) => return Ok(()),
+                    // The device dropped the frame the kernel had taken (`NET_XMIT_DROP`);
+                    // the rest stays on the ring for later.
+                    Some(libc::EBUSY) => {
+                        self.tx_busy_drops += 1;
+                        return Ok(());
+                    }
+                    // No buffer for the skb: the frames stay on the ring for later.
+                    Some(libc::ENOBUFS) => return Ok(()),
                     _ => return Err(e),
                 }
             }
         }
         Ok(())
+    }
+
+    /// Frames the device dropped after a kick handed them over (`EBUSY`), since the socket
+    /// opened. They were counted sent when queued.
+    pub(crate) fn tx_busy_drops(&self) -> u64 {
+        self.tx_busy_drops
+    }
+
+    /// TX descriptors the kernel has not taken yet (published or not).
+    pub(crate) fn tx_queued(&self) -> u32 {
+        let cons = self.tx.cons().load(Ordering::Relaxed);
+        self.tx_pending + self.tx.cached_prod.wrapping_sub(cons)
+    }
+
+    /// Whether the last [`Xsk::tx_kick`] stopped before the ring drained.
+    pub(crate) fn tx_stopped(&self) -> bool {
+        self.tx_stopped
+    }
+
+    /// Called at a fixed interval: true when TX descriptors waited at the previous call
+    /// and still wait now with the kernel having taken none in between (sends fail, e.g.
+    /// the interface went down, or the device stopped draining).
+    pub(crate) fn tx_stalled(&mut self) -> bool {
+        let cons = self.tx.cons().load(Ordering::Acquire);
+        let waiting = cons != self.tx.cached_prod;
+        let stalled = waiting && self.tx_waiting_seen && cons == self.tx_cons_seen;
+        self.tx_cons_seen = cons;
+        self.tx_waiting_seen = waiting;
+        stalled
     }
 
     /// The kernel's drop counters for this socket.
@@ -807,6 +849,67 @@ pub(crate) fn rx_queues(name: &CStr) -> io::Result<Option<u32>> {
     Ok(if n == 0 { None } else { Some(n) })
 }
 
+/// `struct ethtool_drvinfo`.
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+
+/// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. `veth`, `virtio_net`.
+pub(crate) fn driver(name: &CStr) -> io::Result<String> {
+    let sock = inet_socket()?;
+    let mut info = EthtoolDrvinfo {
+        cmd: 0x03, // ETHTOOL_GDRVINFO
+        driver: [0; 32],
+        version: [0; 32],
+        fw_version: [0; 32],
+        bus_info: [0; 32],
+        erom_version: [0; 32],
+        reserved2: [0; 12],
+        n_priv_flags: 0,
+        n_stats: 0,
+        testinfo_len: 0,
+        eedump_len: 0,
+        regdump_len: 0,
+    };
+    let mut req = ifreq(name);
+    let p = (&mut info as *mut EthtoolDrvinfo) as usize;
+    req.data[..size_of::<usize>()].copy_from_slice(&p.to_ne_bytes());
+    // SAFETY:
+    // - `req` is a live ifreq whose union holds a pointer to `info`, a live, writable
+    //   `ethtool_drvinfo` that the kernel fills during the call.
+    cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) })?;
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+}
+
+/// The running kernel's release (`uname -r`), e.g. `6.18.4-arch1`.
+pub(crate) fn kernel_release() -> io::Result<String> {
+    let mut u = MaybeUninit::<libc::utsname>::zeroed();
+    // SAFETY: `u` is a writable utsname the kernel fills during the call.
+    cvt(unsafe { libc::uname(u.as_mut_ptr()) })?;
+    // SAFETY: zero-initialised, then filled by the kernel (each field NUL-terminated).
+    let u = unsafe { u.assume_init() };
+    let bytes: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// The hardware address of interface `name` (`SIOCGIFHWADDR`).
 pub(crate) fn hw_addr(name: &CStr) -> io::Result<[u8; 6]> {
     let sock = inet_socket()?;
@@ -842,11 +945,91 @@ pub(crate) fn if_nametoindex(name: &CStr) -> io::Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
+
+    fn ip(args: &[&str]) -> bool {
+        Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Deletes the namespace when the test ends, however it ends.
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            ip(&["netns", "del", &self.0]);
+        }
+    }
+
+    /// A real copy-mode socket on a veth in a namespace of its own: a frame the device drops
+    /// (peer down, so no carrier: `NET_XMIT_DROP`, the kick gets `EBUSY`) is counted in
+    /// `tx_busy_drops`; with the interface down the kick fails (`ENETDOWN`), the frame stays
+    /// on the ring and the second `tx_stalled` check reports it.
+    #[test]
+    fn tx_kick_counts_device_drops_and_a_stalled_ring() {
+        if !nix::unistd::geteuid().is_root() {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "CI runs tests as root"
+            );
+            eprintln!(
+                "tx_kick_counts_device_drops_and_a_stalled_ring: needs root: this test DID NOT RUN"
+            );
+            return;
+        }
+        let name = format!("vgzcfix{}", std::process::id());
+        assert!(ip(&["netns", "add", &name]), "ip netns add {name}");
+        let _ns = Ns(name.clone());
+        let n = |args: &[&str]| {
+            let mut a = vec!["-n", name.as_str()];
+            a.extend_from_slice(args);
+            assert!(ip(&a), "ip {a:?}");
+        };
+        n(&["link", "add", "xa", "type", "veth", "peer", "name", "xb"]);
+        n(&["link", "set", "xa", "up"]);
+        // xb stays down: xa is up without carrier.
+        let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
+        std::thread::spawn(move || {
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let ifindex = if_nametoindex(c"xa").unwrap();
+            let p = XskParams {
+                frame_size: 2048,
+                frames: 64,
+                ring: 32,
+            };
+            let mut x = Xsk::open(ifindex, 0, p, BindMode::Copy, false).expect("copy-mode socket");
+            let push = |x: &mut Xsk| {
+                let mut f = x.tx_frame().expect("a TX frame");
+                x.tx_buf(&mut f)[..60].fill(0xff);
+                assert!(x.tx_push(f, 60, None));
+            };
+            push(&mut x);
+            x.tx_kick().expect("a device drop is not an error");
+            assert_eq!(x.tx_busy_drops(), 1, "the frame the device dropped");
+            assert!(x.tx_stopped());
+            assert_eq!(x.tx_queued(), 0);
+            // Interface down: the kernel refuses to take the frame.
+            assert!(ip(&["link", "set", "xa", "down"]));
+            push(&mut x);
+            let e = x.tx_kick().expect_err("ENETDOWN");
+            assert_eq!(e.raw_os_error(), Some(libc::ENETDOWN), "{e}");
+            assert_eq!(x.tx_queued(), 1);
+            assert!(!x.tx_stalled(), "first sight of the waiting frame");
+            let _ = x.tx_kick();
+            assert!(x.tx_stalled(), "no progress since the last check");
+            assert_eq!(x.tx_busy_drops(), 1);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn layouts() {
         assert_eq!(size_of::<libc::xdp_desc>(), 16);
         assert_eq!(size_of::<IfReq>(), 40);
         assert_eq!(size_of::<EthtoolChannels>(), 36);
+        assert_eq!(size_of::<EthtoolDrvinfo>(), 196);
     }
 }
