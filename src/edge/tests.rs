@@ -160,9 +160,10 @@ fn passive_leg_bridges_both_ways() {
 fn passive_leg_bridges_both_ways_without_port_sockets() {
     match loopback_routes_holding("47200-47299", "48200-48299", PortHold::Reserved) {
         Some(routes) => bridges_both_ways(routes),
-        None => {
-            eprintln!("passive_leg_bridges_both_ways_without_port_sockets: no CAP_NET_RAW, not run")
-        }
+        None => crate::test_did_not_run(
+            "passive_leg_bridges_both_ways_without_port_sockets",
+            "no CAP_NET_RAW",
+        ),
     }
 }
 

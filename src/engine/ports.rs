@@ -642,7 +642,10 @@ mod tests {
         let reg = PortRegistry::new([Ipv4Addr::LOCALHOST, Ipv4Addr::new(127, 0, 0, 2)]);
         // Raw sockets need CAP_NET_RAW: without it this part cannot run.
         let Ok(reg) = reg.holding(PortHold::Reserved) else {
-            eprintln!("reserved_registry_opens_no_socket_per_port: no CAP_NET_RAW, skipped");
+            crate::test_did_not_run(
+                "reserved_registry_opens_no_socket_per_port",
+                "no CAP_NET_RAW",
+            );
             return;
         };
         let links = reg.attach_workers(1).unwrap();
