@@ -498,11 +498,6 @@ impl PacketRing {
         self.ifindex
     }
 
-    /// The ring's TPACKET version.
-    pub fn version(&self) -> RingVersion {
-        self.version
-    }
-
     /// Wait up to `timeout_ms` (negative: forever, 0: don't wait) for the next filled block.
     ///
     /// `Ok(None)` on timeout. The block goes back to the kernel when the returned [`Block`]

@@ -105,7 +105,7 @@ use super::ports::{Cmd, PortRegistry, TxVia};
 use super::sys::afxdp::{self as xsys, BindMode, RxFrame, TxCsum, Xsk, XskParams};
 use super::sys::bpf::{self, Insn, Map, Prog, XdpLink};
 use super::sys::mmsg::{SliceBatch, SliceScope};
-use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
+use super::worker::{start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::xdp::{egress_of, emit_fast, Egress, FastFds, FastPath};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
@@ -1532,7 +1532,7 @@ impl Datapath for XskPath {
     }
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
-        apply_egress(&mut self.local, cmd);
+        self.local.apply(cmd);
     }
 
     fn spin_us(&self) -> u32 {
@@ -1543,9 +1543,7 @@ impl Datapath for XskPath {
         if let Some(f) = &self.ctx.fast {
             f.finish(&shell.stats);
         }
-        if let Some(n) = &self.ctx.noroute {
-            n.poll(shell);
-        }
+        // The XDP drops up to now were added by the final `sample` just before this.
     }
 
     /// The wakeup's link frames go out together.
@@ -1719,12 +1717,7 @@ impl NoRouteCount {
         let mut out = [(0, 0); 2];
         for (d, o) in out.iter_mut().enumerate() {
             if self.map.lookup(&(d as u32).to_ne_bytes(), buf).is_ok() {
-                for c in buf.chunks_exact(16) {
-                    let word =
-                        |i: usize| u64::from_ne_bytes(c[i..i + 8].try_into().unwrap_or_default());
-                    o.0 += word(0);
-                    o.1 += word(8);
-                }
+                *o = super::xdp::sum_cpus(buf);
             }
         }
         out

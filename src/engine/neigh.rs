@@ -243,7 +243,8 @@ impl NeighTable {
             .map(|(i, _)| self.slots[i].used.load(Ordering::Relaxed))
     }
 
-    /// Entries in the table (for tests and stats; walks every slot).
+    /// Entries in the table (for tests; walks every slot — metrics read `entries`).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.slots
             .iter()
@@ -251,6 +252,7 @@ impl NeighTable {
             .count()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

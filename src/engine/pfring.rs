@@ -46,7 +46,7 @@ use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
 use super::nft::{DropRule, MediaDropTable};
 use super::ports::{Cmd, PortRegistry};
 use super::sys::mmsg::{SliceBatch, SliceScope};
-use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
+use super::worker::{start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig, Mode};
@@ -408,7 +408,7 @@ impl Datapath for PfringPath {
     }
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
-        apply_egress(&mut self.local, cmd);
+        self.local.apply(cmd);
     }
 
     fn sample(&mut self, shell: &Shell) {

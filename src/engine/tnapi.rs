@@ -90,7 +90,7 @@ use super::ports::{Cmd, PortRegistry};
 use super::sys::afpacket as psys;
 use super::sys::afxdp as xsys;
 use super::sys::mmsg::{FrameBatch, FrameScope, FrameStatus, SliceBatch, SliceScope};
-use super::worker::{apply_egress, start_workers, Datapath, EgressSockets, Poller, Shell};
+use super::worker::{start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
 use crate::config::{Config, DomainId, EngineConfig, TnapiRing};
@@ -708,7 +708,7 @@ impl Datapath for RingPath {
     }
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
-        apply_egress(&mut self.local, cmd);
+        self.local.apply(cmd);
     }
 
     /// The wakeup's link frames go out together.

@@ -233,11 +233,6 @@ pub trait Datapath {
 
 pub use super::ports::EgressSockets;
 
-/// Applies a port command to a ring engine's egress sockets.
-pub fn apply_egress(local: &mut EgressSockets, cmd: Cmd) {
-    local.apply(cmd);
-}
-
 /// Starts `n` workers on `cpus` (in order; workers past the list run unpinned), each told of
 /// `registry`'s ports; `make(index)` gives the closure that builds worker `index`'s datapath
 /// on its thread.

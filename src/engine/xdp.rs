@@ -1013,7 +1013,7 @@ impl FastPath {
 }
 
 /// One slot's per-CPU (packets, bytes) values summed.
-fn sum_cpus(v: &[u8]) -> (u64, u64) {
+pub(super) fn sum_cpus(v: &[u8]) -> (u64, u64) {
     let mut sum = (0u64, 0u64);
     for c in v.chunks_exact(16) {
         let w = |i: usize| u64::from_ne_bytes(c[i..i + 8].try_into().unwrap_or_default());

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use crate::config::{DomainId, SourcePolicy};
 use crate::stats::rtp::{RtpSnapshot, RtpTracker};
-use crate::stats::{PacketCounters, Snapshot};
+use crate::stats::{bump_only_writer as bump, PacketCounters, Snapshot};
 
 /// A one-way channel: the direction media crosses the gateway.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -126,8 +126,7 @@ impl LinkStreamCounters {
     /// `seq`: `repaired` when FEC rebuilt it (or a fragment of it). `false` for a duplicate,
     /// which the caller drops.
     pub fn count(&self, src: u16, seq: u32, repaired: bool) -> bool {
-        let bump = |c: &AtomicU64, n: u64| c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
-        let fresh = self.track(u32::from(src), seq, &bump);
+        let fresh = self.track(u32::from(src), seq);
         if fresh {
             bump(
                 if repaired {
@@ -141,7 +140,7 @@ impl LinkStreamCounters {
         fresh
     }
 
-    fn track(&self, src: u32, seq: u32, bump: &impl Fn(&AtomicU64, u64)) -> bool {
+    fn track(&self, src: u32, seq: u32) -> bool {
         let high = self.highest.load(Relaxed);
         let ahead = seq.wrapping_sub(high);
         let behind = high.wrapping_sub(seq);

@@ -606,7 +606,7 @@ fn receive_plain<F: FnMut(u16, u16, &[u8], bool)>(
 }
 
 /// Bits of data positions `0..k` of a block.
-fn data_mask(k: usize) -> u64 {
+pub(super) fn data_mask(k: usize) -> u64 {
     if k >= 64 {
         u64::MAX
     } else {

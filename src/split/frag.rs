@@ -178,12 +178,7 @@ impl Joiner {
         if sh.frag + 1 == sh.frags {
             s.len = usize::from(sh.frag) * MAX_MEDIA + media.len();
         }
-        let all = if s.frags >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << s.frags) - 1
-        };
-        if s.have != all {
+        if s.have != super::fec::data_mask(usize::from(s.frags)) {
             return None;
         }
         s.used = false;

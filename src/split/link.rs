@@ -73,7 +73,7 @@ use crate::engine::ports::{Cmd, PortRegistry};
 use crate::engine::sys::afpacket as psys;
 use crate::engine::sys::afxdp::{self as xsys, BindMode, Xsk, XskParams};
 use crate::engine::sys::mmsg::{FrameBatch, RecvBatch, SendOutcome, SliceBatch};
-use crate::engine::worker::{apply_egress, spawn, Datapath, EgressSockets, Poller, Shell};
+use crate::engine::worker::{spawn, Datapath, EgressSockets, Poller, Shell};
 use crate::engine::{EngineError, EngineKind, Worker};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
@@ -1322,7 +1322,7 @@ impl Datapath for RxState {
     }
 
     fn command(&mut self, _shell: &Shell, _poller: &Poller, cmd: Cmd) {
-        apply_egress(&mut self.path.local, cmd);
+        self.path.local.apply(cmd);
     }
 
     /// The wakeup's delivered datagrams go out together.

@@ -91,6 +91,14 @@ pub struct PacketCounters {
     pub relatches: AtomicU64,
 }
 
+/// Adds `n` to a counter that only the calling thread ever writes: a plain load and store,
+/// no locked read-modify-write. Readers see the value whole. A second writer loses counts.
+pub(crate) fn bump_only_writer(a: &AtomicU64, n: u64) {
+    if n > 0 {
+        a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+}
+
 impl PacketCounters {
     pub fn drop(&self, reason: DropReason, n: u64) {
         if n > 0 {
@@ -126,11 +134,7 @@ impl PacketCounters {
     /// the control thread, even one `add` on the same counters) loses increments silently.
     /// Crate-private for that reason; anything shared uses [`PacketCounters::add`].
     pub(crate) fn add_as_only_writer(&self, t: &Tally) {
-        fn bump(a: &AtomicU64, n: u64) {
-            if n > 0 {
-                a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
-            }
-        }
+        let bump = bump_only_writer;
         bump(&self.rx_packets, t.rx_packets);
         bump(&self.rx_bytes, t.rx_bytes);
         bump(&self.tx_packets, t.tx_packets);

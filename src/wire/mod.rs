@@ -420,12 +420,8 @@ pub fn udp_header(
     h[0..2].copy_from_slice(&src.port().to_be_bytes());
     h[2..4].copy_from_slice(&dst.port().to_be_bytes());
     h[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    let mut pseudo = [0u8; 12];
-    pseudo[0..4].copy_from_slice(&src.ip().octets());
-    pseudo[4..8].copy_from_slice(&dst.ip().octets());
-    pseudo[9] = ipv4::PROTO_UDP;
-    pseudo[10..12].copy_from_slice(&udp_len.to_be_bytes());
-    let sum = checksum::combine(checksum::sum(&pseudo), checksum::sum(&h));
+    let pseudo = udp::pseudo_sum(*src.ip(), *dst.ip(), udp_len);
+    let sum = checksum::combine(pseudo, checksum::sum(&h));
     let c = match checksum::finish(checksum::combine(sum, checksum::sum(payload))) {
         // A computed zero is sent as all ones (RFC 768).
         0 => 0xffff,
@@ -543,12 +539,7 @@ impl FrameEnds {
         e[36..38].copy_from_slice(&self.dst.port().to_be_bytes());
         e[38..40].copy_from_slice(&udp_len.to_be_bytes());
         e[40..42].copy_from_slice(&[0, 0]);
-        let mut pseudo = [0u8; 12];
-        pseudo[0..4].copy_from_slice(&self.src.ip().octets());
-        pseudo[4..8].copy_from_slice(&self.dst.ip().octets());
-        pseudo[9] = ipv4::PROTO_UDP;
-        pseudo[10..12].copy_from_slice(&udp_len.to_be_bytes());
-        let pseudo = checksum::sum(&pseudo);
+        let pseudo = udp::pseudo_sum(*self.src.ip(), *self.dst.ip(), udp_len);
         let c = match csum {
             UdpChecksum::Full(p) => {
                 let hdr = checksum::combine(pseudo, checksum::sum(&e[34..42]));

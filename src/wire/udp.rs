@@ -81,12 +81,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 
     fn pseudo_sum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u32 {
-        let mut ph = [0u8; 12];
-        ph[..4].copy_from_slice(&src.octets());
-        ph[4..8].copy_from_slice(&dst.octets());
-        ph[9] = super::ipv4::PROTO_UDP;
-        ph[10..12].copy_from_slice(&(self.len() as u16).to_be_bytes());
-        checksum::sum(&ph)
+        pseudo_sum(src, dst, self.len() as u16)
     }
 
     /// True if the checksum is correct or absent (zero means "not computed" over IPv4).
@@ -137,6 +132,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
         // A computed zero is sent as all ones (RFC 768).
         self.set_checksum(if c == 0 { 0xffff } else { c });
     }
+}
+
+/// The one's-complement sum of the IPv4 pseudo-header of a UDP datagram of `udp_len` bytes
+/// (RFC 768), not folded.
+pub(crate) fn pseudo_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: u16) -> u32 {
+    let mut ph = [0u8; 12];
+    ph[..4].copy_from_slice(&src.octets());
+    ph[4..8].copy_from_slice(&dst.octets());
+    ph[9] = super::ipv4::PROTO_UDP;
+    ph[10..12].copy_from_slice(&udp_len.to_be_bytes());
+    checksum::sum(&ph)
 }
 
 #[cfg(test)]

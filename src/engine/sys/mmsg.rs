@@ -766,13 +766,13 @@ fn raw_udp_socket_with(
         len: 1,
         filter: drop_all.as_mut_ptr(),
     };
-    setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)?;
+    super::afpacket::set_opt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)?;
     // What arrived between socket() and the filter is queued still and would stay so for
     // the socket's life (nothing reads it): drop it now.
     drain(fd.as_fd());
     let rcvbuf: libc::c_int = 0; // the kernel raises it to its minimum
-    setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf)?;
-    if setsockopt_raw(
+    super::afpacket::set_opt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf)?;
+    if super::afpacket::set_opt(
         fd.as_fd(),
         libc::SOL_SOCKET,
         libc::SO_SNDBUFFORCE,
@@ -781,7 +781,8 @@ fn raw_udp_socket_with(
     .is_err()
     {
         // Without CAP_NET_ADMIN: as much as net.core.wmem_max allows.
-        let _ = setsockopt_raw(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &RAW_SNDBUF);
+        let _ =
+            super::afpacket::set_opt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &RAW_SNDBUF);
     }
     RAW_SNDBUF_SAID.call_once(|| {
         match nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SndBuf) {
@@ -870,25 +871,6 @@ pub fn send_raw_udp_one(
             return Err(e);
         }
     }
-}
-
-fn setsockopt_raw<T>(fd: BorrowedFd<'_>, level: i32, name: i32, v: &T) -> io::Result<()> {
-    // SAFETY:
-    // - `v` is a live value of the type the option expects, its size passed with it; the
-    //   kernel copies it during the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (v as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Room for the headers a [`FrameBatch`] puts in front of each payload (a `virtio_net_hdr`,
