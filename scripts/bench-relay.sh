@@ -42,6 +42,9 @@
 #                     before the gateway, for every configuration alike, so the gateway gets
 #                     what a NIC driver hands up (scripts/bench/bed-lib.sh, nic_feed)
 #   --no-build        use target/release/vgate as it is
+#   --baseline BIN    another vgate binary (e.g. a release build of an earlier commit) for
+#                     the configurations suffixed @base: "stack stack@base" runs mode stack
+#                     with both binaries in the same rounds, for a before/after in one run
 #
 # Placement (2 cores): the gateway's work on CPU 1 (vgate's one worker, crelay; RPS steers the
 # gateway interfaces' receive processing there, so also the kernel's forwarding); the
@@ -65,6 +68,7 @@ EXTRAS="memory activation"
 NOTE=""
 FEED=local
 BUILD=1
+BASELINE=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --streams) STREAMS="${2?}"; shift 2 ;;
@@ -76,6 +80,7 @@ while [ $# -gt 0 ]; do
         --note) NOTE="${2:?}"; shift 2 ;;
         --feed) FEED="${2:?}"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
+        --baseline) BASELINE="${2:?}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-relay: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -129,6 +134,11 @@ cc -O2 -o "$WORK/blast" scripts/bench/blast.c
 XDPPASS=$WORK/xdppass
 [ "$FEED" = local ] || cc -O2 -o "$XDPPASS" scripts/bench/xdppass.c
 VGATE=$WORK/vgate
+if [ -n "$BASELINE" ]; then
+    cp "$BASELINE" "$WORK/vgate-base"
+elif [[ " $CONFIGS " == *"@base "* ]]; then
+    die "configurations with @base need --baseline BIN"
+fi
 
 BED_UP=1
 scripts/testbed.sh --name "$BED" --queues 2 up > "$WORK/bed.env"
@@ -188,7 +198,8 @@ start_config() { # cfg n why -> sets TARGET TPORT
             # gateway's UDP sockets instead of frames built by vgate.
             # tnapi-v2 / tnapi-v3: mode tnapi with that AF_PACKET ring version
             # ([engine.tnapi] ring; plain tnapi takes the default).
-            local mode=$cfg envs=() extra=""
+            local mode=$cfg envs=() extra="" bin=$VGATE
+            if [[ $cfg == *@base ]]; then bin=$WORK/vgate-base cfg=${cfg%@base} mode=${cfg%@base}; fi
             case "$cfg" in
                 tnapi-sockets) mode=tnapi envs=(VGATE_TNAPI_TX=sockets) ;;
                 stack-nogso) mode=stack envs=(VGATE_UDP_GSO=off) ;;
@@ -202,7 +213,7 @@ start_config() { # cfg n why -> sets TARGET TPORT
             esac
             vgate_config "$mode" "$n" "$WORK/vgate.toml"
             [ -z "$extra" ] || printf '%s\n' "$extra" >> "$WORK/vgate.toml"
-            timeout -s TERM $((SECS + 60 + 6 * ${ACT_TRIES:-5})) ip netns exec "$G_NS" env "${envs[@]}" "$VGATE" run --config "$WORK/vgate.toml" \
+            timeout -s TERM $((SECS + 60 + 6 * ${ACT_TRIES:-5})) ip netns exec "$G_NS" env "${envs[@]}" "$bin" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
             WRAP=$!; PIDS+=("$WRAP")
             while [ $t -lt 150 ]; do
