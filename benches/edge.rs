@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vgate::config::{self, DomainId, SourcePolicy};
-use vgate::edge::framing::Rfc4571;
 use vgate::edge::{Leg, LegSpec, Role};
 use vgate::engine::{self, EngineKind};
 use vgate::routes::{RouteSpec, Routes, SessionKind};
+use vgate::wire::framing::Rfc4571;
 
 /// CPU time (user + system, clock ticks) of this process's threads whose name starts with
 /// `prefix`.

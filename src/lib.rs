@@ -62,9 +62,14 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod iface;
+pub mod link;
 pub mod logging;
 pub mod routes;
 pub mod signaling;
+// The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).
+#[allow(unsafe_code)]
+pub mod sink;
 pub mod split;
 pub mod stats;
 pub mod wire;

@@ -180,7 +180,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         ));
     }
     let peer_mac = match (&r.peer_mac, outgoing) {
-        (Some(m), true) => Some(split::parse_mac(m.get_ref()).ok_or_else(|| {
+        (Some(m), true) => Some(crate::wire::parse_mac(m.get_ref()).ok_or_else(|| {
             invalid(m, k("peer_mac"), "expected a MAC such as \"02:00:00:00:01:02\" (the peer's link interface)")
         })?),
         (None, true) => {
@@ -253,19 +253,19 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
                 "the incoming link joins datagrams of any length the peer may send; only split.out_link has max_datagram",
             ))
         }
-        (Some(v), true) if !(64..=split::header::MAX_DATAGRAM as i64).contains(v.get_ref()) => {
+        (Some(v), true) if !(64..=crate::wire::link::MAX_DATAGRAM as i64).contains(v.get_ref()) => {
             return Err(invalid(
                 v,
                 k("max_datagram"),
                 format!(
                     "expected 64 to {} bytes (the largest UDP payload); a datagram longer than a link frame's {} bytes of media is cut into several frames",
-                    split::header::MAX_DATAGRAM,
-                    split::header::MAX_MEDIA
+                    crate::wire::link::MAX_DATAGRAM,
+                    crate::wire::link::MAX_MEDIA
                 ),
             ))
         }
         (Some(v), true) => *v.get_ref() as usize,
-        (None, _) => split::header::MAX_DATAGRAM,
+        (None, _) => crate::wire::link::MAX_DATAGRAM,
     };
     Ok(LinkConfig {
         interface: r.interface.get_ref().clone(),
@@ -302,7 +302,7 @@ pub fn check_host(
         ))
     } else if sys("address")
         .ok()
-        .and_then(|a| split::parse_mac(a.trim()))
+        .and_then(|a| crate::wire::parse_mac(a.trim()))
         .is_none_or(|m| m == [0; 6])
     {
         Some(format!(

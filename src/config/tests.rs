@@ -635,8 +635,8 @@ mod split {
         assert_eq!(s.half, crate::split::Half::A);
         assert_eq!(s.link_face(), super::super::DomainId::B);
         assert_eq!(a.engine.max_payload, 1472, "the domain side's default");
-        assert_eq!(s.out_link.max_datagram, crate::split::header::MAX_DATAGRAM);
-        assert_eq!(a.leg_max_payload(), crate::split::header::MAX_DATAGRAM);
+        assert_eq!(s.out_link.max_datagram, crate::wire::link::MAX_DATAGRAM);
+        assert_eq!(a.leg_max_payload(), crate::wire::link::MAX_DATAGRAM);
         assert_eq!(s.out_link.fec.unwrap().to_string(), "8+2");
         assert_eq!(s.in_link.reorder_ms, 25);
         assert_eq!(

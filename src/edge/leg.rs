@@ -26,14 +26,15 @@ use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 
-use super::framing::{frame_into, DeframeTally, Deframer, Framing};
-use super::sink::EdgeSink;
-use super::{EdgeError, Injector, LegCounters, LegInfo, LegState};
+use super::{EdgeError, Injector};
 use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::engine::ports::bind_to_device;
+use crate::routes::legs::{LegCounters, LegInfo, LegState};
 use crate::routes::{Routes, SessionId};
+use crate::sink::EdgeSink;
 use crate::stats::{DropReason, Tally};
+use crate::wire::framing::{frame_into, DeframeTally, Deframer, Framing};
 
 /// The write buffer of a leg, bytes: what the peer's TCP window may lag behind the stream
 /// before packets are dropped (about 100 ms of a 20 Mbit/s stream).
@@ -124,7 +125,7 @@ impl Framing for Box<dyn Framing> {
     fn write_header(&self, channel: u8, len: u16, out: &mut [u8]) {
         (**self).write_header(channel, len, out)
     }
-    fn parse(&self, buf: &[u8]) -> super::framing::Header {
+    fn parse(&self, buf: &[u8]) -> crate::wire::framing::Header {
         (**self).parse(buf)
     }
 }
@@ -728,7 +729,7 @@ fn written<F: Framing + ?Sized>(
     let mut pos = rest;
     while pos < n {
         match framing.parse(buf.get(pos..).unwrap_or_default()) {
-            super::framing::Header::Frame { header, len, .. } => {
+            crate::wire::framing::Header::Frame { header, len, .. } => {
                 let end = pos + header + len;
                 if end <= n {
                     w.frames += 1;
@@ -756,7 +757,7 @@ fn frames_from<F: Framing + ?Sized>(
     let (mut count, mut pos) = (0u64, from);
     while pos < upto {
         match framing.parse(buf.get(pos..).unwrap_or_default()) {
-            super::framing::Header::Frame { header, len, .. } => {
+            crate::wire::framing::Header::Frame { header, len, .. } => {
                 pos += header + len;
                 count += 1;
             }
@@ -769,8 +770,8 @@ fn frames_from<F: Framing + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::framing::Rfc4571;
     use super::*;
+    use crate::wire::framing::Rfc4571;
 
     #[test]
     fn a_frame_counts_as_written_only_with_its_last_byte() {

@@ -32,25 +32,18 @@
 //! ways). Legs register in [`LegTable`] so the admin interface and the metrics show their
 //! counters. This module owns TCP sockets and threads; it never touches the engines' rings.
 
-pub mod framing;
 pub mod leg;
-// The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).
-#[allow(unsafe_code)]
-pub mod sink;
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::channel::{inspect, Admitted};
 use crate::config::DomainId;
 use crate::engine::ports::PortTx;
-use crate::routes::{Channel, Routes, SessionId, StreamRoute};
+use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
 
 pub use leg::{Leg, LegSpec, Role};
-pub use sink::EdgeSink;
 
 /// Why a leg could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -70,203 +63,6 @@ pub enum EdgeError {
     },
     #[error("cannot start the TCP media leg's thread or its wake-up eventfd: {0}; the host is out of threads or descriptors")]
     Resources(#[source] std::io::Error),
-}
-
-/// A leg's state, for listings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum LegState {
-    Listening = 0,
-    Connecting = 1,
-    Connected = 2,
-    Closed = 3,
-    /// Connected, but holding what its sinks take: an RTSP bridge leg on the client's
-    /// connection before the reply that starts the media has been written there.
-    Held = 4,
-}
-
-impl LegState {
-    /// Every state, for listings and metrics.
-    pub const ALL: [LegState; 5] = [
-        LegState::Listening,
-        LegState::Connecting,
-        LegState::Connected,
-        LegState::Held,
-        LegState::Closed,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LegState::Listening => "listening",
-            LegState::Connecting => "connecting",
-            LegState::Connected => "connected",
-            LegState::Closed => "closed",
-            LegState::Held => "held",
-        }
-    }
-}
-
-/// Counters of one leg (lock-free; written by the leg's thread and, for `stalls`, the
-/// engines offering to its sink).
-#[derive(Debug, Default)]
-pub struct LegCounters {
-    /// Frames and payload bytes de-framed from the peer.
-    pub frames_in: AtomicU64,
-    pub bytes_in: AtomicU64,
-    /// Frames and payload bytes written whole to the peer's socket (a frame dropped before
-    /// its last byte was written counts only in `stalls`).
-    pub frames_out: AtomicU64,
-    pub bytes_out: AtomicU64,
-    /// Runs of bytes from the peer that were not a valid frame.
-    pub framing_errors: AtomicU64,
-    /// Bytes skipped in those runs and in oversize frames.
-    pub skipped_bytes: AtomicU64,
-    /// Whole frames from the peer longer than `engine.max_payload`, skipped.
-    pub oversize: AtomicU64,
-    /// Closes with an incomplete frame left over.
-    pub partial_frames: AtomicU64,
-    /// Packets for the peer dropped because the leg could not take them (peer not reading,
-    /// leg closed, too long), or still queued or unwritten when the leg stopped or the peer
-    /// replaced its connection.
-    pub stalls: AtomicU64,
-    /// De-framed packets the route did not forward (no route, source, size, send failure).
-    pub inject_drops: AtomicU64,
-    /// TCP connections established.
-    pub connects: AtomicU64,
-    /// Connections refused: from a source the SDP did not name. (A new connection from the
-    /// peer replaces its old one: counted in `connects`.)
-    pub refused: AtomicU64,
-    /// `a=connection:new` asks this leg to reconnect sooner than the minimum interval after
-    /// its last reconnect: the connection is kept, the ask counted here.
-    pub renew_refused: AtomicU64,
-    state: AtomicU8,
-    /// Tests: batches of de-framed packets injected (an RTSP bridge leg's
-    /// `LegInjectors::inject_batch` calls).
-    #[cfg(test)]
-    pub batches_in: AtomicU64,
-}
-
-impl LegCounters {
-    pub fn state(&self) -> LegState {
-        match self.state.load(Relaxed) {
-            0 => LegState::Listening,
-            1 => LegState::Connecting,
-            2 => LegState::Connected,
-            4 => LegState::Held,
-            _ => LegState::Closed,
-        }
-    }
-
-    pub(crate) fn set_state(&self, s: LegState) {
-        self.state.store(s as u8, Relaxed);
-    }
-
-    /// The counters by name, for listings and metrics (one place, so names cannot drift).
-    pub fn named(&self) -> [(&'static str, u64); 13] {
-        [
-            ("frames_in", self.frames_in.load(Relaxed)),
-            ("bytes_in", self.bytes_in.load(Relaxed)),
-            ("frames_out", self.frames_out.load(Relaxed)),
-            ("bytes_out", self.bytes_out.load(Relaxed)),
-            ("framing_errors", self.framing_errors.load(Relaxed)),
-            ("skipped_bytes", self.skipped_bytes.load(Relaxed)),
-            ("oversize", self.oversize.load(Relaxed)),
-            ("partial_frames", self.partial_frames.load(Relaxed)),
-            ("stalls", self.stalls.load(Relaxed)),
-            ("inject_drops", self.inject_drops.load(Relaxed)),
-            ("connects", self.connects.load(Relaxed)),
-            ("refused", self.refused.load(Relaxed)),
-            ("renew_refused", self.renew_refused.load(Relaxed)),
-        ]
-    }
-}
-
-/// What the admin interface and the metrics know of a live leg.
-#[derive(Debug)]
-pub struct LegInfo {
-    pub id: u64,
-    pub session: SessionId,
-    pub label: String,
-    pub domain: DomainId,
-    /// `passive` (the gateway listens) or `active` (it connects).
-    pub role: &'static str,
-    /// The gateway's end.
-    pub local: SocketAddrV4,
-    /// The peer the SDP named.
-    pub peer: SocketAddrV4,
-    pub counters: Arc<LegCounters>,
-}
-
-/// The live legs, for listings. Control side only (a mutex, never touched per packet).
-#[derive(Debug, Default)]
-pub struct LegTable {
-    legs: Mutex<BTreeMap<u64, Arc<LegInfo>>>,
-    next: AtomicU64,
-    /// Counters of legs that have ended, summed, so totals never go backwards.
-    pub ended: LegCounters,
-}
-
-impl LegTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<LegInfo>>> {
-        self.legs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next.fetch_add(1, Relaxed) + 1
-    }
-
-    pub(crate) fn insert(&self, info: Arc<LegInfo>) {
-        self.lock().insert(info.id, info);
-    }
-
-    pub(crate) fn remove(&self, id: u64) {
-        if let Some(info) = self.lock().remove(&id) {
-            let c = &info.counters;
-            let e = &self.ended;
-            for (from, to) in [
-                (&c.frames_in, &e.frames_in),
-                (&c.bytes_in, &e.bytes_in),
-                (&c.frames_out, &e.frames_out),
-                (&c.bytes_out, &e.bytes_out),
-                (&c.framing_errors, &e.framing_errors),
-                (&c.skipped_bytes, &e.skipped_bytes),
-                (&c.oversize, &e.oversize),
-                (&c.partial_frames, &e.partial_frames),
-                (&c.stalls, &e.stalls),
-                (&c.inject_drops, &e.inject_drops),
-                (&c.connects, &e.connects),
-                (&c.refused, &e.refused),
-                (&c.renew_refused, &e.renew_refused),
-            ] {
-                to.fetch_add(from.load(Relaxed), Relaxed);
-            }
-        }
-    }
-
-    /// The live legs, by id.
-    pub fn list(&self) -> Vec<Arc<LegInfo>> {
-        self.lock().values().cloned().collect()
-    }
-
-    /// Live legs.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Every counter summed over live and ended legs.
-    pub fn totals(&self) -> [(&'static str, u64); 13] {
-        let mut t = self.ended.named();
-        for l in self.list() {
-            for (acc, (_, v)) in t.iter_mut().zip(l.counters.named()) {
-                acc.1 += v;
-            }
-        }
-        t
-    }
 }
 
 /// Datagrams per `sendmmsg` of an [`Injector`].

@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::framing::{frame_into, Rfc4571};
 use super::*;
 use crate::config::{self, SourcePolicy};
 use crate::engine::ports::{PortHold, PortRegistry};
-use crate::routes::{PortHooks, RouteSpec, SessionKind};
+use crate::routes::legs::LegState;
+use crate::routes::{PortHooks, RouteSpec, SessionId, SessionKind};
+use crate::wire::framing::{frame_into, Rfc4571};
 
 fn routes() -> Arc<Routes> {
     loopback_routes("47000-47199", "48000-48199")

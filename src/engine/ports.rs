@@ -549,7 +549,7 @@ fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String
 /// Ties `sock` to `interface` (`SO_BINDTODEVICE`); the error names the interface, the
 /// domain and what to do.
 pub fn bind_to_device<F: AsFd>(sock: &F, interface: &str, domain: DomainId) -> io::Result<()> {
-    setsockopt(sock, sockopt::BindToDevice, &std::ffi::OsString::from(interface)).map_err(|e| {
+    crate::iface::bind_to_device(sock, interface).map_err(|e| {
         io::Error::new(
             io::Error::from(e).kind(),
             format!(

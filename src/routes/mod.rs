@@ -13,6 +13,7 @@
 //! stack engine binds a socket) implements [`PortHooks`].
 
 pub mod alloc;
+pub mod legs;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -187,7 +188,7 @@ pub struct Routes {
     /// packet; counted by [`Routes::count_first_packets`] and on the route's removal.
     first_packet: [Histogram; 2],
     /// The live stream legs ([`crate::edge`]), for listings and metrics.
-    pub legs: crate::edge::LegTable,
+    pub legs: legs::LegTable,
     /// In a split half: the TCP media legs' sender on the outgoing link.
     pub edge_link: crate::split::link::EdgeLink,
 }
@@ -443,7 +444,7 @@ impl Routes {
         &self,
         session: SessionId,
         spec: RouteSpec,
-        edge: Option<Arc<crate::edge::EdgeSink>>,
+        edge: Option<Arc<crate::sink::EdgeSink>>,
     ) -> Result<Arc<StreamRoute>, RouteError> {
         let far = spec.ingress.other();
         if !self.domains[far.index()].contains(*spec.dest.ip()) {

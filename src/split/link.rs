@@ -61,10 +61,7 @@ use std::sync::Arc;
 use nix::sys::eventfd::EventFd;
 use nix::sys::socket::{setsockopt, sockopt};
 
-use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
-use super::frag::{self, JoinCounts, Joiner};
-use super::header::{HeaderError, LinkPacket, StreamHeader, MAX_DATAGRAM};
-use super::{mac_string, LinkConfig, SplitConfig};
+use super::{LinkConfig, SplitConfig};
 use crate::channel::{inspect, Admitted};
 use crate::clock::now_ms;
 use crate::config::DomainId;
@@ -75,9 +72,14 @@ use crate::engine::sys::afxdp::{self as xsys, BindMode, Xsk, XskParams};
 use crate::engine::sys::mmsg::{FrameBatch, RecvBatch, SendOutcome, SliceBatch};
 use crate::engine::worker::{spawn, Datapath, EgressSockets, Poller, Shell};
 use crate::engine::{EngineError, EngineKind, Worker};
+use crate::link::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
+use crate::link::frag::{self, JoinCounts, Joiner};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
+use crate::stats::link::{LinkCounters, LinkDrop};
 use crate::stats::{DropReason, Tally};
+use crate::wire::link::{LinkPacket, StreamHeader, MAX_DATAGRAM};
+use crate::wire::mac_string;
 use crate::wire::{FrameEnds, UdpChecksum};
 
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
@@ -138,160 +140,7 @@ impl LinkFamily {
     }
 }
 
-/// Why a datagram on the incoming link was dropped before delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum LinkDrop {
-    /// Not a vgate link packet (magic or kind).
-    Garbage,
-    /// Shorter than its header or than the length it claims.
-    Truncated,
-    /// Another link header version.
-    BadVersion,
-    /// FEC fields impossible, or not this link's setting.
-    BadFec,
-    /// No route on the gateway port it names.
-    UnknownPort,
-    /// From another address than the configured peer.
-    ForeignSource,
-    /// Longer than a link frame.
-    Oversize,
-    /// A fragment of a datagram that can no longer complete (another fragment lost).
-    FragmentLost,
-    /// A fragment of a datagram not complete [`super::frag::JOIN_TIMEOUT_MS`] after its first.
-    FragmentTimeout,
-    /// An impossible stream header (fragment fields), or a fragment that contradicts the
-    /// others of its datagram.
-    BadFragment,
-}
-
-impl LinkDrop {
-    pub const COUNT: usize = 10;
-    pub const ALL: [LinkDrop; Self::COUNT] = [
-        LinkDrop::Garbage,
-        LinkDrop::Truncated,
-        LinkDrop::BadVersion,
-        LinkDrop::BadFec,
-        LinkDrop::UnknownPort,
-        LinkDrop::ForeignSource,
-        LinkDrop::Oversize,
-        LinkDrop::FragmentLost,
-        LinkDrop::FragmentTimeout,
-        LinkDrop::BadFragment,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LinkDrop::Garbage => "garbage",
-            LinkDrop::Truncated => "truncated",
-            LinkDrop::BadVersion => "bad_version",
-            LinkDrop::BadFec => "bad_fec",
-            LinkDrop::UnknownPort => "unknown_port",
-            LinkDrop::ForeignSource => "foreign_source",
-            LinkDrop::Oversize => "oversize",
-            LinkDrop::FragmentLost => "fragment_lost",
-            LinkDrop::FragmentTimeout => "fragment_timeout",
-            LinkDrop::BadFragment => "bad_fragment",
-        }
-    }
-
-    fn from_header(e: HeaderError) -> LinkDrop {
-        match e {
-            HeaderError::Garbage => LinkDrop::Garbage,
-            HeaderError::Truncated => LinkDrop::Truncated,
-            HeaderError::BadVersion => LinkDrop::BadVersion,
-            HeaderError::BadFec => LinkDrop::BadFec,
-        }
-    }
-}
-
-/// Counters of one link. Outgoing: `packets`/`bytes` sent (repair frames included),
-/// `repair_packets`, `send_errors`. Incoming: the same for what arrived, then what the
-/// decoder made of it and the drops by reason.
-#[derive(Debug, Default)]
-pub struct LinkCounters {
-    pub packets: AtomicU64,
-    pub bytes: AtomicU64,
-    pub repair_packets: AtomicU64,
-    pub send_errors: AtomicU64,
-    /// Incoming: datagrams handed to the link face as received.
-    pub delivered: AtomicU64,
-    /// Incoming: datagrams rebuilt by FEC.
-    pub repaired: AtomicU64,
-    /// Incoming: datagrams lost on the link and not rebuilt.
-    pub lost: AtomicU64,
-    pub late: AtomicU64,
-    pub duplicate: AtomicU64,
-    /// Incoming: times a sending lane started over (the peer half restarted).
-    pub restarts: AtomicU64,
-    /// Incoming, the reorder window: datagrams that waited for an earlier one, positions
-    /// given up, datagrams handed on after their gap was given up.
-    pub reorder_held: AtomicU64,
-    pub reorder_expired: AtomicU64,
-    pub reorder_overtaken: AtomicU64,
-    /// Outgoing: datagrams cut into fragments. Incoming: fragments received, datagrams
-    /// joined from them.
-    pub fragmented: AtomicU64,
-    pub fragments: AtomicU64,
-    pub joined: AtomicU64,
-    pub drops: [AtomicU64; LinkDrop::COUNT],
-}
-
-/// A point-in-time copy of [`LinkCounters`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LinkSnapshot {
-    pub packets: u64,
-    pub bytes: u64,
-    pub repair_packets: u64,
-    pub send_errors: u64,
-    pub delivered: u64,
-    pub repaired: u64,
-    pub lost: u64,
-    pub late: u64,
-    pub duplicate: u64,
-    pub restarts: u64,
-    pub reorder_held: u64,
-    pub reorder_expired: u64,
-    pub reorder_overtaken: u64,
-    pub fragmented: u64,
-    pub fragments: u64,
-    pub joined: u64,
-    pub drops: [u64; LinkDrop::COUNT],
-}
-
-impl LinkSnapshot {
-    pub fn drop_count(&self, r: LinkDrop) -> u64 {
-        self.drops[r as usize]
-    }
-}
-
 impl LinkCounters {
-    pub fn snapshot(&self) -> LinkSnapshot {
-        let mut drops = [0; LinkDrop::COUNT];
-        for (d, a) in drops.iter_mut().zip(&self.drops) {
-            *d = a.load(Relaxed);
-        }
-        LinkSnapshot {
-            packets: self.packets.load(Relaxed),
-            bytes: self.bytes.load(Relaxed),
-            repair_packets: self.repair_packets.load(Relaxed),
-            send_errors: self.send_errors.load(Relaxed),
-            delivered: self.delivered.load(Relaxed),
-            repaired: self.repaired.load(Relaxed),
-            lost: self.lost.load(Relaxed),
-            late: self.late.load(Relaxed),
-            duplicate: self.duplicate.load(Relaxed),
-            restarts: self.restarts.load(Relaxed),
-            reorder_held: self.reorder_held.load(Relaxed),
-            reorder_expired: self.reorder_expired.load(Relaxed),
-            reorder_overtaken: self.reorder_overtaken.load(Relaxed),
-            fragmented: self.fragmented.load(Relaxed),
-            fragments: self.fragments.load(Relaxed),
-            joined: self.joined.load(Relaxed),
-            drops,
-        }
-    }
-
     /// Publishes the decoder's cumulative counts (single writer: the receive worker).
     fn publish(&self, c: &DecoderCounts) {
         self.repair_packets.store(c.repair_frames, Relaxed);
@@ -469,12 +318,7 @@ fn bind_on(local: SocketAddrV4, ifname: &str, what: &str) -> Result<UdpSocket, E
     let sock = UdpSocket::bind(local).map_err(io_err(format!(
         "{what}: cannot bind {local} (is the address configured on {ifname}?)"
     )))?;
-    setsockopt(
-        &sock,
-        sockopt::BindToDevice,
-        &std::ffi::OsString::from(ifname),
-    )
-    .map_err(|e| EngineError::Io {
+    crate::iface::bind_to_device(&sock, ifname).map_err(|e| EngineError::Io {
         what: format!("{what}: cannot tie the socket to interface {ifname}"),
         source: e.into(),
     })?;
@@ -828,7 +672,7 @@ impl LinkTx {
 
 /// The lane of the TCP media legs' sender: the last one, never an engine worker's
 /// (`engine.queues` is at most the machine's CPUs, far below it).
-pub const EDGE_LANE: u8 = (crate::split::fec::MAX_LANES - 1) as u8;
+pub const EDGE_LANE: u8 = (crate::link::fec::MAX_LANES - 1) as u8;
 /// Frames the legs' sender writes before it sends them (one read's packets).
 const EDGE_BATCH: usize = 64;
 
@@ -1548,7 +1392,7 @@ fn drain(
             if let Some(suppressed) = VERSION_LOG.check(now) {
                 tracing::warn!(
                     suppressed,
-                    ours = super::header::VERSION,
+                    ours = crate::wire::link::VERSION,
                     "link frames of another link header version dropped (bad_version): both halves must run the same vgate release"
                 );
             }
@@ -1564,8 +1408,8 @@ fn drain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::split::fec::Encoder;
-    use crate::split::header::Kind;
+    use crate::link::fec::Encoder;
+    use crate::wire::link::Kind;
     use crate::wire::parse_udp4;
 
     /// Frames built in the encoder's headroom (AF_XDP) are valid Ethernet/IPv4/UDP datagrams

@@ -15,18 +15,15 @@
 //! counters. Must not touch: the route tables (it only looks up), signaling (the agent in
 //! [`signal`]).
 
-pub mod fec;
-pub mod frag;
-pub mod header;
 pub mod link;
-pub mod reorder;
 pub mod signal;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::config::DomainId;
-pub use fec::Fec;
-pub use link::{LinkCounters, SplitStats};
+pub use crate::link::fec::Fec;
+pub use crate::stats::link::LinkCounters;
+pub use link::SplitStats;
 
 /// Which half this process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,47 +98,5 @@ pub struct SplitConfig {
 impl SplitConfig {
     pub fn link_face(&self) -> DomainId {
         self.half.link_face()
-    }
-}
-
-/// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
-pub fn mac_string(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in out.iter_mut() {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn macs() {
-        let m = parse_mac("02:00:0a:FF:00:01").unwrap();
-        assert_eq!(mac_string(&m), "02:00:0a:ff:00:01");
-        for bad in [
-            "",
-            "02:00:0a:ff:00",
-            "02:00:0a:ff:00:01:02",
-            "2:00:0a:ff:00:01",
-            "zz:00:0a:ff:00:01",
-        ] {
-            assert!(parse_mac(bad).is_none(), "{bad}");
-        }
     }
 }

@@ -87,8 +87,7 @@ fn bind_device<F: AsFd>(sock: &F, interface: &str, what: &str) -> std::io::Resul
     if interface.is_empty() {
         return Ok(());
     }
-    let name = std::ffi::OsString::from(interface);
-    socket::setsockopt(sock, sockopt::BindToDevice, &name).map_err(|e| {
+    crate::iface::bind_to_device(sock, interface).map_err(|e| {
         std::io::Error::other(format!(
             "cannot tie the split {what} socket to interface {interface:?} (SO_BINDTODEVICE: {e}); check the interface name and that vgate has CAP_NET_RAW"
         ))

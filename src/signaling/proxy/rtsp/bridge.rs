@@ -36,7 +36,7 @@
 //!   The consecutive frames of one read on one channel go as one batch: one route lookup
 //!   and one `sendmmsg` (or one link lock) for all of them.
 //!
-//! Each leg is listed in the route tables' [`crate::edge::LegTable`] (admin interface and
+//! Each leg is listed in the route tables' [`crate::routes::legs::LegTable`] (admin interface and
 //! metrics) with the core's [`LegCounters`], and summed per proxy route in
 //! [`super::logic::Events`].
 //!
@@ -55,9 +55,10 @@ use std::thread::JoinHandle;
 
 use super::logic::{Events, LegSpec, TcpSide};
 use crate::clock::now_ms;
-use crate::edge::sink::{EdgeSink, DEFAULT_SLOTS, SLOT_BYTES};
-use crate::edge::{Injector, LegCounters, LegInfo, LegState};
+use crate::edge::Injector;
+use crate::routes::legs::{LegCounters, LegInfo, LegState};
 use crate::routes::{Routes, SessionId};
+use crate::sink::{EdgeSink, DEFAULT_SLOTS, SLOT_BYTES};
 use crate::stats::Tally;
 
 /// A connection's writer, shared between the RTSP messages, the relayed `$` frames and the

@@ -321,7 +321,7 @@ impl RoutesMedia {
             .settings
             .bridge
             .as_ref()
-            .map_or(crate::edge::sink::SLOT_BYTES, |s| s.max_payload);
+            .map_or(crate::sink::SLOT_BYTES, |s| s.max_payload);
         let leg = Leg::open(
             spec,
             max_payload,

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::edge::{EdgeSink, LegInfo, LegState};
+use crate::routes::legs::{LegInfo, LegState};
+use crate::sink::EdgeSink;
 
 /// The fake server: answers interleaved SETUPs 461 and UDP ones 200 with `server_port`
 /// naming `media` (its RTP and RTCP ports); on PLAY it says so on `played` and answers only

@@ -54,11 +54,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{DomainId, SourcePolicy};
-use crate::edge::framing::Rfc4571;
-use crate::edge::sink::DEFAULT_SLOTS;
-use crate::edge::{EdgeSink, Leg, LegSpec, LegState, Role};
+use crate::edge::{Leg, LegSpec, Role};
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind};
 use crate::signaling::sdp::{self, Direction, RewriteError, SetupEdit};
+use crate::sink::EdgeSink;
+use crate::sink::DEFAULT_SLOTS;
+use crate::stats::leg::LegState;
+use crate::wire::framing::Rfc4571;
 
 /// How long an active TCP leg keeps trying to connect to its peer.
 const CONNECT_FOR: Duration = Duration::from_secs(10);
@@ -745,7 +747,7 @@ impl CallMedia {
         self.slots
             .iter()
             .flat_map(|s| s.legs.iter().flatten())
-            .any(|l| l.leg.counters().state() == crate::edge::LegState::Closed)
+            .any(|l| l.leg.counters().state() == crate::stats::leg::LegState::Closed)
     }
 
     /// The newest packet time over the installed routes (ms since the epoch).
