@@ -218,7 +218,7 @@ pub fn config_text(data: &[u8]) {
 /// (which the tag check stops), and as the kind and payload of a frame sealed with the right
 /// key (which reaches every payload parser).
 pub fn signal_frames(data: &[u8]) {
-    use crate::split::signal::frame::{
+    use crate::signaling::split::frame::{
         Hello, Keys, Kind, Opener, Role, Sealer, HELLO_LEN, MAX_PAYLOAD,
     };
     let key = [0x5au8; 32];

@@ -70,7 +70,6 @@ pub mod signaling;
 // The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).
 #[allow(unsafe_code)]
 pub mod sink;
-pub mod split;
 pub mod stats;
 pub mod wire;
 

@@ -23,7 +23,7 @@
 //!   modes, which hold no socket per port: [`crate::engine::ports`]) — or, when the far side is a
 //!   leg too, straight into that leg's sink. In a split half, when the other domain is the
 //!   link face, the packet goes down the outgoing link instead, on the legs' own lane
-//!   ([`crate::split::link::EdgeLink`], one lock per read): a face address has nothing
+//!   ([`crate::engine::link::EdgeLink`], one lock per read): a face address has nothing
 //!   behind it.
 //!
 //! A leg's framing is pluggable ([`framing::Framing`]): RFC 4571 here, `$`-interleaved for
@@ -183,7 +183,7 @@ impl Injector {
                 .map(|m| m.lock().unwrap_or_else(|e| e.into_inner())),
         };
         let ts_us = if link.is_some() {
-            crate::split::link::now_us()
+            crate::clock::wall_us()
         } else {
             0
         };

@@ -109,11 +109,12 @@ use super::worker::{start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::xdp::{egress_of, emit_fast, Egress, FastFds, FastPath};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
+use crate::config::split::SplitConfig;
 use crate::config::{Config, DomainId, EngineConfig};
+use crate::engine::link::SplitStats;
+use crate::engine::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
-use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
-use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::{
     parse_udp4, write_udp4_frame, FrameEnds, UdpChecksum, UDP4_CSUM_START, UDP4_FRAME_HEADERS,
@@ -1796,7 +1797,7 @@ fn forward_batch<'p>(
     now: u64,
     chan: &mut [Tally; 2],
 ) {
-    let ts = crate::split::link::now_us();
+    let ts = crate::clock::wall_us();
     let mut run: Option<Run<'p>> = None;
     for f in frames {
         let data = s.xsk.frame(f);

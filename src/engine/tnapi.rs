@@ -93,11 +93,12 @@ use super::sys::mmsg::{FrameBatch, FrameScope, FrameStatus, SliceBatch, SliceSco
 use super::worker::{start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
+use crate::config::split::SplitConfig;
 use crate::config::{Config, DomainId, EngineConfig, TnapiRing};
+use crate::engine::link::SplitStats;
+use crate::engine::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
-use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
-use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::{parse_udp4, FrameEnds};
 
@@ -773,7 +774,7 @@ impl Round<'_> {
         chan: &mut [Tally; 2],
     ) {
         let now = self.now;
-        let ts = crate::split::link::now_us();
+        let ts = crate::clock::wall_us();
         let mut scope: SliceScope<'_, 'b> = tx.scope();
         let [p0, p1] = ptx;
         let mut outs: [Option<Out<'_, 'b>>; 2] =

@@ -49,7 +49,7 @@ use crate::wire::link::{
 
 pub use crate::wire::link::{data_mask, FRAME_CAP, MAX_LANES, MAX_PAYLOAD};
 /// Room before each of the sender's frames for the Ethernet, IPv4 and UDP headers: an
-/// engine-family link ([`crate::split::link`]) writes them there, in place, so the frame
+/// engine-family link ([`crate::engine::link`]) writes them there, in place, so the frame
 /// and its headers are one contiguous buffer (no copy, one iovec).
 pub const HEADROOM: usize = crate::wire::UDP4_FRAME_HEADERS;
 /// One sender slot: headroom, then a frame.

@@ -190,7 +190,7 @@ pub struct Routes {
     /// The live stream legs ([`crate::edge`]), for listings and metrics.
     pub legs: legs::LegTable,
     /// In a split half: the TCP media legs' sender on the outgoing link.
-    pub edge_link: crate::split::link::EdgeLink,
+    pub edge_link: crate::engine::link::EdgeLink,
 }
 
 /// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.

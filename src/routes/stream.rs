@@ -281,9 +281,7 @@ pub struct StreamRoute {
 
 const LATCHED: u64 = 1 << 48;
 
-/// The default re-latch silence (`security.relatch_after_ms`), as rtpengine's: long enough
-/// that a live stream never loses its route, short enough for a restarted sender.
-pub const DEFAULT_RELATCH_AFTER_MS: u64 = 2000;
+pub use crate::config::DEFAULT_RELATCH_AFTER_MS;
 
 /// What [`StreamRoute::check_source`] says of a packet's source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

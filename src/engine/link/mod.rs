@@ -61,9 +61,9 @@ use std::sync::Arc;
 use nix::sys::eventfd::EventFd;
 use nix::sys::socket::{setsockopt, sockopt};
 
-use super::{LinkConfig, SplitConfig};
 use crate::channel::{inspect, Admitted};
 use crate::clock::now_ms;
+use crate::config::split::{Half, LinkConfig, SplitConfig};
 use crate::config::DomainId;
 use crate::engine::frames::account;
 use crate::engine::ports::{Cmd, PortRegistry};
@@ -85,14 +85,7 @@ use crate::wire::{FrameEnds, UdpChecksum};
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
 /// goes quiet, so the tail of a burst is protected without waiting for more traffic.
 pub const CLOSE_BLOCK_MS: u64 = 20;
-/// A receiver block quiet this long counts what it never got as lost.
-pub const SETTLE_MS: u64 = 500;
-/// The incoming link's reorder window by default with FEC on: a datagram waits at most this
-/// long for a missing earlier one to be rebuilt (`split.in_link.reorder_ms`; 0 hands
-/// datagrams on as they arrive, the default with FEC off: a gap is then a loss, and waiting
-/// for it only delays what follows). Long enough for the repair frames of a block closed
-/// early ([`CLOSE_BLOCK_MS`]).
-pub const DEFAULT_REORDER_MS: u64 = 25;
+pub use crate::config::split::{DEFAULT_REORDER_MS, SETTLE_MS};
 /// Receive batches read per wakeup before looking at commands again.
 const BUDGET: usize = 8;
 /// The incoming link socket's token in the worker's epoll set.
@@ -168,7 +161,7 @@ impl LinkCounters {
 /// Both links of a half, for stats, the admin API and metrics.
 #[derive(Debug)]
 pub struct SplitStats {
-    pub half: super::Half,
+    pub half: Half,
     pub out_fec: Option<Fec>,
     pub in_fec: Option<Fec>,
     pub out_link: LinkCounters,
@@ -300,14 +293,6 @@ pub fn new_epoch() -> u16 {
     // a restart look like the same sender until its sequence numbers say otherwise.
     let _ = getrandom::fill(&mut b);
     u16::from_ne_bytes(b)
-}
-
-/// Microseconds of the wall clock, wrapping (the link header's timestamp).
-pub fn now_us() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u32)
-        .unwrap_or(0)
 }
 
 fn io_err(what: String) -> impl FnOnce(io::Error) -> EngineError {
@@ -661,7 +646,7 @@ impl LinkTx {
     /// [`CLOSE_BLOCK_MS`] and sends its repair frames; takes back sent AF_XDP chunks.
     pub fn idle(&mut self, now_ms: u64) {
         if self.enc.block_open() && now_ms.saturating_sub(self.block_opened_ms) >= CLOSE_BLOCK_MS {
-            self.enc.close_block(now_us());
+            self.enc.close_block(crate::clock::wall_us());
             self.flush();
         }
         if let Wire::Xdp(xsk, _) = &mut self.wire {
@@ -1476,15 +1461,15 @@ mod tests {
             max_datagram: MAX_DATAGRAM,
         };
         SplitConfig {
-            half: super::super::Half::B,
+            half: crate::config::split::Half::B,
             peer_face: Ipv4Addr::new(127, 77, 0, 1),
             out_link: link(7000),
             in_link: link(7100),
-            signal: super::super::signal::SignalLink {
+            signal: crate::config::split_signal::SignalLink {
                 interface: "lo".into(),
                 local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7200),
                 peer: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7201),
-                key: super::super::signal::SignalKey::new(vec![7; 32]),
+                key: crate::config::split_signal::SignalKey::new(vec![7; 32]),
                 heartbeat: std::time::Duration::from_millis(500),
                 dead_after: std::time::Duration::from_millis(3000),
             },

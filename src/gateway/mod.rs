@@ -4,6 +4,8 @@
 //! there is one start-up order: build the engine (it may refuse), create the tables with the
 //! engine's port hooks, start the workers, then install the static routes.
 
+pub mod split_signal;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -27,7 +29,7 @@ pub enum GatewayError {
     #[error(transparent)]
     Signaling(#[from] ProxyError),
     #[error(transparent)]
-    SplitSignal(#[from] crate::split::signal::SignalError),
+    SplitSignal(#[from] crate::signaling::split::SignalError),
 }
 
 /// What [`Gateway::reload_streams`] did, to report or undo.
@@ -65,7 +67,7 @@ pub struct Gateway {
     pub static_sessions: HashMap<String, SessionId>,
     pub started: Instant,
     /// The split signaling agent (`[split]` configs only).
-    split_signal: Option<crate::split::signal::Agent>,
+    split_signal: Option<crate::signaling::split::Agent>,
 }
 
 impl Gateway {
@@ -122,8 +124,7 @@ impl Gateway {
                 return Err(e.into());
             }
         }
-        match crate::split::signal::gateway::start(&gw.config, &gw.proxies, Arc::clone(&gw.routes))
-        {
+        match crate::gateway::split_signal::start(&gw.config, &gw.proxies, Arc::clone(&gw.routes)) {
             Ok(a) => gw.split_signal = a,
             Err(e) => {
                 gw.stop_workers();
@@ -197,7 +198,7 @@ impl Gateway {
         self.config = new;
         // The peer half's agent listens for what our proxies serve now.
         if let Some(agent) = &self.split_signal {
-            let (udp, tcp) = crate::split::signal::gateway::announced(&self.config, &self.proxies);
+            let (udp, tcp) = crate::gateway::split_signal::announced(&self.config, &self.proxies);
             agent.announce(udp, tcp);
         }
         Ok(format!(
@@ -408,7 +409,7 @@ impl Gateway {
     }
 
     /// The split signaling agent's counters (`None` on a single host).
-    pub fn split_signal_stats(&self) -> Option<Arc<crate::split::signal::SignalStats>> {
+    pub fn split_signal_stats(&self) -> Option<Arc<crate::signaling::split::SignalStats>> {
         self.split_signal.as_ref().map(|a| Arc::clone(&a.stats))
     }
 
@@ -441,7 +442,7 @@ impl Gateway {
     }
 
     /// A split half's link counters; `None` on a single host.
-    pub fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
+    pub fn split_stats(&self) -> Option<Arc<crate::engine::link::SplitStats>> {
         self.engine.split_stats()
     }
 
