@@ -26,12 +26,13 @@ use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 
-use super::{EdgeError, Injector};
+use super::Injector;
 use crate::clock::now_ms;
 use crate::config::DomainId;
-use crate::engine::ports::bind_to_device;
+use crate::engine::ports::{bind_to_device, PortRegistry};
 use crate::routes::legs::{LegCounters, LegInfo, LegState};
-use crate::routes::{Routes, SessionId};
+use crate::routes::legs::{LegError as EdgeError, LegHandle, LegSpec, Role};
+use crate::routes::Routes;
 use crate::sink::EdgeSink;
 use crate::stats::{DropReason, Tally};
 use crate::wire::framing::{frame_into, DeframeTally, Deframer, Framing};
@@ -43,62 +44,6 @@ pub const OUT_BYTES: usize = 256 * 1024;
 const READS_PER_WAKE: usize = 16;
 /// An active leg retries a refused connect this often.
 const RETRY: Duration = Duration::from_millis(200);
-
-/// Who opens the TCP connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// The gateway listens on its end; only the peer's address may connect, once.
-    Passive,
-    /// The gateway connects from its end to the peer, retrying until `connect_for` ends.
-    Active,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Passive => "passive",
-            Role::Active => "active",
-        }
-    }
-}
-
-/// What a leg is asked to be.
-pub struct LegSpec {
-    pub label: String,
-    pub session: SessionId,
-    pub domain: DomainId,
-    pub role: Role,
-    /// The gateway's end: its address in `domain` and the gateway port written in the SDP.
-    /// It is also the route key for what the peer sends.
-    pub local: SocketAddrV4,
-    /// The peer the SDP named (passive: only its address is checked; unspecified while no
-    /// SDP has named it yet, see [`Leg::expect_peer`]).
-    pub peer: SocketAddrV4,
-    /// Passive, while the peer's address is unknown: a connection from any address of this
-    /// domain is taken (the listener is on the domain's address and interface anyway).
-    pub within: Option<crate::config::Domain>,
-    /// The domain's interface: the leg's sockets are tied to it, as the media ports are.
-    pub interface: Option<String>,
-    pub framing: Box<dyn Framing>,
-    /// The longest packet either way: frames from the peer (longer ones are skipped) and
-    /// packets the engines offer to the sink (`Config::leg_max_payload`).
-    pub max_payload: usize,
-    /// Small (2 KiB) sink buffers ([`super::sink::DEFAULT_SLOTS`]); the large ones are
-    /// [`super::sink::LARGE_SLOTS`], made only when `max_payload` is longer than 2 KiB.
-    pub slots: usize,
-    /// Active: how long to keep trying to connect.
-    pub connect_for: Duration,
-    /// Active: another port of the gateway's address, from the port registry (so no other
-    /// leg or media port has it), to connect from while `local`'s port cannot be used (the
-    /// old connection of a reconnect still exists or lingers in TIME_WAIT). `None`: only
-    /// `local`'s port, retried until `connect_for` ends.
-    pub fallback_port: Option<u16>,
-    /// Called once, from the leg's thread, when the leg ends by itself (not when dropped).
-    pub on_close: Option<Box<dyn FnOnce() + Send>>,
-    /// After the peer closed: how long the leg waits (passive: listening for the peer's new
-    /// connection; active: for its owner to replace it) before it ends. Zero: at once.
-    pub close_grace: Duration,
-}
 
 /// A running leg; dropping it stops it.
 pub struct Leg {
@@ -131,9 +76,13 @@ impl Framing for Box<dyn Framing> {
 }
 
 impl Leg {
-    /// Starts a leg. A passive leg listens before this returns, so the SDP naming its port
-    /// may go out at once.
-    pub fn start(spec: LegSpec, routes: Arc<Routes>) -> Result<Leg, EdgeError> {
+    /// Starts a leg (see [`crate::routes::legs::Legs::start`]); `ports`: the engine's, which
+    /// the leg's injector sends through.
+    pub fn start(
+        spec: LegSpec,
+        routes: Arc<Routes>,
+        ports: Option<Arc<PortRegistry>>,
+    ) -> Result<Leg, EdgeError> {
         let counters = Arc::new(LegCounters::default());
         let sink = Arc::new(
             EdgeSink::new(spec.slots, spec.max_payload, Arc::clone(&counters))
@@ -183,6 +132,7 @@ impl Leg {
             within: spec.within,
             injector: Injector::new(
                 Arc::clone(&routes),
+                ports,
                 spec.domain,
                 spec.local.port(),
                 spec.max_payload,
@@ -238,25 +188,24 @@ impl Leg {
             allowed,
         })
     }
+}
 
-    /// A passive leg started before an SDP named its peer accepts only `addr` from now on.
-    /// A connection already taken from another address is dropped (counted as refused).
-    pub fn expect_peer(&self, addr: std::net::Ipv4Addr) {
+impl LegHandle for Leg {
+    fn expect_peer(&self, addr: std::net::Ipv4Addr) {
         if self.allowed.swap(u32::from(addr), Relaxed) != u32::from(addr) {
             self.sink.nudge();
         }
     }
 
-    /// The sink an engine offers this leg's packets to (for the route whose receiver it is).
-    pub fn sink(&self) -> &Arc<EdgeSink> {
+    fn sink(&self) -> &Arc<EdgeSink> {
         &self.sink
     }
 
-    pub fn counters(&self) -> &Arc<LegCounters> {
+    fn counters(&self) -> &Arc<LegCounters> {
         &self.counters
     }
 
-    pub fn id(&self) -> u64 {
+    fn id(&self) -> u64 {
         self.id
     }
 }

@@ -39,31 +39,13 @@ use std::sync::{Arc, Weak};
 
 use crate::channel::{inspect, Admitted};
 use crate::config::DomainId;
-use crate::engine::ports::PortTx;
+use crate::engine::ports::{PortRegistry, PortTx};
 use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
 
-pub use leg::{Leg, LegSpec, Role};
-
-/// Why a leg could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum EdgeError {
-    #[error("cannot listen for the {domain} TCP media leg on {addr}: {source}; free the port or widen the domain's port range")]
-    Listen {
-        domain: DomainId,
-        addr: SocketAddrV4,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot tie the {domain} TCP media leg to its interface: {source}; check the domain's interface name and CAP_NET_RAW")]
-    Device {
-        domain: DomainId,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot start the TCP media leg's thread or its wake-up eventfd: {0}; the host is out of threads or descriptors")]
-    Resources(#[source] std::io::Error),
-}
+use crate::routes::legs::{Inject, LegHandle, Legs};
+pub use crate::routes::legs::{LegError as EdgeError, LegSpec, Role};
+pub use leg::Leg;
 
 /// Datagrams per `sendmmsg` of an [`Injector`].
 const BATCH: usize = 32;
@@ -72,6 +54,9 @@ const BATCH: usize = 32;
 /// leg's gateway port, as the engines do with datagrams that arrive there.
 pub struct Injector {
     routes: Arc<Routes>,
+    /// The engine's ports (how to send from a gateway port) and, in a split half, the
+    /// outgoing link's lane for legs; `None`: no engine (tests, tools): nothing is sent.
+    ports: Option<Arc<PortRegistry>>,
     channel: Channel,
     port: u16,
     max_payload: usize,
@@ -123,9 +108,16 @@ fn send(
 
 impl Injector {
     /// Packets from a leg in `domain` whose gateway port is `port`.
-    pub fn new(routes: Arc<Routes>, domain: DomainId, port: u16, max_payload: usize) -> Injector {
+    pub fn new(
+        routes: Arc<Routes>,
+        ports: Option<Arc<PortRegistry>>,
+        domain: DomainId,
+        port: u16,
+        max_payload: usize,
+    ) -> Injector {
         Injector {
             routes,
+            ports,
             channel: Channel::from_ingress(domain),
             port,
             max_payload,
@@ -177,9 +169,9 @@ impl Injector {
         let mut link = match route.edge {
             Some(_) => None,
             None => self
-                .routes
-                .edge_link
-                .toward(self.channel.egress())
+                .ports
+                .as_ref()
+                .and_then(|p| p.edge_link.toward(self.channel.egress()))
                 .map(|m| m.lock().unwrap_or_else(|e| e.into_inner())),
         };
         let ts_us = if link.is_some() {
@@ -198,8 +190,9 @@ impl Injector {
             (None, Some(s)) => Some(s),
             (None, None) => {
                 let s = self
-                    .routes
-                    .port_tx(self.channel.egress(), route.egress_port);
+                    .ports
+                    .as_ref()
+                    .and_then(|p| p.port_tx(self.channel.egress(), route.egress_port));
                 self.egress = s.as_ref().map(|s| (route.egress_port, HeldTx::of(s)));
                 s
             }
@@ -243,7 +236,9 @@ impl Injector {
             tx.flush();
             tx.idle(now);
             // A block left open is closed on time by the incoming link's worker.
-            self.routes.edge_link.sent(tx);
+            if let Some(p) = &self.ports {
+                p.edge_link.sent(tx);
+            }
         }
     }
 
@@ -255,6 +250,63 @@ impl Injector {
             }
             route.stats.packets.add(t);
         }
+    }
+}
+
+impl Inject for Injector {
+    fn route(&self) -> Option<Arc<StreamRoute>> {
+        Injector::route(self)
+    }
+
+    fn forward_batch(
+        &mut self,
+        route: Option<&StreamRoute>,
+        from: SocketAddrV4,
+        buf: &[u8],
+        frames: &[std::ops::Range<usize>],
+        now: u64,
+        t: &mut Tally,
+    ) {
+        let frames = frames
+            .iter()
+            .map(|r| buf.get(r.clone()).unwrap_or_default());
+        Injector::forward_batch(self, route, from, frames, now, t);
+    }
+
+    fn finish(&mut self, route: Option<&StreamRoute>, t: &Tally, now: u64) {
+        Injector::finish(self, route, t, now);
+    }
+}
+
+/// The stream legs of one gateway: the [`Legs`] the signaling proxies are given, over the
+/// route tables and the engine's ports.
+pub struct EdgeLegs {
+    routes: Arc<Routes>,
+    ports: Option<Arc<PortRegistry>>,
+}
+
+impl EdgeLegs {
+    /// `ports`: the engine's (`None`: no engine, as in pure tests: legs run, nothing they
+    /// inject is sent).
+    pub fn new(routes: Arc<Routes>, ports: Option<Arc<PortRegistry>>) -> EdgeLegs {
+        EdgeLegs { routes, ports }
+    }
+}
+
+impl Legs for EdgeLegs {
+    fn start(&self, spec: LegSpec) -> Result<Box<dyn LegHandle>, EdgeError> {
+        let leg = Leg::start(spec, Arc::clone(&self.routes), self.ports.clone())?;
+        Ok(Box::new(leg))
+    }
+
+    fn injector(&self, domain: DomainId, port: u16, max_payload: usize) -> Box<dyn Inject> {
+        Box::new(Injector::new(
+            Arc::clone(&self.routes),
+            self.ports.clone(),
+            domain,
+            port,
+            max_payload,
+        ))
     }
 }
 

@@ -650,9 +650,6 @@ impl PortHooks for XdpHooks {
     fn close_port(&self, domain: DomainId, port: u16) {
         self.registry.close_port(domain, port)
     }
-    fn port_tx(&self, domain: DomainId, port: u16) -> Option<super::ports::PortTx> {
-        self.registry.port_tx(domain, port)
-    }
     /// A failed port-map update refuses the route: installed, the XDP program would drop
     /// its media as `no_route`.
     fn route_added(&self, route: &Arc<StreamRoute>) -> io::Result<()> {
@@ -1224,6 +1221,10 @@ impl Engine for AfxdpEngine {
 
     fn port_hooks(&self) -> Arc<dyn PortHooks> {
         Arc::clone(&self.hooks) as Arc<dyn PortHooks>
+    }
+
+    fn ports(&self) -> Arc<PortRegistry> {
+        Arc::clone(&self.registry)
     }
 
     fn split_stats(&self) -> Option<Arc<SplitStats>> {

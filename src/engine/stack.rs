@@ -86,6 +86,10 @@ impl Engine for StackEngine {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
     }
 
+    fn ports(&self) -> Arc<PortRegistry> {
+        Arc::clone(&self.registry)
+    }
+
     fn split_stats(&self) -> Option<Arc<SplitStats>> {
         self.split.as_ref().map(|(_, s)| Arc::clone(s))
     }

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::channel::{ChannelTotals, WorkerStats};
 use crate::config::{Config, SignalingRoute};
+use crate::edge::EdgeLegs;
 use crate::engine::{self, Engine, EngineError, EngineKind, Worker};
+use crate::routes::legs::Legs;
 use crate::routes::{RouteError, Routes, SessionId};
 use crate::signaling::proxy::{self, Proxy, ProxyContext, ProxyError, SignalingRegistry};
 
@@ -57,6 +59,8 @@ struct ProxyChange {
 pub struct Gateway {
     pub config: Arc<Config>,
     pub routes: Arc<Routes>,
+    /// The stream legs the proxies start, over the engine's ports.
+    legs: Arc<dyn Legs>,
     proxies: Vec<Box<dyn Proxy>>,
     /// Counters of the signaling routes, shared with the metrics.
     pub signaling_stats: Arc<SignalingRegistry>,
@@ -79,9 +83,11 @@ impl Gateway {
         let routes = Arc::new(Routes::new(&config, eng.port_hooks()));
         let stop = Arc::new(AtomicBool::new(false));
         let workers = eng.start(Arc::clone(&routes), Arc::clone(&stop))?;
+        let legs: Arc<dyn Legs> = Arc::new(EdgeLegs::new(Arc::clone(&routes), Some(eng.ports())));
         let mut gw = Gateway {
             config: Arc::new(config),
             routes,
+            legs,
             proxies: Vec::new(),
             signaling_stats: Arc::new(SignalingRegistry::default()),
             engine: eng,
@@ -114,6 +120,7 @@ impl Gateway {
         let ctx = ProxyContext {
             config: Arc::clone(&gw.config),
             routes: Arc::clone(&gw.routes),
+            legs: Arc::clone(&gw.legs),
             stop: Arc::clone(&gw.stop),
             stats: Arc::clone(&gw.signaling_stats),
         };
@@ -284,6 +291,7 @@ impl Gateway {
         ProxyContext {
             config: Arc::clone(config),
             routes: Arc::clone(&self.routes),
+            legs: Arc::clone(&self.legs),
             stop: Arc::clone(&self.stop),
             stats: Arc::clone(&self.signaling_stats),
         }

@@ -904,13 +904,13 @@ impl HalfLinks {
         mut workers: Vec<Worker>,
         cpus: &[usize],
         routes: &Arc<Routes>,
-        registry: &PortRegistry,
+        registry: &Arc<PortRegistry>,
         stop: &Arc<AtomicBool>,
         batch: usize,
         max_payload: usize,
     ) -> Result<Vec<Worker>, EngineError> {
         if let Some(l) = links {
-            routes.edge_link.set(l.cfg.link_face(), l.edge_sender()?);
+            registry.edge_link.set(l.cfg.link_face(), l.edge_sender()?);
             let index = workers.len();
             workers.push(l.start_receiver(
                 index,
@@ -933,7 +933,7 @@ impl HalfLinks {
         index: usize,
         default_cpu: Option<usize>,
         routes: &Arc<Routes>,
-        registry: &PortRegistry,
+        registry: &Arc<PortRegistry>,
         stop: &Arc<AtomicBool>,
         batch: usize,
         max_payload: usize,
@@ -943,10 +943,10 @@ impl HalfLinks {
             source: io::Error::other("its worker was already started"),
         })?;
         let link = registry.attach_sender().map_err(io_err("eventfd".into()))?;
-        routes.edge_link.set_waker(Arc::clone(&link.wake));
+        registry.edge_link.set_waker(Arc::clone(&link.wake));
         let path = RxPath {
             sock,
-            routes: Arc::clone(routes),
+            registry: Arc::clone(registry),
             face: self.cfg.link_face(),
             peer_face: self.cfg.peer_face,
             peer: *self.cfg.in_link.peer.ip(),
@@ -978,7 +978,7 @@ impl HalfLinks {
 struct RxPath {
     sock: UdpSocket,
     /// For the legs' sender on the outgoing link ([`EdgeLink::close_if_due`]).
-    routes: Arc<Routes>,
+    registry: Arc<PortRegistry>,
     face: DomainId,
     peer_face: Ipv4Addr,
     peer: Ipv4Addr,
@@ -1101,7 +1101,7 @@ impl Datapath for RxState {
         if self.join.next_deadline().is_some_and(|d| now >= d) {
             self.join.expire(now);
         }
-        self.path.routes.edge_link.close_if_due(now);
+        self.path.registry.edge_link.close_if_due(now);
         let Some(due) = self.dec.next_deadline() else {
             return false;
         };
@@ -1138,7 +1138,7 @@ impl Datapath for RxState {
         let due = [
             self.dec.next_deadline(),
             self.join.next_deadline(),
-            self.path.routes.edge_link.close_due(),
+            self.path.registry.edge_link.close_due(),
         ]
         .into_iter()
         .flatten()
@@ -1563,16 +1563,16 @@ mod tests {
             EDGE_BATCH,
             Arc::clone(&stats),
         );
-        routes.edge_link.set(DomainId::A, tx);
+        registry.edge_link.set(DomainId::A, tx);
         // The incoming link's worker, its peer not this host: a datagram we send it is
         // counted `foreign_source`, which tells us it is awake and about to sleep.
         let link_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let link_addr = link_sock.local_addr().unwrap();
         let wake = registry.attach_sender().unwrap();
-        routes.edge_link.set_waker(Arc::clone(&wake.wake));
+        registry.edge_link.set_waker(Arc::clone(&wake.wake));
         let path = RxPath {
             sock: link_sock,
-            routes: Arc::clone(&routes),
+            registry: Arc::clone(&registry),
             face: cfg.link_face(),
             peer_face: cfg.peer_face,
             peer: Ipv4Addr::new(192, 0, 2, 1),
@@ -1606,13 +1606,13 @@ mod tests {
             }
             // Let it go back to sleep (nothing due: 20 s).
             std::thread::sleep(Duration::from_millis(5));
-            let m = routes.edge_link.toward(DomainId::A).unwrap();
+            let m = registry.edge_link.toward(DomainId::A).unwrap();
             let t0 = Instant::now();
             {
                 let mut tx = m.lock().unwrap();
                 assert!(tx.push(21000, 30000, round as u32, &[9u8; 4000], now_ms(), 0));
                 tx.flush();
-                routes.edge_link.sent(&tx);
+                registry.edge_link.sent(&tx);
             }
             let mut kinds = Vec::new();
             while kinds.len() < 5 {
@@ -1637,10 +1637,10 @@ mod tests {
             // The worker clears the due time just after it sent the repairs (`close_if_due`:
             // `idle` then `sent`), so the frames can arrive here first: wait for it.
             let until = Instant::now() + Duration::from_secs(5);
-            while routes.edge_link.close_due().is_some() && Instant::now() < until {
+            while registry.edge_link.close_due().is_some() && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            assert_eq!(routes.edge_link.close_due(), None);
+            assert_eq!(registry.edge_link.close_due(), None);
         }
         stop.store(true, Relaxed);
         // Wake it to see the stop (its sleep is long here).

@@ -48,6 +48,8 @@ pub enum ProxyError {
 pub struct ProxyContext {
     pub config: Arc<Config>,
     pub routes: Arc<Routes>,
+    /// Where the proxies start their stream legs (`edge`, over the engine's ports).
+    pub legs: Arc<dyn crate::routes::legs::Legs>,
     pub stop: Arc<AtomicBool>,
     /// Where each proxy registers its counters for the metrics.
     pub stats: Arc<SignalingRegistry>,

@@ -146,13 +146,18 @@ impl Served {
         ]));
         let routes = Arc::new(Routes::new(
             &cfg,
-            registry as Arc<dyn crate::routes::PortHooks>,
+            Arc::clone(&registry) as Arc<dyn crate::routes::PortHooks>,
+        ));
+        let legs = Arc::new(crate::edge::EdgeLegs::new(
+            Arc::clone(&routes),
+            Some(registry),
         ));
         let settings = Arc::new(super::super::settings(&cfg.signaling[0], &cfg).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         let ctx = ConnContext {
             settings,
             routes: Arc::clone(&routes),
+            legs,
             stop: Arc::clone(&stop),
             media_timeout: 0,
         };

@@ -248,6 +248,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
     let cctx = ConnContext {
         settings: Arc::clone(&settings),
         routes: Arc::clone(&ctx.routes),
+        legs: Arc::clone(&ctx.legs),
         stop: Arc::clone(&stop),
         media_timeout: media_timeout(route),
     };

@@ -14,6 +14,7 @@ use crate::config::{
     Config, DomainId, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, Transport,
 };
 use crate::logging::RateLimit;
+use crate::routes::legs::Legs;
 use crate::routes::Routes;
 use crate::signaling::manscdp;
 use crate::signaling::proxy::stats::Registration;
@@ -338,6 +339,8 @@ pub struct Core {
     /// The split appliance's link face (`[split]`): media toward it is always UDP.
     link_face: Option<DomainId>,
     routes: Arc<Routes>,
+    /// Where the calls' TCP media legs start (`None`: no legs, as in pure tests).
+    legs: Option<Arc<dyn Legs>>,
     /// Domain of each face.
     domain: [DomainId; 2],
     /// The gateway's SIP address on each face (what Via, Contact and Record-Route show).
@@ -390,6 +393,7 @@ impl Core {
             max_payload: config.leg_max_payload(),
             link_face: config.split.as_ref().map(|s| s.link_face()),
             routes,
+            legs: None,
             domain: [route.listen_domain, route.listen_domain.other()],
             local,
             upstream: route.upstream,
@@ -424,6 +428,12 @@ impl Core {
     /// next. Without it (tests) they are `salt` and the counter.
     pub fn with_secret(mut self, secret: [u8; 32]) -> Core {
         self.secret = Some(secret);
+        self
+    }
+
+    /// The calls start their TCP media legs with `legs`.
+    pub fn with_legs(mut self, legs: Arc<dyn Legs>) -> Core {
+        self.legs = Some(legs);
         self
     }
 
@@ -1199,7 +1209,9 @@ impl Core {
             self.calls.insert(
                 call_id.clone(),
                 Call {
-                    media: CallMedia::new(label, self.max_payload).with_link_face(self.link_face),
+                    media: CallMedia::new(label, self.max_payload)
+                        .with_link_face(self.link_face)
+                        .with_legs(self.legs.clone()),
                     contact: [None, None],
                     view: [None, None],
                     cseq_to: [0, 0],
