@@ -258,7 +258,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The families only a split half produces (its links); see [`crate::split`].
+/// The families only a split half produces (its links); see [`crate::config::split`].
 pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_link_wrong_direction_packets",
