@@ -85,7 +85,7 @@ pub struct LinkConfig {
     /// with FEC off).
     pub reorder_ms: u64,
     /// Outgoing link only: the longest datagram sent down the link, cut into as many frames
-    /// as it needs ([`frag`]); longer ones are dropped as `oversize`.
+    /// as it needs ([`crate::link::frag`]); longer ones are dropped as `oversize`.
     pub max_datagram: usize,
 }
 

@@ -12,7 +12,7 @@
 //! the owner yet), so with [`LegSpec::close_grace`] the leg first waits that long without
 //! its connection (a passive leg listening again and taking the peer's new one) before it
 //! ends; the owner replacing (dropping) it meanwhile tells nobody. Dropping the [`Leg`]
-//! stops and joins the thread, closes its sockets and takes it out of the [`super::LegTable`].
+//! stops and joins the thread, closes its sockets and takes it out of the [`crate::routes::legs::LegTable`].
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};

@@ -7,13 +7,13 @@
 //! **leg** ([`leg::Leg`], one thread each) — and the media still crosses only through the
 //! route tables and the engines:
 //!
-//! - **UDP → TCP** ([`EdgeSink`]): a route whose receiver is a leg carries the leg's sink
+//! - **UDP → TCP** ([`crate::sink::EdgeSink`]): a route whose receiver is a leg carries the leg's sink
 //!   ([`crate::routes::StreamRoute::edge`]). Every engine, where it would hand an admitted
 //!   packet to its egress socket, offers it to the sink instead (preallocated buffer pools, a
 //!   2 KiB one and, for legs whose maximum is longer, a small one of that maximum; only the
 //!   payload's bytes are copied; no free buffer → the packet is dropped and counted as
 //!   `leg_stall`). The leg's thread drains
-//!   the sink, frames each packet ([`framing`]) into a bounded write buffer and writes it
+//!   the sink, frames each packet ([`crate::wire::framing`]) into a bounded write buffer and writes it
 //!   non-blocking: a peer that stops reading costs drops, never memory.
 //! - **TCP → UDP** ([`Injector`]): the leg's thread de-frames what its peer sends (bad input
 //!   counted, never trusted) and puts each packet into the route keyed by the leg's gateway
@@ -26,10 +26,10 @@
 //!   ([`crate::engine::link::EdgeLink`], one lock per read): a face address has nothing
 //!   behind it.
 //!
-//! A leg's framing is pluggable ([`framing::Framing`]): RFC 4571 here, `$`-interleaved for
+//! A leg's framing is pluggable ([`crate::wire::framing::Framing`]): RFC 4571 here, `$`-interleaved for
 //! RTSP. A leg that closes (peer gone, connect refused until its deadline) tells its owner
 //! through a callback (the SIP proxy asks [`crate::routes::Routes::request_end`]: BYE both
-//! ways). Legs register in [`LegTable`] so the admin interface and the metrics show their
+//! ways). Legs register in [`crate::routes::legs::LegTable`] so the admin interface and the metrics show their
 //! counters. This module owns TCP sockets and threads; it never touches the engines' rings.
 
 pub mod leg;

@@ -1,6 +1,6 @@
 //! Datagrams longer than a link frame: the receiving half's reassembly ([`Joiner`]).
 //!
-//! The sender ([`super::link::LinkTx::push`]) cuts a datagram of more than
+//! The sender (`engine::link::LinkTx::push`) cuts a datagram of more than
 //! [`MAX_MEDIA`] bytes into `frags` consecutive frames of its lane, each with the
 //! same stream sequence and its fragment index in the stream header
 //! ([`crate::wire::link::StreamHeader`]); all but the last carry exactly [`MAX_MEDIA`] bytes.

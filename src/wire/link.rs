@@ -33,8 +33,8 @@
 //!   In a repair packet those six bytes are coded bytes, not ports. `len` counts the link
 //!   datagram: the stream header and the media.
 //! - The stream header (version 2; [`StreamHeader`]) is part of the link datagram, so FEC
-//!   protects and rebuilds it like the media and the lane layers ([`super::fec`],
-//!   [`super::reorder`]) never look at it. `stream sequence`: the sending half's per-route
+//!   protects and rebuilds it like the media and the lane layers ([`crate::link::fec`],
+//!   [`crate::link::reorder`]) never look at it. `stream sequence`: the sending half's per-route
 //!   count of datagrams (each route starts at a random value), so the receiving half counts
 //!   each stream's losses exactly. `frag`/`frags`: a datagram longer than a link frame's
 //!   media ([`MAX_MEDIA`]) is cut into `frags` frames, `frag` = 0.. (all but the last carry

@@ -30,7 +30,7 @@
 //!   session ends and closes it. A leg on the upstream's connection writes at once: the
 //!   server has answered the SETUP that opened it, and `$` frames may follow a SETUP.
 //! - **TCP to UDP**: the connection's reader de-frames `$` frames on the leg's channels and
-//!   hands them to an [`Injector`] ([`LegInjectors`], owned by that reader thread): each
+//!   hands them to an injector ([`crate::routes::legs::Inject`], [`LegInjectors`], owned by that reader thread): each
 //!   packet enters the route keyed by the track's gateway port on the interleaved side as
 //!   if it had arrived there as a datagram (source check, counters, the one-way channel).
 //!   The consecutive frames of one read on one channel go as one batch: one route lookup
