@@ -107,8 +107,8 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex};
 
-use super::afxdp::*;
 use super::btf::Btf;
+use super::ebpf::*;
 use super::neigh::Neighbours;
 use super::sys::bpf::{self, Map, Prog, TpLink};
 use crate::channel::WorkerStats;
@@ -126,24 +126,6 @@ const VALUE: usize = 48;
 const ACTIVE: u32 = 1;
 const CHECK_ADDR: u32 = 2;
 const CHECK_PORT: u32 = 4;
-
-pub(super) const R7: u8 = 7;
-pub(super) const R9: u8 = 9;
-const LDX_DW: u8 = 0x79;
-const STX_H: u8 = 0x6b;
-const STX_DW: u8 = 0x7b;
-const ST_B: u8 = 0x72;
-const SUB64_IMM: u8 = 0x17;
-const OR64_REG: u8 = 0x4f;
-const RSH64_IMM: u8 = 0x77;
-const XOR64_IMM: u8 = 0xa7;
-const XOR32_IMM: u8 = 0xa4;
-const JNE_REG: u8 = 0x5d;
-const JNE_IMM: u8 = 0x55;
-const JEQ32_IMM: u8 = 0x16;
-const JGT_IMM: u8 = 0x25;
-const JLE_IMM: u8 = 0xb5;
-const JSET_IMM: u8 = 0x45;
 
 /// `bpf_probe_read_kernel(dst, size, unsafe_ptr)`.
 const HELPER_PROBE_READ_KERNEL: i32 = 113;
