@@ -21,6 +21,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod btf;
+mod ebpf;
 pub mod frames;
 pub mod link;
 pub mod neigh;
