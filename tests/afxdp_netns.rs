@@ -23,7 +23,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use common::relay::*;
-use common::vgate::Vgate;
+use common::vgate::{kv, num, Vgate};
 use common::{enter_netns, in_netns, prerequisites, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
@@ -597,7 +597,7 @@ fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
             &config(&bed, "zc", streams, 9942),
             &["--mode", "zc"],
         );
-        let stats = common::admin_get_in(&g_ns, "127.0.0.1:9942", "/api/v1/stats");
+        let stats = common::admin::get_in(&g_ns, "127.0.0.1:9942", "/api/v1/stats");
         let want = if csum == "offload" && offload_granted {
             "UDP checksum left to the kernel/device (TX metadata)"
         } else {

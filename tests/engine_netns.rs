@@ -13,14 +13,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::relay::*;
-use common::{in_netns, prerequisites, vgate_bin, Bed};
+use common::vgate::{kv, num, Vgate};
+use common::{in_netns, prerequisites, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
@@ -38,99 +38,17 @@ fn vgate_tables(ns: &str) -> Vec<String> {
         .collect()
 }
 
-/// The vgate process; killed on drop if it is still running (a failed test).
-struct Vgate {
-    child: Child,
-    stderr: Arc<std::sync::Mutex<String>>,
-}
-
-impl Vgate {
-    /// Starts `vgate run` in namespace `ns` and waits for its "running" line.
-    fn start(ns: &str, config: &std::path::Path, mode: &str) -> Vgate {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(vgate_bin())
-            .args(["run", "--config"])
-            .arg(config)
-            .args(["--mode", mode, "--stats-interval", "0"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start vgate");
-        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        let log = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                {
-                    let mut l = log.lock().unwrap();
-                    l.push_str(&line);
-                    l.push('\n');
-                }
-                if line.contains("vgate running") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        let mut v = Vgate { child, stderr };
-        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-            let _ = v.child.kill();
-            let _ = v.child.wait();
-            std::thread::sleep(Duration::from_millis(100));
-            panic!("vgate did not start: {}", v.log());
-        }
-        v
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// SIGTERM, then its stdout (the totals).
-    fn stop(mut self) -> String {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                assert!(st.success(), "vgate exited with {st}: {}", self.log());
-                break;
-            }
-            assert!(Instant::now() < deadline, "vgate did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        out
-    }
-}
-
-impl Drop for Vgate {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// One full run of the binary in `mode` on a fresh bed.
 fn relay_run(mode: &str) {
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("vgate.toml");
-    std::fs::write(&cfg_path, config(&bed, mode, STREAMS, 9940)).unwrap();
     let noports_before = snmp_noports(&g_ns);
 
-    let vg = Vgate::start(&g_ns, &cfg_path, mode);
+    let vg = Vgate::launch(&config(&bed, mode, STREAMS, 9940))
+        .netns(&g_ns)
+        .args(&["--mode", mode])
+        .env("RUST_LOG", "info")
+        .start();
     let log = vg.log();
     if mode == "tnapi" {
         assert!(
@@ -173,7 +91,7 @@ fn relay_run(mode: &str) {
     let send_time = t0.elapsed();
     done.store(true, Relaxed);
     let got = rx.join().expect("receiver");
-    let totals = vg.stop();
+    let totals = vg.stop().raw;
     eprintln!("{mode}: sent {sent} in {send_time:?}\n{totals}");
 
     assert_eq!(sent, STREAMS * PER_STREAM);

@@ -238,7 +238,7 @@ fn no_ip_path(mode: &str) {
         "strict",
         &format!("{}{}", signaling(&bed, ""), stream_routes(&bed, 2)),
     );
-    let gw = Gw::start(g_ns, &cfg, &[]);
+    let gw = Vgate::start_in(g_ns, &cfg, &[]);
     // Listeners in A and B that would answer if anything reached them.
     let listen = |ns: &str, ip: std::net::Ipv4Addr| {
         in_netns(ns, move || {
@@ -334,7 +334,7 @@ fn no_ip_path(mode: &str) {
     for r in &report {
         let _ = writeln!(std::io::stderr(), "SCAN {r}");
     }
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     // Nothing crossed: the scans' datagrams to media ports were dropped, none forwarded.
     for c in ["forward", "reverse"] {
         assert_eq!(
@@ -400,7 +400,7 @@ fn forged_sources_are_dropped_and_counted() {
         ),
         "source_validation = \"latch\"\n",
     );
-    let gw = Gw::start(
+    let gw = Vgate::start_in(
         bed.get("G_NS"),
         &config(&bed, "stack", 100, "strict", &routes),
         &[],
@@ -484,7 +484,7 @@ fn forged_sources_are_dropped_and_counted() {
     let l3 = forged(A_PORTS + 2, &["--src", &first], 50);
     std::thread::sleep(Duration::from_millis(300));
     let (got0, got1) = (count(&sink[0]), count(&sink[1]));
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let s0 = kv(totals
         .lines()
         .find(|l| l.starts_with("route name=s0 "))
@@ -534,7 +534,7 @@ fn floods_leave_legitimate_streams_whole() {
         "strict",
         &format!("{}{}", signaling(&bed, ""), stream_routes(&bed, 50)),
     );
-    let gw = Gw::start(g_ns, &cfg, &[]);
+    let gw = Vgate::start_in(g_ns, &cfg, &[]);
     let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
     let _rtsp = RtspServer::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 8554), 0);
     let pid = gw.pid();
@@ -591,7 +591,7 @@ fn floods_leave_legitimate_streams_whole() {
         ],
     );
     // A SYN flood on the RTSP port from random sources (hping3, rate-bounded: 1 per 500 µs).
-    let mut syn = Proc(Some(
+    let mut syn = Proc::spawn(
         Command::new("ip")
             .args([
                 "netns",
@@ -612,10 +612,8 @@ fn floods_leave_legitimate_streams_whole() {
                 &gb,
             ])
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("hping3"),
-    ));
+            .stderr(std::process::Stdio::null()),
+    );
     let media_sent = num(
         &kv(media.wait_output(Duration::from_secs(SECONDS + 30)).trim()),
         "sent",
@@ -640,7 +638,7 @@ fn floods_leave_legitimate_streams_whole() {
     // The proxies publish their event counters once a second.
     std::thread::sleep(Duration::from_millis(1500));
     let metrics = admin_get(g_ns, "/metrics");
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let fwd = channel_totals(&totals, "forward");
     let counted = num(&fwd, "drop_no_route") + num(&fwd, "drop_source_mismatch");
     let _ = writeln!(
@@ -743,7 +741,7 @@ fn malformed_input_on_every_port() {
             stream_routes(&bed, 4)
         ),
     );
-    let gw = Gw::start(&g_ns, &cfg, &[]);
+    let gw = Vgate::start_in(&g_ns, &cfg, &[]);
     let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
     let _uas_tcp_absent = (); // The TCP route's upstream (A:5062) is not needed: vgate answers.
     let _rtsp = RtspServer::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 8554), 0);
@@ -929,7 +927,7 @@ fn malformed_input_on_every_port() {
     );
     assert!(rss1 < rss0 + 64 * 1024, "RSS {rss0} -> {rss1} KiB");
     let log = gw.log();
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     assert!(!log.contains("panicked"));
     let fwd = channel_totals(&totals, "forward");
     assert_eq!(
@@ -974,7 +972,7 @@ fn port_exhaustion_answers_503_and_453_then_recovers() {
         ),
         rtsp_route(&bed, "cam", 8554, 8554, "media_timeout = 0")
     );
-    let gw = Gw::start(&g_ns, &config(&bed, "stack", 100, "strict", &routes), &[]);
+    let gw = Vgate::start_in(&g_ns, &config(&bed, "stack", 100, "strict", &routes), &[]);
     let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
     let _rtsp = RtspServer::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 8554), 0);
     let (gb, b_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"));
@@ -1026,6 +1024,6 @@ fn port_exhaustion_answers_503_and_453_then_recovers() {
     assert_eq!((ok, busy), (50, 5), "RTSP SETUP answers: {codes:?}");
     assert_eq!(after, 200, "a SETUP after teardown");
     std::thread::sleep(Duration::from_millis(500));
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     assert_eq!(live_counts(&totals), [0, 0, 0, 0], "{totals}");
 }

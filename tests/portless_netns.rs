@@ -130,7 +130,7 @@ fn run(mode: &str, control_port: u16) {
         .replace("[engine]\n", "[engine]\nreserve_ports = true\n");
     assert!(config.contains("reserve_ports = true"));
     let vg = Vgate::start_with(&["ip", "netns", "exec", &g_ns], &config, &[]);
-    let pid = vg.child.id();
+    let pid = vg.pid();
 
     let reserved = Command::new("ip")
         .args(["netns", "exec", &g_ns, "cat"])

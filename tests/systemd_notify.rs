@@ -181,7 +181,7 @@ fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config
 
     // A stuck worker: its thread stopped. Once vgate sees the stale heartbeat (health 503)
     // no ping may come while it stays stuck.
-    let tid = worker_tid(vg.child.id());
+    let tid = worker_tid(vg.pid());
     nix::sys::ptrace::seize(tid, nix::sys::ptrace::Options::empty()).expect("PTRACE_SEIZE");
     nix::sys::ptrace::interrupt(tid).expect("PTRACE_INTERRUPT");
     nix::sys::wait::waitpid(tid, Some(nix::sys::wait::WaitPidFlag::__WALL))

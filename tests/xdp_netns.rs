@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{admin_get_in, enter_netns, in_netns, prerequisites, Bed};
+use common::{admin, enter_netns, in_netns, prerequisites, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -204,7 +204,7 @@ fn xdp_leaves_nothing_after_kill_9() {
     }
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
-    let mut vg = Vgate::start_with(
+    let vg = Vgate::start_with(
         &["ip", "netns", "exec", &g_ns],
         &config(&bed, "xdp", 4, 9952),
         &["--mode", "xdp"],
@@ -220,7 +220,7 @@ fn xdp_leaves_nothing_after_kill_9() {
     );
     assert_eq!(neigh["queue_full"].as_u64(), Some(0), "{stats}");
     assert_eq!(neigh["table_full"].as_u64(), Some(0), "{stats}");
-    let metrics = admin_get_in(&g_ns, "127.0.0.1:9952", "/metrics");
+    let metrics = admin::get_in(&g_ns, "127.0.0.1:9952", "/metrics");
     for series in [
         "vgate_neigh_refused_total{reason=\"queue_full\"} 0\n",
         "vgate_neigh_refused_total{reason=\"table_full\"} 0\n",
@@ -235,8 +235,7 @@ fn xdp_leaves_nothing_after_kill_9() {
     for id in &tp_progs {
         assert!(vgate::engine::afxdp::bpf_program_loaded(*id), "{id} loaded");
     }
-    vg.signal(nix::sys::signal::Signal::SIGKILL);
-    vg.child.wait().unwrap();
+    vg.crash();
     // The links go when the last fd does, as the process is torn down; bounded wait.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !xdp_links(&g_ns).is_empty()

@@ -1,12 +1,31 @@
-//! Shared harness of the integration tests: prerequisites (what fails under `CI=true` and
-//! is reported as "did not run" elsewhere), the three-namespace test bed from
-//! `scripts/testbed.sh`, running code inside a namespace, and the `vgate` binary.
+//! The shared scaffolding of the integration tests, written once; each test file keeps
+//! only its scenario.
+//!
+//! - here: prerequisites ([`prerequisites`], [`test_did_not_run`]: the one rule — a missing
+//!   prerequisite prints "DID NOT RUN", and fails under `CI=true`), the three-namespace bed
+//!   of `scripts/testbed.sh` ([`Bed`], unique names per run, down on drop even in a panic),
+//!   running code inside a namespace ([`in_netns`]), the `vgate` binary;
+//! - [`proc`]: the guard of a child process (stopped and reaped on drop);
+//! - [`vgate`]: the one `vgate run` launcher (in a namespace or not, ready, stop, totals);
+//! - [`admin`]: the admin interface client (`GET`, JSON, metrics samples);
+//! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
+//! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
+//! - [`udp`]: plain UDP peers (a counting sink);
+//! - [`sipp`], [`gb_sipp`], [`rfc4571`]: SIP peers (sipp runs, GB/T 28181 scenarios, RTP
+//!   over TCP peers).
+//!
+//! Every test binary includes all of it (`mod common;`) and uses a part, hence the one
+//! `allow(dead_code)` below: a helper unused by one binary is used by another.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod gb_sipp;
+pub mod proc;
 pub mod relay;
 pub mod rfc4571;
+pub mod sipp;
 pub mod split;
+pub mod udp;
 pub mod vgate;
 
 use std::collections::HashMap;
@@ -44,13 +63,38 @@ pub fn prerequisites(test: &str, root: bool, commands: &[(&str, &str)]) -> bool 
     if missing.is_empty() {
         return true;
     }
-    let msg = format!("{test}: missing {}", missing.join(", "));
+    test_did_not_run(test, &format!("missing {}", missing.join(", ")));
+    false
+}
+
+/// The one rule for a test that cannot run here (`why`: what is missing): under `CI=true`
+/// it fails; elsewhere it says plainly that the test DID NOT RUN (and the caller returns).
+pub fn test_did_not_run(test: &str, why: &str) {
+    let msg = format!("{test}: {why}");
     if under_ci() {
         panic!("{msg}: CI must provide it (scripts/test.sh installs it)");
     }
     // Straight to the stderr handle: the harness captures eprintln! of passing tests.
     let _ = writeln!(io::stderr(), "{msg}: this test DID NOT RUN");
-    false
+}
+
+/// Debian's python3, which the Python peers (`tests/rtsp/server.py`, `tests/hostile/`) run on.
+pub const PY: &str = "/usr/bin/python3";
+
+/// `true` if GStreamer's RTSP server is there for [`PY`] (the RTSP peer in domain A);
+/// otherwise [`test_did_not_run`].
+pub fn have_gst_rtsp_server(test: &str) -> bool {
+    let ok = Command::new(PY)
+        .args([
+            "-c",
+            "import gi; gi.require_version('GstRtspServer','1.0'); gi.require_version('GstRtsp','1.0'); from gi.repository import GstRtspServer",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        test_did_not_run(test, &format!("missing GStreamer's RTSP server for {PY} (apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good)"));
+    }
+    ok
 }
 
 /// Says plainly that one part of `test` did not run (`why`), and fails under `CI=true`: a
@@ -164,23 +208,4 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     })
     .join()
     .unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
-/// `GET path` on an admin interface at `addr` inside network namespace `ns`: the body.
-pub fn admin_get_in(ns: &str, addr: &str, path: &str) -> String {
-    use std::io::Read;
-    let (addr, path) = (addr.to_owned(), path.to_owned());
-    in_netns(ns, move || {
-        let mut s = std::net::TcpStream::connect(&addr).expect("admin interface");
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default()
-    })
 }

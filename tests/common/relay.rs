@@ -3,7 +3,6 @@
 //! sequence they are, paced senders in A, checking receivers in B, and readings of the
 //! gateway namespace.
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -225,18 +224,6 @@ pub fn snmp_udp(ns: &str, field: &str) -> u64 {
         .position(|n| n == field)
         .unwrap_or_else(|| panic!("no Udp {field} in /proc/net/snmp"));
     values.split_whitespace().nth(idx).unwrap().parse().unwrap()
-}
-
-/// `key=value` pairs of a totals line.
-pub fn kv(line: &str) -> HashMap<String, String> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-pub fn num(m: &HashMap<String, String>, k: &str) -> u64 {
-    m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
 }
 
 /// Receivers on `SINK_PORTS + i` (`i < n`) in namespace `ns` that count what arrives (and

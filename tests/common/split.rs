@@ -449,5 +449,5 @@ pub fn link_totals(raw: &str, name: &str) -> HashMap<String, u64> {
 /// `GET path` on a half's admin interface (127.0.0.1:9940 inside its namespace): the body.
 pub fn admin_get(bed: &SplitBed, half: &str, path: &str) -> String {
     let ns = bed.get(if half == "a" { "HA_NS" } else { "HB_NS" });
-    super::admin_get_in(ns, "127.0.0.1:9940", path)
+    super::admin::get_in(ns, "127.0.0.1:9940", path)
 }
