@@ -265,29 +265,17 @@ fn stats_in_a_terminal_shows_live_rates() {
         return;
     }
     let net = 12;
-    let cfg = format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{net}.1"
-networks = ["127.0.{net}.1/32"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "lo"
-address = "127.0.{net}.2"
-networks = ["127.0.{net}.2/32"]
-media_ports = "30000-30999"
-[security]
-source_validation = "latch"
-[control]
-listen = "127.0.{net}.1:9942"
-[[stream_route]]
+    let cfg = common::vgate::loopback_with(net, 9942, 1000, &[], &[])
+        + &format!(
+            r#"[[stream_route]]
 name = "cam"
 domain = "a"
 port = 20000
 destination = "127.0.{net}.2:40000"
+[security]
+source_validation = "latch"
 "#
-    );
+        );
     let vg = Vgate::start(&cfg);
     let session = format!("vgstats{}", std::process::id());
     let cmd = format!(

@@ -14,24 +14,7 @@ use common::vgate::Vgate;
 use vgate::wire::rtp::{write_header, RtpPacket};
 
 fn header(net: u8) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{net}.1"
-networks = ["127.0.{net}.1/32"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "lo"
-address = "127.0.{net}.2"
-networks = ["127.0.{net}.2/32"]
-media_ports = "30000-30999"
-[engine]
-queues = 1
-[control]
-listen = "127.0.{net}.1:9940"
-"#
-    )
+    common::vgate::loopback_with(net, 9940, 1000, &[], &[]) + "[engine]\nqueues = 1\n"
 }
 
 fn rtp(seq: u16, ssrc: u32, len: usize) -> Vec<u8> {
@@ -305,29 +288,9 @@ fn modes_that_are_not_built_say_so() {
 #[test]
 fn an_interface_that_cannot_be_bound_is_a_start_up_error() {
     let cfg = header(9).replacen("interface = \"lo\"", "interface = \"vgnosuch0\"", 1);
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut file, cfg.as_bytes()).unwrap();
-    let mut child = Command::new(common::vgate_bin())
-        .args(["run", "--stats-interval", "0", "--config"])
-        .arg(file.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let mut vg = Vgate::launch(&cfg).no_wait().start();
+    let status = vg.wait_exit(Duration::from_secs(20)).map(|(st, _)| st);
+    let err = vg.log();
     let status = status.unwrap_or_else(|| {
         panic!("vgate kept running with a socket it could not bind to its interface:\n{err}")
     });

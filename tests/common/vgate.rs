@@ -13,27 +13,52 @@ use std::time::{Duration, Instant};
 /// 20000-20099), domain B at `.2` (30000-30099), the admin interface on `.1:9941`. Extra
 /// networks of each domain (peers the test plays) are given as last octets.
 pub fn loopback_config(net: u8, extra_a: &[u8], extra_b: &[u8]) -> String {
-    let nets = |own: u8, extra: &[u8]| {
-        std::iter::once(own)
-            .chain(extra.iter().copied())
-            .map(|o| format!("\"127.0.{net}.{o}/32\""))
+    let host = |o: &u8| format!("127.0.{net}.{o}/32");
+    let (a, b): (Vec<String>, Vec<String>) = (
+        extra_a.iter().map(host).collect(),
+        extra_b.iter().map(host).collect(),
+    );
+    let (a, b): (Vec<&str>, Vec<&str>) = (
+        a.iter().map(String::as_str).collect(),
+        b.iter().map(String::as_str).collect(),
+    );
+    loopback_with(net, 9941, 100, &a, &b)
+}
+
+/// A loopback config on `127.0.NET.0/24`: domain A at `.1` with `ports` media ports from
+/// 20000, domain B at `.2` with `ports` from 30000, each domain's networks its own address
+/// and the `extra` networks (CIDR), the admin interface on `.1:control`. Sections a test
+/// adds go after it (`per_stream_metrics = true` first lands in `[control]`). The layout is
+/// fixed: `domains.b.media_ports` is line 11 (config errors name lines).
+pub fn loopback_with(
+    net: u8,
+    control: u16,
+    ports: u16,
+    extra_a: &[&str],
+    extra_b: &[&str],
+) -> String {
+    let nets = |own: u8, extra: &[&str]| {
+        std::iter::once(format!("127.0.{net}.{own}/32"))
+            .chain(extra.iter().map(|n| n.to_string()))
+            .map(|n| format!("\"{n}\""))
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let (a_last, b_last) = (20000 + ports - 1, 30000 + ports - 1);
     format!(
         r#"
 [domains.a]
 interface = "lo"
 address = "127.0.{net}.1"
 networks = [{}]
-media_ports = "20000-20099"
+media_ports = "20000-{a_last}"
 [domains.b]
 interface = "lo"
 address = "127.0.{net}.2"
 networks = [{}]
-media_ports = "30000-30099"
+media_ports = "30000-{b_last}"
 [control]
-listen = "127.0.{net}.1:9941"
+listen = "127.0.{net}.1:{control}"
 "#,
         nets(1, extra_a),
         nets(2, extra_b)
@@ -52,6 +77,7 @@ pub struct Vgate {
     lines: mpsc::Receiver<String>,
     log: Arc<Mutex<Vec<String>>>,
     stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<()>>,
     pub config: tempfile::NamedTempFile,
     /// When the process was spawned.
     pub started: Instant,
@@ -122,7 +148,7 @@ impl Launch {
         let mut stdout = child.stdout.take().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
-        {
+        let stderr = {
             let log = Arc::clone(&log);
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -130,8 +156,8 @@ impl Launch {
                     log.lock().unwrap().push(line.clone());
                     let _ = tx.send(line);
                 }
-            });
-        }
+            })
+        };
         let stdout = std::thread::spawn(move || {
             let mut out = String::new();
             let _ = stdout.read_to_string(&mut out);
@@ -142,6 +168,7 @@ impl Launch {
             lines: rx,
             log,
             stdout: Some(stdout),
+            stderr: Some(stderr),
             config: file,
             started,
         };
@@ -246,8 +273,8 @@ impl Vgate {
         }
     }
 
-    /// Waits up to `within` for vgate to exit by itself: its exit status and stdout, or
-    /// `None` if it still runs.
+    /// Waits up to `within` for vgate to exit by itself: its exit status and stdout (and
+    /// every stderr line in [`Vgate::log`]), or `None` if it still runs.
     pub fn wait_exit(&mut self, within: Duration) -> Option<(std::process::ExitStatus, String)> {
         let deadline = Instant::now() + within;
         loop {
