@@ -301,35 +301,25 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
     ) {
         return;
     }
-    use vgate::config::DomainId;
-    use vgate::routes::{Channel, SessionKind};
+    use vgate::routes::Channel;
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let addrs = addrs(&bed);
+    let ga_ip = addrs.1;
     let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
     let gw_ns = g_ns.clone();
-    let raw_ns = a_ns.clone();
+    let raw_ns = namespaces.0.clone();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");
         let workers = gw.worker_stats();
-        let stop = Arc::new(AtomicBool::new(false));
-        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
-        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
-        let count = |i: usize| sinks.count(i);
         // From a route's installation to its first packet at the sink: the sender sends one
         // packet per route every ~1 ms, so this is the activation time plus at most that.
         // Measured here: 1–3 ms. The bound is generous for a loaded machine, but a route
         // that waits for anything periodic (a poll timeout, a refresh) fails it.
-        let wait_growth = |i: usize, by: u64| {
-            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
-            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
-            assert!(
-                first < Duration::from_secs(1),
-                "route {i} took {first:?} to forward its first packet"
-            );
-        };
+        let rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let count = |i: usize| rc.sinks.count(i);
         // What the workers counted received on the forward channel (the XDP program takes
         // the whole media range: routed ports to the workers, the rest dropped and counted
         // in `vgate_noroute`, which worker 0 adds in), and how much of it `no_route`.
@@ -344,11 +334,6 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
                     )
                 })
         };
-        let spec = |i: u16| route_spec(i, b_ip);
-        let s = gw.routes.open_session(SessionKind::Admin, "test");
-        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
-            gw.routes.reserve_port(s, d, p).unwrap();
-        }
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(count(0), 0, "nothing forwarded before a route exists");
         // Until 100 datagrams to the port without a route were counted (the XDP program's
@@ -366,8 +351,8 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
             "the datagrams to a port without a route are counted: {no_route}"
         );
         assert_eq!(no_route, rx, "…as no_route");
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
         gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
         std::thread::sleep(Duration::from_millis(100));
@@ -383,23 +368,14 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
             (rx, no_route)
         );
 
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
-        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
-        gw.routes
-            .reserve_port(s2, DomainId::A, A_PORTS + 2)
-            .unwrap();
-        gw.routes
-            .reserve_port(s2, DomainId::B, B_PORTS + 2)
-            .unwrap();
-        gw.routes.add_route(s2, spec(1)).unwrap();
-        wait_growth(1, 50);
-        wait_growth(0, 20);
+        rc.add_second();
+        rc.wait_growth(1, 50);
+        rc.wait_growth(0, 20);
 
-        stop.store(true, Relaxed);
-        tx.join().unwrap();
-        sinks.finish();
+        rc.finish();
         assert!(
             workers.iter().all(|w| !w.exited.load(Relaxed)),
             "no worker restarted or stopped"

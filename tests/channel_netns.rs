@@ -40,7 +40,7 @@ use common::proc::Proc;
 use common::relay::snmp_udp;
 use common::split::{half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::{Totals, Vgate};
-use common::{admin, prerequisites, Bed};
+use common::{admin, prerequisites, Bed, BedConfig};
 
 /// Streams, bit/s of UDP payload per stream, seconds, UDP payload bytes: 8 × 2 Mbit/s × 3 s
 /// is about 570 datagrams per stream, 4 600 in all.
@@ -470,32 +470,11 @@ fn verdict(
 fn single_host(mode: &str) -> Verdict {
     let bed = Bed::up(1);
     let (a_ns, b_ns, g_ns) = bed.namespaces();
-    let mut cfg = format!(
-        r#"
-[domains.a]
-interface = "{}"
-address = "{}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-29999"
-[domains.b]
-interface = "{}"
-address = "{}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-39999"
-[engine]
-mode = "{mode}"
-queues = 1
-[security]
-source_validation = "strict"
-[control]
-listen = "127.0.0.1:9940"
-per_stream_metrics = true
-"#,
-        bed.get("GA_IF"),
-        bed.get("GA_IP"),
-        bed.get("GB_IF"),
-        bed.get("GB_IP"),
-    );
+    let mut cfg = bed.config(BedConfig {
+        mode,
+        ports: 10000,
+        ..Default::default()
+    }) + "per_stream_metrics = true\n";
     for i in 0..STREAMS {
         cfg.push_str(&route(
             &format!("s{i}"),

@@ -243,35 +243,23 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
     ) {
         return;
     }
-    use vgate::config::DomainId;
-    use vgate::routes::{Channel, SessionKind};
+    use vgate::routes::Channel;
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let addrs = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("tnapi starts");
         let workers = gw.worker_stats();
-        let stop = Arc::new(AtomicBool::new(false));
-        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
         // One sender per gateway port, 1 packet per ms each, until stopped.
-        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
-        let count = |i: usize| sinks.count(i);
-        let wait_growth = |i: usize, by: u64| {
-            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
-            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
-        };
-        let spec = |i: u16| route_spec(i, b_ip);
-        let s = gw.routes.open_session(SessionKind::Admin, "test");
-        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
-            gw.routes.reserve_port(s, d, p).unwrap();
-        }
+        let rc = RouteChanges::start(&gw, namespaces, addrs, None);
+        let count = |i: usize| rc.sinks.count(i);
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(count(0), 0, "nothing forwarded before a route exists");
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
         gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
         // In-flight blocks (≤ 2 ms timeout) drain, then nothing more.
@@ -280,24 +268,15 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(count(0), after_remove, "a removed route forwards nothing");
 
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
         // A route on ports opened now: its egress socket reaches the workers by command.
-        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
-        gw.routes
-            .reserve_port(s2, DomainId::A, A_PORTS + 2)
-            .unwrap();
-        gw.routes
-            .reserve_port(s2, DomainId::B, B_PORTS + 2)
-            .unwrap();
-        gw.routes.add_route(s2, spec(1)).unwrap();
-        wait_growth(1, 50);
-        wait_growth(0, 20);
+        rc.add_second();
+        rc.wait_growth(1, 50);
+        rc.wait_growth(0, 20);
 
-        stop.store(true, Relaxed);
-        tx.join().unwrap();
-        sinks.finish();
+        rc.finish();
         assert!(
             workers.iter().all(|w| !w.exited.load(Relaxed)),
             "no worker restarted or stopped"

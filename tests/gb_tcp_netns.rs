@@ -36,35 +36,17 @@ use common::gb_sipp::{check_flows, uac_xml, uas_xml, Side};
 use common::rfc4571::{self, Flow, Flows};
 use common::sipp::{Sipp, GB_CID};
 use common::vgate::Vgate;
-use common::{admin, in_netns, prerequisites, Bed};
+use common::{admin, in_netns, prerequisites, Bed, BedConfig};
 
 const ADMIN: &str = "127.0.0.1:9946";
 
 fn config(bed: &Bed) -> String {
-    format!(
+    let head = bed.config(BedConfig {
+        control: ADMIN,
+        ..Default::default()
+    });
+    head + &format!(
         r#"
-[domains.a]
-interface = "{ga}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-20999"
-
-[domains.b]
-interface = "{gb}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-30999"
-
-[engine]
-mode = "stack"
-queues = 1
-
-[security]
-source_validation = "strict"
-
-[control]
-listen = "{ADMIN}"
-
 [[signaling_route]]
 name = "b2a"
 type = "sip"
@@ -77,10 +59,6 @@ allow_peers = ["{b_ip}/32"]
 allow_ids = ["3402000000"]
 media_timeout = 30
 "#,
-        ga = bed.get("GA_IF"),
-        gb = bed.get("GB_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_ip = bed.get("GB_IP"),
         a_ip = bed.get("A_IP"),
         b_ip = bed.get("B_IP"),
     )

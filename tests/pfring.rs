@@ -76,29 +76,12 @@ fn without_the_module_open_fails_with_errno_97() {
         return;
     }
     let bed = Bed::up(4);
-    let config = format!(
-        r#"
-[domains.a]
-interface = "{ga_if}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "{gb_if}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-30999"
-[engine]
-mode = "tnapi"
-queues = 1
-[control]
-listen = "127.0.0.1:9941"
-"#,
-        ga_if = bed.get("GA_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_if = bed.get("GB_IF"),
-        gb_ip = bed.get("GB_IP"),
-    );
+    let config = bed.config(common::BedConfig {
+        mode: "tnapi",
+        policy: "",
+        control: "127.0.0.1:9941",
+        ..Default::default()
+    });
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(config.as_bytes()).unwrap();
     let path = file.path().to_str().unwrap().to_owned();

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use common::proc::Proc;
 use common::vgate::Vgate;
-use common::{admin, have_gst_rtsp_server, in_netns, prerequisites, vgate_bin, Bed, PY};
+use common::{admin, have_gst_rtsp_server, in_netns, prerequisites, vgate_bin, Bed, BedConfig, PY};
 
 /// One bed at a time: GStreamer and ffmpeg on two cores are enough load.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -58,26 +58,6 @@ struct Rig {
     dir: tempfile::TempDir,
 }
 
-const CONFIG_HEAD: &str = r#"
-[domains.a]
-interface = "ga"
-address = "GA_IP"
-networks = ["A_NET"]
-media_ports = "20000-20999"
-
-[domains.b]
-interface = "gb"
-address = "GB_IP"
-networks = ["B_NET"]
-media_ports = "30000-30999"
-
-[engine]
-queues = 1
-
-[security]
-source_validation = "strict"
-"#;
-
 impl Rig {
     /// `routes` is appended to the config: `A_IP` is replaced by the server's address.
     fn up(server_args: &[&str], routes: &str) -> Rig {
@@ -88,16 +68,7 @@ impl Rig {
     fn up_with(server_args: Option<&[&str]>, routes: &str) -> Rig {
         let bed = Bed::up(1);
         let dir = tempfile::tempdir().unwrap();
-        let net = |ip: &str| {
-            let mut o: Vec<&str> = ip.split('.').collect();
-            o[3] = "0";
-            format!("{}/24", o.join("."))
-        };
-        let config = format!("{CONFIG_HEAD}{routes}")
-            .replace("GA_IP", bed.get("GA_IP"))
-            .replace("GB_IP", bed.get("GB_IP"))
-            .replace("A_NET", &net(bed.get("A_IP")))
-            .replace("B_NET", &net(bed.get("B_IP")))
+        let config = format!("{}{routes}", bed.config(BedConfig::default()))
             .replace("A_IP", bed.get("A_IP"));
         let mut rig = Rig {
             bed,

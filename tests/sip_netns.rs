@@ -19,33 +19,15 @@ use std::time::{Duration, Instant};
 use common::sipp::{self, make_rtp_pcap, read_logs, Sipp, GB_CID};
 use common::udp::count_sink;
 use common::vgate::Vgate;
-use common::{admin, in_netns, prerequisites, Bed};
+use common::{admin, in_netns, prerequisites, Bed, BedConfig};
 
 fn config(bed: &Bed) -> String {
-    format!(
+    let head = bed.config(BedConfig {
+        control: "127.0.0.1:9940",
+        ..Default::default()
+    });
+    head + &format!(
         r#"
-[domains.a]
-interface = "{ga}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-20999"
-
-[domains.b]
-interface = "{gb}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-30999"
-
-[engine]
-mode = "stack"
-queues = 1
-
-[security]
-source_validation = "strict"
-
-[control]
-listen = "127.0.0.1:9940"
-
 [[signaling_route]]
 name = "b2a"
 type = "sip"
@@ -67,10 +49,6 @@ upstream = "{b_ip}:5070"
 upstream_port = 5061
 allow_ids = ["3402000000"]
 "#,
-        ga = bed.get("GA_IF"),
-        gb = bed.get("GB_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_ip = bed.get("GB_IP"),
         a_ip = bed.get("A_IP"),
         b_ip = bed.get("B_IP"),
     )

@@ -424,13 +424,12 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
     ) {
         return;
     }
-    use vgate::config::DomainId;
-    use vgate::routes::{Channel, SessionKind};
+    use vgate::routes::Channel;
 
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let addrs = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9953), "test").unwrap();
     let (g, gb_if) = (g_ns.clone(), bed.get("GB_IF").to_owned());
     let xmit = move || xmit_of(&g, &gb_if).0;
@@ -438,27 +437,13 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
     let xmit_outside = xmit.clone();
     let (gw_fast, sinks_total) = in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
-        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
-        let stop = Arc::new(AtomicBool::new(false));
-        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
-        let wait_growth = |i: usize, by: u64| {
-            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
-            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
-            assert!(
-                first < Duration::from_secs(1),
-                "route {i} took {first:?} to forward its first packet"
-            );
-        };
-        let spec = |i: u16| route_spec(i, b_ip);
-        let s = gw.routes.open_session(SessionKind::Admin, "test");
-        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
-            gw.routes.reserve_port(s, d, p).unwrap();
-        }
+        let mut rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let sinks = &rc.sinks;
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(sinks.count(0), 0, "nothing forwarded before a route exists");
-        let r0 = gw.routes.add_route(s, spec(0)).unwrap();
+        let r0 = rc.add_first();
         let x0 = xmit();
-        wait_growth(0, 50);
+        rc.wait_growth(0, 50);
         assert!(xmit() - x0 >= 50, "the kernel forwarded them");
 
         let old = gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
@@ -478,22 +463,14 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
         );
         drop(r0);
 
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
-        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
-        gw.routes
-            .reserve_port(s2, DomainId::A, A_PORTS + 2)
-            .unwrap();
-        gw.routes
-            .reserve_port(s2, DomainId::B, B_PORTS + 2)
-            .unwrap();
-        let r1 = gw.routes.add_route(s2, spec(1)).unwrap();
-        wait_growth(1, 50);
-        wait_growth(0, 20);
-        stop.store(true, Relaxed);
-        tx.join().unwrap();
+        rc.add_first();
+        rc.wait_growth(0, 50);
+        let r1 = rc.add_second();
+        rc.wait_growth(1, 50);
+        rc.wait_growth(0, 20);
+        rc.stop_senders();
         std::thread::sleep(Duration::from_millis(300));
-        let delivered1 = sinks.count(1);
+        let delivered1 = rc.sinks.count(1);
         // Polled every 100 ms.
         let deadline = Instant::now() + Duration::from_secs(5);
         while r1.stats.snapshot().packets.tx_packets < delivered1 {
@@ -505,7 +482,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert_eq!(r1.stats.snapshot().packets.tx_packets, delivered1);
-        sinks.finish();
+        rc.finish();
         let fast = gw.describe();
         let total = gw.totals();
         let total = total.channel(Channel::Forward).tx_packets;

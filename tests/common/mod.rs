@@ -182,6 +182,72 @@ impl Bed {
     pub fn ip(&self, key: &str) -> Ipv4Addr {
         self.get(key).parse().expect("an IPv4 address")
     }
+
+    /// The start of a config for the gateway on this bed (see [`BedConfig`]); the sections a
+    /// test adds go after it (a key first lands in `[control]`).
+    pub fn config(&self, c: BedConfig) -> String {
+        let security = if c.policy.is_empty() {
+            String::new()
+        } else {
+            format!("[security]\nsource_validation = \"{}\"\n", c.policy)
+        };
+        format!(
+            r#"
+[domains.a]
+interface = "{ga_if}"
+address = "{ga_ip}"
+networks = ["10.201.1.0/24"]
+media_ports = "20000-{a_last}"
+[domains.b]
+interface = "{gb_if}"
+address = "{gb_ip}"
+networks = ["10.201.2.0/24"]
+media_ports = "30000-{b_last}"
+[engine]
+mode = "{mode}"
+queues = {queues}
+{engine}{security}[control]
+listen = "{control}"
+"#,
+            ga_if = self.get("GA_IF"),
+            ga_ip = self.get("GA_IP"),
+            gb_if = self.get("GB_IF"),
+            gb_ip = self.get("GB_IP"),
+            a_last = 20000 + c.ports - 1,
+            b_last = 30000 + c.ports - 1,
+            mode = c.mode,
+            queues = c.queues,
+            engine = c.engine,
+            control = c.control,
+        )
+    }
+}
+
+/// What [`Bed::config`] writes: the gateway's domains on the bed's interfaces and addresses
+/// (networks `10.201.1.0/24` and `10.201.2.0/24`), `ports` media ports from 20000 (A) and
+/// 30000 (B); `[engine]` with `mode`, `queues` and the `engine` lines; `source_validation =
+/// policy` (none written when empty); the admin interface on `control`.
+#[derive(Clone, Copy, Debug)]
+pub struct BedConfig<'a> {
+    pub mode: &'a str,
+    pub queues: usize,
+    pub ports: u16,
+    pub policy: &'a str,
+    pub control: &'a str,
+    pub engine: &'a str,
+}
+
+impl Default for BedConfig<'_> {
+    fn default() -> Self {
+        BedConfig {
+            mode: "stack",
+            queues: 1,
+            ports: 1000,
+            policy: "strict",
+            control: "127.0.0.1:9940",
+            engine: "",
+        }
+    }
 }
 
 impl Drop for Bed {

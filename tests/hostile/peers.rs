@@ -15,7 +15,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{enter_netns, Bed};
+use crate::common::{enter_netns, Bed, BedConfig};
 
 pub const A_PORTS: u16 = 20000;
 pub const B_PORTS: u16 = 30000;
@@ -97,35 +97,14 @@ pub fn admin_get(ns: &str, path: &str) -> String {
 /// The bed's two domains, media ranges of `ports` ports each, `extra` appended (routes,
 /// security). Control on 127.0.0.1:9940 in the gateway namespace.
 pub fn config(bed: &Bed, mode: &str, ports: u16, policy: &str, extra: &str) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "{ga_if}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "{A_PORTS}-{a_last}"
-[domains.b]
-interface = "{gb_if}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "{B_PORTS}-{b_last}"
-[engine]
-mode = "{mode}"
-queues = 1
-max_payload = 1400
-[security]
-source_validation = "{policy}"
-[control]
-listen = "127.0.0.1:9940"
-{extra}
-"#,
-        ga_if = bed.get("GA_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_if = bed.get("GB_IF"),
-        gb_ip = bed.get("GB_IP"),
-        a_last = A_PORTS + ports - 1,
-        b_last = B_PORTS + ports - 1,
-    )
+    bed.config(BedConfig {
+        mode,
+        ports,
+        policy,
+        engine: "max_payload = 1400\n",
+        ..Default::default()
+    }) + extra
+        + "\n"
 }
 
 /// Static routes A→B for `n` streams: gateway port `A_PORTS + 2i` → `B_IP:SINK_PORTS + i`,
