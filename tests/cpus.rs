@@ -10,25 +10,8 @@ use std::process::Command;
 use common::{admin, on_path, test_did_not_run, vgate::Vgate};
 
 fn config(cpus: &str) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.77.1"
-networks = ["127.0.77.1/32"]
-media_ports = "20000-20099"
-[domains.b]
-interface = "lo"
-address = "127.0.77.2"
-networks = ["127.0.77.2/32"]
-media_ports = "30000-30099"
-[engine]
-queues = 1
-cpus = {cpus}
-[control]
-listen = "127.0.77.1:9940"
-"#
-    )
+    common::vgate::loopback_with(77, 9940, 100, &[], &[])
+        + &format!("[engine]\nqueues = 1\ncpus = {cpus}\n")
 }
 
 fn online() -> Vec<usize> {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::vgate::Vgate;
+use common::vgate::{assert_success, check_config, check_config_file, Vgate};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -77,22 +77,10 @@ fn systemd_units_verify() {
 
 #[test]
 fn example_appliance_config_checks() {
-    let out = Command::new(common::vgate_bin())
-        .args(["check-config", "--cpus", "4"])
-        .arg(repo().join("systemd/vgate.toml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = check_config_file(&repo().join("systemd/vgate.toml"), &["--cpus", "4"]);
+    assert_success(&out);
     // On a 2-CPU machine the same file names the problem.
-    let out = Command::new(common::vgate_bin())
-        .args(["check-config", "--cpus", "2"])
-        .arg(repo().join("systemd/vgate.toml"))
-        .output()
-        .unwrap();
+    let out = check_config_file(&repo().join("systemd/vgate.toml"), &["--cpus", "2"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("engine.cpus"));
 }
@@ -103,11 +91,8 @@ fn example_half_configs_check() {
         ("a", "domain b is the link face"),
         ("b", "domain a is the link face"),
     ] {
-        let out = Command::new(common::vgate_bin())
-            .args(["check-config", "--cpus", "2"])
-            .arg(repo().join(format!("systemd/vgate-half-{half}.toml")))
-            .output()
-            .unwrap();
+        let file = repo().join(format!("systemd/vgate-half-{half}.toml"));
+        let out = check_config_file(&file, &["--cpus", "2"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -355,13 +340,7 @@ fn check_config_refuses_an_engine_family_link_on_a_missing_interface() {
     let end = at + cfg[at..].find('"').unwrap();
     let cfg = format!("{}vgnosuchif0{}", &cfg[..at], &cfg[end..]);
     let line = cfg[..at].lines().count();
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut f, cfg.as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin())
-        .arg("check-config")
-        .arg(f.path())
-        .output()
-        .unwrap();
+    let out = check_config(&cfg, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -370,14 +349,5 @@ fn check_config_refuses_an_engine_family_link_on_a_missing_interface() {
             && stderr.contains("vgnosuchif0"),
         "{stderr}"
     );
-    let out = Command::new(common::vgate_bin())
-        .args(["check-config", "--cpus", "2"])
-        .arg(f.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&check_config(&cfg, &["--cpus", "2"]));
 }

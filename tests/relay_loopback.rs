@@ -9,7 +9,7 @@ use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::vgate::Vgate;
+use common::vgate::{assert_success, check_config, Vgate};
 
 use vgate::wire::rtp::{write_header, RtpPacket};
 
@@ -230,17 +230,11 @@ rtp_only = true
 
 #[test]
 fn check_config_names_line_and_key() {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
     let text = header(5).replace(
         "media_ports = \"30000-30999\"",
         "media_ports = \"20500-30999\"",
     );
-    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin())
-        .arg("check-config")
-        .arg(f.path())
-        .output()
-        .unwrap();
+    let out = check_config(&text, &[]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -248,18 +242,8 @@ fn check_config_names_line_and_key() {
         "{err}"
     );
 
-    let mut ok = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut ok, header(5).as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin())
-        .arg("check-config")
-        .arg(ok.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = check_config(&header(5), &[]);
+    assert_success(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
 }
 

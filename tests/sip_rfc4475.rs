@@ -289,22 +289,8 @@ mod through_core {
 
     fn config(transport: &str) -> String {
         format!(
-            r#"
-[domains.a]
-interface = "eth0"
-address = "10.1.0.1"
-networks = ["10.1.0.0/16"]
-media_ports = "20000-20099"
-
-[domains.b]
-interface = "eth1"
-address = "10.2.0.1"
-networks = ["10.2.0.0/16"]
-media_ports = "30000-30099"
-
-[engine]
-queues = 1
-
+            crate::offline_config!(
+                r#"
 [[signaling_route]]
 name = "torture"
 type = "sip"
@@ -313,6 +299,8 @@ listen_domain = "b"
 listen_port = 5060
 upstream = "10.1.0.9:5060"
 "#
+            ),
+            transport = transport
         )
     }
 

@@ -36,6 +36,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// A config that is only parsed (in-process tests, no socket): domain A on `eth0` at
+/// 10.1.0.1 (10.1.0.0/16, media 20000-20099), domain B on `eth1` at 10.2.0.1 (10.2.0.0/16,
+/// 30000-30099), one queue; then `$rest` (a string literal, so the result is one too and
+/// can be a `const` or a `format!` string).
+#[macro_export]
+macro_rules! offline_config {
+    ($rest:literal) => {
+        concat!(
+            "\n[domains.a]\ninterface = \"eth0\"\naddress = \"10.1.0.1\"\nnetworks = [\"10.1.0.0/16\"]\nmedia_ports = \"20000-20099\"\n",
+            "\n[domains.b]\ninterface = \"eth1\"\naddress = \"10.2.0.1\"\nnetworks = [\"10.2.0.0/16\"]\nmedia_ports = \"30000-30099\"\n",
+            "\n[engine]\nqueues = 1\n",
+            $rest
+        )
+    };
+}
+
 /// Whether `cmd` is on PATH (or in /usr/sbin, /sbin, where root's tools live).
 pub fn on_path(cmd: &str) -> bool {
     std::env::var_os("PATH")

@@ -221,8 +221,12 @@ impl Vgate {
             match self.lines.recv_timeout(left) {
                 Ok(l) if l.contains(needle) => return l,
                 Ok(_) => {}
-                Err(_) => panic!(
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
                     "vgate did not log {needle:?} within {within:?}; log:\n{}",
+                    self.log()
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                    "vgate closed its stderr (exited) before logging {needle:?}; log:\n{}",
                     self.log()
                 ),
             }
@@ -426,4 +430,30 @@ pub fn channel_totals(totals: &str, channel: &str) -> HashMap<String, String> {
         .find(|l| l.starts_with(&format!("total channel={channel} ")))
         .map(kv)
         .unwrap_or_else(|| panic!("no {channel} totals in:\n{totals}"))
+}
+
+/// `vgate check-config [extra…] FILE`: its output.
+pub fn check_config_file(file: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    Command::new(super::vgate_bin())
+        .arg("check-config")
+        .args(extra)
+        .arg(file)
+        .output()
+        .expect("run vgate check-config")
+}
+
+/// [`check_config_file`] of `config` written to a temporary file.
+pub fn check_config(config: &str, extra: &[&str]) -> std::process::Output {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(config.as_bytes()).unwrap();
+    check_config_file(f.path(), extra)
+}
+
+/// Panics with its stderr unless the command `out` is the output of succeeded.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
