@@ -27,15 +27,7 @@ const STREAMS: u32 = 48;
 const PER_STREAM: u32 = 200;
 
 fn vgate_tables(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "tables"])
-        .output()
-        .expect("nft list tables");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("vgate_"))
-        .map(str::to_owned)
-        .collect()
+    common::nft_tables(ns, "vgate_")
 }
 
 /// One full run of the binary in `mode` on a fresh bed.

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use common::gb_sipp::{check_flows, uac_xml, uas_xml, Side};
 use common::rfc4571::{self, Flow, Flows};
-use common::sipp::{Sipp, GB_CID};
+use common::sipp::{self, Sipp, GB_CID};
 use common::vgate::Vgate;
 use common::{admin, in_netns, prerequisites, Bed, BedConfig};
 
@@ -45,23 +45,7 @@ fn config(bed: &Bed) -> String {
         control: ADMIN,
         ..Default::default()
     });
-    head + &format!(
-        r#"
-[[signaling_route]]
-name = "b2a"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "{a_ip}:5060"
-upstream_port = 5061
-allow_peers = ["{b_ip}/32"]
-allow_ids = ["3402000000"]
-media_timeout = 30
-"#,
-        a_ip = bed.get("A_IP"),
-        b_ip = bed.get("B_IP"),
-    )
+    head + &sipp::gb_b2a_route(bed, "media_timeout = 30\n")
 }
 
 /// Runs `calls` calls: the device scenario `uas` in A (from its file's directory), then the

@@ -16,7 +16,6 @@ mod common;
 mod peers;
 
 use std::io::Write;
-use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -26,15 +25,7 @@ use peers::*;
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 
 fn vgate_tables(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "tables"])
-        .output()
-        .expect("nft list tables");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("vgate_"))
-        .map(str::to_owned)
-        .collect()
+    common::nft_tables(ns, "vgate_")
 }
 
 fn kill9_and_restart(mode: &str) {

@@ -26,19 +26,9 @@ fn config(bed: &Bed) -> String {
         control: "127.0.0.1:9940",
         ..Default::default()
     });
-    head + &format!(
-        r#"
-[[signaling_route]]
-name = "b2a"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "{a_ip}:5060"
-upstream_port = 5061
-allow_peers = ["{b_ip}/32"]
-allow_ids = ["3402000000"]
-
+    head + &sipp::gb_b2a_route(bed, "")
+        + &format!(
+            r#"
 [[signaling_route]]
 name = "a2b"
 type = "sip"
@@ -49,9 +39,8 @@ upstream = "{b_ip}:5070"
 upstream_port = 5061
 allow_ids = ["3402000000"]
 "#,
-        a_ip = bed.get("A_IP"),
-        b_ip = bed.get("B_IP"),
-    )
+            b_ip = bed.get("B_IP"),
+        )
 }
 
 /// Sends `msg` from `from` to `to` inside the current namespace and returns the first line

@@ -140,6 +140,50 @@ pub struct Bed {
 
 static BED_SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// `bash SCRIPT --name NAME --queues Q up` (`scripts/testbed.sh`, `scripts/split-bed.sh`):
+/// the `KEY=value` lines it printed. Panics with its stderr if it failed.
+pub fn bed_script_up(script: &str, name: &str, queues: usize) -> HashMap<String, String> {
+    let out = Command::new("bash")
+        .args([
+            script,
+            "--name",
+            name,
+            "--queues",
+            &queues.to_string(),
+            "up",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} up failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    key_values(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The `KEY=value` lines of a text.
+pub fn key_values(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The nftables tables in namespace `ns` whose line contains `needle` (`vgate_`): what a
+/// stopped vgate must not leave behind.
+pub fn nft_tables(ns: &str, needle: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "tables"])
+        .output()
+        .expect("nft list tables");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
 pub fn testbed_script() -> String {
     format!("{}/scripts/testbed.sh", env!("CARGO_MANIFEST_DIR"))
 }
@@ -151,32 +195,12 @@ impl Bed {
             std::process::id(),
             BED_SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let out = Command::new("bash")
-            .args([
-                &testbed_script(),
-                "--name",
-                &name,
-                "--queues",
-                &queues.to_string(),
-                "up",
-            ])
-            .output()
-            .expect("run scripts/testbed.sh");
-        // The guard exists before the check, so a half-made bed is removed too.
+        // The guard exists before the script runs, so a half-made bed is removed too.
         let mut bed = Bed {
             name,
             env: HashMap::new(),
         };
-        assert!(
-            out.status.success(),
-            "testbed.sh up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some((k, v)) = line.split_once('=') {
-                bed.env.insert(k.to_owned(), v.to_owned());
-            }
-        }
+        bed.env = bed_script_up(&testbed_script(), &bed.name, queues as usize);
         bed
     }
 

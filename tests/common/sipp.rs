@@ -112,3 +112,26 @@ pub fn make_rtp_pcap(path: &Path, packets: u32) {
         .expect("run python3");
     assert!(st.success(), "make_rtp_pcap.py failed");
 }
+
+/// The GB/T 28181 signaling route `b2a` of the three-namespace bed, over UDP: a platform
+/// in B (only `B_IP`, only the `3402000000` domain) calls the device at `A_IP:5060` through
+/// the gateway's B address, port 5060; the upstream face is port 5061. `extra` lines are
+/// added to the route.
+pub fn gb_b2a_route(bed: &super::Bed, extra: &str) -> String {
+    format!(
+        r#"
+[[signaling_route]]
+name = "b2a"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "{a_ip}:5060"
+upstream_port = 5061
+allow_peers = ["{b_ip}/32"]
+allow_ids = ["3402000000"]
+{extra}"#,
+        a_ip = bed.get("A_IP"),
+        b_ip = bed.get("B_IP"),
+    )
+}

@@ -42,12 +42,7 @@ pub struct SplitBed {
     pub env: HashMap<String, String>,
 }
 
-fn kv(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
+use super::key_values as kv;
 
 impl SplitBed {
     pub fn up() -> SplitBed {
@@ -62,27 +57,12 @@ impl SplitBed {
             std::process::id() % 100_000,
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let out = Command::new("bash")
-            .args([
-                &script(),
-                "--name",
-                &name,
-                "--queues",
-                &queues.to_string(),
-                "up",
-            ])
-            .output()
-            .expect("run scripts/split-bed.sh");
+        // The guard exists before the script runs, so a half-made bed is removed too.
         let mut bed = SplitBed {
             name,
             env: HashMap::new(),
         };
-        assert!(
-            out.status.success(),
-            "split-bed.sh up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        bed.env = kv(&String::from_utf8_lossy(&out.stdout));
+        bed.env = super::bed_script_up(&script(), &bed.name, queues);
         bed
     }
 
