@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use common::relay::*;
 use common::vgate::{kv, num, Vgate};
-use common::{enter_netns, in_netns, prerequisites, Bed};
+use common::{enter_netns, in_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
 const STREAMS: u32 = 64;
@@ -91,22 +91,18 @@ fn xdp_links(ns: &str) -> Vec<String> {
 
 #[test]
 fn afxdp_relays_every_packet_once_over_the_queues() {
-    if !prerequisites(
+    require!(
         "afxdp_relays_every_packet_once_over_the_queues",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     relay_run("xdp");
 }
 
 /// The same with egress through the gateway-port sockets (`sendmmsg`).
 #[test]
 fn afxdp_relays_through_sockets_too() {
-    if !prerequisites("afxdp_relays_through_sockets_too", true, NEEDS) {
-        return;
-    }
+    require!("afxdp_relays_through_sockets_too", true, NEEDS);
     relay_run("sockets");
 }
 
@@ -237,13 +233,11 @@ fn relay_run(tx_path: &str) {
 /// nothing is attached afterwards.
 #[test]
 fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
-    if !prerequisites(
+    require!(
         "afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
     let ga_if = bed.get("GA_IF").to_owned();
@@ -294,13 +288,11 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
 /// within 1 s of being installed (measured: 1–3 ms; the time is printed).
 #[test]
 fn afxdp_route_changes_take_effect_while_traffic_flows() {
-    if !prerequisites(
+    require!(
         "afxdp_route_changes_take_effect_while_traffic_flows",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     use vgate::routes::Channel;
 
     let bed = Bed::up(4);
@@ -517,7 +509,7 @@ fn nft_output_count(ns: &str) -> u64 {
 /// receiver, which is checked for delivery. The engine description says which is in use.
 #[test]
 fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
-    if !prerequisites(
+    require!(
         "afxdp_transmit_checksums_are_right_offloaded_or_computed",
         true,
         &[
@@ -525,9 +517,7 @@ fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
             ("ethtool", "ethtool"),
             ("nft", "nftables"),
         ],
-    ) {
-        return;
-    }
+    );
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut v = release
         .trim()

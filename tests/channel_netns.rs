@@ -40,7 +40,7 @@ use common::proc::Proc;
 use common::relay::snmp_udp;
 use common::split::{half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::{Totals, Vgate};
-use common::{admin, prerequisites, Bed, BedConfig};
+use common::{admin, Bed, BedConfig};
 
 /// Streams, bit/s of UDP payload per stream, seconds, UDP payload bytes: 8 × 2 Mbit/s × 3 s
 /// is about 570 datagrams per stream, 4 600 in all.
@@ -587,9 +587,7 @@ fn split(mode: &str) -> Verdict {
 
 /// Both runs of `mode`, printed side by side; each must pass.
 fn channel(test: &str, mode: &str) {
-    if !prerequisites(test, true, NEEDS) {
-        return;
-    }
+    require!(test, true, NEEDS);
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let one = single_host(mode);
     let two = split(mode);

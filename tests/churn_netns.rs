@@ -24,7 +24,7 @@ use std::io::Write;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use common::{in_netns, prerequisites, Bed};
+use common::{in_netns, Bed};
 use peers::*;
 
 fn count(var: &str, default: u32) -> u32 {
@@ -51,13 +51,11 @@ fn wait_empty(g_ns: &str, within: Duration) -> String {
 
 #[test]
 fn sip_and_rtsp_churn_leaves_nothing_behind() {
-    if !prerequisites(
+    require!(
         "sip_and_rtsp_churn_leaves_nothing_behind",
         true,
         &[("ip", "iproute2")],
-    ) {
-        return;
-    }
+    );
     let calls = count("VGATE_CHURN_CALLS", 2000);
     let sessions = count("VGATE_CHURN_RTSP", 400);
     let bed = Bed::up(1);
@@ -349,9 +347,7 @@ fn churn_round(
 #[test]
 #[ignore = "long: run by scripts/soak.sh"]
 fn soak() {
-    if !prerequisites("soak", true, &[("ip", "iproute2"), ("nft", "nftables")]) {
-        return;
-    }
+    require!("soak", true, &[("ip", "iproute2"), ("nft", "nftables")]);
     let minutes: f64 = std::env::var("VGATE_SOAK_MINUTES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::relay::*;
 use common::vgate::{kv, num, Vgate};
-use common::{in_netns, prerequisites, Bed};
+use common::{in_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
@@ -137,38 +137,32 @@ fn relay_run(mode: &str) {
 
 #[test]
 fn tnapi_relays_every_packet_once_over_the_queues() {
-    if !prerequisites(
+    require!(
         "tnapi_relays_every_packet_once_over_the_queues",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     relay_run("tnapi");
 }
 
 #[test]
 fn stack_relays_every_packet_once_over_the_queues() {
-    if !prerequisites(
+    require!(
         "stack_relays_every_packet_once_over_the_queues",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     relay_run("stack");
 }
 
 /// A crashed run's table (same config, so same name) is replaced, and removed at exit.
 #[test]
 fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
-    if !prerequisites(
+    require!(
         "tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
@@ -228,13 +222,11 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
 /// restarting a worker.
 #[test]
 fn tnapi_route_changes_take_effect_while_traffic_flows() {
-    if !prerequisites(
+    require!(
         "tnapi_route_changes_take_effect_while_traffic_flows",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     use vgate::routes::Channel;
 
     let bed = Bed::up(4);

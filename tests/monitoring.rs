@@ -243,13 +243,11 @@ fn promql_names_are_found() {
 
 #[test]
 fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
-    if !common::prerequisites(
+    require!(
         "live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert",
         false,
         &[("promtool", "prometheus")],
-    ) {
-        return;
-    }
+    );
     let vg = Vgate::start(&config());
     // A few RTP packets through the static route, so per-stream series carry an SSRC.
     let rx = UdpSocket::bind(format!("127.0.{NET}.2:40000")).unwrap();
@@ -373,7 +371,7 @@ fn promtool_check_metrics(text: &str) {
 #[test]
 fn split_half_scrape_feeds_the_split_panel_and_alerts() {
     let test = "split_half_scrape_feeds_the_split_panel_and_alerts";
-    if !common::prerequisites(
+    require!(
         test,
         true,
         &[
@@ -381,9 +379,7 @@ fn split_half_scrape_feeds_the_split_panel_and_alerts() {
             ("nft", "nftables"),
             ("promtool", "prometheus"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = SplitBed::up();
     // Half A alone: its links and signaling agent export every split family (the peer
     // half need not run; vgate_split_peer_up is then 0).
@@ -427,13 +423,11 @@ fn dash_and_rules(dash: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn alert_rules_check_and_fire() {
-    if !common::prerequisites(
+    require!(
         "alert_rules_check_and_fire",
         false,
         &[("promtool", "prometheus")],
-    ) {
-        return;
-    }
+    );
     let dir = repo().join("monitoring/prometheus");
     for args in [
         &["check", "rules", "vgate-alerts.yml"][..],

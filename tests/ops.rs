@@ -17,13 +17,11 @@ fn repo() -> &'static Path {
 
 #[test]
 fn systemd_units_verify() {
-    if !common::prerequisites(
+    require!(
         "systemd_units_verify",
         false,
         &[("systemd-analyze", "systemd")],
-    ) {
-        return;
-    }
+    );
     let dir = tempfile::tempdir().unwrap();
     let bin = common::vgate_bin();
     let unit = std::fs::read_to_string(repo().join("systemd/vgate.service"))
@@ -181,13 +179,11 @@ impl Drop for Ns {
 
 #[test]
 fn nic_setup_dry_run_then_real_run_on_veth() {
-    if !common::prerequisites(
+    require!(
         "nic_setup_dry_run_then_real_run_on_veth",
         true,
         &[("ip", "iproute2"), ("ethtool", "ethtool")],
-    ) {
-        return;
-    }
+    );
     let ns = Ns::new();
     let script = repo().join("scripts/nic-setup.sh");
     let script = script.to_str().unwrap();
@@ -242,13 +238,11 @@ fn nic_setup_dry_run_then_real_run_on_veth() {
 
 #[test]
 fn stats_in_a_terminal_shows_live_rates() {
-    if !common::prerequisites(
+    require!(
         "stats_in_a_terminal_shows_live_rates",
         false,
         &[("tmux", "tmux")],
-    ) {
-        return;
-    }
+    );
     let net = 12;
     let cfg = common::vgate::loopback_with(net, 9942, 1000, &[], &[])
         + &format!(

@@ -60,9 +60,7 @@ fn without_the_module_open_fails_with_errno_97() {
     use std::io::Write;
 
     const TEST: &str = "without_the_module_open_fails_with_errno_97";
-    if !prerequisites(TEST, true, &[("ip", "iproute2")]) {
-        return;
-    }
+    require!(TEST, true, &[("ip", "iproute2")]);
     if std::path::Path::new("/proc/net/pf_ring").exists() {
         eprintln!("{TEST}: pf_ring.ko is loaded here: this test DID NOT RUN");
         return;

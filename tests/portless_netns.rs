@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{enter_netns, prerequisites, Bed};
+use common::{enter_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[
     ("ip", "iproute2"),
@@ -102,9 +102,7 @@ fn ethtool(ns: &str, args: &[&str]) {
 
 fn run(mode: &str, control_port: u16) {
     let test = format!("{mode}_holds_no_socket_per_port");
-    if !prerequisites(&test, true, NEEDS) {
-        return;
-    }
+    require!(&test, true, NEEDS);
     let bed = Bed::up(4);
     if mode == "xdp" {
         // The bed of tests/xdp_netns.rs: GRO on B's veth takes the kernel's redirects,

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use common::{prerequisites, Bed};
+use common::Bed;
 use peers::*;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
@@ -99,30 +99,24 @@ fn kill9_and_restart(mode: &str) {
 
 #[test]
 fn kill9_during_traffic_tnapi_restarts_clean() {
-    if !prerequisites("kill9_during_traffic_tnapi_restarts_clean", true, NEEDS) {
-        return;
-    }
+    require!("kill9_during_traffic_tnapi_restarts_clean", true, NEEDS);
     kill9_and_restart("tnapi");
 }
 
 #[test]
 fn kill9_during_traffic_stack_restarts_clean() {
-    if !prerequisites("kill9_during_traffic_stack_restarts_clean", true, NEEDS) {
-        return;
-    }
+    require!("kill9_during_traffic_stack_restarts_clean", true, NEEDS);
     kill9_and_restart("stack");
 }
 
 /// SIGSTOP during a burst: the socket's receive queue overflows; vgate counts it.
 #[test]
 fn receive_overflow_is_counted_in_totals_and_metrics() {
-    if !prerequisites(
+    require!(
         "receive_overflow_is_counted_in_totals_and_metrics",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = config(&bed, "stack", 100, "strict", &stream_routes(&bed, 1));

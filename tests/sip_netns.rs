@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::sipp::{self, make_rtp_pcap, read_logs, Sipp, GB_CID};
 use common::udp::count_sink;
 use common::vgate::Vgate;
-use common::{admin, in_netns, prerequisites, Bed, BedConfig};
+use common::{admin, in_netns, Bed, BedConfig};
 
 fn config(bed: &Bed) -> String {
     let head = bed.config(BedConfig {
@@ -73,7 +73,7 @@ Content-Length: 0\r\n\r\n"
 
 #[test]
 fn sip_gb_calls_register_and_access_control_through_vgate() {
-    if !prerequisites(
+    require!(
         "sip_netns",
         true,
         &[
@@ -81,9 +81,7 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
             ("ip", "iproute2"),
             ("timeout", "coreutils"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let dir = tempfile::tempdir().unwrap();
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
@@ -254,7 +252,7 @@ Content-Length: {body_len}\r\n\r\n{body}"
 
 #[test]
 fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
-    if !prerequisites(
+    require!(
         "sip_netns (tcp)",
         true,
         &[
@@ -262,9 +260,7 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
             ("ip", "iproute2"),
             ("timeout", "coreutils"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let dir = tempfile::tempdir().unwrap();
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
@@ -473,7 +469,7 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
 /// (Call-ID included). Before vgate routed such requests by device ID they got 404.
 #[test]
 fn sip_wvp_style_platform_invites_the_registered_address() {
-    if !prerequisites(
+    require!(
         "sip_wvp_style_platform",
         true,
         &[
@@ -481,9 +477,7 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
             ("ip", "iproute2"),
             ("timeout", "coreutils"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let dir = tempfile::tempdir().unwrap();
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{admin, enter_netns, in_netns, prerequisites, Bed};
+use common::{admin, enter_netns, in_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -114,9 +114,7 @@ fn admin_get(ns: &str, port: u16, path: &str) -> serde_json::Value {
 
 #[test]
 fn xdp_relays_every_packet_once_in_the_kernel() {
-    if !prerequisites("xdp_relays_every_packet_once_in_the_kernel", true, NEEDS) {
-        return;
-    }
+    require!("xdp_relays_every_packet_once_in_the_kernel", true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let control = 9951;
@@ -199,9 +197,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
 /// process.
 #[test]
 fn xdp_leaves_nothing_after_kill_9() {
-    if !prerequisites("xdp_leaves_nothing_after_kill_9", true, NEEDS) {
-        return;
-    }
+    require!("xdp_leaves_nothing_after_kill_9", true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let vg = Vgate::start_with(
@@ -273,9 +269,7 @@ fn tracepoint_programs(engine: &str) -> Vec<u32> {
 /// delivered and counted sent, or counted `redirect_failed`.
 #[test]
 fn xdp_counts_redirects_the_egress_refuses() {
-    if !prerequisites("xdp_counts_redirects_the_egress_refuses", true, NEEDS) {
-        return;
-    }
+    require!("xdp_counts_redirects_the_egress_refuses", true, NEEDS);
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec};
     use vgate::stats::DropReason;
@@ -417,13 +411,11 @@ fn xdp_counts_redirects_the_egress_refuses() {
 /// forward again; the route counters equal what the sinks received.
 #[test]
 fn xdp_route_changes_take_effect_while_traffic_flows() {
-    if !prerequisites(
+    require!(
         "xdp_route_changes_take_effect_while_traffic_flows",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     use vgate::routes::Channel;
 
     let bed = xdp_bed();
@@ -642,7 +634,7 @@ fn send_frames(bed: &Bed, frames: &[Vec<u8>]) {
 /// or drops them with their reason counter) or to the kernel; none is forwarded wrongly.
 #[test]
 fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
-    if !prerequisites(
+    require!(
         "xdp_passes_what_it_cannot_forward_to_the_slow_path",
         true,
         &[
@@ -650,9 +642,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
             ("ethtool", "ethtool"),
             ("python3", "python3"),
         ],
-    ) {
-        return;
-    }
+    );
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec, SessionKind};
     use vgate::stats::DropReason;
@@ -886,13 +876,11 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
 /// gateway's A address and the route's egress port, redirected into the A-side veth.
 #[test]
 fn xdp_forwards_the_reverse_channel_in_the_kernel() {
-    if !prerequisites(
+    require!(
         "xdp_forwards_the_reverse_channel_in_the_kernel",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::RouteSpec;
     const COUNT: u32 = 200;

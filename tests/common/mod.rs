@@ -83,6 +83,17 @@ pub fn prerequisites(test: &str, root: bool, commands: &[(&str, &str)]) -> bool 
     false
 }
 
+/// `return`s from the test unless [`prerequisites`]`(test, root, commands)` holds (which
+/// said why it did not run, or failed under `CI=true`).
+#[macro_export]
+macro_rules! require {
+    ($test:expr, $root:expr, $commands:expr $(,)?) => {
+        if !$crate::common::prerequisites($test, $root, $commands) {
+            return;
+        }
+    };
+}
+
 /// The one rule for a test that cannot run here (`why`: what is missing): under `CI=true`
 /// it fails; elsewhere it says plainly that the test DID NOT RUN (and the caller returns).
 pub fn test_did_not_run(test: &str, why: &str) {
