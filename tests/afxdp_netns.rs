@@ -76,19 +76,6 @@ fn noroute_in_kernel(ns: &str) -> Option<u64> {
     packets
 }
 
-/// The gateway namespace's links that carry an XDP program.
-fn xdp_links(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-d", "link", "show"])
-        .output()
-        .expect("ip link show");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .filter(|l| l.contains("prog/xdp"))
-        .map(str::to_owned)
-        .collect()
-}
-
 #[test]
 fn afxdp_relays_every_packet_once_over_the_queues() {
     require!(
@@ -165,18 +152,7 @@ fn relay_run(tx_path: &str) {
     );
 
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        bed.ip("B_IP"),
-        bed.ip("GB_IP"),
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("receivers bound");
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let tx = sender(a_ns, bed.ip("A_IP"), bed.ip("GA_IP"), STREAMS, PER_STREAM);
     let sent = tx.join().expect("sender");
     done.store(true, Relaxed);
@@ -275,11 +251,7 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
         "{no_iface}"
     );
     assert!(no_queue.contains("RX queue(s)"), "{no_queue}");
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// Route changes while a sender runs: removing a route makes the XDP program drop its port
@@ -442,11 +414,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         );
         drop(gw);
     });
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// Counts, in an nft table of its own in `ns`, the UDP datagrams to `dst` that pass the
@@ -574,18 +542,7 @@ fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
             "{csum}: the engine description says {want:?}: {stats}"
         );
         let done = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let rx = receiver(
-            b_ns.clone(),
-            bed.ip("B_IP"),
-            bed.ip("GB_IP"),
-            streams,
-            Arc::clone(&done),
-            ready_tx,
-        );
-        ready_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("receivers bound");
+        let rx = bed_receiver(&bed, streams, Arc::clone(&done));
         // What the gateway's kernel sends (the raw-socket fallback while a neighbour
         // resolves) passes its output hook; AF_XDP frames do not.
         nft_count_output(&g_ns, bed.ip("B_IP"));

@@ -15,7 +15,7 @@ mod common;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::relay::*;
@@ -59,18 +59,7 @@ fn relay_run(mode: &str) {
     }
 
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        bed.ip("B_IP"),
-        bed.ip("GB_IP"),
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("receivers bound");
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let t0 = Instant::now();
     let tx = sender(
         bed.get("A_NS").into(),

@@ -29,7 +29,7 @@ mod common;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::relay::*;
@@ -113,7 +113,7 @@ fn run(mode: &str, control_port: u16) {
         }
     }
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let (a_ip, ga_ip, _, b_ip) = addrs(&bed);
     // The next hop toward the receivers is unknown until the gateway sends there.
     let del = Command::new("ip")
         .args(["-n", &g_ns, "neigh", "del", &b_ip.to_string()])
@@ -166,18 +166,7 @@ fn run(mode: &str, control_port: u16) {
 
     // Routed traffic, checked at the receivers (source address and port, once each).
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        b_ip,
-        gb_ip,
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("receivers bound");
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let tx = sender(bed.get("A_NS").into(), a_ip, ga_ip, STREAMS, PER_STREAM);
     // A port of the range without a route (routes take even ports from A_PORTS on).
     let unrouted = A_PORTS + 999;

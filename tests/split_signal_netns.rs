@@ -723,25 +723,10 @@ fn static_routes_keep_flowing_through_a_signaling_outage() {
     if !ready("split_signal_netns outage") {
         return;
     }
-    use common::split::{receive_numbered, route, send_numbered};
+    use common::split::{cam_routes, receive_numbered, send_numbered};
     let bed = SplitBed::up();
     let (da, db) = (bed.get("DA_IP").to_owned(), bed.get("DB_IP").to_owned());
-    let ra = route(
-        "cam",
-        "a",
-        20000,
-        &format!("{FACE_B}:21000"),
-        30000,
-        &format!("{da}:5000"),
-    );
-    let rb = route(
-        "cam",
-        "a",
-        21000,
-        &format!("{db}:6000"),
-        30000,
-        &format!("{FACE_A}:30000"),
-    );
+    let (ra, rb) = cam_routes(&bed);
     let a = start_half(&bed, "a", &half_config(&bed, "a", "off", "off", &ra));
     let b = start_half(&bed, "b", &half_config(&bed, "b", "off", "off", &rb));
     peers_up(&a, &b);

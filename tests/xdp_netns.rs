@@ -89,19 +89,6 @@ fn xmit_of(g_ns: &str, gb_if: &str) -> (u64, u64) {
     out
 }
 
-/// The gateway namespace's links that carry an XDP program.
-fn xdp_links(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-d", "link", "show"])
-        .output()
-        .expect("ip link show");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("prog/xdp"))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// `GET path` on the admin interface at 127.0.0.1:`port` inside namespace `ns`.
 fn admin_get(ns: &str, port: u16, path: &str) -> serde_json::Value {
     let url = format!("http://127.0.0.1:{port}{path}");
@@ -126,16 +113,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
     assert_eq!(xdp_links(&g_ns).len(), 2, "a program on each interface");
     let (xmit_before, _) = fast_xmit(&bed);
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        bed.ip("B_IP"),
-        bed.ip("GB_IP"),
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let tx = sender(
         bed.get("A_NS").into(),
         bed.ip("A_IP"),
@@ -186,11 +164,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
         }
         assert!(r["latched_source"].is_string(), "latched: {r}");
     }
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// `kill -9` leaves nothing attached: the program hangs on BPF links that die with the
@@ -398,11 +372,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
         "the down interface's refusals counted: {f2:?}"
     );
     in_netns(&g_ns, move || drop(gw));
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// Route changes while a sender runs, in process: a route (policy any: on the fast path at
@@ -487,11 +457,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
         by_kernel + 20 >= sinks_total,
         "nearly all by the kernel: {by_kernel} of {sinks_total}"
     );
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// One's-complement sum of `data` (16-bit big-endian words) added to `acc`.
@@ -865,11 +831,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         "IPv4 length beyond the frame, UDP length beyond IPv4's, bad header checksum (on \
          both routes): {fwd:?}"
     );
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// The reverse channel (B → A) takes the fast path too: every packet delivered once from the
@@ -936,9 +898,5 @@ fn xdp_forwards_the_reverse_channel_in_the_kernel() {
     let by_kernel = xmit_of(&g_ns, bed.get("GA_IF")).0 - x0;
     assert_eq!(by_kernel, u64::from(COUNT), "all by the kernel");
     in_netns(&g_ns, move || drop(gw));
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }

@@ -462,3 +462,43 @@ impl<'g> RouteChanges<'g> {
         self.sinks.finish();
     }
 }
+
+/// The links in namespace `ns` that carry an XDP program.
+pub fn xdp_links(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show"])
+        .output()
+        .expect("ip link show");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("prog/xdp"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Panics if a link in namespace `ns` still carries an XDP program (after vgate stopped).
+pub fn assert_no_xdp_left(ns: &str) {
+    assert!(
+        xdp_links(ns).is_empty(),
+        "nothing left: {:?}",
+        xdp_links(ns)
+    );
+}
+
+/// [`receiver`] for `streams` streams on the bed (`B_IP` in `B_NS`, from `GB_IP`), bound
+/// before this returns.
+pub fn bed_receiver(bed: &Bed, streams: u32, done: Arc<AtomicBool>) -> JoinHandle<Received> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let rx = receiver(
+        bed.get("B_NS").to_owned(),
+        bed.ip("B_IP"),
+        bed.ip("GB_IP"),
+        streams,
+        done,
+        ready_tx,
+    );
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("receivers bound");
+    rx
+}

@@ -431,3 +431,29 @@ pub fn admin_get(bed: &SplitBed, half: &str, path: &str) -> String {
     let ns = bed.get(if half == "a" { "HA_NS" } else { "HB_NS" });
     super::admin::get_in(ns, "127.0.0.1:9940", path)
 }
+
+/// The static stream `cam` from domain A to domain B across the forward link, as each half
+/// configures it: half A takes `DA_IP:5000` on port 20000 and sends it to half B's face at
+/// 21000 (from 30000); half B takes it there from half A's face (30000) and sends it to
+/// `DB_IP:6000` from 30000. (half A's routes, half B's routes)
+pub fn cam_routes(bed: &SplitBed) -> (String, String) {
+    let (da, db) = (bed.get("DA_IP"), bed.get("DB_IP"));
+    (
+        route(
+            "cam",
+            "a",
+            20000,
+            &format!("{FACE_B}:21000"),
+            30000,
+            &format!("{da}:5000"),
+        ),
+        route(
+            "cam",
+            "a",
+            21000,
+            &format!("{db}:6000"),
+            30000,
+            &format!("{FACE_A}:30000"),
+        ),
+    )
+}
