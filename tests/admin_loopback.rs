@@ -15,19 +15,9 @@ use vgate::control::metrics::FAMILIES;
 
 fn config(net: u8, streams: u16) -> String {
     let mut c = common::vgate::loopback_with(net, 9941, 1000, &[], &[])
-        + &format!(
-            r#"per_stream_metrics = true
-[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "127.0.{net}.1:5070"
-[security]
-source_validation = "latch"
-"#
-        );
+        + "per_stream_metrics = true\n"
+        + &common::vgate::loopback_gb_route(net)
+        + "[security]\nsource_validation = \"latch\"\n";
     for i in 0..streams {
         let _ = write!(
             c,

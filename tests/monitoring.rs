@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::split::{half_config, start_half, SplitBed};
-use common::vgate::Vgate;
+use common::vgate::{loopback_cam_route, loopback_config, loopback_gb_route, Vgate};
 
 const NET: u8 = 31;
 
@@ -29,35 +29,23 @@ fn repo() -> &'static Path {
 }
 
 fn config() -> String {
-    common::vgate::loopback_config(NET, &[], &[])
+    let (net, gb, cam) = (NET, loopback_gb_route(NET), loopback_cam_route(NET));
+    loopback_config(net, &[], &[])
         + &format!(
             r#"per_stream_metrics = true
 [security]
 source_validation = "latch"
-[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "127.0.{NET}.1:5070"
-[[signaling_route]]
+{gb}[[signaling_route]]
 name = "cam"
 type = "rtsp"
 transport = "tcp"
 listen_domain = "b"
 listen_port = 8554
-upstream = "127.0.{NET}.1:8554"
+upstream = "127.0.{net}.1:8554"
 [[signaling_route.paths]]
 prefix = "/cam1"
 upstream_path = "/test"
-[[stream_route]]
-name = "cam1"
-domain = "a"
-port = 20000
-destination = "127.0.{NET}.2:40000"
-egress_port = 30000
-"#
+{cam}"#
         )
 }
 

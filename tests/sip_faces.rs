@@ -17,15 +17,9 @@ const NET: u8 = 48;
 
 fn config(extra: &str) -> String {
     common::vgate::loopback_with(NET, 9948, 1000, &[], &[])
+        + &common::vgate::loopback_gb_route(NET)
         + &format!(
-            r#"[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "127.0.{NET}.1:5070"
-{extra}
+            r#"{extra}
 [[signaling_route]]
 name = "gbt"
 type = "sip"

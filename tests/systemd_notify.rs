@@ -19,17 +19,8 @@ const NET: u8 = 32;
 
 fn config(extra_route: bool) -> String {
     let mut c = common::vgate::loopback_config(NET, &[], &[])
-        + &format!(
-            r#"[security]
-source_validation = "latch"
-[[stream_route]]
-name = "cam1"
-domain = "a"
-port = 20000
-destination = "127.0.{NET}.2:40000"
-egress_port = 30000
-"#
-        );
+        + "[security]\nsource_validation = \"latch\"\n"
+        + &common::vgate::loopback_cam_route(NET);
     if extra_route {
         c.push_str(&format!(
             "[[stream_route]]\nname = \"cam2\"\ndomain = \"a\"\nport = 20002\ndestination = \"127.0.{NET}.2:40002\"\negress_port = 30002\n"

@@ -65,6 +65,36 @@ listen = "127.0.{net}.1:{control}"
     )
 }
 
+/// The SIP route `gb` of the loopback configs, over UDP: platforms call on domain B's
+/// address (`127.0.NET.2:5060`), the device side is `127.0.NET.1:5070`. Keys a test adds
+/// right after it belong to the route.
+pub fn loopback_gb_route(net: u8) -> String {
+    format!(
+        r#"[[signaling_route]]
+name = "gb"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "127.0.{net}.1:5070"
+"#
+    )
+}
+
+/// The static stream `cam1` of the loopback configs: port 20000 of domain A to
+/// `127.0.NET.2:40000`, leaving from port 30000.
+pub fn loopback_cam_route(net: u8) -> String {
+    format!(
+        r#"[[stream_route]]
+name = "cam1"
+domain = "a"
+port = 20000
+destination = "127.0.{net}.2:40000"
+egress_port = 30000
+"#
+    )
+}
+
 /// A running `vgate run` (the one launcher of the tests): started with a config text,
 /// optionally inside a network namespace, ready once it logged that its static routes are
 /// installed (the last start-up line, after the admin interface listens), stopped with
