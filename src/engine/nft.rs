@@ -15,13 +15,22 @@
 //! are bound with `ETH_P_IP`, and such sockets are served after the ingress hook. Any hook of
 //! the IP layer is safe: the kernel hands an `ETH_P_IP` packet socket its own reference to
 //! the frame (`ip_rcv` works on a clone when the frame is shared), so what the IP layer drops
-//! the ring still gets. `prerouting` at −300 (the "raw" priority) comes after defragmentation
-//! (−400) and before connection tracking (−200), every other table's prerouting chain, the
-//! route lookup and the input hook: captured media costs the kernel no conntrack entry, no
+//! the ring still gets. `prerouting` at −300 (the "raw" priority) comes before connection
+//! tracking (−200), every other table's prerouting chain, the route lookup and the input
+//! hook: captured media costs the kernel no conntrack entry, no
 //! route lookup and no UDP lookup (which would answer with ICMP port unreachable), and no
 //! other rule logs, counts, NATs or accepts it first. (Until 2026-12 the chain was on
 //! `input`, which paid the route lookup and, where conntrack runs, a conntrack entry per
 //! media flow.)
+//!
+//! # Only first fragments and whole datagrams
+//!
+//! Nothing reassembles IPv4 fragments before this hook when conntrack is not loaded
+//! (defragmentation at −400 is conntrack's), so a non-first fragment reaches the rule as is:
+//! its first payload bytes are the middle of someone's datagram, and `udp dport` would read
+//! them as a port. A fragmented SIP MESSAGE (a 9 KB Catalog over UDP) lost six of seven
+//! fragments that way. Each rule matches only packets with fragment offset 0, where the UDP
+//! header really is there; the later fragments go on to the kernel's reassembly.
 //!
 //! A stale table left by a crash is replaced atomically: the script declares the table,
 //! deletes it and creates it again in one transaction (`nft -f` is all-or-nothing).
@@ -106,7 +115,7 @@ pub fn ruleset(instance: &str, rules: &[DropRule]) -> Result<String, NftError> {
         };
         let daddr = r.addr.map(|a| format!("ip daddr {a} ")).unwrap_or_default();
         lines.push_str(&format!(
-            "\t\tiifname \"{}\" {daddr}udp dport {dport} counter drop\n",
+            "\t\tiifname \"{}\" {daddr}ip frag-off & 0x1fff == 0 udp dport {dport} counter drop\n",
             r.iface
         ));
     }
@@ -242,8 +251,12 @@ mod tests {
         .unwrap();
         assert!(s.starts_with("table inet vgate_t1\ndelete table inet vgate_t1\n"));
         assert!(s.contains("type filter hook prerouting priority -300; policy accept;"));
-        assert!(s.contains("iifname \"ga\" ip daddr 10.0.0.1 udp dport 20000-20099 counter drop\n"));
-        assert!(s.contains("iifname \"gb\" udp dport 30000-30099 counter drop\n"));
+        assert!(s.contains(
+            "iifname \"ga\" ip daddr 10.0.0.1 ip frag-off & 0x1fff == 0 udp dport 20000-20099 counter drop\n"
+        ));
+        assert!(s.contains(
+            "iifname \"gb\" ip frag-off & 0x1fff == 0 udp dport 30000-30099 counter drop\n"
+        ));
         let one = ruleset("t1", &[rule("ga", None, 5004..=5004)]).unwrap();
         assert!(one.contains("udp dport 5004 counter drop"));
     }
