@@ -14,32 +14,10 @@ use serde_json::Value;
 use vgate::control::metrics::FAMILIES;
 
 fn config(net: u8, streams: u16) -> String {
-    let mut c = format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{net}.1"
-networks = ["127.0.{net}.1/32"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "lo"
-address = "127.0.{net}.2"
-networks = ["127.0.{net}.2/32"]
-media_ports = "30000-30999"
-[security]
-source_validation = "latch"
-[control]
-listen = "127.0.{net}.1:9941"
-per_stream_metrics = true
-[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "127.0.{net}.1:5070"
-"#
-    );
+    let mut c = common::vgate::loopback_with(net, 9941, 1000, &[], &[])
+        + "per_stream_metrics = true\n"
+        + &common::vgate::loopback_gb_route(net)
+        + "[security]\nsource_validation = \"latch\"\n";
     for i in 0..streams {
         let _ = write!(
             c,

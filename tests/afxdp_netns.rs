@@ -23,8 +23,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use common::relay::*;
-use common::vgate::Vgate;
-use common::{enter_netns, in_netns, prerequisites, Bed};
+use common::vgate::{kv, num, Vgate};
+use common::{enter_netns, in_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
 const STREAMS: u32 = 64;
@@ -76,37 +76,20 @@ fn noroute_in_kernel(ns: &str) -> Option<u64> {
     packets
 }
 
-/// The gateway namespace's links that carry an XDP program.
-fn xdp_links(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-d", "link", "show"])
-        .output()
-        .expect("ip link show");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .filter(|l| l.contains("prog/xdp"))
-        .map(str::to_owned)
-        .collect()
-}
-
 #[test]
 fn afxdp_relays_every_packet_once_over_the_queues() {
-    if !prerequisites(
+    require!(
         "afxdp_relays_every_packet_once_over_the_queues",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     relay_run("xdp");
 }
 
 /// The same with egress through the gateway-port sockets (`sendmmsg`).
 #[test]
 fn afxdp_relays_through_sockets_too() {
-    if !prerequisites("afxdp_relays_through_sockets_too", true, NEEDS) {
-        return;
-    }
+    require!("afxdp_relays_through_sockets_too", true, NEEDS);
     relay_run("sockets");
 }
 
@@ -169,18 +152,7 @@ fn relay_run(tx_path: &str) {
     );
 
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        bed.ip("B_IP"),
-        bed.ip("GB_IP"),
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("receivers bound");
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let tx = sender(a_ns, bed.ip("A_IP"), bed.ip("GA_IP"), STREAMS, PER_STREAM);
     let sent = tx.join().expect("sender");
     done.store(true, Relaxed);
@@ -237,13 +209,11 @@ fn relay_run(tx_path: &str) {
 /// nothing is attached afterwards.
 #[test]
 fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
-    if !prerequisites(
+    require!(
         "afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
     let ga_if = bed.get("GA_IF").to_owned();
@@ -281,11 +251,7 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
         "{no_iface}"
     );
     assert!(no_queue.contains("RX queue(s)"), "{no_queue}");
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// Route changes while a sender runs: removing a route makes the XDP program drop its port
@@ -294,42 +260,30 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
 /// within 1 s of being installed (measured: 1–3 ms; the time is printed).
 #[test]
 fn afxdp_route_changes_take_effect_while_traffic_flows() {
-    if !prerequisites(
+    require!(
         "afxdp_route_changes_take_effect_while_traffic_flows",
         true,
         NEEDS,
-    ) {
-        return;
-    }
-    use vgate::config::DomainId;
-    use vgate::routes::{Channel, SessionKind};
+    );
+    use vgate::routes::Channel;
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let addrs = addrs(&bed);
+    let ga_ip = addrs.1;
     let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
     let gw_ns = g_ns.clone();
-    let raw_ns = a_ns.clone();
+    let raw_ns = namespaces.0.clone();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");
         let workers = gw.worker_stats();
-        let stop = Arc::new(AtomicBool::new(false));
-        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
-        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
-        let count = |i: usize| sinks.count(i);
         // From a route's installation to its first packet at the sink: the sender sends one
         // packet per route every ~1 ms, so this is the activation time plus at most that.
         // Measured here: 1–3 ms. The bound is generous for a loaded machine, but a route
         // that waits for anything periodic (a poll timeout, a refresh) fails it.
-        let wait_growth = |i: usize, by: u64| {
-            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
-            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
-            assert!(
-                first < Duration::from_secs(1),
-                "route {i} took {first:?} to forward its first packet"
-            );
-        };
+        let rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let count = |i: usize| rc.sinks.count(i);
         // What the workers counted received on the forward channel (the XDP program takes
         // the whole media range: routed ports to the workers, the rest dropped and counted
         // in `vgate_noroute`, which worker 0 adds in), and how much of it `no_route`.
@@ -344,11 +298,6 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
                     )
                 })
         };
-        let spec = |i: u16| route_spec(i, b_ip);
-        let s = gw.routes.open_session(SessionKind::Admin, "test");
-        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
-            gw.routes.reserve_port(s, d, p).unwrap();
-        }
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(count(0), 0, "nothing forwarded before a route exists");
         // Until 100 datagrams to the port without a route were counted (the XDP program's
@@ -366,8 +315,8 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
             "the datagrams to a port without a route are counted: {no_route}"
         );
         assert_eq!(no_route, rx, "…as no_route");
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
         gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
         std::thread::sleep(Duration::from_millis(100));
@@ -383,23 +332,14 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
             (rx, no_route)
         );
 
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
-        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
-        gw.routes
-            .reserve_port(s2, DomainId::A, A_PORTS + 2)
-            .unwrap();
-        gw.routes
-            .reserve_port(s2, DomainId::B, B_PORTS + 2)
-            .unwrap();
-        gw.routes.add_route(s2, spec(1)).unwrap();
-        wait_growth(1, 50);
-        wait_growth(0, 20);
+        rc.add_second();
+        rc.wait_growth(1, 50);
+        rc.wait_growth(0, 20);
 
-        stop.store(true, Relaxed);
-        tx.join().unwrap();
-        sinks.finish();
+        rc.finish();
         assert!(
             workers.iter().all(|w| !w.exited.load(Relaxed)),
             "no worker restarted or stopped"
@@ -474,11 +414,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
         );
         drop(gw);
     });
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// Counts, in an nft table of its own in `ns`, the UDP datagrams to `dst` that pass the
@@ -541,7 +477,7 @@ fn nft_output_count(ns: &str) -> u64 {
 /// receiver, which is checked for delivery. The engine description says which is in use.
 #[test]
 fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
-    if !prerequisites(
+    require!(
         "afxdp_transmit_checksums_are_right_offloaded_or_computed",
         true,
         &[
@@ -549,9 +485,7 @@ fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
             ("ethtool", "ethtool"),
             ("nft", "nftables"),
         ],
-    ) {
-        return;
-    }
+    );
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut v = release
         .trim()
@@ -597,7 +531,7 @@ fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
             &config(&bed, "zc", streams, 9942),
             &["--mode", "zc"],
         );
-        let stats = common::admin_get_in(&g_ns, "127.0.0.1:9942", "/api/v1/stats");
+        let stats = common::admin::get_in(&g_ns, "127.0.0.1:9942", "/api/v1/stats");
         let want = if csum == "offload" && offload_granted {
             "UDP checksum left to the kernel/device (TX metadata)"
         } else {
@@ -608,18 +542,7 @@ fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
             "{csum}: the engine description says {want:?}: {stats}"
         );
         let done = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let rx = receiver(
-            b_ns.clone(),
-            bed.ip("B_IP"),
-            bed.ip("GB_IP"),
-            streams,
-            Arc::clone(&done),
-            ready_tx,
-        );
-        ready_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("receivers bound");
+        let rx = bed_receiver(&bed, streams, Arc::clone(&done));
         // What the gateway's kernel sends (the raw-socket fallback while a neighbour
         // resolves) passes its output hook; AF_XDP frames do not.
         nft_count_output(&g_ns, bed.ip("B_IP"));

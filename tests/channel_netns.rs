@@ -31,15 +31,16 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::proc::Proc;
 use common::relay::snmp_udp;
 use common::split::{half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::{Totals, Vgate};
-use common::{admin_get_in, prerequisites, Bed};
+use common::{admin, Bed, BedConfig};
 
 /// Streams, bit/s of UDP payload per stream, seconds, UDP payload bytes: 8 × 2 Mbit/s × 3 s
 /// is about 570 datagrams per stream, 4 600 in all.
@@ -64,36 +65,6 @@ const NEEDS: &[(&str, &str)] = &[
 /// One bed at a time in this binary.
 static TURN: Mutex<()> = Mutex::new(());
 
-/// A process started by this test; interrupted and reaped on drop (a failed test).
-struct Proc(Child);
-
-impl Proc {
-    /// SIGINT (iperf2 prints its reports on it), then everything it wrote.
-    fn interrupt_and_output(self) -> String {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        self.output()
-    }
-
-    fn output(mut self) -> String {
-        let mut out = String::new();
-        if let Some(mut o) = self.0.stdout.take() {
-            let _ = o.read_to_string(&mut out);
-        }
-        let _ = self.0.wait();
-        out
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// `cmd` inside namespace `ns`, bounded by `timeout -s INT secs`, stdout (and stderr) piped.
 fn spawn_in(ns: &str, secs: u32, cmd: &[String]) -> Proc {
     let child = Command::new("ip")
@@ -111,7 +82,7 @@ fn spawn_in(ns: &str, secs: u32, cmd: &[String]) -> Proc {
         .stderr(Stdio::null())
         .spawn()
         .expect("start a command in a namespace");
-    Proc(child)
+    Proc::new(child)
 }
 
 /// UDP sockets bound in `ns` on the sink ports.
@@ -499,32 +470,11 @@ fn verdict(
 fn single_host(mode: &str) -> Verdict {
     let bed = Bed::up(1);
     let (a_ns, b_ns, g_ns) = bed.namespaces();
-    let mut cfg = format!(
-        r#"
-[domains.a]
-interface = "{}"
-address = "{}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-29999"
-[domains.b]
-interface = "{}"
-address = "{}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-39999"
-[engine]
-mode = "{mode}"
-queues = 1
-[security]
-source_validation = "strict"
-[control]
-listen = "127.0.0.1:9940"
-per_stream_metrics = true
-"#,
-        bed.get("GA_IF"),
-        bed.get("GA_IP"),
-        bed.get("GB_IF"),
-        bed.get("GB_IP"),
-    );
+    let mut cfg = bed.config(BedConfig {
+        mode,
+        ports: 10000,
+        ..Default::default()
+    }) + "per_stream_metrics = true\n";
     for i in 0..STREAMS {
         cfg.push_str(&route(
             &format!("s{i}"),
@@ -541,7 +491,7 @@ per_stream_metrics = true
     let server = start_servers(&b_ns, bed.get("B_IP"));
     let client = run_clients(&a_ns, bed.get("GA_IP"));
     let server = wait_reports(server);
-    let metrics = admin_get_in(&g_ns, "127.0.0.1:9940", "/metrics");
+    let metrics = admin::get_in(&g_ns, "127.0.0.1:9940", "/metrics");
     let totals = vg.stop();
     let g = gateway_counts("vgate", &metrics, &totals);
     let (wa, wb) = (wire_counts(&a_ns), udp_in(&b_ns) - b_before);
@@ -596,8 +546,8 @@ fn split(mode: &str) -> Verdict {
     let server = start_servers(bed.get("DB_NS"), bed.get("DB_IP"));
     let client = run_clients(bed.get("DA_NS"), bed.get("GA_IP"));
     let server = wait_reports(server);
-    let ma = admin_get_in(bed.get("HA_NS"), "127.0.0.1:9940", "/metrics");
-    let mb = admin_get_in(bed.get("HB_NS"), "127.0.0.1:9940", "/metrics");
+    let ma = admin::get_in(bed.get("HA_NS"), "127.0.0.1:9940", "/metrics");
+    let mb = admin::get_in(bed.get("HB_NS"), "127.0.0.1:9940", "/metrics");
     let ta = a.stop();
     let tb = b.stop();
     let ga = gateway_counts("half A", &ma, &ta);
@@ -637,9 +587,7 @@ fn split(mode: &str) -> Verdict {
 
 /// Both runs of `mode`, printed side by side; each must pass.
 fn channel(test: &str, mode: &str) {
-    if !prerequisites(test, true, NEEDS) {
-        return;
-    }
+    require!(test, true, NEEDS);
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let one = single_host(mode);
     let two = split(mode);

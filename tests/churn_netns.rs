@@ -24,7 +24,7 @@ use std::io::Write;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use common::{in_netns, prerequisites, Bed};
+use common::{in_netns, Bed};
 use peers::*;
 
 fn count(var: &str, default: u32) -> u32 {
@@ -51,13 +51,11 @@ fn wait_empty(g_ns: &str, within: Duration) -> String {
 
 #[test]
 fn sip_and_rtsp_churn_leaves_nothing_behind() {
-    if !prerequisites(
+    require!(
         "sip_and_rtsp_churn_leaves_nothing_behind",
         true,
         &[("ip", "iproute2")],
-    ) {
-        return;
-    }
+    );
     let calls = count("VGATE_CHURN_CALLS", 2000);
     let sessions = count("VGATE_CHURN_RTSP", 400);
     let bed = Bed::up(1);
@@ -74,7 +72,7 @@ fn sip_and_rtsp_churn_leaves_nothing_behind() {
         rtsp_route(&bed, "cam", 8554, 8554, "media_timeout = 2"),
         rtsp_route(&bed, "idle", 8555, 8556, "media_timeout = 2"),
     );
-    let gw = Gw::start(&g_ns, &config(&bed, "stack", 4000, "strict", &routes), &[]);
+    let gw = Vgate::start_in(&g_ns, &config(&bed, "stack", 4000, "strict", &routes), &[]);
     let a_ip = bed.ip("A_IP");
     let _uas = SipUas::start(&a_ns, SocketAddrV4::new(a_ip, 5060), true);
     let _silent = SipUas::start(&a_ns, SocketAddrV4::new(a_ip, 5062), false);
@@ -139,7 +137,7 @@ fn sip_and_rtsp_churn_leaves_nothing_behind() {
                 .unwrap_or_default()
         )
     );
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let _ = writeln!(
         std::io::stderr(),
         "FIGURE churn ({calls} calls, {sessions} RTSP sessions in two rounds): round 1: {}; round 2: {}; fds {fd0} -> {fd1}; threads {thr0} -> {thr1}; RSS {rss0} -> {rss_mid} (after round 1) -> {rss1} KiB",
@@ -349,9 +347,7 @@ fn churn_round(
 #[test]
 #[ignore = "long: run by scripts/soak.sh"]
 fn soak() {
-    if !prerequisites("soak", true, &[("ip", "iproute2"), ("nft", "nftables")]) {
-        return;
-    }
+    require!("soak", true, &[("ip", "iproute2"), ("nft", "nftables")]);
     let minutes: f64 = std::env::var("VGATE_SOAK_MINUTES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -362,7 +358,7 @@ fn soak() {
     let bed = Bed::up(2);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = config(&bed, &mode, 200, "strict", &stream_routes(&bed, streams));
-    let gw = Gw::start(&g_ns, &cfg, &["--mode", &mode]);
+    let gw = Vgate::start_in(&g_ns, &cfg, &["--mode", &mode]);
     let pid = gw.pid();
     let total = Duration::from_secs_f64(minutes * 60.0);
     let per_stream = (pps / u32::from(streams)).max(1);
@@ -388,7 +384,7 @@ fn soak() {
         samples.push((start.elapsed(), rss, fds, metric(&m, "vgate_routes", &[])));
     }
     let report = s.finish();
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let after: Vec<_> = samples.iter().filter(|x| x.0 >= warm).collect();
     let rss_w = after.first().map_or(0, |x| x.1);
     let rss_max = after.iter().map(|x| x.1).max().unwrap_or(0);

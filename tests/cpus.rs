@@ -4,33 +4,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::Command;
-use std::time::Duration;
 
-use common::{on_path, under_ci, vgate::Vgate};
+use common::{admin, on_path, test_did_not_run, vgate::Vgate};
 
 fn config(cpus: &str) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.77.1"
-networks = ["127.0.77.1/32"]
-media_ports = "20000-20099"
-[domains.b]
-interface = "lo"
-address = "127.0.77.2"
-networks = ["127.0.77.2/32"]
-media_ports = "30000-30099"
-[engine]
-queues = 1
-cpus = {cpus}
-[control]
-listen = "127.0.77.1:9940"
-"#
-    )
+    common::vgate::loopback_with(77, 9940, 100, &[], &[])
+        + &format!("[engine]\nqueues = 1\ncpus = {cpus}\n")
 }
 
 fn online() -> Vec<usize> {
@@ -57,9 +38,7 @@ fn can_run(test: &str) -> bool {
     if missing.is_empty() {
         return true;
     }
-    let msg = format!("{test}: missing {}", missing.join(", "));
-    assert!(!under_ci(), "{msg}: CI must provide it");
-    let _ = writeln!(std::io::stderr(), "{msg}: this test DID NOT RUN");
+    test_did_not_run(test, &format!("missing {}", missing.join(", ")));
     false
 }
 
@@ -105,13 +84,7 @@ fn cpus_are_checked_against_the_online_cpus() {
 }
 
 fn stats() -> serde_json::Value {
-    let mut s = TcpStream::connect("127.0.77.1:9940").unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /api/v1/stats HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let body = out.split_once("\r\n\r\n").map_or("", |x| x.1);
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
+    admin::get_json("127.0.77.1:9940", "/api/v1/stats")
 }
 
 #[test]

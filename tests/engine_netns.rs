@@ -13,124 +13,34 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::relay::*;
-use common::{in_netns, prerequisites, vgate_bin, Bed};
+use common::vgate::{kv, num, Vgate};
+use common::{in_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
 const PER_STREAM: u32 = 200;
 
 fn vgate_tables(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "tables"])
-        .output()
-        .expect("nft list tables");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("vgate_"))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The vgate process; killed on drop if it is still running (a failed test).
-struct Vgate {
-    child: Child,
-    stderr: Arc<std::sync::Mutex<String>>,
-}
-
-impl Vgate {
-    /// Starts `vgate run` in namespace `ns` and waits for its "running" line.
-    fn start(ns: &str, config: &std::path::Path, mode: &str) -> Vgate {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(vgate_bin())
-            .args(["run", "--config"])
-            .arg(config)
-            .args(["--mode", mode, "--stats-interval", "0"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start vgate");
-        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        let log = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                {
-                    let mut l = log.lock().unwrap();
-                    l.push_str(&line);
-                    l.push('\n');
-                }
-                if line.contains("vgate running") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        let mut v = Vgate { child, stderr };
-        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-            let _ = v.child.kill();
-            let _ = v.child.wait();
-            std::thread::sleep(Duration::from_millis(100));
-            panic!("vgate did not start: {}", v.log());
-        }
-        v
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// SIGTERM, then its stdout (the totals).
-    fn stop(mut self) -> String {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                assert!(st.success(), "vgate exited with {st}: {}", self.log());
-                break;
-            }
-            assert!(Instant::now() < deadline, "vgate did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let mut out = String::new();
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
-        out
-    }
-}
-
-impl Drop for Vgate {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    common::nft_tables(ns, "vgate_")
 }
 
 /// One full run of the binary in `mode` on a fresh bed.
 fn relay_run(mode: &str) {
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg_path = dir.path().join("vgate.toml");
-    std::fs::write(&cfg_path, config(&bed, mode, STREAMS, 9940)).unwrap();
     let noports_before = snmp_noports(&g_ns);
 
-    let vg = Vgate::start(&g_ns, &cfg_path, mode);
+    let vg = Vgate::launch(&config(&bed, mode, STREAMS, 9940))
+        .netns(&g_ns)
+        .args(&["--mode", mode])
+        .env("RUST_LOG", "info")
+        .start();
     let log = vg.log();
     if mode == "tnapi" {
         assert!(
@@ -149,18 +59,7 @@ fn relay_run(mode: &str) {
     }
 
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        bed.ip("B_IP"),
-        bed.ip("GB_IP"),
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("receivers bound");
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let t0 = Instant::now();
     let tx = sender(
         bed.get("A_NS").into(),
@@ -173,7 +72,7 @@ fn relay_run(mode: &str) {
     let send_time = t0.elapsed();
     done.store(true, Relaxed);
     let got = rx.join().expect("receiver");
-    let totals = vg.stop();
+    let totals = vg.stop().raw;
     eprintln!("{mode}: sent {sent} in {send_time:?}\n{totals}");
 
     assert_eq!(sent, STREAMS * PER_STREAM);
@@ -227,38 +126,32 @@ fn relay_run(mode: &str) {
 
 #[test]
 fn tnapi_relays_every_packet_once_over_the_queues() {
-    if !prerequisites(
+    require!(
         "tnapi_relays_every_packet_once_over_the_queues",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     relay_run("tnapi");
 }
 
 #[test]
 fn stack_relays_every_packet_once_over_the_queues() {
-    if !prerequisites(
+    require!(
         "stack_relays_every_packet_once_over_the_queues",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     relay_run("stack");
 }
 
 /// A crashed run's table (same config, so same name) is replaced, and removed at exit.
 #[test]
 fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
-    if !prerequisites(
+    require!(
         "tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
@@ -318,42 +211,28 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
 /// restarting a worker.
 #[test]
 fn tnapi_route_changes_take_effect_while_traffic_flows() {
-    if !prerequisites(
+    require!(
         "tnapi_route_changes_take_effect_while_traffic_flows",
         true,
         NEEDS,
-    ) {
-        return;
-    }
-    use vgate::config::DomainId;
-    use vgate::routes::{Channel, SessionKind};
+    );
+    use vgate::routes::Channel;
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let addrs = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("tnapi starts");
         let workers = gw.worker_stats();
-        let stop = Arc::new(AtomicBool::new(false));
-        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
         // One sender per gateway port, 1 packet per ms each, until stopped.
-        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
-        let count = |i: usize| sinks.count(i);
-        let wait_growth = |i: usize, by: u64| {
-            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
-            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
-        };
-        let spec = |i: u16| route_spec(i, b_ip);
-        let s = gw.routes.open_session(SessionKind::Admin, "test");
-        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
-            gw.routes.reserve_port(s, d, p).unwrap();
-        }
+        let rc = RouteChanges::start(&gw, namespaces, addrs, None);
+        let count = |i: usize| rc.sinks.count(i);
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(count(0), 0, "nothing forwarded before a route exists");
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
         gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
         // In-flight blocks (≤ 2 ms timeout) drain, then nothing more.
@@ -362,24 +241,15 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(count(0), after_remove, "a removed route forwards nothing");
 
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
+        rc.add_first();
+        rc.wait_growth(0, 50);
 
         // A route on ports opened now: its egress socket reaches the workers by command.
-        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
-        gw.routes
-            .reserve_port(s2, DomainId::A, A_PORTS + 2)
-            .unwrap();
-        gw.routes
-            .reserve_port(s2, DomainId::B, B_PORTS + 2)
-            .unwrap();
-        gw.routes.add_route(s2, spec(1)).unwrap();
-        wait_growth(1, 50);
-        wait_growth(0, 20);
+        rc.add_second();
+        rc.wait_growth(1, 50);
+        rc.wait_growth(0, 20);
 
-        stop.store(true, Relaxed);
-        tx.join().unwrap();
-        sinks.finish();
+        rc.finish();
         assert!(
             workers.iter().all(|w| !w.exited.load(Relaxed)),
             "no worker restarted or stopped"

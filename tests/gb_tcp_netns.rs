@@ -28,118 +28,24 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::gb_sipp::{check_flows, uac_xml, uas_xml, Side};
 use common::rfc4571::{self, Flow, Flows};
-use common::{admin_get_in, in_netns, prerequisites, vgate_bin, Bed};
+use common::sipp::{self, Sipp, GB_CID};
+use common::vgate::Vgate;
+use common::{admin, in_netns, prerequisites, Bed, BedConfig};
 
 const ADMIN: &str = "127.0.0.1:9946";
 
-/// Kills a child we started (SIGTERM, then SIGKILL), on drop too.
-struct Proc(Option<Child>);
-
-impl Proc {
-    /// Waits (bounded) for the child to exit by itself: its success.
-    fn wait_exit(&mut self, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Some(c) = self.0.as_mut() {
-                if let Ok(Some(st)) = c.try_wait() {
-                    self.0 = None;
-                    return st.success();
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
-    }
-
-    fn stop(&mut self) -> Option<std::process::Output> {
-        let mut c = self.0.take()?;
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(c.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = c.kill();
-        c.wait_with_output().ok()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 fn config(bed: &Bed) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "{ga}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-20999"
-
-[domains.b]
-interface = "{gb}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-30999"
-
-[engine]
-mode = "stack"
-queues = 1
-
-[security]
-source_validation = "strict"
-
-[control]
-listen = "{ADMIN}"
-
-[[signaling_route]]
-name = "b2a"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "{a_ip}:5060"
-upstream_port = 5061
-allow_peers = ["{b_ip}/32"]
-allow_ids = ["3402000000"]
-media_timeout = 30
-"#,
-        ga = bed.get("GA_IF"),
-        gb = bed.get("GB_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_ip = bed.get("GB_IP"),
-        a_ip = bed.get("A_IP"),
-        b_ip = bed.get("B_IP"),
-    )
-}
-
-fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, "timeout", "120", "sipp"])
-        .args(args)
-        .current_dir(cwd);
-    c.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    c
+    let head = bed.config(BedConfig {
+        control: ADMIN,
+        ..Default::default()
+    });
+    head + &sipp::gb_b2a_route(bed, "media_timeout = 30\n")
 }
 
 /// Runs `calls` calls: the device scenario `uas` in A (from its file's directory), then the
@@ -149,55 +55,35 @@ fn run_calls(bed: &Bed, uas: &Path, uac: &Path, calls: usize, extra: &[&str]) ->
     let (a_ns, b_ns, _) = bed.namespaces();
     let (a_ip, b_ip) = (bed.get("A_IP"), bed.get("B_IP"));
     let target = format!("{}:5060", bed.get("GB_IP"));
-    let calls = calls.to_string();
-    let dir = |p: &Path| p.parent().unwrap().to_owned();
-    let mut device = Proc(Some(
-        sipp(
-            &a_ns,
-            &dir(uas),
-            &[
-                "-sf",
-                uas.to_str().unwrap(),
-                "-i",
-                a_ip,
-                "-p",
-                "5060",
-                "-m",
-                &calls,
-                "-trace_err",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
+    let dir = |p: &str| Path::new(p).parent().unwrap().to_owned();
+    let calls: u32 = calls.try_into().unwrap();
+    let (uas, uac) = (uas.to_str().unwrap(), uac.to_str().unwrap());
+    let mut device = Sipp::new(&a_ns, &dir(uas), uas, a_ip, 5060)
+        .args(&["-m", &calls.to_string(), "-trace_err"])
+        .spawn();
     std::thread::sleep(Duration::from_millis(300));
-    let mut args = vec![
-        "-sf",
-        uac.to_str().unwrap(),
-        "-i",
-        b_ip,
-        "-p",
-        "5060",
-        "-cid_str",
-        "%u-%p@3402000000",
-        &target,
-        "-m",
-        &calls,
-        "-trace_err",
-        "-nostdin",
-        "-timeout",
-        "90",
-        "-timeout_error",
-    ];
-    args.extend_from_slice(extra);
-    let platform = sipp(&b_ns, &dir(uac), &args).status().unwrap().success();
-    (platform, device.wait_exit(Duration::from_secs(15)))
+    let platform = Sipp::new(&b_ns, &dir(uac), uac, b_ip, 5060)
+        .args(&[
+            "-cid_str",
+            GB_CID,
+            &target,
+            "-m",
+            &calls.to_string(),
+            "-trace_err",
+        ])
+        .timeout(90)
+        .args(extra)
+        .status()
+        .success();
+    (
+        platform,
+        device.wait_exit(Duration::from_secs(15)) == Some(true),
+    )
 }
 
 /// The legs vgate lists: (id, domain, role, state, local).
 fn legs(g_ns: &str) -> Vec<(u64, String, String, String, String)> {
-    let body = admin_get_in(g_ns, ADMIN, "/api/v1/legs");
+    let body = admin::get_in(g_ns, ADMIN, "/api/v1/legs");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     v["legs"]
         .as_array()
@@ -219,7 +105,7 @@ fn legs(g_ns: &str) -> Vec<(u64, String, String, String, String)> {
 }
 
 fn leg_totals(g_ns: &str) -> serde_json::Value {
-    let body = admin_get_in(g_ns, ADMIN, "/api/v1/legs");
+    let body = admin::get_in(g_ns, ADMIN, "/api/v1/legs");
     serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["totals"].clone()
 }
 
@@ -306,36 +192,7 @@ fn setup_bed(test: &str) -> Option<(Bed, tempfile::TempDir)> {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("a")).unwrap();
     std::fs::create_dir_all(dir.path().join("b")).unwrap();
-    std::fs::write(dir.path().join("vgate.toml"), config(&bed)).unwrap();
     Some((bed, dir))
-}
-
-fn start_vgate(g_ns: &str, cfg: &Path) -> Proc {
-    let p = Proc(Some(
-        Command::new("ip")
-            .args(["netns", "exec", g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            // GBTCP_VGATE_LOG=<file>: vgate's log there (for debugging a failure).
-            .stderr(match std::env::var_os("GBTCP_VGATE_LOG") {
-                Some(f) => Stdio::from(std::fs::File::create(f).unwrap()),
-                None => Stdio::null(),
-            })
-            .spawn()
-            .unwrap(),
-    ));
-    // Ready when the admin interface answers.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let g = g_ns.to_owned();
-    while Instant::now() < deadline {
-        let g2 = g.clone();
-        if in_netns(&g2, || std::net::TcpStream::connect(ADMIN).is_ok()) {
-            return p;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("vgate did not start");
 }
 
 #[test]
@@ -350,7 +207,7 @@ fn gb_tcp_media_every_combination_both_ways() {
         bed.get("GA_IP").to_owned(),
         bed.get("GB_IP").to_owned(),
     );
-    let mut vgate = start_vgate(&g_ns, &dir.path().join("vgate.toml"));
+    let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
     let mut combos = vec![
         (Side::Tcp("passive"), Side::Udp),
         (Side::Udp, Side::Tcp("active")),
@@ -428,7 +285,7 @@ fn gb_tcp_media_every_combination_both_ways() {
             &gb_ip,
         );
     }
-    let pid = vgate.0.as_ref().map(|c| c.id()).unwrap();
+    let pid = vgate.pid();
     assert_eq!(leg_threads(pid), 0, "every leg's thread has ended");
     let totals = leg_totals(&g_ns);
     assert_eq!(totals["framing_errors"], 0, "{totals}");
@@ -440,12 +297,7 @@ fn gb_tcp_media_every_combination_both_ways() {
         totals["frames_in"].as_u64(),
         "the metrics show the legs' totals"
     );
-    let out = vgate.stop().expect("vgate output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
-        "vgate left state behind:\n{stdout}"
-    );
+    vgate.stop().assert_nothing_left("vgate");
 }
 
 /// Waits until vgate lists a route on `channel` (both SDPs of the call have crossed), then a
@@ -453,7 +305,7 @@ fn gb_tcp_media_every_combination_both_ways() {
 fn wait_for_route(g_ns: &str, channel: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        let body = admin_get_in(g_ns, ADMIN, "/api/v1/routes");
+        let body = admin::get_in(g_ns, ADMIN, "/api/v1/routes");
         if body.contains(&format!("\"channel\":\"{channel}\"")) {
             std::thread::sleep(Duration::from_millis(300));
             return;
@@ -487,12 +339,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 fn metric(g_ns: &str, series: &str) -> u64 {
-    admin_get_in(g_ns, ADMIN, "/metrics")
-        .lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0) as u64
+    admin::sample(&admin::get_in(g_ns, ADMIN, "/metrics"), series).unwrap_or(0.0) as u64
 }
 
 /// Runs one call whose A side is a TCP peer listening at `port` (vgate connects) that
@@ -547,8 +394,8 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
     };
     let (a_ns, _b_ns, g_ns) = bed.namespaces();
     let (a_ip, b_ip) = (bed.get("A_IP").to_owned(), bed.get("B_IP").to_owned());
-    let mut vgate = start_vgate(&g_ns, &dir.path().join("vgate.toml"));
-    let pid = vgate.0.as_ref().map(|c| c.id()).unwrap();
+    let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
+    let pid = vgate.pid();
 
     // 1. Bad input: garbage before the first frame, a zero length, a 65535 length, a frame
     //    cut at the close; 20 good frames among them.
@@ -685,10 +532,5 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
         "memory must stay flat: {rss_before} KiB -> {rss_after} KiB"
     );
     let _ = a_ns;
-    let out = vgate.stop().expect("vgate output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
-        "vgate left state behind:\n{stdout}"
-    );
+    vgate.stop().assert_nothing_left("vgate");
 }

@@ -13,9 +13,10 @@ fn config(net: u8) -> String {
     common::vgate::loopback_config(net, &[], &[])
 }
 
-/// `vgate run` with stderr into a file; killed on drop.
+/// `vgate run` with stderr into a file (journald's `JOURNAL_STREAM` names that file, which
+/// the pipe of [`common::vgate::Vgate`] could not be); stopped on drop.
 struct Run {
-    child: std::process::Child,
+    _child: common::proc::Proc,
     log: tempfile::NamedTempFile,
     config: tempfile::NamedTempFile,
 }
@@ -38,7 +39,7 @@ impl Run {
             cmd.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()));
         }
         let run = Run {
-            child: cmd.spawn().unwrap(),
+            _child: common::proc::Proc::spawn(&mut cmd),
             log,
             config: file,
         };
@@ -69,13 +70,6 @@ impl Run {
             .arg(self.config.path())
             .output()
             .unwrap()
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

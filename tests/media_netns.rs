@@ -182,7 +182,7 @@ fn latch_follows_restarted_senders_and_ignores_junk() {
     let bed = Bed::up(1);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = config(&bed, "stack", 400, "latch", &latch_routes(&bed, STREAMS));
-    let gw = Gw::start(&g_ns, &cfg, &[]);
+    let gw = Vgate::start_in(&g_ns, &cfg, &[]);
     let sinks = Sinks::start(&bed);
     let per_phase = u64::from(STREAMS) * u64::from(PER_PHASE);
 
@@ -212,7 +212,7 @@ fn latch_follows_restarted_senders_and_ignores_junk() {
     let after3 = wait_phase(&g_ns, 3 * per_phase, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(500));
     let metrics = admin_get(&g_ns, "/metrics");
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let got = sinks.finish();
     let fwd = channel_totals(&totals, "forward");
     let phase = |p: u8| -> Vec<u16> {
@@ -327,7 +327,7 @@ fn sessions_whose_media_is_all_rejected_time_out() {
         ),
         rtsp_route(&bed, "cam", 8554, 8554, "media_timeout = 2"),
     );
-    let gw = Gw::start(&g_ns, &config(&bed, "stack", 200, "strict", &routes), &[]);
+    let gw = Vgate::start_in(&g_ns, &config(&bed, "stack", 200, "strict", &routes), &[]);
     let a_ip = bed.ip("A_IP");
     let _uas = SipUas::start(&a_ns, SocketAddrV4::new(a_ip, 5060), true);
     let _cam = RtspServer::start(&a_ns, SocketAddrV4::new(a_ip, 8554), 0);
@@ -377,7 +377,7 @@ fn sessions_whose_media_is_all_rejected_time_out() {
     let rtsp_sent = flood.join().unwrap();
     let _ = hold_tx.send(());
     client.join().unwrap();
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let fwd = channel_totals(&totals, "forward");
     let _ = std::io::Write::write_fmt(
         &mut std::io::stderr(),
@@ -421,7 +421,7 @@ fn a_changed_sip_route_ends_its_calls_with_bye_on_reload() {
             ),
         )
     };
-    let gw = Gw::start(&g_ns, &cfg(""), &[]);
+    let gw = Vgate::start_in(&g_ns, &cfg(""), &[]);
     let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
     let (gb, b_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"));
     let uac = in_netns(&b_ns, move || {
@@ -432,7 +432,7 @@ fn a_changed_sip_route_ends_its_calls_with_bye_on_reload() {
         uac
     });
     assert_eq!(live_sessions(&g_ns), 1);
-    std::fs::write(gw.cfg.path(), cfg("invite_timeout = 7")).unwrap();
+    std::fs::write(gw.config.path(), cfg("invite_timeout = 7")).unwrap();
     gw.signal(nix::sys::signal::Signal::SIGHUP);
     gw.wait_log("config reloaded", 1, Duration::from_secs(10));
     // The caller gets a BYE for its call.
@@ -449,7 +449,7 @@ fn a_changed_sip_route_ends_its_calls_with_bye_on_reload() {
     }
     let log = gw.log();
     let sessions = live_sessions(&g_ns);
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     assert!(
         !bye.is_empty(),
         "the caller got no BYE when its route was replaced by a reload:\n{log}"

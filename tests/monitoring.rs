@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::split::{half_config, start_half, SplitBed};
-use common::vgate::Vgate;
+use common::vgate::{loopback_cam_route, loopback_config, loopback_gb_route, Vgate};
 
 const NET: u8 = 31;
 
@@ -29,35 +29,23 @@ fn repo() -> &'static Path {
 }
 
 fn config() -> String {
-    common::vgate::loopback_config(NET, &[], &[])
+    let (net, gb, cam) = (NET, loopback_gb_route(NET), loopback_cam_route(NET));
+    loopback_config(net, &[], &[])
         + &format!(
             r#"per_stream_metrics = true
 [security]
 source_validation = "latch"
-[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "127.0.{NET}.1:5070"
-[[signaling_route]]
+{gb}[[signaling_route]]
 name = "cam"
 type = "rtsp"
 transport = "tcp"
 listen_domain = "b"
 listen_port = 8554
-upstream = "127.0.{NET}.1:8554"
+upstream = "127.0.{net}.1:8554"
 [[signaling_route.paths]]
 prefix = "/cam1"
 upstream_path = "/test"
-[[stream_route]]
-name = "cam1"
-domain = "a"
-port = 20000
-destination = "127.0.{NET}.2:40000"
-egress_port = 30000
-"#
+{cam}"#
         )
 }
 
@@ -243,13 +231,11 @@ fn promql_names_are_found() {
 
 #[test]
 fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
-    if !common::prerequisites(
+    require!(
         "live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert",
         false,
         &[("promtool", "prometheus")],
-    ) {
-        return;
-    }
+    );
     let vg = Vgate::start(&config());
     // A few RTP packets through the static route, so per-stream series carry an SSRC.
     let rx = UdpSocket::bind(format!("127.0.{NET}.2:40000")).unwrap();
@@ -373,7 +359,7 @@ fn promtool_check_metrics(text: &str) {
 #[test]
 fn split_half_scrape_feeds_the_split_panel_and_alerts() {
     let test = "split_half_scrape_feeds_the_split_panel_and_alerts";
-    if !common::prerequisites(
+    require!(
         test,
         true,
         &[
@@ -381,9 +367,7 @@ fn split_half_scrape_feeds_the_split_panel_and_alerts() {
             ("nft", "nftables"),
             ("promtool", "prometheus"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = SplitBed::up();
     // Half A alone: its links and signaling agent export every split family (the peer
     // half need not run; vgate_split_peer_up is then 0).
@@ -427,13 +411,11 @@ fn dash_and_rules(dash: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn alert_rules_check_and_fire() {
-    if !common::prerequisites(
+    require!(
         "alert_rules_check_and_fire",
         false,
         &[("promtool", "prometheus")],
-    ) {
-        return;
-    }
+    );
     let dir = repo().join("monitoring/prometheus");
     for args in [
         &["check", "rules", "vgate-alerts.yml"][..],

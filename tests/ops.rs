@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::vgate::Vgate;
+use common::vgate::{assert_success, check_config, check_config_file, Vgate};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -17,13 +17,11 @@ fn repo() -> &'static Path {
 
 #[test]
 fn systemd_units_verify() {
-    if !common::prerequisites(
+    require!(
         "systemd_units_verify",
         false,
         &[("systemd-analyze", "systemd")],
-    ) {
-        return;
-    }
+    );
     let dir = tempfile::tempdir().unwrap();
     let bin = common::vgate_bin();
     let unit = std::fs::read_to_string(repo().join("systemd/vgate.service"))
@@ -77,22 +75,10 @@ fn systemd_units_verify() {
 
 #[test]
 fn example_appliance_config_checks() {
-    let out = Command::new(common::vgate_bin())
-        .args(["check-config", "--cpus", "4"])
-        .arg(repo().join("systemd/vgate.toml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = check_config_file(&repo().join("systemd/vgate.toml"), &["--cpus", "4"]);
+    assert_success(&out);
     // On a 2-CPU machine the same file names the problem.
-    let out = Command::new(common::vgate_bin())
-        .args(["check-config", "--cpus", "2"])
-        .arg(repo().join("systemd/vgate.toml"))
-        .output()
-        .unwrap();
+    let out = check_config_file(&repo().join("systemd/vgate.toml"), &["--cpus", "2"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("engine.cpus"));
 }
@@ -103,11 +89,8 @@ fn example_half_configs_check() {
         ("a", "domain b is the link face"),
         ("b", "domain a is the link face"),
     ] {
-        let out = Command::new(common::vgate_bin())
-            .args(["check-config", "--cpus", "2"])
-            .arg(repo().join(format!("systemd/vgate-half-{half}.toml")))
-            .output()
-            .unwrap();
+        let file = repo().join(format!("systemd/vgate-half-{half}.toml"));
+        let out = check_config_file(&file, &["--cpus", "2"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -196,13 +179,11 @@ impl Drop for Ns {
 
 #[test]
 fn nic_setup_dry_run_then_real_run_on_veth() {
-    if !common::prerequisites(
+    require!(
         "nic_setup_dry_run_then_real_run_on_veth",
         true,
         &[("ip", "iproute2"), ("ethtool", "ethtool")],
-    ) {
-        return;
-    }
+    );
     let ns = Ns::new();
     let script = repo().join("scripts/nic-setup.sh");
     let script = script.to_str().unwrap();
@@ -257,37 +238,23 @@ fn nic_setup_dry_run_then_real_run_on_veth() {
 
 #[test]
 fn stats_in_a_terminal_shows_live_rates() {
-    if !common::prerequisites(
+    require!(
         "stats_in_a_terminal_shows_live_rates",
         false,
         &[("tmux", "tmux")],
-    ) {
-        return;
-    }
+    );
     let net = 12;
-    let cfg = format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{net}.1"
-networks = ["127.0.{net}.1/32"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "lo"
-address = "127.0.{net}.2"
-networks = ["127.0.{net}.2/32"]
-media_ports = "30000-30999"
-[security]
-source_validation = "latch"
-[control]
-listen = "127.0.{net}.1:9942"
-[[stream_route]]
+    let cfg = common::vgate::loopback_with(net, 9942, 1000, &[], &[])
+        + &format!(
+            r#"[[stream_route]]
 name = "cam"
 domain = "a"
 port = 20000
 destination = "127.0.{net}.2:40000"
+[security]
+source_validation = "latch"
 "#
-    );
+        );
     let vg = Vgate::start(&cfg);
     let session = format!("vgstats{}", std::process::id());
     let cmd = format!(
@@ -367,13 +334,7 @@ fn check_config_refuses_an_engine_family_link_on_a_missing_interface() {
     let end = at + cfg[at..].find('"').unwrap();
     let cfg = format!("{}vgnosuchif0{}", &cfg[..at], &cfg[end..]);
     let line = cfg[..at].lines().count();
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut f, cfg.as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin())
-        .arg("check-config")
-        .arg(f.path())
-        .output()
-        .unwrap();
+    let out = check_config(&cfg, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -382,14 +343,5 @@ fn check_config_refuses_an_engine_family_link_on_a_missing_interface() {
             && stderr.contains("vgnosuchif0"),
         "{stderr}"
     );
-    let out = Command::new(common::vgate_bin())
-        .args(["check-config", "--cpus", "2"])
-        .arg(f.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&check_config(&cfg, &["--cpus", "2"]));
 }

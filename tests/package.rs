@@ -44,7 +44,7 @@ impl Drop for Installed {
 
 #[test]
 fn deb_installs_checks_verifies_and_removes_cleanly() {
-    if !common::prerequisites(
+    require!(
         "deb_installs_checks_verifies_and_removes_cleanly",
         true,
         &[
@@ -52,9 +52,7 @@ fn deb_installs_checks_verifies_and_removes_cleanly() {
             ("systemd-analyze", "systemd"),
             ("strip", "binutils"),
         ],
-    ) {
-        return;
-    }
+    );
     let s = status();
     assert!(
         s.is_empty() || s.starts_with("un") || s.starts_with("pn"),

@@ -60,46 +60,26 @@ fn without_the_module_open_fails_with_errno_97() {
     use std::io::Write;
 
     const TEST: &str = "without_the_module_open_fails_with_errno_97";
-    if !prerequisites(TEST, true, &[("ip", "iproute2")]) {
-        return;
-    }
+    require!(TEST, true, &[("ip", "iproute2")]);
     if std::path::Path::new("/proc/net/pf_ring").exists() {
         eprintln!("{TEST}: pf_ring.ko is loaded here: this test DID NOT RUN");
         return;
     }
     let (_, probe) = run(&[], &["--mode", "tnapi", "--engine", "pfring"]);
     if probe.contains("libpfring.so not found") {
-        assert!(
-            !common::under_ci(),
-            "{TEST}: libpfring.so is not on the loader's path: {probe}"
+        common::test_did_not_run(
+            TEST,
+            &format!("libpfring.so is not on the loader's path: {probe}"),
         );
-        eprintln!("{TEST}: libpfring.so is not on the loader's path: this test DID NOT RUN");
         return;
     }
     let bed = Bed::up(4);
-    let config = format!(
-        r#"
-[domains.a]
-interface = "{ga_if}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "{gb_if}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-30999"
-[engine]
-mode = "tnapi"
-queues = 1
-[control]
-listen = "127.0.0.1:9941"
-"#,
-        ga_if = bed.get("GA_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_if = bed.get("GB_IF"),
-        gb_ip = bed.get("GB_IP"),
-    );
+    let config = bed.config(common::BedConfig {
+        mode: "tnapi",
+        policy: "",
+        control: "127.0.0.1:9941",
+        ..Default::default()
+    });
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(config.as_bytes()).unwrap();
     let path = file.path().to_str().unwrap().to_owned();

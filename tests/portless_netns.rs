@@ -29,12 +29,12 @@ mod common;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{enter_netns, prerequisites, Bed};
+use common::{enter_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[
     ("ip", "iproute2"),
@@ -102,9 +102,7 @@ fn ethtool(ns: &str, args: &[&str]) {
 
 fn run(mode: &str, control_port: u16) {
     let test = format!("{mode}_holds_no_socket_per_port");
-    if !prerequisites(&test, true, NEEDS) {
-        return;
-    }
+    require!(&test, true, NEEDS);
     let bed = Bed::up(4);
     if mode == "xdp" {
         // The bed of tests/xdp_netns.rs: GRO on B's veth takes the kernel's redirects,
@@ -115,7 +113,7 @@ fn run(mode: &str, control_port: u16) {
         }
     }
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let (a_ip, ga_ip, _, b_ip) = addrs(&bed);
     // The next hop toward the receivers is unknown until the gateway sends there.
     let del = Command::new("ip")
         .args(["-n", &g_ns, "neigh", "del", &b_ip.to_string()])
@@ -130,7 +128,7 @@ fn run(mode: &str, control_port: u16) {
         .replace("[engine]\n", "[engine]\nreserve_ports = true\n");
     assert!(config.contains("reserve_ports = true"));
     let vg = Vgate::start_with(&["ip", "netns", "exec", &g_ns], &config, &[]);
-    let pid = vg.child.id();
+    let pid = vg.pid();
 
     let reserved = Command::new("ip")
         .args(["netns", "exec", &g_ns, "cat"])
@@ -168,18 +166,7 @@ fn run(mode: &str, control_port: u16) {
 
     // Routed traffic, checked at the receivers (source address and port, once each).
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        b_ip,
-        gb_ip,
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("receivers bound");
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let tx = sender(bed.get("A_NS").into(), a_ip, ga_ip, STREAMS, PER_STREAM);
     // A port of the range without a route (routes take even ports from A_PORTS on).
     let unrouted = A_PORTS + 999;

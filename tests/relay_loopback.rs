@@ -9,29 +9,12 @@ use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::vgate::Vgate;
+use common::vgate::{assert_success, check_config, Vgate};
 
 use vgate::wire::rtp::{write_header, RtpPacket};
 
 fn header(net: u8) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{net}.1"
-networks = ["127.0.{net}.1/32"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "lo"
-address = "127.0.{net}.2"
-networks = ["127.0.{net}.2/32"]
-media_ports = "30000-30999"
-[engine]
-queues = 1
-[control]
-listen = "127.0.{net}.1:9940"
-"#
-    )
+    common::vgate::loopback_with(net, 9940, 1000, &[], &[]) + "[engine]\nqueues = 1\n"
 }
 
 fn rtp(seq: u16, ssrc: u32, len: usize) -> Vec<u8> {
@@ -247,17 +230,11 @@ rtp_only = true
 
 #[test]
 fn check_config_names_line_and_key() {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
     let text = header(5).replace(
         "media_ports = \"30000-30999\"",
         "media_ports = \"20500-30999\"",
     );
-    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin())
-        .arg("check-config")
-        .arg(f.path())
-        .output()
-        .unwrap();
+    let out = check_config(&text, &[]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -265,18 +242,8 @@ fn check_config_names_line_and_key() {
         "{err}"
     );
 
-    let mut ok = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut ok, header(5).as_bytes()).unwrap();
-    let out = Command::new(common::vgate_bin())
-        .arg("check-config")
-        .arg(ok.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = check_config(&header(5), &[]);
+    assert_success(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
 }
 
@@ -305,29 +272,9 @@ fn modes_that_are_not_built_say_so() {
 #[test]
 fn an_interface_that_cannot_be_bound_is_a_start_up_error() {
     let cfg = header(9).replacen("interface = \"lo\"", "interface = \"vgnosuch0\"", 1);
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut file, cfg.as_bytes()).unwrap();
-    let mut child = Command::new(common::vgate_bin())
-        .args(["run", "--stats-interval", "0", "--config"])
-        .arg(file.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let mut vg = Vgate::launch(&cfg).no_wait().start();
+    let status = vg.wait_exit(Duration::from_secs(20)).map(|(st, _)| st);
+    let err = vg.log();
     let status = status.unwrap_or_else(|| {
         panic!("vgate kept running with a socket it could not bind to its interface:\n{err}")
     });

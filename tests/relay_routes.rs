@@ -3,6 +3,8 @@
 //! `no_route`); adding it back resumes without restarting any worker; closing a session
 //! gives its ports back.
 
+mod common;
+
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
@@ -12,27 +14,8 @@ use vgate::routes::{Channel, RouteSpec, SessionKind};
 use vgate::stats::DropReason;
 
 fn cfg(net: u8) -> config::Config {
-    config::parse(
-        &r#"
-[domains.a]
-interface = "lo"
-address = "127.0.6.1"
-networks = ["127.0.6.1/32"]
-media_ports = "20000-20099"
-[domains.b]
-interface = "lo"
-address = "127.0.6.2"
-networks = ["127.0.6.2/32"]
-media_ports = "30000-30099"
-[engine]
-queues = 1
-[control]
-listen = "127.0.6.1:9940"
-"#
-        .replace("127.0.6.", &format!("127.0.{net}.")),
-        "test",
-    )
-    .unwrap()
+    let text = common::vgate::loopback_with(net, 9940, 100, &[], &[]) + "[engine]\nqueues = 1\n";
+    config::parse(&text, "test").unwrap()
 }
 
 fn recv_count(sock: &UdpSocket, within: Duration) -> usize {

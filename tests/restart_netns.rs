@@ -16,32 +16,23 @@ mod common;
 mod peers;
 
 use std::io::Write;
-use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use common::{prerequisites, Bed};
+use common::Bed;
 use peers::*;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 
 fn vgate_tables(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "tables"])
-        .output()
-        .expect("nft list tables");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("vgate_"))
-        .map(str::to_owned)
-        .collect()
+    common::nft_tables(ns, "vgate_")
 }
 
 fn kill9_and_restart(mode: &str) {
     let bed = Bed::up(2);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = config(&bed, mode, 100, "strict", &stream_routes(&bed, 5));
-    let gw = Gw::start(&g_ns, &cfg, &["--mode", mode]);
+    let gw = Vgate::start_in(&g_ns, &cfg, &["--mode", mode]);
     let streams = Streams::start(&bed, 5, 200, 0, Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_secs(10);
     while streams.received.load(Relaxed) < 500 {
@@ -63,7 +54,7 @@ fn kill9_and_restart(mode: &str) {
     }
     std::thread::sleep(Duration::from_millis(300));
     let before = streams.received.load(Relaxed);
-    let gw = Gw::start(&g_ns, &cfg, &["--mode", mode]);
+    let gw = Vgate::start_in(&g_ns, &cfg, &["--mode", mode]);
     let t_ready = gw.started.elapsed();
     let first = loop {
         if streams.received.load(Relaxed) > before {
@@ -79,7 +70,7 @@ fn kill9_and_restart(mode: &str) {
     let tables = vgate_tables(&g_ns);
     std::thread::sleep(Duration::from_millis(500));
     let report = streams.finish();
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let _ = writeln!(
         std::io::stderr(),
         "FIGURE restart {mode}: stale tables after kill -9: {}; new process ready (static routes installed) {:.0} ms, first packet delivered {:.0} ms after its start; packets sent {} received {}",
@@ -108,34 +99,28 @@ fn kill9_and_restart(mode: &str) {
 
 #[test]
 fn kill9_during_traffic_tnapi_restarts_clean() {
-    if !prerequisites("kill9_during_traffic_tnapi_restarts_clean", true, NEEDS) {
-        return;
-    }
+    require!("kill9_during_traffic_tnapi_restarts_clean", true, NEEDS);
     kill9_and_restart("tnapi");
 }
 
 #[test]
 fn kill9_during_traffic_stack_restarts_clean() {
-    if !prerequisites("kill9_during_traffic_stack_restarts_clean", true, NEEDS) {
-        return;
-    }
+    require!("kill9_during_traffic_stack_restarts_clean", true, NEEDS);
     kill9_and_restart("stack");
 }
 
 /// SIGSTOP during a burst: the socket's receive queue overflows; vgate counts it.
 #[test]
 fn receive_overflow_is_counted_in_totals_and_metrics() {
-    if !prerequisites(
+    require!(
         "receive_overflow_is_counted_in_totals_and_metrics",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = config(&bed, "stack", 100, "strict", &stream_routes(&bed, 1));
-    let gw = Gw::start(&g_ns, &cfg, &[]);
+    let gw = Vgate::start_in(&g_ns, &cfg, &[]);
     gw.signal(nix::sys::signal::Signal::SIGSTOP);
     // 30 000 packets at 5 000/s while nobody reads: more than the socket buffer holds (the
     // rate stays below what the veth backlog drops on its own).
@@ -150,7 +135,7 @@ fn receive_overflow_is_counted_in_totals_and_metrics() {
     let after = s2.finish();
     std::thread::sleep(Duration::from_millis(300));
     let metrics = admin_get(&g_ns, "/metrics");
-    let totals = gw.stop();
+    let totals = gw.stop().raw;
     let fwd = channel_totals(&totals, "forward");
     let overflow = num(&fwd, "drop_rx_overflow");
     let rx = num(&fwd, "rx_packets");

@@ -17,21 +17,9 @@ use common::vgate::Vgate;
 const NET: u8 = 47;
 
 fn config() -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "lo"
-address = "127.0.{NET}.1"
-networks = ["127.0.{NET}.1/32"]
-media_ports = "20000-20999"
-[domains.b]
-interface = "lo"
-address = "127.0.{NET}.2"
-networks = ["127.0.{NET}.2/32", "127.0.{NET}.64/26"]
-media_ports = "30000-30999"
-[control]
-listen = "127.0.{NET}.1:9947"
-[[signaling_route]]
+    common::vgate::loopback_with(NET, 9947, 1000, &[], &[&format!("127.0.{NET}.64/26")])
+        + &format!(
+            r#"[[signaling_route]]
 name = "cam"
 type = "rtsp"
 transport = "tcp"
@@ -42,7 +30,7 @@ request_timeout = 3
 max_connections_per_source = 2
 allow_peers = ["127.0.{NET}.64/27"]
 "#
-    )
+        )
 }
 
 /// Answers every request on `addr` with `200 OK` and its CSeq.

@@ -25,19 +25,19 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{in_netns, prerequisites, under_ci, vgate_bin, Bed};
+use common::proc::Proc;
+use common::vgate::Vgate;
+use common::{admin, have_gst_rtsp_server, in_netns, prerequisites, vgate_bin, Bed, BedConfig, PY};
 
 /// One bed at a time: GStreamer and ffmpeg on two cores are enough load.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-const PY: &str = "/usr/bin/python3";
-
 fn can_run(test: &str) -> bool {
-    if !prerequisites(
+    prerequisites(
         test,
         true,
         &[
@@ -45,35 +45,7 @@ fn can_run(test: &str) -> bool {
             ("ffmpeg", "ffmpeg"),
             ("ffprobe", "ffmpeg"),
         ],
-    ) {
-        return false;
-    }
-    let gst = Command::new(PY)
-        .args([
-            "-c",
-            "import gi; gi.require_version('GstRtspServer','1.0'); gi.require_version('GstRtsp','1.0'); from gi.repository import GstRtspServer",
-        ])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !gst {
-        let msg = format!("{test}: missing GStreamer's RTSP server for {PY} (apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good)");
-        if under_ci() {
-            panic!("{msg}: CI must provide it");
-        }
-        let _ = writeln!(std::io::stderr(), "{msg}: this test DID NOT RUN");
-        return false;
-    }
-    true
-}
-
-/// A child process killed (by its own pid) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    ) && have_gst_rtsp_server(test)
 }
 
 /// Bed + GStreamer server in A + vgate in the gateway namespace.
@@ -82,30 +54,9 @@ struct Rig {
     server: Option<Proc>,
     /// What the server printed after READY (`FRAMES n` lines of a RECORD server).
     server_out: Arc<Mutex<String>>,
-    vgate: Option<Proc>,
-    vgate_err: Arc<Mutex<String>>,
+    vgate: Option<Vgate>,
     dir: tempfile::TempDir,
 }
-
-const CONFIG_HEAD: &str = r#"
-[domains.a]
-interface = "ga"
-address = "GA_IP"
-networks = ["A_NET"]
-media_ports = "20000-20999"
-
-[domains.b]
-interface = "gb"
-address = "GB_IP"
-networks = ["B_NET"]
-media_ports = "30000-30999"
-
-[engine]
-queues = 1
-
-[security]
-source_validation = "strict"
-"#;
 
 impl Rig {
     /// `routes` is appended to the config: `A_IP` is replaced by the server's address.
@@ -117,50 +68,19 @@ impl Rig {
     fn up_with(server_args: Option<&[&str]>, routes: &str) -> Rig {
         let bed = Bed::up(1);
         let dir = tempfile::tempdir().unwrap();
-        let net = |ip: &str| {
-            let mut o: Vec<&str> = ip.split('.').collect();
-            o[3] = "0";
-            format!("{}/24", o.join("."))
-        };
-        let config = format!("{CONFIG_HEAD}{routes}")
-            .replace("GA_IP", bed.get("GA_IP"))
-            .replace("GB_IP", bed.get("GB_IP"))
-            .replace("A_NET", &net(bed.get("A_IP")))
-            .replace("B_NET", &net(bed.get("B_IP")))
+        let config = format!("{}{routes}", bed.config(BedConfig::default()))
             .replace("A_IP", bed.get("A_IP"));
-        let cfg_path = dir.path().join("vgate.toml");
-        std::fs::write(&cfg_path, config).unwrap();
         let mut rig = Rig {
             bed,
             server: None,
             server_out: Arc::new(Mutex::new(String::new())),
             vgate: None,
-            vgate_err: Arc::new(Mutex::new(String::new())),
             dir,
         };
         if let Some(args) = server_args {
             rig.start_server(args);
         }
-        let mut vgate = Command::new("ip")
-            .args(["netns", "exec", rig.bed.get("G_NS")])
-            .arg(vgate_bin())
-            .args(["run", "--stats-interval", "0", "--config"])
-            .arg(&cfg_path)
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start vgate");
-        let err = vgate.stderr.take().unwrap();
-        let sink = Arc::clone(&rig.vgate_err);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        rig.vgate = Some(Proc(vgate));
+        rig.vgate = Some(Vgate::start_in(rig.bed.get("G_NS"), &config, &[]));
         rig.wait_log("RTSP proxy listening", 1, Duration::from_secs(10));
         rig
     }
@@ -198,7 +118,7 @@ impl Rig {
                 s.push('\n');
             }
         });
-        self.server = Some(Proc(child));
+        self.server = Some(Proc::new(child));
     }
 
     /// Frames the RECORD server decoded so far (its last `FRAMES n` line).
@@ -226,26 +146,20 @@ impl Rig {
     }
 
     fn server_pid(&self) -> u32 {
-        self.server.as_ref().unwrap().0.id()
+        self.server.as_ref().unwrap().pid()
+    }
+
+    fn vgate(&self) -> &Vgate {
+        self.vgate.as_ref().expect("vgate runs")
     }
 
     fn log(&self) -> String {
-        self.vgate_err.lock().unwrap().clone()
+        self.vgate().log()
     }
 
     /// Waits until vgate's log holds `needle` at least `count` times.
     fn wait_log(&self, needle: &str, count: usize, within: Duration) {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if self.log().matches(needle).count() >= count {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "vgate never logged {count} x {needle:?}; log:\n{}",
-            self.log()
-        );
+        self.vgate().wait_log(needle, count, within)
     }
 
     fn url(&self, port: u16, path: &str) -> String {
@@ -253,7 +167,7 @@ impl Rig {
     }
 
     fn vgate_cpu_seconds(&self) -> f64 {
-        let pid = self.vgate.as_ref().unwrap().0.id();
+        let pid = self.vgate().pid();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let fields: Vec<&str> = stat
             .rsplit_once(')')
@@ -266,17 +180,7 @@ impl Rig {
 
     /// SIGTERM; vgate's stdout (totals and `route` lines).
     fn stop_vgate(&mut self) -> String {
-        let mut p = self.vgate.take().unwrap();
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(p.0.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let mut out = String::new();
-        let _ = p.0.stdout.take().unwrap().read_to_string(&mut out);
-        let status = p.0.wait().unwrap();
-        assert!(status.success(), "vgate exited with {status}");
-        std::mem::forget(p);
-        out
+        self.vgate.take().expect("vgate runs").stop().raw
     }
 }
 
@@ -795,7 +699,7 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
         c.play(&base2);
         c
     });
-    let cfg_path = rig.dir.path().join("vgate.toml");
+    let cfg_path = rig.vgate().config.path().to_owned();
     let cfg = std::fs::read_to_string(&cfg_path).unwrap();
     assert_eq!(cfg.matches("media_timeout = 3\n").count(), 1, "{cfg}");
     std::fs::write(
@@ -859,25 +763,9 @@ fn ffmpeg_push(ns: &str, url: &str, transport: &str, seconds: u32) -> (bool, Str
 fn metric(rig: &Rig, name_and_labels: &str) -> f64 {
     let g = rig.bed.get("G_NS").to_string();
     let text = in_netns(&g, || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        agent
-            .get("http://127.0.0.1:9940/metrics")
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default()
+        admin::try_get("127.0.0.1:9940", "/metrics").unwrap_or_default()
     });
-    text.lines()
-        .find(|l| {
-            l.strip_prefix(name_and_labels)
-                .is_some_and(|r| r.starts_with(' '))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    admin::sample(&text, name_and_labels).unwrap_or(0.0)
 }
 
 #[test]
@@ -1004,13 +892,11 @@ fn mismatched_server(ns: String, addr: String, stop: Arc<std::sync::atomic::Atom
 #[test]
 fn unbridgeable_transport_is_refused_promptly_never_hung() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !prerequisites(
+    require!(
         "unbridgeable_transport_is_refused_promptly_never_hung",
         true,
         &[("ip", "iproute2")],
-    ) {
-        return;
-    }
+    );
     let mut rig = Rig::up_with(None, &simple_route(""));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Stops the fake server whatever happens below.
@@ -1218,7 +1104,7 @@ fn bridged_transports_play_both_ways() {
 
 /// vgate's resident memory in KiB.
 fn vgate_rss_kib(rig: &Rig) -> u64 {
-    let pid = rig.vgate.as_ref().unwrap().0.id();
+    let pid = rig.vgate().pid();
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
@@ -1256,20 +1142,7 @@ fn read_frames(s: &mut TcpStream, channel: u8, n: usize) -> usize {
 
 /// The admin interface's `GET /api/v1/legs` (in the gateway namespace).
 fn admin_legs(rig: &Rig) -> serde_json::Value {
-    let g = rig.bed.get("G_NS").to_string();
-    let text = in_netns(&g, || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        agent
-            .get("http://127.0.0.1:9940/api/v1/legs")
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default()
-    });
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    admin::get_json_in(rig.bed.get("G_NS"), "127.0.0.1:9940", "/api/v1/legs")
 }
 
 /// A [`Client`] connected from namespace `ns` (the socket stays in it).

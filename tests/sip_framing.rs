@@ -1,5 +1,7 @@
 //! TCP framing: split reads, pipelined messages, keep-alives, refused streams.
 
+mod common;
+
 use vgate::signaling::sip::{frame, triage_framed, Framing, Limits, SipError, Verdict};
 
 fn msg(call: u32, body: &str) -> Vec<u8> {
@@ -112,22 +114,8 @@ use vgate::routes::{NoHooks, Routes};
 use vgate::signaling::proxy::sip::net::take_frames;
 use vgate::signaling::proxy::sip::{Core, Face, Out, Peer};
 
-const TCP_CONFIG: &str = r#"
-[domains.a]
-interface = "eth0"
-address = "10.1.0.1"
-networks = ["10.1.0.0/16"]
-media_ports = "20000-20099"
-
-[domains.b]
-interface = "eth1"
-address = "10.2.0.1"
-networks = ["10.2.0.0/16"]
-media_ports = "30000-30099"
-
-[engine]
-queues = 1
-
+const TCP_CONFIG: &str = offline_config!(
+    r#"
 [[signaling_route]]
 name = "b2a-tcp"
 type = "sip"
@@ -136,7 +124,8 @@ listen_domain = "b"
 listen_port = 5060
 upstream = "10.1.0.9:5060"
 max_message = 4096
-"#;
+"#
+);
 
 fn tcp_core() -> Core {
     let cfg = config::parse(TCP_CONFIG, "framing.toml").unwrap();

@@ -2,6 +2,8 @@
 //! compared with `tests/golden/sip/*.txt`. Allocated media ports show as `PORT`.
 //! `UPDATE_GOLDEN=1 cargo test --test sip_golden` rewrites the files (review the diff).
 
+mod common;
+
 use std::fmt::Write as _;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
@@ -11,22 +13,8 @@ use vgate::config::{self, Config, DomainId};
 use vgate::routes::{NoHooks, Routes};
 use vgate::signaling::proxy::sip::{Core, Face, Out, Peer};
 
-const CONFIG: &str = r#"
-[domains.a]
-interface = "eth0"
-address = "10.1.0.1"
-networks = ["10.1.0.0/16"]
-media_ports = "20000-20099"
-
-[domains.b]
-interface = "eth1"
-address = "10.2.0.1"
-networks = ["10.2.0.0/16"]
-media_ports = "30000-30099"
-
-[engine]
-queues = 1
-
+const CONFIG: &str = offline_config!(
+    r#"
 [security]
 source_validation = "strict"
 
@@ -49,7 +37,8 @@ listen_port = 5060
 upstream = "10.2.0.60:5060"
 upstream_port = 5061
 allow_ids = ["3402000000"]
-"#;
+"#
+);
 
 pub struct Bench {
     /// The Call-ID each face's peers know a call by: vgate hides Call-IDs, so a peer

@@ -11,123 +11,24 @@ mod common;
 
 use std::io::Read;
 use std::net::UdpSocket;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{in_netns, prerequisites, vgate_bin, Bed};
-
-/// Kills (SIGTERM, then SIGKILL) a child we started, on drop too.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn stop(&mut self) -> Option<std::process::Output> {
-        let mut c = self.0.take()?;
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(c.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = c.kill();
-        c.wait_with_output().ok()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn sipp_dir() -> String {
-    format!("{}/tests/sipp", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, "timeout", "120", "sipp"])
-        .args(args)
-        .current_dir(cwd);
-    c.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    c
-}
-
-/// `vgate run` in the gateway's namespace, given a moment to bind its sockets.
-fn vgate_in(g_ns: &str, cfg: &Path, stderr: Stdio) -> Proc {
-    let p = Proc(Some(
-        Command::new("ip")
-            .args(["netns", "exec", g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--config", cfg.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(800));
-    p
-}
-
-fn read_logs(dir: &Path, suffix: &str) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(suffix) {
-            let _ = std::fs::File::open(e.path()).and_then(|mut f| f.read_to_string(&mut all));
-        }
-    }
-    all
-}
+use common::sipp::{self, make_rtp_pcap, read_logs, Sipp, GB_CID};
+use common::udp::count_sink;
+use common::vgate::Vgate;
+use common::{admin, in_netns, Bed, BedConfig};
 
 fn config(bed: &Bed) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "{ga}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "20000-20999"
-
-[domains.b]
-interface = "{gb}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "30000-30999"
-
-[engine]
-mode = "stack"
-queues = 1
-
-[security]
-source_validation = "strict"
-
-[control]
-listen = "127.0.0.1:9940"
-
-[[signaling_route]]
-name = "b2a"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "{a_ip}:5060"
-upstream_port = 5061
-allow_peers = ["{b_ip}/32"]
-allow_ids = ["3402000000"]
-
+    let head = bed.config(BedConfig {
+        control: "127.0.0.1:9940",
+        ..Default::default()
+    });
+    head + &sipp::gb_b2a_route(bed, "")
+        + &format!(
+            r#"
 [[signaling_route]]
 name = "a2b"
 type = "sip"
@@ -138,13 +39,8 @@ upstream = "{b_ip}:5070"
 upstream_port = 5061
 allow_ids = ["3402000000"]
 "#,
-        ga = bed.get("GA_IF"),
-        gb = bed.get("GB_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_ip = bed.get("GB_IP"),
-        a_ip = bed.get("A_IP"),
-        b_ip = bed.get("B_IP"),
-    )
+            b_ip = bed.get("B_IP"),
+        )
 }
 
 /// Sends `msg` from `from` to `to` inside the current namespace and returns the first line
@@ -177,7 +73,7 @@ Content-Length: 0\r\n\r\n"
 
 #[test]
 fn sip_gb_calls_register_and_access_control_through_vgate() {
-    if !prerequisites(
+    require!(
         "sip_netns",
         true,
         &[
@@ -185,26 +81,13 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
             ("ip", "iproute2"),
             ("timeout", "coreutils"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let dir = tempfile::tempdir().unwrap();
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
     std::fs::create_dir_all(&a_dir).unwrap();
     std::fs::create_dir_all(&b_dir).unwrap();
-    let cfg = dir.path().join("vgate.toml");
-    std::fs::write(&cfg, config(&bed)).unwrap();
-    let pcap = a_dir.join("rtp.pcap");
-    let st = Command::new("python3")
-        .args([
-            &format!("{}/make_rtp_pcap.py", sipp_dir()),
-            pcap.to_str().unwrap(),
-            "100",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success(), "make_rtp_pcap.py failed");
+    make_rtp_pcap(&a_dir.join("rtp.pcap"), 100);
     let (a_ns, g_ns, b_ns) = (
         bed.get("A_NS").to_owned(),
         bed.get("G_NS").to_owned(),
@@ -217,88 +100,26 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
         bed.get("GB_IP").to_owned(),
     );
 
-    let mut vgate = vgate_in(&g_ns, &cfg, Stdio::null());
+    let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
 
     // The device in A.
-    let uas = format!("{}/gb_uas_device.xml", sipp_dir());
-    let mut device = Proc(Some(
-        sipp(
-            &a_ns,
-            &a_dir,
-            &[
-                "-sf",
-                &uas,
-                "-i",
-                &a_ip,
-                "-p",
-                "5060",
-                "-mp",
-                "16000",
-                "-trace_msg",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
+    let uas = sipp::scenario("gb_uas_device.xml");
+    let mut device = Sipp::new(&a_ns, &a_dir, &uas, &a_ip, 5060)
+        .args(&["-mp", "16000", "-trace_msg"])
+        .spawn();
     // The RTP sink at the address the platform offers.
     let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = Arc::clone(&stop);
-    let sink_addr = format!("{b_ip}:6000");
-    let sink = std::thread::spawn({
-        let b_ns = b_ns.clone();
-        move || {
-            in_netns(&b_ns, move || {
-                let s = UdpSocket::bind(&sink_addr).unwrap();
-                s.set_read_timeout(Some(Duration::from_millis(200)))
-                    .unwrap();
-                let mut buf = [0u8; 2048];
-                let (mut n, mut sources) = (0u64, std::collections::HashSet::new());
-                while !stop2.load(Ordering::Relaxed) {
-                    if let Ok((_, from)) = s.recv_from(&mut buf) {
-                        n += 1;
-                        sources.insert(from);
-                    }
-                }
-                (n, sources)
-            })
-        }
-    });
+    let sink = count_sink(&b_ns, &format!("{b_ip}:6000"), Arc::clone(&stop));
     std::thread::sleep(Duration::from_millis(500));
 
     // 50 calls from the platform in B.
-    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
+    let uac = sipp::scenario("gb_uac_play.xml");
     let target = format!("{gb_ip}:5060");
-    let st = sipp(
-        &b_ns,
-        &b_dir,
-        &[
-            "-sf",
-            &uac,
-            "-i",
-            &b_ip,
-            "-p",
-            "5060",
-            "-mp",
-            "16000",
-            "-cid_str",
-            "%u-%p@3402000000",
-            &target,
-            "-m",
-            "50",
-            "-r",
-            "10",
-            "-l",
-            "20",
-            "-trace_msg",
-            "-nostdin",
-            "-timeout",
-            "90",
-            "-timeout_error",
-        ],
-    )
-    .status()
-    .unwrap();
+    let st = Sipp::new(&b_ns, &b_dir, &uac, &b_ip, 5060)
+        .args(&["-mp", "16000", "-cid_str", GB_CID, &target, "-trace_msg"])
+        .calls(50, 10, 20)
+        .timeout(90)
+        .status();
     assert!(
         st.success(),
         "sipp UAC: not every call completed (exit {st:?}); logs in {}",
@@ -315,52 +136,17 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
     let _ = device.stop();
 
     // REGISTER with digest, Keepalive and a big Catalog from A to B.
-    let plat = format!("{}/gb_uas_platform_register.xml", sipp_dir());
-    let mut platform = Proc(Some(
-        sipp(
-            &b_ns,
-            &b_dir,
-            &[
-                "-sf",
-                &plat,
-                "-i",
-                &b_ip,
-                "-p",
-                "5070",
-                "-trace_msg",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
+    let plat = sipp::scenario("gb_uas_platform_register.xml");
+    let mut platform = Sipp::new(&b_ns, &b_dir, &plat, &b_ip, 5070)
+        .args(&["-trace_msg"])
+        .spawn();
     std::thread::sleep(Duration::from_millis(400));
-    let dev = format!("{}/gb_uac_device_register.xml", sipp_dir());
+    let dev = sipp::scenario("gb_uac_device_register.xml");
     let target = format!("{ga_ip}:5060");
-    let st = sipp(
-        &a_ns,
-        &a_dir,
-        &[
-            "-sf",
-            &dev,
-            "-i",
-            &a_ip,
-            "-p",
-            "5062",
-            "-cid_str",
-            "%u-%p@3402000000",
-            &target,
-            "-m",
-            "1",
-            "-trace_msg",
-            "-nostdin",
-            "-timeout",
-            "30",
-            "-timeout_error",
-        ],
-    )
-    .status()
-    .unwrap();
+    let st = Sipp::new(&a_ns, &a_dir, &dev, &a_ip, 5062)
+        .args(&["-cid_str", GB_CID, &target, "-m", "1", "-trace_msg"])
+        .timeout(30)
+        .status();
     assert!(
         st.success(),
         "REGISTER/Keepalive/Catalog did not complete; logs in {}",
@@ -415,12 +201,9 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
     );
 
     // Nothing left behind.
-    let out = vgate.stop().expect("vgate output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
-        "vgate left state behind:\n{stdout}"
-    );
+    let totals = vgate.stop();
+    totals.assert_nothing_left("vgate");
+    let stdout = totals.raw;
     let forwarded = stdout
         .lines()
         .find(|l| l.starts_with("total channel=forward"))
@@ -444,50 +227,11 @@ fn tcp_config(bed: &Bed) -> String {
         )
 }
 
-/// Counts UDP packets (and their sources) at `addr` inside `ns` until `stop`.
-fn udp_sink(
-    ns: &str,
-    addr: String,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(u64, std::collections::HashSet<std::net::SocketAddr>)> {
-    let ns = ns.to_owned();
-    std::thread::spawn(move || {
-        in_netns(&ns, move || {
-            let s = UdpSocket::bind(&addr).unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(200)))
-                .unwrap();
-            let mut buf = [0u8; 2048];
-            let (mut n, mut sources) = (0u64, std::collections::HashSet::new());
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok((_, from)) = s.recv_from(&mut buf) {
-                    n += 1;
-                    sources.insert(from);
-                }
-            }
-            (n, sources)
-        })
-    })
-}
-
 /// A proxy event of a SIP route (in its family, see `metrics::event_series`), from the metrics inside `g_ns`.
 fn sip_event(g_ns: &str, route: &str, event: &str) -> u64 {
-    let (route, event) = (route.to_owned(), event.to_owned());
-    in_netns(g_ns, move || {
-        use std::io::Write;
-        let mut s = std::net::TcpStream::connect("127.0.0.1:9941").unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        let needle = format!(
-            "{} ",
-            vgate::control::metrics::event_series(&route, "sip", &event)
-        );
-        text.lines()
-            .find_map(|l| l.strip_prefix(&needle).map(|v| v.trim().parse().unwrap()))
-            .unwrap_or_else(|| panic!("no {needle} in the metrics"))
-    })
+    let series = vgate::control::metrics::event_series(route, "sip", event);
+    let text = admin::get_in(g_ns, "127.0.0.1:9941", "/metrics");
+    admin::sample(&text, &series).unwrap_or_else(|| panic!("no {series} in the metrics")) as u64
 }
 
 fn big_message(b_ip: &str, port: u16, body_len: usize) -> Vec<u8> {
@@ -508,7 +252,7 @@ Content-Length: {body_len}\r\n\r\n{body}"
 
 #[test]
 fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
-    if !prerequisites(
+    require!(
         "sip_netns (tcp)",
         true,
         &[
@@ -516,26 +260,14 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
             ("ip", "iproute2"),
             ("timeout", "coreutils"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let dir = tempfile::tempdir().unwrap();
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
     std::fs::create_dir_all(&a_dir).unwrap();
     std::fs::create_dir_all(&b_dir).unwrap();
-    let cfg = dir.path().join("vgate.toml");
-    std::fs::write(&cfg, tcp_config(&bed)).unwrap();
     for d in [&a_dir, &b_dir] {
-        let st = Command::new("python3")
-            .args([
-                &format!("{}/make_rtp_pcap.py", sipp_dir()),
-                d.join("rtp.pcap").to_str().unwrap(),
-                "60",
-            ])
-            .status()
-            .unwrap();
-        assert!(st.success(), "make_rtp_pcap.py failed");
+        make_rtp_pcap(&d.join("rtp.pcap"), 60);
     }
     let (a_ns, g_ns, b_ns) = (
         bed.get("A_NS").to_owned(),
@@ -548,71 +280,33 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
         bed.get("GA_IP").to_owned(),
         bed.get("GB_IP").to_owned(),
     );
-    let vgate_log = std::fs::File::create(dir.path().join("vgate.log")).unwrap();
-    let mut vgate = vgate_in(&g_ns, &cfg, vgate_log.into());
+    let vgate = Vgate::start_in(&g_ns, &tcp_config(&bed), &[]);
     let keep_logs = format!("logs in {}", dir.path().display());
 
     // 1. Live view B→A over TCP: 10 calls at a modest rate.
-    let uas = format!("{}/gb_uas_device.xml", sipp_dir());
-    let mut device = Proc(Some(
-        sipp(
-            &a_ns,
-            &a_dir,
-            &[
-                "-sf",
-                &uas,
-                "-t",
-                "t1",
-                "-i",
-                &a_ip,
-                "-p",
-                "5060",
-                "-mp",
-                "16000",
-                "-trace_msg",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
+    let uas = sipp::scenario("gb_uas_device.xml");
+    let mut device = Sipp::new(&a_ns, &a_dir, &uas, &a_ip, 5060)
+        .args(&["-t", "t1", "-mp", "16000", "-trace_msg"])
+        .spawn();
     let stop = Arc::new(AtomicBool::new(false));
-    let sink = udp_sink(&b_ns, format!("{b_ip}:6000"), Arc::clone(&stop));
+    let sink = count_sink(&b_ns, &format!("{b_ip}:6000"), Arc::clone(&stop));
     std::thread::sleep(Duration::from_millis(500));
-    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
+    let uac = sipp::scenario("gb_uac_play.xml");
     let target = format!("{gb_ip}:5060");
-    let st = sipp(
-        &b_ns,
-        &b_dir,
-        &[
-            "-sf",
-            &uac,
+    let st = Sipp::new(&b_ns, &b_dir, &uac, &b_ip, 5060)
+        .args(&[
             "-t",
             "t1",
-            "-i",
-            &b_ip,
-            "-p",
-            "5060",
             "-mp",
             "16000",
             "-cid_str",
-            "%u-%p@3402000000",
+            GB_CID,
             &target,
-            "-m",
-            "10",
-            "-r",
-            "5",
-            "-l",
-            "5",
             "-trace_msg",
-            "-nostdin",
-            "-timeout",
-            "60",
-            "-timeout_error",
-        ],
-    )
-    .status()
-    .unwrap();
+        ])
+        .calls(10, 5, 5)
+        .timeout(60)
+        .status();
     assert!(
         st.success(),
         "TCP calls B→A did not all complete ({st:?}); {keep_logs}"
@@ -628,64 +322,20 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
     let _ = device.stop();
 
     // 2. Talkback A→B over TCP: the platform in B sends the voice, relayed B→A.
-    let plat_tb = format!("{}/gb_uas_platform_talkback.xml", sipp_dir());
-    let mut platform = Proc(Some(
-        sipp(
-            &b_ns,
-            &b_dir,
-            &[
-                "-sf",
-                &plat_tb,
-                "-t",
-                "t1",
-                "-i",
-                &b_ip,
-                "-p",
-                "5070",
-                "-mp",
-                "16000",
-                "-trace_msg",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
+    let plat_tb = sipp::scenario("gb_uas_platform_talkback.xml");
+    let mut platform = Sipp::new(&b_ns, &b_dir, &plat_tb, &b_ip, 5070)
+        .args(&["-t", "t1", "-mp", "16000", "-trace_msg"])
+        .spawn();
     let stop = Arc::new(AtomicBool::new(false));
-    let sink = udp_sink(&a_ns, format!("{a_ip}:8000"), Arc::clone(&stop));
+    let sink = count_sink(&a_ns, &format!("{a_ip}:8000"), Arc::clone(&stop));
     std::thread::sleep(Duration::from_millis(500));
-    let dev_tb = format!("{}/gb_uac_talkback.xml", sipp_dir());
+    let dev_tb = sipp::scenario("gb_uac_talkback.xml");
     let target_a = format!("{ga_ip}:5060");
-    let st = sipp(
-        &a_ns,
-        &a_dir,
-        &[
-            "-sf",
-            &dev_tb,
-            "-t",
-            "t1",
-            "-i",
-            &a_ip,
-            "-p",
-            "5062",
-            "-cid_str",
-            "%u-%p@3402000000",
-            &target_a,
-            "-m",
-            "3",
-            "-r",
-            "2",
-            "-l",
-            "1",
-            "-trace_msg",
-            "-nostdin",
-            "-timeout",
-            "40",
-            "-timeout_error",
-        ],
-    )
-    .status()
-    .unwrap();
+    let st = Sipp::new(&a_ns, &a_dir, &dev_tb, &a_ip, 5062)
+        .args(&["-t", "t1", "-cid_str", GB_CID, &target_a, "-trace_msg"])
+        .calls(3, 2, 1)
+        .timeout(40)
+        .status();
     assert!(
         st.success(),
         "talkback calls did not complete ({st:?}); {keep_logs}"
@@ -701,55 +351,25 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
     let _ = platform.stop();
 
     // 3. REGISTER with digest, Keepalive and a Catalog (> 1500 bytes) A→B over TCP.
-    let plat = format!("{}/gb_uas_platform_register.xml", sipp_dir());
-    let mut platform = Proc(Some(
-        sipp(
-            &b_ns,
-            &b_dir,
-            &[
-                "-sf",
-                &plat,
-                "-t",
-                "t1",
-                "-i",
-                &b_ip,
-                "-p",
-                "5070",
-                "-trace_msg",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
+    let plat = sipp::scenario("gb_uas_platform_register.xml");
+    let mut platform = Sipp::new(&b_ns, &b_dir, &plat, &b_ip, 5070)
+        .args(&["-t", "t1", "-trace_msg"])
+        .spawn();
     std::thread::sleep(Duration::from_millis(400));
-    let dev = format!("{}/gb_uac_device_register.xml", sipp_dir());
-    let st = sipp(
-        &a_ns,
-        &a_dir,
-        &[
-            "-sf",
-            &dev,
+    let dev = sipp::scenario("gb_uac_device_register.xml");
+    let st = Sipp::new(&a_ns, &a_dir, &dev, &a_ip, 5064)
+        .args(&[
             "-t",
             "t1",
-            "-i",
-            &a_ip,
-            "-p",
-            "5064",
             "-cid_str",
-            "%u-%p@3402000000",
+            GB_CID,
             &target_a,
             "-m",
             "1",
             "-trace_msg",
-            "-nostdin",
-            "-timeout",
-            "30",
-            "-timeout_error",
-        ],
-    )
-    .status()
-    .unwrap();
+        ])
+        .timeout(30)
+        .status();
     assert!(
         st.success(),
         "REGISTER/Keepalive/Catalog over TCP failed; {keep_logs}"
@@ -828,12 +448,9 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
     assert_eq!(sip_event(&g_ns, "b2a", "tcp_unframeable"), 1);
     assert_eq!(sip_event(&g_ns, "b2a", "tcp_connections_refused"), 1);
 
-    let out = vgate.stop().expect("vgate output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
-        "vgate left state behind:\n{stdout}"
-    );
+    let totals = vgate.stop();
+    totals.assert_nothing_left("vgate");
+    let stdout = totals.raw;
     let reverse = stdout
         .lines()
         .find(|l| l.starts_with("total channel=reverse"))
@@ -852,7 +469,7 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
 /// (Call-ID included). Before vgate routed such requests by device ID they got 404.
 #[test]
 fn sip_wvp_style_platform_invites_the_registered_address() {
-    if !prerequisites(
+    require!(
         "sip_wvp_style_platform",
         true,
         &[
@@ -860,21 +477,17 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
             ("ip", "iproute2"),
             ("timeout", "coreutils"),
         ],
-    ) {
-        return;
-    }
+    );
     let bed = Bed::up(1);
     let dir = tempfile::tempdir().unwrap();
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
     std::fs::create_dir_all(&a_dir).unwrap();
     std::fs::create_dir_all(&b_dir).unwrap();
-    let cfg = dir.path().join("vgate.toml");
     // Only the A→B route: the platform's INVITE has no other way to the device.
     let text = config(&bed);
     let a2b = text.find("[[signaling_route]]\nname = \"a2b\"").unwrap();
     let b2a = text.find("[[signaling_route]]\nname = \"b2a\"").unwrap();
     let text = format!("{}{}", &text[..b2a], &text[a2b..]).replace("upstream_port = 5061\n", "");
-    std::fs::write(&cfg, &text).unwrap();
     let (a_ns, g_ns, b_ns) = (
         bed.get("A_NS").to_owned(),
         bed.get("G_NS").to_owned(),
@@ -885,45 +498,17 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
         bed.get("B_IP").to_owned(),
         bed.get("GA_IP").to_owned(),
     );
-    let mut vgate = vgate_in(&g_ns, &cfg, Stdio::null());
-    let platform_xml = format!("{}/gb_uas_platform_invites_registered.xml", sipp_dir());
-    let mut platform = Proc(Some(
-        sipp(
-            &b_ns,
-            &b_dir,
-            &[
-                "-sf",
-                &platform_xml,
-                "-i",
-                &b_ip,
-                "-p",
-                "5070",
-                "-m",
-                "1",
-                "-trace_msg",
-                "-trace_err",
-                "-nostdin",
-                "-timeout",
-                "60",
-                "-timeout_error",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    ));
+    let vgate = Vgate::start_in(&g_ns, &text, &[]);
+    let platform_xml = sipp::scenario("gb_uas_platform_invites_registered.xml");
+    let mut platform = Sipp::new(&b_ns, &b_dir, &platform_xml, &b_ip, 5070)
+        .args(&["-m", "1", "-trace_msg", "-trace_err"])
+        .timeout(60)
+        .spawn();
     std::thread::sleep(Duration::from_millis(300));
-    let device_xml = format!("{}/gb_uac_device_invited.xml", sipp_dir());
+    let device_xml = sipp::scenario("gb_uac_device_invited.xml");
     let target = format!("{ga_ip}:5060");
-    let st = sipp(
-        &a_ns,
-        &a_dir,
-        &[
-            "-sf",
-            &device_xml,
-            "-i",
-            &a_ip,
-            "-p",
-            "5060",
+    let st = Sipp::new(&a_ns, &a_dir, &device_xml, &a_ip, 5060)
+        .args(&[
             "-mp",
             "16000",
             &target,
@@ -931,15 +516,10 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
             "1",
             "-trace_msg",
             "-trace_err",
-            "-nostdin",
-            "-timeout",
-            "60",
-            "-timeout_error",
-        ],
-    )
-    .status()
-    .unwrap();
-    let platform_ok = platform.0.as_mut().map(|c| c.wait());
+        ])
+        .timeout(60)
+        .status();
+    let platform_ok = platform.wait_exit(Duration::from_secs(120));
     let (a_log, b_log) = (
         read_logs(&a_dir, "_messages.log"),
         read_logs(&b_dir, "_messages.log"),
@@ -949,7 +529,7 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
         "the device (sipp in A) did not complete: {st:?}\n{a_log}"
     );
     assert!(
-        matches!(platform_ok, Some(Ok(s)) if s.success()),
+        platform_ok == Some(true),
         "the platform (sipp in B) did not complete: {platform_ok:?}\n{b_log}"
     );
     // The device's Call-ID named its address; none of it reached B, and the reverse.
@@ -965,6 +545,5 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
         !a_log.contains("10.201.2."),
         "a B address reached A:\n{a_log}"
     );
-    let out = vgate.stop().expect("vgate output");
-    assert!(out.status.success());
+    vgate.stop();
 }

@@ -25,9 +25,7 @@ mod common;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::split::{
-    half_config, half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B,
-};
+use common::split::{cam_routes, half_config, half_config_mode, link_totals, start_half, SplitBed};
 use common::vgate::Vgate;
 
 fn env_or(k: &str, d: &str) -> String {
@@ -44,13 +42,11 @@ fn now_ns() -> u64 {
 #[test]
 #[ignore = "benchmark: scripts/bench-split.sh"]
 fn split_loss_and_fec() {
-    if !common::prerequisites(
+    require!(
         "split_loss_and_fec",
         true,
         &[("ip", "iproute2"), ("nft", "nftables")],
-    ) {
-        return;
-    }
+    );
     let losses: Vec<u32> = env_or("SPLIT_BENCH_LOSS", "1 10 50")
         .split_whitespace()
         .map(|v| v.parse().unwrap())
@@ -67,7 +63,6 @@ fn split_loss_and_fec() {
         .collect();
     let len: usize = 1328;
     let bed = SplitBed::up();
-    let (da, db) = (bed.ip("DA_IP"), bed.ip("DB_IP"));
     for &loss in &losses {
         bed.loss("forward", loss);
         for (fec, reorder) in fecs
@@ -75,22 +70,7 @@ fn split_loss_and_fec() {
             .flat_map(|f| reorders.iter().map(move |r| (f, *r)))
         {
             let before = bed.counters()["FWD_LOSS"];
-            let ra = route(
-                "cam",
-                "a",
-                20000,
-                &format!("{FACE_B}:21000"),
-                30000,
-                &format!("{da}:5000"),
-            );
-            let rb = route(
-                "cam",
-                "a",
-                21000,
-                &format!("{db}:6000"),
-                30000,
-                &format!("{FACE_A}:30000"),
-            );
+            let (ra, rb) = cam_routes(&bed);
             let a = start_half(&bed, "a", &half_config(&bed, "a", fec, "off", &ra));
             let b_cfg = half_config(&bed, "b", "off", fec, &rb).replacen(
                 "[split.in_link]\n",
@@ -203,13 +183,11 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
 #[test]
 #[ignore = "benchmark: scripts/bench-split.sh --tx"]
 fn split_link_tx_families() {
-    if !common::prerequisites(
+    require!(
         "split_link_tx_families",
         true,
         &[("ip", "iproute2"), ("nft", "nftables")],
-    ) {
-        return;
-    }
+    );
     let rates: Vec<u32> = env_or("SPLIT_BENCH_PPS", "10000 30000")
         .split_whitespace()
         .map(|v| v.parse().unwrap())
@@ -219,23 +197,7 @@ fn split_link_tx_families() {
     let fec = env_or("SPLIT_BENCH_FEC", "8+2");
     let len: usize = 1328;
     let bed = SplitBed::up();
-    let (da, db) = (bed.ip("DA_IP"), bed.ip("DB_IP"));
-    let ra = route(
-        "cam",
-        "a",
-        20000,
-        &format!("{FACE_B}:21000"),
-        30000,
-        &format!("{da}:5000"),
-    );
-    let rb = route(
-        "cam",
-        "a",
-        21000,
-        &format!("{db}:6000"),
-        30000,
-        &format!("{FACE_A}:30000"),
-    );
+    let (ra, rb) = cam_routes(&bed);
     // (mode of half A, force the UDP socket on its link)
     let configs = [
         ("stack", false),

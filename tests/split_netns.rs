@@ -545,7 +545,7 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         (0, 1, 1),
         "{c:?}"
     );
-    let log = b.stderr_lines.try_iter().collect::<Vec<_>>().join("\n");
+    let log = b.log();
     let t = b.stop();
     assert_eq!(
         link_totals(&t.raw, "out").get("wrong_direction"),

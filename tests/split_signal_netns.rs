@@ -43,12 +43,14 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::gb_sipp::{uac_xml, uas_xml, Side};
+use common::proc::Proc;
+use common::sipp::{self, make_rtp_pcap, read_logs, Sipp, GB_CID};
 use common::split::{half_config, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::Vgate;
 
@@ -64,62 +66,6 @@ fn ready(test: &str) -> bool {
             ("python3", "python3"),
         ],
     )
-}
-
-fn sipp_dir() -> String {
-    format!("{}/tests/sipp", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn sipp(ns: &str, cwd: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, "timeout", "120", "sipp"])
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    c
-}
-
-/// A child we started (`ip netns exec … timeout … sipp`), stopped on drop: SIGTERM first,
-/// which `timeout` passes on to sipp (a SIGKILL would leave sipp running), then SIGKILL.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.0.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        if self.wait(Duration::from_secs(5)).is_none() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    /// Waits up to `within` for the child to exit; `Some(success)` if it did.
-    fn wait(&mut self, within: Duration) -> Option<bool> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = self.0.try_wait() {
-                return Some(st.success());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-fn read_logs(dir: &Path, suffix: &str) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.file_name().to_string_lossy().ends_with(suffix) {
-            let _ = std::fs::File::open(e.path()).and_then(|mut f| f.read_to_string(&mut all));
-        }
-    }
-    all
 }
 
 /// Signaling routes of each half for the GB flows. Calls: platform in B → half B (domain b,
@@ -207,107 +153,32 @@ impl Sink {
     }
 }
 
-fn rtp_pcap(dir: &Path) {
-    let st = Command::new("python3")
-        .args([
-            &format!("{}/make_rtp_pcap.py", sipp_dir()),
-            dir.join("rtp.pcap").to_str().unwrap(),
-            "100",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success(), "make_rtp_pcap.py failed");
-}
-
 fn device(bed: &SplitBed, dir: &Path, calls: &str) -> Proc {
-    let uas = format!("{}/gb_uas_device.xml", sipp_dir());
-    Proc(
-        sipp(
-            bed.get("DA_NS"),
-            dir,
-            &[
-                "-sf",
-                &uas,
-                "-i",
-                bed.get("DA_IP"),
-                "-p",
-                "5060",
-                "-mp",
-                "16000",
-                "-m",
-                calls,
-                "-trace_msg",
-                "-nostdin",
-            ],
-        )
+    let uas = sipp::scenario("gb_uas_device.xml");
+    Sipp::new(bed.get("DA_NS"), dir, &uas, bed.get("DA_IP"), 5060)
+        .args(&["-mp", "16000", "-m", calls, "-trace_msg"])
         .spawn()
-        .unwrap(),
-    )
 }
 
-fn platform_calls(bed: &SplitBed, dir: &Path, scenario: &str, calls: &str) -> Command {
+fn platform_calls(bed: &SplitBed, dir: &Path, scenario: &str, calls: &str) -> Sipp {
     let target = format!("{}:5060", bed.get("GB_IP"));
-    let mut c = sipp(
-        bed.get("DB_NS"),
-        dir,
-        &[
-            "-sf",
-            scenario,
-            "-i",
-            bed.get("DB_IP"),
-            "-p",
-            "5060",
-            "-mp",
-            "16000",
-            "-cid_str",
-            "%u-%p@3402000000",
-            &target,
-            "-m",
-            calls,
-            "-r",
-            "5",
-            "-l",
-            "5",
-            "-trace_msg",
-            "-nostdin",
-            "-timeout",
-            "90",
-            "-timeout_error",
-        ],
-    );
-    c.stdout(Stdio::null());
-    c
+    Sipp::new(bed.get("DB_NS"), dir, scenario, bed.get("DB_IP"), 5060)
+        .args(&["-mp", "16000", "-cid_str", GB_CID, &target])
+        .args(&["-m", calls, "-r", "5", "-l", "5", "-trace_msg"])
+        .timeout(90)
 }
 
 /// REGISTER with digest, Keepalive and a big Catalog from the device in A to the platform
 /// in B; `t` is "u1" (UDP) or "t1" (TCP).
 fn register_a_to_b(bed: &SplitBed, a_dir: &Path, b_dir: &Path, t: &str) {
-    let plat = format!("{}/gb_uas_platform_register.xml", sipp_dir());
-    let platform = Proc(
-        sipp(
-            bed.get("DB_NS"),
-            b_dir,
-            &[
-                "-sf",
-                &plat,
-                "-i",
-                bed.get("DB_IP"),
-                "-p",
-                "5070",
-                "-t",
-                t,
-                "-trace_msg",
-                "-nostdin",
-            ],
-        )
-        .spawn()
-        .unwrap(),
-    );
+    let plat = sipp::scenario("gb_uas_platform_register.xml");
+    let platform = Sipp::new(bed.get("DB_NS"), b_dir, &plat, bed.get("DB_IP"), 5070)
+        .args(&["-t", t, "-trace_msg"])
+        .spawn();
     std::thread::sleep(Duration::from_millis(500));
     // The scenario checks that the 200's Contact names the device's own address, written
     // for the three-namespace bed's A address; this bed's is another.
-    let scenario =
-        std::fs::read_to_string(format!("{}/gb_uac_device_register.xml", sipp_dir())).unwrap();
+    let scenario = std::fs::read_to_string(sipp::scenario("gb_uac_device_register.xml")).unwrap();
     assert!(scenario.contains(r"10\.201\.1\.2:"));
     let dev = a_dir.join("gb_uac_device_register.xml");
     std::fs::write(
@@ -320,61 +191,23 @@ fn register_a_to_b(bed: &SplitBed, a_dir: &Path, b_dir: &Path, t: &str) {
     .unwrap();
     let dev = dev.to_str().unwrap().to_owned();
     let target = format!("{}:5060", bed.get("GA_IP"));
-    let st = sipp(
-        bed.get("DA_NS"),
-        a_dir,
-        &[
-            "-sf",
-            &dev,
-            "-i",
-            bed.get("DA_IP"),
-            "-p",
-            "5062",
+    let st = Sipp::new(bed.get("DA_NS"), a_dir, &dev, bed.get("DA_IP"), 5062)
+        .args(&[
             "-t",
             t,
             "-cid_str",
-            "%u-%p@3402000000",
+            GB_CID,
             &target,
             "-m",
             "1",
             "-trace_msg",
-            "-nostdin",
-            "-timeout",
-            "30",
-            "-timeout_error",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .output()
-    .unwrap();
-    assert!(
-        st.status.success(),
-        "REGISTER/Keepalive/Catalog across the split did not complete ({t}, {}): {}{}",
-        st.status,
-        String::from_utf8_lossy(&st.stdout),
-        String::from_utf8_lossy(&st.stderr)
-    );
-    drop(platform);
-}
-
-/// Runs a sipp client to its end; its screen and errors when it failed.
-fn run_sipp(mut c: Command) -> Result<(), String> {
-    let out = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
+        ])
+        .timeout(30)
+        .run();
+    if let Err(e) = st {
+        panic!("REGISTER/Keepalive/Catalog across the split did not complete ({t}, {e})");
     }
+    drop(platform);
 }
 
 fn signal_totals(raw: &str) -> std::collections::HashMap<String, u64> {
@@ -390,12 +223,7 @@ fn signal_totals(raw: &str) -> std::collections::HashMap<String, u64> {
 /// Stops a half; checks it left nothing behind and no frame was refused on the link.
 fn stop_clean(v: Vgate, name: &str) -> std::collections::HashMap<String, u64> {
     let t = v.stop();
-    assert!(
-        t.raw
-            .contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
-        "half {name} left state behind:\n{}",
-        t.raw
-    );
+    t.assert_nothing_left(&format!("half {name}"));
     signal_totals(&t.raw)
 }
 
@@ -454,7 +282,7 @@ fn sip_gb_across_the_split() {
         return;
     }
     let (bed, _dir, a_dir, b_dir) = setup();
-    rtp_pcap(&a_dir);
+    make_rtp_pcap(&a_dir.join("rtp.pcap"), 100);
     let a = half(&bed, "a", "udp");
     let b = half(&bed, "b", "udp");
     peers_up(&a, &b);
@@ -462,8 +290,8 @@ fn sip_gb_across_the_split() {
     let mut dev = device(&bed, &a_dir, "10");
     let sink = Sink::start(&bed);
     std::thread::sleep(Duration::from_millis(300));
-    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
-    let st = platform_calls(&bed, &b_dir, &uac, "10").status().unwrap();
+    let uac = sipp::scenario("gb_uac_play.xml");
+    let st = platform_calls(&bed, &b_dir, &uac, "10").status();
     assert!(
         st.success(),
         "sipp UAC: not every call across the split completed; logs in {}",
@@ -478,7 +306,7 @@ fn sip_gb_across_the_split() {
         "RTP must come from half B's address: {sources:?}"
     );
     assert_eq!(
-        dev.wait(Duration::from_secs(10)),
+        dev.wait_exit(Duration::from_secs(10)),
         Some(true),
         "the device saw every call end with BYE"
     );
@@ -605,9 +433,9 @@ fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
         return;
     }
     let (bed, _dir, a_dir, b_dir) = setup();
-    rtp_pcap(&a_dir);
+    make_rtp_pcap(&a_dir.join("rtp.pcap"), 100);
     // The live-view scenario, holding the call for a minute instead of 1.5 s.
-    let play = std::fs::read_to_string(format!("{}/gb_uac_play.xml", sipp_dir())).unwrap();
+    let play = std::fs::read_to_string(sipp::scenario("gb_uac_play.xml")).unwrap();
     assert!(play.contains("<pause milliseconds=\"1500\"/>"));
     let hold = b_dir.join("gb_uac_play_hold.xml");
     std::fs::write(
@@ -620,16 +448,12 @@ fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
     .unwrap();
 
     let a = half(&bed, "a", "udp");
-    let mut b = half(&bed, "b", "udp");
+    let b = half(&bed, "b", "udp");
     peers_up(&a, &b);
     let mut dev = device(&bed, &a_dir, "1");
     let sink = Sink::start(&bed);
     std::thread::sleep(Duration::from_millis(300));
-    let caller = Proc(
-        platform_calls(&bed, &b_dir, hold.to_str().unwrap(), "1")
-            .spawn()
-            .unwrap(),
-    );
+    let caller = platform_calls(&bed, &b_dir, hold.to_str().unwrap(), "1").spawn();
     // The call is up once its RTP arrives in domain B.
     let deadline = Instant::now() + Duration::from_secs(30);
     while sink.packets.load(Ordering::Relaxed) < 5 {
@@ -640,11 +464,10 @@ fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // Half B dies without a word.
-    let _ = b.child.kill();
-    let _ = b.child.wait();
+    b.crash();
     let killed = Instant::now();
     assert_eq!(
-        dev.wait(Duration::from_secs(20)),
+        dev.wait_exit(Duration::from_secs(20)),
         Some(true),
         "the device in A got no BYE after half B died"
     );
@@ -659,23 +482,23 @@ fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
     peers_up(&a, &b);
     let mut dev = device(&bed, &a_dir, "2");
     std::thread::sleep(Duration::from_millis(300));
-    let uac = format!("{}/gb_uac_play.xml", sipp_dir());
-    if let Err(e) = run_sipp(platform_calls(&bed, &b_dir, &uac, "2")) {
+    let uac = sipp::scenario("gb_uac_play.xml");
+    if let Err(e) = platform_calls(&bed, &b_dir, &uac, "2").run() {
         panic!("calls after half B restarted did not complete: {e}");
     }
-    assert_eq!(dev.wait(Duration::from_secs(10)), Some(true));
+    assert_eq!(dev.wait_exit(Duration::from_secs(10)), Some(true));
 
     // A forged frame on the signaling link: dropped, counted, the real peer unaffected.
     forge(&bed);
-    let uac2 = Proc(platform_calls(&bed, &b_dir, &uac, "1").spawn().unwrap());
+    let uac2 = platform_calls(&bed, &b_dir, &uac, "1").spawn();
     let mut dev = device(&bed, &a_dir, "1");
     let mut uac2 = uac2;
     assert_eq!(
-        uac2.wait(Duration::from_secs(60)),
+        uac2.wait_exit(Duration::from_secs(60)),
         Some(true),
         "a call after the forgery"
     );
-    assert_eq!(dev.wait(Duration::from_secs(10)), Some(true));
+    assert_eq!(dev.wait_exit(Duration::from_secs(10)), Some(true));
 
     no_wrong_direction(&bed);
     let sb = stop_clean(b, "b");
@@ -715,7 +538,7 @@ fn rtsp_routes(bed: &SplitBed, half: &str) -> String {
 }
 
 fn rtsp_ready(test: &str) -> bool {
-    if !common::prerequisites(
+    common::prerequisites(
         test,
         true,
         &[
@@ -724,20 +547,7 @@ fn rtsp_ready(test: &str) -> bool {
             ("ffmpeg", "ffmpeg"),
             ("timeout", "coreutils"),
         ],
-    ) {
-        return false;
-    }
-    let gst = Command::new("/usr/bin/python3")
-        .args(["-c", "import gi; gi.require_version('GstRtspServer','1.0'); from gi.repository import GstRtspServer"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !gst {
-        let msg = format!("{test}: missing GStreamer's RTSP server (apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good)");
-        assert!(!common::under_ci(), "{msg}: CI must provide it");
-        eprintln!("{msg}: this test DID NOT RUN");
-        return false;
-    }
-    true
+    ) && common::have_gst_rtsp_server(test)
 }
 
 /// A bed with GStreamer's RTSP server in A (digest cam:s3cret, `server_args` added) and
@@ -800,7 +610,7 @@ fn rtsp_across_the_split_out(
             l.clear();
         }
     });
-    let server = Proc(server);
+    let server = Proc::new(server);
     let a = start_half(
         &bed,
         "a",
@@ -913,25 +723,10 @@ fn static_routes_keep_flowing_through_a_signaling_outage() {
     if !ready("split_signal_netns outage") {
         return;
     }
-    use common::split::{receive_numbered, route, send_numbered};
+    use common::split::{cam_routes, receive_numbered, send_numbered};
     let bed = SplitBed::up();
     let (da, db) = (bed.get("DA_IP").to_owned(), bed.get("DB_IP").to_owned());
-    let ra = route(
-        "cam",
-        "a",
-        20000,
-        &format!("{FACE_B}:21000"),
-        30000,
-        &format!("{da}:5000"),
-    );
-    let rb = route(
-        "cam",
-        "a",
-        21000,
-        &format!("{db}:6000"),
-        30000,
-        &format!("{FACE_A}:30000"),
-    );
+    let (ra, rb) = cam_routes(&bed);
     let a = start_half(&bed, "a", &half_config(&bed, "a", "off", "off", &ra));
     let b = start_half(&bed, "b", &half_config(&bed, "b", "off", "off", &rb));
     peers_up(&a, &b);
@@ -1025,12 +820,7 @@ fn link_bytes(raw: &str) -> LinkBytes {
 /// Stops a half like [`stop_clean`] and also returns its link byte counts.
 fn stop_clean_links(v: Vgate, name: &str) -> LinkBytes {
     let t = v.stop();
-    assert!(
-        t.raw
-            .contains("sessions live=0 routes=0 ports_used_a=0 ports_used_b=0"),
-        "half {name} left state behind:\n{}",
-        t.raw
-    );
+    t.assert_nothing_left(&format!("half {name}"));
     let s = signal_totals(&t.raw);
     assert_eq!(
         s["auth_failures"] + s["replays"] + s["malformed"] + s["truncated"] + s["refused"],
@@ -1138,36 +928,18 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str, combos: &[(Side, Side)], paylo
             payload,
         );
         let calls = CALLS.to_string();
-        let mut dev = Proc(
-            sipp(
-                bed.get("DA_NS"),
-                &a_dir,
-                &[
-                    "-sf",
-                    uas.to_str().unwrap(),
-                    "-i",
-                    &da,
-                    "-p",
-                    "5060",
-                    "-m",
-                    &calls,
-                    "-trace_msg",
-                    "-trace_err",
-                    "-nostdin",
-                ],
-            )
-            .spawn()
-            .unwrap(),
-        );
+        let mut dev = Sipp::new(bed.get("DA_NS"), &a_dir, uas.to_str().unwrap(), &da, 5060)
+            .args(&["-m", &calls, "-trace_msg", "-trace_err"])
+            .spawn();
         std::thread::sleep(Duration::from_millis(300));
-        if let Err(e) = run_sipp(platform_calls(&bed, &b_dir, uac.to_str().unwrap(), &calls)) {
+        if let Err(e) = platform_calls(&bed, &b_dir, uac.to_str().unwrap(), &calls).run() {
             panic!(
                 "{what}: not every call completed: {e}; logs in {}",
                 b_dir.display()
             );
         }
         assert_eq!(
-            dev.wait(Duration::from_secs(15)),
+            dev.wait_exit(Duration::from_secs(15)),
             Some(true),
             "{what}: the device scenario failed (leak or a TCP offer toward A); logs in {}",
             a_dir.display()

@@ -19,17 +19,8 @@ const NET: u8 = 32;
 
 fn config(extra_route: bool) -> String {
     let mut c = common::vgate::loopback_config(NET, &[], &[])
-        + &format!(
-            r#"[security]
-source_validation = "latch"
-[[stream_route]]
-name = "cam1"
-domain = "a"
-port = 20000
-destination = "127.0.{NET}.2:40000"
-egress_port = 30000
-"#
-        );
+        + "[security]\nsource_validation = \"latch\"\n"
+        + &common::vgate::loopback_cam_route(NET);
     if extra_route {
         c.push_str(&format!(
             "[[stream_route]]\nname = \"cam2\"\ndomain = \"a\"\nport = 20002\ndestination = \"127.0.{NET}.2:40002\"\negress_port = 30002\n"
@@ -136,13 +127,11 @@ fn exec_reload(config: &Path) -> Vec<String> {
 fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config() {
     // Stopping a thread of another process needs ptrace rights: root (or a parent under
     // Yama scope 1, which the `env` wrapper is not).
-    if !common::prerequisites(
+    require!(
         "ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config",
         true,
         &[("env", "coreutils")],
-    ) {
-        return;
-    }
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let notify = Notify {
@@ -181,7 +170,7 @@ fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config
 
     // A stuck worker: its thread stopped. Once vgate sees the stale heartbeat (health 503)
     // no ping may come while it stays stuck.
-    let tid = worker_tid(vg.child.id());
+    let tid = worker_tid(vg.pid());
     nix::sys::ptrace::seize(tid, nix::sys::ptrace::Options::empty()).expect("PTRACE_SEIZE");
     nix::sys::ptrace::interrupt(tid).expect("PTRACE_INTERRUPT");
     nix::sys::wait::waitpid(tid, Some(nix::sys::wait::WaitPidFlag::__WALL))

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use common::relay::*;
 use common::vgate::Vgate;
-use common::{admin_get_in, enter_netns, in_netns, prerequisites, Bed};
+use common::{admin, enter_netns, in_netns, Bed};
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -89,19 +89,6 @@ fn xmit_of(g_ns: &str, gb_if: &str) -> (u64, u64) {
     out
 }
 
-/// The gateway namespace's links that carry an XDP program.
-fn xdp_links(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-d", "link", "show"])
-        .output()
-        .expect("ip link show");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("prog/xdp"))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// `GET path` on the admin interface at 127.0.0.1:`port` inside namespace `ns`.
 fn admin_get(ns: &str, port: u16, path: &str) -> serde_json::Value {
     let url = format!("http://127.0.0.1:{port}{path}");
@@ -114,9 +101,7 @@ fn admin_get(ns: &str, port: u16, path: &str) -> serde_json::Value {
 
 #[test]
 fn xdp_relays_every_packet_once_in_the_kernel() {
-    if !prerequisites("xdp_relays_every_packet_once_in_the_kernel", true, NEEDS) {
-        return;
-    }
+    require!("xdp_relays_every_packet_once_in_the_kernel", true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let control = 9951;
@@ -128,16 +113,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
     assert_eq!(xdp_links(&g_ns).len(), 2, "a program on each interface");
     let (xmit_before, _) = fast_xmit(&bed);
     let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        bed.get("B_NS").into(),
-        bed.ip("B_IP"),
-        bed.ip("GB_IP"),
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
     let tx = sender(
         bed.get("A_NS").into(),
         bed.ip("A_IP"),
@@ -188,23 +164,17 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
         }
         assert!(r["latched_source"].is_string(), "latched: {r}");
     }
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// `kill -9` leaves nothing attached: the program hangs on BPF links that die with the
 /// process.
 #[test]
 fn xdp_leaves_nothing_after_kill_9() {
-    if !prerequisites("xdp_leaves_nothing_after_kill_9", true, NEEDS) {
-        return;
-    }
+    require!("xdp_leaves_nothing_after_kill_9", true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
-    let mut vg = Vgate::start_with(
+    let vg = Vgate::start_with(
         &["ip", "netns", "exec", &g_ns],
         &config(&bed, "xdp", 4, 9952),
         &["--mode", "xdp"],
@@ -220,7 +190,7 @@ fn xdp_leaves_nothing_after_kill_9() {
     );
     assert_eq!(neigh["queue_full"].as_u64(), Some(0), "{stats}");
     assert_eq!(neigh["table_full"].as_u64(), Some(0), "{stats}");
-    let metrics = admin_get_in(&g_ns, "127.0.0.1:9952", "/metrics");
+    let metrics = admin::get_in(&g_ns, "127.0.0.1:9952", "/metrics");
     for series in [
         "vgate_neigh_refused_total{reason=\"queue_full\"} 0\n",
         "vgate_neigh_refused_total{reason=\"table_full\"} 0\n",
@@ -235,8 +205,7 @@ fn xdp_leaves_nothing_after_kill_9() {
     for id in &tp_progs {
         assert!(vgate::engine::afxdp::bpf_program_loaded(*id), "{id} loaded");
     }
-    vg.signal(nix::sys::signal::Signal::SIGKILL);
-    vg.child.wait().unwrap();
+    vg.crash();
     // The links go when the last fd does, as the process is torn down; bounded wait.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !xdp_links(&g_ns).is_empty()
@@ -274,9 +243,7 @@ fn tracepoint_programs(engine: &str) -> Vec<u32> {
 /// delivered and counted sent, or counted `redirect_failed`.
 #[test]
 fn xdp_counts_redirects_the_egress_refuses() {
-    if !prerequisites("xdp_counts_redirects_the_egress_refuses", true, NEEDS) {
-        return;
-    }
+    require!("xdp_counts_redirects_the_egress_refuses", true, NEEDS);
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec};
     use vgate::stats::DropReason;
@@ -405,11 +372,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
         "the down interface's refusals counted: {f2:?}"
     );
     in_netns(&g_ns, move || drop(gw));
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// Route changes while a sender runs, in process: a route (policy any: on the fast path at
@@ -418,20 +381,17 @@ fn xdp_counts_redirects_the_egress_refuses() {
 /// forward again; the route counters equal what the sinks received.
 #[test]
 fn xdp_route_changes_take_effect_while_traffic_flows() {
-    if !prerequisites(
+    require!(
         "xdp_route_changes_take_effect_while_traffic_flows",
         true,
         NEEDS,
-    ) {
-        return;
-    }
-    use vgate::config::DomainId;
-    use vgate::routes::{Channel, SessionKind};
+    );
+    use vgate::routes::Channel;
 
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let addrs = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9953), "test").unwrap();
     let (g, gb_if) = (g_ns.clone(), bed.get("GB_IF").to_owned());
     let xmit = move || xmit_of(&g, &gb_if).0;
@@ -439,27 +399,13 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
     let xmit_outside = xmit.clone();
     let (gw_fast, sinks_total) = in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
-        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
-        let stop = Arc::new(AtomicBool::new(false));
-        let tx = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
-        let wait_growth = |i: usize, by: u64| {
-            let (first, all) = sinks.wait_growth(i, by, Duration::from_secs(10));
-            eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
-            assert!(
-                first < Duration::from_secs(1),
-                "route {i} took {first:?} to forward its first packet"
-            );
-        };
-        let spec = |i: u16| route_spec(i, b_ip);
-        let s = gw.routes.open_session(SessionKind::Admin, "test");
-        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
-            gw.routes.reserve_port(s, d, p).unwrap();
-        }
+        let mut rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let sinks = &rc.sinks;
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(sinks.count(0), 0, "nothing forwarded before a route exists");
-        let r0 = gw.routes.add_route(s, spec(0)).unwrap();
+        let r0 = rc.add_first();
         let x0 = xmit();
-        wait_growth(0, 50);
+        rc.wait_growth(0, 50);
         assert!(xmit() - x0 >= 50, "the kernel forwarded them");
 
         let old = gw.routes.remove_route(Channel::Forward, A_PORTS).unwrap();
@@ -479,22 +425,14 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
         );
         drop(r0);
 
-        gw.routes.add_route(s, spec(0)).unwrap();
-        wait_growth(0, 50);
-        let s2 = gw.routes.open_session(SessionKind::Admin, "second");
-        gw.routes
-            .reserve_port(s2, DomainId::A, A_PORTS + 2)
-            .unwrap();
-        gw.routes
-            .reserve_port(s2, DomainId::B, B_PORTS + 2)
-            .unwrap();
-        let r1 = gw.routes.add_route(s2, spec(1)).unwrap();
-        wait_growth(1, 50);
-        wait_growth(0, 20);
-        stop.store(true, Relaxed);
-        tx.join().unwrap();
+        rc.add_first();
+        rc.wait_growth(0, 50);
+        let r1 = rc.add_second();
+        rc.wait_growth(1, 50);
+        rc.wait_growth(0, 20);
+        rc.stop_senders();
         std::thread::sleep(Duration::from_millis(300));
-        let delivered1 = sinks.count(1);
+        let delivered1 = rc.sinks.count(1);
         // Polled every 100 ms.
         let deadline = Instant::now() + Duration::from_secs(5);
         while r1.stats.snapshot().packets.tx_packets < delivered1 {
@@ -506,7 +444,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert_eq!(r1.stats.snapshot().packets.tx_packets, delivered1);
-        sinks.finish();
+        rc.finish();
         let fast = gw.describe();
         let total = gw.totals();
         let total = total.channel(Channel::Forward).tx_packets;
@@ -519,11 +457,7 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
         by_kernel + 20 >= sinks_total,
         "nearly all by the kernel: {by_kernel} of {sinks_total}"
     );
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// One's-complement sum of `data` (16-bit big-endian words) added to `acc`.
@@ -666,7 +600,7 @@ fn send_frames(bed: &Bed, frames: &[Vec<u8>]) {
 /// or drops them with their reason counter) or to the kernel; none is forwarded wrongly.
 #[test]
 fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
-    if !prerequisites(
+    require!(
         "xdp_passes_what_it_cannot_forward_to_the_slow_path",
         true,
         &[
@@ -674,9 +608,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
             ("ethtool", "ethtool"),
             ("python3", "python3"),
         ],
-    ) {
-        return;
-    }
+    );
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec, SessionKind};
     use vgate::stats::DropReason;
@@ -899,24 +831,18 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         "IPv4 length beyond the frame, UDP length beyond IPv4's, bad header checksum (on \
          both routes): {fwd:?}"
     );
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// The reverse channel (B → A) takes the fast path too: every packet delivered once from the
 /// gateway's A address and the route's egress port, redirected into the A-side veth.
 #[test]
 fn xdp_forwards_the_reverse_channel_in_the_kernel() {
-    if !prerequisites(
+    require!(
         "xdp_forwards_the_reverse_channel_in_the_kernel",
         true,
         NEEDS,
-    ) {
-        return;
-    }
+    );
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::RouteSpec;
     const COUNT: u32 = 200;
@@ -972,9 +898,5 @@ fn xdp_forwards_the_reverse_channel_in_the_kernel() {
     let by_kernel = xmit_of(&g_ns, bed.get("GA_IF")).0 - x0;
     assert_eq!(by_kernel, u64::from(COUNT), "all by the kernel");
     in_netns(&g_ns, move || drop(gw));
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "nothing left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }

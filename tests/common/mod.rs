@@ -1,12 +1,31 @@
-//! Shared harness of the integration tests: prerequisites (what fails under `CI=true` and
-//! is reported as "did not run" elsewhere), the three-namespace test bed from
-//! `scripts/testbed.sh`, running code inside a namespace, and the `vgate` binary.
+//! The shared scaffolding of the integration tests, written once; each test file keeps
+//! only its scenario.
+//!
+//! - here: prerequisites ([`prerequisites`], [`test_did_not_run`]: the one rule — a missing
+//!   prerequisite prints "DID NOT RUN", and fails under `CI=true`), the three-namespace bed
+//!   of `scripts/testbed.sh` ([`Bed`], unique names per run, down on drop even in a panic),
+//!   running code inside a namespace ([`in_netns`]), the `vgate` binary;
+//! - [`proc`]: the guard of a child process (stopped and reaped on drop);
+//! - [`vgate`]: the one `vgate run` launcher (in a namespace or not, ready, stop, totals);
+//! - [`admin`]: the admin interface client (`GET`, JSON, metrics samples);
+//! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
+//! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
+//! - [`udp`]: plain UDP peers (a counting sink);
+//! - [`sipp`], [`gb_sipp`], [`rfc4571`]: SIP peers (sipp runs, GB/T 28181 scenarios, RTP
+//!   over TCP peers).
+//!
+//! Every test binary includes all of it (`mod common;`) and uses a part, hence the one
+//! `allow(dead_code)` below: a helper unused by one binary is used by another.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod gb_sipp;
+pub mod proc;
 pub mod relay;
 pub mod rfc4571;
+pub mod sipp;
 pub mod split;
+pub mod udp;
 pub mod vgate;
 
 use std::collections::HashMap;
@@ -16,6 +35,22 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A config that is only parsed (in-process tests, no socket): domain A on `eth0` at
+/// 10.1.0.1 (10.1.0.0/16, media 20000-20099), domain B on `eth1` at 10.2.0.1 (10.2.0.0/16,
+/// 30000-30099), one queue; then `$rest` (a string literal, so the result is one too and
+/// can be a `const` or a `format!` string).
+#[macro_export]
+macro_rules! offline_config {
+    ($rest:literal) => {
+        concat!(
+            "\n[domains.a]\ninterface = \"eth0\"\naddress = \"10.1.0.1\"\nnetworks = [\"10.1.0.0/16\"]\nmedia_ports = \"20000-20099\"\n",
+            "\n[domains.b]\ninterface = \"eth1\"\naddress = \"10.2.0.1\"\nnetworks = [\"10.2.0.0/16\"]\nmedia_ports = \"30000-30099\"\n",
+            "\n[engine]\nqueues = 1\n",
+            $rest
+        )
+    };
+}
 
 /// Whether `cmd` is on PATH (or in /usr/sbin, /sbin, where root's tools live).
 pub fn on_path(cmd: &str) -> bool {
@@ -44,13 +79,49 @@ pub fn prerequisites(test: &str, root: bool, commands: &[(&str, &str)]) -> bool 
     if missing.is_empty() {
         return true;
     }
-    let msg = format!("{test}: missing {}", missing.join(", "));
+    test_did_not_run(test, &format!("missing {}", missing.join(", ")));
+    false
+}
+
+/// `return`s from the test unless [`prerequisites`]`(test, root, commands)` holds (which
+/// said why it did not run, or failed under `CI=true`).
+#[macro_export]
+macro_rules! require {
+    ($test:expr, $root:expr, $commands:expr $(,)?) => {
+        if !$crate::common::prerequisites($test, $root, $commands) {
+            return;
+        }
+    };
+}
+
+/// The one rule for a test that cannot run here (`why`: what is missing): under `CI=true`
+/// it fails; elsewhere it says plainly that the test DID NOT RUN (and the caller returns).
+pub fn test_did_not_run(test: &str, why: &str) {
+    let msg = format!("{test}: {why}");
     if under_ci() {
         panic!("{msg}: CI must provide it (scripts/test.sh installs it)");
     }
     // Straight to the stderr handle: the harness captures eprintln! of passing tests.
     let _ = writeln!(io::stderr(), "{msg}: this test DID NOT RUN");
-    false
+}
+
+/// Debian's python3, which the Python peers (`tests/rtsp/server.py`, `tests/hostile/`) run on.
+pub const PY: &str = "/usr/bin/python3";
+
+/// `true` if GStreamer's RTSP server is there for [`PY`] (the RTSP peer in domain A);
+/// otherwise [`test_did_not_run`].
+pub fn have_gst_rtsp_server(test: &str) -> bool {
+    let ok = Command::new(PY)
+        .args([
+            "-c",
+            "import gi; gi.require_version('GstRtspServer','1.0'); gi.require_version('GstRtsp','1.0'); from gi.repository import GstRtspServer",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        test_did_not_run(test, &format!("missing GStreamer's RTSP server for {PY} (apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good)"));
+    }
+    ok
 }
 
 /// Says plainly that one part of `test` did not run (`why`), and fails under `CI=true`: a
@@ -80,6 +151,50 @@ pub struct Bed {
 
 static BED_SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// `bash SCRIPT --name NAME --queues Q up` (`scripts/testbed.sh`, `scripts/split-bed.sh`):
+/// the `KEY=value` lines it printed. Panics with its stderr if it failed.
+pub fn bed_script_up(script: &str, name: &str, queues: usize) -> HashMap<String, String> {
+    let out = Command::new("bash")
+        .args([
+            script,
+            "--name",
+            name,
+            "--queues",
+            &queues.to_string(),
+            "up",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} up failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    key_values(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The `KEY=value` lines of a text.
+pub fn key_values(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The nftables tables in namespace `ns` whose line contains `needle` (`vgate_`): what a
+/// stopped vgate must not leave behind.
+pub fn nft_tables(ns: &str, needle: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "tables"])
+        .output()
+        .expect("nft list tables");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
 pub fn testbed_script() -> String {
     format!("{}/scripts/testbed.sh", env!("CARGO_MANIFEST_DIR"))
 }
@@ -91,32 +206,12 @@ impl Bed {
             std::process::id(),
             BED_SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let out = Command::new("bash")
-            .args([
-                &testbed_script(),
-                "--name",
-                &name,
-                "--queues",
-                &queues.to_string(),
-                "up",
-            ])
-            .output()
-            .expect("run scripts/testbed.sh");
-        // The guard exists before the check, so a half-made bed is removed too.
+        // The guard exists before the script runs, so a half-made bed is removed too.
         let mut bed = Bed {
             name,
             env: HashMap::new(),
         };
-        assert!(
-            out.status.success(),
-            "testbed.sh up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some((k, v)) = line.split_once('=') {
-                bed.env.insert(k.to_owned(), v.to_owned());
-            }
-        }
+        bed.env = bed_script_up(&testbed_script(), &bed.name, queues as usize);
         bed
     }
 
@@ -137,6 +232,72 @@ impl Bed {
 
     pub fn ip(&self, key: &str) -> Ipv4Addr {
         self.get(key).parse().expect("an IPv4 address")
+    }
+
+    /// The start of a config for the gateway on this bed (see [`BedConfig`]); the sections a
+    /// test adds go after it (a key first lands in `[control]`).
+    pub fn config(&self, c: BedConfig) -> String {
+        let security = if c.policy.is_empty() {
+            String::new()
+        } else {
+            format!("[security]\nsource_validation = \"{}\"\n", c.policy)
+        };
+        format!(
+            r#"
+[domains.a]
+interface = "{ga_if}"
+address = "{ga_ip}"
+networks = ["10.201.1.0/24"]
+media_ports = "20000-{a_last}"
+[domains.b]
+interface = "{gb_if}"
+address = "{gb_ip}"
+networks = ["10.201.2.0/24"]
+media_ports = "30000-{b_last}"
+[engine]
+mode = "{mode}"
+queues = {queues}
+{engine}{security}[control]
+listen = "{control}"
+"#,
+            ga_if = self.get("GA_IF"),
+            ga_ip = self.get("GA_IP"),
+            gb_if = self.get("GB_IF"),
+            gb_ip = self.get("GB_IP"),
+            a_last = 20000 + c.ports - 1,
+            b_last = 30000 + c.ports - 1,
+            mode = c.mode,
+            queues = c.queues,
+            engine = c.engine,
+            control = c.control,
+        )
+    }
+}
+
+/// What [`Bed::config`] writes: the gateway's domains on the bed's interfaces and addresses
+/// (networks `10.201.1.0/24` and `10.201.2.0/24`), `ports` media ports from 20000 (A) and
+/// 30000 (B); `[engine]` with `mode`, `queues` and the `engine` lines; `source_validation =
+/// policy` (none written when empty); the admin interface on `control`.
+#[derive(Clone, Copy, Debug)]
+pub struct BedConfig<'a> {
+    pub mode: &'a str,
+    pub queues: usize,
+    pub ports: u16,
+    pub policy: &'a str,
+    pub control: &'a str,
+    pub engine: &'a str,
+}
+
+impl Default for BedConfig<'_> {
+    fn default() -> Self {
+        BedConfig {
+            mode: "stack",
+            queues: 1,
+            ports: 1000,
+            policy: "strict",
+            control: "127.0.0.1:9940",
+            engine: "",
+        }
     }
 }
 
@@ -164,23 +325,4 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     })
     .join()
     .unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
-/// `GET path` on an admin interface at `addr` inside network namespace `ns`: the body.
-pub fn admin_get_in(ns: &str, addr: &str, path: &str) -> String {
-    use std::io::Read;
-    let (addr, path) = (addr.to_owned(), path.to_owned());
-    in_netns(ns, move || {
-        let mut s = std::net::TcpStream::connect(&addr).expect("admin interface");
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default()
-    })
 }

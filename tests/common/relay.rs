@@ -3,7 +3,6 @@
 //! sequence they are, paced senders in A, checking receivers in B, and readings of the
 //! gateway namespace.
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -11,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{enter_netns, Bed};
+use super::{enter_netns, Bed, BedConfig};
 
 pub const A_PORTS: u16 = 20000;
 pub const B_PORTS: u16 = 30000;
@@ -27,34 +26,14 @@ pub fn queues() -> usize {
 }
 
 pub fn config(bed: &Bed, mode: &str, streams: u32, control_port: u16) -> String {
-    let mut s = format!(
-        r#"
-[domains.a]
-interface = "{ga_if}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "{A_PORTS}-{a_last}"
-[domains.b]
-interface = "{gb_if}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "{B_PORTS}-{b_last}"
-[engine]
-mode = "{mode}"
-queues = {q}
-[security]
-source_validation = "latch"
-[control]
-listen = "127.0.0.1:{control_port}"
-"#,
-        ga_if = bed.get("GA_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_if = bed.get("GB_IF"),
-        gb_ip = bed.get("GB_IP"),
-        a_last = A_PORTS + 999,
-        b_last = B_PORTS + 999,
-        q = queues(),
-    );
+    let control = format!("127.0.0.1:{control_port}");
+    let mut s = bed.config(BedConfig {
+        mode,
+        queues: queues(),
+        policy: "latch",
+        control: &control,
+        ..Default::default()
+    });
     for i in 0..streams {
         s.push_str(&format!(
             "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n",
@@ -227,18 +206,6 @@ pub fn snmp_udp(ns: &str, field: &str) -> u64 {
     values.split_whitespace().nth(idx).unwrap().parse().unwrap()
 }
 
-/// `key=value` pairs of a totals line.
-pub fn kv(line: &str) -> HashMap<String, String> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-pub fn num(m: &HashMap<String, String>, k: &str) -> u64 {
-    m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
-}
-
 /// Receivers on `SINK_PORTS + i` (`i < n`) in namespace `ns` that count what arrives (and
 /// note anything not from `gateway:B_PORTS + 2i` or not stream `i`'s packet), for tests that keep senders running while routes change. Every socket is read
 /// without blocking in turn, so a busy stream never starves another (a blocking read with a
@@ -404,4 +371,134 @@ pub fn addrs(bed: &Bed) -> (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr) {
         bed.ip("GB_IP"),
         bed.ip("B_IP"),
     )
+}
+
+/// The route-change scenario of the engine tests, run inside the gateway namespace with an
+/// in-process gateway: [`Sinks`] in B for routes 0 and 1, [`paced_senders`] in A to both
+/// ports, and an admin session holding route 0's ports (`A_PORTS`, `B_PORTS`).
+pub struct RouteChanges<'g> {
+    pub gw: &'g vgate::gateway::Gateway,
+    pub sinks: Sinks,
+    pub session: vgate::routes::SessionId,
+    stop: Arc<AtomicBool>,
+    senders: Option<JoinHandle<()>>,
+    dest: Ipv4Addr,
+    first_within: Option<Duration>,
+}
+
+impl<'g> RouteChanges<'g> {
+    /// Starts the sinks and senders (`bed` is [`addrs`] and the A and B namespaces) and
+    /// reserves route 0's ports; `first_within`: the bound on a route's first packet that
+    /// [`RouteChanges::wait_growth`] checks, if any. No route yet.
+    pub fn start(
+        gw: &'g vgate::gateway::Gateway,
+        (a_ns, b_ns): (String, String),
+        (a_ip, ga_ip, gb_ip, b_ip): (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr),
+        first_within: Option<Duration>,
+    ) -> RouteChanges<'g> {
+        use vgate::config::DomainId;
+        let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
+        let stop = Arc::new(AtomicBool::new(false));
+        let senders = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
+        let session = gw
+            .routes
+            .open_session(vgate::routes::SessionKind::Admin, "test");
+        for (d, p) in [(DomainId::A, A_PORTS), (DomainId::B, B_PORTS)] {
+            gw.routes.reserve_port(session, d, p).unwrap();
+        }
+        RouteChanges {
+            gw,
+            sinks,
+            session,
+            stop,
+            senders: Some(senders),
+            dest: b_ip,
+            first_within,
+        }
+    }
+
+    /// Installs route 0 (on the session's ports).
+    pub fn add_first(&self) -> Arc<vgate::routes::StreamRoute> {
+        self.gw
+            .routes
+            .add_route(self.session, route_spec(0, self.dest))
+            .unwrap()
+    }
+
+    /// Installs route 1 on ports reserved now by a second session (a new egress socket).
+    pub fn add_second(&self) -> Arc<vgate::routes::StreamRoute> {
+        use vgate::config::DomainId;
+        let routes = &self.gw.routes;
+        let s2 = routes.open_session(vgate::routes::SessionKind::Admin, "second");
+        routes.reserve_port(s2, DomainId::A, A_PORTS + 2).unwrap();
+        routes.reserve_port(s2, DomainId::B, B_PORTS + 2).unwrap();
+        routes.add_route(s2, route_spec(1, self.dest)).unwrap()
+    }
+
+    /// Waits until route `i`'s sink received `by` more datagrams (10 s at most) and prints
+    /// how long the first and all took; checks the first came within the bound, if any.
+    pub fn wait_growth(&self, i: usize, by: u64) {
+        let (first, all) = self.sinks.wait_growth(i, by, Duration::from_secs(10));
+        eprintln!("route {i}: first packet after {first:?}, {by} packets after {all:?}");
+        if let Some(bound) = self.first_within {
+            assert!(
+                first < bound,
+                "route {i} took {first:?} to forward its first packet"
+            );
+        }
+    }
+
+    /// Stops and joins the senders.
+    pub fn stop_senders(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.senders.take() {
+            t.join().unwrap();
+        }
+    }
+
+    /// Stops the senders, then the sinks (panics on a misdelivered datagram).
+    pub fn finish(mut self) {
+        self.stop_senders();
+        self.sinks.finish();
+    }
+}
+
+/// The links in namespace `ns` that carry an XDP program.
+pub fn xdp_links(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show"])
+        .output()
+        .expect("ip link show");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("prog/xdp"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Panics if a link in namespace `ns` still carries an XDP program (after vgate stopped).
+pub fn assert_no_xdp_left(ns: &str) {
+    assert!(
+        xdp_links(ns).is_empty(),
+        "nothing left: {:?}",
+        xdp_links(ns)
+    );
+}
+
+/// [`receiver`] for `streams` streams on the bed (`B_IP` in `B_NS`, from `GB_IP`), bound
+/// before this returns.
+pub fn bed_receiver(bed: &Bed, streams: u32, done: Arc<AtomicBool>) -> JoinHandle<Received> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let rx = receiver(
+        bed.get("B_NS").to_owned(),
+        bed.ip("B_IP"),
+        bed.ip("GB_IP"),
+        streams,
+        done,
+        ready_tx,
+    );
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("receivers bound");
+    rx
 }

@@ -42,12 +42,7 @@ pub struct SplitBed {
     pub env: HashMap<String, String>,
 }
 
-fn kv(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
+use super::key_values as kv;
 
 impl SplitBed {
     pub fn up() -> SplitBed {
@@ -62,27 +57,12 @@ impl SplitBed {
             std::process::id() % 100_000,
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let out = Command::new("bash")
-            .args([
-                &script(),
-                "--name",
-                &name,
-                "--queues",
-                &queues.to_string(),
-                "up",
-            ])
-            .output()
-            .expect("run scripts/split-bed.sh");
+        // The guard exists before the script runs, so a half-made bed is removed too.
         let mut bed = SplitBed {
             name,
             env: HashMap::new(),
         };
-        assert!(
-            out.status.success(),
-            "split-bed.sh up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        bed.env = kv(&String::from_utf8_lossy(&out.stdout));
+        bed.env = super::bed_script_up(&script(), &bed.name, queues);
         bed
     }
 
@@ -449,5 +429,31 @@ pub fn link_totals(raw: &str, name: &str) -> HashMap<String, u64> {
 /// `GET path` on a half's admin interface (127.0.0.1:9940 inside its namespace): the body.
 pub fn admin_get(bed: &SplitBed, half: &str, path: &str) -> String {
     let ns = bed.get(if half == "a" { "HA_NS" } else { "HB_NS" });
-    super::admin_get_in(ns, "127.0.0.1:9940", path)
+    super::admin::get_in(ns, "127.0.0.1:9940", path)
+}
+
+/// The static stream `cam` from domain A to domain B across the forward link, as each half
+/// configures it: half A takes `DA_IP:5000` on port 20000 and sends it to half B's face at
+/// 21000 (from 30000); half B takes it there from half A's face (30000) and sends it to
+/// `DB_IP:6000` from 30000. (half A's routes, half B's routes)
+pub fn cam_routes(bed: &SplitBed) -> (String, String) {
+    let (da, db) = (bed.get("DA_IP"), bed.get("DB_IP"));
+    (
+        route(
+            "cam",
+            "a",
+            20000,
+            &format!("{FACE_B}:21000"),
+            30000,
+            &format!("{da}:5000"),
+        ),
+        route(
+            "cam",
+            "a",
+            21000,
+            &format!("{db}:6000"),
+            30000,
+            &format!("{FACE_A}:30000"),
+        ),
+    )
 }

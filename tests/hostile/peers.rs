@@ -7,16 +7,15 @@
 //! Every peer is bounded in count and time, and every child process is killed on drop.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{enter_netns, in_netns, vgate_bin, Bed};
+use crate::common::{enter_netns, Bed, BedConfig};
 
 pub const A_PORTS: u16 = 20000;
 pub const B_PORTS: u16 = 30000;
@@ -37,160 +36,14 @@ pub fn have_scapy() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// A child process killed (by its pid) on drop.
-pub struct Proc(pub Option<Child>);
-
-impl Proc {
-    pub fn pid(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
-    }
-    /// Waits (bounded) and returns stdout.
-    pub fn wait_output(&mut self, within: Duration) -> String {
-        let Some(mut c) = self.0.take() else {
-            return String::new();
-        };
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        c.wait_with_output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// `vgate run` in the gateway namespace; stderr collected, killed on drop.
-pub struct Gw {
-    pub child: Option<Child>,
-    pub stderr: Arc<Mutex<Vec<String>>>,
-    pub cfg: tempfile::NamedTempFile,
-    pub started: Instant,
-}
-
-impl Gw {
-    /// Starts vgate and waits until it logged `ready` (default: the static routes line).
-    pub fn start(g_ns: &str, config: &str, extra: &[&str]) -> Gw {
-        let mut cfg = tempfile::NamedTempFile::new().unwrap();
-        cfg.write_all(config.as_bytes()).unwrap();
-        let started = Instant::now();
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", g_ns])
-            .arg(vgate_bin())
-            .args(["run", "--stats-interval", "0", "--config"])
-            .arg(cfg.path())
-            .args(extra)
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start vgate");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = mpsc::channel();
-        {
-            let err = child.stderr.take().unwrap();
-            let sink = Arc::clone(&stderr);
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    if line.contains("static stream routes installed") {
-                        let _ = tx.send(());
-                    }
-                    sink.lock().unwrap().push(line);
-                }
-            });
-        }
-        let gw = Gw {
-            child: Some(child),
-            stderr,
-            cfg,
-            started,
-        };
-        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
-            panic!("vgate did not start:\n{}", gw.log());
-        }
-        gw
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    pub fn log(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-
-    pub fn log_lines(&self) -> usize {
-        self.stderr.lock().unwrap().len()
-    }
-
-    /// Waits until the log holds `needle` `count` times.
-    pub fn wait_log(&self, needle: &str, count: usize, within: Duration) {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if self.log().matches(needle).count() >= count {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "vgate never logged {count} x {needle:?}; log:\n{}",
-            self.log()
-        );
-    }
-
-    pub fn signal(&self, sig: nix::sys::signal::Signal) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid() as i32), sig);
-    }
-
-    /// `kill -9`, as a crash would.
-    pub fn crash(mut self) {
-        self.signal(nix::sys::signal::Signal::SIGKILL);
-        if let Some(mut c) = self.child.take() {
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM; the totals on stdout. Panics if vgate does not exit cleanly.
-    pub fn stop(mut self) -> String {
-        self.signal(nix::sys::signal::Signal::SIGTERM);
-        let mut c = self.child.take().unwrap();
-        let mut out = String::new();
-        let _ = c.stdout.take().unwrap().read_to_string(&mut out);
-        let status = c.wait().unwrap();
-        assert!(
-            status.success(),
-            "vgate exited with {status}; log:\n{}",
-            self.log()
-        );
-        assert!(
-            !self.log().contains("panicked"),
-            "vgate panicked:\n{}",
-            self.log()
-        );
-        out
-    }
-}
-
-impl Drop for Gw {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+// The shared scaffolding these four tests reach through `use peers::*` (not every one uses
+// every item).
+#[allow(unused_imports)]
+pub use crate::common::{
+    admin::metric,
+    proc::Proc,
+    vgate::{channel_totals, kv, live_counts, num, Vgate},
+};
 
 /// Resident set size of `pid`, KiB.
 pub fn rss_kb(pid: u32) -> u64 {
@@ -238,91 +91,20 @@ pub fn threads(pid: u32) -> u64 {
 
 /// `GET path` on the admin interface (127.0.0.1:9940 in namespace `ns`); the body.
 pub fn admin_get(ns: &str, path: &str) -> String {
-    let path = path.to_owned();
-    in_netns(ns, move || {
-        let mut s = TcpStream::connect("127.0.0.1:9940").expect("admin interface");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or(out)
-    })
-}
-
-/// Sum of the Prometheus samples of `family` whose labels contain every one of `labels`.
-pub fn metric(text: &str, family: &str, labels: &[&str]) -> u64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(family) && l[family.len()..].starts_with(['{', ' ']))
-        .filter(|l| labels.iter().all(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-/// The `sessions live=… routes=… ports_used_a=… ports_used_b=…` figures of a totals text.
-pub fn live_counts(totals: &str) -> [u64; 4] {
-    let line = totals
-        .lines()
-        .find(|l| l.starts_with("sessions live="))
-        .unwrap_or_else(|| panic!("no sessions line in:\n{totals}"));
-    let kv = kv(line);
-    ["live", "routes", "ports_used_a", "ports_used_b"].map(|k| num(&kv, k))
-}
-
-pub fn kv(line: &str) -> HashMap<String, String> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-pub fn num(m: &HashMap<String, String>, k: &str) -> u64 {
-    m.get(k).map_or(0, |v| v.parse().unwrap_or(0))
-}
-
-/// `key=value` pairs of the `total channel=NAME` line.
-pub fn channel_totals(totals: &str, channel: &str) -> HashMap<String, String> {
-    totals
-        .lines()
-        .find(|l| l.starts_with(&format!("total channel={channel} ")))
-        .map(kv)
-        .unwrap_or_else(|| panic!("no {channel} totals in:\n{totals}"))
+    crate::common::admin::get_in(ns, "127.0.0.1:9940", path)
 }
 
 /// The bed's two domains, media ranges of `ports` ports each, `extra` appended (routes,
 /// security). Control on 127.0.0.1:9940 in the gateway namespace.
 pub fn config(bed: &Bed, mode: &str, ports: u16, policy: &str, extra: &str) -> String {
-    format!(
-        r#"
-[domains.a]
-interface = "{ga_if}"
-address = "{ga_ip}"
-networks = ["10.201.1.0/24"]
-media_ports = "{A_PORTS}-{a_last}"
-[domains.b]
-interface = "{gb_if}"
-address = "{gb_ip}"
-networks = ["10.201.2.0/24"]
-media_ports = "{B_PORTS}-{b_last}"
-[engine]
-mode = "{mode}"
-queues = 1
-max_payload = 1400
-[security]
-source_validation = "{policy}"
-[control]
-listen = "127.0.0.1:9940"
-{extra}
-"#,
-        ga_if = bed.get("GA_IF"),
-        ga_ip = bed.get("GA_IP"),
-        gb_if = bed.get("GB_IF"),
-        gb_ip = bed.get("GB_IP"),
-        a_last = A_PORTS + ports - 1,
-        b_last = B_PORTS + ports - 1,
-    )
+    bed.config(BedConfig {
+        mode,
+        ports,
+        policy,
+        engine: "max_payload = 1400\n",
+        ..Default::default()
+    }) + extra
+        + "\n"
 }
 
 /// Static routes A→B for `n` streams: gateway port `A_PORTS + 2i` → `B_IP:SINK_PORTS + i`,
@@ -570,7 +352,7 @@ pub fn udpgen(ns: &str, args: &[&str]) -> Proc {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start udpgen.py");
-    Proc(Some(child))
+    Proc::new(child)
 }
 
 /// Runs `udpgen.py` to completion; its `sent=` figure.

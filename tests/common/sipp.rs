@@ -1,0 +1,137 @@
+//! sipp (Debian's sip-tester) as a test peer: the scenarios of `tests/sipp/`, one sipp
+//! run inside a network namespace bounded by `timeout 120`, its message logs read back, and
+//! the RTP pcap the device scenarios play.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+
+use super::proc::Proc;
+
+/// The GB/T 28181 Call-ID of the scenarios (`…@<platform domain>`).
+pub const GB_CID: &str = "%u-%p@3402000000";
+
+/// The folder of the scenario files and helpers (`tests/sipp`).
+pub fn dir() -> String {
+    format!("{}/tests/sipp", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The scenario file `name` of `tests/sipp`.
+pub fn scenario(name: &str) -> String {
+    format!("{}/{name}", dir())
+}
+
+/// One sipp run: `ip netns exec NS timeout 120 sipp -sf SCENARIO -i IP -p PORT … -nostdin`
+/// in folder `cwd` (where sipp writes its logs), stdin and outputs closed.
+pub struct Sipp {
+    cmd: Command,
+}
+
+impl Sipp {
+    /// Scenario `sf` (a path) in namespace `ns`, bound to `ip:port`.
+    pub fn new(ns: &str, cwd: &Path, sf: &str, ip: &str, port: u16) -> Sipp {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, "timeout", "120", "sipp"])
+            .args(["-sf", sf, "-i", ip, "-p", &port.to_string()])
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Sipp { cmd }
+    }
+
+    /// More arguments (a remote host, `-t t1`, `-mp 16000`, `-trace_msg`, ...).
+    pub fn args(mut self, args: &[&str]) -> Sipp {
+        self.cmd.args(args);
+        self
+    }
+
+    /// `-m calls -r rate -l limit` (calls in all, per second, at once).
+    pub fn calls(self, calls: u32, rate: u32, limit: u32) -> Sipp {
+        let (m, r, l) = (calls.to_string(), rate.to_string(), limit.to_string());
+        self.args(&["-m", &m, "-r", &r, "-l", &l])
+    }
+
+    /// `-timeout secs -timeout_error`: a run that takes longer fails.
+    pub fn timeout(self, secs: u32) -> Sipp {
+        let t = secs.to_string();
+        self.args(&["-timeout", &t, "-timeout_error"])
+    }
+
+    /// Starts it in the background (a UAS, or a UAC the test waits for later).
+    pub fn spawn(mut self) -> Proc {
+        self.cmd.arg("-nostdin");
+        Proc::spawn(&mut self.cmd)
+    }
+
+    /// Runs it to the end: sipp exits with success when every call passed every check.
+    pub fn status(mut self) -> ExitStatus {
+        self.cmd.arg("-nostdin");
+        self.cmd.status().expect("run sipp")
+    }
+
+    /// Runs it to the end: `Err` with its exit status, screen and errors when it failed.
+    pub fn run(mut self) -> Result<(), String> {
+        self.cmd.arg("-nostdin");
+        let out = self
+            .cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run sipp");
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Everything sipp wrote in files of `dir` whose names end in `suffix` (`_messages.log`).
+pub fn read_logs(dir: &Path, suffix: &str) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(suffix) {
+            let _ = std::fs::File::open(e.path()).and_then(|mut f| f.read_to_string(&mut all));
+        }
+    }
+    all
+}
+
+/// Writes the RTP pcap of `packets` packets the device scenarios play (`make_rtp_pcap.py`).
+pub fn make_rtp_pcap(path: &Path, packets: u32) {
+    let st = Command::new("python3")
+        .arg(scenario("make_rtp_pcap.py"))
+        .arg(path)
+        .arg(packets.to_string())
+        .status()
+        .expect("run python3");
+    assert!(st.success(), "make_rtp_pcap.py failed");
+}
+
+/// The GB/T 28181 signaling route `b2a` of the three-namespace bed, over UDP: a platform
+/// in B (only `B_IP`, only the `3402000000` domain) calls the device at `A_IP:5060` through
+/// the gateway's B address, port 5060; the upstream face is port 5061. `extra` lines are
+/// added to the route.
+pub fn gb_b2a_route(bed: &super::Bed, extra: &str) -> String {
+    format!(
+        r#"
+[[signaling_route]]
+name = "b2a"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "{a_ip}:5060"
+upstream_port = 5061
+allow_peers = ["{b_ip}/32"]
+allow_ids = ["3402000000"]
+{extra}"#,
+        a_ip = bed.get("A_IP"),
+        b_ip = bed.get("B_IP"),
+    )
+}
