@@ -1,6 +1,6 @@
 //! The docs keep up with the code: every drop reason and every `check-config` message has its
 //! line in docs/troubleshooting.md, and every relative link of the README and docs/ leads to a
-//! file. A new reason or check without its doc line fails here, not in front of an operator.
+//! file (and to a heading of it, when it names one). A new reason or check without its doc line fails here, not in front of an operator.
 
 use std::path::{Path, PathBuf};
 
@@ -213,6 +213,31 @@ fn every_check_config_message_is_in_troubleshooting() {
     );
 }
 
+/// The anchors GitHub gives a page's headings: lower case, spaces as `-`, punctuation dropped.
+fn headings(page: &str) -> Vec<String> {
+    let mut in_code = false;
+    page.lines()
+        .filter(|l| {
+            if l.starts_with("```") {
+                in_code = !in_code;
+            }
+            !in_code && l.starts_with('#')
+        })
+        .map(|l| {
+            l.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
 #[test]
 fn relative_links_of_the_readme_and_docs_lead_to_files() {
     let mut pages = vec![repo().join("README.md")];
@@ -228,12 +253,21 @@ fn relative_links_of_the_readme_and_docs_lead_to_files() {
             let rest = &text[i + 2..];
             let Some(end) = rest.find(')') else { continue };
             let target = &rest[..end];
-            if target.starts_with("http") || target.starts_with('#') || target.contains(' ') {
+            if target.starts_with("http") || target.contains(' ') {
                 continue;
             }
-            let path = target.split('#').next().unwrap_or(target);
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
             let dir = page.parent().expect("a page is in a directory");
-            if !dir.join(path).exists() {
+            let file = if path.is_empty() {
+                page.clone()
+            } else {
+                dir.join(path)
+            };
+            let ok = file.exists()
+                && (anchor.is_empty()
+                    || !file.extension().is_some_and(|x| x == "md")
+                    || headings(&read(&file)).iter().any(|h| h == anchor));
+            if !ok {
                 broken.push(format!(
                     "{}: {target}",
                     page.strip_prefix(repo()).unwrap_or(page).display()
