@@ -262,6 +262,10 @@ impl Engine for PfringEngine {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
     }
 
+    fn ports(&self) -> Arc<PortRegistry> {
+        Arc::clone(&self.registry)
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,
