@@ -127,7 +127,6 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
             "--streams must be between 1 and {max_streams}"
         )));
     }
-    quiet_route_lines();
     let gw = Gateway::start(cfg, None)?;
     tracing::info!("{}", gw.describe());
     let a_addr = gw.config.domain(DomainId::A).address;
@@ -299,16 +298,6 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
     let _ = gw.routes.close_session(session);
     drop(gw);
     Ok(report)
-}
-
-/// The demo's screen is for a person: its live lines and report say what the routes did, so
-/// the per-route log lines of the routes table (a `route started` line per stream, one
-/// `session ended` line listing every route and port at the end) are left out unless
-/// `RUST_LOG` asks for them (`RUST_LOG=debug vgate demo`). `vgate run` keeps them at info.
-fn quiet_route_lines() {
-    if std::env::var_os("RUST_LOG").is_none() {
-        let _ = crate::logging::set_level("info,vgate::routes=warn");
-    }
 }
 
 /// The live line's loss, in percent: RTP sequence gaps opened since the previous line that no

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use vgate::split::link::LinkDrop;
+use vgate::stats::link::LinkDrop;
 use vgate::stats::DropReason;
 
 fn repo() -> &'static Path {
