@@ -704,7 +704,18 @@ fn run(
     }
 }
 
+/// The demo's screen is for a person: its live lines and report say what the routes did, so
+/// the per-route log lines of the routes table (a `route started` line per stream, one
+/// `session ended` line listing every route and port at the end) are left out unless
+/// `RUST_LOG` asks for them (`RUST_LOG=debug vgate demo`). `vgate run` keeps them at info.
+fn quiet_route_lines() {
+    if std::env::var_os("RUST_LOG").is_none() {
+        let _ = crate::logging::set_level("info,vgate::routes=warn");
+    }
+}
+
 fn demo_cmd(opts: &DemoOptions, json: bool) -> ExitCode {
+    quiet_route_lines();
     let stop = stop_flag();
     match demo::run(opts, &stop) {
         Ok(r) => {

@@ -26,7 +26,7 @@ use crate::control::live::drops_summary;
 use crate::engine::sys::mmsg::RecvBatch;
 use crate::gateway::{Gateway, GatewayError};
 use crate::routes::{RouteError, RouteSpec, SessionKind};
-use crate::stats::rtp::RtpTracker;
+use crate::stats::rtp::{RtpSnapshot, RtpTracker};
 use crate::wire::rtp::{write_header, RtpPacket};
 
 /// What to generate.
@@ -207,6 +207,7 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
     let worker_stats = gw.worker_stats();
     let mut live = crate::control::live::LiveView::new(&worker_stats);
     let mut prev = (0u64, 0u64, Instant::now());
+    let mut prev_rtp = RtpSnapshot::default();
     let start = Instant::now();
     while !stop.load(Relaxed) && (opts.duration.is_zero() || start.elapsed() < opts.duration) {
         std::thread::sleep(
@@ -219,22 +220,24 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
         if opts.live && prev.2.elapsed() >= Duration::from_secs(1) {
             let dt = prev.2.elapsed().as_secs_f64();
             let s = sent.load(Relaxed);
-            let (r, p50, p99) = {
+            let (r, p50, p99, rtp) = {
                 let mut st = rx_state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut rtp = RtpSnapshot::default();
+                for t in &st.per_stream {
+                    rtp.add(&t.snapshot());
+                }
                 let out = (
                     st.received,
                     st.window.value_at_quantile(0.5),
                     st.window.value_at_quantile(0.99),
+                    rtp,
                 );
                 st.window.reset();
                 out
             };
             let (ds, dr) = (s - prev.0, r - prev.1);
-            let loss = if ds > 0 {
-                (ds as f64 - dr as f64).max(0.0) / ds as f64 * 100.0
-            } else {
-                0.0
-            };
+            let loss = interval_loss_percent(&prev_rtp, &rtp);
+            prev_rtp = rtp;
             eprintln!(
                 "[{:>4.0}s] offered {:>7.1} kpps {:>7.1} Mbit/s | delivered {:>7.1} kpps | loss {:>6.3}% | added latency p50 {:>6} us p99 {:>6} us | {}",
                 start.elapsed().as_secs_f64(),
@@ -295,6 +298,23 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
     let _ = gw.routes.close_session(session);
     drop(gw);
     Ok(report)
+}
+
+/// The live line's loss, in percent: RTP sequence gaps opened since the previous line that no
+/// late packet has filled since, over the packets that interval should have brought (RFC
+/// 3550's fraction lost). A packet still in flight at the line's second is not a gap yet, and a
+/// late one that fills a gap in the same interval takes it back, so neither shows as loss
+/// (one overtaken right at the line's boundary would, for that second: loopback does not
+/// reorder a stream). The report's `lost` (sent minus received once the run has drained) is
+/// the exact figure.
+fn interval_loss_percent(prev: &RtpSnapshot, now: &RtpSnapshot) -> f64 {
+    let lost = now.lost.saturating_sub(prev.lost);
+    let expected = now.packets.saturating_sub(prev.packets) + lost;
+    if expected == 0 {
+        0.0
+    } else {
+        lost as f64 / expected as f64 * 100.0
+    }
 }
 
 /// Human report.
@@ -496,4 +516,42 @@ fn realtime_ns() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packets_in_flight_or_late_are_not_loss_on_the_live_line() {
+        let t = RtpTracker::default();
+        let mut prev = t.snapshot();
+        // A second of packets 0..10 received; 10..13 were sent but are still in flight.
+        for seq in 0..10 {
+            t.observe(seq, 7);
+        }
+        let now = t.snapshot();
+        assert_eq!(
+            interval_loss_percent(&prev, &now),
+            0.0,
+            "in flight is not lost"
+        );
+        prev = now;
+        // 10 overtaken by 11 and 12, then 10 arrives late in the same interval.
+        for seq in [11, 12, 10] {
+            t.observe(seq, 7);
+        }
+        let now = t.snapshot();
+        assert_eq!(
+            interval_loss_percent(&prev, &now),
+            0.0,
+            "reordered is not lost"
+        );
+        t.observe(13, 7);
+        t.observe(14, 7);
+        prev = t.snapshot();
+        // A packet really lost (15) is loss: 1 of the 2 the interval should have brought.
+        t.observe(16, 7);
+        assert_eq!(interval_loss_percent(&prev, &t.snapshot()), 50.0);
+    }
 }

@@ -345,3 +345,50 @@ fn check_config_refuses_an_engine_family_link_on_a_missing_interface() {
     );
     assert_success(&check_config(&cfg, &["--cpus", "2"]));
 }
+
+/// `vgate demo` is the first thing a newcomer runs: its screen must read as live lines and a
+/// report, not as a log. No per-route `route started` lines, no `session ended` line listing
+/// every route, no line a terminal has to wrap many times over. (Loopback, no privileges.)
+#[test]
+fn demo_screen_has_live_lines_and_a_report_not_route_logs() {
+    let out = Command::new(common::vgate_bin())
+        .args(["demo", "--streams", "20", "--duration", "2"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "vgate demo failed:\n{stdout}{stderr}");
+    let screen = format!("{stderr}{stdout}");
+    for spam in ["route started", "session ended"] {
+        assert!(
+            !screen.contains(spam),
+            "the demo's screen has `{spam}` log lines:\n{screen}"
+        );
+    }
+    let longest = screen.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(
+        longest <= 300,
+        "a line of {longest} characters on the demo's screen:\n{screen}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("offered") && l.contains("loss")),
+        "no live line:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("vgate demo: 20 streams") && stdout.contains("lost"),
+        "no report:\n{stdout}"
+    );
+    // The lines stay for whoever asks for them.
+    let out = Command::new(common::vgate_bin())
+        .args(["demo", "--streams", "2", "--duration", "1", "--quiet"])
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("route started"),
+        "RUST_LOG=debug no longer shows the route lines"
+    );
+}
