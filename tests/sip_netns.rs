@@ -108,7 +108,7 @@ networks = ["10.201.2.0/24"]
 media_ports = "30000-30999"
 
 [engine]
-mode = "stack"
+mode = "{mode}"
 queues = 1
 
 [security]
@@ -144,7 +144,14 @@ allow_ids = ["3402000000"]
         gb_ip = bed.get("GB_IP"),
         a_ip = bed.get("A_IP"),
         b_ip = bed.get("B_IP"),
+        mode = sip_mode(),
     )
+}
+
+/// The capture mode of the UDP SIP flow: `stack`, or `VGATE_TEST_SIP_MODE` (the PF_RING guest
+/// check, scripts/pfring-guest.sh, runs it with `tnapi` on the pfring engine).
+fn sip_mode() -> String {
+    std::env::var("VGATE_TEST_SIP_MODE").unwrap_or_else(|_| "stack".into())
 }
 
 /// Sends `msg` from `from` to `to` inside the current namespace and returns the first line

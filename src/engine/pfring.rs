@@ -66,6 +66,8 @@ const WATERMARK: u16 = 1;
 struct Iface {
     name: String,
     domains: Vec<DomainId>,
+    /// RX queues as the driver reports them (1 where it does not say).
+    rx_queues: usize,
 }
 
 /// One of the PF_RING engines.
@@ -100,11 +102,21 @@ fn unavailable(kind: EngineKind, reason: impl ToString) -> EngineError {
     }
 }
 
-/// The PF_RING device of queue `q` of `iface` for `kind`.
-pub fn device(kind: EngineKind, iface: &str, q: usize) -> String {
+/// The PF_RING device worker `w` of `workers` opens on `iface`, which has `rx` RX queues.
+/// `pfring`: every queue `w, w + workers, …` as one PF_RING channel list (`iface@0,2`), as
+/// the afpacket engine's fanout spreads them, so no queue goes unread when the interface has
+/// more queues than workers. `pfring-zc`: the one ZC queue `zc:iface@w` (a ZC ring maps one
+/// NIC queue; [`PfringEngine::new`] refuses more queues than workers).
+pub fn device(kind: EngineKind, iface: &str, w: usize, workers: usize, rx: usize) -> String {
     match kind {
-        EngineKind::PfringZc => format!("zc:{iface}@{q}"),
-        _ => format!("{iface}@{q}"),
+        EngineKind::PfringZc => format!("zc:{iface}@{w}"),
+        _ => {
+            let list: Vec<String> = (w..rx.max(w + 1))
+                .step_by(workers.max(1))
+                .map(|q| q.to_string())
+                .collect();
+            format!("{iface}@{}", list.join(","))
+        }
     }
 }
 
@@ -138,6 +150,7 @@ impl PfringEngine {
                 None => ifaces.push(Iface {
                     name: d.interface.clone(),
                     domains: vec![d.id],
+                    rx_queues: 1,
                 }),
             }
         }
@@ -149,10 +162,25 @@ impl PfringEngine {
         let flags = pfring_sys::flags::DO_NOT_TIMESTAMP;
         let mut rings: Vec<Vec<Ring>> = (0..queues).map(|_| Vec::new()).collect();
         let mut filtered = true;
-        for iface in &ifaces {
+        for iface in &mut ifaces {
+            let have = super::afpacket::PacketRing::rx_queues(&iface.name)
+                .map_err(|e| unavailable(kind, e))?
+                .unwrap_or(1) as usize;
+            iface.rx_queues = have;
+            if have < queues || (kind == EngineKind::PfringZc && have > queues) {
+                return Err(unavailable(
+                    kind,
+                    format!(
+                        "interface {:?} has {have} RX queue(s) but engine.queues is {queues}{}; set its queues (ethtool -L {} combined {queues}) or engine.queues",
+                        iface.name,
+                        if kind == EngineKind::PfringZc { " (one ZC queue per worker: a queue no worker maps would go unread)" } else { "" },
+                        iface.name,
+                    ),
+                ));
+            }
             let filter = bpf_expr(&targets, &iface.domains);
             for (q, per_queue) in rings.iter_mut().enumerate() {
-                let dev = device(kind, &iface.name, q);
+                let dev = device(kind, &iface.name, q, queues, have);
                 let mut ring =
                     Ring::open(&lib, &dev, caplen, flags).map_err(|e| unavailable(kind, e))?;
                 let _ = ring.set_application_name("vgate");
@@ -226,7 +254,7 @@ impl Engine for PfringEngine {
                 let devs: Vec<String> = self
                     .ifaces
                     .iter()
-                    .map(|i| device(self.kind, &i.name, w))
+                    .map(|i| device(self.kind, &i.name, w, q, i.rx_queues))
                     .collect();
                 let cpu = self
                     .cfg
@@ -348,8 +376,9 @@ struct WorkerCtx {
 /// Packets copied out of a ring, waiting to be forwarded together.
 struct Arena {
     bytes: Vec<u8>,
-    /// Per packet: bytes in its slot, and whether the capture was cut.
-    meta: Vec<(usize, bool)>,
+    /// Per packet: bytes in its slot, whether the capture was cut, and whether the kernel
+    /// marked its checksums verified (or left for the device to fill in).
+    meta: Vec<(usize, bool, bool)>,
     slot: usize,
 }
 
@@ -430,7 +459,9 @@ fn fill(ctx: &WorkerCtx, ring: &mut Ring, arena: &mut Arena) -> usize {
                 let n = p.data.len().min(arena.slot);
                 let at = i * arena.slot;
                 arena.bytes[at..at + n].copy_from_slice(&p.data[..n]);
-                arena.meta.push((n, p.truncated() || p.data.len() > n));
+                arena
+                    .meta
+                    .push((n, p.truncated() || p.data.len() > n, p.checksum_ok));
             }
             Ok(None) => break,
             Err(e) => {
@@ -456,7 +487,7 @@ fn forward(
 ) {
     let mut scope: SliceScope<'_, '_> = tx.scope();
     let mut run: Option<Run<'_>> = None;
-    for (i, &(len, truncated)) in arena.meta.iter().enumerate() {
+    for (i, &(len, truncated, checksum_ok)) in arena.meta.iter().enumerate() {
         let data = &arena.bytes[i * arena.slot..i * arena.slot + len];
         let d = match parse_udp4(data) {
             Ok(d) => d,
@@ -478,8 +509,9 @@ fn forward(
             run = Some(Run::start(&ctx.routes, local, channel, d.dst_port, now));
         }
         let Some(run) = run.as_mut() else { continue };
-        // No NIC verdict comes with a PF_RING packet here: both checksums are verified.
-        let ok = d.checksums_ok(false);
+        // The UDP checksum is verified unless the kernel says it was (PKT_FLAGS_CHECKSUM_OK):
+        // a local sender on a veth leaves it partial, to be filled in by a device.
+        let ok = d.checksums_ok(checksum_ok);
         let Some((dest, fd)) = run.admit(&d, ok, truncated, ctx.max_payload) else {
             continue;
         };
@@ -537,8 +569,13 @@ mod tests {
 
     #[test]
     fn devices_filters_and_alternatives() {
-        assert_eq!(device(EngineKind::Pfring, "eth1", 3), "eth1@3");
-        assert_eq!(device(EngineKind::PfringZc, "eth1", 0), "zc:eth1@0");
+        assert_eq!(device(EngineKind::Pfring, "eth1", 3, 4, 4), "eth1@3");
+        // Two workers on a 4-queue veth: each reads every other queue (found in the guest:
+        // `eth1@0` and `eth1@1` alone left queues 2 and 3 unread).
+        assert_eq!(device(EngineKind::Pfring, "eth1", 0, 2, 4), "eth1@0,2");
+        assert_eq!(device(EngineKind::Pfring, "eth1", 1, 2, 4), "eth1@1,3");
+        assert_eq!(device(EngineKind::Pfring, "lo", 0, 1, 1), "lo@0");
+        assert_eq!(device(EngineKind::PfringZc, "eth1", 0, 1, 1), "zc:eth1@0");
         assert_eq!(alternative(EngineKind::Pfring), "afpacket");
         assert_eq!(alternative(EngineKind::PfringZc), "afxdp");
         let t: Targets = [

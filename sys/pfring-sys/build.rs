@@ -137,7 +137,8 @@ mod bind {
             )
             .allowlist_type("pfring|pfring_stat|pfring_pkthdr|packet_direction|socket_mode")
             .allowlist_var(
-                "PF_RING_(PROMISC|ZC_SYMMETRIC_RSS|LONG_HEADER|DO_NOT_PARSE|DO_NOT_TIMESTAMP|\
+                "PKT_FLAGS_CHECKSUM_OK|\
+                 PF_RING_(PROMISC|ZC_SYMMETRIC_RSS|LONG_HEADER|DO_NOT_PARSE|DO_NOT_TIMESTAMP|\
                  ERROR_[A-Z_]+)|RING_VERSION_NUM",
             )
             // The ring's inner layout is the library's business, not ours.
