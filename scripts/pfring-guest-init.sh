@@ -44,7 +44,7 @@ run() {
     if [ -z "$exe" ]; then say "FAIL $label: no test binary $name"; failed=1; return; fi
     local t0=$SECONDS
     say "RUN $label: $name $*"
-    if (cd "$REPO" && "$exe" --test-threads=1 "$@" 2>&1); then
+    if (cd "$REPO" && "$exe" --test-threads=1 --nocapture "$@" 2>&1); then
         say "PASS $label ($((SECONDS - t0)) s)"
     else
         say "FAIL $label ($((SECONDS - t0)) s)"; failed=1

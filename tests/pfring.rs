@@ -108,14 +108,15 @@ listen = "127.0.0.1:9941"
     let ga_if = bed.get("GA_IF");
     for (args, device, alternative) in [
         (
+            // One worker reads all four queues of the bed's veth (a PF_RING channel list).
             vec!["--config", &path, "--engine", "pfring"],
-            format!("{ga_if}@0"),
+            format!("{ga_if}@0,1,2,3"),
             "--engine afpacket",
         ),
         // No --engine: a PF_RING build prefers PF_RING, and says what runs without it.
         (
             vec!["--config", &path],
-            format!("{ga_if}@0"),
+            format!("{ga_if}@0,1,2,3"),
             "--engine afpacket",
         ),
         (

@@ -133,7 +133,7 @@ mod bind {
             .allowlist_function(
                 "pfring_(open|close|enable_ring|set_direction|set_socket_mode|\
                  set_poll_watermark|set_poll_duration|set_application_name|set_bpf_filter|\
-                 recv|send|stats|get_num_rx_channels|get_selectable_fd|poll|version)",
+                 recv|send|flush_tx_packets|stats|get_num_rx_channels|get_selectable_fd|poll|version)",
             )
             .allowlist_type("pfring|pfring_stat|pfring_pkthdr|packet_direction|socket_mode")
             .allowlist_var(

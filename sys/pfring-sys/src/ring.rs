@@ -550,6 +550,17 @@ impl Ring {
         cvt("pfring_send", &self.device, rc).map(|_| true)
     }
 
+    /// Hands the frames queued by [`Ring::send`] with `flush == false` to the device (one
+    /// doorbell for a batch).
+    #[doc(alias = "pfring_flush_tx_packets")]
+    pub fn flush_tx(&mut self) -> Result<(), Error> {
+        clear_errno();
+        // SAFETY:
+        // - live, exclusively borrowed handle; the call only touches the ring's TX state.
+        let rc = unsafe { self.lib.api.pfring_flush_tx_packets(self.raw()) };
+        cvt("pfring_flush_tx_packets", &self.device, rc).map(drop)
+    }
+
     /// The ring's counters (`pfring_stats`).
     #[doc(alias = "pfring_stats")]
     pub fn stats(&mut self) -> Result<Stats, Error> {
