@@ -26,6 +26,17 @@ const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
 const PER_STREAM: u32 = 200;
 
+/// This thread's namespace's PF_RING rings (`/proc/net/pf_ring/PID-DEV.ID`), if any.
+fn pf_rings() -> Vec<String> {
+    std::fs::read_dir("/proc/thread-self/net/pf_ring")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.contains('-') && n.contains('.'))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The engine mode tnapi runs by default: PF_RING's `dev@q` rings in a PF_RING build (the
 /// guest check, scripts/pfring-guest.sh), AF_PACKET otherwise.
 const TNAPI_ENGINE: &str = if cfg!(feature = "pfring") {
@@ -282,7 +293,22 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
     let report = in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("tnapi starts");
         let d = gw.describe();
+        let open_rings = pf_rings();
         drop(gw);
+        // PF_RING lists each open ring in the namespace's /proc/net/pf_ring as PID-DEV.ID: a
+        // stopped gateway must have closed every one (a ring left open when the namespace
+        // goes makes pf_ring.ko leak its /proc entry, and lock up at the process's exit).
+        if cfg!(feature = "pfring") {
+            assert!(
+                !open_rings.is_empty(),
+                "the running gateway's rings are listed"
+            );
+            let left = pf_rings();
+            assert!(
+                left.is_empty(),
+                "rings left open after the gateway stopped: {left:?}"
+            );
+        }
         let mut bad = cfg.clone();
         bad.domains[0].interface = "vgnosuch0".into();
         let e1 = vgate::gateway::Gateway::start(bad, None)
