@@ -11,7 +11,7 @@
 //!
 //! # Layout
 //!
-//! Per distinct domain interface, ring *q* is `IFACE@q` (`zc:IFACE@q`), q < `engine.queues`,
+//! Per distinct domain interface, worker *q* of *n* opens `IFACE@q,q+n,…` (`zc:IFACE@q`),
 //! opened in PF_RING's order: open → name, direction RX only, socket mode receive only, poll
 //! watermark 1 (wake on the first packet; batches come from draining) → BPF filter (UDP to
 //! the gateway's address and media ports; where the library cannot, the worker ignores what
@@ -23,8 +23,10 @@
 //! wait in a `sendmmsg` batch: the worker copies each packet once into a reused batch arena
 //! (what PF_RING's own one-copy receive does) and then runs the same path as `afpacket`:
 //! `parse_udp4` → channel by destination → route by port, one lookup per run of packets →
-//! [`crate::channel::inspect`] → queued on a [`SliceBatch`] for the route's egress UDP socket.
-//! A copy of ≤ 1.5 KB costs far less than the system call per packet a zero-copy send would.
+//! [`crate::channel::inspect`] → `pfring`: queued on a [`SliceBatch`] for the worker's raw
+//! IPv4 socket of the egress domain (no socket per port); `pfring-zc`: a frame built here and
+//! sent on the worker's send-only ZC ring of the egress interface, since a ZC driver drops what
+//! the kernel hands a NIC a ZC application holds (docs/pfring.md).
 //! Ring drops (`pfring_stats`) are read every 100 ms and counted as `rx_overflow`.
 //!
 //! # Choosing PF_RING, and when it cannot run
