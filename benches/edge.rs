@@ -19,10 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vgate::config::{self, DomainId, SourcePolicy};
-use vgate::edge::framing::Rfc4571;
 use vgate::edge::{Leg, LegSpec, Role};
 use vgate::engine::{self, EngineKind};
+use vgate::routes::legs::LegHandle;
 use vgate::routes::{RouteSpec, Routes, SessionKind};
+use vgate::wire::framing::Rfc4571;
 
 /// CPU time (user + system, clock ticks) of this process's threads whose name starts with
 /// `prefix`.
@@ -174,6 +175,7 @@ queues = 1
             fallback_port: None,
         },
         Arc::clone(&routes),
+        Some(eng.ports()),
     )
     .unwrap();
     let mut tcp = TcpStream::connect(("127.0.0.1", a2)).unwrap();

@@ -472,7 +472,7 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                 cfg.domains[1].media_ports,
             );
             if let Some(s) = &cfg.split {
-                let fec = |f: Option<crate::split::Fec>| {
+                let fec = |f: Option<crate::link::Fec>| {
                     f.map(|f| f.to_string()).unwrap_or_else(|| "off".into())
                 };
                 println!(

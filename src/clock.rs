@@ -29,10 +29,24 @@ pub fn now_secs() -> u64 {
 /// The wall-clock time (milliseconds since the Unix epoch) of a monotonic reading `mono_ms`,
 /// for display only (it moves with the wall clock).
 pub fn unix_ms(mono_ms: u64) -> u64 {
-    let wall = std::time::SystemTime::now()
+    wall_ms().saturating_sub(now_ms().saturating_sub(mono_ms))
+}
+
+/// Milliseconds of the wall clock since the Unix epoch (0 before it): a time to show or to
+/// hand a peer, never a timer.
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    wall.saturating_sub(now_ms().saturating_sub(mono_ms))
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Microseconds of the wall clock, wrapping (the split link header's timestamp, compared
+/// only with the peer half's).
+pub fn wall_us() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u32)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

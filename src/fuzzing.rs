@@ -31,7 +31,7 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// the rest is the byte stream. Every frame handed out is 1..=max bytes of RTP/RTCP v2, and
 /// every input byte is accounted for: in a frame (with its header), skipped, or pending.
 pub fn deframe_stream(data: &[u8]) {
-    use crate::edge::framing::{DeframeTally, Deframer, Framing, Interleaved, Rfc4571};
+    use crate::wire::framing::{DeframeTally, Deframer, Framing, Interleaved, Rfc4571};
     fn run<F: Framing>(f: F, chunk: usize, data: &[u8]) {
         let h = f.header_len();
         let mut d = Deframer::new(f, 1472);
@@ -218,7 +218,7 @@ pub fn config_text(data: &[u8]) {
 /// (which the tag check stops), and as the kind and payload of a frame sealed with the right
 /// key (which reaches every payload parser).
 pub fn signal_frames(data: &[u8]) {
-    use crate::split::signal::frame::{
+    use crate::signaling::split::frame::{
         Hello, Keys, Kind, Opener, Role, Sealer, HELLO_LEN, MAX_PAYLOAD,
     };
     let key = [0x5au8; 32];
@@ -270,9 +270,9 @@ pub fn signal_frames(data: &[u8]) {
 /// then the bytes as one datagram cut by the sender, encoded, decoded and joined, which
 /// must give them back exactly.
 pub fn link_frames(data: &[u8]) {
-    use crate::split::fec::{Decoder, Encoder, Fec};
-    use crate::split::frag::{cut, Joiner};
-    use crate::split::header::{LinkPacket, StreamHeader, MAX_DATAGRAM};
+    use crate::link::fec::{Decoder, Encoder, Fec};
+    use crate::link::frag::{cut, Joiner};
+    use crate::wire::link::{LinkPacket, StreamHeader, MAX_DATAGRAM};
     let fec = Some(Fec { k: 8, m: 2 });
     let mut dec = Decoder::with_reorder(fec, 25);
     let mut join = Joiner::new(true);

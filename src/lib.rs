@@ -20,19 +20,25 @@
 //!   thread per queue, pinned to its own CPU; `vgate run` keeps every other thread (main
 //!   loop, admin interface, signaling) off those CPUs when any CPU is left over
 //!   ([`engine::keep_off_worker_cpus`]). All the `unsafe` of the data path lives in
-//!   `engine::sys`, and in [`edge::sink`] (its buffers handed between threads by queues).
+//!   `engine::sys`, and in [`sink`] (its buffers handed between threads by queues).
 //! - [`routes`] holds the tables the worker consults: one **stream route table per one-way
 //!   channel** (forward A→B, reverse B→A), keyed by the gateway port the packet arrived on,
 //!   plus the static signaling table, the per-domain port allocators and the sessions that own
-//!   ports and routes. It does no I/O.
+//!   ports and routes. It does no I/O: what it needs from an engine is a trait
+//!   ([`routes::PortHooks`]), and what signaling needs of the legs too ([`routes::legs::Legs`]).
 //! - [`channel`] is what happens between lookup and send, the same for every engine: size and
 //!   source checks, RTP sequence accounting, per-channel and per-worker counters. The engine
 //!   then sends the packet from the far-side gateway address and the route's egress port.
 //! - [`edge`] is media the gateway terminates itself at a domain's edge: stream legs (GB/T
 //!   28181 RTP over TCP, RTSP interleaved) that turn a TCP byte stream into datagrams on the
 //!   same routes and channels and back. An engine hands a packet whose receiver is a leg to
-//!   the leg's bounded sink instead of its egress socket; a leg puts what its peer sends into
-//!   the route of its gateway port as if it had arrived there.
+//!   the leg's bounded sink ([`sink`]) instead of its egress socket; a leg puts what its peer
+//!   sends into the route of its gateway port as if it had arrived there. `edge` implements
+//!   [`routes::legs::Legs`]; the gateway hands that to the proxies.
+//! - In a split half (`[split]`, [`config::split`]) one domain is the link face: the engines
+//!   send and receive the one-way link themselves (`engine::link`), framed as
+//!   [`wire::link`] with the sans-I/O protocol of [`link`] (FEC, reorder, fragments); the
+//!   signaling link is [`signaling::split`], wired to the proxies by [`gateway`].
 //!
 //! ## Beside the data path
 //!
@@ -46,9 +52,39 @@
 //!   readiness/watchdog.
 //! - [`gateway`] starts and stops the whole: engine, tables, workers, static routes.
 //! - [`demo`] drives the gateway with its own RTP traffic on loopback (`vgate demo`).
-//! - [`stats`] declares the counters (drop reasons, RTP loss/reorder/duplicate) once;
-//!   [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate limits;
-//!   [`clock`] the monotonic clock every timer reads.
+//! - [`stats`] declares the counters (drop reasons, RTP loss/reorder/duplicate, legs, links)
+//!   once; [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate
+//!   limits; [`clock`] the monotonic clock every timer reads; [`iface`] ties sockets to
+//!   interfaces.
+//!
+//! ## The layers
+//!
+//! Imports between these modules go one way only. The table below is
+//! `tests/layering/allowed.txt`, which `tests/layering.rs` checks against every `crate::`
+//! path in `src/` (test code aside): an import not listed, a cycle, a module without a row,
+//! or this table differing from that file fails the build's tests. Leaves first.
+//!
+//! | module | owns | may import |
+//! |---|---|---|
+//! | `wire` | zero-copy packet views (Ethernet, IPv4, UDP, RTP), checksums, the split link header (`wire::link`), RFC 4571 / `$` framing (`wire::framing`), MAC parsing | — |
+//! | `clock` | the monotonic clock every timer reads; wall-clock stamps for display and the link header | — |
+//! | `iface` | tying a socket to its interface (`SO_BINDTODEVICE`), once | — |
+//! | `logging` | the stderr logger and rate limits | — |
+//! | `stats` | counters declared once: drop reasons, RTP loss/reorder, leg counters, link counters | `wire` |
+//! | `sink` | the leg sink pools an engine hands a leg's packets to (the only `unsafe` outside `engine::sys`) | `stats` |
+//! | `link` | the split link protocol, sans I/O: FEC, reorder window, fragmentation | `wire` |
+//! | `media` | (reserved) media payload views | `wire`, `stats`, `clock`, `logging` |
+//! | `config` | the TOML file into a checked `Config`, `[split]` settings, the checks they share | `link`, `wire` |
+//! | `routes` | stream and signaling tables, port allocators, sessions, the leg listing and the `Legs`/`PortHooks` traits; no I/O | `config`, `clock`, `sink`, `stats`, `wire` |
+//! | `channel` | the per-packet decision between lookup and send (`inspect`), worker counters | `routes`, `config`, `stats`, `wire` |
+//! | `engine` | capture and send for each mode, the port registry, the split link's I/O (`engine::link`); `unsafe` in `engine::sys` | `channel`, `routes`, `config`, `clock`, `iface`, `link`, `logging`, `sink`, `stats`, `wire` |
+//! | `edge` | TCP media legs (GB/T 28181 RTP over TCP, RTSP interleaved injection); implements `routes::legs::Legs` | `engine`, `channel`, `routes`, `config`, `clock`, `logging`, `sink`, `stats`, `wire` |
+//! | `signaling` | SIP, SDP, RTSP, MANSCDP parsing and rewriting; the proxies; the split signaling agent | `routes`, `config`, `clock`, `iface`, `logging`, `sink`, `stats`, `wire` |
+//! | `control` | admin interface, metrics, live stats, totals, systemd readiness | `signaling`, `routes`, `config`, `engine`, `channel`, `clock`, `logging`, `stats` |
+//! | `gateway` | starting and stopping the whole; wiring the split agent to the proxies | `edge`, `engine`, `channel`, `signaling`, `routes`, `config` |
+//! | `demo` | `vgate demo`: the gateway driven by its own RTP on loopback | `gateway`, `control`, `engine`, `routes`, `config`, `stats`, `wire` |
+//! | `cli` | the `vgate` commands | `gateway`, `demo`, `control`, `engine`, `config`, `link`, `clock`, `logging` |
+//! | `fuzzing` | fuzz entry points (hidden) | `signaling`, `channel`, `routes`, `config`, `link`, `wire` |
 #![deny(unsafe_code)]
 
 pub mod channel;
@@ -62,10 +98,14 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod iface;
+pub mod link;
 pub mod logging;
 pub mod routes;
 pub mod signaling;
-pub mod split;
+// The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).
+#[allow(unsafe_code)]
+pub mod sink;
 pub mod stats;
 pub mod wire;
 

@@ -414,7 +414,7 @@ fn streams_in_mode(mode: &str, queues: usize) {
 
 #[test]
 fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
-    use vgate::split::header::{
+    use vgate::wire::link::{
         write_fields, write_shard_prefix, Fields, StreamHeader, HEADER_LEN, VERSION,
     };
     if !ready("bad_input_on_the_incoming_link_is_dropped_and_counted") {

@@ -571,7 +571,7 @@ fn sip_tcp_across_the_split() {
 /// Sends a hello and a frame sealed with the wrong key to half B's signaling listener, from
 /// half A's namespace (the only address half B accepts).
 fn forge(bed: &SplitBed) {
-    use vgate::split::signal::frame::{Hello, Keys, Role, Sealer, HELLO_LEN};
+    use vgate::signaling::split::frame::{Hello, Keys, Role, Sealer, HELLO_LEN};
     let (ns, to) = (
         bed.get("HA_NS").to_owned(),
         format!("{}:7400", bed.get("SB_IP")),

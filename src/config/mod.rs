@@ -7,8 +7,10 @@
 //! system; the only machine fact used is the number of CPUs, for the "more channels than
 //! cores" check.
 
+mod check;
 mod raw;
-mod split;
+pub mod split;
+pub mod split_signal;
 mod validate;
 
 use std::fmt;
@@ -17,8 +19,13 @@ use std::path::Path;
 
 use ipnet::Ipv4Net;
 
+pub use check::Invalid;
 pub use split::check_host as check_split_host;
-pub use validate::{auto_cpus, validate, Invalid};
+pub use validate::{auto_cpus, validate};
+
+/// The default re-latch silence (`security.relatch_after_ms`), as rtpengine's: long enough
+/// that a live stream never loses its route, short enough for a restarted sender.
+pub const DEFAULT_RELATCH_AFTER_MS: u64 = 2000;
 
 /// The file compiled into the binary: a loopback gateway that runs without privileges.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -407,7 +414,7 @@ pub struct Config {
     pub signaling: Vec<SignalingRoute>,
     pub streams: Vec<StaticStream>,
     /// `Some`: this process is one half of a split appliance (`[split]`).
-    pub split: Option<crate::split::SplitConfig>,
+    pub split: Option<crate::config::split::SplitConfig>,
 }
 
 impl Config {

@@ -32,7 +32,7 @@ pub struct RawSplit {
     pub peer_face: Spanned<String>,
     pub out_link: RawLink,
     pub in_link: RawLink,
-    pub signal: crate::split::signal::SignalLinkConfig,
+    pub signal: crate::config::split_signal::SignalLinkConfig,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,14 +1,110 @@
-//! `[split]`: checks of a half's config (see [`crate::split`]).
+//! `[split]`: a half's settings ([`SplitConfig`]: which half, the peer's face address, the two
+//! one-way media links and the signaling link) and their checks.
+//!
+//! The split appliance is one half of a gateway whose two halves are joined only by one-way
+//! media links and a signaling link (see `docs/split.md`). A half is the single-host gateway
+//! with one of its domains replaced by the **link face**: half `a` keeps domain a and turns
+//! domain b into the face (its address is our face address, its only network the peer's face
+//! address); half `b` mirrors it. The link's frames are [`crate::wire::link`], its protocol
+//! [`crate::link`], its sending and receiving `engine::link`, the signaling agent
+//! `signaling::split`.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ipnet::Ipv4Net;
 use toml::Spanned;
 
+use super::check::{invalid, parse_ipv4, parse_sockaddr, Invalid};
 use super::raw::{RawLink, RawSplit};
-use super::validate::{invalid, parse_ipv4, parse_sockaddr, Invalid};
-use super::{Cpus, Domain, EngineConfig, Mode};
-use crate::split::{self, Fec, Half, LinkConfig, SplitConfig};
+use super::split_signal::SignalLink;
+use super::{Cpus, Domain, DomainId, EngineConfig, Mode};
+use crate::link::Fec;
+
+/// A receiver block quiet this long counts what it never got as lost (the longest
+/// `split.in_link.reorder_ms`).
+pub const SETTLE_MS: u64 = 500;
+/// The incoming link's reorder window by default with FEC on: a datagram waits at most this
+/// long for a missing earlier one to be rebuilt (`split.in_link.reorder_ms`; 0 hands
+/// datagrams on as they arrive, the default with FEC off: a gap is then a loss, and waiting
+/// for it only delays what follows). Long enough for the repair frames of a block closed
+/// early (the link's `CLOSE_BLOCK_MS`).
+pub const DEFAULT_REORDER_MS: u64 = 25;
+
+/// Which half this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Half {
+    /// Device side: joins domain a and the links.
+    A,
+    /// User side: joins the links and domain b.
+    B,
+}
+
+impl Half {
+    pub fn name(self) -> &'static str {
+        match self {
+            Half::A => "a",
+            Half::B => "b",
+        }
+    }
+
+    /// The domain that is the link face in this half.
+    pub fn link_face(self) -> DomainId {
+        match self {
+            Half::A => DomainId::B,
+            Half::B => DomainId::A,
+        }
+    }
+}
+
+impl std::fmt::Display for Half {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One one-way link as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// The interface the link is on (one end of the one-way cable).
+    pub interface: String,
+    /// Our address and UDP port on the link.
+    pub local: SocketAddrV4,
+    /// The peer half's address and UDP port on the link: where we send (outgoing), the only
+    /// source we accept (incoming).
+    pub peer: SocketAddrV4,
+    /// The peer's MAC (outgoing link only): installed as a permanent neighbour entry so the
+    /// kernel never asks for it.
+    pub peer_mac: Option<[u8; 6]>,
+    /// FEC: `None` off, or k data + m repair per block. Both halves must agree per link.
+    pub fec: Option<Fec>,
+    /// Incoming link only: the CPU its receive worker is pinned to (default: the engine's
+    /// last worker CPU).
+    pub cpu: Option<usize>,
+    /// Incoming link only: datagrams are handed on in the sender's order, one waiting at
+    /// most this long for a missing earlier one (0: handed on as they arrive; the default
+    /// with FEC off).
+    pub reorder_ms: u64,
+    /// Outgoing link only: the longest datagram sent down the link, cut into as many frames
+    /// as it needs ([`crate::link::frag`]); longer ones are dropped as `oversize`.
+    pub max_datagram: usize,
+}
+
+/// `[split]`: this process is one half.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitConfig {
+    pub half: Half,
+    /// The peer half's face address (the only network of our link-face domain).
+    pub peer_face: Ipv4Addr,
+    pub out_link: LinkConfig,
+    pub in_link: LinkConfig,
+    pub signal: SignalLink,
+}
+
+impl SplitConfig {
+    pub fn link_face(&self) -> DomainId {
+        self.half.link_face()
+    }
+}
 
 type Result<T> = std::result::Result<T, Invalid>;
 
@@ -180,7 +276,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         ));
     }
     let peer_mac = match (&r.peer_mac, outgoing) {
-        (Some(m), true) => Some(split::parse_mac(m.get_ref()).ok_or_else(|| {
+        (Some(m), true) => Some(crate::wire::parse_mac(m.get_ref()).ok_or_else(|| {
             invalid(m, k("peer_mac"), "expected a MAC such as \"02:00:00:00:01:02\" (the peer's link interface)")
         })?),
         (None, true) => {
@@ -229,13 +325,13 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
                 "the outgoing link sends in order; only split.in_link has a reorder window",
             ))
         }
-        (Some(v), false) if !(0..=i64::try_from(split::link::SETTLE_MS).unwrap_or(500)).contains(v.get_ref()) => {
+        (Some(v), false) if !(0..=i64::try_from(SETTLE_MS).unwrap_or(500)).contains(v.get_ref()) => {
             return Err(invalid(
                 v,
                 k("reorder_ms"),
                 format!(
                     "expected 0 (hand datagrams on as they arrive) to {} milliseconds (the longest a datagram waits for a missing earlier one)",
-                    split::link::SETTLE_MS
+                    SETTLE_MS
                 ),
             ))
         }
@@ -243,7 +339,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         // Without FEC a gap on a point-to-point link is a loss (a cable does not reorder):
         // waiting for it would only delay what follows.
         (None, _) if fec.is_none() => 0,
-        (None, _) => split::link::DEFAULT_REORDER_MS,
+        (None, _) => DEFAULT_REORDER_MS,
     };
     let max_datagram = match (&r.max_datagram, outgoing) {
         (Some(v), false) => {
@@ -253,19 +349,19 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
                 "the incoming link joins datagrams of any length the peer may send; only split.out_link has max_datagram",
             ))
         }
-        (Some(v), true) if !(64..=split::header::MAX_DATAGRAM as i64).contains(v.get_ref()) => {
+        (Some(v), true) if !(64..=crate::wire::link::MAX_DATAGRAM as i64).contains(v.get_ref()) => {
             return Err(invalid(
                 v,
                 k("max_datagram"),
                 format!(
                     "expected 64 to {} bytes (the largest UDP payload); a datagram longer than a link frame's {} bytes of media is cut into several frames",
-                    split::header::MAX_DATAGRAM,
-                    split::header::MAX_MEDIA
+                    crate::wire::link::MAX_DATAGRAM,
+                    crate::wire::link::MAX_MEDIA
                 ),
             ))
         }
         (Some(v), true) => *v.get_ref() as usize,
-        (None, _) => split::header::MAX_DATAGRAM,
+        (None, _) => crate::wire::link::MAX_DATAGRAM,
     };
     Ok(LinkConfig {
         interface: r.interface.get_ref().clone(),
@@ -280,7 +376,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
 }
 
 /// What a half's engine-family outgoing link (modes tnapi and zc: frames built by vgate, see
-/// [`crate::split::link`]) needs from the host that runs it: the interface (its index), a
+/// [`crate::engine::link`]) needs from the host that runs it: the interface (its index), a
 /// MAC on it (the frames' source; the peer's is `peer_mac`), and in mode zc one TX queue per
 /// engine worker (an AF_XDP socket each). Read from sysfs. `vgate check-config` runs it on
 /// the machine the half runs on (not with `--cpus`, which checks for another machine).
@@ -302,7 +398,7 @@ pub fn check_host(
         ))
     } else if sys("address")
         .ok()
-        .and_then(|a| split::parse_mac(a.trim()))
+        .and_then(|a| crate::wire::parse_mac(a.trim()))
         .is_none_or(|m| m == [0; 6])
     {
         Some(format!(

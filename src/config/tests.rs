@@ -632,16 +632,16 @@ mod split {
     fn example_halves_are_accepted() {
         let a = parse_for(HALF_A, "a", 2).unwrap();
         let s = a.split.as_ref().unwrap();
-        assert_eq!(s.half, crate::split::Half::A);
+        assert_eq!(s.half, crate::config::split::Half::A);
         assert_eq!(s.link_face(), super::super::DomainId::B);
         assert_eq!(a.engine.max_payload, 1472, "the domain side's default");
-        assert_eq!(s.out_link.max_datagram, crate::split::header::MAX_DATAGRAM);
-        assert_eq!(a.leg_max_payload(), crate::split::header::MAX_DATAGRAM);
+        assert_eq!(s.out_link.max_datagram, crate::wire::link::MAX_DATAGRAM);
+        assert_eq!(a.leg_max_payload(), crate::wire::link::MAX_DATAGRAM);
         assert_eq!(s.out_link.fec.unwrap().to_string(), "8+2");
         assert_eq!(s.in_link.reorder_ms, 25);
         assert_eq!(
             s.out_link.reorder_ms,
-            crate::split::link::DEFAULT_REORDER_MS,
+            crate::config::split::DEFAULT_REORDER_MS,
             "default with FEC on"
         );
         // Without FEC the default is 0: a gap on a cable is a loss, not a reordering.
@@ -655,7 +655,7 @@ mod split {
         let s = p.split.unwrap();
         assert_eq!((s.in_link.fec, s.in_link.reorder_ms), (None, 0));
         let b = parse_for(HALF_B, "b", 2).unwrap();
-        assert_eq!(b.split.unwrap().half, crate::split::Half::B);
+        assert_eq!(b.split.unwrap().half, crate::config::split::Half::B);
         // A single-host config has no split.
         assert!(super::super::Config::embedded_default().split.is_none());
     }

@@ -8,6 +8,7 @@ use std::ops::Range;
 use ipnet::Ipv4Net;
 use toml::Spanned;
 
+use super::check::{invalid, parse_ipv4, parse_sockaddr, parse_sockaddr_any_port, Invalid};
 use super::raw::{RawConfig, RawDomain, RawSecret, RawSignalingRoute, RawStreamRoute};
 use super::{
     Config, Control, Cpus, Domain, DomainId, EngineConfig, ManscdpAddresses, Mode, PortRange,
@@ -15,29 +16,7 @@ use super::{
     SourcePolicy, StaticStream, TnapiRing, Transport, UserPass,
 };
 
-/// A validation failure before it is placed in the file.
-#[derive(Debug)]
-pub struct Invalid {
-    pub span: Option<Range<usize>>,
-    pub key: String,
-    pub message: String,
-}
-
 type Result<T> = std::result::Result<T, Invalid>;
-
-pub(super) fn invalid<T>(
-    at: &Spanned<T>,
-    key: impl Into<String>,
-    message: impl Into<String>,
-) -> Invalid {
-    let span = at.span();
-    Invalid {
-        // Defaults carry an empty span at 0: they have no place in the file.
-        span: (span != (0..0)).then_some(span),
-        key: key.into(),
-        message: message.into(),
-    }
-}
 
 /// Checks `raw` against itself and against a machine with `cpus` CPUs.
 pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
@@ -48,7 +27,7 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
     let engine = engine(raw, cpus)?;
     let relatch_after_ms =
         match &raw.security.relatch_after_ms {
-            None => crate::routes::DEFAULT_RELATCH_AFTER_MS,
+            None => super::DEFAULT_RELATCH_AFTER_MS,
             Some(v) if *v.get_ref() == 0 || (100..=3_600_000).contains(v.get_ref()) => {
                 *v.get_ref() as u64
             }
@@ -1039,32 +1018,4 @@ fn port_range(s: &Spanned<String>, key: &str) -> Result<PortRange> {
         return Err(bad());
     }
     Ok(PortRange { first, last })
-}
-
-pub(super) fn parse_ipv4(s: &Spanned<String>, key: &str) -> Result<Ipv4Addr> {
-    s.get_ref()
-        .parse()
-        .map_err(|_| invalid(s, key, "expected an IPv4 address such as \"10.0.0.1\""))
-}
-
-pub(super) fn parse_sockaddr(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
-    let addr = parse_sockaddr_any_port(s, key)?;
-    if addr.port() == 0 {
-        return Err(invalid(s, key, "the port must not be 0"));
-    }
-    Ok(addr)
-}
-
-fn parse_sockaddr_any_port(s: &Spanned<String>, key: &str) -> Result<SocketAddrV4> {
-    let addr: SocketAddrV4 = s.get_ref().parse().map_err(|_| {
-        invalid(
-            s,
-            key,
-            "expected an IPv4 address and port such as \"10.0.0.5:5000\"",
-        )
-    })?;
-    if addr.ip().is_unspecified() || addr.ip().is_broadcast() || addr.ip().is_multicast() {
-        return Err(invalid(s, key, "must be a unicast address"));
-    }
-    Ok(addr)
 }

@@ -258,7 +258,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The families only a split half produces (its links); see [`crate::split`].
+/// The families only a split half produces (its links); see [`crate::config::split`].
 pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_link_wrong_direction_packets",
@@ -745,7 +745,7 @@ pub fn render(st: &ControlState) -> String {
             }
         }
         o.family("vgate_link_drops_total");
-        for r in crate::split::link::LinkDrop::ALL {
+        for r in crate::stats::link::LinkDrop::ALL {
             o.sample(
                 "vgate_link_drops_total",
                 &[("link", "in"), ("reason", r.name())],
@@ -784,7 +784,7 @@ pub fn render(st: &ControlState) -> String {
     }
     o.family("vgate_edge_legs");
     let legs = st.routes.legs.list();
-    for state in crate::edge::LegState::ALL {
+    for state in crate::stats::leg::LegState::ALL {
         let n = legs.iter().filter(|l| l.counters.state() == state).count();
         o.sample("vgate_edge_legs", &[("state", state.name())], n);
     }

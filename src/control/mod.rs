@@ -36,9 +36,9 @@ pub struct ControlState {
     /// Counters of the signaling routes.
     pub signaling: Arc<crate::signaling::proxy::SignalingRegistry>,
     /// The split signaling agent's counters (a half of a split appliance only).
-    pub split_signal: Option<Arc<crate::split::signal::SignalStats>>,
+    pub split_signal: Option<Arc<crate::signaling::split::SignalStats>>,
     /// A split half's link counters; `None` on a single host.
-    pub split: Option<Arc<crate::split::SplitStats>>,
+    pub split: Option<Arc<crate::engine::link::SplitStats>>,
     /// The engine's neighbour resolver (modes tnapi with packet-socket transmit, zc, xdp).
     pub neigh: Option<Arc<crate::engine::neigh::NeighTable>>,
     /// Outcomes of config reloads.

@@ -12,7 +12,7 @@
 //! the owner yet), so with [`LegSpec::close_grace`] the leg first waits that long without
 //! its connection (a passive leg listening again and taking the peer's new one) before it
 //! ends; the owner replacing (dropping) it meanwhile tells nobody. Dropping the [`Leg`]
-//! stops and joins the thread, closes its sockets and takes it out of the [`super::LegTable`].
+//! stops and joins the thread, closes its sockets and takes it out of the [`crate::routes::legs::LegTable`].
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
@@ -26,14 +26,16 @@ use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 
-use super::framing::{frame_into, DeframeTally, Deframer, Framing};
-use super::sink::EdgeSink;
-use super::{EdgeError, Injector, LegCounters, LegInfo, LegState};
+use super::Injector;
 use crate::clock::now_ms;
 use crate::config::DomainId;
-use crate::engine::ports::bind_to_device;
-use crate::routes::{Routes, SessionId};
+use crate::engine::ports::{bind_to_device, PortRegistry};
+use crate::routes::legs::{LegCounters, LegInfo, LegState};
+use crate::routes::legs::{LegError as EdgeError, LegHandle, LegSpec, Role};
+use crate::routes::Routes;
+use crate::sink::EdgeSink;
 use crate::stats::{DropReason, Tally};
+use crate::wire::framing::{frame_into, DeframeTally, Deframer, Framing};
 
 /// The write buffer of a leg, bytes: what the peer's TCP window may lag behind the stream
 /// before packets are dropped (about 100 ms of a 20 Mbit/s stream).
@@ -42,62 +44,6 @@ pub const OUT_BYTES: usize = 256 * 1024;
 const READS_PER_WAKE: usize = 16;
 /// An active leg retries a refused connect this often.
 const RETRY: Duration = Duration::from_millis(200);
-
-/// Who opens the TCP connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// The gateway listens on its end; only the peer's address may connect, once.
-    Passive,
-    /// The gateway connects from its end to the peer, retrying until `connect_for` ends.
-    Active,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Passive => "passive",
-            Role::Active => "active",
-        }
-    }
-}
-
-/// What a leg is asked to be.
-pub struct LegSpec {
-    pub label: String,
-    pub session: SessionId,
-    pub domain: DomainId,
-    pub role: Role,
-    /// The gateway's end: its address in `domain` and the gateway port written in the SDP.
-    /// It is also the route key for what the peer sends.
-    pub local: SocketAddrV4,
-    /// The peer the SDP named (passive: only its address is checked; unspecified while no
-    /// SDP has named it yet, see [`Leg::expect_peer`]).
-    pub peer: SocketAddrV4,
-    /// Passive, while the peer's address is unknown: a connection from any address of this
-    /// domain is taken (the listener is on the domain's address and interface anyway).
-    pub within: Option<crate::config::Domain>,
-    /// The domain's interface: the leg's sockets are tied to it, as the media ports are.
-    pub interface: Option<String>,
-    pub framing: Box<dyn Framing>,
-    /// The longest packet either way: frames from the peer (longer ones are skipped) and
-    /// packets the engines offer to the sink (`Config::leg_max_payload`).
-    pub max_payload: usize,
-    /// Small (2 KiB) sink buffers ([`super::sink::DEFAULT_SLOTS`]); the large ones are
-    /// [`super::sink::LARGE_SLOTS`], made only when `max_payload` is longer than 2 KiB.
-    pub slots: usize,
-    /// Active: how long to keep trying to connect.
-    pub connect_for: Duration,
-    /// Active: another port of the gateway's address, from the port registry (so no other
-    /// leg or media port has it), to connect from while `local`'s port cannot be used (the
-    /// old connection of a reconnect still exists or lingers in TIME_WAIT). `None`: only
-    /// `local`'s port, retried until `connect_for` ends.
-    pub fallback_port: Option<u16>,
-    /// Called once, from the leg's thread, when the leg ends by itself (not when dropped).
-    pub on_close: Option<Box<dyn FnOnce() + Send>>,
-    /// After the peer closed: how long the leg waits (passive: listening for the peer's new
-    /// connection; active: for its owner to replace it) before it ends. Zero: at once.
-    pub close_grace: Duration,
-}
 
 /// A running leg; dropping it stops it.
 pub struct Leg {
@@ -124,15 +70,19 @@ impl Framing for Box<dyn Framing> {
     fn write_header(&self, channel: u8, len: u16, out: &mut [u8]) {
         (**self).write_header(channel, len, out)
     }
-    fn parse(&self, buf: &[u8]) -> super::framing::Header {
+    fn parse(&self, buf: &[u8]) -> crate::wire::framing::Header {
         (**self).parse(buf)
     }
 }
 
 impl Leg {
-    /// Starts a leg. A passive leg listens before this returns, so the SDP naming its port
-    /// may go out at once.
-    pub fn start(spec: LegSpec, routes: Arc<Routes>) -> Result<Leg, EdgeError> {
+    /// Starts a leg (see [`crate::routes::legs::Legs::start`]); `ports`: the engine's, which
+    /// the leg's injector sends through.
+    pub fn start(
+        spec: LegSpec,
+        routes: Arc<Routes>,
+        ports: Option<Arc<PortRegistry>>,
+    ) -> Result<Leg, EdgeError> {
         let counters = Arc::new(LegCounters::default());
         let sink = Arc::new(
             EdgeSink::new(spec.slots, spec.max_payload, Arc::clone(&counters))
@@ -182,6 +132,7 @@ impl Leg {
             within: spec.within,
             injector: Injector::new(
                 Arc::clone(&routes),
+                ports,
                 spec.domain,
                 spec.local.port(),
                 spec.max_payload,
@@ -237,25 +188,24 @@ impl Leg {
             allowed,
         })
     }
+}
 
-    /// A passive leg started before an SDP named its peer accepts only `addr` from now on.
-    /// A connection already taken from another address is dropped (counted as refused).
-    pub fn expect_peer(&self, addr: std::net::Ipv4Addr) {
+impl LegHandle for Leg {
+    fn expect_peer(&self, addr: std::net::Ipv4Addr) {
         if self.allowed.swap(u32::from(addr), Relaxed) != u32::from(addr) {
             self.sink.nudge();
         }
     }
 
-    /// The sink an engine offers this leg's packets to (for the route whose receiver it is).
-    pub fn sink(&self) -> &Arc<EdgeSink> {
+    fn sink(&self) -> &Arc<EdgeSink> {
         &self.sink
     }
 
-    pub fn counters(&self) -> &Arc<LegCounters> {
+    fn counters(&self) -> &Arc<LegCounters> {
         &self.counters
     }
 
-    pub fn id(&self) -> u64 {
+    fn id(&self) -> u64 {
         self.id
     }
 }
@@ -728,7 +678,7 @@ fn written<F: Framing + ?Sized>(
     let mut pos = rest;
     while pos < n {
         match framing.parse(buf.get(pos..).unwrap_or_default()) {
-            super::framing::Header::Frame { header, len, .. } => {
+            crate::wire::framing::Header::Frame { header, len, .. } => {
                 let end = pos + header + len;
                 if end <= n {
                     w.frames += 1;
@@ -756,7 +706,7 @@ fn frames_from<F: Framing + ?Sized>(
     let (mut count, mut pos) = (0u64, from);
     while pos < upto {
         match framing.parse(buf.get(pos..).unwrap_or_default()) {
-            super::framing::Header::Frame { header, len, .. } => {
+            crate::wire::framing::Header::Frame { header, len, .. } => {
                 pos += header + len;
                 count += 1;
             }
@@ -769,8 +719,8 @@ fn frames_from<F: Framing + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::framing::Rfc4571;
     use super::*;
+    use crate::wire::framing::Rfc4571;
 
     #[test]
     fn a_frame_counts_as_written_only_with_its_last_byte() {

@@ -7,13 +7,13 @@
 //! **leg** ([`leg::Leg`], one thread each) — and the media still crosses only through the
 //! route tables and the engines:
 //!
-//! - **UDP → TCP** ([`EdgeSink`]): a route whose receiver is a leg carries the leg's sink
+//! - **UDP → TCP** ([`crate::sink::EdgeSink`]): a route whose receiver is a leg carries the leg's sink
 //!   ([`crate::routes::StreamRoute::edge`]). Every engine, where it would hand an admitted
 //!   packet to its egress socket, offers it to the sink instead (preallocated buffer pools, a
 //!   2 KiB one and, for legs whose maximum is longer, a small one of that maximum; only the
 //!   payload's bytes are copied; no free buffer → the packet is dropped and counted as
 //!   `leg_stall`). The leg's thread drains
-//!   the sink, frames each packet ([`framing`]) into a bounded write buffer and writes it
+//!   the sink, frames each packet ([`crate::wire::framing`]) into a bounded write buffer and writes it
 //!   non-blocking: a peer that stops reading costs drops, never memory.
 //! - **TCP → UDP** ([`Injector`]): the leg's thread de-frames what its peer sends (bad input
 //!   counted, never trusted) and puts each packet into the route keyed by the leg's gateway
@@ -23,251 +23,29 @@
 //!   modes, which hold no socket per port: [`crate::engine::ports`]) — or, when the far side is a
 //!   leg too, straight into that leg's sink. In a split half, when the other domain is the
 //!   link face, the packet goes down the outgoing link instead, on the legs' own lane
-//!   ([`crate::split::link::EdgeLink`], one lock per read): a face address has nothing
+//!   ([`crate::engine::link::EdgeLink`], one lock per read): a face address has nothing
 //!   behind it.
 //!
-//! A leg's framing is pluggable ([`framing::Framing`]): RFC 4571 here, `$`-interleaved for
+//! A leg's framing is pluggable ([`crate::wire::framing::Framing`]): RFC 4571 here, `$`-interleaved for
 //! RTSP. A leg that closes (peer gone, connect refused until its deadline) tells its owner
 //! through a callback (the SIP proxy asks [`crate::routes::Routes::request_end`]: BYE both
-//! ways). Legs register in [`LegTable`] so the admin interface and the metrics show their
+//! ways). Legs register in [`crate::routes::legs::LegTable`] so the admin interface and the metrics show their
 //! counters. This module owns TCP sockets and threads; it never touches the engines' rings.
 
-pub mod framing;
 pub mod leg;
-// The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).
-#[allow(unsafe_code)]
-pub mod sink;
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::channel::{inspect, Admitted};
 use crate::config::DomainId;
-use crate::engine::ports::PortTx;
-use crate::routes::{Channel, Routes, SessionId, StreamRoute};
+use crate::engine::ports::{PortRegistry, PortTx};
+use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
 
-pub use leg::{Leg, LegSpec, Role};
-pub use sink::EdgeSink;
-
-/// Why a leg could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum EdgeError {
-    #[error("cannot listen for the {domain} TCP media leg on {addr}: {source}; free the port or widen the domain's port range")]
-    Listen {
-        domain: DomainId,
-        addr: SocketAddrV4,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot tie the {domain} TCP media leg to its interface: {source}; check the domain's interface name and CAP_NET_RAW")]
-    Device {
-        domain: DomainId,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot start the TCP media leg's thread or its wake-up eventfd: {0}; the host is out of threads or descriptors")]
-    Resources(#[source] std::io::Error),
-}
-
-/// A leg's state, for listings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum LegState {
-    Listening = 0,
-    Connecting = 1,
-    Connected = 2,
-    Closed = 3,
-    /// Connected, but holding what its sinks take: an RTSP bridge leg on the client's
-    /// connection before the reply that starts the media has been written there.
-    Held = 4,
-}
-
-impl LegState {
-    /// Every state, for listings and metrics.
-    pub const ALL: [LegState; 5] = [
-        LegState::Listening,
-        LegState::Connecting,
-        LegState::Connected,
-        LegState::Held,
-        LegState::Closed,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LegState::Listening => "listening",
-            LegState::Connecting => "connecting",
-            LegState::Connected => "connected",
-            LegState::Closed => "closed",
-            LegState::Held => "held",
-        }
-    }
-}
-
-/// Counters of one leg (lock-free; written by the leg's thread and, for `stalls`, the
-/// engines offering to its sink).
-#[derive(Debug, Default)]
-pub struct LegCounters {
-    /// Frames and payload bytes de-framed from the peer.
-    pub frames_in: AtomicU64,
-    pub bytes_in: AtomicU64,
-    /// Frames and payload bytes written whole to the peer's socket (a frame dropped before
-    /// its last byte was written counts only in `stalls`).
-    pub frames_out: AtomicU64,
-    pub bytes_out: AtomicU64,
-    /// Runs of bytes from the peer that were not a valid frame.
-    pub framing_errors: AtomicU64,
-    /// Bytes skipped in those runs and in oversize frames.
-    pub skipped_bytes: AtomicU64,
-    /// Whole frames from the peer longer than `engine.max_payload`, skipped.
-    pub oversize: AtomicU64,
-    /// Closes with an incomplete frame left over.
-    pub partial_frames: AtomicU64,
-    /// Packets for the peer dropped because the leg could not take them (peer not reading,
-    /// leg closed, too long), or still queued or unwritten when the leg stopped or the peer
-    /// replaced its connection.
-    pub stalls: AtomicU64,
-    /// De-framed packets the route did not forward (no route, source, size, send failure).
-    pub inject_drops: AtomicU64,
-    /// TCP connections established.
-    pub connects: AtomicU64,
-    /// Connections refused: from a source the SDP did not name. (A new connection from the
-    /// peer replaces its old one: counted in `connects`.)
-    pub refused: AtomicU64,
-    /// `a=connection:new` asks this leg to reconnect sooner than the minimum interval after
-    /// its last reconnect: the connection is kept, the ask counted here.
-    pub renew_refused: AtomicU64,
-    state: AtomicU8,
-    /// Tests: batches of de-framed packets injected (an RTSP bridge leg's
-    /// `LegInjectors::inject_batch` calls).
-    #[cfg(test)]
-    pub batches_in: AtomicU64,
-}
-
-impl LegCounters {
-    pub fn state(&self) -> LegState {
-        match self.state.load(Relaxed) {
-            0 => LegState::Listening,
-            1 => LegState::Connecting,
-            2 => LegState::Connected,
-            4 => LegState::Held,
-            _ => LegState::Closed,
-        }
-    }
-
-    pub(crate) fn set_state(&self, s: LegState) {
-        self.state.store(s as u8, Relaxed);
-    }
-
-    /// The counters by name, for listings and metrics (one place, so names cannot drift).
-    pub fn named(&self) -> [(&'static str, u64); 13] {
-        [
-            ("frames_in", self.frames_in.load(Relaxed)),
-            ("bytes_in", self.bytes_in.load(Relaxed)),
-            ("frames_out", self.frames_out.load(Relaxed)),
-            ("bytes_out", self.bytes_out.load(Relaxed)),
-            ("framing_errors", self.framing_errors.load(Relaxed)),
-            ("skipped_bytes", self.skipped_bytes.load(Relaxed)),
-            ("oversize", self.oversize.load(Relaxed)),
-            ("partial_frames", self.partial_frames.load(Relaxed)),
-            ("stalls", self.stalls.load(Relaxed)),
-            ("inject_drops", self.inject_drops.load(Relaxed)),
-            ("connects", self.connects.load(Relaxed)),
-            ("refused", self.refused.load(Relaxed)),
-            ("renew_refused", self.renew_refused.load(Relaxed)),
-        ]
-    }
-}
-
-/// What the admin interface and the metrics know of a live leg.
-#[derive(Debug)]
-pub struct LegInfo {
-    pub id: u64,
-    pub session: SessionId,
-    pub label: String,
-    pub domain: DomainId,
-    /// `passive` (the gateway listens) or `active` (it connects).
-    pub role: &'static str,
-    /// The gateway's end.
-    pub local: SocketAddrV4,
-    /// The peer the SDP named.
-    pub peer: SocketAddrV4,
-    pub counters: Arc<LegCounters>,
-}
-
-/// The live legs, for listings. Control side only (a mutex, never touched per packet).
-#[derive(Debug, Default)]
-pub struct LegTable {
-    legs: Mutex<BTreeMap<u64, Arc<LegInfo>>>,
-    next: AtomicU64,
-    /// Counters of legs that have ended, summed, so totals never go backwards.
-    pub ended: LegCounters,
-}
-
-impl LegTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<LegInfo>>> {
-        self.legs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next.fetch_add(1, Relaxed) + 1
-    }
-
-    pub(crate) fn insert(&self, info: Arc<LegInfo>) {
-        self.lock().insert(info.id, info);
-    }
-
-    pub(crate) fn remove(&self, id: u64) {
-        if let Some(info) = self.lock().remove(&id) {
-            let c = &info.counters;
-            let e = &self.ended;
-            for (from, to) in [
-                (&c.frames_in, &e.frames_in),
-                (&c.bytes_in, &e.bytes_in),
-                (&c.frames_out, &e.frames_out),
-                (&c.bytes_out, &e.bytes_out),
-                (&c.framing_errors, &e.framing_errors),
-                (&c.skipped_bytes, &e.skipped_bytes),
-                (&c.oversize, &e.oversize),
-                (&c.partial_frames, &e.partial_frames),
-                (&c.stalls, &e.stalls),
-                (&c.inject_drops, &e.inject_drops),
-                (&c.connects, &e.connects),
-                (&c.refused, &e.refused),
-                (&c.renew_refused, &e.renew_refused),
-            ] {
-                to.fetch_add(from.load(Relaxed), Relaxed);
-            }
-        }
-    }
-
-    /// The live legs, by id.
-    pub fn list(&self) -> Vec<Arc<LegInfo>> {
-        self.lock().values().cloned().collect()
-    }
-
-    /// Live legs.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Every counter summed over live and ended legs.
-    pub fn totals(&self) -> [(&'static str, u64); 13] {
-        let mut t = self.ended.named();
-        for l in self.list() {
-            for (acc, (_, v)) in t.iter_mut().zip(l.counters.named()) {
-                acc.1 += v;
-            }
-        }
-        t
-    }
-}
+use crate::routes::legs::{Inject, LegHandle, Legs};
+pub use crate::routes::legs::{LegError as EdgeError, LegSpec, Role};
+pub use leg::Leg;
 
 /// Datagrams per `sendmmsg` of an [`Injector`].
 const BATCH: usize = 32;
@@ -276,6 +54,9 @@ const BATCH: usize = 32;
 /// leg's gateway port, as the engines do with datagrams that arrive there.
 pub struct Injector {
     routes: Arc<Routes>,
+    /// The engine's ports (how to send from a gateway port) and, in a split half, the
+    /// outgoing link's lane for legs; `None`: no engine (tests, tools): nothing is sent.
+    ports: Option<Arc<PortRegistry>>,
     channel: Channel,
     port: u16,
     max_payload: usize,
@@ -327,9 +108,16 @@ fn send(
 
 impl Injector {
     /// Packets from a leg in `domain` whose gateway port is `port`.
-    pub fn new(routes: Arc<Routes>, domain: DomainId, port: u16, max_payload: usize) -> Injector {
+    pub fn new(
+        routes: Arc<Routes>,
+        ports: Option<Arc<PortRegistry>>,
+        domain: DomainId,
+        port: u16,
+        max_payload: usize,
+    ) -> Injector {
         Injector {
             routes,
+            ports,
             channel: Channel::from_ingress(domain),
             port,
             max_payload,
@@ -381,13 +169,13 @@ impl Injector {
         let mut link = match route.edge {
             Some(_) => None,
             None => self
-                .routes
-                .edge_link
-                .toward(self.channel.egress())
+                .ports
+                .as_ref()
+                .and_then(|p| p.edge_link.toward(self.channel.egress()))
                 .map(|m| m.lock().unwrap_or_else(|e| e.into_inner())),
         };
         let ts_us = if link.is_some() {
-            crate::split::link::now_us()
+            crate::clock::wall_us()
         } else {
             0
         };
@@ -402,8 +190,9 @@ impl Injector {
             (None, Some(s)) => Some(s),
             (None, None) => {
                 let s = self
-                    .routes
-                    .port_tx(self.channel.egress(), route.egress_port);
+                    .ports
+                    .as_ref()
+                    .and_then(|p| p.port_tx(self.channel.egress(), route.egress_port));
                 self.egress = s.as_ref().map(|s| (route.egress_port, HeldTx::of(s)));
                 s
             }
@@ -447,7 +236,9 @@ impl Injector {
             tx.flush();
             tx.idle(now);
             // A block left open is closed on time by the incoming link's worker.
-            self.routes.edge_link.sent(tx);
+            if let Some(p) = &self.ports {
+                p.edge_link.sent(tx);
+            }
         }
     }
 
@@ -459,6 +250,63 @@ impl Injector {
             }
             route.stats.packets.add(t);
         }
+    }
+}
+
+impl Inject for Injector {
+    fn route(&self) -> Option<Arc<StreamRoute>> {
+        Injector::route(self)
+    }
+
+    fn forward_batch(
+        &mut self,
+        route: Option<&StreamRoute>,
+        from: SocketAddrV4,
+        buf: &[u8],
+        frames: &[std::ops::Range<usize>],
+        now: u64,
+        t: &mut Tally,
+    ) {
+        let frames = frames
+            .iter()
+            .map(|r| buf.get(r.clone()).unwrap_or_default());
+        Injector::forward_batch(self, route, from, frames, now, t);
+    }
+
+    fn finish(&mut self, route: Option<&StreamRoute>, t: &Tally, now: u64) {
+        Injector::finish(self, route, t, now);
+    }
+}
+
+/// The stream legs of one gateway: the [`Legs`] the signaling proxies are given, over the
+/// route tables and the engine's ports.
+pub struct EdgeLegs {
+    routes: Arc<Routes>,
+    ports: Option<Arc<PortRegistry>>,
+}
+
+impl EdgeLegs {
+    /// `ports`: the engine's (`None`: no engine, as in pure tests: legs run, nothing they
+    /// inject is sent).
+    pub fn new(routes: Arc<Routes>, ports: Option<Arc<PortRegistry>>) -> EdgeLegs {
+        EdgeLegs { routes, ports }
+    }
+}
+
+impl Legs for EdgeLegs {
+    fn start(&self, spec: LegSpec) -> Result<Box<dyn LegHandle>, EdgeError> {
+        let leg = Leg::start(spec, Arc::clone(&self.routes), self.ports.clone())?;
+        Ok(Box::new(leg))
+    }
+
+    fn injector(&self, domain: DomainId, port: u16, max_payload: usize) -> Box<dyn Inject> {
+        Box::new(Injector::new(
+            Arc::clone(&self.routes),
+            self.ports.clone(),
+            domain,
+            port,
+            max_payload,
+        ))
     }
 }
 

@@ -7,25 +7,53 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::framing::{frame_into, Rfc4571};
 use super::*;
 use crate::config::{self, SourcePolicy};
 use crate::engine::ports::{PortHold, PortRegistry};
-use crate::routes::{PortHooks, RouteSpec, SessionKind};
+use crate::routes::legs::LegState;
+use crate::routes::{PortHooks, RouteSpec, SessionId, SessionKind};
+use crate::wire::framing::{frame_into, Rfc4571};
 
-fn routes() -> Arc<Routes> {
+fn routes() -> Loopback {
     loopback_routes("47000-47199", "48000-48199")
+}
+
+/// Route tables and the port registry their hooks are, as an engine would pair them.
+pub(crate) struct Loopback {
+    pub routes: Arc<Routes>,
+    pub ports: Arc<PortRegistry>,
+}
+
+impl Loopback {
+    /// The legs over these tables and ports, as the gateway gives the proxies.
+    pub(crate) fn legs(&self) -> Arc<dyn crate::routes::legs::Legs> {
+        Arc::new(EdgeLegs::new(
+            Arc::clone(&self.routes),
+            Some(Arc::clone(&self.ports)),
+        ))
+    }
+
+    fn ports(&self) -> Option<Arc<PortRegistry>> {
+        Some(Arc::clone(&self.ports))
+    }
+}
+
+impl std::ops::Deref for Loopback {
+    type Target = Arc<Routes>;
+    fn deref(&self) -> &Arc<Routes> {
+        &self.routes
+    }
 }
 
 /// Route tables on loopback (A = 127.0.0.1, B = 127.0.0.2) with the real port registry, so
 /// legs and injectors find their sockets; the ranges keep concurrent tests apart.
-pub(crate) fn loopback_routes(a_ports: &str, b_ports: &str) -> Arc<Routes> {
+pub(crate) fn loopback_routes(a_ports: &str, b_ports: &str) -> Loopback {
     loopback_routes_holding(a_ports, b_ports, PortHold::Sockets).unwrap()
 }
 
 /// As [`loopback_routes`], ports held as `hold` says (`Reserved`: no socket per port, the
 /// legs send through a raw socket per domain; `None` without CAP_NET_RAW).
-fn loopback_routes_holding(a_ports: &str, b_ports: &str, hold: PortHold) -> Option<Arc<Routes>> {
+fn loopback_routes_holding(a_ports: &str, b_ports: &str, hold: PortHold) -> Option<Loopback> {
     let cfg = config::parse(
         &format!(
             r#"
@@ -45,10 +73,9 @@ media_ports = "{b_ports}"
     let reg = PortRegistry::new(["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()])
         .holding(hold)
         .ok()?;
-    Some(Arc::new(Routes::new(
-        &cfg,
-        Arc::new(reg) as Arc<dyn PortHooks>,
-    )))
+    let ports = Arc::new(reg);
+    let routes = Arc::new(Routes::new(&cfg, Arc::clone(&ports) as Arc<dyn PortHooks>));
+    Some(Loopback { routes, ports })
 }
 
 /// A UDP receiver in domain B (loopback 127.0.0.2), with its address.
@@ -110,7 +137,7 @@ fn closed_by_the_leg(mut conn: TcpStream, leg: &Leg, refused: u64) {
 
 /// A passive leg on A's port `a` expecting its peer on 127.0.0.1; `closed` set when it ends.
 fn passive_leg_on_a(
-    routes: &Arc<Routes>,
+    routes: &Loopback,
     s: SessionId,
     a: u16,
     closed: &Arc<AtomicBool>,
@@ -126,6 +153,7 @@ fn passive_leg_on_a(
             Some(Arc::clone(closed)),
         ),
         Arc::clone(routes),
+        routes.ports(),
     )
     .unwrap();
     (leg, local)
@@ -167,7 +195,7 @@ fn passive_leg_bridges_both_ways_without_port_sockets() {
     }
 }
 
-fn bridges_both_ways(routes: Arc<Routes>) {
+fn bridges_both_ways(routes: Loopback) {
     let s = routes.open_session(SessionKind::Sip, "t");
     let a = routes.alloc_pair(s, DomainId::A).unwrap();
     let b = routes.alloc_pair(s, DomainId::B).unwrap();
@@ -279,6 +307,7 @@ fn passive_leg_refuses_other_sources() {
             None,
         ),
         Arc::clone(&routes),
+        routes.ports(),
     )
     .unwrap();
     let intruder = TcpStream::connect(local).unwrap();
@@ -356,7 +385,7 @@ fn a_passive_leg_whose_peer_closes_takes_its_new_connection_within_the_grace() {
         Some(Arc::clone(&closed)),
     );
     sp.close_grace = Duration::from_secs(3600);
-    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    let leg = Leg::start(sp, Arc::clone(&routes), routes.ports()).unwrap();
     let c = Arc::clone(leg.counters());
     let first = TcpStream::connect(local).unwrap();
     wait("first connect", || c.state() == LegState::Connected);
@@ -414,7 +443,7 @@ fn active_leg_gives_up_at_its_deadline_while_syns_go_unanswered() {
         Some(Arc::clone(&closed)),
     );
     sp.connect_for = Duration::from_millis(300);
-    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    let leg = Leg::start(sp, Arc::clone(&routes), routes.ports()).unwrap();
     // The first SYN retry alone is 1 s after the first; the kernel gives up after ~127 s.
     wait("the leg to give up", || closed.load(SeqCst));
     assert_eq!(leg.counters().state(), LegState::Closed);
@@ -441,6 +470,7 @@ fn active_leg_connects_and_a_stalled_peer_costs_drops_not_memory() {
     let leg = Leg::start(
         spec(s, DomainId::B, Role::Active, local, peer_at, None),
         Arc::clone(&routes),
+        routes.ports(),
     )
     .unwrap();
     let (conn, from) = listener.accept().unwrap();
@@ -531,7 +561,7 @@ fn a_kept_injector_does_not_hold_a_closed_port() {
             },
         )
         .unwrap();
-    let mut inj = Injector::new(Arc::clone(&routes), DomainId::A, a, 1472);
+    let mut inj = Injector::new(Arc::clone(&routes), routes.ports(), DomainId::A, a, 1472);
     let from: SocketAddrV4 = "127.0.0.1:9".parse().unwrap();
     for seq in 0..2 {
         let route = inj.route();
@@ -573,7 +603,7 @@ fn a_passive_leg_drops_a_stranger_once_the_sdp_names_its_peer() {
         None,
     );
     sp.within = Some(routes.domain(DomainId::A).clone());
-    let leg = Leg::start(sp, Arc::clone(&routes)).unwrap();
+    let leg = Leg::start(sp, Arc::clone(&routes), routes.ports()).unwrap();
     // Before any SDP named the peer: an address of the domain is taken.
     let early = TcpStream::connect(local).unwrap();
     wait("connected", || leg.counters().connects.load(SeqCst) == 1);

@@ -109,11 +109,12 @@ use super::worker::{start_workers, Datapath, EgressSockets, Poller, Shell};
 use super::xdp::{egress_of, emit_fast, Egress, FastFds, FastPath};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::clock::now_ms;
+use crate::config::split::SplitConfig;
 use crate::config::{Config, DomainId, EngineConfig};
+use crate::engine::link::SplitStats;
+use crate::engine::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
-use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
-use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 use crate::wire::{
     parse_udp4, write_udp4_frame, FrameEnds, UdpChecksum, UDP4_CSUM_START, UDP4_FRAME_HEADERS,
@@ -648,9 +649,6 @@ impl PortHooks for XdpHooks {
     }
     fn close_port(&self, domain: DomainId, port: u16) {
         self.registry.close_port(domain, port)
-    }
-    fn port_tx(&self, domain: DomainId, port: u16) -> Option<super::ports::PortTx> {
-        self.registry.port_tx(domain, port)
     }
     /// A failed port-map update refuses the route: installed, the XDP program would drop
     /// its media as `no_route`.
@@ -1225,6 +1223,10 @@ impl Engine for AfxdpEngine {
         Arc::clone(&self.hooks) as Arc<dyn PortHooks>
     }
 
+    fn ports(&self) -> Arc<PortRegistry> {
+        Arc::clone(&self.registry)
+    }
+
     fn split_stats(&self) -> Option<Arc<SplitStats>> {
         self.split.as_ref().map(|(_, s)| Arc::clone(s))
     }
@@ -1796,7 +1798,7 @@ fn forward_batch<'p>(
     now: u64,
     chan: &mut [Tally; 2],
 ) {
-    let ts = crate::split::link::now_us();
+    let ts = crate::clock::wall_us();
     let mut run: Option<Run<'p>> = None;
     for f in frames {
         let data = s.xsk.frame(f);

@@ -187,7 +187,7 @@ impl Parked {
 /// Hands an admitted packet to a stream leg's sink ([`crate::edge`]) and counts what
 /// happened: sent, or dropped as `leg_stall`.
 #[inline]
-pub fn offer_to_leg(sink: &crate::edge::EdgeSink, payload: &[u8], t: &mut Tally) {
+pub fn offer_to_leg(sink: &crate::sink::EdgeSink, payload: &[u8], t: &mut Tally) {
     if sink.offer(payload) {
         t.tx_packets += 1;
         t.tx_bytes += payload.len() as u64;

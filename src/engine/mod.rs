@@ -22,6 +22,7 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod btf;
 pub mod frames;
+pub mod link;
 pub mod neigh;
 pub mod nft;
 #[cfg(vgate_pfring)]
@@ -195,8 +196,11 @@ pub trait Engine: Send {
     fn describe(&self) -> String;
     /// What the route tables call when ports are taken and given back.
     fn port_hooks(&self) -> Arc<dyn PortHooks>;
+    /// The engine's ports: how a stream leg (`edge`) sends from a gateway port, and in a
+    /// split half the outgoing link's lane for legs.
+    fn ports(&self) -> Arc<ports::PortRegistry>;
     /// A split half's link counters (`None` on a single host or for engines without links).
-    fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
+    fn split_stats(&self) -> Option<Arc<crate::engine::link::SplitStats>> {
         None
     }
     /// The neighbour resolver's table and counters, once `start` runs one (engines that

@@ -357,6 +357,10 @@ impl Engine for PfringEngine {
         self.neigh.clone()
     }
 
+    fn ports(&self) -> Arc<PortRegistry> {
+        Arc::clone(&self.registry)
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,

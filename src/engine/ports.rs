@@ -126,7 +126,7 @@ impl RawUdp {
     }
 }
 
-/// How a stream leg ([`crate::edge::Injector`]) sends from a gateway port.
+/// How a stream leg (`edge::Injector`) sends from a gateway port.
 #[derive(Clone)]
 pub enum PortTx {
     /// The port's own socket.
@@ -235,6 +235,9 @@ pub struct PortRegistry {
     hold: PortHold,
     /// [`PortHold::Reserved`]: the raw socket per domain the stream legs send through.
     leg_raw: [Option<Arc<RawUdp>>; 2],
+    /// In a split half: the TCP media legs' sender on the outgoing link (set when the
+    /// engine opens its links).
+    pub edge_link: super::link::EdgeLink,
     state: Mutex<State>,
 }
 
@@ -246,7 +249,22 @@ impl PortRegistry {
             interfaces: [None, None],
             hold: PortHold::Sockets,
             leg_raw: [None, None],
+            edge_link: Default::default(),
             state: Mutex::new(State::default()),
+        }
+    }
+
+    /// How to send from an open port: its socket, or the domain's raw socket and the port
+    /// number. Stream legs (`edge`) send this way.
+    pub fn port_tx(&self, domain: DomainId, port: u16) -> Option<PortTx> {
+        match &self.leg_raw[domain.index()] {
+            Some(raw) => Some(PortTx::Raw(Arc::clone(raw), port)),
+            None => self
+                .lock()
+                .sockets
+                .get(&(domain, port))
+                .cloned()
+                .map(PortTx::Socket),
         }
     }
 
@@ -395,18 +413,6 @@ impl PortHooks for PortRegistry {
         Ok(())
     }
 
-    fn port_tx(&self, domain: DomainId, port: u16) -> Option<PortTx> {
-        match &self.leg_raw[domain.index()] {
-            Some(raw) => Some(PortTx::Raw(Arc::clone(raw), port)),
-            None => self
-                .lock()
-                .sockets
-                .get(&(domain, port))
-                .cloned()
-                .map(PortTx::Socket),
-        }
-    }
-
     fn close_port(&self, domain: DomainId, port: u16) {
         if self.hold == PortHold::Reserved {
             return;
@@ -549,7 +555,7 @@ fn advice_for(ranges: &[(u16, u16)], eph: &str, reserved: &str) -> Option<String
 /// Ties `sock` to `interface` (`SO_BINDTODEVICE`); the error names the interface, the
 /// domain and what to do.
 pub fn bind_to_device<F: AsFd>(sock: &F, interface: &str, domain: DomainId) -> io::Result<()> {
-    setsockopt(sock, sockopt::BindToDevice, &std::ffi::OsString::from(interface)).map_err(|e| {
+    crate::iface::bind_to_device(sock, interface).map_err(|e| {
         io::Error::new(
             io::Error::from(e).kind(),
             format!(

@@ -23,11 +23,12 @@ use super::sys::mmsg::{RecvBatch, SendBatch};
 use super::worker::{start_workers, Datapath, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
 use crate::channel::{inspect, Admitted};
+use crate::config::split::SplitConfig;
 use crate::config::{Config, DomainId, EngineConfig};
+use crate::engine::link::SplitStats;
+use crate::engine::link::{HalfLinks, LinkFamily, LinkTx};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes, StreamRoute};
-use crate::split::link::{HalfLinks, LinkFamily, LinkTx};
-use crate::split::{SplitConfig, SplitStats};
 use crate::stats::{DropReason, Tally};
 
 /// Batches read from one socket per wakeup before moving on to the next.
@@ -83,6 +84,10 @@ impl Engine for StackEngine {
 
     fn port_hooks(&self) -> Arc<dyn PortHooks> {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
+    }
+
+    fn ports(&self) -> Arc<PortRegistry> {
+        Arc::clone(&self.registry)
     }
 
     fn split_stats(&self) -> Option<Arc<SplitStats>> {
@@ -475,7 +480,7 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
                 }
             } else if let (false, Some(link)) = (sel.is_empty(), link.as_deref_mut()) {
                 // Split half: the far side is the peer half, down the outgoing link.
-                let ts = crate::split::link::now_us();
+                let ts = crate::clock::wall_us();
                 for &i in sel.iter() {
                     link.forward(route, rx.payload(usize::from(i)), now, ts, &mut tally);
                 }

@@ -13,6 +13,7 @@
 //! stack engine binds a socket) implements [`PortHooks`].
 
 pub mod alloc;
+pub mod legs;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -47,12 +48,6 @@ pub trait PortHooks: Send + Sync {
     }
     /// The route was removed from the table (its channel and port are free again).
     fn route_removed(&self, _route: &StreamRoute) {}
-    /// How to send from an open port, when the hooks can: its socket, or a raw socket and
-    /// the port number ([`crate::engine::ports`]). Stream legs ([`crate::edge::Injector`])
-    /// send this way.
-    fn port_tx(&self, _domain: DomainId, _port: u16) -> Option<crate::engine::ports::PortTx> {
-        None
-    }
 }
 
 /// Hooks that do nothing: for pure tests and tools.
@@ -187,9 +182,7 @@ pub struct Routes {
     /// packet; counted by [`Routes::count_first_packets`] and on the route's removal.
     first_packet: [Histogram; 2],
     /// The live stream legs ([`crate::edge`]), for listings and metrics.
-    pub legs: crate::edge::LegTable,
-    /// In a split half: the TCP media legs' sender on the outgoing link.
-    pub edge_link: crate::split::link::EdgeLink,
+    pub legs: legs::LegTable,
 }
 
 /// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.
@@ -217,7 +210,6 @@ impl Routes {
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
             first_packet: Default::default(),
             legs: Default::default(),
-            edge_link: Default::default(),
         }
     }
 
@@ -431,19 +423,13 @@ impl Routes {
         self.add_edge_route(session, spec, None)
     }
 
-    /// How to send from a gateway port (every engine on one host can): what a stream leg
-    /// sends its packets from.
-    pub fn port_tx(&self, domain: DomainId, port: u16) -> Option<crate::engine::ports::PortTx> {
-        self.hooks.port_tx(domain, port)
-    }
-
     /// Installs a route whose receiver may be a stream leg (`edge`: its sink, see
     /// [`crate::edge`]). Both its ports must belong to `session`.
     pub fn add_edge_route(
         &self,
         session: SessionId,
         spec: RouteSpec,
-        edge: Option<Arc<crate::edge::EdgeSink>>,
+        edge: Option<Arc<crate::sink::EdgeSink>>,
     ) -> Result<Arc<StreamRoute>, RouteError> {
         let far = spec.ingress.other();
         if !self.domains[far.index()].contains(*spec.dest.ip()) {

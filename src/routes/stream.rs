@@ -272,7 +272,7 @@ pub struct StreamRoute {
     pub stats: Arc<RouteStats>,
     /// When the receiver is a stream leg the gateway terminates ([`crate::edge`]): engines
     /// offer admitted packets to it instead of sending them to `dest`.
-    pub edge: Option<Arc<crate::edge::EdgeSink>>,
+    pub edge: Option<Arc<crate::sink::EdgeSink>>,
     /// A split half: the next link stream sequence of this route's datagrams down the
     /// outgoing link (starts at random, so a route made anew is told apart by the receiver).
     /// One worker normally sends a route; an atomic keeps it right when two do.
@@ -281,9 +281,7 @@ pub struct StreamRoute {
 
 const LATCHED: u64 = 1 << 48;
 
-/// The default re-latch silence (`security.relatch_after_ms`), as rtpengine's: long enough
-/// that a live stream never loses its route, short enough for a restarted sender.
-pub const DEFAULT_RELATCH_AFTER_MS: u64 = 2000;
+pub use crate::config::DEFAULT_RELATCH_AFTER_MS;
 
 /// What [`StreamRoute::check_source`] says of a packet's source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,7 +356,7 @@ impl StreamRoute {
     }
 
     /// Hands this route's admitted packets to a stream leg's sink instead of `dest`.
-    pub fn with_edge(mut self, edge: Option<Arc<crate::edge::EdgeSink>>) -> StreamRoute {
+    pub fn with_edge(mut self, edge: Option<Arc<crate::sink::EdgeSink>>) -> StreamRoute {
         self.edge = edge;
         self
     }

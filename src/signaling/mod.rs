@@ -22,3 +22,4 @@ pub mod proxy;
 pub mod rtsp;
 pub mod sdp;
 pub mod sip;
+pub mod split;

@@ -5,6 +5,8 @@
 //! (a route's packets normally stay on one worker, so there is no contention) and read by the
 //! control side, which only needs eventually-consistent totals.
 
+pub mod leg;
+pub mod link;
 pub mod rtp;
 
 use std::fmt::Write as _;

@@ -131,6 +131,28 @@ impl<'a> EthernetFrame<&'a [u8]> {
     }
 }
 
+/// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
+pub fn mac_string(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in out.iter_mut() {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +190,20 @@ mod tests {
             EthernetFrame::new_checked(&f[..13]).unwrap_err(),
             WireError::Truncated
         );
+    }
+
+    #[test]
+    fn macs() {
+        let m = parse_mac("02:00:0a:FF:00:01").unwrap();
+        assert_eq!(mac_string(&m), "02:00:0a:ff:00:01");
+        for bad in [
+            "",
+            "02:00:0a:ff:00",
+            "02:00:0a:ff:00:01:02",
+            "2:00:0a:ff:00:01",
+            "zz:00:0a:ff:00:01",
+        ] {
+            assert!(parse_mac(bad).is_none(), "{bad}");
+        }
     }
 }

@@ -14,11 +14,13 @@
 //! one [`WireError`] per drop reason.
 
 mod ethernet;
+pub mod framing;
 mod ipv4;
+pub mod link;
 pub mod rtp;
 mod udp;
 
-pub use ethernet::{EtherType, EthernetFrame};
+pub use ethernet::{mac_string, parse_mac, EtherType, EthernetFrame};
 pub use ipv4::{Ipv4Packet, PROTO_UDP};
 pub use udp::UdpPacket;
 

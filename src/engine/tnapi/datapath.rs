@@ -11,6 +11,7 @@ use crate::clock::now_ms;
 use crate::config::DomainId;
 use crate::engine::afpacket::{Blocks, PacketRing};
 use crate::engine::frames::{account, classify, drop_frame, wire_reason, Parked, Run, Targets};
+use crate::engine::link::LinkTx;
 use crate::engine::neigh::Neighbours;
 use crate::engine::ports::Cmd;
 use crate::engine::sys::afpacket as psys;
@@ -18,7 +19,6 @@ use crate::engine::sys::mmsg::{FrameBatch, FrameScope, FrameStatus, SliceBatch, 
 use crate::engine::worker::{Datapath, EgressSockets, Poller, Shell};
 use crate::logging::RateLimit;
 use crate::routes::Channel;
-use crate::split::link::LinkTx;
 use crate::stats::{DropReason, Tally};
 use crate::wire::{parse_udp4, FrameEnds};
 
@@ -195,7 +195,7 @@ impl Round<'_> {
         chan: &mut [Tally; 2],
     ) {
         let now = self.now;
-        let ts = crate::split::link::now_us();
+        let ts = crate::clock::wall_us();
         let mut scope: SliceScope<'_, 'b> = tx.scope();
         let [p0, p1] = ptx;
         let mut outs: [Option<Out<'_, 'b>>; 2] =

@@ -89,10 +89,11 @@ use super::sys::afxdp as xsys;
 use super::sys::mmsg::SliceBatch;
 use super::worker::{start_workers, EgressSockets, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
+use crate::config::split::SplitConfig;
 use crate::config::{Config, DomainId, EngineConfig, TnapiRing};
+use crate::engine::link::SplitStats;
+use crate::engine::link::{HalfLinks, LinkFamily};
 use crate::routes::{Channel, PortHooks, Routes};
-use crate::split::link::{HalfLinks, LinkFamily};
-use crate::split::{SplitConfig, SplitStats};
 
 /// Ring memory per ring: 24 MiB, to ride out a worker that the kernel's own receive work
 /// (or anything else) keeps off its CPU for a while: in 4 KiB blocks of two full-size media
@@ -462,6 +463,10 @@ impl Engine for AfpacketEngine {
 
     fn port_hooks(&self) -> Arc<dyn PortHooks> {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
+    }
+
+    fn ports(&self) -> Arc<PortRegistry> {
+        Arc::clone(&self.registry)
     }
 
     fn split_stats(&self) -> Option<Arc<SplitStats>> {

@@ -48,6 +48,8 @@ pub enum ProxyError {
 pub struct ProxyContext {
     pub config: Arc<Config>,
     pub routes: Arc<Routes>,
+    /// Where the proxies start their stream legs (`edge`, over the engine's ports).
+    pub legs: Arc<dyn crate::routes::legs::Legs>,
     pub stop: Arc<AtomicBool>,
     /// Where each proxy registers its counters for the metrics.
     pub stats: Arc<SignalingRegistry>,
@@ -64,15 +66,12 @@ pub fn bind_to_interface<F: std::os::fd::AsFd>(
     interface: &str,
     route: &str,
 ) -> Result<(), ProxyError> {
-    let name = std::ffi::OsString::from(interface);
-    nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::BindToDevice, &name).map_err(
-        |e| ProxyError::Other {
-            route: route.to_owned(),
-            message: format!(
-                "cannot bind a signaling socket to its interface {interface:?} (SO_BINDTODEVICE: {e}); without it the socket also answers packets for its address arriving from the other domain. Check the domain's interface name and that vgate has CAP_NET_RAW"
-            ),
-        },
-    )
+    crate::iface::bind_to_device(sock, interface).map_err(|e| ProxyError::Other {
+        route: route.to_owned(),
+        message: format!(
+            "cannot bind a signaling socket to its interface {interface:?} (SO_BINDTODEVICE: {e}); without it the socket also answers packets for its address arriving from the other domain. Check the domain's interface name and that vgate has CAP_NET_RAW"
+        ),
+    })
 }
 
 /// Starts a proxy for every signaling route; stops those already started if one fails.

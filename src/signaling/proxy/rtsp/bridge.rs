@@ -30,13 +30,13 @@
 //!   session ends and closes it. A leg on the upstream's connection writes at once: the
 //!   server has answered the SETUP that opened it, and `$` frames may follow a SETUP.
 //! - **TCP to UDP**: the connection's reader de-frames `$` frames on the leg's channels and
-//!   hands them to an [`Injector`] ([`LegInjectors`], owned by that reader thread): each
+//!   hands them to an injector ([`crate::routes::legs::Inject`], [`LegInjectors`], owned by that reader thread): each
 //!   packet enters the route keyed by the track's gateway port on the interleaved side as
 //!   if it had arrived there as a datagram (source check, counters, the one-way channel).
 //!   The consecutive frames of one read on one channel go as one batch: one route lookup
 //!   and one `sendmmsg` (or one link lock) for all of them.
 //!
-//! Each leg is listed in the route tables' [`crate::edge::LegTable`] (admin interface and
+//! Each leg is listed in the route tables' [`crate::routes::legs::LegTable`] (admin interface and
 //! metrics) with the core's [`LegCounters`], and summed per proxy route in
 //! [`super::logic::Events`].
 //!
@@ -55,9 +55,10 @@ use std::thread::JoinHandle;
 
 use super::logic::{Events, LegSpec, TcpSide};
 use crate::clock::now_ms;
-use crate::edge::sink::{EdgeSink, DEFAULT_SLOTS, SLOT_BYTES};
-use crate::edge::{Injector, LegCounters, LegInfo, LegState};
+use crate::routes::legs::{Inject, Legs};
+use crate::routes::legs::{LegCounters, LegInfo, LegState};
 use crate::routes::{Routes, SessionId};
+use crate::sink::{EdgeSink, DEFAULT_SLOTS, SLOT_BYTES};
 use crate::stats::Tally;
 
 /// A connection's writer, shared between the RTSP messages, the relayed `$` frames and the
@@ -172,6 +173,7 @@ pub struct Leg {
     peer: SocketAddrV4,
     id: u64,
     routes: Arc<Routes>,
+    legs: Arc<dyn Legs>,
     events: Arc<Events>,
     /// Writes nothing until [`Leg::release`] (see the module doc).
     held: AtomicBool,
@@ -190,6 +192,7 @@ impl Leg {
         place: LegPlace,
         writer: SharedWriter,
         routes: Arc<Routes>,
+        legs: Arc<dyn Legs>,
         events: Arc<Events>,
     ) -> io::Result<Arc<Leg>> {
         let counters = Arc::new(LegCounters::default());
@@ -229,6 +232,7 @@ impl Leg {
             peer: place.peer,
             id,
             routes,
+            legs,
             events,
             held: AtomicBool::new(held),
             released: AtomicBool::new(false),
@@ -441,13 +445,12 @@ impl Leg {
 /// A reader thread's injectors of one leg (RTP, RTCP), made when it first sees the leg.
 pub struct LegInjectors {
     pub leg: Arc<Leg>,
-    injectors: [Injector; 2],
+    injectors: [Box<dyn Inject>; 2],
 }
 
 impl LegInjectors {
     pub fn new(leg: Arc<Leg>, max_payload: usize) -> LegInjectors {
-        let make =
-            |port: u16| Injector::new(Arc::clone(&leg.routes), leg.spec.domain, port, max_payload);
+        let make = |port: u16| leg.legs.injector(leg.spec.domain, port, max_payload);
         let injectors = [make(leg.spec.inject[0]), make(leg.spec.inject[1])];
         LegInjectors { leg, injectors }
     }
@@ -455,7 +458,8 @@ impl LegInjectors {
     /// Frames from the interleaved side on one of the leg's channels, consecutive in one
     /// read: into the route of the track's gateway port, as datagrams arriving there would,
     /// with one route lookup and one send for the batch. No allocation, no lock.
-    pub fn inject_batch<'p>(&mut self, channel: u8, frames: impl Iterator<Item = &'p [u8]>) {
+    /// The frames' payloads are at `frames` in `buf`.
+    pub fn inject_batch(&mut self, channel: u8, buf: &[u8], frames: &[std::ops::Range<usize>]) {
         let LegInjectors { leg, injectors } = self;
         let i = usize::from(channel != leg.spec.channels.0);
         let Some(inj) = injectors.get_mut(i) else {
@@ -464,7 +468,7 @@ impl LegInjectors {
         let route = inj.route();
         let now = now_ms();
         let mut t = Tally::default();
-        inj.forward_batch(route.as_deref(), leg.peer, frames, now, &mut t);
+        inj.forward_batch(route.as_deref(), leg.peer, buf, frames, now, &mut t);
         inj.finish(route.as_deref(), &t, now);
         let (c, ev) = (&leg.counters, &leg.events);
         #[cfg(test)]
@@ -544,6 +548,7 @@ mod tests {
             place,
             Arc::clone(&writer),
             Arc::clone(&routes),
+            Arc::new(crate::edge::EdgeLegs::new(Arc::clone(&routes), None)),
             Arc::clone(&events),
         )
         .unwrap();

@@ -23,6 +23,7 @@ use super::bridge::{ConnWriter, Leg, LegInjectors, LegPlace, SharedWriter};
 use super::logic::{Events, Exchange, LegSpec, MediaPorts, Output, Settings, TcpSide};
 use crate::clock::now_ms;
 use crate::config::DomainId;
+use crate::routes::legs::Legs;
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind, StreamRoute};
 use crate::signaling::proxy::trace::Dir;
 use crate::signaling::rtsp::{next_frame, Frame};
@@ -50,6 +51,8 @@ pub struct RoutesMedia {
 /// What a connection's bridge legs need.
 struct LegContext {
     settings: Arc<Settings>,
+    /// Where the legs' injectors come from.
+    injectors: Arc<dyn Legs>,
     /// The client's and the upstream's writers.
     client: SharedWriter,
     upstream: SharedWriter,
@@ -125,12 +128,7 @@ impl LegCache {
             return;
         };
         if let Some(l) = self.legs.get_mut(i) {
-            l.inject_batch(
-                channel,
-                self.batch
-                    .iter()
-                    .map(|r| buf.get(r.clone()).unwrap_or_default()),
-            );
+            l.inject_batch(channel, buf, &self.batch);
         }
         self.batch.clear();
     }
@@ -321,13 +319,14 @@ impl RoutesMedia {
             .settings
             .bridge
             .as_ref()
-            .map_or(crate::edge::sink::SLOT_BYTES, |s| s.max_payload);
+            .map_or(crate::sink::SLOT_BYTES, |s| s.max_payload);
         let leg = Leg::open(
             spec,
             max_payload,
             place,
             Arc::clone(writer),
             Arc::clone(&self.routes),
+            Arc::clone(&b.injectors),
             Arc::clone(&b.settings.events),
         )?;
         lock(&b.legs.legs).push(leg);
@@ -437,6 +436,8 @@ impl EndReason {
 pub struct ConnContext {
     pub settings: Arc<Settings>,
     pub routes: Arc<Routes>,
+    /// Where the bridge legs' injectors come from.
+    pub legs: Arc<dyn Legs>,
     pub stop: Arc<AtomicBool>,
     /// Seconds without media on a playing session before it ends; 0: never.
     pub media_timeout: u64,
@@ -460,6 +461,7 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     let mut media = RoutesMedia::new(Arc::clone(&ctx.routes), label);
     media.bridge = Some(LegContext {
         settings: Arc::clone(&ctx.settings),
+        injectors: Arc::clone(&ctx.legs),
         client: Arc::clone(&client_w),
         upstream: Arc::clone(&upstream_w),
         legs: Arc::clone(&legs),

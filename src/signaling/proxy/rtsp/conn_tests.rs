@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::edge::{EdgeSink, LegInfo, LegState};
+use crate::routes::legs::{LegInfo, LegState};
+use crate::sink::EdgeSink;
 
 /// The fake server: answers interleaved SETUPs 461 and UDP ones 200 with `server_port`
 /// naming `media` (its RTP and RTCP ports); on PLAY it says so on `played` and answers only
@@ -145,13 +146,18 @@ impl Served {
         ]));
         let routes = Arc::new(Routes::new(
             &cfg,
-            registry as Arc<dyn crate::routes::PortHooks>,
+            Arc::clone(&registry) as Arc<dyn crate::routes::PortHooks>,
+        ));
+        let legs = Arc::new(crate::edge::EdgeLegs::new(
+            Arc::clone(&routes),
+            Some(registry),
         ));
         let settings = Arc::new(super::super::settings(&cfg.signaling[0], &cfg).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         let ctx = ConnContext {
             settings,
             routes: Arc::clone(&routes),
+            legs,
             stop: Arc::clone(&stop),
             media_timeout: 0,
         };

@@ -38,7 +38,7 @@
 //! refuses the other transport too (or answers the first again), no channel pair is free,
 //! or the leg cannot start. Pushes (`mode=record`) are bridged the same way. The route's
 //! `bridge_*` events count legs, frames and bytes each way, stalls and drops; each leg is
-//! also listed with its counters in the route tables' [`crate::edge::LegTable`].
+//! also listed with its counters in the route tables' [`crate::routes::legs::LegTable`].
 //!
 //! **Requests from the server** (keep-alive `OPTIONS`/`GET_PARAMETER`, `ANNOUNCE` of a changed
 //! stream, `REDIRECT`, `PLAY_NOTIFY`...) are forwarded to the client with their URLs and SDP
@@ -248,6 +248,7 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
     let cctx = ConnContext {
         settings: Arc::clone(&settings),
         routes: Arc::clone(&ctx.routes),
+        legs: Arc::clone(&ctx.legs),
         stop: Arc::clone(&stop),
         media_timeout: media_timeout(route),
     };

@@ -54,11 +54,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{DomainId, SourcePolicy};
-use crate::edge::framing::Rfc4571;
-use crate::edge::sink::DEFAULT_SLOTS;
-use crate::edge::{EdgeSink, Leg, LegSpec, LegState, Role};
+use crate::routes::legs::{LegError, LegHandle, LegSpec, Legs, Role};
 use crate::routes::{Channel, RouteError, RouteSpec, Routes, SessionId, SessionKind};
 use crate::signaling::sdp::{self, Direction, RewriteError, SetupEdit};
+use crate::sink::EdgeSink;
+use crate::sink::DEFAULT_SLOTS;
+use crate::stats::leg::LegState;
+use crate::wire::framing::Rfc4571;
 
 /// How long an active TCP leg keeps trying to connect to its peer.
 const CONNECT_FOR: Duration = Duration::from_secs(10);
@@ -124,7 +126,7 @@ pub struct MediaPeer {
 /// The TCP leg vgate runs on one side of an `m=` line.
 #[derive(Debug)]
 pub struct SlotLeg {
-    pub leg: Leg,
+    pub leg: Box<dyn LegHandle>,
     pub role: Role,
     /// Active legs: where they connect.
     pub peer: SocketAddrV4,
@@ -255,6 +257,8 @@ pub struct CallMedia {
     /// [`CLOSE_GRACE`] and [`RENEW_MIN`] (tests set their own).
     close_grace: Duration,
     renew_min: Duration,
+    /// Where TCP media legs start (`None`: nowhere; a TCP offer's leg then fails).
+    legs: Option<Arc<dyn Legs>>,
 }
 
 /// Whether an `m=` line carries RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571).
@@ -291,7 +295,14 @@ impl CallMedia {
             link_face: None,
             close_grace: CLOSE_GRACE,
             renew_min: RENEW_MIN,
+            legs: None,
         }
+    }
+
+    /// TCP media legs start with `legs`.
+    pub fn with_legs(mut self, legs: Option<Arc<dyn Legs>>) -> CallMedia {
+        self.legs = legs;
+        self
     }
 
     /// In a half of the split appliance: `face` (the link face) always gets UDP media.
@@ -518,7 +529,7 @@ impl CallMedia {
         routes: &Arc<Routes>,
         from: DomainId,
         renew: &[usize],
-    ) -> Result<Vec<SlotLeg>, crate::edge::EdgeError> {
+    ) -> Result<Vec<SlotLeg>, LegError> {
         let mut retired = Vec::new();
         let Some(session) = self.session else {
             return Ok(retired);
@@ -590,28 +601,30 @@ impl CallMedia {
                     SocketAddrV4::new(ip, 0)
                 });
                 let r = Arc::clone(routes);
-                let leg = Leg::start(
-                    LegSpec {
-                        label: format!("{} m{i} {d} tcp", self.label),
-                        session,
-                        domain: d,
-                        role,
-                        local: SocketAddrV4::new(domain.address, slot.ports[d.index()]),
-                        peer,
-                        within: Some(domain.clone()),
-                        interface: Some(domain.interface.clone()),
-                        framing: Box::new(Rfc4571),
-                        max_payload: self.max_payload,
-                        slots: DEFAULT_SLOTS,
-                        connect_for: CONNECT_FOR,
-                        on_close: Some(Box::new(move || {
-                            let _ = r.request_end(session);
-                        })),
-                        close_grace: self.close_grace,
-                        fallback_port: fallback.as_ref().map(|f| f.port),
-                    },
-                    Arc::clone(routes),
-                )?;
+                let Some(legs) = &self.legs else {
+                    return Err(LegError::Resources(std::io::Error::other(
+                        "no stream legs on this gateway",
+                    )));
+                };
+                let leg = legs.start(LegSpec {
+                    label: format!("{} m{i} {d} tcp", self.label),
+                    session,
+                    domain: d,
+                    role,
+                    local: SocketAddrV4::new(domain.address, slot.ports[d.index()]),
+                    peer,
+                    within: Some(domain.clone()),
+                    interface: Some(domain.interface.clone()),
+                    framing: Box::new(Rfc4571),
+                    max_payload: self.max_payload,
+                    slots: DEFAULT_SLOTS,
+                    connect_for: CONNECT_FOR,
+                    on_close: Some(Box::new(move || {
+                        let _ = r.request_end(session);
+                    })),
+                    close_grace: self.close_grace,
+                    fallback_port: fallback.as_ref().map(|f| f.port),
+                })?;
                 slot.legs[d.index()] = Some(SlotLeg {
                     leg,
                     role,
@@ -745,7 +758,7 @@ impl CallMedia {
         self.slots
             .iter()
             .flat_map(|s| s.legs.iter().flatten())
-            .any(|l| l.leg.counters().state() == crate::edge::LegState::Closed)
+            .any(|l| l.leg.counters().state() == crate::stats::leg::LegState::Closed)
     }
 
     /// The newest packet time over the installed routes (ms since the epoch).
@@ -781,7 +794,7 @@ impl CallMedia {
 mod tests {
     use super::*;
 
-    fn routes() -> Arc<Routes> {
+    fn routes() -> crate::edge::tests::Loopback {
         crate::edge::tests::loopback_routes("46000-46199", "45000-45199")
     }
 
@@ -795,7 +808,7 @@ mod tests {
     #[test]
     fn tcp_offer_udp_answer_bridges_with_the_right_roles() {
         let routes = routes();
-        let mut m = CallMedia::new("t".into(), 1472);
+        let mut m = CallMedia::new("t".into(), 1472).with_legs(Some(routes.legs()));
         // The platform in B listens (passive) and offers TCP.
         let offer = sdp(
             "127.0.0.2",
@@ -865,7 +878,7 @@ mod tests {
     #[test]
     fn re_invites_keep_a_connected_leg_with_existing_and_reconnect_it_with_new() {
         let routes = routes();
-        let mut m = CallMedia::new("t".into(), 1472);
+        let mut m = CallMedia::new("t".into(), 1472).with_legs(Some(routes.legs()));
         // B's platform listens on loopback (this test's own listener).
         let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -1007,11 +1020,11 @@ mod tests {
     /// A call whose B side listens on this test's own listener (`a=setup:passive`), with
     /// vgate's active leg connected to it: the call, the listener, the connection accepted.
     fn connected_to_listening_b(
-        routes: &Arc<Routes>,
+        routes: &crate::edge::tests::Loopback,
         close_grace: Duration,
         renew_min: Duration,
     ) -> (CallMedia, std::net::TcpListener, std::net::TcpStream) {
-        let mut m = CallMedia::new("t".into(), 1472);
+        let mut m = CallMedia::new("t".into(), 1472).with_legs(Some(routes.legs()));
         (m.close_grace, m.renew_min) = (close_grace, renew_min);
         let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -1175,7 +1188,7 @@ mod tests {
     #[test]
     fn a_holdconn_offer_is_answered_holdconn_and_opens_no_leg() {
         let routes = routes();
-        let mut m = CallMedia::new("t".into(), 1472);
+        let mut m = CallMedia::new("t".into(), 1472).with_legs(Some(routes.legs()));
         let offer = sdp(
             "127.0.0.2",
             9004,
@@ -1201,7 +1214,9 @@ mod tests {
     fn the_split_link_face_always_gets_udp() {
         let routes = routes();
         // A half whose link face is B: the device in A offers TCP (it listens).
-        let mut m = CallMedia::new("t".into(), 1472).with_link_face(Some(DomainId::B));
+        let mut m = CallMedia::new("t".into(), 1472)
+            .with_legs(Some(routes.legs()))
+            .with_link_face(Some(DomainId::B));
         let offer = sdp(
             "127.0.0.1",
             7010,
@@ -1240,7 +1255,9 @@ mod tests {
         assert!(m.installed[0].1.is_none(), "the face side is UDP");
         m.close(&routes);
         // TCP from the link face is refused: it would ride the signaling link.
-        let mut m = CallMedia::new("t2".into(), 1472).with_link_face(Some(DomainId::B));
+        let mut m = CallMedia::new("t2".into(), 1472)
+            .with_legs(Some(routes.legs()))
+            .with_link_face(Some(DomainId::B));
         let offer = sdp("127.0.0.2", 9012, "TCP/RTP/AVP", "a=recvonly\r\n");
         let Err(MediaError::Refuse { code, warning, .. }) =
             m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
@@ -1255,7 +1272,7 @@ mod tests {
     #[test]
     fn udp_offer_tcp_answer_and_tcp_both_sides() {
         let routes = routes();
-        let mut m = CallMedia::new("t".into(), 1472);
+        let mut m = CallMedia::new("t".into(), 1472).with_legs(Some(routes.legs()));
         let offer = sdp("127.0.0.2", 9002, "RTP/AVP", "a=recvonly\r\n");
         let to_a = m
             .cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
@@ -1288,7 +1305,7 @@ mod tests {
         m.close(&routes);
 
         // TCP both sides, actpass offer: the answer's role decides both legs.
-        let mut m = CallMedia::new("t2".into(), 1472);
+        let mut m = CallMedia::new("t2".into(), 1472).with_legs(Some(routes.legs()));
         let offer = sdp(
             "127.0.0.2",
             9004,

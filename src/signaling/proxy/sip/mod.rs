@@ -251,7 +251,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(u.local_addr(), up),
             ];
             let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
-                .with_secret(secret);
+                .with_secret(secret)
+                .with_legs(Arc::clone(&ctx.legs));
             core.stats.set_events(core.counters.list());
             ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let t = std::thread::Builder::new()
@@ -269,7 +270,8 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
                 local_of(u.local_addr(), up),
             ];
             let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
-                .with_secret(secret);
+                .with_secret(secret)
+                .with_legs(Arc::clone(&ctx.legs));
             core.stats.set_events(core.counters.list());
             ctx.stats.register(&route.name, Arc::clone(&core.stats));
             let tcp = net::TcpNet::new(

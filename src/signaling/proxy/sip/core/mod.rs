@@ -15,6 +15,7 @@ use crate::config::{
     Config, DomainId, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, Transport,
 };
 use crate::logging::RateLimit;
+use crate::routes::legs::Legs;
 use crate::routes::Routes;
 use crate::signaling::proxy::SignalingStats;
 use crate::signaling::sip::Limits;
@@ -268,6 +269,8 @@ pub struct Core {
     /// The split appliance's link face (`[split]`): media toward it is always UDP.
     link_face: Option<DomainId>,
     routes: Arc<Routes>,
+    /// Where the calls' TCP media legs start (`None`: no legs, as in pure tests).
+    legs: Option<Arc<dyn Legs>>,
     /// Domain of each face.
     domain: [DomainId; 2],
     /// The gateway's SIP address on each face (what Via, Contact and Record-Route show).
@@ -320,6 +323,7 @@ impl Core {
             max_payload: config.leg_max_payload(),
             link_face: config.split.as_ref().map(|s| s.link_face()),
             routes,
+            legs: None,
             domain: [route.listen_domain, route.listen_domain.other()],
             local,
             upstream: route.upstream,
@@ -354,6 +358,12 @@ impl Core {
     /// next. Without it (tests) they are `salt` and the counter.
     pub fn with_secret(mut self, secret: [u8; 32]) -> Core {
         self.secret = Some(secret);
+        self
+    }
+
+    /// The calls start their TCP media legs with `legs`.
+    pub fn with_legs(mut self, legs: Arc<dyn Legs>) -> Core {
+        self.legs = Some(legs);
         self
     }
 

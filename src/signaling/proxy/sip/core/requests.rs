@@ -169,7 +169,9 @@ impl Core {
             self.calls.insert(
                 call_id.clone(),
                 Call {
-                    media: CallMedia::new(label, self.max_payload).with_link_face(self.link_face),
+                    media: CallMedia::new(label, self.max_payload)
+                        .with_link_face(self.link_face)
+                        .with_legs(self.legs.clone()),
                     contact: [None, None],
                     view: [None, None],
                     cseq_to: [0, 0],

@@ -1,9 +1,9 @@
 //! Datagrams longer than a link frame: the receiving half's reassembly ([`Joiner`]).
 //!
-//! The sender ([`super::link::LinkTx::push`]) cuts a datagram of more than
+//! The sender (`engine::link::LinkTx::push`) cuts a datagram of more than
 //! [`MAX_MEDIA`] bytes into `frags` consecutive frames of its lane, each with the
 //! same stream sequence and its fragment index in the stream header
-//! ([`super::header::StreamHeader`]); all but the last carry exactly [`MAX_MEDIA`] bytes.
+//! ([`crate::wire::link::StreamHeader`]); all but the last carry exactly [`MAX_MEDIA`] bytes.
 //! FEC protects each fragment like any frame, and the reorder window orders them like any
 //! datagram. The receiver joins them here, after FEC and the reorder window:
 //!
@@ -21,7 +21,7 @@
 //!
 //! No allocation, lock or log per packet; pure logic (the clock comes from the caller).
 
-use super::header::{StreamHeader, MAX_FRAGS, MAX_MEDIA};
+use crate::wire::link::{StreamHeader, MAX_FRAGS, MAX_MEDIA};
 
 /// Datagrams being joined at once.
 pub const JOIN_SLOTS: usize = 16;
@@ -178,7 +178,7 @@ impl Joiner {
         if sh.frag + 1 == sh.frags {
             s.len = usize::from(sh.frag) * MAX_MEDIA + media.len();
         }
-        if s.have != super::fec::data_mask(usize::from(s.frags)) {
+        if s.have != crate::wire::link::data_mask(usize::from(s.frags)) {
             return None;
         }
         s.used = false;
@@ -211,14 +211,14 @@ impl Joiner {
 
 /// Cuts `datagram` into link datagrams of at most [`MAX_MEDIA`] bytes of media: calls
 /// `frame(stream header, media)` for each in order. `false` (nothing called) when it is
-/// longer than `max` or than [`super::header::MAX_DATAGRAM`].
+/// longer than `max` or than [`crate::wire::link::MAX_DATAGRAM`].
 pub fn cut(
     datagram: &[u8],
     seq: u32,
     max: usize,
     mut frame: impl FnMut(StreamHeader, &[u8]),
 ) -> bool {
-    let Some(n) = super::header::fragments(datagram.len()) else {
+    let Some(n) = crate::wire::link::fragments(datagram.len()) else {
         return false;
     };
     if datagram.len() > max {
@@ -239,7 +239,7 @@ pub fn cut(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::split::header::{MAX_DATAGRAM, STREAM_HEADER_LEN};
+    use crate::wire::link::{MAX_DATAGRAM, STREAM_HEADER_LEN};
 
     fn datagram(len: usize, seed: u8) -> Vec<u8> {
         (0..len)

@@ -8,7 +8,7 @@ use crate::config::{Config, Transport};
 use crate::routes::{Routes, SessionKind};
 use crate::signaling::proxy::Proxy;
 
-use super::{Agent, AgentConfig, PeerEvents, Role, SignalError};
+use crate::signaling::split::{Agent, AgentConfig, PeerEvents, Role, SignalError};
 
 /// Ends every SIP and RTSP session: in a half, each of them crosses the link (one of the
 /// proxy's two faces is the link face). Their proxies send BYE / TEARDOWN into the own domain
@@ -67,8 +67,8 @@ pub fn start(
     let cfg = AgentConfig {
         link: split.signal.clone(),
         role: match split.half {
-            crate::split::Half::A => Role::Dialer,
-            crate::split::Half::B => Role::Listener,
+            crate::config::split::Half::A => Role::Dialer,
+            crate::config::split::Half::B => Role::Listener,
         },
         own_face: face.address,
         peer_face: split.peer_face,

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::{SignalKey, SignalLink};
 use super::frame::{Hello, Keys, Role, Sealer, HELLO_LEN};
 use super::{Agent, AgentConfig, PeerEvents};
+use crate::config::split_signal::{SignalKey, SignalLink};
 
 const KEY: &[u8; 32] = b"split test key, 32 bytes long!!!";
 

@@ -56,13 +56,6 @@ const T_MASK: u64 = 0xff << 40;
 /// Stream ids opened by the listening half have this bit.
 const LISTENER_STREAM: u32 = 1 << 31;
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 fn random<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
     if getrandom::fill(&mut b).is_err() {
@@ -87,8 +80,7 @@ fn bind_device<F: AsFd>(sock: &F, interface: &str, what: &str) -> std::io::Resul
     if interface.is_empty() {
         return Ok(());
     }
-    let name = std::ffi::OsString::from(interface);
-    socket::setsockopt(sock, sockopt::BindToDevice, &name).map_err(|e| {
+    crate::iface::bind_to_device(sock, interface).map_err(|e| {
         std::io::Error::other(format!(
             "cannot tie the split {what} socket to interface {interface:?} (SO_BINDTODEVICE: {e}); check the interface name and that vgate has CAP_NET_RAW"
         ))
@@ -342,7 +334,7 @@ impl Loop {
                         self.stats.refused.fetch_add(1, Relaxed);
                         static LOG: crate::logging::RateLimit =
                             crate::logging::RateLimit::new(10_000);
-                        if let Some(suppressed) = LOG.check(now_ms()) {
+                        if let Some(suppressed) = LOG.check(crate::clock::now_ms()) {
                             tracing::warn!(from = %from, suppressed, "split signaling link: connection from an address other than the peer refused");
                         }
                         continue;
@@ -388,7 +380,7 @@ impl Loop {
             }
             Err(e) => {
                 static LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(30_000);
-                if let Some(suppressed) = LOG.check(now_ms()) {
+                if let Some(suppressed) = LOG.check(crate::clock::now_ms()) {
                     tracing::warn!(peer = %self.cfg.link.peer, suppressed, "split signaling link: cannot connect to the peer ({e}); retrying");
                 }
             }
@@ -491,7 +483,9 @@ impl Loop {
                         used += len;
                         self.stats.frames_in.fetch_add(1, Relaxed);
                         self.last_rx = Instant::now();
-                        self.stats.peer_last_ms.store(now_ms(), Relaxed);
+                        self.stats
+                            .peer_last_ms
+                            .store(crate::clock::wall_ms(), Relaxed);
                         if op.accepted() == 1 {
                             self.on_authenticated(slot);
                         }
@@ -578,7 +572,7 @@ impl Loop {
             };
             c.resets.fetch_add(1, Relaxed);
             static LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
-            if let Some(suppressed) = LOG.check(now_ms()) {
+            if let Some(suppressed) = LOG.check(crate::clock::now_ms()) {
                 tracing::warn!(suppressed, "split signaling link: connection reset: {e}");
             }
         } else if self.conns[slot].as_ref().is_some_and(|c| c.authed) {
@@ -761,7 +755,7 @@ impl Loop {
             Err(e) => {
                 self.stats.bind_errors.fetch_add(1, Relaxed);
                 static LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
-                if let Some(suppressed) = LOG.check(now_ms()) {
+                if let Some(suppressed) = LOG.check(crate::clock::now_ms()) {
                     tracing::warn!(
                         port,
                         suppressed,

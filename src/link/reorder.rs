@@ -20,7 +20,7 @@
 //!   `overtaken`; a position far behind (more than [`super::fec`]'s restart gap) is a sender
 //!   that started over: everything held is handed on and the window restarts at `p`.
 
-use super::fec::MAX_PAYLOAD;
+use crate::wire::link::MAX_PAYLOAD;
 
 /// Positions a lane's window spans (and datagrams it can hold).
 pub const SLOTS: usize = 256;

@@ -4,6 +4,8 @@
 //! there is one start-up order: build the engine (it may refuse), create the tables with the
 //! engine's port hooks, start the workers, then install the static routes.
 
+pub mod split_signal;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -11,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::channel::{ChannelTotals, WorkerStats};
 use crate::config::{Config, SignalingRoute};
+use crate::edge::EdgeLegs;
 use crate::engine::{self, Engine, EngineError, EngineKind, Worker};
+use crate::routes::legs::Legs;
 use crate::routes::{RouteError, Routes, SessionId};
 use crate::signaling::proxy::{self, Proxy, ProxyContext, ProxyError, SignalingRegistry};
 
@@ -27,7 +31,7 @@ pub enum GatewayError {
     #[error(transparent)]
     Signaling(#[from] ProxyError),
     #[error(transparent)]
-    SplitSignal(#[from] crate::split::signal::SignalError),
+    SplitSignal(#[from] crate::signaling::split::SignalError),
 }
 
 /// What [`Gateway::reload_streams`] did, to report or undo.
@@ -55,6 +59,8 @@ struct ProxyChange {
 pub struct Gateway {
     pub config: Arc<Config>,
     pub routes: Arc<Routes>,
+    /// The stream legs the proxies start, over the engine's ports.
+    legs: Arc<dyn Legs>,
     proxies: Vec<Box<dyn Proxy>>,
     /// Counters of the signaling routes, shared with the metrics.
     pub signaling_stats: Arc<SignalingRegistry>,
@@ -65,7 +71,7 @@ pub struct Gateway {
     pub static_sessions: HashMap<String, SessionId>,
     pub started: Instant,
     /// The split signaling agent (`[split]` configs only).
-    split_signal: Option<crate::split::signal::Agent>,
+    split_signal: Option<crate::signaling::split::Agent>,
 }
 
 impl Gateway {
@@ -77,9 +83,11 @@ impl Gateway {
         let routes = Arc::new(Routes::new(&config, eng.port_hooks()));
         let stop = Arc::new(AtomicBool::new(false));
         let workers = eng.start(Arc::clone(&routes), Arc::clone(&stop))?;
+        let legs: Arc<dyn Legs> = Arc::new(EdgeLegs::new(Arc::clone(&routes), Some(eng.ports())));
         let mut gw = Gateway {
             config: Arc::new(config),
             routes,
+            legs,
             proxies: Vec::new(),
             signaling_stats: Arc::new(SignalingRegistry::default()),
             engine: eng,
@@ -112,6 +120,7 @@ impl Gateway {
         let ctx = ProxyContext {
             config: Arc::clone(&gw.config),
             routes: Arc::clone(&gw.routes),
+            legs: Arc::clone(&gw.legs),
             stop: Arc::clone(&gw.stop),
             stats: Arc::clone(&gw.signaling_stats),
         };
@@ -122,8 +131,7 @@ impl Gateway {
                 return Err(e.into());
             }
         }
-        match crate::split::signal::gateway::start(&gw.config, &gw.proxies, Arc::clone(&gw.routes))
-        {
+        match crate::gateway::split_signal::start(&gw.config, &gw.proxies, Arc::clone(&gw.routes)) {
             Ok(a) => gw.split_signal = a,
             Err(e) => {
                 gw.stop_workers();
@@ -197,7 +205,7 @@ impl Gateway {
         self.config = new;
         // The peer half's agent listens for what our proxies serve now.
         if let Some(agent) = &self.split_signal {
-            let (udp, tcp) = crate::split::signal::gateway::announced(&self.config, &self.proxies);
+            let (udp, tcp) = crate::gateway::split_signal::announced(&self.config, &self.proxies);
             agent.announce(udp, tcp);
         }
         Ok(format!(
@@ -283,6 +291,7 @@ impl Gateway {
         ProxyContext {
             config: Arc::clone(config),
             routes: Arc::clone(&self.routes),
+            legs: Arc::clone(&self.legs),
             stop: Arc::clone(&self.stop),
             stats: Arc::clone(&self.signaling_stats),
         }
@@ -408,7 +417,7 @@ impl Gateway {
     }
 
     /// The split signaling agent's counters (`None` on a single host).
-    pub fn split_signal_stats(&self) -> Option<Arc<crate::split::signal::SignalStats>> {
+    pub fn split_signal_stats(&self) -> Option<Arc<crate::signaling::split::SignalStats>> {
         self.split_signal.as_ref().map(|a| Arc::clone(&a.stats))
     }
 
@@ -441,7 +450,7 @@ impl Gateway {
     }
 
     /// A split half's link counters; `None` on a single host.
-    pub fn split_stats(&self) -> Option<Arc<crate::split::SplitStats>> {
+    pub fn split_stats(&self) -> Option<Arc<crate::engine::link::SplitStats>> {
         self.engine.split_stats()
     }
 

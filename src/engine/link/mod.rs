@@ -61,12 +61,9 @@ use std::sync::Arc;
 use nix::sys::eventfd::EventFd;
 use nix::sys::socket::{setsockopt, sockopt};
 
-use super::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
-use super::frag::{self, JoinCounts, Joiner};
-use super::header::{HeaderError, LinkPacket, StreamHeader, MAX_DATAGRAM};
-use super::{mac_string, LinkConfig, SplitConfig};
 use crate::channel::{inspect, Admitted};
 use crate::clock::now_ms;
+use crate::config::split::{Half, LinkConfig, SplitConfig};
 use crate::config::DomainId;
 use crate::engine::frames::account;
 use crate::engine::ports::{Cmd, PortRegistry};
@@ -75,22 +72,20 @@ use crate::engine::sys::afxdp::{self as xsys, BindMode, Xsk, XskParams};
 use crate::engine::sys::mmsg::{FrameBatch, RecvBatch, SendOutcome, SliceBatch};
 use crate::engine::worker::{spawn, Datapath, EgressSockets, Poller, Shell};
 use crate::engine::{EngineError, EngineKind, Worker};
+use crate::link::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
+use crate::link::frag::{self, JoinCounts, Joiner};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
+use crate::stats::link::{LinkCounters, LinkDrop};
 use crate::stats::{DropReason, Tally};
+use crate::wire::link::{LinkPacket, StreamHeader, MAX_DATAGRAM};
+use crate::wire::mac_string;
 use crate::wire::{FrameEnds, UdpChecksum};
 
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
 /// goes quiet, so the tail of a burst is protected without waiting for more traffic.
 pub const CLOSE_BLOCK_MS: u64 = 20;
-/// A receiver block quiet this long counts what it never got as lost.
-pub const SETTLE_MS: u64 = 500;
-/// The incoming link's reorder window by default with FEC on: a datagram waits at most this
-/// long for a missing earlier one to be rebuilt (`split.in_link.reorder_ms`; 0 hands
-/// datagrams on as they arrive, the default with FEC off: a gap is then a loss, and waiting
-/// for it only delays what follows). Long enough for the repair frames of a block closed
-/// early ([`CLOSE_BLOCK_MS`]).
-pub const DEFAULT_REORDER_MS: u64 = 25;
+pub use crate::config::split::{DEFAULT_REORDER_MS, SETTLE_MS};
 /// Receive batches read per wakeup before looking at commands again.
 const BUDGET: usize = 8;
 /// The incoming link socket's token in the worker's epoll set.
@@ -138,160 +133,7 @@ impl LinkFamily {
     }
 }
 
-/// Why a datagram on the incoming link was dropped before delivery.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum LinkDrop {
-    /// Not a vgate link packet (magic or kind).
-    Garbage,
-    /// Shorter than its header or than the length it claims.
-    Truncated,
-    /// Another link header version.
-    BadVersion,
-    /// FEC fields impossible, or not this link's setting.
-    BadFec,
-    /// No route on the gateway port it names.
-    UnknownPort,
-    /// From another address than the configured peer.
-    ForeignSource,
-    /// Longer than a link frame.
-    Oversize,
-    /// A fragment of a datagram that can no longer complete (another fragment lost).
-    FragmentLost,
-    /// A fragment of a datagram not complete [`super::frag::JOIN_TIMEOUT_MS`] after its first.
-    FragmentTimeout,
-    /// An impossible stream header (fragment fields), or a fragment that contradicts the
-    /// others of its datagram.
-    BadFragment,
-}
-
-impl LinkDrop {
-    pub const COUNT: usize = 10;
-    pub const ALL: [LinkDrop; Self::COUNT] = [
-        LinkDrop::Garbage,
-        LinkDrop::Truncated,
-        LinkDrop::BadVersion,
-        LinkDrop::BadFec,
-        LinkDrop::UnknownPort,
-        LinkDrop::ForeignSource,
-        LinkDrop::Oversize,
-        LinkDrop::FragmentLost,
-        LinkDrop::FragmentTimeout,
-        LinkDrop::BadFragment,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            LinkDrop::Garbage => "garbage",
-            LinkDrop::Truncated => "truncated",
-            LinkDrop::BadVersion => "bad_version",
-            LinkDrop::BadFec => "bad_fec",
-            LinkDrop::UnknownPort => "unknown_port",
-            LinkDrop::ForeignSource => "foreign_source",
-            LinkDrop::Oversize => "oversize",
-            LinkDrop::FragmentLost => "fragment_lost",
-            LinkDrop::FragmentTimeout => "fragment_timeout",
-            LinkDrop::BadFragment => "bad_fragment",
-        }
-    }
-
-    fn from_header(e: HeaderError) -> LinkDrop {
-        match e {
-            HeaderError::Garbage => LinkDrop::Garbage,
-            HeaderError::Truncated => LinkDrop::Truncated,
-            HeaderError::BadVersion => LinkDrop::BadVersion,
-            HeaderError::BadFec => LinkDrop::BadFec,
-        }
-    }
-}
-
-/// Counters of one link. Outgoing: `packets`/`bytes` sent (repair frames included),
-/// `repair_packets`, `send_errors`. Incoming: the same for what arrived, then what the
-/// decoder made of it and the drops by reason.
-#[derive(Debug, Default)]
-pub struct LinkCounters {
-    pub packets: AtomicU64,
-    pub bytes: AtomicU64,
-    pub repair_packets: AtomicU64,
-    pub send_errors: AtomicU64,
-    /// Incoming: datagrams handed to the link face as received.
-    pub delivered: AtomicU64,
-    /// Incoming: datagrams rebuilt by FEC.
-    pub repaired: AtomicU64,
-    /// Incoming: datagrams lost on the link and not rebuilt.
-    pub lost: AtomicU64,
-    pub late: AtomicU64,
-    pub duplicate: AtomicU64,
-    /// Incoming: times a sending lane started over (the peer half restarted).
-    pub restarts: AtomicU64,
-    /// Incoming, the reorder window: datagrams that waited for an earlier one, positions
-    /// given up, datagrams handed on after their gap was given up.
-    pub reorder_held: AtomicU64,
-    pub reorder_expired: AtomicU64,
-    pub reorder_overtaken: AtomicU64,
-    /// Outgoing: datagrams cut into fragments. Incoming: fragments received, datagrams
-    /// joined from them.
-    pub fragmented: AtomicU64,
-    pub fragments: AtomicU64,
-    pub joined: AtomicU64,
-    pub drops: [AtomicU64; LinkDrop::COUNT],
-}
-
-/// A point-in-time copy of [`LinkCounters`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LinkSnapshot {
-    pub packets: u64,
-    pub bytes: u64,
-    pub repair_packets: u64,
-    pub send_errors: u64,
-    pub delivered: u64,
-    pub repaired: u64,
-    pub lost: u64,
-    pub late: u64,
-    pub duplicate: u64,
-    pub restarts: u64,
-    pub reorder_held: u64,
-    pub reorder_expired: u64,
-    pub reorder_overtaken: u64,
-    pub fragmented: u64,
-    pub fragments: u64,
-    pub joined: u64,
-    pub drops: [u64; LinkDrop::COUNT],
-}
-
-impl LinkSnapshot {
-    pub fn drop_count(&self, r: LinkDrop) -> u64 {
-        self.drops[r as usize]
-    }
-}
-
 impl LinkCounters {
-    pub fn snapshot(&self) -> LinkSnapshot {
-        let mut drops = [0; LinkDrop::COUNT];
-        for (d, a) in drops.iter_mut().zip(&self.drops) {
-            *d = a.load(Relaxed);
-        }
-        LinkSnapshot {
-            packets: self.packets.load(Relaxed),
-            bytes: self.bytes.load(Relaxed),
-            repair_packets: self.repair_packets.load(Relaxed),
-            send_errors: self.send_errors.load(Relaxed),
-            delivered: self.delivered.load(Relaxed),
-            repaired: self.repaired.load(Relaxed),
-            lost: self.lost.load(Relaxed),
-            late: self.late.load(Relaxed),
-            duplicate: self.duplicate.load(Relaxed),
-            restarts: self.restarts.load(Relaxed),
-            reorder_held: self.reorder_held.load(Relaxed),
-            reorder_expired: self.reorder_expired.load(Relaxed),
-            reorder_overtaken: self.reorder_overtaken.load(Relaxed),
-            fragmented: self.fragmented.load(Relaxed),
-            fragments: self.fragments.load(Relaxed),
-            joined: self.joined.load(Relaxed),
-            drops,
-        }
-    }
-
     /// Publishes the decoder's cumulative counts (single writer: the receive worker).
     fn publish(&self, c: &DecoderCounts) {
         self.repair_packets.store(c.repair_frames, Relaxed);
@@ -319,7 +161,7 @@ impl LinkCounters {
 /// Both links of a half, for stats, the admin API and metrics.
 #[derive(Debug)]
 pub struct SplitStats {
-    pub half: super::Half,
+    pub half: Half,
     pub out_fec: Option<Fec>,
     pub in_fec: Option<Fec>,
     pub out_link: LinkCounters,
@@ -453,14 +295,6 @@ pub fn new_epoch() -> u16 {
     u16::from_ne_bytes(b)
 }
 
-/// Microseconds of the wall clock, wrapping (the link header's timestamp).
-pub fn now_us() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u32)
-        .unwrap_or(0)
-}
-
 fn io_err(what: String) -> impl FnOnce(io::Error) -> EngineError {
     move |source| EngineError::Io { what, source }
 }
@@ -469,12 +303,7 @@ fn bind_on(local: SocketAddrV4, ifname: &str, what: &str) -> Result<UdpSocket, E
     let sock = UdpSocket::bind(local).map_err(io_err(format!(
         "{what}: cannot bind {local} (is the address configured on {ifname}?)"
     )))?;
-    setsockopt(
-        &sock,
-        sockopt::BindToDevice,
-        &std::ffi::OsString::from(ifname),
-    )
-    .map_err(|e| EngineError::Io {
+    crate::iface::bind_to_device(&sock, ifname).map_err(|e| EngineError::Io {
         what: format!("{what}: cannot tie the socket to interface {ifname}"),
         source: e.into(),
     })?;
@@ -817,7 +646,7 @@ impl LinkTx {
     /// [`CLOSE_BLOCK_MS`] and sends its repair frames; takes back sent AF_XDP chunks.
     pub fn idle(&mut self, now_ms: u64) {
         if self.enc.block_open() && now_ms.saturating_sub(self.block_opened_ms) >= CLOSE_BLOCK_MS {
-            self.enc.close_block(now_us());
+            self.enc.close_block(crate::clock::wall_us());
             self.flush();
         }
         if let Wire::Xdp(xsk, _) = &mut self.wire {
@@ -828,7 +657,7 @@ impl LinkTx {
 
 /// The lane of the TCP media legs' sender: the last one, never an engine worker's
 /// (`engine.queues` is at most the machine's CPUs, far below it).
-pub const EDGE_LANE: u8 = (crate::split::fec::MAX_LANES - 1) as u8;
+pub const EDGE_LANE: u8 = (crate::link::fec::MAX_LANES - 1) as u8;
 /// Frames the legs' sender writes before it sends them (one read's packets).
 const EDGE_BATCH: usize = 64;
 
@@ -1075,13 +904,13 @@ impl HalfLinks {
         mut workers: Vec<Worker>,
         cpus: &[usize],
         routes: &Arc<Routes>,
-        registry: &PortRegistry,
+        registry: &Arc<PortRegistry>,
         stop: &Arc<AtomicBool>,
         batch: usize,
         max_payload: usize,
     ) -> Result<Vec<Worker>, EngineError> {
         if let Some(l) = links {
-            routes.edge_link.set(l.cfg.link_face(), l.edge_sender()?);
+            registry.edge_link.set(l.cfg.link_face(), l.edge_sender()?);
             let index = workers.len();
             workers.push(l.start_receiver(
                 index,
@@ -1104,7 +933,7 @@ impl HalfLinks {
         index: usize,
         default_cpu: Option<usize>,
         routes: &Arc<Routes>,
-        registry: &PortRegistry,
+        registry: &Arc<PortRegistry>,
         stop: &Arc<AtomicBool>,
         batch: usize,
         max_payload: usize,
@@ -1114,10 +943,10 @@ impl HalfLinks {
             source: io::Error::other("its worker was already started"),
         })?;
         let link = registry.attach_sender().map_err(io_err("eventfd".into()))?;
-        routes.edge_link.set_waker(Arc::clone(&link.wake));
+        registry.edge_link.set_waker(Arc::clone(&link.wake));
         let path = RxPath {
             sock,
-            routes: Arc::clone(routes),
+            registry: Arc::clone(registry),
             face: self.cfg.link_face(),
             peer_face: self.cfg.peer_face,
             peer: *self.cfg.in_link.peer.ip(),
@@ -1149,7 +978,7 @@ impl HalfLinks {
 struct RxPath {
     sock: UdpSocket,
     /// For the legs' sender on the outgoing link ([`EdgeLink::close_if_due`]).
-    routes: Arc<Routes>,
+    registry: Arc<PortRegistry>,
     face: DomainId,
     peer_face: Ipv4Addr,
     peer: Ipv4Addr,
@@ -1272,7 +1101,7 @@ impl Datapath for RxState {
         if self.join.next_deadline().is_some_and(|d| now >= d) {
             self.join.expire(now);
         }
-        self.path.routes.edge_link.close_if_due(now);
+        self.path.registry.edge_link.close_if_due(now);
         let Some(due) = self.dec.next_deadline() else {
             return false;
         };
@@ -1309,7 +1138,7 @@ impl Datapath for RxState {
         let due = [
             self.dec.next_deadline(),
             self.join.next_deadline(),
-            self.path.routes.edge_link.close_due(),
+            self.path.registry.edge_link.close_due(),
         ]
         .into_iter()
         .flatten()
@@ -1548,7 +1377,7 @@ fn drain(
             if let Some(suppressed) = VERSION_LOG.check(now) {
                 tracing::warn!(
                     suppressed,
-                    ours = super::header::VERSION,
+                    ours = crate::wire::link::VERSION,
                     "link frames of another link header version dropped (bad_version): both halves must run the same vgate release"
                 );
             }
@@ -1564,8 +1393,8 @@ fn drain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::split::fec::Encoder;
-    use crate::split::header::Kind;
+    use crate::link::fec::Encoder;
+    use crate::wire::link::Kind;
     use crate::wire::parse_udp4;
 
     /// Frames built in the encoder's headroom (AF_XDP) are valid Ethernet/IPv4/UDP datagrams
@@ -1632,15 +1461,15 @@ mod tests {
             max_datagram: MAX_DATAGRAM,
         };
         SplitConfig {
-            half: super::super::Half::B,
+            half: crate::config::split::Half::B,
             peer_face: Ipv4Addr::new(127, 77, 0, 1),
             out_link: link(7000),
             in_link: link(7100),
-            signal: super::super::signal::SignalLink {
+            signal: crate::config::split_signal::SignalLink {
                 interface: "lo".into(),
                 local: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7200),
                 peer: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7201),
-                key: super::super::signal::SignalKey::new(vec![7; 32]),
+                key: crate::config::split_signal::SignalKey::new(vec![7; 32]),
                 heartbeat: std::time::Duration::from_millis(500),
                 dead_after: std::time::Duration::from_millis(3000),
             },
@@ -1734,16 +1563,16 @@ mod tests {
             EDGE_BATCH,
             Arc::clone(&stats),
         );
-        routes.edge_link.set(DomainId::A, tx);
+        registry.edge_link.set(DomainId::A, tx);
         // The incoming link's worker, its peer not this host: a datagram we send it is
         // counted `foreign_source`, which tells us it is awake and about to sleep.
         let link_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let link_addr = link_sock.local_addr().unwrap();
         let wake = registry.attach_sender().unwrap();
-        routes.edge_link.set_waker(Arc::clone(&wake.wake));
+        registry.edge_link.set_waker(Arc::clone(&wake.wake));
         let path = RxPath {
             sock: link_sock,
-            routes: Arc::clone(&routes),
+            registry: Arc::clone(&registry),
             face: cfg.link_face(),
             peer_face: cfg.peer_face,
             peer: Ipv4Addr::new(192, 0, 2, 1),
@@ -1777,13 +1606,13 @@ mod tests {
             }
             // Let it go back to sleep (nothing due: 20 s).
             std::thread::sleep(Duration::from_millis(5));
-            let m = routes.edge_link.toward(DomainId::A).unwrap();
+            let m = registry.edge_link.toward(DomainId::A).unwrap();
             let t0 = Instant::now();
             {
                 let mut tx = m.lock().unwrap();
                 assert!(tx.push(21000, 30000, round as u32, &[9u8; 4000], now_ms(), 0));
                 tx.flush();
-                routes.edge_link.sent(&tx);
+                registry.edge_link.sent(&tx);
             }
             let mut kinds = Vec::new();
             while kinds.len() < 5 {
@@ -1808,10 +1637,10 @@ mod tests {
             // The worker clears the due time just after it sent the repairs (`close_if_due`:
             // `idle` then `sent`), so the frames can arrive here first: wait for it.
             let until = Instant::now() + Duration::from_secs(5);
-            while routes.edge_link.close_due().is_some() && Instant::now() < until {
+            while registry.edge_link.close_due().is_some() && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            assert_eq!(routes.edge_link.close_due(), None);
+            assert_eq!(registry.edge_link.close_due(), None);
         }
         stop.store(true, Relaxed);
         // Wake it to see the stop (its sleep is long here).

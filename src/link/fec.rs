@@ -21,7 +21,7 @@
 //!
 //! Shards have variable length (media packets differ in size): the shard of a data packet is
 //! its link header's last six bytes (destination port, source port, length) followed by the
-//! payload (see [`super::header`]); a block's shards are zero-padded to the longest one, and
+//! payload (see [`crate::wire::link`]); a block's shards are zero-padded to the longest one, and
 //! the repair packets carry that length. A partial block (the sender went idle) is closed
 //! with `k' < k` data packets; its repair packets say `k'`.
 //!
@@ -42,26 +42,20 @@
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
 
-use super::header::{
-    self, Fields, HeaderError, Kind, LinkPacket, HEADER_LEN, MAX_K, MAX_M, SHARD_PREFIX,
-    SHARD_START,
-};
 use super::reorder::{Reorder, ReorderCounts};
+use crate::wire::link::{
+    Fields, HeaderError, Kind, LinkPacket, HEADER_LEN, MAX_K, MAX_M, SHARD_PREFIX, SHARD_START,
+};
 
-pub use super::header::FRAME_CAP;
-/// Largest link datagram one frame carries: a frame minus the lane header (the stream
-/// header and the media, or one fragment of it: [`super::header::MAX_MEDIA`]).
-pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN;
+pub use crate::wire::link::{data_mask, FRAME_CAP, MAX_LANES, MAX_PAYLOAD};
 /// Room before each of the sender's frames for the Ethernet, IPv4 and UDP headers: an
-/// engine-family link ([`crate::split::link`]) writes them there, in place, so the frame
+/// engine-family link ([`crate::engine::link`]) writes them there, in place, so the frame
 /// and its headers are one contiguous buffer (no copy, one iovec).
 pub const HEADROOM: usize = crate::wire::UDP4_FRAME_HEADERS;
 /// One sender slot: headroom, then a frame.
 const SLOT: usize = HEADROOM + FRAME_CAP;
 /// Blocks of one lane the receiver keeps (the reorder and repair window).
 pub const WINDOW_BLOCKS: usize = 8;
-/// Lanes (sending workers) a receiver tracks.
-pub const MAX_LANES: usize = 64;
 /// FEC-off reorder tolerance: a sequence this far behind is a restart, not a late packet.
 const RESTART_GAP: u32 = 1 << 20;
 
@@ -194,7 +188,7 @@ impl Encoder {
         let i = self.filled;
         let (k, m) = self.fec.map(|f| (f.k, f.m)).unwrap_or((0, 0));
         let f = &mut self.frames[i * SLOT + HEADROOM..(i + 1) * SLOT];
-        header::write_fields(
+        crate::wire::link::write_fields(
             f,
             &Fields {
                 repair: false,
@@ -208,7 +202,7 @@ impl Encoder {
                 epoch: self.epoch,
             },
         );
-        header::write_shard_prefix(f, dst, src, len as u16);
+        crate::wire::link::write_shard_prefix(f, dst, src, len as u16);
         f[HEADER_LEN..HEADER_LEN + head.len()].copy_from_slice(head);
         f[HEADER_LEN + head.len()..HEADER_LEN + len].copy_from_slice(body);
         self.lens[i] = HEADER_LEN + len;
@@ -252,7 +246,7 @@ impl Encoder {
         let mut outs: [&mut [u8]; MAX_M as usize] = Default::default();
         for (j, slot) in parity.chunks_mut(SLOT).take(m).enumerate() {
             let chunk = &mut slot[HEADROOM..];
-            header::write_fields(
+            crate::wire::link::write_fields(
                 chunk,
                 &Fields {
                     repair: true,
@@ -605,15 +599,6 @@ fn receive_plain<F: FnMut(u16, u16, &[u8], bool)>(
     out.data(seq, p.dst_port(), p.src_port(), p.payload(), false);
 }
 
-/// Bits of data positions `0..k` of a block.
-pub(super) fn data_mask(k: usize) -> u64 {
-    if k >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << k) - 1
-    }
-}
-
 /// Counts what a block never got as lost. A datagram of it that still arrives (or is
 /// rebuilt) while the block is in the window is handed on, late, and un-counted.
 fn settle_block(b: &mut Block, counts: &mut DecoderCounts) {
@@ -788,7 +773,7 @@ fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
             continue;
         }
         let chunk = &lane.shards[base + i * FRAME_CAP..base + i * FRAME_CAP + b.shard_len];
-        let Some((dst, src, len)) = header::shard_prefix(chunk) else {
+        let Some((dst, src, len)) = crate::wire::link::shard_prefix(chunk) else {
             continue;
         };
         let len = usize::from(len);

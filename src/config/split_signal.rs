@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::config::Invalid;
+use super::check::Invalid;
 
 /// The shared key's smallest length in bytes.
 pub const MIN_KEY_BYTES: usize = 32;
@@ -90,12 +90,7 @@ pub struct SignalLink {
 }
 
 fn invalid<T>(at: &Spanned<T>, key: &str, message: impl Into<String>) -> Invalid {
-    let span = at.span();
-    Invalid {
-        span: (span != (0..0)).then_some(span),
-        key: format!("split.signal.{key}"),
-        message: message.into(),
-    }
+    super::check::invalid(at, format!("split.signal.{key}"), message)
 }
 
 /// Decodes a hex key; the error says what is wrong with it.
@@ -235,7 +230,7 @@ impl SignalLinkConfig {
 mod tests {
     use crate::config::parse_for;
 
-    const HALF_A: &str = include_str!("../../../systemd/vgate-half-a.toml");
+    const HALF_A: &str = include_str!("../../systemd/vgate-half-a.toml");
     const KEY: &str = "key = \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"";
 
     fn check(text: &str) -> Result<crate::config::Config, String> {

@@ -33,8 +33,8 @@
 //!   In a repair packet those six bytes are coded bytes, not ports. `len` counts the link
 //!   datagram: the stream header and the media.
 //! - The stream header (version 2; [`StreamHeader`]) is part of the link datagram, so FEC
-//!   protects and rebuilds it like the media and the lane layers ([`super::fec`],
-//!   [`super::reorder`]) never look at it. `stream sequence`: the sending half's per-route
+//!   protects and rebuilds it like the media and the lane layers ([`crate::link::fec`],
+//!   [`crate::link::reorder`]) never look at it. `stream sequence`: the sending half's per-route
 //!   count of datagrams (each route starts at a random value), so the receiving half counts
 //!   each stream's losses exactly. `frag`/`frags`: a datagram longer than a link frame's
 //!   media ([`MAX_MEDIA`]) is cut into `frags` frames, `frag` = 0.. (all but the last carry
@@ -72,6 +72,20 @@ pub const SHARD_PREFIX: usize = HEADER_LEN - SHARD_START;
 /// erasure code's work arrays stay inline up to 32 shards).
 pub const MAX_K: u8 = 32;
 pub const MAX_M: u8 = 16;
+/// Largest link datagram one frame carries: a frame minus the lane header (the stream
+/// header and the media, or one fragment of it: [`MAX_MEDIA`]).
+pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN;
+/// Lanes (sending workers) a receiver tracks.
+pub const MAX_LANES: usize = 64;
+
+/// Bits of positions `0..k` of a block (data frames, or the fragments of a datagram).
+pub fn data_mask(k: usize) -> u64 {
+    if k >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << k) - 1
+    }
+}
 
 mod field {
     use std::ops::Range;

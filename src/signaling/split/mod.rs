@@ -29,9 +29,7 @@
 //! thread; media crosses on the one-way links.
 
 mod agent;
-pub mod config;
 pub mod frame;
-pub mod gateway;
 pub mod stats;
 
 use std::net::Ipv4Addr;
@@ -39,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use config::{SignalKey, SignalLink, SignalLinkConfig};
+pub use crate::config::split_signal::{SignalKey, SignalLink, SignalLinkConfig};
 pub use frame::Role;
 pub use stats::SignalStats;
 

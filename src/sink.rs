@@ -31,7 +31,7 @@ use std::sync::Arc;
 use crossbeam_queue::ArrayQueue;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use super::LegCounters;
+use crate::stats::leg::LegCounters;
 
 /// A small buffer's length: packets up to this long take one.
 pub const SLOT_BYTES: usize = 2048;

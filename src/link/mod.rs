@@ -1,0 +1,13 @@
+//! The split link's protocol, sans I/O: forward error correction over blocks of link frames
+//! ([`fec`]), the receiver's reorder window ([`reorder`]) and the cutting and joining of
+//! datagrams longer than a frame ([`frag`]). The frame layout itself (header, lanes, sizes) is
+//! [`crate::wire::link`]; sending and receiving frames is the engines' (`engine::link`).
+//!
+//! Owns: bytes in, frames and counts out. Must not touch: sockets, threads, clocks (times
+//! are arguments), the route tables.
+
+pub mod fec;
+pub mod frag;
+pub mod reorder;
+
+pub use fec::Fec;
