@@ -10,7 +10,9 @@
 #                     iperf2 tops out near 130 streams; the published sweep was 400-800 on 8 cores)
 #   --seconds S       seconds of traffic per point (default 3: 5 runs of the default sweep then
 #                     take about 13 minutes here; 5 s per point took 17.9 minutes)
-#   --modes "..."     vgate capture modes (default "stack tnapi zc"; also "xdp"; a mode that
+#   --modes "..."     vgate capture modes (default "stack tnapi zc"; also "xdp", and MODE:ENGINE
+#                     for one engine of a mode: tnapi:afpacket, tnapi:pfring, zc:afxdp,
+#                     zc:pfring-zc, as scripts/pfring-guest.sh compares them; a mode that
 #                     fails to start is reported as "not available: <its error>"). With xdp the
 #                     bed changes for every configuration of the run: TX checksum offload off
 #                     on A's veth, GRO on on B's (see docs/bench-xdp.md)
@@ -104,7 +106,7 @@ isnum "$SECS" 2 60 || die "--seconds must be 2..60"
 isnum "$SOCAT_MAX" 0 1000 || die "--socat-max must be 0..1000"
 isnum "$PER_PROC" 1 500 || die "--flows-per-process must be 1..500"
 for n in $STREAMS; do isnum "$n" 1 2000 || die "--streams: '$n' is not 1..2000"; done
-for m in $MODES; do case "$m" in stack|tnapi|zc|xdp) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
+for m in $MODES; do case "$m" in stack|tnapi|zc|xdp|tnapi:afpacket|tnapi:pfring|zc:afxdp|zc:pfring-zc) ;; *) die "--modes: unknown mode '$m'" ;; esac; done
 for b in $BASELINES; do case "$b" in kernel|crelay|socat|route) ;; *) die "--baselines: unknown '$b'" ;; esac; done
 for g in $GENERATOR; do case "$g" in iperf|vgate) ;; *) die "--generator: iperf or vgate" ;; esac; done
 [[ "$SPLIT_FEC" =~ ^(off|[0-9]+\+[0-9]+)$ ]] || die "--split-fec: off or K+M"
@@ -333,13 +335,15 @@ start_config() {
             SAVED_NS=("$A_NS" "$B_NS" "$B_IP" "$G_NS")
             A_NS=$SP_DA_NS B_NS=$SP_DB_NS B_IP=$SP_DB_IP G_NS=$SP_HB_NS
             TARGET=$SP_GA_IP TPORT=$A_BASE ;;
-        stack|tnapi|zc|xdp)
-            vgate_config "$cfg" "$n" "$WORK/vgate.toml"
+        stack|tnapi|zc|xdp|*:*)
+            local engine=()
+            [[ "$cfg" != *:* ]] || engine=(--engine "${cfg#*:}")
+            vgate_config "${cfg%%:*}" "$n" "$WORK/vgate.toml"
             # The previous run's log must not be mistaken for this one's (the redirection
             # happens in the background child, after this shell has moved on).
             rm -f "$WORK/vgate.log" "$WORK/vgate.out"
             timeout -s TERM $((SECS + 60)) ip netns exec "$G_NS" "$VGATE" run --config "$WORK/vgate.toml" \
-                --stats-interval 0 > "$WORK/vgate.out" 2> "$WORK/vgate.log" &
+                "${engine[@]}" --stats-interval 0 > "$WORK/vgate.out" 2> "$WORK/vgate.log" &
             VGATE_WRAP=$!
             PIDS+=("$VGATE_WRAP")
             local t=0 vp=""
@@ -395,7 +399,7 @@ stop_config() { # cfg dir
                 A_NS=${SAVED_NS[0]} B_NS=${SAVED_NS[1]} B_IP=${SAVED_NS[2]} G_NS=${SAVED_NS[3]}
             fi
             SAVED_NS=() SPLIT_WRAP_A="" SPLIT_WRAP_B="" SPLIT_PID_A="" SPLIT_PID_B="" ;;
-        stack|tnapi|zc|xdp)
+        stack|tnapi|zc|xdp|*:*)
             kill -TERM "$VGATE_WRAP" 2>/dev/null || true
             wait "$VGATE_WRAP" 2>/dev/null || true
             cp "$WORK/vgate.out" "$d/vgate-totals.txt" 2>/dev/null || true

@@ -26,6 +26,25 @@ const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
 const PER_STREAM: u32 = 200;
 
+/// This thread's namespace's PF_RING rings (`/proc/net/pf_ring/PID-DEV.ID`), if any.
+fn pf_rings() -> Vec<String> {
+    std::fs::read_dir("/proc/thread-self/net/pf_ring")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.contains('-') && n.contains('.'))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The engine mode tnapi runs by default: PF_RING's `dev@q` rings in a PF_RING build (the
+/// guest check, scripts/pfring-guest.sh), AF_PACKET otherwise.
+const TNAPI_ENGINE: &str = if cfg!(feature = "pfring") {
+    "pfring"
+} else {
+    "afpacket"
+};
+
 fn vgate_tables(ns: &str) -> Vec<String> {
     common::nft_tables(ns, "vgate_")
 }
@@ -44,11 +63,12 @@ fn relay_run(mode: &str) {
     let log = vg.log();
     if mode == "tnapi" {
         assert!(
-            log.contains("mode tnapi, engine afpacket") && log.contains("on CPU"),
+            log.contains(&format!("mode tnapi, engine {TNAPI_ENGINE}")) && log.contains("on CPU"),
             "start-up banner names mode, engine, queues and CPUs: {log}"
         );
+        // The PF_RING engine sends by UDP sockets; AF_PACKET builds its frames.
         assert!(
-            log.contains("egress packet socket with qdisc bypass on"),
+            cfg!(feature = "pfring") || log.contains("egress packet socket with qdisc bypass on"),
             "forwarded packets leave by the packet sockets (frames built by vgate): {log}"
         );
         assert_eq!(
@@ -166,7 +186,22 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
     let report = in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("tnapi starts");
         let d = gw.describe();
+        let open_rings = pf_rings();
         drop(gw);
+        // PF_RING lists each open ring in the namespace's /proc/net/pf_ring as PID-DEV.ID: a
+        // stopped gateway must have closed every one (a ring left open when the namespace
+        // goes makes pf_ring.ko leak its /proc entry, and lock up at the process's exit).
+        if cfg!(feature = "pfring") {
+            assert!(
+                !open_rings.is_empty(),
+                "the running gateway's rings are listed"
+            );
+            let left = pf_rings();
+            assert!(
+                left.is_empty(),
+                "rings left open after the gateway stopped: {left:?}"
+            );
+        }
         let mut bad = cfg.clone();
         bad.domains[0].interface = "vgnosuch0".into();
         let e1 = vgate::gateway::Gateway::start(bad, None)
@@ -187,7 +222,10 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
         (d, e1, e2)
     });
     let (describe, no_iface, no_queue) = report;
-    assert!(describe.contains("engine afpacket"), "{describe}");
+    assert!(
+        describe.contains(&format!("engine {TNAPI_ENGINE}")),
+        "{describe}"
+    );
     assert!(
         no_iface.contains("tnapi") && no_iface.contains("no interface named \"vgnosuch0\""),
         "{no_iface}"

@@ -88,14 +88,15 @@ fn without_the_module_open_fails_with_errno_97() {
     let ga_if = bed.get("GA_IF");
     for (args, device, alternative) in [
         (
+            // One worker reads all four queues of the bed's veth (a PF_RING channel list).
             vec!["--config", &path, "--engine", "pfring"],
-            format!("{ga_if}@0"),
+            format!("{ga_if}@0,1,2,3"),
             "--engine afpacket",
         ),
         // No --engine: a PF_RING build prefers PF_RING, and says what runs without it.
         (
             vec!["--config", &path],
-            format!("{ga_if}@0"),
+            format!("{ga_if}@0,1,2,3"),
             "--engine afpacket",
         ),
         (
@@ -115,4 +116,176 @@ fn without_the_module_open_fails_with_errno_97() {
         assert!(err.contains("errno 97"), "{args:?}: {err}");
         assert!(err.contains(alternative), "{args:?}: {err}");
     }
+}
+
+/// `--mode zc --engine pfring-zc` on two NICs that a PF_RING ZC driver runs: in the guest of
+/// `scripts/pfring-guest.sh`, two emulated e1000e (QEMU `-device e1000e`) under PF_RING's
+/// e1000e ZC driver, each joined by a QEMU hub to a virtio NIC that the test moves into a
+/// namespace of its own (domain A's sender, domain B's receivers). The gateway runs in the
+/// root namespace; a ZC queue takes its NIC from the kernel, so every neighbour is static.
+/// Every packet must arrive once, from the gateway's B address and the route's egress port,
+/// with the totals exact. The NICs come from `VGATE_ZC_A`, `VGATE_ZC_PA` (A's peer),
+/// `VGATE_ZC_B`, `VGATE_ZC_PB`; without them (anywhere but that guest) it says it did not run.
+#[cfg(feature = "pfring")]
+#[test]
+fn zc_forwards_every_packet_once_between_e1000e_nics() {
+    use common::relay::{check_delivery, config, kv, num, receiver, sender};
+    use common::Bed;
+    use std::collections::HashMap;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    const TEST: &str = "zc_forwards_every_packet_once_between_e1000e_nics";
+    const STREAMS: u32 = 8;
+    const PER_STREAM: u32 = 200;
+    let nics: Vec<String> = ["VGATE_ZC_A", "VGATE_ZC_PA", "VGATE_ZC_B", "VGATE_ZC_PB"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .collect();
+    if nics.len() != 4 {
+        eprintln!("{TEST}: no ZC NICs given (VGATE_ZC_A/PA/B/PB, set by scripts/pfring-guest.sh): this test DID NOT RUN");
+        return;
+    }
+    let (ga, pa, gb, pb) = (&nics[0], &nics[1], &nics[2], &nics[3]);
+    let mac = |i: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{i}/address"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let sh = |args: &[&str]| {
+        let st = Command::new(args[0]).args(&args[1..]).status().unwrap();
+        assert!(st.success(), "{args:?}");
+    };
+    let name = format!("vgz{}", std::process::id());
+    let (a_ns, b_ns) = (format!("{name}a"), format!("{name}b"));
+    // The guard first, so a half-made bed is removed too (testbed.sh down removes the
+    // namespaces; the NICs go back to the root namespace).
+    let mut env = HashMap::new();
+    for (k, v) in [
+        ("GA_IF", ga.as_str()),
+        ("GB_IF", gb.as_str()),
+        ("GA_IP", "10.201.1.1"),
+        ("GB_IP", "10.201.2.1"),
+        ("A_IP", "10.201.1.2"),
+        ("B_IP", "10.201.2.2"),
+        ("A_NS", a_ns.as_str()),
+        ("B_NS", b_ns.as_str()),
+    ] {
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    let bed = Bed {
+        name: name.clone(),
+        env,
+    };
+    let (mac_ga, mac_gb, mac_pa, mac_pb) = (mac(ga), mac(gb), mac(pa), mac(pb));
+    for (ns, peer, ip, gw_ip, gw_mac) in [
+        (&a_ns, pa, "10.201.1.2/24", "10.201.1.1", &mac_ga),
+        (&b_ns, pb, "10.201.2.2/24", "10.201.2.1", &mac_gb),
+    ] {
+        sh(&["ip", "netns", "add", ns]);
+        sh(&["ip", "link", "set", peer, "netns", ns]);
+        sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        sh(&["ip", "-n", ns, "addr", "add", ip, "dev", peer]);
+        sh(&["ip", "-n", ns, "link", "set", peer, "up"]);
+        sh(&[
+            "ip", "-n", ns, "neigh", "replace", gw_ip, "lladdr", gw_mac, "dev", peer,
+        ]);
+    }
+    for (dev, ip, peer_ip, peer_mac) in [
+        (ga, "10.201.1.1/24", "10.201.1.2", &mac_pa),
+        (gb, "10.201.2.1/24", "10.201.2.2", &mac_pb),
+    ] {
+        sh(&["ip", "addr", "replace", ip, "dev", dev]);
+        sh(&["ip", "link", "set", dev, "up"]);
+        sh(&[
+            "ip", "neigh", "replace", peer_ip, "lladdr", peer_mac, "dev", dev,
+        ]);
+    }
+    // One queue: the ZC driver runs the emulated 82574 with one RX queue.
+    let text = config(&bed, "zc", STREAMS, 9946).replace(
+        &format!("queues = {}", common::relay::queues()),
+        "queues = 1",
+    );
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+
+    let mut child = Command::new(vgate_bin())
+        .args(["run", "--config"])
+        .arg(file.path())
+        .args(["--engine", "pfring-zc", "--stats-interval", "0"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vgate");
+    let (up_tx, up_rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("vgate: {line}");
+            if line.contains("vgate running") {
+                let _ = up_tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    if up_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "vgate --engine pfring-zc did not start: {}",
+            log.join().unwrap()
+        );
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let rx = receiver(
+        b_ns.clone(),
+        bed.ip("B_IP"),
+        bed.ip("GB_IP"),
+        STREAMS,
+        Arc::clone(&done),
+        ready_tx,
+    );
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let sent = sender(
+        a_ns.clone(),
+        bed.ip("A_IP"),
+        bed.ip("GA_IP"),
+        STREAMS,
+        PER_STREAM,
+    )
+    .join()
+    .unwrap();
+    done.store(true, Relaxed);
+    let got = rx.join().unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let st = child.wait().unwrap();
+    let mut totals = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut totals)
+        .unwrap();
+    let log = log.join().unwrap();
+    eprintln!("zc: sent {sent}\n{totals}");
+    assert!(st.success(), "vgate exited with {st}: {log}");
+    assert!(log.contains("engine pfring-zc"), "{log}");
+    check_delivery(&got, PER_STREAM);
+    let fwd = totals
+        .lines()
+        .find(|l| l.starts_with("total channel=forward"))
+        .map(kv)
+        .expect("forward total");
+    assert_eq!(num(&fwd, "tx_packets"), u64::from(sent), "{totals}");
+    assert!(!fwd.keys().any(|k| k.starts_with("drop_")), "{totals}");
 }

@@ -21,9 +21,17 @@ use common::udp::count_sink;
 use common::vgate::Vgate;
 use common::{admin, in_netns, Bed, BedConfig};
 
+/// The capture mode of the UDP SIP flow: `stack`, or `VGATE_TEST_SIP_MODE` (the PF_RING guest
+/// check, scripts/pfring-guest.sh, runs it with `tnapi` on the pfring engine).
+fn sip_mode() -> String {
+    std::env::var("VGATE_TEST_SIP_MODE").unwrap_or_else(|_| "stack".into())
+}
+
 fn config(bed: &Bed) -> String {
+    let mode = sip_mode();
     let head = bed.config(BedConfig {
         control: "127.0.0.1:9940",
+        mode: &mode,
         ..Default::default()
     });
     head + &sipp::gb_b2a_route(bed, "")

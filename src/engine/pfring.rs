@@ -11,7 +11,7 @@
 //!
 //! # Layout
 //!
-//! Per distinct domain interface, ring *q* is `IFACE@q` (`zc:IFACE@q`), q < `engine.queues`,
+//! Per distinct domain interface, worker *q* of *n* opens `IFACE@q,q+n,…` (`zc:IFACE@q`),
 //! opened in PF_RING's order: open → name, direction RX only, socket mode receive only, poll
 //! watermark 1 (wake on the first packet; batches come from draining) → BPF filter (UDP to
 //! the gateway's address and media ports; where the library cannot, the worker ignores what
@@ -23,8 +23,10 @@
 //! wait in a `sendmmsg` batch: the worker copies each packet once into a reused batch arena
 //! (what PF_RING's own one-copy receive does) and then runs the same path as `afpacket`:
 //! `parse_udp4` → channel by destination → route by port, one lookup per run of packets →
-//! [`crate::channel::inspect`] → queued on a [`SliceBatch`] for the route's egress UDP socket.
-//! A copy of ≤ 1.5 KB costs far less than the system call per packet a zero-copy send would.
+//! [`crate::channel::inspect`] → `pfring`: queued on a [`SliceBatch`] for the worker's raw
+//! IPv4 socket of the egress domain (no socket per port); `pfring-zc`: a frame built here and
+//! sent on the worker's send-only ZC ring of the egress interface, since a ZC driver drops what
+//! the kernel hands a NIC a ZC application holds (docs/pfring.md).
 //! Ring drops (`pfring_stats`) are read every 100 ms and counted as `rx_overflow`.
 //!
 //! # Choosing PF_RING, and when it cannot run
@@ -43,6 +45,7 @@ use std::sync::Arc;
 use pfring_sys::{Direction, Library, Ring, SocketMode};
 
 use super::frames::{account, classify, drop_frame, wire_reason, Run, Targets};
+use super::neigh::{NeighResolver, Neighbours};
 use super::nft::{DropRule, MediaDropTable};
 use super::ports::{Cmd, PortRegistry};
 use super::sys::mmsg::{SliceBatch, SliceScope};
@@ -53,7 +56,8 @@ use crate::config::{Config, DomainId, EngineConfig, Mode};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, PortHooks, Routes};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{parse_udp4, WireError};
+use crate::wire::{parse_udp4, write_udp4_frame, WireError, UDP4_FRAME_HEADERS};
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Ethernet + one VLAN tag + the longest IPv4 header + UDP: what a frame adds to a payload.
 const FRAME_OVERHEAD: usize = 14 + 4 + 60 + 8;
@@ -66,6 +70,12 @@ const WATERMARK: u16 = 1;
 struct Iface {
     name: String,
     domains: Vec<DomainId>,
+    /// RX queues as the driver reports them (1 where it does not say).
+    rx_queues: usize,
+    /// Mode zc: the interface's MAC and index (the source and egress of the frames vgate
+    /// builds).
+    mac: [u8; 6],
+    ifindex: u32,
 }
 
 /// One of the PF_RING engines.
@@ -77,6 +87,13 @@ pub struct PfringEngine {
     ifaces: Vec<Iface>,
     /// `rings[q][i]`: ring `q` of `ifaces[i]`; handed to the workers by `start`.
     rings: Vec<Vec<Ring>>,
+    /// Mode zc, `tx_rings[q][i]`: the send-only ZC ring of queue `q` of `ifaces[i]`. A ZC
+    /// driver drops whatever the kernel hands it while a ZC application holds the NIC
+    /// (PF_RING's e1000e: "We don't allow apps to send data when in zc mode"), so egress UDP
+    /// sockets cannot reach the wire: the worker builds each frame and sends it here.
+    tx_rings: Vec<Vec<Ring>>,
+    /// Mode zc: the neighbour table the workers read, once `start` runs its resolver.
+    neigh: Option<Arc<super::neigh::NeighTable>>,
     /// Whether every ring took the BPF filter.
     filtered: bool,
     targets: Targets,
@@ -100,12 +117,46 @@ fn unavailable(kind: EngineKind, reason: impl ToString) -> EngineError {
     }
 }
 
-/// The PF_RING device of queue `q` of `iface` for `kind`.
-pub fn device(kind: EngineKind, iface: &str, q: usize) -> String {
+/// The PF_RING device worker `w` of `workers` opens on `iface`, which has `rx` RX queues.
+/// `pfring`: every queue `w, w + workers, …` as one PF_RING channel list (`iface@0,2`), as
+/// the afpacket engine's fanout spreads them, so no queue goes unread when the interface has
+/// more queues than workers. `pfring-zc`: the one ZC queue `zc:iface@w` (a ZC ring maps one
+/// NIC queue; [`PfringEngine::new`] refuses more queues than workers).
+pub fn device(kind: EngineKind, iface: &str, w: usize, workers: usize, rx: usize) -> String {
     match kind {
-        EngineKind::PfringZc => format!("zc:{iface}@{q}"),
-        _ => format!("{iface}@{q}"),
+        EngineKind::PfringZc => format!("zc:{iface}@{w}"),
+        _ => {
+            let list: Vec<String> = (w..rx.max(w + 1))
+                .step_by(workers.max(1))
+                .map(|q| q.to_string())
+                .collect();
+            format!("{iface}@{}", list.join(","))
+        }
     }
+}
+
+/// Why `workers` workers cannot run `kind` on `iface` with `have` RX queues, if they cannot:
+/// fewer queues than workers, or (ZC) more, which no worker would map.
+fn queue_mismatch(
+    kind: EngineKind,
+    iface: &str,
+    have: usize,
+    workers: usize,
+) -> Option<EngineError> {
+    if have >= workers && (kind != EngineKind::PfringZc || have == workers) {
+        return None;
+    }
+    let zc = if kind == EngineKind::PfringZc {
+        " (one ZC queue per worker: a queue no worker maps would go unread)"
+    } else {
+        ""
+    };
+    Some(unavailable(
+        kind,
+        format!(
+            "interface {iface:?} has {have} RX queue(s) but engine.queues is {workers}{zc}; set its queues (ethtool -L {iface} combined {workers}) or engine.queues"
+        ),
+    ))
 }
 
 /// tcpdump syntax for "UDP to one of `targets` of `domains`".
@@ -138,6 +189,9 @@ impl PfringEngine {
                 None => ifaces.push(Iface {
                     name: d.interface.clone(),
                     domains: vec![d.id],
+                    rx_queues: 1,
+                    mac: [0; 6],
+                    ifindex: 0,
                 }),
             }
         }
@@ -148,13 +202,24 @@ impl PfringEngine {
         let caplen = u32::try_from(cfg.engine.max_payload + FRAME_OVERHEAD).unwrap_or(u32::MAX);
         let flags = pfring_sys::flags::DO_NOT_TIMESTAMP;
         let mut rings: Vec<Vec<Ring>> = (0..queues).map(|_| Vec::new()).collect();
+        let mut tx_rings: Vec<Vec<Ring>> = (0..queues).map(|_| Vec::new()).collect();
         let mut filtered = true;
-        for iface in &ifaces {
+        for iface in &mut ifaces {
+            let have = super::afpacket::PacketRing::rx_queues(&iface.name)
+                .map_err(|e| unavailable(kind, e))?
+                .unwrap_or(1) as usize;
+            iface.rx_queues = have;
             let filter = bpf_expr(&targets, &iface.domains);
             for (q, per_queue) in rings.iter_mut().enumerate() {
-                let dev = device(kind, &iface.name, q);
+                let dev = device(kind, &iface.name, q, queues, have);
                 let mut ring =
                     Ring::open(&lib, &dev, caplen, flags).map_err(|e| unavailable(kind, e))?;
+                // After the first open: a missing module or library is the first thing to say.
+                if q == 0 {
+                    if let Some(e) = queue_mismatch(kind, &iface.name, have, queues) {
+                        return Err(e);
+                    }
+                }
                 let _ = ring.set_application_name("vgate");
                 let setup = (|| {
                     match ring.set_direction(Direction::RxOnly) {
@@ -180,6 +245,23 @@ impl PfringEngine {
                 ring.enable().map_err(|e| unavailable(kind, e))?;
                 per_queue.push(ring);
             }
+            if kind == EngineKind::PfringZc {
+                let c = std::ffi::CString::new(iface.name.as_str())
+                    .map_err(|_| unavailable(kind, "interface name with a NUL byte"))?;
+                let no_iface = |e: io::Error| unavailable(kind, format!("{}: {e}", iface.name));
+                iface.ifindex = super::sys::afxdp::if_nametoindex(&c).map_err(no_iface)?;
+                iface.mac = super::sys::afxdp::hw_addr(&c).map_err(no_iface)?;
+                for (q, per_queue) in tx_rings.iter_mut().enumerate() {
+                    let dev = device(kind, &iface.name, q, queues, have);
+                    let mut ring =
+                        Ring::open(&lib, &dev, caplen, flags).map_err(|e| unavailable(kind, e))?;
+                    let _ = ring.set_application_name("vgate-tx");
+                    ring.set_socket_mode(SocketMode::SendOnly)
+                        .and_then(|()| ring.enable())
+                        .map_err(|e| unavailable(kind, e))?;
+                    per_queue.push(ring);
+                }
+            }
         }
         // Standard PF_RING rings receive a copy: the kernel still handles the datagram. A ZC
         // queue belongs to vgate alone; the kernel never sees its packets.
@@ -203,10 +285,15 @@ impl PfringEngine {
         Ok(PfringEngine {
             kind,
             cfg: cfg.engine.clone(),
-            registry: Arc::new(super::bound_registry(cfg)?),
+            // No socket per gateway port, as the other ring engines: a raw IPv4 socket per
+            // worker and domain sends (found in the guest: per-port sockets kept
+            // engine.reserve_ports from applying and the ports visible to the kernel).
+            registry: Arc::new(super::ring_registry(cfg, false)?),
             lib,
             ifaces,
             rings,
+            tx_rings,
+            neigh: None,
             filtered,
             targets,
             nft,
@@ -226,7 +313,7 @@ impl Engine for PfringEngine {
                 let devs: Vec<String> = self
                     .ifaces
                     .iter()
-                    .map(|i| device(self.kind, &i.name, w))
+                    .map(|i| device(self.kind, &i.name, w, q, i.rx_queues))
                     .collect();
                 let cpu = self
                     .cfg
@@ -245,12 +332,16 @@ impl Engine for PfringEngine {
             })
             .collect();
         format!(
-            "mode {}, engine {} ({} loaded at run time; one ring per RX queue, watermark {WATERMARK}, {}; egress UDP sockets, sendmmsg batch {}); interfaces: {}; {} queue(s), workers: {}{}",
+            "mode {}, engine {} ({} loaded at run time; one ring per RX queue, watermark {WATERMARK}, {}; {}); interfaces: {}; {} queue(s), workers: {}{}",
             self.kind.mode(),
             self.kind.name(),
             self.lib.name(),
             if self.filtered { "BPF filter on the rings" } else { "no ring filter" },
-            self.cfg.batch,
+            if self.kind == EngineKind::PfringZc {
+                "egress: frames built in vgate on each worker's ZC TX ring of the egress interface, next hop from the neighbour table (a ZC NIC sends nothing the kernel hands it)".to_owned()
+            } else {
+                format!("egress raw IPv4 socket per worker and domain (no socket per port), sendmmsg batch {}", self.cfg.batch)
+            },
             ifaces.join(", "),
             q,
             workers.join(", "),
@@ -260,6 +351,10 @@ impl Engine for PfringEngine {
 
     fn port_hooks(&self) -> Arc<dyn PortHooks> {
         Arc::clone(&self.registry) as Arc<dyn PortHooks>
+    }
+
+    fn neigh_table(&self) -> Option<Arc<super::neigh::NeighTable>> {
+        self.neigh.clone()
     }
 
     fn ports(&self) -> Arc<PortRegistry> {
@@ -283,7 +378,53 @@ impl Engine for PfringEngine {
         let (targets, batch, max_payload) =
             (self.targets, self.cfg.batch.max(1), self.cfg.max_payload);
         let mut per_queue = per_queue.into_iter();
+        let mut tx_per_queue = std::mem::take(&mut self.tx_rings).into_iter();
+        let resolver = if self.kind == EngineKind::PfringZc {
+            let r = NeighResolver::start(Arc::clone(&stop)).map_err(|source| EngineError::Io {
+                what: "starting the neighbour resolver thread".into(),
+                source,
+            })?;
+            self.neigh = Some(Arc::clone(r.table()));
+            Some(r)
+        } else {
+            None
+        };
+        // Which interface of the worker's list sends each domain's traffic.
+        let mut by_domain = [0usize; 2];
+        for (i, iface) in self.ifaces.iter().enumerate() {
+            for d in &iface.domains {
+                by_domain[d.index()] = i;
+            }
+        }
+        // Each worker's raw sockets (ports without sockets), opened here so a refusal stops
+        // the start.
+        let mut raws = (0..n)
+            .map(|_| self.registry.raw_senders())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(EngineError::Isolation)?
+            .into_iter();
         start_workers(n, &self.cfg.cpus, &self.registry, &routes, &stop, |_| {
+            let raw = raws.next().unwrap_or_default();
+            let zc = resolver.as_ref().map(|r| ZcTx {
+                out: tx_per_queue
+                    .next()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .zip(&self.ifaces)
+                    .map(|(ring, iface)| ZcOut {
+                        ring,
+                        mac: iface.mac,
+                        ifindex: iface.ifindex,
+                        unflushed: false,
+                    })
+                    .collect(),
+                by_domain,
+                neigh: r.handle(),
+                frame: vec![0u8; slot],
+                ident: 0,
+                last: None,
+                last_lookup: 0,
+            });
             let rings: Vec<WorkerRing> = per_queue
                 .next()
                 .unwrap_or_default()
@@ -306,7 +447,8 @@ impl Engine for PfringEngine {
                         max_payload,
                     },
                     rings,
-                    local: EgressSockets::new(),
+                    zc,
+                    local: EgressSockets::with_raw(raw),
                     tx: SliceBatch::new(batch),
                     arena: Arena {
                         bytes: vec![0u8; batch * slot],
@@ -352,8 +494,9 @@ struct WorkerCtx {
 /// Packets copied out of a ring, waiting to be forwarded together.
 struct Arena {
     bytes: Vec<u8>,
-    /// Per packet: bytes in its slot, and whether the capture was cut.
-    meta: Vec<(usize, bool)>,
+    /// Per packet: bytes in its slot, whether the capture was cut, and whether the kernel
+    /// marked its checksums verified (or left for the device to fill in).
+    meta: Vec<(usize, bool, bool)>,
     slot: usize,
 }
 
@@ -363,6 +506,8 @@ static RECV_ERRORS: RateLimit = RateLimit::new(5000);
 struct PfringPath {
     ctx: WorkerCtx,
     rings: Vec<WorkerRing>,
+    /// Mode zc: the TX rings the worker sends its frames on.
+    zc: Option<ZcTx>,
     local: EgressSockets,
     tx: SliceBatch,
     arena: Arena,
@@ -387,6 +532,7 @@ impl Datapath for PfringPath {
         let PfringPath {
             ctx,
             rings,
+            zc,
             local,
             tx,
             arena,
@@ -400,7 +546,7 @@ impl Datapath for PfringPath {
                 }
                 busy = true;
                 let mut chan = [Tally::default(); 2];
-                forward(ctx, r, arena, local, tx, now_ms(), &mut chan);
+                forward(ctx, r, arena, local, tx, zc.as_mut(), now_ms(), &mut chan);
                 for c in Channel::ALL {
                     if !chan[c.index()].is_empty() {
                         shell.stats.channel(c).add(&chan[c.index()]);
@@ -434,7 +580,9 @@ fn fill(ctx: &WorkerCtx, ring: &mut Ring, arena: &mut Arena) -> usize {
                 let n = p.data.len().min(arena.slot);
                 let at = i * arena.slot;
                 arena.bytes[at..at + n].copy_from_slice(&p.data[..n]);
-                arena.meta.push((n, p.truncated() || p.data.len() > n));
+                arena
+                    .meta
+                    .push((n, p.truncated() || p.data.len() > n, p.checksum_ok));
             }
             Ok(None) => break,
             Err(e) => {
@@ -449,18 +597,20 @@ fn fill(ctx: &WorkerCtx, ring: &mut Ring, arena: &mut Arena) -> usize {
 }
 
 /// Forwards the packets of the arena; adds per-channel figures to `chan`.
+#[allow(clippy::too_many_arguments)]
 fn forward(
     ctx: &WorkerCtx,
     r: &WorkerRing,
     arena: &Arena,
     local: &EgressSockets,
     tx: &mut SliceBatch,
+    mut zc: Option<&mut ZcTx>,
     now: u64,
     chan: &mut [Tally; 2],
 ) {
     let mut scope: SliceScope<'_, '_> = tx.scope();
     let mut run: Option<Run<'_>> = None;
-    for (i, &(len, truncated)) in arena.meta.iter().enumerate() {
+    for (i, &(len, truncated, checksum_ok)) in arena.meta.iter().enumerate() {
         let data = &arena.bytes[i * arena.slot..i * arena.slot + len];
         let d = match parse_udp4(data) {
             Ok(d) => d,
@@ -482,11 +632,24 @@ fn forward(
             run = Some(Run::start(&ctx.routes, local, channel, d.dst_port, now));
         }
         let Some(run) = run.as_mut() else { continue };
-        // No NIC verdict comes with a PF_RING packet here: both checksums are verified.
-        let ok = d.checksums_ok(false);
+        // The UDP checksum is verified unless the kernel says it was (PKT_FLAGS_CHECKSUM_OK):
+        // a local sender on a veth leaves it partial, to be filled in by a device.
+        let ok = d.checksums_ok(checksum_ok);
         let Some((dest, fd)) = run.admit(&d, ok, truncated, ctx.max_payload) else {
             continue;
         };
+        if let (Some(z), Some(route)) = (zc.as_deref_mut(), run.route.as_deref()) {
+            z.send(
+                ctx,
+                channel,
+                route.egress_port,
+                dest,
+                d.payload,
+                now,
+                &mut run.tally,
+            );
+            continue;
+        }
         if scope.is_full() {
             let out = fd.send(&mut scope, dest);
             account(&mut run.tally, &out, run.route.as_deref());
@@ -495,6 +658,128 @@ fn forward(
     }
     if let Some(r) = run.take() {
         finish_run(r, &mut scope, now, chan);
+    }
+    if let Some(z) = zc {
+        z.flush();
+    }
+}
+
+/// One interface's ZC TX ring in a worker.
+struct ZcOut {
+    ring: Ring,
+    mac: [u8; 6],
+    ifindex: u32,
+    /// Frames queued since the last flush.
+    unflushed: bool,
+}
+
+/// Mode zc's way out: frames built here, sent on the egress interface's ZC TX ring.
+struct ZcTx {
+    /// By the worker's interface order ([`PfringEngine::ifaces`]).
+    out: Vec<ZcOut>,
+    /// The index in `out` of each domain's interface.
+    by_domain: [usize; 2],
+    neigh: Neighbours,
+    /// The frame being built (one slot; its payload is copied in, once).
+    frame: Vec<u8>,
+    ident: u16,
+    /// The last next hop found: destination, interface index, MAC.
+    last: Option<(Ipv4Addr, u32, [u8; 6])>,
+    /// When the worker last asked the kernel itself (see [`ZcTx::next_hop`]).
+    last_lookup: u64,
+}
+
+/// How often a worker asks the kernel's tables itself for a next hop its resolver does not
+/// know yet.
+const NEIGH_LOOKUP_MS: u64 = 100;
+
+static TX_ERRORS: RateLimit = RateLimit::new(5000);
+
+impl ZcTx {
+    /// The next hop's MAC of `dst` out of `ifindex`: the last one, the resolver's table, or —
+    /// there is no kernel path to fall back on, a ZC NIC sends nothing the kernel hands it —
+    /// at most every [`NEIGH_LOOKUP_MS`] the kernel's route and neighbour tables (one netlink
+    /// exchange; only for a destination the resolver has not filled in yet, as for a route's
+    /// first packets). A ZC NIC's kernel side receives no ARP reply either: the neighbours
+    /// of a ZC interface must be static (`ip neigh replace ... nud permanent`).
+    fn next_hop(&mut self, dst: Ipv4Addr, ifindex: u32, now: u64) -> Option<[u8; 6]> {
+        if let Some((d, i, mac)) = self.last {
+            if d == dst && i == ifindex {
+                return Some(mac);
+            }
+        }
+        let mac = self.neigh.get(dst, ifindex, now).or_else(|| {
+            if now < self.last_lookup + NEIGH_LOOKUP_MS && self.last_lookup != 0 {
+                return None;
+            }
+            self.last_lookup = now.max(1);
+            super::neigh::resolve_next_hop(dst, ifindex)
+        })?;
+        self.last = Some((dst, ifindex, mac));
+        Some(mac)
+    }
+
+    /// Builds Ethernet/IPv4/UDP around `payload` (from the gateway's address in the egress
+    /// domain and the route's egress port, to `dest`) and queues it on the egress ring.
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        ctx: &WorkerCtx,
+        channel: Channel,
+        egress_port: u16,
+        dest: SocketAddrV4,
+        payload: &[u8],
+        now: u64,
+        t: &mut Tally,
+    ) {
+        let eg = channel.egress();
+        let o = self.by_domain[eg.index()];
+        let ifindex = self.out[o].ifindex;
+        let total = UDP4_FRAME_HEADERS + payload.len();
+        if total > self.frame.len() {
+            t.drop(DropReason::Oversize);
+            return;
+        }
+        let Some(mac) = self.next_hop(*dest.ip(), ifindex, now) else {
+            t.drop(DropReason::SendError);
+            if let Some(suppressed) = TX_ERRORS.check(now) {
+                tracing::warn!(worker = ctx.index, dest = %dest, suppressed,
+                    "no neighbour entry for the next hop of {dest}: a ZC interface hears no ARP reply; add a static one (ip neigh replace ... nud permanent)");
+            }
+            return;
+        };
+        let src = SocketAddrV4::new(ctx.targets[eg.index()].0, egress_port);
+        let out = &mut self.out[o];
+        let f = &mut self.frame[..total];
+        f[UDP4_FRAME_HEADERS..].copy_from_slice(payload);
+        self.ident = self.ident.wrapping_add(1);
+        write_udp4_frame(f, mac, out.mac, src, dest, self.ident);
+        match out.ring.send(f, false) {
+            Ok(true) => {
+                out.unflushed = true;
+                t.tx_packets += 1;
+                t.tx_bytes += payload.len() as u64;
+            }
+            Ok(false) => t.drop(DropReason::QueueFull),
+            Err(e) => {
+                t.drop(DropReason::SendError);
+                if let Some(suppressed) = TX_ERRORS.check(now) {
+                    tracing::warn!(worker = ctx.index, suppressed, "{e}");
+                }
+            }
+        }
+    }
+
+    /// Rings the doorbell of every ring that queued frames.
+    fn flush(&mut self) {
+        for o in self.out.iter_mut().filter(|o| o.unflushed) {
+            o.unflushed = false;
+            if let Err(e) = o.ring.flush_tx() {
+                if let Some(suppressed) = TX_ERRORS.check(now_ms()) {
+                    tracing::warn!(suppressed, "{e}");
+                }
+            }
+        }
     }
 }
 
@@ -541,8 +826,24 @@ mod tests {
 
     #[test]
     fn devices_filters_and_alternatives() {
-        assert_eq!(device(EngineKind::Pfring, "eth1", 3), "eth1@3");
-        assert_eq!(device(EngineKind::PfringZc, "eth1", 0), "zc:eth1@0");
+        assert_eq!(device(EngineKind::Pfring, "eth1", 3, 4, 4), "eth1@3");
+        // Two workers on a 4-queue veth: each reads every other queue (found in the guest:
+        // `eth1@0` and `eth1@1` alone left queues 2 and 3 unread).
+        assert_eq!(device(EngineKind::Pfring, "eth1", 0, 2, 4), "eth1@0,2");
+        assert_eq!(device(EngineKind::Pfring, "eth1", 1, 2, 4), "eth1@1,3");
+        assert_eq!(device(EngineKind::Pfring, "lo", 0, 1, 1), "lo@0");
+        assert_eq!(device(EngineKind::PfringZc, "eth1", 0, 1, 1), "zc:eth1@0");
+        assert!(queue_mismatch(EngineKind::Pfring, "v", 4, 2).is_none());
+        let e = queue_mismatch(EngineKind::Pfring, "v", 1, 2)
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("has 1 RX queue(s) but engine.queues is 2"),
+            "{e}"
+        );
+        // ZC maps one queue per worker: more queues than workers would leave some unread.
+        assert!(queue_mismatch(EngineKind::PfringZc, "v", 4, 1).is_some());
+        assert!(queue_mismatch(EngineKind::PfringZc, "v", 1, 1).is_none());
         assert_eq!(alternative(EngineKind::Pfring), "afpacket");
         assert_eq!(alternative(EngineKind::PfringZc), "afxdp");
         let t: Targets = [

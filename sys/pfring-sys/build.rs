@@ -133,11 +133,12 @@ mod bind {
             .allowlist_function(
                 "pfring_(open|close|enable_ring|set_direction|set_socket_mode|\
                  set_poll_watermark|set_poll_duration|set_application_name|set_bpf_filter|\
-                 recv|send|stats|get_num_rx_channels|get_selectable_fd|poll|version)",
+                 recv|send|flush_tx_packets|stats|get_num_rx_channels|get_selectable_fd|poll|version)",
             )
             .allowlist_type("pfring|pfring_stat|pfring_pkthdr|packet_direction|socket_mode")
             .allowlist_var(
-                "PF_RING_(PROMISC|ZC_SYMMETRIC_RSS|LONG_HEADER|DO_NOT_PARSE|DO_NOT_TIMESTAMP|\
+                "PKT_FLAGS_CHECKSUM_OK|\
+                 PF_RING_(PROMISC|ZC_SYMMETRIC_RSS|LONG_HEADER|DO_NOT_PARSE|DO_NOT_TIMESTAMP|\
                  ERROR_[A-Z_]+)|RING_VERSION_NUM",
             )
             // The ring's inner layout is the library's business, not ours.

@@ -254,6 +254,12 @@ pub struct Packet<'r> {
     /// Receive time since the Unix epoch; zero where the ring does not timestamp (zero copy,
     /// or `DO_NOT_TIMESTAMP`).
     pub ts: Duration,
+    /// The kernel marked the frame's checksums as verified or still to be filled in
+    /// (`PKT_FLAGS_CHECKSUM_OK`: `skb_csum_unnecessary`, e.g. a NIC with RX checksum offload,
+    /// or a datagram a local sender left `CHECKSUM_PARTIAL` on a veth). Where it is unset (no
+    /// offload, zero-copy devices) the UDP checksum must be verified in software; where it is
+    /// set, the field may hold only the pseudo-header sum and must not be.
+    pub checksum_ok: bool,
 }
 
 impl Packet<'_> {
@@ -490,7 +496,7 @@ impl Ring {
             return Ok(None);
         }
         // `hdr` is packed: copy each field out by value (never take a reference into it).
-        let (caplen, len, ts) = (hdr.caplen, hdr.len, hdr.ts);
+        let (caplen, len, ts, flags) = (hdr.caplen, hdr.len, hdr.ts, hdr.extended_hdr.flags);
         if buf.is_null() {
             return Err(Error::Call {
                 call: "pfring_recv",
@@ -513,6 +519,7 @@ impl Ring {
                 u64::try_from(ts.tv_sec).unwrap_or(0),
                 u32::try_from(ts.tv_usec.clamp(0, 999_999)).unwrap_or(0) * 1000,
             ),
+            checksum_ok: flags & ffi::PKT_FLAGS_CHECKSUM_OK != 0,
         }))
     }
 
@@ -541,6 +548,17 @@ impl Ring {
             return Ok(false);
         }
         cvt("pfring_send", &self.device, rc).map(|_| true)
+    }
+
+    /// Hands the frames queued by [`Ring::send`] with `flush == false` to the device (one
+    /// doorbell for a batch).
+    #[doc(alias = "pfring_flush_tx_packets")]
+    pub fn flush_tx(&mut self) -> Result<(), Error> {
+        clear_errno();
+        // SAFETY:
+        // - live, exclusively borrowed handle; the call only touches the ring's TX state.
+        let rc = unsafe { self.lib.api.pfring_flush_tx_packets(self.raw()) };
+        cvt("pfring_flush_tx_packets", &self.device, rc).map(drop)
     }
 
     /// The ring's counters (`pfring_stats`).
