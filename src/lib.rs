@@ -49,6 +49,11 @@
 //! - [`stats`] declares the counters (drop reasons, RTP loss/reorder/duplicate) once;
 //!   [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate limits;
 //!   [`clock`] the monotonic clock every timer reads.
+//! - [`media`] is the per-stream media validator: sans-IO, a leaf (it imports nothing of
+//!   vgate). Fed the RTP packets of a stream, it follows their payload format (GB/T 28181
+//!   MPEG-PS, H.264, H.265, MPEG-TS, JPEG, G.711, AAC) across packets by its length fields
+//!   and answers pass or drop with a reason, so that only well-formed audio/video of what
+//!   was negotiated crosses.
 #![deny(unsafe_code)]
 
 pub mod channel;
@@ -63,6 +68,7 @@ pub mod engine;
 pub mod fuzzing;
 pub mod gateway;
 pub mod logging;
+pub mod media;
 pub mod routes;
 pub mod signaling;
 pub mod split;
