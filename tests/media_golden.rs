@@ -381,8 +381,8 @@ fn sei_user_data_is_capped() {
         }
         assert_eq!(
             first_refused,
-            Some((4, Verdict::Drop(Violation::SeiUserData))),
-            "{name}: 4 KB of user data per second"
+            Some((8, Verdict::Drop(Violation::SeiUserData))),
+            "{name}: 8 KB of user data per second"
         );
     }
 }

@@ -187,6 +187,7 @@ impl NalState {
             self.fu = Some(t);
             self.fu_sei_bytes = 0;
             if k.is_sei(t) {
+                // Message sizes checked against the cap; the bytes are spent per fragment.
                 self.sei(data, false, rtp, pol)?;
             }
         } else {
@@ -202,15 +203,13 @@ impl NalState {
             }
         }
         if k.is_sei(t) {
-            // The messages were read (as far as they went) from the first fragment; the
-            // rest of the unit counts against the user-data budget as a whole.
+            // The messages were read (as far as they went) from the first fragment; every
+            // byte of a fragmented SEI counts against the user-data budget.
             self.fu_sei_bytes = self.fu_sei_bytes.saturating_add(data.len() as u32);
             if self.fu_sei_bytes > u32::from(pol.sei_user_data_max) + 64 {
                 return Err(Violation::SeiUserData);
             }
-            if !start {
-                self.spend(data.len() as u32, rtp, pol)?;
-            }
+            self.spend(data.len() as u32, rtp, pol)?;
         }
         if end {
             self.fu = None;
@@ -250,7 +249,9 @@ impl NalState {
                 if size > u32::from(pol.sei_user_data_max) {
                     return Err(Violation::SeiUserData);
                 }
-                self.spend(size, rtp, pol)?;
+                if complete {
+                    self.spend(size, rtp, pol)?;
+                }
             }
             if !r.skip(size) {
                 return if complete {
