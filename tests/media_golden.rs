@@ -615,3 +615,46 @@ fn ps_cut_anywhere_is_followed_across_packets() {
         }
     }
 }
+
+#[test]
+fn per_stream_state_is_small() {
+    let n = std::mem::size_of::<Stream>();
+    println!("Stream: {n} bytes");
+    assert!(n <= 320, "Stream grew to {n} bytes");
+}
+
+#[test]
+fn codecs_from_sdp_names() {
+    assert_eq!(Codec::from_rtpmap("ps"), Codec::Ps);
+    assert_eq!(Codec::from_rtpmap("H264"), Codec::H264);
+    assert_eq!(Codec::from_rtpmap("mpeg4-generic"), Codec::Aac);
+    assert_eq!(Codec::from_rtpmap("VP8"), Codec::Unknown);
+    assert_eq!(Codec::from_static_pt(33), Some((Codec::Mp2t, 90000)));
+    let spec = StreamSpec::new(None)
+        .with(96, Codec::Ps, 90000)
+        .with(96, Codec::H264, 90000)
+        .with(8, Codec::Pcma, 8000);
+    assert_eq!(spec.formats().len(), 2);
+    assert_eq!(spec.formats()[0].codec, Codec::H264);
+}
+
+#[test]
+fn ps_pes_of_a_stream_the_psm_did_not_declare_is_refused() {
+    let f = fixture("gst_ps_h264");
+    let k = after_marker(&f);
+    let has_psm = f.packets[..k]
+        .iter()
+        .any(|p| p.windows(4).any(|w| w == [0, 0, 1, 0xbc]));
+    assert!(has_psm, "GStreamer's mpegpsmux writes a PSM");
+    let mut body = vec![0x81, 0x00, 0x00];
+    body.extend_from_slice(&random(500, 9));
+    let v = verdict_after(&f, k, &ps_frame(&f, k, &pes(0xe5, &body)));
+    assert_eq!(refused(v), Violation::PsUnknownStream);
+    // ffmpeg writes no PSM: any video/audio ID is structurally fine there.
+    let f = fixture("ffmpeg_ps_h264");
+    let k = after_marker(&f);
+    assert_eq!(
+        verdict_after(&f, k, &ps_frame(&f, k, &pes(0xe5, &body))),
+        Verdict::Pass
+    );
+}

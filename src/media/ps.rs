@@ -27,6 +27,9 @@ pub(super) struct PsState {
     carry_len: u8,
     /// In step with the stream (a frame start has been seen since the last loss).
     synced: bool,
+    /// The stream IDs (bit `id - 0xC0`) the last PSM declared; 0: no PSM seen, any audio or
+    /// video ID. Once a PSM was seen, a PES of another ID is refused.
+    declared: u64,
 }
 
 impl Default for PsState {
@@ -37,6 +40,7 @@ impl Default for PsState {
             carry: [0; CARRY],
             carry_len: 0,
             synced: false,
+            declared: 0,
         }
     }
 }
@@ -80,7 +84,7 @@ impl PsState {
                     return self.frame_end(rtp);
                 }
             }
-            let (unit, filler) = parse(&self.carry[..have], policy)?;
+            let (unit, filler) = parse(&self.carry[..have], policy, &mut self.declared)?;
             self.carry_len = 0;
             self.owed = (unit - have) as u32;
             self.owed_filler = filler;
@@ -96,7 +100,7 @@ impl PsState {
                 self.carry_len = p.len() as u8;
                 break;
             }
-            let (unit, filler) = parse(&p[..need], policy)?;
+            let (unit, filler) = parse(&p[..need], policy, &mut self.declared)?;
             let body = &p[need..];
             let here = (unit - need).min(body.len());
             if filler && !all_ff(&body[..here]) {
@@ -162,8 +166,8 @@ fn need(h: &[u8]) -> Result<usize, Violation> {
 }
 
 /// Checks a unit header (`h` is exactly what [`need`] asked for); returns the unit's whole
-/// length and whether its body is filler.
-fn parse(h: &[u8], policy: &Policy) -> Result<(usize, bool), Violation> {
+/// length and whether its body is filler. `declared` is the PSM's set of stream IDs.
+fn parse(h: &[u8], policy: &Policy, declared: &mut u64) -> Result<(usize, bool), Violation> {
     match h[3] {
         0xba => {
             // '01' SCR[32..30] '1' SCR[29..15] '1' SCR[14..0] '1' ext '1' mux_rate '11'
@@ -181,14 +185,22 @@ fn parse(h: &[u8], policy: &Policy) -> Result<(usize, bool), Violation> {
         }
         0xb9 => Ok((4, false)),
         0xbb => system_header(&h[6..]).map(|()| (h.len(), false)),
-        0xbc => psm(&h[6..]).map(|()| (h.len(), false)),
+        0xbc => {
+            *declared = psm(&h[6..])?;
+            Ok((h.len(), false))
+        }
         0xbe => {
             if !policy.allow_filler {
                 return Err(Violation::PsPadding);
             }
             Ok((6 + usize::from(u16::from_be_bytes([h[4], h[5]])), true))
         }
-        _ => pes(h).map(|unit| (unit, false)),
+        id => {
+            if *declared != 0 && *declared & (1 << (id - 0xc0)) == 0 {
+                return Err(Violation::PsUnknownStream);
+            }
+            pes(h).map(|unit| (unit, false))
+        }
     }
 }
 
@@ -280,8 +292,8 @@ fn stream_type_ok(t: u8) -> bool {
 }
 
 /// Program stream map body (§2.5.4): lengths that add up, elementary streams of allowed
-/// types with audio/video stream IDs.
-fn psm(b: &[u8]) -> Result<(), Violation> {
+/// types with audio/video stream IDs. Returns the set of declared IDs.
+fn psm(b: &[u8]) -> Result<u64, Violation> {
     let bad = Violation::PsPsm;
     let mut r = Bytes::new(b);
     let _version = r.u8().ok_or(bad)?;
@@ -296,6 +308,7 @@ fn psm(b: &[u8]) -> Result<(), Violation> {
         // CRC_32, then nothing.
         return Err(bad);
     }
+    let mut ids = 0u64;
     while !map.is_empty() {
         let stream_type = map.u8().ok_or(bad)?;
         let id = map.u8().ok_or(bad)?;
@@ -305,10 +318,13 @@ fn psm(b: &[u8]) -> Result<(), Violation> {
             return Err(Violation::PsStreamType);
         }
         match id {
-            0xc0..=0xef => {}
+            0xc0..=0xef => ids |= 1 << (id - 0xc0),
             0xbd | 0xbf => return Err(Violation::PsPrivateStream),
             _ => return Err(bad),
         }
     }
-    Ok(())
+    if ids == 0 {
+        return Err(bad);
+    }
+    Ok(ids)
 }
