@@ -8,7 +8,7 @@
 #   scripts/fuzz.sh --asan ...         with AddressSanitizer (slower; the parsers are safe Rust,
 #                                      so bounds are checked either way)
 #
-# Targets (fuzz/fuzz_targets/, bodies in src/fuzzing.rs): sip sdp rtsp transport packet
+# Targets (fuzz/fuzz_targets/, bodies in src/fuzzing.rs): sip sdp rtsp transport packet media
 # config. Each starts from fuzz/corpus/<target>/ (new interesting inputs are added there) and
 # stops at the first crash, which libFuzzer writes to fuzz/artifacts/<target>/: copy it into
 # fuzz/regressions/<target>/ so `cargo test` (tests/fuzz_replay.rs) replays it forever.
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
         *) TARGETS+=("$1"); shift ;;
     esac
 done
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(sip sdp rtsp transport packet config signal deframe link)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(sip sdp rtsp transport packet config signal deframe link media)
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 

@@ -25,6 +25,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("signal", signal_frames),
     ("deframe", deframe_stream),
     ("link", link_frames),
+    ("media", media_stream),
 ];
 
 /// Stream-leg de-framing (RFC 4571 and `$`-interleaved): the first byte picks the read size,
@@ -205,6 +206,61 @@ pub fn packet_path(data: &[u8]) {
     let src = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 2), 5000);
     let _ = crate::channel::inspect(&route, src, data, false, 1472, 1);
     let _ = route.stats.snapshot();
+}
+
+/// The media validator over a stream of packets. The first byte picks the codec (low 3 bits),
+/// whether the harness renumbers the packets so that mutations reach the payload parsers
+/// rather than the sequence check (bit 3), and policy switches (bits 4-7: extension,
+/// padding, filler, unknown codec). The rest is RFC 4571 records (2-byte length, packet), as
+/// in `tests/golden/media/`. Every packet gets a verdict; a passing one must be RTP v2.
+pub fn media_stream(data: &[u8]) {
+    use crate::media::{Codec, Policy, Stream, StreamSpec, Verdict};
+    let Some((&sel, mut rest)) = data.split_first() else {
+        return;
+    };
+    const CODECS: [(Codec, u8, u32); 8] = [
+        (Codec::Ps, 96, 90000),
+        (Codec::H264, 96, 90000),
+        (Codec::H265, 96, 90000),
+        (Codec::Mp2t, 33, 90000),
+        (Codec::Jpeg, 26, 90000),
+        (Codec::Pcmu, 0, 8000),
+        (Codec::Aac, 97, 48000),
+        (Codec::Unknown, 98, 90000),
+    ];
+    let (codec, pt, clock) = CODECS[usize::from(sel & 7)];
+    let renumber = sel & 8 != 0;
+    let policy = Policy {
+        allow_extension: sel & 0x10 != 0,
+        allow_padding: sel & 0x20 != 0,
+        allow_filler: sel & 0x40 != 0,
+        allow_unknown_codec: sel & 0x80 != 0,
+        ..Policy::default()
+    };
+    let mut s = Stream::new(StreamSpec::new(None).with(pt, codec, clock).with(
+        8,
+        Codec::Pcma,
+        8000,
+    ));
+    let mut buf = [0u8; 2048];
+    let mut i = 0u16;
+    while let [a, b, tail @ ..] = rest {
+        let n = usize::from(u16::from_be_bytes([*a, *b]))
+            .min(tail.len())
+            .min(buf.len());
+        let p = &mut buf[..n];
+        p.copy_from_slice(&tail[..n]);
+        rest = &tail[n..];
+        if renumber && n >= 12 {
+            p[2..4].copy_from_slice(&i.to_be_bytes());
+            p[8..12].copy_from_slice(&[0, 0, 0, 1]);
+        }
+        let v = s.check(&policy, p, u64::from(i) * 20);
+        if v == Verdict::Pass {
+            assert!(n >= 13 && p[0] >> 6 == 2);
+        }
+        i = i.wrapping_add(1);
+    }
 }
 
 /// The config parser and validator.

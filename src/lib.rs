@@ -56,6 +56,11 @@
 //!   once; [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate
 //!   limits; [`clock`] the monotonic clock every timer reads; [`iface`] ties sockets to
 //!   interfaces.
+//! - [`media`] is the per-stream media validator: sans-IO, a leaf (it imports nothing of
+//!   vgate). Fed the RTP packets of a stream, it follows their payload format (GB/T 28181
+//!   MPEG-PS, H.264, H.265, MPEG-TS, JPEG, G.711, AAC) across packets by its length fields
+//!   and answers pass or drop with a reason, so that only well-formed audio/video of what
+//!   was negotiated crosses.
 //!
 //! ## The layers
 //!
@@ -73,7 +78,7 @@
 //! | `stats` | counters declared once: drop reasons, RTP loss/reorder, leg counters, link counters | `wire` |
 //! | `sink` | the leg sink pools an engine hands a leg's packets to (the only `unsafe` outside `engine::sys`) | `stats` |
 //! | `link` | the split link protocol, sans I/O: FEC, reorder window, fragmentation | `wire` |
-//! | `media` | (reserved) media payload views | `wire`, `stats`, `clock`, `logging` |
+//! | `media` | the per-stream media validator, sans I/O (RTP, PS, H.264/H.265, TS, JPEG, G.711, AAC) | `wire`, `stats`, `clock`, `logging` |
 //! | `config` | the TOML file into a checked `Config`, `[split]` settings, the checks they share | `link`, `wire` |
 //! | `routes` | stream and signaling tables, port allocators, sessions, the leg listing and the `Legs`/`PortHooks` traits; no I/O | `config`, `clock`, `sink`, `stats`, `wire` |
 //! | `channel` | the per-packet decision between lookup and send (`inspect`), worker counters | `routes`, `config`, `stats`, `wire` |
@@ -84,7 +89,7 @@
 //! | `gateway` | starting and stopping the whole; wiring the split agent to the proxies | `edge`, `engine`, `channel`, `signaling`, `routes`, `config` |
 //! | `demo` | `vgate demo`: the gateway driven by its own RTP on loopback | `gateway`, `control`, `engine`, `routes`, `config`, `stats`, `wire` |
 //! | `cli` | the `vgate` commands | `gateway`, `demo`, `control`, `engine`, `config`, `link`, `clock`, `logging` |
-//! | `fuzzing` | fuzz entry points (hidden) | `signaling`, `channel`, `routes`, `config`, `link`, `wire` |
+//! | `fuzzing` | fuzz entry points (hidden) | `signaling`, `channel`, `routes`, `config`, `link`, `wire`, `media` |
 #![deny(unsafe_code)]
 
 pub mod channel;
@@ -101,6 +106,7 @@ pub mod gateway;
 pub mod iface;
 pub mod link;
 pub mod logging;
+pub mod media;
 pub mod routes;
 pub mod signaling;
 // The sink's buffers pass between threads through its queues (`UnsafeCell`, fenced there).

@@ -1,0 +1,530 @@
+//! Per-stream media validation: proves that what crosses on a stream route is well-formed
+//! audio/video of the format negotiated for it, one packet at a time.
+//!
+//! Owns: the structure of the RTP payload formats that cross the boundary (MPEG-PS as
+//! GB/T 28181 sends it, H.264, H.265, MPEG-TS, JPEG, G.711, AAC), the policy of what may
+//! cross ([`Policy`]) and the reasons a packet is refused ([`Violation`]). Must not touch:
+//! sockets, routes, counters, logs or clocks — it is sans-IO and a leaf of the crate (it
+//! imports nothing of vgate). The caller hands it the UDP payload of each packet of a stream,
+//! the stream's [`Stream`] state and the current monotonic time; it answers a [`Verdict`].
+//! What the verdict leads to (count, drop, log the first offenders) is the caller's.
+//!
+//! It follows each stream's structure across packets without reassembling anything: it jumps
+//! by the length fields (PES lengths, NAL sizes, AU sizes, 188-byte TS packets) and keeps only
+//! what it needs to continue in the next packet ("bytes still owed to the current PES", the
+//! FU in progress, the PIDs the PMT declared), so its cost is a few dozen instructions per
+//! packet and it allocates nothing. The bytes it cannot vouch for (slice data, entropy-coded
+//! JPEG, audio samples) are bounded by the structure around them; everything a format leaves
+//! open for arbitrary data (private streams, padding, SEI user data, header extensions,
+//! CSRC lists, private PIDs, adaptation-field private data) is refused or capped.
+//!
+//! Deny by default: a codec it does not know, a payload type that was not negotiated, a
+//! packet it lost the context to check (after a loss inside a PS frame) are refused, each
+//! with its own reason.
+//!
+//! - [`rtp`]: the RTP header and the stream's progress (SSRC, sequence, timestamps).
+//! - [`ps`]: MPEG program stream (pack, system header, PSM, PES) across packets.
+//! - [`nal`]: H.264 (RFC 6184) and H.265 (RFC 7798) NAL units, FUs, aggregation, SEI.
+//! - [`ts`]: MPEG transport stream (RFC 2250): 188-byte packets, PAT/PMT, PIDs.
+//! - [`jpeg`] and [`audio`]: RFC 2435 JPEG, G.711 and RFC 3640 AAC.
+
+mod audio;
+mod jpeg;
+mod nal;
+mod ps;
+mod rtp;
+mod ts;
+
+/// The payload format of one negotiated RTP payload type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// MPEG-2 program stream (GB/T 28181 `PS/90000`).
+    Ps,
+    /// H.264, RFC 6184 (non-interleaved mode: single NAL, STAP-A, FU-A).
+    H264,
+    /// H.265, RFC 7798 (no DONL: single NAL, AP, FU).
+    H265,
+    /// MPEG-2 transport stream, RFC 2250 (`MP2T/90000`).
+    Mp2t,
+    /// JPEG, RFC 2435 (`JPEG/90000`, static payload type 26).
+    Jpeg,
+    /// G.711 μ-law (`PCMU/8000`, static payload type 0).
+    Pcmu,
+    /// G.711 A-law (`PCMA/8000`, static payload type 8).
+    Pcma,
+    /// AAC in RFC 3640 `mpeg4-generic`, mode AAC-hbr (13-bit sizes, 3-bit indices).
+    Aac,
+    /// Anything else: refused unless [`Policy::allow_unknown_codec`] (then RTP checks only).
+    Unknown,
+}
+
+impl Codec {
+    /// The codec for an SDP `rtpmap` encoding name (case-insensitive).
+    pub fn from_rtpmap(name: &str) -> Codec {
+        const NAMES: [(&str, Codec); 8] = [
+            ("PS", Codec::Ps),
+            ("H264", Codec::H264),
+            ("H265", Codec::H265),
+            ("MP2T", Codec::Mp2t),
+            ("JPEG", Codec::Jpeg),
+            ("PCMU", Codec::Pcmu),
+            ("PCMA", Codec::Pcma),
+            ("MPEG4-GENERIC", Codec::Aac),
+        ];
+        NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map_or(Codec::Unknown, |&(_, c)| c)
+    }
+
+    /// The codec of a static payload type (RFC 3551) that needs no `rtpmap`.
+    pub fn from_static_pt(pt: u8) -> Option<(Codec, u32)> {
+        match pt {
+            0 => Some((Codec::Pcmu, 8000)),
+            8 => Some((Codec::Pcma, 8000)),
+            26 => Some((Codec::Jpeg, 90000)),
+            33 => Some((Codec::Mp2t, 90000)),
+            _ => None,
+        }
+    }
+
+    /// Video formats: every packet of a frame has the frame's timestamp.
+    fn is_video(self) -> bool {
+        matches!(
+            self,
+            Codec::Ps | Codec::H264 | Codec::H265 | Codec::Jpeg | Codec::Mp2t
+        )
+    }
+}
+
+/// One payload type a stream may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Format {
+    pub pt: u8,
+    pub codec: Codec,
+    /// RTP clock rate (Hz), from the `rtpmap`.
+    pub clock_rate: u32,
+}
+
+/// At most this many payload types per stream (one `m=` line rarely offers more).
+pub const MAX_FORMATS: usize = 4;
+
+/// What was negotiated for one stream: its payload types and, for GB/T 28181, its SSRC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamSpec {
+    formats: [Format; MAX_FORMATS],
+    n_formats: u8,
+    /// The SSRC every packet must carry (GB/T 28181 `y=`); `None`: learnt from the first
+    /// packet, then fixed.
+    pub ssrc: Option<u32>,
+}
+
+impl StreamSpec {
+    /// A stream that carries nothing yet; add its payload types with [`StreamSpec::with`].
+    pub fn new(ssrc: Option<u32>) -> StreamSpec {
+        StreamSpec {
+            formats: [Format {
+                pt: 0,
+                codec: Codec::Unknown,
+                clock_rate: 0,
+            }; MAX_FORMATS],
+            n_formats: 0,
+            ssrc,
+        }
+    }
+
+    /// Adds (or replaces) payload type `pt`. Payload types beyond [`MAX_FORMATS`] are
+    /// ignored, which refuses them.
+    pub fn with(mut self, pt: u8, codec: Codec, clock_rate: u32) -> StreamSpec {
+        let f = Format {
+            pt: pt & 0x7f,
+            codec,
+            clock_rate: clock_rate.max(1),
+        };
+        let n = usize::from(self.n_formats);
+        if let Some(slot) = self.formats[..n].iter_mut().find(|x| x.pt == f.pt) {
+            *slot = f;
+        } else if n < MAX_FORMATS {
+            self.formats[n] = f;
+            self.n_formats += 1;
+        }
+        self
+    }
+
+    pub fn formats(&self) -> &[Format] {
+        &self.formats[..usize::from(self.n_formats)]
+    }
+
+    fn format(&self, pt: u8) -> Option<Format> {
+        self.formats().iter().copied().find(|f| f.pt == pt)
+    }
+}
+
+/// What may cross. The default is what the operator of a boundary wants: nothing the
+/// payload formats leave open for arbitrary data, except what real encoders send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// RTP header extensions (RFC 8285). Off: nothing negotiates them on these sessions.
+    pub allow_extension: bool,
+    /// RTP padding (the P bit). Off: no encoder of these formats pads.
+    pub allow_padding: bool,
+    /// Pass a payload type whose codec the validator does not know (RTP checks only).
+    pub allow_unknown_codec: bool,
+    /// PS padding packets (0xBE) and TS null packets, provided every byte is 0xFF filler.
+    /// On: ffmpeg's PS muxer pads its packs. Padding with any other byte is always refused.
+    pub allow_filler: bool,
+    /// The largest SEI user-data message (payload types 4 and 5) in bytes. The x264 and x265
+    /// version banners (sent once, with the first IDR) are 0.6–2.1 KB.
+    pub sei_user_data_max: u16,
+    /// SEI user-data bytes a stream may carry per second of its RTP clock, all messages
+    /// together (a fragmented SEI counts whole): what bounds SEI as a covert channel
+    /// (8192 B/s: 64 kbit/s at most). ffmpeg's libx265 repeats its 2.3 KB banner with every
+    /// IDR: this passes it at up to three IDRs a second.
+    pub sei_user_data_per_s: u32,
+    /// H.264 NAL unit types that may cross (bit n: type n), in single NAL units, STAP-A and
+    /// FU-A. Default: slices (1, 5), SEI (6), SPS (7), PPS (8), AUD (9), end of sequence and
+    /// stream (10, 11).
+    pub h264_nal_types: u32,
+    /// H.265 NAL unit types that may cross (bit n: type n). Default: VCL 0–9 and 16–21,
+    /// VPS/SPS/PPS/AUD/EOS/EOB (32–37), prefix and suffix SEI (39, 40).
+    pub h265_nal_types: u64,
+    /// A changed SSRC is learnt only after the current one has been silent this long
+    /// (like `security.relatch_after_ms`).
+    pub ssrc_relearn_after_ms: u64,
+    /// Largest forward jump of the sequence number taken as loss; beyond it the stream must
+    /// continue from the new number for one more packet before it is believed.
+    pub max_seq_gap: u16,
+    /// Longest audio packet, in milliseconds of samples (G.711).
+    pub max_audio_ptime_ms: u32,
+    /// MPEG-TS: packets of a not yet declared PID accepted before the stream's first PMT
+    /// (GStreamer's muxer sends 21 before its tables). Each is structure-checked, but its
+    /// payload is unknown: at most this many × 184 bytes once per stream (SSRC).
+    pub ts_startup_grace: u16,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            allow_extension: false,
+            allow_padding: false,
+            allow_unknown_codec: false,
+            allow_filler: true,
+            sei_user_data_max: 2560,
+            sei_user_data_per_s: 8192,
+            h264_nal_types: mask(&[1, 5, 6, 7, 8, 9, 10, 11]) as u32,
+            h265_nal_types: mask(&[
+                0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 18, 19, 20, 21, 32, 33, 34, 35, 36, 37, 39,
+                40,
+            ]),
+            ssrc_relearn_after_ms: 2000,
+            max_seq_gap: 3000,
+            max_audio_ptime_ms: 200,
+            ts_startup_grace: 32,
+        }
+    }
+}
+
+const fn mask(types: &[u8]) -> u64 {
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < types.len() {
+        m |= 1 << types[i];
+        i += 1;
+    }
+    m
+}
+
+/// The validator's answer for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Well-formed: it may cross.
+    Pass,
+    /// Refused, for this reason. The stream's state treats the packet as lost, so a caller
+    /// that drops it stays in step with what the receiver sees; a caller that only counts
+    /// (and forwards it) loses nothing but the check of the rest of that frame.
+    Drop(Violation),
+}
+
+impl Verdict {
+    pub fn is_pass(self) -> bool {
+        self == Verdict::Pass
+    }
+}
+
+macro_rules! violations {
+    ($( $(#[doc = $doc:literal])* $v:ident = $name:literal, )*) => {
+        /// Why a packet was refused: one counter (`media_invalid{reason}`) each.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Violation {
+            $( $(#[doc = $doc])* $v, )*
+        }
+
+        impl Violation {
+            pub const ALL: &'static [Violation] = &[$(Violation::$v),*];
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// snake_case name, for metrics labels and drop counters.
+            pub fn name(self) -> &'static str {
+                match self { $(Violation::$v => $name,)* }
+            }
+        }
+    };
+}
+
+violations! {
+    /// Shorter than an RTP header, or a CSRC list / extension / padding reaching past the end.
+    RtpTruncated = "rtp_truncated",
+    /// RTP version is not 2.
+    RtpVersion = "rtp_version",
+    /// A payload type that was not negotiated for this stream.
+    PayloadType = "payload_type",
+    /// A CSRC list (no mixer sits in front of a camera).
+    Csrc = "csrc",
+    /// An RTP header extension the policy does not allow.
+    Extension = "extension",
+    /// RTP padding the policy does not allow, or a padding count larger than the payload.
+    Padding = "padding",
+    /// An RTP packet with no payload.
+    EmptyPayload = "empty_payload",
+    /// The SSRC is not the negotiated one (GB/T 28181 `y=`).
+    SsrcMismatch = "ssrc_mismatch",
+    /// The SSRC changed while the learnt one was still alive.
+    SsrcChanged = "ssrc_changed",
+    /// The sequence number jumped further than a loss explains.
+    SeqJump = "seq_jump",
+    /// A duplicate or a late (reordered) sequence number.
+    SeqOutOfOrder = "seq_out_of_order",
+    /// The timestamp moved implausibly for the clock rate (more than 10 s ahead or 1 s back).
+    TimestampJump = "timestamp_jump",
+    /// Video: the timestamp changed inside a frame, or stayed the same across frames.
+    FrameTimestamp = "frame_timestamp",
+    /// After a loss, a packet that cannot be checked without what was lost (the middle of a
+    /// PS frame, an SEI fragment).
+    LostSync = "lost_sync",
+    /// A codec the validator does not know, refused by policy.
+    UnknownCodec = "unknown_codec",
+    /// PS: a pack header that is not MPEG-2 (marker bits), or its stuffing is not 0xFF.
+    PsPackHeader = "ps_pack_header",
+    /// PS: a malformed system header, or one that lists a stream that may not cross.
+    PsSystemHeader = "ps_system_header",
+    /// PS: a malformed program stream map.
+    PsPsm = "ps_psm",
+    /// PS: the PSM declares a stream type outside the GB/T 28181 table.
+    PsStreamType = "ps_stream_type",
+    /// PS: a malformed PES header (not MPEG-2, scrambled, lengths that do not add up, PES
+    /// private data, stuffing that is not 0xFF).
+    PsPesHeader = "ps_pes_header",
+    /// PS: a PES with length 0 (unbounded), which a program stream may not carry.
+    PsPesUnbounded = "ps_pes_unbounded",
+    /// PS: private stream 1 or 2 (0xBD, 0xBF).
+    PsPrivateStream = "ps_private_stream",
+    /// PS: a padding stream (0xBE) with data in it, or padding refused by policy.
+    PsPadding = "ps_padding",
+    /// PS: a stream ID or start code that is neither video, audio nor PS structure.
+    PsUnknownStream = "ps_unknown_stream",
+    /// PS: bytes where a start code must be.
+    PsNoStartCode = "ps_no_start_code",
+    /// PS: a system header or PSM too long to follow across an RTP packet boundary.
+    PsHeaderSplit = "ps_header_split",
+    /// PS: a frame that does not start with a pack header, or ends inside a PES.
+    PsFrame = "ps_frame",
+    /// H.264/H.265: the forbidden_zero_bit is set.
+    NalForbiddenBit = "nal_forbidden_bit",
+    /// H.265: a NAL header with temporal ID 0 or a layer other than 0.
+    NalHeader = "nal_header",
+    /// H.264/H.265: a NAL unit (or packet) type outside the allow-list.
+    NalType = "nal_type",
+    /// H.264/H.265: fragmentation units whose start/end bits or types do not follow.
+    NalFragment = "nal_fragment",
+    /// H.264/H.265: an aggregation packet whose sizes do not add up.
+    NalAggregation = "nal_aggregation",
+    /// SEI user data larger than the policy allows, per message or per second.
+    SeiUserData = "sei_user_data",
+    /// A malformed SEI message (sizes past the end of the NAL unit).
+    SeiMalformed = "sei_malformed",
+    /// TS: the payload is not a whole number of 188-byte packets.
+    TsSize = "ts_size",
+    /// TS: a packet without the 0x47 sync byte.
+    TsSync = "ts_sync",
+    /// TS: transport_error_indicator set.
+    TsError = "ts_error",
+    /// TS: scrambled content, which cannot be checked.
+    TsScrambled = "ts_scrambled",
+    /// TS: a malformed adaptation field, private data in it, or stuffing that is not 0xFF.
+    TsAdaptation = "ts_adaptation",
+    /// TS: a malformed or split PAT/PMT/SDT section, or one that changed too often.
+    TsPsi = "ts_psi",
+    /// TS: a PES of an elementary stream that does not start like one.
+    TsPes = "ts_pes",
+    /// TS: a PID the PMT declared with a private (non audio/video) stream type.
+    TsPrivatePid = "ts_private_pid",
+    /// TS: a PID neither the PAT nor the PMT declared.
+    TsUnknownPid = "ts_unknown_pid",
+    /// TS: a null packet whose payload is not 0xFF filler.
+    TsNullData = "ts_null_data",
+    /// JPEG: a malformed RFC 2435 header (type, Q, size, quantization tables).
+    JpegHeader = "jpeg_header",
+    /// JPEG: a fragment offset that does not follow the previous fragment.
+    JpegOffset = "jpeg_offset",
+    /// Audio: a packet size implausible for the clock rate and packet time.
+    AudioSize = "audio_size",
+    /// Audio: a timestamp that does not advance by the samples of the previous packet.
+    AudioTimestamp = "audio_timestamp",
+    /// AAC: AU headers whose sizes do not add up to the payload.
+    AacAuHeaders = "aac_au_headers",
+}
+
+/// What the codec checks learn from the RTP layer about one packet.
+#[derive(Clone, Copy, Debug)]
+struct RtpInfo {
+    marker: bool,
+    timestamp: u32,
+    clock_rate: u32,
+    /// Packets were lost (or refused) since the previous accepted one: cross-packet state
+    /// may be stale.
+    gap: bool,
+    /// The previous accepted packet had the marker bit (for video: it ended a frame).
+    prev_marker: bool,
+    /// Timestamp minus the previous accepted packet's (wrapping), if there was one.
+    ts_delta: Option<i32>,
+    /// Payload length of the previous accepted packet.
+    prev_len: usize,
+}
+
+/// Per-codec state carried from one packet to the next.
+#[derive(Clone, Debug)]
+enum CodecState {
+    None,
+    Ps(ps::PsState),
+    Nal(nal::NalState),
+    Ts(ts::TsState),
+    Jpeg(jpeg::JpegState),
+    Aac,
+    G711,
+}
+
+/// One stream: what was negotiated and what has been seen. About 200 bytes; no heap.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    spec: StreamSpec,
+    rtp: rtp::RtpState,
+    /// The payload type the codec state belongs to.
+    codec_pt: Option<u8>,
+    codec: CodecState,
+}
+
+impl Stream {
+    pub fn new(spec: StreamSpec) -> Stream {
+        Stream {
+            spec,
+            rtp: rtp::RtpState::default(),
+            codec_pt: None,
+            codec: CodecState::None,
+        }
+    }
+
+    pub fn spec(&self) -> &StreamSpec {
+        &self.spec
+    }
+
+    /// Times the SSRC changed and was re-learnt after the old one fell silent.
+    pub fn ssrc_changes(&self) -> u64 {
+        self.rtp.ssrc_changes
+    }
+
+    /// Checks one RTP packet (the UDP payload) received at `now_ms` (any monotonic
+    /// milliseconds; only differences are used).
+    pub fn check(&mut self, policy: &Policy, packet: &[u8], now_ms: u64) -> Verdict {
+        match self.check_inner(policy, packet, now_ms) {
+            Ok(()) => Verdict::Pass,
+            Err(v) => Verdict::Drop(v),
+        }
+    }
+
+    fn check_inner(&mut self, policy: &Policy, pkt: &[u8], now_ms: u64) -> Result<(), Violation> {
+        let h = rtp::Header::parse(pkt, policy)?;
+        let format = self.spec.format(h.pt).ok_or(Violation::PayloadType)?;
+        if self
+            .rtp
+            .check_ssrc(h.ssrc, self.spec.ssrc, policy, now_ms)?
+        {
+            // Re-learnt after silence: a new stream from scratch.
+            self.codec_pt = None;
+        }
+        let info = self.rtp.progress(&h, format, policy)?;
+        if self.codec_pt != Some(h.pt) {
+            self.codec_pt = Some(h.pt);
+            self.codec = match format.codec {
+                Codec::Ps => CodecState::Ps(ps::PsState::default()),
+                Codec::H264 | Codec::H265 => CodecState::Nal(nal::NalState::default()),
+                Codec::Mp2t => CodecState::Ts(ts::TsState::default()),
+                Codec::Jpeg => CodecState::Jpeg(jpeg::JpegState::default()),
+                Codec::Aac => CodecState::Aac,
+                Codec::Pcmu | Codec::Pcma => CodecState::G711,
+                Codec::Unknown => CodecState::None,
+            };
+        }
+        let payload = h.payload;
+        let r = match (&mut self.codec, format.codec) {
+            (CodecState::Ps(s), _) => s.check(payload, &info, policy),
+            (CodecState::Nal(s), Codec::H264) => s.check_h264(payload, &info, policy),
+            (CodecState::Nal(s), _) => s.check_h265(payload, &info, policy),
+            (CodecState::Ts(s), _) => s.check(payload, &info, policy),
+            (CodecState::Jpeg(s), _) => s.check(payload, &info),
+            (CodecState::Aac, _) => audio::check_aac(payload),
+            (CodecState::G711, _) => audio::check_g711(payload, &info, policy),
+            (CodecState::None, _) if policy.allow_unknown_codec => Ok(()),
+            (CodecState::None, _) => Err(Violation::UnknownCodec),
+        };
+        // A refused packet is not recorded: to the next one it is a loss, and the codec
+        // state resynchronises as after any loss.
+        r?;
+        self.rtp.accept(&h, payload.len(), now_ms);
+        Ok(())
+    }
+}
+
+/// A forward-only reader over bytes, used by the parsers: reads past the end yield `None`.
+#[derive(Clone, Copy)]
+struct Bytes<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Bytes<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Bytes { b }
+    }
+    fn u8(&mut self) -> Option<u8> {
+        let (&x, rest) = self.b.split_first()?;
+        self.b = rest;
+        Some(x)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        let x = self.b.get(..2)?;
+        let v = u16::from_be_bytes([x[0], x[1]]);
+        self.b = &self.b[2..];
+        Some(v)
+    }
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.b.len() {
+            return None;
+        }
+        let (x, rest) = self.b.split_at(n);
+        self.b = rest;
+        Some(x)
+    }
+    fn rest(&self) -> &'a [u8] {
+        self.b
+    }
+    fn is_empty(&self) -> bool {
+        self.b.is_empty()
+    }
+}
+
+/// Whether every byte is 0xFF (padding and stuffing bytes), eight at a time.
+fn all_ff(b: &[u8]) -> bool {
+    let mut c = b.chunks_exact(8);
+    let words = c.by_ref().all(|w| w == [0xff; 8]);
+    words && c.remainder().iter().all(|&x| x == 0xff)
+}
