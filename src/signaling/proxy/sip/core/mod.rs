@@ -24,9 +24,6 @@ use super::access::RateLimiter;
 use super::media::CallMedia;
 
 mod calls;
-mod claim;
-
-pub use claim::Claim;
 mod dispatch;
 mod registrations;
 mod replies;
