@@ -40,7 +40,8 @@ fn signaling_and_control_do_not_import_the_data_path_for_time() {
     let mut offenders = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        if text.contains("channel::now_ms") || text.contains("wall_ms(") {
+        // Reading `clock::wall_ms()` is the point; defining a wall clock of one's own is not.
+        if text.contains("channel::now_ms") || text.contains("fn wall_ms(") {
             offenders.push(f.display().to_string());
         }
     }
