@@ -1,4 +1,3 @@
-
 use super::*;
 
 const DESCRIBE: &[u8] = b"DESCRIBE rtsp://10.0.0.5:8554/test RTSP/1.0\r\nCSeq: 2\r\nUser-Agent: x\r\nAccept: application/sdp\r\n\r\n";
