@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn digest(c: &Challenge<'_>) -> DigestChallenge<'static> {
