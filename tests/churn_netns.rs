@@ -124,7 +124,17 @@ fn sip_and_rtsp_churn_leaves_nothing_behind() {
     // Abandoned calls end on their media timeout, unanswered ones on the INVITE timeout.
     let metrics = wait_empty(&g_ns, Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(1));
-    let (fd1, rss1, thr1) = (fd_count(pid), rss_kb(pid), threads(pid));
+    // A leaked descriptor stays; one the admin server is still closing (the last metrics
+    // poll's connection) goes within moments: sample until it is gone or 5 s have passed.
+    let mut fd1 = fd_count(pid);
+    for _ in 0..50 {
+        if fd1 <= fd0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        fd1 = fd_count(pid);
+    }
+    let (rss1, thr1) = (rss_kb(pid), threads(pid));
     let sessions_json = admin_get(&g_ns, "/api/v1/sessions");
     let fds_left = format!(
         "{}\n{}",
