@@ -423,18 +423,7 @@ fn nft_count_output(ns: &str, dst: Ipv4Addr) {
     let rules = format!(
         "table ip zcfix_out {{\n  chain out {{ type filter hook output priority 0; policy accept;\n    ip daddr {dst} meta l4proto udp counter\n  }}\n}}\n"
     );
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("nft");
-    use std::io::Write as _;
-    nft.stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    assert!(nft.wait().unwrap().success(), "nft: {rules}");
+    common::nft_apply(ns, &rules);
 }
 
 /// The packet count of [`nft_count_output`]'s counter.

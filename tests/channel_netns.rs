@@ -234,17 +234,7 @@ fn wire_counters(ns: &str) {
         ));
     }
     rules.push_str("  }\n}\n");
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("nft");
-    nft.stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    assert!(nft.wait().unwrap().success(), "nft -f in {ns}:\n{rules}");
+    common::nft_apply(ns, &rules);
 }
 
 /// The packets counted by [`wire_counters`] in `ns`, per stream.

@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::{in_netns, prerequisites, test_did_not_run, Bed};
 use peers::*;
 
@@ -98,29 +99,25 @@ fn scan_at(
     retries: &str,
 ) -> Scan {
     let grep = tempfile::NamedTempFile::new().unwrap();
-    let out = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "timeout", "120", "nmap", "-n", "-Pn", "-dd",
-        ])
-        .arg(if proto == "tcp" { "-sT" } else { "-sU" })
-        .args([
-            "-p",
-            ports,
-            "--min-rate",
-            min_rate,
-            "--max-retries",
-            retries,
-            "-T5",
-            "-oG",
-        ])
-        .arg(grep.path())
-        .arg(target)
-        .output()
-        .expect("run nmap");
-    assert!(
-        out.status.success(),
-        "nmap failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("ip")
+            .args([
+                "netns", "exec", ns, "timeout", "120", "nmap", "-n", "-Pn", "-dd",
+            ])
+            .arg(if proto == "tcp" { "-sT" } else { "-sU" })
+            .args([
+                "-p",
+                ports,
+                "--min-rate",
+                min_rate,
+                "--max-retries",
+                retries,
+                "-T5",
+                "-oG",
+            ])
+            .arg(grep.path())
+            .arg(target),
+        "nmap",
     );
     let text = std::fs::read_to_string(grep.path()).unwrap_or_default();
     let mut s = Scan {

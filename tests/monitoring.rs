@@ -19,6 +19,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::split::{half_config, start_half, SplitBed};
 use common::vgate::{loopback_cam_route, loopback_config, loopback_gb_route, Vgate};
 
@@ -421,16 +422,9 @@ fn alert_rules_check_and_fire() {
         &["check", "rules", "vgate-alerts.yml"][..],
         &["test", "rules", "vgate-alerts.test.yml"][..],
     ] {
-        let out = Command::new("promtool")
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "promtool {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new("promtool").args(args).current_dir(&dir),
+            &format!("promtool {args:?}"),
         );
     }
 }

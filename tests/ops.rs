@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::vgate::{assert_success, check_config, check_config_file, Vgate};
 
 fn repo() -> &'static Path {
@@ -40,17 +41,12 @@ fn systemd_units_verify() {
         )
         .replace("/etc/vgate/nic.env", "/dev/null");
     std::fs::write(dir.path().join("vgate-nic-setup.service"), nic).unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(dir.path().join("vgate.service"))
-        .arg(dir.path().join("vgate-nic-setup.service"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "systemd-analyze verify failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(dir.path().join("vgate.service"))
+            .arg(dir.path().join("vgate-nic-setup.service")),
+        "systemd-analyze verify",
     );
     // Every directive of the main unit's [Service] section carries a comment saying why.
     let text = std::fs::read_to_string(repo().join("systemd/vgate.service")).unwrap();
@@ -92,11 +88,7 @@ fn example_half_configs_check() {
         let file = repo().join(format!("systemd/vgate-half-{half}.toml"));
         let out = check_config_file(&file, &["--cpus", "2"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         assert!(
             stdout.contains(&format!("split half {half}: {face}")),
             "{stdout}"

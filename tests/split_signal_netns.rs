@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::gb_sipp::{uac_xml, uas_xml, Side};
-use common::proc::Proc;
+use common::proc::{run_ok, Proc};
 use common::sipp::{self, make_rtp_pcap, read_logs, Sipp, GB_CID};
 use common::split::{half_config, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::Vgate;
@@ -1126,27 +1126,23 @@ fn rtsp_interleaved_record_crosses_the_split_on_the_reverse_link() {
     }
     let (bed, _dir, server, a, b, printed) = rtsp_across_the_split_out(&["--udp-only", "--record"]);
     let url = format!("rtsp://{}:8554/cam1", bed.get("GB_IP"));
-    let out = Command::new("ip")
-        .args(["netns", "exec", bed.get("DB_NS"), "timeout", "30", "ffmpeg"])
-        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-re"])
-        .args([
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=320x240:rate=10",
-            "-t",
-            "4",
-        ])
-        .args([
-            "-c:v", "mjpeg", "-huffman", "default", "-pix_fmt", "yuvj420p",
-        ])
-        .args(["-f", "rtsp", "-rtsp_transport", "tcp", &url])
-        .output()
-        .expect("run ffmpeg");
-    assert!(
-        out.status.success(),
-        "ffmpeg push failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("ip")
+            .args(["netns", "exec", bed.get("DB_NS"), "timeout", "30", "ffmpeg"])
+            .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-re"])
+            .args([
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=320x240:rate=10",
+                "-t",
+                "4",
+            ])
+            .args([
+                "-c:v", "mjpeg", "-huffman", "default", "-pix_fmt", "yuvj420p",
+            ])
+            .args(["-f", "rtsp", "-rtsp_transport", "tcp", &url]),
+        "ffmpeg push",
     );
     let metric = |h: &str, family: &str, label: &str| {
         common::split::admin_get(&bed, h, "/metrics")

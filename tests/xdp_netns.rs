@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::relay::*;
 use common::vgate::Vgate;
 use common::{admin, enter_netns, in_netns, Bed};
@@ -42,17 +43,12 @@ const PER_STREAM: u32 = 150;
 
 /// `ethtool ARGS` inside namespace `ns`; panics on failure.
 fn ethtool(ns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "ethtool"])
-        .args(args)
-        .output()
-        .expect("ethtool");
-    assert!(
-        out.status.success(),
-        "ethtool {args:?} in {ns}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    run_ok(
+        Command::new("ip")
+            .args(["netns", "exec", ns, "ethtool"])
+            .args(args),
+        &format!("ethtool {args:?} in {ns}"),
+    )
 }
 
 /// The bed as mode xdp needs it (see the module doc).

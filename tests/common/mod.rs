@@ -154,23 +154,18 @@ static BED_SEQ: AtomicU32 = AtomicU32::new(0);
 /// `bash SCRIPT --name NAME --queues Q up` (`scripts/testbed.sh`, `scripts/split-bed.sh`):
 /// the `KEY=value` lines it printed. Panics with its stderr if it failed.
 pub fn bed_script_up(script: &str, name: &str, queues: usize) -> HashMap<String, String> {
-    let out = Command::new("bash")
-        .args([
+    let out = proc::run_ok(
+        Command::new("bash").args([
             script,
             "--name",
             name,
             "--queues",
             &queues.to_string(),
             "up",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("run {script}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} up failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        &format!("{script} up"),
     );
-    key_values(&String::from_utf8_lossy(&out.stdout))
+    key_values(&out)
 }
 
 /// The `KEY=value` lines of a text.
@@ -193,6 +188,21 @@ pub fn nft_tables(ns: &str, needle: &str) -> Vec<String> {
         .filter(|l| l.contains(needle))
         .map(str::to_owned)
         .collect()
+}
+
+/// Loads the nftables `rules` (an `nft -f` text) in namespace `ns`; panics if nft refuses.
+pub fn nft_apply(ns: &str, rules: &str) {
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nft");
+    nft.stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    assert!(nft.wait().unwrap().success(), "nft -f in {ns}:\n{rules}");
 }
 
 pub fn testbed_script() -> String {
@@ -306,6 +316,18 @@ impl Drop for Bed {
         let _ = Command::new("bash")
             .args([&testbed_script(), "--name", &self.name, "down"])
             .status();
+    }
+}
+
+/// Every `.rs` file below `dir`, appended to `out` (the source readers: `docs`, `layering`).
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
     }
 }
 

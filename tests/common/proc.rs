@@ -15,6 +15,19 @@ use nix::sys::signal::Signal;
 /// How long a child gets between SIGTERM and SIGKILL when dropped.
 const DROP_GRACE: Duration = Duration::from_secs(5);
 
+/// Runs `cmd` to its end and returns its stdout; panics naming `what`, with what it wrote
+/// to stdout and stderr, if it cannot start or exits with a failure.
+pub fn run_ok(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A child process, stopped (SIGTERM, then SIGKILL) and reaped on drop.
 pub struct Proc(Option<Child>);
 

@@ -77,18 +77,13 @@ impl SplitBed {
     }
 
     fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("bash")
-            .arg(script())
-            .args(["--name", &self.name])
-            .args(args)
-            .output()
-            .expect("run scripts/split-bed.sh");
-        assert!(
-            out.status.success(),
-            "split-bed.sh {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        super::proc::run_ok(
+            Command::new("bash")
+                .arg(script())
+                .args(["--name", &self.name])
+                .args(args),
+            &format!("split-bed.sh {args:?}"),
+        )
     }
 
     /// `FWD_WRONG`, `REV_WRONG` (packets that travelled a one-way link the wrong way),
