@@ -24,6 +24,7 @@ use std::io::Write;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
+use common::proc::{fd_count, fd_targets, rss_kb, threads};
 use common::{in_netns, Bed};
 use peers::*;
 

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::proc::run_ok;
+use common::proc::{rss_kb, run_ok, threads};
 use common::{in_netns, prerequisites, test_did_not_run, Bed};
 use peers::*;
 

@@ -12,7 +12,8 @@
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
 //! - [`sipp`], [`gb_sipp`], [`rfc4571`]: SIP peers (sipp runs, GB/T 28181 scenarios, RTP
-//!   over TCP peers).
+//!   over TCP peers);
+//! - [`rtsp`]: the RTSP client side (a request's text).
 //!
 //! Every test binary includes all of it (`mod common;`) and uses a part, hence the one
 //! `allow(dead_code)` below: a helper unused by one binary is used by another.
@@ -23,6 +24,7 @@ pub mod gb_sipp;
 pub mod proc;
 pub mod relay;
 pub mod rfc4571;
+pub mod rtsp;
 pub mod sipp;
 pub mod split;
 pub mod udp;

@@ -45,50 +45,6 @@ pub use crate::common::{
     vgate::{channel_totals, kv, live_counts, num, Vgate},
 };
 
-/// Resident set size of `pid`, KiB.
-pub fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Open file descriptors of `pid`.
-pub fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// What the open file descriptors of `pid` are (`socket:[…]` collapsed), for messages.
-pub fn fd_targets(pid: u32) -> String {
-    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let t = std::fs::read_link(e.path())
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let k = t.split(':').next().unwrap_or("").to_owned();
-        *kinds
-            .entry(if k.starts_with('/') { t } else { k })
-            .or_default() += 1;
-    }
-    format!("{kinds:?}")
-}
-
-/// Threads of `pid`.
-pub fn threads(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// `GET path` on the admin interface (127.0.0.1:9940 in namespace `ns`); the body.
 pub fn admin_get(ns: &str, path: &str) -> String {
     crate::common::admin::get_in(ns, "127.0.0.1:9940", path)
@@ -867,15 +823,8 @@ impl RtspClient {
     /// One request; the reply (status line first), or "" when the connection ended.
     pub fn request(&mut self, method: &str, url: &str, extra: &str) -> String {
         self.cseq += 1;
-        let session = self
-            .session
-            .as_ref()
-            .map(|s| format!("Session: {s}\r\n"))
-            .unwrap_or_default();
-        let req = format!(
-            "{method} {url} RTSP/1.0\r\nCSeq: {}\r\n{session}{extra}\r\n",
-            self.cseq
-        );
+        let req =
+            crate::common::rtsp::request(method, url, self.cseq, self.session.as_deref(), extra);
         if self.w.write_all(req.as_bytes()).is_err() {
             return String::new();
         }
