@@ -52,11 +52,7 @@ fn wait_empty(g_ns: &str, within: Duration) -> String {
 
 #[test]
 fn sip_and_rtsp_churn_leaves_nothing_behind() {
-    require!(
-        "sip_and_rtsp_churn_leaves_nothing_behind",
-        true,
-        &[("ip", "iproute2")],
-    );
+    require!(true, &[("ip", "iproute2")]);
     let calls = count("VGATE_CHURN_CALLS", 2000);
     let sessions = count("VGATE_CHURN_RTSP", 400);
     let bed = Bed::up(1);
@@ -358,7 +354,7 @@ fn churn_round(
 #[test]
 #[ignore = "long: run by scripts/soak.sh"]
 fn soak() {
-    require!("soak", true, &[("ip", "iproute2"), ("nft", "nftables")]);
+    require!(true, &[("ip", "iproute2"), ("nft", "nftables")]);
     let minutes: f64 = std::env::var("VGATE_SOAK_MINUTES")
         .ok()
         .and_then(|v| v.parse().ok())

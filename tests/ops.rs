@@ -18,11 +18,7 @@ fn repo() -> &'static Path {
 
 #[test]
 fn systemd_units_verify() {
-    require!(
-        "systemd_units_verify",
-        false,
-        &[("systemd-analyze", "systemd")],
-    );
+    require!(false, &[("systemd-analyze", "systemd")]);
     let dir = tempfile::tempdir().unwrap();
     let bin = common::vgate_bin();
     let unit = std::fs::read_to_string(repo().join("systemd/vgate.service"))
@@ -171,11 +167,7 @@ impl Drop for Ns {
 
 #[test]
 fn nic_setup_dry_run_then_real_run_on_veth() {
-    require!(
-        "nic_setup_dry_run_then_real_run_on_veth",
-        true,
-        &[("ip", "iproute2"), ("ethtool", "ethtool")],
-    );
+    require!(true, &[("ip", "iproute2"), ("ethtool", "ethtool")]);
     let ns = Ns::new();
     let script = repo().join("scripts/nic-setup.sh");
     let script = script.to_str().unwrap();
@@ -230,11 +222,7 @@ fn nic_setup_dry_run_then_real_run_on_veth() {
 
 #[test]
 fn stats_in_a_terminal_shows_live_rates() {
-    require!(
-        "stats_in_a_terminal_shows_live_rates",
-        false,
-        &[("tmux", "tmux")],
-    );
+    require!(false, &[("tmux", "tmux")]);
     let net = 12;
     let cfg = common::vgate::loopback_with(net, 9942, 1000, &[], &[])
         + &format!(

@@ -99,24 +99,20 @@ fn kill9_and_restart(mode: &str) {
 
 #[test]
 fn kill9_during_traffic_tnapi_restarts_clean() {
-    require!("kill9_during_traffic_tnapi_restarts_clean", true, NEEDS);
+    require!(true, NEEDS);
     kill9_and_restart("tnapi");
 }
 
 #[test]
 fn kill9_during_traffic_stack_restarts_clean() {
-    require!("kill9_during_traffic_stack_restarts_clean", true, NEEDS);
+    require!(true, NEEDS);
     kill9_and_restart("stack");
 }
 
 /// SIGSTOP during a burst: the socket's receive queue overflows; vgate counts it.
 #[test]
 fn receive_overflow_is_counted_in_totals_and_metrics() {
-    require!(
-        "receive_overflow_is_counted_in_totals_and_metrics",
-        true,
-        NEEDS,
-    );
+    require!(true, NEEDS);
     let bed = Bed::up(1);
     let g_ns = bed.get("G_NS").to_owned();
     let cfg = config(&bed, "stack", 100, "strict", &stream_routes(&bed, 1));

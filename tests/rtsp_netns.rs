@@ -884,11 +884,7 @@ fn mismatched_server(ns: String, addr: String, stop: Arc<std::sync::atomic::Atom
 #[test]
 fn unbridgeable_transport_is_refused_promptly_never_hung() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    require!(
-        "unbridgeable_transport_is_refused_promptly_never_hung",
-        true,
-        &[("ip", "iproute2")],
-    );
+    require!(true, &[("ip", "iproute2")]);
     let mut rig = Rig::up_with(None, &simple_route(""));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Stops the fake server whatever happens below.

@@ -42,11 +42,7 @@ fn now_ns() -> u64 {
 #[test]
 #[ignore = "benchmark: scripts/bench-split.sh"]
 fn split_loss_and_fec() {
-    require!(
-        "split_loss_and_fec",
-        true,
-        &[("ip", "iproute2"), ("nft", "nftables")],
-    );
+    require!(true, &[("ip", "iproute2"), ("nft", "nftables")]);
     let losses: Vec<u32> = env_or("SPLIT_BENCH_LOSS", "1 10 50")
         .split_whitespace()
         .map(|v| v.parse().unwrap())
@@ -183,11 +179,7 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
 #[test]
 #[ignore = "benchmark: scripts/bench-split.sh --tx"]
 fn split_link_tx_families() {
-    require!(
-        "split_link_tx_families",
-        true,
-        &[("ip", "iproute2"), ("nft", "nftables")],
-    );
+    require!(true, &[("ip", "iproute2"), ("nft", "nftables")]);
     let rates: Vec<u32> = env_or("SPLIT_BENCH_PPS", "10000 30000")
         .split_whitespace()
         .map(|v| v.parse().unwrap())

@@ -127,11 +127,7 @@ fn exec_reload(config: &Path) -> Vec<String> {
 fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config() {
     // Stopping a thread of another process needs ptrace rights: root (or a parent under
     // Yama scope 1, which the `env` wrapper is not).
-    require!(
-        "ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config",
-        true,
-        &[("env", "coreutils")],
-    );
+    require!(true, &[("env", "coreutils")]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let notify = Notify {

@@ -28,8 +28,7 @@ mod common;
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::proc::run_ok;
@@ -97,7 +96,7 @@ fn admin_get(ns: &str, port: u16, path: &str) -> serde_json::Value {
 
 #[test]
 fn xdp_relays_every_packet_once_in_the_kernel() {
-    require!("xdp_relays_every_packet_once_in_the_kernel", true, NEEDS);
+    require!(true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let control = 9951;
@@ -108,18 +107,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
     );
     assert_eq!(xdp_links(&g_ns).len(), 2, "a program on each interface");
     let (xmit_before, _) = fast_xmit(&bed);
-    let done = Arc::new(AtomicBool::new(false));
-    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
-    let tx = sender(
-        bed.get("A_NS").into(),
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        STREAMS,
-        PER_STREAM,
-    );
-    let sent = tx.join().expect("sender");
-    done.store(true, Relaxed);
-    let got = rx.join().expect("receiver");
+    let (sent, got) = relay_across(&bed, STREAMS, PER_STREAM);
     let (xmit, xmit_err) = fast_xmit(&bed);
     let fast = xmit - xmit_before;
     // Counters are polled every 100 ms; the receiver waited 500 ms of silence.
@@ -137,17 +125,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
         fast * 2 > u64::from(sent),
         "the kernel forwarded most packets: {fast} of {sent}"
     );
-    assert_eq!(
-        totals.channel("forward", "tx_packets"),
-        u64::from(sent),
-        "{raw}"
-    );
-    assert!(
-        !totals.channels["forward"]
-            .keys()
-            .any(|k| k.starts_with("drop_")),
-        "no drops: {raw}"
-    );
+    totals.assert_forwarded_all(sent);
     let list = routes["routes"].as_array().expect("routes");
     assert_eq!(list.len(), STREAMS as usize);
     for r in list {
@@ -167,7 +145,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
 /// process.
 #[test]
 fn xdp_leaves_nothing_after_kill_9() {
-    require!("xdp_leaves_nothing_after_kill_9", true, NEEDS);
+    require!(true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let vg = Vgate::start_with(
@@ -239,7 +217,7 @@ fn tracepoint_programs(engine: &str) -> Vec<u32> {
 /// delivered and counted sent, or counted `redirect_failed`.
 #[test]
 fn xdp_counts_redirects_the_egress_refuses() {
-    require!("xdp_counts_redirects_the_egress_refuses", true, NEEDS);
+    require!(true, NEEDS);
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec};
     use vgate::stats::DropReason;
@@ -377,11 +355,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
 /// forward again; the route counters equal what the sinks received.
 #[test]
 fn xdp_route_changes_take_effect_while_traffic_flows() {
-    require!(
-        "xdp_route_changes_take_effect_while_traffic_flows",
-        true,
-        NEEDS,
-    );
+    require!(true, NEEDS);
     use vgate::routes::Channel;
 
     let bed = xdp_bed();
@@ -597,13 +571,12 @@ fn send_frames(bed: &Bed, frames: &[Vec<u8>]) {
 #[test]
 fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
     require!(
-        "xdp_passes_what_it_cannot_forward_to_the_slow_path",
         true,
         &[
             ("ip", "iproute2"),
             ("ethtool", "ethtool"),
             ("python3", "python3"),
-        ],
+        ]
     );
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec, SessionKind};
@@ -834,11 +807,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
 /// gateway's A address and the route's egress port, redirected into the A-side veth.
 #[test]
 fn xdp_forwards_the_reverse_channel_in_the_kernel() {
-    require!(
-        "xdp_forwards_the_reverse_channel_in_the_kernel",
-        true,
-        NEEDS,
-    );
+    require!(true, NEEDS);
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::RouteSpec;
     const COUNT: u32 = 200;

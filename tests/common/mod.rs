@@ -86,7 +86,8 @@ pub fn prerequisites(test: &str, root: bool, commands: &[(&str, &str)]) -> bool 
 }
 
 /// `return`s from the test unless [`prerequisites`]`(test, root, commands)` holds (which
-/// said why it did not run, or failed under `CI=true`).
+/// said why it did not run, or failed under `CI=true`). Without `test`, the name is the
+/// enclosing function's ([`fn_name!`]).
 #[macro_export]
 macro_rules! require {
     ($test:expr, $root:expr, $commands:expr $(,)?) => {
@@ -94,6 +95,23 @@ macro_rules! require {
             return;
         }
     };
+    ($root:expr, $commands:expr $(,)?) => {
+        $crate::require!($crate::fn_name!(), $root, $commands)
+    };
+}
+
+/// The name of the enclosing function (a test's name), as a `&'static str`.
+#[macro_export]
+macro_rules! fn_name {
+    () => {{
+        fn f() {}
+        fn name_of<T>(_: T) -> &'static str {
+            std::any::type_name::<T>()
+        }
+        let path = name_of(f);
+        let path = path.strip_suffix("::f").unwrap_or(path);
+        path.rsplit("::").next().unwrap_or(path)
+    }};
 }
 
 /// The one rule for a test that cannot run here (`why`: what is missing): under `CI=true`

@@ -380,6 +380,8 @@ pub struct RouteChanges<'g> {
     pub gw: &'g vgate::gateway::Gateway,
     pub sinks: Sinks,
     pub session: vgate::routes::SessionId,
+    /// The gateway's workers when the scenario started.
+    pub workers: Vec<Arc<vgate::channel::WorkerStats>>,
     stop: Arc<AtomicBool>,
     senders: Option<JoinHandle<()>>,
     dest: Ipv4Addr,
@@ -410,6 +412,7 @@ impl<'g> RouteChanges<'g> {
             gw,
             sinks,
             session,
+            workers: gw.worker_stats(),
             stop,
             senders: Some(senders),
             dest: b_ip,
@@ -461,6 +464,33 @@ impl<'g> RouteChanges<'g> {
         self.stop_senders();
         self.sinks.finish();
     }
+
+    /// Waits `settle`, then checks route 0's sink got nothing: no route forwards yet.
+    pub fn assert_nothing_before_a_route(&self, settle: Duration) {
+        std::thread::sleep(settle);
+        assert_eq!(
+            self.sinks.count(0),
+            0,
+            "nothing forwarded before a route exists"
+        );
+    }
+
+    /// The end of the scenario: route 0 added back forwards again, route 1 on ports opened
+    /// now (a new egress socket) starts while route 0 goes on; then [`RouteChanges::finish`]
+    /// and no worker restarted or stopped.
+    pub fn readd_add_second_and_finish(self) {
+        self.add_first();
+        self.wait_growth(0, 50);
+        self.add_second();
+        self.wait_growth(1, 50);
+        self.wait_growth(0, 20);
+        let workers = self.workers.clone();
+        self.finish();
+        assert!(
+            workers.iter().all(|w| !w.exited.load(Relaxed)),
+            "no worker restarted or stopped"
+        );
+    }
 }
 
 /// The links in namespace `ns` that carry an XDP program.
@@ -483,6 +513,91 @@ pub fn assert_no_xdp_left(ns: &str) {
         "nothing left: {:?}",
         xdp_links(ns)
     );
+}
+
+/// Numbered traffic across the bed: [`bed_receiver`]s in B, then a [`sender`] in A
+/// (`per_stream` packets on each of `streams` streams to the gateway's A address). What was
+/// sent, and what arrived once the receivers went quiet.
+pub fn relay_across(bed: &Bed, streams: u32, per_stream: u32) -> (u32, Received) {
+    let done = Arc::new(AtomicBool::new(false));
+    let rx = bed_receiver(bed, streams, Arc::clone(&done));
+    let t0 = Instant::now();
+    let tx = sender(
+        bed.get("A_NS").to_owned(),
+        bed.ip("A_IP"),
+        bed.ip("GA_IP"),
+        streams,
+        per_stream,
+    );
+    let sent = tx.join().expect("sender");
+    eprintln!("sent {sent} in {:?}", t0.elapsed());
+    done.store(true, Relaxed);
+    (sent, rx.join().expect("receiver"))
+}
+
+/// The checks of a [`relay_across`] run of `per_stream` packets on each of `streams` routes
+/// `s0…` (the [`config`] routes), from the totals of `vgate run`: all sent, each delivered
+/// exactly once; the forward channel sent them all and dropped none; every route forwarded
+/// its packets and lost none; where there are two queues, at least two workers forwarded
+/// (`test` names the run when that part cannot be checked).
+pub fn check_relay(
+    test: &str,
+    totals: &super::vgate::Totals,
+    (sent, got): (u32, &Received),
+    streams: u32,
+    per_stream: u32,
+) {
+    use super::vgate::{kv, num};
+    let raw = &totals.raw;
+    assert_eq!(sent, streams * per_stream);
+    check_delivery(got, per_stream);
+    totals.assert_forwarded_all(sent);
+    let busy_workers = raw
+        .lines()
+        .filter(|l| l.starts_with("worker_channel ") && l.contains("channel=forward"))
+        .map(kv)
+        .filter(|m| num(m, "tx_packets") > 0)
+        .count();
+    if queues() >= 2 {
+        assert!(busy_workers >= 2, "at least two queues worked: {raw}");
+    } else {
+        super::part_did_not_run(test, "one CPU: whether two queues both worked");
+    }
+    assert_eq!(totals.routes.len(), streams as usize, "{raw}");
+    for i in 0..streams {
+        let name = format!("s{i}");
+        assert_eq!(
+            totals.route(&name, "tx_packets"),
+            u64::from(per_stream),
+            "{raw}"
+        );
+        assert_eq!(totals.route(&name, "rtp_lost"), 0, "{raw}");
+    }
+}
+
+/// Why the gateway refuses to start on `cfg` changed by `change` (panics if it starts).
+pub fn start_error(
+    cfg: &vgate::config::Config,
+    change: impl FnOnce(&mut vgate::config::Config),
+) -> String {
+    let mut c = cfg.clone();
+    change(&mut c);
+    vgate::gateway::Gateway::start(c, None)
+        .err()
+        .expect("the gateway refuses this config")
+        .to_string()
+}
+
+/// For [`start_error`]: domain A on an interface that does not exist (`vgnosuch0`).
+pub fn no_such_interface(c: &mut vgate::config::Config) {
+    c.domains[0].interface = "vgnosuch0".into();
+}
+
+/// For [`start_error`]: domain A on `lo` (one RX queue) with two queues on CPUs 0 and 1.
+pub fn more_queues_than_lo_has(c: &mut vgate::config::Config) {
+    c.domains[0].interface = "lo".into();
+    c.engine.queues = 2;
+    c.engine.cpus = vec![0, 1];
 }
 
 /// [`receiver`] for `streams` streams on the bed (`B_IP` in `B_NS`, from `GB_IP`), bound

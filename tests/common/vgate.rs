@@ -418,6 +418,23 @@ impl Totals {
         c.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
     }
 
+    /// Panics unless the forward channel's totals say `sent` packets left and no drop of any
+    /// reason was counted.
+    pub fn assert_forwarded_all(&self, sent: u32) {
+        let raw = &self.raw;
+        assert_eq!(
+            self.channel("forward", "tx_packets"),
+            u64::from(sent),
+            "{raw}"
+        );
+        assert!(
+            !self.channels["forward"]
+                .keys()
+                .any(|k| k.starts_with("drop_")),
+            "no drops: {raw}"
+        );
+    }
+
     /// Panics unless the totals say no session, route or port was left (`who` names the
     /// process in the message).
     pub fn assert_nothing_left(&self, who: &str) {
