@@ -75,18 +75,11 @@ fn noroute_in_kernel(ns: &str) -> Option<u64> {
     packets
 }
 
-#[test]
-fn afxdp_relays_every_packet_once_over_the_queues() {
-    require!(true, NEEDS);
-    relay_run("xdp");
-}
-
-/// The same with egress through the gateway-port sockets (`sendmmsg`).
-#[test]
-fn afxdp_relays_through_sockets_too() {
-    require!(true, NEEDS);
-    relay_run("sockets");
-}
+tests_of!(relay_run, true, NEEDS;
+    afxdp_relays_every_packet_once_over_the_queues => "xdp",
+    /// The same with egress through the gateway-port sockets (`sendmmsg`).
+    afxdp_relays_through_sockets_too => "sockets",
+);
 
 /// One run of `vgate run --mode zc` with egress `tx_path` (`VGATE_AFXDP_TX`).
 fn relay_run(tx_path: &str) {

@@ -98,17 +98,10 @@ fn relay_run(mode: &str) {
     );
 }
 
-#[test]
-fn tnapi_relays_every_packet_once_over_the_queues() {
-    require!(true, NEEDS);
-    relay_run("tnapi");
-}
-
-#[test]
-fn stack_relays_every_packet_once_over_the_queues() {
-    require!(true, NEEDS);
-    relay_run("stack");
-}
+tests_of!(relay_run, true, NEEDS;
+    tnapi_relays_every_packet_once_over_the_queues => "tnapi",
+    stack_relays_every_packet_once_over_the_queues => "stack",
+);
 
 /// A crashed run's table (same config, so same name) is replaced, and removed at exit.
 #[test]

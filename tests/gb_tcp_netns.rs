@@ -202,12 +202,7 @@ fn gb_tcp_media_every_combination_both_ways() {
         return;
     };
     let (a_ns, b_ns, g_ns) = bed.namespaces();
-    let (a_ip, b_ip, ga_ip, gb_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-        bed.get("GB_IP").to_owned(),
-    );
+    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
     let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
     let mut combos = vec![
         (Side::Tcp("passive"), Side::Udp),

@@ -41,17 +41,7 @@ fn can_run(test: &str) -> bool {
 /// Static latch routes without an expected source: gateway port `A_PORTS + 2i` →
 /// `B_IP:SINK_PORTS + i`.
 fn latch_routes(bed: &Bed, n: u16) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"l{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\nsource_validation = \"latch\"\n",
-            A_PORTS + 2 * i,
-            bed.get("B_IP"),
-            SINK_PORTS + i,
-            B_PORTS + 2 * i,
-        ));
-    }
-    s
+    common::relay::stream_routes(bed, n, "l", |_| "source_validation = \"latch\"\n".into())
 }
 
 /// An RTP packet of stream `i` in `phase`, sequence `seq` (the SSRC says both).

@@ -97,17 +97,10 @@ fn kill9_and_restart(mode: &str) {
     assert!(num(&fwd, "tx_packets") > 0, "{totals}");
 }
 
-#[test]
-fn kill9_during_traffic_tnapi_restarts_clean() {
-    require!(true, NEEDS);
-    kill9_and_restart("tnapi");
-}
-
-#[test]
-fn kill9_during_traffic_stack_restarts_clean() {
-    require!(true, NEEDS);
-    kill9_and_restart("stack");
-}
+tests_of!(kill9_and_restart, true, NEEDS;
+    kill9_during_traffic_tnapi_restarts_clean => "tnapi",
+    kill9_during_traffic_stack_restarts_clean => "stack",
+);
 
 /// SIGSTOP during a burst: the socket's receive queue overflows; vgate counts it.
 #[test]

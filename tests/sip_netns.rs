@@ -101,12 +101,7 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
         bed.get("G_NS").to_owned(),
         bed.get("B_NS").to_owned(),
     );
-    let (a_ip, b_ip, ga_ip, gb_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-        bed.get("GB_IP").to_owned(),
-    );
+    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
 
     let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
 
@@ -282,12 +277,7 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
         bed.get("G_NS").to_owned(),
         bed.get("B_NS").to_owned(),
     );
-    let (a_ip, b_ip, ga_ip, gb_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-        bed.get("GB_IP").to_owned(),
-    );
+    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
     let vgate = Vgate::start_in(&g_ns, &tcp_config(&bed), &[]);
     let keep_logs = format!("logs in {}", dir.path().display());
 

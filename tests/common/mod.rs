@@ -100,6 +100,22 @@ macro_rules! require {
     };
 }
 
+/// One test per line, each `require!(root, needs)` then `run(arg)`: a scenario run for each
+/// mode (`name => arg`, doc comments and attributes allowed before a name).
+#[macro_export]
+macro_rules! tests_of {
+    ($run:ident, $root:expr, $needs:expr; $($(#[$m:meta])* $name:ident => $arg:expr),+ $(,)?) => {
+        $(
+            $(#[$m])*
+            #[test]
+            fn $name() {
+                $crate::require!($root, $needs);
+                $run($arg);
+            }
+        )+
+    };
+}
+
 /// The name of the enclosing function (a test's name), as a `&'static str`.
 #[macro_export]
 macro_rules! fn_name {
@@ -262,6 +278,11 @@ impl Bed {
 
     pub fn ip(&self, key: &str) -> Ipv4Addr {
         self.get(key).parse().expect("an IPv4 address")
+    }
+
+    /// The peers' and the gateway's addresses, as text: `[A_IP, B_IP, GA_IP, GB_IP]`.
+    pub fn addresses(&self) -> [String; 4] {
+        ["A_IP", "B_IP", "GA_IP", "GB_IP"].map(|k| self.get(k).to_owned())
     }
 
     /// The start of a config for the gateway on this bed (see [`BedConfig`]); the sections a

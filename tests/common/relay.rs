@@ -27,23 +27,57 @@ pub fn queues() -> usize {
 
 pub fn config(bed: &Bed, mode: &str, streams: u32, control_port: u16) -> String {
     let control = format!("127.0.0.1:{control_port}");
-    let mut s = bed.config(BedConfig {
+    let s = bed.config(BedConfig {
         mode,
         queues: queues(),
         policy: "latch",
         control: &control,
         ..Default::default()
     });
-    for i in 0..streams {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n",
-            A_PORTS + 2 * i as u16,
-            bed.get("B_IP"),
-            SINK_PORTS + i as u16,
-            B_PORTS + 2 * i as u16,
-        ));
+    s + &stream_routes(bed, streams as u16, "s", |_| String::new())
+}
+
+/// `n` static routes A→B named `{prefix}{i}`: gateway port `A_PORTS + 2i` in A to
+/// `B_IP:SINK_PORTS + i`, leaving from `B_PORTS + 2i`; `extra(i)`: route `i`'s further lines.
+pub fn stream_routes(bed: &Bed, n: u16, prefix: &str, extra: impl Fn(u16) -> String) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "[[stream_route]]\nname = \"{prefix}{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n{}",
+                A_PORTS + 2 * i,
+                bed.get("B_IP"),
+                SINK_PORTS + i,
+                B_PORTS + 2 * i,
+                extra(i)
+            )
+        })
+        .collect()
+}
+
+/// `n` sockets bound to `addr:SINK_PORTS + i`, not blocking.
+pub fn sink_sockets(addr: Ipv4Addr, n: u16) -> Vec<UdpSocket> {
+    (0..n)
+        .map(|i| {
+            let s = UdpSocket::bind((addr, SINK_PORTS + i))
+                .unwrap_or_else(|e| panic!("bind sink {addr}:{}: {e}", SINK_PORTS + i));
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect()
+}
+
+/// Notes in `problems` (20 at most) a datagram sink `i` got from `from` if it did not come
+/// from the gateway's `gateway:B_PORTS + 2i`.
+pub fn note_wrong_source(
+    problems: &mut Vec<String>,
+    i: usize,
+    from: std::net::SocketAddr,
+    gateway: Ipv4Addr,
+) {
+    let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
+    if from != want.into() && problems.len() < 20 {
+        problems.push(format!("stream {i}: from {from}, want {want}"));
     }
-    s
 }
 
 /// An RTP packet of stream `i`, sequence `seq`, padded to [`PAYLOAD`] bytes.
@@ -114,14 +148,7 @@ pub fn receiver(
 ) -> JoinHandle<Received> {
     std::thread::spawn(move || {
         enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-        let socks: Vec<UdpSocket> = (0..streams)
-            .map(|i| {
-                let s = UdpSocket::bind(SocketAddrV4::new(addr, SINK_PORTS + i as u16))
-                    .expect("bind receiver");
-                s.set_nonblocking(true).unwrap();
-                s
-            })
-            .collect();
+        let socks = sink_sockets(addr, streams as u16);
         let _ = ready.send(());
         let mut r = Received {
             per_stream: vec![Vec::new(); streams as usize],
@@ -136,11 +163,7 @@ pub fn receiver(
             for (i, s) in socks.iter().enumerate() {
                 while let Ok((n, from)) = s.recv_from(&mut buf) {
                     any = true;
-                    let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
-                    if from != want.into() && r.problems.len() < 20 {
-                        r.problems
-                            .push(format!("stream {i}: from {from}, want {want}"));
-                    }
+                    note_wrong_source(&mut r.problems, i, from, gateway);
                     match parse_packet(&buf[..n]) {
                         Some((id, seq)) if id == i as u32 => r.per_stream[i].push(seq),
                         other => {
@@ -229,13 +252,7 @@ impl Sinks {
             let (counts, stop, seqs) = (Arc::clone(&counts), Arc::clone(&stop), Arc::clone(&seqs));
             std::thread::spawn(move || {
                 enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-                let socks: Vec<UdpSocket> = (0..n)
-                    .map(|i| {
-                        let s = UdpSocket::bind((addr, SINK_PORTS + i)).expect("bind sink");
-                        s.set_nonblocking(true).unwrap();
-                        s
-                    })
-                    .collect();
+                let socks = sink_sockets(addr, n);
                 let _ = ready_tx.send(());
                 let mut problems = Vec::new();
                 let mut buf = [0u8; 2048];
@@ -244,10 +261,7 @@ impl Sinks {
                     for (i, s) in socks.iter().enumerate() {
                         while let Ok((n, from)) = s.recv_from(&mut buf) {
                             any = true;
-                            let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
-                            if from != want.into() && problems.len() < 20 {
-                                problems.push(format!("sink {i}: from {from}, want {want}"));
-                            }
+                            note_wrong_source(&mut problems, i, from, gateway);
                             match parse_packet(&buf[..n]) {
                                 Some((id, seq)) if id == i as u32 => {
                                     seqs.lock().unwrap()[i].push(seq)

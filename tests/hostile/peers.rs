@@ -15,11 +15,10 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{enter_netns, Bed, BedConfig};
+use crate::common::{enter_netns, relay, Bed, BedConfig};
 
-pub const A_PORTS: u16 = 20000;
-pub const B_PORTS: u16 = 30000;
-pub const SINK_PORTS: u16 = 40000;
+#[allow(unused_imports)]
+pub use crate::common::relay::{A_PORTS, B_PORTS, SINK_PORTS};
 pub const SRC_PORTS: u16 = 41000;
 pub const RTP_LEN: usize = 172;
 pub const PY: &str = "/usr/bin/python3";
@@ -66,19 +65,10 @@ pub fn config(bed: &Bed, mode: &str, ports: u16, policy: &str, extra: &str) -> S
 /// Static routes A→B for `n` streams: gateway port `A_PORTS + 2i` → `B_IP:SINK_PORTS + i`,
 /// expected source `A_IP:SRC_PORTS + i`.
 pub fn stream_routes(bed: &Bed, n: u16) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\nexpect_source = \"{}:{}\"\n",
-            A_PORTS + 2 * i,
-            bed.get("B_IP"),
-            SINK_PORTS + i,
-            B_PORTS + 2 * i,
-            bed.get("A_IP"),
-            SRC_PORTS + i,
-        ));
-    }
-    s
+    let a_ip = bed.get("A_IP");
+    relay::stream_routes(bed, n, "s", |i| {
+        format!("expect_source = \"{a_ip}:{}\"\n", SRC_PORTS + i)
+    })
 }
 
 /// An RTP packet of stream `i`, sequence `seq`.
@@ -153,14 +143,10 @@ impl Streams {
             );
             std::thread::spawn(move || {
                 enter_netns(&b_ns).unwrap();
-                let socks: Vec<UdpSocket> = (0..n)
-                    .map(|i| {
-                        let s = UdpSocket::bind((b_ip, SINK_PORTS + i)).expect("bind sink");
-                        s.set_nonblocking(true).unwrap();
-                        set_rcvbuf(&s, 4 << 20);
-                        s
-                    })
-                    .collect();
+                let socks = relay::sink_sockets(b_ip, n);
+                for s in &socks {
+                    set_rcvbuf(s, 4 << 20);
+                }
                 let _ = ready_tx.send(());
                 let mut seqs = vec![Vec::new(); n as usize];
                 let mut problems = Vec::new();
@@ -172,10 +158,7 @@ impl Streams {
                     for (i, s) in socks.iter().enumerate() {
                         while let Ok((len, from)) = s.recv_from(&mut buf) {
                             any = true;
-                            let want = SocketAddrV4::new(gb_ip, B_PORTS + 2 * i as u16);
-                            if from != want.into() && problems.len() < 20 {
-                                problems.push(format!("stream {i}: from {from}, want {want}"));
-                            }
+                            relay::note_wrong_source(&mut problems, i, from, gb_ip);
                             if len != RTP_LEN || buf[12..16] != (i as u32).to_be_bytes() {
                                 if problems.len() < 20 {
                                     problems.push(format!(
