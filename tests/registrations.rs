@@ -17,17 +17,14 @@ const DEVICE: &str = "34020000001320000001";
 
 fn config() -> String {
     common::vgate::loopback_config(NET, &[3], &[4])
-        + &format!(
-            r#"[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "a"
-listen_port = 5060
-upstream = "127.0.{NET}.4:5070"
-trace = true
-"#
+        + &common::signaling_route(
+            "gb",
+            "sip",
+            "udp",
+            ("a", 5060),
+            &format!("127.0.{NET}.4:5070"),
         )
+        + "trace = true\n"
 }
 
 fn register(dev: &UdpSocket, expires: u32, cseq: u32) -> Vec<u8> {

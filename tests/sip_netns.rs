@@ -34,21 +34,11 @@ fn config(bed: &Bed) -> String {
         mode: &mode,
         ..Default::default()
     });
+    let upstream = format!("{}:5070", bed.get("B_IP"));
     head + &sipp::gb_b2a_route(bed, "")
-        + &format!(
-            r#"
-[[signaling_route]]
-name = "a2b"
-type = "sip"
-transport = "udp"
-listen_domain = "a"
-listen_port = 5060
-upstream = "{b_ip}:5070"
-upstream_port = 5061
-allow_ids = ["3402000000"]
-"#,
-            b_ip = bed.get("B_IP"),
-        )
+        + "\n"
+        + &common::signaling_route("a2b", "sip", "udp", ("a", 5060), &upstream)
+        + "upstream_port = 5061\nallow_ids = [\"3402000000\"]\n"
 }
 
 /// Sends `msg` from `from` to `to` inside the current namespace and returns the first line

@@ -54,6 +54,21 @@ macro_rules! offline_config {
     };
 }
 
+/// The head of a `[[signaling_route]]` section: route `name` of `kind` (`sip`, `rtsp`) over
+/// `transport`, listening in domain `listen.0` on port `listen.1`, to `upstream`. The route's
+/// further keys go right after it.
+pub fn signaling_route(
+    name: &str,
+    kind: &str,
+    transport: &str,
+    (domain, port): (&str, u16),
+    upstream: &str,
+) -> String {
+    format!(
+        "[[signaling_route]]\nname = \"{name}\"\ntype = \"{kind}\"\ntransport = \"{transport}\"\nlisten_domain = \"{domain}\"\nlisten_port = {port}\nupstream = \"{upstream}\"\n"
+    )
+}
+
 /// Whether `cmd` is on PATH (or in /usr/sbin, /sbin, where root's tools live).
 pub fn on_path(cmd: &str) -> bool {
     std::env::var_os("PATH")

@@ -69,15 +69,12 @@ listen = "127.0.{net}.1:{control}"
 /// address (`127.0.NET.2:5060`), the device side is `127.0.NET.1:5070`. Keys a test adds
 /// right after it belong to the route.
 pub fn loopback_gb_route(net: u8) -> String {
-    format!(
-        r#"[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "127.0.{net}.1:5070"
-"#
+    super::signaling_route(
+        "gb",
+        "sip",
+        "udp",
+        ("b", 5060),
+        &format!("127.0.{net}.1:5070"),
     )
 }
 
