@@ -166,7 +166,7 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
     let ga_if = bed.get("GA_IF").to_owned();
-    let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
+    let cfg = parsed_config(&bed, "zc", 9941);
     let (stale, describe, no_iface, no_queue) = in_netns(&g_ns, move || {
         let stale = vgate::engine::afxdp::leave_stale_program(&ga_if).expect("stale program");
         let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("zc starts");
@@ -202,19 +202,18 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let addrs = addrs(&bed);
-    let ga_ip = addrs.1;
-    let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
+    let peers = Peers::of(&bed);
+    let ga_ip = peers.addrs.1;
+    let cfg = parsed_config(&bed, "zc", 9941);
     let gw_ns = g_ns.clone();
-    let raw_ns = namespaces.0.clone();
+    let raw_ns = peers.a_ns.clone();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");
         // From a route's installation to its first packet at the sink: the sender sends one
         // packet per route every ~1 ms, so this is the activation time plus at most that.
         // Measured here: 1–3 ms. The bound is generous for a loaded machine, but a route
         // that waits for anything periodic (a poll timeout, a refresh) fails it.
-        let rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let rc = RouteChanges::start(&gw, peers, Some(Duration::from_secs(1)));
         let workers = rc.workers.clone();
         let count = |i: usize| rc.sinks.count(i);
         // What the workers counted received on the forward channel (the XDP program takes

@@ -67,22 +67,21 @@ static TURN: Mutex<()> = Mutex::new(());
 
 /// `cmd` inside namespace `ns`, bounded by `timeout -s INT secs`, stdout (and stderr) piped.
 fn spawn_in(ns: &str, secs: u32, cmd: &[String]) -> Proc {
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "timeout",
-            "-s",
-            "INT",
-            &secs.to_string(),
-        ])
-        .args(cmd)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a command in a namespace");
-    Proc::new(child)
+    Proc::spawn(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "timeout",
+                "-s",
+                "INT",
+                &secs.to_string(),
+            ])
+            .args(cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    )
 }
 
 /// UDP sockets bound in `ns` on the sink ports.

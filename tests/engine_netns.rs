@@ -109,7 +109,7 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
     require!(true, NEEDS);
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
+    let cfg = parsed_config(&bed, "tnapi", 9940);
     let table = format!("vgate_{}", vgate::engine::tnapi::instance_name(&cfg));
     let st = Command::new("ip")
         .args([
@@ -175,13 +175,12 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
 
     let bed = Bed::up(4);
     let g_ns = bed.get("G_NS").to_owned();
-    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let addrs = addrs(&bed);
-    let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
+    let peers = Peers::of(&bed);
+    let cfg = parsed_config(&bed, "tnapi", 9940);
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("tnapi starts");
         // One sender per gateway port, 1 packet per ms each, until stopped.
-        let rc = RouteChanges::start(&gw, namespaces, addrs, None);
+        let rc = RouteChanges::start(&gw, peers, None);
         let count = |i: usize| rc.sinks.count(i);
         rc.assert_nothing_before_a_route(Duration::from_millis(100));
         rc.add_first();

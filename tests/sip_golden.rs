@@ -609,14 +609,15 @@ fn operator_ends_a_call_with_bye_to_both_sides() {
         .filter(|m| m.starts_with("BYE "))
         .collect();
     assert_eq!(byes.len(), 2, "one BYE to each side: {outs:?}");
-    assert!(
-        byes.iter().any(|b| b.contains("10.1.0.9")),
-        "BYE to the camera in A: {byes:?}"
-    );
-    assert!(
-        byes.iter().any(|b| b.contains("10.2.0.50")),
-        "BYE to the platform in B: {byes:?}"
-    );
+    for (to, what) in [
+        ("10.1.0.9", "the camera in A"),
+        ("10.2.0.50", "the platform in B"),
+    ] {
+        assert!(
+            byes.iter().any(|b| b.contains(to)),
+            "BYE to {what}: {byes:?}"
+        );
+    }
     assert!(t.routes.sessions().is_empty());
     assert!(t.routes.routes().is_empty());
 }

@@ -16,12 +16,22 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::time::Duration;
 
 use common::split::{
-    half_config, half_config_mode, link_totals, receive_numbered, route, send_numbered, start_half,
-    SplitBed, FACE_A, FACE_B, FWD_PORT,
+    cam_routes, half_config, half_config_mode, link_totals, receive_numbered, route, send_numbered,
+    start_half, SplitBed, FACE_A, FACE_B, FWD_PORT,
 };
 use common::vgate::Totals;
 
 const LEN: usize = 1200;
+
+/// What a receiving link half may drop, and must not have here.
+const IN_LINK_DROPS: &[&str] = &[
+    "drop_garbage",
+    "drop_truncated",
+    "drop_bad_version",
+    "drop_bad_fec",
+    "drop_unknown_port",
+    "drop_foreign_source",
+];
 
 fn ready(test: &str) -> bool {
     common::prerequisites(test, true, &[("ip", "iproute2"), ("nft", "nftables")])
@@ -30,41 +40,29 @@ fn ready(test: &str) -> bool {
 /// Half A: camera (domain a, port 20000) → half B's gateway port 21000; talkback from half
 /// B (link face port 33000) → the sink in domain a.
 fn routes_a(bed: &SplitBed) -> String {
-    route(
-        "cam",
-        "a",
-        20000,
-        &format!("{FACE_B}:21000"),
-        30000,
-        &format!("{}:5000", bed.get("DA_IP")),
-    ) + &route(
-        "talk",
-        "b",
-        33000,
-        &format!("{}:5002", bed.get("DA_IP")),
-        20002,
-        &format!("{FACE_B}:22000"),
-    )
+    cam_routes(bed).0
+        + &route(
+            "talk",
+            "b",
+            33000,
+            &format!("{}:5002", bed.get("DA_IP")),
+            20002,
+            &format!("{FACE_B}:22000"),
+        )
 }
 
 /// Half B: half A's camera (link face port 21000) → the viewer; the viewer's talkback
 /// (domain b, port 32000) → half A's gateway port 33000.
 fn routes_b(bed: &SplitBed) -> String {
-    route(
-        "cam",
-        "a",
-        21000,
-        &format!("{}:6000", bed.get("DB_IP")),
-        30000,
-        &format!("{FACE_A}:30000"),
-    ) + &route(
-        "talk",
-        "b",
-        32000,
-        &format!("{FACE_A}:33000"),
-        22000,
-        &format!("{}:6002", bed.get("DB_IP")),
-    )
+    cam_routes(bed).1
+        + &route(
+            "talk",
+            "b",
+            32000,
+            &format!("{FACE_A}:33000"),
+            22000,
+            &format!("{}:6002", bed.get("DB_IP")),
+        )
 }
 
 /// How a mode sends its outgoing link (`tx=` in the totals, `out_link.tx` in the stats).
@@ -363,16 +361,7 @@ fn streams_in_mode(mode: &str, queues: usize) {
     }
     for (name, l) in [("a in", &a_in), ("b in", &b_in)] {
         assert_eq!(l["lost"], 0, "{name}: {l:?}");
-        for k in [
-            "drop_garbage",
-            "drop_truncated",
-            "drop_bad_version",
-            "drop_bad_fec",
-            "drop_unknown_port",
-            "drop_foreign_source",
-        ] {
-            assert_eq!(l[k], 0, "{name} {k}");
-        }
+        common::split::assert_zero(l, IN_LINK_DROPS, name);
     }
     // Half A forwarded every camera datagram into the link (data frames = datagrams).
     assert_eq!(ta.route("cam", "tx_packets"), fwd_sent);

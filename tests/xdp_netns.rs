@@ -227,7 +227,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
     let g_ns = bed.get("G_NS").to_owned();
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
     let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
-    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9956), "test").unwrap();
+    let cfg = parsed_config(&bed, "xdp", 9956);
     let gw = gateway_with_route(
         &g_ns,
         cfg,
@@ -360,16 +360,15 @@ fn xdp_route_changes_take_effect_while_traffic_flows() {
 
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
-    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let addrs = addrs(&bed);
-    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9953), "test").unwrap();
+    let peers = Peers::of(&bed);
+    let cfg = parsed_config(&bed, "xdp", 9953);
     let (g, gb_if) = (g_ns.clone(), bed.get("GB_IF").to_owned());
     let xmit = move || xmit_of(&g, &gb_if).0;
     let xmit_at_start = xmit();
     let xmit_outside = xmit.clone();
     let (gw_fast, sinks_total) = in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
-        let mut rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let mut rc = RouteChanges::start(&gw, peers, Some(Duration::from_secs(1)));
         let sinks = &rc.sinks;
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(sinks.count(0), 0, "nothing forwarded before a route exists");
@@ -585,7 +584,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let (gb_ip, b_ip, a_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"), bed.ip("A_IP"));
-    let mut cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9954), "test").unwrap();
+    let mut cfg = parsed_config(&bed, "xdp", 9954);
     cfg.engine.max_payload = 1000;
     let good = Frame {
         sport: 5000,
@@ -816,7 +815,7 @@ fn xdp_forwards_the_reverse_channel_in_the_kernel() {
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
     let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let (in_port, out_port) = (B_PORTS + 500, A_PORTS + 500);
-    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9955), "test").unwrap();
+    let cfg = parsed_config(&bed, "xdp", 9955);
     let gw = gateway_with_route(
         &g_ns,
         cfg,

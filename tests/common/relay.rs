@@ -25,6 +25,11 @@ pub fn queues() -> usize {
         .min(2)
 }
 
+/// [`config`] without routes, parsed (for a gateway started in process).
+pub fn parsed_config(bed: &Bed, mode: &str, control_port: u16) -> vgate::config::Config {
+    vgate::config::parse(&config(bed, mode, 0, control_port), "test").unwrap()
+}
+
 pub fn config(bed: &Bed, mode: &str, streams: u32, control_port: u16) -> String {
     let control = format!("127.0.0.1:{control_port}");
     let s = bed.config(BedConfig {
@@ -387,6 +392,26 @@ pub fn addrs(bed: &Bed) -> (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr) {
     )
 }
 
+/// Where [`RouteChanges`] runs its peers: the A and B namespaces and [`addrs`] of a bed.
+#[derive(Clone, Debug)]
+pub struct Peers {
+    pub a_ns: String,
+    pub b_ns: String,
+    /// (A_IP, GA_IP, GB_IP, B_IP).
+    pub addrs: (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr),
+}
+
+impl Peers {
+    pub fn of(bed: &Bed) -> Peers {
+        let (a_ns, b_ns, _) = bed.namespaces();
+        Peers {
+            a_ns,
+            b_ns,
+            addrs: addrs(bed),
+        }
+    }
+}
+
 /// The route-change scenario of the engine tests, run inside the gateway namespace with an
 /// in-process gateway: [`Sinks`] in B for routes 0 and 1, [`paced_senders`] in A to both
 /// ports, and an admin session holding route 0's ports (`A_PORTS`, `B_PORTS`).
@@ -403,16 +428,17 @@ pub struct RouteChanges<'g> {
 }
 
 impl<'g> RouteChanges<'g> {
-    /// Starts the sinks and senders (`bed` is [`addrs`] and the A and B namespaces) and
-    /// reserves route 0's ports; `first_within`: the bound on a route's first packet that
+    /// Starts the sinks and senders (in the namespaces of `peers`) and reserves route 0's
+    /// ports; `first_within`: the bound on a route's first packet that
     /// [`RouteChanges::wait_growth`] checks, if any. No route yet.
     pub fn start(
         gw: &'g vgate::gateway::Gateway,
-        (a_ns, b_ns): (String, String),
-        (a_ip, ga_ip, gb_ip, b_ip): (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr),
+        peers: Peers,
         first_within: Option<Duration>,
     ) -> RouteChanges<'g> {
         use vgate::config::DomainId;
+        let Peers { a_ns, b_ns, addrs } = peers;
+        let (a_ip, ga_ip, gb_ip, b_ip) = addrs;
         let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
         let stop = Arc::new(AtomicBool::new(false));
         let senders = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));

@@ -421,6 +421,14 @@ pub fn link_totals(raw: &str, name: &str) -> HashMap<String, u64> {
         .collect()
 }
 
+/// Panics unless each of the link counters `keys` (of [`link_totals`]) is 0; `what` names
+/// the link in the message.
+pub fn assert_zero(link: &HashMap<String, u64>, keys: &[&str], what: &str) {
+    for k in keys {
+        assert_eq!(link[*k], 0, "{what} {k}: {link:?}");
+    }
+}
+
 /// `GET path` on a half's admin interface (127.0.0.1:9940 inside its namespace): the body.
 pub fn admin_get(bed: &SplitBed, half: &str, path: &str) -> String {
     let ns = bed.get(if half == "a" { "HA_NS" } else { "HB_NS" });

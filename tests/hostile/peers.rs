@@ -283,15 +283,13 @@ pub fn set_rcvbuf(s: &UdpSocket, bytes: usize) {
 
 /// `udpgen.py` in namespace `ns` with `args`; returns the running generator.
 pub fn udpgen(ns: &str, args: &[&str]) -> Proc {
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns, "timeout", "300", PY])
-        .arg(helper("udpgen.py"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start udpgen.py");
-    Proc::new(child)
+    Proc::spawn(
+        Command::new("ip")
+            .args(["netns", "exec", ns, "timeout", "300", PY])
+            .arg(helper("udpgen.py"))
+            .args(args)
+            .stdout(Stdio::piped()),
+    )
 }
 
 /// Runs `udpgen.py` to completion; its `sent=` figure.
