@@ -24,6 +24,7 @@ use std::time::Duration;
 use common::relay::*;
 use common::vgate::Vgate;
 use common::{enter_netns, in_netns, Bed};
+use vgate::routes::Channel;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
 const STREAMS: u32 = 64;
@@ -83,8 +84,7 @@ tests_of!(relay_run, true, NEEDS;
 
 /// One run of `vgate run --mode zc` with egress `tx_path` (`VGATE_AFXDP_TX`).
 fn relay_run(tx_path: &str) {
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let a_ns = bed.get("A_NS").to_owned();
     // Domain A must resolve the gateway by ARP, through the XDP program.
     let st = Command::new("ip")
@@ -163,8 +163,7 @@ fn relay_run(tx_path: &str) {
 #[test]
 fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
     require!(true, NEEDS);
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let ga_if = bed.get("GA_IF").to_owned();
     let cfg = parsed_config(&bed, "zc", 9941);
     let (stale, describe, no_iface, no_queue) = in_netns(&g_ns, move || {
@@ -198,10 +197,7 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
 #[test]
 fn afxdp_route_changes_take_effect_while_traffic_flows() {
     require!(true, NEEDS);
-    use vgate::routes::Channel;
-
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let peers = Peers::of(&bed);
     let ga_ip = peers.addrs.1;
     let cfg = parsed_config(&bed, "zc", 9941);

@@ -362,8 +362,7 @@ fn soak() {
     let pps: u32 = count("VGATE_SOAK_PPS", 4000);
     let streams = count("VGATE_SOAK_STREAMS", 20) as u16;
     let mode = std::env::var("VGATE_SOAK_MODE").unwrap_or_else(|_| "stack".into());
-    let bed = Bed::up(2);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(2);
     let cfg = config(&bed, &mode, 200, "strict", &stream_routes(&bed, streams));
     let gw = Vgate::start_in(&g_ns, &cfg, &["--mode", &mode]);
     let pid = gw.pid();

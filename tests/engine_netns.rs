@@ -19,6 +19,7 @@ use std::time::Duration;
 use common::relay::*;
 use common::vgate::Vgate;
 use common::{in_netns, Bed};
+use vgate::routes::Channel;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
@@ -49,8 +50,7 @@ fn vgate_tables(ns: &str) -> Vec<String> {
 
 /// One full run of the binary in `mode` on a fresh bed.
 fn relay_run(mode: &str) {
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let noports_before = snmp_noports(&g_ns);
 
     let vg = Vgate::launch(&config(&bed, mode, STREAMS, 9940))
@@ -107,8 +107,7 @@ tests_of!(relay_run, true, NEEDS;
 #[test]
 fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
     require!(true, NEEDS);
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let cfg = parsed_config(&bed, "tnapi", 9940);
     let table = format!("vgate_{}", vgate::engine::tnapi::instance_name(&cfg));
     let st = Command::new("ip")
@@ -171,10 +170,7 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
 #[test]
 fn tnapi_route_changes_take_effect_while_traffic_flows() {
     require!(true, NEEDS);
-    use vgate::routes::Channel;
-
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let peers = Peers::of(&bed);
     let cfg = parsed_config(&bed, "tnapi", 9940);
     in_netns(&g_ns, move || {

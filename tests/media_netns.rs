@@ -169,8 +169,7 @@ fn latch_follows_restarted_senders_and_ignores_junk() {
     if !can_run("latch_follows_restarted_senders_and_ignores_junk") {
         return;
     }
-    let bed = Bed::up(1);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(1);
     let cfg = config(&bed, "stack", 400, "latch", &latch_routes(&bed, STREAMS));
     let gw = Vgate::start_in(&g_ns, &cfg, &[]);
     let sinks = Sinks::start(&bed);

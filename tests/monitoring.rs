@@ -71,21 +71,16 @@ fn families(scrape: &str) -> BTreeSet<String> {
 /// by `(`), not keywords, not label names or values (inside `{}`), not durations (`[5m]`),
 /// not grouping labels (`by (...)`) and not Grafana variables (`$__rate_interval`).
 fn metric_names(expr: &str) -> BTreeSet<String> {
-    const KEYWORDS: &[&str] = &[
+    /// The keywords a grouping label list follows, then the other keywords.
+    const GROUPING: &[&str] = &[
         "by",
         "without",
         "on",
         "ignoring",
         "group_left",
         "group_right",
-        "and",
-        "or",
-        "unless",
-        "bool",
-        "offset",
-        "inf",
-        "nan",
     ];
+    const KEYWORDS: &[&str] = &["and", "or", "unless", "bool", "offset", "inf", "nan"];
     let mut out = BTreeSet::new();
     let b = expr.as_bytes();
     let mut i = 0;
@@ -136,16 +131,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                     .collect();
                 let is_call = (j < b.len() && b[j] == b'(') || next == "by" || next == "without";
                 let lower = word.to_ascii_lowercase();
-                if [
-                    "by",
-                    "without",
-                    "on",
-                    "ignoring",
-                    "group_left",
-                    "group_right",
-                ]
-                .contains(&lower.as_str())
-                {
+                if GROUPING.contains(&lower.as_str()) {
                     after_grouping = true;
                     i = j;
                 } else if !is_call && !KEYWORDS.contains(&lower.as_str()) {

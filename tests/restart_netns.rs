@@ -37,8 +37,7 @@ tests_of!(kill9_and_restart, true, NEEDS;
 /// config: media resumes, a stale nft table is replaced (not doubled), nothing is left after
 /// a clean stop, and no packet was delivered twice.
 fn kill9_and_restart(mode: &str) {
-    let bed = Bed::up(2);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(2);
     let cfg = config(&bed, mode, 100, "strict", &stream_routes(&bed, 5));
     let gw = Vgate::start_in(&g_ns, &cfg, &["--mode", mode]);
     let streams = Streams::start(&bed, 5, 200, 0, Duration::from_secs(60));
@@ -109,8 +108,7 @@ fn kill9_and_restart(mode: &str) {
 #[test]
 fn receive_overflow_is_counted_in_totals_and_metrics() {
     require!(true, NEEDS);
-    let bed = Bed::up(1);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(1);
     let cfg = config(&bed, "stack", 100, "strict", &stream_routes(&bed, 1));
     let gw = Vgate::start_in(&g_ns, &cfg, &[]);
     gw.signal(nix::sys::signal::Signal::SIGSTOP);

@@ -35,6 +35,7 @@ use common::proc::run_ok;
 use common::relay::*;
 use common::vgate::Vgate;
 use common::{admin, enter_netns, in_netns, Bed};
+use vgate::routes::Channel;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -356,8 +357,6 @@ fn xdp_counts_redirects_the_egress_refuses() {
 #[test]
 fn xdp_route_changes_take_effect_while_traffic_flows() {
     require!(true, NEEDS);
-    use vgate::routes::Channel;
-
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let peers = Peers::of(&bed);

@@ -276,6 +276,13 @@ impl Bed {
         bed
     }
 
+    /// [`Bed::up`], and the gateway's namespace (`G_NS`).
+    pub fn up_with_g_ns(queues: u32) -> (Bed, String) {
+        let bed = Bed::up(queues);
+        let g_ns = bed.get("G_NS").to_owned();
+        (bed, g_ns)
+    }
+
     pub fn get(&self, key: &str) -> &str {
         self.env
             .get(key)

@@ -562,14 +562,10 @@ pub fn relay_across(bed: &Bed, streams: u32, per_stream: u32) -> (u32, Received)
     let done = Arc::new(AtomicBool::new(false));
     let rx = bed_receiver(bed, streams, Arc::clone(&done));
     let t0 = Instant::now();
-    let tx = sender(
-        bed.get("A_NS").to_owned(),
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        streams,
-        per_stream,
-    );
-    let sent = tx.join().expect("sender");
+    let Peers { a_ns, addrs, .. } = Peers::of(bed);
+    let sent = sender(a_ns, addrs.0, addrs.1, streams, per_stream)
+        .join()
+        .expect("sender");
     eprintln!("sent {sent} in {:?}", t0.elapsed());
     done.store(true, Relaxed);
     (sent, rx.join().expect("receiver"))

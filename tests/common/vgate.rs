@@ -400,19 +400,25 @@ impl Totals {
     }
 
     pub fn route(&self, name: &str, key: &str) -> u64 {
-        let r = self
-            .routes
-            .get(name)
-            .unwrap_or_else(|| panic!("no totals for route {name}:\n{}", self.raw));
-        r.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
+        self.value(&self.routes, "route", name, key)
     }
 
     pub fn channel(&self, name: &str, key: &str) -> u64 {
-        let c = self
-            .channels
+        self.value(&self.channels, "channel", name, key)
+    }
+
+    /// `key` of line `name` among `lines` (0 if the line lacks it; panics without the line).
+    fn value(
+        &self,
+        lines: &HashMap<String, HashMap<String, String>>,
+        kind: &str,
+        name: &str,
+        key: &str,
+    ) -> u64 {
+        let l = lines
             .get(name)
-            .unwrap_or_else(|| panic!("no totals for channel {name}:\n{}", self.raw));
-        c.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
+            .unwrap_or_else(|| panic!("no totals for {kind} {name}:\n{}", self.raw));
+        l.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
     }
 
     /// Panics unless the forward channel's totals say `sent` packets left and no drop of any
