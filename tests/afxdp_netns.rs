@@ -139,16 +139,8 @@ fn relay_run(tx_path: &str) {
         b"REGISTER"
     );
 
-    let (sent, got) = relay_across(&bed, STREAMS, PER_STREAM);
-    let totals = vg.stop();
-    eprintln!("zc, egress {tx_path}: sent {sent}\n{}", totals.raw);
-    check_relay(
-        &format!("relay zc, egress {tx_path}"),
-        &totals,
-        (sent, &got),
-        STREAMS,
-        PER_STREAM,
-    );
+    let test = format!("relay zc, egress {tx_path}");
+    relay_and_check(&test, &bed, vg, STREAMS, PER_STREAM);
     assert_eq!(
         noports_before,
         snmp_noports(&g_ns),

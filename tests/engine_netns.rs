@@ -76,16 +76,7 @@ fn relay_run(mode: &str) {
         );
     }
 
-    let (sent, got) = relay_across(&bed, STREAMS, PER_STREAM);
-    let totals = vg.stop();
-    eprintln!("{mode}: sent {sent}\n{}", totals.raw);
-    check_relay(
-        &format!("relay {mode}"),
-        &totals,
-        (sent, &got),
-        STREAMS,
-        PER_STREAM,
-    );
+    relay_and_check(&format!("relay {mode}"), &bed, vg, STREAMS, PER_STREAM);
     let noports_after = snmp_noports(&g_ns);
     assert_eq!(
         noports_before, noports_after,

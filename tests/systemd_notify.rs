@@ -45,19 +45,9 @@ impl Notify {
     /// Waits for a message containing `needle`; returns it, or None after `within`.
     fn wait_for(&self, needle: &str, within: Duration) -> Option<String> {
         let deadline = Instant::now() + within;
-        let mut buf = [0u8; 4096];
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            self.sock
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .unwrap();
-            match self.sock.recv(&mut buf) {
-                Ok(n) => {
-                    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
-                    if msg.lines().any(|l| l == needle || l.starts_with(needle)) {
-                        return Some(msg);
-                    }
-                }
-                Err(_) => return None,
+        while let Some(msg) = self.recv_until(deadline)? {
+            if msg.lines().any(|l| l == needle || l.starts_with(needle)) {
+                return Some(msg);
             }
         }
         None
@@ -67,16 +57,26 @@ impl Notify {
     fn collect(&self, d: Duration) -> Vec<String> {
         let mut out = Vec::new();
         let deadline = Instant::now() + d;
-        let mut buf = [0u8; 4096];
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            self.sock
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .unwrap();
-            if let Ok(n) = self.sock.recv(&mut buf) {
-                out.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        while Instant::now() < deadline {
+            if let Some(Some(msg)) = self.recv_until(deadline) {
+                out.push(msg);
             }
         }
         out
+    }
+
+    /// The next message before `deadline`: `Some(Some(msg))`, `Some(None)` once the deadline
+    /// passed, `None` when the receive failed (nothing came in time).
+    fn recv_until(&self, deadline: Instant) -> Option<Option<String>> {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            return Some(None);
+        };
+        self.sock
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        let n = self.sock.recv(&mut buf).ok()?;
+        Some(Some(String::from_utf8_lossy(&buf[..n]).to_string()))
     }
 }
 

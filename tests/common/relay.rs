@@ -571,6 +571,22 @@ pub fn relay_across(bed: &Bed, streams: u32, per_stream: u32) -> (u32, Received)
     (sent, rx.join().expect("receiver"))
 }
 
+/// A [`relay_across`] run through `vg` (a `vgate run` on [`config`]'s `streams` routes), then
+/// `vg` stopped and [`check_relay`]: its totals, printed and checked.
+pub fn relay_and_check(
+    test: &str,
+    bed: &Bed,
+    vg: super::vgate::Vgate,
+    streams: u32,
+    per_stream: u32,
+) -> super::vgate::Totals {
+    let (sent, got) = relay_across(bed, streams, per_stream);
+    let totals = vg.stop();
+    eprintln!("{test}: sent {sent}\n{}", totals.raw);
+    check_relay(test, &totals, (sent, &got), streams, per_stream);
+    totals
+}
+
 /// The checks of a [`relay_across`] run of `per_stream` packets on each of `streams` routes
 /// `s0…` (the [`config`] routes), from the totals of `vgate run`: all sent, each delivered
 /// exactly once; the forward channel sent them all and dropped none; every route forwarded
