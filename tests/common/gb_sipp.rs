@@ -85,16 +85,7 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
       Content-Type: APPLICATION/SDP
       Content-Length: [len]
 
-      v=0
-      o=34020000002000000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      m=video {port} {proto} 96
-      a=sendrecv
-      a=rtpmap:96 PS/90000
-      {setup}y=0[call_number]
-      f=v/2/4///a///
+{sdp}f=v/2/4///a///
     ]]>
   </send>
   <recv response="100" optional="true"/>
@@ -122,7 +113,7 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
 </scenario>
 "#,
         proto = side.proto(),
-        setup = side.setup_lines(),
+        sdp = play_sdp("34020000002000000001", side, port),
         why_ref = if expect_bye { ",why" } else { "" },
     )
 }
@@ -160,16 +151,7 @@ pub fn uas_xml(side: Side, port: u16, hidden: &str, offer: Option<&str>) -> Stri
       Content-Type: application/sdp
       Content-Length: [len]
 
-      v=0
-      o=34020000001320000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      m=video {port} {proto} 96
-      a=sendrecv
-      a=rtpmap:96 PS/90000
-      {setup}y=0[call_number]
-      f=
+{sdp}f=
     ]]>
   </send>
   <recv request="ACK" crlf="true"/>
@@ -190,6 +172,25 @@ pub fn uas_xml(side: Side, port: u16, hidden: &str, offer: Option<&str>) -> Stri
   <Reference variables="leak,gb{offer_ref}"/>
 </scenario>
 "#,
+        sdp = play_sdp("34020000001320000001", side, port),
+    )
+}
+
+/// The SDP of a GB/T 28181 play by `id` (the platform's offer, the device's answer), in a
+/// sipp CDATA block: media `port` over `side`'s proto, its setup lines and `y=` (the `f=` line
+/// is the caller's).
+fn play_sdp(id: &str, side: Side, port: u16) -> String {
+    format!(
+        "      v=0
+      o={id} 0 0 IN IP4 [local_ip]
+      s=Play
+      c=IN IP4 [local_ip]
+      t=0 0
+      m=video {port} {proto} 96
+      a=sendrecv
+      a=rtpmap:96 PS/90000
+      {setup}y=0[call_number]
+      ",
         proto = side.proto(),
         setup = side.setup_lines(),
     )
