@@ -451,6 +451,22 @@ impl SipUac {
         )
     }
 
+    /// The first request `method` of a dialog with the device (`tag`: its From tag and the
+    /// start of its Call-ID; `branch`, made unique with the local port), through the proxy.
+    fn to_device(&self, method: &str, tag: &str, branch: &str, body: &str) -> String {
+        let port = self.local.port();
+        self.request(
+            method,
+            "sip:34020000001320000001@3402000000",
+            &format!("{tag}-{port}@3402000000"),
+            tag,
+            "<sip:34020000001320000001@3402000000>",
+            1,
+            &format!("{branch}x{port}"),
+            body,
+        )
+    }
+
     /// Sends `msg` to `to`, retransmitting every 500 ms, until a final response for `cseq`
     /// arrives or `within` passes; the final response (empty on timeout).
     fn transact(&self, msg: &str, to: SocketAddrV4, within: Duration) -> String {
@@ -491,10 +507,7 @@ impl SipUac {
         let uri = "sip:34020000001320000001@3402000000";
         let inv = self.request("INVITE", uri, &call_id, &from_tag, &to, 1, &branch, &sdp);
         let r = self.transact(&inv, self.proxy, Duration::from_secs(10));
-        let code: u16 = r
-            .strip_prefix("SIP/2.0 ")
-            .and_then(|x| x.get(..3)?.parse().ok())
-            .unwrap_or(0);
+        let code = status(&r);
         let to_hdr = header(&r, "To")
             .first()
             .and_then(|l| l.split_once(':'))
@@ -546,16 +559,7 @@ impl SipUac {
             ip = media.ip(),
             port = media.port()
         );
-        let inv = self.request(
-            "INVITE",
-            "sip:34020000001320000001@3402000000",
-            &format!("u{n}-{}@3402000000", self.local.port()),
-            &format!("u{n}"),
-            "<sip:34020000001320000001@3402000000>",
-            1,
-            &format!("unans{n}x{}", self.local.port()),
-            &sdp,
-        );
+        let inv = self.to_device("INVITE", &format!("u{n}"), &format!("unans{n}"), &sdp);
         let _ = self.sock.send_to(inv.as_bytes(), self.proxy);
     }
 
@@ -571,28 +575,13 @@ impl SipUac {
             &format!("bye{n}x{}", self.local.port()),
             "",
         );
-        let r = self.transact(&bye, call.target_addr, Duration::from_secs(10));
-        r.strip_prefix("SIP/2.0 ")
-            .and_then(|x| x.get(..3)?.parse().ok())
-            .unwrap_or(0)
+        status(&self.transact(&bye, call.target_addr, Duration::from_secs(10)))
     }
 
     /// An OPTIONS through the proxy; the final status (0: none).
     pub fn options(&self, n: u32) -> u16 {
-        let m = self.request(
-            "OPTIONS",
-            "sip:34020000001320000001@3402000000",
-            &format!("o{n}-{}@3402000000", self.local.port()),
-            &format!("o{n}"),
-            "<sip:34020000001320000001@3402000000>",
-            1,
-            &format!("opt{n}x{}", self.local.port()),
-            "",
-        );
-        let r = self.transact(&m, self.proxy, Duration::from_secs(5));
-        r.strip_prefix("SIP/2.0 ")
-            .and_then(|x| x.get(..3)?.parse().ok())
-            .unwrap_or(0)
+        let m = self.to_device("OPTIONS", &format!("o{n}"), &format!("opt{n}"), "");
+        status(&self.transact(&m, self.proxy, Duration::from_secs(5)))
     }
 }
 

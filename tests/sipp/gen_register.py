@@ -52,6 +52,10 @@ ct = "      Content-Type: Application/MANSCDP+xml" + NL
 m3 = hdr("MESSAGE", 3, ct)
 m4 = hdr("MESSAGE", 4, ct)
 cat = indent(catalog)
+def message(head, body):
+    """Sends a MESSAGE (`head`, then `body`) until the platform's 200 comes."""
+    return (f'  <send retrans="500">{NL}    <![CDATA[{NL}{head}      Content-Length: [len]{NL}{NL}'
+            f'{body}{NL}    ]]>{NL}  </send>{NL}  <recv response="200"/>')
 keepalive = indent(manscdp("Notify", "Keepalive", 1, "<Status>OK</Status>\n"))
 uac = f"""<?xml version="1.0" encoding="ISO-8859-1" ?>
 <!DOCTYPE scenario SYSTEM "sipp.dtd">
@@ -77,22 +81,8 @@ uac = f"""<?xml version="1.0" encoding="ISO-8859-1" ?>
       <ereg regexp="10\\.201\\.1\\.2:" search_in="hdr" header="Contact:" check_it="true" assign_to="back"/>
     </action>
   </recv>
-  <send retrans="500">
-    <![CDATA[
-{m3}      Content-Length: [len]
-
-{keepalive}
-    ]]>
-  </send>
-  <recv response="200"/>
-  <send retrans="500">
-    <![CDATA[
-{m4}      Content-Length: [len]
-
-{cat}
-    ]]>
-  </send>
-  <recv response="200"/>
+{message(m3, keepalive)}
+{message(m4, cat)}
   <Reference variables="back"/>
 </scenario>
 """
