@@ -53,6 +53,14 @@ impl Notify {
         None
     }
 
+    /// `RELOADING=1`, then `READY=1` after `what`, each within 10 s (panics otherwise).
+    fn reloading_then_ready(&self, what: &str) {
+        self.wait_for("RELOADING=1", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("RELOADING=1 before {what}"));
+        self.wait_for("READY=1", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("READY=1 after {what}"));
+    }
+
     /// Every message that arrives within `d`.
     fn collect(&self, d: Duration) -> Vec<String> {
         let mut out = Vec::new();
@@ -197,36 +205,26 @@ fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config
         "media_ports = \"30000-30099\"",
         "media_ports = \"20050-20150\"",
     ));
-    let out = Command::new(&reload[0])
-        .args(&reload[1..])
-        .output()
-        .unwrap();
+    let run_reload = || {
+        Command::new(&reload[0])
+            .args(&reload[1..])
+            .output()
+            .unwrap()
+    };
+    let out = run_reload();
     assert!(
         !out.status.success(),
         "reload of a config with overlapping port ranges must fail: {out:?}"
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.trim().is_empty(), "the reason is printed");
-    notify
-        .wait_for("RELOADING=1", Duration::from_secs(10))
-        .expect("RELOADING=1 while reloading");
-    notify
-        .wait_for("READY=1", Duration::from_secs(10))
-        .expect("READY=1 after a rejected reload (still running)");
+    notify.reloading_then_ready("a rejected reload (still running)");
     assert_eq!(health(), 200);
 
     vg.rewrite_config(&config(true));
-    let out = Command::new(&reload[0])
-        .args(&reload[1..])
-        .output()
-        .unwrap();
+    let out = run_reload();
     assert!(out.status.success(), "a good reload succeeds: {out:?}");
-    notify
-        .wait_for("RELOADING=1", Duration::from_secs(10))
-        .expect("RELOADING=1");
-    notify
-        .wait_for("READY=1", Duration::from_secs(10))
-        .expect("READY=1 after the reload");
+    notify.reloading_then_ready("the reload");
     let rx2 = UdpSocket::bind(format!("127.0.{NET}.2:40002")).unwrap();
     rx2.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     tx.send_to(&rtp(b"new route"), format!("127.0.{NET}.1:20002"))

@@ -26,16 +26,8 @@ impl Side {
     }
 }
 
-/// The platform's scenario (`hidden`: a regex of what it must never see): INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
-/// `expect_bye`, waits for vgate's BYE instead and answers it).
-pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &str) -> String {
-    let end = if expect_bye {
-        r#"  <recv request="BYE" timeout="20000">
-    <action>
-      <ereg regexp="TCP media leg closed" search_in="hdr" header="Reason:" check_it="true" assign_to="why"/>
-    </action>
-  </recv>
-  <send>
+/// The 200 that answers a BYE.
+const OK_TO_BYE: &str = "  <send>
     <![CDATA[
       SIP/2.0 200 OK
       [last_Via:]
@@ -46,8 +38,20 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
       Content-Length: 0
 
     ]]>
-  </send>"#
-            .to_string()
+  </send>";
+
+/// The platform's scenario (`hidden`: a regex of what it must never see): INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
+/// `expect_bye`, waits for vgate's BYE instead and answers it).
+pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &str) -> String {
+    let end = if expect_bye {
+        r#"  <recv request="BYE" timeout="20000">
+    <action>
+      <ereg regexp="TCP media leg closed" search_in="hdr" header="Reason:" check_it="true" assign_to="why"/>
+    </action>
+  </recv>
+"#
+        .to_string()
+            + OK_TO_BYE
     } else {
         format!(
             r#"  <pause milliseconds="{hold_ms}"/>
@@ -156,18 +160,7 @@ pub fn uas_xml(side: Side, port: u16, hidden: &str, offer: Option<&str>) -> Stri
   </send>
   <recv request="ACK" crlf="true"/>
   <recv request="BYE"/>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-
-    ]]>
-  </send>
+{OK_TO_BYE}
   <timewait milliseconds="500"/>
   <Reference variables="leak,gb{offer_ref}"/>
 </scenario>

@@ -174,45 +174,28 @@ pub fn half_config_mode(
             ),
         )
     };
-    // Half A sends on fa (forward) and receives on ra (reverse); half B the mirror.
-    let (
-        out_if,
-        out_local,
-        out_peer,
-        out_mac,
-        in_if,
-        in_local,
-        in_peer,
-        sig_if,
-        sig_local,
-        sig_peer,
-    ) = if half == "a" {
-        (
-            "fa",
-            format!("{}:{FWD_PORT}", bed.get("FA_IP")),
-            format!("{}:{FWD_PORT}", bed.get("FB_IP")),
-            bed.get("FB_MAC"),
-            "ra",
-            format!("{}:{REV_PORT}", bed.get("RA_IP")),
-            format!("{}:{REV_PORT}", bed.get("RB_IP")),
-            "sa",
-            format!("{}:7400", bed.get("SA_IP")),
-            format!("{}:7400", bed.get("SB_IP")),
-        )
+    // Half A sends on fa (forward) and receives on ra (reverse); half B the mirror. Each
+    // link's interface is its letter and the half's (`fa`), its addresses `<L><HALF>_IP`.
+    let (me, peer, out, inl) = if half == "a" {
+        ("A", "B", ("F", FWD_PORT), ("R", REV_PORT))
     } else {
-        (
-            "rb",
-            format!("{}:{REV_PORT}", bed.get("RB_IP")),
-            format!("{}:{REV_PORT}", bed.get("RA_IP")),
-            bed.get("RA_MAC"),
-            "fb",
-            format!("{}:{FWD_PORT}", bed.get("FB_IP")),
-            format!("{}:{FWD_PORT}", bed.get("FA_IP")),
-            "sb",
-            format!("{}:7400", bed.get("SB_IP")),
-            format!("{}:7400", bed.get("SA_IP")),
-        )
+        ("B", "A", ("R", REV_PORT), ("F", FWD_PORT))
     };
+    let iface = |l: &str| format!("{l}{me}").to_lowercase();
+    let addr =
+        |l: &str, side: &str, port: u16| format!("{}:{port}", bed.get(&format!("{l}{side}_IP")));
+    let (out_if, out_local, out_peer) = (
+        iface(out.0),
+        addr(out.0, me, out.1),
+        addr(out.0, peer, out.1),
+    );
+    let out_mac = bed.get(&format!("{}{peer}_MAC", out.0));
+    let (in_if, in_local, in_peer) = (
+        iface(inl.0),
+        addr(inl.0, me, inl.1),
+        addr(inl.0, peer, inl.1),
+    );
+    let (sig_if, sig_local, sig_peer) = (iface("S"), addr("S", me, 7400), addr("S", peer, 7400));
     format!(
         r#"
 [domains.a]
