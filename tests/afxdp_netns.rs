@@ -77,9 +77,9 @@ fn noroute_in_kernel(ns: &str) -> Option<u64> {
 }
 
 tests_of!(relay_run, true, NEEDS;
-    afxdp_relays_every_packet_once_over_the_queues => "xdp",
+    afxdp_relays_every_packet_once_over_the_queues => ("xdp"),
     /// The same with egress through the gateway-port sockets (`sendmmsg`).
-    afxdp_relays_through_sockets_too => "sockets",
+    afxdp_relays_through_sockets_too => ("sockets"),
 );
 
 /// One run of `vgate run --mode zc` with egress `tx_path` (`VGATE_AFXDP_TX`).

@@ -90,8 +90,8 @@ fn relay_run(mode: &str) {
 }
 
 tests_of!(relay_run, true, NEEDS;
-    tnapi_relays_every_packet_once_over_the_queues => "tnapi",
-    stack_relays_every_packet_once_over_the_queues => "stack",
+    tnapi_relays_every_packet_once_over_the_queues => ("tnapi"),
+    stack_relays_every_packet_once_over_the_queues => ("stack"),
 );
 
 /// A crashed run's table (same config, so same name) is replaced, and removed at exit.

@@ -182,6 +182,7 @@ fn sh(args: &[&str]) {
 const FAR_HOST_PORTS: &str = "1-1024,5000-5100,8554,20000-20200,30000-30200,40000-40100";
 
 fn no_ip_path(mode: &str) {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let bed = Bed::up(1);
     let (a_ns, g_ns, b_ns) = (bed.get("A_NS"), bed.get("G_NS"), bed.get("B_NS"));
     // An attacker's routes to the far network through the gateway.
@@ -341,41 +342,12 @@ fn no_ip_path(mode: &str) {
     }
 }
 
-#[test]
-fn no_ip_path_between_the_domains_stack() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_stack") {
-        return;
-    }
-    no_ip_path("stack");
-}
-
-#[test]
-fn no_ip_path_between_the_domains_tnapi() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_tnapi") {
-        return;
-    }
-    no_ip_path("tnapi");
-}
-
-#[test]
-fn no_ip_path_between_the_domains_zc() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_zc") {
-        return;
-    }
-    no_ip_path("zc");
-}
-
-#[test]
-fn no_ip_path_between_the_domains_xdp() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_xdp") {
-        return;
-    }
-    no_ip_path("xdp");
-}
+tests_of!(no_ip_path, if can_run;
+    no_ip_path_between_the_domains_stack => ("stack"),
+    no_ip_path_between_the_domains_tnapi => ("tnapi"),
+    no_ip_path_between_the_domains_zc => ("zc"),
+    no_ip_path_between_the_domains_xdp => ("xdp"),
+);
 
 /// Route s0 is strict (expects A_IP:41000), s1 latches its first source and keeps it while
 /// it is live.

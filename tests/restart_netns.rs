@@ -29,8 +29,8 @@ fn vgate_tables(ns: &str) -> Vec<String> {
 }
 
 tests_of!(kill9_and_restart, true, NEEDS;
-    kill9_during_traffic_tnapi_restarts_clean => "tnapi",
-    kill9_during_traffic_stack_restarts_clean => "stack",
+    kill9_during_traffic_tnapi_restarts_clean => ("tnapi"),
+    kill9_during_traffic_stack_restarts_clean => ("stack"),
 );
 
 /// `kill -9` of a `vgate run` in `mode` while streams flow, then a new one on the same

@@ -269,40 +269,16 @@ fn run_streams(
     (fwd, rev, ta, tb)
 }
 
-#[test]
-fn streams_cross_both_links_once_and_nothing_goes_the_wrong_way() {
-    if !ready("streams_cross_both_links_once_and_nothing_goes_the_wrong_way") {
-        return;
-    }
-    streams_in_mode("stack", 1);
-}
-
-/// The same with the domain side captured by AF_PACKET rings (mode tnapi).
-#[test]
-fn streams_cross_the_split_in_mode_tnapi() {
-    if !ready("streams_cross_the_split_in_mode_tnapi") {
-        return;
-    }
-    streams_in_mode("tnapi", 1);
-}
-
-/// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
-#[test]
-fn streams_cross_the_split_in_mode_zc() {
-    if !ready("streams_cross_the_split_in_mode_zc") {
-        return;
-    }
-    streams_in_mode("zc", 1);
-}
-
-/// Mode zc with two workers: each has its own AF_XDP socket on its own TX queue of the link.
-#[test]
-fn streams_cross_the_split_in_mode_zc_with_two_workers() {
-    if !ready("streams_cross_the_split_in_mode_zc_with_two_workers") {
-        return;
-    }
-    streams_in_mode("zc", 2);
-}
+tests_of!(streams_in_mode, if ready;
+    streams_cross_both_links_once_and_nothing_goes_the_wrong_way => ("stack", 1),
+    /// The same with the domain side captured by AF_PACKET rings (mode tnapi).
+    streams_cross_the_split_in_mode_tnapi => ("tnapi", 1),
+    /// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
+    streams_cross_the_split_in_mode_zc => ("zc", 1),
+    /// Mode zc with two workers: each has its own AF_XDP socket on its own TX queue of the
+    /// link.
+    streams_cross_the_split_in_mode_zc_with_two_workers => ("zc", 2),
+);
 
 fn streams_in_mode(mode: &str, queues: usize) {
     let bed = SplitBed::up_with_queues(queues);

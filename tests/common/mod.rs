@@ -115,17 +115,30 @@ macro_rules! require {
     };
 }
 
-/// One test per line, each `require!(root, needs)` then `run(arg)`: a scenario run for each
-/// mode (`name => arg`, doc comments and attributes allowed before a name).
+/// One test per line, each running `run(args…)` (a scenario, once per mode) once its
+/// prerequisites hold: `require!(root, needs)`, or `if ready` (a `fn(test) -> bool` that
+/// said why not). Lines are `name => (args…)`, doc comments and attributes allowed first.
 #[macro_export]
 macro_rules! tests_of {
-    ($run:ident, $root:expr, $needs:expr; $($(#[$m:meta])* $name:ident => $arg:expr),+ $(,)?) => {
+    ($run:ident, if $ready:ident; $($(#[$m:meta])* $name:ident => ($($arg:expr),*)),+ $(,)?) => {
+        $(
+            $(#[$m])*
+            #[test]
+            fn $name() {
+                if !$ready($crate::fn_name!()) {
+                    return;
+                }
+                $run($($arg),*);
+            }
+        )+
+    };
+    ($run:ident, $root:expr, $needs:expr; $($(#[$m:meta])* $name:ident => ($($arg:expr),*)),+ $(,)?) => {
         $(
             $(#[$m])*
             #[test]
             fn $name() {
                 $crate::require!($root, $needs);
-                $run($arg);
+                $run($($arg),*);
             }
         )+
     };
