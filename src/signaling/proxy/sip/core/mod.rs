@@ -24,6 +24,9 @@ use super::access::RateLimiter;
 use super::media::CallMedia;
 
 mod calls;
+mod claim;
+
+pub use claim::Claim;
 mod dispatch;
 mod registrations;
 mod replies;
