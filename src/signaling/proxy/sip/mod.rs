@@ -144,12 +144,16 @@ pub mod core;
 pub mod media;
 pub mod net;
 
+#[cfg(test)]
+mod group_tests;
+
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::config::{SignalingRoute, Transport};
+use crate::config::{Config, DomainId, SignalingRoute, Transport};
+use crate::routes::Routes;
 
 use super::{Proxy, ProxyContext, ProxyError};
 
@@ -215,19 +219,10 @@ pub fn random_secret(route: &str) -> Result<[u8; 32], ProxyError> {
     Ok(key)
 }
 
-/// Binds the sockets of a group of routes ([`crate::signaling::proxy::units`]: SIP routes
-/// whose faces share sockets, all of one transport) and starts its thread.
-pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Proxy>, ProxyError> {
-    let Some(first) = group.first() else {
-        return Err(ProxyError::Other {
-            route: String::new(),
-            message: "no route to serve".into(),
-        });
-    };
-    // The group's sockets: each (domain, port) once; a fixed port on both faces, since
-    // registrations made through a face name it and must still reach vgate after a
-    // restart or a reload.
-    let mut keys: Vec<(crate::config::DomainId, u16)> = Vec::new();
+/// The sockets of a group of routes: each (domain, port) once, in order of first use, and
+/// for each route the index of its listen and upstream face's socket (by [`Face::index`]).
+pub fn group_sockets(group: &[SignalingRoute]) -> (Vec<(DomainId, u16)>, Vec<[usize; 2]>) {
+    let mut keys: Vec<(DomainId, u16)> = Vec::new();
     let mut socks_of = Vec::new();
     for r in group {
         let mut idx = [0usize; 2];
@@ -242,10 +237,53 @@ pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Pro
                 keys.push(key);
                 keys.len() - 1
             });
-            idx[face] = i;
+            if let Some(x) = idx.get_mut(face) {
+                *x = i;
+            }
         }
         socks_of.push(idx);
     }
+    (keys, socks_of)
+}
+
+/// The core of `route`, a member of `group` (`socks_of` from [`group_sockets`]) whose faces
+/// are at `local`: the routes listening on its upstream socket let their peers start
+/// requests on its upstream face ([`Core::may_start_upstream`]). No secret, no legs: the
+/// caller adds them.
+pub fn member_core(
+    group: &[SignalingRoute],
+    socks_of: &[[usize; 2]],
+    route: &SignalingRoute,
+    config: &Config,
+    routes: &Arc<Routes>,
+    local: [SocketAddrV4; 2],
+) -> Core {
+    let up = group
+        .iter()
+        .position(|r| r == route)
+        .and_then(|i| socks_of.get(i))
+        .map(|s| s[Face::Upstream.index()]);
+    let starters = group
+        .iter()
+        .zip(socks_of)
+        .filter(|(r, s)| *r != route && Some(s[Face::Listen.index()]) == up)
+        .map(|(r, _)| r.policy.allow_peers.clone())
+        .collect();
+    Core::new(route, config, Arc::clone(routes), local, "").with_upstream_starters(starters)
+}
+
+/// Binds the sockets of a group of routes ([`crate::signaling::proxy::units`]: SIP routes
+/// whose faces share sockets, all of one transport) and starts its thread.
+pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Proxy>, ProxyError> {
+    let Some(first) = group.first() else {
+        return Err(ProxyError::Other {
+            route: String::new(),
+            message: "no route to serve".into(),
+        });
+    };
+    // A fixed port on both faces: registrations made through a face name it and must
+    // still reach vgate after a restart or a reload.
+    let (keys, socks_of) = group_sockets(group);
     // Which route a socket's errors name: the first one listening there, else the first.
     let owner = |i: usize| {
         group
@@ -255,9 +293,8 @@ pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Pro
             .or_else(|| group.iter().zip(&socks_of).find(|(_, s)| s[1] == i))
             .map_or(first.name.as_str(), |(r, _)| r.name.as_str())
     };
-    let addr_of = |(d, port): (crate::config::DomainId, u16)| {
-        SocketAddrV4::new(ctx.config.domain(d).address, port)
-    };
+    let addr_of =
+        |(d, port): (DomainId, u16)| SocketAddrV4::new(ctx.config.domain(d).address, port);
     let err = |i: usize, addr: SocketAddrV4, source: std::io::Error| ProxyError::Listen {
         route: owner(i).to_owned(),
         addr: addr.into(),
@@ -300,7 +337,7 @@ pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Pro
     let mut local = Vec::new();
     for (r, socks) in group.iter().zip(&socks_of) {
         let l = [locals[socks[0]], locals[socks[1]]];
-        let core = Core::new(r, &ctx.config, Arc::clone(&ctx.routes), l, "")
+        let core = member_core(group, &socks_of, r, &ctx.config, &ctx.routes, l)
             .with_secret(random_secret(&r.name)?)
             .with_legs(Arc::clone(&ctx.legs));
         core.stats.set_events(core.counters.list());

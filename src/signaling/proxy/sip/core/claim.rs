@@ -1,6 +1,15 @@
-//! Which route a message on a shared socket belongs to ([`super::super::group`]): each core
-//! says how strongly it claims a message from what it already holds; the strongest claim
-//! wins. Pure: no table is changed.
+//! Which route a message on a shared socket belongs to (see [`super::super::net::pick`]):
+//! each core says how strongly it claims a message from what it already holds; the
+//! strongest claim wins. Pure: no table is changed.
+//!
+//! The access rule on a shared socket: what a route already holds (a transaction, a
+//! binding token, a mapped Call-ID) is claimed by that route whoever sends it, and the
+//! route's core still applies its own checks. A *new* request is claimed only by a face
+//! that admits its source: a listen face by its `allow_peers`, an upstream face when the
+//! source may start requests there (the route's upstream, or a peer of a route listening
+//! on that socket). A request no face admits goes to the socket's first listening route,
+//! whose core answers `403` (counted `forbidden`; an upstream face alone answers it too,
+//! counted `upstream_forbidden`).
 
 use std::time::Instant;
 
@@ -21,7 +30,8 @@ pub enum Claim {
     /// A new request on the listen face from a peer it accepts.
     Listens,
     /// A new request on the upstream face addressed (Request-URI or To user) to a device
-    /// registered through this route.
+    /// registered through this route, from a source that may start requests there
+    /// ([`Core::may_start_upstream`]).
     Registered,
     /// A transaction or dialog of this route: a response carrying its Via branch, a
     /// retransmission, a Request-URI carrying its binding token, a Call-ID it mapped.
@@ -72,7 +82,10 @@ impl Core {
         {
             return Claim::Owns;
         }
-        if face == Face::Upstream {
+        // A device registered through this route, addressed by a source that may start
+        // requests here: anyone else's request is not this route's to take (a shared
+        // socket gives it to the route listening there, which applies its allow_peers).
+        if face == Face::Upstream && self.may_start_upstream(*src.addr.ip()) {
             let ours = |u: &Uri<'_>| match u.host {
                 Host::V4(ip) => ip == self.gw_ip(face),
                 Host::Name(_) => true,
