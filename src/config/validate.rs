@@ -101,7 +101,7 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
     }
     // Each SIP route also has a socket on the upstream side. SIP faces of several routes
     // on one socket share it (the proxy dispatches each message to its route: see
-    // `signaling::proxy::sip::group`); an RTSP listener cannot share a socket with SIP.
+    // `signaling::proxy::sip::net::pick`); an RTSP listener cannot share a socket with SIP.
     let rtsp: HashMap<(DomainId, u16, Transport), String> = signaling
         .iter()
         .filter(|r| r.kind == SignalingKind::Rtsp)

@@ -73,7 +73,10 @@
 //! registers with the platform in B; the platform in B calls devices in A) configures two
 //! routes, one listening in each domain, as the namespace test does: the platform's
 //! requests to a device registered through the A→B route carry that route's token and are
-//! routed back through it; requests addressed by ID go through the B→A route.
+//! routed back through it; requests addressed by ID go through the B→A route. Both routes
+//! may use 5060 on each side: their faces then share one socket per side and run as one
+//! proxy (`net.rs`, [`net::pick`]), a request addressed by ID to a device registered
+//! through the A→B route going to that route.
 //!
 //! ## Media
 //!
@@ -132,7 +135,13 @@
 //! ## Access control
 //!
 //! The listen face accepts peers in `allow_peers` (default: any address of the listen
-//! domain); the upstream face accepts addresses of the upstream domain. When `allow_ids`
+//! domain); the upstream face accepts addresses of the upstream domain, but only the
+//! route's `upstream` (and, on a socket shared with a route listening there, the peers that
+//! route's `allow_peers` accepts) may *start* requests on it: a new request from anyone else
+//! (no binding token, no dialog of the route) gets `403`, counted `upstream_forbidden`, so
+//! the upstream face cannot carry an arbitrary source's requests into the other domain. On
+//! a shared socket the same rule decides which route a new request goes to
+//! ([`Core::claim`]); one no face admits goes to the route listening there, which refuses it. When `allow_ids`
 //! is set, From and To must both be 20-digit GB/T 28181 IDs starting with one of its
 //! prefixes. Anything else gets `403 Forbidden` with a Warning, counted and logged with a
 //! rate limit. Each source may send `rate_limit` requests per second (bursts of twice
