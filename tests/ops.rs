@@ -372,3 +372,27 @@ fn demo_screen_has_live_lines_and_a_report_not_route_logs() {
         "RUST_LOG=debug no longer shows the route lines"
     );
 }
+
+/// One SIP port per side: the example's pair (gb-up and gb-down both on 5060, no
+/// upstream_port) checks, and a real conflict — a second route listening on gb-down's port —
+/// is refused at its line with what to change.
+#[test]
+fn check_config_accepts_sip_routes_sharing_5060_and_explains_a_real_conflict() {
+    let text = std::fs::read_to_string(repo().join("systemd/vgate.toml")).unwrap();
+    assert!(
+        text.contains("name = \"gb-down\"") && !text.contains("upstream_port ="),
+        "the example's pair shares 5060 on both sides"
+    );
+    assert_success(&check_config(&text, &["--cpus", "4"]));
+    let twin = "\n[[signaling_route]]\nname = \"gb-down2\"\ntype = \"sip\"\ntransport = \"udp\"\nlisten_domain = \"b\"\nlisten_port = 5060\nupstream = \"10.10.0.21:5060\"\nupstream_port = 5062\n";
+    let cfg = format!("{text}{twin}");
+    let out = check_config(&cfg, &["--cpus", "4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("listen_port")
+            && stderr.contains("two listen faces on one socket cannot be told apart")
+            && stderr.contains("give this route its own listen_port"),
+        "{stderr}"
+    );
+}

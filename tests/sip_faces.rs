@@ -83,3 +83,75 @@ fn upstream_faces_keep_their_port_across_restarts_and_reloads() {
     assert_eq!(second, first);
     v.stop();
 }
+
+const SHARED_NET: u8 = 49;
+
+/// Yesterday's pair on loopback: "gb" listens on 5060 in B, "gbu" on 5060 in A, neither
+/// sets `upstream_port`, so each side has one SIP socket that both routes use.
+fn shared_config(extra: &str) -> String {
+    common::vgate::loopback_with(
+        SHARED_NET,
+        9949,
+        1000,
+        &[&format!("127.0.{SHARED_NET}.8/30")],
+        &[&format!("127.0.{SHARED_NET}.12/30")],
+    ) + &common::vgate::loopback_gb_route(SHARED_NET)
+        + &format!(
+            r#"{extra}
+[[signaling_route]]
+name = "gbu"
+type = "sip"
+transport = "udp"
+listen_domain = "a"
+listen_port = 5060
+upstream = "127.0.{SHARED_NET}.2:5070"
+"#
+        )
+}
+
+/// One SIP port per side: the pair starts (each route's upstream face is the other's listen
+/// socket, 5060 on both sides), answers on it, and a reload that changes one route of the
+/// group restarts the group on the same faces.
+#[test]
+fn routes_sharing_5060_on_both_sides_start_answer_and_reload_together() {
+    let n = SHARED_NET;
+    let mut v = start(&shared_config(""));
+    let mut first = faces(&v, 2);
+    first.sort();
+    assert_eq!(
+        first,
+        vec![
+            format!("gb 127.0.{n}.1:5060"),
+            format!("gbu 127.0.{n}.2:5060")
+        ],
+        "both upstream faces on the other route's listen port"
+    );
+    v.wait_for("static stream routes installed", Duration::from_secs(30));
+    // Each side's 5060 answers its own side's peers (127.0.N.11 in A, .12 in B): a bad
+    // request (Max-Forwards 0) gets 483 from the route listening there.
+    for side in [1u8, 2] {
+        let s = std::net::UdpSocket::bind(format!("127.0.{n}.{}:0", side + 10)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let probe = format!(
+            "OPTIONS sip:gw@127.0.{n}.{side}:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.{n}.{}:{};branch=z9hG4bKbad\r\nFrom: <sip:x@127.0.{n}.{side}>;tag=1\r\nTo: <sip:gw@127.0.{n}.{side}>\r\nCall-ID: faces{side}\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 0\r\nContent-Length: 0\r\n\r\n",
+            side + 10,
+            s.local_addr().unwrap().port()
+        );
+        s.send_to(probe.as_bytes(), format!("127.0.{n}.{side}:5060"))
+            .unwrap();
+        let mut buf = [0u8; 2048];
+        let got = s
+            .recv(&mut buf)
+            .map(|k| String::from_utf8_lossy(&buf[..k]).into_owned());
+        assert!(
+            got.as_deref().is_ok_and(|t| t.starts_with("SIP/2.0 483")),
+            "127.0.{n}.{side}:5060 answers (483: Max-Forwards 0): {got:?}"
+        );
+    }
+    v.rewrite_config(&shared_config("rate_limit = 50\n"));
+    v.signal(nix::sys::signal::Signal::SIGHUP);
+    let mut again = faces(&v, 2);
+    again.sort();
+    assert_eq!(again, first, "the group restarts whole, on the same faces");
+    v.stop();
+}

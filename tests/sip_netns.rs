@@ -6,6 +6,8 @@
 //! - A→B: the device REGISTERs with digest (401 → Authorization → 200), sends a Keepalive
 //!   and a Catalog MESSAGE larger than 1500 bytes (one UDP datagram) to the platform.
 //! - Unknown GB IDs and unknown sources get 403.
+//! - One SIP port per side (both routes on 5060, UDP and TCP): 5060 in Via and Contact on
+//!   both sides, and a source no route allows gets 403 on the shared port.
 
 mod common;
 
@@ -532,4 +534,250 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
         assert!(!log.contains(other), "{what}:\n{log}");
     }
     vgate.stop();
+}
+
+// ---- One SIP port per side: both routes on 5060, sharing each side's socket. ----
+
+/// Yesterday's pair: both routes listen on 5060 and set no `upstream_port`, so each side
+/// has one SIP socket (B:5060 is b2a's listen face and a2b's upstream face); b2a allows
+/// only the platform's address.
+fn shared_config(bed: &Bed, transport: &str, control: &str) -> String {
+    config(bed)
+        .replace("upstream_port = 5061\n", "")
+        .replace(
+            "transport = \"udp\"",
+            &format!("transport = \"{transport}\""),
+        )
+        .replace(
+            "listen = \"127.0.0.1:9940\"",
+            &format!("listen = \"{control}\""),
+        )
+}
+
+/// A proxy event of a SIP route read from the metrics at `control` inside `g_ns`.
+fn sip_event_at(g_ns: &str, control: &str, route: &str, event: &str) -> u64 {
+    let series = vgate::control::metrics::event_series(route, "sip", event);
+    let text = admin::get_in(g_ns, control, "/metrics");
+    admin::sample(&text, &series).unwrap_or_else(|| panic!("no {series} in the metrics")) as u64
+}
+
+/// Counts what reaches `addr` in `ns` (UDP datagrams, or TCP connections) until `stop`.
+fn sip_sink(
+    ns: &str,
+    addr: &str,
+    tcp: bool,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    if !tcp {
+        let h = count_sink(ns, addr, stop);
+        return std::thread::spawn(move || h.join().unwrap().0);
+    }
+    let (ns, addr) = (ns.to_owned(), addr.to_owned());
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        in_netns(&ns, move || {
+            let l = std::net::TcpListener::bind(&addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+            l.set_nonblocking(true).unwrap();
+            let _ = ready_tx.send(());
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok(_) => n += 1,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+            n
+        })
+    });
+    let _ = ready_rx.recv_timeout(Duration::from_secs(10));
+    h
+}
+
+/// The gateway as one SIP endpoint per side, with real sipp peers: live view B→A through
+/// b2a, then a device registering through a2b and a wvp-style platform calling it at the
+/// address its REGISTER came from — B:5060, where b2a listens too, so the call is told
+/// apart by the registration. Everything each side receives shows the gateway at 5060 (Via
+/// and Contact), never 5061. Then a source of B that no route allows sends a control
+/// MESSAGE to the registered device on B:5060: `403 Forbidden`, counted, and nothing
+/// reaches domain A (before the access rule was settled, a2b's upstream face took it).
+fn one_sip_port_per_side(transport: &str) {
+    let tcp = transport == "tcp";
+    let t_args: &[&str] = if tcp { &["-t", "t1"] } else { &[] };
+    let via_t = transport.to_uppercase();
+    let control = if tcp {
+        "127.0.0.1:9943"
+    } else {
+        "127.0.0.1:9942"
+    };
+    let bed = Bed::up(1);
+    let mut dir = tempfile::tempdir().unwrap();
+    dir.disable_cleanup(true);
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    make_rtp_pcap(&a_dir.join("rtp.pcap"), 40);
+    let (a_ns, g_ns, b_ns) = (
+        bed.get("A_NS").to_owned(),
+        bed.get("G_NS").to_owned(),
+        bed.get("B_NS").to_owned(),
+    );
+    let (a_ip, b_ip, ga_ip, gb_ip) = (
+        bed.get("A_IP").to_owned(),
+        bed.get("B_IP").to_owned(),
+        bed.get("GA_IP").to_owned(),
+        bed.get("GB_IP").to_owned(),
+    );
+    let keep_logs = format!("logs in {}", dir.path().display());
+    let vgate = Vgate::start_in(&g_ns, &shared_config(&bed, transport, control), &[]);
+
+    // 1. Live view B→A: the platform calls b2a's upstream (the device at A:5060).
+    let uas = sipp::scenario("gb_uas_device.xml");
+    let mut device = Sipp::new(&a_ns, &a_dir, &uas, &a_ip, 5060)
+        .args(t_args)
+        .args(&["-mp", "16000", "-trace_msg"])
+        .spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    let uac = sipp::scenario("gb_uac_play.xml");
+    let target = format!("{gb_ip}:5060");
+    let st = Sipp::new(&b_ns, &b_dir, &uac, &b_ip, 5060)
+        .args(t_args)
+        .args(&["-mp", "16000", "-cid_str", GB_CID, &target, "-trace_msg"])
+        .calls(5, 5, 5)
+        .timeout(60)
+        .status();
+    assert!(
+        st.success(),
+        "{transport}: live view B→A on the shared port failed ({st:?}); {keep_logs}"
+    );
+    let _ = device.stop();
+
+    // 2. A device registers through a2b (A:5060 → the platform at B_IP:5070, from B:5060);
+    //    the platform INVITEs it at B:5060, where b2a listens as well.
+    let platform_xml = sipp::scenario("gb_uas_platform_invites_registered.xml");
+    let mut platform = Sipp::new(&b_ns, &b_dir, &platform_xml, &b_ip, 5070)
+        .args(t_args)
+        .args(&["-m", "1", "-trace_msg", "-trace_err"])
+        .timeout(60)
+        .spawn();
+    std::thread::sleep(Duration::from_millis(300));
+    let device_xml = sipp::scenario("gb_uac_device_invited.xml");
+    let target_a = format!("{ga_ip}:5060");
+    let st = Sipp::new(&a_ns, &a_dir, &device_xml, &a_ip, 5060)
+        .args(t_args)
+        .args(&[
+            "-mp",
+            "16000",
+            &target_a,
+            "-m",
+            "1",
+            "-trace_msg",
+            "-trace_err",
+        ])
+        .timeout(60)
+        .status();
+    let platform_ok = platform.wait_exit(Duration::from_secs(90));
+    assert!(
+        st.success() && platform_ok == Some(true),
+        "{transport}: register + platform INVITE by device ID on the shared port failed \
+         (device {st:?}, platform {platform_ok:?}); {keep_logs}"
+    );
+
+    // 3. Each side sees the gateway on 5060 only.
+    let (a_log, b_log) = (
+        read_logs(&a_dir, "_messages.log"),
+        read_logs(&b_dir, "_messages.log"),
+    );
+    for (side, log, gw) in [("A", &a_log, &ga_ip), ("B", &b_log, &gb_ip)] {
+        let via = format!("Via: SIP/2.0/{via_t} {gw}:5060;branch=z9hG4bKvg");
+        let contact = format!("@{gw}:5060;");
+        assert!(
+            log.contains(&via),
+            "{transport}: {side} never saw `{via}`; {keep_logs}"
+        );
+        assert!(
+            log.lines()
+                .any(|l| l.starts_with("Contact:") && l.contains(&contact) && l.contains("vgt=")),
+            "{transport}: {side} never saw a Contact `{contact}…vgt=`; {keep_logs}"
+        );
+        assert!(
+            !log.contains(&format!("{gw}:5061")),
+            "{transport}: {side} saw the gateway on 5061; {keep_logs}"
+        );
+    }
+    assert!(!b_log.contains("10.201.1."), "an A address reached B");
+    assert!(!a_log.contains("10.201.2."), "a B address reached A");
+
+    // 4. A stranger of domain B (an address no route allows) addresses the registered
+    //    device on B:5060: 403, counted, and nothing arrives at the device's address.
+    let st = Command::new("ip")
+        .args([
+            "-n",
+            &b_ns,
+            "addr",
+            "add",
+            "10.201.2.3/24",
+            "dev",
+            bed.get("B_IF"),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reached_a = sip_sink(&a_ns, &format!("{a_ip}:5060"), tcp, Arc::clone(&stop));
+    let s_dir = dir.path().join("stranger");
+    std::fs::create_dir_all(&s_dir).unwrap();
+    let stranger_xml = sipp::scenario("gb_uac_stranger.xml");
+    let st = Sipp::new(&b_ns, &s_dir, &stranger_xml, "10.201.2.3", 5080)
+        .args(t_args)
+        .args(&[&target, "-m", "1", "-trace_msg", "-trace_err"])
+        .timeout(30)
+        .status();
+    std::thread::sleep(Duration::from_millis(700));
+    stop.store(true, Ordering::Relaxed);
+    let leaked = reached_a.join().unwrap();
+    assert!(
+        st.success(),
+        "{transport}: the stranger's MESSAGE on the shared port was not answered 403 \
+         ({st:?}):\n{}",
+        read_logs(&s_dir, "_messages.log")
+    );
+    assert_eq!(
+        leaked, 0,
+        "{transport}: the stranger's request reached domain A"
+    );
+    std::thread::sleep(Duration::from_millis(1300)); // counters reach the metrics each second
+    assert_eq!(sip_event_at(&g_ns, control, "b2a", "forbidden"), 1);
+    assert_eq!(sip_event_at(&g_ns, control, "a2b", "upstream_forbidden"), 0);
+    assert_eq!(sip_event_at(&g_ns, control, "a2b", "routed_by_user"), 1);
+
+    let totals = vgate.stop();
+    totals.assert_nothing_left("vgate");
+}
+
+#[test]
+fn sip_one_port_per_side_shows_5060_and_refuses_strangers() {
+    require!(
+        "sip_one_port_per_side",
+        true,
+        &[
+            ("sipp", "sip-tester"),
+            ("ip", "iproute2"),
+            ("timeout", "coreutils"),
+        ],
+    );
+    one_sip_port_per_side("udp");
+}
+
+#[test]
+fn sip_over_tcp_one_port_per_side_shows_5060_and_refuses_strangers() {
+    require!(
+        "sip_one_port_per_side (tcp)",
+        true,
+        &[
+            ("sipp", "sip-tester"),
+            ("ip", "iproute2"),
+            ("timeout", "coreutils"),
+        ],
+    );
+    one_sip_port_per_side("tcp");
 }

@@ -350,6 +350,82 @@ fn xdp_counts_redirects_the_egress_refuses() {
     assert_no_xdp_left(&g_ns);
 }
 
+/// An egress that cannot take XDP redirects when vgate starts is no black hole (issue 25):
+/// on the plain bed (the B-side peer has neither GRO nor an XDP program, so the gateway's
+/// veth reports no `ndo_xdp_xmit` in its xdp-features) vgate says so in its description,
+/// keeps that egress's routes on the AF_XDP path, and every packet is delivered, none
+/// counted `redirect_failed`. (Before: the route went on the fast path and all 150 were
+/// `redirect_failed`.)
+#[test]
+fn xdp_egress_that_takes_no_redirects_is_no_black_hole() {
+    require!(
+        "xdp_egress_that_takes_no_redirects_is_no_black_hole",
+        true,
+        NEEDS
+    );
+    use vgate::config::{DomainId, SourcePolicy};
+    use vgate::routes::{Channel, RouteSpec};
+    use vgate::stats::DropReason;
+    const COUNT: u32 = 150;
+
+    let bed = xdp_bed();
+    let g_ns = bed.get("G_NS").to_owned();
+    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    ethtool(&b_ns, &["-K", bed.get("B_IF"), "gro", "off"]);
+    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9957), "test").unwrap();
+    let gw = gateway_with_route(
+        &g_ns,
+        cfg,
+        RouteSpec {
+            ingress: DomainId::A,
+            port: A_PORTS,
+            dest: SocketAddrV4::new(b_ip, SINK_PORTS),
+            egress_port: B_PORTS,
+            policy: SourcePolicy::Any,
+            expected: None,
+            rtp_only: false,
+            label: "no-redirects".into(),
+        },
+    );
+    let engine = gw.describe();
+    assert!(
+        engine.contains(&format!(
+            "egress {} takes no XDP redirects",
+            bed.get("GB_IF")
+        )),
+        "{engine}"
+    );
+    let sinks = Sinks::start(b_ns.clone(), b_ip, gb_ip, 1);
+    in_netns(&a_ns, move || {
+        let s = UdpSocket::bind((a_ip, 0)).unwrap();
+        for seq in 0..COUNT {
+            s.send_to(&packet(0, seq), (ga_ip, A_PORTS)).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sinks.count(0) < u64::from(COUNT) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let f = *gw.totals().channel(Channel::Forward);
+    let delivered = sinks.count(0);
+    sinks.finish();
+    assert_eq!(
+        f.drop_count(DropReason::RedirectFailed),
+        0,
+        "nothing redirected into the egress that takes none: {f:?}"
+    );
+    assert_eq!(delivered, u64::from(COUNT), "every packet delivered: {f:?}");
+    assert!(
+        gw.describe().contains("0 route(s) active"),
+        "the route stays off the fast path"
+    );
+    in_netns(&g_ns, move || drop(gw));
+    assert_no_xdp_left(&g_ns);
+}
+
 /// Route changes while a sender runs, in process: a route (policy any: on the fast path at
 /// once) forwards its first packet within 1 s of `add_route` (measured: about 1 ms), by the
 /// kernel; removed, it forwards nothing more; re-added and a second route on new ports

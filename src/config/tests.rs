@@ -266,13 +266,12 @@ fn sip_only_keys_and_upstream_port() {
             .replace("listen_domain = \"b\"", "listen_domain = \"a\"")
             .replace("10.1.0.9", "10.2.0.9")
     );
-    expect_err(
-        &pair,
-        "signaling_route[0].upstream_port",
-        base_lines() + 7,
-        "route \"up\" already uses",
-    );
-    // Both faces clash (each route's upstream face is the other's listen socket).
+    // Yesterday's pair: both listen on 5060, no upstream_port. Each route's upstream face
+    // is the other's listen socket; they share it (one SIP endpoint per side on 5060).
+    let cfg = check(&pair).unwrap();
+    assert_eq!(cfg.signaling[0].policy.upstream_port, 5060);
+    assert_eq!(cfg.signaling[1].policy.upstream_port, 5060);
+    // Fixed upstream ports of their own still work.
     let fixed = pair
         .replace(
             "upstream = \"10.1.0.9:5060\"\n",
@@ -285,6 +284,31 @@ fn sip_only_keys_and_upstream_port() {
     let cfg = check(&fixed).unwrap();
     assert_eq!(cfg.signaling[0].policy.upstream_port, 5061);
     assert_eq!(cfg.signaling[1].policy.upstream_port, 5061);
+    // A real conflict: two listen faces on one socket (nothing tells a new request apart).
+    let twice = format!(
+        "{SIP_ROUTE}{}",
+        SIP_ROUTE.replace("name = \"gb\"", "name = \"gb2\"")
+    );
+    expect_err(
+        &twice,
+        "signaling_route[1].listen_port",
+        base_lines() + 15,
+        "cannot be told apart",
+    );
+    // A SIP face cannot share an RTSP listener's socket.
+    let rtsp = format!(
+        "{}upstream_port = 8554\n{}",
+        SIP_ROUTE.replace("\"udp\"", "\"tcp\""),
+        RTSP_ROUTE
+            .replace("listen_domain = \"b\"", "listen_domain = \"a\"")
+            .replace("10.1.0.9", "10.2.0.9")
+    );
+    expect_err(
+        &rtsp,
+        "signaling_route[0].upstream_port",
+        base_lines() + 9,
+        "where RTSP route \"cams\" listens",
+    );
 }
 
 #[test]

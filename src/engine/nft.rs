@@ -32,6 +32,11 @@
 //! fragments that way. Each rule matches only packets with fragment offset 0, where the UDP
 //! header really is there; the later fragments go on to the kernel's reassembly.
 //!
+//! A rule without an address (the engines always give one: an IPv4 address, so their rules
+//! are IPv4 only) covers IPv6 as well, where the UDP header is present: a datagram without a
+//! fragment header (`exthdr frag missing`) or a first fragment (`frag frag-off 0`); later
+//! IPv6 fragments, like IPv4 ones, go on to reassembly.
+//!
 //! A stale table left by a crash is replaced atomically: the script declares the table,
 //! deletes it and creates it again in one transaction (`nft -f` is all-or-nothing).
 
@@ -113,11 +118,19 @@ pub fn ruleset(instance: &str, rules: &[DropRule]) -> Result<String, NftError> {
         } else {
             format!("{lo}-{hi}")
         };
+        let iif = &r.iface;
         let daddr = r.addr.map(|a| format!("ip daddr {a} ")).unwrap_or_default();
         lines.push_str(&format!(
-            "\t\tiifname \"{}\" {daddr}ip frag-off & 0x1fff == 0 udp dport {dport} counter drop\n",
-            r.iface
+            "\t\tiifname \"{iif}\" {daddr}ip frag-off & 0x1fff == 0 udp dport {dport} counter drop\n"
         ));
+        if r.addr.is_none() {
+            // IPv6 too (an address is IPv4, so a rule with one matches IPv4 only): whole
+            // datagrams (no fragment header) and first fragments (offset 0).
+            lines.push_str(&format!(
+                "\t\tiifname \"{iif}\" meta nfproto ipv6 exthdr frag missing udp dport {dport} counter drop\n\
+                 \t\tiifname \"{iif}\" meta nfproto ipv6 frag frag-off 0 udp dport {dport} counter drop\n"
+            ));
+        }
     }
     Ok(format!(
         "table {table}\n\
@@ -191,7 +204,7 @@ impl MediaDropTable {
         &self.table
     }
 
-    /// Packets and bytes dropped so far (the rule's counter).
+    /// Packets and bytes dropped so far (the rules' counters added up).
     pub fn dropped(&self) -> Result<(u64, u64), NftError> {
         let out = run_nft(&["list", "table", "inet", &self.table], None, &self.table)?;
         Ok(parse_counter(&out).unwrap_or((0, 0)))
@@ -212,19 +225,23 @@ impl Drop for MediaDropTable {
     }
 }
 
-/// `counter packets N bytes M` from `nft list` output.
+/// The sum of every `counter packets N bytes M` in `nft list` output (`None` if there is
+/// none, or one is malformed).
 fn parse_counter(listing: &str) -> Option<(u64, u64)> {
     let mut w = listing.split_whitespace();
+    let mut sum = None;
     while let Some(t) = w.next() {
         if t == "counter" && w.next()? == "packets" {
-            let p = w.next()?.parse().ok()?;
+            let p: u64 = w.next()?.parse().ok()?;
             if w.next()? != "bytes" {
                 return None;
             }
-            return Some((p, w.next()?.parse().ok()?));
+            let b: u64 = w.next()?.parse().ok()?;
+            let (sp, sb) = sum.unwrap_or((0, 0));
+            sum = Some((sp + p, sb + b));
         }
     }
-    None
+    sum
 }
 
 #[cfg(test)]
@@ -261,6 +278,23 @@ mod tests {
         assert!(one.contains("udp dport 5004 counter drop"));
     }
 
+    /// A rule without an address covers IPv6 too, where the UDP header is there: no
+    /// fragment header, or one with offset 0. A rule with an (IPv4) address stays IPv4.
+    #[test]
+    fn ipv6_whole_datagrams_and_first_fragments() {
+        let s = ruleset("t1", &[rule("gb", None, 30000..=30099)]).unwrap();
+        assert!(s.contains(
+            "\t\tiifname \"gb\" meta nfproto ipv6 exthdr frag missing udp dport 30000-30099 counter drop\n"
+        ));
+        assert!(s.contains(
+            "\t\tiifname \"gb\" meta nfproto ipv6 frag frag-off 0 udp dport 30000-30099 counter drop\n"
+        ));
+        assert_eq!(s.matches("counter drop").count(), 3, "{s}");
+        let v4 = ruleset("t1", &[rule("ga", Some("10.0.0.1"), 20000..=20099)]).unwrap();
+        assert!(!v4.contains("ipv6"), "{v4}");
+        assert_eq!(v4.matches("counter drop").count(), 1, "{v4}");
+    }
+
     #[test]
     fn names_and_ranges_are_checked() {
         let ok = [rule("x", None, 1..=2)];
@@ -284,6 +318,8 @@ mod tests {
     fn counter_parsing() {
         let l = "table inet vgate_x {\n\tchain media_in {\n\t\tiifname \"ga\" udp dport 1-2 counter packets 17 bytes 1234 drop\n\t}\n}\n";
         assert_eq!(parse_counter(l), Some((17, 1234)));
+        let two = format!("{l}\t\tiifname \"gb\" udp dport 3-4 counter packets 3 bytes 6 drop\n");
+        assert_eq!(parse_counter(&two), Some((20, 1240)));
         assert_eq!(parse_counter("nothing"), None);
     }
 }

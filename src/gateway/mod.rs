@@ -297,36 +297,37 @@ impl Gateway {
         }
     }
 
-    /// Which proxies a reload replaces (route changed or gone; all of them when `[security]`
-    /// changed, so they apply it), and which new routes can start beside the running proxies
-    /// (`fresh`: no name or listening port shared with a replaced one) or only after the
-    /// replaced ones stop (`successors`). The replaced proxies leave `self.proxies`.
+    /// Which proxies a reload replaces (route changed or gone, or the group of SIP routes
+    /// sharing its sockets is not the same any more; all of them when `[security]` changed,
+    /// so they apply it), and which new proxies can start beside the running ones (`fresh`:
+    /// no name or socket shared with a replaced one) or only after the replaced ones stop
+    /// (`successors`). A group moves as a whole. The replaced proxies leave `self.proxies`.
     fn plan_proxies(&mut self, old: &Config, new: &Config) -> ProxyPlan {
         let security_changed = old.security != new.security;
+        let units = proxy::units(&new.signaling);
         let (keep, replace): (Vec<_>, Vec<_>) = self
             .proxies
             .drain(..)
-            .partition(|p| !security_changed && new.signaling.contains(p.route()));
+            .partition(|p| !security_changed && units.iter().any(|u| u.as_slice() == p.routes()));
         self.proxies = keep;
-        let wanted: Vec<SignalingRoute> = new
-            .signaling
-            .iter()
-            .filter(|r| !self.proxies.iter().any(|p| p.route() == *r))
-            .cloned()
+        let wanted: Vec<Vec<SignalingRoute>> = units
+            .into_iter()
+            .filter(|u| !self.proxies.iter().any(|p| p.routes() == u.as_slice()))
             .collect();
         let clashes = |r: &SignalingRoute| {
-            replace.iter().any(|p| {
-                let o = p.route();
+            replace.iter().flat_map(|p| p.routes()).any(|o| {
                 o.name == r.name
-                    || (o.listen_domain, o.listen_port) == (r.listen_domain, r.listen_port)
+                    || proxy::sockets(o)
+                        .iter()
+                        .any(|k| proxy::sockets(r).contains(k))
             })
         };
-        let (successors, fresh): (Vec<SignalingRoute>, Vec<SignalingRoute>) =
-            wanted.into_iter().partition(|r| clashes(r));
+        let (successors, fresh): (Vec<_>, Vec<_>) =
+            wanted.into_iter().partition(|u| u.iter().any(&clashes));
         ProxyPlan {
             replace,
-            fresh,
-            successors,
+            fresh: fresh.into_iter().flatten().collect(),
+            successors: successors.into_iter().flatten().collect(),
         }
     }
 
@@ -340,8 +341,12 @@ impl Gateway {
         plan: ProxyPlan,
         fresh: Vec<Box<dyn Proxy>>,
     ) -> Result<ProxyChange, String> {
-        let replaced: Vec<SignalingRoute> =
-            plan.replace.iter().map(|p| p.route().clone()).collect();
+        let replaced: Vec<SignalingRoute> = plan
+            .replace
+            .iter()
+            .flat_map(|p| p.routes())
+            .cloned()
+            .collect();
         let ended: usize = replaced
             .iter()
             .map(|r| self.live_sessions_of(r).len())
@@ -352,10 +357,12 @@ impl Gateway {
         }
         match proxy::start_routes(&self.proxy_ctx(new), &plan.successors) {
             Ok(successors) => {
+                let routes_of = |v: &[Box<dyn Proxy>]| v.iter().map(|p| p.routes().len()).sum();
+                let restarted: usize = routes_of(&successors);
                 let change = ProxyChange {
-                    started: fresh.len(),
-                    stopped: replaced.len().saturating_sub(successors.len()),
-                    restarted: successors.len(),
+                    started: routes_of(&fresh),
+                    stopped: replaced.len().saturating_sub(restarted),
+                    restarted,
                     ended,
                 };
                 self.proxies.extend(fresh);

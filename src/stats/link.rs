@@ -69,6 +69,7 @@ impl LinkDrop {
             HeaderError::Truncated => LinkDrop::Truncated,
             HeaderError::BadVersion => LinkDrop::BadVersion,
             HeaderError::BadFec => LinkDrop::BadFec,
+            HeaderError::Oversize => LinkDrop::Oversize,
         }
     }
 }

@@ -128,6 +128,9 @@ pub enum HeaderError {
     /// FEC fields out of range (k or m too large, index past k+m, k=0 with m>0, ...).
     #[error("link packet with impossible FEC fields")]
     BadFec,
+    /// Longer than a link frame ([`FRAME_CAP`]): no vgate half sends one.
+    #[error("link packet longer than a link frame: run the same vgate version on both halves")]
+    Oversize,
 }
 
 /// A view of one link datagram. After [`LinkPacket::new_checked`] every accessor is safe.
@@ -162,6 +165,10 @@ impl<T: AsRef<[u8]>> LinkPacket<T> {
         }
         if b.len() < HEADER_LEN {
             return Err(HeaderError::Truncated);
+        }
+        // The decoder keeps shards in FRAME_CAP slots; a longer frame would not fit one.
+        if b.len() > FRAME_CAP {
+            return Err(HeaderError::Oversize);
         }
         let (k, m, idx) = (b[field::K], b[field::M], b[field::INDEX]);
         let fec_ok = if k == 0 {
@@ -415,6 +422,23 @@ mod tests {
         assert_eq!(
             LinkPacket::new_checked(&long[..]).err(),
             Some(HeaderError::Truncated)
+        );
+        // A repair frame carries whatever shard follows its header, but never more than a
+        // link frame: the decoder keeps shards in FRAME_CAP slots (a fuzzer's find).
+        let repair = Fields {
+            repair: true,
+            k: 8,
+            m: 2,
+            index: 9,
+            ..Fields::default()
+        };
+        let fits = frame(repair, &vec![7u8; MAX_PAYLOAD]);
+        assert_eq!(fits.len(), FRAME_CAP);
+        assert!(LinkPacket::new_checked(&fits[..]).is_ok());
+        let over = frame(repair, &vec![7u8; MAX_PAYLOAD + 1]);
+        assert_eq!(
+            LinkPacket::new_checked(&over[..]).err(),
+            Some(HeaderError::Oversize)
         );
         for (k, m, idx, repair) in [
             (0, 1, 0, false),

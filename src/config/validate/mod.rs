@@ -102,16 +102,19 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
                 &r.listen_port,
                 format!("signaling_route[{i}].listen_port"),
                 format!(
-                    "another signaling route already listens on port {} of domain {} with the same transport",
+                    "another signaling route already listens on port {} of domain {} with the same transport: two listen faces on one socket cannot be told apart (a new request could be for either); give this route its own listen_port",
                     route.listen_port, route.listen_domain
                 ),
             ));
         }
         signaling.push(route);
     }
-    // Each SIP route also has a socket on the upstream side; it must not be another's.
-    let mut sockets: HashMap<(DomainId, u16, Transport), String> = signaling
+    // Each SIP route also has a socket on the upstream side. SIP faces of several routes
+    // on one socket share it (the proxy dispatches each message to its route: see
+    // `signaling::proxy::sip::net::pick`); an RTSP listener cannot share a socket with SIP.
+    let rtsp: HashMap<(DomainId, u16, Transport), String> = signaling
         .iter()
+        .filter(|r| r.kind == SignalingKind::Rtsp)
         .map(|r| {
             (
                 (r.listen_domain, r.listen_port, r.transport),
@@ -128,10 +131,10 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
             route.policy.upstream_port,
             route.transport,
         );
-        if let Some(other) = sockets.insert(face, route.name.clone()) {
+        if let Some(other) = rtsp.get(&face) {
             let k = format!("signaling_route[{i}].upstream_port");
             let message = format!(
-                "this route's socket on the upstream side would be port {} of domain {}, which route \"{other}\" already uses; set upstream_port to a free port (it is where the upstream side reaches this route, so keep it fixed)",
+                "this route's socket on the upstream side would be port {} of domain {}, where RTSP route \"{other}\" listens; SIP routes share a socket with each other, not with RTSP: set upstream_port to another port (it is where the upstream side reaches this route, so keep it fixed)",
                 face.1, face.0
             );
             return Err(match &r.upstream_port {

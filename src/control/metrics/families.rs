@@ -314,6 +314,11 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
     ("slow_requests", "vgate_signaling_timeouts_total", "request"),
     ("forbidden", "vgate_signaling_refused_total", "forbidden"),
     (
+        "upstream_forbidden",
+        "vgate_signaling_refused_total",
+        "upstream_source",
+    ),
+    (
         "rate_limited",
         "vgate_signaling_refused_total",
         "rate_limited",

@@ -754,10 +754,11 @@ impl Engine for AfxdpEngine {
         let head = match &self.fast {
             None => "mode zc, engine afxdp (AF_XDP".to_string(),
             Some(f) => format!(
-                "mode xdp, engine xdp (in-kernel fast path for confirmed streams: XDP rewrite + devmap redirect, {} counter slots, {} route(s) active, {}; slow path AF_XDP",
+                "mode xdp, engine xdp (in-kernel fast path for confirmed streams: XDP rewrite + devmap redirect, {} counter slots, {} route(s) active, {}{}; slow path AF_XDP",
                 super::xdp::SLOTS,
                 f.active(),
-                f.watch_summary()
+                f.watch_summary(),
+                f.refused_summary()
             ),
         };
         format!(

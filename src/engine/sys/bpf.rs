@@ -571,11 +571,15 @@ pub(crate) struct XdpState {
 }
 
 fn nl_socket() -> io::Result<OwnedFd> {
+    nl_socket_of(SockProtocol::NetlinkRoute)
+}
+
+fn nl_socket_of(proto: SockProtocol) -> io::Result<OwnedFd> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Raw,
         SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
+        proto,
     )?;
     bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
     Ok(fd)
@@ -638,7 +642,10 @@ pub(crate) fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 /// Sends `req` and collects the reply messages (type, payload) until `NLMSG_DONE` or, for a
 /// request with `NLM_F_ACK`, the ack. An error reply becomes `Err`.
 pub(crate) fn nl_exchange(req: &[u8]) -> io::Result<Vec<(u16, Vec<u8>)>> {
-    let fd = nl_socket()?;
+    nl_exchange_on(nl_socket()?, req)
+}
+
+fn nl_exchange_on(fd: OwnedFd, req: &[u8]) -> io::Result<Vec<(u16, Vec<u8>)>> {
     send(fd.as_raw_fd(), req, MsgFlags::empty())?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
@@ -681,6 +688,57 @@ pub(crate) fn nl_exchange(req: &[u8]) -> io::Result<Vec<(u16, Vec<u8>)>> {
 fn req_wants_one(req: &[u8]) -> bool {
     let flags = u16::from_ne_bytes([req[6], req[7]]);
     flags & (libc::NLM_F_DUMP as u16) == 0 && flags & (libc::NLM_F_ACK as u16) == 0
+}
+
+/// `NETDEV_XDP_ACT_NDO_XMIT` of the netdev family's `xdp-features`: the device takes frames
+/// other devices' XDP programs redirect to it (`ndo_xdp_xmit`).
+pub(crate) const XDP_ACT_NDO_XMIT: u64 = 4;
+
+/// The `xdp-features` bits (`NETDEV_XDP_ACT_*`) the kernel reports for `ifindex` through the
+/// generic netlink family `netdev` (Linux 6.3 and later; an older kernel has no such family:
+/// `Err`). On veth the bit [`XDP_ACT_NDO_XMIT`] follows the peer: set only while the peer has
+/// an XDP program or GRO on.
+pub(crate) fn xdp_features(ifindex: u32) -> io::Result<u64> {
+    const GENL_ID_CTRL: u16 = 0x10;
+    const CTRL_CMD_GETFAMILY: u8 = 3;
+    const CTRL_ATTR_FAMILY_ID: u16 = 1;
+    const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+    const NETDEV_CMD_DEV_GET: u8 = 1;
+    const NETDEV_A_DEV_IFINDEX: u16 = 1;
+    const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
+    let genl = |family: u16, cmd: u8, attrs: &[u8]| {
+        // struct genlmsghdr: cmd, version, reserved u16
+        let mut b = vec![cmd, 1, 0, 0];
+        b.extend_from_slice(attrs);
+        nl_message(family, libc::NLM_F_REQUEST as u16, &b)
+    };
+    let first = |reply: Vec<(u16, Vec<u8>)>, want: u16| -> Option<Vec<u8>> {
+        reply
+            .into_iter()
+            .find(|(_, m)| m.len() >= 4)
+            .and_then(|(_, m)| {
+                attrs(&m[4..])
+                    .find(|(t, _)| *t == want)
+                    .map(|(_, v)| v.to_vec())
+            })
+    };
+    let missing = |what: &str| io::Error::new(io::ErrorKind::NotFound, what.to_owned());
+    let mut name = Vec::new();
+    push_attr(&mut name, CTRL_ATTR_FAMILY_NAME, b"netdev\0");
+    let req = genl(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, &name);
+    let reply = nl_exchange_on(nl_socket_of(SockProtocol::NetlinkGeneric)?, &req)?;
+    let id = first(reply, CTRL_ATTR_FAMILY_ID)
+        .and_then(|v| Some(u16::from_ne_bytes(v.get(0..2)?.try_into().ok()?)))
+        .ok_or_else(|| missing("no netdev netlink family"))?;
+    let mut dev = Vec::new();
+    push_attr(&mut dev, NETDEV_A_DEV_IFINDEX, &ifindex.to_ne_bytes());
+    let reply = nl_exchange_on(
+        nl_socket_of(SockProtocol::NetlinkGeneric)?,
+        &genl(id, NETDEV_CMD_DEV_GET, &dev),
+    )?;
+    first(reply, NETDEV_A_DEV_XDP_FEATURES)
+        .and_then(|v| Some(u64::from_ne_bytes(v.get(0..8)?.try_into().ok()?)))
+        .ok_or_else(|| missing("no xdp-features in the netdev reply"))
 }
 
 /// What is attached at `ifindex`'s XDP hook.

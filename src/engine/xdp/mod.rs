@@ -92,6 +92,17 @@
 //! program"; the channel's figures are the honest ones. Loading the two programs needs
 //! CAP_PERFMON (besides CAP_BPF) and a kernel with BTF; without either the engine runs, says
 //! so once in the log and in its description, and those drops go uncounted.
+//!
+//! # An egress that takes no redirects
+//!
+//! At start the engine asks the kernel (generic netlink family `netdev`, `xdp-features`)
+//! whether each egress interface takes redirected frames (`ndo_xdp_xmit`; on veth only while
+//! the peer has GRO on or an XDP program). One that does not would drop every fast-path frame
+//! (a black hole that says it is running): its routes never get an active entry and are
+//! forwarded by the AF_XDP path as in mode `zc`, with a warning at start and the reason in
+//! the engine's description. A kernel without the family (before 6.3) cannot say; the fast
+//! path then uses the egress and counts what it refuses as `redirect_failed`. The check is
+//! made at start only: an egress that stops taking redirects later is counted, not avoided.
 
 //! # Route changes
 //!
@@ -295,6 +306,9 @@ pub(super) struct FastPath {
     stats: Map,
     devmap: Map,
     egress: [Option<Egress>; 2],
+    /// Per egress domain: why its interface takes no XDP redirects (found at start); its
+    /// routes then stay on the AF_XDP path.
+    refused: [Option<String>; 2],
     max_payload: u32,
     watch: Option<RedirectWatch>,
     /// What the redirect-failure watch could not attach (empty when it watches both).
@@ -364,11 +378,16 @@ impl FastPath {
             ),
         }
         let xerr_seen = watch.as_ref().map_or([0; 2], |w| w.read(&mut Vec::new()));
+        let refused = [0, 1].map(|d| {
+            let (name, e) = egress[d].as_ref()?;
+            redirects_refused(name, bpf::xdp_features(e.ifindex))
+        });
         Ok(FastPath {
             fwd,
             stats,
             devmap,
             egress: egress.map(|e| e.map(|(_, e)| e)),
+            refused,
             max_payload: max_payload.min(65507) as u32,
             watch,
             watch_missing,
@@ -447,10 +466,27 @@ impl FastPath {
         self.activate(&mut st, key, now, Some((dst, ifindex, mac)));
     }
 
+    /// The interface `channel`'s fast-path frames leave by: `None` when there is none, or it
+    /// takes no XDP redirects.
+    fn fast_egress(&self, channel: Channel) -> Option<Egress> {
+        let d = channel.egress().index();
+        self.egress[d].filter(|_| self.refused[d].is_none())
+    }
+
+    /// What [`Engine::describe`](super::Engine::describe) adds for egress interfaces that
+    /// take no redirects (empty when every one does).
+    pub(super) fn refused_summary(&self) -> String {
+        self.refused
+            .iter()
+            .flatten()
+            .map(|r| format!("; {r}"))
+            .collect()
+    }
+
     /// The (destination, egress ifindex) whose next hop `route` needs to be activated: `None`
     /// when it has no egress interface or is not decidable yet.
     fn next_hop_of(&self, route: &StreamRoute) -> Option<(Ipv4Addr, u32)> {
-        let eg = self.egress[route.channel.egress().index()]?;
+        let eg = self.fast_egress(route.channel)?;
         entry_policy(route)?;
         Some((*route.dest.ip(), eg.ifindex))
     }
@@ -635,7 +671,7 @@ impl FastPath {
         resolved: Option<(Ipv4Addr, u32, [u8; 6])>,
     ) {
         let route: &StreamRoute = &e.route;
-        let Some(eg) = self.egress[route.channel.egress().index()] else {
+        let Some(eg) = self.fast_egress(route.channel) else {
             return;
         };
         let Some((flags, src)) = entry_policy(route) else {
@@ -823,6 +859,31 @@ fn confirm(old: (u64, u64), new: (u64, u64), mut failed: u64) -> ((u64, u64), (u
 }
 
 /// The egress interface of each domain: the one facing it alone.
+/// Why egress `name` takes no XDP redirects, from its xdp-features (`None` when it does, or
+/// the kernel cannot say: then a refused redirect is still counted `redirect_failed`). Said
+/// once in the log; the fast path leaves that egress alone, so its routes run on AF_XDP.
+fn redirects_refused(name: &str, features: io::Result<u64>) -> Option<String> {
+    match features {
+        Ok(f) if f & bpf::XDP_ACT_NDO_XMIT == 0 => {
+            let why = format!(
+                "egress {name} takes no XDP redirects (its xdp-features lack ndo_xdp_xmit; on veth the peer needs GRO on or an XDP program): its routes use the AF_XDP path"
+            );
+            tracing::warn!(
+                "{why}; restart vgate once the egress takes redirects to use the fast path"
+            );
+            Some(why)
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::info!(
+                interface = name,
+                "cannot tell whether the egress takes XDP redirects ({e}): the fast path uses it, and counts what the kernel drops there as redirect_failed"
+            );
+            None
+        }
+    }
+}
+
 pub(super) fn egress_of(
     ifaces: &[(String, Vec<DomainId>, Egress)],
 ) -> [Option<(String, Egress)>; 2] {

@@ -226,3 +226,17 @@ fn only_decidable_routes_get_an_entry() {
         Some((ACTIVE | CHECK_ADDR | CHECK_PORT, src))
     );
 }
+
+#[test]
+fn an_egress_without_ndo_xdp_xmit_is_refused_for_the_fast_path() {
+    let why = redirects_refused("gb", Ok(1 | 2 | 32)).expect("refused");
+    assert!(why.starts_with("egress gb takes no XDP redirects"), "{why}");
+    assert!(why.contains("its routes use the AF_XDP path"), "{why}");
+    assert_eq!(
+        redirects_refused("gb", Ok(1 | 2 | bpf::XDP_ACT_NDO_XMIT)),
+        None
+    );
+    // A kernel without the netdev family cannot say: the fast path is used, failures counted.
+    let old = io::Error::new(io::ErrorKind::NotFound, "no netdev netlink family");
+    assert_eq!(redirects_refused("gb", Err(old)), None);
+}

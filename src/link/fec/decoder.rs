@@ -173,6 +173,9 @@ impl Decoder {
         now_ms: u64,
         mut deliver: F,
     ) -> Result<(), HeaderError> {
+        // Callers pass checked views; checking again costs a few compares and keeps a
+        // frame longer than a shard slot out of the buffers whatever the caller did.
+        p.check()?;
         let lane_no = usize::from(p.lane());
         if lane_no >= MAX_LANES {
             return Err(HeaderError::BadFec);

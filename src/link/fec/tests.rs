@@ -202,7 +202,8 @@ fn hostile_frames_never_panic() {
             }
             match next() % 8 {
                 0 => f.truncate((next() as usize) % (f.len() + 1)),
-                1 => f.resize(((next() as usize) % FRAME_CAP).max(1), next() as u8),
+                // Up to twice a frame: longer ones must be refused, not stored.
+                1 => f.resize(((next() as usize) % (2 * FRAME_CAP)).max(1), next() as u8),
                 _ => {}
             }
             if let Ok(p) = LinkPacket::new_checked(&f[..]) {
@@ -220,6 +221,40 @@ fn hostile_frames_never_panic() {
             }
         }
     }
+}
+
+/// A repair frame longer than a link frame, for the last shard of the last block slot:
+/// the header check refuses it (the decoder's shard slots are a frame long, and it
+/// overran the shard buffer before; the link fuzz target's find).
+#[test]
+fn an_oversized_repair_frame_is_refused_not_stored() {
+    use crate::wire::link::{write_fields, Fields, HEADER_LEN};
+    let fec = Fec { k: 8, m: 2 };
+    let mut dec = Decoder::new(Some(fec));
+    let mut f = vec![0u8; FRAME_CAP + 600];
+    write_fields(
+        &mut f,
+        &Fields {
+            repair: true,
+            k: 8,
+            m: 2,
+            index: 9,
+            block: WINDOW_BLOCKS as u32 - 1,
+            ..Fields::default()
+        },
+    );
+    assert!(f.len() > HEADER_LEN);
+    assert_eq!(
+        LinkPacket::new_checked(&f[..]).err(),
+        Some(HeaderError::Oversize)
+    );
+    // Even a caller that skips the check (the view's accessors stay in bounds) cannot
+    // make the decoder write past its buffers: the check is the decoder's own first step.
+    let p = LinkPacket::new_unchecked(&f[..]);
+    assert_eq!(
+        dec.receive(&p, 0, |_, _, _, _| panic!("nothing to deliver")),
+        Err(HeaderError::Oversize)
+    );
 }
 
 /// Every frame an encoder (lane 2, `epoch`) sends for datagrams `ids`, in wire order.

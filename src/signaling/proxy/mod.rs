@@ -9,7 +9,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use crate::config::{Config, SignalingKind, SignalingRoute};
+use crate::config::{Config, DomainId, SignalingKind, SignalingRoute, Transport};
 use crate::routes::Routes;
 
 pub mod rtsp;
@@ -21,8 +21,8 @@ pub use stats::{SignalingRegistry, SignalingStats};
 
 /// A running proxy.
 pub trait Proxy: Send {
-    /// The signaling route it serves.
-    fn route(&self) -> &SignalingRoute;
+    /// The signaling routes it serves: one, or (SIP) a group of routes sharing sockets.
+    fn routes(&self) -> &[SignalingRoute];
     /// Stops its threads and ends its sessions (freeing their ports and routes).
     fn shutdown(self: Box<Self>);
     /// The addresses its sockets listen on, every face (the split agent announces those on
@@ -79,16 +79,21 @@ pub fn start(ctx: &ProxyContext) -> Result<Vec<Box<dyn Proxy>>, ProxyError> {
     start_routes(ctx, &ctx.config.signaling)
 }
 
-/// Starts a proxy for each of `routes` (a reload starts only the new ones).
+/// Starts a proxy for each of `routes` (a reload starts only the new ones): one per RTSP
+/// route, one per group of SIP routes sharing sockets ([`units`]).
 pub fn start_routes(
     ctx: &ProxyContext,
     routes: &[SignalingRoute],
 ) -> Result<Vec<Box<dyn Proxy>>, ProxyError> {
     let mut proxies: Vec<Box<dyn Proxy>> = Vec::new();
-    for route in routes {
-        match start_one(route, ctx) {
-            Ok(Some(p)) => proxies.push(p),
-            Ok(None) => {}
+    for unit in units(routes) {
+        let started = match unit.first().map(|r| r.kind) {
+            Some(SignalingKind::Sip) => sip::start(&unit, ctx),
+            Some(SignalingKind::Rtsp) => rtsp::start(&unit[0], ctx),
+            None => continue,
+        };
+        match started {
+            Ok(p) => proxies.push(p),
             Err(e) => {
                 for p in proxies {
                     p.shutdown();
@@ -100,13 +105,58 @@ pub fn start_routes(
     Ok(proxies)
 }
 
-/// The proxy for one route; `None` when this build has no proxy of that kind.
-fn start_one(
-    route: &SignalingRoute,
-    ctx: &ProxyContext,
-) -> Result<Option<Box<dyn Proxy>>, ProxyError> {
-    match route.kind {
-        SignalingKind::Sip => sip::start(route, ctx).map(Some),
-        SignalingKind::Rtsp => rtsp::start(route, ctx).map(Some),
+/// A signaling socket: domain, port, transport.
+pub type Socket = (DomainId, u16, Transport);
+
+/// The sockets a route's faces use: (domain, port, transport) of its listen face and, for
+/// SIP, of its upstream face.
+pub fn sockets(r: &SignalingRoute) -> Vec<Socket> {
+    let mut v = vec![(r.listen_domain, r.listen_port, r.transport)];
+    if r.kind == SignalingKind::Sip {
+        v.push((r.listen_domain.other(), r.policy.upstream_port, r.transport));
     }
+    v
+}
+
+/// The routes one proxy serves, in config order: each RTSP route alone; SIP routes joined
+/// when a face of one and a face of the other use the same socket (and so on, transitively:
+/// a group is a connected set).
+pub fn units(routes: &[SignalingRoute]) -> Vec<Vec<SignalingRoute>> {
+    let mut groups: Vec<(Vec<Socket>, Vec<SignalingRoute>)> = Vec::new();
+    for r in routes {
+        if r.kind != SignalingKind::Sip {
+            groups.push((Vec::new(), vec![r.clone()]));
+            continue;
+        }
+        let mut socks = sockets(r);
+        let mut members = vec![r.clone()];
+        let mut i = 0;
+        while i < groups.len() {
+            let touches = groups
+                .get(i)
+                .is_some_and(|(s, _)| s.iter().any(|k| socks.contains(k)));
+            if touches {
+                let (s, m) = groups.remove(i);
+                socks.extend(s);
+                let mut m = m;
+                m.append(&mut members);
+                members = m;
+            } else {
+                i += 1;
+            }
+        }
+        groups.push((socks, members));
+    }
+    // Back in the config order of each group's first route.
+    let order = |m: &Vec<SignalingRoute>| {
+        m.first()
+            .and_then(|f| routes.iter().position(|r| r == f))
+            .unwrap_or(usize::MAX)
+    };
+    let mut out: Vec<Vec<SignalingRoute>> = groups.into_iter().map(|(_, m)| m).collect();
+    for m in &mut out {
+        m.sort_by_key(|r| routes.iter().position(|x| x == r).unwrap_or(usize::MAX));
+    }
+    out.sort_by_key(order);
+    out
 }

@@ -405,8 +405,8 @@ fn accept_loop(
 }
 
 impl Proxy for RtspProxy {
-    fn route(&self) -> &SignalingRoute {
-        &self.route
+    fn routes(&self) -> &[SignalingRoute] {
+        std::slice::from_ref(&self.route)
     }
 
     fn listening(&self) -> Vec<(crate::config::Transport, SocketAddrV4)> {

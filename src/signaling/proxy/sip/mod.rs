@@ -73,7 +73,10 @@
 //! registers with the platform in B; the platform in B calls devices in A) configures two
 //! routes, one listening in each domain, as the namespace test does: the platform's
 //! requests to a device registered through the A→B route carry that route's token and are
-//! routed back through it; requests addressed by ID go through the B→A route.
+//! routed back through it; requests addressed by ID go through the B→A route. Both routes
+//! may use 5060 on each side: their faces then share one socket per side and run as one
+//! proxy (`net.rs`, [`net::pick`]), a request addressed by ID to a device registered
+//! through the A→B route going to that route.
 //!
 //! ## Media
 //!
@@ -132,7 +135,13 @@
 //! ## Access control
 //!
 //! The listen face accepts peers in `allow_peers` (default: any address of the listen
-//! domain); the upstream face accepts addresses of the upstream domain. When `allow_ids`
+//! domain); the upstream face accepts addresses of the upstream domain, but only the
+//! route's `upstream` (and, on a socket shared with a route listening there, the peers that
+//! route's `allow_peers` accepts) may *start* requests on it: a new request from anyone else
+//! (no binding token, no dialog of the route) gets `403`, counted `upstream_forbidden`, so
+//! the upstream face cannot carry an arbitrary source's requests into the other domain. On
+//! a shared socket the same rule decides which route a new request goes to
+//! ([`Core::claim`]); one no face admits goes to the route listening there, which refuses it. When `allow_ids`
 //! is set, From and To must both be 20-digit GB/T 28181 IDs starting with one of its
 //! prefixes. Anything else gets `403 Forbidden` with a Warning, counted and logged with a
 //! rate limit. Each source may send `rate_limit` requests per second (bursts of twice
@@ -144,43 +153,53 @@ pub mod core;
 pub mod media;
 pub mod net;
 
+#[cfg(test)]
+mod group_tests;
+
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::config::{SignalingRoute, Transport};
+use crate::config::{Config, DomainId, SignalingRoute, Transport};
+use crate::routes::Routes;
 
 use super::{Proxy, ProxyContext, ProxyError};
 
-pub use self::core::{Core, Counters, Face, Out, Peer};
+pub use self::core::{Claim, Core, Counters, Face, Out, Peer};
 
-/// A running SIP proxy.
+/// A running SIP proxy: a group of routes sharing sockets (often one route alone).
 pub struct SipProxy {
-    route: SignalingRoute,
+    routes: Vec<SignalingRoute>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    /// The gateway addresses of the listen and upstream faces.
-    pub local: [SocketAddrV4; 2],
+    /// The gateway addresses of each route's listen and upstream faces.
+    pub local: Vec<[SocketAddrV4; 2]>,
 }
 
 impl Proxy for SipProxy {
-    fn route(&self) -> &SignalingRoute {
-        &self.route
+    fn routes(&self) -> &[SignalingRoute] {
+        &self.routes
     }
 
     fn listening(&self) -> Vec<(Transport, SocketAddrV4)> {
-        self.local
+        let mut v: Vec<(Transport, SocketAddrV4)> = self
+            .routes
             .iter()
-            .map(|a| (self.route.transport, *a))
-            .collect()
+            .zip(&self.local)
+            .flat_map(|(r, l)| l.iter().map(|a| (r.transport, *a)))
+            .collect();
+        v.sort_unstable_by_key(|(t, a)| (*t == Transport::Tcp, *a));
+        v.dedup();
+        v
     }
 
     fn shutdown(mut self: Box<Self>) {
         self.stop.store(true, Relaxed);
         if let Some(t) = self.thread.take() {
             if t.join().is_err() {
-                tracing::error!(route = %self.route.name, "SIP proxy thread panicked");
+                let names: Vec<&str> = self.routes.iter().map(|r| r.name.as_str()).collect();
+                tracing::error!(routes = ?names, "SIP proxy thread panicked");
             }
         }
     }
@@ -209,26 +228,84 @@ pub fn random_secret(route: &str) -> Result<[u8; 32], ProxyError> {
     Ok(key)
 }
 
-/// Binds the route's sockets and starts its thread.
-pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy>, ProxyError> {
-    let listen = SocketAddrV4::new(
-        ctx.config.domain(route.listen_domain).address,
-        route.listen_port,
-    );
-    // A fixed port: registrations made through this face name it, and must still reach
-    // vgate after a restart or a reload.
-    let up = SocketAddrV4::new(
-        ctx.config.domain(route.listen_domain.other()).address,
-        route.policy.upstream_port,
-    );
-    let listen_if = ctx.config.domain(route.listen_domain).interface.clone();
-    let up_if = ctx
-        .config
-        .domain(route.listen_domain.other())
-        .interface
-        .clone();
-    let err = |addr: SocketAddrV4, source: std::io::Error| ProxyError::Listen {
-        route: route.name.clone(),
+/// The sockets of a group of routes: each (domain, port) once, in order of first use, and
+/// for each route the index of its listen and upstream face's socket (by [`Face::index`]).
+pub fn group_sockets(group: &[SignalingRoute]) -> (Vec<(DomainId, u16)>, Vec<[usize; 2]>) {
+    let mut keys: Vec<(DomainId, u16)> = Vec::new();
+    let mut socks_of = Vec::new();
+    for r in group {
+        let mut idx = [0usize; 2];
+        for (face, key) in [
+            (r.listen_domain, r.listen_port),
+            (r.listen_domain.other(), r.policy.upstream_port),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let i = keys.iter().position(|k| *k == key).unwrap_or_else(|| {
+                keys.push(key);
+                keys.len() - 1
+            });
+            if let Some(x) = idx.get_mut(face) {
+                *x = i;
+            }
+        }
+        socks_of.push(idx);
+    }
+    (keys, socks_of)
+}
+
+/// The core of `route`, a member of `group` (`socks_of` from [`group_sockets`]) whose faces
+/// are at `local`: the routes listening on its upstream socket let their peers start
+/// requests on its upstream face ([`Core::may_start_upstream`]). No secret, no legs: the
+/// caller adds them.
+pub fn member_core(
+    group: &[SignalingRoute],
+    socks_of: &[[usize; 2]],
+    route: &SignalingRoute,
+    config: &Config,
+    routes: &Arc<Routes>,
+    local: [SocketAddrV4; 2],
+) -> Core {
+    let up = group
+        .iter()
+        .position(|r| r == route)
+        .and_then(|i| socks_of.get(i))
+        .map(|s| s[Face::Upstream.index()]);
+    let starters = group
+        .iter()
+        .zip(socks_of)
+        .filter(|(r, s)| *r != route && Some(s[Face::Listen.index()]) == up)
+        .map(|(r, _)| r.policy.allow_peers.clone())
+        .collect();
+    Core::new(route, config, Arc::clone(routes), local, "").with_upstream_starters(starters)
+}
+
+/// Binds the sockets of a group of routes ([`crate::signaling::proxy::units`]: SIP routes
+/// whose faces share sockets, all of one transport) and starts its thread.
+pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Proxy>, ProxyError> {
+    let Some(first) = group.first() else {
+        return Err(ProxyError::Other {
+            route: String::new(),
+            message: "no route to serve".into(),
+        });
+    };
+    // A fixed port on both faces: registrations made through a face name it and must
+    // still reach vgate after a restart or a reload.
+    let (keys, socks_of) = group_sockets(group);
+    // Which route a socket's errors name: the first one listening there, else the first.
+    let owner = |i: usize| {
+        group
+            .iter()
+            .zip(&socks_of)
+            .find(|(_, s)| s[0] == i)
+            .or_else(|| group.iter().zip(&socks_of).find(|(_, s)| s[1] == i))
+            .map_or(first.name.as_str(), |(r, _)| r.name.as_str())
+    };
+    let addr_of =
+        |(d, port): (DomainId, u16)| SocketAddrV4::new(ctx.config.domain(d).address, port);
+    let err = |i: usize, addr: SocketAddrV4, source: std::io::Error| ProxyError::Listen {
+        route: owner(i).to_owned(),
         addr: addr.into(),
         source,
     };
@@ -236,70 +313,100 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         Ok(std::net::SocketAddr::V4(a)) => a,
         _ => fallback,
     };
-    let secret = random_secret(&route.name)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let flags = [Arc::clone(&stop), Arc::clone(&ctx.stop)];
-    let name = format!("sip-{}", route.name);
-    let (thread, local) = match route.transport {
+    enum Bound {
+        Udp(Vec<UdpSocket>),
+        Tcp(Vec<TcpListener>),
+    }
+    let mut locals = Vec::new();
+    let bound = match first.transport {
         Transport::Udp => {
-            let l = UdpSocket::bind(listen).map_err(|e| err(listen, e))?;
-            let u = UdpSocket::bind(up).map_err(|e| err(up, e))?;
-            super::bind_to_interface(&l, &listen_if, &route.name)?;
-            super::bind_to_interface(&u, &up_if, &route.name)?;
-            let local = [
-                local_of(l.local_addr(), listen),
-                local_of(u.local_addr(), up),
-            ];
-            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
-                .with_secret(secret)
-                .with_legs(Arc::clone(&ctx.legs));
-            core.stats.set_events(core.counters.list());
-            ctx.stats.register(&route.name, Arc::clone(&core.stats));
-            let t = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || net::run_udp(core, [l, u], &flags));
-            (t, local)
+            let mut v = Vec::new();
+            for (i, k) in keys.iter().enumerate() {
+                let a = addr_of(*k);
+                let s = UdpSocket::bind(a).map_err(|e| err(i, a, e))?;
+                super::bind_to_interface(&s, &ctx.config.domain(k.0).interface, owner(i))?;
+                locals.push(local_of(s.local_addr(), a));
+                v.push(s);
+            }
+            Bound::Udp(v)
         }
         Transport::Tcp => {
-            let l = TcpListener::bind(listen).map_err(|e| err(listen, e))?;
-            let u = TcpListener::bind(up).map_err(|e| err(up, e))?;
-            super::bind_to_interface(&l, &listen_if, &route.name)?;
-            super::bind_to_interface(&u, &up_if, &route.name)?;
-            let local = [
-                local_of(l.local_addr(), listen),
-                local_of(u.local_addr(), up),
-            ];
-            let core = Core::new(route, &ctx.config, Arc::clone(&ctx.routes), local, "")
-                .with_secret(secret)
-                .with_legs(Arc::clone(&ctx.legs));
-            core.stats.set_events(core.counters.list());
-            ctx.stats.register(&route.name, Arc::clone(&core.stats));
-            let tcp = net::TcpNet::new(
-                [l, u],
-                route.policy.max_connections_per_source,
-                route.policy.max_message,
-            )
-            .map_err(|e| err(listen, e))?;
-            let t = std::thread::Builder::new()
+            let mut v = Vec::new();
+            for (i, k) in keys.iter().enumerate() {
+                let a = addr_of(*k);
+                let s = TcpListener::bind(a).map_err(|e| err(i, a, e))?;
+                super::bind_to_interface(&s, &ctx.config.domain(k.0).interface, owner(i))?;
+                locals.push(local_of(s.local_addr(), a));
+                v.push(s);
+            }
+            Bound::Tcp(v)
+        }
+    };
+    let mut members = Vec::new();
+    let mut local = Vec::new();
+    for (r, socks) in group.iter().zip(&socks_of) {
+        let l = [locals[socks[0]], locals[socks[1]]];
+        let core = member_core(group, &socks_of, r, &ctx.config, &ctx.routes, l)
+            .with_secret(random_secret(&r.name)?)
+            .with_legs(Arc::clone(&ctx.legs));
+        core.stats.set_events(core.counters.list());
+        ctx.stats.register(&r.name, Arc::clone(&core.stats));
+        members.push(net::Member {
+            core,
+            socks: *socks,
+        });
+        local.push(l);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let flags = [Arc::clone(&stop), Arc::clone(&ctx.stop)];
+    let names: Vec<&str> = group.iter().map(|r| r.name.as_str()).collect();
+    let name = format!("sip-{}", names.join("+"));
+    let thread = match bound {
+        Bound::Udp(socks) => std::thread::Builder::new()
+            .name(name)
+            .spawn(move || net::run_udp(members, socks, &flags)),
+        Bound::Tcp(listeners) => {
+            // A socket's limits: the most generous of the routes using it.
+            let caps = (0..keys.len())
+                .map(|i| {
+                    group
+                        .iter()
+                        .zip(&socks_of)
+                        .filter(|(_, s)| s.contains(&i))
+                        .map(|(r, _)| r.policy.max_connections_per_source)
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect();
+            let max_message = group
+                .iter()
+                .map(|r| r.policy.max_message)
+                .max()
+                .unwrap_or(0);
+            let a = locals.first().copied().unwrap_or(local[0][0]);
+            let tcp = net::TcpNet::new(listeners, caps, max_message).map_err(|e| err(0, a, e))?;
+            std::thread::Builder::new()
                 .name(name)
-                .spawn(move || tcp.run(core, &flags));
-            (t, local)
+                .spawn(move || tcp.run(members, &flags))
         }
     };
     let thread = thread.map_err(|e| ProxyError::Other {
-        route: route.name.clone(),
+        route: first.name.clone(),
         message: format!("cannot start the proxy thread: {e}"),
     })?;
-    tracing::info!(
-        route = %route.name,
-        transport = ?route.transport,
-        listen = %local[0],
-        upstream_face = %local[1],
-        upstream = %route.upstream,
-        "SIP proxy serving"
-    );
+    for (r, l) in group.iter().zip(&local) {
+        tracing::info!(
+            route = %r.name,
+            transport = ?r.transport,
+            listen = %l[0],
+            upstream_face = %l[1],
+            upstream = %r.upstream,
+            shared_with = ?names.iter().filter(|n| **n != r.name).collect::<Vec<_>>(),
+            "SIP proxy serving"
+        );
+    }
     Ok(Box::new(SipProxy {
-        route: route.clone(),
+        routes: group.to_vec(),
         stop,
         thread: Some(thread),
         local,

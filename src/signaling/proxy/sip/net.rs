@@ -1,13 +1,22 @@
-//! The sockets of one SIP proxy and its event loop: one thread, one epoll, the [`Core`]
+//! The sockets of one SIP proxy and its event loop: one thread, one epoll, the [`Core`]s
 //! owned by that thread (no lock on the message path).
 //!
-//! UDP: a socket per face; up to [`BATCH`] datagrams per socket per wakeup, into one
+//! A proxy serves a **group** of routes ([`Member`]s) that share sockets: the pair of routes
+//! of one deployment (one listening in each domain) shares the gateway's SIP socket on each
+//! side, each route's upstream face being the other's listen face. Each message received on
+//! a socket shared by several routes goes to the route that claims it most strongly
+//! ([`Core::claim`], [`pick`]): the route whose transaction or dialog it is, then the one
+//! through which the addressed device registered, then the one listening there; a route's
+//! answers leave by its own face's socket. A socket of one route skips the claim.
+//!
+//! UDP: a socket per face (shared within the group); up to [`BATCH`] datagrams per socket per wakeup, into one
 //! 64 KiB buffer reused for every datagram (UDP datagrams up to 64 KiB cross loopback and
 //! veth; over a real path IP fragmentation carries them, and a route whose path drops
 //! fragments should use TCP, see the module doc of [`super`]).
 //!
-//! TCP: a listener per face (the upstream face listens on the port its Contact and Via
-//! show), accepted and outgoing connections framed by Content-Length ([`take_frames`], over
+//! TCP: a listener per socket (the upstream face listens on the port its Contact and Via
+//! show); connections belong to the socket, not to a route (a platform's one connection
+//! carries the answers to one route and the new requests of the other), accepted and outgoing connections framed by Content-Length ([`take_frames`], over
 //! [`frame`]), at most `max_connections_per_source` accepted connections per source address
 //! (the next one is accepted and closed at once, counted) and [`MAX_CONNS`] in all. A
 //! CRLFCRLF keep-alive gets a CRLF pong (RFC 5626 §3.5.1). A stream that cannot be framed
@@ -37,7 +46,7 @@ use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, SockaddrIn};
 
 use crate::signaling::sip::{frame, Framing, Limits, SipError};
 
-use super::core::{Core, Counters, Face, Out, Peer};
+use super::core::{Claim, Core, Counters, Face, Out, Peer};
 use crate::clock::now_ms;
 
 /// Datagrams or reads per socket per wakeup, so one busy peer cannot starve the rest.
@@ -64,30 +73,73 @@ fn stopped(flags: &[Arc<AtomicBool>]) -> bool {
     flags.iter().any(|f| f.load(Relaxed))
 }
 
+/// One route of a proxy's group: its core, and the index of the group's socket each of its
+/// faces uses (by [`Face::index`]).
+pub struct Member {
+    pub core: Core,
+    pub socks: [usize; 2],
+}
+
+/// The route (member index) and face a message received on socket `sock` goes to: the
+/// strongest [`Claim`] among the routes with a face there, the first in config order on a
+/// tie. `on`: for each socket, the (member, face) pairs using it.
+pub fn pick(
+    members: &[Member],
+    on: &[Vec<(usize, Face)>],
+    sock: usize,
+    peer: Peer,
+    msg: &[u8],
+) -> Option<(usize, Face)> {
+    let cands = on.get(sock)?;
+    if cands.len() <= 1 {
+        return cands.first().copied();
+    }
+    let now = Instant::now();
+    let claim = |&(m, face): &(usize, Face)| {
+        members
+            .get(m)
+            .map_or(Claim::None, |x| x.core.claim(face, peer, msg, now))
+    };
+    // `max_by_key` keeps the last of equals: walk backwards to keep the first.
+    cands.iter().rev().max_by_key(|c| claim(c)).copied()
+}
+
+/// For each of `n` sockets, the (member, face) pairs using it, listen faces first.
+pub fn users(members: &[Member], n: usize) -> Vec<Vec<(usize, Face)>> {
+    let mut on = vec![Vec::new(); n];
+    for face in Face::BOTH {
+        for (i, m) in members.iter().enumerate() {
+            if let Some(v) = on.get_mut(m.socks[face.index()]) {
+                v.push((i, face));
+            }
+        }
+    }
+    on
+}
+
 /// Runs a UDP proxy until a stop flag is set; then ends every call.
-pub fn run_udp(mut core: Core, socks: [UdpSocket; 2], stop: &[Arc<AtomicBool>]) {
+pub fn run_udp(mut members: Vec<Member>, socks: Vec<UdpSocket>, stop: &[Arc<AtomicBool>]) {
     let Ok(epoll) = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) else {
         tracing::error!("SIP proxy: cannot create an epoll instance; the route is not served");
-        core.shutdown(Instant::now());
+        for m in &mut members {
+            m.core.shutdown(Instant::now());
+        }
         return;
     };
     for (i, s) in socks.iter().enumerate() {
         let _ = s.set_nonblocking(true);
         let _ = epoll.add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64));
     }
+    let on = users(&members, socks.len());
     let mut buf = vec![0u8; 65_536];
-    let mut events = [EpollEvent::empty(); 4];
+    let mut events = [EpollEvent::empty(); 16];
     while !stopped(stop) {
         let n = epoll
             .wait(&mut events, EpollTimeout::from(100u16))
             .unwrap_or(0);
         for ev in events.iter().take(n) {
-            let face = if ev.data() == 0 {
-                Face::Listen
-            } else {
-                Face::Upstream
-            };
-            let Some(sock) = socks.get(face.index()) else {
+            let s = ev.data() as usize;
+            let Some(sock) = socks.get(s) else {
                 continue;
             };
             for _ in 0..BATCH {
@@ -96,19 +148,29 @@ pub fn run_udp(mut core: Core, socks: [UdpSocket; 2], stop: &[Arc<AtomicBool>]) 
                         let (Some(from), Some(msg)) = (v4(from), buf.get(..len)) else {
                             continue;
                         };
-                        let outs = traced(&mut core, face, Peer::udp(from), msg);
-                        send_udp(&socks, outs);
+                        let peer = Peer::udp(from);
+                        let Some((m, face)) = pick(&members, &on, s, peer, msg) else {
+                            continue;
+                        };
+                        if let Some(m) = members.get_mut(m) {
+                            let outs = traced(&mut m.core, face, peer, msg);
+                            send_udp(&socks, m.socks, outs);
+                        }
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 }
             }
         }
-        let outs = core.tick(Instant::now(), now_ms());
-        send_udp(&socks, outs);
+        for m in &mut members {
+            let outs = m.core.tick(Instant::now(), now_ms());
+            send_udp(&socks, m.socks, outs);
+        }
     }
-    let outs = core.shutdown(Instant::now());
-    send_udp(&socks, outs);
+    for m in &mut members {
+        let outs = m.core.shutdown(Instant::now());
+        send_udp(&socks, m.socks, outs);
+    }
 }
 
 /// [`Core::on_message`], with the message and what it turned into traced when the route
@@ -134,9 +196,9 @@ fn face_name(face: Face) -> &'static str {
     }
 }
 
-fn send_udp(socks: &[UdpSocket; 2], outs: Vec<Out>) {
+fn send_udp(socks: &[UdpSocket], map: [usize; 2], outs: Vec<Out>) {
     for o in outs {
-        if let Some(s) = socks.get(o.face.index()) {
+        if let Some(s) = socks.get(map[o.face.index()]) {
             // A send error (no route, buffer full) is the same as a datagram lost on the
             // way: SIP over UDP retransmits.
             let _ = s.send_to(&o.bytes, o.to.addr);
@@ -189,14 +251,22 @@ pub fn take_frames(rbuf: &mut Vec<u8>, limits: &Limits) -> Frames {
 
 /// What reading a connection produced, for the core.
 enum Event {
-    Message(Face, Peer, Vec<u8>),
+    /// A message on a connection of socket `.0`.
+    Message(usize, Peer, Vec<u8>),
     /// The stream cannot be framed: the error and the bytes buffered at that point.
-    Broken(Face, Peer, SipError, Vec<u8>),
+    Broken(usize, Peer, SipError, Vec<u8>),
 }
+
+/// Connection ids start here; below are the listeners' epoll tokens.
+const FIRST_CONN: u64 = 1 << 20;
 
 struct Conn {
     stream: TcpStream,
-    face: Face,
+    /// The group's socket (listener) it belongs to.
+    sock: usize,
+    /// The member whose counters its failures go to (who opened it; for an accepted one
+    /// the first route on its socket).
+    owner: usize,
     peer: SocketAddrV4,
     accepted: bool,
     rbuf: Vec<u8>,
@@ -211,22 +281,27 @@ struct Conn {
 /// The TCP side: listeners, connections, and the loop.
 pub struct TcpNet {
     epoll: Epoll,
-    listeners: [TcpListener; 2],
+    listeners: Vec<TcpListener>,
     conns: HashMap<u64, Conn>,
     next_id: u64,
-    per_source: HashMap<std::net::Ipv4Addr, usize>,
-    max_per_source: usize,
+    /// Accepted connections by socket and source address.
+    per_source: HashMap<(usize, std::net::Ipv4Addr), usize>,
+    /// Each socket's cap: the largest `max_connections_per_source` of its routes.
+    max_per_source: Vec<usize>,
     limits: Limits,
-    /// Outgoing connections refused or timed out since the core last took the count.
-    failed_connects: u64,
+    /// Outgoing connections refused or timed out, by member, since the cores last took
+    /// the count.
+    failed_connects: Vec<u64>,
 }
 
 static LOG_CONNECT: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
 
 impl TcpNet {
+    /// `max_per_source`: each listener's cap on accepted connections per source address;
+    /// `max_message`: the largest message any route of the group takes.
     pub fn new(
-        listeners: [TcpListener; 2],
-        max_per_source: usize,
+        listeners: Vec<TcpListener>,
+        max_per_source: Vec<usize>,
         max_message: usize,
     ) -> std::io::Result<TcpNet> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(std::io::Error::from)?;
@@ -240,21 +315,21 @@ impl TcpNet {
             epoll,
             listeners,
             conns: HashMap::new(),
-            next_id: 16,
+            next_id: FIRST_CONN,
             per_source: HashMap::new(),
             max_per_source,
             limits: Limits {
                 max_message,
                 ..Limits::default()
             },
-            failed_connects: 0,
+            failed_connects: Vec::new(),
         })
     }
 
     fn register(
         &mut self,
         stream: TcpStream,
-        face: Face,
+        (sock, owner): (usize, usize),
         peer: SocketAddrV4,
         accepted: bool,
         connecting: bool,
@@ -275,14 +350,15 @@ impl TcpNet {
             .add(stream.as_fd(), EpollEvent::new(flags, id))
             .ok()?;
         if accepted {
-            *self.per_source.entry(*peer.ip()).or_insert(0) += 1;
+            *self.per_source.entry((sock, *peer.ip())).or_insert(0) += 1;
         }
         let now = Instant::now();
         self.conns.insert(
             id,
             Conn {
                 stream,
-                face,
+                sock,
+                owner,
                 peer,
                 accepted,
                 rbuf: Vec::new(),
@@ -299,10 +375,11 @@ impl TcpNet {
         if let Some(c) = self.conns.remove(&id) {
             let _ = self.epoll.delete(c.stream.as_fd());
             if c.accepted {
-                if let Some(n) = self.per_source.get_mut(c.peer.ip()) {
+                let key = (c.sock, *c.peer.ip());
+                if let Some(n) = self.per_source.get_mut(&key) {
                     *n = n.saturating_sub(1);
                     if *n == 0 {
-                        self.per_source.remove(c.peer.ip());
+                        self.per_source.remove(&key);
                     }
                 }
             }
@@ -311,7 +388,7 @@ impl TcpNet {
 
     /// Starts an outgoing connection without waiting for it (the socket is non-blocking;
     /// `flush` finishes it when epoll reports it writable).
-    fn connect(&mut self, face: Face, to: SocketAddrV4) -> std::io::Result<u64> {
+    fn connect(&mut self, (sock, owner): (usize, usize), to: SocketAddrV4) -> std::io::Result<u64> {
         let fd = socket::socket(
             AddressFamily::Inet,
             SockType::Stream,
@@ -322,20 +399,26 @@ impl TcpNet {
             Ok(()) | Err(Errno::EINPROGRESS) => {}
             Err(e) => return Err(e.into()),
         }
-        self.register(TcpStream::from(fd), face, to, false, true)
+        self.register(TcpStream::from(fd), (sock, owner), to, false, true)
             .ok_or_else(|| std::io::Error::other(format!("{MAX_CONNS} connections already open")))
     }
 
-    fn accept(&mut self, face: Face, counters: &mut Counters) {
+    /// Accepts what listener `sock` has; `owner` (the first route there) counts refusals.
+    fn accept(&mut self, sock: usize, owner: usize, counters: &mut Counters) {
+        let max = self.max_per_source.get(sock).copied().unwrap_or(0);
         for _ in 0..BATCH {
-            let Some(l) = self.listeners.get(face.index()) else {
+            let Some(l) = self.listeners.get(sock) else {
                 return;
             };
             match l.accept() {
                 Ok((s, from)) => {
                     let Some(from) = v4(from) else { continue };
-                    let n = self.per_source.get(from.ip()).copied().unwrap_or(0);
-                    if n >= self.max_per_source {
+                    let n = self
+                        .per_source
+                        .get(&(sock, *from.ip()))
+                        .copied()
+                        .unwrap_or(0);
+                    if n >= max {
                         counters.tcp_connections_refused += 1;
                         static LOG: crate::logging::RateLimit =
                             crate::logging::RateLimit::new(10_000);
@@ -345,7 +428,7 @@ impl TcpNet {
                         // Dropping the stream closes it: the peer sees the connection end.
                         continue;
                     }
-                    if self.register(s, face, from, true, false).is_none() {
+                    if self.register(s, (sock, owner), from, true, false).is_none() {
                         counters.tcp_connections_refused += 1;
                     }
                 }
@@ -405,11 +488,11 @@ impl TcpNet {
             events.extend(
                 f.messages
                     .into_iter()
-                    .map(|m| Event::Message(c.face, peer, m)),
+                    .map(|m| Event::Message(c.sock, peer, m)),
             );
             if let Some(e) = f.error {
                 // Nothing after this is trustworthy; the core answers, then we close.
-                events.push(Event::Broken(c.face, peer, e, std::mem::take(&mut c.rbuf)));
+                events.push(Event::Broken(c.sock, peer, e, std::mem::take(&mut c.rbuf)));
             }
         }
         if close {
@@ -432,6 +515,7 @@ impl TcpNet {
 
     fn flush(&mut self, id: u64) {
         let mut close = false;
+        let mut failed = None;
         if let Some(c) = self.conns.get_mut(&id) {
             if c.connecting.is_some() {
                 match c.stream.take_error() {
@@ -442,7 +526,7 @@ impl TcpNet {
                             tracing::warn!(peer = %c.peer, suppressed, "SIP/TCP: cannot connect: {e}; {} queued bytes are lost", c.wbuf.len());
                         }
                         c.wbuf.clear();
-                        self.failed_connects += 1;
+                        failed = Some(c.owner);
                         close = true;
                     }
                 }
@@ -478,13 +562,27 @@ impl TcpNet {
                 close = true;
             }
         }
+        if let Some(owner) = failed {
+            self.count_failure(owner);
+        }
         if close {
             self.close(id);
         }
     }
 
-    fn send(&mut self, o: Out) {
-        let usable = |c: &Conn| c.face == o.face && c.closing.is_none();
+    fn count_failure(&mut self, member: usize) {
+        if self.failed_connects.len() <= member {
+            self.failed_connects.resize(member + 1, 0);
+        }
+        if let Some(n) = self.failed_connects.get_mut(member) {
+            *n += 1;
+        }
+    }
+
+    /// Sends `o` (of member `member`) on socket `sock`: on the connection it names, else on
+    /// one to its address, else on a new one.
+    fn send(&mut self, o: Out, sock: usize, member: usize) {
+        let usable = |c: &Conn| c.sock == sock && c.closing.is_none();
         let mut id =
             o.to.conn
                 .filter(|id| self.conns.get(id).is_some_and(usable));
@@ -496,10 +594,10 @@ impl TcpNet {
                 .map(|(id, _)| *id);
         }
         if id.is_none() {
-            match self.connect(o.face, o.to.addr) {
+            match self.connect((sock, member), o.to.addr) {
                 Ok(new) => id = Some(new),
                 Err(e) => {
-                    self.failed_connects += 1;
+                    self.count_failure(member);
                     if let Some(suppressed) = LOG_CONNECT.check(now_ms()) {
                         tracing::warn!(peer = %o.to.addr, suppressed, "SIP/TCP: cannot connect: {e}; the message is lost");
                     }
@@ -533,7 +631,9 @@ impl TcpNet {
             }
         }
         for id in slow {
-            self.failed_connects += 1;
+            if let Some(owner) = self.conns.get(&id).map(|c| c.owner) {
+                self.count_failure(owner);
+            }
             if let Some(c) = self.conns.get(&id) {
                 if let Some(suppressed) = LOG_CONNECT.check(now_ms()) {
                     tracing::warn!(peer = %c.peer, suppressed, "SIP/TCP: no connection within {CONNECT_TIMEOUT:?}; {} queued bytes are lost", c.wbuf.len());
@@ -546,58 +646,78 @@ impl TcpNet {
         }
     }
 
-    /// Runs until a stop flag is set; then ends every call.
-    pub fn run(mut self, mut core: Core, stop: &[Arc<AtomicBool>]) {
+    /// Runs the group's routes until a stop flag is set; then ends every call.
+    pub fn run(mut self, mut members: Vec<Member>, stop: &[Arc<AtomicBool>]) {
         let mut scratch = vec![0u8; 65_536];
         let mut events = [EpollEvent::empty(); 64];
         let mut last_idle_check = Instant::now();
+        let on = users(&members, self.listeners.len());
+        let send_all = |net: &mut TcpNet, m: usize, socks: [usize; 2], outs: Vec<Out>| {
+            for o in outs {
+                let sock = socks[o.face.index()];
+                net.send(o, sock, m);
+            }
+        };
         while !stopped(stop) {
             let n = self
                 .epoll
                 .wait(&mut events, EpollTimeout::from(100u16))
                 .unwrap_or(0);
             for ev in events.iter().take(n) {
-                match ev.data() {
-                    0 => self.accept(Face::Listen, &mut core.counters),
-                    1 => self.accept(Face::Upstream, &mut core.counters),
-                    id => {
-                        if ev.events().contains(EpollFlags::EPOLLOUT) {
-                            self.flush(id);
+                let id = ev.data();
+                if id < FIRST_CONN {
+                    let sock = id as usize;
+                    let owner = on.get(sock).and_then(|v| v.first()).map_or(0, |c| c.0);
+                    if let Some(m) = members.get_mut(owner) {
+                        self.accept(sock, owner, &mut m.core.counters);
+                    }
+                    continue;
+                }
+                if ev.events().contains(EpollFlags::EPOLLOUT) {
+                    self.flush(id);
+                }
+                if !ev
+                    .events()
+                    .intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR)
+                {
+                    continue;
+                }
+                if self.conns.get(&id).is_some_and(|c| c.connecting.is_some()) {
+                    self.flush(id);
+                }
+                for e in self.read(id, &mut scratch) {
+                    match e {
+                        Event::Message(sock, peer, msg) => {
+                            let Some((i, face)) = pick(&members, &on, sock, peer, &msg) else {
+                                continue;
+                            };
+                            let Some(m) = members.get_mut(i) else {
+                                continue;
+                            };
+                            let outs = traced(&mut m.core, face, peer, &msg);
+                            send_all(&mut self, i, m.socks, outs);
                         }
-                        if ev.events().intersects(
-                            EpollFlags::EPOLLIN | EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR,
-                        ) {
-                            if self.conns.get(&id).is_some_and(|c| c.connecting.is_some()) {
-                                self.flush(id);
-                            }
-                            for e in self.read(id, &mut scratch) {
-                                match e {
-                                    Event::Message(face, peer, msg) => {
-                                        for o in traced(&mut core, face, peer, &msg) {
-                                            self.send(o);
-                                        }
-                                    }
-                                    Event::Broken(face, peer, err, bytes) => {
-                                        let outs = core.on_stream_error(
-                                            face,
-                                            peer,
-                                            &bytes,
-                                            &err,
-                                            Instant::now(),
-                                        );
-                                        for o in outs {
-                                            self.send(o);
-                                        }
-                                        self.begin_close(id);
-                                    }
+                        Event::Broken(sock, peer, err, bytes) => {
+                            if let Some((i, face)) = pick(&members, &on, sock, peer, &bytes) {
+                                if let Some(m) = members.get_mut(i) {
+                                    let outs = m.core.on_stream_error(
+                                        face,
+                                        peer,
+                                        &bytes,
+                                        &err,
+                                        Instant::now(),
+                                    );
+                                    send_all(&mut self, i, m.socks, outs);
                                 }
                             }
+                            self.begin_close(id);
                         }
                     }
                 }
             }
-            for o in core.tick(Instant::now(), now_ms()) {
-                self.send(o);
+            for (i, m) in members.iter_mut().enumerate() {
+                let outs = m.core.tick(Instant::now(), now_ms());
+                send_all(&mut self, i, m.socks, outs);
             }
             let now = Instant::now();
             let idle_too = now.saturating_duration_since(last_idle_check) > Duration::from_secs(10);
@@ -605,10 +725,15 @@ impl TcpNet {
                 last_idle_check = now;
             }
             self.expire(now, idle_too);
-            core.counters.tcp_connect_failures += std::mem::take(&mut self.failed_connects);
+            for (i, n) in self.failed_connects.iter_mut().enumerate() {
+                if let Some(m) = members.get_mut(i) {
+                    m.core.counters.tcp_connect_failures += std::mem::take(n);
+                }
+            }
         }
-        for o in core.shutdown(Instant::now()) {
-            self.send(o);
+        for (i, m) in members.iter_mut().enumerate() {
+            let outs = m.core.shutdown(Instant::now());
+            send_all(&mut self, i, m.socks, outs);
         }
     }
 }

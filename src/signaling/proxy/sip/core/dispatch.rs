@@ -172,6 +172,19 @@ impl Core {
         out: &mut Vec<Out>,
     ) {
         self.counters.forbidden += 1;
+        self.refuse(face, src, head, why, out);
+    }
+
+    /// `403 Forbidden` with a Warning naming `why` (an ACK gets nothing), logged
+    /// rate-limited; the caller counts it.
+    pub(super) fn refuse(
+        &mut self,
+        face: Face,
+        src: Peer,
+        head: &Head<'_>,
+        why: &str,
+        out: &mut Vec<Out>,
+    ) {
         if let Some(suppressed) = LOG_FORBIDDEN.check(now_ms()) {
             tracing::warn!(route = %self.name, peer = %src.addr, suppressed, "SIP request refused with 403: {why}");
         }

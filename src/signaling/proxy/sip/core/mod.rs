@@ -11,6 +11,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ipnet::Ipv4Net;
+
 use crate::config::{
     Config, DomainId, SignalingKind, SignalingPolicy, SignalingRoute, SourcePolicy, Transport,
 };
@@ -24,6 +26,9 @@ use super::access::RateLimiter;
 use super::media::CallMedia;
 
 mod calls;
+mod claim;
+
+pub use claim::Claim;
 mod dispatch;
 mod registrations;
 mod replies;
@@ -127,6 +132,10 @@ pub struct Counters {
     pub bindings_refused: u64,
     /// Requests on the upstream face routed by Request-URI user to a registered device.
     pub routed_by_user: u64,
+    /// New requests on the upstream face (no binding token, no dialog of this route) from
+    /// a source that may not start requests there: neither the route's upstream nor a peer
+    /// a route listening on that socket accepts (403; an ACK is dropped).
+    pub upstream_forbidden: u64,
     /// MANSCDP requests refused by the route's command policy (403).
     pub manscdp_refused: u64,
     /// MANSCDP bodies whose address fields were rewritten or blanked.
@@ -162,6 +171,7 @@ impl Counters {
             ("tcp_connect_failures", self.tcp_connect_failures),
             ("bindings_refused", self.bindings_refused),
             ("routed_by_user", self.routed_by_user),
+            ("upstream_forbidden", self.upstream_forbidden),
             ("manscdp_refused", self.manscdp_refused),
             ("manscdp_rewritten", self.manscdp_rewritten),
         ]
@@ -276,6 +286,10 @@ pub struct Core {
     /// The gateway's SIP address on each face (what Via, Contact and Record-Route show).
     local: [SocketAddrV4; 2],
     upstream: SocketAddrV4,
+    /// The `allow_peers` of each route listening on this route's upstream socket (a
+    /// socket shared within a group): their peers may start requests on the upstream face
+    /// too (an empty list: any address of that domain). Empty: only `upstream` may.
+    upstream_starters: Vec<Vec<Ipv4Net>>,
     salt: String,
     /// Key of the identifiers (tokens, branches, tags): `None` only in tests, which want
     /// them readable (`salt` + counter).
@@ -327,6 +341,7 @@ impl Core {
             domain: [route.listen_domain, route.listen_domain.other()],
             local,
             upstream: route.upstream,
+            upstream_starters: Vec::new(),
             salt: salt.chars().filter(|c| c.is_ascii_alphanumeric()).collect(),
             secret: None,
             seq: 0,
@@ -359,6 +374,28 @@ impl Core {
     pub fn with_secret(mut self, secret: [u8; 32]) -> Core {
         self.secret = Some(secret);
         self
+    }
+
+    /// Lets the peers of the routes listening on this route's upstream socket start
+    /// requests on the upstream face: `allow` holds each such route's `allow_peers` (see
+    /// [`Core::may_start_upstream`]).
+    pub fn with_upstream_starters(mut self, allow: Vec<Vec<Ipv4Net>>) -> Core {
+        self.upstream_starters = allow;
+        self
+    }
+
+    /// Whether `ip` may start a request on the upstream face (one that carries no binding
+    /// token of this route and belongs to none of its dialogs): the route's upstream
+    /// itself, or a peer that a route listening on the same socket accepts. Anyone else of
+    /// the upstream domain may only continue what a token or a dialog maps.
+    pub fn may_start_upstream(&self, ip: Ipv4Addr) -> bool {
+        if ip == *self.upstream.ip() {
+            return true;
+        }
+        let in_domain = self.routes.domain(self.dom(Face::Upstream)).contains(ip);
+        self.upstream_starters
+            .iter()
+            .any(|allow| super::access::peer_allowed(allow, in_domain, ip))
     }
 
     /// The calls start their TCP media legs with `legs`.

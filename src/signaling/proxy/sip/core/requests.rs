@@ -82,6 +82,32 @@ impl Core {
 }
 
 impl Core {
+    /// Whether a request arriving on the upstream face continues something this route
+    /// holds, so that [`Core::target`] routes it without the registration table: its
+    /// Request-URI carries a binding token of the listen face, or it is in a dialog (To
+    /// tag) of a call whose listen-side party this route knows.
+    pub(super) fn continues(&self, head: &Head<'_>) -> bool {
+        let face = Face::Upstream;
+        let uri = head.request_uri().and_then(|r| Uri::parse(r).ok());
+        if let Some(tok) = uri.as_ref().and_then(token_of) {
+            return self
+                .bindings
+                .get(&tok)
+                .is_some_and(|b| b.face == face.other() && !b.pending);
+        }
+        if head.to().ok().and_then(|t| t.tag()).is_none() {
+            return false;
+        }
+        let Some((canonical, _)) = head.call_id().and_then(|c| self.cids[face.index()].get(c))
+        else {
+            return false;
+        };
+        self.calls
+            .get(canonical)
+            .and_then(|c| c.contact[face.other().index()].as_ref())
+            .is_some_and(|tok| self.bindings.contains_key(tok))
+    }
+
     pub(super) fn forward_request(
         &mut self,
         face: Face,
@@ -94,6 +120,20 @@ impl Core {
         let head = msg.head();
         let method = head.method().unwrap_or_default().to_vec();
         let to = face.other();
+        if face == Face::Upstream
+            && !self.may_start_upstream(*src.addr.ip())
+            && !self.continues(head)
+        {
+            self.counters.upstream_forbidden += 1;
+            self.refuse(
+                face,
+                src,
+                head,
+                "this source may not start requests on the upstream face",
+                out,
+            );
+            return;
+        }
         if self.txns.len() >= MAX_TXNS {
             self.sweep(now);
             if self.txns.len() >= MAX_TXNS {
