@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::proc::Proc;
 use common::relay::snmp_udp;
-use common::split::{half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
+use common::split::{link_totals, route, start_halves, SplitBed, FACE_A, FACE_B};
 use common::vgate::{Totals, Vgate};
 use common::{admin, Bed, BedConfig};
 
@@ -520,16 +520,7 @@ fn split(mode: &str) -> Verdict {
         ));
     }
     // (The bed's half configs have per_stream_metrics on.)
-    let a = start_half(
-        &bed,
-        "a",
-        &half_config_mode(&bed, "a", mode, "8+2", "off", &routes_a),
-    );
-    let b = start_half(
-        &bed,
-        "b",
-        &half_config_mode(&bed, "b", mode, "off", "8+2", &routes_b),
-    );
+    let (a, b) = start_halves(&bed, mode, ("8+2", "off"), (&routes_a, &routes_b));
     wire_counters(bed.get("DA_NS"));
     let b_before = udp_in(bed.get("DB_NS"));
     let server = start_servers(bed.get("DB_NS"), bed.get("DB_IP"));

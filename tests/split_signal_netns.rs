@@ -55,17 +55,8 @@ use common::split::{half_config, start_half, SplitBed, FACE_A, FACE_B};
 use common::vgate::Vgate;
 
 fn ready(test: &str) -> bool {
-    common::prerequisites(
-        test,
-        true,
-        &[
-            ("ip", "iproute2"),
-            ("nft", "nftables"),
-            ("sipp", "sip-tester"),
-            ("timeout", "coreutils"),
-            ("python3", "python3"),
-        ],
-    )
+    let needs = [sipp::NEEDS, &[("python3", "python3")]].concat();
+    common::prerequisites(test, true, &needs)
 }
 
 /// Signaling routes of each half for the GB flows. Calls: platform in B → half B (domain b,

@@ -102,6 +102,14 @@ pub fn read_logs(dir: &Path, suffix: &str) -> String {
     all
 }
 
+/// What the sipp namespace tests need besides root: the bed's tools, sipp and `timeout`.
+pub const NEEDS: &[(&str, &str)] = &[
+    ("ip", "iproute2"),
+    ("nft", "nftables"),
+    ("sipp", "sip-tester"),
+    ("timeout", "coreutils"),
+];
+
 /// Writes the RTP pcap of `packets` packets the device scenarios play (`make_rtp_pcap.py`).
 pub fn make_rtp_pcap(path: &Path, packets: u32) {
     let st = Command::new("python3")

@@ -244,6 +244,20 @@ pub fn route(name: &str, domain: &str, port: u16, dest: &str, egress: u16, expec
 }
 
 /// `vgate run` in the half's namespace (`HA_NS` or `HB_NS`).
+/// Both halves in `mode` ([`half_config_mode`] and [`start_half`]): half A with FEC
+/// `fec_a.0` out and `fec_a.1` in and `routes_a`, half B mirrored (its out is A's in).
+pub fn start_halves(
+    bed: &SplitBed,
+    mode: &str,
+    fec_a: (&str, &str),
+    (routes_a, routes_b): (&str, &str),
+) -> (Vgate, Vgate) {
+    let (out, inl) = fec_a;
+    let a = half_config_mode(bed, "a", mode, out, inl, routes_a);
+    let b = half_config_mode(bed, "b", mode, inl, out, routes_b);
+    (start_half(bed, "a", &a), start_half(bed, "b", &b))
+}
+
 pub fn start_half(bed: &SplitBed, half: &str, config: &str) -> Vgate {
     let ns = bed
         .get(if half == "a" { "HA_NS" } else { "HB_NS" })
