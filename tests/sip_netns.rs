@@ -99,13 +99,7 @@ struct SipBed {
 impl SipBed {
     fn up(rtp: Option<u32>) -> SipBed {
         let bed = Bed::up(1);
-        let dir = tempfile::tempdir().unwrap();
-        let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-        std::fs::create_dir_all(&a_dir).unwrap();
-        std::fs::create_dir_all(&b_dir).unwrap();
-        if let Some(n) = rtp {
-            make_rtp_pcap(&a_dir.join("rtp.pcap"), n);
-        }
+        let (dir, a_dir, b_dir) = sipp::side_dirs(rtp);
         let (a_ns, b_ns, g_ns) = bed.namespaces();
         let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
         SipBed {
