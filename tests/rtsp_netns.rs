@@ -188,6 +188,8 @@ impl Rig {
 struct Play {
     ok: bool,
     video_frames: usize,
+    /// Decoded frames by stream index (video 0, then the audio tracks).
+    frames: [usize; 4],
     errors: Vec<String>,
     /// Everything ffmpeg logged at trace level: every RTSP byte it received.
     trace: String,
@@ -239,10 +241,18 @@ fn ffmpeg(
         .expect("run ffmpeg");
     let mut first_frame = None;
     let mut video_frames = 0;
+    let mut frames = [0; 4];
     for line in BufReader::new(child.stdout.take().unwrap())
         .lines()
         .map_while(Result::ok)
     {
+        if let Some(n) = line
+            .split_once(',')
+            .and_then(|(i, _)| i.trim().parse::<usize>().ok())
+            .and_then(|i| frames.get_mut(i))
+        {
+            *n += 1;
+        }
         if line.starts_with("0,") {
             video_frames += 1;
             first_frame.get_or_insert_with(|| start.elapsed());
@@ -258,6 +268,7 @@ fn ffmpeg(
     Play {
         ok,
         video_frames,
+        frames,
         errors,
         trace,
         first_frame,
@@ -1097,6 +1108,82 @@ fn bridged_transports_play_both_ways() {
     assert!(log.contains("rtsp bridge leg closed"), "{log}");
     // One leg per bridged track (video and audio), four sessions.
     assert!(cam_event(&rig, "bridge_legs") >= 8.0);
+    assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
+
+/// A server that fixes a connection's lower transport at its first SETUP (`--fixed-transport`:
+/// a later track asked over the other one is answered with the fixed one or refused, and a
+/// second SETUP of a track closes the connection), restricted to one transport, serving two
+/// and three tracks; clients over UDP and interleaved: every track decodes, bridged or not,
+/// no track is set up twice, and each session gives back every port.
+#[test]
+fn multi_track_sessions_bridge_every_track() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("multi_track_sessions_bridge_every_track") {
+        return;
+    }
+    let mut rig = Rig::up(
+        &["--udp-only", "--fixed-transport", "--tracks", "2"],
+        &simple_route(""),
+    );
+    let b = rig.bed.get("B_NS").to_string();
+    let mut sessions = 0;
+    let mut bridged = 0;
+    for serves in ["udp", "tcp"] {
+        for tracks in [2usize, 3] {
+            rig.server = None;
+            rig.server_out.lock().unwrap().clear();
+            rig.start_server(&[
+                &format!("--{serves}-only"),
+                "--fixed-transport",
+                "--tracks",
+                &tracks.to_string(),
+            ]);
+            for asks in ["udp", "tcp"] {
+                let what = format!("{tracks} tracks, server {serves} only, client {asks}");
+                let legs0 = cam_event(&rig, "bridge_legs");
+                let p = ffmpeg(
+                    &b,
+                    &rig.url(8554, "/cam1"),
+                    asks,
+                    50,
+                    rig.dir.path(),
+                    &format!("tracks{tracks}-{serves}-{asks}"),
+                );
+                assert!(p.ok, "{what}: ffmpeg failed; errors: {:?}", p.errors);
+                assert!(p.errors.is_empty(), "{what}: ffmpeg errors: {:?}", p.errors);
+                assert!(
+                    p.frames[0] >= 50,
+                    "{what}: only {} video frames",
+                    p.frames[0]
+                );
+                for (i, n) in p.frames.iter().enumerate().take(tracks).skip(1) {
+                    assert!(*n >= 3, "{what}: only {n} frames of audio track {i}");
+                }
+                assert_no_a_address(&rig, &p.trace, &what);
+                let out = rig.server_out.lock().unwrap().clone();
+                assert!(
+                    !out.contains("TWICE"),
+                    "{what}: a track set up twice: {out}"
+                );
+                sessions += 1;
+                rig.wait_log(
+                    &format!("rtsp session ended (teardown); {ZERO}"),
+                    sessions,
+                    Duration::from_secs(10),
+                );
+                if serves != asks {
+                    // One leg per track.
+                    let legs = wait_event(&rig, "bridge_legs", legs0 + tracks as f64) - legs0;
+                    assert_eq!(legs, tracks as f64, "{what}: bridge legs");
+                    bridged += tracks;
+                }
+            }
+        }
+    }
+    assert_eq!(cam_event(&rig, "bridge_legs"), bridged as f64);
     assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
     let totals = rig.stop_vgate();
     assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
