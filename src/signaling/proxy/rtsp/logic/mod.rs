@@ -369,7 +369,8 @@ struct InFlight {
     setup: Option<SetupKind>,
     /// `RTP/AVP` of the client's Transport, for a SETUP resent with the other transport.
     profile: String,
-    /// A SETUP already resent with the other lower transport.
+    /// A SETUP that must not be sent again with the other lower transport: resent already,
+    /// or asked with the transport the session's first track settled.
     retried: bool,
     answered_challenge: bool,
 }
@@ -426,6 +427,10 @@ pub struct Exchange<M: MediaPorts> {
     upstream_url: Option<String>,
     /// Tracks set up in the current session, in SETUP order.
     tracks: Vec<Track>,
+    /// The lower transport the upstream took for the session's first track: every further
+    /// track is asked with it (servers that fix it at the first SETUP answer another track
+    /// with it anyway, or refuse the track and then close at a second SETUP of it).
+    settled: Option<LowerTransport>,
     /// UDP tracks set up since the session began, for route labels.
     track_seq: usize,
     /// `CSeq`s of the server's requests forwarded to the client and not yet answered.
@@ -456,6 +461,7 @@ impl<M: MediaPorts> Exchange<M> {
             upstream_session: None,
             upstream_url: None,
             tracks: Vec::new(),
+            settled: None,
             track_seq: 0,
             server_requests: VecDeque::new(),
         }
@@ -524,6 +530,7 @@ impl<M: MediaPorts> Exchange<M> {
         self.upstream_bridged = [false; 256];
         self.spare.clear();
         self.tracks.clear();
+        self.settled = None;
         self.track_seq = 0;
     }
 
