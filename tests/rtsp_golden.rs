@@ -417,6 +417,80 @@ fn bridge_refused_both_ways_is_a_461_with_the_reason() {
     assert_eq!(ex.pending(), 1, "the second SETUP awaits its reply");
 }
 
+/// A server that fixes the session's lower transport at its first SETUP, TCP only, and a UDP
+/// client: every track after the first goes upstream interleaved at once, on its own pair.
+#[test]
+fn multi_track_udp_client_of_a_tcp_server_that_fixes_the_transport() {
+    let s = bridging();
+    let events = Arc::clone(&s.events);
+    let ex = run_transcript(
+        &golden("multi_track_udp_client_tcp_server.txt"),
+        exchange(s),
+    );
+    let m = ex.media();
+    let upstream = |channels: (u8, u8), inject: [u16; 2]| LegSpec {
+        domain: DomainId::A,
+        side: TcpSide::Upstream,
+        channels,
+        inject,
+    };
+    assert_eq!(
+        m.legs,
+        [
+            upstream((0, 1), [20000, 20001]),
+            upstream((2, 3), [20002, 20003])
+        ]
+    );
+    assert_eq!(m.released, 1, "TEARDOWN gives the session back");
+    assert!(!ex.bridged(TcpSide::Upstream, 2), "the session ended");
+    assert_eq!(
+        events
+            .bridge_refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the server's refusal of track 2 is not a bridge's"
+    );
+}
+
+/// The same server UDP only, an interleaved client with three tracks: tracks 1 and 2 go
+/// upstream over UDP at once, each track's leg on its own client channel pair.
+#[test]
+fn multi_track_interleaved_client_of_a_udp_server_that_fixes_the_transport() {
+    let ex = run_transcript(
+        &golden("multi_track_tcp_client_udp_server.txt"),
+        exchange(bridging()),
+    );
+    let m = ex.media();
+    let client = |channels: (u8, u8), inject: [u16; 2]| LegSpec {
+        domain: DomainId::B,
+        side: TcpSide::Client,
+        channels,
+        inject,
+    };
+    assert_eq!(
+        m.legs,
+        [
+            client((0, 1), [30000, 30001]),
+            client((2, 3), [30002, 30003]),
+            client((4, 5), [30004, 30005])
+        ]
+    );
+    assert_eq!(m.closed_legs, [(TcpSide::Client, (2, 3))], "track 1's leg");
+    let mut freed = m.freed.clone();
+    freed.sort();
+    assert_eq!(
+        freed,
+        [
+            (DomainId::A, 20002),
+            (DomainId::A, 20003),
+            (DomainId::B, 30002),
+            (DomainId::B, 30003)
+        ],
+        "track 1's ports, both sides"
+    );
+    assert_eq!(m.released, 1);
+}
+
 /// A split half whose upstream is the link face: an interleaved client's SETUP goes
 /// upstream over UDP at once (never interleaved over the signaling link), and the reply
 /// opens the bridge leg on the client's side.
@@ -687,6 +761,8 @@ fn every_transcript_is_tested() {
             "bridge_tcp_client_udp_server.txt",
             "bridge_udp_client_tcp_server.txt",
             "interleaved_absolute_pipelined.txt",
+            "multi_track_tcp_client_udp_server.txt",
+            "multi_track_udp_client_tcp_server.txt",
             "per_track_teardown.txt",
             "record_announce_udp.txt",
             "server_requests.txt",

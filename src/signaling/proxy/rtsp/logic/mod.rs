@@ -336,6 +336,13 @@ const CHANNELS_TAKEN: Status = Status::new(
     461,
     "Unsupported Transport (the interleaved channels are already another track's on this connection)",
 );
+/// `461` when the server refuses a track over the lower transport its session's first track
+/// settled: vgate does not ask that track again (a server that fixes the transport closes the
+/// connection at a second SETUP of one track).
+const SETTLED_REFUSED: Status = Status::new(
+    461,
+    "Unsupported Transport (the server refused this track over the lower transport the session's first track settled)",
+);
 /// `461` where the exchange has no bridge legs (tests of the pure exchange).
 const NO_BRIDGE: Status = Status::new(
     461,

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 
 use super::{
     Exchange, InFlight, MediaPorts, Output, SetupKind, Slot, TcpSide, BAD_GATEWAY, MAX_PENDING,
-    METHODS, METHOD_NOT_ALLOWED,
+    METHODS, METHOD_NOT_ALLOWED, SETTLED_REFUSED,
 };
 use crate::signaling::rtsp::transport::LowerTransport;
 use crate::signaling::rtsp::{
@@ -331,10 +331,15 @@ impl<M: MediaPorts> Exchange<M> {
             }
         }
         if flight.method == "SETUP" && flight.retried && status == 461 {
-            // The other transport refused too: nothing to bridge.
+            // The other transport refused too: nothing to bridge. Or the track was asked
+            // with the session's settled transport: it is not asked again.
             self.give_back(&flight);
-            let reply = build_response(Some(&flight.client_cseq), self.unbridgeable(), &[])
-                .unwrap_or_default();
+            let refusal = if self.settled.is_some() {
+                SETTLED_REFUSED
+            } else {
+                self.unbridgeable()
+            };
+            let reply = build_response(Some(&flight.client_cseq), refusal, &[]).unwrap_or_default();
             self.slots.insert(index, Slot::Ready(reply, Vec::new()));
             self.flush(&mut out);
             return out;

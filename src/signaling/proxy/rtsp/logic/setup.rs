@@ -96,6 +96,12 @@ impl<M: MediaPorts> Exchange<M> {
                 }
             }
             Delivery::Interleaved { channels } if udp_upstream => {
+                // Bridged, the client's channels must be free on its connection.
+                if channels.is_some_and(|c| {
+                    self.channels_taken(TcpSide::Client, (c.first, c.last.max(c.first)))
+                }) {
+                    return Err(self.taken());
+                }
                 let pair = self.upstream_pair()?;
                 editor
                     .set_header(
