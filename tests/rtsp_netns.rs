@@ -123,11 +123,16 @@ impl Rig {
 
     /// Frames the RECORD server decoded so far (its last `FRAMES n` line).
     fn server_frames(&self) -> u64 {
+        self.server_count("FRAMES ")
+    }
+
+    /// The last count the server printed after `prefix` (`FRAMES `, `AUDIO `).
+    fn server_count(&self, prefix: &str) -> u64 {
         self.server_out
             .lock()
             .unwrap()
             .lines()
-            .filter_map(|l| l.strip_prefix("FRAMES "))
+            .filter_map(|l| l.strip_prefix(prefix))
             .filter_map(|n| n.trim().parse().ok())
             .next_back()
             .unwrap_or(0)
@@ -749,15 +754,34 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
 /// `url` (ANNOUNCE, SETUP mode=record, RECORD, TEARDOWN). RFC 2435 wants the standard Huffman
 /// tables and a full-range 4:2:0 picture. Returns (exit ok, stderr).
 fn ffmpeg_push(ns: &str, url: &str, transport: &str, seconds: u32) -> (bool, String) {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "timeout", "30", "ffmpeg", "-nostdin"])
+    ffmpeg_push_tracks(ns, url, transport, seconds, false)
+}
+
+/// As [`ffmpeg_push`]; with `audio` a PCMU tone as a second track.
+fn ffmpeg_push_tracks(
+    ns: &str,
+    url: &str,
+    transport: &str,
+    seconds: u32,
+    audio: bool,
+) -> (bool, String) {
+    let t = seconds.to_string();
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, "timeout", "30", "ffmpeg", "-nostdin"])
         .args(["-hide_banner", "-loglevel", "error", "-re", "-f", "lavfi"])
-        .args([
+        .args(["-i", "testsrc=size=320x240:rate=10", "-t", &t]);
+    if audio {
+        cmd.args([
+            "-re",
+            "-f",
+            "lavfi",
             "-i",
-            "testsrc=size=320x240:rate=10",
-            "-t",
-            &seconds.to_string(),
+            "sine=frequency=440:sample_rate=8000",
         ])
+        .args(["-t", &t, "-map", "0:v", "-map", "1:a"])
+        .args(["-c:a", "pcm_mulaw", "-ar", "8000", "-ac", "1"]);
+    }
+    let out = cmd
         .args([
             "-c:v", "mjpeg", "-huffman", "default", "-pix_fmt", "yuvj420p",
         ])
@@ -1184,6 +1208,63 @@ fn multi_track_sessions_bridge_every_track() {
         }
     }
     assert_eq!(cam_event(&rig, "bridge_legs"), bridged as f64);
+    assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
+    let totals = rig.stop_vgate();
+    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+}
+
+/// Pushes (ANNOUNCE, two SETUPs with `mode=record`, RECORD) of video and audio to a RECORD
+/// server that fixes the lower transport at the first SETUP, restricted to one transport;
+/// the client over UDP and interleaved: the server decodes both tracks, no track is set up
+/// twice, every port comes back.
+#[test]
+fn multi_track_pushes_bridge_every_track() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !can_run("multi_track_pushes_bridge_every_track") {
+        return;
+    }
+    let mut rig = Rig::up_with(None, &simple_route(""));
+    let b = rig.bed.get("B_NS").to_string();
+    let url = rig.url(8554, "/cam1");
+    let mut sessions = 0;
+    for serves in ["udp", "tcp"] {
+        for pushes in ["udp", "tcp"] {
+            rig.server = None;
+            rig.server_out.lock().unwrap().clear();
+            rig.start_server(&[
+                "--record",
+                &format!("--{serves}-only"),
+                "--fixed-transport",
+                "--tracks",
+                "2",
+            ]);
+            let what = format!("push video + audio {pushes}, server takes {serves} only");
+            let (ok, err) = ffmpeg_push_tracks(&b, &url, pushes, 4, true);
+            assert!(ok, "{what}: ffmpeg push failed: {err}");
+            // 40 frames sent at 10 fps; the last second may still be on its way.
+            let frames = rig.wait_frames(30, Duration::from_secs(5));
+            assert!(
+                frames >= 30,
+                "{what}: the server decoded {frames} of 40 frames"
+            );
+            let audio = rig.server_count("AUDIO ");
+            assert!(
+                audio >= 10,
+                "{what}: the server decoded {audio} audio buffers"
+            );
+            let out = rig.server_out.lock().unwrap().clone();
+            assert!(
+                !out.contains("TWICE"),
+                "{what}: a track set up twice: {out}"
+            );
+            sessions += 1;
+            rig.wait_log(
+                &format!("rtsp session ended (teardown); {ZERO}"),
+                sessions,
+                Duration::from_secs(10),
+            );
+        }
+    }
     assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
     let totals = rig.stop_vgate();
     assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");

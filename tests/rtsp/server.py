@@ -17,7 +17,8 @@ fixed on UDP it is refused 461. A second SETUP of a track closes the connection 
 
 With --record the paths take pushed media instead (ANNOUNCE/SETUP mode=record/RECORD, a
 JPEG video track): the server depayloads and decodes it and prints "FRAMES <total>" on
-stdout each second the count of decoded frames grew.
+stdout each second the count of decoded frames grew; with --tracks 2 they take a PCMU audio
+track too and print "AUDIO <total>" (decoded audio buffers) the same way.
 
 Run with Debian's /usr/bin/python3 (python3-gi, gir1.2-gst-rtsp-server-1.0,
 gstreamer1.0-plugins-base, gstreamer1.0-plugins-good).
@@ -79,7 +80,8 @@ def fix_transport(_server, client):
             return GstRtsp.RTSPStatusCode.OK
         if state["lower"] == "tcp":
             n = int(uri.rsplit("=", 1)[-1]) if "stream=" in uri else len(state["tracks"])
-            set_request_transport(f"RTP/AVP/TCP;unicast;interleaved={2 * n}-{2 * n + 1}")
+            mode = ";mode=record" if "record" in transport.lower() else ""
+            set_request_transport(f"RTP/AVP/TCP;unicast;interleaved={2 * n}-{2 * n + 1}{mode}")
             return GstRtsp.RTSPStatusCode.OK
         return GstRtsp.RTSPStatusCode.UNSUPPORTED_TRANSPORT
 
@@ -131,21 +133,37 @@ def main():
         )
     launch += " )"
     frames = [0, 0]  # decoded, last printed
+    audio = [0, 0]  # decoded audio buffers (--record --tracks 2), last printed
     if args.record:
-        launch = "( rtpjpegdepay name=depay0 ! jpegdec ! fakesink name=sink signal-handoffs=true )"
+        launch = "( rtpjpegdepay name=depay0 ! jpegdec ! fakesink name=sink signal-handoffs=true"
+        if args.tracks >= 2:
+            launch += (
+                " rtppcmudepay name=depay1 ! mulawdec"
+                " ! fakesink name=sink1 signal-handoffs=true"
+            )
+        launch += " )"
 
     def count(*_):
         frames[0] += 1
+
+    def count_audio(*_):
+        audio[0] += 1
 
     def media_configure(_factory, media):
         sink = media.get_element().get_by_name("sink")
         if sink is not None:
             sink.connect("handoff", count)
+        sink = media.get_element().get_by_name("sink1")
+        if sink is not None:
+            sink.connect("handoff", count_audio)
 
     def report():
         if frames[0] != frames[1]:
             frames[1] = frames[0]
             print(f"FRAMES {frames[0]}", flush=True)
+        if audio[0] != audio[1]:
+            audio[1] = audio[0]
+            print(f"AUDIO {audio[0]}", flush=True)
         return True
 
     mounts = server.get_mount_points()
