@@ -491,6 +491,80 @@ fn multi_track_interleaved_client_of_a_udp_server_that_fixes_the_transport() {
     assert_eq!(m.released, 1);
 }
 
+/// A session's track limit counts every track, bridged or relayed, and SETUPs in flight:
+/// the SETUP beyond `MAX_TRACKS` gets 453 and nothing goes upstream; TEARDOWN gives every
+/// track back.
+#[test]
+fn track_limit_counts_every_track_of_a_session() {
+    use vgate::signaling::proxy::rtsp::logic::MAX_TRACKS;
+    let mut ex = exchange(bridging());
+    let mut upstream_cseq = 0;
+    for t in 0..=MAX_TRACKS {
+        // Interleaved relayed tracks on even channel pairs, pipelined: none answered yet.
+        let outs = one_message(
+            &mut ex,
+            &format!(
+                "SETUP rtsp://192.168.1.1:554/cam1/stream={t} RTSP/1.0\nCSeq: {}\nTransport: RTP/AVP/TCP;unicast;interleaved={}-{}\n",
+                t + 1,
+                2 * t,
+                2 * t + 1
+            ),
+            true,
+        );
+        let sent = outs.iter().any(|o| matches!(o, Output::Upstream(_)));
+        if t < MAX_TRACKS {
+            assert!(sent, "track {t}: {outs:?}");
+            upstream_cseq += 1;
+        } else {
+            assert!(!sent, "track {t} beyond the limit went upstream");
+            assert!(
+                !outs.iter().any(|o| matches!(o, Output::Client(_))),
+                "the 453 waits for the replies before it"
+            );
+        }
+    }
+    for c in 1..=upstream_cseq {
+        let outs = one_message(
+            &mut ex,
+            &format!(
+                "RTSP/1.0 200 OK\nCSeq: {c}\nTransport: RTP/AVP/TCP;unicast;interleaved={}-{}\nSession: 9\n",
+                2 * c - 2,
+                2 * c - 1
+            ),
+            false,
+        );
+        if c == upstream_cseq {
+            let last = outs.iter().rev().find_map(|o| match o {
+                Output::Client(b) => Some(show(b)),
+                _ => None,
+            });
+            assert!(
+                last.as_deref()
+                    .is_some_and(|r| r.starts_with("RTSP/1.0 453 ")),
+                "{last:?}"
+            );
+        }
+    }
+    assert_eq!(ex.pending(), 0);
+    // Settled on interleaved; a UDP track beyond the limit is refused too, no port taken.
+    let allocated = ex.media().allocated.len();
+    let outs = one_message(
+        &mut ex,
+        "SETUP rtsp://192.168.1.1:554/cam1/stream=99 RTSP/1.0\nCSeq: 40\nTransport: RTP/AVP;unicast;client_port=5000-5001\nSession: 9\n",
+        true,
+    );
+    assert!(matches!(&outs[..], [Output::Client(b)] if show(b).starts_with("RTSP/1.0 453 ")));
+    assert_eq!(ex.media().allocated.len(), allocated);
+    let outs = one_message(
+        &mut ex,
+        "TEARDOWN rtsp://192.168.1.1:554/cam1/ RTSP/1.0\nCSeq: 41\nSession: 9\n",
+        true,
+    );
+    assert!(outs.contains(&Output::SessionEnded));
+    assert_eq!(ex.media().released, 1);
+    assert!(!ex.channel_allowed(0));
+}
+
 /// A split half whose upstream is the link face: an interleaved client's SETUP goes
 /// upstream over UDP at once (never interleaved over the signaling link), and the reply
 /// opens the bridge leg on the client's side.

@@ -39,7 +39,8 @@ mod requests;
 mod server;
 mod setup;
 
-/// Most SETUPs (tracks) one connection may hold ports for.
+/// Most tracks one session may hold (relayed, UDP or bridged, SETUPs in flight included);
+/// a SETUP beyond gets `453`, nothing sent upstream.
 pub const MAX_TRACKS: usize = 16;
 /// Most requests awaiting a reply on one connection (pipelining depth).
 pub const MAX_PENDING: usize = 32;

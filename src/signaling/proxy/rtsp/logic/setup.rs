@@ -5,7 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
 use super::requests::transport_status;
 use super::{
-    Exchange, InFlight, MediaPorts, SetupKind, TcpSide, Track, UdpSetup, BAD_GATEWAY, MAX_TRACKS,
+    Exchange, InFlight, MediaPorts, SetupKind, Slot, TcpSide, Track, UdpSetup, BAD_GATEWAY,
+    MAX_TRACKS,
 };
 use crate::config::DomainId;
 use crate::routes::RouteSpec;
@@ -37,6 +38,16 @@ impl<M: MediaPorts> Exchange<M> {
         msg: &Message<'_>,
         editor: &mut Editor<'_, '_>,
     ) -> Result<(SetupKind, String, bool), Status> {
+        // Every track of the session counts (relayed, UDP or bridged), and so does each
+        // SETUP still awaiting its reply.
+        let in_flight = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Waiting(f) if f.setup.is_some()))
+            .count();
+        if self.tracks.len() + in_flight >= MAX_TRACKS {
+            return Err(Status::NOT_ENOUGH_BANDWIDTH);
+        }
         let value = msg.transport().ok_or(Status::UNSUPPORTED_TRANSPORT)?;
         let specs = parse_transport(value).map_err(transport_status)?;
         let (chosen, delivery) =
