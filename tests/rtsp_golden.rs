@@ -565,6 +565,46 @@ fn track_limit_counts_every_track_of_a_session() {
     assert!(!ex.channel_allowed(0));
 }
 
+/// Pipelined SETUPs of a session settled on interleaved ask the server for distinct channel
+/// pairs: one in flight reserves its pair.
+#[test]
+fn pipelined_setups_over_a_settled_tcp_session_ask_distinct_channels() {
+    let mut ex = exchange(bridging());
+    let setup = |t: usize, c: usize| {
+        format!("SETUP rtsp://192.168.1.1:554/cam1/stream={t} RTSP/1.0\nCSeq: {c}\nTransport: RTP/AVP;unicast;client_port={}-{}\nSession: 9\n", 5000 + 2 * t, 5001 + 2 * t)
+    };
+    let sent = |outs: &[Output]| {
+        outs.iter()
+            .find_map(|o| match o {
+                Output::Upstream(b) => Some(show(b)),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    one_message(&mut ex, &setup(0, 1).replace("Session: 9\n", ""), true);
+    let retry = one_message(
+        &mut ex,
+        "RTSP/1.0 461 Unsupported Transport\nCSeq: 1\n",
+        false,
+    );
+    assert!(sent(&retry).contains("interleaved=0-1"), "{}", sent(&retry));
+    one_message(
+        &mut ex,
+        "RTSP/1.0 200 OK\nCSeq: 2\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1\nSession: 9\n",
+        false,
+    );
+    let one = sent(&one_message(&mut ex, &setup(1, 2), true));
+    let two = sent(&one_message(&mut ex, &setup(2, 3), true));
+    assert!(
+        one.contains("Transport: RTP/AVP/TCP;unicast;interleaved=2-3\n"),
+        "{one}"
+    );
+    assert!(
+        two.contains("Transport: RTP/AVP/TCP;unicast;interleaved=4-5\n"),
+        "{two}"
+    );
+}
+
 /// A split half whose upstream is the link face: an interleaved client's SETUP goes
 /// upstream over UDP at once (never interleaved over the signaling link), and the reply
 /// opens the bridge leg on the client's side.

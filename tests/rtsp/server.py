@@ -6,7 +6,8 @@ Serves a JPEG video test source (and a PCMU audio tone) at each --path on --port
 USER:PASS every path requires Digest authentication. Rates are modest: --fps frames per
 second of --width x --height.
 
-With --tracks 3 a second audio track (a PCMA square wave) follows the PCMU one.
+With --tracks 1 only the video track; with --tracks 3 a second audio track (a PCMA square
+wave) follows the PCMU one.
 
 With --fixed-transport the server behaves like a widely deployed media server: a connection's
 first successful SETUP fixes its lower transport for every later track. A later SETUP that
@@ -108,9 +109,12 @@ def main():
     ap.add_argument("--tcp-only", action="store_true")
     ap.add_argument("--udp-only", action="store_true")
     ap.add_argument("--record", action="store_true")
-    ap.add_argument("--tracks", type=int, default=2, choices=[1, 2, 3])
+    # Default: video + PCMU served (2), video only taken (--record: 1).
+    ap.add_argument("--tracks", type=int, default=None, choices=[1, 2, 3])
     ap.add_argument("--fixed-transport", action="store_true")
     args = ap.parse_args()
+    if args.tracks is None:
+        args.tracks = 1 if args.record else 2
     paths = args.path or ["/test"]
 
     Gst.init(None)
