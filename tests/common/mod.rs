@@ -11,6 +11,7 @@
 //! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
+//! - [`rtsp`]: the RTSP namespace tests' rig (GStreamer's server, vgate, ffmpeg runs);
 //! - [`sipp`], [`gb_sipp`], [`rfc4571`]: SIP peers (sipp runs, GB/T 28181 scenarios, RTP
 //!   over TCP peers).
 //!
@@ -23,6 +24,7 @@ pub mod gb_sipp;
 pub mod proc;
 pub mod relay;
 pub mod rfc4571;
+pub mod rtsp;
 pub mod sipp;
 pub mod split;
 pub mod udp;
