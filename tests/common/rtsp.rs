@@ -1,7 +1,8 @@
-//! The RTSP namespace tests' rig: the bed with GStreamer's RTSP server (`tests/rtsp/server.py`)
-//! in domain A and `vgate run` in the gateway namespace, ffmpeg runs in domain B (play and
-//! push), and the route's metrics and events. Used by `tests/rtsp_netns.rs` and
-//! `tests/rtsp_tracks_netns.rs`.
+//! The RTSP client side shared by the RTSP tests (`rtsp_netns`, `rtsp_tracks_netns`, the
+//! hostile peers): the text of a request and the session a reply names; and the namespace
+//! tests' rig: the bed with GStreamer's RTSP server (`tests/rtsp/server.py`) in domain A and
+//! `vgate run` in the gateway namespace, ffmpeg runs in domain B (play and push), and the
+//! route's metrics and events.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -12,6 +13,15 @@ use std::time::{Duration, Instant};
 use super::proc::Proc;
 use super::vgate::Vgate;
 use super::{admin, have_gst_rtsp_server, in_netns, prerequisites, Bed, BedConfig, PY};
+
+/// Request `method url` with CSeq `cseq`, the `Session` header when a session is known, then
+/// the `extra` header lines (each ending in CRLF) and the blank line.
+pub fn request(method: &str, url: &str, cseq: u32, session: Option<&str>, extra: &str) -> String {
+    let session = session
+        .map(|s| format!("Session: {s}\r\n"))
+        .unwrap_or_default();
+    format!("{method} {url} RTSP/1.0\r\nCSeq: {cseq}\r\n{session}{extra}\r\n")
+}
 
 /// One bed at a time: GStreamer and ffmpeg on two cores are enough load.
 pub static SERIAL: Mutex<()> = Mutex::new(());
