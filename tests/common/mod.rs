@@ -13,7 +13,8 @@
 //! - [`udp`]: plain UDP peers (a counting sink);
 //! - [`sipp`], [`gb_sipp`], [`rfc4571`]: SIP peers (sipp runs, GB/T 28181 scenarios, RTP
 //!   over TCP peers);
-//! - [`rtsp`]: the RTSP client side (a request's text).
+//! - [`rtsp`]: the RTSP client side (a request's text) and the RTSP namespace tests' rig
+//!   (GStreamer's server, vgate, ffmpeg runs).
 //!
 //! Every test binary includes all of it (`mod common;`) and uses a part, hence the one
 //! `allow(dead_code)` below: a helper unused by one binary is used by another.
