@@ -8,7 +8,7 @@ use std::net::SocketAddrV4;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use vgate::channel::inspect;
+use vgate::channel::{inspect, Validators, WORKER_SLOTS};
 use vgate::config::{Config, DomainId, SourcePolicy};
 use vgate::routes::{Channel, NoHooks, RouteSpec, Routes, SessionKind};
 use vgate::stats::Tally;
@@ -36,6 +36,7 @@ fn table(n: usize) -> (Routes, u16) {
                     expected: Some("127.0.0.1:6000".parse().unwrap()),
                     rtp_only: true,
                     label: "b".into(),
+                    media: None,
                 },
             )
             .unwrap();
@@ -56,6 +57,7 @@ fn batch(c: &mut Criterion) {
         let (routes, port) = table(n);
         let mut sel: Vec<u16> = Vec::with_capacity(32);
         let mut seq = 0u16;
+        let mut media = Validators::new(WORKER_SLOTS, Default::default());
         g.bench_function(format!("batch32_lookup_per_packet_routes{n}"), |b| {
             b.iter(|| {
                 let mut tally = Tally::default();
@@ -73,7 +75,7 @@ fn batch(c: &mut Criterion) {
                     };
                     tally.rx_packets += 1;
                     tally.rx_bytes += p.len() as u64;
-                    match inspect(&route, src, p, false, 1472, 1) {
+                    match inspect(&route, src, p, false, 1472, 1, &mut media) {
                         Ok(_) => sel.push(i as u16),
                         Err(r) => tally.drop(r),
                     }
@@ -92,7 +94,7 @@ fn batch(c: &mut Criterion) {
                     p[2..4].copy_from_slice(&seq.to_be_bytes());
                     tally.rx_packets += 1;
                     tally.rx_bytes += p.len() as u64;
-                    match inspect(&route, src, p, false, 1472, 1) {
+                    match inspect(&route, src, p, false, 1472, 1, &mut media) {
                         Ok(_) => sel.push(i as u16),
                         Err(r) => tally.drop(r),
                     }

@@ -917,6 +917,7 @@ source_validation = "latch"
         expected: None,
         rtp_only: false,
         label: format!("r{port}"),
+        media: None,
     };
     let mut tracks = Vec::new();
     for _ in 0..2 {

@@ -589,6 +589,7 @@ fn add_route(body: &[u8], st: &ControlState) -> Answer {
                 expected,
                 rtp_only: nr.rtp_only,
                 label: nr.name.clone(),
+                media: None,
             },
         )
     })();

@@ -215,6 +215,7 @@ fn bridges_both_ways(routes: Loopback) {
                 expected: Some("127.0.0.1:0".parse().unwrap()),
                 rtp_only: true,
                 label: "fwd".into(),
+                media: None,
             },
         )
         .unwrap();
@@ -231,6 +232,7 @@ fn bridges_both_ways(routes: Loopback) {
                 expected: None,
                 rtp_only: false,
                 label: "rev".into(),
+                media: None,
             },
             Some(Arc::clone(leg.sink())),
         )
@@ -558,6 +560,7 @@ fn a_kept_injector_does_not_hold_a_closed_port() {
                 expected: None,
                 rtp_only: false,
                 label: "fwd".into(),
+                media: None,
             },
         )
         .unwrap();

@@ -234,6 +234,15 @@ const fn mask(types: &[u8]) -> u64 {
     m
 }
 
+/// What a route asks of the validator: the stream that was negotiated (or configured), the
+/// policy, and whether a violation drops the packet (`enforce`) or is only counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub enforce: bool,
+    pub spec: StreamSpec,
+    pub policy: Policy,
+}
+
 /// The validator's answer for one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

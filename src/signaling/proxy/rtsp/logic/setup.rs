@@ -306,6 +306,7 @@ impl<M: MediaPorts> Exchange<M> {
             expected: Some(expected),
             rtp_only: rtp && rtp_only,
             label: label(what),
+            media: None,
         };
         let c_rtp = SocketAddrV4::new(client, setup.client_rtp);
         let c_rtcp = SocketAddrV4::new(client, setup.client_rtcp);

@@ -56,6 +56,7 @@ impl CallMedia {
                         expected: Some(SocketAddrV4::new(from.addr, 0)),
                         rtp_only: rtp_only && off == 0,
                         label: format!("{} m{i} {kind}", self.label),
+                        media: None,
                     }
                 };
                 if slot.tcp[src.index()] || slot.tcp[dst.index()] {
