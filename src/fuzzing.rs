@@ -195,15 +195,18 @@ pub fn packet_path(data: &[u8]) {
             rtp_only: data.first().is_some_and(|b| b & 1 == 1),
             label: "fuzz".into(),
             // Bit 1 of the first byte: the route validates its media (H.264 on 96).
-            media: data.first().filter(|b| *b & 2 == 2).map(|_| crate::media::Rule {
-                enforce: true,
-                spec: crate::media::StreamSpec::new(None).with(
-                    96,
-                    crate::media::Codec::H264,
-                    90000,
-                ),
-                policy: crate::media::Policy::default(),
-            }),
+            media: data
+                .first()
+                .filter(|b| *b & 2 == 2)
+                .map(|_| crate::media::Rule {
+                    enforce: true,
+                    spec: crate::media::StreamSpec::new(None).with(
+                        96,
+                        crate::media::Codec::H264,
+                        90000,
+                    ),
+                    policy: crate::media::Policy::default(),
+                }),
         },
         1,
     );

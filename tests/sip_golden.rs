@@ -1995,9 +1995,7 @@ fn a_call_route_with_traffic_gives_one_time_to_first_packet() {
     let now = vgate::clock::now_ms();
     let stranger = "10.1.0.77:5000".parse().unwrap();
     let mut media = vgate::channel::Validators::new(8, Default::default());
-    assert!(
-        vgate::channel::inspect(&fwd, stranger, &rtp, false, 1500, now, &mut media).is_err()
-    );
+    assert!(vgate::channel::inspect(&fwd, stranger, &rtp, false, 1500, now, &mut media).is_err());
     assert_eq!(
         sip_first_packets(&t.routes),
         0,

@@ -293,7 +293,15 @@ mod tests {
             Ok(Admitted::Latched)
         );
         assert_eq!(
-            inspect(&r, sender, b"not rtp, latched source", false, 1472, 1001, &mut v),
+            inspect(
+                &r,
+                sender,
+                b"not rtp, latched source",
+                false,
+                1472,
+                1001,
+                &mut v
+            ),
             Ok(Admitted::Known)
         );
         r.touch(1001);
@@ -311,5 +319,132 @@ mod tests {
             Ok(Admitted::Relatched)
         );
         assert_eq!(r.latched(), Some(restarted));
+    }
+
+    fn h264_route(enforce: bool, policy: SourcePolicy) -> StreamRoute {
+        StreamRoute::new(
+            RouteSpec {
+                ingress: DomainId::A,
+                port: 20000,
+                dest: "127.0.0.2:4000".parse().unwrap(),
+                egress_port: 30000,
+                policy,
+                expected: Some("127.0.0.1:0".parse().unwrap()),
+                rtp_only: false,
+                label: "v".into(),
+                media: Some(crate::media::Rule {
+                    enforce,
+                    spec: crate::media::StreamSpec::new(None).with(
+                        96,
+                        crate::media::Codec::H264,
+                        90000,
+                    ),
+                    policy: Default::default(),
+                }),
+            },
+            1,
+        )
+    }
+
+    /// An H.264 single-NAL packet (an SPS-like type 7 NAL of zeros) or, `junk`, random bytes
+    /// behind the same valid RTP header.
+    fn h264(seq: u16, ts: u32, junk: bool) -> Vec<u8> {
+        let mut b = vec![0u8; 12];
+        crate::wire::rtp::write_header(&mut b, 96, seq, ts, 7).unwrap();
+        b[1] |= 0x80; // marker: one NAL per frame
+        if junk {
+            let mut x = 0x1234_5678u32;
+            b.extend((0..200).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 24) as u8 | 0x80 // forbidden bit set
+            }));
+        } else {
+            b.extend_from_slice(&[0x67, 0x42, 0x00, 0x1f, 0xe9, 0x01, 0x40]);
+        }
+        b
+    }
+
+    #[test]
+    fn media_rule_drops_or_counts_violations_by_reason() {
+        use crate::media::Violation;
+        let src = "127.0.0.1:5000".parse().unwrap();
+        let mut v = validators();
+        let r = h264_route(true, SourcePolicy::Strict);
+        assert_eq!(
+            inspect(&r, src, &h264(1, 0, false), false, 1472, 1, &mut v),
+            Ok(Admitted::Known)
+        );
+        assert_eq!(
+            inspect(&r, src, &h264(2, 3000, true), false, 1472, 2, &mut v),
+            Err(DropReason::MediaInvalid)
+        );
+        assert_eq!(
+            inspect(&r, src, &h264(3, 6000, false), false, 1472, 3, &mut v),
+            Ok(Admitted::Known),
+            "the stream goes on after a refused packet"
+        );
+        let m = r.stats.media.snapshot();
+        assert_eq!(m.total(), 1);
+        assert_eq!(m.get(Violation::NalForbiddenBit), 1);
+        assert_eq!(v.len(), 1, "one stream held");
+
+        // `count`: the same packet crosses, counted.
+        let c = h264_route(false, SourcePolicy::Strict);
+        assert_eq!(
+            inspect(&c, src, &h264(1, 0, true), false, 1472, 1, &mut v),
+            Ok(Admitted::Known)
+        );
+        assert_eq!(c.stats.media.snapshot().get(Violation::NalForbiddenBit), 1);
+        assert_eq!(v.len(), 2);
+
+        // The totals of the channel add every validator's counts.
+        let totals = std::sync::Arc::new(crate::stats::media::MediaTotals::default());
+        let mut w = Validators::new(LEG_SLOTS, std::sync::Arc::clone(&totals));
+        let x = h264_route(true, SourcePolicy::Strict);
+        let _ = inspect(&x, src, &h264(1, 0, true), false, 1472, 1, &mut w);
+        assert_eq!(
+            totals.channels[Channel::Forward.index()]
+                .snapshot()
+                .get(Violation::NalForbiddenBit),
+            1
+        );
+    }
+
+    #[test]
+    fn invalid_media_never_latches_a_route() {
+        let mut v = validators();
+        let r = h264_route(true, SourcePolicy::Latch);
+        let src = "127.0.0.1:5000".parse().unwrap();
+        assert_eq!(
+            inspect(&r, src, &h264(1, 0, true), false, 1472, 1, &mut v),
+            Err(DropReason::MediaInvalid)
+        );
+        assert_eq!(r.latched(), None);
+        assert_eq!(
+            inspect(&r, src, &h264(2, 3000, false), false, 1472, 2, &mut v),
+            Ok(Admitted::Latched)
+        );
+    }
+
+    #[test]
+    fn a_full_table_gives_up_the_stream_seen_longest_ago() {
+        let totals = std::sync::Arc::new(crate::stats::media::MediaTotals::default());
+        let mut v = Validators::new(LEG_SLOTS, std::sync::Arc::clone(&totals));
+        let src = "127.0.0.1:5000".parse().unwrap();
+        let routes: Vec<_> = (0..LEG_SLOTS + 1)
+            .map(|_| h264_route(true, SourcePolicy::Strict))
+            .collect();
+        for (i, r) in routes.iter().enumerate() {
+            let now = 10 + i as u64;
+            assert!(inspect(r, src, &h264(1, 0, false), false, 1472, now, &mut v).is_ok());
+        }
+        assert_eq!(v.len(), LEG_SLOTS);
+        assert_eq!(totals.evictions.load(Relaxed), 1);
+        // The newest streams are still held: their next packet continues them.
+        let last = routes.last().unwrap();
+        assert!(inspect(last, src, &h264(2, 3000, false), false, 1472, 99, &mut v).is_ok());
+        assert_eq!(totals.evictions.load(Relaxed), 1);
     }
 }

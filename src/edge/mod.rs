@@ -205,7 +205,15 @@ impl Injector {
         for p in frames {
             t.rx_packets += 1;
             t.rx_bytes += p.len() as u64;
-            match inspect(route, from, p, false, self.max_payload, now, &mut self.media) {
+            match inspect(
+                route,
+                from,
+                p,
+                false,
+                self.max_payload,
+                now,
+                &mut self.media,
+            ) {
                 Ok(admitted) => {
                     self.admitted = true;
                     t.relatches += u64::from(admitted == Admitted::Relatched);

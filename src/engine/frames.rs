@@ -125,7 +125,15 @@ impl<'l> Run<'l> {
             return None;
         }
         let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        match inspect(route, src, d.payload, truncated, max_payload, self.now, media) {
+        match inspect(
+            route,
+            src,
+            d.payload,
+            truncated,
+            max_payload,
+            self.now,
+            media,
+        ) {
             Ok(admitted) => {
                 self.admitted = true;
                 self.tally.relatches += u64::from(admitted == Admitted::Relatched);

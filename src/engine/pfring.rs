@@ -547,7 +547,17 @@ impl Datapath for PfringPath {
                 busy = true;
                 let mut chan = [Tally::default(); 2];
                 let media = &mut *shell.media.borrow_mut();
-                forward(ctx, r, arena, local, tx, zc.as_mut(), now_ms(), &mut chan, media);
+                forward(
+                    ctx,
+                    r,
+                    arena,
+                    local,
+                    tx,
+                    zc.as_mut(),
+                    now_ms(),
+                    &mut chan,
+                    media,
+                );
                 for c in Channel::ALL {
                     if !chan[c.index()].is_empty() {
                         shell.stats.channel(c).add(&chan[c.index()]);

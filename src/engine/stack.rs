@@ -462,7 +462,15 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
                 let p = rx.payload(i);
                 tally.rx_packets += 1;
                 tally.rx_bytes += p.len() as u64;
-                match inspect(route, rx.source(i), p, rx.truncated(i), max_payload, now, media) {
+                match inspect(
+                    route,
+                    rx.source(i),
+                    p,
+                    rx.truncated(i),
+                    max_payload,
+                    now,
+                    media,
+                ) {
                     Ok(admitted) => {
                         tally.relatches += u64::from(admitted == Admitted::Relatched);
                         sel.push(i as u16);

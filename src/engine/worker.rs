@@ -62,7 +62,12 @@ pub struct Shell {
 }
 
 impl Shell {
-    pub fn new(index: usize, cpu: Option<usize>, routes: &Arc<Routes>, stats: Arc<WorkerStats>) -> Shell {
+    pub fn new(
+        index: usize,
+        cpu: Option<usize>,
+        routes: &Arc<Routes>,
+        stats: Arc<WorkerStats>,
+    ) -> Shell {
         Shell {
             index,
             cpu,

@@ -693,7 +693,7 @@ impl Routes {
                     expected: s.expect_source,
                     rtp_only: s.rtp_only,
                     label: s.name.clone(),
-                    media: None,
+                    media: s.media,
                 },
             )
         })();

@@ -238,7 +238,8 @@ impl Round<'_> {
                 let skip_udp =
                     f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
                 let ok = d.checksums_ok(skip_udp);
-                let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), self.max_payload, media) else {
+                let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), self.max_payload, media)
+                else {
                     continue;
                 };
                 let Some(route) = r.route.as_deref() else {
