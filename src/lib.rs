@@ -84,7 +84,7 @@
 //! | `channel` | the per-packet decision between lookup and send (`inspect`, media validation with each worker's `Validators`), worker counters | `routes`, `config`, `stats`, `wire`, `media`, `clock`, `logging` |
 //! | `engine` | capture and send for each mode, the port registry, the split link's I/O (`engine::link`); `unsafe` in `engine::sys` | `channel`, `routes`, `config`, `clock`, `iface`, `link`, `logging`, `sink`, `stats`, `wire` |
 //! | `edge` | TCP media legs (GB/T 28181 RTP over TCP, RTSP interleaved injection); implements `routes::legs::Legs` | `engine`, `channel`, `routes`, `config`, `clock`, `logging`, `sink`, `stats`, `wire` |
-//! | `signaling` | SIP, SDP, RTSP, MANSCDP parsing and rewriting; the proxies; the split signaling agent | `routes`, `config`, `clock`, `iface`, `logging`, `sink`, `stats`, `wire` |
+//! | `signaling` | SIP, SDP (and what it negotiates for media validation), RTSP, MANSCDP parsing and rewriting; the proxies; the split signaling agent | `routes`, `config`, `clock`, `iface`, `logging`, `sink`, `stats`, `wire`, `media` |
 //! | `control` | admin interface, metrics, live stats, totals, systemd readiness | `signaling`, `routes`, `config`, `engine`, `channel`, `clock`, `logging`, `stats`, `media` |
 //! | `gateway` | starting and stopping the whole; wiring the split agent to the proxies | `edge`, `engine`, `channel`, `signaling`, `routes`, `config` |
 //! | `demo` | `vgate demo`: the gateway driven by its own RTP on loopback | `gateway`, `control`, `engine`, `routes`, `config`, `stats`, `wire` |
