@@ -149,7 +149,10 @@ fn validation(c: &mut Criterion) {
     use vgate::media::{Codec, Policy, Rule, StreamSpec};
     let src: SocketAddrV4 = "127.0.0.1:6000".parse().unwrap();
     let mut g = c.benchmark_group("per_packet_path_media");
-    for (name, codec) in [("ffmpeg_ps_h264", Codec::Ps), ("ffmpeg_h264_high", Codec::H264)] {
+    for (name, codec) in [
+        ("ffmpeg_ps_h264", Codec::Ps),
+        ("ffmpeg_h264_high", Codec::H264),
+    ] {
         let mut pkts = golden(name);
         let span = {
             let ts = |p: &[u8]| u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
