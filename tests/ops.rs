@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::vgate::{assert_success, check_config, check_config_file, Vgate};
 
 fn repo() -> &'static Path {
@@ -17,11 +18,7 @@ fn repo() -> &'static Path {
 
 #[test]
 fn systemd_units_verify() {
-    require!(
-        "systemd_units_verify",
-        false,
-        &[("systemd-analyze", "systemd")],
-    );
+    require!(false, &[("systemd-analyze", "systemd")]);
     let dir = tempfile::tempdir().unwrap();
     let bin = common::vgate_bin();
     let unit = std::fs::read_to_string(repo().join("systemd/vgate.service"))
@@ -40,17 +37,12 @@ fn systemd_units_verify() {
         )
         .replace("/etc/vgate/nic.env", "/dev/null");
     std::fs::write(dir.path().join("vgate-nic-setup.service"), nic).unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(dir.path().join("vgate.service"))
-        .arg(dir.path().join("vgate-nic-setup.service"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "systemd-analyze verify failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(dir.path().join("vgate.service"))
+            .arg(dir.path().join("vgate-nic-setup.service")),
+        "systemd-analyze verify",
     );
     // Every directive of the main unit's [Service] section carries a comment saying why.
     let text = std::fs::read_to_string(repo().join("systemd/vgate.service")).unwrap();
@@ -92,11 +84,7 @@ fn example_half_configs_check() {
         let file = repo().join(format!("systemd/vgate-half-{half}.toml"));
         let out = check_config_file(&file, &["--cpus", "2"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         assert!(
             stdout.contains(&format!("split half {half}: {face}")),
             "{stdout}"
@@ -179,11 +167,7 @@ impl Drop for Ns {
 
 #[test]
 fn nic_setup_dry_run_then_real_run_on_veth() {
-    require!(
-        "nic_setup_dry_run_then_real_run_on_veth",
-        true,
-        &[("ip", "iproute2"), ("ethtool", "ethtool")],
-    );
+    require!(true, &[("ip", "iproute2"), ("ethtool", "ethtool")]);
     let ns = Ns::new();
     let script = repo().join("scripts/nic-setup.sh");
     let script = script.to_str().unwrap();
@@ -238,11 +222,7 @@ fn nic_setup_dry_run_then_real_run_on_veth() {
 
 #[test]
 fn stats_in_a_terminal_shows_live_rates() {
-    require!(
-        "stats_in_a_terminal_shows_live_rates",
-        false,
-        &[("tmux", "tmux")],
-    );
+    require!(false, &[("tmux", "tmux")]);
     let net = 12;
     let cfg = common::vgate::loopback_with(net, 9942, 1000, &[], &[])
         + &format!(

@@ -488,15 +488,7 @@ impl Client {
 
     fn request(&mut self, method: &str, url: &str, extra: &str) -> String {
         self.cseq += 1;
-        let session = self
-            .session
-            .as_ref()
-            .map(|s| format!("Session: {s}\r\n"))
-            .unwrap_or_default();
-        let req = format!(
-            "{method} {url} RTSP/1.0\r\nCSeq: {}\r\n{session}{extra}\r\n",
-            self.cseq
-        );
+        let req = common::rtsp::request(method, url, self.cseq, self.session.as_deref(), extra);
         self.s.write_all(req.as_bytes()).unwrap();
         let mut head = Vec::new();
         let mut byte = [0u8; 1];
@@ -892,11 +884,7 @@ fn mismatched_server(ns: String, addr: String, stop: Arc<std::sync::atomic::Atom
 #[test]
 fn unbridgeable_transport_is_refused_promptly_never_hung() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    require!(
-        "unbridgeable_transport_is_refused_promptly_never_hung",
-        true,
-        &[("ip", "iproute2")],
-    );
+    require!(true, &[("ip", "iproute2")]);
     let mut rig = Rig::up_with(None, &simple_route(""));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Stops the fake server whatever happens below.
@@ -1104,13 +1092,7 @@ fn bridged_transports_play_both_ways() {
 
 /// vgate's resident memory in KiB.
 fn vgate_rss_kib(rig: &Rig) -> u64 {
-    let pid = rig.vgate().pid();
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    common::proc::rss_kb(rig.vgate().pid())
 }
 
 /// Reads `$` frames until `n` arrived on `channel` (bounded by the read timeout); the
