@@ -564,6 +564,7 @@ fn any_route(
         expected: None,
         rtp_only: false,
         label: label.into(),
+        media: None,
     }
 }
 
@@ -804,6 +805,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
             expected: Some(SocketAddrV4::new(a_ip, 5000)),
             rtp_only: false,
             label: "strict".into(),
+            media: None,
         },
     );
     let gw = in_netns(&g_ns, move || {

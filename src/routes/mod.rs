@@ -183,6 +183,8 @@ pub struct Routes {
     first_packet: [Histogram; 2],
     /// The live stream legs ([`crate::edge`]), for listings and metrics.
     pub legs: legs::LegTable,
+    /// Media validation violations per channel, over every route that ever was.
+    media: Arc<crate::stats::media::MediaTotals>,
 }
 
 /// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.
@@ -210,7 +212,14 @@ impl Routes {
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
             first_packet: Default::default(),
             legs: Default::default(),
+            media: Default::default(),
         }
+    }
+
+    /// The media validation totals per channel: every validator of the data path counts
+    /// into these (see [`crate::channel::Validators`]).
+    pub fn media_totals(&self) -> &Arc<crate::stats::media::MediaTotals> {
+        &self.media
     }
 
     /// Counts the time to the first packet of `route` if it has one not yet counted.
@@ -684,6 +693,7 @@ impl Routes {
                     expected: s.expect_source,
                     rtp_only: s.rtp_only,
                     label: s.name.clone(),
+                    media: s.media,
                 },
             )
         })();

@@ -7,6 +7,7 @@
 
 pub mod leg;
 pub mod link;
+pub mod media;
 pub mod rtp;
 
 use std::fmt::Write as _;
@@ -45,10 +46,13 @@ pub enum DropReason {
     /// full). Counted per channel only: the kernel reports these per egress interface, not per
     /// route.
     RedirectFailed,
+    /// The route validates its media ([`crate::media`], mode `enforce`) and the packet is not
+    /// well-formed media of what was negotiated; the reason is counted in `media_invalid`.
+    MediaInvalid,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -61,6 +65,7 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::LegStall,
         DropReason::RedirectFailed,
+        DropReason::MediaInvalid,
     ];
 
     /// Name used in totals and metrics labels.
@@ -77,6 +82,7 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::LegStall => "leg_stall",
             DropReason::RedirectFailed => "redirect_failed",
+            DropReason::MediaInvalid => "media_invalid",
         }
     }
 }
