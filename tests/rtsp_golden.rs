@@ -293,7 +293,7 @@ fn each_tracks_rtp_validates_what_describe_offered_for_it() {
     use vgate::media::Codec;
     let mut s = settings();
     s.media_validate = vgate::config::MediaMode::Enforce;
-    let ex = run_transcript(&golden("udp_two_tracks_relative.txt"), exchange(s));
+    let ex = transcript("udp_two_tracks_relative.txt", s);
     let rtp: Vec<_> = ex
         .media()
         .history
