@@ -103,6 +103,7 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod ha;
 pub mod iface;
 pub mod link;
 pub mod logging;

@@ -39,6 +39,9 @@ pub fn inspect(
     max_payload: usize,
     now_ms: u64,
 ) -> Result<Admitted, DropReason> {
+    if route.standby() {
+        return Err(DropReason::Standby);
+    }
     if payload.is_empty() {
         return Err(DropReason::Truncated);
     }

@@ -45,10 +45,13 @@ pub enum DropReason {
     /// full). Counted per channel only: the kernel reports these per egress interface, not per
     /// route.
     RedirectFailed,
+    /// This node is the standby of a hot-standby pair (`[ha]`): it holds the ports and the
+    /// routes but forwards nothing until it is told it is the active one.
+    Standby,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -61,6 +64,7 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::LegStall,
         DropReason::RedirectFailed,
+        DropReason::Standby,
     ];
 
     /// Name used in totals and metrics labels.
@@ -77,6 +81,7 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::LegStall => "leg_stall",
             DropReason::RedirectFailed => "redirect_failed",
+            DropReason::Standby => "standby",
         }
     }
 }

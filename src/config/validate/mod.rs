@@ -189,6 +189,11 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         Some(r) => Some(super::split::split(r, &domains, &engine, cpus)?),
     };
 
+    let ha = match &raw.ha {
+        None => None,
+        Some(h) => Some(super::ha::ha(h, engine.mode, &raw.engine.mode)?),
+    };
+
     Ok(Config {
         domains,
         engine,
@@ -197,5 +202,6 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         signaling,
         streams,
         split,
+        ha,
     })
 }
