@@ -47,7 +47,12 @@ pub struct HaConfig {
 pub const DEFAULT_STALE_AFTER_MS: u64 = 3000;
 pub const DEFAULT_REPLICA_IDLE_MS: u64 = 60_000;
 
-fn ms(v: &Option<Spanned<i64>>, key: &str, default: u64, range: (i64, i64)) -> Result<u64, Invalid> {
+fn ms(
+    v: &Option<Spanned<i64>>,
+    key: &str,
+    default: u64,
+    range: (i64, i64),
+) -> Result<u64, Invalid> {
     match v {
         None => Ok(default),
         Some(v) if (range.0..=range.1).contains(v.get_ref()) => Ok(*v.get_ref() as u64),
@@ -65,8 +70,7 @@ fn ms(v: &Option<Spanned<i64>>, key: &str, default: u64, range: (i64, i64)) -> R
 fn name_ok(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 

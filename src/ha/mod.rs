@@ -145,11 +145,19 @@ impl HaStatus {
 
     /// The writer the standby last saw.
     pub fn peer(&self) -> Option<String> {
-        self.text.lock().unwrap_or_else(|p| p.into_inner()).0.clone()
+        self.text
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
     }
 
     pub fn last_store_error(&self) -> Option<String> {
-        self.text.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+        self.text
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
     }
 
     /// How long ago (ms) the state store last answered; `None`: never.
@@ -342,7 +350,9 @@ impl Node {
         self.role_file_seen = text.clone();
         match text.as_deref().map(Role::parse) {
             Some(Some(r)) => self.status.request(r),
-            Some(None) => tracing::warn!(file = %path.display(), "ha: the role file says neither MASTER, BACKUP nor FAULT; the role stays {}", self.status.role().name()),
+            Some(None) => {
+                tracing::warn!(file = %path.display(), "ha: the role file says neither MASTER, BACKUP nor FAULT; the role stays {}", self.status.role().name())
+            }
             None => {}
         }
     }
@@ -372,7 +382,10 @@ impl Node {
         self.status.role.store(to as u8, Relaxed);
         self.replicas = Replicas::adopt(&self.routes);
         self.seq = None;
-        tracing::warn!(role = to.name(), "ha: this node is no longer the active one: forwarding stopped");
+        tracing::warn!(
+            role = to.name(),
+            "ha: this node is no longer the active one: forwarding stopped"
+        );
     }
 
     /// Active: the difference between the tables and the store, in one atomic batch.
@@ -435,7 +448,8 @@ impl Node {
         };
         let now = now_ms();
         let r = store.read(self.seq);
-        self.status.store_result(&r.as_ref().map(|_| ()).map_err(|e| e.clone()));
+        self.status
+            .store_result(&r.as_ref().map(|_| ()).map_err(|e| e.clone()));
         let read = match r {
             Ok(read) => read,
             Err(e) => {

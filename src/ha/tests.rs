@@ -100,7 +100,10 @@ fn the_standby_copies_installs_updates_latches_and_removes() {
         standby.lookup(Channel::Forward, 20000).unwrap().latched(),
         Some(src)
     );
-    assert!(Arc::ptr_eq(&r, &standby.lookup(Channel::Forward, 20000).unwrap()));
+    assert!(Arc::ptr_eq(
+        &r,
+        &standby.lookup(Channel::Forward, 20000).unwrap()
+    ));
     // One route removed on the active: removed on the standby, its ports freed.
     let id = active
         .sessions()

@@ -217,6 +217,61 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "1 when the last config reload was applied (or none was asked for), 0 when it was rejected",
     ),
     (
+        "vgate_ha_role",
+        "gauge",
+        "Hot standby ([ha]): 1 for the role this node is in (active, standby, fault), 0 for the others",
+    ),
+    (
+        "vgate_ha_state_store_up",
+        "gauge",
+        "Hot standby: 1 when the last call to the state store (Redis) worked",
+    ),
+    (
+        "vgate_ha_state_store_errors_total",
+        "counter",
+        "Hot standby: state-store calls that failed (Redis away or slow)",
+    ),
+    (
+        "vgate_ha_state_store_writes_total",
+        "counter",
+        "Hot standby: batches the active wrote to the state store; kind resync counts whole rewrites",
+    ),
+    (
+        "vgate_ha_state_store_pending",
+        "gauge",
+        "Hot standby: sessions changed on the active and not yet in the state store",
+    ),
+    (
+        "vgate_ha_state_store_age_seconds",
+        "gauge",
+        "Hot standby: seconds since the state store last answered (-1: never)",
+    ),
+    (
+        "vgate_ha_lag_seconds",
+        "gauge",
+        "Hot standby, on the standby: age of the active's last write to the state store",
+    ),
+    (
+        "vgate_ha_replicas",
+        "gauge",
+        "Hot standby: copies of the active's sessions held here",
+    ),
+    (
+        "vgate_ha_replica_errors_total",
+        "counter",
+        "Hot standby: copies that could not be installed here, or unreadable records",
+    ),
+    (
+        "vgate_ha_takeovers_total",
+        "counter",
+        "Hot standby: times this node became the active one",
+    ),
+    (
+        "vgate_ha_last_takeover_timestamp_seconds",
+        "gauge",
+        "Hot standby: Unix time of the last takeover (0: none)",
+    ),
+    (
         "vgate_build_info",
         "gauge",
         "Always 1; the labels name the vgate version and whether this build has the PF_RING engines",
