@@ -199,3 +199,51 @@ fn leaving_the_active_role_closes_the_gate_at_once() {
     let (problems, _) = ha.status.health(now_ms());
     assert!(problems[0].contains("standby state stale"), "{problems:?}");
 }
+
+#[test]
+fn ha_section_rejects_unknown_keys_and_mode_xdp() {
+    let text = |extra: &str| {
+        format!(
+            "[domains.a]\ninterface = \"lo\"\naddress = \"127.0.0.1\"\nmedia_ports = \"20000-20009\"\n[domains.b]\ninterface = \"lo\"\naddress = \"127.0.0.2\"\nmedia_ports = \"30000-30009\"\n{extra}"
+        )
+    };
+    let e = config::parse(&text("[ha]\nrole = \"master\""), "t").unwrap_err();
+    assert!(e.to_string().contains("unknown field"), "{e}");
+    let e = config::parse(&text("[engine]\nmode = \"xdp\"\n[ha]\n"), "t").unwrap_err();
+    assert!(e.to_string().contains("cannot use mode xdp"), "{e}");
+    let e = config::parse(&text("[ha]\nredis = \"nowhere\""), "t").unwrap_err();
+    assert!(e.to_string().contains("ha.redis"), "{e}");
+    let c = config::parse(
+        &text("[ha]\nrole_file = \"/run/vgate/ha-role\"\nredis = \"10.9.0.100:6379\""),
+        "t",
+    )
+    .unwrap();
+    let h = c.ha.unwrap();
+    assert_eq!(h.node, "vgate");
+    assert_eq!(h.stale_after_ms, crate::config::ha::DEFAULT_STALE_AFTER_MS);
+    assert!(config::parse(&text(""), "t").unwrap().ha.is_none());
+}
+
+#[test]
+fn the_role_file_sets_the_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("role");
+    std::fs::write(&f, "MASTER\n").unwrap();
+    let c = cfg(&format!("[ha]\nrole_file = \"{}\"", f.display()));
+    let routes = Arc::new(Routes::new(&c, Arc::new(NoHooks)));
+    let ha = Ha::start(c.ha.clone().unwrap(), Arc::clone(&routes)).unwrap();
+    let wait = |standby: bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while routes.is_standby() != standby {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "role file not followed"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait(false);
+    std::fs::write(&f, "BACKUP\n").unwrap();
+    wait(true);
+    assert_eq!(ha.status.role(), Role::Standby);
+}
