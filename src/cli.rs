@@ -185,6 +185,13 @@ vgate answers. Meant as keepalived's track_script (see docs/ha.md)."
     Health {
         #[command(flatten)]
         admin: AdminArgs,
+        /// Keep watching instead: write 0 (healthy) or 1 (not, or no answer) into this file
+        /// every time it changes, for keepalived's track_file (weight 0); runs until SIGTERM.
+        #[arg(long)]
+        track_file: Option<PathBuf>,
+        /// With --track-file: milliseconds between two questions (each with this timeout).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(20..=10_000))]
+        every_ms: u64,
     },
     /// Tell a running vgate its hot-standby role (keepalived's notify hook).
     #[command(
@@ -361,7 +368,16 @@ pub fn main(cli: Cli) -> ExitCode {
             println!("{}", v["level"].as_str().unwrap_or_default());
             Ok(())
         }),
-        Command::Health { admin } => health(&admin),
+        Command::Health {
+            admin,
+            track_file: None,
+            ..
+        } => health(&admin),
+        Command::Health {
+            admin,
+            track_file: Some(file),
+            every_ms,
+        } => watch_health(&admin, &file, Duration::from_millis(every_ms)),
         Command::HaNotify { admin, args } => {
             let Some(role) = args
                 .iter()
@@ -453,6 +469,45 @@ fn health(admin: &AdminArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `vgate health --track-file FILE`: the health as keepalived's track_file wants it (0 OK,
+/// 1 fault), asked every `every` and written when it changes, until SIGTERM. A vgate that
+/// dies is seen within one interval (its admin port refuses), far sooner than a
+/// track_script's whole seconds.
+fn watch_health(admin: &AdminArgs, file: &std::path::Path, every: Duration) -> ExitCode {
+    let stop = stop_flag();
+    with_client(admin, |c| {
+        let c = c
+            .clone()
+            .with_timeout(every.max(Duration::from_millis(200)));
+        let mut last: Option<bool> = None;
+        while !stop.load(Relaxed) {
+            let t0 = Instant::now();
+            let (healthy, why) = match c.get("/api/v1/health") {
+                Ok(v) => (
+                    v["healthy"].as_bool() == Some(true),
+                    v["problems"].to_string(),
+                ),
+                Err(e) => (false, e.to_string()),
+            };
+            if last != Some(healthy) {
+                if let Err(e) = std::fs::write(file, if healthy { "0\n" } else { "1\n" }) {
+                    eprintln!("vgate health: cannot write {}: {e}", file.display());
+                } else if healthy {
+                    eprintln!("vgate health: healthy ({} written 0)", file.display());
+                } else {
+                    eprintln!(
+                        "vgate health: unhealthy ({} written 1): {why}",
+                        file.display()
+                    );
+                }
+                last = Some(healthy);
+            }
+            std::thread::sleep(every.saturating_sub(t0.elapsed()));
+        }
+        Ok(())
+    })
 }
 
 /// Prints a listing as pretty JSON or as the table `render` makes of it.

@@ -159,7 +159,7 @@ key_prefix = "{tag}"
     )
 }
 
-fn keepalived_config(node: &str, priority: u32) -> String {
+fn keepalived_config(node: &str, priority: u32, track_file: &str) -> String {
     let vgate = common::vgate_bin().display().to_string();
     format!(
         r#"
@@ -175,6 +175,10 @@ vrrp_script vgate_health {{
     fall 1
     rise 1
 }}
+track_file vgate_alive {{
+    file "{track_file}"
+    weight 0
+}}
 vrrp_instance gw {{
     state BACKUP
     nopreempt
@@ -188,6 +192,9 @@ vrrp_instance gw {{
     }}
     track_script {{
         vgate_health
+    }}
+    track_file {{
+        vgate_alive weight 0
     }}
     notify_master "{vgate} ha-notify --admin 127.0.0.1:9940 MASTER"
     notify_backup "{vgate} ha-notify --admin 127.0.0.1:9940 BACKUP"
@@ -322,10 +329,39 @@ fn kill9_of_the_active_moves_the_addresses_and_the_stream_resumes_on_the_same_po
             || format!("{}\n--- redis\n{}", all_logs(), tail(&redis_log)),
         );
     }
+    // `vgate health --track-file`: a crash is seen within 100 ms (keepalived's track_file),
+    // `vgate health` as track_script is the backstop (whole seconds).
+    let mut watchers = Vec::new();
+    for (node, ns) in [("n1", &n1), ("n2", &n2)] {
+        let file = net.path(&format!("{node}.alive"));
+        let log = net.path(&format!("watch-{node}.log"));
+        let bin = common::vgate_bin().display().to_string();
+        watchers.push(spawn_logged(
+            ns,
+            &[
+                &bin,
+                "health",
+                "--admin",
+                "127.0.0.1:9940",
+                "--track-file",
+                &file,
+                "--every-ms",
+                "50",
+            ],
+            &log,
+        ));
+        wait_for(
+            "the health watcher's first word",
+            Duration::from_secs(5),
+            || std::fs::read_to_string(&file).is_ok_and(|t| t.trim() == "0"),
+            || tail(&log),
+        );
+    }
     let mut keepaliveds = Vec::new();
     for (node, ns, prio) in [("n1", &n1, 150), ("n2", &n2, 100)] {
         let conf = net.path(&format!("keepalived-{node}.conf"));
-        std::fs::write(&conf, keepalived_config(node, prio)).unwrap();
+        let alive = net.path(&format!("{node}.alive"));
+        std::fs::write(&conf, keepalived_config(node, prio, &alive)).unwrap();
         let log = net.path(&format!("keepalived-{node}.log"));
         keepaliveds.push(spawn_logged(
             ns,
@@ -490,5 +526,6 @@ fn kill9_of_the_active_moves_the_addresses_and_the_stream_resumes_on_the_same_po
     );
     assert!(gap < Duration::from_secs(10), "gap {gap:?}");
     drop(keepaliveds);
+    drop(watchers);
     drop(vgates);
 }

@@ -36,6 +36,17 @@ impl Client {
         Client { addr, token, agent }
     }
 
+    /// The same client with another overall timeout per request (`vgate health` asks
+    /// often and must know fast).
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        self
+    }
+
     fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
