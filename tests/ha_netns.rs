@@ -62,7 +62,12 @@ impl Net {
     }
 
     fn up() -> Net {
-        let tag = format!("ha{}", std::process::id() % 100_000);
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let tag = format!(
+            "ha{}x{}",
+            std::process::id() % 100_000,
+            RUN.fetch_add(1, Relaxed)
+        );
         let mut net = Net {
             names: Vec::new(),
             tag,
@@ -265,267 +270,475 @@ fn tail(path: &str) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
+/// Every log of the run, the last lines of each.
+fn logs_of(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    for f in files {
+        let f = f.display().to_string();
+        out.push_str(&format!("--- {f}\n{}\n", tail(&f)));
+    }
+    out
+}
+
+/// The pair: namespaces, Redis, two vgates, their health watchers and keepaliveds, n1 the
+/// active one at the end of [`Pair::up`].
+struct Pair {
+    // Dropped in this order: peers first, namespaces last.
+    keepaliveds: Vec<Proc>,
+    watchers: Vec<Proc>,
+    vgates: Vec<Option<Proc>>,
+    redis: Option<Proc>,
+    net: Net,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+static ONE_PAIR: Mutex<()> = Mutex::new(());
+
+impl Pair {
+    fn node(&self, i: usize) -> String {
+        self.net.ns(&format!("n{}", i + 1))
+    }
+
+    fn show(&self) -> String {
+        logs_of(self.net.dir.path())
+    }
+
+    fn start_redis(&mut self) {
+        let dir = self.net.path("");
+        self.redis = Some(spawn_logged(
+            &self.net.ns("m"),
+            &[
+                "redis-server",
+                "--bind",
+                "10.69.0.100",
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--dir",
+                &dir,
+            ],
+            &self.net.path("redis.log"),
+        ));
+    }
+
+    fn start_vgate(&mut self, i: usize) {
+        let node = format!("n{}", i + 1);
+        let cfg = self.net.path(&format!("{node}.toml"));
+        std::fs::write(&cfg, vgate_config(&self.net, &node)).unwrap();
+        // A restarted node appends to its log.
+        let log = self.net.path(&format!("{node}-{}.log", self.vgates.len()));
+        let bin = common::vgate_bin().display().to_string();
+        let p = spawn_logged(
+            &self.node(i),
+            &[&bin, "run", "--config", &cfg, "--stats-interval", "0"],
+            &log,
+        );
+        if i < self.vgates.len() {
+            self.vgates[i] = Some(p);
+        } else {
+            self.vgates.push(Some(p));
+        }
+    }
+
+    fn wait_healthy_standby(&self, i: usize, within: Duration) {
+        wait_for(
+            "vgate healthy as a standby (state store read)",
+            within,
+            || {
+                admin_json(&self.node(i), "/api/v1/health")
+                    .is_some_and(|v| v["healthy"] == true && v["role"] == "standby")
+            },
+            || self.show(),
+        );
+    }
+
+    fn up() -> Pair {
+        // One pair at a time: the gaps measured are the pair's, not two pairs' on 2 cores.
+        let guard = ONE_PAIR.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = Pair {
+            _one: guard,
+            keepaliveds: Vec::new(),
+            watchers: Vec::new(),
+            vgates: Vec::new(),
+            redis: None,
+            net: Net::up(),
+        };
+        p.start_redis();
+        for i in 0..2 {
+            p.start_vgate(i);
+        }
+        for i in 0..2 {
+            p.wait_healthy_standby(i, Duration::from_secs(15));
+        }
+        // `vgate health --track-file`: a crash is seen within 50 ms (keepalived's
+        // track_file); `vgate health` as track_script is the backstop (whole seconds).
+        let bin = common::vgate_bin().display().to_string();
+        for i in 0..2 {
+            let file = p.net.path(&format!("n{}.alive", i + 1));
+            let log = p.net.path(&format!("watch-n{}.log", i + 1));
+            p.watchers.push(spawn_logged(
+                &p.node(i),
+                &[
+                    &bin,
+                    "health",
+                    "--admin",
+                    "127.0.0.1:9940",
+                    "--track-file",
+                    &file,
+                    "--every-ms",
+                    "50",
+                ],
+                &log,
+            ));
+            wait_for(
+                "the health watcher's first word",
+                Duration::from_secs(5),
+                || std::fs::read_to_string(&file).is_ok_and(|t| t.trim() == "0"),
+                || tail(&log),
+            );
+        }
+        for (i, prio) in [(0, 150), (1, 100)] {
+            let node = format!("n{}", i + 1);
+            let conf = p.net.path(&format!("keepalived-{node}.conf"));
+            let alive = p.net.path(&format!("{node}.alive"));
+            std::fs::write(&conf, keepalived_config(&node, prio, &alive)).unwrap();
+            let log = p.net.path(&format!("keepalived-{node}.log"));
+            let (pid, vrrp_pid) = (
+                p.net.path(&format!("{node}.pid")),
+                p.net.path(&format!("{node}-vrrp.pid")),
+            );
+            p.keepaliveds.push(spawn_logged(
+                &p.node(i),
+                &[
+                    "keepalived",
+                    "-n",
+                    "-l",
+                    "-D",
+                    "--vrrp",
+                    "-f",
+                    &conf,
+                    "-p",
+                    &pid,
+                    "-r",
+                    &vrrp_pid,
+                ],
+                &log,
+            ));
+            if i == 0 {
+                wait_for(
+                    "n1 active through keepalived's notify",
+                    Duration::from_secs(15),
+                    || role(&p.node(0)).as_deref() == Some("active"),
+                    || p.show(),
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(role(&p.node(1)).as_deref(), Some("standby"), "{}", p.show());
+        assert!(
+            ns_sh(&p.node(0), "ip -4 addr show dev eb").contains("10.62.0.1/"),
+            "n1 holds the B address"
+        );
+        p
+    }
+
+    /// Adds a latch route at run time through node `i`'s admin API: A `port` → the
+    /// receiver `dest`, leaving from B `egress`.
+    fn add_route(&self, i: usize, name: &str, port: u16, egress: u16, dest: &str) {
+        let resp = admin_post(
+            &self.node(i),
+            "/api/v1/routes",
+            &format!(
+                r#"{{"name":"{name}","domain":"a","port":{port},"destination":"{dest}","egress_port":{egress},"source_validation":"latch"}}"#
+            ),
+        );
+        assert!(resp.starts_with("HTTP/1.1 201"), "route not added: {resp}");
+    }
+
+    /// Waits until node `i` holds a route on `port` (`latched`: with that latched source).
+    fn wait_route(&self, i: usize, port: u16, latched: Option<&str>, within: Duration) {
+        wait_for(
+            "the standby's copy of the route",
+            within,
+            || {
+                admin_json(&self.node(i), "/api/v1/routes").is_some_and(|v| {
+                    v["routes"].as_array().into_iter().flatten().any(|r| {
+                        r["port"] == port && latched.is_none_or(|l| r["latched_source"] == l)
+                    })
+                })
+            },
+            || self.show(),
+        );
+    }
+}
+
+/// One RTP stream, 200 packets/s, from the sender in A to the gateway address, received in B;
+/// every arrival with its time, RTP sequence and source.
+struct Stream {
+    stop: Arc<AtomicBool>,
+    arrivals: Arc<Mutex<Vec<(Instant, u16, SocketAddrV4)>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Stream {
+    fn start(net: &Net, src_port: u16, gw_port: u16, rx_port: u16) -> Stream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let arrivals: Arc<Mutex<Vec<(Instant, u16, SocketAddrV4)>>> = Arc::default();
+        let receiver = {
+            let (stop, arrivals, ns) = (Arc::clone(&stop), Arc::clone(&arrivals), net.ns("b"));
+            std::thread::spawn(move || {
+                common::enter_netns(&ns).unwrap();
+                let s = UdpSocket::bind(("10.62.0.100", rx_port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(100)))
+                    .unwrap();
+                let mut buf = [0u8; 2048];
+                while !stop.load(Relaxed) {
+                    if let Ok((n, std::net::SocketAddr::V4(from))) = s.recv_from(&mut buf) {
+                        if n >= 12 {
+                            let seq = u16::from_be_bytes([buf[2], buf[3]]);
+                            arrivals.lock().unwrap().push((Instant::now(), seq, from));
+                        }
+                    }
+                }
+            })
+        };
+        let sender = {
+            let (stop, ns) = (Arc::clone(&stop), net.ns("a"));
+            std::thread::spawn(move || {
+                common::enter_netns(&ns).unwrap();
+                let s = UdpSocket::bind(("10.61.0.100", src_port)).unwrap();
+                let mut pkt = [0u8; 172];
+                pkt[0] = 0x80;
+                pkt[1] = 96;
+                pkt[8..12].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+                let start = Instant::now();
+                let mut seq: u16 = 0;
+                // Bounded: at most 90 s.
+                while !stop.load(Relaxed) && start.elapsed() < Duration::from_secs(90) {
+                    pkt[2..4].copy_from_slice(&seq.to_be_bytes());
+                    let _ = s.send_to(&pkt, ("10.61.0.1", gw_port));
+                    seq = seq.wrapping_add(1);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        Stream {
+            stop,
+            arrivals,
+            threads: vec![receiver, sender],
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.arrivals.lock().unwrap().len()
+    }
+
+    /// The largest gap between two arrivals after `since`, and the packets lost in it.
+    fn largest_gap_after(&self, since: Instant) -> (Duration, u16) {
+        self.arrivals
+            .lock()
+            .unwrap()
+            .windows(2)
+            .filter(|w| w[1].0 >= since)
+            .map(|w| (w[1].0 - w[0].0, w[1].1.wrapping_sub(w[0].1).wrapping_sub(1)))
+            .max()
+            .unwrap_or_default()
+    }
+
+    fn sources(&self) -> std::collections::BTreeSet<SocketAddrV4> {
+        self.arrivals.lock().unwrap().iter().map(|a| a.2).collect()
+    }
+
+    fn finish(mut self) {
+        self.stop.store(true, Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}
+
+fn metric(ns: &str, family: &str) -> u64 {
+    let text = common::admin::get_in(ns, "127.0.0.1:9940", "/metrics");
+    common::admin::metric(&text, family, &[])
+}
+
 #[test]
 fn kill9_of_the_active_moves_the_addresses_and_the_stream_resumes_on_the_same_port() {
     require!("ha_netns", true, NEEDS);
-    let net = Net::up();
-    let (ns_a, ns_b, ns_m, n1, n2) = (
-        net.ns("a"),
-        net.ns("b"),
-        net.ns("m"),
-        net.ns("n1"),
-        net.ns("n2"),
-    );
-    let redis_log = net.path("redis.log");
-    let _redis = spawn_logged(
-        &ns_m,
-        &[
-            "redis-server",
-            "--bind",
-            "10.69.0.100",
-            "--port",
-            "6379",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--protected-mode",
-            "no",
-            "--dir",
-            &net.path(""),
-        ],
-        &redis_log,
-    );
-    let mut vgates = Vec::new();
-    let mut logs = Vec::new();
-    for (node, ns) in [("n1", &n1), ("n2", &n2)] {
-        let cfg = net.path(&format!("{node}.toml"));
-        std::fs::write(&cfg, vgate_config(&net, node)).unwrap();
-        let log = net.path(&format!("{node}.log"));
-        let bin = common::vgate_bin().display().to_string();
-        vgates.push(spawn_logged(
-            ns,
-            &[&bin, "run", "--config", &cfg, "--stats-interval", "0"],
-            &log,
-        ));
-        logs.push(log);
-    }
-    let logs2 = logs.clone();
-    let all_logs = move || {
-        logs2
-            .iter()
-            .map(|l| format!("--- {l}\n{}", tail(l)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    for ns in [&n1, &n2] {
-        wait_for(
-            "vgate healthy as a standby (state store read)",
-            Duration::from_secs(15),
-            || {
-                admin_json(ns, "/api/v1/health")
-                    .is_some_and(|v| v["healthy"] == true && v["role"] == "standby")
-            },
-            || format!("{}\n--- redis\n{}", all_logs(), tail(&redis_log)),
-        );
-    }
-    // `vgate health --track-file`: a crash is seen within 100 ms (keepalived's track_file),
-    // `vgate health` as track_script is the backstop (whole seconds).
-    let mut watchers = Vec::new();
-    for (node, ns) in [("n1", &n1), ("n2", &n2)] {
-        let file = net.path(&format!("{node}.alive"));
-        let log = net.path(&format!("watch-{node}.log"));
-        let bin = common::vgate_bin().display().to_string();
-        watchers.push(spawn_logged(
-            ns,
-            &[
-                &bin,
-                "health",
-                "--admin",
-                "127.0.0.1:9940",
-                "--track-file",
-                &file,
-                "--every-ms",
-                "50",
-            ],
-            &log,
-        ));
-        wait_for(
-            "the health watcher's first word",
-            Duration::from_secs(5),
-            || std::fs::read_to_string(&file).is_ok_and(|t| t.trim() == "0"),
-            || tail(&log),
-        );
-    }
-    let mut keepaliveds = Vec::new();
-    for (node, ns, prio) in [("n1", &n1, 150), ("n2", &n2, 100)] {
-        let conf = net.path(&format!("keepalived-{node}.conf"));
-        let alive = net.path(&format!("{node}.alive"));
-        std::fs::write(&conf, keepalived_config(node, prio, &alive)).unwrap();
-        let log = net.path(&format!("keepalived-{node}.log"));
-        keepaliveds.push(spawn_logged(
-            ns,
-            &[
-                "keepalived",
-                "-n",
-                "-l",
-                "-D",
-                "--vrrp",
-                "-f",
-                &conf,
-                "-p",
-                &net.path(&format!("{node}.pid")),
-                "-r",
-                &net.path(&format!("{node}-vrrp.pid")),
-            ],
-            &log,
-        ));
-        logs.push(log);
-        if node == "n1" {
-            let l = logs.clone();
-            wait_for(
-                "n1 active through keepalived's notify",
-                Duration::from_secs(15),
-                || role(&n1).as_deref() == Some("active"),
-                || {
-                    l.iter()
-                        .map(|x| format!("--- {x}\n{}", tail(x)))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                },
-            );
-        }
-    }
-    let l = logs.clone();
-    let show = move || {
-        l.iter()
-            .map(|x| format!("--- {x}\n{}", tail(x)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(role(&n2).as_deref(), Some("standby"), "{}", show());
-    assert!(
-        ns_sh(&n1, "ip -4 addr show dev eb").contains("10.62.0.1/"),
-        "n1 holds the B address"
-    );
-
-    // A static route at run time through the active's admin API.
-    let resp = admin_post(
-        &n1,
-        "/api/v1/routes",
-        r#"{"name":"cam1","domain":"a","port":20010,"destination":"10.62.0.100:40000","egress_port":30010,"source_validation":"latch"}"#,
-    );
-    assert!(resp.starts_with("HTTP/1.1 201"), "route not added: {resp}");
-
-    // The receiver in B and a 200 packets/s RTP sender in A.
-    let stop = Arc::new(AtomicBool::new(false));
-    let arrivals: Arc<Mutex<Vec<(Instant, u16, SocketAddrV4)>>> = Arc::default();
-    let receiver = {
-        let (stop, arrivals, ns) = (Arc::clone(&stop), Arc::clone(&arrivals), ns_b.clone());
-        std::thread::spawn(move || {
-            common::enter_netns(&ns).unwrap();
-            let s = UdpSocket::bind("10.62.0.100:40000").unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(100)))
-                .unwrap();
-            let mut buf = [0u8; 2048];
-            while !stop.load(Relaxed) {
-                if let Ok((n, std::net::SocketAddr::V4(from))) = s.recv_from(&mut buf) {
-                    if n >= 12 {
-                        let seq = u16::from_be_bytes([buf[2], buf[3]]);
-                        arrivals.lock().unwrap().push((Instant::now(), seq, from));
-                    }
-                }
-            }
-        })
-    };
-    let sender = {
-        let (stop, ns) = (Arc::clone(&stop), ns_a.clone());
-        std::thread::spawn(move || {
-            common::enter_netns(&ns).unwrap();
-            let s = UdpSocket::bind("10.61.0.100:5000").unwrap();
-            let mut pkt = [0u8; 172];
-            pkt[0] = 0x80;
-            pkt[1] = 96;
-            pkt[8..12].copy_from_slice(&0x1234_5678u32.to_be_bytes());
-            let start = Instant::now();
-            let mut seq: u16 = 0;
-            // Bounded: at most 60 s.
-            while !stop.load(Relaxed) && start.elapsed() < Duration::from_secs(60) {
-                pkt[2..4].copy_from_slice(&seq.to_be_bytes());
-                let _ = s.send_to(&pkt, "10.61.0.1:20010");
-                seq = seq.wrapping_add(1);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    };
-    let count = || arrivals.lock().unwrap().len();
+    let mut pair = Pair::up();
+    let (n1, n2) = (pair.node(0), pair.node(1));
+    pair.add_route(0, "cam1", 20010, 30010, "10.62.0.100:40000");
+    let stream = Stream::start(&pair.net, 5000, 20010, 40000);
     wait_for(
         "media through the active",
         Duration::from_secs(10),
-        || count() >= 200,
-        &show,
+        || stream.count() >= 200,
+        || pair.show(),
     );
     // The standby holds a copy of the route with its latched source.
-    wait_for(
-        "the standby's copy of the route, latched",
-        Duration::from_secs(5),
-        || {
-            admin_json(&n2, "/api/v1/routes").is_some_and(|v| {
-                v["routes"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|r| r["port"] == 20010 && r["latched_source"] == "10.61.0.100:5000")
-            })
-        },
-        &show,
-    );
+    pair.wait_route(1, 20010, Some("10.61.0.100:5000"), Duration::from_secs(5));
 
     // kill -9 of the active vgate.
-    let before = count();
-    vgates[0].signal(nix::sys::signal::Signal::SIGKILL);
+    let before = stream.count();
+    if let Some(p) = &pair.vgates[0] {
+        p.signal(nix::sys::signal::Signal::SIGKILL);
+    }
     let killed = Instant::now();
     wait_for(
         "the stream to resume through the standby",
         Duration::from_secs(10),
-        || count() >= before + 200,
-        &show,
+        || stream.count() >= before + 200,
+        || pair.show(),
     );
-    stop.store(true, Relaxed);
-    sender.join().unwrap();
-    receiver.join().unwrap();
-    let arrivals = arrivals.lock().unwrap().clone();
-    let gateway: SocketAddrV4 = "10.62.0.1:30010".parse().unwrap();
-    assert!(
-        arrivals.iter().all(|(_, _, from)| *from == gateway),
-        "every packet from the same gateway port {gateway}, before and after the takeover"
-    );
-    let (gap, lost) = arrivals
-        .windows(2)
-        .filter(|w| w[1].0 >= killed)
-        .map(|w| (w[1].0 - w[0].0, w[1].1.wrapping_sub(w[0].1).wrapping_sub(1)))
-        .max()
-        .unwrap();
+    let (gap, lost) = stream.largest_gap_after(killed);
     let v = admin_json(&n2, "/api/v1/ha").expect("n2 admin");
     assert_eq!(v["role"], "active", "{v}");
     assert_eq!(v["takeovers"], 1, "{v}");
-    assert!(
-        ns_sh(&n2, "ip -4 addr show dev ea").contains("10.61.0.1/"),
-        "n2 holds the A address"
+    for dev in ["ea", "eb"] {
+        let addrs = ns_sh(&n2, &format!("ip -4 addr show dev {dev}"));
+        assert!(
+            addrs.contains("10.61.0.1/") || addrs.contains("10.62.0.1/"),
+            "n2 holds the gateway address on {dev}: {addrs}"
+        );
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "FIGURE ha kill -9 of the active vgate: largest gap at the receiver {:.0} ms ({lost} packets of 200/s lost), stream resumed from the same gateway port",
+        gap.as_secs_f64() * 1e3,
     );
-    assert!(
-        ns_sh(&n2, "ip -4 addr show dev eb").contains("10.62.0.1/"),
-        "n2 holds the B address"
+    assert!(gap < Duration::from_secs(10), "gap {gap:?}");
+
+    // The old active comes back: it stays the standby (nopreempt), copies n2's state, and the
+    // stream is not interrupted a second time.
+    if let Some(mut p) = pair.vgates[0].take() {
+        let _ = p.stop();
+    }
+    let back = Instant::now();
+    pair.start_vgate(0);
+    pair.wait_healthy_standby(0, Duration::from_secs(15));
+    pair.wait_route(0, 20010, Some("10.61.0.100:5000"), Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(role(&n1).as_deref(), Some("standby"), "{}", pair.show());
+    assert_eq!(role(&n2).as_deref(), Some("active"), "{}", pair.show());
+    let (gap2, lost2) = stream.largest_gap_after(back);
+    let sources = stream.sources();
+    let received = stream.count();
+    stream.finish();
+    let gateway: SocketAddrV4 = "10.62.0.1:30010".parse().unwrap();
+    assert_eq!(
+        sources.into_iter().collect::<Vec<_>>(),
+        vec![gateway],
+        "every packet from the same gateway port, before and after the takeover"
     );
     let _ = writeln!(
         std::io::stderr(),
-        "FIGURE ha kill -9 of the active vgate: largest gap at the receiver {:.0} ms ({lost} packets of 200/s lost), stream resumed from {gateway}; packets received {}",
-        gap.as_secs_f64() * 1e3,
-        arrivals.len()
+        "FIGURE ha old active back as standby: largest gap meanwhile {:.0} ms ({lost2} lost); packets received {received}",
+        gap2.as_secs_f64() * 1e3,
     );
-    assert!(gap < Duration::from_secs(10), "gap {gap:?}");
-    drop(keepaliveds);
-    drop(watchers);
-    drop(vgates);
+    assert!(
+        gap2 < Duration::from_millis(500),
+        "the old active's return interrupted the stream: {gap2:?}\n{}",
+        pair.show()
+    );
+}
+
+#[test]
+fn redis_down_the_active_forwards_counts_and_catches_up_the_standby_says_stale() {
+    require!("ha_netns", true, NEEDS);
+    let mut pair = Pair::up();
+    let (n1, n2) = (pair.node(0), pair.node(1));
+    pair.add_route(0, "cam1", 20010, 30010, "10.62.0.100:40000");
+    pair.wait_route(1, 20010, None, Duration::from_secs(5));
+    let stream = Stream::start(&pair.net, 5000, 20010, 40000);
+    wait_for(
+        "media through the active",
+        Duration::from_secs(10),
+        || stream.count() >= 100,
+        || pair.show(),
+    );
+    let errors_before = metric(&n1, "vgate_ha_state_store_errors_total");
+    if let Some(mut r) = pair.redis.take() {
+        let _ = r.stop();
+    }
+    let down = Instant::now();
+    // A route added while Redis is away waits, counted.
+    pair.add_route(0, "cam2", 20020, 30020, "10.62.0.100:40002");
+    wait_for(
+        "the standby to say it is stale",
+        Duration::from_secs(10),
+        || {
+            admin_json(&n2, "/api/v1/health").is_some_and(|v| {
+                v["healthy"] == false && v["problems"].to_string().contains("standby state stale")
+            })
+        },
+        || pair.show(),
+    );
+    let health = admin_json(&n1, "/api/v1/health").unwrap();
+    assert_eq!(
+        health["healthy"], true,
+        "the active stays healthy: {health}"
+    );
+    assert!(
+        health["warnings"].to_string().contains("unreachable"),
+        "{health}"
+    );
+    let ha = admin_json(&n1, "/api/v1/ha").unwrap();
+    assert!(ha["state_store_pending"].as_u64() >= Some(1), "{ha}");
+    assert!(metric(&n1, "vgate_ha_state_store_errors_total") > errors_before);
+    // The active keeps forwarding all along (the standby in FAULT does not take over).
+    let (gap, _) = stream.largest_gap_after(down);
+    assert!(
+        gap < Duration::from_millis(500),
+        "forwarding stalled: {gap:?}"
+    );
+    assert_eq!(role(&n1).as_deref(), Some("active"));
+
+    // Redis is back (empty): the active rewrites the whole, the standby catches up.
+    let resyncs = |ns: &str| {
+        let text = common::admin::get_in(ns, "127.0.0.1:9940", "/metrics");
+        common::admin::metric(
+            &text,
+            "vgate_ha_state_store_writes_total",
+            &["kind=\"resync\""],
+        )
+    };
+    let resyncs_before = resyncs(&n1);
+    let back = Instant::now();
+    pair.start_redis();
+    pair.wait_route(1, 20020, None, Duration::from_secs(10));
+    let caught_up = back.elapsed();
+    pair.wait_healthy_standby(1, Duration::from_secs(5));
+    assert!(
+        resyncs(&n1) > resyncs_before,
+        "a whole rewrite after Redis came back"
+    );
+    let ha = admin_json(&n1, "/api/v1/ha").unwrap();
+    assert_eq!(ha["state_store_pending"], 0, "{ha}");
+    let received = stream.count();
+    stream.finish();
+    let _ = writeln!(
+        std::io::stderr(),
+        "FIGURE ha Redis down: active forwarding gap {:.0} ms, standby caught up {:.0} ms after Redis returned; packets received {received}",
+        gap.as_secs_f64() * 1e3,
+        caught_up.as_secs_f64() * 1e3,
+    );
 }

@@ -453,6 +453,8 @@ impl Node {
         let read = match r {
             Ok(read) => read,
             Err(e) => {
+                // Read everything again once the store answers.
+                self.seq = None;
                 if let Some(suppressed) = self.errors_log.check(now) {
                     tracing::warn!(store = %store.addr(), suppressed, "ha: cannot read the state store: {e}");
                 }

@@ -4,7 +4,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `PREFIX:sessions` | hash | state-store key (`a:20000`) → [`super::record::SessionRecord`] as JSON |
-//! | `PREFIX:seq` | string | bumped with every change of `sessions` (the standby re-reads when it moved) |
+//! | `PREFIX:seq` | string | bumped with every change of `sessions`, set to a new epoch (`wall ms << 16`) by a whole rewrite (the standby re-reads when it moved) |
 //! | `PREFIX:meta` | hash | `node` (the writer), `heartbeat_ms` (its wall clock at its last write) |
 //!
 //! Every call has a short timeout, so a Redis that went away costs the HA thread at most
@@ -121,7 +121,11 @@ impl Store {
         if !del.is_empty() {
             p.cmd("HDEL").arg(&self.sessions).arg(del).ignore();
         }
-        if full || !set.is_empty() || !del.is_empty() {
+        if full {
+            // A new epoch, never one a standby could have seen before (a Redis that came
+            // back empty would otherwise count from 1 again).
+            p.cmd("SET").arg(&self.seq).arg(wall_ms << 16).ignore();
+        } else if !set.is_empty() || !del.is_empty() {
             p.cmd("INCR").arg(&self.seq).ignore();
         }
         p.cmd("HSET")
