@@ -171,6 +171,7 @@ fn keepalived_config(node: &str, priority: u32, track_file: &str) -> String {
 global_defs {{
     router_id {node}
     script_user root
+    enable_script_security
     vrrp_version 3
 }}
 vrrp_script vgate_health {{
