@@ -655,9 +655,10 @@ fn kill9_of_the_active_moves_the_addresses_and_the_stream_resumes_on_the_same_po
         "FIGURE ha old active back as standby: largest gap meanwhile {:.0} ms ({lost2} lost); packets received {received}",
         gap2.as_secs_f64() * 1e3,
     );
+    // Nothing lost (a couple of datagrams of slack for a loaded machine), no long pause.
     assert!(
-        gap2 < Duration::from_millis(500),
-        "the old active's return interrupted the stream: {gap2:?}\n{}",
+        lost2 <= 2 && gap2 < Duration::from_secs(2),
+        "the old active's return interrupted the stream: gap {gap2:?}, {lost2} lost\n{}",
         pair.show()
     );
 }

@@ -104,7 +104,9 @@ fn example_keepalived_config_checks() {
     };
     ip(&["netns", "add", &ns]);
     let _gone = Gone(ns.clone());
-    ip(&["-n", &ns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth2"]);
+    ip(&[
+        "-n", &ns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth2",
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let conf = std::fs::read_to_string(repo().join("systemd/keepalived-vgate.conf"))
         .unwrap()
