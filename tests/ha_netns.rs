@@ -159,6 +159,18 @@ listen = "127.0.0.1:9940"
 node = "{node}"
 redis = "10.69.0.100:6379"
 key_prefix = "{tag}"
+
+# GB/T 28181 live view: the platform in B invites the device in A.
+[[signaling_route]]
+name = "b2a"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "10.61.0.100:5060"
+upstream_port = 5061
+allow_peers = ["10.62.0.100/32"]
+allow_ids = ["3402000000"]
 "#,
         tag = net.tag
     )
@@ -743,4 +755,207 @@ fn redis_down_the_active_forwards_counts_and_catches_up_the_standby_says_stale()
         gap.as_secs_f64() * 1e3,
         caught_up.as_secs_f64() * 1e3,
     );
+}
+
+/// The device (domain A): answers the live-view INVITE with media from 10.61.0.100:6100 (the
+/// test sends it), then waits for the BYE.
+const DEVICE_UAS: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<!DOCTYPE scenario SYSTEM "sipp.dtd">
+<scenario name="ha device">
+  <recv request="INVITE" crlf="true"/>
+  <send retrans="500">
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:];tag=[pid]D[call_number]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Contact: <sip:34020000001320000001@[local_ip]:[local_port]>
+      Content-Type: application/sdp
+      Content-Length: [len]
+
+      v=0
+      o=34020000001320000001 0 0 IN IP4 [local_ip]
+      s=Play
+      c=IN IP4 [local_ip]
+      t=0 0
+      m=video 6100 RTP/AVP 96
+      a=sendonly
+      a=rtpmap:96 PS/90000
+      y=0100000001
+    ]]>
+  </send>
+  <recv request="ACK" crlf="true"/>
+  <recv request="BYE" timeout="60000"/>
+  <send>
+    <![CDATA[
+      SIP/2.0 200 OK
+      [last_Via:]
+      [last_From:]
+      [last_To:]
+      [last_Call-ID:]
+      [last_CSeq:]
+      Content-Length: 0
+
+    ]]>
+  </send>
+</scenario>
+"#;
+
+/// The platform (domain B): INVITE with a recvonly offer at 10.62.0.100:6200 (the test
+/// receives there), ACK, then holds the call (the takeover happens meanwhile).
+const PLATFORM_UAC: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<!DOCTYPE scenario SYSTEM "sipp.dtd">
+<scenario name="ha platform">
+  <send retrans="500">
+    <![CDATA[
+      INVITE sip:34020000001320000001@3402000000 SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      To: <sip:34020000001320000001@3402000000>
+      Call-ID: [call_id]
+      CSeq: 20 INVITE
+      Contact: <sip:34020000002000000001@[local_ip]:[local_port]>
+      Max-Forwards: 70
+      Subject: 34020000001320000001:0100000001,34020000002000000001:0
+      Content-Type: APPLICATION/SDP
+      Content-Length: [len]
+
+      v=0
+      o=34020000002000000001 0 0 IN IP4 [local_ip]
+      s=Play
+      c=IN IP4 [local_ip]
+      t=0 0
+      m=video 6200 RTP/AVP 96
+      a=recvonly
+      a=rtpmap:96 PS/90000
+      y=0100000001
+    ]]>
+  </send>
+  <recv response="100" optional="true"/>
+  <recv response="180" optional="true"/>
+  <recv response="200" rtd="true" rrs="true"/>
+  <send>
+    <![CDATA[
+      ACK [next_url] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      [last_To:]
+      Call-ID: [call_id]
+      CSeq: 20 ACK
+      Max-Forwards: 70
+      Content-Length: 0
+
+    ]]>
+  </send>
+  <pause milliseconds="60000"/>
+</scenario>
+"#;
+
+#[test]
+fn a_sip_call_s_media_moves_to_the_standby_on_the_same_gateway_ports() {
+    require!(
+        "ha_netns",
+        true,
+        &[NEEDS, &[("sipp", "sip-tester")]].concat()
+    );
+    let mut pair = Pair::up();
+    let (n1, n2) = (pair.node(0), pair.node(1));
+    let dir = pair.net.dir.path().to_owned();
+    std::fs::write(dir.join("device.xml"), DEVICE_UAS).unwrap();
+    std::fs::write(dir.join("platform.xml"), PLATFORM_UAC).unwrap();
+    let sipp = |ns: &str, sf: &str, ip: &str, port: &str, extra: &[&str]| {
+        let log = std::fs::File::create(dir.join(format!("sipp-{sf}.log"))).unwrap();
+        Proc::spawn(
+            Command::new("ip")
+                .args(["netns", "exec", ns, "timeout", "90", "sipp", "-sf"])
+                .arg(dir.join(sf))
+                .args(["-i", ip, "-p", port, "-m", "1", "-nostdin", "-mp", "16000"])
+                .args(extra)
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log),
+        )
+    };
+    let _device = sipp(&pair.net.ns("a"), "device.xml", "10.61.0.100", "5060", &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _platform = sipp(
+        &pair.net.ns("b"),
+        "platform.xml",
+        "10.62.0.100",
+        "5070",
+        &["10.62.0.1:5060"],
+    );
+    // The call's media route on the active: A gateway port → the platform's 6200.
+    let mut route = None;
+    wait_for(
+        "the call's stream route on the active",
+        Duration::from_secs(10),
+        || {
+            route = admin_json(&n1, "/api/v1/routes").and_then(|v| {
+                v["routes"]
+                    .as_array()?
+                    .iter()
+                    .find(|r| r["destination"] == "10.62.0.100:6200")
+                    .map(|r| {
+                        (
+                            r["port"].as_u64().unwrap_or(0) as u16,
+                            r["egress_port"].as_u64().unwrap_or(0) as u16,
+                        )
+                    })
+            });
+            route.is_some()
+        },
+        || pair.show(),
+    );
+    let (port, egress) = route.unwrap();
+    let stream = Stream::start(&pair.net, 6100, port, 6200);
+    wait_for(
+        "the call's media through the active",
+        Duration::from_secs(10),
+        || stream.count() >= 200,
+        || pair.show(),
+    );
+    pair.wait_route(1, port, Some("10.61.0.100:6100"), Duration::from_secs(5));
+    let copy = admin_json(&n2, "/api/v1/sessions").unwrap();
+    assert!(
+        copy["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["kind"] == "replica"
+                && s["label"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("sip:b2a:"))),
+        "the standby holds the call as a replica session: {copy}"
+    );
+    let before = stream.count();
+    if let Some(p) = &pair.vgates[0] {
+        p.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+    let killed = Instant::now();
+    wait_for(
+        "the call's media to resume through the standby",
+        Duration::from_secs(10),
+        || stream.count() >= before + 200,
+        || pair.show(),
+    );
+    let (gap, lost) = stream.largest_gap_after(killed);
+    let sources = stream.sources();
+    stream.finish();
+    let gateway = SocketAddrV4::new("10.62.0.1".parse().unwrap(), egress);
+    assert_eq!(
+        sources.into_iter().collect::<Vec<_>>(),
+        vec![gateway],
+        "the call's media left from the same gateway port before and after the takeover"
+    );
+    assert_eq!(role(&n2).as_deref(), Some("active"));
+    let _ = writeln!(
+        std::io::stderr(),
+        "FIGURE ha kill -9 during a SIP call: the call's media resumed from {gateway} after {:.0} ms ({lost} lost of 200/s)",
+        gap.as_secs_f64() * 1e3,
+    );
+    assert!(gap < Duration::from_secs(10), "gap {gap:?}");
 }
