@@ -860,7 +860,7 @@ fn a_sip_call_s_media_moves_to_the_standby_on_the_same_gateway_ports() {
         true,
         &[NEEDS, &[("sipp", "sip-tester")]].concat()
     );
-    let mut pair = Pair::up();
+    let pair = Pair::up();
     let (n1, n2) = (pair.node(0), pair.node(1));
     let dir = pair.net.dir.path().to_owned();
     std::fs::write(dir.join("device.xml"), DEVICE_UAS).unwrap();
