@@ -559,16 +559,24 @@ impl Stream {
         self.arrivals.lock().unwrap().len()
     }
 
-    /// The largest gap between two arrivals after `since`, and the packets lost in it.
+    /// The largest gap between two arrivals after `since`, and the packets lost from `since`
+    /// on (sequence numbers never seen between the first and the last arrival after it).
     fn largest_gap_after(&self, since: Instant) -> (Duration, u16) {
-        self.arrivals
-            .lock()
-            .unwrap()
+        let a = self.arrivals.lock().unwrap();
+        let gap = a
             .windows(2)
             .filter(|w| w[1].0 >= since)
-            .map(|w| (w[1].0 - w[0].0, w[1].1.wrapping_sub(w[0].1).wrapping_sub(1)))
+            .map(|w| w[1].0 - w[0].0)
             .max()
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let after: Vec<u16> = a.iter().skip_while(|x| x.0 < since).map(|x| x.1).collect();
+        // The last packet before `since` starts the count (the sequence is one sender's).
+        let first = a.iter().rev().find(|x| x.0 < since).map(|x| x.1);
+        let lost = match (first, after.last()) {
+            (Some(f), Some(l)) => l.wrapping_sub(f).saturating_sub(after.len() as u16),
+            _ => 0,
+        };
+        (gap, lost)
     }
 
     fn sources(&self) -> std::collections::BTreeSet<SocketAddrV4> {

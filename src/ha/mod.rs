@@ -184,8 +184,9 @@ impl HaStatus {
             .last_store_error()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
+        let failing = !self.store_ok.load(Relaxed) && self.store_errors.load(Relaxed) > 0;
         match (self.role(), age) {
-            (Role::Active, Some(a)) if a <= stale => {}
+            (Role::Active, _) if !failing => {}
             (Role::Active, _) => warnings.push(format!(
                 "the state store {addr} is unreachable{why}; forwarding goes on, {} changed sessions wait for it",
                 self.store_pending.load(Relaxed)
