@@ -9,6 +9,7 @@ use std::net::UdpSocket;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::udp::bound;
 use common::vgate::Vgate;
 use serde_json::Value;
 use vgate::control::metrics::FAMILIES;
@@ -505,12 +506,8 @@ fn reload_is_all_or_nothing_and_reports_why() {
     let (_, health) = json("GET", &format!("{base}/api/v1/health"), None);
     assert_eq!(health["healthy"], true, "{health}");
     // The old proxy (gb on 5060) still answers.
-    let sip = UdpSocket::bind(format!("127.0.{net}.2:0")).unwrap();
-    sip.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let probe = UdpSocket::bind(format!("127.0.{net}.1:5070")).unwrap();
-    probe
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
+    let sip = bound(&format!("127.0.{net}.2:0"), Duration::from_secs(2));
+    let probe = bound(&format!("127.0.{net}.1:5070"), Duration::from_secs(2));
     let options = format!(
         "OPTIONS sip:34020000002000000001@127.0.{net}.2:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.{net}.2:{p};branch=z9hG4bK-r1\r\nFrom: <sip:34020000002000000002@127.0.{net}.2>;tag=a\r\nTo: <sip:34020000002000000001@127.0.{net}.2>\r\nCall-ID: reload-1\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
         p = sip.local_addr().unwrap().port()

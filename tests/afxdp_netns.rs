@@ -18,13 +18,13 @@ mod common;
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use common::relay::*;
-use common::vgate::{kv, num, Vgate};
+use common::vgate::Vgate;
 use common::{enter_netns, in_netns, Bed};
+use vgate::routes::Channel;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
 const STREAMS: u32 = 64;
@@ -76,27 +76,15 @@ fn noroute_in_kernel(ns: &str) -> Option<u64> {
     packets
 }
 
-#[test]
-fn afxdp_relays_every_packet_once_over_the_queues() {
-    require!(
-        "afxdp_relays_every_packet_once_over_the_queues",
-        true,
-        NEEDS,
-    );
-    relay_run("xdp");
-}
-
-/// The same with egress through the gateway-port sockets (`sendmmsg`).
-#[test]
-fn afxdp_relays_through_sockets_too() {
-    require!("afxdp_relays_through_sockets_too", true, NEEDS);
-    relay_run("sockets");
-}
+tests_of!(relay_run, true, NEEDS;
+    afxdp_relays_every_packet_once_over_the_queues => ("xdp"),
+    /// The same with egress through the gateway-port sockets (`sendmmsg`).
+    afxdp_relays_through_sockets_too => ("sockets"),
+);
 
 /// One run of `vgate run --mode zc` with egress `tx_path` (`VGATE_AFXDP_TX`).
 fn relay_run(tx_path: &str) {
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let a_ns = bed.get("A_NS").to_owned();
     // Domain A must resolve the gateway by ARP, through the XDP program.
     let st = Command::new("ip")
@@ -151,57 +139,14 @@ fn relay_run(tx_path: &str) {
         b"REGISTER"
     );
 
-    let done = Arc::new(AtomicBool::new(false));
-    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
-    let tx = sender(a_ns, bed.ip("A_IP"), bed.ip("GA_IP"), STREAMS, PER_STREAM);
-    let sent = tx.join().expect("sender");
-    done.store(true, Relaxed);
-    let got = rx.join().expect("receiver");
-    let totals = vg.stop();
-    let raw = &totals.raw;
-    eprintln!("zc, egress {tx_path}: sent {sent}\n{raw}");
-
-    assert_eq!(sent, STREAMS * PER_STREAM);
-    check_delivery(&got, PER_STREAM);
-    assert_eq!(
-        totals.channel("forward", "tx_packets"),
-        u64::from(sent),
-        "{raw}"
-    );
-    assert!(
-        !totals.channels["forward"]
-            .keys()
-            .any(|k| k.starts_with("drop_")),
-        "no drops: {raw}"
-    );
-    let busy_workers = raw
-        .lines()
-        .filter(|l| l.starts_with("worker_channel ") && l.contains("channel=forward"))
-        .map(kv)
-        .filter(|m| num(m, "tx_packets") > 0)
-        .count();
-    if queues() >= 2 {
-        assert!(busy_workers >= 2, "at least two queues worked: {raw}");
-    }
-    for i in 0..STREAMS {
-        let name = format!("s{i}");
-        assert_eq!(
-            totals.route(&name, "tx_packets"),
-            u64::from(PER_STREAM),
-            "{raw}"
-        );
-        assert_eq!(totals.route(&name, "rtp_lost"), 0, "{raw}");
-    }
+    let test = format!("relay zc, egress {tx_path}");
+    relay_and_check(&test, &bed, vg, STREAMS, PER_STREAM);
     assert_eq!(
         noports_before,
         snmp_noports(&g_ns),
         "the kernel saw no datagram for a port without a socket"
     );
-    assert!(
-        xdp_links(&g_ns).is_empty(),
-        "no XDP program left: {:?}",
-        xdp_links(&g_ns)
-    );
+    assert_no_xdp_left(&g_ns);
 }
 
 /// A stale `vgate_xdp` (attached through netlink, as a crashed older run leaves it) is
@@ -209,34 +154,17 @@ fn relay_run(tx_path: &str) {
 /// nothing is attached afterwards.
 #[test]
 fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
-    require!(
-        "afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run",
-        true,
-        NEEDS,
-    );
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    require!(true, NEEDS);
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let ga_if = bed.get("GA_IF").to_owned();
-    let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
+    let cfg = parsed_config(&bed, "zc", 9941);
     let (stale, describe, no_iface, no_queue) = in_netns(&g_ns, move || {
         let stale = vgate::engine::afxdp::leave_stale_program(&ga_if).expect("stale program");
         let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("zc starts");
         let d = gw.describe();
         drop(gw);
-        let mut bad = cfg.clone();
-        bad.domains[0].interface = "vgnosuch0".into();
-        let e1 = vgate::gateway::Gateway::start(bad, None)
-            .err()
-            .unwrap()
-            .to_string();
-        let mut lo = cfg;
-        lo.domains[0].interface = "lo".into();
-        lo.engine.queues = 2;
-        lo.engine.cpus = vec![0, 1];
-        let e2 = vgate::gateway::Gateway::start(lo, None)
-            .err()
-            .unwrap()
-            .to_string();
+        let e1 = start_error(&cfg, no_such_interface);
+        let e2 = start_error(&cfg, more_queues_than_lo_has);
         (stale, d, e1, e2)
     });
     assert!(
@@ -260,29 +188,21 @@ fn afxdp_replaces_a_stale_program_and_refuses_what_it_cannot_run() {
 /// within 1 s of being installed (measured: 1–3 ms; the time is printed).
 #[test]
 fn afxdp_route_changes_take_effect_while_traffic_flows() {
-    require!(
-        "afxdp_route_changes_take_effect_while_traffic_flows",
-        true,
-        NEEDS,
-    );
-    use vgate::routes::Channel;
-
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
-    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let addrs = addrs(&bed);
-    let ga_ip = addrs.1;
-    let cfg = vgate::config::parse(&config(&bed, "zc", 0, 9941), "test").unwrap();
+    require!(true, NEEDS);
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
+    let peers = Peers::of(&bed);
+    let ga_ip = peers.addrs.1;
+    let cfg = parsed_config(&bed, "zc", 9941);
     let gw_ns = g_ns.clone();
-    let raw_ns = namespaces.0.clone();
+    let raw_ns = peers.a_ns.clone();
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("zc starts");
-        let workers = gw.worker_stats();
         // From a route's installation to its first packet at the sink: the sender sends one
         // packet per route every ~1 ms, so this is the activation time plus at most that.
         // Measured here: 1–3 ms. The bound is generous for a loaded machine, but a route
         // that waits for anything periodic (a poll timeout, a refresh) fails it.
-        let rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let rc = RouteChanges::start(&gw, peers, Some(Duration::from_secs(1)));
+        let workers = rc.workers.clone();
         let count = |i: usize| rc.sinks.count(i);
         // What the workers counted received on the forward channel (the XDP program takes
         // the whole media range: routed ports to the workers, the rest dropped and counted
@@ -298,8 +218,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
                     )
                 })
         };
-        std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(count(0), 0, "nothing forwarded before a route exists");
+        rc.assert_nothing_before_a_route(Duration::from_millis(200));
         // Until 100 datagrams to the port without a route were counted (the XDP program's
         // drops, worker 0 adds them at each sample), however slow the sender is here.
         let wait_no_route = |from: u64, by: u64| {
@@ -332,18 +251,7 @@ fn afxdp_route_changes_take_effect_while_traffic_flows() {
             (rx, no_route)
         );
 
-        rc.add_first();
-        rc.wait_growth(0, 50);
-
-        rc.add_second();
-        rc.wait_growth(1, 50);
-        rc.wait_growth(0, 20);
-
-        rc.finish();
-        assert!(
-            workers.iter().all(|w| !w.exited.load(Relaxed)),
-            "no worker restarted or stopped"
-        );
+        rc.readd_add_second_and_finish();
         // The XDP program dropped the datagrams for ports without a route itself (they never
         // took the workers' rings); worker 0 adds its count at each sample.
         let in_kernel = noroute_in_kernel(&gw_ns).expect("a vgate_noroute map (bpftool)");
@@ -423,18 +331,7 @@ fn nft_count_output(ns: &str, dst: Ipv4Addr) {
     let rules = format!(
         "table ip zcfix_out {{\n  chain out {{ type filter hook output priority 0; policy accept;\n    ip daddr {dst} meta l4proto udp counter\n  }}\n}}\n"
     );
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("nft");
-    use std::io::Write as _;
-    nft.stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    assert!(nft.wait().unwrap().success(), "nft: {rules}");
+    common::nft_apply(ns, &rules);
 }
 
 /// The packet count of [`nft_count_output`]'s counter.
@@ -478,13 +375,12 @@ fn nft_output_count(ns: &str) -> u64 {
 #[test]
 fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
     require!(
-        "afxdp_transmit_checksums_are_right_offloaded_or_computed",
         true,
         &[
             ("ip", "iproute2"),
             ("ethtool", "ethtool"),
             ("nft", "nftables"),
-        ],
+        ]
     );
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut v = release
@@ -541,21 +437,10 @@ fn afxdp_transmit_checksums_are_right_offloaded_or_computed() {
             stats.contains(want),
             "{csum}: the engine description says {want:?}: {stats}"
         );
-        let done = Arc::new(AtomicBool::new(false));
-        let rx = bed_receiver(&bed, streams, Arc::clone(&done));
         // What the gateway's kernel sends (the raw-socket fallback while a neighbour
         // resolves) passes its output hook; AF_XDP frames do not.
         nft_count_output(&g_ns, bed.ip("B_IP"));
-        let tx = sender(
-            bed.get("A_NS").to_owned(),
-            bed.ip("A_IP"),
-            bed.ip("GA_IP"),
-            streams,
-            per_stream,
-        );
-        let sent = tx.join().expect("sender");
-        done.store(true, Relaxed);
-        let got = rx.join().expect("receiver");
+        let (sent, got) = relay_across(&bed, streams, per_stream);
         let totals = vg.stop();
         let through_kernel = nft_output_count(&g_ns);
         let raw = &totals.raw;

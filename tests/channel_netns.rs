@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::proc::Proc;
 use common::relay::snmp_udp;
-use common::split::{half_config_mode, link_totals, route, start_half, SplitBed, FACE_A, FACE_B};
+use common::split::{link_totals, route, start_halves, SplitBed, FACE_A, FACE_B};
 use common::vgate::{Totals, Vgate};
 use common::{admin, Bed, BedConfig};
 
@@ -67,22 +67,21 @@ static TURN: Mutex<()> = Mutex::new(());
 
 /// `cmd` inside namespace `ns`, bounded by `timeout -s INT secs`, stdout (and stderr) piped.
 fn spawn_in(ns: &str, secs: u32, cmd: &[String]) -> Proc {
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "timeout",
-            "-s",
-            "INT",
-            &secs.to_string(),
-        ])
-        .args(cmd)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a command in a namespace");
-    Proc::new(child)
+    Proc::spawn(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "timeout",
+                "-s",
+                "INT",
+                &secs.to_string(),
+            ])
+            .args(cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    )
 }
 
 /// UDP sockets bound in `ns` on the sink ports.
@@ -234,17 +233,7 @@ fn wire_counters(ns: &str) {
         ));
     }
     rules.push_str("  }\n}\n");
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("nft");
-    nft.stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    assert!(nft.wait().unwrap().success(), "nft -f in {ns}:\n{rules}");
+    common::nft_apply(ns, &rules);
 }
 
 /// The packets counted by [`wire_counters`] in `ns`, per stream.
@@ -531,16 +520,7 @@ fn split(mode: &str) -> Verdict {
         ));
     }
     // (The bed's half configs have per_stream_metrics on.)
-    let a = start_half(
-        &bed,
-        "a",
-        &half_config_mode(&bed, "a", mode, "8+2", "off", &routes_a),
-    );
-    let b = start_half(
-        &bed,
-        "b",
-        &half_config_mode(&bed, "b", mode, "off", "8+2", &routes_b),
-    );
+    let (a, b) = start_halves(&bed, mode, ("8+2", "off"), (&routes_a, &routes_b));
     wire_counters(bed.get("DA_NS"));
     let b_before = udp_in(bed.get("DB_NS"));
     let server = start_servers(bed.get("DB_NS"), bed.get("DB_IP"));

@@ -24,6 +24,7 @@ use std::io::Write;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
+use common::proc::{fd_count, fd_targets, rss_kb, threads};
 use common::{in_netns, Bed};
 use peers::*;
 
@@ -51,11 +52,7 @@ fn wait_empty(g_ns: &str, within: Duration) -> String {
 
 #[test]
 fn sip_and_rtsp_churn_leaves_nothing_behind() {
-    require!(
-        "sip_and_rtsp_churn_leaves_nothing_behind",
-        true,
-        &[("ip", "iproute2")],
-    );
+    require!(true, &[("ip", "iproute2")]);
     let calls = count("VGATE_CHURN_CALLS", 2000);
     let sessions = count("VGATE_CHURN_RTSP", 400);
     let bed = Bed::up(1);
@@ -357,7 +354,7 @@ fn churn_round(
 #[test]
 #[ignore = "long: run by scripts/soak.sh"]
 fn soak() {
-    require!("soak", true, &[("ip", "iproute2"), ("nft", "nftables")]);
+    require!(true, &[("ip", "iproute2"), ("nft", "nftables")]);
     let minutes: f64 = std::env::var("VGATE_SOAK_MINUTES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -365,8 +362,7 @@ fn soak() {
     let pps: u32 = count("VGATE_SOAK_PPS", 4000);
     let streams = count("VGATE_SOAK_STREAMS", 20) as u16;
     let mode = std::env::var("VGATE_SOAK_MODE").unwrap_or_else(|_| "stack".into());
-    let bed = Bed::up(2);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(2);
     let cfg = config(&bed, &mode, 200, "strict", &stream_routes(&bed, streams));
     let gw = Vgate::start_in(&g_ns, &cfg, &["--mode", &mode]);
     let pid = gw.pid();

@@ -2,8 +2,11 @@
 //! line in docs/troubleshooting.md, and every relative link of the README and docs/ leads to a
 //! file (and to a heading of it, when it names one). A new reason or check without its doc line fails here, not in front of an operator.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::rust_files;
 use vgate::stats::link::LinkDrop;
 use vgate::stats::DropReason;
 
@@ -140,17 +143,6 @@ fn fragments(message: &str) -> Vec<String> {
         }
     }
     frags
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 /// The files that check the config: they place errors in the file (`Spanned`) and return the

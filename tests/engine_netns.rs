@@ -14,13 +14,12 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::relay::*;
-use common::vgate::{kv, num, Vgate};
+use common::vgate::Vgate;
 use common::{in_netns, Bed};
+use vgate::routes::Channel;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("nft", "nftables")];
 const STREAMS: u32 = 48;
@@ -51,8 +50,7 @@ fn vgate_tables(ns: &str) -> Vec<String> {
 
 /// One full run of the binary in `mode` on a fresh bed.
 fn relay_run(mode: &str) {
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
     let noports_before = snmp_noports(&g_ns);
 
     let vg = Vgate::launch(&config(&bed, mode, STREAMS, 9940))
@@ -78,60 +76,7 @@ fn relay_run(mode: &str) {
         );
     }
 
-    let done = Arc::new(AtomicBool::new(false));
-    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
-    let t0 = Instant::now();
-    let tx = sender(
-        bed.get("A_NS").into(),
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        STREAMS,
-        PER_STREAM,
-    );
-    let sent = tx.join().expect("sender");
-    let send_time = t0.elapsed();
-    done.store(true, Relaxed);
-    let got = rx.join().expect("receiver");
-    let totals = vg.stop().raw;
-    eprintln!("{mode}: sent {sent} in {send_time:?}\n{totals}");
-
-    assert_eq!(sent, STREAMS * PER_STREAM);
-    check_delivery(&got, PER_STREAM);
-
-    let fwd = totals
-        .lines()
-        .find(|l| l.starts_with("total channel=forward"))
-        .map(kv)
-        .expect("forward total");
-    assert_eq!(num(&fwd, "tx_packets"), u64::from(sent), "{totals}");
-    assert!(
-        !fwd.keys().any(|k| k.starts_with("drop_")),
-        "no drops: {totals}"
-    );
-    let busy_workers = totals
-        .lines()
-        .filter(|l| l.starts_with("worker_channel ") && l.contains("channel=forward"))
-        .map(kv)
-        .filter(|m| num(m, "tx_packets") > 0)
-        .count();
-    if queues() >= 2 {
-        assert!(busy_workers >= 2, "at least two queues worked: {totals}");
-    } else {
-        common::part_did_not_run(
-            &format!("relay {mode}"),
-            "one CPU: whether two queues both worked",
-        );
-    }
-    let routes: Vec<_> = totals
-        .lines()
-        .filter(|l| l.starts_with("route name="))
-        .map(kv)
-        .collect();
-    assert_eq!(routes.len(), STREAMS as usize);
-    for r in &routes {
-        assert_eq!(num(r, "tx_packets"), u64::from(PER_STREAM), "{r:?}");
-        assert_eq!(num(r, "rtp_lost"), 0, "{r:?}");
-    }
+    relay_and_check(&format!("relay {mode}"), &bed, vg, STREAMS, PER_STREAM);
     let noports_after = snmp_noports(&g_ns);
     assert_eq!(
         noports_before, noports_after,
@@ -144,37 +89,17 @@ fn relay_run(mode: &str) {
     );
 }
 
-#[test]
-fn tnapi_relays_every_packet_once_over_the_queues() {
-    require!(
-        "tnapi_relays_every_packet_once_over_the_queues",
-        true,
-        NEEDS,
-    );
-    relay_run("tnapi");
-}
-
-#[test]
-fn stack_relays_every_packet_once_over_the_queues() {
-    require!(
-        "stack_relays_every_packet_once_over_the_queues",
-        true,
-        NEEDS,
-    );
-    relay_run("stack");
-}
+tests_of!(relay_run, true, NEEDS;
+    tnapi_relays_every_packet_once_over_the_queues => ("tnapi"),
+    stack_relays_every_packet_once_over_the_queues => ("stack"),
+);
 
 /// A crashed run's table (same config, so same name) is replaced, and removed at exit.
 #[test]
 fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
-    require!(
-        "tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run",
-        true,
-        NEEDS,
-    );
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
-    let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
+    require!(true, NEEDS);
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
+    let cfg = parsed_config(&bed, "tnapi", 9940);
     let table = format!("vgate_{}", vgate::engine::tnapi::instance_name(&cfg));
     let st = Command::new("ip")
         .args([
@@ -202,23 +127,9 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
                 "rings left open after the gateway stopped: {left:?}"
             );
         }
-        let mut bad = cfg.clone();
-        bad.domains[0].interface = "vgnosuch0".into();
-        let e1 = vgate::gateway::Gateway::start(bad, None)
-            .err()
-            .unwrap()
-            .to_string();
-        let mut lo = cfg;
-        lo.domains[0].interface = "lo".into();
-        lo.engine.queues = 2;
-        lo.engine.cpus = vec![0, 1];
+        let e1 = start_error(&cfg, no_such_interface);
         // (Two queues need two CPUs; on one CPU this check does not run, and says so.)
-        let e2 = (queues() >= 2).then(|| {
-            vgate::gateway::Gateway::start(lo, None)
-                .err()
-                .unwrap()
-                .to_string()
-        });
+        let e2 = (queues() >= 2).then(|| start_error(&cfg, more_queues_than_lo_has));
         (d, e1, e2)
     });
     let (describe, no_iface, no_queue) = report;
@@ -249,26 +160,16 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
 /// restarting a worker.
 #[test]
 fn tnapi_route_changes_take_effect_while_traffic_flows() {
-    require!(
-        "tnapi_route_changes_take_effect_while_traffic_flows",
-        true,
-        NEEDS,
-    );
-    use vgate::routes::Channel;
-
-    let bed = Bed::up(4);
-    let g_ns = bed.get("G_NS").to_owned();
-    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let addrs = addrs(&bed);
-    let cfg = vgate::config::parse(&config(&bed, "tnapi", 0, 9940), "test").unwrap();
+    require!(true, NEEDS);
+    let (bed, g_ns) = Bed::up_with_g_ns(4);
+    let peers = Peers::of(&bed);
+    let cfg = parsed_config(&bed, "tnapi", 9940);
     in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("tnapi starts");
-        let workers = gw.worker_stats();
         // One sender per gateway port, 1 packet per ms each, until stopped.
-        let rc = RouteChanges::start(&gw, namespaces, addrs, None);
+        let rc = RouteChanges::start(&gw, peers, None);
         let count = |i: usize| rc.sinks.count(i);
-        std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(count(0), 0, "nothing forwarded before a route exists");
+        rc.assert_nothing_before_a_route(Duration::from_millis(100));
         rc.add_first();
         rc.wait_growth(0, 50);
 
@@ -279,19 +180,9 @@ fn tnapi_route_changes_take_effect_while_traffic_flows() {
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(count(0), after_remove, "a removed route forwards nothing");
 
-        rc.add_first();
-        rc.wait_growth(0, 50);
-
-        // A route on ports opened now: its egress socket reaches the workers by command.
-        rc.add_second();
-        rc.wait_growth(1, 50);
-        rc.wait_growth(0, 20);
-
-        rc.finish();
-        assert!(
-            workers.iter().all(|w| !w.exited.load(Relaxed)),
-            "no worker restarted or stopped"
-        );
+        // Back, then a route on ports opened now: its egress socket reaches the workers by
+        // command.
+        rc.readd_add_second_and_finish();
         let totals = gw.totals();
         let fwd = totals.channel(Channel::Forward);
         assert!(

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::gb_sipp::{check_flows, uac_xml, uas_xml, Side};
+use common::proc::rss_kb;
 use common::rfc4571::{self, Flow, Flows};
 use common::sipp::{self, Sipp, GB_CID};
 use common::vgate::Vgate;
@@ -201,12 +202,7 @@ fn gb_tcp_media_every_combination_both_ways() {
         return;
     };
     let (a_ns, b_ns, g_ns) = bed.namespaces();
-    let (a_ip, b_ip, ga_ip, gb_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-        bed.get("GB_IP").to_owned(),
-    );
+    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
     let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
     let mut combos = vec![
         (Side::Tcp("passive"), Side::Udp),
@@ -329,15 +325,6 @@ fn leg_threads(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn metric(g_ns: &str, series: &str) -> u64 {
     admin::sample(&admin::get_in(g_ns, ADMIN, "/metrics"), series).unwrap_or(0.0) as u64
 }
@@ -453,7 +440,7 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
 
     // 2. A TCP peer that never reads while B sends 6000 packets at 2000/s: counted stalls,
     //    vgate's memory flat.
-    let rss_before = rss_kib(pid);
+    let rss_before = rss_kb(pid);
     let (g2, a2) = (g_ns.clone(), format!("{a_ip}:16002"));
     let b2 = format!("{b_ip}:6002");
     let blasted = Arc::new(AtomicBool::new(false));
@@ -525,7 +512,7 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
         stalls - leg_stall <= 256 + (256 * 1024) / 1202 + 1,
         "no more than the sink and write buffer held: leg {stalls}, engine {leg_stall}"
     );
-    let rss_after = rss_kib(pid);
+    let rss_after = rss_kb(pid);
     eprintln!("stalls={stalls} rss before={rss_before} KiB after={rss_after} KiB");
     assert!(
         rss_after < rss_before + 16 * 1024,

@@ -604,7 +604,7 @@ fn metric(ns: &str, family: &str) -> u64 {
 
 #[test]
 fn kill9_of_the_active_moves_the_addresses_and_the_stream_resumes_on_the_same_port() {
-    require!("ha_netns", true, NEEDS);
+    require!(true, NEEDS);
     let mut pair = Pair::up();
     let (n1, n2) = (pair.node(0), pair.node(1));
     pair.add_route(0, "cam1", 20010, 30010, "10.62.0.100:40000");
@@ -685,7 +685,7 @@ fn kill9_of_the_active_moves_the_addresses_and_the_stream_resumes_on_the_same_po
 
 #[test]
 fn redis_down_the_active_forwards_counts_and_catches_up_the_standby_says_stale() {
-    require!("ha_netns", true, NEEDS);
+    require!(true, NEEDS);
     let mut pair = Pair::up();
     let (n1, n2) = (pair.node(0), pair.node(1));
     pair.add_route(0, "cam1", 20010, 30010, "10.62.0.100:40000");
@@ -866,11 +866,7 @@ const PLATFORM_UAC: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
 
 #[test]
 fn a_sip_call_s_media_moves_to_the_standby_on_the_same_gateway_ports() {
-    require!(
-        "ha_netns",
-        true,
-        &[NEEDS, &[("sipp", "sip-tester")]].concat()
-    );
+    require!(true, &[NEEDS, &[("sipp", "sip-tester")]].concat());
     let pair = Pair::up();
     let (n1, n2) = (pair.node(0), pair.node(1));
     let dir = pair.net.dir.path().to_owned();

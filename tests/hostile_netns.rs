@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::proc::{rss_kb, run_ok, threads};
 use common::{in_netns, prerequisites, test_did_not_run, Bed};
 use peers::*;
 
@@ -98,29 +99,25 @@ fn scan_at(
     retries: &str,
 ) -> Scan {
     let grep = tempfile::NamedTempFile::new().unwrap();
-    let out = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "timeout", "120", "nmap", "-n", "-Pn", "-dd",
-        ])
-        .arg(if proto == "tcp" { "-sT" } else { "-sU" })
-        .args([
-            "-p",
-            ports,
-            "--min-rate",
-            min_rate,
-            "--max-retries",
-            retries,
-            "-T5",
-            "-oG",
-        ])
-        .arg(grep.path())
-        .arg(target)
-        .output()
-        .expect("run nmap");
-    assert!(
-        out.status.success(),
-        "nmap failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("ip")
+            .args([
+                "netns", "exec", ns, "timeout", "120", "nmap", "-n", "-Pn", "-dd",
+            ])
+            .arg(if proto == "tcp" { "-sT" } else { "-sU" })
+            .args([
+                "-p",
+                ports,
+                "--min-rate",
+                min_rate,
+                "--max-retries",
+                retries,
+                "-T5",
+                "-oG",
+            ])
+            .arg(grep.path())
+            .arg(target),
+        "nmap",
     );
     let text = std::fs::read_to_string(grep.path()).unwrap_or_default();
     let mut s = Scan {
@@ -185,6 +182,7 @@ fn sh(args: &[&str]) {
 const FAR_HOST_PORTS: &str = "1-1024,5000-5100,8554,20000-20200,30000-30200,40000-40100";
 
 fn no_ip_path(mode: &str) {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let bed = Bed::up(1);
     let (a_ns, g_ns, b_ns) = (bed.get("A_NS"), bed.get("G_NS"), bed.get("B_NS"));
     // An attacker's routes to the far network through the gateway.
@@ -344,41 +342,12 @@ fn no_ip_path(mode: &str) {
     }
 }
 
-#[test]
-fn no_ip_path_between_the_domains_stack() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_stack") {
-        return;
-    }
-    no_ip_path("stack");
-}
-
-#[test]
-fn no_ip_path_between_the_domains_tnapi() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_tnapi") {
-        return;
-    }
-    no_ip_path("tnapi");
-}
-
-#[test]
-fn no_ip_path_between_the_domains_zc() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_zc") {
-        return;
-    }
-    no_ip_path("zc");
-}
-
-#[test]
-fn no_ip_path_between_the_domains_xdp() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("no_ip_path_between_the_domains_xdp") {
-        return;
-    }
-    no_ip_path("xdp");
-}
+tests_of!(no_ip_path, if can_run;
+    no_ip_path_between_the_domains_stack => ("stack"),
+    no_ip_path_between_the_domains_tnapi => ("tnapi"),
+    no_ip_path_between_the_domains_zc => ("zc"),
+    no_ip_path_between_the_domains_xdp => ("xdp"),
+);
 
 /// Route s0 is strict (expects A_IP:41000), s1 latches its first source and keeps it while
 /// it is live.

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{in_netns, prerequisites, Bed};
+use common::{in_netns, Bed};
 use peers::*;
 
 const STREAMS: u16 = 100;
@@ -34,24 +34,12 @@ const NEW_PORTS: u16 = 44000;
 const INTRUDER_PORTS: u16 = 45000;
 
 /// Root (namespaces) and iproute2.
-fn can_run(test: &str) -> bool {
-    prerequisites(test, true, &[("ip", "iproute2")])
-}
+const NEEDS: &[(&str, &str)] = &[("ip", "iproute2")];
 
 /// Static latch routes without an expected source: gateway port `A_PORTS + 2i` →
 /// `B_IP:SINK_PORTS + i`.
 fn latch_routes(bed: &Bed, n: u16) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"l{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\nsource_validation = \"latch\"\n",
-            A_PORTS + 2 * i,
-            bed.get("B_IP"),
-            SINK_PORTS + i,
-            B_PORTS + 2 * i,
-        ));
-    }
-    s
+    common::relay::stream_routes(bed, n, "l", |_| "source_validation = \"latch\"\n".into())
 }
 
 /// An RTP packet of stream `i` in `phase`, sequence `seq` (the SSRC says both).
@@ -176,11 +164,8 @@ fn wait_phase(gw_ns: &str, phase_tx: u64, within: Duration) -> u64 {
 
 #[test]
 fn latch_follows_restarted_senders_and_ignores_junk() {
-    if !can_run("latch_follows_restarted_senders_and_ignores_junk") {
-        return;
-    }
-    let bed = Bed::up(1);
-    let g_ns = bed.get("G_NS").to_owned();
+    require!(true, NEEDS);
+    let (bed, g_ns) = Bed::up_with_g_ns(1);
     let cfg = config(&bed, "stack", 400, "latch", &latch_routes(&bed, STREAMS));
     let gw = Vgate::start_in(&g_ns, &cfg, &[]);
     let sinks = Sinks::start(&bed);
@@ -310,9 +295,7 @@ fn ends_under_rejected_media(g_ns: &str, within: Duration) -> Option<Duration> {
 
 #[test]
 fn sessions_whose_media_is_all_rejected_time_out() {
-    if !can_run("sessions_whose_media_is_all_rejected_time_out") {
-        return;
-    }
+    require!(true, NEEDS);
     let bed = Bed::up(1);
     let (a_ns, b_ns, g_ns) = bed.namespaces();
     let routes = format!(
@@ -400,9 +383,7 @@ fn sessions_whose_media_is_all_rejected_time_out() {
 /// to the caller (and the callee) and counts the call in the reload summary.
 #[test]
 fn a_changed_sip_route_ends_its_calls_with_bye_on_reload() {
-    if !can_run("a_changed_sip_route_ends_its_calls_with_bye_on_reload") {
-        return;
-    }
+    require!(true, NEEDS);
     let bed = Bed::up(1);
     let (a_ns, b_ns, g_ns) = bed.namespaces();
     let cfg = |extra: &str| {

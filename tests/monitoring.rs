@@ -19,6 +19,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::split::{half_config, start_half, SplitBed};
 use common::vgate::{loopback_cam_route, loopback_config, loopback_gb_route, Vgate};
 
@@ -70,21 +71,16 @@ fn families(scrape: &str) -> BTreeSet<String> {
 /// by `(`), not keywords, not label names or values (inside `{}`), not durations (`[5m]`),
 /// not grouping labels (`by (...)`) and not Grafana variables (`$__rate_interval`).
 fn metric_names(expr: &str) -> BTreeSet<String> {
-    const KEYWORDS: &[&str] = &[
+    /// The keywords a grouping label list follows, then the other keywords.
+    const GROUPING: &[&str] = &[
         "by",
         "without",
         "on",
         "ignoring",
         "group_left",
         "group_right",
-        "and",
-        "or",
-        "unless",
-        "bool",
-        "offset",
-        "inf",
-        "nan",
     ];
+    const KEYWORDS: &[&str] = &["and", "or", "unless", "bool", "offset", "inf", "nan"];
     let mut out = BTreeSet::new();
     let b = expr.as_bytes();
     let mut i = 0;
@@ -135,16 +131,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                     .collect();
                 let is_call = (j < b.len() && b[j] == b'(') || next == "by" || next == "without";
                 let lower = word.to_ascii_lowercase();
-                if [
-                    "by",
-                    "without",
-                    "on",
-                    "ignoring",
-                    "group_left",
-                    "group_right",
-                ]
-                .contains(&lower.as_str())
-                {
+                if GROUPING.contains(&lower.as_str()) {
                     after_grouping = true;
                     i = j;
                 } else if !is_call && !KEYWORDS.contains(&lower.as_str()) {
@@ -231,11 +218,7 @@ fn promql_names_are_found() {
 
 #[test]
 fn live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert() {
-    require!(
-        "live_scrape_passes_promtool_and_feeds_every_dashboard_and_alert",
-        false,
-        &[("promtool", "prometheus")],
-    );
+    require!(false, &[("promtool", "prometheus")]);
     let vg = Vgate::start(&config());
     // A few RTP packets through the static route, so per-stream series carry an SSRC.
     let rx = UdpSocket::bind(format!("127.0.{NET}.2:40000")).unwrap();
@@ -411,26 +394,15 @@ fn dash_and_rules(dash: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn alert_rules_check_and_fire() {
-    require!(
-        "alert_rules_check_and_fire",
-        false,
-        &[("promtool", "prometheus")],
-    );
+    require!(false, &[("promtool", "prometheus")]);
     let dir = repo().join("monitoring/prometheus");
     for args in [
         &["check", "rules", "vgate-alerts.yml"][..],
         &["test", "rules", "vgate-alerts.test.yml"][..],
     ] {
-        let out = Command::new("promtool")
-            .args(args)
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "promtool {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new("promtool").args(args).current_dir(&dir),
+            &format!("promtool {args:?}"),
         );
     }
 }

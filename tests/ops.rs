@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::vgate::{assert_success, check_config, check_config_file, Vgate};
 
 fn repo() -> &'static Path {
@@ -17,11 +18,7 @@ fn repo() -> &'static Path {
 
 #[test]
 fn systemd_units_verify() {
-    require!(
-        "systemd_units_verify",
-        false,
-        &[("systemd-analyze", "systemd")],
-    );
+    require!(false, &[("systemd-analyze", "systemd")]);
     let dir = tempfile::tempdir().unwrap();
     let bin = common::vgate_bin();
     let unit = std::fs::read_to_string(repo().join("systemd/vgate.service"))
@@ -48,18 +45,13 @@ fn systemd_units_verify() {
             repo().join("systemd/vgate.toml").to_str().unwrap(),
         );
     std::fs::write(dir.path().join("vgate-ha-health.service"), ha).unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(dir.path().join("vgate.service"))
-        .arg(dir.path().join("vgate-nic-setup.service"))
-        .arg(dir.path().join("vgate-ha-health.service"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "systemd-analyze verify failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(dir.path().join("vgate.service"))
+            .arg(dir.path().join("vgate-nic-setup.service"))
+            .arg(dir.path().join("vgate-ha-health.service")),
+        "systemd-analyze verify",
     );
     // Every directive of the main unit's [Service] section carries a comment saying why.
     let text = std::fs::read_to_string(repo().join("systemd/vgate.service")).unwrap();
@@ -86,11 +78,7 @@ fn systemd_units_verify() {
 /// that has its two interfaces (eth1, eth2), with this build's vgate as the scripts.
 #[test]
 fn example_keepalived_config_checks() {
-    require!(
-        "example_keepalived_config_checks",
-        true,
-        &[("keepalived", "keepalived"), ("ip", "iproute2")],
-    );
+    require!(true, &[("keepalived", "keepalived"), ("ip", "iproute2")]);
     let ns = format!("vgkt{}", std::process::id());
     struct Gone(String);
     impl Drop for Gone {
@@ -113,16 +101,11 @@ fn example_keepalived_config_checks() {
         .replace("/usr/bin/vgate", common::vgate_bin().to_str().unwrap());
     let path = dir.path().join("keepalived.conf");
     std::fs::write(&path, conf).unwrap();
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns, "keepalived", "-t", "-l", "-f"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "keepalived -t refuses systemd/keepalived-vgate.conf:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("ip")
+            .args(["netns", "exec", &ns, "keepalived", "-t", "-l", "-f"])
+            .arg(&path),
+        "keepalived -t of systemd/keepalived-vgate.conf",
     );
 }
 
@@ -145,11 +128,7 @@ fn example_half_configs_check() {
         let file = repo().join(format!("systemd/vgate-half-{half}.toml"));
         let out = check_config_file(&file, &["--cpus", "2"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         assert!(
             stdout.contains(&format!("split half {half}: {face}")),
             "{stdout}"
@@ -232,11 +211,7 @@ impl Drop for Ns {
 
 #[test]
 fn nic_setup_dry_run_then_real_run_on_veth() {
-    require!(
-        "nic_setup_dry_run_then_real_run_on_veth",
-        true,
-        &[("ip", "iproute2"), ("ethtool", "ethtool")],
-    );
+    require!(true, &[("ip", "iproute2"), ("ethtool", "ethtool")]);
     let ns = Ns::new();
     let script = repo().join("scripts/nic-setup.sh");
     let script = script.to_str().unwrap();
@@ -291,11 +266,7 @@ fn nic_setup_dry_run_then_real_run_on_veth() {
 
 #[test]
 fn stats_in_a_terminal_shows_live_rates() {
-    require!(
-        "stats_in_a_terminal_shows_live_rates",
-        false,
-        &[("tmux", "tmux")],
-    );
+    require!(false, &[("tmux", "tmux")]);
     let net = 12;
     let cfg = common::vgate::loopback_with(net, 9942, 1000, &[], &[])
         + &format!(

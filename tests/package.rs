@@ -45,13 +45,12 @@ impl Drop for Installed {
 #[test]
 fn deb_installs_checks_verifies_and_removes_cleanly() {
     require!(
-        "deb_installs_checks_verifies_and_removes_cleanly",
         true,
         &[
             ("dpkg-deb", "dpkg"),
             ("systemd-analyze", "systemd"),
             ("strip", "binutils"),
-        ],
+        ]
     );
     let s = status();
     assert!(

@@ -129,13 +129,12 @@ fn without_the_module_open_fails_with_errno_97() {
 #[cfg(feature = "pfring")]
 #[test]
 fn zc_forwards_every_packet_once_between_e1000e_nics() {
-    use common::relay::{check_delivery, config, kv, num, receiver, sender};
+    use common::relay::{check_delivery, config, relay_across};
     use common::Bed;
     use std::collections::HashMap;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::process::Stdio;
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-    use std::sync::{mpsc, Arc};
+    use std::sync::mpsc;
     use std::time::Duration;
 
     const TEST: &str = "zc_forwards_every_packet_once_between_e1000e_nics";
@@ -244,28 +243,7 @@ fn zc_forwards_every_packet_once_between_e1000e_nics() {
             log.join().unwrap()
         );
     }
-    let done = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let rx = receiver(
-        b_ns.clone(),
-        bed.ip("B_IP"),
-        bed.ip("GB_IP"),
-        STREAMS,
-        Arc::clone(&done),
-        ready_tx,
-    );
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let sent = sender(
-        a_ns.clone(),
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        STREAMS,
-        PER_STREAM,
-    )
-    .join()
-    .unwrap();
-    done.store(true, Relaxed);
-    let got = rx.join().unwrap();
+    let (sent, got) = relay_across(&bed, STREAMS, PER_STREAM);
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let st = child.wait().unwrap();
@@ -281,11 +259,5 @@ fn zc_forwards_every_packet_once_between_e1000e_nics() {
     assert!(st.success(), "vgate exited with {st}: {log}");
     assert!(log.contains("engine pfring-zc"), "{log}");
     check_delivery(&got, PER_STREAM);
-    let fwd = totals
-        .lines()
-        .find(|l| l.starts_with("total channel=forward"))
-        .map(kv)
-        .expect("forward total");
-    assert_eq!(num(&fwd, "tx_packets"), u64::from(sent), "{totals}");
-    assert!(!fwd.keys().any(|k| k.starts_with("drop_")), "{totals}");
+    common::vgate::Totals::parse(&totals).assert_forwarded_all(sent);
 }

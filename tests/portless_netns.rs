@@ -213,18 +213,17 @@ fn run(mode: &str, control_port: u16) {
         after.2, before.2,
         "{mode}: no datagram for a port without a socket reached the kernel's UDP layer"
     );
-    assert_eq!(
-        totals.channel("forward", "tx_packets"),
-        u64::from(sent),
-        "{}",
-        totals.raw
-    );
-    assert_eq!(
-        totals.channel("forward", "drop_no_route"),
-        u64::from(UNROUTED),
-        "{mode}: the datagrams to a port without a route are counted no_route: {}",
-        totals.raw
-    );
+    for (key, want, what) in [
+        ("tx_packets", sent, "every routed datagram forwarded"),
+        (
+            "drop_no_route",
+            UNROUTED,
+            "the datagrams to a port without a route are counted no_route",
+        ),
+    ] {
+        let got = totals.channel("forward", key);
+        assert_eq!(got, u64::from(want), "{mode}: {what}: {}", totals.raw);
+    }
 }
 
 #[test]

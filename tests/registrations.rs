@@ -10,6 +10,7 @@ mod common;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
+use common::udp::bound;
 use common::vgate::Vgate;
 
 const NET: u8 = 35;
@@ -17,17 +18,14 @@ const DEVICE: &str = "34020000001320000001";
 
 fn config() -> String {
     common::vgate::loopback_config(NET, &[3], &[4])
-        + &format!(
-            r#"[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "a"
-listen_port = 5060
-upstream = "127.0.{NET}.4:5070"
-trace = true
-"#
+        + &common::signaling_route(
+            "gb",
+            "sip",
+            "udp",
+            ("a", 5060),
+            &format!("127.0.{NET}.4:5070"),
         )
+        + "trace = true\n"
 }
 
 fn register(dev: &UdpSocket, expires: u32, cseq: u32) -> Vec<u8> {
@@ -100,12 +98,8 @@ fn wait_listing(pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value 
 #[test]
 fn registered_devices_are_listed_with_id_binding_and_expiry() {
     let vg = Vgate::start(&config());
-    let dev = UdpSocket::bind(format!("127.0.{NET}.3:0")).unwrap();
-    dev.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let platform = UdpSocket::bind(format!("127.0.{NET}.4:5070")).unwrap();
-    platform
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    let dev = bound(&format!("127.0.{NET}.3:0"), Duration::from_secs(5));
+    let platform = bound(&format!("127.0.{NET}.4:5070"), Duration::from_secs(5));
     assert_eq!(listing()["registrations"].as_array().unwrap().len(), 0);
     let admin = format!("127.0.{NET}.1:9941");
     let out = std::process::Command::new(common::vgate_bin())

@@ -92,29 +92,17 @@ fn hundred_streams_relayed_exactly() {
         }
     }
     let totals = vg.stop();
-    for i in 0..STREAMS {
-        let name = format!("s{i}");
-        assert_eq!(
-            totals.route(&name, "rx_packets"),
-            u64::from(PACKETS),
-            "{name}"
-        );
-        assert_eq!(
-            totals.route(&name, "tx_packets"),
-            u64::from(PACKETS),
-            "{name}"
-        );
-        assert_eq!(
-            totals.route(&name, "tx_bytes"),
-            u64::from(PACKETS) * 200,
-            "{name}"
-        );
-        assert_eq!(
-            totals.route(&name, "rtp_packets"),
-            u64::from(PACKETS),
-            "{name}"
-        );
-        assert_eq!(totals.route(&name, "rtp_lost"), 0, "{name}");
+    let n = u64::from(PACKETS);
+    for name in (0..STREAMS).map(|i| format!("s{i}")) {
+        for (key, want) in [
+            ("rx_packets", n),
+            ("tx_packets", n),
+            ("tx_bytes", n * 200),
+            ("rtp_packets", n),
+            ("rtp_lost", 0),
+        ] {
+            assert_eq!(totals.route(&name, key), want, "{name} {key}");
+        }
     }
     let all = u64::from(STREAMS) * u64::from(PACKETS);
     assert_eq!(totals.channel("forward", "rx_packets"), all);

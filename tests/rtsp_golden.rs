@@ -417,6 +417,194 @@ fn bridge_refused_both_ways_is_a_461_with_the_reason() {
     assert_eq!(ex.pending(), 1, "the second SETUP awaits its reply");
 }
 
+/// A server that fixes the session's lower transport at its first SETUP, TCP only, and a UDP
+/// client: every track after the first goes upstream interleaved at once, on its own pair.
+#[test]
+fn multi_track_udp_client_of_a_tcp_server_that_fixes_the_transport() {
+    let s = bridging();
+    let events = Arc::clone(&s.events);
+    let ex = run_transcript(
+        &golden("multi_track_udp_client_tcp_server.txt"),
+        exchange(s),
+    );
+    let m = ex.media();
+    let upstream = |channels: (u8, u8), inject: [u16; 2]| LegSpec {
+        domain: DomainId::A,
+        side: TcpSide::Upstream,
+        channels,
+        inject,
+    };
+    assert_eq!(
+        m.legs,
+        [
+            upstream((0, 1), [20000, 20001]),
+            upstream((2, 3), [20002, 20003])
+        ]
+    );
+    assert_eq!(m.released, 1, "TEARDOWN gives the session back");
+    assert!(!ex.bridged(TcpSide::Upstream, 2), "the session ended");
+    assert_eq!(
+        events
+            .bridge_refused
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the server's refusal of track 2 is not a bridge's"
+    );
+}
+
+/// The same server UDP only, an interleaved client with three tracks: tracks 1 and 2 go
+/// upstream over UDP at once, each track's leg on its own client channel pair.
+#[test]
+fn multi_track_interleaved_client_of_a_udp_server_that_fixes_the_transport() {
+    let ex = run_transcript(
+        &golden("multi_track_tcp_client_udp_server.txt"),
+        exchange(bridging()),
+    );
+    let m = ex.media();
+    let client = |channels: (u8, u8), inject: [u16; 2]| LegSpec {
+        domain: DomainId::B,
+        side: TcpSide::Client,
+        channels,
+        inject,
+    };
+    assert_eq!(
+        m.legs,
+        [
+            client((0, 1), [30000, 30001]),
+            client((2, 3), [30002, 30003]),
+            client((4, 5), [30004, 30005])
+        ]
+    );
+    assert_eq!(m.closed_legs, [(TcpSide::Client, (2, 3))], "track 1's leg");
+    let mut freed = m.freed.clone();
+    freed.sort();
+    assert_eq!(
+        freed,
+        [
+            (DomainId::A, 20002),
+            (DomainId::A, 20003),
+            (DomainId::B, 30002),
+            (DomainId::B, 30003)
+        ],
+        "track 1's ports, both sides"
+    );
+    assert_eq!(m.released, 1);
+}
+
+/// A session's track limit counts every track, bridged or relayed, and SETUPs in flight:
+/// the SETUP beyond `MAX_TRACKS` gets 453 and nothing goes upstream; TEARDOWN gives every
+/// track back.
+#[test]
+fn track_limit_counts_every_track_of_a_session() {
+    use vgate::signaling::proxy::rtsp::logic::MAX_TRACKS;
+    let mut ex = exchange(bridging());
+    let mut upstream_cseq = 0;
+    for t in 0..=MAX_TRACKS {
+        // Interleaved relayed tracks on even channel pairs, pipelined: none answered yet.
+        let outs = one_message(
+            &mut ex,
+            &format!(
+                "SETUP rtsp://192.168.1.1:554/cam1/stream={t} RTSP/1.0\nCSeq: {}\nTransport: RTP/AVP/TCP;unicast;interleaved={}-{}\n",
+                t + 1,
+                2 * t,
+                2 * t + 1
+            ),
+            true,
+        );
+        let sent = outs.iter().any(|o| matches!(o, Output::Upstream(_)));
+        if t < MAX_TRACKS {
+            assert!(sent, "track {t}: {outs:?}");
+            upstream_cseq += 1;
+        } else {
+            assert!(!sent, "track {t} beyond the limit went upstream");
+            assert!(
+                !outs.iter().any(|o| matches!(o, Output::Client(_))),
+                "the 453 waits for the replies before it"
+            );
+        }
+    }
+    for c in 1..=upstream_cseq {
+        let outs = one_message(
+            &mut ex,
+            &format!(
+                "RTSP/1.0 200 OK\nCSeq: {c}\nTransport: RTP/AVP/TCP;unicast;interleaved={}-{}\nSession: 9\n",
+                2 * c - 2,
+                2 * c - 1
+            ),
+            false,
+        );
+        if c == upstream_cseq {
+            let last = outs.iter().rev().find_map(|o| match o {
+                Output::Client(b) => Some(show(b)),
+                _ => None,
+            });
+            assert!(
+                last.as_deref()
+                    .is_some_and(|r| r.starts_with("RTSP/1.0 453 ")),
+                "{last:?}"
+            );
+        }
+    }
+    assert_eq!(ex.pending(), 0);
+    // Settled on interleaved; a UDP track beyond the limit is refused too, no port taken.
+    let allocated = ex.media().allocated.len();
+    let outs = one_message(
+        &mut ex,
+        "SETUP rtsp://192.168.1.1:554/cam1/stream=99 RTSP/1.0\nCSeq: 40\nTransport: RTP/AVP;unicast;client_port=5000-5001\nSession: 9\n",
+        true,
+    );
+    assert!(matches!(&outs[..], [Output::Client(b)] if show(b).starts_with("RTSP/1.0 453 ")));
+    assert_eq!(ex.media().allocated.len(), allocated);
+    let outs = one_message(
+        &mut ex,
+        "TEARDOWN rtsp://192.168.1.1:554/cam1/ RTSP/1.0\nCSeq: 41\nSession: 9\n",
+        true,
+    );
+    assert!(outs.contains(&Output::SessionEnded));
+    assert_eq!(ex.media().released, 1);
+    assert!(!ex.channel_allowed(0));
+}
+
+/// Pipelined SETUPs of a session settled on interleaved ask the server for distinct channel
+/// pairs: one in flight reserves its pair.
+#[test]
+fn pipelined_setups_over_a_settled_tcp_session_ask_distinct_channels() {
+    let mut ex = exchange(bridging());
+    let setup = |t: usize, c: usize| {
+        format!("SETUP rtsp://192.168.1.1:554/cam1/stream={t} RTSP/1.0\nCSeq: {c}\nTransport: RTP/AVP;unicast;client_port={}-{}\nSession: 9\n", 5000 + 2 * t, 5001 + 2 * t)
+    };
+    let sent = |outs: &[Output]| {
+        outs.iter()
+            .find_map(|o| match o {
+                Output::Upstream(b) => Some(show(b)),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    one_message(&mut ex, &setup(0, 1).replace("Session: 9\n", ""), true);
+    let retry = one_message(
+        &mut ex,
+        "RTSP/1.0 461 Unsupported Transport\nCSeq: 1\n",
+        false,
+    );
+    assert!(sent(&retry).contains("interleaved=0-1"), "{}", sent(&retry));
+    one_message(
+        &mut ex,
+        "RTSP/1.0 200 OK\nCSeq: 2\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1\nSession: 9\n",
+        false,
+    );
+    let one = sent(&one_message(&mut ex, &setup(1, 2), true));
+    let two = sent(&one_message(&mut ex, &setup(2, 3), true));
+    assert!(
+        one.contains("Transport: RTP/AVP/TCP;unicast;interleaved=2-3\n"),
+        "{one}"
+    );
+    assert!(
+        two.contains("Transport: RTP/AVP/TCP;unicast;interleaved=4-5\n"),
+        "{two}"
+    );
+}
+
 /// A split half whose upstream is the link face: an interleaved client's SETUP goes
 /// upstream over UDP at once (never interleaved over the signaling link), and the reply
 /// opens the bridge leg on the client's side.
@@ -687,6 +875,8 @@ fn every_transcript_is_tested() {
             "bridge_tcp_client_udp_server.txt",
             "bridge_udp_client_tcp_server.txt",
             "interleaved_absolute_pipelined.txt",
+            "multi_track_tcp_client_udp_server.txt",
+            "multi_track_udp_client_tcp_server.txt",
             "per_track_teardown.txt",
             "record_announce_udp.txt",
             "server_requests.txt",

@@ -18,18 +18,15 @@ const NET: u8 = 47;
 
 fn config() -> String {
     common::vgate::loopback_with(NET, 9947, 1000, &[], &[&format!("127.0.{NET}.64/26")])
+        + &common::signaling_route(
+            "cam",
+            "rtsp",
+            "tcp",
+            ("b", 8554),
+            &format!("127.0.{NET}.1:8555"),
+        )
         + &format!(
-            r#"[[signaling_route]]
-name = "cam"
-type = "rtsp"
-transport = "tcp"
-listen_domain = "b"
-listen_port = 8554
-upstream = "127.0.{NET}.1:8555"
-request_timeout = 3
-max_connections_per_source = 2
-allow_peers = ["127.0.{NET}.64/27"]
-"#
+            "request_timeout = 3\nmax_connections_per_source = 2\nallow_peers = [\"127.0.{NET}.64/27\"]\n"
         )
 }
 

@@ -18,18 +18,15 @@ const NET: u8 = 48;
 fn config(extra: &str) -> String {
     common::vgate::loopback_with(NET, 9948, 1000, &[], &[])
         + &common::vgate::loopback_gb_route(NET)
-        + &format!(
-            r#"{extra}
-[[signaling_route]]
-name = "gbt"
-type = "sip"
-transport = "tcp"
-listen_domain = "b"
-listen_port = 5062
-upstream = "127.0.{NET}.1:5070"
-upstream_port = 5064
-"#
+        + &format!("{extra}\n")
+        + &common::signaling_route(
+            "gbt",
+            "sip",
+            "tcp",
+            ("b", 5062),
+            &format!("127.0.{NET}.1:5070"),
         )
+        + "upstream_port = 5064\n"
 }
 
 /// The upstream face each route's proxy logged when it started.
@@ -96,16 +93,13 @@ fn shared_config(extra: &str) -> String {
         &[&format!("127.0.{SHARED_NET}.8/30")],
         &[&format!("127.0.{SHARED_NET}.12/30")],
     ) + &common::vgate::loopback_gb_route(SHARED_NET)
-        + &format!(
-            r#"{extra}
-[[signaling_route]]
-name = "gbu"
-type = "sip"
-transport = "udp"
-listen_domain = "a"
-listen_port = 5060
-upstream = "127.0.{SHARED_NET}.2:5070"
-"#
+        + &format!("{extra}\n")
+        + &common::signaling_route(
+            "gbu",
+            "sip",
+            "udp",
+            ("a", 5060),
+            &format!("127.0.{SHARED_NET}.2:5070"),
         )
 }
 

@@ -37,21 +37,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::sipp::{read_logs, Sipp};
-use common::split::{half_config_mode, start_half, SplitBed, FACE_B};
+use common::split::{start_halves, SplitBed, FACE_B};
 use common::vgate::Vgate;
 use common::{in_netns, Bed, BedConfig};
 
 fn ready(test: &str) -> bool {
-    common::prerequisites(
-        test,
-        true,
-        &[
-            ("ip", "iproute2"),
-            ("nft", "nftables"),
-            ("sipp", "sip-tester"),
-            ("timeout", "coreutils"),
-        ],
-    )
+    common::prerequisites(test, true, common::sipp::NEEDS)
 }
 
 /// Domain A's media ports on both beds (`BedConfig { ports: 10000 }`, the split halves').
@@ -399,16 +390,7 @@ fn split(mode: &str) {
     };
     let a_routes = route("a2link", format!("{FACE_B}:5060"));
     let b_routes = route("link2b", format!("{db_ip}:5070"));
-    let a = start_half(
-        &bed,
-        "a",
-        &half_config_mode(&bed, "a", mode, "off", "off", &a_routes),
-    );
-    let b = start_half(
-        &bed,
-        "b",
-        &half_config_mode(&bed, "b", mode, "off", "off", &b_routes),
-    );
+    let (a, b) = start_halves(&bed, mode, ("off", "off"), (&a_routes, &b_routes));
     a.wait_for("peer authenticated, up", Duration::from_secs(30));
     b.wait_for("peer authenticated, up", Duration::from_secs(30));
     exchange(

@@ -13,32 +13,16 @@ use vgate::config::{self, Config, DomainId};
 use vgate::routes::{NoHooks, Routes};
 use vgate::signaling::proxy::sip::{Core, Face, Out, Peer};
 
-const CONFIG: &str = offline_config!(
-    r#"
-[security]
-source_validation = "strict"
-
-[[signaling_route]]
-name = "b2a"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "10.1.0.9:5060"
-upstream_port = 5061
-media_timeout = 5
-
-[[signaling_route]]
-name = "a2b"
-type = "sip"
-transport = "udp"
-listen_domain = "a"
-listen_port = 5060
-upstream = "10.2.0.60:5060"
-upstream_port = 5061
-allow_ids = ["3402000000"]
-"#
-);
+/// The golden config: route 0 `b2a` (platforms in B call the camera 10.1.0.9 in A), route 1
+/// `a2b` (devices in A register with the platform 10.2.0.60 in B).
+static CONFIG: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use common::signaling_route;
+    offline_config!("\n[security]\nsource_validation = \"strict\"\n\n").to_owned()
+        + &signaling_route("b2a", "sip", "udp", ("b", 5060), "10.1.0.9:5060")
+        + "upstream_port = 5061\nmedia_timeout = 5\n\n"
+        + &signaling_route("a2b", "sip", "udp", ("a", 5060), "10.2.0.60:5060")
+        + "upstream_port = 5061\nallow_ids = [\"3402000000\"]\n"
+});
 
 pub struct Bench {
     /// The Call-ID each face's peers know a call by: vgate hides Call-IDs, so a peer
@@ -53,7 +37,7 @@ pub struct Bench {
 }
 
 pub fn bench(route: usize) -> Bench {
-    bench_with(CONFIG, route)
+    bench_with(&CONFIG, route)
 }
 
 /// A bench on another config (the golden one with route settings added).
@@ -625,14 +609,15 @@ fn operator_ends_a_call_with_bye_to_both_sides() {
         .filter(|m| m.starts_with("BYE "))
         .collect();
     assert_eq!(byes.len(), 2, "one BYE to each side: {outs:?}");
-    assert!(
-        byes.iter().any(|b| b.contains("10.1.0.9")),
-        "BYE to the camera in A: {byes:?}"
-    );
-    assert!(
-        byes.iter().any(|b| b.contains("10.2.0.50")),
-        "BYE to the platform in B: {byes:?}"
-    );
+    for (to, what) in [
+        ("10.1.0.9", "the camera in A"),
+        ("10.2.0.50", "the platform in B"),
+    ] {
+        assert!(
+            byes.iter().any(|b| b.contains(to)),
+            "BYE to {what}: {byes:?}"
+        );
+    }
     assert!(t.routes.sessions().is_empty());
     assert!(t.routes.routes().is_empty());
 }
@@ -1427,7 +1412,7 @@ fn contacts_are_capped_per_source_with_a_counted_refusal() {
 
 #[test]
 fn tokens_and_branches_are_not_guessable() {
-    let cfg = config::parse(CONFIG, "golden.toml").unwrap();
+    let cfg = config::parse(&CONFIG, "golden.toml").unwrap();
     let routes = Arc::new(Routes::new(&cfg, Arc::new(NoHooks)));
     let r = &cfg.signaling[1];
     let listen = SocketAddrV4::new(cfg.domain(r.listen_domain).address, r.listen_port);

@@ -36,21 +36,11 @@ fn config(bed: &Bed) -> String {
         mode: &mode,
         ..Default::default()
     });
+    let upstream = format!("{}:5070", bed.get("B_IP"));
     head + &sipp::gb_b2a_route(bed, "")
-        + &format!(
-            r#"
-[[signaling_route]]
-name = "a2b"
-type = "sip"
-transport = "udp"
-listen_domain = "a"
-listen_port = 5060
-upstream = "{b_ip}:5070"
-upstream_port = 5061
-allow_ids = ["3402000000"]
-"#,
-            b_ip = bed.get("B_IP"),
-        )
+        + "\n"
+        + &common::signaling_route("a2b", "sip", "udp", ("a", 5060), &upstream)
+        + "upstream_port = 5061\nallow_ids = [\"3402000000\"]\n"
 }
 
 /// Sends `msg` from `from` to `to` inside the current namespace and returns the first line
@@ -103,12 +93,7 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
         bed.get("G_NS").to_owned(),
         bed.get("B_NS").to_owned(),
     );
-    let (a_ip, b_ip, ga_ip, gb_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-        bed.get("GB_IP").to_owned(),
-    );
+    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
 
     let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
 
@@ -284,12 +269,7 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
         bed.get("G_NS").to_owned(),
         bed.get("B_NS").to_owned(),
     );
-    let (a_ip, b_ip, ga_ip, gb_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-        bed.get("GB_IP").to_owned(),
-    );
+    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
     let vgate = Vgate::start_in(&g_ns, &tcp_config(&bed), &[]);
     let keep_logs = format!("logs in {}", dir.path().display());
 
@@ -547,14 +527,12 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
         a_log.contains(&format!("@{a_ip}")),
         "the device's Call-ID carries its address"
     );
-    assert!(
-        !b_log.contains("10.201.1."),
-        "an A address reached B:\n{b_log}"
-    );
-    assert!(
-        !a_log.contains("10.201.2."),
-        "a B address reached A:\n{a_log}"
-    );
+    for (log, other, what) in [
+        (&b_log, "10.201.1.", "an A address reached B"),
+        (&a_log, "10.201.2.", "a B address reached A"),
+    ] {
+        assert!(!log.contains(other), "{what}:\n{log}");
+    }
     vgate.stop();
 }
 

@@ -32,6 +32,17 @@ fn env_or(k: &str, d: &str) -> String {
     std::env::var(k).unwrap_or_else(|_| d.to_owned())
 }
 
+/// The whitespace-separated values of `k` (default `d`), parsed.
+fn env_list<T: std::str::FromStr>(k: &str, d: &str) -> Vec<T>
+where
+    T::Err: std::fmt::Debug,
+{
+    env_or(k, d)
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
 fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -42,25 +53,12 @@ fn now_ns() -> u64 {
 #[test]
 #[ignore = "benchmark: scripts/bench-split.sh"]
 fn split_loss_and_fec() {
-    require!(
-        "split_loss_and_fec",
-        true,
-        &[("ip", "iproute2"), ("nft", "nftables")],
-    );
-    let losses: Vec<u32> = env_or("SPLIT_BENCH_LOSS", "1 10 50")
-        .split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect();
-    let fecs: Vec<String> = env_or("SPLIT_BENCH_FEC", "off 8+2 16+4")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    require!(true, &[("ip", "iproute2"), ("nft", "nftables")]);
+    let losses: Vec<u32> = env_list("SPLIT_BENCH_LOSS", "1 10 50");
+    let fecs: Vec<String> = env_list("SPLIT_BENCH_FEC", "off 8+2 16+4");
     let count: u32 = env_or("SPLIT_BENCH_COUNT", "20000").parse().unwrap();
     let pps: u32 = env_or("SPLIT_BENCH_PPS", "4000").parse().unwrap();
-    let reorders: Vec<u64> = env_or("SPLIT_BENCH_REORDER", "0 25")
-        .split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect();
+    let reorders: Vec<u64> = env_list("SPLIT_BENCH_REORDER", "0 25");
     let len: usize = 1328;
     let bed = SplitBed::up();
     for &loss in &losses {
@@ -183,15 +181,8 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
 #[test]
 #[ignore = "benchmark: scripts/bench-split.sh --tx"]
 fn split_link_tx_families() {
-    require!(
-        "split_link_tx_families",
-        true,
-        &[("ip", "iproute2"), ("nft", "nftables")],
-    );
-    let rates: Vec<u32> = env_or("SPLIT_BENCH_PPS", "10000 30000")
-        .split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect();
+    require!(true, &[("ip", "iproute2"), ("nft", "nftables")]);
+    let rates: Vec<u32> = env_list("SPLIT_BENCH_PPS", "10000 30000");
     let count: u32 = env_or("SPLIT_BENCH_COUNT", "30000").parse().unwrap();
     let rounds: u32 = env_or("SPLIT_BENCH_ROUNDS", "3").parse().unwrap();
     let fec = env_or("SPLIT_BENCH_FEC", "8+2");

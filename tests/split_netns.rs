@@ -16,12 +16,22 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::time::Duration;
 
 use common::split::{
-    half_config, half_config_mode, link_totals, receive_numbered, route, send_numbered, start_half,
-    SplitBed, FACE_A, FACE_B, FWD_PORT,
+    cam_routes, half_config, half_config_mode, link_totals, receive_numbered, route, send_numbered,
+    start_half, SplitBed, FACE_A, FACE_B, FWD_PORT,
 };
 use common::vgate::Totals;
 
 const LEN: usize = 1200;
+
+/// What a receiving link half may drop, and must not have here.
+const IN_LINK_DROPS: &[&str] = &[
+    "drop_garbage",
+    "drop_truncated",
+    "drop_bad_version",
+    "drop_bad_fec",
+    "drop_unknown_port",
+    "drop_foreign_source",
+];
 
 fn ready(test: &str) -> bool {
     common::prerequisites(test, true, &[("ip", "iproute2"), ("nft", "nftables")])
@@ -30,41 +40,29 @@ fn ready(test: &str) -> bool {
 /// Half A: camera (domain a, port 20000) → half B's gateway port 21000; talkback from half
 /// B (link face port 33000) → the sink in domain a.
 fn routes_a(bed: &SplitBed) -> String {
-    route(
-        "cam",
-        "a",
-        20000,
-        &format!("{FACE_B}:21000"),
-        30000,
-        &format!("{}:5000", bed.get("DA_IP")),
-    ) + &route(
-        "talk",
-        "b",
-        33000,
-        &format!("{}:5002", bed.get("DA_IP")),
-        20002,
-        &format!("{FACE_B}:22000"),
-    )
+    cam_routes(bed).0
+        + &route(
+            "talk",
+            "b",
+            33000,
+            &format!("{}:5002", bed.get("DA_IP")),
+            20002,
+            &format!("{FACE_B}:22000"),
+        )
 }
 
 /// Half B: half A's camera (link face port 21000) → the viewer; the viewer's talkback
 /// (domain b, port 32000) → half A's gateway port 33000.
 fn routes_b(bed: &SplitBed) -> String {
-    route(
-        "cam",
-        "a",
-        21000,
-        &format!("{}:6000", bed.get("DB_IP")),
-        30000,
-        &format!("{FACE_A}:30000"),
-    ) + &route(
-        "talk",
-        "b",
-        32000,
-        &format!("{FACE_A}:33000"),
-        22000,
-        &format!("{}:6002", bed.get("DB_IP")),
-    )
+    cam_routes(bed).1
+        + &route(
+            "talk",
+            "b",
+            32000,
+            &format!("{FACE_A}:33000"),
+            22000,
+            &format!("{}:6002", bed.get("DB_IP")),
+        )
 }
 
 /// How a mode sends its outgoing link (`tx=` in the totals, `out_link.tx` in the stats).
@@ -271,40 +269,16 @@ fn run_streams(
     (fwd, rev, ta, tb)
 }
 
-#[test]
-fn streams_cross_both_links_once_and_nothing_goes_the_wrong_way() {
-    if !ready("streams_cross_both_links_once_and_nothing_goes_the_wrong_way") {
-        return;
-    }
-    streams_in_mode("stack", 1);
-}
-
-/// The same with the domain side captured by AF_PACKET rings (mode tnapi).
-#[test]
-fn streams_cross_the_split_in_mode_tnapi() {
-    if !ready("streams_cross_the_split_in_mode_tnapi") {
-        return;
-    }
-    streams_in_mode("tnapi", 1);
-}
-
-/// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
-#[test]
-fn streams_cross_the_split_in_mode_zc() {
-    if !ready("streams_cross_the_split_in_mode_zc") {
-        return;
-    }
-    streams_in_mode("zc", 1);
-}
-
-/// Mode zc with two workers: each has its own AF_XDP socket on its own TX queue of the link.
-#[test]
-fn streams_cross_the_split_in_mode_zc_with_two_workers() {
-    if !ready("streams_cross_the_split_in_mode_zc_with_two_workers") {
-        return;
-    }
-    streams_in_mode("zc", 2);
-}
+tests_of!(streams_in_mode, if ready;
+    streams_cross_both_links_once_and_nothing_goes_the_wrong_way => ("stack", 1),
+    /// The same with the domain side captured by AF_PACKET rings (mode tnapi).
+    streams_cross_the_split_in_mode_tnapi => ("tnapi", 1),
+    /// The same with the domain side on AF_XDP sockets (mode zc; copy mode on veth).
+    streams_cross_the_split_in_mode_zc => ("zc", 1),
+    /// Mode zc with two workers: each has its own AF_XDP socket on its own TX queue of the
+    /// link.
+    streams_cross_the_split_in_mode_zc_with_two_workers => ("zc", 2),
+);
 
 fn streams_in_mode(mode: &str, queues: usize) {
     let bed = SplitBed::up_with_queues(queues);
@@ -363,16 +337,7 @@ fn streams_in_mode(mode: &str, queues: usize) {
     }
     for (name, l) in [("a in", &a_in), ("b in", &b_in)] {
         assert_eq!(l["lost"], 0, "{name}: {l:?}");
-        for k in [
-            "drop_garbage",
-            "drop_truncated",
-            "drop_bad_version",
-            "drop_bad_fec",
-            "drop_unknown_port",
-            "drop_foreign_source",
-        ] {
-            assert_eq!(l[k], 0, "{name} {k}");
-        }
+        common::split::assert_zero(l, IN_LINK_DROPS, name);
     }
     // Half A forwarded every camera datagram into the link (data frames = datagrams).
     assert_eq!(ta.route("cam", "tx_packets"), fwd_sent);

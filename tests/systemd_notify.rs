@@ -45,38 +45,46 @@ impl Notify {
     /// Waits for a message containing `needle`; returns it, or None after `within`.
     fn wait_for(&self, needle: &str, within: Duration) -> Option<String> {
         let deadline = Instant::now() + within;
-        let mut buf = [0u8; 4096];
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            self.sock
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .unwrap();
-            match self.sock.recv(&mut buf) {
-                Ok(n) => {
-                    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
-                    if msg.lines().any(|l| l == needle || l.starts_with(needle)) {
-                        return Some(msg);
-                    }
-                }
-                Err(_) => return None,
+        while let Some(msg) = self.recv_until(deadline)? {
+            if msg.lines().any(|l| l == needle || l.starts_with(needle)) {
+                return Some(msg);
             }
         }
         None
+    }
+
+    /// `RELOADING=1`, then `READY=1` after `what`, each within 10 s (panics otherwise).
+    fn reloading_then_ready(&self, what: &str) {
+        self.wait_for("RELOADING=1", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("RELOADING=1 before {what}"));
+        self.wait_for("READY=1", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("READY=1 after {what}"));
     }
 
     /// Every message that arrives within `d`.
     fn collect(&self, d: Duration) -> Vec<String> {
         let mut out = Vec::new();
         let deadline = Instant::now() + d;
-        let mut buf = [0u8; 4096];
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            self.sock
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .unwrap();
-            if let Ok(n) = self.sock.recv(&mut buf) {
-                out.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        while Instant::now() < deadline {
+            if let Some(Some(msg)) = self.recv_until(deadline) {
+                out.push(msg);
             }
         }
         out
+    }
+
+    /// The next message before `deadline`: `Some(Some(msg))`, `Some(None)` once the deadline
+    /// passed, `None` when the receive failed (nothing came in time).
+    fn recv_until(&self, deadline: Instant) -> Option<Option<String>> {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            return Some(None);
+        };
+        self.sock
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        let n = self.sock.recv(&mut buf).ok()?;
+        Some(Some(String::from_utf8_lossy(&buf[..n]).to_string()))
     }
 }
 
@@ -127,11 +135,7 @@ fn exec_reload(config: &Path) -> Vec<String> {
 fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config() {
     // Stopping a thread of another process needs ptrace rights: root (or a parent under
     // Yama scope 1, which the `env` wrapper is not).
-    require!(
-        "ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config",
-        true,
-        &[("env", "coreutils")],
-    );
+    require!(true, &[("env", "coreutils")]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let notify = Notify {
@@ -201,36 +205,26 @@ fn ready_after_workers_receive_watchdog_while_healthy_reload_fails_on_bad_config
         "media_ports = \"30000-30099\"",
         "media_ports = \"20050-20150\"",
     ));
-    let out = Command::new(&reload[0])
-        .args(&reload[1..])
-        .output()
-        .unwrap();
+    let run_reload = || {
+        Command::new(&reload[0])
+            .args(&reload[1..])
+            .output()
+            .unwrap()
+    };
+    let out = run_reload();
     assert!(
         !out.status.success(),
         "reload of a config with overlapping port ranges must fail: {out:?}"
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.trim().is_empty(), "the reason is printed");
-    notify
-        .wait_for("RELOADING=1", Duration::from_secs(10))
-        .expect("RELOADING=1 while reloading");
-    notify
-        .wait_for("READY=1", Duration::from_secs(10))
-        .expect("READY=1 after a rejected reload (still running)");
+    notify.reloading_then_ready("a rejected reload (still running)");
     assert_eq!(health(), 200);
 
     vg.rewrite_config(&config(true));
-    let out = Command::new(&reload[0])
-        .args(&reload[1..])
-        .output()
-        .unwrap();
+    let out = run_reload();
     assert!(out.status.success(), "a good reload succeeds: {out:?}");
-    notify
-        .wait_for("RELOADING=1", Duration::from_secs(10))
-        .expect("RELOADING=1");
-    notify
-        .wait_for("READY=1", Duration::from_secs(10))
-        .expect("READY=1 after the reload");
+    notify.reloading_then_ready("the reload");
     let rx2 = UdpSocket::bind(format!("127.0.{NET}.2:40002")).unwrap();
     rx2.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     tx.send_to(&rtp(b"new route"), format!("127.0.{NET}.1:20002"))

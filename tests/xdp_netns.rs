@@ -28,13 +28,14 @@ mod common;
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::proc::run_ok;
 use common::relay::*;
 use common::vgate::Vgate;
 use common::{admin, enter_netns, in_netns, Bed};
+use vgate::routes::Channel;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -42,17 +43,12 @@ const PER_STREAM: u32 = 150;
 
 /// `ethtool ARGS` inside namespace `ns`; panics on failure.
 fn ethtool(ns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "ethtool"])
-        .args(args)
-        .output()
-        .expect("ethtool");
-    assert!(
-        out.status.success(),
-        "ethtool {args:?} in {ns}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    run_ok(
+        Command::new("ip")
+            .args(["netns", "exec", ns, "ethtool"])
+            .args(args),
+        &format!("ethtool {args:?} in {ns}"),
+    )
 }
 
 /// The bed as mode xdp needs it (see the module doc).
@@ -101,7 +97,7 @@ fn admin_get(ns: &str, port: u16, path: &str) -> serde_json::Value {
 
 #[test]
 fn xdp_relays_every_packet_once_in_the_kernel() {
-    require!("xdp_relays_every_packet_once_in_the_kernel", true, NEEDS);
+    require!(true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let control = 9951;
@@ -112,18 +108,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
     );
     assert_eq!(xdp_links(&g_ns).len(), 2, "a program on each interface");
     let (xmit_before, _) = fast_xmit(&bed);
-    let done = Arc::new(AtomicBool::new(false));
-    let rx = bed_receiver(&bed, STREAMS, Arc::clone(&done));
-    let tx = sender(
-        bed.get("A_NS").into(),
-        bed.ip("A_IP"),
-        bed.ip("GA_IP"),
-        STREAMS,
-        PER_STREAM,
-    );
-    let sent = tx.join().expect("sender");
-    done.store(true, Relaxed);
-    let got = rx.join().expect("receiver");
+    let (sent, got) = relay_across(&bed, STREAMS, PER_STREAM);
     let (xmit, xmit_err) = fast_xmit(&bed);
     let fast = xmit - xmit_before;
     // Counters are polled every 100 ms; the receiver waited 500 ms of silence.
@@ -141,17 +126,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
         fast * 2 > u64::from(sent),
         "the kernel forwarded most packets: {fast} of {sent}"
     );
-    assert_eq!(
-        totals.channel("forward", "tx_packets"),
-        u64::from(sent),
-        "{raw}"
-    );
-    assert!(
-        !totals.channels["forward"]
-            .keys()
-            .any(|k| k.starts_with("drop_")),
-        "no drops: {raw}"
-    );
+    totals.assert_forwarded_all(sent);
     let list = routes["routes"].as_array().expect("routes");
     assert_eq!(list.len(), STREAMS as usize);
     for r in list {
@@ -171,7 +146,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
 /// process.
 #[test]
 fn xdp_leaves_nothing_after_kill_9() {
-    require!("xdp_leaves_nothing_after_kill_9", true, NEEDS);
+    require!(true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let vg = Vgate::start_with(
@@ -243,7 +218,7 @@ fn tracepoint_programs(engine: &str) -> Vec<u32> {
 /// delivered and counted sent, or counted `redirect_failed`.
 #[test]
 fn xdp_counts_redirects_the_egress_refuses() {
-    require!("xdp_counts_redirects_the_egress_refuses", true, NEEDS);
+    require!(true, NEEDS);
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec};
     use vgate::stats::DropReason;
@@ -253,7 +228,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
     let g_ns = bed.get("G_NS").to_owned();
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
     let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
-    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9956), "test").unwrap();
+    let cfg = parsed_config(&bed, "xdp", 9956);
     let gw = gateway_with_route(
         &g_ns,
         cfg,
@@ -457,25 +432,18 @@ fn xdp_egress_that_takes_no_redirects_is_no_black_hole() {
 /// forward again; the route counters equal what the sinks received.
 #[test]
 fn xdp_route_changes_take_effect_while_traffic_flows() {
-    require!(
-        "xdp_route_changes_take_effect_while_traffic_flows",
-        true,
-        NEEDS,
-    );
-    use vgate::routes::Channel;
-
+    require!(true, NEEDS);
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
-    let namespaces = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let addrs = addrs(&bed);
-    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9953), "test").unwrap();
+    let peers = Peers::of(&bed);
+    let cfg = parsed_config(&bed, "xdp", 9953);
     let (g, gb_if) = (g_ns.clone(), bed.get("GB_IF").to_owned());
     let xmit = move || xmit_of(&g, &gb_if).0;
     let xmit_at_start = xmit();
     let xmit_outside = xmit.clone();
     let (gw_fast, sinks_total) = in_netns(&g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
-        let mut rc = RouteChanges::start(&gw, namespaces, addrs, Some(Duration::from_secs(1)));
+        let mut rc = RouteChanges::start(&gw, peers, Some(Duration::from_secs(1)));
         let sinks = &rc.sinks;
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(sinks.count(0), 0, "nothing forwarded before a route exists");
@@ -677,13 +645,12 @@ fn send_frames(bed: &Bed, frames: &[Vec<u8>]) {
 #[test]
 fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
     require!(
-        "xdp_passes_what_it_cannot_forward_to_the_slow_path",
         true,
         &[
             ("ip", "iproute2"),
             ("ethtool", "ethtool"),
             ("python3", "python3"),
-        ],
+        ]
     );
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::{Channel, RouteSpec, SessionKind};
@@ -692,7 +659,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
     let bed = xdp_bed();
     let g_ns = bed.get("G_NS").to_owned();
     let (gb_ip, b_ip, a_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"), bed.ip("A_IP"));
-    let mut cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9954), "test").unwrap();
+    let mut cfg = parsed_config(&bed, "xdp", 9954);
     cfg.engine.max_payload = 1000;
     let good = Frame {
         sport: 5000,
@@ -914,11 +881,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
 /// gateway's A address and the route's egress port, redirected into the A-side veth.
 #[test]
 fn xdp_forwards_the_reverse_channel_in_the_kernel() {
-    require!(
-        "xdp_forwards_the_reverse_channel_in_the_kernel",
-        true,
-        NEEDS,
-    );
+    require!(true, NEEDS);
     use vgate::config::{DomainId, SourcePolicy};
     use vgate::routes::RouteSpec;
     const COUNT: u32 = 200;
@@ -927,7 +890,7 @@ fn xdp_forwards_the_reverse_channel_in_the_kernel() {
     let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
     let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let (in_port, out_port) = (B_PORTS + 500, A_PORTS + 500);
-    let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9955), "test").unwrap();
+    let cfg = parsed_config(&bed, "xdp", 9955);
     let gw = gateway_with_route(
         &g_ns,
         cfg,

@@ -26,16 +26,8 @@ impl Side {
     }
 }
 
-/// The platform's scenario (`hidden`: a regex of what it must never see): INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
-/// `expect_bye`, waits for vgate's BYE instead and answers it).
-pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &str) -> String {
-    let end = if expect_bye {
-        r#"  <recv request="BYE" timeout="20000">
-    <action>
-      <ereg regexp="TCP media leg closed" search_in="hdr" header="Reason:" check_it="true" assign_to="why"/>
-    </action>
-  </recv>
-  <send>
+/// The 200 that answers a BYE.
+const OK_TO_BYE: &str = "  <send>
     <![CDATA[
       SIP/2.0 200 OK
       [last_Via:]
@@ -46,8 +38,20 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
       Content-Length: 0
 
     ]]>
-  </send>"#
-            .to_string()
+  </send>";
+
+/// The platform's scenario (`hidden`: a regex of what it must never see): INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
+/// `expect_bye`, waits for vgate's BYE instead and answers it).
+pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &str) -> String {
+    let end = if expect_bye {
+        r#"  <recv request="BYE" timeout="20000">
+    <action>
+      <ereg regexp="TCP media leg closed" search_in="hdr" header="Reason:" check_it="true" assign_to="why"/>
+    </action>
+  </recv>
+"#
+        .to_string()
+            + OK_TO_BYE
     } else {
         format!(
             r#"  <pause milliseconds="{hold_ms}"/>
@@ -85,16 +89,7 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
       Content-Type: APPLICATION/SDP
       Content-Length: [len]
 
-      v=0
-      o=34020000002000000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      m=video {port} {proto} 96
-      a=sendrecv
-      a=rtpmap:96 PS/90000
-      {setup}y=0[call_number]
-      f=v/2/4///a///
+{sdp}f=v/2/4///a///
     ]]>
   </send>
   <recv response="100" optional="true"/>
@@ -122,7 +117,7 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
 </scenario>
 "#,
         proto = side.proto(),
-        setup = side.setup_lines(),
+        sdp = play_sdp("34020000002000000001", side, port),
         why_ref = if expect_bye { ",why" } else { "" },
     )
 }
@@ -160,8 +155,27 @@ pub fn uas_xml(side: Side, port: u16, hidden: &str, offer: Option<&str>) -> Stri
       Content-Type: application/sdp
       Content-Length: [len]
 
-      v=0
-      o=34020000001320000001 0 0 IN IP4 [local_ip]
+{sdp}f=
+    ]]>
+  </send>
+  <recv request="ACK" crlf="true"/>
+  <recv request="BYE"/>
+{OK_TO_BYE}
+  <timewait milliseconds="500"/>
+  <Reference variables="leak,gb{offer_ref}"/>
+</scenario>
+"#,
+        sdp = play_sdp("34020000001320000001", side, port),
+    )
+}
+
+/// The SDP of a GB/T 28181 play by `id` (the platform's offer, the device's answer), in a
+/// sipp CDATA block: media `port` over `side`'s proto, its setup lines and `y=` (the `f=` line
+/// is the caller's).
+fn play_sdp(id: &str, side: Side, port: u16) -> String {
+    format!(
+        "      v=0
+      o={id} 0 0 IN IP4 [local_ip]
       s=Play
       c=IN IP4 [local_ip]
       t=0 0
@@ -169,27 +183,7 @@ pub fn uas_xml(side: Side, port: u16, hidden: &str, offer: Option<&str>) -> Stri
       a=sendrecv
       a=rtpmap:96 PS/90000
       {setup}y=0[call_number]
-      f=
-    ]]>
-  </send>
-  <recv request="ACK" crlf="true"/>
-  <recv request="BYE"/>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <timewait milliseconds="500"/>
-  <Reference variables="leak,gb{offer_ref}"/>
-</scenario>
-"#,
+      ",
         proto = side.proto(),
         setup = side.setup_lines(),
     )

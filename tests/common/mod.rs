@@ -12,7 +12,9 @@
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
 //! - [`sipp`], [`gb_sipp`], [`rfc4571`]: SIP peers (sipp runs, GB/T 28181 scenarios, RTP
-//!   over TCP peers).
+//!   over TCP peers);
+//! - [`rtsp`]: the RTSP client side (a request's text) and the RTSP namespace tests' rig
+//!   (GStreamer's server, vgate, ffmpeg runs).
 //!
 //! Every test binary includes all of it (`mod common;`) and uses a part, hence the one
 //! `allow(dead_code)` below: a helper unused by one binary is used by another.
@@ -23,6 +25,7 @@ pub mod gb_sipp;
 pub mod proc;
 pub mod relay;
 pub mod rfc4571;
+pub mod rtsp;
 pub mod sipp;
 pub mod split;
 pub mod udp;
@@ -50,6 +53,21 @@ macro_rules! offline_config {
             $rest
         )
     };
+}
+
+/// The head of a `[[signaling_route]]` section: route `name` of `kind` (`sip`, `rtsp`) over
+/// `transport`, listening in domain `listen.0` on port `listen.1`, to `upstream`. The route's
+/// further keys go right after it.
+pub fn signaling_route(
+    name: &str,
+    kind: &str,
+    transport: &str,
+    (domain, port): (&str, u16),
+    upstream: &str,
+) -> String {
+    format!(
+        "[[signaling_route]]\nname = \"{name}\"\ntype = \"{kind}\"\ntransport = \"{transport}\"\nlisten_domain = \"{domain}\"\nlisten_port = {port}\nupstream = \"{upstream}\"\n"
+    )
 }
 
 /// Whether `cmd` is on PATH (or in /usr/sbin, /sbin, where root's tools live).
@@ -84,7 +102,8 @@ pub fn prerequisites(test: &str, root: bool, commands: &[(&str, &str)]) -> bool 
 }
 
 /// `return`s from the test unless [`prerequisites`]`(test, root, commands)` holds (which
-/// said why it did not run, or failed under `CI=true`).
+/// said why it did not run, or failed under `CI=true`). Without `test`, the name is the
+/// enclosing function's ([`fn_name!`]).
 #[macro_export]
 macro_rules! require {
     ($test:expr, $root:expr, $commands:expr $(,)?) => {
@@ -92,6 +111,52 @@ macro_rules! require {
             return;
         }
     };
+    ($root:expr, $commands:expr $(,)?) => {
+        $crate::require!($crate::fn_name!(), $root, $commands)
+    };
+}
+
+/// One test per line, each running `run(args…)` (a scenario, once per mode) once its
+/// prerequisites hold: `require!(root, needs)`, or `if ready` (a `fn(test) -> bool` that
+/// said why not). Lines are `name => (args…)`, doc comments and attributes allowed first.
+#[macro_export]
+macro_rules! tests_of {
+    ($run:ident, if $ready:ident; $($(#[$m:meta])* $name:ident => ($($arg:expr),*)),+ $(,)?) => {
+        $(
+            $(#[$m])*
+            #[test]
+            fn $name() {
+                if !$ready($crate::fn_name!()) {
+                    return;
+                }
+                $run($($arg),*);
+            }
+        )+
+    };
+    ($run:ident, $root:expr, $needs:expr; $($(#[$m:meta])* $name:ident => ($($arg:expr),*)),+ $(,)?) => {
+        $(
+            $(#[$m])*
+            #[test]
+            fn $name() {
+                $crate::require!($root, $needs);
+                $run($($arg),*);
+            }
+        )+
+    };
+}
+
+/// The name of the enclosing function (a test's name), as a `&'static str`.
+#[macro_export]
+macro_rules! fn_name {
+    () => {{
+        fn f() {}
+        fn name_of<T>(_: T) -> &'static str {
+            std::any::type_name::<T>()
+        }
+        let path = name_of(f);
+        let path = path.strip_suffix("::f").unwrap_or(path);
+        path.rsplit("::").next().unwrap_or(path)
+    }};
 }
 
 /// The one rule for a test that cannot run here (`why`: what is missing): under `CI=true`
@@ -154,23 +219,18 @@ static BED_SEQ: AtomicU32 = AtomicU32::new(0);
 /// `bash SCRIPT --name NAME --queues Q up` (`scripts/testbed.sh`, `scripts/split-bed.sh`):
 /// the `KEY=value` lines it printed. Panics with its stderr if it failed.
 pub fn bed_script_up(script: &str, name: &str, queues: usize) -> HashMap<String, String> {
-    let out = Command::new("bash")
-        .args([
+    let out = proc::run_ok(
+        Command::new("bash").args([
             script,
             "--name",
             name,
             "--queues",
             &queues.to_string(),
             "up",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("run {script}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} up failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        &format!("{script} up"),
     );
-    key_values(&String::from_utf8_lossy(&out.stdout))
+    key_values(&out)
 }
 
 /// The `KEY=value` lines of a text.
@@ -195,6 +255,21 @@ pub fn nft_tables(ns: &str, needle: &str) -> Vec<String> {
         .collect()
 }
 
+/// Loads the nftables `rules` (an `nft -f` text) in namespace `ns`; panics if nft refuses.
+pub fn nft_apply(ns: &str, rules: &str) {
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nft");
+    nft.stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    assert!(nft.wait().unwrap().success(), "nft -f in {ns}:\n{rules}");
+}
+
 pub fn testbed_script() -> String {
     format!("{}/scripts/testbed.sh", env!("CARGO_MANIFEST_DIR"))
 }
@@ -215,6 +290,13 @@ impl Bed {
         bed
     }
 
+    /// [`Bed::up`], and the gateway's namespace (`G_NS`).
+    pub fn up_with_g_ns(queues: u32) -> (Bed, String) {
+        let bed = Bed::up(queues);
+        let g_ns = bed.get("G_NS").to_owned();
+        (bed, g_ns)
+    }
+
     pub fn get(&self, key: &str) -> &str {
         self.env
             .get(key)
@@ -232,6 +314,11 @@ impl Bed {
 
     pub fn ip(&self, key: &str) -> Ipv4Addr {
         self.get(key).parse().expect("an IPv4 address")
+    }
+
+    /// The peers' and the gateway's addresses, as text: `[A_IP, B_IP, GA_IP, GB_IP]`.
+    pub fn addresses(&self) -> [String; 4] {
+        ["A_IP", "B_IP", "GA_IP", "GB_IP"].map(|k| self.get(k).to_owned())
     }
 
     /// The start of a config for the gateway on this bed (see [`BedConfig`]); the sections a
@@ -306,6 +393,18 @@ impl Drop for Bed {
         let _ = Command::new("bash")
             .args([&testbed_script(), "--name", &self.name, "down"])
             .status();
+    }
+}
+
+/// Every `.rs` file below `dir`, appended to `out` (the source readers: `docs`, `layering`).
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
     }
 }
 

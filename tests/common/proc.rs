@@ -2,6 +2,9 @@
 //! a Python helper, usually through `ip netns exec … timeout …`): stopped and reaped on
 //! drop, also when the test panics.
 //!
+//! Also the readings of a process the tests watch (memory, descriptors, threads) and
+//! [`run_ok`], a command that must succeed.
+//!
 //! The stop is SIGTERM first, then SIGKILL after a grace: `timeout` passes a SIGTERM on to
 //! the command it runs, while a SIGKILL of `timeout` itself would leave that command
 //! running in its namespace.
@@ -14,6 +17,63 @@ use nix::sys::signal::Signal;
 
 /// How long a child gets between SIGTERM and SIGKILL when dropped.
 const DROP_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `cmd` to its end and returns its stdout; panics naming `what`, with what it wrote
+/// to stdout and stderr, if it cannot start or exits with a failure.
+pub fn run_ok(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The number a line `key: N …` of `/proc/PID/status` gives (0 when unreadable).
+fn status_number(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resident set size of `pid`, KiB.
+pub fn rss_kb(pid: u32) -> u64 {
+    status_number(pid, "VmRSS")
+}
+
+/// Open file descriptors of `pid`.
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// What the open file descriptors of `pid` are (`socket:[…]` collapsed), for messages.
+pub fn fd_targets(pid: u32) -> String {
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let t = std::fs::read_link(e.path())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let k = t.split(':').next().unwrap_or("").to_owned();
+        *kinds
+            .entry(if k.starts_with('/') { t } else { k })
+            .or_default() += 1;
+    }
+    format!("{kinds:?}")
+}
+
+/// Threads of `pid`.
+pub fn threads(pid: u32) -> u64 {
+    status_number(pid, "Threads")
+}
 
 /// A child process, stopped (SIGTERM, then SIGKILL) and reaped on drop.
 pub struct Proc(Option<Child>);

@@ -25,25 +25,64 @@ pub fn queues() -> usize {
         .min(2)
 }
 
+/// [`config`] without routes, parsed (for a gateway started in process).
+pub fn parsed_config(bed: &Bed, mode: &str, control_port: u16) -> vgate::config::Config {
+    vgate::config::parse(&config(bed, mode, 0, control_port), "test").unwrap()
+}
+
 pub fn config(bed: &Bed, mode: &str, streams: u32, control_port: u16) -> String {
     let control = format!("127.0.0.1:{control_port}");
-    let mut s = bed.config(BedConfig {
+    let s = bed.config(BedConfig {
         mode,
         queues: queues(),
         policy: "latch",
         control: &control,
         ..Default::default()
     });
-    for i in 0..streams {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n",
-            A_PORTS + 2 * i as u16,
-            bed.get("B_IP"),
-            SINK_PORTS + i as u16,
-            B_PORTS + 2 * i as u16,
-        ));
+    s + &stream_routes(bed, streams as u16, "s", |_| String::new())
+}
+
+/// `n` static routes A→B named `{prefix}{i}`: gateway port `A_PORTS + 2i` in A to
+/// `B_IP:SINK_PORTS + i`, leaving from `B_PORTS + 2i`; `extra(i)`: route `i`'s further lines.
+pub fn stream_routes(bed: &Bed, n: u16, prefix: &str, extra: impl Fn(u16) -> String) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "[[stream_route]]\nname = \"{prefix}{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\n{}",
+                A_PORTS + 2 * i,
+                bed.get("B_IP"),
+                SINK_PORTS + i,
+                B_PORTS + 2 * i,
+                extra(i)
+            )
+        })
+        .collect()
+}
+
+/// `n` sockets bound to `addr:SINK_PORTS + i`, not blocking.
+pub fn sink_sockets(addr: Ipv4Addr, n: u16) -> Vec<UdpSocket> {
+    (0..n)
+        .map(|i| {
+            let s = UdpSocket::bind((addr, SINK_PORTS + i))
+                .unwrap_or_else(|e| panic!("bind sink {addr}:{}: {e}", SINK_PORTS + i));
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect()
+}
+
+/// Notes in `problems` (20 at most) a datagram sink `i` got from `from` if it did not come
+/// from the gateway's `gateway:B_PORTS + 2i`.
+pub fn note_wrong_source(
+    problems: &mut Vec<String>,
+    i: usize,
+    from: std::net::SocketAddr,
+    gateway: Ipv4Addr,
+) {
+    let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
+    if from != want.into() && problems.len() < 20 {
+        problems.push(format!("stream {i}: from {from}, want {want}"));
     }
-    s
 }
 
 /// An RTP packet of stream `i`, sequence `seq`, padded to [`PAYLOAD`] bytes.
@@ -114,14 +153,7 @@ pub fn receiver(
 ) -> JoinHandle<Received> {
     std::thread::spawn(move || {
         enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-        let socks: Vec<UdpSocket> = (0..streams)
-            .map(|i| {
-                let s = UdpSocket::bind(SocketAddrV4::new(addr, SINK_PORTS + i as u16))
-                    .expect("bind receiver");
-                s.set_nonblocking(true).unwrap();
-                s
-            })
-            .collect();
+        let socks = sink_sockets(addr, streams as u16);
         let _ = ready.send(());
         let mut r = Received {
             per_stream: vec![Vec::new(); streams as usize],
@@ -136,11 +168,7 @@ pub fn receiver(
             for (i, s) in socks.iter().enumerate() {
                 while let Ok((n, from)) = s.recv_from(&mut buf) {
                     any = true;
-                    let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
-                    if from != want.into() && r.problems.len() < 20 {
-                        r.problems
-                            .push(format!("stream {i}: from {from}, want {want}"));
-                    }
+                    note_wrong_source(&mut r.problems, i, from, gateway);
                     match parse_packet(&buf[..n]) {
                         Some((id, seq)) if id == i as u32 => r.per_stream[i].push(seq),
                         other => {
@@ -229,13 +257,7 @@ impl Sinks {
             let (counts, stop, seqs) = (Arc::clone(&counts), Arc::clone(&stop), Arc::clone(&seqs));
             std::thread::spawn(move || {
                 enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
-                let socks: Vec<UdpSocket> = (0..n)
-                    .map(|i| {
-                        let s = UdpSocket::bind((addr, SINK_PORTS + i)).expect("bind sink");
-                        s.set_nonblocking(true).unwrap();
-                        s
-                    })
-                    .collect();
+                let socks = sink_sockets(addr, n);
                 let _ = ready_tx.send(());
                 let mut problems = Vec::new();
                 let mut buf = [0u8; 2048];
@@ -244,10 +266,7 @@ impl Sinks {
                     for (i, s) in socks.iter().enumerate() {
                         while let Ok((n, from)) = s.recv_from(&mut buf) {
                             any = true;
-                            let want = SocketAddrV4::new(gateway, B_PORTS + 2 * i as u16);
-                            if from != want.into() && problems.len() < 20 {
-                                problems.push(format!("sink {i}: from {from}, want {want}"));
-                            }
+                            note_wrong_source(&mut problems, i, from, gateway);
                             match parse_packet(&buf[..n]) {
                                 Some((id, seq)) if id == i as u32 => {
                                     seqs.lock().unwrap()[i].push(seq)
@@ -373,6 +392,26 @@ pub fn addrs(bed: &Bed) -> (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr) {
     )
 }
 
+/// Where [`RouteChanges`] runs its peers: the A and B namespaces and [`addrs`] of a bed.
+#[derive(Clone, Debug)]
+pub struct Peers {
+    pub a_ns: String,
+    pub b_ns: String,
+    /// (A_IP, GA_IP, GB_IP, B_IP).
+    pub addrs: (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr),
+}
+
+impl Peers {
+    pub fn of(bed: &Bed) -> Peers {
+        let (a_ns, b_ns, _) = bed.namespaces();
+        Peers {
+            a_ns,
+            b_ns,
+            addrs: addrs(bed),
+        }
+    }
+}
+
 /// The route-change scenario of the engine tests, run inside the gateway namespace with an
 /// in-process gateway: [`Sinks`] in B for routes 0 and 1, [`paced_senders`] in A to both
 /// ports, and an admin session holding route 0's ports (`A_PORTS`, `B_PORTS`).
@@ -380,6 +419,8 @@ pub struct RouteChanges<'g> {
     pub gw: &'g vgate::gateway::Gateway,
     pub sinks: Sinks,
     pub session: vgate::routes::SessionId,
+    /// The gateway's workers when the scenario started.
+    pub workers: Vec<Arc<vgate::channel::WorkerStats>>,
     stop: Arc<AtomicBool>,
     senders: Option<JoinHandle<()>>,
     dest: Ipv4Addr,
@@ -387,16 +428,17 @@ pub struct RouteChanges<'g> {
 }
 
 impl<'g> RouteChanges<'g> {
-    /// Starts the sinks and senders (`bed` is [`addrs`] and the A and B namespaces) and
-    /// reserves route 0's ports; `first_within`: the bound on a route's first packet that
+    /// Starts the sinks and senders (in the namespaces of `peers`) and reserves route 0's
+    /// ports; `first_within`: the bound on a route's first packet that
     /// [`RouteChanges::wait_growth`] checks, if any. No route yet.
     pub fn start(
         gw: &'g vgate::gateway::Gateway,
-        (a_ns, b_ns): (String, String),
-        (a_ip, ga_ip, gb_ip, b_ip): (Ipv4Addr, Ipv4Addr, Ipv4Addr, Ipv4Addr),
+        peers: Peers,
         first_within: Option<Duration>,
     ) -> RouteChanges<'g> {
         use vgate::config::DomainId;
+        let Peers { a_ns, b_ns, addrs } = peers;
+        let (a_ip, ga_ip, gb_ip, b_ip) = addrs;
         let sinks = Sinks::start(b_ns, b_ip, gb_ip, 2);
         let stop = Arc::new(AtomicBool::new(false));
         let senders = paced_senders(a_ns, a_ip, ga_ip, 2, Arc::clone(&stop));
@@ -410,6 +452,7 @@ impl<'g> RouteChanges<'g> {
             gw,
             sinks,
             session,
+            workers: gw.worker_stats(),
             stop,
             senders: Some(senders),
             dest: b_ip,
@@ -461,6 +504,33 @@ impl<'g> RouteChanges<'g> {
         self.stop_senders();
         self.sinks.finish();
     }
+
+    /// Waits `settle`, then checks route 0's sink got nothing: no route forwards yet.
+    pub fn assert_nothing_before_a_route(&self, settle: Duration) {
+        std::thread::sleep(settle);
+        assert_eq!(
+            self.sinks.count(0),
+            0,
+            "nothing forwarded before a route exists"
+        );
+    }
+
+    /// The end of the scenario: route 0 added back forwards again, route 1 on ports opened
+    /// now (a new egress socket) starts while route 0 goes on; then [`RouteChanges::finish`]
+    /// and no worker restarted or stopped.
+    pub fn readd_add_second_and_finish(self) {
+        self.add_first();
+        self.wait_growth(0, 50);
+        self.add_second();
+        self.wait_growth(1, 50);
+        self.wait_growth(0, 20);
+        let workers = self.workers.clone();
+        self.finish();
+        assert!(
+            workers.iter().all(|w| !w.exited.load(Relaxed)),
+            "no worker restarted or stopped"
+        );
+    }
 }
 
 /// The links in namespace `ns` that carry an XDP program.
@@ -483,6 +553,103 @@ pub fn assert_no_xdp_left(ns: &str) {
         "nothing left: {:?}",
         xdp_links(ns)
     );
+}
+
+/// Numbered traffic across the bed: [`bed_receiver`]s in B, then a [`sender`] in A
+/// (`per_stream` packets on each of `streams` streams to the gateway's A address). What was
+/// sent, and what arrived once the receivers went quiet.
+pub fn relay_across(bed: &Bed, streams: u32, per_stream: u32) -> (u32, Received) {
+    let done = Arc::new(AtomicBool::new(false));
+    let rx = bed_receiver(bed, streams, Arc::clone(&done));
+    let t0 = Instant::now();
+    let Peers { a_ns, addrs, .. } = Peers::of(bed);
+    let sent = sender(a_ns, addrs.0, addrs.1, streams, per_stream)
+        .join()
+        .expect("sender");
+    eprintln!("sent {sent} in {:?}", t0.elapsed());
+    done.store(true, Relaxed);
+    (sent, rx.join().expect("receiver"))
+}
+
+/// A [`relay_across`] run through `vg` (a `vgate run` on [`config`]'s `streams` routes), then
+/// `vg` stopped and [`check_relay`]: its totals, printed and checked.
+pub fn relay_and_check(
+    test: &str,
+    bed: &Bed,
+    vg: super::vgate::Vgate,
+    streams: u32,
+    per_stream: u32,
+) -> super::vgate::Totals {
+    let (sent, got) = relay_across(bed, streams, per_stream);
+    let totals = vg.stop();
+    eprintln!("{test}: sent {sent}\n{}", totals.raw);
+    check_relay(test, &totals, (sent, &got), streams, per_stream);
+    totals
+}
+
+/// The checks of a [`relay_across`] run of `per_stream` packets on each of `streams` routes
+/// `s0…` (the [`config`] routes), from the totals of `vgate run`: all sent, each delivered
+/// exactly once; the forward channel sent them all and dropped none; every route forwarded
+/// its packets and lost none; where there are two queues, at least two workers forwarded
+/// (`test` names the run when that part cannot be checked).
+pub fn check_relay(
+    test: &str,
+    totals: &super::vgate::Totals,
+    (sent, got): (u32, &Received),
+    streams: u32,
+    per_stream: u32,
+) {
+    use super::vgate::{kv, num};
+    let raw = &totals.raw;
+    assert_eq!(sent, streams * per_stream);
+    check_delivery(got, per_stream);
+    totals.assert_forwarded_all(sent);
+    let busy_workers = raw
+        .lines()
+        .filter(|l| l.starts_with("worker_channel ") && l.contains("channel=forward"))
+        .map(kv)
+        .filter(|m| num(m, "tx_packets") > 0)
+        .count();
+    if queues() >= 2 {
+        assert!(busy_workers >= 2, "at least two queues worked: {raw}");
+    } else {
+        super::part_did_not_run(test, "one CPU: whether two queues both worked");
+    }
+    assert_eq!(totals.routes.len(), streams as usize, "{raw}");
+    for i in 0..streams {
+        let name = format!("s{i}");
+        assert_eq!(
+            totals.route(&name, "tx_packets"),
+            u64::from(per_stream),
+            "{raw}"
+        );
+        assert_eq!(totals.route(&name, "rtp_lost"), 0, "{raw}");
+    }
+}
+
+/// Why the gateway refuses to start on `cfg` changed by `change` (panics if it starts).
+pub fn start_error(
+    cfg: &vgate::config::Config,
+    change: impl FnOnce(&mut vgate::config::Config),
+) -> String {
+    let mut c = cfg.clone();
+    change(&mut c);
+    vgate::gateway::Gateway::start(c, None)
+        .err()
+        .expect("the gateway refuses this config")
+        .to_string()
+}
+
+/// For [`start_error`]: domain A on an interface that does not exist (`vgnosuch0`).
+pub fn no_such_interface(c: &mut vgate::config::Config) {
+    c.domains[0].interface = "vgnosuch0".into();
+}
+
+/// For [`start_error`]: domain A on `lo` (one RX queue) with two queues on CPUs 0 and 1.
+pub fn more_queues_than_lo_has(c: &mut vgate::config::Config) {
+    c.domains[0].interface = "lo".into();
+    c.engine.queues = 2;
+    c.engine.cpus = vec![0, 1];
 }
 
 /// [`receiver`] for `streams` streams on the bed (`B_IP` in `B_NS`, from `GB_IP`), bound

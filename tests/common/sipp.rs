@@ -102,6 +102,14 @@ pub fn read_logs(dir: &Path, suffix: &str) -> String {
     all
 }
 
+/// What the sipp namespace tests need besides root: the bed's tools, sipp and `timeout`.
+pub const NEEDS: &[(&str, &str)] = &[
+    ("ip", "iproute2"),
+    ("nft", "nftables"),
+    ("sipp", "sip-tester"),
+    ("timeout", "coreutils"),
+];
+
 /// Writes the RTP pcap of `packets` packets the device scenarios play (`make_rtp_pcap.py`).
 pub fn make_rtp_pcap(path: &Path, packets: u32) {
     let st = Command::new("python3")
@@ -118,20 +126,10 @@ pub fn make_rtp_pcap(path: &Path, packets: u32) {
 /// the gateway's B address, port 5060; the upstream face is port 5061. `extra` lines are
 /// added to the route.
 pub fn gb_b2a_route(bed: &super::Bed, extra: &str) -> String {
+    let upstream = format!("{}:5060", bed.get("A_IP"));
     format!(
-        r#"
-[[signaling_route]]
-name = "b2a"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "{a_ip}:5060"
-upstream_port = 5061
-allow_peers = ["{b_ip}/32"]
-allow_ids = ["3402000000"]
-{extra}"#,
-        a_ip = bed.get("A_IP"),
-        b_ip = bed.get("B_IP"),
+        "\n{}upstream_port = 5061\nallow_peers = [\"{}/32\"]\nallow_ids = [\"3402000000\"]\n{extra}",
+        super::signaling_route("b2a", "sip", "udp", ("b", 5060), &upstream),
+        bed.get("B_IP"),
     )
 }

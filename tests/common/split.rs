@@ -77,18 +77,13 @@ impl SplitBed {
     }
 
     fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("bash")
-            .arg(script())
-            .args(["--name", &self.name])
-            .args(args)
-            .output()
-            .expect("run scripts/split-bed.sh");
-        assert!(
-            out.status.success(),
-            "split-bed.sh {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        super::proc::run_ok(
+            Command::new("bash")
+                .arg(script())
+                .args(["--name", &self.name])
+                .args(args),
+            &format!("split-bed.sh {args:?}"),
+        )
     }
 
     /// `FWD_WRONG`, `REV_WRONG` (packets that travelled a one-way link the wrong way),
@@ -179,45 +174,28 @@ pub fn half_config_mode(
             ),
         )
     };
-    // Half A sends on fa (forward) and receives on ra (reverse); half B the mirror.
-    let (
-        out_if,
-        out_local,
-        out_peer,
-        out_mac,
-        in_if,
-        in_local,
-        in_peer,
-        sig_if,
-        sig_local,
-        sig_peer,
-    ) = if half == "a" {
-        (
-            "fa",
-            format!("{}:{FWD_PORT}", bed.get("FA_IP")),
-            format!("{}:{FWD_PORT}", bed.get("FB_IP")),
-            bed.get("FB_MAC"),
-            "ra",
-            format!("{}:{REV_PORT}", bed.get("RA_IP")),
-            format!("{}:{REV_PORT}", bed.get("RB_IP")),
-            "sa",
-            format!("{}:7400", bed.get("SA_IP")),
-            format!("{}:7400", bed.get("SB_IP")),
-        )
+    // Half A sends on fa (forward) and receives on ra (reverse); half B the mirror. Each
+    // link's interface is its letter and the half's (`fa`), its addresses `<L><HALF>_IP`.
+    let (me, peer, out, inl) = if half == "a" {
+        ("A", "B", ("F", FWD_PORT), ("R", REV_PORT))
     } else {
-        (
-            "rb",
-            format!("{}:{REV_PORT}", bed.get("RB_IP")),
-            format!("{}:{REV_PORT}", bed.get("RA_IP")),
-            bed.get("RA_MAC"),
-            "fb",
-            format!("{}:{FWD_PORT}", bed.get("FB_IP")),
-            format!("{}:{FWD_PORT}", bed.get("FA_IP")),
-            "sb",
-            format!("{}:7400", bed.get("SB_IP")),
-            format!("{}:7400", bed.get("SA_IP")),
-        )
+        ("B", "A", ("R", REV_PORT), ("F", FWD_PORT))
     };
+    let iface = |l: &str| format!("{l}{me}").to_lowercase();
+    let addr =
+        |l: &str, side: &str, port: u16| format!("{}:{port}", bed.get(&format!("{l}{side}_IP")));
+    let (out_if, out_local, out_peer) = (
+        iface(out.0),
+        addr(out.0, me, out.1),
+        addr(out.0, peer, out.1),
+    );
+    let out_mac = bed.get(&format!("{}{peer}_MAC", out.0));
+    let (in_if, in_local, in_peer) = (
+        iface(inl.0),
+        addr(inl.0, me, inl.1),
+        addr(inl.0, peer, inl.1),
+    );
+    let (sig_if, sig_local, sig_peer) = (iface("S"), addr("S", me, 7400), addr("S", peer, 7400));
     format!(
         r#"
 [domains.a]
@@ -266,6 +244,20 @@ pub fn route(name: &str, domain: &str, port: u16, dest: &str, egress: u16, expec
 }
 
 /// `vgate run` in the half's namespace (`HA_NS` or `HB_NS`).
+/// Both halves in `mode` ([`half_config_mode`] and [`start_half`]): half A with FEC
+/// `fec_a.0` out and `fec_a.1` in and `routes_a`, half B mirrored (its out is A's in).
+pub fn start_halves(
+    bed: &SplitBed,
+    mode: &str,
+    fec_a: (&str, &str),
+    (routes_a, routes_b): (&str, &str),
+) -> (Vgate, Vgate) {
+    let (out, inl) = fec_a;
+    let a = half_config_mode(bed, "a", mode, out, inl, routes_a);
+    let b = half_config_mode(bed, "b", mode, inl, out, routes_b);
+    (start_half(bed, "a", &a), start_half(bed, "b", &b))
+}
+
 pub fn start_half(bed: &SplitBed, half: &str, config: &str) -> Vgate {
     let ns = bed
         .get(if half == "a" { "HA_NS" } else { "HB_NS" })
@@ -424,6 +416,14 @@ pub fn link_totals(raw: &str, name: &str) -> HashMap<String, u64> {
         .filter_map(|w| w.split_once('='))
         .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_owned(), v)))
         .collect()
+}
+
+/// Panics unless each of the link counters `keys` (of [`link_totals`]) is 0; `what` names
+/// the link in the message.
+pub fn assert_zero(link: &HashMap<String, u64>, keys: &[&str], what: &str) {
+    for k in keys {
+        assert_eq!(link[*k], 0, "{what} {k}: {link:?}");
+    }
 }
 
 /// `GET path` on a half's admin interface (127.0.0.1:9940 inside its namespace): the body.

@@ -1,4 +1,5 @@
-//! Plain UDP peers in a namespace: a sink that counts what arrives and from where.
+//! Plain UDP peers: a socket with a read timeout, and a sink in a namespace that counts what
+//! arrives and from where.
 
 use std::collections::HashSet;
 use std::net::{SocketAddr, UdpSocket};
@@ -8,6 +9,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::in_netns;
+
+/// A socket bound to `addr` whose reads wait at most `timeout`.
+pub fn bound(addr: &str, timeout: Duration) -> UdpSocket {
+    let s = UdpSocket::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    s.set_read_timeout(Some(timeout)).unwrap();
+    s
+}
 
 /// Counts the datagrams (and their sources) arriving at `addr` inside namespace `ns` until
 /// `stop` is set; bound before this returns.

@@ -69,15 +69,12 @@ listen = "127.0.{net}.1:{control}"
 /// address (`127.0.NET.2:5060`), the device side is `127.0.NET.1:5070`. Keys a test adds
 /// right after it belong to the route.
 pub fn loopback_gb_route(net: u8) -> String {
-    format!(
-        r#"[[signaling_route]]
-name = "gb"
-type = "sip"
-transport = "udp"
-listen_domain = "b"
-listen_port = 5060
-upstream = "127.0.{net}.1:5070"
-"#
+    super::signaling_route(
+        "gb",
+        "sip",
+        "udp",
+        ("b", 5060),
+        &format!("127.0.{net}.1:5070"),
     )
 }
 
@@ -403,19 +400,42 @@ impl Totals {
     }
 
     pub fn route(&self, name: &str, key: &str) -> u64 {
-        let r = self
-            .routes
-            .get(name)
-            .unwrap_or_else(|| panic!("no totals for route {name}:\n{}", self.raw));
-        r.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
+        self.value(&self.routes, "route", name, key)
     }
 
     pub fn channel(&self, name: &str, key: &str) -> u64 {
-        let c = self
-            .channels
+        self.value(&self.channels, "channel", name, key)
+    }
+
+    /// `key` of line `name` among `lines` (0 if the line lacks it; panics without the line).
+    fn value(
+        &self,
+        lines: &HashMap<String, HashMap<String, String>>,
+        kind: &str,
+        name: &str,
+        key: &str,
+    ) -> u64 {
+        let l = lines
             .get(name)
-            .unwrap_or_else(|| panic!("no totals for channel {name}:\n{}", self.raw));
-        c.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
+            .unwrap_or_else(|| panic!("no totals for {kind} {name}:\n{}", self.raw));
+        l.get(key).map(|v| v.parse().unwrap()).unwrap_or(0)
+    }
+
+    /// Panics unless the forward channel's totals say `sent` packets left and no drop of any
+    /// reason was counted.
+    pub fn assert_forwarded_all(&self, sent: u32) {
+        let raw = &self.raw;
+        assert_eq!(
+            self.channel("forward", "tx_packets"),
+            u64::from(sent),
+            "{raw}"
+        );
+        assert!(
+            !self.channels["forward"]
+                .keys()
+                .any(|k| k.starts_with("drop_")),
+            "no drops: {raw}"
+        );
     }
 
     /// Panics unless the totals say no session, route or port was left (`who` names the

@@ -15,11 +15,10 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{enter_netns, Bed, BedConfig};
+use crate::common::{enter_netns, relay, Bed, BedConfig};
 
-pub const A_PORTS: u16 = 20000;
-pub const B_PORTS: u16 = 30000;
-pub const SINK_PORTS: u16 = 40000;
+#[allow(unused_imports)]
+pub use crate::common::relay::{A_PORTS, B_PORTS, SINK_PORTS};
 pub const SRC_PORTS: u16 = 41000;
 pub const RTP_LEN: usize = 172;
 pub const PY: &str = "/usr/bin/python3";
@@ -45,50 +44,6 @@ pub use crate::common::{
     vgate::{channel_totals, kv, live_counts, num, Vgate},
 };
 
-/// Resident set size of `pid`, KiB.
-pub fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Open file descriptors of `pid`.
-pub fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// What the open file descriptors of `pid` are (`socket:[…]` collapsed), for messages.
-pub fn fd_targets(pid: u32) -> String {
-    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let t = std::fs::read_link(e.path())
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let k = t.split(':').next().unwrap_or("").to_owned();
-        *kinds
-            .entry(if k.starts_with('/') { t } else { k })
-            .or_default() += 1;
-    }
-    format!("{kinds:?}")
-}
-
-/// Threads of `pid`.
-pub fn threads(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// `GET path` on the admin interface (127.0.0.1:9940 in namespace `ns`); the body.
 pub fn admin_get(ns: &str, path: &str) -> String {
     crate::common::admin::get_in(ns, "127.0.0.1:9940", path)
@@ -110,19 +65,10 @@ pub fn config(bed: &Bed, mode: &str, ports: u16, policy: &str, extra: &str) -> S
 /// Static routes A→B for `n` streams: gateway port `A_PORTS + 2i` → `B_IP:SINK_PORTS + i`,
 /// expected source `A_IP:SRC_PORTS + i`.
 pub fn stream_routes(bed: &Bed, n: u16) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"s{i}\"\ndomain = \"a\"\nport = {}\ndestination = \"{}:{}\"\negress_port = {}\nexpect_source = \"{}:{}\"\n",
-            A_PORTS + 2 * i,
-            bed.get("B_IP"),
-            SINK_PORTS + i,
-            B_PORTS + 2 * i,
-            bed.get("A_IP"),
-            SRC_PORTS + i,
-        ));
-    }
-    s
+    let a_ip = bed.get("A_IP");
+    relay::stream_routes(bed, n, "s", |i| {
+        format!("expect_source = \"{a_ip}:{}\"\n", SRC_PORTS + i)
+    })
 }
 
 /// An RTP packet of stream `i`, sequence `seq`.
@@ -197,14 +143,10 @@ impl Streams {
             );
             std::thread::spawn(move || {
                 enter_netns(&b_ns).unwrap();
-                let socks: Vec<UdpSocket> = (0..n)
-                    .map(|i| {
-                        let s = UdpSocket::bind((b_ip, SINK_PORTS + i)).expect("bind sink");
-                        s.set_nonblocking(true).unwrap();
-                        set_rcvbuf(&s, 4 << 20);
-                        s
-                    })
-                    .collect();
+                let socks = relay::sink_sockets(b_ip, n);
+                for s in &socks {
+                    set_rcvbuf(s, 4 << 20);
+                }
                 let _ = ready_tx.send(());
                 let mut seqs = vec![Vec::new(); n as usize];
                 let mut problems = Vec::new();
@@ -216,10 +158,7 @@ impl Streams {
                     for (i, s) in socks.iter().enumerate() {
                         while let Ok((len, from)) = s.recv_from(&mut buf) {
                             any = true;
-                            let want = SocketAddrV4::new(gb_ip, B_PORTS + 2 * i as u16);
-                            if from != want.into() && problems.len() < 20 {
-                                problems.push(format!("stream {i}: from {from}, want {want}"));
-                            }
+                            relay::note_wrong_source(&mut problems, i, from, gb_ip);
                             if len != RTP_LEN || buf[12..16] != (i as u32).to_be_bytes() {
                                 if problems.len() < 20 {
                                     problems.push(format!(
@@ -344,15 +283,13 @@ pub fn set_rcvbuf(s: &UdpSocket, bytes: usize) {
 
 /// `udpgen.py` in namespace `ns` with `args`; returns the running generator.
 pub fn udpgen(ns: &str, args: &[&str]) -> Proc {
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns, "timeout", "300", PY])
-        .arg(helper("udpgen.py"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start udpgen.py");
-    Proc::new(child)
+    Proc::spawn(
+        Command::new("ip")
+            .args(["netns", "exec", ns, "timeout", "300", PY])
+            .arg(helper("udpgen.py"))
+            .args(args)
+            .stdout(Stdio::piped()),
+    )
 }
 
 /// Runs `udpgen.py` to completion; its `sent=` figure.
@@ -514,6 +451,22 @@ impl SipUac {
         )
     }
 
+    /// The first request `method` of a dialog with the device (`tag`: its From tag and the
+    /// start of its Call-ID; `branch`, made unique with the local port), through the proxy.
+    fn to_device(&self, method: &str, tag: &str, branch: &str, body: &str) -> String {
+        let port = self.local.port();
+        self.request(
+            method,
+            "sip:34020000001320000001@3402000000",
+            &format!("{tag}-{port}@3402000000"),
+            tag,
+            "<sip:34020000001320000001@3402000000>",
+            1,
+            &format!("{branch}x{port}"),
+            body,
+        )
+    }
+
     /// Sends `msg` to `to`, retransmitting every 500 ms, until a final response for `cseq`
     /// arrives or `within` passes; the final response (empty on timeout).
     fn transact(&self, msg: &str, to: SocketAddrV4, within: Duration) -> String {
@@ -554,10 +507,7 @@ impl SipUac {
         let uri = "sip:34020000001320000001@3402000000";
         let inv = self.request("INVITE", uri, &call_id, &from_tag, &to, 1, &branch, &sdp);
         let r = self.transact(&inv, self.proxy, Duration::from_secs(10));
-        let code: u16 = r
-            .strip_prefix("SIP/2.0 ")
-            .and_then(|x| x.get(..3)?.parse().ok())
-            .unwrap_or(0);
+        let code = status(&r);
         let to_hdr = header(&r, "To")
             .first()
             .and_then(|l| l.split_once(':'))
@@ -609,16 +559,7 @@ impl SipUac {
             ip = media.ip(),
             port = media.port()
         );
-        let inv = self.request(
-            "INVITE",
-            "sip:34020000001320000001@3402000000",
-            &format!("u{n}-{}@3402000000", self.local.port()),
-            &format!("u{n}"),
-            "<sip:34020000001320000001@3402000000>",
-            1,
-            &format!("unans{n}x{}", self.local.port()),
-            &sdp,
-        );
+        let inv = self.to_device("INVITE", &format!("u{n}"), &format!("unans{n}"), &sdp);
         let _ = self.sock.send_to(inv.as_bytes(), self.proxy);
     }
 
@@ -634,28 +575,13 @@ impl SipUac {
             &format!("bye{n}x{}", self.local.port()),
             "",
         );
-        let r = self.transact(&bye, call.target_addr, Duration::from_secs(10));
-        r.strip_prefix("SIP/2.0 ")
-            .and_then(|x| x.get(..3)?.parse().ok())
-            .unwrap_or(0)
+        status(&self.transact(&bye, call.target_addr, Duration::from_secs(10)))
     }
 
     /// An OPTIONS through the proxy; the final status (0: none).
     pub fn options(&self, n: u32) -> u16 {
-        let m = self.request(
-            "OPTIONS",
-            "sip:34020000001320000001@3402000000",
-            &format!("o{n}-{}@3402000000", self.local.port()),
-            &format!("o{n}"),
-            "<sip:34020000001320000001@3402000000>",
-            1,
-            &format!("opt{n}x{}", self.local.port()),
-            "",
-        );
-        let r = self.transact(&m, self.proxy, Duration::from_secs(5));
-        r.strip_prefix("SIP/2.0 ")
-            .and_then(|x| x.get(..3)?.parse().ok())
-            .unwrap_or(0)
+        let m = self.to_device("OPTIONS", &format!("o{n}"), &format!("opt{n}"), "");
+        status(&self.transact(&m, self.proxy, Duration::from_secs(5)))
     }
 }
 
@@ -867,15 +793,8 @@ impl RtspClient {
     /// One request; the reply (status line first), or "" when the connection ended.
     pub fn request(&mut self, method: &str, url: &str, extra: &str) -> String {
         self.cseq += 1;
-        let session = self
-            .session
-            .as_ref()
-            .map(|s| format!("Session: {s}\r\n"))
-            .unwrap_or_default();
-        let req = format!(
-            "{method} {url} RTSP/1.0\r\nCSeq: {}\r\n{session}{extra}\r\n",
-            self.cseq
-        );
+        let req =
+            crate::common::rtsp::request(method, url, self.cseq, self.session.as_deref(), extra);
         if self.w.write_all(req.as_bytes()).is_err() {
             return String::new();
         }

@@ -36,7 +36,12 @@
 //! transport it asked for (its channels, or `server_port` = vgate's pair). A `461` stays
 //! only where no bridge can be made, with the reason in its reason phrase: the server
 //! refuses the other transport too (or answers the first again), no channel pair is free,
-//! or the leg cannot start. Pushes (`mode=record`) are bridged the same way. The route's
+//! or the leg cannot start. Pushes (`mode=record`) are bridged the same way. In a session
+//! with several tracks the first SETUP's answer settles the lower transport toward the
+//! server: every further track is asked with it at once (bridged where the client asked the
+//! other), never the client's first and then the other (servers that fix a session's
+//! transport at its first SETUP close the connection at a second SETUP of one track); a
+//! `2xx` answering UDP with interleaved is bridged as it is. The route's
 //! `bridge_*` events count legs, frames and bytes each way, stalls and drops; each leg is
 //! also listed with its counters in the route tables' [`crate::routes::legs::LegTable`].
 //!

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::requests::{with_header, LOG_LEG};
 use super::{
-    Exchange, InFlight, LegSpec, MediaPorts, SetupKind, TcpSide, Track, UdpSetup, BAD_GATEWAY,
-    CHANNELS_TAKEN, MAX_TRACKS, NO_BRIDGE, UNBRIDGEABLE,
+    Exchange, InFlight, LegSpec, MediaPorts, SetupKind, Slot, TcpSide, Track, UdpSetup,
+    BAD_GATEWAY, CHANNELS_TAKEN, MAX_TRACKS, NO_BRIDGE, UNBRIDGEABLE,
 };
 use crate::signaling::rtsp::{Editor, Message, Status};
 
@@ -39,10 +39,18 @@ impl<M: MediaPorts> Exchange<M> {
     }
 
     /// The lowest pair of `$` channels free on `side`'s connection (neither relayed nor
-    /// bridged there).
+    /// bridged there, nor asked of the upstream by a SETUP still awaiting its reply).
     pub(super) fn free_channels(&self, side: TcpSide) -> Option<(u8, u8)> {
+        let asked = |c: u8| {
+            side == TcpSide::Upstream
+                && self.slots.iter().any(|s| {
+                    matches!(s, Slot::Waiting(InFlight { setup: Some(SetupKind::UdpToTcp { channels, .. }), .. })
+                        if channels.0 == c || channels.1 == c)
+                })
+        };
         (0u8..=254).step_by(2).find_map(|n| {
-            let free = |c: u8| !self.channels[usize::from(c)] && !self.bridged(side, c);
+            let free =
+                |c: u8| !self.channels[usize::from(c)] && !self.bridged(side, c) && !asked(c);
             (free(n) && free(n + 1)).then_some((n, n + 1))
         })
     }

@@ -39,7 +39,8 @@ mod requests;
 mod server;
 mod setup;
 
-/// Most SETUPs (tracks) one connection may hold ports for.
+/// Most tracks one session may hold (relayed, UDP or bridged, SETUPs in flight included);
+/// a SETUP beyond gets `453`, nothing sent upstream.
 pub const MAX_TRACKS: usize = 16;
 /// Most requests awaiting a reply on one connection (pipelining depth).
 pub const MAX_PENDING: usize = 32;
@@ -336,6 +337,13 @@ const CHANNELS_TAKEN: Status = Status::new(
     461,
     "Unsupported Transport (the interleaved channels are already another track's on this connection)",
 );
+/// `461` when the server refuses a track over the lower transport its session's first track
+/// settled: vgate does not ask that track again (a server that fixes the transport closes the
+/// connection at a second SETUP of one track).
+const SETTLED_REFUSED: Status = Status::new(
+    461,
+    "Unsupported Transport (the server refused this track over the lower transport the session's first track settled)",
+);
 /// `461` where the exchange has no bridge legs (tests of the pure exchange).
 const NO_BRIDGE: Status = Status::new(
     461,
@@ -369,7 +377,8 @@ struct InFlight {
     setup: Option<SetupKind>,
     /// `RTP/AVP` of the client's Transport, for a SETUP resent with the other transport.
     profile: String,
-    /// A SETUP already resent with the other lower transport.
+    /// A SETUP that must not be sent again with the other lower transport: resent already,
+    /// or asked with the transport the session's first track settled.
     retried: bool,
     answered_challenge: bool,
 }
@@ -426,6 +435,10 @@ pub struct Exchange<M: MediaPorts> {
     upstream_url: Option<String>,
     /// Tracks set up in the current session, in SETUP order.
     tracks: Vec<Track>,
+    /// The lower transport the upstream took for the session's first track: every further
+    /// track is asked with it (servers that fix it at the first SETUP answer another track
+    /// with it anyway, or refuse the track and then close at a second SETUP of it).
+    settled: Option<LowerTransport>,
     /// UDP tracks set up since the session began, for route labels.
     track_seq: usize,
     /// `CSeq`s of the server's requests forwarded to the client and not yet answered.
@@ -456,6 +469,7 @@ impl<M: MediaPorts> Exchange<M> {
             upstream_session: None,
             upstream_url: None,
             tracks: Vec::new(),
+            settled: None,
             track_seq: 0,
             server_requests: VecDeque::new(),
         }
@@ -524,6 +538,7 @@ impl<M: MediaPorts> Exchange<M> {
         self.upstream_bridged = [false; 256];
         self.spare.clear();
         self.tracks.clear();
+        self.settled = None;
         self.track_seq = 0;
     }
 

@@ -5,8 +5,8 @@
 use std::convert::Infallible;
 
 use super::{
-    Exchange, InFlight, MediaPorts, Output, Slot, TcpSide, BAD_GATEWAY, MAX_PENDING, METHODS,
-    METHOD_NOT_ALLOWED,
+    Exchange, InFlight, MediaPorts, Output, SetupKind, Slot, TcpSide, BAD_GATEWAY, MAX_PENDING,
+    METHODS, METHOD_NOT_ALLOWED, SETTLED_REFUSED,
 };
 use crate::signaling::rtsp::transport::LowerTransport;
 use crate::signaling::rtsp::{
@@ -172,11 +172,13 @@ impl<M: MediaPorts> Exchange<M> {
         }
         let mut setup = None;
         let mut profile = String::new();
+        let mut retried = false;
         match method {
             "SETUP" => {
-                let (kind, p) = self.setup_request(msg, &mut editor)?;
+                let (kind, p, settled) = self.setup_request(msg, &mut editor)?;
                 setup = Some(kind);
                 profile = p;
+                retried = settled;
             }
             "ANNOUNCE" => {
                 self.announced = true;
@@ -217,7 +219,7 @@ impl<M: MediaPorts> Exchange<M> {
             sent,
             setup,
             profile,
-            retried: false,
+            retried,
             answered_challenge: false,
         }));
         Ok(())
@@ -301,8 +303,12 @@ impl<M: MediaPorts> Exchange<M> {
         }
         if flight.method == "SETUP" && !flight.retried && self.settings.bridge.is_some() {
             if let Some(kind) = flight.setup {
+                // An interleaved answer to UDP is bridged as it is (setup_reply).
                 let other = (200..300).contains(&status)
-                    && answered_lower(&msg).is_some_and(|l| l != kind.upstream_lower());
+                    && answered_lower(&msg).is_some_and(|l| {
+                        l != kind.upstream_lower()
+                            && !matches!((kind, l), (SetupKind::Udp(_), LowerTransport::Tcp))
+                    });
                 if status == 461 || other {
                     // The upstream refused the client's lower transport (or answered the
                     // other one): ask it for the other one, and bridge.
@@ -325,10 +331,15 @@ impl<M: MediaPorts> Exchange<M> {
             }
         }
         if flight.method == "SETUP" && flight.retried && status == 461 {
-            // The other transport refused too: nothing to bridge.
+            // The other transport refused too: nothing to bridge. Or the track was asked
+            // with the session's settled transport: it is not asked again.
             self.give_back(&flight);
-            let reply = build_response(Some(&flight.client_cseq), self.unbridgeable(), &[])
-                .unwrap_or_default();
+            let refusal = if self.settled.is_some() {
+                SETTLED_REFUSED
+            } else {
+                self.unbridgeable()
+            };
+            let reply = build_response(Some(&flight.client_cseq), refusal, &[]).unwrap_or_default();
             self.slots.insert(index, Slot::Ready(reply, Vec::new()));
             self.flush(&mut out);
             return out;

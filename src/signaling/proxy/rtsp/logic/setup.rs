@@ -5,7 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 
 use super::requests::transport_status;
 use super::{
-    Exchange, InFlight, MediaPorts, SetupKind, TcpSide, Track, UdpSetup, BAD_GATEWAY, MAX_TRACKS,
+    Exchange, InFlight, MediaPorts, SetupKind, Slot, TcpSide, Track, UdpSetup, BAD_GATEWAY,
+    MAX_TRACKS,
 };
 use crate::config::DomainId;
 use crate::routes::RouteSpec;
@@ -29,12 +30,24 @@ impl<M: MediaPorts> Exchange<M> {
 }
 
 impl<M: MediaPorts> Exchange<M> {
-    /// Polices the client's Transport and points the upstream at vgate.
+    /// Polices the client's Transport and points the upstream at vgate. Also says whether
+    /// the session's transport was settled (the SETUP is then never sent again with the
+    /// other one).
     pub(super) fn setup_request(
         &mut self,
         msg: &Message<'_>,
         editor: &mut Editor<'_, '_>,
-    ) -> Result<(SetupKind, String), Status> {
+    ) -> Result<(SetupKind, String, bool), Status> {
+        // Every track of the session counts (relayed, UDP or bridged), and so does each
+        // SETUP still awaiting its reply.
+        let in_flight = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Waiting(f) if f.setup.is_some()))
+            .count();
+        if self.tracks.len() + in_flight >= MAX_TRACKS {
+            return Err(Status::NOT_ENOUGH_BANDWIDTH);
+        }
         let value = msg.transport().ok_or(Status::UNSUPPORTED_TRANSPORT)?;
         let specs = parse_transport(value).map_err(transport_status)?;
         let (chosen, delivery) =
@@ -46,34 +59,61 @@ impl<M: MediaPorts> Exchange<M> {
             || self.announced;
         let profile = format!("{}/{}", chosen.protocol, chosen.profile);
         let spec = chosen.clone().with_unicast().without_destination();
+        let mode = if record { ";mode=record" } else { "" };
+        // Once the session's first track settled the upstream's lower transport, every
+        // further track is asked with it (bridged when the client asked the other one).
+        let settled = self.settings.bridge.as_ref().and(self.settled);
+        let udp_upstream = settled == Some(LowerTransport::Udp)
+            || self
+                .settings
+                .bridge
+                .as_ref()
+                .is_some_and(|b| b.udp_upstream);
         let kind = match delivery {
             Delivery::Udp { client_port } => {
                 let pair = self.upstream_pair()?;
-                let spec = spec
-                    .with_client_port(pair, Some(pair + 1))
-                    .map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
-                editor
-                    .set_header("Transport", &spec.to_string())
-                    .map_err(|_| Status::BAD_REQUEST)?;
                 let client_rtp = client_port.rtp();
-                SetupKind::Udp(UdpSetup {
+                let setup = UdpSetup {
                     client_rtp,
                     client_rtcp: client_port
                         .rtcp()
                         .unwrap_or_else(|| client_rtp.saturating_add(1)),
                     upstream_pair: pair,
                     record,
-                })
+                };
+                if settled == Some(LowerTransport::Tcp) {
+                    let Some(channels) = self.free_channels(TcpSide::Upstream) else {
+                        self.spare.push(pair);
+                        return Err(self.unbridgeable());
+                    };
+                    editor
+                        .set_header(
+                            "Transport",
+                            &format!(
+                                "{profile}/TCP;unicast;interleaved={}-{}{mode}",
+                                channels.0, channels.1
+                            ),
+                        )
+                        .map_err(|_| Status::BAD_REQUEST)?;
+                    SetupKind::UdpToTcp { setup, channels }
+                } else {
+                    let spec = spec
+                        .with_client_port(pair, Some(pair + 1))
+                        .map_err(|_| Status::INTERNAL_SERVER_ERROR)?;
+                    editor
+                        .set_header("Transport", &spec.to_string())
+                        .map_err(|_| Status::BAD_REQUEST)?;
+                    SetupKind::Udp(setup)
+                }
             }
-            Delivery::Interleaved { channels }
-                if self
-                    .settings
-                    .bridge
-                    .as_ref()
-                    .is_some_and(|b| b.udp_upstream) =>
-            {
+            Delivery::Interleaved { channels } if udp_upstream => {
+                // Bridged, the client's channels must be free on its connection.
+                if channels.is_some_and(|c| {
+                    self.channels_taken(TcpSide::Client, (c.first, c.last.max(c.first)))
+                }) {
+                    return Err(self.taken());
+                }
                 let pair = self.upstream_pair()?;
-                let mode = if record { ";mode=record" } else { "" };
                 editor
                     .set_header(
                         "Transport",
@@ -105,7 +145,7 @@ impl<M: MediaPorts> Exchange<M> {
                 }
             }
         };
-        Ok((kind, profile))
+        Ok((kind, profile, settled.is_some()))
     }
 }
 
@@ -140,7 +180,41 @@ impl<M: MediaPorts> Exchange<M> {
 }
 
 impl<M: MediaPorts> Exchange<M> {
+    /// A `2xx` to a SETUP: the track installed as the upstream answered it. An answer with
+    /// the other lower transport than asked is taken as it is where it can be bridged (UDP
+    /// asked, interleaved answered: a leg on the upstream's channels), never asked again.
+    /// The first track's answer settles the session's upstream transport.
     pub(super) fn setup_reply(
+        &mut self,
+        msg: &Message<'_>,
+        kind: SetupKind,
+        flight: &InFlight,
+        editor: &mut Editor<'_, '_>,
+    ) -> Result<(), Status> {
+        let answered = super::requests::answered_lower(msg);
+        let kind = match kind {
+            SetupKind::Udp(setup)
+                if answered == Some(LowerTransport::Tcp) && self.settings.bridge.is_some() =>
+            {
+                let channels = msg
+                    .transport()
+                    .and_then(|v| parse_transport(v).ok())
+                    .and_then(|s| s.first().and_then(|s| s.interleaved()))
+                    .map(|c| (c.first, c.last.max(c.first)))
+                    .or_else(|| self.free_channels(TcpSide::Upstream))
+                    .ok_or_else(|| self.unbridgeable())?;
+                SetupKind::UdpToTcp { setup, channels }
+            }
+            k => k,
+        };
+        self.setup_reply_as(msg, kind, flight, editor)?;
+        if self.settled.is_none() {
+            self.settled = answered;
+        }
+        Ok(())
+    }
+
+    fn setup_reply_as(
         &mut self,
         msg: &Message<'_>,
         kind: SetupKind,
