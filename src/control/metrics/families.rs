@@ -1,5 +1,5 @@
 //! The declaration of every exported family: [`FAMILIES`] (name, type, help),
-//! [`SPLIT_FAMILIES`] (a split half's links) and [`EVENT_FAMILIES`] (which family and label
+//! [`SPLIT_FAMILIES`] (a split half's links), [`HA_FAMILIES`] (a hot-standby node) and [`EVENT_FAMILIES`] (which family and label
 //! each signaling proxy event is exported as, [`event_series`]).
 
 /// (name, type, help) of every metric family vgate exports.
@@ -217,6 +217,41 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "1 when the last config reload was applied (or none was asked for), 0 when it was rejected",
     ),
     (
+        "vgate_build_info",
+        "gauge",
+        "Always 1; the labels name the vgate version and whether this build has the PF_RING engines",
+    ),
+    (
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time of the vgate process",
+    ),
+    (
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory of the vgate process",
+    ),
+    (
+        "process_open_fds",
+        "gauge",
+        "Open file descriptors of the vgate process",
+    ),
+    (
+        "process_max_fds",
+        "gauge",
+        "The process's limit on open file descriptors",
+    ),
+    (
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the vgate process, seconds since the Unix epoch",
+    ),
+];
+
+/// The families of a hot-standby node (`[ha]`): declared in every scrape, with samples only
+/// on such a node.
+pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
+    (
         "vgate_ha_role",
         "gauge",
         "Hot standby ([ha]): 1 for the role this node is in (active, standby, fault), 0 for the others",
@@ -270,36 +305,6 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_ha_last_takeover_timestamp_seconds",
         "gauge",
         "Hot standby: Unix time of the last takeover (0: none)",
-    ),
-    (
-        "vgate_build_info",
-        "gauge",
-        "Always 1; the labels name the vgate version and whether this build has the PF_RING engines",
-    ),
-    (
-        "process_cpu_seconds_total",
-        "counter",
-        "Total user and system CPU time of the vgate process",
-    ),
-    (
-        "process_resident_memory_bytes",
-        "gauge",
-        "Resident memory of the vgate process",
-    ),
-    (
-        "process_open_fds",
-        "gauge",
-        "Open file descriptors of the vgate process",
-    ),
-    (
-        "process_max_fds",
-        "gauge",
-        "The process's limit on open file descriptors",
-    ),
-    (
-        "process_start_time_seconds",
-        "gauge",
-        "Start time of the vgate process, seconds since the Unix epoch",
     ),
 ];
 

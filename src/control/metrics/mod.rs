@@ -20,7 +20,7 @@ mod signaling;
 #[cfg(test)]
 mod tests;
 
-pub use families::{event_series, EVENT_FAMILIES, FAMILIES, SPLIT_FAMILIES};
+pub use families::{event_series, EVENT_FAMILIES, FAMILIES, HA_FAMILIES, SPLIT_FAMILIES};
 
 use out::Out;
 use process::process_families;
