@@ -117,6 +117,8 @@ pub struct HaStatus {
     last_takeover_ms: AtomicU64,
     /// The writer the standby last saw, and the last state-store error.
     text: Mutex<(Option<String>, Option<String>)>,
+    /// Held while the role changes ([`HaStatus::request`], the promotion's last step).
+    transition: Mutex<()>,
 }
 
 impl HaStatus {
@@ -132,6 +134,8 @@ impl HaStatus {
     /// the gate here and now; becoming active is done by the HA thread (one last read of the
     /// state store first), woken at once.
     pub fn request(&self, role: Role) {
+        // One transition at a time: a promotion half-way never reopens a gate closed here.
+        let _t = self.transition.lock().unwrap_or_else(|p| p.into_inner());
         let before = self.wanted.swap(role as u8, Relaxed);
         if role != Role::Active {
             self.routes.set_standby(true);
@@ -250,6 +254,7 @@ impl Ha {
             last_takeover_wall_ms: AtomicU64::new(0),
             last_takeover_ms: AtomicU64::new(0),
             text: Mutex::new((None, None)),
+            transition: Mutex::new(()),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -315,23 +320,26 @@ impl Node {
     }
 
     fn run(mut self, woken: &Receiver<()>, stop: &AtomicBool) {
-        let mut role = Role::Standby;
+        // Whether this thread acts as the writer (it was active at the last look).
+        let mut writer = false;
         while !stop.load(Relaxed) {
             let _ = woken.recv_timeout(TICK);
             if stop.load(Relaxed) {
                 break;
             }
             self.watch_role_file();
+            // The role in force is what counts: a request may have closed the gate since.
             let wanted = self.status.wanted();
-            if wanted != role {
-                match wanted {
-                    Role::Active => self.promote(),
-                    _ if role == Role::Active => self.demote(wanted),
-                    _ => self.status.role.store(wanted as u8, Relaxed),
-                }
-                role = wanted;
+            let in_force = self.status.role();
+            if wanted == Role::Active && in_force != Role::Active {
+                self.promote();
+            } else if wanted != Role::Active && writer {
+                self.demote(wanted);
+            } else if wanted != in_force {
+                self.status.role.store(wanted as u8, Relaxed);
             }
-            if role == Role::Active {
+            writer = self.status.role() == Role::Active;
+            if writer {
                 self.write();
                 self.end_idle_replicas();
             } else {
@@ -362,8 +370,19 @@ impl Node {
     fn promote(&mut self) {
         let t0 = std::time::Instant::now();
         self.read();
-        self.routes.set_standby(false);
-        self.status.role.store(Role::Active as u8, Relaxed);
+        {
+            let _t = self
+                .status
+                .transition
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if self.status.wanted() != Role::Active {
+                // Asked back to standby while reading: stay one.
+                return;
+            }
+            self.routes.set_standby(false);
+            self.status.role.store(Role::Active as u8, Relaxed);
+        }
         self.full = true;
         let s = &self.status;
         s.takeovers.fetch_add(1, Relaxed);

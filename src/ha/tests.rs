@@ -247,3 +247,34 @@ fn the_role_file_sets_the_role() {
     wait(true);
     assert_eq!(ha.status.role(), Role::Standby);
 }
+
+#[test]
+fn a_quick_back_and_forth_ends_in_the_role_asked_last() {
+    let c = cfg("[ha]");
+    let routes = Arc::new(Routes::new(&c, Arc::new(NoHooks)));
+    let ha = Ha::start(c.ha.clone().unwrap(), Arc::clone(&routes)).unwrap();
+    let settle = |want_standby: bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            if routes.is_standby() == want_standby {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "did not settle");
+        }
+    };
+    for _ in 0..20 {
+        ha.status.request(Role::Active);
+        ha.status.request(Role::Standby);
+    }
+    settle(true);
+    assert_eq!(ha.status.role(), Role::Standby);
+    ha.status.request(Role::Active);
+    ha.status.request(Role::Fault);
+    ha.status.request(Role::Active);
+    settle(false);
+    assert_eq!(ha.status.role(), Role::Active);
+    ha.status.request(Role::Fault);
+    settle(true);
+    assert_eq!(ha.status.role(), Role::Fault);
+}

@@ -1,6 +1,7 @@
 //! The declaration of every exported family: [`FAMILIES`] (name, type, help),
-//! [`SPLIT_FAMILIES`] (a split half's links), [`HA_FAMILIES`] (a hot-standby node) and [`EVENT_FAMILIES`] (which family and label
-//! each signaling proxy event is exported as, [`event_series`]).
+//! [`SPLIT_FAMILIES`] (a split half's links), [`HA_FAMILIES`] (a hot-standby node) and
+//! [`EVENT_FAMILIES`] (which family and label each signaling proxy event is exported as,
+//! [`event_series`]).
 
 /// (name, type, help) of every metric family vgate exports.
 pub const FAMILIES: &[(&str, &str, &str)] = &[
