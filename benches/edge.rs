@@ -153,6 +153,7 @@ queues = 1
         expected: Some("127.0.0.1:0".parse().unwrap()),
         rtp_only: true,
         label: label.into(),
+        media: None,
     };
     routes.add_route(s, route(a1, p1, b1, "udp")).unwrap();
     routes.add_route(s, route(a2, p2, b2, "tcp")).unwrap();

@@ -160,6 +160,7 @@ pub fn run(opts: &DemoOptions, stop: &AtomicBool) -> Result<DemoReport, DemoErro
                     expected: Some(from),
                     rtp_only: true,
                     label: format!("demo-{i}"),
+                    media: None,
                 },
             )
         })()

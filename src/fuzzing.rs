@@ -194,17 +194,31 @@ pub fn packet_path(data: &[u8]) {
             expected: None,
             rtp_only: data.first().is_some_and(|b| b & 1 == 1),
             label: "fuzz".into(),
+            // Bit 1 of the first byte: the route validates its media (H.264 on 96).
+            media: data
+                .first()
+                .filter(|b| *b & 2 == 2)
+                .map(|_| crate::media::Rule {
+                    enforce: true,
+                    spec: crate::media::StreamSpec::new(None).with(
+                        96,
+                        crate::media::Codec::H264,
+                        90000,
+                    ),
+                    policy: crate::media::Policy::default(),
+                }),
         },
         1,
     );
+    let mut media = crate::channel::Validators::new(crate::channel::LEG_SLOTS, Default::default());
     if let Ok(d) = crate::wire::parse_udp4(data) {
         let _ = d.checksums_ok(false);
         let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        let _ = crate::channel::inspect(&route, src, d.payload, false, 1472, 1);
+        let _ = crate::channel::inspect(&route, src, d.payload, false, 1472, 1, &mut media);
     }
     // The same bytes as a bare UDP payload, as the stack engine sees it.
     let src = SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 2), 5000);
-    let _ = crate::channel::inspect(&route, src, data, false, 1472, 1);
+    let _ = crate::channel::inspect(&route, src, data, false, 1472, 1, &mut media);
     let _ = route.stats.snapshot();
 }
 

@@ -47,6 +47,7 @@ fn remove_stops_at_once_and_add_resumes() {
         expected: None,
         rtp_only: false,
         label: "t".into(),
+        media: None,
     };
     gw.routes.add_route(s, spec.clone()).unwrap();
     let tx = UdpSocket::bind("127.0.6.1:0").unwrap();

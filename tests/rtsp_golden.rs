@@ -24,6 +24,8 @@ struct FakeMedia {
     /// Ports given back by per-track TEARDOWNs.
     freed: Vec<(DomainId, u16)>,
     routes: Vec<RouteSpec>,
+    /// Every route ever added (what release takes away stays here).
+    history: Vec<RouteSpec>,
     released: usize,
     /// Bridge legs opened, and those closed one by one.
     legs: Vec<LegSpec>,
@@ -41,6 +43,7 @@ impl MediaPorts for FakeMedia {
         Ok(p)
     }
     fn add_route(&mut self, spec: RouteSpec) -> Result<(), RouteError> {
+        self.history.push(spec.clone());
         self.routes.push(spec);
         Ok(())
     }
@@ -95,6 +98,8 @@ fn settings() -> Settings {
         gateway: [Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(192, 168, 1, 1)],
         policy: SourcePolicy::Strict,
         rtp_only: false,
+        media_validate: vgate::config::MediaMode::Off,
+        media_policy: Default::default(),
         limits: Limits::default(),
         transports: TransportPolicy::default(),
         bridge: None,
@@ -266,6 +271,42 @@ fn golden(file: &str) -> std::path::PathBuf {
 fn udp_two_tracks_relative_controls() {
     let ex = run_transcript(&golden("udp_two_tracks_relative.txt"), exchange(settings()));
     assert_eq!(ex.media().released, 1, "TEARDOWN gives the session back");
+}
+
+#[test]
+fn each_tracks_rtp_validates_what_describe_offered_for_it() {
+    use vgate::media::Codec;
+    let mut s = settings();
+    s.media_validate = vgate::config::MediaMode::Enforce;
+    let ex = run_transcript(&golden("udp_two_tracks_relative.txt"), exchange(s));
+    let rtp: Vec<_> = ex
+        .media()
+        .history
+        .iter()
+        .filter(|r| r.label.ends_with(":rtp"))
+        .collect();
+    assert_eq!(rtp.len(), 2);
+    let codecs: Vec<_> = rtp
+        .iter()
+        .map(|r| {
+            let rule = r.media.expect("RTP is validated");
+            assert!(rule.enforce);
+            let f = rule.spec.formats();
+            assert_eq!(f.len(), 1, "{:?}", r.label);
+            (f[0].pt, f[0].codec, f[0].clock_rate)
+        })
+        .collect();
+    assert_eq!(
+        codecs,
+        [(26, Codec::Jpeg, 90000), (0, Codec::Pcmu, 8000)],
+        "stream=0 is the JPEG track, stream=1 the G.711 one"
+    );
+    assert!(ex
+        .media()
+        .history
+        .iter()
+        .filter(|r| !r.label.ends_with(":rtp"))
+        .all(|r| r.media.is_none()));
 }
 
 #[test]
@@ -1107,6 +1148,7 @@ source_validation = "latch"
         expected: None,
         rtp_only: false,
         label: format!("r{port}"),
+        media: None,
     };
     let mut tracks = Vec::new();
     for _ in 0..2 {

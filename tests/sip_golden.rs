@@ -1979,7 +1979,8 @@ fn a_call_route_with_traffic_gives_one_time_to_first_packet() {
     rtp.extend_from_slice(&[0u8; 100]);
     let now = vgate::clock::now_ms();
     let stranger = "10.1.0.77:5000".parse().unwrap();
-    assert!(vgate::channel::inspect(&fwd, stranger, &rtp, false, 1500, now).is_err());
+    let mut media = vgate::channel::Validators::new(8, Default::default());
+    assert!(vgate::channel::inspect(&fwd, stranger, &rtp, false, 1500, now, &mut media).is_err());
     assert_eq!(
         sip_first_packets(&t.routes),
         0,
@@ -1987,7 +1988,7 @@ fn a_call_route_with_traffic_gives_one_time_to_first_packet() {
     );
     let device = "10.1.0.9:5000".parse().unwrap();
     for _ in 0..3 {
-        vgate::channel::inspect(&fwd, device, &rtp, false, 1500, now).unwrap();
+        vgate::channel::inspect(&fwd, device, &rtp, false, 1500, now, &mut media).unwrap();
         fwd.touch(now);
     }
     assert_eq!(sip_first_packets(&t.routes), 1);

@@ -241,6 +241,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
             expected: None,
             rtp_only: false,
             label: "refused".into(),
+            media: None,
         },
     );
     let engine = gw.describe();
@@ -386,6 +387,7 @@ fn xdp_egress_that_takes_no_redirects_is_no_black_hole() {
             expected: None,
             rtp_only: false,
             label: "no-redirects".into(),
+            media: None,
         },
     );
     let engine = gw.describe();
@@ -797,6 +799,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
             expected: Some(SocketAddrV4::new(a_ip, 5000)),
             rtp_only: false,
             label: "strict".into(),
+            media: None,
         },
     );
     let gw = in_netns(&g_ns, move || {
@@ -815,6 +818,7 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
                     expected: None,
                     rtp_only: false,
                     label: "any".into(),
+                    media: None,
                 },
             )
             .unwrap();
@@ -903,6 +907,7 @@ fn xdp_forwards_the_reverse_channel_in_the_kernel() {
             expected: None,
             rtp_only: false,
             label: "talkback".into(),
+            media: None,
         },
     );
     let x0 = xmit_of(&g_ns, bed.get("GA_IF")).0;

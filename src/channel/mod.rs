@@ -1,10 +1,16 @@
 //! The one-way channels: what happens to a packet between "received on a gateway port" and
 //! "handed to the egress", the same for every engine.
 //!
-//! [`inspect`] is the per-packet decision (size, source, RTP accounting); [`WorkerStats`] holds
+//! [`inspect`] is the per-packet decision (size, source, media validation, RTP accounting),
+//! [`Validators`] the per-stream state of the media validator each worker keeps; [`WorkerStats`] holds
 //! each worker's per-channel counters, CPU time and heartbeat; [`ChannelTotals`] adds them up
 //! for reports. Engines own the receive loop and the egress and call into this module; this
-//! module owns no sockets and never blocks, allocates or logs.
+//! module owns no sockets and never blocks or allocates; it logs only media violations,
+//! rate-limited.
+
+mod validators;
+
+pub use validators::{Validators, LEG_SLOTS, WORKER_SLOTS};
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -27,8 +33,10 @@ pub enum Admitted {
 
 /// Decides whether one datagram received for `route` at `now_ms` ([`crate::clock`]) may be
 /// forwarded, and accounts its RTP sequence. `truncated` is the engine's word that the
-/// datagram did not fit its buffer. A `latch` route latches a source only with a datagram
-/// that passed every check and is RTP: a probe or a stray datagram never captures a route.
+/// datagram did not fit its buffer. A route with a media rule has every datagram from an
+/// accepted source checked by the caller's `media` validators (`media_invalid` when refused
+/// under `enforce`). A `latch` route latches a source only with a datagram that passed every
+/// check and is RTP: a probe or a stray datagram never captures a route.
 /// The caller touches the route (`last_seen`) only for admitted datagrams.
 #[inline]
 pub fn inspect(
@@ -38,6 +46,7 @@ pub fn inspect(
     truncated: bool,
     max_payload: usize,
     now_ms: u64,
+    media: &mut Validators,
 ) -> Result<Admitted, DropReason> {
     if route.standby() {
         return Err(DropReason::Standby);
@@ -51,6 +60,11 @@ pub fn inspect(
     let source = route.check_source(src, now_ms);
     if source == SourceCheck::Refused {
         return Err(DropReason::SourceMismatch);
+    }
+    if let Some(rule) = &route.media {
+        media
+            .check(route, rule, payload, now_ms)
+            .map_err(|_| DropReason::MediaInvalid)?;
     }
     let rtp = RtpPacket::new_checked(payload).ok();
     let mut admitted = Admitted::Known;
@@ -185,9 +199,14 @@ mod tests {
                 expected: Some("127.0.0.1:5000".parse().unwrap()),
                 rtp_only,
                 label: "t".into(),
+                media: None,
             },
             1,
         )
+    }
+
+    fn validators() -> Validators {
+        Validators::new(LEG_SLOTS, Default::default())
     }
 
     fn rtp(seq: u16) -> [u8; 20] {
@@ -198,35 +217,36 @@ mod tests {
 
     #[test]
     fn decisions_and_reasons() {
+        let mut v = validators();
         let src = "127.0.0.1:5000".parse().unwrap();
         let bad = "127.0.0.1:5001".parse().unwrap();
         let r = route(SourcePolicy::Strict, false);
         assert_eq!(
-            inspect(&r, src, &rtp(1), false, 1472, 1),
+            inspect(&r, src, &rtp(1), false, 1472, 1, &mut v),
             Ok(Admitted::Known)
         );
         assert_eq!(
-            inspect(&r, src, &[], false, 1472, 1),
+            inspect(&r, src, &[], false, 1472, 1, &mut v),
             Err(DropReason::Truncated)
         );
         assert_eq!(
-            inspect(&r, src, &[0; 1500], false, 1472, 1),
+            inspect(&r, src, &[0; 1500], false, 1472, 1, &mut v),
             Err(DropReason::Oversize)
         );
         assert_eq!(
-            inspect(&r, src, &rtp(2), true, 1472, 1),
+            inspect(&r, src, &rtp(2), true, 1472, 1, &mut v),
             Err(DropReason::Oversize)
         );
         assert_eq!(
-            inspect(&r, bad, &rtp(3), false, 1472, 1),
+            inspect(&r, bad, &rtp(3), false, 1472, 1, &mut v),
             Err(DropReason::SourceMismatch)
         );
         assert_eq!(
-            inspect(&r, src, b"garbage!", false, 1472, 1),
+            inspect(&r, src, b"garbage!", false, 1472, 1, &mut v),
             Ok(Admitted::Known)
         );
         assert_eq!(
-            inspect(&r, src, &rtp(5), false, 1472, 1),
+            inspect(&r, src, &rtp(5), false, 1472, 1, &mut v),
             Ok(Admitted::Known)
         );
         let s = r.stats.rtp.snapshot();
@@ -237,13 +257,14 @@ mod tests {
         );
         let only = route(SourcePolicy::Strict, true);
         assert_eq!(
-            inspect(&only, src, b"garbage!", false, 1472, 1),
+            inspect(&only, src, b"garbage!", false, 1472, 1, &mut v),
             Err(DropReason::NotRtp)
         );
     }
 
     #[test]
     fn only_rtp_that_passed_every_check_latches() {
+        let mut v = validators();
         let r = StreamRoute::new(
             RouteSpec {
                 ingress: DomainId::A,
@@ -254,6 +275,7 @@ mod tests {
                 expected: Some("127.0.0.1:0".parse().unwrap()),
                 rtp_only: false,
                 label: "t".into(),
+                media: None,
             },
             1,
         );
@@ -261,36 +283,171 @@ mod tests {
         let sender = "127.0.0.1:5000".parse().unwrap();
         let restarted = "127.0.0.1:5002".parse().unwrap();
         assert_eq!(
-            inspect(&r, probe, b"nmap probe", false, 1472, 1000),
+            inspect(&r, probe, b"nmap probe", false, 1472, 1000, &mut v),
             Err(DropReason::NotRtp)
         );
         assert_eq!(
-            inspect(&r, probe, &[0x80; 1500], false, 1472, 1000),
+            inspect(&r, probe, &[0x80; 1500], false, 1472, 1000, &mut v),
             Err(DropReason::Oversize)
         );
         assert_eq!(r.latched(), None, "nothing that failed a check latched");
         assert_eq!(
-            inspect(&r, sender, &rtp(1), false, 1472, 1000),
+            inspect(&r, sender, &rtp(1), false, 1472, 1000, &mut v),
             Ok(Admitted::Latched)
         );
         assert_eq!(
-            inspect(&r, sender, b"not rtp, latched source", false, 1472, 1001),
+            inspect(
+                &r,
+                sender,
+                b"not rtp, latched source",
+                false,
+                1472,
+                1001,
+                &mut v
+            ),
             Ok(Admitted::Known)
         );
         r.touch(1001);
         assert_eq!(
-            inspect(&r, restarted, &rtp(1), false, 1472, 2000),
+            inspect(&r, restarted, &rtp(1), false, 1472, 2000, &mut v),
             Err(DropReason::SourceMismatch)
         );
         assert_eq!(
-            inspect(&r, restarted, b"junk", false, 1472, 9000),
+            inspect(&r, restarted, b"junk", false, 1472, 9000, &mut v),
             Err(DropReason::NotRtp),
             "after the silence only RTP re-latches"
         );
         assert_eq!(
-            inspect(&r, restarted, &rtp(2), false, 1472, 9000),
+            inspect(&r, restarted, &rtp(2), false, 1472, 9000, &mut v),
             Ok(Admitted::Relatched)
         );
         assert_eq!(r.latched(), Some(restarted));
+    }
+
+    fn h264_route(enforce: bool, policy: SourcePolicy) -> StreamRoute {
+        StreamRoute::new(
+            RouteSpec {
+                ingress: DomainId::A,
+                port: 20000,
+                dest: "127.0.0.2:4000".parse().unwrap(),
+                egress_port: 30000,
+                policy,
+                expected: Some("127.0.0.1:0".parse().unwrap()),
+                rtp_only: false,
+                label: "v".into(),
+                media: Some(crate::media::Rule {
+                    enforce,
+                    spec: crate::media::StreamSpec::new(None).with(
+                        96,
+                        crate::media::Codec::H264,
+                        90000,
+                    ),
+                    policy: Default::default(),
+                }),
+            },
+            1,
+        )
+    }
+
+    /// An H.264 single-NAL packet (an SPS-like type 7 NAL of zeros) or, `junk`, random bytes
+    /// behind the same valid RTP header.
+    fn h264(seq: u16, ts: u32, junk: bool) -> Vec<u8> {
+        let mut b = vec![0u8; 12];
+        crate::wire::rtp::write_header(&mut b, 96, seq, ts, 7).unwrap();
+        b[1] |= 0x80; // marker: one NAL per frame
+        if junk {
+            let mut x = 0x1234_5678u32;
+            b.extend((0..200).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 24) as u8 | 0x80 // forbidden bit set
+            }));
+        } else {
+            b.extend_from_slice(&[0x67, 0x42, 0x00, 0x1f, 0xe9, 0x01, 0x40]);
+        }
+        b
+    }
+
+    #[test]
+    fn media_rule_drops_or_counts_violations_by_reason() {
+        use crate::media::Violation;
+        let src = "127.0.0.1:5000".parse().unwrap();
+        let mut v = validators();
+        let r = h264_route(true, SourcePolicy::Strict);
+        assert_eq!(
+            inspect(&r, src, &h264(1, 0, false), false, 1472, 1, &mut v),
+            Ok(Admitted::Known)
+        );
+        assert_eq!(
+            inspect(&r, src, &h264(2, 3000, true), false, 1472, 2, &mut v),
+            Err(DropReason::MediaInvalid)
+        );
+        assert_eq!(
+            inspect(&r, src, &h264(3, 6000, false), false, 1472, 3, &mut v),
+            Ok(Admitted::Known),
+            "the stream goes on after a refused packet"
+        );
+        let m = r.stats.media.snapshot();
+        assert_eq!(m.total(), 1);
+        assert_eq!(m.get(Violation::NalForbiddenBit), 1);
+        assert_eq!(v.len(), 1, "one stream held");
+
+        // `count`: the same packet crosses, counted.
+        let c = h264_route(false, SourcePolicy::Strict);
+        assert_eq!(
+            inspect(&c, src, &h264(1, 0, true), false, 1472, 1, &mut v),
+            Ok(Admitted::Known)
+        );
+        assert_eq!(c.stats.media.snapshot().get(Violation::NalForbiddenBit), 1);
+        assert_eq!(v.len(), 2);
+
+        // The totals of the channel add every validator's counts.
+        let totals = std::sync::Arc::new(crate::stats::media::MediaTotals::default());
+        let mut w = Validators::new(LEG_SLOTS, std::sync::Arc::clone(&totals));
+        let x = h264_route(true, SourcePolicy::Strict);
+        let _ = inspect(&x, src, &h264(1, 0, true), false, 1472, 1, &mut w);
+        assert_eq!(
+            totals.channels[Channel::Forward.index()]
+                .snapshot()
+                .get(Violation::NalForbiddenBit),
+            1
+        );
+    }
+
+    #[test]
+    fn invalid_media_never_latches_a_route() {
+        let mut v = validators();
+        let r = h264_route(true, SourcePolicy::Latch);
+        let src = "127.0.0.1:5000".parse().unwrap();
+        assert_eq!(
+            inspect(&r, src, &h264(1, 0, true), false, 1472, 1, &mut v),
+            Err(DropReason::MediaInvalid)
+        );
+        assert_eq!(r.latched(), None);
+        assert_eq!(
+            inspect(&r, src, &h264(2, 3000, false), false, 1472, 2, &mut v),
+            Ok(Admitted::Latched)
+        );
+    }
+
+    #[test]
+    fn a_full_table_gives_up_the_stream_seen_longest_ago() {
+        let totals = std::sync::Arc::new(crate::stats::media::MediaTotals::default());
+        let mut v = Validators::new(LEG_SLOTS, std::sync::Arc::clone(&totals));
+        let src = "127.0.0.1:5000".parse().unwrap();
+        let routes: Vec<_> = (0..LEG_SLOTS + 1)
+            .map(|_| h264_route(true, SourcePolicy::Strict))
+            .collect();
+        for (i, r) in routes.iter().enumerate() {
+            let now = 10 + i as u64;
+            assert!(inspect(r, src, &h264(1, 0, false), false, 1472, now, &mut v).is_ok());
+        }
+        assert_eq!(v.len(), LEG_SLOTS);
+        assert_eq!(totals.evictions.load(Relaxed), 1);
+        // The newest streams are still held: their next packet continues them.
+        let last = routes.last().unwrap();
+        assert!(inspect(last, src, &h264(2, 3000, false), false, 1472, 99, &mut v).is_ok());
+        assert_eq!(totals.evictions.load(Relaxed), 1);
     }
 }

@@ -244,6 +244,9 @@ pub struct SignalingRoute {
     pub policy: SignalingPolicy,
     /// Message traces at debug level (`trace = true`), see `signaling::proxy::trace`.
     pub trace: bool,
+    /// Media validation of the sessions this route negotiates (`media_validate`, default
+    /// `media.validate`).
+    pub media_validate: MediaMode,
 }
 
 /// Per-route access control, limits and timers of a SIP proxy.
@@ -383,6 +386,70 @@ pub struct StaticStream {
     pub policy: SourcePolicy,
     /// Drop datagrams that are not RTP version 2.
     pub rtp_only: bool,
+    /// What the media validator checks on this route (`stream_route.media`); `None`: not
+    /// validated (a static route names its codec to be validated).
+    pub media: Option<crate::media::Rule>,
+}
+
+/// What the media validator does with a route's packets ([`crate::media`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaMode {
+    /// Not validated.
+    Off,
+    /// Validated; violations are counted (by reason) and logged, the packets still cross.
+    Count,
+    /// Validated; violations are counted, logged and dropped (`media_invalid`).
+    Enforce,
+}
+
+impl MediaMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            MediaMode::Off => "off",
+            MediaMode::Count => "count",
+            MediaMode::Enforce => "enforce",
+        }
+    }
+
+    /// The rule for a stream negotiated as `spec` under `policy`; `None` when off.
+    pub fn rule(
+        self,
+        spec: crate::media::StreamSpec,
+        policy: crate::media::Policy,
+    ) -> Option<crate::media::Rule> {
+        (self != MediaMode::Off).then_some(crate::media::Rule {
+            enforce: self == MediaMode::Enforce,
+            spec,
+            policy,
+        })
+    }
+}
+
+impl fmt::Display for MediaMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `[media]`: the default of every route's media validation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MediaConfig {
+    /// For signaled sessions (SIP, RTSP), unless their signaling route says otherwise
+    /// (`media_validate`), and for static routes that name a codec.
+    pub validate: MediaMode,
+    pub policy: crate::media::Policy,
+}
+
+impl Default for MediaConfig {
+    /// `count`: every release before media validation forwarded whatever crossed; a config
+    /// written for one must still run the same (count shows what `enforce` would drop).
+    fn default() -> Self {
+        MediaConfig {
+            validate: MediaMode::Count,
+            policy: crate::media::Policy::default(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -414,6 +481,8 @@ pub struct Config {
     pub control: Control,
     pub signaling: Vec<SignalingRoute>,
     pub streams: Vec<StaticStream>,
+    /// `[media]`: media validation defaults.
+    pub media: MediaConfig,
     /// `Some`: this process is one half of a split appliance (`[split]`).
     pub split: Option<crate::config::split::SplitConfig>,
     /// `Some`: this gateway is one node of a hot-standby pair (`[ha]`); it starts as the

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Mode, SignalingKind, SourcePolicy, TnapiRing, Transport};
+use super::{MediaMode, Mode, SignalingKind, SourcePolicy, TnapiRing, Transport};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,6 +21,9 @@ pub struct RawConfig {
     pub signaling_route: Vec<RawSignalingRoute>,
     #[serde(default)]
     pub stream_route: Vec<RawStreamRoute>,
+    /// Media validation defaults (absent: `validate = "count"`, the default policy).
+    #[serde(default)]
+    pub media: RawMedia,
     /// This process is one half of a split appliance (absent: the single-host gateway).
     pub split: Option<RawSplit>,
     /// This gateway is one node of a hot-standby pair (absent: always active).
@@ -224,6 +227,8 @@ pub struct RawSignalingRoute {
     /// Log every message crossing, both faces, at debug level (target `vgate::trace`).
     #[serde(default)]
     pub trace: bool,
+    /// Media validation of this route's sessions; default `media.validate`.
+    pub media_validate: Option<Spanned<MediaMode>>,
     // ---- RTSP routes only (refused on other kinds) ----
     /// Path-prefix upstreams; without any, every path goes to `upstream`.
     #[serde(default)]
@@ -283,4 +288,40 @@ pub struct RawStreamRoute {
     pub expect_source: Option<Spanned<String>>,
     pub source_validation: Option<Spanned<SourcePolicy>>,
     pub rtp_only: Option<bool>,
+    /// What the route carries, for media validation (absent: not validated).
+    pub media: Option<Spanned<RawStreamMedia>>,
+}
+
+/// `[media]`. The policy keys (`allow_*`, `sei_*`) are a static route's `media` keys too.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMedia {
+    pub validate: Option<Spanned<MediaMode>>,
+    pub allow_extension: Option<bool>,
+    pub allow_padding: Option<bool>,
+    pub allow_unknown_codec: Option<bool>,
+    pub allow_filler: Option<bool>,
+    pub sei_user_data_max: Option<Spanned<i64>>,
+    pub sei_user_data_per_s: Option<Spanned<i64>>,
+}
+
+/// A static route's `media = { ... }`: what it carries, and its own policy keys (absent:
+/// `[media]`'s).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStreamMedia {
+    /// Default: `media.validate`.
+    pub validate: Option<Spanned<MediaMode>>,
+    pub codec: Option<Spanned<String>>,
+    #[serde(default)]
+    pub payload_types: Vec<Spanned<i64>>,
+    pub clock_rate: Option<Spanned<i64>>,
+    /// The SSRC every packet must carry (GB/T 28181 `y=`); absent: learnt.
+    pub ssrc: Option<Spanned<i64>>,
+    pub allow_extension: Option<bool>,
+    pub allow_padding: Option<bool>,
+    pub allow_unknown_codec: Option<bool>,
+    pub allow_filler: Option<bool>,
+    pub sei_user_data_max: Option<Spanned<i64>>,
+    pub sei_user_data_per_s: Option<Spanned<i64>>,
 }

@@ -816,3 +816,109 @@ fn tnapi_ring_defaults_to_v2_and_is_checked() {
         "applies to mode tnapi only",
     );
 }
+
+#[test]
+fn media_defaults_to_count_and_leaves_static_routes_without_a_codec_alone() {
+    let cfg = check(STREAM).unwrap();
+    assert_eq!(cfg.media.validate, MediaMode::Count);
+    assert_eq!(cfg.media.policy, crate::media::Policy::default());
+    assert_eq!(cfg.streams[0].media, None, "nothing to check it against");
+}
+
+#[test]
+fn static_route_media_rule() {
+    use crate::media::Codec;
+    let extra = format!(
+        "{STREAM}media = {{ validate = \"enforce\", codec = \"H264\", payload_types = [96, 98], ssrc = 100000001, sei_user_data_max = 0 }}\n"
+    );
+    let cfg = check(&extra).unwrap();
+    let rule = cfg.streams[0].media.unwrap();
+    assert!(rule.enforce);
+    let f: Vec<_> = rule
+        .spec
+        .formats()
+        .iter()
+        .map(|f| (f.pt, f.codec, f.clock_rate))
+        .collect();
+    assert_eq!(f, [(96, Codec::H264, 90000), (98, Codec::H264, 90000)]);
+    assert_eq!(rule.spec.ssrc, Some(100000001));
+    assert_eq!(rule.policy.sei_user_data_max, 0);
+    // A static payload type needs none written; the global policy is the route's default.
+    let extra = format!(
+        "[media]\nvalidate = \"count\"\nallow_extension = true\n{STREAM}media = {{ codec = \"pcma\" }}\n"
+    );
+    let rule = check(&extra).unwrap().streams[0].media.unwrap();
+    assert!(!rule.enforce);
+    assert!(rule.policy.allow_extension);
+    assert_eq!(rule.spec.formats()[0].pt, 8);
+    assert_eq!(rule.spec.formats()[0].clock_rate, 8000);
+    let off = format!("{STREAM}media = {{ validate = \"off\", codec = \"h264\" }}\n");
+    assert_eq!(check(&off).unwrap().streams[0].media, None);
+}
+
+#[test]
+fn media_keys_are_checked() {
+    let line = base_lines() + STREAM.lines().count() + 1;
+    let e = check("[media]\nvalidate = \"strict\"\n").unwrap_err();
+    assert!(e.message.contains("unknown variant"), "{e}");
+    let e = check("[media]\ncolour = 1\n").unwrap_err();
+    assert!(e.message.contains("unknown field"), "{e}");
+    let e = check(&format!(
+        "{STREAM}media = {{ codec = \"h264\", colour = 1 }}\n"
+    ))
+    .unwrap_err();
+    assert!(e.message.contains("unknown field"), "{e}");
+    expect_err(
+        &format!("{STREAM}media = {{ codec = \"vp8\", payload_types = [96] }}\n"),
+        "stream_route[0].media.codec",
+        line,
+        "unknown codec \"vp8\"",
+    );
+    expect_err(
+        &format!("{STREAM}media = {{ codec = \"h264\" }}\n"),
+        "stream_route[0].media.payload_types",
+        line,
+        "no static payload type",
+    );
+    expect_err(
+        &format!("{STREAM}media = {{ validate = \"enforce\" }}\n"),
+        "stream_route[0].media.codec",
+        line,
+        "needs the codec",
+    );
+    expect_err(
+        &format!("{STREAM}media = {{ codec = \"h264\", payload_types = [200] }}\n"),
+        "stream_route[0].media.payload_types[0]",
+        line,
+        "0 to 127",
+    );
+    expect_err(
+        &format!("{STREAM}media = {{ codec = \"aac\", payload_types = [97] }}\n"),
+        "stream_route[0].media.clock_rate",
+        line,
+        "sample rate",
+    );
+    expect_err(
+        &format!("[media]\nvalidate = \"enforce\"\n{STREAM}"),
+        "stream_route[0].media",
+        base_lines() + 5,
+        "does not say what it carries",
+    );
+    expect_err(
+        "[media]\nsei_user_data_max = 100000\n",
+        "media.sei_user_data_max",
+        base_lines() + 2,
+        "0 to 16384",
+    );
+}
+
+#[test]
+fn signaling_route_media_validate() {
+    let sip = "[[signaling_route]]\nname = \"gb\"\ntype = \"sip\"\ntransport = \"udp\"\nlisten_domain = \"b\"\nlisten_port = 5060\nupstream = \"10.1.0.9:5060\"\n";
+    let cfg = check(sip).unwrap();
+    assert_eq!(cfg.signaling[0].media_validate, MediaMode::Count);
+    let cfg = check(&format!("[media]\nvalidate = \"enforce\"\n{sip}")).unwrap();
+    assert_eq!(cfg.signaling[0].media_validate, MediaMode::Enforce);
+    let cfg = check(&format!("{sip}media_validate = \"off\"\n")).unwrap();
+    assert_eq!(cfg.signaling[0].media_validate, MediaMode::Off);
+}

@@ -381,8 +381,49 @@ fn link_stream_json(
     })
 }
 
+/// Media violations by reason, only the reasons counted (`{}` when none).
+fn media_json(m: &crate::stats::media::MediaSnapshot) -> Value {
+    let v: serde_json::Map<String, Value> = m
+        .nonzero()
+        .map(|(r, n)| (r.name().to_string(), n.into()))
+        .collect();
+    v.into()
+}
+
+/// A route's media validation: its mode (`off`, `count`, `enforce`), what it accepts, and
+/// its violations by reason.
+fn route_media_json(r: &crate::routes::StreamRoute, s: &crate::routes::RouteSnapshot) -> Value {
+    match &r.media {
+        None => json!({ "validate": "off" }),
+        Some(rule) => {
+            let formats: Vec<Value> = rule
+                .spec
+                .formats()
+                .iter()
+                .map(|f| json!({ "pt": f.pt, "codec": format!("{:?}", f.codec), "clock_rate": f.clock_rate }))
+                .collect();
+            json!({
+                "validate": if rule.enforce { "enforce" } else { "count" },
+                "formats": formats,
+                "ssrc": rule.spec.ssrc,
+                "invalid": media_json(&s.media),
+            })
+        }
+    }
+}
+
 fn stats(st: &ControlState) -> Value {
     let totals = st.totals();
+    let media_totals = st.routes.media_totals();
+    let media: serde_json::Map<String, Value> = Channel::ALL
+        .iter()
+        .map(|c| {
+            (
+                c.name().to_string(),
+                media_json(&media_totals.channels[c.index()].snapshot()),
+            )
+        })
+        .collect();
     let channels: serde_json::Map<String, Value> = Channel::ALL
         .iter()
         .map(|c| (c.name().to_string(), snapshot_json(totals.channel(*c))))
@@ -500,6 +541,8 @@ fn stats(st: &ControlState) -> Value {
         "sessions": st.routes.sessions().len(),
         "routes": st.routes.routes().len(),
         "worst_routes": worst,
+        "media_invalid": media,
+        "media_validator_evictions": media_totals.evictions.load(Relaxed),
     })
 }
 
@@ -521,6 +564,7 @@ fn routes_json(st: &ControlState) -> Value {
                 "idle_ms": r.last_seen_ms().map(|t| now_ms().saturating_sub(t)),
                 "counters": snapshot_json(&s.packets),
                 "rtp": { "packets": s.rtp.packets, "lost": s.rtp.lost, "reordered": s.rtp.reordered, "duplicate": s.rtp.duplicate },
+                "media": route_media_json(r, &s),
             });
             if let Some(link) = link_stream_json(st, r, &s) {
                 v["link"] = link;
@@ -673,6 +717,7 @@ fn add_route(body: &[u8], st: &ControlState) -> Answer {
                 expected,
                 rtp_only: nr.rtp_only,
                 label: nr.name.clone(),
+                media: None,
             },
         )
     })();

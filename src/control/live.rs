@@ -110,6 +110,14 @@ pub fn totals_report(workers: &[Arc<WorkerStats>], routes: &Routes) -> String {
             "route name={} channel={} port={} dest={} egress_port={} {} rtp_packets={} rtp_lost={} rtp_reordered={} rtp_duplicate={} link_received={} link_repaired={} link_lost={} link_late={} link_duplicate={} link_restarts={}",
             r.label, r.channel, r.port, r.dest, r.egress_port, snap.packets.kv(), snap.rtp.packets, snap.rtp.lost, snap.rtp.reordered, snap.rtp.duplicate, snap.link.received, snap.link.repaired, snap.link.lost, snap.link.late, snap.link.duplicate, snap.link.restarts
         );
+        // Media violations by reason (`media_REASON=N`), only those counted.
+        if snap.media.total() > 0 {
+            s.pop();
+            for (v, n) in snap.media.nonzero() {
+                let _ = write!(s, " media_{}={n}", v.name());
+            }
+            s.push('\n');
+        }
     }
     s
 }

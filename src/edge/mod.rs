@@ -37,7 +37,7 @@ pub mod leg;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::sync::{Arc, Weak};
 
-use crate::channel::{inspect, Admitted};
+use crate::channel::{inspect, Admitted, Validators, LEG_SLOTS};
 use crate::config::DomainId;
 use crate::engine::ports::{PortRegistry, PortTx};
 use crate::routes::{Channel, Routes, StreamRoute};
@@ -69,6 +69,9 @@ pub struct Injector {
     admitted: bool,
     /// Send headers for one read's packets.
     batch: crate::engine::sys::mmsg::SliceBatch,
+    /// The media validator's state of this leg's stream(s): a leg's packets are checked
+    /// after de-framing, as a datagram's would be.
+    media: Validators,
 }
 
 /// How an [`Injector`] keeps the way out of its route's egress port between reads.
@@ -116,6 +119,7 @@ impl Injector {
         max_payload: usize,
     ) -> Injector {
         Injector {
+            media: Validators::new(LEG_SLOTS, Arc::clone(routes.media_totals())),
             routes,
             ports,
             channel: Channel::from_ingress(domain),
@@ -201,7 +205,15 @@ impl Injector {
         for p in frames {
             t.rx_packets += 1;
             t.rx_bytes += p.len() as u64;
-            match inspect(route, from, p, false, self.max_payload, now) {
+            match inspect(
+                route,
+                from,
+                p,
+                false,
+                self.max_payload,
+                now,
+                &mut self.media,
+            ) {
                 Ok(admitted) => {
                     self.admitted = true;
                     t.relatches += u64::from(admitted == Admitted::Relatched);

@@ -215,6 +215,7 @@ fn bridges_both_ways(routes: Loopback) {
                 expected: Some("127.0.0.1:0".parse().unwrap()),
                 rtp_only: true,
                 label: "fwd".into(),
+                media: None,
             },
         )
         .unwrap();
@@ -231,6 +232,7 @@ fn bridges_both_ways(routes: Loopback) {
                 expected: None,
                 rtp_only: false,
                 label: "rev".into(),
+                media: None,
             },
             Some(Arc::clone(leg.sink())),
         )
@@ -558,6 +560,7 @@ fn a_kept_injector_does_not_hold_a_closed_port() {
                 expected: None,
                 rtp_only: false,
                 label: "fwd".into(),
+                media: None,
             },
         )
         .unwrap();
@@ -629,5 +632,67 @@ fn a_passive_leg_drops_a_stranger_once_the_sdp_names_its_peer() {
     });
     assert_eq!(leg.counters().state(), LegState::Connected);
     drop(leg);
+    routes.close_session(s).unwrap();
+}
+
+/// A leg's packets are validated after de-framing, as a datagram's would be: on an
+/// `enforce` route a de-framed packet of random bytes behind a valid RTP header is dropped
+/// as `media_invalid` and counted by reason; a well-formed one crosses.
+#[test]
+fn a_legs_packets_are_media_validated() {
+    let routes = routes();
+    let s = routes.open_session(SessionKind::Sip, "t");
+    let a = routes.alloc_pair(s, DomainId::A).unwrap();
+    let b = routes.alloc_pair(s, DomainId::B).unwrap();
+    let (viewer, viewer_at) = viewer();
+    let rule = crate::media::Rule {
+        enforce: true,
+        spec: crate::media::StreamSpec::new(None).with(96, crate::media::Codec::H264, 90000),
+        policy: Default::default(),
+    };
+    let route = routes
+        .add_route(
+            s,
+            RouteSpec {
+                ingress: DomainId::A,
+                port: a,
+                dest: viewer_at,
+                egress_port: b,
+                policy: SourcePolicy::Any,
+                expected: None,
+                rtp_only: false,
+                label: "fwd".into(),
+                media: Some(rule),
+            },
+        )
+        .unwrap();
+    let mut inj = Injector::new(Arc::clone(&routes), routes.ports(), DomainId::A, a, 1472);
+    let from: SocketAddrV4 = "127.0.0.1:9".parse().unwrap();
+    let packet = |seq: u16, nal: u8| {
+        let mut p = rtp(seq, 40);
+        p[1] = 0x80 | 96; // marker: one NAL per frame
+        p[4..8].copy_from_slice(&(u32::from(seq) * 3000).to_be_bytes());
+        p[12] = nal;
+        p
+    };
+    let mut t = Tally::default();
+    let r = inj.route();
+    // An SPS-typed NAL (allowed), then one with the forbidden bit set.
+    inj.forward(r.as_deref(), from, &packet(1, 0x67), 1, &mut t);
+    inj.forward(r.as_deref(), from, &packet(2, 0xe7), 1, &mut t);
+    inj.finish(r.as_deref(), &t, 1);
+    assert_eq!(t.tx_packets, 1);
+    assert_eq!(t.drops[DropReason::MediaInvalid as usize], 1);
+    let m = route.stats.media.snapshot();
+    assert_eq!(m.get(crate::media::Violation::NalForbiddenBit), 1);
+    assert_eq!(
+        routes.media_totals().channels[0]
+            .snapshot()
+            .get(crate::media::Violation::NalForbiddenBit),
+        1
+    );
+    let mut buf = [0u8; 2048];
+    let (n, _) = viewer.recv_from(&mut buf).unwrap();
+    assert_eq!(buf[12], 0x67, "the well-formed one crossed ({n} bytes)");
     routes.close_session(s).unwrap();
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::ports::{EgressSockets, TxVia};
 use super::sys::mmsg::SendOutcome;
-use crate::channel::{inspect, Admitted};
+use crate::channel::{inspect, Admitted, Validators};
 use crate::clock::now_ms;
 use crate::config::{DomainId, PortRange};
 use crate::logging::RateLimit;
@@ -102,7 +102,9 @@ impl<'l> Run<'l> {
     }
 
     /// Counts datagram `d` and decides whether it is forwarded: `Some((destination, egress))`
-    /// when it passes every check, otherwise it is counted as dropped with its reason.
+    /// when it passes every check (the media validator's too, with the worker's `media`
+    /// state: [`super::worker::Shell::media`]), otherwise it is counted as dropped with its
+    /// reason.
     #[inline]
     pub fn admit(
         &mut self,
@@ -110,6 +112,7 @@ impl<'l> Run<'l> {
         checksums_ok: bool,
         truncated: bool,
         max_payload: usize,
+        media: &mut Validators,
     ) -> Option<(SocketAddrV4, TxVia<'l>)> {
         self.tally.rx_packets += 1;
         self.tally.rx_bytes += d.payload.len() as u64;
@@ -122,7 +125,15 @@ impl<'l> Run<'l> {
             return None;
         }
         let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        match inspect(route, src, d.payload, truncated, max_payload, self.now) {
+        match inspect(
+            route,
+            src,
+            d.payload,
+            truncated,
+            max_payload,
+            self.now,
+            media,
+        ) {
             Ok(admitted) => {
                 self.admitted = true;
                 self.tally.relatches += u64::from(admitted == Admitted::Relatched);

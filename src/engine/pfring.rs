@@ -546,7 +546,18 @@ impl Datapath for PfringPath {
                 }
                 busy = true;
                 let mut chan = [Tally::default(); 2];
-                forward(ctx, r, arena, local, tx, zc.as_mut(), now_ms(), &mut chan);
+                let media = &mut *shell.media.borrow_mut();
+                forward(
+                    ctx,
+                    r,
+                    arena,
+                    local,
+                    tx,
+                    zc.as_mut(),
+                    now_ms(),
+                    &mut chan,
+                    media,
+                );
                 for c in Channel::ALL {
                     if !chan[c.index()].is_empty() {
                         shell.stats.channel(c).add(&chan[c.index()]);
@@ -607,6 +618,7 @@ fn forward(
     mut zc: Option<&mut ZcTx>,
     now: u64,
     chan: &mut [Tally; 2],
+    media: &mut crate::channel::Validators,
 ) {
     let mut scope: SliceScope<'_, '_> = tx.scope();
     let mut run: Option<Run<'_>> = None;
@@ -635,7 +647,7 @@ fn forward(
         // The UDP checksum is verified unless the kernel says it was (PKT_FLAGS_CHECKSUM_OK):
         // a local sender on a veth leaves it partial, to be filled in by a device.
         let ok = d.checksums_ok(checksum_ok);
-        let Some((dest, fd)) = run.admit(&d, ok, truncated, ctx.max_payload) else {
+        let Some((dest, fd)) = run.admit(&d, ok, truncated, ctx.max_payload, media) else {
             continue;
         };
         if let (Some(z), Some(route)) = (zc.as_deref_mut(), run.route.as_deref()) {

@@ -427,6 +427,7 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
         .filter(|(face, _)| *face == channel.egress())
         .map(|(_, l)| l);
     let counters = shell.stats.channel(channel);
+    let media = &mut *shell.media.borrow_mut();
     for _ in 0..BUDGET {
         // Whether the socket may hold more (a full batch came).
         let more = with_route(local, sockets_gen, &shell.routes, key, |ls| {
@@ -461,7 +462,15 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
                 let p = rx.payload(i);
                 tally.rx_packets += 1;
                 tally.rx_bytes += p.len() as u64;
-                match inspect(route, rx.source(i), p, rx.truncated(i), max_payload, now) {
+                match inspect(
+                    route,
+                    rx.source(i),
+                    p,
+                    rx.truncated(i),
+                    max_payload,
+                    now,
+                    media,
+                ) {
                     Ok(admitted) => {
                         tally.relatches += u64::from(admitted == Admitted::Relatched);
                         sel.push(i as u16);
@@ -550,15 +559,16 @@ mod tests {
                     expected: None,
                     rtp_only: false,
                     label: "r".into(),
+                    media: None,
                 },
             )
             .unwrap();
-        let shell = Shell {
-            index: 0,
-            cpu: None,
-            routes: Arc::clone(&routes),
-            stats: Arc::new(crate::channel::WorkerStats::new(0, None)),
-        };
+        let shell = Shell::new(
+            0,
+            None,
+            &routes,
+            Arc::new(crate::channel::WorkerStats::new(0, None)),
+        );
         let poller = Poller::new(false).unwrap();
         let mut p = StackPath::new(4, 1500, None);
         let new_sock = || Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
@@ -681,6 +691,7 @@ mod tests {
             expected: None,
             rtp_only: false,
             label: "r".into(),
+            media: None,
         };
         let added = routes.add_route(s, spec).unwrap();
         let weak = Arc::downgrade(&added);

@@ -38,7 +38,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use super::ports::{Cmd, PortRegistry, WorkerLink};
 use super::sys::{poll_fds, thread_cpu_ns};
 use super::{pin_worker, EngineError, ExitFlag, Worker};
-use crate::channel::WorkerStats;
+use crate::channel::{Validators, WorkerStats, WORKER_SLOTS};
 use crate::clock::now_ms;
 use crate::routes::Routes;
 
@@ -54,6 +54,31 @@ pub struct Shell {
     pub cpu: Option<usize>,
     pub routes: Arc<Routes>,
     pub stats: Arc<WorkerStats>,
+    /// The media validator's per-stream state of the streams this worker receives
+    /// ([`crate::channel::inspect`] checks every packet of a route with a media rule with it):
+    /// held by the worker alone, borrowed once per batch, so every engine validates the same
+    /// way and none can forget to.
+    pub media: RefCell<Validators>,
+}
+
+impl Shell {
+    pub fn new(
+        index: usize,
+        cpu: Option<usize>,
+        routes: &Arc<Routes>,
+        stats: Arc<WorkerStats>,
+    ) -> Shell {
+        Shell {
+            index,
+            cpu,
+            media: RefCell::new(Validators::new(
+                WORKER_SLOTS,
+                Arc::clone(routes.media_totals()),
+            )),
+            routes: Arc::clone(routes),
+            stats,
+        }
+    }
 }
 
 /// The worker's readiness set: an epoll set, or (for a datapath that asks,
@@ -277,12 +302,7 @@ where
     F: FnOnce(&Shell) -> io::Result<D> + Send + 'static,
 {
     let stats = Arc::new(WorkerStats::new(index, cpu));
-    let shell = Shell {
-        index,
-        cpu,
-        routes: Arc::clone(routes),
-        stats: Arc::clone(&stats),
-    };
+    let shell = Shell::new(index, cpu, routes, Arc::clone(&stats));
     let stop = Arc::clone(stop);
     let thread = std::thread::Builder::new()
         .name(format!("vgate-w{index}"))

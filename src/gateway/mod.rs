@@ -88,6 +88,7 @@ impl Gateway {
         if config.ha.is_some() && kind == EngineKind::Xdp {
             return Err(GatewayError::HaXdp);
         }
+        say_where_media_is_validated(&config);
         let mut eng = engine::build(&config, kind)?;
         let routes = Arc::new(Routes::new(&config, eng.port_hooks()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -556,5 +557,27 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.stop_workers();
+    }
+}
+
+/// Says once at start what media validation covers: its default for signaled sessions, the
+/// static routes that validate, and, in mode xdp, that those routes stay off the fast path.
+fn say_where_media_is_validated(config: &Config) {
+    let validated = config.streams.iter().filter(|s| s.media.is_some()).count();
+    let signaled = config
+        .signaling
+        .iter()
+        .filter(|r| r.media_validate != crate::config::MediaMode::Off)
+        .count();
+    tracing::info!(
+        default = %config.media.validate,
+        signaling_routes = signaled,
+        static_routes = validated,
+        "media validation: signaled sessions' RTP and static routes that name their codec are checked packet by packet"
+    );
+    if config.engine.mode == crate::config::Mode::Xdp && (validated > 0 || signaled > 0) {
+        tracing::info!(
+            "mode xdp: routes that validate their media stay on the AF_XDP path (the in-kernel fast path checks headers and the source only, not the media); routes with validate = \"off\" may take the fast path"
+        );
     }
 }

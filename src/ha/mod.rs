@@ -17,6 +17,7 @@
 //!   RTSP session keeps its media flowing after a takeover, and is ended once its routes
 //!   have carried nothing for `ha.replica_idle_ms`.
 
+mod media_rule;
 pub mod record;
 mod store;
 

@@ -36,6 +36,8 @@ pub struct RouteRecord {
     pub rtp_only: bool,
     pub label: String,
     pub latched: Option<SocketAddrV4>,
+    /// The route's media validation ([`crate::media::Rule`]); `None`: not validated.
+    pub media: Option<super::media_rule::RuleRecord>,
 }
 
 impl SessionRecord {
@@ -106,6 +108,7 @@ pub fn snapshot(routes: &Routes) -> BTreeMap<String, (SessionId, SessionRecord)>
                 rtp_only: r.rtp_only,
                 label: r.label.to_string(),
                 latched: r.latched(),
+                media: r.media.as_ref().map(super::media_rule::RuleRecord::of),
             })
             .collect();
         let rec = SessionRecord {
@@ -231,6 +234,7 @@ fn install(routes: &Routes, rec: &SessionRecord) -> Result<SessionId, String> {
                 expected: r.expected,
                 rtp_only: r.rtp_only,
                 label: r.label.clone(),
+                media: r.media.as_ref().map(|m| m.rule()).transpose()?,
             };
             let route = routes.add_route(id, spec).map_err(|e| e.to_string())?;
             route.set_latched(r.latched);

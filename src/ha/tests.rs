@@ -37,6 +37,7 @@ fn admin_route(routes: &Routes, name: &str, port: u16, egress: u16) {
                 expected: None,
                 rtp_only: false,
                 label: name.into(),
+                media: None,
             },
         )
         .unwrap();
@@ -63,12 +64,13 @@ fn a_standby_drops_with_standby_and_the_active_forwards() {
     let mut pkt = [0u8; 20];
     crate::wire::rtp::write_header(&mut pkt, 96, 1, 0, 1).unwrap();
     let src = "127.0.0.1:5000".parse().unwrap();
+    let mut v = crate::channel::Validators::new(16, Default::default());
     assert_eq!(
-        crate::channel::inspect(&r, src, &pkt, false, 1500, 1),
+        crate::channel::inspect(&r, src, &pkt, false, 1500, 1, &mut v),
         Err(crate::stats::DropReason::Standby)
     );
     routes.set_standby(false);
-    assert!(crate::channel::inspect(&r, src, &pkt, false, 1500, 1).is_ok());
+    assert!(crate::channel::inspect(&r, src, &pkt, false, 1500, 1, &mut v).is_ok());
 }
 
 #[test]
@@ -142,6 +144,15 @@ fn a_sip_session_becomes_a_replica_and_a_taken_port_is_reported() {
                 expected: None,
                 rtp_only: true,
                 label: "call-1 video".into(),
+                media: Some(crate::media::Rule {
+                    enforce: true,
+                    spec: crate::media::StreamSpec::new(Some(0x0100_0001)).with(
+                        96,
+                        crate::media::Codec::Ps,
+                        90000,
+                    ),
+                    policy: crate::media::Policy::default(),
+                }),
             },
         )
         .unwrap();
@@ -162,6 +173,12 @@ fn a_sip_session_becomes_a_replica_and_a_taken_port_is_reported() {
         .unwrap();
     assert_eq!(copy.kind, SessionKind::Replica);
     assert_eq!(copy.ports.len(), 4);
+    // The copy validates its media exactly as the original.
+    assert_eq!(
+        standby.lookup(Channel::Forward, a).unwrap().media,
+        active.lookup(Channel::Forward, a).unwrap().media
+    );
+    assert!(standby.lookup(Channel::Forward, a).unwrap().media.is_some());
     // The copy's own record says what it copies (a third node sees a `sip` session).
     let (_, rec) = snapshot(&standby).into_values().next().unwrap();
     assert_eq!(rec.kind, "sip");

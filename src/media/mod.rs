@@ -88,6 +88,17 @@ impl Codec {
         }
     }
 
+    /// The static payload type (RFC 3551) and clock rate of this codec, if it has one.
+    pub fn static_pt(self) -> Option<(u8, u32)> {
+        match self {
+            Codec::Pcmu => Some((0, 8000)),
+            Codec::Pcma => Some((8, 8000)),
+            Codec::Jpeg => Some((26, 90000)),
+            Codec::Mp2t => Some((33, 90000)),
+            _ => None,
+        }
+    }
+
     /// Video formats: every packet of a frame has the frame's timestamp.
     fn is_video(self) -> bool {
         matches!(
@@ -232,6 +243,15 @@ const fn mask(types: &[u8]) -> u64 {
         i += 1;
     }
     m
+}
+
+/// What a route asks of the validator: the stream that was negotiated (or configured), the
+/// policy, and whether a violation drops the packet (`enforce`) or is only counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub enforce: bool,
+    pub spec: StreamSpec,
+    pub policy: Policy,
 }
 
 /// The validator's answer for one packet.

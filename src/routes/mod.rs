@@ -189,6 +189,8 @@ pub struct Routes {
     pub legs: legs::LegTable,
     /// The hot-standby gate every route shares: set while this node is a standby.
     standby: Arc<std::sync::atomic::AtomicBool>,
+    /// Media validation violations per channel, over every route that ever was.
+    media: Arc<crate::stats::media::MediaTotals>,
 }
 
 /// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.
@@ -217,7 +219,14 @@ impl Routes {
             first_packet: Default::default(),
             legs: Default::default(),
             standby: Arc::new(std::sync::atomic::AtomicBool::new(cfg.ha.is_some())),
+            media: Default::default(),
         }
+    }
+
+    /// The media validation totals per channel: every validator of the data path counts
+    /// into these (see [`crate::channel::Validators`]).
+    pub fn media_totals(&self) -> &Arc<crate::stats::media::MediaTotals> {
+        &self.media
     }
 
     /// Makes this node a standby (`true`: every route drops with `standby`) or the active
@@ -703,6 +712,7 @@ impl Routes {
                     expected: s.expect_source,
                     rtp_only: s.rtp_only,
                     label: s.name.clone(),
+                    media: s.media,
                 },
             )
         })();

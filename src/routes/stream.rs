@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::config::{DomainId, SourcePolicy};
+use crate::stats::media::{MediaCounters, MediaSnapshot};
 use crate::stats::rtp::{RtpSnapshot, RtpTracker};
 use crate::stats::{bump_only_writer as bump, PacketCounters, Snapshot};
 
@@ -72,6 +73,8 @@ pub struct RouteStats {
     pub rtp: RtpTracker,
     /// A split half's route from the link face: what the incoming one-way link handed it.
     pub link: LinkStreamCounters,
+    /// Media validation violations by reason (routes with a [`crate::media::Rule`]).
+    pub media: MediaCounters,
 }
 
 /// Per stream on a split half's incoming link (version 2 link header: every datagram carries
@@ -209,6 +212,7 @@ pub struct RouteSnapshot {
     pub packets: Snapshot,
     pub rtp: RtpSnapshot,
     pub link: LinkStreamSnapshot,
+    pub media: MediaSnapshot,
 }
 
 impl RouteStats {
@@ -217,6 +221,7 @@ impl RouteStats {
             packets: self.packets.snapshot(),
             rtp: self.rtp.snapshot(),
             link: self.link.snapshot(),
+            media: self.media.snapshot(),
         }
     }
 }
@@ -238,6 +243,9 @@ pub struct RouteSpec {
     pub rtp_only: bool,
     /// Human name shown in listings and logs.
     pub label: String,
+    /// Validate the route's media against what was negotiated ([`crate::media`]); `None`:
+    /// not validated.
+    pub media: Option<crate::media::Rule>,
 }
 
 /// A live route in a stream table.
@@ -250,6 +258,11 @@ pub struct StreamRoute {
     pub policy: SourcePolicy,
     pub expected: Option<SocketAddrV4>,
     pub rtp_only: bool,
+    /// What the media validator checks on this route; `None`: not validated.
+    pub media: Option<crate::media::Rule>,
+    /// Unique for the process's life (never reused, unlike the port or the allocation):
+    /// what a worker's per-stream validator state is keyed by.
+    pub id: u64,
     pub session: SessionId,
     pub label: Arc<str>,
     pub created: SystemTime,
@@ -283,6 +296,9 @@ pub struct StreamRoute {
 }
 
 const LATCHED: u64 = 1 << 48;
+
+/// The next [`StreamRoute::id`]; 0 is never one.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 pub use crate::config::DEFAULT_RELATCH_AFTER_MS;
 
@@ -329,6 +345,8 @@ impl StreamRoute {
             policy: spec.policy,
             expected: spec.expected,
             rtp_only: spec.rtp_only,
+            media: spec.media,
+            id: NEXT_ID.fetch_add(1, Relaxed),
             session,
             label: spec.label.into(),
             created: SystemTime::now(),
@@ -512,6 +530,7 @@ mod tests {
                 expected: expected.map(|e| e.parse().unwrap()),
                 rtp_only: false,
                 label: "t".into(),
+                media: None,
             },
             1,
         )

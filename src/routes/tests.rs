@@ -61,6 +61,7 @@ fn spec(port: u16, egress: u16) -> RouteSpec {
         expected: None,
         rtp_only: false,
         label: format!("r{port}"),
+        media: None,
     }
 }
 

@@ -18,6 +18,7 @@
 //! panics on any input.
 
 pub mod manscdp;
+pub mod media_spec;
 pub mod proxy;
 pub mod rtsp;
 pub mod sdp;

@@ -123,7 +123,15 @@ pub struct Media<'a> {
     pub rtcp_mux: bool,
     /// GB/T 28181 `y=` SSRC: this section's, else a session-level one.
     pub ssrc: Option<&'a str>,
+    /// The `a=rtpmap:` values as written (`96 PS/90000`), at most [`MAX_RTPMAPS`].
+    pub rtpmaps: Vec<&'a str>,
+    /// `a=control:` (RTSP, RFC 2326 C.1.1): the track's URL, absolute or relative.
+    pub control: Option<&'a str>,
 }
+
+/// `a=rtpmap:` lines kept per media section; further ones are ignored (their payload types
+/// then have no encoding, which media validation refuses).
+pub const MAX_RTPMAPS: usize = 16;
 
 impl<'a> Media<'a> {
     pub fn formats(&self) -> impl Iterator<Item = &'a str> {
@@ -549,6 +557,8 @@ impl<'a> Scanner<'a> {
             rtcp_port: None,
             rtcp_mux: false,
             ssrc: None,
+            rtpmaps: Vec::new(),
+            control: None,
         };
         let index = self.sdp.media.len();
         self.sdp.media.push(media);
@@ -583,6 +593,18 @@ impl<'a> Scanner<'a> {
             (b"connection", Some(a), Some(i)) => {
                 if let Some(m) = self.sdp.media.get_mut(i) {
                     m.tcp_connection = ascii(a).map(str::trim);
+                }
+            }
+            (b"rtpmap", Some(a), Some(i)) => {
+                if let (Some(m), Some(text)) = (self.sdp.media.get_mut(i), ascii(a)) {
+                    if m.rtpmaps.len() < MAX_RTPMAPS {
+                        m.rtpmaps.push(text.trim());
+                    }
+                }
+            }
+            (b"control", Some(a), Some(i)) => {
+                if let Some(m) = self.sdp.media.get_mut(i) {
+                    m.control = ascii(a).map(str::trim);
                 }
             }
             (b"rtcp-mux", _, Some(i)) => {

@@ -7,6 +7,7 @@
 
 pub mod leg;
 pub mod link;
+pub mod media;
 pub mod rtp;
 
 use std::fmt::Write as _;
@@ -45,13 +46,16 @@ pub enum DropReason {
     /// full). Counted per channel only: the kernel reports these per egress interface, not per
     /// route.
     RedirectFailed,
+    /// The route validates its media ([`crate::media`], mode `enforce`) and the packet is not
+    /// well-formed media of what was negotiated; the reason is counted in `media_invalid`.
+    MediaInvalid,
     /// This node is the standby of a hot-standby pair (`[ha]`): it holds the ports and the
     /// routes but forwards nothing until it is told it is the active one.
     Standby,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -64,6 +68,7 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::LegStall,
         DropReason::RedirectFailed,
+        DropReason::MediaInvalid,
         DropReason::Standby,
     ];
 
@@ -81,6 +86,7 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::LegStall => "leg_stall",
             DropReason::RedirectFailed => "redirect_failed",
+            DropReason::MediaInvalid => "media_invalid",
             DropReason::Standby => "standby",
         }
     }

@@ -378,6 +378,7 @@ pub fn route_spec(i: u16, dest: Ipv4Addr) -> vgate::routes::RouteSpec {
         expected: None,
         rtp_only: false,
         label: format!("r{i}"),
+        media: None,
     }
 }
 

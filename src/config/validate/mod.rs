@@ -17,6 +17,7 @@ type Result<T> = std::result::Result<T, Invalid>;
 mod domain;
 mod engine;
 mod fields;
+mod media;
 mod rtsp;
 mod signaling;
 mod stream;
@@ -82,11 +83,13 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         per_stream_metrics: raw.control.per_stream_metrics,
     };
 
+    let media = media::media(&raw.media)?;
+
     let mut signaling = Vec::new();
     let mut names = HashSet::new();
     let mut listeners = HashSet::new();
     for (i, r) in raw.signaling_route.iter().enumerate() {
-        let route = signaling_route(i, r, &domains)?;
+        let route = signaling_route(i, r, &domains, &media)?;
         if !names.insert(route.name.clone()) {
             return Err(invalid(
                 &r.name,
@@ -149,7 +152,7 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
     let mut ingress: HashMap<(DomainId, u16), String> = HashMap::new();
     let mut egress: HashMap<(DomainId, u16), String> = HashMap::new();
     for (i, r) in raw.stream_route.iter().enumerate() {
-        let s = stream_route(i, r, &domains, &security)?;
+        let s = stream_route(i, r, &domains, &security, &media)?;
         if !names.insert(s.name.clone()) {
             return Err(invalid(
                 &r.name,
@@ -201,6 +204,7 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         control,
         signaling,
         streams,
+        media,
         split,
         ha,
     })

@@ -8,7 +8,9 @@ use toml::Spanned;
 
 use crate::config::check::{invalid, parse_sockaddr, Invalid};
 use crate::config::raw::RawSignalingRoute;
-use crate::config::{Domain, ManscdpAddresses, SignalingKind, SignalingPolicy, SignalingRoute};
+use crate::config::{
+    Domain, ManscdpAddresses, MediaConfig, SignalingKind, SignalingPolicy, SignalingRoute,
+};
 
 use super::fields::{check_far_side, domain_id, port, route_name};
 use super::rtsp::rtsp_options;
@@ -21,6 +23,7 @@ pub(super) fn signaling_route(
     i: usize,
     r: &RawSignalingRoute,
     domains: &[Domain; 2],
+    media: &MediaConfig,
 ) -> Result<SignalingRoute> {
     let key = |k: &str| format!("signaling_route[{i}].{k}");
     let name = route_name(&r.name, &key("name"))?;
@@ -85,6 +88,10 @@ pub(super) fn signaling_route(
         rtsp,
         policy,
         trace: r.trace,
+        media_validate: r
+            .media_validate
+            .as_ref()
+            .map_or(media.validate, |v| *v.get_ref()),
     })
 }
 

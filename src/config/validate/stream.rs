@@ -3,7 +3,7 @@
 
 use crate::config::check::{invalid, parse_sockaddr, parse_sockaddr_any_port, Invalid};
 use crate::config::raw::RawStreamRoute;
-use crate::config::{Domain, Security, SourcePolicy, StaticStream};
+use crate::config::{Domain, MediaConfig, Security, SourcePolicy, StaticStream};
 
 use super::fields::{check_far_side, domain_id, port, route_name};
 use super::Result;
@@ -13,6 +13,7 @@ pub(super) fn stream_route(
     r: &RawStreamRoute,
     domains: &[Domain; 2],
     security: &Security,
+    media: &MediaConfig,
 ) -> Result<StaticStream> {
     let key = |k: &str| format!("stream_route[{i}].{k}");
     let name = route_name(&r.name, &key("name"))?;
@@ -90,5 +91,6 @@ pub(super) fn stream_route(
         expect_source,
         policy,
         rtp_only: r.rtp_only.unwrap_or(security.rtp_only),
+        media: super::media::stream_media(i, r.media.as_ref(), media, &r.name)?,
     })
 }

@@ -41,6 +41,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Packets dropped per channel, by reason",
     ),
     (
+        "vgate_media_invalid_total",
+        "counter",
+        "Packets the media validator refused, per channel and reason (dropped under validate = enforce, forwarded and counted under count)",
+    ),
+    (
+        "vgate_media_validator_evictions_total",
+        "counter",
+        "Times a worker's media validator table was full and gave up the state of the stream seen longest ago",
+    ),
+    (
         "vgate_relatches_total",
         "counter",
         "Times a latch route moved to a new source after its latched source fell silent, per channel",
@@ -121,6 +131,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_route_drops_total",
         "counter",
         "Per stream route (with control.per_stream_metrics): drops by reason",
+    ),
+    (
+        "vgate_route_media_invalid_total",
+        "counter",
+        "Per stream route (with control.per_stream_metrics): media violations by reason, the reasons counted only",
     ),
     (
         "vgate_route_rtp_lost_packets",

@@ -72,6 +72,24 @@ pub fn render(st: &ControlState) -> String {
             totals.channel(c),
         );
     }
+    let media = st.routes.media_totals();
+    o.family("vgate_media_invalid_total");
+    for c in Channel::ALL {
+        let m = media.channels[c.index()].snapshot();
+        for &v in crate::media::Violation::ALL {
+            o.sample(
+                "vgate_media_invalid_total",
+                &[("channel", c.name()), ("reason", v.name())],
+                m.get(v),
+            );
+        }
+    }
+    o.family("vgate_media_validator_evictions_total");
+    o.sample(
+        "vgate_media_validator_evictions_total",
+        &[],
+        media.evictions.load(Relaxed),
+    );
     o.family("vgate_relatches_total");
     for c in Channel::ALL {
         o.sample(
@@ -359,6 +377,25 @@ pub fn render(st: &ControlState) -> String {
                 &labels,
                 &r.stats.packets.snapshot(),
             );
+        }
+        o.family("vgate_route_media_invalid_total");
+        for r in &routes {
+            let m = r.stats.media.snapshot();
+            let port = r.port.to_string();
+            let ssrc = ssrc_label(r);
+            for (v, n) in m.nonzero() {
+                o.sample(
+                    "vgate_route_media_invalid_total",
+                    &[
+                        ("route", &*r.label),
+                        ("channel", r.channel.name()),
+                        ("port", &port),
+                        ("ssrc", &ssrc),
+                        ("reason", v.name()),
+                    ],
+                    n,
+                );
+            }
         }
         o.family("vgate_route_rtp_lost_packets");
         for r in &routes {

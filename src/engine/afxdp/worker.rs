@@ -65,6 +65,7 @@ impl Datapath for XskPath {
     }
 
     fn poll(&mut self, shell: &Shell) -> bool {
+        let media = &mut *shell.media.borrow_mut();
         let XskPath {
             ctx,
             socks,
@@ -104,6 +105,7 @@ impl Datapath for XskPath {
                         link.as_mut(),
                         now,
                         &mut chan,
+                        media,
                     );
                     // Published now; the kernel is asked to send once the worker has
                     // nothing else to do (`idle`), or now if much is waiting.
@@ -123,6 +125,7 @@ impl Datapath for XskPath {
                         link.as_mut(),
                         now,
                         &mut chan,
+                        media,
                     );
                 }
             }
@@ -423,6 +426,7 @@ pub(super) fn forward_batch<'p>(
     mut link: Option<&mut (DomainId, LinkTx)>,
     now: u64,
     chan: &mut [Tally; 2],
+    media: &mut crate::channel::Validators,
 ) {
     let ts = crate::clock::wall_us();
     let mut run: Option<Run<'p>> = None;
@@ -450,7 +454,7 @@ pub(super) fn forward_batch<'p>(
         let Some(r) = run.as_mut() else { continue };
         // The UDP checksum is not checked: see the module doc.
         let ok = d.checksums_ok(true);
-        let Some((dest, fd)) = r.admit(&d, ok, false, ctx.max_payload) else {
+        let Some((dest, fd)) = r.admit(&d, ok, false, ctx.max_payload, media) else {
             continue;
         };
         if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {

@@ -277,7 +277,8 @@ pub(super) fn deliver_one(
         return;
     }
     let from = SocketAddrV4::new(ctx.peer_face, src);
-    match inspect(&route, from, payload, false, ctx.max_payload, now) {
+    let media = &mut *shell.media.borrow_mut();
+    match inspect(&route, from, payload, false, ctx.max_payload, now, media) {
         Err(r) => one.drop(r),
         Ok(admitted) => {
             one.relatches += u64::from(admitted == Admitted::Relatched);

@@ -196,6 +196,7 @@ impl Round<'_> {
     ) {
         let now = self.now;
         let ts = crate::clock::wall_us();
+        let media = &mut *self.shell.media.borrow_mut();
         let mut scope: SliceScope<'_, 'b> = tx.scope();
         let [p0, p1] = ptx;
         let mut outs: [Option<Out<'_, 'b>>; 2] =
@@ -237,7 +238,8 @@ impl Round<'_> {
                 let skip_udp =
                     f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
                 let ok = d.checksums_ok(skip_udp);
-                let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), self.max_payload) else {
+                let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), self.max_payload, media)
+                else {
                     continue;
                 };
                 let Some(route) = r.route.as_deref() else {

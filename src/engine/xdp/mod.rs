@@ -36,7 +36,9 @@
 //! worker, which latches it; the next poll, at most 100 ms later, activates the entry — the
 //! worker forwards in the meantime; a re-latch to another source after the latched one fell
 //! silent is made by a worker the same way, and the next poll rewrites the entry — until then
-//! the new source's packets take the slow path); not `rtp_only` routes (RTP parsing stays in user space);
+//! the new source's packets take the slow path); not `rtp_only` routes (RTP parsing stays in user space),
+//! nor routes that validate their media ([`crate::media`]: the program checks only headers
+//! and the source, so such a route's packets all go to a worker, which validates each);
 //! the egress interface faces only the egress domain; the next hop's MAC is known (from the
 //! engine's neighbour resolver thread, [`super::neigh`], as the AF_XDP TX path: never a
 //! netlink exchange on a worker; while unresolved the worker sends through its raw socket
@@ -199,7 +201,9 @@ pub(super) struct Egress {
 /// The flags and expected source of a route's entry, or `None` while the route needs user
 /// space for every packet (see the module doc).
 fn entry_policy(route: &StreamRoute) -> Option<(u32, SocketAddrV4)> {
-    if route.rtp_only {
+    // The program cannot validate media: a route with a media rule stays on the AF_XDP
+    // path, where every packet is checked.
+    if route.rtp_only || route.media.is_some() {
         return None;
     }
     let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);

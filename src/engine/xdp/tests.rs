@@ -198,6 +198,7 @@ fn only_decidable_routes_get_an_entry() {
         expected,
         rtp_only,
         label: "t".into(),
+        media: None,
     };
     let src = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 5004);
     let r = |p, e, o| StreamRoute::new(spec(p, e, o), 1);
@@ -210,6 +211,16 @@ fn only_decidable_routes_get_an_entry() {
         "rtp_only"
     );
     assert!(entry_policy(&r(SourcePolicy::Strict, None, false)).is_none());
+    let mut validated = spec(SourcePolicy::Any, None, false);
+    validated.media = Some(crate::media::Rule {
+        enforce: true,
+        spec: crate::media::StreamSpec::new(None).with(96, crate::media::Codec::H264, 90000),
+        policy: Default::default(),
+    });
+    assert!(
+        entry_policy(&StreamRoute::new(validated, 1)).is_none(),
+        "a route that validates its media stays in user space"
+    );
     let addr_only = SocketAddrV4::new(*src.ip(), 0);
     assert_eq!(
         entry_policy(&r(SourcePolicy::Strict, Some(addr_only), false)),

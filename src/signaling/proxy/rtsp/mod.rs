@@ -182,6 +182,8 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
         gateway: [cfg.domains[0].address, cfg.domains[1].address],
         policy: cfg.security.source_validation,
         rtp_only: cfg.security.rtp_only,
+        media_validate: route.media_validate,
+        media_policy: cfg.media.policy,
         limits: {
             // `max_message` only tightens the RTSP limits (head and body each).
             let d = Limits::default();

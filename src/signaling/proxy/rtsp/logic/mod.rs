@@ -233,6 +233,10 @@ pub struct Settings {
     pub gateway: [Ipv4Addr; 2],
     pub policy: SourcePolicy,
     pub rtp_only: bool,
+    /// Media validation of the tracks' RTP (`signaling_route.media_validate`) and its policy
+    /// (`[media]`): what the session description offered for the track is what may cross.
+    pub media_validate: crate::config::MediaMode,
+    pub media_policy: crate::media::Policy,
     pub limits: Limits,
     pub transports: TransportPolicy,
     /// Where the route may bridge a lower-transport mismatch; `None`: it answers `461`.
@@ -443,6 +447,9 @@ pub struct Exchange<M: MediaPorts> {
     track_seq: usize,
     /// `CSeq`s of the server's requests forwarded to the client and not yet answered.
     server_requests: VecDeque<String>,
+    /// The tracks the last session description (DESCRIBE reply, ANNOUNCE) offered, by
+    /// upstream control URL, for media validation.
+    described: Vec<(String, crate::media::StreamSpec)>,
 }
 
 impl<M: MediaPorts> Exchange<M> {
@@ -472,7 +479,18 @@ impl<M: MediaPorts> Exchange<M> {
             settled: None,
             track_seq: 0,
             server_requests: VecDeque::new(),
+            described: Vec::new(),
         }
+    }
+
+    /// The media rule of the RTP of the track SETUP named `url` (upstream form).
+    pub(super) fn track_rule(&self, url: &str) -> Option<crate::media::Rule> {
+        let spec = crate::signaling::media_spec::track_spec(&self.described, url)
+            // Nothing described (a SETUP without DESCRIBE): nothing may be assumed.
+            .unwrap_or(crate::media::StreamSpec::new(None));
+        self.settings
+            .media_validate
+            .rule(spec, self.settings.media_policy)
     }
 
     pub fn state(&self) -> State {

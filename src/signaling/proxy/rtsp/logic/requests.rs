@@ -184,6 +184,8 @@ impl<M: MediaPorts> Exchange<M> {
                 self.announced = true;
                 if !msg.body().is_empty() {
                     let body = self.sdp_to_upstream(route, msg.body())?;
+                    // What the client will send: the tracks it announced (upstream URLs).
+                    self.described = crate::signaling::media_spec::tracks(&body);
                     editor.set_body(body);
                 }
             }
@@ -392,6 +394,10 @@ impl<M: MediaPorts> Exchange<M> {
             return Err(BAD_GATEWAY);
         }
         if !msg.body().is_empty() && is_sdp(msg) {
+            if flight.method == "DESCRIBE" {
+                // What the server will send, by its own control URLs.
+                self.described = crate::signaling::media_spec::tracks(msg.body());
+            }
             let body = self.sdp_to_client(route, msg.body())?;
             editor.set_body(body);
         }

@@ -365,6 +365,7 @@ impl<M: MediaPorts> Exchange<M> {
         let mut specs = Vec::new();
         let policy = self.settings.policy;
         let rtp_only = self.settings.rtp_only;
+        let rule = self.track_rule(&track.url);
         let route = |ingress: DomainId,
                      port: u16,
                      dest: SocketAddrV4,
@@ -380,6 +381,7 @@ impl<M: MediaPorts> Exchange<M> {
             expected: Some(expected),
             rtp_only: rtp && rtp_only,
             label: label(what),
+            media: if rtp { rule } else { None },
         };
         let c_rtp = SocketAddrV4::new(client, setup.client_rtp);
         let c_rtcp = SocketAddrV4::new(client, setup.client_rtcp);

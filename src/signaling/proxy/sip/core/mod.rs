@@ -274,6 +274,9 @@ pub struct Core {
     policy: SignalingPolicy,
     source_policy: SourcePolicy,
     rtp_only: bool,
+    /// Media validation of the calls' RTP (`signaling_route.media_validate`, `[media]`).
+    media_validate: crate::config::MediaMode,
+    media_policy: crate::media::Policy,
     /// `engine.max_payload`, for the TCP media legs.
     max_payload: usize,
     /// The split appliance's link face (`[split]`): media toward it is always UDP.
@@ -334,6 +337,8 @@ impl Core {
             },
             source_policy: config.security.source_validation,
             rtp_only: config.security.rtp_only,
+            media_validate: route.media_validate,
+            media_policy: config.media.policy,
             max_payload: config.leg_max_payload(),
             link_face: config.split.as_ref().map(|s| s.link_face()),
             routes,

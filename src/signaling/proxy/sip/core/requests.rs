@@ -211,7 +211,8 @@ impl Core {
                 Call {
                     media: CallMedia::new(label, self.max_payload)
                         .with_link_face(self.link_face)
-                        .with_legs(self.legs.clone()),
+                        .with_legs(self.legs.clone())
+                        .with_media_validation(self.media_validate, self.media_policy),
                     contact: [None, None],
                     view: [None, None],
                     cseq_to: [0, 0],

@@ -45,8 +45,17 @@ impl CallMedia {
                 if !(sends(s.direction) && receives(d.direction)) {
                     continue;
                 }
+                let validate = self.validate;
                 let spec = |ingress: DomainId, off: u16, to: MediaPeer, from: MediaPeer, kind| {
                     let egress = ingress.other();
+                    // RTP (not RTCP) is validated: what the receiver's SDP accepts.
+                    let media = validate.filter(|_| off == 0 && kind != "rtcp-rr").map(
+                        |(enforce, policy)| crate::media::Rule {
+                            enforce,
+                            spec: crate::signaling::media_spec::crossing(&to.spec, &from.spec),
+                            policy,
+                        },
+                    );
                     RouteSpec {
                         ingress,
                         port: slot.ports[ingress.index()] + off,
@@ -56,6 +65,7 @@ impl CallMedia {
                         expected: Some(SocketAddrV4::new(from.addr, 0)),
                         rtp_only: rtp_only && off == 0,
                         label: format!("{} m{i} {kind}", self.label),
+                        media,
                     }
                 };
                 if slot.tcp[src.index()] || slot.tcp[dst.index()] {

@@ -111,6 +111,8 @@ pub struct CallMedia {
     renew_min: Duration,
     /// Where TCP media legs start (`None`: nowhere; a TCP offer's leg then fails).
     legs: Option<Arc<dyn Legs>>,
+    /// Media validation of the call's RTP routes: `(enforce, policy)`; `None`: off.
+    pub(super) validate: Option<(bool, crate::media::Policy)>,
 }
 
 /// Whether an `m=` line carries RTP over TCP (GB/T 28181 `TCP/RTP/AVP`, RFC 4571).
@@ -140,7 +142,20 @@ impl CallMedia {
             close_grace: CLOSE_GRACE,
             renew_min: RENEW_MIN,
             legs: None,
+            validate: None,
         }
+    }
+
+    /// Validates the media of the call's RTP routes against what the SDPs negotiated
+    /// (`mode` off: not validated).
+    pub fn with_media_validation(
+        mut self,
+        mode: crate::config::MediaMode,
+        policy: crate::media::Policy,
+    ) -> CallMedia {
+        self.validate = (mode != crate::config::MediaMode::Off)
+            .then_some((mode == crate::config::MediaMode::Enforce, policy));
+        self
     }
 
     /// TCP media legs start with `legs`.
@@ -265,6 +280,7 @@ impl CallMedia {
                         asks_new: m
                             .tcp_connection
                             .is_some_and(|c| c.eq_ignore_ascii_case("new")),
+                        spec: crate::signaling::media_spec::media_spec(m),
                     });
             if changed
                 && tcp

@@ -59,6 +59,8 @@ pub struct MediaPeer {
     /// not mean to reconnect: vgate reconnects only on an explicit `new` (or when the
     /// address or port the peer listens on changed).
     pub asks_new: bool,
+    /// The formats and `y=` SSRC its `m=` line describes, for media validation.
+    pub spec: crate::media::StreamSpec,
 }
 
 /// The TCP leg vgate runs on one side of an `m=` line.

@@ -557,3 +557,46 @@ fn udp_offer_tcp_answer_and_tcp_both_sides() {
     m.close(&routes);
     assert_eq!(routes.legs.len(), 0);
 }
+
+#[test]
+fn rtp_routes_validate_what_the_sdps_negotiated() {
+    use crate::media::Codec;
+    let routes = routes();
+    let mut m = CallMedia::new("t".into(), 1472)
+        .with_legs(Some(routes.legs()))
+        .with_media_validation(crate::config::MediaMode::Enforce, Default::default());
+    // The platform in B receives PS (y= names the SSRC); the device in A sends.
+    let offer = sdp("127.0.0.2", 9000, "RTP/AVP", "a=recvonly\r\n");
+    m.cross(&routes, SourcePolicy::Strict, true, DomainId::B, &offer)
+        .unwrap();
+    let answer = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+    m.cross(&routes, SourcePolicy::Strict, true, DomainId::A, &answer)
+        .unwrap();
+    let rtp: Vec<_> = m
+        .installed
+        .iter()
+        .filter(|(s, _)| s.label.ends_with(" rtp"))
+        .collect();
+    assert_eq!(rtp.len(), 1);
+    let rule = rtp[0].0.media.expect("the RTP route validates");
+    assert!(rule.enforce);
+    assert_eq!(rule.spec.ssrc, Some(100000001), "y=");
+    let f = rule.spec.formats();
+    assert_eq!(
+        (f.len(), f[0].pt, f[0].codec, f[0].clock_rate),
+        (1, 96, Codec::Ps, 90000)
+    );
+    assert!(
+        m.installed
+            .iter()
+            .filter(|(s, _)| !s.label.ends_with(" rtp"))
+            .all(|(s, _)| s.media.is_none()),
+        "RTCP is not media"
+    );
+    // The live route carries the rule to the data path.
+    let live = routes
+        .lookup(Channel::Forward, rtp[0].0.port)
+        .expect("installed");
+    assert_eq!(live.media, Some(rule));
+    m.close(&routes);
+}

@@ -1,0 +1,192 @@
+//! What an SDP negotiates for media validation ([`crate::media`]): the payload types of an
+//! `m=` line with their codec and clock rate (`a=rtpmap:`, or the static payload types of
+//! RFC 3551), and the GB/T 28181 `y=` SSRC. Pure: SDP views in, [`StreamSpec`] out.
+//!
+//! A stream's packets cross from the side that sends to the side that receives; what may
+//! cross is what the receiver's SDP accepts ([`crossing`]): its formats, and the sender's own
+//! payload type numbers for a codec the receiver accepts too (RFC 3264 lets each side number
+//! its formats; GB/T 28181 devices answer with their own numbers). A payload type without
+//! an `rtpmap` and not static has no codec: [`Codec::Unknown`], which the validator refuses
+//! unless the policy allows unknown codecs.
+
+use crate::media::{Codec, StreamSpec};
+use crate::signaling::sdp::Media;
+
+/// The formats and `y=` SSRC one side's `m=` line describes.
+pub fn media_spec(m: &Media<'_>) -> StreamSpec {
+    let mut spec = StreamSpec::new(m.ssrc.and_then(gb_ssrc));
+    for f in m.formats() {
+        let Some(pt) = f.parse::<u8>().ok().filter(|p| *p < 128) else {
+            continue;
+        };
+        let (codec, rate) = rtpmap(m, pt)
+            .or_else(|| Codec::from_static_pt(pt))
+            .unwrap_or((Codec::Unknown, 90000));
+        spec = spec.with(pt, codec, rate);
+    }
+    spec
+}
+
+/// The codec and clock rate the `a=rtpmap:` of `pt` names.
+fn rtpmap(m: &Media<'_>, pt: u8) -> Option<(Codec, u32)> {
+    m.rtpmaps.iter().find_map(|r| {
+        let (num, enc) = r.split_once(' ')?;
+        if num.trim().parse::<u8>().ok()? != pt {
+            return None;
+        }
+        let mut parts = enc.trim().split('/');
+        let name = parts.next()?;
+        let rate = parts.next()?.trim().parse::<u32>().ok()?;
+        Some((Codec::from_rtpmap(name.trim()), rate))
+    })
+}
+
+/// A GB/T 28181 `y=` value: the SSRC in decimal (10 digits).
+fn gb_ssrc(y: &str) -> Option<u32> {
+    let y = y.trim();
+    (!y.is_empty() && y.len() <= 10 && y.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| y.parse::<u32>().ok())
+        .flatten()
+}
+
+/// The tracks an RTSP session description (DESCRIBE reply, ANNOUNCE) offers: each `m=`
+/// line's `a=control:` (empty when none) and its formats.
+pub fn tracks(body: &[u8]) -> Vec<(String, StreamSpec)> {
+    match crate::signaling::sdp::parse(body) {
+        Ok(sdp) => sdp
+            .media
+            .iter()
+            .map(|m| (m.control.unwrap_or("").to_string(), media_spec(m)))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The formats of the track SETUP names `url` among `tracks` ([`tracks`]): the one whose
+/// control URL `url` is or ends with, the only one, or — when none matches — every
+/// track's formats together (still each checked by its codec), `None` without any.
+pub fn track_spec(tracks: &[(String, StreamSpec)], url: &str) -> Option<StreamSpec> {
+    let url = url.trim_end_matches('/');
+    let matches = |control: &str| {
+        let c = control.trim_end_matches('/');
+        !c.is_empty()
+            && c != "*"
+            && (url == c || url.ends_with(&format!("/{}", c.trim_start_matches('/'))))
+    };
+    if let Some((_, s)) = tracks.iter().find(|(c, _)| matches(c)) {
+        return Some(*s);
+    }
+    match tracks {
+        [] => None,
+        [(_, s)] => Some(*s),
+        all => Some(all.iter().fold(StreamSpec::new(None), |acc, (_, s)| {
+            s.formats()
+                .iter()
+                .fold(acc, |a, f| a.with(f.pt, f.codec, f.clock_rate))
+        })),
+    }
+}
+
+/// What may cross from the side that described `sender` to the side that described
+/// `receiver`: the receiver's formats, then the sender's numbers for a codec (and clock rate)
+/// the receiver accepts; the SSRC the sender's `y=` names, else the receiver's.
+pub fn crossing(receiver: &StreamSpec, sender: &StreamSpec) -> StreamSpec {
+    let mut out = StreamSpec::new(sender.ssrc.or(receiver.ssrc));
+    for f in receiver.formats() {
+        out = out.with(f.pt, f.codec, f.clock_rate);
+    }
+    for f in sender.formats() {
+        let accepted = f.codec != Codec::Unknown
+            && receiver
+                .formats()
+                .iter()
+                .any(|r| r.codec == f.codec && r.clock_rate == f.clock_rate);
+        if accepted && !out.formats().iter().any(|o| o.pt == f.pt) {
+            out = out.with(f.pt, f.codec, f.clock_rate);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signaling::sdp::parse;
+
+    fn formats(s: &StreamSpec) -> Vec<(u8, Codec, u32)> {
+        s.formats()
+            .iter()
+            .map(|f| (f.pt, f.codec, f.clock_rate))
+            .collect()
+    }
+
+    #[test]
+    fn gb28181_invite_and_answer() {
+        let invite = "v=0\r\no=34020000002000000001 0 0 IN IP4 10.2.0.5\r\ns=Play\r\nc=IN IP4 10.2.0.5\r\nt=0 0\r\nm=video 6000 RTP/AVP 96 98 97\r\na=recvonly\r\na=rtpmap:96 PS/90000\r\na=rtpmap:98 H264/90000\r\na=rtpmap:97 MPEG4/90000\r\ny=0100000001\r\n";
+        let sdp = parse(invite.as_bytes()).unwrap();
+        let offer = media_spec(&sdp.media[0]);
+        assert_eq!(
+            formats(&offer),
+            [
+                (96, Codec::Ps, 90000),
+                (98, Codec::H264, 90000),
+                (97, Codec::Unknown, 90000)
+            ]
+        );
+        assert_eq!(offer.ssrc, Some(100000001));
+        let answer = "v=0\r\no=34020000001320000001 0 0 IN IP4 10.1.0.9\r\ns=Play\r\nc=IN IP4 10.1.0.9\r\nt=0 0\r\nm=video 15060 RTP/AVP 96\r\na=sendonly\r\na=rtpmap:96 PS/90000\r\ny=0100000001\r\nf=\r\n";
+        let sdp = parse(answer.as_bytes()).unwrap();
+        let dev = media_spec(&sdp.media[0]);
+        assert_eq!(formats(&dev), [(96, Codec::Ps, 90000)]);
+        // The device sends to the platform: what the platform accepts crosses.
+        let c = crossing(&offer, &dev);
+        assert_eq!(c.ssrc, Some(100000001));
+        assert_eq!(formats(&c).len(), 3);
+    }
+
+    #[test]
+    fn static_types_and_own_numbers() {
+        let body = "v=0\r\no=- 1 1 IN IP4 10.1.0.9\r\ns=-\r\nc=IN IP4 10.1.0.9\r\nt=0 0\r\nm=audio 4000 RTP/AVP 8 0 101\r\nm=video 4002 RTP/AVP 100\r\na=rtpmap:100 H264/90000\r\n";
+        let sdp = parse(body.as_bytes()).unwrap();
+        let audio = media_spec(&sdp.media[0]);
+        assert_eq!(
+            formats(&audio),
+            [
+                (8, Codec::Pcma, 8000),
+                (0, Codec::Pcmu, 8000),
+                (101, Codec::Unknown, 90000)
+            ]
+        );
+        assert_eq!(audio.ssrc, None);
+        let sender = media_spec(&sdp.media[1]);
+        let receiver = StreamSpec::new(None).with(96, Codec::H264, 90000);
+        assert_eq!(
+            formats(&crossing(&receiver, &sender)),
+            [(96, Codec::H264, 90000), (100, Codec::H264, 90000)],
+            "the sender's number for a codec the receiver takes"
+        );
+        let ps_only = StreamSpec::new(None).with(96, Codec::Ps, 90000);
+        assert_eq!(
+            formats(&crossing(&ps_only, &sender)),
+            [(96, Codec::Ps, 90000)],
+            "a codec the receiver did not accept never crosses"
+        );
+        assert_eq!(gb_ssrc("0100000001"), Some(100000001));
+    }
+
+    #[test]
+    fn rtsp_tracks_by_control_url() {
+        let body = b"v=0\r\no=- 1 1 IN IP4 10.1.0.5\r\ns=cam\r\nc=IN IP4 0.0.0.0\r\nt=0 0\r\na=control:*\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\na=control:stream=0\r\nm=audio 0 RTP/AVP 8\r\na=control:rtsp://10.1.0.5:8554/test/stream=1\r\n";
+        let t = tracks(body);
+        assert_eq!(t.len(), 2);
+        let v = track_spec(&t, "rtsp://10.1.0.5:8554/test/stream=0").unwrap();
+        assert_eq!(formats(&v), [(96, Codec::H264, 90000)]);
+        let a = track_spec(&t, "rtsp://10.1.0.5:8554/test/stream=1/").unwrap();
+        assert_eq!(formats(&a), [(8, Codec::Pcma, 8000)]);
+        let any = track_spec(&t, "rtsp://10.1.0.5:8554/other").unwrap();
+        assert_eq!(formats(&any).len(), 2, "no match: every track's formats");
+        assert_eq!(track_spec(&[], "rtsp://x/"), None);
+        assert_eq!(gb_ssrc("9999999999"), None);
+        assert_eq!(gb_ssrc("12ab"), None);
+    }
+}
