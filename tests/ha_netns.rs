@@ -153,6 +153,10 @@ mode = "stack"
 queues = 1
 [security]
 source_validation = "latch"
+# Counted, not enforced: the test's RTP carries no real PS (the SIP test checks the copy
+# carries the rule).
+[media]
+validate = "count"
 [control]
 listen = "127.0.0.1:9940"
 [ha]
@@ -926,6 +930,32 @@ fn a_sip_call_s_media_moves_to_the_standby_on_the_same_gateway_ports() {
         || pair.show(),
     );
     pair.wait_route(1, port, Some("10.61.0.100:6100"), Duration::from_secs(5));
+    // The copy validates the call's media as the original does (formats, SSRC, mode).
+    let media_of = |ns: &str| {
+        admin_json(ns, "/api/v1/routes").and_then(|v| {
+            v["routes"]
+                .as_array()?
+                .iter()
+                .find(|r| r["port"] == port)
+                .map(|r| {
+                    let m = &r["media"];
+                    (
+                        m["validate"].clone(),
+                        m["formats"].clone(),
+                        m["ssrc"].clone(),
+                    )
+                })
+        })
+    };
+    let (original, copied) = (media_of(&n1), media_of(&n2));
+    assert!(
+        original.as_ref().is_some_and(|o| o.0 == "count"),
+        "the call's route on n1 validates its media: {original:?}"
+    );
+    assert_eq!(
+        original, copied,
+        "the standby's copy carries the media rule"
+    );
     let copy = admin_json(&n2, "/api/v1/sessions").unwrap();
     assert!(
         copy["sessions"]
