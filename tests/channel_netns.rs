@@ -175,47 +175,55 @@ fn ports(line: &str) -> Option<(u16, u16)> {
     ))
 }
 
-/// The client's `Sent N datagrams` per stream (index from the gateway port it sent to).
-fn parse_client(text: &str) -> HashMap<u16, u64> {
-    let mut port_of = HashMap::new();
-    let mut sent = HashMap::new();
-    for line in text.lines() {
-        let Some(id) = flow_id(line) else { continue };
-        if let Some((_, remote)) = ports(line) {
-            port_of.insert(id.to_owned(), remote);
-        } else if let Some(rest) = line.split_once("] Sent ").map(|(_, r)| r) {
-            let n = rest.split_whitespace().next().and_then(|n| n.parse().ok());
-            if let (Some(&port), Some(n)) = (port_of.get(id), n) {
-                sent.insert(port - GW_PORTS, n);
-            }
-        }
-    }
-    sent
-}
-
-/// The server's report per stream (index from its sink port): (lost, total).
-fn parse_server(text: &str) -> HashMap<u16, (i64, u64)> {
+/// What iperf reported per stream in `text`: `report` of each flow's lines (the first that
+/// gives one per line), keyed by `port` of the flow's `connected with` line (its (local,
+/// remote) ports) minus `base`.
+fn per_stream<T>(
+    text: &str,
+    port: fn((u16, u16)) -> u16,
+    base: u16,
+    report: impl Fn(&str) -> Option<T>,
+) -> HashMap<u16, T> {
     let mut port_of = HashMap::new();
     let mut out = HashMap::new();
     for line in text.lines() {
         let Some(id) = flow_id(line) else { continue };
-        if let Some((local, _)) = ports(line) {
-            port_of.insert(id.to_owned(), local);
-            continue;
-        }
-        // `... 0.007 ms 0/193 (0%) ...`: the word after "ms" is lost/total.
-        let w: Vec<&str> = line.split_whitespace().collect();
-        let Some(ms) = w.iter().position(|&x| x == "ms") else {
-            continue;
-        };
-        let Some((lost, total)) = w.get(ms + 1).and_then(|x| x.split_once('/')) else {
-            continue;
-        };
-        if let (Some(&port), Ok(lost), Ok(total)) = (port_of.get(id), lost.parse(), total.parse()) {
-            out.insert(port - SINK_PORTS, (lost, total));
+        if let Some(p) = ports(line) {
+            port_of.insert(id.to_owned(), port(p));
+        } else if let (Some(&p), Some(v)) = (port_of.get(id), report(line)) {
+            out.insert(p - base, v);
         }
     }
     out
+}
+
+/// The client's `Sent N datagrams` per stream (index from the gateway port it sent to).
+fn parse_client(text: &str) -> HashMap<u16, u64> {
+    per_stream(
+        text,
+        |(_, remote)| remote,
+        GW_PORTS,
+        |line| {
+            let (_, rest) = line.split_once("] Sent ")?;
+            rest.split_whitespace().next()?.parse().ok()
+        },
+    )
+}
+
+/// The server's report per stream (index from its sink port): (lost, total).
+fn parse_server(text: &str) -> HashMap<u16, (i64, u64)> {
+    per_stream(
+        text,
+        |(local, _)| local,
+        SINK_PORTS,
+        |line| {
+            // `... 0.007 ms 0/193 (0%) ...`: the word after "ms" is lost/total.
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let ms = w.iter().position(|&x| x == "ms")?;
+            let (lost, total) = w.get(ms + 1)?.split_once('/')?;
+            Some((lost.parse().ok()?, total.parse().ok()?))
+        },
+    )
 }
 
 /// Counters of the datagrams leaving domain A per gateway port, independent of vgate

@@ -26,7 +26,8 @@
 
 mod common;
 
-use std::net::SocketAddr;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -329,19 +330,30 @@ fn metric(g_ns: &str, series: &str) -> u64 {
     admin::sample(&admin::get_in(g_ns, ADMIN, "/metrics"), series).unwrap_or(0.0) as u64
 }
 
-/// Runs one call whose A side is a TCP peer listening at `port` (vgate connects) that
-/// `a_peer` drives; B is a UDP peer at `b_port` that `b_peer` drives. The call must end by
+/// Runs call `n` whose A side is a TCP peer listening at `A_IP:a_port` (vgate connects):
+/// once the call's route on `channel` is up, `a_peer` drives the connection. B is a UDP
+/// peer at `B_IP:b_port` that `b_peer` drives (given that address). Both peers share a flag
+/// set once the call is over (and which they may set themselves). The call must end by
 /// vgate's BYE to both sides (the leg closes).
 fn call_ended_by_the_leg(
     dir: &Path,
     bed: &Bed,
-    n: usize,
-    a_port: u16,
-    b_port: u16,
-    a_peer: impl FnOnce() + Send + 'static,
-    b_peer: impl FnOnce() + Send + 'static,
+    (n, a_port, b_port, channel): (usize, u16, u16, &'static str),
+    a_peer: impl FnOnce(TcpStream, Arc<AtomicBool>) + Send + 'static,
+    b_peer: impl FnOnce(String, Arc<AtomicBool>) + Send + 'static,
 ) {
-    let (a_ns, b_ns, _) = bed.namespaces();
+    let done = Arc::new(AtomicBool::new(false));
+    let (a_done, b_done) = (Arc::clone(&done), Arc::clone(&done));
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
+    let a_addr = format!("{}:{a_port}", bed.get("A_IP"));
+    let b_addr = format!("{}:{b_port}", bed.get("B_IP"));
+    let a_peer = move || {
+        let l = TcpListener::bind(&a_addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        wait_for_route(&g_ns, channel);
+        a_peer(s, a_done)
+    };
+    let b_peer = move || b_peer(b_addr, b_done);
     let (a_dir, b_dir) = (dir.join("a"), dir.join("b"));
     let uas = a_dir.join(format!("bad_uas{n}.xml"));
     let uac = b_dir.join(format!("bad_uac{n}.xml"));
@@ -372,6 +384,7 @@ fn call_ended_by_the_leg(
     );
     a_thread.join().unwrap();
     b_thread.join().unwrap();
+    done.store(true, Relaxed);
 }
 
 #[test]
@@ -380,7 +393,6 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
         return;
     };
     let (a_ns, _b_ns, g_ns) = bed.namespaces();
-    let (a_ip, b_ip) = (bed.get("A_IP").to_owned(), bed.get("B_IP").to_owned());
     let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
     let pid = vgate.pid();
 
@@ -405,30 +417,19 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
         bad.extend_from_slice(&frame(i));
     }
     bad.extend_from_slice(&[0, 100, 0x80, 96, 0, 99]);
-    let (g1, a1) = (g_ns.clone(), format!("{a_ip}:16001"));
-    let b1 = format!("{b_ip}:6001");
-    let b_stop = Arc::new(AtomicBool::new(false));
-    let b_stop2 = Arc::clone(&b_stop);
     call_ended_by_the_leg(
         dir.path(),
         &bed,
-        1,
-        16001,
-        6001,
-        move || {
-            use std::io::Write;
-            let l = std::net::TcpListener::bind(&a1).unwrap();
-            let (mut s, _) = l.accept().unwrap();
-            wait_for_route(&g1, "forward");
+        (1, 16001, 6001, "forward"),
+        move |mut s, _| {
             s.write_all(&bad).unwrap();
             // Closed here, mid-frame.
         },
-        move || {
-            let (_f, h) = rfc4571::udp_responder(&b1, b_stop2, 0);
+        move |b1, b_stop| {
+            let (_f, h) = rfc4571::udp_responder(&b1, b_stop, 0);
             let _ = h;
         },
     );
-    b_stop.store(true, Relaxed);
     let t = leg_totals(&g_ns);
     assert_eq!(t["frames_in"], 20, "{t}");
     assert_eq!(
@@ -441,25 +442,15 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
     // 2. A TCP peer that never reads while B sends 6000 packets at 2000/s: counted stalls,
     //    vgate's memory flat.
     let rss_before = rss_kb(pid);
-    let (g2, a2) = (g_ns.clone(), format!("{a_ip}:16002"));
-    let b2 = format!("{b_ip}:6002");
-    let blasted = Arc::new(AtomicBool::new(false));
-    let blasted2 = Arc::clone(&blasted);
     call_ended_by_the_leg(
         dir.path(),
         &bed,
-        2,
-        16002,
-        6002,
-        move || {
-            use std::io::Write;
-            let l = std::net::TcpListener::bind(&a2).unwrap();
-            let (mut s, _) = l.accept().unwrap();
+        (2, 16002, 6002, "reverse"),
+        move |mut s, blasted| {
             let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096);
-            wait_for_route(&g2, "reverse");
             // Frames every 20 ms so B hears from the gateway; never a read.
             let mut seq = 0u16;
-            while !blasted2.load(Relaxed) {
+            while !blasted.load(Relaxed) {
                 let mut f = vec![0u8, 40, 0x80, 96];
                 f.extend_from_slice(&seq.to_be_bytes());
                 f.resize(42, 0);
@@ -470,7 +461,7 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         },
-        move || {
+        move |b2, blasted| {
             let s = std::net::UdpSocket::bind(&b2).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
             let mut buf = [0u8; 2048];

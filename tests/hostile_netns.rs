@@ -32,7 +32,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpStream};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::proc::{rss_kb, run_ok, threads};
@@ -62,6 +62,13 @@ fn can_run(test: &str) -> bool {
         return false;
     }
     true
+}
+
+/// The [`SERIAL`] guard, held for the test, and a bed, once `test`'s prerequisites hold
+/// (`None`: it said why not).
+fn serial_bed(test: &str) -> Option<(MutexGuard<'static, ()>, Bed)> {
+    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    can_run(test).then(|| (guard, Bed::up(1)))
 }
 
 /// Signaling routes used by several tests: SIP over UDP (5060) and TCP (5061) and RTSP
@@ -186,48 +193,25 @@ fn no_ip_path(mode: &str) {
     let bed = Bed::up(1);
     let (a_ns, g_ns, b_ns) = (bed.get("A_NS"), bed.get("G_NS"), bed.get("B_NS"));
     // An attacker's routes to the far network through the gateway.
-    sh(&[
-        "ip",
-        "-n",
-        a_ns,
-        "route",
-        "add",
-        "10.201.2.0/24",
-        "via",
-        bed.get("GA_IP"),
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        b_ns,
-        "route",
-        "add",
-        "10.201.1.0/24",
-        "via",
-        bed.get("GB_IP"),
-    ]);
+    for (ns, far, via) in [
+        (a_ns, "10.201.2.0/24", bed.get("GA_IP")),
+        (b_ns, "10.201.1.0/24", bed.get("GB_IP")),
+    ] {
+        sh(&["ip", "-n", ns, "route", "add", far, "via", via]);
+    }
     // Fast UDP scans: the gateway answers closed ports without ICMP rate limit (best effort).
-    let _ = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            g_ns,
-            "sysctl",
-            "-qw",
-            "net.ipv4.icmp_ratelimit=0",
-        ])
-        .status();
-    let _ = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            g_ns,
-            "sysctl",
-            "-qw",
+    for keys in [
+        &["net.ipv4.icmp_ratelimit=0"][..],
+        &[
             "net.ipv4.icmp_msgs_per_sec=100000",
             "net.ipv4.icmp_msgs_burst=100000",
-        ])
-        .status();
+        ],
+    ] {
+        let _ = Command::new("ip")
+            .args(["netns", "exec", g_ns, "sysctl", "-qw"])
+            .args(keys)
+            .status();
+    }
     let cfg = config(
         &bed,
         mode,
@@ -353,11 +337,9 @@ tests_of!(no_ip_path, if can_run;
 /// it is live.
 #[test]
 fn forged_sources_are_dropped_and_counted() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("forged_sources_are_dropped_and_counted") {
+    let Some((_g, bed)) = serial_bed(fn_name!()) else {
         return;
-    }
-    let bed = Bed::up(1);
+    };
     let a_ns = bed.get("A_NS").to_owned();
     let ga = bed.get("GA_IP").to_owned();
     let routes = stream_routes(&bed, 2).replace(
@@ -481,15 +463,13 @@ fn forged_sources_are_dropped_and_counted() {
 /// RTSP port.
 #[test]
 fn floods_leave_legitimate_streams_whole() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("floods_leave_legitimate_streams_whole") {
+    let Some((_g, bed)) = serial_bed(fn_name!()) else {
         return;
-    }
+    };
     // scripts/hostile.sh --measure raises the media flood rate with VGATE_FLOOD_PPS.
     let flood_pps = std::env::var("VGATE_FLOOD_PPS").unwrap_or_else(|_| "4000".into());
     let flood_pps = flood_pps.as_str();
     const SECONDS: u64 = 10;
-    let bed = Bed::up(1);
     let (a_ns, b_ns, g_ns) = (
         bed.get("A_NS").to_owned(),
         bed.get("B_NS").to_owned(),
@@ -503,8 +483,7 @@ fn floods_leave_legitimate_streams_whole() {
         &format!("{}{}", signaling(&bed, ""), stream_routes(&bed, 50)),
     );
     let gw = Vgate::start_in(g_ns, &cfg, &[]);
-    let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
-    let _rtsp = RtspServer::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 8554), 0);
+    let _upstreams = upstreams_in_a(&bed);
     let pid = gw.pid();
     // Warm-up: the streams alone.
     let warm = Streams::start(&bed, 50, 50, 50, Duration::from_secs(5));
@@ -688,16 +667,10 @@ fn sip_msg(extra_headers: &str, content_length: &str) -> Vec<u8> {
 
 #[test]
 fn malformed_input_on_every_port() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("malformed_input_on_every_port") {
+    let Some((_g, bed)) = serial_bed(fn_name!()) else {
         return;
-    }
-    let bed = Bed::up(1);
-    let (a_ns, b_ns, g_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-    );
+    };
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
     let cfg = config(
         &bed,
         "stack",
@@ -710,9 +683,8 @@ fn malformed_input_on_every_port() {
         ),
     );
     let gw = Vgate::start_in(&g_ns, &cfg, &[]);
-    let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
-    let _uas_tcp_absent = (); // The TCP route's upstream (A:5062) is not needed: vgate answers.
-    let _rtsp = RtspServer::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 8554), 0);
+    // The TCP route's upstream (A:5062) is not needed: vgate answers.
+    let _upstreams = upstreams_in_a(&bed);
     let pid = gw.pid();
     let (gb, b_ip, ga) = (bed.ip("GB_IP"), bed.ip("B_IP"), bed.get("GA_IP").to_owned());
     let rss0 = rss_kb(pid);
@@ -792,25 +764,12 @@ fn malformed_input_on_every_port() {
     ];
     let answers = in_netns(&b_ns, move || {
         let mut out = Vec::new();
-        for (what, bytes) in cases {
-            out.push(format!(
-                "sip {what}: {:?}",
-                first_line(&tcp_exchange(
-                    SocketAddrV4::new(gb, 5061),
-                    &bytes,
-                    Duration::from_secs(2)
-                ))
-            ));
-        }
-        for (what, bytes) in rtsp_cases {
-            out.push(format!(
-                "rtsp {what}: {:?}",
-                first_line(&tcp_exchange(
-                    SocketAddrV4::new(gb, 8554),
-                    &bytes,
-                    Duration::from_secs(2)
-                ))
-            ));
+        for (proto, port, cases) in [("sip", 5061, cases), ("rtsp", 8554, rtsp_cases)] {
+            for (what, bytes) in cases {
+                let to = SocketAddrV4::new(gb, port);
+                let answer = tcp_exchange(to, &bytes, Duration::from_secs(2));
+                out.push(format!("{proto} {what}: {:?}", first_line(&answer)));
+            }
         }
         out
     });
@@ -821,24 +780,13 @@ fn malformed_input_on_every_port() {
     // Slow-loris: 40 connections to the SIP TCP port (8 allowed per source) and 300 to the
     // RTSP port (256 per route), each sending one byte a second for 4 s.
     let (sip_open, rtsp_open, threads_peak) = in_netns(&b_ns, move || {
-        let mut sip: Vec<TcpStream> = (0..40)
-            .filter_map(|_| {
-                TcpStream::connect_timeout(
-                    &SocketAddrV4::new(gb, 5061).into(),
-                    Duration::from_secs(2),
-                )
-                .ok()
-            })
-            .collect();
-        let mut rtsp: Vec<TcpStream> = (0..300)
-            .filter_map(|_| {
-                TcpStream::connect_timeout(
-                    &SocketAddrV4::new(gb, 8554).into(),
-                    Duration::from_secs(2),
-                )
-                .ok()
-            })
-            .collect();
+        let connect = |port: u16, n: usize| -> Vec<TcpStream> {
+            let to = SocketAddrV4::new(gb, port).into();
+            (0..n)
+                .filter_map(|_| TcpStream::connect_timeout(&to, Duration::from_secs(2)).ok())
+                .collect()
+        };
+        let (mut sip, mut rtsp) = (connect(5061, 40), connect(8554, 300));
         let mut peak = 0;
         for round in 0..4 {
             for s in sip.iter_mut().chain(rtsp.iter_mut()) {
@@ -918,31 +866,11 @@ fn first_line(s: &str) -> &str {
 
 #[test]
 fn port_exhaustion_answers_503_and_453_then_recovers() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("port_exhaustion_answers_503_and_453_then_recovers") {
+    let Some((_g, bed)) = serial_bed(fn_name!()) else {
         return;
-    }
-    let bed = Bed::up(1);
-    let (a_ns, b_ns, g_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-    );
-    let routes = format!(
-        "{}{}",
-        sip_route(
-            &bed,
-            "sipu",
-            "udp",
-            5060,
-            5060,
-            "media_timeout = 0\nrate_limit = 0"
-        ),
-        rtsp_route(&bed, "cam", 8554, 8554, "media_timeout = 0")
-    );
-    let gw = Vgate::start_in(&g_ns, &config(&bed, "stack", 100, "strict", &routes), &[]);
-    let _uas = SipUas::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 5060), true);
-    let _rtsp = RtspServer::start(&a_ns, SocketAddrV4::new(bed.ip("A_IP"), 8554), 0);
+    };
+    let b_ns = bed.get("B_NS").to_owned();
+    let (gw, _upstreams) = sip_and_rtsp_gateway(&bed, "sipu", 0, 100);
     let (gb, b_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"));
 
     // SIP: a call takes an RTP/RTCP pair on each side: 50 calls fill 100 ports.

@@ -297,23 +297,8 @@ fn ends_under_rejected_media(g_ns: &str, within: Duration) -> Option<Duration> {
 fn sessions_whose_media_is_all_rejected_time_out() {
     require!(true, NEEDS);
     let bed = Bed::up(1);
-    let (a_ns, b_ns, g_ns) = bed.namespaces();
-    let routes = format!(
-        "{}{}",
-        sip_route(
-            &bed,
-            "sip",
-            "udp",
-            5060,
-            5060,
-            "media_timeout = 2\nrate_limit = 0"
-        ),
-        rtsp_route(&bed, "cam", 8554, 8554, "media_timeout = 2"),
-    );
-    let gw = Vgate::start_in(&g_ns, &config(&bed, "stack", 200, "strict", &routes), &[]);
-    let a_ip = bed.ip("A_IP");
-    let _uas = SipUas::start(&a_ns, SocketAddrV4::new(a_ip, 5060), true);
-    let _cam = RtspServer::start(&a_ns, SocketAddrV4::new(a_ip, 8554), 0);
+    let (_, b_ns, g_ns) = bed.namespaces();
+    let (gw, _upstreams) = sip_and_rtsp_gateway(&bed, "sip", 2, 200);
     let (gb, b_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"));
 
     // SIP: a call whose media is all oversize.

@@ -261,6 +261,21 @@ fn run_transcript(path: &Path, mut ex: Exchange<FakeMedia>) -> Exchange<FakeMedi
     ex
 }
 
+/// [`run_transcript`] of `tests/golden/rtsp/<file>` on an exchange with `s`.
+fn transcript(file: &str, s: Settings) -> Exchange<FakeMedia> {
+    run_transcript(&golden(file), exchange(s))
+}
+
+/// The leg a bridged track asks for.
+fn leg(domain: DomainId, side: TcpSide, channels: (u8, u8), inject: [u16; 2]) -> LegSpec {
+    LegSpec {
+        domain,
+        side,
+        channels,
+        inject,
+    }
+}
+
 fn golden(file: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden/rtsp")
@@ -269,7 +284,7 @@ fn golden(file: &str) -> std::path::PathBuf {
 
 #[test]
 fn udp_two_tracks_relative_controls() {
-    let ex = run_transcript(&golden("udp_two_tracks_relative.txt"), exchange(settings()));
+    let ex = transcript("udp_two_tracks_relative.txt", settings());
     assert_eq!(ex.media().released, 1, "TEARDOWN gives the session back");
 }
 
@@ -278,7 +293,7 @@ fn each_tracks_rtp_validates_what_describe_offered_for_it() {
     use vgate::media::Codec;
     let mut s = settings();
     s.media_validate = vgate::config::MediaMode::Enforce;
-    let ex = run_transcript(&golden("udp_two_tracks_relative.txt"), exchange(s));
+    let ex = transcript("udp_two_tracks_relative.txt", s);
     let rtp: Vec<_> = ex
         .media()
         .history
@@ -311,10 +326,7 @@ fn each_tracks_rtp_validates_what_describe_offered_for_it() {
 
 #[test]
 fn interleaved_absolute_controls_pipelined() {
-    let ex = run_transcript(
-        &golden("interleaved_absolute_pipelined.txt"),
-        exchange(settings()),
-    );
+    let ex = transcript("interleaved_absolute_pipelined.txt", settings());
     for ch in 0..=3 {
         assert!(ex.channel_allowed(ch), "channel {ch} negotiated");
     }
@@ -328,7 +340,7 @@ fn interleaved_absolute_controls_pipelined() {
 
 #[test]
 fn udp_refusals_and_port_reuse() {
-    let ex = run_transcript(&golden("udp_refusals.txt"), exchange(settings()));
+    let ex = transcript("udp_refusals.txt", settings());
     assert_eq!(
         ex.media().allocated.len(),
         2,
@@ -338,14 +350,14 @@ fn udp_refusals_and_port_reuse() {
 
 #[test]
 fn record_announce_udp_on_the_reverse_channel() {
-    let ex = run_transcript(&golden("record_announce_udp.txt"), exchange(settings()));
+    let ex = transcript("record_announce_udp.txt", settings());
     assert_eq!(ex.media().released, 1, "TEARDOWN gives the session back");
     assert!(!ex.state().playing);
 }
 
 #[test]
 fn transport_mismatch_is_refused_promptly_both_ways() {
-    let ex = run_transcript(&golden("transport_mismatch.txt"), exchange(settings()));
+    let ex = transcript("transport_mismatch.txt", settings());
     assert!(!ex.channel_allowed(0) && !ex.channel_allowed(1));
     assert_eq!(ex.pending(), 0, "nothing left waiting");
     assert_eq!(
@@ -357,7 +369,7 @@ fn transport_mismatch_is_refused_promptly_both_ways() {
 
 #[test]
 fn per_track_teardown_frees_only_that_track() {
-    let ex = run_transcript(&golden("per_track_teardown.txt"), exchange(settings()));
+    let ex = transcript("per_track_teardown.txt", settings());
     let m = ex.media();
     // Allocation order: A0 (SETUP out), B0 (its reply), A1, B1.
     let (a1, b1) = (m.allocated[2].1, m.allocated[3].1);
@@ -379,7 +391,7 @@ fn per_track_teardown_frees_only_that_track() {
 fn server_requests_reach_the_client_rewritten() {
     let s = settings();
     let events = Arc::clone(&s.events);
-    run_transcript(&golden("server_requests.txt"), exchange(s));
+    transcript("server_requests.txt", s);
     let ev: BTreeMap<_, _> = events.list().into_iter().collect();
     assert_eq!(ev["server_requests_forwarded"], 3);
     assert_eq!(ev["server_requests_answered"], 1);
@@ -398,19 +410,11 @@ fn bridging() -> Settings {
 
 #[test]
 fn bridge_interleaved_client_to_a_udp_only_server() {
-    let ex = run_transcript(
-        &golden("bridge_tcp_client_udp_server.txt"),
-        exchange(bridging()),
-    );
+    let ex = transcript("bridge_tcp_client_udp_server.txt", bridging());
     let m = ex.media();
     assert_eq!(
         m.legs,
-        [LegSpec {
-            domain: DomainId::B,
-            side: TcpSide::Client,
-            channels: (0, 1),
-            inject: [30000, 30001],
-        }]
+        [leg(DomainId::B, TcpSide::Client, (0, 1), [30000, 30001])]
     );
     assert!(!ex.bridged(TcpSide::Client, 0), "the session ended");
     assert_eq!(
@@ -421,19 +425,11 @@ fn bridge_interleaved_client_to_a_udp_only_server() {
 
 #[test]
 fn bridge_udp_client_to_an_interleaved_only_server() {
-    let ex = run_transcript(
-        &golden("bridge_udp_client_tcp_server.txt"),
-        exchange(bridging()),
-    );
+    let ex = transcript("bridge_udp_client_tcp_server.txt", bridging());
     let m = ex.media();
     assert_eq!(
         m.legs,
-        [LegSpec {
-            domain: DomainId::A,
-            side: TcpSide::Upstream,
-            channels: (0, 1),
-            inject: [20000, 20001],
-        }]
+        [leg(DomainId::A, TcpSide::Upstream, (0, 1), [20000, 20001])]
     );
     assert!(ex.bridged(TcpSide::Upstream, 1));
     assert!(!ex.channel_allowed(0), "bridged channels are not relayed");
@@ -442,17 +438,14 @@ fn bridge_udp_client_to_an_interleaved_only_server() {
 
 #[test]
 fn bridge_when_the_server_answers_the_other_transport() {
-    let ex = run_transcript(
-        &golden("bridge_other_transport_answered.txt"),
-        exchange(bridging()),
-    );
+    let ex = transcript("bridge_other_transport_answered.txt", bridging());
     assert_eq!(ex.media().legs.len(), 1);
     assert!(ex.bridged(TcpSide::Upstream, 0));
 }
 
 #[test]
 fn bridge_refused_both_ways_is_a_461_with_the_reason() {
-    let ex = run_transcript(&golden("bridge_refused_both.txt"), exchange(bridging()));
+    let ex = transcript("bridge_refused_both.txt", bridging());
     assert!(ex.media().legs.is_empty());
     assert_eq!(ex.media().allocated.len(), 1, "the retry's pair was reused");
     assert_eq!(ex.pending(), 1, "the second SETUP awaits its reply");
@@ -464,17 +457,9 @@ fn bridge_refused_both_ways_is_a_461_with_the_reason() {
 fn multi_track_udp_client_of_a_tcp_server_that_fixes_the_transport() {
     let s = bridging();
     let events = Arc::clone(&s.events);
-    let ex = run_transcript(
-        &golden("multi_track_udp_client_tcp_server.txt"),
-        exchange(s),
-    );
+    let ex = transcript("multi_track_udp_client_tcp_server.txt", s);
     let m = ex.media();
-    let upstream = |channels: (u8, u8), inject: [u16; 2]| LegSpec {
-        domain: DomainId::A,
-        side: TcpSide::Upstream,
-        channels,
-        inject,
-    };
+    let upstream = |channels, inject| leg(DomainId::A, TcpSide::Upstream, channels, inject);
     assert_eq!(
         m.legs,
         [
@@ -497,17 +482,9 @@ fn multi_track_udp_client_of_a_tcp_server_that_fixes_the_transport() {
 /// upstream over UDP at once, each track's leg on its own client channel pair.
 #[test]
 fn multi_track_interleaved_client_of_a_udp_server_that_fixes_the_transport() {
-    let ex = run_transcript(
-        &golden("multi_track_tcp_client_udp_server.txt"),
-        exchange(bridging()),
-    );
+    let ex = transcript("multi_track_tcp_client_udp_server.txt", bridging());
     let m = ex.media();
-    let client = |channels: (u8, u8), inject: [u16; 2]| LegSpec {
-        domain: DomainId::B,
-        side: TcpSide::Client,
-        channels,
-        inject,
-    };
+    let client = |channels, inject| leg(DomainId::B, TcpSide::Client, channels, inject);
     assert_eq!(
         m.legs,
         [
@@ -865,7 +842,7 @@ fn answer_setup_udp(ex: &mut Exchange<FakeMedia>, pair: u16) -> Vec<Output> {
 fn bridge_refuses_channels_another_track_answered_on_the_server_connection() {
     let s = bridging();
     let events = Arc::clone(&s.events);
-    let ex = run_transcript(&golden("bridge_channels_taken_server.txt"), exchange(s));
+    let ex = transcript("bridge_channels_taken_server.txt", s);
     let m = ex.media();
     assert_eq!(
         m.legs.len(),
@@ -888,7 +865,7 @@ fn bridge_refuses_channels_another_track_answered_on_the_server_connection() {
 fn bridge_refuses_client_channels_another_track_takes() {
     let s = bridging();
     let events = Arc::clone(&s.events);
-    let ex = run_transcript(&golden("bridge_channels_taken_client.txt"), exchange(s));
+    let ex = transcript("bridge_channels_taken_client.txt", s);
     let m = ex.media();
     assert_eq!(m.legs.len(), 1);
     assert!(ex.bridged(TcpSide::Client, 1));

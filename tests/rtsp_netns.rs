@@ -35,36 +35,19 @@ use std::time::{Duration, Instant};
 use common::rtsp::*;
 use common::{admin, in_netns, vgate_bin};
 
-#[test]
-fn udp_and_interleaved_play_through_vgate() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("udp_and_interleaved_play_through_vgate") {
-        return;
-    }
-    let mut rig = Rig::up(&[], &simple_route(""));
+fn udp_and_interleaved_play_through_vgate(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
     let g = rig.bed.get("G_NS").to_string();
     for transport in ["udp", "tcp"] {
-        let p = ffmpeg(
-            &b,
-            &rig.url(8554, "/cam1"),
-            transport,
-            50,
-            rig.dir.path(),
-            transport,
-        );
-        assert_played(&p, transport);
+        let p = rig.play(&b, transport, 50, transport);
+        assert_played(&p, transport, 50);
         assert_no_a_address(&rig, &p.trace, transport);
         assert!(
             p.trace.contains("Content-Base: rtsp://"),
             "trace has the RTSP replies"
         );
     }
-    rig.wait_log(
-        &format!("rtsp session ended (teardown); {ZERO}"),
-        2,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("session ended (teardown)", 2, 10);
     let log = rig.log();
     assert!(log.contains("interleaved_to_client="), "{log}");
     // Time to first frame, direct (gateway namespace to the server) vs through vgate.
@@ -86,17 +69,7 @@ fn udp_and_interleaved_play_through_vgate() {
                 )
                 .first_frame,
             );
-            v.push(
-                ffmpeg(
-                    &b,
-                    &rig.url(8554, "/cam1"),
-                    transport,
-                    1,
-                    rig.dir.path(),
-                    &tag,
-                )
-                .first_frame,
-            );
+            v.push(rig.play(&b, transport, 1, &tag).first_frame);
         }
         let avg = |x: &[Option<Duration>]| {
             x.iter().flatten().map(Duration::as_secs_f64).sum::<f64>()
@@ -112,17 +85,10 @@ fn udp_and_interleaved_play_through_vgate() {
     for l in &lines {
         let _ = writeln!(std::io::stderr(), "FIGURE {l}");
     }
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
-#[test]
-fn ten_clients_at_once() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("ten_clients_at_once") {
-        return;
-    }
-    let mut rig = Rig::up(&["--fps", "15"], &simple_route(""));
+fn ten_clients_at_once(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
     let cpu0 = rig.vgate_cpu_seconds();
     let t0 = Instant::now();
@@ -144,44 +110,23 @@ fn ten_clients_at_once() {
     let wall = t0.elapsed().as_secs_f64();
     let cpu = rig.vgate_cpu_seconds() - cpu0;
     for (i, (transport, p)) in plays.iter().enumerate() {
-        assert_played(p, &format!("client {i} ({transport})"));
+        assert_played(p, &format!("client {i} ({transport})"), 50);
         assert_no_a_address(&rig, &p.trace, &format!("client {i}"));
     }
-    rig.wait_log(
-        &format!("rtsp connection ended (client-closed); {ZERO}"),
-        1,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("connection ended (client-closed)", 1, 10);
     let _ = writeln!(
         std::io::stderr(),
         "FIGURE ten clients (5 UDP, 5 interleaved; 320x240 JPEG at 15 fps + PCMU): vgate CPU {cpu:.2} s over {wall:.1} s wall = {:.2} % of a core per stream",
         cpu / wall / 10.0 * 100.0
     );
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
-#[test]
-fn upstream_digest_is_answered_by_vgate() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("upstream_digest_is_answered_by_vgate") {
-        return;
-    }
-    let mut rig = Rig::up(
-        &["--digest", "camuser:Pa55-w0rd"],
-        &simple_route("upstream_username = \"camuser\"\nupstream_password = \"Pa55-w0rd\""),
-    );
+fn upstream_digest_is_answered_by_vgate(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
     for transport in ["udp", "tcp"] {
-        let p = ffmpeg(
-            &b,
-            &rig.url(8554, "/cam1"),
-            transport,
-            50,
-            rig.dir.path(),
-            transport,
-        );
-        assert_played(&p, transport);
+        let p = rig.play(&b, transport, 50, transport);
+        assert_played(&p, transport, 50);
         assert!(
             !p.trace.contains("RTSP/1.0 401") && !p.trace.contains("line='RTSP/1.0 401"),
             "the client never sees the upstream's challenge"
@@ -198,6 +143,47 @@ fn upstream_digest_is_answered_by_vgate() {
     assert!(!totals.contains("Pa55-w0rd"));
 }
 
+/// The tests on a [`Rig`]: each runs the scenario of its name once its prerequisites hold.
+mod on_rig {
+    use super::*;
+
+    const DIGEST: &str = "upstream_username = \"camuser\"\nupstream_password = \"Pa55-w0rd\"";
+    const HEAVY_UDP_ONLY: [&str; 6] = [
+        "--udp-only",
+        "--width",
+        "640",
+        "--height",
+        "480",
+        "--no-audio",
+    ];
+
+    /// The one route `cam` with no extra keys.
+    fn simple() -> String {
+        simple_route("")
+    }
+
+    tests_of!(with_rig, if can_run;
+        every_way_a_session_ends_frees_routes_and_ports =>
+            (super::every_way_a_session_ends_frees_routes_and_ports, &["--fps", "10"], &short_timeout_routes()),
+        udp_and_interleaved_play_through_vgate =>
+            (super::udp_and_interleaved_play_through_vgate, &[], &simple()),
+        ten_clients_at_once =>
+            (super::ten_clients_at_once, &["--fps", "15"], &simple()),
+        upstream_digest_is_answered_by_vgate =>
+            (super::upstream_digest_is_answered_by_vgate, &["--digest", "camuser:Pa55-w0rd"], &simple_route(DIGEST)),
+        record_push_crosses_on_the_reverse_channel =>
+            (super::record_push_crosses_on_the_reverse_channel, &["--record"], &simple()),
+        bridged_transports_play_both_ways =>
+            (super::bridged_transports_play_both_ways, &["--udp-only"], &simple()),
+        // A UDP-only server with a heavier picture, so a client that stops reading fills the
+        // socket buffers soon.
+        bridged_leg_bad_input_is_counted_and_bounded =>
+            (super::bridged_leg_bad_input_is_counted_and_bounded, &HEAVY_UDP_ONLY, &simple()),
+        bridged_record_push_both_ways =>
+            (super::bridged_record_push_both_ways, &["--record", "--udp-only"], &simple()),
+    );
+}
+
 /// A minimal RTSP client: one request, one reply (headers + body).
 struct Client {
     s: TcpStream,
@@ -206,16 +192,6 @@ struct Client {
 }
 
 impl Client {
-    fn connect(addr: &str) -> Client {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client {
-            s,
-            cseq: 0,
-            session: None,
-        }
-    }
-
     fn request(&mut self, method: &str, url: &str, extra: &str) -> String {
         self.cseq += 1;
         let req = common::rtsp::request(method, url, self.cseq, self.session.as_deref(), extra);
@@ -265,97 +241,51 @@ impl Client {
     }
 }
 
-#[test]
-fn every_way_a_session_ends_frees_routes_and_ports() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("every_way_a_session_ends_frees_routes_and_ports") {
-        return;
-    }
-    let routes = format!(
+/// Two routes: `cam` (port 8554) with a short session timeout, `cam-media` (port 8555) with
+/// a short media timeout.
+fn short_timeout_routes() -> String {
+    format!(
         "{}{}",
         simple_route("session_timeout = 3\nmedia_timeout = 60"),
         simple_route("session_timeout = 60\nmedia_timeout = 3")
             .replace("name = \"cam\"", "name = \"cam-media\"")
             .replace("listen_port = 8554", "listen_port = 8555")
-    );
-    let mut rig = Rig::up(&["--fps", "10"], &routes);
+    )
+}
+
+fn every_way_a_session_ends_frees_routes_and_ports(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
     let gb = rig.bed.get("GB_IP").to_string();
 
     // 1. TEARDOWN (ffmpeg ends its session properly).
-    let p = ffmpeg(
-        &b,
-        &rig.url(8554, "/cam1"),
-        "udp",
-        50,
-        rig.dir.path(),
-        "teardown",
-    );
-    assert_played(&p, "teardown");
-    rig.wait_log(
-        &format!("rtsp session ended (teardown); {ZERO}"),
-        1,
-        Duration::from_secs(10),
-    );
+    let p = rig.play(&b, "udp", 50, "teardown");
+    assert_played(&p, "teardown", 50);
+    rig.wait_ended("session ended (teardown)", 1, 10);
 
     // 2. The client's TCP connection closes without TEARDOWN.
-    let base = format!("rtsp://{gb}:8554/cam1");
-    let addr = format!("{gb}:8554");
-    let setup = in_netns(&b, {
-        let (base, addr) = (base.clone(), addr.clone());
-        move || {
-            let mut c = Client::connect(&addr);
-            let setup = c.play(&base);
-            std::thread::sleep(Duration::from_millis(500));
-            drop(c);
-            setup
-        }
-    });
+    let (c, setup) = playing(&rig, &b, 8554);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(c);
     assert!(setup.contains("server_port=30"), "{setup}");
     assert!(setup.contains(&format!("source={gb}")), "{setup}");
     assert!(
         setup.contains("timeout=3"),
         "vgate tells the client its shorter timeout: {setup}"
     );
-    rig.wait_log(
-        &format!("rtsp connection ended (client-closed); {ZERO}"),
-        1,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("connection ended (client-closed)", 1, 10);
 
     // 3. Session timeout: the client goes silent with its connection open.
-    let held = in_netns(&b, {
-        let (base, addr) = (base.clone(), addr.clone());
-        move || {
-            let mut c = Client::connect(&addr);
-            c.play(&base);
-            c
-        }
-    });
-    rig.wait_log(
-        &format!("rtsp connection ended (session-timeout); {ZERO}"),
-        1,
-        Duration::from_secs(15),
-    );
+    let (held, _) = playing(&rig, &b, 8554);
+    rig.wait_ended("connection ended (session-timeout)", 1, 15);
     drop(held);
 
     // 4. No media: the server freezes (SIGSTOP) while the client keeps the session alive.
-    let addr2 = format!("{gb}:8555");
-    let base2 = format!("rtsp://{gb}:8555/cam1");
-    let held = in_netns(&b, move || {
-        let mut c = Client::connect(&addr2);
-        c.play(&base2);
-        c
-    });
+    let (held, _) = playing(&rig, &b, 8555);
     std::thread::sleep(Duration::from_millis(1500));
     let server = nix::unistd::Pid::from_raw(rig.server_pid() as i32);
     nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGSTOP).unwrap();
     let frozen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rig.wait_log(
-            &format!("rtsp connection ended (no-media); {ZERO}"),
-            1,
-            Duration::from_secs(15),
-        );
+        rig.wait_ended("connection ended (no-media)", 1, 15);
     }));
     let _ = nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGCONT);
     drop(held);
@@ -365,14 +295,7 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
 
     // 5. The operator ends the session through the admin interface (in the gateway's
     //    namespace, on its loopback): vgate sends TEARDOWN upstream and closes both sides.
-    let held = in_netns(&b, {
-        let (base, addr) = (base.clone(), addr.clone());
-        move || {
-            let mut c = Client::connect(&addr);
-            c.play(&base);
-            c
-        }
-    });
+    let (held, _) = playing(&rig, &b, 8554);
     let g = rig.bed.get("G_NS").to_string();
     let ended: serde_json::Value = in_netns(&g, || {
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -404,23 +327,13 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
         serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
     });
     assert_eq!(ended["by"], "rtsp", "{ended}");
-    rig.wait_log(
-        &format!("rtsp connection ended (ended-by-operator); {ZERO}"),
-        1,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("connection ended (ended-by-operator)", 1, 10);
     drop(held);
 
     // 6. A reload that changes the route a live session runs on: the session is ended as
     //    the operator ends one (TEARDOWN upstream, both connections closed) and counted in
     //    the reload's answer — never dropped silently.
-    let addr2 = format!("{gb}:8555");
-    let base2 = format!("rtsp://{gb}:8555/cam1");
-    let held = in_netns(&b, move || {
-        let mut c = Client::connect(&addr2);
-        c.play(&base2);
-        c
-    });
+    let (held, _) = playing(&rig, &b, 8555);
     let cfg_path = rig.vgate().config.path().to_owned();
     let cfg = std::fs::read_to_string(&cfg_path).unwrap();
     assert_eq!(cfg.matches("media_timeout = 3\n").count(), 1, "{cfg}");
@@ -446,41 +359,16 @@ fn every_way_a_session_ends_frees_routes_and_ports() {
         said.contains("1 live calls/sessions ended"),
         "the reload counts the session it ended: {said}"
     );
-    rig.wait_log(
-        &format!("rtsp connection ended (ended-by-operator); {ZERO}"),
-        2,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("connection ended (ended-by-operator)", 2, 10);
     drop(held);
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
-#[test]
-fn record_push_crosses_on_the_reverse_channel() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("record_push_crosses_on_the_reverse_channel") {
-        return;
-    }
-    let mut rig = Rig::up(&["--record"], &simple_route(""));
+fn record_push_crosses_on_the_reverse_channel(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
-    let url = rig.url(8554, "/cam1");
     for (i, transport) in ["udp", "tcp"].into_iter().enumerate() {
-        let before = rig.server_frames();
-        let (ok, err) = ffmpeg_push(&b, &url, transport, 4);
-        assert!(ok, "{transport}: ffmpeg push failed: {err}");
-        // 40 frames sent at 10 fps; the last second may still be on its way.
-        let after = rig.wait_frames(before + 30, Duration::from_secs(5));
-        assert!(
-            after >= before + 30,
-            "{transport}: the server decoded only {} of 40 pushed frames",
-            after - before
-        );
-        rig.wait_log(
-            &format!("rtsp session ended (teardown); {ZERO}"),
-            i + 1,
-            Duration::from_secs(10),
-        );
+        rig.push(&b, transport, transport);
+        rig.wait_ended("session ended (teardown)", i + 1, 10);
     }
     let log = rig.log();
     // UDP: the client's RTP and RTCP entered in B and crossed on the reverse channel; only
@@ -515,8 +403,7 @@ fn record_push_crosses_on_the_reverse_channel() {
     }
     assert!(ev("interleaved_frames_to_server") >= 30.0);
     assert!(ev("interleaved_bytes_to_server") > ev("interleaved_frames_to_server"));
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
 /// A fake RTSP server in domain A that answers every SETUP with the other lower transport
@@ -645,23 +532,12 @@ fn unbridgeable_transport_is_refused_promptly_never_hung() {
             assert_no_a_address(&rig, &head, "the bridged answer");
         }
         assert!(took < Duration::from_secs(3), "answered after {took:?}");
-        rig.wait_log(
-            &format!("rtsp connection ended (client-closed); {ZERO}"),
-            i + 1,
-            Duration::from_secs(10),
-        );
+        rig.wait_ended("connection ended (client-closed)", i + 1, 10);
     }
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
-#[test]
-fn bridged_transports_play_both_ways() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("bridged_transports_play_both_ways") {
-        return;
-    }
-    let mut rig = Rig::up(&["--udp-only"], &simple_route(""));
+fn bridged_transports_play_both_ways(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
     let g = rig.bed.get("G_NS").to_string();
     let direct_url = format!("rtsp://{}:8554/test", rig.bed.get("A_IP"));
@@ -676,14 +552,7 @@ fn bridged_transports_play_both_ways() {
         // The same 100 frames with the server's own transport first (not bridged), for
         // vgate's CPU beside the bridged run (a figure, never a verdict).
         let cpu0 = rig.vgate_cpu_seconds();
-        let plain = ffmpeg(
-            &b,
-            &rig.url(8554, "/cam1"),
-            serves,
-            100,
-            rig.dir.path(),
-            &format!("plain-{serves}"),
-        );
+        let plain = rig.play(&b, serves, 100, &format!("plain-{serves}"));
         assert!(
             plain.ok && plain.video_frames >= 100,
             "{serves} through vgate, not bridged"
@@ -691,14 +560,7 @@ fn bridged_transports_play_both_ways() {
         let cpu1 = rig.vgate_cpu_seconds();
         let before_tcp = cam_event(&rig, "bridge_frames_to_tcp");
         let before_udp = cam_event(&rig, "bridge_frames_to_udp");
-        let p = ffmpeg(
-            &b,
-            &rig.url(8554, "/cam1"),
-            asks,
-            100,
-            rig.dir.path(),
-            &format!("bridge-{asks}"),
-        );
+        let p = rig.play(&b, asks, 100, &format!("bridge-{asks}"));
         let cpu2 = rig.vgate_cpu_seconds();
         let what = format!("client {asks}, server {serves} only");
         figures.push(format!(
@@ -706,19 +568,9 @@ fn bridged_transports_play_both_ways() {
             (cpu1 - cpu0) * 1e3,
             (cpu2 - cpu1) * 1e3
         ));
-        assert!(p.ok, "{what}: ffmpeg failed; errors: {:?}", p.errors);
-        assert!(
-            p.video_frames >= 100,
-            "{what}: only {} video frames",
-            p.video_frames
-        );
-        assert!(p.errors.is_empty(), "{what}: ffmpeg errors: {:?}", p.errors);
+        assert_played(&p, &what, 100);
         assert_no_a_address(&rig, &p.trace, &what);
-        rig.wait_log(
-            &format!("rtsp session ended (teardown); {ZERO}"),
-            2 * i + 2,
-            Duration::from_secs(10),
-        );
+        rig.wait_ended("session ended (teardown)", 2 * i + 2, 10);
         // Media crossed the legs both ways: the server's RTP and RTCP one way, the client's
         // receiver reports the other.
         let tcp = wait_event(&rig, "bridge_frames_to_tcp", before_tcp + 100.0) - before_tcp;
@@ -750,14 +602,7 @@ fn bridged_transports_play_both_ways() {
                 rig.dir.path(),
                 &format!("ttff-{serves}-d{run}"),
             );
-            let bridged = ffmpeg(
-                &b,
-                &rig.url(8554, "/cam1"),
-                asks,
-                1,
-                rig.dir.path(),
-                &format!("ttff-{asks}-v{run}"),
-            );
+            let bridged = rig.play(&b, asks, 1, &format!("ttff-{asks}-v{run}"));
             d += direct.first_frame.expect("a first frame, direct") / 3;
             v += bridged.first_frame.expect("a first frame, bridged") / 3;
         }
@@ -780,8 +625,7 @@ fn bridged_transports_play_both_ways() {
     // One leg per bridged track (video and audio), four sessions.
     assert!(cam_event(&rig, "bridge_legs") >= 8.0);
     assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
 /// vgate's resident memory in KiB.
@@ -821,6 +665,14 @@ fn admin_legs(rig: &Rig) -> serde_json::Value {
     admin::get_json_in(rig.bed.get("G_NS"), "127.0.0.1:9940", "/api/v1/legs")
 }
 
+/// A [`Client`] in namespace `ns` playing `/cam1` through vgate's port `port` (DESCRIBE,
+/// SETUP of the video track over UDP, PLAY), and its SETUP reply.
+fn playing(rig: &Rig, ns: &str, port: u16) -> (Client, String) {
+    let mut c = client_in(ns, format!("{}:{port}", rig.bed.get("GB_IP")));
+    let setup = c.play(&rig.url(port, "/cam1"));
+    (c, setup)
+}
+
 /// A [`Client`] connected from namespace `ns` (the socket stays in it).
 fn client_in(ns: &str, addr: String) -> Client {
     let s = in_netns(ns, move || TcpStream::connect(addr).unwrap());
@@ -832,25 +684,7 @@ fn client_in(ns: &str, addr: String) -> Client {
     }
 }
 
-#[test]
-fn bridged_leg_bad_input_is_counted_and_bounded() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("bridged_leg_bad_input_is_counted_and_bounded") {
-        return;
-    }
-    // A UDP-only server with a heavier picture, so a client that stops reading fills the
-    // socket buffers soon.
-    let mut rig = Rig::up(
-        &[
-            "--udp-only",
-            "--width",
-            "640",
-            "--height",
-            "480",
-            "--no-audio",
-        ],
-        &simple_route(""),
-    );
+fn bridged_leg_bad_input_is_counted_and_bounded(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
     let addr = format!("{}:8554", rig.bed.get("GB_IP"));
     let base = rig.url(8554, "/cam1");
@@ -889,11 +723,7 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
     assert!(leg["frames_out"].as_u64().unwrap() >= 20, "{legs}");
     assert!(leg["frames_in"].as_u64().unwrap() >= 1, "{legs}");
     drop(c);
-    rig.wait_log(
-        &format!("rtsp connection ended (client-closed); {ZERO}"),
-        1,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("connection ended (client-closed)", 1, 10);
     // A client that never reads: frames are dropped as stalls, vgate's memory stays put;
     // then a frame cut by the close.
     let mut c = client_in(&b, addr.clone());
@@ -912,11 +742,7 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
         grew < 64 * 1024,
         "vgate grew by {grew} KiB under a client that never reads"
     );
-    rig.wait_log(
-        &format!("rtsp connection ended (client-closed); {ZERO}"),
-        2,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("connection ended (client-closed)", 2, 10);
     assert!(wait_event(&rig, "partial_frames", 1.0) >= 1.0);
     // Garbage on the connection of a bridged session: 400, closed, nothing left.
     let mut c = client_in(&b, addr.clone());
@@ -942,11 +768,7 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
     c.s.write_all(&rr).unwrap();
     assert!(wait_event(&rig, "bridge_frames_to_udp", before + 2.0) >= before + 2.0);
     c.request("TEARDOWN", &base, "");
-    rig.wait_log(
-        &format!("rtsp session ended (teardown); {ZERO}"),
-        1,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("session ended (teardown)", 1, 10);
     let log = rig.log();
     assert!(
         !log.contains("did not release the socket of a closed port"),
@@ -960,11 +782,7 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
         "RTP frames after a new SETUP"
     );
     drop(c);
-    rig.wait_log(
-        &format!("rtsp connection ended (client-closed); {ZERO}"),
-        3,
-        Duration::from_secs(10),
-    );
+    rig.wait_ended("connection ended (client-closed)", 3, 10);
     let _ = writeln!(
         std::io::stderr(),
         "FIGURE a client that never read: {stalls} frames dropped as stalls, vgate grew by {grew} KiB"
@@ -977,19 +795,11 @@ fn bridged_leg_bad_input_is_counted_and_bounded() {
         legs["totals"]["framing_errors"].as_u64().unwrap() >= 1,
         "{legs}"
     );
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
-#[test]
-fn bridged_record_push_both_ways() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if !can_run("bridged_record_push_both_ways") {
-        return;
-    }
-    let mut rig = Rig::up(&["--record", "--udp-only"], &simple_route(""));
+fn bridged_record_push_both_ways(mut rig: Rig) {
     let b = rig.bed.get("B_NS").to_string();
-    let url = rig.url(8554, "/cam1");
     for (i, (serves, pushes)) in [("udp", "tcp"), ("tcp", "udp")].into_iter().enumerate() {
         if i == 1 {
             rig.server = None;
@@ -997,30 +807,16 @@ fn bridged_record_push_both_ways() {
             rig.start_server(&["--record", "--tcp-only"]);
         }
         let what = format!("push {pushes}, server takes {serves} only");
-        let before = rig.server_frames();
         let bridged =
             cam_event(&rig, "bridge_frames_to_udp") + cam_event(&rig, "bridge_frames_to_tcp");
-        let (ok, err) = ffmpeg_push(&b, &url, pushes, 4);
-        assert!(ok, "{what}: ffmpeg push failed: {err}");
-        // 40 frames sent at 10 fps; the last second may still be on its way.
-        let after = rig.wait_frames(before + 30, Duration::from_secs(5));
-        assert!(
-            after >= before + 30,
-            "{what}: the server decoded only {} of 40 pushed frames",
-            after - before
-        );
+        rig.push(&b, pushes, &what);
         let now = cam_event(&rig, "bridge_frames_to_udp") + cam_event(&rig, "bridge_frames_to_tcp");
         assert!(
             now - bridged >= 30.0,
             "{what}: only {} packets bridged",
             now - bridged
         );
-        rig.wait_log(
-            &format!("rtsp session ended (teardown); {ZERO}"),
-            i + 1,
-            Duration::from_secs(10),
-        );
+        rig.wait_ended("session ended (teardown)", i + 1, 10);
     }
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }

@@ -18,6 +18,15 @@ use std::time::Duration;
 
 use common::rtsp::*;
 
+/// The server saw no track set up twice.
+fn no_track_set_up_twice(rig: &Rig, what: &str) {
+    let out = rig.server_out.lock().unwrap().clone();
+    assert!(
+        !out.contains("TWICE"),
+        "{what}: a track set up twice: {out}"
+    );
+}
+
 /// A server that fixes a connection's lower transport at its first SETUP (`--fixed-transport`:
 /// a later track asked over the other one is answered with the fixed one or refused, and a
 /// second SETUP of a track closes the connection), restricted to one transport, serving two
@@ -68,17 +77,9 @@ fn multi_track_sessions_bridge_every_track() {
                     assert!(*n >= 3, "{what}: only {n} frames of audio track {i}");
                 }
                 assert_no_a_address(&rig, &p.trace, &what);
-                let out = rig.server_out.lock().unwrap().clone();
-                assert!(
-                    !out.contains("TWICE"),
-                    "{what}: a track set up twice: {out}"
-                );
+                no_track_set_up_twice(&rig, &what);
                 sessions += 1;
-                rig.wait_log(
-                    &format!("rtsp session ended (teardown); {ZERO}"),
-                    sessions,
-                    Duration::from_secs(10),
-                );
+                rig.wait_ended("session ended (teardown)", sessions, 10);
                 if serves != asks {
                     // One leg per track.
                     let legs = wait_event(&rig, "bridge_legs", legs0 + tracks as f64) - legs0;
@@ -90,8 +91,7 @@ fn multi_track_sessions_bridge_every_track() {
     }
     assert_eq!(cam_event(&rig, "bridge_legs"), bridged as f64);
     assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }
 
 /// Pushes (ANNOUNCE, two SETUPs with `mode=record`, RECORD) of video and audio to a RECORD
@@ -133,20 +133,11 @@ fn multi_track_pushes_bridge_every_track() {
                 audio >= 10,
                 "{what}: the server decoded {audio} audio buffers"
             );
-            let out = rig.server_out.lock().unwrap().clone();
-            assert!(
-                !out.contains("TWICE"),
-                "{what}: a track set up twice: {out}"
-            );
+            no_track_set_up_twice(&rig, &what);
             sessions += 1;
-            rig.wait_log(
-                &format!("rtsp session ended (teardown); {ZERO}"),
-                sessions,
-                Duration::from_secs(10),
-            );
+            rig.wait_ended("session ended (teardown)", sessions, 10);
         }
     }
     assert_eq!(cam_event(&rig, "bridge_refused"), 0.0);
-    let totals = rig.stop_vgate();
-    assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    rig.stop_with_no_route_left();
 }

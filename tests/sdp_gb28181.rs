@@ -7,34 +7,11 @@ use std::net::Ipv4Addr;
 use vgate::signaling::sdp::{self, Direction};
 use vgate::signaling::sip::{triage_datagram, Editor, Limits, SipMessage, Verdict};
 
-const GB_SDP: &str = "v=0\r\n\
-o=34020000001320000001 0 0 IN IP4 192.168.1.64\r\n\
-s=Playback\r\n\
-u=34020000001320000001:0\r\n\
-c=IN IP4 192.168.1.64\r\n\
-t=1700000000 1700003600\r\n\
-m=video 6000 RTP/AVP 96 98 97\r\n\
-a=recvonly\r\n\
-a=rtpmap:96 PS/90000\r\n\
-a=rtpmap:98 H264/90000\r\n\
-a=rtpmap:97 MPEG4/90000\r\n\
-y=0100000001\r\n\
-f=v/2/4///a///\r\n";
+/// A GB/T 28181 playback offer (`tests/golden/sdp`, CRLF line ends).
+const GB_SDP: &str = include_str!("golden/sdp/gb_playback.in.sdp");
 
 /// The expected rewrite, with the gateway's address and allocated port spelled out.
-const GB_SDP_REWRITTEN: &str = "v=0\r\n\
-o=34020000001320000001 0 0 IN IP4 198.51.100.7\r\n\
-s=Playback\r\n\
-u=34020000001320000001:0\r\n\
-c=IN IP4 198.51.100.7\r\n\
-t=1700000000 1700003600\r\n\
-m=video 40000 RTP/AVP 96 98 97\r\n\
-a=recvonly\r\n\
-a=rtpmap:96 PS/90000\r\n\
-a=rtpmap:98 H264/90000\r\n\
-a=rtpmap:97 MPEG4/90000\r\n\
-y=0100000001\r\n\
-f=v/2/4///a///\r\n";
+const GB_SDP_REWRITTEN: &str = include_str!("golden/sdp/gb_playback.gateway.sdp");
 
 const GW: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
 

@@ -29,9 +29,9 @@ fn config(extra: &str) -> String {
         + "upstream_port = 5064\n"
 }
 
-/// The upstream face each route's proxy logged when it started.
+/// The upstream face each of `n` routes' proxies logged when it started, sorted.
 fn faces(v: &Vgate, n: usize) -> Vec<String> {
-    (0..n)
+    let mut faces: Vec<String> = (0..n)
         .map(|_| {
             let l = v.wait_for("SIP proxy serving", Duration::from_secs(30));
             let route = l
@@ -50,35 +50,42 @@ fn faces(v: &Vgate, n: usize) -> Vec<String> {
                 .unwrap();
             format!("{route} {face}")
         })
+        .collect();
+    faces.sort();
+    faces
+}
+
+/// `route 127.0.net.host:port` of each of `faces` (route, host, port), as [`faces`] gives
+/// them.
+fn on(net: u8, faces: &[(&str, u8, u16)]) -> Vec<String> {
+    faces
+        .iter()
+        .map(|(route, host, port)| format!("{route} 127.0.{net}.{host}:{port}"))
         .collect()
+}
+
+/// [`start`] with `config`: its routes' proxies serve on the upstream faces `want` (`what`
+/// says why those), and start-up completes.
+fn start_on(config: &str, want: &[String], what: &str) -> Vgate {
+    let v = start(config);
+    assert_eq!(faces(&v, want.len()), want, "{what}");
+    v.wait_for("static stream routes installed", Duration::from_secs(30));
+    v
 }
 
 #[test]
 fn upstream_faces_keep_their_port_across_restarts_and_reloads() {
-    let mut v = start(&config(""));
-    let mut first = faces(&v, 2);
-    first.sort();
-    assert_eq!(
-        first,
-        vec![
-            format!("gb 127.0.{NET}.1:5060"),
-            format!("gbt 127.0.{NET}.1:5064")
-        ],
-        "default: the listen port; upstream_port when set"
-    );
+    let first = on(NET, &[("gb", 1, 5060), ("gbt", 1, 5064)]);
+    let what = "default: the listen port; upstream_port when set";
+    let mut v = start_on(&config(""), &first, what);
     // A reload that changes the UDP route restarts its proxy on the same face.
-    v.wait_for("static stream routes installed", Duration::from_secs(30));
     v.rewrite_config(&config("rate_limit = 50\n"));
     v.signal(nix::sys::signal::Signal::SIGHUP);
     let again = faces(&v, 1);
-    assert_eq!(again, vec![format!("gb 127.0.{NET}.1:5060")]);
+    assert_eq!(again, on(NET, &[("gb", 1, 5060)]));
     v.stop();
     // A restart: the same faces again.
-    let v = start(&config("rate_limit = 50\n"));
-    let mut second = faces(&v, 2);
-    second.sort();
-    assert_eq!(second, first);
-    v.stop();
+    start_on(&config("rate_limit = 50\n"), &first, "after a restart").stop();
 }
 
 const SHARED_NET: u8 = 49;
@@ -109,18 +116,9 @@ fn shared_config(extra: &str) -> String {
 #[test]
 fn routes_sharing_5060_on_both_sides_start_answer_and_reload_together() {
     let n = SHARED_NET;
-    let mut v = start(&shared_config(""));
-    let mut first = faces(&v, 2);
-    first.sort();
-    assert_eq!(
-        first,
-        vec![
-            format!("gb 127.0.{n}.1:5060"),
-            format!("gbu 127.0.{n}.2:5060")
-        ],
-        "both upstream faces on the other route's listen port"
-    );
-    v.wait_for("static stream routes installed", Duration::from_secs(30));
+    let first = on(n, &[("gb", 1, 5060), ("gbu", 2, 5060)]);
+    let what = "both upstream faces on the other route's listen port";
+    let mut v = start_on(&shared_config(""), &first, what);
     // Each side's 5060 answers its own side's peers (127.0.N.11 in A, .12 in B): a bad
     // request (Max-Forwards 0) gets 483 from the route listening there.
     for side in [1u8, 2] {
@@ -144,8 +142,7 @@ fn routes_sharing_5060_on_both_sides_start_answer_and_reload_together() {
     }
     v.rewrite_config(&shared_config("rate_limit = 50\n"));
     v.signal(nix::sys::signal::Signal::SIGHUP);
-    let mut again = faces(&v, 2);
-    again.sort();
+    let again = faces(&v, 2);
     assert_eq!(again, first, "the group restarts whole, on the same faces");
     v.stop();
 }

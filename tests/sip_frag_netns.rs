@@ -179,21 +179,11 @@ fn platform_xml(items: usize, leak: &str) -> String {
       <ereg regexp="{leak}" search_in="msg" check_it_inverse="true" assign_to="leak"/>
     </action>
   </recv>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]S[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-
-    ]]>
-  </send>
+{ok}
   <Reference variables="sum,last,end,leak"/>
 </scenario>
-"#
+"#,
+        ok = common::gb_sipp::ok_reply(";tag=[pid]S[call_number]"),
     )
 }
 

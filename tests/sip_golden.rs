@@ -1449,6 +1449,11 @@ fn tokens_and_branches_are_not_guessable() {
     assert_ne!(ids[0][..8], ids[2][..8]);
 }
 
+/// The MANSCDP body `tests/golden/manscdp/<name>`, as text.
+fn manscdp(name: &str) -> String {
+    String::from_utf8(golden_bytes(name)).unwrap()
+}
+
 fn golden_bytes(name: &str) -> Vec<u8> {
     let path = format!("{}/tests/golden/manscdp/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -1594,32 +1599,6 @@ Max-Forwards: 70
     )
 }
 
-const TELEBOOT: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
-<Control>
-<CmdType>DeviceControl</CmdType>
-<SN>11</SN>
-<DeviceID>34020000001320000001</DeviceID>
-<TeleBoot>Boot</TeleBoot>
-</Control>
-";
-
-const PTZ: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
-<Control>
-<CmdType>DeviceControl</CmdType>
-<SN>12</SN>
-<DeviceID>34020000001320000001</DeviceID>
-<PTZCmd>A50F010800FA00B7</PTZCmd>
-</Control>
-";
-
-const DEVICE_INFO_QUERY: &str = "<?xml version=\"1.0\" encoding=\"GB2312\"?>
-<Query>
-<CmdType>DeviceInfo</CmdType>
-<SN>13</SN>
-<DeviceID>34020000001320000001</DeviceID>
-</Query>
-";
-
 #[test]
 fn manscdp_commands_refused_by_route_policy_get_403_and_are_counted() {
     // Without a policy everything crosses (the default).
@@ -1627,7 +1606,7 @@ fn manscdp_commands_refused_by_route_policy_get_403_and_are_counted() {
     let o = t.send(
         Face::Listen,
         "10.2.0.50:5060",
-        &platform_control(TELEBOOT, 1),
+        &platform_control(&manscdp("teleboot.control.xml"), 1),
     );
     assert!(text(&o[0]).starts_with("MESSAGE "), "{}", text(&o[0]));
     let cfg = CONFIG.replace(
@@ -1638,12 +1617,16 @@ fn manscdp_commands_refused_by_route_policy_get_403_and_are_counted() {
     let o = t.send(
         Face::Listen,
         "10.2.0.50:5060",
-        &platform_control(TELEBOOT, 1),
+        &platform_control(&manscdp("teleboot.control.xml"), 1),
     );
     assert_eq!(o.len(), 1);
     assert_eq!(code(&o[0]), "403");
     assert!(text(&o[0]).contains("MANSCDP command TeleBoot is not allowed"));
-    let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(PTZ, 2));
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(&manscdp("ptz.control.xml"), 2),
+    );
     assert!(text(&o[0]).starts_with("MESSAGE "), "PTZ is not denied");
     assert_eq!(t.core.counters.manscdp_refused, 1);
     // An allow-list: only the commands named cross.
@@ -1655,15 +1638,19 @@ fn manscdp_commands_refused_by_route_policy_get_403_and_are_counted() {
     let o = t.send(
         Face::Listen,
         "10.2.0.50:5060",
-        &platform_control(DEVICE_INFO_QUERY, 3),
+        &platform_control(&manscdp("deviceinfo.query.xml"), 3),
     );
     assert_eq!(code(&o[0]), "403");
-    let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(PTZ, 4));
+    let o = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(&manscdp("ptz.control.xml"), 4),
+    );
     assert!(text(&o[0]).starts_with("MESSAGE "));
     let o = t.send(
         Face::Listen,
         "10.2.0.50:5060",
-        &platform_control(TELEBOOT, 5),
+        &platform_control(&manscdp("teleboot.control.xml"), 5),
     );
     assert_eq!(code(&o[0]), "403");
     assert_eq!(t.core.counters.manscdp_refused, 2);

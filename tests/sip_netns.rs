@@ -11,9 +11,11 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::io::Read;
-use std::net::UdpSocket;
-use std::process::Command;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,96 +73,247 @@ Content-Length: 0\r\n\r\n"
     )
 }
 
-#[test]
-fn sip_gb_calls_register_and_access_control_through_vgate() {
-    require!(
-        "sip_netns",
-        true,
-        &[
-            ("sipp", "sip-tester"),
-            ("ip", "iproute2"),
-            ("timeout", "coreutils"),
-        ],
+/// What the sipp tests need besides root.
+const PEERS: &[(&str, &str)] = &[
+    ("sipp", "sip-tester"),
+    ("ip", "iproute2"),
+    ("timeout", "coreutils"),
+];
+
+/// The three-namespace bed with a sipp folder per domain (the RTP pcap the device plays in
+/// A's, of `rtp` packets, when asked), the namespaces and the addresses.
+struct SipBed {
+    bed: Bed,
+    dir: tempfile::TempDir,
+    a_dir: PathBuf,
+    b_dir: PathBuf,
+    a_ns: String,
+    g_ns: String,
+    b_ns: String,
+    a_ip: String,
+    b_ip: String,
+    ga_ip: String,
+    gb_ip: String,
+}
+
+impl SipBed {
+    fn up(rtp: Option<u32>) -> SipBed {
+        let bed = Bed::up(1);
+        let (dir, a_dir, b_dir) = sipp::side_dirs(rtp);
+        let (a_ns, b_ns, g_ns) = bed.namespaces();
+        let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
+        SipBed {
+            bed,
+            dir,
+            a_dir,
+            b_dir,
+            a_ns,
+            g_ns,
+            b_ns,
+            a_ip,
+            b_ip,
+            ga_ip,
+            gb_ip,
+        }
+    }
+
+    fn keep_logs(&self) -> String {
+        format!("logs in {}", self.dir.path().display())
+    }
+
+    /// Adds 10.201.2.3, an address no route allows, to B's interface.
+    fn add_stranger(&self) {
+        let st = Command::new("ip")
+            .args([
+                "-n",
+                &self.b_ns,
+                "addr",
+                "add",
+                "10.201.2.3/24",
+                "dev",
+                self.bed.get("B_IF"),
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Topology hiding: nothing received in B names A, nothing received in A names B; the
+    /// sipp logs of both sides, (A, B).
+    fn assert_hidden(&self) -> (String, String) {
+        let (a_log, b_log) = (
+            read_logs(&self.a_dir, "_messages.log"),
+            read_logs(&self.b_dir, "_messages.log"),
+        );
+        assert!(!b_log.contains("10.201.1."), "an A address reached B");
+        assert!(!a_log.contains("10.201.2."), "a B address reached A");
+        (a_log, b_log)
+    }
+}
+
+/// Stops vgate: nothing left behind, and `channel` carried something.
+fn stop_and_check(vgate: Vgate, channel: &str) {
+    let totals = vgate.stop();
+    totals.assert_nothing_left("vgate");
+    let line = totals
+        .raw
+        .lines()
+        .find(|l| l.starts_with(&format!("total channel={channel}")))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !line.contains("tx_packets=0 "),
+        "{channel} channel carried nothing: {line}"
     );
-    let bed = Bed::up(1);
-    let dir = tempfile::tempdir().unwrap();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
-    make_rtp_pcap(&a_dir.join("rtp.pcap"), 100);
-    let (a_ns, g_ns, b_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-    );
-    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
+}
 
-    let vgate = Vgate::start_in(&g_ns, &config(&bed), &[]);
-
-    // The device in A.
-    let uas = sipp::scenario("gb_uas_device.xml");
-    let mut device = Sipp::new(&a_ns, &a_dir, &uas, &a_ip, 5060)
-        .args(&["-mp", "16000", "-trace_msg"])
-        .spawn();
-    // The RTP sink at the address the platform offers.
-    let stop = Arc::new(AtomicBool::new(false));
-    let sink = count_sink(&b_ns, &format!("{b_ip}:6000"), Arc::clone(&stop));
-    std::thread::sleep(Duration::from_millis(500));
-
-    // 50 calls from the platform in B.
-    let uac = sipp::scenario("gb_uac_play.xml");
-    let target = format!("{gb_ip}:5060");
-    let st = Sipp::new(&b_ns, &b_dir, &uac, &b_ip, 5060)
-        .args(&["-mp", "16000", "-cid_str", GB_CID, &target, "-trace_msg"])
-        .calls(50, 10, 20)
-        .timeout(90)
-        .status();
+/// `step`'s calls all completed, and at least `min` RTP packets arrived, all from `from`
+/// (the gateway's address).
+fn assert_calls_and_rtp(
+    what: &str,
+    step: (ExitStatus, u64, HashSet<SocketAddr>),
+    min: u64,
+    from: &str,
+    logs: &str,
+) {
+    let (st, rtp, sources) = step;
     assert!(
         st.success(),
-        "sipp UAC: not every call completed (exit {st:?}); logs in {}",
-        b_dir.display()
+        "{what}: not every call completed ({st:?}); {logs}"
     );
+    assert!(rtp >= min, "{what}: {rtp} RTP packets, not {min}; {logs}");
+    assert!(
+        sources.iter().all(|s| s.ip().to_string() == from),
+        "{what}: RTP must come from the gateway ({from}): {sources:?}"
+    );
+}
+
+/// One step of calls: `server` (sipp) answers while `client` (sipp) runs to its end; with
+/// `rtp_at` (namespace, address), a sink counts what reaches that address meanwhile. The
+/// client's exit, and the RTP packets with their sources (none without `rtp_at`).
+fn calls_with_rtp(
+    server: Sipp,
+    client: Sipp,
+    rtp_at: Option<(&str, &str)>,
+) -> (ExitStatus, u64, HashSet<SocketAddr>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = rtp_at.map(|(ns, addr)| count_sink(ns, addr, Arc::clone(&stop)));
+    let mut server = server.spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    let st = client.status();
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
-    let (rtp, sources) = sink.join().unwrap();
-    assert!(rtp >= 50, "RTP packets at the offered B address: {rtp}");
-    assert!(
-        sources.iter().all(|s| s.ip().to_string() == gb_ip),
-        "RTP must come from the gateway: {sources:?}"
-    );
-    let _ = device.stop();
+    let (rtp, sources) = sink.map(|h| h.join().unwrap()).unwrap_or_default();
+    let _ = server.stop();
+    (st, rtp, sources)
+}
 
-    // REGISTER with digest, Keepalive and a big Catalog from A to B.
+/// REGISTER with digest, Keepalive and a Catalog (> 1500 bytes, `t_args` the transport) from
+/// the device in A (port `port`) to the platform in B; the Catalog reaches B and nothing
+/// names the other domain.
+fn register_and_catalog(sb: &SipBed, t_args: &[&str], port: u16) {
     let plat = sipp::scenario("gb_uas_platform_register.xml");
-    let mut platform = Sipp::new(&b_ns, &b_dir, &plat, &b_ip, 5070)
-        .args(&["-trace_msg"])
-        .spawn();
-    std::thread::sleep(Duration::from_millis(400));
+    let platform = Sipp::new(&sb.b_ns, &sb.b_dir, &plat, &sb.b_ip, 5070)
+        .args(t_args)
+        .args(&["-trace_msg"]);
     let dev = sipp::scenario("gb_uac_device_register.xml");
-    let target = format!("{ga_ip}:5060");
-    let st = Sipp::new(&a_ns, &a_dir, &dev, &a_ip, 5062)
+    let target = format!("{}:5060", sb.ga_ip);
+    let device = Sipp::new(&sb.a_ns, &sb.a_dir, &dev, &sb.a_ip, port)
+        .args(t_args)
         .args(&["-cid_str", GB_CID, &target, "-m", "1", "-trace_msg"])
-        .timeout(30)
-        .status();
+        .timeout(30);
+    let (st, _, _) = calls_with_rtp(platform, device, None);
     assert!(
         st.success(),
-        "REGISTER/Keepalive/Catalog did not complete; logs in {}",
-        a_dir.display()
+        "REGISTER/Keepalive/Catalog ({t_args:?}) did not complete; {}",
+        sb.keep_logs()
     );
-    let _ = platform.stop();
-
-    // Topology hiding: nothing received in B names A, nothing received in A names B.
-    let b_log = read_logs(&b_dir, "_messages.log");
-    let a_log = read_logs(&a_dir, "_messages.log");
+    let (_, b_log) = sb.assert_hidden();
     assert!(
         b_log.contains("Content-Length:  4377"),
         "the Catalog reached B"
     );
-    assert!(!b_log.contains("10.201.1."), "an A address reached B");
-    assert!(!a_log.contains("10.201.2."), "a B address reached A");
+}
+
+/// A wvp-style platform in B (sipp, port 5070) INVITEs the device in A (sipp at A:5060)
+/// where its REGISTER came from: the device's exit and whether the platform completed.
+fn invited_by_platform(sb: &SipBed, t_args: &[&str]) -> (ExitStatus, Option<bool>) {
+    let platform_xml = sipp::scenario("gb_uas_platform_invites_registered.xml");
+    let mut platform = Sipp::new(&sb.b_ns, &sb.b_dir, &platform_xml, &sb.b_ip, 5070)
+        .args(t_args)
+        .args(&["-m", "1", "-trace_msg", "-trace_err"])
+        .timeout(60)
+        .spawn();
+    std::thread::sleep(Duration::from_millis(300));
+    let device_xml = sipp::scenario("gb_uac_device_invited.xml");
+    let target = format!("{}:5060", sb.ga_ip);
+    let st = Sipp::new(&sb.a_ns, &sb.a_dir, &device_xml, &sb.a_ip, 5060)
+        .args(t_args)
+        .args(&[
+            "-mp",
+            "16000",
+            &target,
+            "-m",
+            "1",
+            "-trace_msg",
+            "-trace_err",
+        ])
+        .timeout(60)
+        .status();
+    (st, platform.wait_exit(Duration::from_secs(120)))
+}
+
+/// The live view B→A: the device in A (sipp UAS at A:5060) answers `calls` (count, rate,
+/// limit) of the platform in B (sipp UAC at B:5060), `t_args` the transport; RTP counted at
+/// `rtp_at` in B when given.
+fn live_view(
+    sb: &SipBed,
+    t_args: &[&str],
+    calls: (u32, u32, u32),
+    timeout: u32,
+    rtp_at: Option<&str>,
+) -> (ExitStatus, u64, HashSet<SocketAddr>) {
+    let uas = sipp::scenario("gb_uas_device.xml");
+    let device = Sipp::new(&sb.a_ns, &sb.a_dir, &uas, &sb.a_ip, 5060)
+        .args(t_args)
+        .args(&["-mp", "16000", "-trace_msg"]);
+    let uac = sipp::scenario("gb_uac_play.xml");
+    let target = format!("{}:5060", sb.gb_ip);
+    let platform = Sipp::new(&sb.b_ns, &sb.b_dir, &uac, &sb.b_ip, 5060)
+        .args(t_args)
+        .args(&["-mp", "16000", "-cid_str", GB_CID, &target, "-trace_msg"])
+        .calls(calls.0, calls.1, calls.2)
+        .timeout(timeout);
+    calls_with_rtp(
+        device,
+        platform,
+        rtp_at.map(|addr| (sb.b_ns.as_str(), addr)),
+    )
+}
+
+#[test]
+fn sip_gb_calls_register_and_access_control_through_vgate() {
+    require!("sip_netns", true, PEERS);
+    let sb = SipBed::up(Some(100));
+    let (b_ns, gb_ip) = (sb.b_ns.clone(), sb.gb_ip.clone());
+    let vgate = Vgate::start_in(&sb.g_ns, &config(&sb.bed), &[]);
+
+    // 50 calls from the platform in B; the RTP sink at the address the platform offers.
+    let step = live_view(
+        &sb,
+        &[],
+        (50, 10, 20),
+        90,
+        Some(&format!("{}:6000", sb.b_ip)),
+    );
+    let what = "sipp UAC, RTP at the offered B address";
+    assert_calls_and_rtp(what, step, 50, &gb_ip, &sb.keep_logs());
+
+    // REGISTER with digest, Keepalive and a big Catalog from A to B; topology hiding.
+    register_and_catalog(&sb, &[], 5062);
 
     // Access control: unknown ID, unknown source.
-    let (b_ns2, b_ip2, gb2) = (b_ns.clone(), b_ip.clone(), gb_ip.clone());
+    let (b_ns2, b_ip2, gb2) = (b_ns.clone(), sb.b_ip.clone(), gb_ip.clone());
     let first = in_netns(&b_ns2, move || {
         ask(
             &format!("{b_ip2}:0"),
@@ -169,19 +322,7 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
         )
     });
     assert!(first.starts_with("SIP/2.0 403"), "unknown GB ID: {first:?}");
-    let st = Command::new("ip")
-        .args([
-            "-n",
-            &b_ns,
-            "addr",
-            "add",
-            "10.201.2.3/24",
-            "dev",
-            bed.get("B_IF"),
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    sb.add_stranger();
     let gb3 = gb_ip.clone();
     let second = in_netns(&b_ns, move || {
         ask(
@@ -196,18 +337,7 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
     );
 
     // Nothing left behind.
-    let totals = vgate.stop();
-    totals.assert_nothing_left("vgate");
-    let stdout = totals.raw;
-    let forwarded = stdout
-        .lines()
-        .find(|l| l.starts_with("total channel=forward"))
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        !forwarded.contains("tx_packets=0 "),
-        "forward channel carried nothing: {forwarded}"
-    );
+    stop_and_check(vgate, "forward");
 }
 
 // ---- SIP over TCP (`transport = "tcp"` routes) with sipp `-t t1`. ----
@@ -224,9 +354,7 @@ fn tcp_config(bed: &Bed) -> String {
 
 /// A proxy event of a SIP route (in its family, see `metrics::event_series`), from the metrics inside `g_ns`.
 fn sip_event(g_ns: &str, route: &str, event: &str) -> u64 {
-    let series = vgate::control::metrics::event_series(route, "sip", event);
-    let text = admin::get_in(g_ns, "127.0.0.1:9941", "/metrics");
-    admin::sample(&text, &series).unwrap_or_else(|| panic!("no {series} in the metrics")) as u64
+    sip_event_at(g_ns, "127.0.0.1:9941", route, event)
 }
 
 fn big_message(b_ip: &str, port: u16, body_len: usize) -> Vec<u8> {
@@ -247,136 +375,58 @@ Content-Length: {body_len}\r\n\r\n{body}"
 
 #[test]
 fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
-    require!(
-        "sip_netns (tcp)",
-        true,
-        &[
-            ("sipp", "sip-tester"),
-            ("ip", "iproute2"),
-            ("timeout", "coreutils"),
-        ],
-    );
-    let bed = Bed::up(1);
-    let dir = tempfile::tempdir().unwrap();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
-    for d in [&a_dir, &b_dir] {
+    require!("sip_netns (tcp)", true, PEERS);
+    let sb = SipBed::up(None);
+    for d in [&sb.a_dir, &sb.b_dir] {
         make_rtp_pcap(&d.join("rtp.pcap"), 60);
     }
-    let (a_ns, g_ns, b_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-    );
-    let [a_ip, b_ip, ga_ip, gb_ip] = bed.addresses();
-    let vgate = Vgate::start_in(&g_ns, &tcp_config(&bed), &[]);
-    let keep_logs = format!("logs in {}", dir.path().display());
+    let (a_ns, g_ns, b_ns) = (&sb.a_ns, &sb.g_ns, &sb.b_ns);
+    let (a_ip, b_ip, ga_ip, gb_ip) = (&sb.a_ip, &sb.b_ip, &sb.ga_ip, &sb.gb_ip);
+    let vgate = Vgate::start_in(g_ns, &tcp_config(&sb.bed), &[]);
+    let keep_logs = sb.keep_logs();
+    let t1: &[&str] = &["-t", "t1"];
 
     // 1. Live view B→A over TCP: 10 calls at a modest rate.
-    let uas = sipp::scenario("gb_uas_device.xml");
-    let mut device = Sipp::new(&a_ns, &a_dir, &uas, &a_ip, 5060)
-        .args(&["-t", "t1", "-mp", "16000", "-trace_msg"])
-        .spawn();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sink = count_sink(&b_ns, &format!("{b_ip}:6000"), Arc::clone(&stop));
-    std::thread::sleep(Duration::from_millis(500));
-    let uac = sipp::scenario("gb_uac_play.xml");
-    let target = format!("{gb_ip}:5060");
-    let st = Sipp::new(&b_ns, &b_dir, &uac, &b_ip, 5060)
-        .args(&[
-            "-t",
-            "t1",
-            "-mp",
-            "16000",
-            "-cid_str",
-            GB_CID,
-            &target,
-            "-trace_msg",
-        ])
-        .calls(10, 5, 5)
-        .timeout(60)
-        .status();
-    assert!(
-        st.success(),
-        "TCP calls B→A did not all complete ({st:?}); {keep_logs}"
+    let step = live_view(&sb, t1, (10, 5, 5), 60, Some(&format!("{b_ip}:6000")));
+    assert_calls_and_rtp(
+        "TCP calls B→A, RTP at the offered B address",
+        step,
+        10,
+        gb_ip,
+        &keep_logs,
     );
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::Relaxed);
-    let (rtp, sources) = sink.join().unwrap();
-    assert!(
-        rtp >= 10,
-        "RTP at the offered B address: {rtp}; {keep_logs}"
-    );
-    assert!(sources.iter().all(|s| s.ip().to_string() == gb_ip));
-    let _ = device.stop();
 
     // 2. Talkback A→B over TCP: the platform in B sends the voice, relayed B→A.
     let plat_tb = sipp::scenario("gb_uas_platform_talkback.xml");
-    let mut platform = Sipp::new(&b_ns, &b_dir, &plat_tb, &b_ip, 5070)
-        .args(&["-t", "t1", "-mp", "16000", "-trace_msg"])
-        .spawn();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sink = count_sink(&a_ns, &format!("{a_ip}:8000"), Arc::clone(&stop));
-    std::thread::sleep(Duration::from_millis(500));
+    let platform = Sipp::new(b_ns, &sb.b_dir, &plat_tb, b_ip, 5070).args(&[
+        "-t",
+        "t1",
+        "-mp",
+        "16000",
+        "-trace_msg",
+    ]);
     let dev_tb = sipp::scenario("gb_uac_talkback.xml");
     let target_a = format!("{ga_ip}:5060");
-    let st = Sipp::new(&a_ns, &a_dir, &dev_tb, &a_ip, 5062)
+    let device = Sipp::new(a_ns, &sb.a_dir, &dev_tb, a_ip, 5062)
         .args(&["-t", "t1", "-cid_str", GB_CID, &target_a, "-trace_msg"])
         .calls(3, 2, 1)
-        .timeout(40)
-        .status();
-    assert!(
-        st.success(),
-        "talkback calls did not complete ({st:?}); {keep_logs}"
+        .timeout(40);
+    let voice_at = format!("{a_ip}:8000");
+    let step = calls_with_rtp(platform, device, Some((a_ns, &voice_at)));
+    assert_calls_and_rtp(
+        "talkback, RTP from B to the device in A on the reverse channel",
+        step,
+        10,
+        ga_ip,
+        &keep_logs,
     );
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::Relaxed);
-    let (voice, sources) = sink.join().unwrap();
-    assert!(
-        voice >= 10,
-        "RTP from B reached the device in A on the reverse channel: {voice}; {keep_logs}"
-    );
-    assert!(sources.iter().all(|s| s.ip().to_string() == ga_ip));
-    let _ = platform.stop();
 
     // 3. REGISTER with digest, Keepalive and a Catalog (> 1500 bytes) A→B over TCP.
-    let plat = sipp::scenario("gb_uas_platform_register.xml");
-    let mut platform = Sipp::new(&b_ns, &b_dir, &plat, &b_ip, 5070)
-        .args(&["-t", "t1", "-trace_msg"])
-        .spawn();
-    std::thread::sleep(Duration::from_millis(400));
-    let dev = sipp::scenario("gb_uac_device_register.xml");
-    let st = Sipp::new(&a_ns, &a_dir, &dev, &a_ip, 5064)
-        .args(&[
-            "-t",
-            "t1",
-            "-cid_str",
-            GB_CID,
-            &target_a,
-            "-m",
-            "1",
-            "-trace_msg",
-        ])
-        .timeout(30)
-        .status();
-    assert!(
-        st.success(),
-        "REGISTER/Keepalive/Catalog over TCP failed; {keep_logs}"
-    );
-    let _ = platform.stop();
-    let b_log = read_logs(&b_dir, "_messages.log");
-    let a_log = read_logs(&a_dir, "_messages.log");
-    assert!(
-        b_log.contains("Content-Length:  4377"),
-        "the Catalog reached B"
-    );
-    assert!(!b_log.contains("10.201.1."), "an A address reached B");
-    assert!(!a_log.contains("10.201.2."), "a B address reached A");
+    register_and_catalog(&sb, t1, 5064);
 
     // 4. Connection limit (3 per source) and an oversized message (max_message 8192).
     let (gb2, b_ip2) = (gb_ip.clone(), b_ip.clone());
-    let (fourth, kept_open, oversize) = in_netns(&b_ns, move || {
+    let (fourth, kept_open, oversize) = in_netns(b_ns, move || {
         use std::io::Write;
         use std::net::TcpStream;
         let to = format!("{gb2}:5060");
@@ -434,22 +484,11 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
     assert!(answer.contains("Warning: 399 vgate \"message exceeds the 8192-byte limit"));
     assert!(took < Duration::from_secs(4), "the refusal took {took:?}");
     std::thread::sleep(Duration::from_millis(1300)); // counters reach the metrics each second
-    assert_eq!(sip_event(&g_ns, "b2a", "too_large"), 1);
-    assert_eq!(sip_event(&g_ns, "b2a", "tcp_unframeable"), 1);
-    assert_eq!(sip_event(&g_ns, "b2a", "tcp_connections_refused"), 1);
+    assert_eq!(sip_event(g_ns, "b2a", "too_large"), 1);
+    assert_eq!(sip_event(g_ns, "b2a", "tcp_unframeable"), 1);
+    assert_eq!(sip_event(g_ns, "b2a", "tcp_connections_refused"), 1);
 
-    let totals = vgate.stop();
-    totals.assert_nothing_left("vgate");
-    let stdout = totals.raw;
-    let reverse = stdout
-        .lines()
-        .find(|l| l.starts_with("total channel=reverse"))
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        !reverse.contains("tx_packets=0 "),
-        "reverse channel carried nothing: {reverse}"
-    );
+    stop_and_check(vgate, "reverse");
 }
 
 /// A wvp-style platform in B (sipp) that addresses a device by where its REGISTER came
@@ -459,60 +498,18 @@ fn sip_over_tcp_calls_talkback_catalog_and_limits_through_vgate() {
 /// (Call-ID included). Before vgate routed such requests by device ID they got 404.
 #[test]
 fn sip_wvp_style_platform_invites_the_registered_address() {
-    require!(
-        "sip_wvp_style_platform",
-        true,
-        &[
-            ("sipp", "sip-tester"),
-            ("ip", "iproute2"),
-            ("timeout", "coreutils"),
-        ],
-    );
-    let bed = Bed::up(1);
-    let dir = tempfile::tempdir().unwrap();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
+    require!("sip_wvp_style_platform", true, PEERS);
+    let sb = SipBed::up(None);
     // Only the A→B route: the platform's INVITE has no other way to the device.
-    let text = config(&bed);
+    let text = config(&sb.bed);
     let a2b = text.find("[[signaling_route]]\nname = \"a2b\"").unwrap();
     let b2a = text.find("[[signaling_route]]\nname = \"b2a\"").unwrap();
     let text = format!("{}{}", &text[..b2a], &text[a2b..]).replace("upstream_port = 5061\n", "");
-    let (a_ns, g_ns, b_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-    );
-    let (a_ip, b_ip, ga_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-    );
-    let vgate = Vgate::start_in(&g_ns, &text, &[]);
-    let platform_xml = sipp::scenario("gb_uas_platform_invites_registered.xml");
-    let mut platform = Sipp::new(&b_ns, &b_dir, &platform_xml, &b_ip, 5070)
-        .args(&["-m", "1", "-trace_msg", "-trace_err"])
-        .timeout(60)
-        .spawn();
-    std::thread::sleep(Duration::from_millis(300));
-    let device_xml = sipp::scenario("gb_uac_device_invited.xml");
-    let target = format!("{ga_ip}:5060");
-    let st = Sipp::new(&a_ns, &a_dir, &device_xml, &a_ip, 5060)
-        .args(&[
-            "-mp",
-            "16000",
-            &target,
-            "-m",
-            "1",
-            "-trace_msg",
-            "-trace_err",
-        ])
-        .timeout(60)
-        .status();
-    let platform_ok = platform.wait_exit(Duration::from_secs(120));
+    let vgate = Vgate::start_in(&sb.g_ns, &text, &[]);
+    let (st, platform_ok) = invited_by_platform(&sb, &[]);
     let (a_log, b_log) = (
-        read_logs(&a_dir, "_messages.log"),
-        read_logs(&b_dir, "_messages.log"),
+        read_logs(&sb.a_dir, "_messages.log"),
+        read_logs(&sb.b_dir, "_messages.log"),
     );
     assert!(
         st.success(),
@@ -524,7 +521,7 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
     );
     // The device's Call-ID named its address; none of it reached B, and the reverse.
     assert!(
-        a_log.contains(&format!("@{a_ip}")),
+        a_log.contains(&format!("@{}", sb.a_ip)),
         "the device's Call-ID carries its address"
     );
     for (log, other, what) in [
@@ -609,73 +606,23 @@ fn one_sip_port_per_side(transport: &str) {
     } else {
         "127.0.0.1:9942"
     };
-    let bed = Bed::up(1);
-    let mut dir = tempfile::tempdir().unwrap();
-    dir.disable_cleanup(true);
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
-    make_rtp_pcap(&a_dir.join("rtp.pcap"), 40);
-    let (a_ns, g_ns, b_ns) = (
-        bed.get("A_NS").to_owned(),
-        bed.get("G_NS").to_owned(),
-        bed.get("B_NS").to_owned(),
-    );
-    let (a_ip, b_ip, ga_ip, gb_ip) = (
-        bed.get("A_IP").to_owned(),
-        bed.get("B_IP").to_owned(),
-        bed.get("GA_IP").to_owned(),
-        bed.get("GB_IP").to_owned(),
-    );
-    let keep_logs = format!("logs in {}", dir.path().display());
-    let vgate = Vgate::start_in(&g_ns, &shared_config(&bed, transport, control), &[]);
+    let mut sb = SipBed::up(Some(40));
+    sb.dir.disable_cleanup(true);
+    let (a_ns, g_ns, b_ns) = (&sb.a_ns, &sb.g_ns, &sb.b_ns);
+    let (a_ip, ga_ip, gb_ip) = (&sb.a_ip, &sb.ga_ip, &sb.gb_ip);
+    let keep_logs = sb.keep_logs();
+    let vgate = Vgate::start_in(g_ns, &shared_config(&sb.bed, transport, control), &[]);
 
     // 1. Live view B→A: the platform calls b2a's upstream (the device at A:5060).
-    let uas = sipp::scenario("gb_uas_device.xml");
-    let mut device = Sipp::new(&a_ns, &a_dir, &uas, &a_ip, 5060)
-        .args(t_args)
-        .args(&["-mp", "16000", "-trace_msg"])
-        .spawn();
-    std::thread::sleep(Duration::from_millis(500));
-    let uac = sipp::scenario("gb_uac_play.xml");
-    let target = format!("{gb_ip}:5060");
-    let st = Sipp::new(&b_ns, &b_dir, &uac, &b_ip, 5060)
-        .args(t_args)
-        .args(&["-mp", "16000", "-cid_str", GB_CID, &target, "-trace_msg"])
-        .calls(5, 5, 5)
-        .timeout(60)
-        .status();
+    let (st, _, _) = live_view(&sb, t_args, (5, 5, 5), 60, None);
     assert!(
         st.success(),
         "{transport}: live view B→A on the shared port failed ({st:?}); {keep_logs}"
     );
-    let _ = device.stop();
 
     // 2. A device registers through a2b (A:5060 → the platform at B_IP:5070, from B:5060);
     //    the platform INVITEs it at B:5060, where b2a listens as well.
-    let platform_xml = sipp::scenario("gb_uas_platform_invites_registered.xml");
-    let mut platform = Sipp::new(&b_ns, &b_dir, &platform_xml, &b_ip, 5070)
-        .args(t_args)
-        .args(&["-m", "1", "-trace_msg", "-trace_err"])
-        .timeout(60)
-        .spawn();
-    std::thread::sleep(Duration::from_millis(300));
-    let device_xml = sipp::scenario("gb_uac_device_invited.xml");
-    let target_a = format!("{ga_ip}:5060");
-    let st = Sipp::new(&a_ns, &a_dir, &device_xml, &a_ip, 5060)
-        .args(t_args)
-        .args(&[
-            "-mp",
-            "16000",
-            &target_a,
-            "-m",
-            "1",
-            "-trace_msg",
-            "-trace_err",
-        ])
-        .timeout(60)
-        .status();
-    let platform_ok = platform.wait_exit(Duration::from_secs(90));
+    let (st, platform_ok) = invited_by_platform(&sb, t_args);
     assert!(
         st.success() && platform_ok == Some(true),
         "{transport}: register + platform INVITE by device ID on the shared port failed \
@@ -683,10 +630,7 @@ fn one_sip_port_per_side(transport: &str) {
     );
 
     // 3. Each side sees the gateway on 5060 only.
-    let (a_log, b_log) = (
-        read_logs(&a_dir, "_messages.log"),
-        read_logs(&b_dir, "_messages.log"),
-    );
+    let (a_log, b_log) = sb.assert_hidden();
     for (side, log, gw) in [("A", &a_log, &ga_ip), ("B", &b_log, &gb_ip)] {
         let via = format!("Via: SIP/2.0/{via_t} {gw}:5060;branch=z9hG4bKvg");
         let contact = format!("@{gw}:5060;");
@@ -704,32 +648,23 @@ fn one_sip_port_per_side(transport: &str) {
             "{transport}: {side} saw the gateway on 5061; {keep_logs}"
         );
     }
-    assert!(!b_log.contains("10.201.1."), "an A address reached B");
-    assert!(!a_log.contains("10.201.2."), "a B address reached A");
-
     // 4. A stranger of domain B (an address no route allows) addresses the registered
     //    device on B:5060: 403, counted, and nothing arrives at the device's address.
-    let st = Command::new("ip")
-        .args([
-            "-n",
-            &b_ns,
-            "addr",
-            "add",
-            "10.201.2.3/24",
-            "dev",
-            bed.get("B_IF"),
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    sb.add_stranger();
     let stop = Arc::new(AtomicBool::new(false));
-    let reached_a = sip_sink(&a_ns, &format!("{a_ip}:5060"), tcp, Arc::clone(&stop));
-    let s_dir = dir.path().join("stranger");
+    let reached_a = sip_sink(a_ns, &format!("{a_ip}:5060"), tcp, Arc::clone(&stop));
+    let s_dir = sb.dir.path().join("stranger");
     std::fs::create_dir_all(&s_dir).unwrap();
     let stranger_xml = sipp::scenario("gb_uac_stranger.xml");
-    let st = Sipp::new(&b_ns, &s_dir, &stranger_xml, "10.201.2.3", 5080)
+    let st = Sipp::new(b_ns, &s_dir, &stranger_xml, "10.201.2.3", 5080)
         .args(t_args)
-        .args(&[&target, "-m", "1", "-trace_msg", "-trace_err"])
+        .args(&[
+            &format!("{gb_ip}:5060"),
+            "-m",
+            "1",
+            "-trace_msg",
+            "-trace_err",
+        ])
         .timeout(30)
         .status();
     std::thread::sleep(Duration::from_millis(700));
@@ -746,9 +681,9 @@ fn one_sip_port_per_side(transport: &str) {
         "{transport}: the stranger's request reached domain A"
     );
     std::thread::sleep(Duration::from_millis(1300)); // counters reach the metrics each second
-    assert_eq!(sip_event_at(&g_ns, control, "b2a", "forbidden"), 1);
-    assert_eq!(sip_event_at(&g_ns, control, "a2b", "upstream_forbidden"), 0);
-    assert_eq!(sip_event_at(&g_ns, control, "a2b", "routed_by_user"), 1);
+    assert_eq!(sip_event_at(g_ns, control, "b2a", "forbidden"), 1);
+    assert_eq!(sip_event_at(g_ns, control, "a2b", "upstream_forbidden"), 0);
+    assert_eq!(sip_event_at(g_ns, control, "a2b", "routed_by_user"), 1);
 
     let totals = vgate.stop();
     totals.assert_nothing_left("vgate");
@@ -756,28 +691,12 @@ fn one_sip_port_per_side(transport: &str) {
 
 #[test]
 fn sip_one_port_per_side_shows_5060_and_refuses_strangers() {
-    require!(
-        "sip_one_port_per_side",
-        true,
-        &[
-            ("sipp", "sip-tester"),
-            ("ip", "iproute2"),
-            ("timeout", "coreutils"),
-        ],
-    );
+    require!("sip_one_port_per_side", true, PEERS);
     one_sip_port_per_side("udp");
 }
 
 #[test]
 fn sip_over_tcp_one_port_per_side_shows_5060_and_refuses_strangers() {
-    require!(
-        "sip_one_port_per_side (tcp)",
-        true,
-        &[
-            ("sipp", "sip-tester"),
-            ("ip", "iproute2"),
-            ("timeout", "coreutils"),
-        ],
-    );
+    require!("sip_one_port_per_side (tcp)", true, PEERS);
     one_sip_port_per_side("tcp");
 }

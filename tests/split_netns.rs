@@ -130,6 +130,25 @@ fn source_drops(sender: &Totals, channel: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A permanent neighbour `ip` at `mac` on half A's interface `dev` (no ARP), as half A's
+/// vgate installs for its peer.
+fn permanent_neighbour(bed: &SplitBed, ip: &str, mac: &str, dev: &str) {
+    let st = std::process::Command::new("ip")
+        .args([
+            "-n",
+            bed.get("HA_NS"),
+            "neigh",
+            "replace",
+            ip,
+            "lladdr",
+            mac,
+        ])
+        .args(["dev", dev, "nud", "permanent"])
+        .status()
+        .unwrap();
+    assert!(st.success(), "ip neigh replace {ip} dev {dev}");
+}
+
 fn sa(ip: &str, port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(ip.parse().unwrap(), port)
 }
@@ -163,46 +182,41 @@ fn run_streams(
         &half_config_mode(bed, "b", mode, fec_rev, fec_fwd, &routes_b(bed))
             .replace("queues = 1\n", &workers),
     );
-    let quiet = Duration::from_secs(2);
-    let (fwd_rx, fwd_ready) = receive_numbered(
-        bed.get("DB_NS"),
-        sa(bed.get("DB_IP"), 6000),
-        sa(bed.get("GB_IP"), 30000),
-        count,
-        LEN,
-        Duration::from_secs(60),
-        quiet,
-    );
-    let rev_count = if reverse { count } else { 0 };
-    let (rev_rx, rev_ready) = receive_numbered(
-        bed.get("DA_NS"),
-        sa(bed.get("DA_IP"), 5002),
-        sa(bed.get("GA_IP"), 20002),
-        rev_count.max(1),
-        LEN,
-        Duration::from_secs(if reverse { 60 } else { 1 }),
-        quiet,
-    );
-    fwd_ready.recv().unwrap();
-    rev_ready.recv().unwrap();
-    let s1 = send_numbered(
-        bed.get("DA_NS"),
-        sa(bed.get("DA_IP"), 5000),
-        sa(bed.get("GA_IP"), 20000),
-        count,
-        LEN,
-        2000,
-    );
-    let s2 = reverse.then(|| {
+    // In domain `d` (`DA`, `DB`): a receiver at its `port` of `n` datagrams from the gateway's
+    // address in that domain (`g`: `GA`, `GB`) and port `from`; a sender of `count` from `port`
+    // to the gateway's `to`.
+    let at = |d: &str, port: u16| sa(bed.get(&format!("{d}_IP")), port);
+    let recv = |d: &str, port: u16, (g, from): (&str, u16), n: u32, secs: u64| {
+        let ns = bed.get(&format!("{d}_NS"));
+        let quiet = Duration::from_secs(2);
+        receive_numbered(
+            ns,
+            at(d, port),
+            at(g, from),
+            n,
+            LEN,
+            Duration::from_secs(secs),
+            quiet,
+        )
+    };
+    let send = |d: &str, port: u16, (g, to): (&str, u16), rate: u32| {
         send_numbered(
-            bed.get("DB_NS"),
-            sa(bed.get("DB_IP"), 6002),
-            sa(bed.get("GB_IP"), 32000),
+            bed.get(&format!("{d}_NS")),
+            at(d, port),
+            at(g, to),
             count,
             LEN,
-            1000,
+            rate,
         )
-    });
+    };
+    let (fwd_rx, fwd_ready) = recv("DB", 6000, ("GB", 30000), count, 60);
+    let rev_count = if reverse { count } else { 0 };
+    let rev_secs = if reverse { 60 } else { 1 };
+    let (rev_rx, rev_ready) = recv("DA", 5002, ("GA", 20002), rev_count.max(1), rev_secs);
+    fwd_ready.recv().unwrap();
+    rev_ready.recv().unwrap();
+    let s1 = send("DA", 5000, ("GA", 20000), 2000);
+    let s2 = reverse.then(|| send("DB", 6002, ("GB", 32000), 1000));
     s1.join().unwrap();
     if let Some(s) = s2 {
         s.join().unwrap();
@@ -426,23 +440,7 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
     let frame = |dst: u16, version: u8, k: u8| frame_at(dst, version, k, 0, 1);
     let to = sa(bed.get("FB_IP"), FWD_PORT);
     // What half A's vgate would install: the peer's permanent neighbour (no ARP).
-    let st = std::process::Command::new("ip")
-        .args([
-            "-n",
-            bed.get("HA_NS"),
-            "neigh",
-            "replace",
-            bed.get("FB_IP"),
-            "lladdr",
-            bed.get("FB_MAC"),
-            "dev",
-            "fa",
-            "nud",
-            "permanent",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    permanent_neighbour(&bed, bed.get("FB_IP"), bed.get("FB_MAC"), "fa");
     let fa = bed.get("FA_IP").to_owned();
     let unknown = frame(29990, VERSION, 8);
     let bad_version = frame(21000, 9, 8);
@@ -468,23 +466,7 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
     // half B's send-only end rb): the hardening of half A's receive-only interface drops it
     // on the way out and counts it; nothing reaches the link.
     let (ra_ip, rb_ip) = (bed.get("RA_IP").to_owned(), bed.get("RB_IP").to_owned());
-    let st = std::process::Command::new("ip")
-        .args([
-            "-n",
-            bed.get("HA_NS"),
-            "neigh",
-            "replace",
-            &rb_ip,
-            "lladdr",
-            bed.get("RB_MAC"),
-            "dev",
-            "ra",
-            "nud",
-            "permanent",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    permanent_neighbour(&bed, &rb_ip, bed.get("RB_MAC"), "ra");
     let wrong_way = || {
         let (ra_ip, rb_ip) = (ra_ip.clone(), rb_ip.clone());
         common::in_netns(bed.get("HA_NS"), move || {
@@ -567,19 +549,37 @@ fn fec_repairs_loss_on_an_af_xdp_link() {
     fec_in_mode("zc");
 }
 
+/// `count` datagrams of the forward stream only, FEC `fec` on the forward link
+/// ([`run_streams`]): what arrived, both halves' totals, and what half A sent down the link
+/// and dropped before it. The link was sent from `mode`'s sockets, and every datagram half A
+/// took in went down the link (a data frame each); what it did not take in it counted as
+/// dropped (a starved worker's full RX ring).
+fn forward_run(
+    bed: &SplitBed,
+    mode: &str,
+    fec: &str,
+    count: u32,
+) -> (common::split::Arrivals, Totals, Totals, (u64, u64)) {
+    let (arrived, _, ta, tb) = run_streams(bed, mode, fec, "off", count, false, 1);
+    assert_link_tx(&ta.raw, mode);
+    let dropped = source_drops(&ta, "forward");
+    let sent = ta.route("cam", "tx_packets");
+    assert_eq!(
+        sent + dropped,
+        u64::from(count),
+        "{}",
+        explain(bed, &tb, &ta)
+    );
+    (arrived, ta, tb, (sent, dropped))
+}
+
 fn fec_in_mode(mode: &str) {
     let bed = SplitBed::up();
     // 1 % random loss on the forward link.
     bed.loss("forward", 10);
     let count = 3000;
-    let (plain, _, ta, tb) = run_streams(&bed, mode, "off", "off", count, false, 1);
-    assert_link_tx(&ta.raw, mode);
-    // Every datagram half A took in went down the link (a data frame each); what it did
-    // not take in it counted as dropped (a starved worker's full RX ring).
+    let (plain, ta, tb, (_, dropped)) = forward_run(&bed, mode, "off", count);
     let why = || explain(&bed, &tb, &ta);
-    let dropped = source_drops(&ta, "forward");
-    let sent = ta.route("cam", "tx_packets");
-    assert_eq!(sent + dropped, u64::from(count), "{}", why());
     let (missing, dups) = plain.missing_and_dups(count);
     let b_in = link_totals(&tb.raw, "in");
     assert_eq!(dups, 0, "{}", why());
@@ -621,12 +621,8 @@ fn fec_in_mode(mode: &str) {
     );
 
     // 16+4 at 1 %: a block is lost only with 5 of its 20 frames (≈ 1.5e-6 per block).
-    let (fec, _, ta, tb) = run_streams(&bed, mode, "16+4", "off", count, false, 1);
-    assert_link_tx(&ta.raw, mode);
+    let (fec, ta, tb, (sent, dropped)) = forward_run(&bed, mode, "16+4", count);
     let why = || explain(&bed, &tb, &ta);
-    let dropped = source_drops(&ta, "forward");
-    let sent = ta.route("cam", "tx_packets");
-    assert_eq!(sent + dropped, u64::from(count), "{}", why());
     if dropped > 0 {
         eprintln!(
             "fec_in_mode({mode}): half A dropped {dropped} of {count} datagrams before the link \

@@ -50,8 +50,8 @@ use std::time::{Duration, Instant};
 
 use common::gb_sipp::{uac_xml, uas_xml, Side};
 use common::proc::{run_ok, Proc};
-use common::sipp::{self, make_rtp_pcap, read_logs, Sipp, GB_CID};
-use common::split::{half_config, start_half, SplitBed, FACE_A, FACE_B};
+use common::sipp::{self, read_logs, Sipp, GB_CID};
+use common::split::{half_config, start_half, start_halves, SplitBed, FACE_A, FACE_B};
 use common::vgate::Vgate;
 
 fn ready(test: &str) -> bool {
@@ -89,6 +89,13 @@ fn half(bed: &SplitBed, name: &str, transport: &str) -> Vgate {
         name,
         &half_config(bed, name, "off", "off", &sip_routes(bed, name, transport)),
     )
+}
+
+/// Both halves with the GB routes over `transport` ([`half`]), once their peers are up.
+fn halves_up(bed: &SplitBed, transport: &str) -> (Vgate, Vgate) {
+    let (a, b) = (half(bed, "a", transport), half(bed, "b", transport));
+    peers_up(&a, &b);
+    (a, b)
 }
 
 /// Waits until both agents say the peer is up.
@@ -160,7 +167,8 @@ fn platform_calls(bed: &SplitBed, dir: &Path, scenario: &str, calls: &str) -> Si
 }
 
 /// REGISTER with digest, Keepalive and a big Catalog from the device in A to the platform
-/// in B; `t` is "u1" (UDP) or "t1" (TCP).
+/// in B; `t` is "u1" (UDP) or "t1" (TCP). The Catalog reaches B, and neither side sees an
+/// address of the other.
 fn register_a_to_b(bed: &SplitBed, a_dir: &Path, b_dir: &Path, t: &str) {
     let plat = sipp::scenario("gb_uas_platform_register.xml");
     let platform = Sipp::new(bed.get("DB_NS"), b_dir, &plat, bed.get("DB_IP"), 5070)
@@ -199,6 +207,20 @@ fn register_a_to_b(bed: &SplitBed, a_dir: &Path, b_dir: &Path, t: &str) {
         panic!("REGISTER/Keepalive/Catalog across the split did not complete ({t}, {e})");
     }
     drop(platform);
+    let b_log = read_logs(b_dir, "_messages.log");
+    assert!(
+        b_log.contains("Content-Length:  4377"),
+        "the Catalog reached B ({t})"
+    );
+    topology_hidden(a_dir, b_dir);
+}
+
+/// The signaling link carried less than a quarter of the bytes of the media `links`.
+fn no_media_on_the_signaling_link(signal: u64, media: u64, links: &str) {
+    assert!(
+        signal * 4 < media,
+        "the signaling link carried {signal} bytes, the {links} {media}: media rode the signaling link"
+    );
 }
 
 fn signal_totals(raw: &str) -> std::collections::HashMap<String, u64> {
@@ -256,26 +278,23 @@ fn topology_hidden(a_dir: &Path, b_dir: &Path) {
     }
 }
 
-/// A bed and a log folder for sipp in each domain.
-fn setup() -> (SplitBed, tempfile::TempDir, PathBuf, PathBuf) {
+/// A bed and a log folder for sipp in each domain (A's with the RTP pcap of `rtp` packets
+/// when asked), once `test`'s prerequisites hold ([`ready`]; `None`: it said why not).
+fn setup(test: &str, rtp: Option<u32>) -> Option<(SplitBed, tempfile::TempDir, PathBuf, PathBuf)> {
+    if !ready(test) {
+        return None;
+    }
     let bed = SplitBed::up();
-    let dir = tempfile::tempdir().unwrap();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
-    (bed, dir, a_dir, b_dir)
+    let (dir, a_dir, b_dir) = sipp::side_dirs(rtp);
+    Some((bed, dir, a_dir, b_dir))
 }
 
 #[test]
 fn sip_gb_across_the_split() {
-    if !ready("split_signal_netns") {
+    let Some((bed, _dir, a_dir, b_dir)) = setup("split_signal_netns", Some(100)) else {
         return;
-    }
-    let (bed, _dir, a_dir, b_dir) = setup();
-    make_rtp_pcap(&a_dir.join("rtp.pcap"), 100);
-    let a = half(&bed, "a", "udp");
-    let b = half(&bed, "b", "udp");
-    peers_up(&a, &b);
+    };
+    let (a, b) = halves_up(&bed, "udp");
 
     let mut dev = device(&bed, &a_dir, "10");
     let sink = Sink::start(&bed);
@@ -302,12 +321,6 @@ fn sip_gb_across_the_split() {
     );
 
     register_a_to_b(&bed, &a_dir, &b_dir, "u1");
-    let b_log = read_logs(&b_dir, "_messages.log");
-    assert!(
-        b_log.contains("Content-Length:  4377"),
-        "the Catalog reached B"
-    );
-    topology_hidden(&a_dir, &b_dir);
     // The peer's state and the agent's counters in each half's metrics and stats API.
     for half in ["a", "b"] {
         let m = common::split::admin_get(&bed, half, "/metrics");
@@ -357,20 +370,11 @@ fn sip_gb_across_the_split() {
 
 #[test]
 fn sip_tcp_across_the_split() {
-    if !ready("split_signal_netns") {
+    let Some((bed, _dir, a_dir, b_dir)) = setup("split_signal_netns", None) else {
         return;
-    }
-    let (bed, _dir, a_dir, b_dir) = setup();
-    let a = half(&bed, "a", "tcp");
-    let b = half(&bed, "b", "tcp");
-    peers_up(&a, &b);
+    };
+    let (a, b) = halves_up(&bed, "tcp");
     register_a_to_b(&bed, &a_dir, &b_dir, "t1");
-    let b_log = read_logs(&b_dir, "_messages.log");
-    assert!(
-        b_log.contains("Content-Length:  4377"),
-        "the Catalog reached B over TCP"
-    );
-    topology_hidden(&a_dir, &b_dir);
     no_wrong_direction(&bed);
     for (v, name) in [(a, "a"), (b, "b")] {
         let s = stop_clean(v, name);
@@ -419,11 +423,9 @@ fn forge(bed: &SplitBed) {
 
 #[test]
 fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
-    if !ready("split_signal_netns") {
+    let Some((bed, _dir, a_dir, b_dir)) = setup("split_signal_netns", Some(100)) else {
         return;
-    }
-    let (bed, _dir, a_dir, b_dir) = setup();
-    make_rtp_pcap(&a_dir.join("rtp.pcap"), 100);
+    };
     // The live-view scenario, holding the call for a minute instead of 1.5 s.
     let play = std::fs::read_to_string(sipp::scenario("gb_uac_play.xml")).unwrap();
     assert!(play.contains("<pause milliseconds=\"1500\"/>"));
@@ -437,9 +439,7 @@ fn killing_half_b_ends_the_call_in_a_and_a_restart_brings_calls_back() {
     )
     .unwrap();
 
-    let a = half(&bed, "a", "udp");
-    let b = half(&bed, "b", "udp");
-    peers_up(&a, &b);
+    let (a, b) = halves_up(&bed, "udp");
     let mut dev = device(&bed, &a_dir, "1");
     let sink = Sink::start(&bed);
     std::thread::sleep(Duration::from_millis(300));
@@ -601,16 +601,8 @@ fn rtsp_across_the_split_out(
         }
     });
     let server = Proc::new(server);
-    let a = start_half(
-        &bed,
-        "a",
-        &half_config(&bed, "a", "off", "off", &rtsp_routes(&bed, "a")),
-    );
-    let b = start_half(
-        &bed,
-        "b",
-        &half_config(&bed, "b", "off", "off", &rtsp_routes(&bed, "b")),
-    );
+    let routes = (rtsp_routes(&bed, "a"), rtsp_routes(&bed, "b"));
+    let (a, b) = start_halves(&bed, "stack", ("off", "off"), (&routes.0, &routes.1));
     peers_up(&a, &b);
     (bed, dir, server, a, b, printed)
 }
@@ -881,10 +873,10 @@ fn gb_tcp_media_crosses_the_split_in_mode_zc() {
 }
 
 fn gb_tcp_across_the_split(mode: &str, fec: &str, combos: &[(Side, Side)], payload: usize) {
-    if !ready(&format!("split_signal_netns gb tcp {mode}")) {
+    let Some((bed, _dir, a_dir, b_dir)) = setup(&format!("split_signal_netns gb tcp {mode}"), None)
+    else {
         return;
-    }
-    let (bed, _dir, a_dir, b_dir) = setup();
+    };
     let start = |name: &str| {
         let routes = sip_routes(&bed, name, "udp");
         let cfg = common::split::half_config_mode(&bed, name, mode, fec, fec, &routes);
@@ -1023,11 +1015,10 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str, combos: &[(Side, Side)], paylo
         la.media_in_delivered >= at_a && lb.media_in_delivered >= at_b,
         "the media crossed on the one-way links"
     );
-    assert!(
-        la.signal * 4 < la.media_out_bytes + lb.media_out_bytes,
-        "the signaling link carried {} bytes, the media links {}: media rode the signaling link",
+    no_media_on_the_signaling_link(
         la.signal,
-        la.media_out_bytes + lb.media_out_bytes
+        la.media_out_bytes + lb.media_out_bytes,
+        "media links",
     );
 }
 
@@ -1091,12 +1082,7 @@ fn rtsp_interleaved_client_crosses_the_split_on_the_media_links() {
         "the video crossed on the forward link: {} packets",
         lb.media_in_delivered
     );
-    assert!(
-        la.signal * 4 < la.media_out_bytes,
-        "the signaling link carried {} bytes, the forward link {}: media rode the signaling link",
-        la.signal,
-        la.media_out_bytes
-    );
+    no_media_on_the_signaling_link(la.signal, la.media_out_bytes, "forward link");
     drop(server);
 }
 
@@ -1212,11 +1198,6 @@ fn rtsp_interleaved_record_crosses_the_split_on_the_reverse_link() {
         la.media_in_delivered, lb.media_out_packets,
         "half A delivered every packet of the reverse link"
     );
-    assert!(
-        la.signal * 4 < lb.media_out_bytes,
-        "the signaling link carried {} bytes, the reverse link {}",
-        la.signal,
-        lb.media_out_bytes
-    );
+    no_media_on_the_signaling_link(la.signal, lb.media_out_bytes, "reverse link");
     drop(server);
 }

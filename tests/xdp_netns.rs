@@ -26,7 +26,7 @@
 
 mod common;
 
-use std::net::{SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -35,7 +35,9 @@ use common::proc::run_ok;
 use common::relay::*;
 use common::vgate::Vgate;
 use common::{admin, enter_netns, in_netns, Bed};
-use vgate::routes::Channel;
+use vgate::config::{DomainId, SourcePolicy};
+use vgate::routes::{Channel, RouteSpec, SessionKind};
+use vgate::stats::DropReason;
 
 const NEEDS: &[(&str, &str)] = &[("ip", "iproute2"), ("ethtool", "ethtool")];
 const STREAMS: u32 = 32;
@@ -51,15 +53,22 @@ fn ethtool(ns: &str, args: &[&str]) -> String {
     )
 }
 
-/// The bed as mode xdp needs it (see the module doc).
-fn xdp_bed() -> Bed {
+/// The bed as mode xdp needs it (see the module doc), and its gateway namespace.
+fn xdp_bed() -> (Bed, String) {
     let bed = Bed::up(4);
     // Both directions: the reverse channel's senders are in B, its sinks in A.
     for (ns, dev) in [("A_NS", "A_IF"), ("B_NS", "B_IF")] {
         ethtool(bed.get(ns), &["-K", bed.get(dev), "tx", "off"]);
         ethtool(bed.get(ns), &["-K", bed.get(dev), "gro", "on"]);
     }
-    bed
+    let g_ns = bed.get("G_NS").to_owned();
+    (bed, g_ns)
+}
+
+/// GRO `on` or `off` on the B-side peer: without it (nor an XDP program) the peer has no
+/// NAPI, and the gateway's B-side veth takes no redirected frames.
+fn b_gro(bed: &Bed, on: &str) {
+    ethtool(bed.get("B_NS"), &["-K", bed.get("B_IF"), "gro", on]);
 }
 
 /// Frames the kernel redirected into the gateway's B-side veth (the fast path's output),
@@ -98,8 +107,7 @@ fn admin_get(ns: &str, port: u16, path: &str) -> serde_json::Value {
 #[test]
 fn xdp_relays_every_packet_once_in_the_kernel() {
     require!(true, NEEDS);
-    let bed = xdp_bed();
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = xdp_bed();
     let control = 9951;
     let vg = Vgate::start_with(
         &["ip", "netns", "exec", &g_ns],
@@ -147,8 +155,7 @@ fn xdp_relays_every_packet_once_in_the_kernel() {
 #[test]
 fn xdp_leaves_nothing_after_kill_9() {
     require!(true, NEEDS);
-    let bed = xdp_bed();
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = xdp_bed();
     let vg = Vgate::start_with(
         &["ip", "netns", "exec", &g_ns],
         &config(&bed, "xdp", 4, 9952),
@@ -219,49 +226,24 @@ fn tracepoint_programs(engine: &str) -> Vec<u32> {
 #[test]
 fn xdp_counts_redirects_the_egress_refuses() {
     require!(true, NEEDS);
-    use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec};
-    use vgate::stats::DropReason;
     const COUNT: u32 = 150;
 
-    let bed = xdp_bed();
-    let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let (bed, g_ns) = xdp_bed();
+    let (a_ip, ga_ip, _, _) = addrs(&bed);
     let cfg = parsed_config(&bed, "xdp", 9956);
-    let gw = gateway_with_route(
-        &g_ns,
+    let (gw, sinks) = forward_and_sink(
+        &bed,
         cfg,
-        RouteSpec {
-            ingress: DomainId::A,
-            port: A_PORTS,
-            dest: SocketAddrV4::new(b_ip, SINK_PORTS),
-            egress_port: B_PORTS,
-            policy: SourcePolicy::Any,
-            expected: None,
-            rtp_only: false,
-            label: "refused".into(),
-            media: None,
-        },
+        "refused",
+        "redirect failures counted on tracepoints",
     );
-    let engine = gw.describe();
-    assert!(
-        engine.contains("redirect failures counted on tracepoints"),
-        "{engine}"
-    );
-    let sinks = Sinks::start(b_ns.clone(), b_ip, gb_ip, 1);
     let send = |n: u32, from: u32| {
-        let a_ns = a_ns.clone();
-        std::thread::spawn(move || {
-            enter_netns(&a_ns).unwrap();
-            let s = UdpSocket::bind((a_ip, 0)).unwrap();
-            for seq in from..from + n {
-                s.send_to(&packet(0, seq), (ga_ip, A_PORTS)).unwrap();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-        .join()
-        .unwrap();
+        send_seqs(
+            bed.get("A_NS"),
+            a_ip,
+            SocketAddrV4::new(ga_ip, A_PORTS),
+            from..from + n,
+        )
     };
     let forward = || *gw.totals().channel(Channel::Forward);
     // Waits until the channel's counters account for every packet sent so far (worker 0
@@ -290,7 +272,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
 
     // 1. The egress driver refuses: no NAPI on the B-side peer. (veth counts these nowhere:
     // its xdp_xmit_errors are kept on the peer's NAPI queue, which is what is missing.)
-    ethtool(&b_ns, &["-K", bed.get("B_IF"), "gro", "off"]);
+    b_gro(&bed, "off");
     send(COUNT, 1);
     let f1 = settled(1 + u64::from(COUNT));
     let failed1 =
@@ -305,7 +287,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
     assert_eq!(f1.tx_packets, f0.tx_packets, "none counted sent: {f1:?}");
 
     // 2. The egress interface is down: the redirect is refused before it is queued.
-    ethtool(&b_ns, &["-K", bed.get("B_IF"), "gro", "on"]);
+    b_gro(&bed, "on");
     let gb_if = bed.get("GB_IF").to_owned();
     let ip_link = |state: &str| {
         let st = Command::new("ip")
@@ -347,8 +329,7 @@ fn xdp_counts_redirects_the_egress_refuses() {
         u64::from(COUNT),
         "the down interface's refusals counted: {f2:?}"
     );
-    in_netns(&g_ns, move || drop(gw));
-    assert_no_xdp_left(&g_ns);
+    stop_in(&g_ns, gw);
 }
 
 /// An egress that cannot take XDP redirects when vgate starts is no black hole (issue 25):
@@ -364,48 +345,20 @@ fn xdp_egress_that_takes_no_redirects_is_no_black_hole() {
         true,
         NEEDS
     );
-    use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec};
-    use vgate::stats::DropReason;
     const COUNT: u32 = 150;
 
-    let bed = xdp_bed();
-    let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
-    ethtool(&b_ns, &["-K", bed.get("B_IF"), "gro", "off"]);
-    let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
+    let (bed, g_ns) = xdp_bed();
+    b_gro(&bed, "off");
+    let (a_ip, ga_ip, _, _) = addrs(&bed);
     let cfg = vgate::config::parse(&config(&bed, "xdp", 0, 9957), "test").unwrap();
-    let gw = gateway_with_route(
-        &g_ns,
-        cfg,
-        RouteSpec {
-            ingress: DomainId::A,
-            port: A_PORTS,
-            dest: SocketAddrV4::new(b_ip, SINK_PORTS),
-            egress_port: B_PORTS,
-            policy: SourcePolicy::Any,
-            expected: None,
-            rtp_only: false,
-            label: "no-redirects".into(),
-            media: None,
-        },
+    let described = format!("egress {} takes no XDP redirects", bed.get("GB_IF"));
+    let (gw, sinks) = forward_and_sink(&bed, cfg, "no-redirects", &described);
+    send_seqs(
+        bed.get("A_NS"),
+        a_ip,
+        SocketAddrV4::new(ga_ip, A_PORTS),
+        0..COUNT,
     );
-    let engine = gw.describe();
-    assert!(
-        engine.contains(&format!(
-            "egress {} takes no XDP redirects",
-            bed.get("GB_IF")
-        )),
-        "{engine}"
-    );
-    let sinks = Sinks::start(b_ns.clone(), b_ip, gb_ip, 1);
-    in_netns(&a_ns, move || {
-        let s = UdpSocket::bind((a_ip, 0)).unwrap();
-        for seq in 0..COUNT {
-            s.send_to(&packet(0, seq), (ga_ip, A_PORTS)).unwrap();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
     let deadline = Instant::now() + Duration::from_secs(10);
     while sinks.count(0) < u64::from(COUNT) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -424,8 +377,7 @@ fn xdp_egress_that_takes_no_redirects_is_no_black_hole() {
         gw.describe().contains("0 route(s) active"),
         "the route stays off the fast path"
     );
-    in_netns(&g_ns, move || drop(gw));
-    assert_no_xdp_left(&g_ns);
+    stop_in(&g_ns, gw);
 }
 
 /// Route changes while a sender runs, in process: a route (policy any: on the fast path at
@@ -435,8 +387,7 @@ fn xdp_egress_that_takes_no_redirects_is_no_black_hole() {
 #[test]
 fn xdp_route_changes_take_effect_while_traffic_flows() {
     require!(true, NEEDS);
-    let bed = xdp_bed();
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = xdp_bed();
     let peers = Peers::of(&bed);
     let cfg = parsed_config(&bed, "xdp", 9953);
     let (g, gb_if) = (g_ns.clone(), bed.get("GB_IF").to_owned());
@@ -596,14 +547,73 @@ fn frame(bed: &Bed, seq: u32, f: Frame) -> Vec<u8> {
     out
 }
 
+/// A route of policy `any` (on the fast path at once), for any payload.
+fn any_route(
+    ingress: DomainId,
+    port: u16,
+    dest: SocketAddrV4,
+    egress_port: u16,
+    label: &str,
+) -> RouteSpec {
+    RouteSpec {
+        ingress,
+        port,
+        dest,
+        egress_port,
+        policy: SourcePolicy::Any,
+        expected: None,
+        rtp_only: false,
+        label: label.into(),
+        media: None,
+    }
+}
+
+/// A gateway with the route `label` (policy any) from A's `A_PORTS` to a sink in B (one
+/// stream, `SINK_PORTS`, from the gateway's `B_PORTS`); its description says `described`.
+fn forward_and_sink(
+    bed: &Bed,
+    cfg: vgate::config::Config,
+    label: &str,
+    described: &str,
+) -> (vgate::gateway::Gateway, Sinks) {
+    let (_, b_ns, g_ns) = bed.namespaces();
+    let (_, _, gb_ip, b_ip) = addrs(bed);
+    let dest = SocketAddrV4::new(b_ip, SINK_PORTS);
+    let gw = gateway_with_route(
+        &g_ns,
+        cfg,
+        any_route(DomainId::A, A_PORTS, dest, B_PORTS, label),
+    );
+    let engine = gw.describe();
+    assert!(engine.contains(described), "{engine}");
+    (gw, Sinks::start(b_ns, b_ip, gb_ip, 1))
+}
+
+/// Stops `gw` in its namespace `g_ns`: no XDP program left there.
+fn stop_in(g_ns: &str, gw: vgate::gateway::Gateway) {
+    in_netns(g_ns, move || drop(gw));
+    assert_no_xdp_left(g_ns);
+}
+
+/// Sends the packets `seqs` of stream 0 from `from` (port chosen by the kernel) in namespace
+/// `ns` to `to`, one per millisecond.
+fn send_seqs(ns: &str, from: Ipv4Addr, to: SocketAddrV4, seqs: std::ops::Range<u32>) {
+    in_netns(ns, move || {
+        let s = UdpSocket::bind((from, 0)).unwrap();
+        for seq in seqs {
+            s.send_to(&packet(0, seq), to).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
 /// A gateway started in namespace `g_ns` with one admin session holding `spec`'s ports and
 /// route.
 fn gateway_with_route(
     g_ns: &str,
     cfg: vgate::config::Config,
-    spec: vgate::routes::RouteSpec,
+    spec: RouteSpec,
 ) -> vgate::gateway::Gateway {
-    use vgate::routes::SessionKind;
     in_netns(g_ns, move || {
         let gw = vgate::gateway::Gateway::start(cfg, None).expect("xdp starts");
         let s = gw.routes.open_session(SessionKind::Admin, &spec.label);
@@ -654,12 +664,8 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
             ("python3", "python3"),
         ]
     );
-    use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::{Channel, RouteSpec, SessionKind};
-    use vgate::stats::DropReason;
 
-    let bed = xdp_bed();
-    let g_ns = bed.get("G_NS").to_owned();
+    let (bed, g_ns) = xdp_bed();
     let (gb_ip, b_ip, a_ip) = (bed.ip("GB_IP"), bed.ip("B_IP"), bed.ip("A_IP"));
     let mut cfg = parsed_config(&bed, "xdp", 9954);
     cfg.engine.max_payload = 1000;
@@ -809,17 +815,13 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
         gw.routes
             .add_route(
                 s,
-                RouteSpec {
-                    ingress: DomainId::A,
-                    port: A_PORTS + 2,
-                    dest: SocketAddrV4::new(b_ip, SINK_PORTS + 1),
-                    egress_port: B_PORTS + 2,
-                    policy: SourcePolicy::Any,
-                    expected: None,
-                    rtp_only: false,
-                    label: "any".into(),
-                    media: None,
-                },
+                any_route(
+                    DomainId::A,
+                    A_PORTS + 2,
+                    SocketAddrV4::new(b_ip, SINK_PORTS + 1),
+                    B_PORTS + 2,
+                    "any",
+                ),
             )
             .unwrap();
         gw
@@ -886,29 +888,22 @@ fn xdp_passes_what_it_cannot_forward_to_the_slow_path() {
 #[test]
 fn xdp_forwards_the_reverse_channel_in_the_kernel() {
     require!(true, NEEDS);
-    use vgate::config::{DomainId, SourcePolicy};
-    use vgate::routes::RouteSpec;
     const COUNT: u32 = 200;
-    let bed = xdp_bed();
-    let g_ns = bed.get("G_NS").to_owned();
-    let (a_ns, b_ns) = (bed.get("A_NS").to_owned(), bed.get("B_NS").to_owned());
+    let (bed, g_ns) = xdp_bed();
+    let (a_ns, b_ns, _) = bed.namespaces();
     let (a_ip, ga_ip, gb_ip, b_ip) = addrs(&bed);
     let (in_port, out_port) = (B_PORTS + 500, A_PORTS + 500);
     let cfg = parsed_config(&bed, "xdp", 9955);
     let gw = gateway_with_route(
         &g_ns,
         cfg,
-        RouteSpec {
-            ingress: DomainId::B,
-            port: in_port,
-            dest: SocketAddrV4::new(a_ip, SINK_PORTS),
-            egress_port: out_port,
-            policy: SourcePolicy::Any,
-            expected: None,
-            rtp_only: false,
-            label: "talkback".into(),
-            media: None,
-        },
+        any_route(
+            DomainId::B,
+            in_port,
+            SocketAddrV4::new(a_ip, SINK_PORTS),
+            out_port,
+            "talkback",
+        ),
     );
     let x0 = xmit_of(&g_ns, bed.get("GA_IF")).0;
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -927,20 +922,11 @@ fn xdp_forwards_the_reverse_channel_in_the_kernel() {
         seqs
     });
     ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let tx = std::thread::spawn(move || {
-        enter_netns(&b_ns).unwrap();
-        let s = UdpSocket::bind((b_ip, 0)).unwrap();
-        for seq in 0..COUNT {
-            s.send_to(&packet(0, seq), (gb_ip, in_port)).unwrap();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
-    tx.join().unwrap();
+    send_seqs(&b_ns, b_ip, SocketAddrV4::new(gb_ip, in_port), 0..COUNT);
     let mut seqs = rx.join().unwrap();
     seqs.sort_unstable();
     assert_eq!(seqs, (0..COUNT).collect::<Vec<_>>(), "each packet once");
     let by_kernel = xmit_of(&g_ns, bed.get("GA_IF")).0 - x0;
     assert_eq!(by_kernel, u64::from(COUNT), "all by the kernel");
-    in_netns(&g_ns, move || drop(gw));
-    assert_no_xdp_left(&g_ns);
+    stop_in(&g_ns, gw);
 }

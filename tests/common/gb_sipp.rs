@@ -26,19 +26,44 @@ impl Side {
     }
 }
 
-/// The 200 that answers a BYE.
-const OK_TO_BYE: &str = "  <send>
+/// A sipp `<send>` of the 200 without a body that answers the last request received;
+/// `to_tag` (e.g. `;tag=[pid]S[call_number]`) added to its To (empty: as received).
+pub fn ok_reply(to_tag: &str) -> String {
+    format!(
+        "  <send>
     <![CDATA[
       SIP/2.0 200 OK
       [last_Via:]
       [last_From:]
-      [last_To:]
+      [last_To:]{to_tag}
       [last_Call-ID:]
       [last_CSeq:]
       Content-Length: 0
 
     ]]>
-  </send>";
+  </send>"
+    )
+}
+
+/// A sipp `<send>` (with `attrs`, e.g. ` retrans="500"`) of the platform's in-dialog
+/// `method` (ACK, BYE) with CSeq `cseq`.
+fn in_dialog(method: &str, cseq: u32, attrs: &str) -> String {
+    format!(
+        r#"  <send{attrs}>
+    <![CDATA[
+      {method} [next_url] SIP/2.0
+      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
+      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
+      [last_To:]
+      Call-ID: [call_id]
+      CSeq: {cseq} {method}
+      Max-Forwards: 70
+      Content-Length: 0
+
+    ]]>
+  </send>"#
+    )
+}
 
 /// The platform's scenario (`hidden`: a regex of what it must never see): INVITE with its SDP, 200/ACK, `hold_ms`, BYE (or, when
 /// `expect_bye`, waits for vgate's BYE instead and answers it).
@@ -51,24 +76,11 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
   </recv>
 "#
         .to_string()
-            + OK_TO_BYE
+            + &ok_reply("")
     } else {
         format!(
-            r#"  <pause milliseconds="{hold_ms}"/>
-  <send retrans="500">
-    <![CDATA[
-      BYE [next_url] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      [last_To:]
-      Call-ID: [call_id]
-      CSeq: 21 BYE
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <recv response="200" crlf="true"/>"#
+            "  <pause milliseconds=\"{hold_ms}\"/>\n{}\n  <recv response=\"200\" crlf=\"true\"/>",
+            in_dialog("BYE", 21, r#" retrans="500""#)
         )
     };
     format!(
@@ -99,25 +111,14 @@ pub fn uac_xml(side: Side, port: u16, hold_ms: u64, expect_bye: bool, hidden: &s
       <ereg regexp="m=video [0-9]+ {proto} 96" search_in="body" check_it="true" assign_to="proto"/>
     </action>
   </recv>
-  <send>
-    <![CDATA[
-      ACK [next_url] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      [last_To:]
-      Call-ID: [call_id]
-      CSeq: 20 ACK
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
+{ack}
 {end}
   <Reference variables="leak,proto{why_ref}"/>
 </scenario>
 "#,
         proto = side.proto(),
         sdp = play_sdp("34020000002000000001", side, port),
+        ack = in_dialog("ACK", 20, ""),
         why_ref = if expect_bye { ",why" } else { "" },
     )
 }
@@ -160,12 +161,13 @@ pub fn uas_xml(side: Side, port: u16, hidden: &str, offer: Option<&str>) -> Stri
   </send>
   <recv request="ACK" crlf="true"/>
   <recv request="BYE"/>
-{OK_TO_BYE}
+{ok}
   <timewait milliseconds="500"/>
   <Reference variables="leak,gb{offer_ref}"/>
 </scenario>
 "#,
         sdp = play_sdp("34020000001320000001", side, port),
+        ok = ok_reply(""),
     )
 }
 

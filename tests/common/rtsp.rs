@@ -177,6 +177,55 @@ impl Rig {
     pub fn stop_vgate(&mut self) -> String {
         self.vgate.take().expect("vgate runs").stop().raw
     }
+
+    /// SIGTERM; no `route` line left in vgate's totals.
+    pub fn stop_with_no_route_left(&mut self) {
+        let totals = self.stop_vgate();
+        assert!(!totals.lines().any(|l| l.starts_with("route ")), "{totals}");
+    }
+
+    /// Waits (`secs` at most) until vgate logged `rtsp <what>; <ZERO>` `count` times: a
+    /// session or connection that ended and left no session, route or port.
+    pub fn wait_ended(&self, what: &str, count: usize, secs: u64) {
+        self.wait_log(
+            &format!("rtsp {what}; {ZERO}"),
+            count,
+            Duration::from_secs(secs),
+        )
+    }
+
+    /// ffmpeg in namespace `ns` decodes `frames` video frames of `/cam1` through vgate.
+    pub fn play(&self, ns: &str, transport: &str, frames: usize, tag: &str) -> Play {
+        ffmpeg(
+            ns,
+            &self.url(8554, "/cam1"),
+            transport,
+            frames,
+            self.dir.path(),
+            tag,
+        )
+    }
+
+    /// ffmpeg in namespace `ns` pushes 4 s (40 frames) to `/cam1` over `transport`; it
+    /// succeeds and the RECORD server decodes at least 30 more frames (the last second may
+    /// still be on its way).
+    pub fn push(&self, ns: &str, transport: &str, what: &str) {
+        let before = self.server_frames();
+        let (ok, err) = ffmpeg_push(ns, &self.url(8554, "/cam1"), transport, 4);
+        assert!(ok, "{what}: ffmpeg push failed: {err}");
+        let after = self.wait_frames(before + 30, Duration::from_secs(5));
+        assert!(
+            after >= before + 30,
+            "{what}: the server decoded only {} of 40 pushed frames",
+            after - before
+        );
+    }
+}
+
+/// Runs `scenario` on the rig of [`Rig::up`], one bed at a time ([`SERIAL`]).
+pub fn with_rig(scenario: fn(Rig), server_args: &[&str], routes: &str) {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    scenario(Rig::up(server_args, routes));
 }
 
 /// What one ffmpeg run saw.
@@ -270,10 +319,11 @@ pub fn ffmpeg(
     }
 }
 
-pub fn assert_played(p: &Play, what: &str) {
+/// ffmpeg succeeded, decoded at least `frames` video frames and logged no error.
+pub fn assert_played(p: &Play, what: &str, frames: usize) {
     assert!(p.ok, "{what}: ffmpeg failed; errors: {:?}", p.errors);
     assert!(
-        p.video_frames >= 50,
+        p.video_frames >= frames,
         "{what}: only {} video frames",
         p.video_frames
     );

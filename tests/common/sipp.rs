@@ -3,7 +3,7 @@
 //! the RTP pcap the device scenarios play.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
 use super::proc::Proc;
@@ -109,6 +109,19 @@ pub const NEEDS: &[(&str, &str)] = &[
     ("sipp", "sip-tester"),
     ("timeout", "coreutils"),
 ];
+
+/// A temporary folder with a sipp folder per domain, `a` and `b` (A's with the RTP pcap of
+/// `rtp` packets the device plays, when asked): (folder, A's, B's).
+pub fn side_dirs(rtp: Option<u32>) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    if let Some(n) = rtp {
+        make_rtp_pcap(&a_dir.join("rtp.pcap"), n);
+    }
+    (dir, a_dir, b_dir)
+}
 
 /// Writes the RTP pcap of `packets` packets the device scenarios play (`make_rtp_pcap.py`).
 pub fn make_rtp_pcap(path: &Path, packets: u32) {

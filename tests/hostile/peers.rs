@@ -609,6 +609,43 @@ pub fn rtsp_route(bed: &Bed, name: &str, port: u16, up_port: u16, extra: &str) -
     )
 }
 
+/// vgate (mode `stack`, `ports` ports per side, policy strict) in the gateway namespace with
+/// the SIP route `sip_name` (UDP, port 5060 both sides) and the RTSP route `cam` (port 8554
+/// both sides), both with `media_timeout` (SIP without a rate limit); and their upstreams in
+/// A ([`upstreams_in_a`]).
+pub fn sip_and_rtsp_gateway(
+    bed: &Bed,
+    sip_name: &str,
+    media_timeout: u32,
+    ports: u16,
+) -> (Vgate, (SipUas, RtspServer)) {
+    let timeout = format!("media_timeout = {media_timeout}");
+    let routes = sip_route(
+        bed,
+        sip_name,
+        "udp",
+        5060,
+        5060,
+        &format!("{timeout}\nrate_limit = 0"),
+    ) + &rtsp_route(bed, "cam", 8554, 8554, &timeout);
+    let gw = Vgate::start_in(
+        bed.get("G_NS"),
+        &config(bed, "stack", ports, "strict", &routes),
+        &[],
+    );
+    (gw, upstreams_in_a(bed))
+}
+
+/// The upstreams in A those routes go to: a SIP UAS answering with SDP at `A_IP:5060` and
+/// an RTSP server at `A_IP:8554` that sends no media.
+pub fn upstreams_in_a(bed: &Bed) -> (SipUas, RtspServer) {
+    let (a_ns, a_ip) = (bed.get("A_NS"), bed.ip("A_IP"));
+    (
+        SipUas::start(a_ns, SocketAddrV4::new(a_ip, 5060), true),
+        RtspServer::start(a_ns, SocketAddrV4::new(a_ip, 8554), 0),
+    )
+}
+
 // ---------------------------------------------------------------- RTSP
 
 /// A minimal RTSP server in domain A: OPTIONS, DESCRIBE (one video track), SETUP over UDP
