@@ -6,26 +6,13 @@
 
 mod common;
 
+use common::{run_vgate as vgate, wait_until};
+
 use std::net::UdpSocket;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 use common::vgate::Vgate;
-
-fn vgate(args: &[&str]) -> Output {
-    Command::new(common::vgate_bin())
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn text(o: &Output) -> String {
     format!(
