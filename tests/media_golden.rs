@@ -544,6 +544,36 @@ fn every_violation_has_a_distinct_snake_case_name() {
     assert_eq!(names.len(), Violation::COUNT);
 }
 
+/// A PS stream whose payloads are random bytes from its first packet never started a frame:
+/// refused as `no_frame_start`, not as a loss (`lost_sync`), so an operator tells "this was
+/// never PS" from "a packet was lost". Once it started, a loss is `lost_sync` again.
+#[test]
+fn a_ps_stream_that_never_started_is_no_frame_start() {
+    let f = fixture("ffmpeg_ps_h264");
+    let junk: Vec<Vec<u8>> = f
+        .packets
+        .iter()
+        .take(50)
+        .enumerate()
+        .map(|(i, p)| {
+            let mut q = p[..12].to_vec();
+            q.extend_from_slice(&random(1000, 0x51 + i as u64));
+            q
+        })
+        .collect();
+    let d = drops(&run(&f, &Policy::default(), &junk));
+    assert_eq!(d.get("no_frame_start"), Some(&50), "{d:?}");
+    // The real stream, then its RTP headers with random payloads behind a lost packet.
+    let k = after_marker(&f);
+    let mut pkts: Vec<Vec<u8>> = f.packets[..k].to_vec();
+    let mut late = f.packets[k + 1][..12].to_vec();
+    late.extend_from_slice(&random(1000, 9));
+    pkts.push(late);
+    let v = run(&f, &Policy::default(), &pkts);
+    assert_eq!(v[..k].iter().filter(|v| !v.is_pass()).count(), 0);
+    assert_eq!(refused(v[k]), Violation::LostSync);
+}
+
 #[test]
 fn loss_only_costs_the_rest_of_a_frame() {
     // Every 7th packet lost: the validator resynchronises; what it refuses meanwhile is

@@ -322,6 +322,9 @@ violations! {
     /// After a loss, a packet that cannot be checked without what was lost (the middle of a
     /// PS frame, an SEI fragment).
     LostSync = "lost_sync",
+    /// PS: no frame has started since the stream's first packet (random bytes from the
+    /// start, or a stream joined mid-frame): nothing can be checked before a pack header.
+    NoFrameStart = "no_frame_start",
     /// A codec the validator does not know, refused by policy.
     UnknownCodec = "unknown_codec",
     /// PS: a pack header that is not MPEG-2 (marker bits), or its stuffing is not 0xFF.

@@ -27,6 +27,9 @@ pub(super) struct PsState {
     carry_len: u8,
     /// In step with the stream (a frame start has been seen since the last loss).
     synced: bool,
+    /// A frame start was ever seen: before it, a refusal is `no_frame_start`, after a loss
+    /// `lost_sync` (an operator tells "never looked like PS" from "lost a packet").
+    started: bool,
     /// The stream IDs (bit `id - 0xC0`) the last PSM declared; 0: no PSM seen, any audio or
     /// video ID. Once a PSM was seen, a PES of another ID is refused.
     declared: u64,
@@ -40,6 +43,7 @@ impl Default for PsState {
             carry: [0; CARRY],
             carry_len: 0,
             synced: false,
+            started: false,
             declared: 0,
         }
     }
@@ -56,9 +60,14 @@ impl PsState {
             self.carry_len = 0;
             self.synced = false;
             if !frame_start {
-                return Err(Violation::LostSync);
+                return Err(if self.started {
+                    Violation::LostSync
+                } else {
+                    Violation::NoFrameStart
+                });
             }
             self.synced = true;
+            self.started = true;
         } else if rtp.prev_marker && !frame_start {
             return Err(Violation::PsFrame);
         }
