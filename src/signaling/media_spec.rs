@@ -8,27 +8,49 @@
 //! its formats; GB/T 28181 devices answer with their own numbers). A payload type without
 //! an `rtpmap` and not static has no codec: [`Codec::Unknown`], which the validator refuses
 //! unless the policy allows unknown codecs.
+//!
+//! Under `validate = "enforce"` an `m=` line none of whose formats the policy lets cross
+//! ([`refusal`]) is refused at the signaling (SIP `488`, RTSP `415`) instead of a session
+//! whose every packet would be dropped; a line with some allowed formats crosses unchanged
+//! (nothing is stripped from the SDP) and its routes validate only the allowed ones
+//! ([`allowed`]).
 
-use crate::media::{Codec, StreamSpec};
+use crate::media::{Codec, Policy, StreamSpec};
 use crate::signaling::sdp::Media;
 
 /// The formats and `y=` SSRC one side's `m=` line describes.
+///
+/// Formats of a known codec take the [`crate::media::MAX_FORMATS`] places first, so an offer
+/// listing many unknown formats before a known one still keeps the known one.
 pub fn media_spec(m: &Media<'_>) -> StreamSpec {
-    let mut spec = StreamSpec::new(m.ssrc.and_then(gb_ssrc));
-    for f in m.formats() {
-        let Some(pt) = f.parse::<u8>().ok().filter(|p| *p < 128) else {
-            continue;
-        };
-        let (codec, rate) = rtpmap(m, pt)
-            .or_else(|| Codec::from_static_pt(pt))
-            .unwrap_or((Codec::Unknown, 90000));
-        spec = spec.with(pt, codec, rate);
+    let mut known = StreamSpec::new(m.ssrc.and_then(gb_ssrc));
+    let mut unknown = Vec::new();
+    for (pt, codec, rate) in line_formats(m) {
+        if codec == Codec::Unknown {
+            unknown.push((pt, rate));
+        } else {
+            known = known.with(pt, codec, rate);
+        }
     }
-    spec
+    unknown
+        .into_iter()
+        .fold(known, |s, (pt, rate)| s.with(pt, Codec::Unknown, rate))
 }
 
-/// The codec and clock rate the `a=rtpmap:` of `pt` names.
-fn rtpmap(m: &Media<'_>, pt: u8) -> Option<(Codec, u32)> {
+/// The RTP payload types of an `m=` line in order, with their codec and clock rate.
+fn line_formats<'m>(m: &'m Media<'_>) -> impl Iterator<Item = (u8, Codec, u32)> + 'm {
+    m.formats().filter_map(|f| {
+        let pt = f.parse::<u8>().ok().filter(|p| *p < 128)?;
+        let (codec, rate) = rtpmap(m, pt)
+            .map(|(name, rate)| (Codec::from_rtpmap(name), rate))
+            .or_else(|| Codec::from_static_pt(pt))
+            .unwrap_or((Codec::Unknown, 90000));
+        Some((pt, codec, rate))
+    })
+}
+
+/// The encoding name and clock rate the `a=rtpmap:` of `pt` names.
+fn rtpmap<'a>(m: &Media<'a>, pt: u8) -> Option<(&'a str, u32)> {
     m.rtpmaps.iter().find_map(|r| {
         let (num, enc) = r.split_once(' ')?;
         if num.trim().parse::<u8>().ok()? != pt {
@@ -37,7 +59,49 @@ fn rtpmap(m: &Media<'_>, pt: u8) -> Option<(Codec, u32)> {
         let mut parts = enc.trim().split('/');
         let name = parts.next()?;
         let rate = parts.next()?.trim().parse::<u32>().ok()?;
-        Some((Codec::from_rtpmap(name.trim()), rate))
+        Some((name.trim(), rate))
+    })
+}
+
+/// Whether `policy` lets a format of `codec` cross at all (before any packet is seen): a
+/// codec the validator knows, or any codec where `allow_unknown_codec` is set.
+pub fn codec_allowed(codec: Codec, policy: &Policy) -> bool {
+    codec != Codec::Unknown || policy.allow_unknown_codec
+}
+
+/// The formats of `spec` that `policy` lets cross ([`codec_allowed`]), its SSRC kept.
+pub fn allowed(spec: &StreamSpec, policy: &Policy) -> StreamSpec {
+    spec.formats()
+        .iter()
+        .filter(|f| codec_allowed(f.codec, policy))
+        .fold(StreamSpec::new(spec.ssrc), |s, f| {
+            s.with(f.pt, f.codec, f.clock_rate)
+        })
+}
+
+/// Why validation under `policy` refuses an `m=` line whole: none of its formats may cross
+/// (each is named: `codec VP8/90000`, `payload type 101 without rtpmap`). `None`: at least one
+/// may, and the line crosses unchanged.
+pub fn refusal(m: &Media<'_>, policy: &Policy) -> Option<String> {
+    let mut refused = Vec::new();
+    for (pt, codec, _) in line_formats(m) {
+        if codec_allowed(codec, policy) {
+            return None;
+        }
+        refused.push(match rtpmap(m, pt) {
+            Some((name, rate)) => format!("codec {name}/{rate}"),
+            None => format!("payload type {pt} without rtpmap"),
+        });
+    }
+    Some(match refused.as_slice() {
+        [] => format!(
+            "{} media offers no RTP payload type ({} {})",
+            m.kind, m.proto, m.formats_text
+        ),
+        some => format!(
+            "{} not allowed (allow_unknown_codec = false)",
+            some.join(", ")
+        ),
     })
 }
 
@@ -188,5 +252,42 @@ mod tests {
         assert_eq!(track_spec(&[], "rtsp://x/"), None);
         assert_eq!(gb_ssrc("9999999999"), None);
         assert_eq!(gb_ssrc("12ab"), None);
+    }
+
+    #[test]
+    fn refusal_only_when_nothing_may_cross() {
+        let policy = Policy::default();
+        let sdp = |m: &str| {
+            format!("v=0\r\no=- 1 1 IN IP4 10.1.0.9\r\ns=-\r\nc=IN IP4 10.1.0.9\r\nt=0 0\r\n{m}")
+        };
+        let vp8 = sdp("m=video 4000 RTP/AVP 96\r\na=rtpmap:96 VP8/90000\r\n");
+        let parsed = parse(vp8.as_bytes()).unwrap();
+        assert_eq!(
+            refusal(&parsed.media[0], &policy).as_deref(),
+            Some("codec VP8/90000 not allowed (allow_unknown_codec = false)")
+        );
+        let open = Policy {
+            allow_unknown_codec: true,
+            ..Policy::default()
+        };
+        assert_eq!(refusal(&parsed.media[0], &open), None);
+        let two = sdp("m=video 4000 RTP/AVP 96 101\r\na=rtpmap:96 VP8/90000\r\n");
+        let parsed = parse(two.as_bytes()).unwrap();
+        assert_eq!(
+            refusal(&parsed.media[0], &policy).as_deref(),
+            Some("codec VP8/90000, payload type 101 without rtpmap not allowed (allow_unknown_codec = false)")
+        );
+        // One allowed format among refused ones: the line crosses; its routes take the
+        // allowed one only. Known codecs take the places first.
+        let mixed = sdp("m=video 4000 RTP/AVP 97 98 99 100 101 96\r\na=rtpmap:96 PS/90000\r\n");
+        let parsed = parse(mixed.as_bytes()).unwrap();
+        assert_eq!(refusal(&parsed.media[0], &policy), None);
+        let spec = media_spec(&parsed.media[0]);
+        assert_eq!(spec.formats()[0].codec, Codec::Ps);
+        assert_eq!(formats(&allowed(&spec, &policy)), [(96, Codec::Ps, 90000)]);
+        assert_eq!(formats(&allowed(&spec, &open)).len(), 4);
+        let none = sdp("m=application 5000 TCP/BFCP *\r\n");
+        let parsed = parse(none.as_bytes()).unwrap();
+        assert!(refusal(&parsed.media[0], &open).is_some());
     }
 }

@@ -88,6 +88,8 @@ impl Core {
                     // Never let an SDP through unrewritten: drop the answer. The call then
                     // ends by the INVITE timeout (CANCEL downstream, 408 upstream).
                     self.counters.dropped_bad_sdp_responses += 1;
+                    self.counters.media_refused +=
+                        u64::from(matches!(&other, Some(Err(e)) if e.is_media_validation()));
                     if let Some(suppressed) = LOG_BAD_RESPONSE_SDP.check(now_ms()) {
                         let why = match other {
                             Some(Err(MediaError::Refuse { warning, .. })) => warning,
