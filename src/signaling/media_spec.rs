@@ -130,14 +130,7 @@ pub fn tracks(body: &[u8]) -> Vec<(String, StreamSpec)> {
 /// control URL `url` is or ends with, the only one, or — when none matches — every
 /// track's formats together (still each checked by its codec), `None` without any.
 pub fn track_spec(tracks: &[(String, StreamSpec)], url: &str) -> Option<StreamSpec> {
-    let url = url.trim_end_matches('/');
-    let matches = |control: &str| {
-        let c = control.trim_end_matches('/');
-        !c.is_empty()
-            && c != "*"
-            && (url == c || url.ends_with(&format!("/{}", c.trim_start_matches('/'))))
-    };
-    if let Some((_, s)) = tracks.iter().find(|(c, _)| matches(c)) {
+    if let Some(s) = find_track(tracks, url) {
         return Some(*s);
     }
     match tracks {
@@ -149,6 +142,54 @@ pub fn track_spec(tracks: &[(String, StreamSpec)], url: &str) -> Option<StreamSp
                 .fold(acc, |a, f| a.with(f.pt, f.codec, f.clock_rate))
         })),
     }
+}
+
+/// The entry of the track whose control URL `url` is or ends with.
+fn find_track<'t, T>(tracks: &'t [(String, T)], url: &str) -> Option<&'t T> {
+    let url = url.trim_end_matches('/');
+    let matches = |control: &str| {
+        let c = control.trim_end_matches('/');
+        !c.is_empty()
+            && c != "*"
+            && (url == c || url.ends_with(&format!("/{}", c.trim_start_matches('/'))))
+    };
+    tracks.iter().find(|(c, _)| matches(c)).map(|(_, t)| t)
+}
+
+/// Each track of an RTSP session description with why `policy` refuses it whole
+/// ([`refusal`]; `None`: some of its formats may cross).
+pub fn refusals(body: &[u8], policy: &Policy) -> Vec<(String, Option<String>)> {
+    match crate::signaling::sdp::parse(body) {
+        Ok(sdp) => sdp
+            .media
+            .iter()
+            .map(|m| (m.control.unwrap_or("").to_string(), refusal(m, policy)))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Why `enforce` refuses the SETUP of the track `url` names among `refusals`
+/// ([`refusals`]), matched as [`track_spec`] matches: that track's refusal; without a match,
+/// a refusal only when every track is refused; nothing described: refused, since nothing
+/// says what the track carries.
+pub fn track_refusal(refusals: &[(String, Option<String>)], url: &str) -> Option<String> {
+    if let Some(r) = find_track(refusals, url) {
+        return r.clone();
+    }
+    match refusals {
+        [] => Some(
+            "no session description (DESCRIBE or ANNOUNCE) says what this track carries".into(),
+        ),
+        all => all_refused(all),
+    }
+}
+
+/// The refusals of every track joined, when every track is refused; `None` when one may
+/// cross (or there is none).
+pub fn all_refused(refusals: &[(String, Option<String>)]) -> Option<String> {
+    let whys: Option<Vec<&str>> = refusals.iter().map(|(_, r)| r.as_deref()).collect();
+    whys.filter(|w| !w.is_empty()).map(|w| w.join("; "))
 }
 
 /// What may cross from the side that described `sender` to the side that described
@@ -286,6 +327,20 @@ mod tests {
         assert_eq!(spec.formats()[0].codec, Codec::Ps);
         assert_eq!(formats(&allowed(&spec, &policy)), [(96, Codec::Ps, 90000)]);
         assert_eq!(formats(&allowed(&spec, &open)).len(), 4);
+        let two_tracks = b"v=0\r\no=- 1 1 IN IP4 10.1.0.5\r\ns=cam\r\nt=0 0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 VP8/90000\r\na=control:stream=0\r\nm=audio 0 RTP/AVP 0\r\na=control:stream=1\r\n";
+        let r = refusals(two_tracks, &policy);
+        assert_eq!(
+            track_refusal(&r, "rtsp://10.1.0.5/cam/stream=0").as_deref(),
+            Some("codec VP8/90000 not allowed (allow_unknown_codec = false)")
+        );
+        assert_eq!(track_refusal(&r, "rtsp://10.1.0.5/cam/stream=1"), None);
+        assert_eq!(track_refusal(&r, "rtsp://10.1.0.5/cam/other"), None);
+        assert_eq!(all_refused(&r), None, "the audio track may cross");
+        assert!(
+            track_refusal(&[], "rtsp://x/").is_some(),
+            "nothing described"
+        );
+        assert_eq!(all_refused(&[]), None);
         let none = sdp("m=application 5000 TCP/BFCP *\r\n");
         let parsed = parse(none.as_bytes()).unwrap();
         assert!(refusal(&parsed.media[0], &open).is_some());
