@@ -345,6 +345,17 @@ fn enforce_refuses_the_setup_of_a_track_no_format_of_which_may_cross_with_415() 
 }
 
 #[test]
+fn enforce_refuses_an_announce_of_only_refused_tracks_with_415() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut s = settings();
+    s.media_validate = vgate::config::MediaMode::Enforce;
+    let events = Arc::clone(&s.events);
+    let ex = transcript("media_refused_announce.txt", s);
+    assert_eq!(events.media_refused.load(Relaxed), 2);
+    assert!(ex.media().allocated.is_empty(), "no ports taken");
+}
+
+#[test]
 fn count_sets_up_the_same_tracks_and_refuses_nothing() {
     use std::sync::atomic::Ordering::Relaxed;
     for mode in [
@@ -942,6 +953,7 @@ fn every_transcript_is_tested() {
             "bridge_tcp_client_udp_server.txt",
             "bridge_udp_client_tcp_server.txt",
             "interleaved_absolute_pipelined.txt",
+            "media_refused_announce.txt",
             "media_refused_setup.txt",
             "media_unknown_codec_counted.txt",
             "multi_track_tcp_client_udp_server.txt",
