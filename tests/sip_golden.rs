@@ -631,7 +631,7 @@ fn enforce_keeps_an_offer_with_one_allowed_codec_and_validates_only_those() {
 }
 
 #[test]
-fn enforce_drops_an_answer_of_only_unknown_codecs() {
+fn enforce_refuses_an_answer_of_only_unknown_codecs_with_488_to_the_caller() {
     let mut t = validating("enforce");
     let msg = invite_with(OFFER, "34020000002000000001", "ans");
     let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);
@@ -660,13 +660,38 @@ Contact: <sip:34020000001320000001@10.1.0.9:5060>
         &ANSWER.replace("a=rtpmap:96 PS/90000", "a=rtpmap:96 VP8/90000"),
     );
     let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
-    assert!(outs.is_empty(), "the answer does not cross: {outs:?}");
+    // The answer does not cross; the caller gets the 488 with the reason at once (not a
+    // 408 after the INVITE timeout), the callee a CANCEL (it ends its unacknowledged
+    // dialog itself, RFC 3261 §13.3.1.4).
+    assert_eq!(outs.len(), 2, "{outs:?}");
+    assert!(text(&outs[0]).starts_with("CANCEL "), "{}", text(&outs[0]));
+    assert_eq!(outs[0].face, Face::Upstream);
+    assert_eq!(status(&outs[1]), "SIP/2.0 488 Not Acceptable Here");
+    assert_eq!(outs[1].face, Face::Listen);
+    assert!(
+        text(&outs[1]).contains(
+            "Warning: 399 vgate \"media validation: codec VP8/90000 not allowed (allow_unknown_codec = false)\"\r\n"
+        ),
+        "{}",
+        text(&outs[1])
+    );
     assert_eq!(t.core.counters.media_refused, 1);
     assert_eq!(t.core.counters.dropped_bad_sdp_responses, 1);
+    assert_eq!(t.core.counters.invite_timeouts, 0);
     assert!(
         t.routes.routes().is_empty(),
         "no route that would drop every packet"
     );
+    assert_eq!(
+        t.routes.sessions().len(),
+        0,
+        "the call's ports are given back"
+    );
+    // The callee's retransmitted 200 is dropped; nothing more is refused or sent.
+    let again = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert!(again.is_empty(), "{again:?}");
+    assert_eq!(t.core.counters.media_refused, 1);
+    t.check("media_validation_answer_488");
 }
 
 #[test]
