@@ -772,101 +772,16 @@ fn redis_down_the_active_forwards_counts_and_catches_up_the_standby_says_stale()
     );
 }
 
-/// The device (domain A): answers the live-view INVITE with media from 10.61.0.100:6100 (the
-/// test sends it), then waits for the BYE.
-const DEVICE_UAS: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="ha device">
-  <recv request="INVITE" crlf="true"/>
-  <send retrans="500">
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]D[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:34020000001320000001@[local_ip]:[local_port]>
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=34020000001320000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      m=video 6100 RTP/AVP 96
-      a=sendonly
-      a=rtpmap:96 PS/90000
-      y=0100000001
-    ]]>
-  </send>
-  <recv request="ACK" crlf="true"/>
-  <recv request="BYE" timeout="60000"/>
-  <send>
-    <![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Content-Length: 0
-
-    ]]>
-  </send>
-</scenario>
-"#;
-
-/// The platform (domain B): INVITE with a recvonly offer at 10.62.0.100:6200 (the test
-/// receives there), ACK, then holds the call (the takeover happens meanwhile).
-const PLATFORM_UAC: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="ha platform">
-  <send retrans="500">
-    <![CDATA[
-      INVITE sip:34020000001320000001@3402000000 SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      To: <sip:34020000001320000001@3402000000>
-      Call-ID: [call_id]
-      CSeq: 20 INVITE
-      Contact: <sip:34020000002000000001@[local_ip]:[local_port]>
-      Max-Forwards: 70
-      Subject: 34020000001320000001:0100000001,34020000002000000001:0
-      Content-Type: APPLICATION/SDP
-      Content-Length: [len]
-
-      v=0
-      o=34020000002000000001 0 0 IN IP4 [local_ip]
-      s=Play
-      c=IN IP4 [local_ip]
-      t=0 0
-      m=video 6200 RTP/AVP 96
-      a=recvonly
-      a=rtpmap:96 PS/90000
-      y=0100000001
-    ]]>
-  </send>
-  <recv response="100" optional="true"/>
-  <recv response="180" optional="true"/>
-  <recv response="200" rtd="true" rrs="true"/>
-  <send>
-    <![CDATA[
-      ACK [next_url] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];rport;branch=[branch]
-      From: <sip:34020000002000000001@3402000000>;tag=[pid]P[call_number]
-      [last_To:]
-      Call-ID: [call_id]
-      CSeq: 20 ACK
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <pause milliseconds="60000"/>
-</scenario>
-"#;
+/// The device (domain A) answers the live-view INVITE with media from 10.61.0.100:6100 (the
+/// test sends it) and waits for the BYE; the platform (domain B) offers 10.62.0.100:6200
+/// (the test receives there), ACKs, then holds the call while the takeover happens. Neither
+/// may see the other domain's addresses.
+fn call_scenarios() -> (String, String) {
+    use common::gb_sipp::{uac_xml, uas_xml, Side};
+    let device = uas_xml(Side::Udp, 6100, r"10\.62\.", None);
+    let platform = uac_xml(Side::Udp, 6200, 60_000, false, r"10\.61\.");
+    (device, platform)
+}
 
 #[test]
 fn a_sip_call_s_media_moves_to_the_standby_on_the_same_gateway_ports() {
@@ -874,8 +789,9 @@ fn a_sip_call_s_media_moves_to_the_standby_on_the_same_gateway_ports() {
     let pair = Pair::up();
     let (n1, n2) = (pair.node(0), pair.node(1));
     let dir = pair.net.dir.path().to_owned();
-    std::fs::write(dir.join("device.xml"), DEVICE_UAS).unwrap();
-    std::fs::write(dir.join("platform.xml"), PLATFORM_UAC).unwrap();
+    let (device, platform) = call_scenarios();
+    std::fs::write(dir.join("device.xml"), device).unwrap();
+    std::fs::write(dir.join("platform.xml"), platform).unwrap();
     let sipp = |ns: &str, sf: &str, ip: &str, port: &str, extra: &[&str]| {
         let log = std::fs::File::create(dir.join(format!("sipp-{sf}.log"))).unwrap();
         Proc::spawn(
