@@ -325,6 +325,66 @@ fn each_tracks_rtp_validates_what_describe_offered_for_it() {
 }
 
 #[test]
+fn enforce_refuses_the_setup_of_a_track_no_format_of_which_may_cross_with_415() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut s = settings();
+    s.media_validate = vgate::config::MediaMode::Enforce;
+    let events = Arc::clone(&s.events);
+    let ex = transcript("media_refused_setup.txt", s);
+    assert_eq!(events.media_refused.load(Relaxed), 1);
+    let rtp = ex
+        .media()
+        .history
+        .iter()
+        .find(|r| r.label.ends_with(":rtp"));
+    let rule = rtp
+        .and_then(|r| r.media)
+        .expect("the audio track is validated");
+    assert_eq!(rule.spec.formats().len(), 1);
+    assert_eq!(rule.spec.formats()[0].codec, vgate::media::Codec::Pcmu);
+}
+
+#[test]
+fn enforce_refuses_an_announce_of_only_refused_tracks_with_415() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut s = settings();
+    s.media_validate = vgate::config::MediaMode::Enforce;
+    let events = Arc::clone(&s.events);
+    let ex = transcript("media_refused_announce.txt", s);
+    assert_eq!(events.media_refused.load(Relaxed), 2);
+    assert!(ex.media().allocated.is_empty(), "no ports taken");
+}
+
+#[test]
+fn count_sets_up_the_same_tracks_and_refuses_nothing() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for mode in [
+        vgate::config::MediaMode::Count,
+        vgate::config::MediaMode::Off,
+    ] {
+        let mut s = settings();
+        s.media_validate = mode;
+        let events = Arc::clone(&s.events);
+        let ex = transcript("media_unknown_codec_counted.txt", s);
+        assert_eq!(events.media_refused.load(Relaxed), 0);
+        let validated = ex
+            .media()
+            .history
+            .iter()
+            .filter(|r| r.label.ends_with(":rtp") && r.media.is_some())
+            .count();
+        assert_eq!(
+            validated,
+            if mode == vgate::config::MediaMode::Off {
+                0
+            } else {
+                2
+            }
+        );
+    }
+}
+
+#[test]
 fn interleaved_absolute_controls_pipelined() {
     let ex = transcript("interleaved_absolute_pipelined.txt", settings());
     for ch in 0..=3 {
@@ -893,6 +953,9 @@ fn every_transcript_is_tested() {
             "bridge_tcp_client_udp_server.txt",
             "bridge_udp_client_tcp_server.txt",
             "interleaved_absolute_pipelined.txt",
+            "media_refused_announce.txt",
+            "media_refused_setup.txt",
+            "media_unknown_codec_counted.txt",
             "multi_track_tcp_client_udp_server.txt",
             "multi_track_udp_client_tcp_server.txt",
             "per_track_teardown.txt",

@@ -509,6 +509,191 @@ fn tcp_media_vgate_cannot_bridge_is_refused_with_488_and_warning() {
     assert_eq!(t.core.table_sizes().0, 0);
 }
 
+/// The golden config with route 0 (`b2a`) validating its calls' media in `mode`.
+fn validating(mode: &str) -> Bench {
+    let cfg = CONFIG.replacen(
+        "upstream_port = 5061\nmedia_timeout = 5\n",
+        &format!("upstream_port = 5061\nmedia_timeout = 5\nmedia_validate = \"{mode}\"\n"),
+        1,
+    );
+    bench_with(&cfg, 0)
+}
+
+const VP8_OFFER: &str = "v=0
+o=34020000002000000001 0 0 IN IP4 10.2.0.50
+s=Play
+c=IN IP4 10.2.0.50
+t=0 0
+m=video 6000 RTP/AVP 96
+a=recvonly
+a=rtpmap:96 VP8/90000
+";
+
+#[test]
+fn enforce_refuses_an_offer_of_only_unknown_codecs_with_488() {
+    let mut t = validating("enforce");
+    let msg = invite_with(VP8_OFFER, "34020000002000000001", "vp8");
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);
+    assert_eq!(outs.len(), 1, "answered here, nothing forwarded");
+    assert_eq!(status(&outs[0]), "SIP/2.0 488 Not Acceptable Here");
+    assert!(
+        text(&outs[0]).contains(
+            "Warning: 399 vgate \"media validation: codec VP8/90000 not allowed (allow_unknown_codec = false)\"\r\n"
+        ),
+        "{}",
+        text(&outs[0])
+    );
+    assert_eq!(t.core.counters.media_refused, 1);
+    // The retransmission gets the same answer, counted once; nothing was allocated.
+    let again = t.send(Face::Listen, "10.2.0.50:5060", &msg);
+    assert_eq!(again[0].bytes, outs[0].bytes);
+    assert_eq!(t.core.counters.media_refused, 1);
+    assert_eq!(t.routes.sessions().len(), 0);
+    assert_eq!(t.core.table_sizes().0, 0);
+    let (a, _) = t.routes.ports(DomainId::A);
+    let (b, _) = t.routes.ports(DomainId::B);
+    assert_eq!((a, b), (0, 0), "no media ports held");
+    // Also refused: a payload type without rtpmap that is not static.
+    let no_map = VP8_OFFER
+        .replace("RTP/AVP 96", "RTP/AVP 101")
+        .replace("a=rtpmap:96 VP8/90000\n", "");
+    let outs = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &invite_with(&no_map, "34020000002000000001", "nomap"),
+    );
+    assert_eq!(status(&outs[0]), "SIP/2.0 488 Not Acceptable Here");
+    assert!(text(&outs[0]).contains("payload type 101 without rtpmap not allowed"));
+    assert_eq!(t.core.counters.media_refused, 2);
+    t.check("media_validation_488");
+}
+
+#[test]
+fn count_and_off_let_the_same_offer_cross() {
+    for mode in ["count", "off"] {
+        let mut t = validating(mode);
+        let msg = invite_with(VP8_OFFER, "34020000002000000001", "vp8");
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);
+        assert_eq!(outs.len(), 2, "{mode}: 100 Trying and the forwarded INVITE");
+        assert_eq!(status(&outs[0]), "SIP/2.0 100 Trying");
+        assert!(text(&outs[1]).starts_with("INVITE "));
+        assert!(text(&outs[1]).contains("a=rtpmap:96 VP8/90000"));
+        assert_eq!(t.core.counters.media_refused, 0, "{mode}");
+        assert_eq!(t.routes.sessions().len(), 1);
+    }
+}
+
+#[test]
+fn enforce_keeps_an_offer_with_one_allowed_codec_and_validates_only_those() {
+    // OFFER: PS (96), H264 (98) and MPEG4 (97, unknown to the validator).
+    let mut t = validating("enforce");
+    establish_call(&mut t);
+    assert!(
+        placeholders(&t.log).contains("m=video PORT RTP/AVP 96 98 97"),
+        "nothing stripped from the SDP"
+    );
+    assert_eq!(t.core.counters.media_refused, 0);
+    let rtp: Vec<_> = t
+        .routes
+        .routes()
+        .into_iter()
+        .filter(|r| r.label.ends_with(" rtp"))
+        .collect();
+    assert_eq!(rtp.len(), 1, "the camera's RTP toward the platform");
+    let rule = rtp[0].media.expect("validated");
+    assert!(rule.enforce);
+    let pts: Vec<(u8, vgate::media::Codec)> = rule
+        .spec
+        .formats()
+        .iter()
+        .map(|f| (f.pt, f.codec))
+        .collect();
+    assert_eq!(
+        pts,
+        [
+            (96, vgate::media::Codec::Ps),
+            (98, vgate::media::Codec::H264)
+        ],
+        "MPEG4 is not among what may cross"
+    );
+    // Under count, the route's spec keeps every format (an unknown one counted as such).
+    let mut t = validating("count");
+    establish_call(&mut t);
+    let rule = t
+        .routes
+        .routes()
+        .into_iter()
+        .find(|r| r.label.ends_with(" rtp"))
+        .and_then(|r| r.media)
+        .expect("validated");
+    assert!(!rule.enforce);
+    assert_eq!(rule.spec.formats().len(), 3);
+}
+
+#[test]
+fn enforce_refuses_an_answer_of_only_unknown_codecs_with_488_to_the_caller() {
+    let mut t = validating("enforce");
+    let msg = invite_with(OFFER, "34020000002000000001", "ans");
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &msg);
+    assert_eq!(outs.len(), 2);
+    let fwd = text(&outs[1]);
+    let branch = fwd
+        .split("branch=")
+        .nth(1)
+        .unwrap()
+        .split(['\r', ';'])
+        .next()
+        .unwrap()
+        .to_owned();
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={branch};rport=40000;received=10.1.0.1
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d1
+Call-ID: ans
+CSeq: 1 INVITE
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+"
+        ),
+        "application/sdp",
+        &ANSWER.replace("a=rtpmap:96 PS/90000", "a=rtpmap:96 VP8/90000"),
+    );
+    let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    // The answer does not cross; the caller gets the 488 with the reason at once (not a
+    // 408 after the INVITE timeout), the callee a CANCEL (it ends its unacknowledged
+    // dialog itself, RFC 3261 §13.3.1.4).
+    assert_eq!(outs.len(), 2, "{outs:?}");
+    assert!(text(&outs[0]).starts_with("CANCEL "), "{}", text(&outs[0]));
+    assert_eq!(outs[0].face, Face::Upstream);
+    assert_eq!(status(&outs[1]), "SIP/2.0 488 Not Acceptable Here");
+    assert_eq!(outs[1].face, Face::Listen);
+    assert!(
+        text(&outs[1]).contains(
+            "Warning: 399 vgate \"media validation: codec VP8/90000 not allowed (allow_unknown_codec = false)\"\r\n"
+        ),
+        "{}",
+        text(&outs[1])
+    );
+    assert_eq!(t.core.counters.media_refused, 1);
+    assert_eq!(t.core.counters.dropped_bad_sdp_responses, 1);
+    assert_eq!(t.core.counters.invite_timeouts, 0);
+    assert!(
+        t.routes.routes().is_empty(),
+        "no route that would drop every packet"
+    );
+    assert_eq!(
+        t.routes.sessions().len(),
+        0,
+        "the call's ports are given back"
+    );
+    // The callee's retransmitted 200 is dropped; nothing more is refused or sent.
+    let again = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert!(again.is_empty(), "{again:?}");
+    assert_eq!(t.core.counters.media_refused, 1);
+    t.check("media_validation_answer_488");
+}
+
 #[test]
 fn unknown_ids_and_sources_get_403() {
     let mut t = bench(1);

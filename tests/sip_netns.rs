@@ -340,6 +340,47 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
     stop_and_check(vgate, "forward");
 }
 
+/// Media validation `enforce` on the route: a real sipp platform offering only VP8 gets
+/// vgate's own `488` with the Warning (the scenario checks it), counted; nothing is
+/// forwarded to A (no device runs there). Under `count` the same run fails (the INVITE is
+/// forwarded and never answered), which this test was checked against.
+#[test]
+fn sip_enforce_answers_an_offer_of_only_unknown_codecs_with_488() {
+    require!("sip_netns", true, PEERS);
+    let sb = SipBed::up(None);
+    let cfg = sb.bed.config(BedConfig {
+        control: "127.0.0.1:9940",
+        mode: "stack",
+        ..Default::default()
+    }) + &sipp::gb_b2a_route(&sb.bed, "media_validate = \"enforce\"\n");
+    let vgate = Vgate::start_in(&sb.g_ns, &cfg, &[]);
+    let uac = sipp::scenario("gb_uac_play_vp8.xml");
+    let target = format!("{}:5060", sb.gb_ip);
+    let run = Sipp::new(&sb.b_ns, &sb.b_dir, &uac, &sb.b_ip, 5060)
+        .args(&["-cid_str", GB_CID, &target, "-trace_msg"])
+        .calls(3, 10, 1)
+        .timeout(30)
+        .run();
+    assert!(run.is_ok(), "sipp: {run:?}; {}", sb.keep_logs());
+    // The proxy publishes its counters on its timer.
+    let refused = || sip_event_at(&sb.g_ns, "127.0.0.1:9940", "b2a", "media_refused");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while refused() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        refused(),
+        3,
+        "one refusal per call, retransmissions not counted"
+    );
+    assert_eq!(
+        sip_event_at(&sb.g_ns, "127.0.0.1:9940", "b2a", "forwarded_requests"),
+        0
+    );
+    let totals = vgate.stop();
+    totals.assert_nothing_left("vgate");
+}
+
 // ---- SIP over TCP (`transport = "tcp"` routes) with sipp `-t t1`. ----
 
 fn tcp_config(bed: &Bed) -> String {

@@ -8,27 +8,49 @@
 //! its formats; GB/T 28181 devices answer with their own numbers). A payload type without
 //! an `rtpmap` and not static has no codec: [`Codec::Unknown`], which the validator refuses
 //! unless the policy allows unknown codecs.
+//!
+//! Under `validate = "enforce"` an `m=` line none of whose formats the policy lets cross
+//! ([`refusal`]) is refused at the signaling (SIP `488`, RTSP `415`) instead of a session
+//! whose every packet would be dropped; a line with some allowed formats crosses unchanged
+//! (nothing is stripped from the SDP) and its routes validate only the allowed ones
+//! ([`allowed`]).
 
-use crate::media::{Codec, StreamSpec};
+use crate::media::{Codec, Policy, StreamSpec};
 use crate::signaling::sdp::Media;
 
 /// The formats and `y=` SSRC one side's `m=` line describes.
+///
+/// Formats of a known codec take the [`crate::media::MAX_FORMATS`] places first, so an offer
+/// listing many unknown formats before a known one still keeps the known one.
 pub fn media_spec(m: &Media<'_>) -> StreamSpec {
-    let mut spec = StreamSpec::new(m.ssrc.and_then(gb_ssrc));
-    for f in m.formats() {
-        let Some(pt) = f.parse::<u8>().ok().filter(|p| *p < 128) else {
-            continue;
-        };
-        let (codec, rate) = rtpmap(m, pt)
-            .or_else(|| Codec::from_static_pt(pt))
-            .unwrap_or((Codec::Unknown, 90000));
-        spec = spec.with(pt, codec, rate);
+    let mut known = StreamSpec::new(m.ssrc.and_then(gb_ssrc));
+    let mut unknown = Vec::new();
+    for (pt, codec, rate) in line_formats(m) {
+        if codec == Codec::Unknown {
+            unknown.push((pt, rate));
+        } else {
+            known = known.with(pt, codec, rate);
+        }
     }
-    spec
+    unknown
+        .into_iter()
+        .fold(known, |s, (pt, rate)| s.with(pt, Codec::Unknown, rate))
 }
 
-/// The codec and clock rate the `a=rtpmap:` of `pt` names.
-fn rtpmap(m: &Media<'_>, pt: u8) -> Option<(Codec, u32)> {
+/// The RTP payload types of an `m=` line in order, with their codec and clock rate.
+fn line_formats<'m>(m: &'m Media<'_>) -> impl Iterator<Item = (u8, Codec, u32)> + 'm {
+    m.formats().filter_map(|f| {
+        let pt = f.parse::<u8>().ok().filter(|p| *p < 128)?;
+        let (codec, rate) = rtpmap(m, pt)
+            .map(|(name, rate)| (Codec::from_rtpmap(name), rate))
+            .or_else(|| Codec::from_static_pt(pt))
+            .unwrap_or((Codec::Unknown, 90000));
+        Some((pt, codec, rate))
+    })
+}
+
+/// The encoding name and clock rate the `a=rtpmap:` of `pt` names.
+fn rtpmap<'a>(m: &Media<'a>, pt: u8) -> Option<(&'a str, u32)> {
     m.rtpmaps.iter().find_map(|r| {
         let (num, enc) = r.split_once(' ')?;
         if num.trim().parse::<u8>().ok()? != pt {
@@ -37,7 +59,49 @@ fn rtpmap(m: &Media<'_>, pt: u8) -> Option<(Codec, u32)> {
         let mut parts = enc.trim().split('/');
         let name = parts.next()?;
         let rate = parts.next()?.trim().parse::<u32>().ok()?;
-        Some((Codec::from_rtpmap(name.trim()), rate))
+        Some((name.trim(), rate))
+    })
+}
+
+/// Whether `policy` lets a format of `codec` cross at all (before any packet is seen): a
+/// codec the validator knows, or any codec where `allow_unknown_codec` is set.
+pub fn codec_allowed(codec: Codec, policy: &Policy) -> bool {
+    codec != Codec::Unknown || policy.allow_unknown_codec
+}
+
+/// The formats of `spec` that `policy` lets cross ([`codec_allowed`]), its SSRC kept.
+pub fn allowed(spec: &StreamSpec, policy: &Policy) -> StreamSpec {
+    spec.formats()
+        .iter()
+        .filter(|f| codec_allowed(f.codec, policy))
+        .fold(StreamSpec::new(spec.ssrc), |s, f| {
+            s.with(f.pt, f.codec, f.clock_rate)
+        })
+}
+
+/// Why validation under `policy` refuses an `m=` line whole: none of its formats may cross
+/// (each is named: `codec VP8/90000`, `payload type 101 without rtpmap`). `None`: at least one
+/// may, and the line crosses unchanged.
+pub fn refusal(m: &Media<'_>, policy: &Policy) -> Option<String> {
+    let mut refused = Vec::new();
+    for (pt, codec, _) in line_formats(m) {
+        if codec_allowed(codec, policy) {
+            return None;
+        }
+        refused.push(match rtpmap(m, pt) {
+            Some((name, rate)) => format!("codec {name}/{rate}"),
+            None => format!("payload type {pt} without rtpmap"),
+        });
+    }
+    Some(match refused.as_slice() {
+        [] => format!(
+            "{} media offers no RTP payload type ({} {})",
+            m.kind, m.proto, m.formats_text
+        ),
+        some => format!(
+            "{} not allowed (allow_unknown_codec = false)",
+            some.join(", ")
+        ),
     })
 }
 
@@ -66,14 +130,7 @@ pub fn tracks(body: &[u8]) -> Vec<(String, StreamSpec)> {
 /// control URL `url` is or ends with, the only one, or — when none matches — every
 /// track's formats together (still each checked by its codec), `None` without any.
 pub fn track_spec(tracks: &[(String, StreamSpec)], url: &str) -> Option<StreamSpec> {
-    let url = url.trim_end_matches('/');
-    let matches = |control: &str| {
-        let c = control.trim_end_matches('/');
-        !c.is_empty()
-            && c != "*"
-            && (url == c || url.ends_with(&format!("/{}", c.trim_start_matches('/'))))
-    };
-    if let Some((_, s)) = tracks.iter().find(|(c, _)| matches(c)) {
+    if let Some(s) = find_track(tracks, url) {
         return Some(*s);
     }
     match tracks {
@@ -85,6 +142,54 @@ pub fn track_spec(tracks: &[(String, StreamSpec)], url: &str) -> Option<StreamSp
                 .fold(acc, |a, f| a.with(f.pt, f.codec, f.clock_rate))
         })),
     }
+}
+
+/// The entry of the track whose control URL `url` is or ends with.
+fn find_track<'t, T>(tracks: &'t [(String, T)], url: &str) -> Option<&'t T> {
+    let url = url.trim_end_matches('/');
+    let matches = |control: &str| {
+        let c = control.trim_end_matches('/');
+        !c.is_empty()
+            && c != "*"
+            && (url == c || url.ends_with(&format!("/{}", c.trim_start_matches('/'))))
+    };
+    tracks.iter().find(|(c, _)| matches(c)).map(|(_, t)| t)
+}
+
+/// Each track of an RTSP session description with why `policy` refuses it whole
+/// ([`refusal`]; `None`: some of its formats may cross).
+pub fn refusals(body: &[u8], policy: &Policy) -> Vec<(String, Option<String>)> {
+    match crate::signaling::sdp::parse(body) {
+        Ok(sdp) => sdp
+            .media
+            .iter()
+            .map(|m| (m.control.unwrap_or("").to_string(), refusal(m, policy)))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Why `enforce` refuses the SETUP of the track `url` names among `refusals`
+/// ([`refusals`]), matched as [`track_spec`] matches: that track's refusal; without a match,
+/// a refusal only when every track is refused; nothing described: refused, since nothing
+/// says what the track carries.
+pub fn track_refusal(refusals: &[(String, Option<String>)], url: &str) -> Option<String> {
+    if let Some(r) = find_track(refusals, url) {
+        return r.clone();
+    }
+    match refusals {
+        [] => Some(
+            "no session description (DESCRIBE or ANNOUNCE) says what this track carries".into(),
+        ),
+        all => all_refused(all),
+    }
+}
+
+/// The refusals of every track joined, when every track is refused; `None` when one may
+/// cross (or there is none).
+pub fn all_refused(refusals: &[(String, Option<String>)]) -> Option<String> {
+    let whys: Option<Vec<&str>> = refusals.iter().map(|(_, r)| r.as_deref()).collect();
+    whys.filter(|w| !w.is_empty()).map(|w| w.join("; "))
 }
 
 /// What may cross from the side that described `sender` to the side that described
@@ -188,5 +293,56 @@ mod tests {
         assert_eq!(track_spec(&[], "rtsp://x/"), None);
         assert_eq!(gb_ssrc("9999999999"), None);
         assert_eq!(gb_ssrc("12ab"), None);
+    }
+
+    #[test]
+    fn refusal_only_when_nothing_may_cross() {
+        let policy = Policy::default();
+        let sdp = |m: &str| {
+            format!("v=0\r\no=- 1 1 IN IP4 10.1.0.9\r\ns=-\r\nc=IN IP4 10.1.0.9\r\nt=0 0\r\n{m}")
+        };
+        let vp8 = sdp("m=video 4000 RTP/AVP 96\r\na=rtpmap:96 VP8/90000\r\n");
+        let parsed = parse(vp8.as_bytes()).unwrap();
+        assert_eq!(
+            refusal(&parsed.media[0], &policy).as_deref(),
+            Some("codec VP8/90000 not allowed (allow_unknown_codec = false)")
+        );
+        let open = Policy {
+            allow_unknown_codec: true,
+            ..Policy::default()
+        };
+        assert_eq!(refusal(&parsed.media[0], &open), None);
+        let two = sdp("m=video 4000 RTP/AVP 96 101\r\na=rtpmap:96 VP8/90000\r\n");
+        let parsed = parse(two.as_bytes()).unwrap();
+        assert_eq!(
+            refusal(&parsed.media[0], &policy).as_deref(),
+            Some("codec VP8/90000, payload type 101 without rtpmap not allowed (allow_unknown_codec = false)")
+        );
+        // One allowed format among refused ones: the line crosses; its routes take the
+        // allowed one only. Known codecs take the places first.
+        let mixed = sdp("m=video 4000 RTP/AVP 97 98 99 100 101 96\r\na=rtpmap:96 PS/90000\r\n");
+        let parsed = parse(mixed.as_bytes()).unwrap();
+        assert_eq!(refusal(&parsed.media[0], &policy), None);
+        let spec = media_spec(&parsed.media[0]);
+        assert_eq!(spec.formats()[0].codec, Codec::Ps);
+        assert_eq!(formats(&allowed(&spec, &policy)), [(96, Codec::Ps, 90000)]);
+        assert_eq!(formats(&allowed(&spec, &open)).len(), 4);
+        let two_tracks = b"v=0\r\no=- 1 1 IN IP4 10.1.0.5\r\ns=cam\r\nt=0 0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 VP8/90000\r\na=control:stream=0\r\nm=audio 0 RTP/AVP 0\r\na=control:stream=1\r\n";
+        let r = refusals(two_tracks, &policy);
+        assert_eq!(
+            track_refusal(&r, "rtsp://10.1.0.5/cam/stream=0").as_deref(),
+            Some("codec VP8/90000 not allowed (allow_unknown_codec = false)")
+        );
+        assert_eq!(track_refusal(&r, "rtsp://10.1.0.5/cam/stream=1"), None);
+        assert_eq!(track_refusal(&r, "rtsp://10.1.0.5/cam/other"), None);
+        assert_eq!(all_refused(&r), None, "the audio track may cross");
+        assert!(
+            track_refusal(&[], "rtsp://x/").is_some(),
+            "nothing described"
+        );
+        assert_eq!(all_refused(&[]), None);
+        let none = sdp("m=application 5000 TCP/BFCP *\r\n");
+        let parsed = parse(none.as_bytes()).unwrap();
+        assert!(refusal(&parsed.media[0], &open).is_some());
     }
 }

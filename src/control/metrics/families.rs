@@ -408,6 +408,11 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "tcp_media",
     ),
     (
+        "media_refused",
+        "vgate_signaling_refused_total",
+        "media_validation",
+    ),
+    (
         "tcp_connections_refused",
         "vgate_signaling_refused_total",
         "tcp_connections",

@@ -20,6 +20,11 @@
 //! channel to the server's `server_port`; the server's receiver reports come back on the
 //! forward channel. Interleaved pushes relay `$` frames client to server.
 //!
+//! **Media validation `enforce`**: the SETUP of a track none of whose described formats the
+//! policy lets cross (or an ANNOUNCE of only such tracks) is answered `415 Unsupported Media
+//! Type` with a `Warning` naming the codec, counted `media_refused`; not `461`, which a
+//! client answers by retrying another transport (docs/media-validation.md).
+//!
 //! **Lower-transport mismatch: bridged.** When the server refuses the client's lower
 //! transport (`461`) or answers a SETUP with the other one (interleaved asked, UDP answered,
 //! or the reverse), vgate sends the same SETUP again with the other transport (UDP with its

@@ -99,6 +99,11 @@
 //! passing such an SDP on would let media bypass the gateway. An SDP
 //! in a response that cannot be rewritten is never passed on: the response is dropped and
 //! the INVITE timeout ends the call. Port exhaustion answers `503` with `Retry-After`.
+//! Under media validation `enforce`, an SDP with an `m=` line none of whose formats the
+//! policy lets cross is refused the same way (`488`, `Warning: 399 vgate "media validation:
+//! codec VP8/90000 not allowed ..."`, counted `media_refused`; in the answer to an initial
+//! INVITE: dropped, the caller answered that 488, the callee CANCELled), see
+//! docs/media-validation.md.
 //!
 //! ## Lifecycle
 //!

@@ -20,6 +20,7 @@ impl Status {
     pub const UNAUTHORIZED: Status = Status::new(401, "Unauthorized");
     pub const FORBIDDEN: Status = Status::new(403, "Forbidden");
     pub const NOT_FOUND: Status = Status::new(404, "Not Found");
+    pub const UNSUPPORTED_MEDIA_TYPE: Status = Status::new(415, "Unsupported Media Type");
     pub const NOT_ENOUGH_BANDWIDTH: Status = Status::new(453, "Not Enough Bandwidth");
     pub const SESSION_NOT_FOUND: Status = Status::new(454, "Session Not Found");
     pub const UNSUPPORTED_TRANSPORT: Status = Status::new(461, "Unsupported Transport");

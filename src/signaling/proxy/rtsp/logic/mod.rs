@@ -167,6 +167,9 @@ pub struct Events {
     /// Connections that closed in the middle of a `$` frame (or a message): the cut bytes
     /// were dropped.
     pub partial_frames: AtomicU64,
+    /// Requests answered `415` by media validation (`enforce`): a SETUP of a track, or an
+    /// ANNOUNCE of tracks, none of whose formats may cross.
+    pub media_refused: AtomicU64,
 }
 
 impl Events {
@@ -208,6 +211,7 @@ impl Events {
             ("bridge_refused", &self.bridge_refused),
             ("channels_taken", &self.channels_taken),
             ("partial_frames", &self.partial_frames),
+            ("media_refused", &self.media_refused),
         ]
         .into_iter()
         .map(|(n, a)| (n, a.load(Relaxed)))
@@ -450,6 +454,8 @@ pub struct Exchange<M: MediaPorts> {
     /// The tracks the last session description (DESCRIBE reply, ANNOUNCE) offered, by
     /// upstream control URL, for media validation.
     described: Vec<(String, crate::media::StreamSpec)>,
+    /// The same tracks, each with why media validation refuses it whole (`enforce`).
+    refused: Vec<(String, Option<String>)>,
 }
 
 impl<M: MediaPorts> Exchange<M> {
@@ -480,7 +486,45 @@ impl<M: MediaPorts> Exchange<M> {
             track_seq: 0,
             server_requests: VecDeque::new(),
             described: Vec::new(),
+            refused: Vec::new(),
         }
+    }
+
+    /// Takes the tracks of a session description (DESCRIBE reply, ANNOUNCE; upstream
+    /// control URLs) as what the session's RTP may carry.
+    pub(super) fn describe(&mut self, body: &[u8]) {
+        self.described = crate::signaling::media_spec::tracks(body);
+        self.refused = crate::signaling::media_spec::refusals(body, &self.settings.media_policy);
+    }
+
+    /// Under `enforce`, why the SETUP of the track `url` (upstream form) is refused: none of
+    /// the formats described for it may cross, so its routes would drop every packet.
+    pub(super) fn media_refusal(&self, url: &str) -> Option<String> {
+        (self.settings.media_validate == crate::config::MediaMode::Enforce)
+            .then(|| crate::signaling::media_spec::track_refusal(&self.refused, url))
+            .flatten()
+    }
+
+    /// Answers a request media validation refuses: `415 Unsupported Media Type` with a
+    /// `Warning` saying why, counted (`media_refused`). Not `461`: the transport is not
+    /// the problem, and a client retries a `461` with another transport, which the same
+    /// refusal would meet.
+    pub(super) fn refuse_media(&mut self, out: &mut Vec<Output>, cseq: &str, why: &str) {
+        self.settings
+            .events
+            .media_refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        static LOG: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
+        if let Some(suppressed) = LOG.check(crate::clock::now_ms()) {
+            tracing::warn!(route = %self.settings.name, suppressed, "RTSP request refused with 415: media validation: {why}");
+        }
+        let warning = format!("399 vgate \"media validation: {why}\"");
+        self.local(
+            out,
+            Some(cseq),
+            crate::signaling::rtsp::Status::UNSUPPORTED_MEDIA_TYPE,
+            &[("Warning", &warning)],
+        );
     }
 
     /// The media rule of the RTP of the track SETUP named `url` (upstream form).

@@ -175,19 +175,31 @@ impl<M: MediaPorts> Exchange<M> {
         let mut retried = false;
         match method {
             "SETUP" => {
+                if let Some(why) = self.media_refusal(&upstream_uri) {
+                    self.refuse_media(out, cseq, &why);
+                    return Ok(());
+                }
                 let (kind, p, settled) = self.setup_request(msg, &mut editor)?;
                 setup = Some(kind);
                 profile = p;
                 retried = settled;
             }
             "ANNOUNCE" => {
-                self.announced = true;
                 if !msg.body().is_empty() {
                     let body = self.sdp_to_upstream(route, msg.body())?;
                     // What the client will send: the tracks it announced (upstream URLs).
-                    self.described = crate::signaling::media_spec::tracks(&body);
+                    self.describe(&body);
+                    let enforce = self.settings.media_validate == crate::config::MediaMode::Enforce;
+                    if let Some(why) = enforce
+                        .then(|| crate::signaling::media_spec::all_refused(&self.refused))
+                        .flatten()
+                    {
+                        self.refuse_media(out, cseq, &why);
+                        return Ok(());
+                    }
                     editor.set_body(body);
                 }
+                self.announced = true;
             }
             _ => {}
         }
@@ -396,7 +408,7 @@ impl<M: MediaPorts> Exchange<M> {
         if !msg.body().is_empty() && is_sdp(msg) {
             if flight.method == "DESCRIBE" {
                 // What the server will send, by its own control URLs.
-                self.described = crate::signaling::media_spec::tracks(msg.body());
+                self.describe(msg.body());
             }
             let body = self.sdp_to_client(route, msg.body())?;
             editor.set_body(body);

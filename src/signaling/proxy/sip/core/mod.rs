@@ -114,6 +114,9 @@ pub struct Counters {
     pub dropped_stray_responses: u64,
     pub dropped_bad_sdp_responses: u64,
     pub tcp_media_refused: u64,
+    /// SDPs refused (`488`) by media validation (`enforce`): an `m=` line negotiates no
+    /// format the policy lets cross.
+    pub media_refused: u64,
     pub no_ports: u64,
     pub table_full: u64,
     pub invite_timeouts: u64,
@@ -159,6 +162,7 @@ impl Counters {
             ("dropped_stray_responses", self.dropped_stray_responses),
             ("dropped_bad_sdp_responses", self.dropped_bad_sdp_responses),
             ("tcp_media_refused", self.tcp_media_refused),
+            ("media_refused", self.media_refused),
             ("no_ports", self.no_ports),
             ("table_full", self.table_full),
             ("invite_timeouts", self.invite_timeouts),

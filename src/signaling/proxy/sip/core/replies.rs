@@ -86,14 +86,27 @@ impl Core {
                 Some(Ok(b)) => Some(b),
                 other => {
                     // Never let an SDP through unrewritten: drop the answer. The call then
-                    // ends by the INVITE timeout (CANCEL downstream, 408 upstream).
+                    // ends by the INVITE timeout (CANCEL downstream, 408 upstream) — or at
+                    // once when media validation refused the answer to an initial INVITE:
+                    // the caller gets the 488 with the reason.
                     self.counters.dropped_bad_sdp_responses += 1;
+                    let refused = matches!(&other, Some(Err(e)) if e.is_media_validation());
+                    self.counters.media_refused += u64::from(refused);
+                    let why = match other {
+                        Some(Err(MediaError::Refuse { warning, .. })) => warning,
+                        _ => "no live call for this SDP".into(),
+                    };
                     if let Some(suppressed) = LOG_BAD_RESPONSE_SDP.check(now_ms()) {
-                        let why = match other {
-                            Some(Err(MediaError::Refuse { warning, .. })) => warning,
-                            _ => "no live call for this SDP".into(),
-                        };
                         tracing::warn!(route = %self.name, code, suppressed, "SIP response dropped: its SDP cannot cross: {why}");
+                    }
+                    if refused && is_invite && initial_invite {
+                        self.end_invite(
+                            &branch,
+                            (488, "Not Acceptable Here"),
+                            Some(&why),
+                            now,
+                            out,
+                        );
                     }
                     return;
                 }

@@ -241,11 +241,14 @@ impl Core {
             };
             match call.media.cross(&routes, sp, ro, from_dom, body) {
                 Ok(b) => Some(b),
-                Err(MediaError::Refuse {
-                    code,
-                    reason,
-                    warning,
-                }) => {
+                Err(e) => {
+                    let media_validation = e.is_media_validation();
+                    let MediaError::Refuse {
+                        code,
+                        reason,
+                        warning,
+                    } = e;
+                    self.counters.media_refused += u64::from(media_validation);
                     if code == 503 {
                         self.counters.no_ports += 1;
                     } else {

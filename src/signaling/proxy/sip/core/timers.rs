@@ -95,11 +95,26 @@ impl Core {
     }
 
     pub(super) fn invite_timeout(&mut self, branch: &str, now: Instant, out: &mut Vec<Out>) {
+        if self.txns.contains_key(branch) {
+            self.counters.invite_timeouts += 1;
+        }
+        self.end_invite(branch, (408, "Request Timeout"), None, now, out);
+    }
+
+    /// Ends the INVITE transaction `branch` from vgate's side: CANCEL downstream, the final
+    /// `status` (with a `Warning` when given) to the caller, the call's media closed.
+    pub(super) fn end_invite(
+        &mut self,
+        branch: &str,
+        status: (u16, &str),
+        warning: Option<&str>,
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
         let tag = self.next_id();
         let Some(t) = self.txns.get(branch) else {
             return;
         };
-        self.counters.invite_timeouts += 1;
         let (dest, to_face, call_id) = (t.dest, t.from_face.other(), t.call_id.clone());
         if let Some(c) = self.build_cancel(&t.forwarded) {
             out.push(Out {
@@ -108,8 +123,8 @@ impl Core {
                 bytes: c,
             });
         }
-        // 408 to the caller, built from what the transaction kept of the request.
-        let mut r = b"SIP/2.0 408 Request Timeout\r\n".to_vec();
+        // The final answer to the caller, built from what the transaction kept of the request.
+        let mut r = format!("SIP/2.0 {} {}\r\n", status.0, status.1).into_bytes();
         for (n, v) in &t.vias {
             r.extend_from_slice(n);
             r.extend_from_slice(b": ");
@@ -129,9 +144,11 @@ impl Core {
         }
         r.extend_from_slice(b"\r\nCall-ID: ");
         r.extend_from_slice(&self.call_id_on(&t.call_id, t.from_face));
-        r.extend_from_slice(
-            format!("\r\nCSeq: {} INVITE\r\nContent-Length: 0\r\n\r\n", t.cseq).as_bytes(),
-        );
+        r.extend_from_slice(format!("\r\nCSeq: {} INVITE\r\n", t.cseq).as_bytes());
+        if let Some(w) = warning {
+            r.extend_from_slice(format!("Warning: {w}\r\n").as_bytes());
+        }
+        r.extend_from_slice(b"Content-Length: 0\r\n\r\n");
         out.push(Out {
             face: t.from_face,
             to: t.src,
@@ -139,7 +156,7 @@ impl Core {
         });
         if let Some(t) = self.txns.get_mut(branch) {
             t.last_response = Some(r);
-            t.final_code = Some(408);
+            t.final_code = Some(status.0);
             t.expires = now + TXN_LINGER;
         }
         if let Some(c) = self.calls.get_mut(&call_id) {

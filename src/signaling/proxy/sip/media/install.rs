@@ -52,7 +52,18 @@ impl CallMedia {
                     let media = validate.filter(|_| off == 0 && kind != "rtcp-rr").map(
                         |(enforce, policy)| crate::media::Rule {
                             enforce,
-                            spec: crate::signaling::media_spec::crossing(&to.spec, &from.spec),
+                            spec: {
+                                let c =
+                                    crate::signaling::media_spec::crossing(&to.spec, &from.spec);
+                                // `enforce`: only the formats the policy lets cross (the
+                                // SDP keeps them all; a packet of another is refused as
+                                // `payload_type`).
+                                if enforce {
+                                    crate::signaling::media_spec::allowed(&c, &policy)
+                                } else {
+                                    c
+                                }
+                            },
                             policy,
                         },
                     );

@@ -78,6 +78,10 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// in the leg's `renew_refused`.
 const RENEW_MIN: Duration = Duration::from_secs(5);
 
+/// How a refusal's Warning text starts when media validation refused the SDP
+/// ([`MediaError::is_media_validation`]).
+pub const MEDIA_VALIDATION: &str = "media validation";
+
 /// Why an SDP could not cross.
 #[derive(Debug)]
 pub enum MediaError {
@@ -87,6 +91,15 @@ pub enum MediaError {
         reason: &'static str,
         warning: String,
     },
+}
+
+impl MediaError {
+    /// Whether media validation (`enforce`) refused the SDP: it negotiates no format the
+    /// policy lets cross.
+    pub fn is_media_validation(&self) -> bool {
+        let MediaError::Refuse { warning, .. } = self;
+        warning.starts_with(&format!("399 vgate \"{MEDIA_VALIDATION}:"))
+    }
 }
 
 /// The media state of a call.
@@ -219,6 +232,22 @@ impl CallMedia {
                         "399 vgate \"{} media over TCP ({}) from the split link face: the other half must offer RTP/AVP (UDP) toward the link; run the same vgate version on both halves\"",
                         m.kind, m.proto
                     ),
+                });
+            }
+        }
+        if let Some((true, policy)) = self.validate {
+            // `enforce`: a line none of whose formats may cross would set up routes that
+            // drop every packet; the call is refused instead, saying which codec.
+            if let Some(why) = parsed
+                .media
+                .iter()
+                .filter(|m| m.port != 0)
+                .find_map(|m| crate::signaling::media_spec::refusal(m, &policy))
+            {
+                return Err(MediaError::Refuse {
+                    code: 488,
+                    reason: "Not Acceptable Here",
+                    warning: format!("399 vgate \"{MEDIA_VALIDATION}: {why}\""),
                 });
             }
         }
