@@ -83,7 +83,7 @@ impl Default for Limits {
 pub enum SipError {
     #[error("empty message (only CRLF keep-alives): nothing to parse, drop it")]
     Empty,
-    #[error("message exceeds the {limit}-byte limit: refuse it, or raise `max_message` if such messages are legitimate")]
+    #[error("message exceeds the {limit}-byte limit: refuse it, or raise `max_message` (UDP) or `max_tcp_message` (TCP) if such messages are legitimate")]
     TooLarge { limit: usize },
     #[error("message has more than {limit} header fields: refuse it, or raise `max_headers`")]
     TooManyHeaders { limit: usize },

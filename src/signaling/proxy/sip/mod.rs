@@ -380,7 +380,7 @@ pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Pro
                 .collect();
             let max_message = group
                 .iter()
-                .map(|r| r.policy.max_message)
+                .map(|r| r.policy.max_tcp_message)
                 .max()
                 .unwrap_or(0);
             let a = locals.first().copied().unwrap_or(local[0][0]);

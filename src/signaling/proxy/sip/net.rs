@@ -53,8 +53,12 @@ use crate::clock::now_ms;
 pub const BATCH: usize = 64;
 /// Connections open at once (accepted and outgoing).
 pub const MAX_CONNS: usize = 1024;
-/// Unsent bytes queued on one connection before it is closed as stuck.
+/// Unsent bytes queued on one connection before it is closed as stuck (at least twice the
+/// largest message).
 pub const MAX_PENDING: usize = 4 << 20;
+/// A connection's receive buffer grown past this by a large message is shrunk once the
+/// message is taken.
+pub const SHRINK_ABOVE: usize = 256 << 10;
 /// How long an outgoing TCP connect may take (it never blocks the loop).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a refused stream is read and discarded after our answer, before it is closed.
@@ -478,6 +482,10 @@ impl TcpNet {
         }
         if c.closing.is_none() {
             let f = take_frames(&mut c.rbuf, &limits);
+            // A large message (a cascade's Catalog) leaves no large buffer behind.
+            if c.rbuf.capacity() > SHRINK_ABOVE && c.rbuf.len() <= SHRINK_ABOVE / 4 {
+                c.rbuf.shrink_to(SHRINK_ABOVE / 4);
+            }
             for _ in 0..f.pings {
                 c.wbuf.extend_from_slice(b"\r\n");
             }
@@ -548,6 +556,9 @@ impl TcpNet {
                     }
                 }
             }
+            if c.wbuf.is_empty() && c.wbuf.capacity() > SHRINK_ABOVE {
+                c.wbuf.shrink_to(SHRINK_ABOVE / 4);
+            }
             if c.wbuf.is_empty() && c.closing.is_some() {
                 let _ = c.stream.shutdown(std::net::Shutdown::Write);
             }
@@ -558,7 +569,7 @@ impl TcpNet {
             };
             let mut ev = EpollEvent::new(flags, id);
             let _ = self.epoll.modify(c.stream.as_fd(), &mut ev);
-            if c.wbuf.len() > MAX_PENDING {
+            if c.wbuf.len() > MAX_PENDING.max(2 * self.limits.max_message) {
                 close = true;
             }
         }
