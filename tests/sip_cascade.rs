@@ -183,7 +183,7 @@ fn a_1000_item_catalog_crosses_as_one_tcp_message() {
     let after = rss_kib(vgate.pid());
     eprintln!("vgate RSS after the refusal {after} KiB");
     assert!(
-        after.saturating_sub(rss[1]) < 4 * 1024,
+        after.saturating_sub(rss[1]) < 2 * 1024,
         "RSS after the refusal: {after} KiB"
     );
 
