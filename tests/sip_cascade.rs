@@ -232,3 +232,21 @@ fn max_tcp_message_limits_tcp_messages() {
         .is_some_and(|w| w.contains("200000-byte limit")));
     vgate.stop();
 }
+
+/// `check-config` explains the new key to an operator whose TCP route sets only
+/// `max_message` (it keeps capping TCP, as before); a default route gets no note.
+#[test]
+fn check_config_explains_max_tcp_message() {
+    let old = config("max_message = 8192\n");
+    let out = common::vgate::check_config(&old, &[]);
+    common::vgate::assert_success(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("note: route casc: max_message = 8192 also caps SIP over TCP")
+            && err.contains("set max_tcp_message (default 1048576)"),
+        "{err}"
+    );
+    let out = common::vgate::check_config(&config(""), &[]);
+    common::vgate::assert_success(&out);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("max_tcp_message"));
+}

@@ -20,7 +20,7 @@
 //! [`frame`]), at most `max_connections_per_source` accepted connections per source address
 //! (the next one is accepted and closed at once, counted) and [`MAX_CONNS`] in all. A
 //! CRLFCRLF keep-alive gets a CRLF pong (RFC 5626 §3.5.1). A stream that cannot be framed
-//! any more (a message over `max_message`, a missing or double Content-Length) is answered
+//! any more (a message over `max_tcp_message`, a missing or double Content-Length) is answered
 //! when its head is a readable request (`513`/`400`, [`Core::on_stream_error`]), counted,
 //! and closed gracefully: our side is shut down, what the peer still sends is read and
 //! discarded for [`LINGER`], so the answer is not lost to a reset. A connection whose unsent
