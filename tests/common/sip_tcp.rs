@@ -116,10 +116,8 @@ pub fn answer_all(listener: TcpListener, idle: Duration, seen: std::sync::mpsc::
     s.set_read_timeout(Some(idle)).unwrap();
     let mut buf = Vec::new();
     while let Some(req) = read_message(&mut s, &mut buf) {
-        if !req.first_line().starts_with("SIP/2.0") {
-            if s.write_all(&ok_for(&req)).is_err() {
-                return;
-            }
+        if !req.first_line().starts_with("SIP/2.0") && s.write_all(&ok_for(&req)).is_err() {
+            return;
         }
         if seen.send(req).is_err() {
             return;
