@@ -220,6 +220,9 @@ pub struct Frames {
     /// The stream cannot be framed any more; the offending bytes stay at the start of the
     /// buffer (for the answer) and nothing after them can be trusted.
     pub error: Option<SipError>,
+    /// Bytes the buffer must hold before framing again can find the next message (its
+    /// whole length once its head is in; 0: frame on the next read).
+    pub need: usize,
 }
 
 /// Cuts every complete message off the front of `rbuf` (a connection's received bytes):
@@ -236,7 +239,8 @@ pub fn take_frames(rbuf: &mut Vec<u8>, limits: &Limits) -> Frames {
                 }
                 rbuf.drain(..(skip + len).min(rbuf.len()));
             }
-            Ok(Framing::Incomplete { skip }) => {
+            Ok(Framing::Incomplete { skip, need }) => {
+                f.need = need;
                 if skip < 4 && rbuf.iter().all(|b| matches!(b, b'\r' | b'\n')) {
                     // Maybe the first half of a ping split across reads: keep it whole.
                     return f;
@@ -274,6 +278,8 @@ struct Conn {
     peer: SocketAddrV4,
     accepted: bool,
     rbuf: Vec<u8>,
+    /// What `rbuf` must hold before it is framed again ([`Frames::need`]).
+    need: usize,
     wbuf: Vec<u8>,
     last: Instant,
     /// Outgoing, not connected yet: since when.
@@ -366,6 +372,7 @@ impl TcpNet {
                 peer,
                 accepted,
                 rbuf: Vec::new(),
+                need: 0,
                 wbuf: Vec::new(),
                 last: now,
                 connecting: connecting.then_some(now),
@@ -480,8 +487,9 @@ impl TcpNet {
                 }
             }
         }
-        if c.closing.is_none() {
+        if c.closing.is_none() && c.rbuf.len() >= c.need {
             let f = take_frames(&mut c.rbuf, &limits);
+            c.need = f.need;
             // A large message (a cascade's Catalog) leaves no large buffer behind.
             if c.rbuf.capacity() > SHRINK_ABOVE && c.rbuf.len() <= SHRINK_ABOVE / 4 {
                 c.rbuf.shrink_to(SHRINK_ABOVE / 4);
