@@ -143,6 +143,7 @@ fn a_1000_item_catalog_crosses_as_one_tcp_message() {
             started.elapsed()
         );
         if cseq == 1 || cseq == 11 {
+            eprintln!("catalog {cseq}: 200 back after {:?}", started.elapsed());
             rss.push(rss_kib(vgate.pid()));
         }
     }
