@@ -7,11 +7,12 @@
 #                  `cargo build --release` (the .deb test packages the binary it was built with)
 #   --out DIR      where the .deb goes (default target/debian)
 #
-# The package: /usr/bin/vgate; vgate.service and vgate-nic-setup.service in
-# /usr/lib/systemd/system; the sysusers.d entry; /usr/lib/vgate/nic-setup.sh;
-# /etc/vgate/vgate.toml (the commented appliance example) and /etc/vgate/nic.env as conffiles;
-# man pages and bash/zsh/fish completions generated from the command line definitions; the
-# Grafana dashboard and Prometheus alert rules in /usr/share/vgate. Prints the .deb's path.
+# The package: /usr/bin/vgate; vgate.service, vgate-nic-setup.service and (hot-standby pairs,
+# not enabled) vgate-ha-health.service in /usr/lib/systemd/system; the sysusers.d entry;
+# /usr/lib/vgate/nic-setup.sh; /etc/vgate/vgate.toml (the commented appliance example) and
+# /etc/vgate/nic.env as conffiles; man pages and bash/zsh/fish completions generated from the
+# command line definitions; the Grafana dashboard, Prometheus alert rules and the example
+# keepalived config in /usr/share/vgate. Prints the .deb's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,6 +50,8 @@ else
 fi
 install -D -m 644 systemd/vgate.service "$root/usr/lib/systemd/system/vgate.service"
 install -D -m 644 systemd/vgate-nic-setup.service "$root/usr/lib/systemd/system/vgate-nic-setup.service"
+install -D -m 644 systemd/vgate-ha-health.service "$root/usr/lib/systemd/system/vgate-ha-health.service"
+install -D -m 644 systemd/keepalived-vgate.conf "$root/usr/share/vgate/keepalived/keepalived-vgate.conf"
 install -D -m 644 systemd/vgate.sysusers "$root/usr/lib/sysusers.d/vgate.conf"
 install -D -m 755 scripts/nic-setup.sh "$root/usr/lib/vgate/nic-setup.sh"
 install -D -m 644 systemd/vgate.toml "$root/etc/vgate/vgate.toml"

@@ -174,6 +174,41 @@ vgate restarts."
         #[arg(long)]
         json: bool,
     },
+    /// Exit 0 when a running vgate is healthy, else 1 with the reasons (keepalived's track_script).
+    #[command(
+        long_about = "Ask a running vgate whether it is healthy: every worker alive and receiving \
+with a fresh heartbeat, and, on a hot-standby node ([ha]) that is the standby, its copy of the \
+state store fresh. Exits 0 and prints `healthy` (and any warnings, such as an active whose state \
+store is unreachable: it keeps forwarding); exits 1 and prints each problem when not, or when no \
+vgate answers. Meant as keepalived's track_script (see docs/ha.md)."
+    )]
+    Health {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Keep watching instead: write 0 (healthy) or 1 (not, or no answer) into this file
+        /// every time it changes, for keepalived's track_file (weight 0); runs until SIGTERM.
+        #[arg(long)]
+        track_file: Option<PathBuf>,
+        /// With --track-file: milliseconds between two questions (each with this timeout).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(20..=10_000))]
+        every_ms: u64,
+    },
+    /// Tell a running vgate its hot-standby role (keepalived's notify hook).
+    #[command(
+        long_about = "Tell a running vgate ([ha]) its role in the pair: MASTER makes it the active \
+node (it reads the state store one last time, then forwards), BACKUP or FAULT makes it a standby \
+(it stops forwarding at once and keeps copying the active's state). Takes keepalived's notify \
+arguments as they come (`notify_master \"vgate ha-notify MASTER\"`, or `notify \"vgate \
+ha-notify\"`, which is called with TYPE NAME STATE PRIORITY): the first word that is MASTER, \
+BACKUP, FAULT or STOP is the role."
+    )]
+    HaNotify {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// MASTER, BACKUP or FAULT (or keepalived's TYPE NAME STATE PRIORITY).
+        #[arg(required = true, num_args = 1..)]
+        args: Vec<String>,
+    },
     /// Write shell completions (bash, zsh, fish, ...) to stdout.
     Completions {
         /// The shell.
@@ -333,6 +368,35 @@ pub fn main(cli: Cli) -> ExitCode {
             println!("{}", v["level"].as_str().unwrap_or_default());
             Ok(())
         }),
+        Command::Health {
+            admin,
+            track_file: None,
+            ..
+        } => health(&admin),
+        Command::Health {
+            admin,
+            track_file: Some(file),
+            every_ms,
+        } => watch_health(&admin, &file, Duration::from_millis(every_ms)),
+        Command::HaNotify { admin, args } => {
+            let Some(role) = args
+                .iter()
+                .find(|a| crate::ha::Role::parse(a).is_some())
+                .cloned()
+            else {
+                eprintln!("vgate ha-notify: no role in {args:?}; give MASTER, BACKUP or FAULT");
+                return ExitCode::from(2);
+            };
+            with_client(&admin, |c| {
+                let v = c.post("/api/v1/ha/role", &serde_json::json!({ "role": role }))?;
+                println!(
+                    "role requested: {} (in force: {})",
+                    v["requested_role"].as_str().unwrap_or("?"),
+                    v["role"].as_str().unwrap_or("?")
+                );
+                Ok(())
+            })
+        }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "vgate", &mut std::io::stdout());
@@ -368,6 +432,82 @@ pub fn main(cli: Cli) -> ExitCode {
             demo_cmd(&opts, json)
         }
     }
+}
+
+/// `vgate health`: 0 healthy, 1 not (or nobody answers), each reason on its own line.
+fn health(admin: &AdminArgs) -> ExitCode {
+    let mut healthy = false;
+    let code = with_client(admin, |c| {
+        let v = match c.get("/api/v1/health") {
+            Ok(v) => v,
+            Err(crate::control::client::ClientError::Refused {
+                status: 503,
+                message,
+            }) => {
+                println!("unhealthy: {message}");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        for w in v["warnings"].as_array().into_iter().flatten() {
+            println!("warning: {}", w.as_str().unwrap_or_default());
+        }
+        healthy = v["healthy"].as_bool() == Some(true);
+        if healthy {
+            println!(
+                "healthy: {} workers receiving, role {}",
+                v["workers"],
+                v["role"].as_str().unwrap_or("active")
+            );
+        } else {
+            println!("unhealthy: {v}");
+        }
+        Ok(())
+    });
+    if code == ExitCode::SUCCESS && healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `vgate health --track-file FILE`: the health as keepalived's track_file wants it (0 OK,
+/// 1 fault), asked every `every` and written when it changes, until SIGTERM. A vgate that
+/// dies is seen within one interval (its admin port refuses), far sooner than a
+/// track_script's whole seconds.
+fn watch_health(admin: &AdminArgs, file: &std::path::Path, every: Duration) -> ExitCode {
+    let stop = stop_flag();
+    with_client(admin, |c| {
+        let c = c
+            .clone()
+            .with_timeout(every.max(Duration::from_millis(200)));
+        let mut last: Option<bool> = None;
+        while !stop.load(Relaxed) {
+            let t0 = Instant::now();
+            let (healthy, why) = match c.get("/api/v1/health") {
+                Ok(v) => (
+                    v["healthy"].as_bool() == Some(true),
+                    v["problems"].to_string(),
+                ),
+                Err(e) => (false, e.to_string()),
+            };
+            if last != Some(healthy) {
+                if let Err(e) = std::fs::write(file, if healthy { "0\n" } else { "1\n" }) {
+                    eprintln!("vgate health: cannot write {}: {e}", file.display());
+                } else if healthy {
+                    eprintln!("vgate health: healthy ({} written 0)", file.display());
+                } else {
+                    eprintln!(
+                        "vgate health: unhealthy ({} written 1): {why}",
+                        file.display()
+                    );
+                }
+                last = Some(healthy);
+            }
+            std::thread::sleep(every.saturating_sub(t0.elapsed()));
+        }
+        Ok(())
+    })
 }
 
 /// Prints a listing as pretty JSON or as the table `render` makes of it.
@@ -628,6 +768,7 @@ fn run(
         split: gw.split_stats(),
         neigh: gw.neigh_table(),
         reloads: Default::default(),
+        ha: gw.ha_status(),
     };
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<ReloadRequest>(4);
     let admin = match AdminServer::start(control.clone(), reload_tx) {

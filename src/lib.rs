@@ -51,6 +51,9 @@
 //!   metrics, routes, sessions, reload), the live statistics, totals and systemd
 //!   readiness/watchdog.
 //! - [`gateway`] starts and stops the whole: engine, tables, workers, static routes.
+//! - [`ha`] makes the gateway one node of a hot-standby pair (`[ha]`): keepalived moves the
+//!   domain addresses and tells vgate its role; a standby holds ports and routes but drops
+//!   with `standby`; the active's run-time sessions go to Redis and the standby keeps copies.
 //! - [`demo`] drives the gateway with its own RTP traffic on loopback (`vgate demo`).
 //! - [`stats`] declares the counters (drop reasons, RTP loss/reorder/duplicate, legs, links)
 //!   once; [`wire`] has the zero-copy packet views; [`logging`] the stderr logger and rate
@@ -85,10 +88,11 @@
 //! | `engine` | capture and send for each mode, the port registry, the split link's I/O (`engine::link`); `unsafe` in `engine::sys` | `channel`, `routes`, `config`, `clock`, `iface`, `link`, `logging`, `sink`, `stats`, `wire` |
 //! | `edge` | TCP media legs (GB/T 28181 RTP over TCP, RTSP interleaved injection); implements `routes::legs::Legs` | `engine`, `channel`, `routes`, `config`, `clock`, `logging`, `sink`, `stats`, `wire` |
 //! | `signaling` | SIP, SDP (and what it negotiates for media validation), RTSP, MANSCDP parsing and rewriting; the proxies; the split signaling agent | `routes`, `config`, `clock`, `iface`, `logging`, `sink`, `stats`, `wire`, `media` |
-//! | `control` | admin interface, metrics, live stats, totals, systemd readiness | `signaling`, `routes`, `config`, `engine`, `channel`, `clock`, `logging`, `stats`, `media` |
-//! | `gateway` | starting and stopping the whole; wiring the split agent to the proxies | `edge`, `engine`, `channel`, `signaling`, `routes`, `config` |
+//! | `ha` | the hot-standby role (the standby gate of the tables) and the state store's thread: sessions (with their media rules) to and from Redis | `routes`, `config`, `clock`, `logging`, `media` |
+//! | `control` | admin interface, metrics, live stats, totals, systemd readiness | `signaling`, `routes`, `config`, `engine`, `channel`, `clock`, `logging`, `stats`, `media`, `ha` |
+//! | `gateway` | starting and stopping the whole; wiring the split agent to the proxies | `edge`, `engine`, `channel`, `signaling`, `routes`, `config`, `ha` |
 //! | `demo` | `vgate demo`: the gateway driven by its own RTP on loopback | `gateway`, `control`, `engine`, `routes`, `config`, `stats`, `wire` |
-//! | `cli` | the `vgate` commands | `gateway`, `demo`, `control`, `engine`, `config`, `link`, `clock`, `logging` |
+//! | `cli` | the `vgate` commands | `gateway`, `demo`, `control`, `engine`, `config`, `link`, `clock`, `logging`, `ha` |
 //! | `fuzzing` | fuzz entry points (hidden) | `signaling`, `channel`, `routes`, `config`, `link`, `wire`, `media` |
 #![deny(unsafe_code)]
 
@@ -103,6 +107,7 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod ha;
 pub mod iface;
 pub mod link;
 pub mod logging;

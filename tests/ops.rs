@@ -37,11 +37,20 @@ fn systemd_units_verify() {
         )
         .replace("/etc/vgate/nic.env", "/dev/null");
     std::fs::write(dir.path().join("vgate-nic-setup.service"), nic).unwrap();
+    let ha = std::fs::read_to_string(repo().join("systemd/vgate-ha-health.service"))
+        .unwrap()
+        .replace("/usr/bin/vgate", bin.to_str().unwrap())
+        .replace(
+            "/etc/vgate/vgate.toml",
+            repo().join("systemd/vgate.toml").to_str().unwrap(),
+        );
+    std::fs::write(dir.path().join("vgate-ha-health.service"), ha).unwrap();
     run_ok(
         Command::new("systemd-analyze")
             .arg("verify")
             .arg(dir.path().join("vgate.service"))
-            .arg(dir.path().join("vgate-nic-setup.service")),
+            .arg(dir.path().join("vgate-nic-setup.service"))
+            .arg(dir.path().join("vgate-ha-health.service")),
         "systemd-analyze verify",
     );
     // Every directive of the main unit's [Service] section carries a comment saying why.
@@ -63,6 +72,41 @@ fn systemd_units_verify() {
             assert!(commented, "no comment says why for: {line}");
         }
     }
+}
+
+/// The example keepalived config of a hot-standby pair passes `keepalived -t`, in a namespace
+/// that has its two interfaces (eth1, eth2), with this build's vgate as the scripts.
+#[test]
+fn example_keepalived_config_checks() {
+    require!(true, &[("keepalived", "keepalived"), ("ip", "iproute2")]);
+    let ns = format!("vgkt{}", std::process::id());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let ip = |args: &[&str]| {
+        let st = Command::new("ip").args(args).status().unwrap();
+        assert!(st.success(), "ip {args:?}");
+    };
+    ip(&["netns", "add", &ns]);
+    let _gone = Gone(ns.clone());
+    ip(&[
+        "-n", &ns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth2",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = std::fs::read_to_string(repo().join("systemd/keepalived-vgate.conf"))
+        .unwrap()
+        .replace("/usr/bin/vgate", common::vgate_bin().to_str().unwrap());
+    let path = dir.path().join("keepalived.conf");
+    std::fs::write(&path, conf).unwrap();
+    run_ok(
+        Command::new("ip")
+            .args(["netns", "exec", &ns, "keepalived", "-t", "-l", "-f"])
+            .arg(&path),
+        "keepalived -t of systemd/keepalived-vgate.conf",
+    );
 }
 
 #[test]

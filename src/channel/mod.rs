@@ -48,6 +48,9 @@ pub fn inspect(
     now_ms: u64,
     media: &mut Validators,
 ) -> Result<Admitted, DropReason> {
+    if route.standby() {
+        return Err(DropReason::Standby);
+    }
     if payload.is_empty() {
         return Err(DropReason::Truncated);
     }

@@ -8,6 +8,7 @@
 //! cores" check.
 
 mod check;
+pub mod ha;
 mod raw;
 pub mod split;
 pub mod split_signal;
@@ -494,6 +495,9 @@ pub struct Config {
     pub media: MediaConfig,
     /// `Some`: this process is one half of a split appliance (`[split]`).
     pub split: Option<crate::config::split::SplitConfig>,
+    /// `Some`: this gateway is one node of a hot-standby pair (`[ha]`); it starts as the
+    /// standby and forwards only while it is told it is the active one.
+    pub ha: Option<crate::config::ha::HaConfig>,
 }
 
 impl Config {

@@ -26,6 +26,8 @@ pub struct RawConfig {
     pub media: RawMedia,
     /// This process is one half of a split appliance (absent: the single-host gateway).
     pub split: Option<RawSplit>,
+    /// This gateway is one node of a hot-standby pair (absent: always active).
+    pub ha: Option<crate::config::ha::RawHa>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,7 +4,9 @@
 //! | request | does |
 //! |---|---|
 //! | `GET /metrics` | Prometheus text format |
-//! | `GET /api/v1/health` | 200 when every worker is alive, else 503 |
+//! | `GET /api/v1/health` | 200 when every worker is alive (and, `[ha]`, a standby's state fresh), else 503 with the problems |
+//! | `GET /api/v1/ha` | hot standby: role, state store, copies, takeovers |
+//! | `POST /api/v1/ha/role` | hot standby: `{"role": "MASTER"}` (or `BACKUP`, `FAULT`), what `vgate ha-notify` sends |
 //! | `GET /api/v1/stats` | counters per channel and worker, ports, worst routes (for `vgate stats`) |
 //! | `GET /api/v1/routes` | live stream routes |
 //! | `POST /api/v1/routes` | add a static route (JSON body, see [`NewRoute`]) |
@@ -209,13 +211,23 @@ fn route(
             content_type: "text/plain; version=0.0.4; charset=utf-8",
         },
         (Method::Get, ["api", "v1", "health"]) => {
-            let healthy = st.healthy(now_ms());
-            let a = ok(json!({ "healthy": healthy, "workers": st.workers.len() }));
+            let (problems, warnings) = st.health(now_ms());
+            let healthy = problems.is_empty();
+            let mut v = json!({
+                "healthy": healthy, "workers": st.workers.len(),
+                "problems": problems, "warnings": warnings,
+                "role": st.ha.as_ref().map_or("active", |h| h.role().name()),
+            });
+            if !healthy {
+                v["error"] = json!(problems.join("; "));
+            }
             Answer {
                 status: if healthy { 200 } else { 503 },
-                ..a
+                ..ok(v)
             }
         }
+        (Method::Get, ["api", "v1", "ha"]) => ha_json(st),
+        (Method::Post, ["api", "v1", "ha", "role"]) => set_role(body, st),
         (Method::Get, ["api", "v1", "stats"]) => ok(stats(st)),
         (Method::Get, ["api", "v1", "routes"]) => ok(routes_json(st)),
         (Method::Post, ["api", "v1", "routes"]) => add_route(body, st),
@@ -237,6 +249,67 @@ fn route(
             format!("no such resource: {path}; see `vgate --help` for the admin API"),
         ),
     }
+}
+
+/// The hot-standby state.
+fn ha_json(st: &ControlState) -> Answer {
+    let Some(h) = &st.ha else {
+        return ok(json!({ "enabled": false, "role": "active" }));
+    };
+    let now = now_ms();
+    let (problems, warnings) = h.health(now);
+    use std::sync::atomic::Ordering::Relaxed;
+    ok(json!({
+        "enabled": true,
+        "node": h.config.node,
+        "role": h.role().name(),
+        "requested_role": h.wanted().name(),
+        "peer": h.peer(),
+        "state_store": h.config.redis.map(|a| a.to_string()),
+        "state_store_up": h.store_ok.load(Relaxed),
+        "state_store_age_ms": h.store_age_ms(now),
+        "state_store_error": h.last_store_error(),
+        "state_store_errors": h.store_errors.load(Relaxed),
+        "state_store_writes": h.store_writes.load(Relaxed),
+        "state_store_resyncs": h.store_resyncs.load(Relaxed),
+        "state_store_pending": h.store_pending.load(Relaxed),
+        "lag_ms": h.lag_ms.load(Relaxed),
+        "replicas": h.replicas.load(Relaxed),
+        "replica_errors": h.apply_errors.load(Relaxed),
+        "replicas_idle_ended": h.replicas_idle_ended.load(Relaxed),
+        "takeovers": h.takeovers.load(Relaxed),
+        "last_takeover_unix_ms": h.last_takeover_wall_ms.load(Relaxed),
+        "problems": problems,
+        "warnings": warnings,
+    }))
+}
+
+/// The body of `POST /api/v1/ha/role`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetRole {
+    role: String,
+}
+
+fn set_role(body: &[u8], st: &ControlState) -> Answer {
+    let Some(h) = &st.ha else {
+        return err(
+            409,
+            "this gateway has no [ha] section: it is always active; add [ha] to run it as one node of a pair",
+        );
+    };
+    let r: SetRole = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return err(400, format!("bad role: {e}")),
+    };
+    let Some(role) = crate::ha::Role::parse(&r.role) else {
+        return err(
+            400,
+            format!("unknown role {:?}; use MASTER, BACKUP or FAULT", r.role),
+        );
+    };
+    h.request(role);
+    ok(json!({ "requested_role": role.name(), "role": h.role().name() }))
 }
 
 /// Every SIP route's registered devices (refreshed by each proxy once a second).
@@ -451,6 +524,17 @@ fn stats(st: &ControlState) -> Value {
             "table_full": n.table_full.load(Relaxed),
         })),
         "healthy": st.healthy(now_ms()),
+        "ha": st.ha.as_ref().map(|h| json!({
+            "node": h.config.node,
+            "role": h.role().name(),
+            "peer": h.peer(),
+            "state_store_up": h.store_ok.load(Relaxed),
+            "lag_ms": h.lag_ms.load(Relaxed),
+            "pending": h.store_pending.load(Relaxed),
+            "replicas": h.replicas.load(Relaxed),
+            "takeovers": h.takeovers.load(Relaxed),
+            "last_takeover_unix_ms": h.last_takeover_wall_ms.load(Relaxed),
+        })),
         "channels": channels,
         "workers": workers,
         "ports": ports,

@@ -36,6 +36,17 @@ impl Client {
         Client { addr, token, agent }
     }
 
+    /// The same client with another overall timeout per request (`vgate health` asks
+    /// often and must know fast).
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        self
+    }
+
     fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
@@ -138,6 +149,28 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
         );
     }
     s.push('\n');
+    let ha = &cur["ha"];
+    if ha.is_object() {
+        let last = match ha["last_takeover_unix_ms"].as_u64() {
+            Some(0) | None => "none".to_string(),
+            Some(t) => {
+                let ago = crate::clock::wall_ms().saturating_sub(t) / 1000;
+                format!("{ago}s ago")
+            }
+        };
+        let _ = writeln!(
+            s,
+            "ha: node {} {}  peer {}  state store {}  lag {} ms  pending {}  copies {}  takeovers {} (last {last})",
+            ha["node"].as_str().unwrap_or("?"),
+            ha["role"].as_str().unwrap_or("?").to_uppercase(),
+            ha["peer"].as_str().unwrap_or("-"),
+            if ha["state_store_up"].as_bool() == Some(true) { "up" } else { "DOWN" },
+            ha["lag_ms"],
+            ha["pending"],
+            ha["replicas"],
+            ha["takeovers"],
+        );
+    }
     let _ = writeln!(
         s,
         "\n{:<10} {:>12} {:>10} {:>12}  drops/s by reason",
@@ -336,6 +369,23 @@ pub fn stats_loop(
 mod tests {
     use super::render_stats;
     use serde_json::json;
+
+    #[test]
+    fn the_ha_role_shows_in_the_live_view() {
+        let single = json!({ "uptime_seconds": 1.0, "healthy": true });
+        assert!(!render_stats(&single, &single, 1.0).contains("ha: "));
+        let node = json!({
+            "uptime_seconds": 1.0, "healthy": true,
+            "ha": { "node": "gw-2", "role": "standby", "peer": "gw-1", "state_store_up": true,
+                    "lag_ms": 40, "pending": 0, "replicas": 3, "takeovers": 0,
+                    "last_takeover_unix_ms": 0 },
+        });
+        let screen = render_stats(&node, &node, 1.0);
+        assert!(
+            screen.contains("ha: node gw-2 STANDBY  peer gw-1  state store up  lag 40 ms  pending 0  copies 3  takeovers 0 (last none)"),
+            "{screen}"
+        );
+    }
 
     #[test]
     fn the_split_peer_shows_in_the_live_view() {

@@ -43,6 +43,8 @@ pub struct ControlState {
     pub neigh: Option<Arc<crate::engine::neigh::NeighTable>>,
     /// Outcomes of config reloads.
     pub reloads: Arc<ReloadStats>,
+    /// Hot standby (`[ha]`): role and state store; `None` without it.
+    pub ha: Option<Arc<crate::ha::HaStatus>>,
 }
 
 /// Config reloads so far and whether the last one was applied (for the alert on a rejected
@@ -83,6 +85,33 @@ impl ControlState {
 
     pub fn totals(&self) -> ChannelTotals {
         ChannelTotals::gather(self.workers.iter().map(|w| &**w))
+    }
+
+    /// What keeps this gateway from being healthy, and what an operator should know:
+    /// every worker alive and receiving with a fresh heartbeat, and (`[ha]`) a standby's
+    /// copy of the state fresh (`vgate health`, keepalived's `track_script`).
+    pub fn health(&self, now_ms: u64) -> (Vec<String>, Vec<String>) {
+        let mut problems = Vec::new();
+        for w in &self.workers {
+            let age = now_ms.saturating_sub(w.heartbeat_ms.load(Relaxed));
+            if w.exited.load(Relaxed) {
+                problems.push(format!("worker {} has stopped", w.index));
+            } else if !w.ready.load(Relaxed) {
+                problems.push(format!("worker {} is not receiving", w.index));
+            } else if age > STALE_MS {
+                problems.push(format!(
+                    "worker {} is stuck: no heartbeat for {age} ms",
+                    w.index
+                ));
+            }
+        }
+        let mut warnings = Vec::new();
+        if let Some(h) = &self.ha {
+            let (p, w) = h.health(now_ms);
+            problems.extend(p);
+            warnings.extend(w);
+        }
+        (problems, warnings)
     }
 
     /// Every worker alive with a fresh heartbeat.

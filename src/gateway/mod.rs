@@ -32,6 +32,10 @@ pub enum GatewayError {
     Signaling(#[from] ProxyError),
     #[error(transparent)]
     SplitSignal(#[from] crate::signaling::split::SignalError),
+    #[error("[ha] with mode xdp: the in-kernel fast path does not know the standby role yet; use mode zc, tnapi or stack")]
+    HaXdp,
+    #[error("cannot start the ha thread: {0}")]
+    Ha(std::io::Error),
 }
 
 /// What [`Gateway::reload_streams`] did, to report or undo.
@@ -72,6 +76,8 @@ pub struct Gateway {
     pub started: Instant,
     /// The split signaling agent (`[split]` configs only).
     split_signal: Option<crate::signaling::split::Agent>,
+    /// Hot standby (`[ha]` configs only): the role and the state store's thread.
+    ha: Option<crate::ha::Ha>,
 }
 
 impl Gateway {
@@ -79,6 +85,9 @@ impl Gateway {
     /// and waits until every worker is receiving.
     pub fn start(config: Config, engine: Option<EngineKind>) -> Result<Gateway, GatewayError> {
         let kind = engine::choose(config.engine.mode, engine)?;
+        if config.ha.is_some() && kind == EngineKind::Xdp {
+            return Err(GatewayError::HaXdp);
+        }
         say_where_media_is_validated(&config);
         let mut eng = engine::build(&config, kind)?;
         let routes = Arc::new(Routes::new(&config, eng.port_hooks()));
@@ -97,6 +106,7 @@ impl Gateway {
             static_sessions: HashMap::new(),
             started: Instant::now(),
             split_signal: None,
+            ha: None,
         };
         let ready_within = Duration::from_secs(5);
         if !gw.wait_ready(ready_within) {
@@ -139,6 +149,15 @@ impl Gateway {
                 return Err(e.into());
             }
         }
+        if let Some(h) = &gw.config.ha {
+            match crate::ha::Ha::start(h.clone(), Arc::clone(&gw.routes)) {
+                Ok(ha) => gw.ha = Some(ha),
+                Err(e) => {
+                    gw.stop_workers();
+                    return Err(GatewayError::Ha(e));
+                }
+            }
+        }
         Ok(gw)
     }
 
@@ -166,6 +185,9 @@ impl Gateway {
         }
         if old.split != new.split {
             restart.push("split");
+        }
+        if old.ha != new.ha {
+            restart.push("ha");
         }
         if !restart.is_empty() {
             return Err(format!(
@@ -424,6 +446,11 @@ impl Gateway {
         }
     }
 
+    /// The hot-standby state (`None` without `[ha]`).
+    pub fn ha_status(&self) -> Option<Arc<crate::ha::HaStatus>> {
+        self.ha.as_ref().map(|h| Arc::clone(&h.status))
+    }
+
     /// The split signaling agent's counters (`None` on a single host).
     pub fn split_signal_stats(&self) -> Option<Arc<crate::signaling::split::SignalStats>> {
         self.split_signal.as_ref().map(|a| Arc::clone(&a.stats))
@@ -504,6 +531,8 @@ impl Gateway {
 
     fn stop_workers(&mut self) {
         self.stop.store(true, Relaxed);
+        // No more state-store writes of sessions the proxies are about to end.
+        self.ha = None;
         // Proxies first: ending their sessions frees ports while the workers still run.
         for p in self.proxies.drain(..) {
             p.shutdown();

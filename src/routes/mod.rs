@@ -118,6 +118,9 @@ pub enum SessionKind {
     Rtsp,
     /// Added through the admin interface.
     Admin,
+    /// A copy of another node's SIP or RTSP session, taken from the state store by a
+    /// hot-standby node ([`crate::ha`]): its routes and ports, without the dialog.
+    Replica,
     /// `vgate demo`'s own streams.
     Demo,
 }
@@ -129,6 +132,7 @@ impl SessionKind {
             SessionKind::Sip => "sip",
             SessionKind::Rtsp => "rtsp",
             SessionKind::Admin => "admin",
+            SessionKind::Replica => "replica",
             SessionKind::Demo => "demo",
         }
     }
@@ -183,6 +187,8 @@ pub struct Routes {
     first_packet: [Histogram; 2],
     /// The live stream legs ([`crate::edge`]), for listings and metrics.
     pub legs: legs::LegTable,
+    /// The hot-standby gate every route shares: set while this node is a standby.
+    standby: Arc<std::sync::atomic::AtomicBool>,
     /// Media validation violations per channel, over every route that ever was.
     media: Arc<crate::stats::media::MediaTotals>,
 }
@@ -212,6 +218,7 @@ impl Routes {
             relatch_after_ms: AtomicU64::new(cfg.security.relatch_after_ms),
             first_packet: Default::default(),
             legs: Default::default(),
+            standby: Arc::new(std::sync::atomic::AtomicBool::new(cfg.ha.is_some())),
             media: Default::default(),
         }
     }
@@ -220,6 +227,17 @@ impl Routes {
     /// into these (see [`crate::channel::Validators`]).
     pub fn media_totals(&self) -> &Arc<crate::stats::media::MediaTotals> {
         &self.media
+    }
+
+    /// Makes this node a standby (`true`: every route drops with `standby`) or the active
+    /// one. A gateway with `[ha]` starts as a standby; without it, always active.
+    pub fn set_standby(&self, standby: bool) {
+        self.standby.store(standby, Ordering::Relaxed);
+    }
+
+    /// Whether this node is a standby.
+    pub fn is_standby(&self) -> bool {
+        self.standby.load(Ordering::Relaxed)
     }
 
     /// Counts the time to the first packet of `route` if it has one not yet counted.
@@ -475,7 +493,8 @@ impl Routes {
         }
         let mut route = StreamRoute::new(spec, session)
             .with_relatch_after(self.relatch_after_ms.load(Ordering::Relaxed))
-            .with_edge(edge);
+            .with_edge(edge)
+            .with_standby_gate(Arc::clone(&self.standby));
         if FIRST_PACKET_KINDS.contains(&s.kind) {
             route = route.with_first_packet_timing(s.kind);
         }

@@ -290,6 +290,9 @@ pub struct StreamRoute {
     /// outgoing link (starts at random, so a route made anew is told apart by the receiver).
     /// One worker normally sends a route; an atomic keeps it right when two do.
     link_seq: AtomicU32,
+    /// The hot-standby gate shared by every route of the tables ([`super::Routes::set_standby`]):
+    /// set, the node is a standby and [`crate::channel::inspect`] drops with `standby`.
+    standby: Arc<AtomicBool>,
 }
 
 const LATCHED: u64 = 1 << 48;
@@ -357,7 +360,26 @@ impl StreamRoute {
             stats: Arc::new(RouteStats::default()),
             edge: None,
             link_seq: AtomicU32::new(random_u32()),
+            standby: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Shares the tables' hot-standby gate with this route.
+    pub fn with_standby_gate(mut self, gate: Arc<AtomicBool>) -> StreamRoute {
+        self.standby = gate;
+        self
+    }
+
+    /// Whether this node is a standby (nothing may be forwarded).
+    #[inline]
+    pub fn standby(&self) -> bool {
+        self.standby.load(Relaxed)
+    }
+
+    /// Sets the latched source as another node saw it (the standby's copy of an active's
+    /// route, [`crate::ha`]); `None` un-latches. Not for the data path.
+    pub fn set_latched(&self, source: Option<SocketAddrV4>) {
+        self.latched.store(source.map_or(0, pack), Relaxed);
     }
 
     /// The link stream sequence for the route's next datagram down the outgoing link.

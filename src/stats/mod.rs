@@ -49,10 +49,13 @@ pub enum DropReason {
     /// The route validates its media ([`crate::media`], mode `enforce`) and the packet is not
     /// well-formed media of what was negotiated; the reason is counted in `media_invalid`.
     MediaInvalid,
+    /// This node is the standby of a hot-standby pair (`[ha]`): it holds the ports and the
+    /// routes but forwards nothing until it is told it is the active one.
+    Standby,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -66,6 +69,7 @@ impl DropReason {
         DropReason::LegStall,
         DropReason::RedirectFailed,
         DropReason::MediaInvalid,
+        DropReason::Standby,
     ];
 
     /// Name used in totals and metrics labels.
@@ -83,6 +87,7 @@ impl DropReason {
             DropReason::LegStall => "leg_stall",
             DropReason::RedirectFailed => "redirect_failed",
             DropReason::MediaInvalid => "media_invalid",
+            DropReason::Standby => "standby",
         }
     }
 }

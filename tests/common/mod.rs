@@ -202,6 +202,26 @@ pub fn part_did_not_run(test: &str, why: &str) {
 
 /// The `vgate` binary built for these tests, or `VGATE_BIN` when set (`scripts/soak.sh` runs
 /// a copy so a rebuild in the tree cannot swap the binary under a long run).
+/// Runs the vgate binary with `args` to its end (a subcommand: check-config, health, ...).
+pub fn run_vgate(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(vgate_bin())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Polls `f` every 20 ms until it holds; fails the test naming `what` after `within`.
+pub fn wait_until(what: &str, within: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn vgate_bin() -> PathBuf {
     std::env::var_os("VGATE_BIN")
         .map(PathBuf::from)

@@ -192,6 +192,11 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         Some(r) => Some(super::split::split(r, &domains, &engine, cpus)?),
     };
 
+    let ha = match &raw.ha {
+        None => None,
+        Some(h) => Some(super::ha::ha(h, engine.mode, &raw.engine.mode)?),
+    };
+
     Ok(Config {
         domains,
         engine,
@@ -201,5 +206,6 @@ pub fn validate(raw: &RawConfig, cpus: &Cpus) -> Result<Config> {
         streams,
         media,
         split,
+        ha,
     })
 }

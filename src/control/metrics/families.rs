@@ -1,6 +1,7 @@
 //! The declaration of every exported family: [`FAMILIES`] (name, type, help),
-//! [`SPLIT_FAMILIES`] (a split half's links) and [`EVENT_FAMILIES`] (which family and label
-//! each signaling proxy event is exported as, [`event_series`]).
+//! [`SPLIT_FAMILIES`] (a split half's links), [`HA_FAMILIES`] (a hot-standby node) and
+//! [`EVENT_FAMILIES`] (which family and label each signaling proxy event is exported as,
+//! [`event_series`]).
 
 /// (name, type, help) of every metric family vgate exports.
 pub const FAMILIES: &[(&str, &str, &str)] = &[
@@ -260,6 +261,66 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "process_start_time_seconds",
         "gauge",
         "Start time of the vgate process, seconds since the Unix epoch",
+    ),
+];
+
+/// The families of a hot-standby node (`[ha]`): declared in every scrape, with samples only
+/// on such a node.
+pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "vgate_ha_role",
+        "gauge",
+        "Hot standby ([ha]): 1 for the role this node is in (active, standby, fault), 0 for the others",
+    ),
+    (
+        "vgate_ha_state_store_up",
+        "gauge",
+        "Hot standby: 1 when the last call to the state store (Redis) worked",
+    ),
+    (
+        "vgate_ha_state_store_errors_total",
+        "counter",
+        "Hot standby: state-store calls that failed (Redis away or slow)",
+    ),
+    (
+        "vgate_ha_state_store_writes_total",
+        "counter",
+        "Hot standby: batches the active wrote to the state store; kind resync counts whole rewrites",
+    ),
+    (
+        "vgate_ha_state_store_pending",
+        "gauge",
+        "Hot standby: sessions changed on the active and not yet in the state store",
+    ),
+    (
+        "vgate_ha_state_store_age_seconds",
+        "gauge",
+        "Hot standby: seconds since the state store last answered (-1: never)",
+    ),
+    (
+        "vgate_ha_lag_seconds",
+        "gauge",
+        "Hot standby, on the standby: age of the active's last write to the state store",
+    ),
+    (
+        "vgate_ha_replicas",
+        "gauge",
+        "Hot standby: copies of the active's sessions held here",
+    ),
+    (
+        "vgate_ha_replica_errors_total",
+        "counter",
+        "Hot standby: copies that could not be installed here, or unreadable records",
+    ),
+    (
+        "vgate_ha_takeovers_total",
+        "counter",
+        "Hot standby: times this node became the active one",
+    ),
+    (
+        "vgate_ha_last_takeover_timestamp_seconds",
+        "gauge",
+        "Hot standby: Unix time of the last takeover (0: none)",
     ),
 ];
 

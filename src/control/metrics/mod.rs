@@ -20,7 +20,7 @@ mod signaling;
 #[cfg(test)]
 mod tests;
 
-pub use families::{event_series, EVENT_FAMILIES, FAMILIES, SPLIT_FAMILIES};
+pub use families::{event_series, EVENT_FAMILIES, FAMILIES, HA_FAMILIES, SPLIT_FAMILIES};
 
 use out::Out;
 use process::process_families;
@@ -282,6 +282,7 @@ pub fn render(st: &ControlState) -> String {
         &[],
         u8::from(st.reloads.last_ok.load(Relaxed)),
     );
+    ha_families(&mut o, st);
     process_families(&mut o);
 
     // Declared whatever the engine (a scrape shows every family); samples only where the
@@ -463,4 +464,85 @@ fn ssrc_label(r: &crate::routes::StreamRoute) -> String {
         .ssrc()
         .map(|s| format!("{s:#010x}"))
         .unwrap_or_default()
+}
+
+/// `vgate_ha_*`: declared always, samples only on a node with `[ha]`.
+fn ha_families(o: &mut out::Out, st: &ControlState) {
+    use crate::ha::Role;
+    let h = st.ha.as_deref();
+    o.family("vgate_ha_role");
+    if let Some(h) = h {
+        for r in [Role::Active, Role::Standby, Role::Fault] {
+            o.sample(
+                "vgate_ha_role",
+                &[("role", r.name())],
+                u8::from(h.role() == r),
+            );
+        }
+    }
+    o.family("vgate_ha_state_store_up");
+    if let Some(h) = h.filter(|h| h.config.redis.is_some()) {
+        o.sample(
+            "vgate_ha_state_store_up",
+            &[],
+            u8::from(h.store_ok.load(Relaxed)),
+        );
+    }
+    o.family("vgate_ha_state_store_errors_total");
+    o.family("vgate_ha_state_store_writes_total");
+    o.family("vgate_ha_state_store_pending");
+    o.family("vgate_ha_state_store_age_seconds");
+    o.family("vgate_ha_lag_seconds");
+    o.family("vgate_ha_replicas");
+    o.family("vgate_ha_replica_errors_total");
+    o.family("vgate_ha_takeovers_total");
+    o.family("vgate_ha_last_takeover_timestamp_seconds");
+    let Some(h) = h else {
+        return;
+    };
+    if h.config.redis.is_some() {
+        o.sample(
+            "vgate_ha_state_store_errors_total",
+            &[],
+            h.store_errors.load(Relaxed),
+        );
+        let resyncs = h.store_resyncs.load(Relaxed);
+        let writes = h.store_writes.load(Relaxed);
+        o.sample(
+            "vgate_ha_state_store_writes_total",
+            &[("kind", "batch")],
+            writes.saturating_sub(resyncs),
+        );
+        o.sample(
+            "vgate_ha_state_store_writes_total",
+            &[("kind", "resync")],
+            resyncs,
+        );
+        o.sample(
+            "vgate_ha_state_store_pending",
+            &[],
+            h.store_pending.load(Relaxed),
+        );
+        let age = h
+            .store_age_ms(crate::clock::now_ms())
+            .map_or(-1.0, |a| a as f64 / 1e3);
+        o.sample("vgate_ha_state_store_age_seconds", &[], age);
+        o.sample(
+            "vgate_ha_lag_seconds",
+            &[],
+            h.lag_ms.load(Relaxed) as f64 / 1e3,
+        );
+    }
+    o.sample("vgate_ha_replicas", &[], h.replicas.load(Relaxed));
+    o.sample(
+        "vgate_ha_replica_errors_total",
+        &[],
+        h.apply_errors.load(Relaxed),
+    );
+    o.sample("vgate_ha_takeovers_total", &[], h.takeovers.load(Relaxed));
+    o.sample(
+        "vgate_ha_last_takeover_timestamp_seconds",
+        &[],
+        h.last_takeover_wall_ms.load(Relaxed) as f64 / 1e3,
+    );
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::stats::{DropReason, Snapshot};
 
-use super::{FAMILIES, SPLIT_FAMILIES};
+use super::{FAMILIES, HA_FAMILIES, SPLIT_FAMILIES};
 
 /// One exposition being written.
 pub(super) struct Out {
@@ -18,6 +18,7 @@ impl Out {
         let (n, kind, help) = FAMILIES
             .iter()
             .chain(SPLIT_FAMILIES)
+            .chain(HA_FAMILIES)
             .find(|f| f.0 == name)
             .copied()
             .unwrap_or((name, "untyped", ""));

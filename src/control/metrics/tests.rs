@@ -11,7 +11,11 @@ fn label_values_are_escaped() {
 
 #[test]
 fn families_are_unique_and_named_vgate() {
-    let all: Vec<_> = FAMILIES.iter().chain(SPLIT_FAMILIES).collect();
+    let all: Vec<_> = FAMILIES
+        .iter()
+        .chain(SPLIT_FAMILIES)
+        .chain(HA_FAMILIES)
+        .collect();
     let mut names: Vec<_> = all.iter().map(|f| f.0).collect();
     names.sort();
     names.dedup();

@@ -1,0 +1,578 @@
+//! Hot standby (`[ha]`): this node's role in an active/standby pair and the state it shares
+//! with its peer through Redis. keepalived owns the domain addresses and moves them; it tells
+//! vgate the role through its notify hooks (`vgate ha-notify`, or a role file), and asks
+//! `vgate health` whether this node may hold them.
+//!
+//! - The role gate is [`Routes::set_standby`]: a standby holds its ports and routes and every
+//!   packet it receives is dropped with `standby`; the active forwards. Demotion closes the
+//!   gate at once; promotion first reads the state store one last time, then opens it.
+//! - One thread ([`Ha::start`]) does all the rest, off the packet path: the active writes
+//!   its replicated sessions (static routes added at run time, the stream routes of SIP/RTSP
+//!   sessions with their ports and latched sources, [`record`]) to Redis in batches, every
+//!   100 ms, as the difference from what the store holds; the standby reads them back as
+//!   often and keeps copies installed ([`record::Replicas`]). What is pending while Redis is
+//!   away is the difference itself, so it is bounded by the tables and needs no queue: when
+//!   Redis is back, the next batch rewrites the whole (catch-up), counted.
+//! - SIP dialogs, registrations and RTSP sessions are not in the store yet: a copied SIP or
+//!   RTSP session keeps its media flowing after a takeover, and is ended once its routes
+//!   have carried nothing for `ha.replica_idle_ms`.
+
+mod media_rule;
+pub mod record;
+mod store;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::clock::{now_ms, wall_ms};
+use crate::config::ha::HaConfig;
+use crate::logging::RateLimit;
+use crate::routes::{Routes, SessionKind};
+
+use record::{Replicas, SessionRecord};
+use store::Store;
+
+/// How often the HA thread writes (active) or reads (standby) the state store.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A node's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Role {
+    /// Holds ports and routes, forwards nothing, copies the active's state.
+    Standby = 0,
+    /// Forwards.
+    Active = 1,
+    /// keepalived says this node is faulty: as a standby.
+    Fault = 2,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Standby => "standby",
+            Role::Active => "active",
+            Role::Fault => "fault",
+        }
+    }
+
+    fn from_u8(v: u8) -> Role {
+        match v {
+            1 => Role::Active,
+            2 => Role::Fault,
+            _ => Role::Standby,
+        }
+    }
+
+    /// keepalived's words (`MASTER`, `BACKUP`, `FAULT`, `STOP`) or ours, any case.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "MASTER" | "ACTIVE" => Some(Role::Active),
+            "BACKUP" | "STANDBY" => Some(Role::Standby),
+            "FAULT" | "STOP" | "DELETED" => Some(Role::Fault),
+            _ => None,
+        }
+    }
+}
+
+/// The HA state the admin interface, the metrics and `vgate health` read.
+pub struct HaStatus {
+    pub config: HaConfig,
+    routes: Arc<Routes>,
+    /// The role asked for (keepalived); the HA thread makes it the role in force.
+    wanted: AtomicU8,
+    role: AtomicU8,
+    wake: Sender<()>,
+    /// Whether the last state-store call worked.
+    pub store_ok: AtomicBool,
+    /// [`now_ms`] of the last state-store call that worked (0: none yet).
+    pub store_last_ok_ms: AtomicU64,
+    /// Batches written (active).
+    pub store_writes: AtomicU64,
+    /// State-store calls that failed (Redis away, timeout).
+    pub store_errors: AtomicU64,
+    /// Full rewrites after the store was away or this node became the writer.
+    pub store_resyncs: AtomicU64,
+    /// Sessions changed here and not yet in the store (active).
+    pub store_pending: AtomicU64,
+    /// Standby: the writer's heartbeat age at the last read, milliseconds.
+    pub lag_ms: AtomicU64,
+    /// Copies of the active's sessions installed here (standby), or still held after a
+    /// takeover.
+    pub replicas: AtomicU64,
+    /// Copies that could not be installed (a port taken here, ...).
+    pub apply_errors: AtomicU64,
+    /// Copied SIP/RTSP sessions ended after a takeover because they carried nothing.
+    pub replicas_idle_ended: AtomicU64,
+    /// Takeovers (standby → active) since start.
+    pub takeovers: AtomicU64,
+    /// Wall clock (ms) of the last takeover; 0: none.
+    pub last_takeover_wall_ms: AtomicU64,
+    /// [`now_ms`] of the last takeover; 0: none.
+    last_takeover_ms: AtomicU64,
+    /// The writer the standby last saw, and the last state-store error.
+    text: Mutex<(Option<String>, Option<String>)>,
+    /// Held while the role changes ([`HaStatus::request`], the promotion's last step).
+    transition: Mutex<()>,
+}
+
+impl HaStatus {
+    pub fn role(&self) -> Role {
+        Role::from_u8(self.role.load(Relaxed))
+    }
+
+    pub fn wanted(&self) -> Role {
+        Role::from_u8(self.wanted.load(Relaxed))
+    }
+
+    /// Asks for `role` (keepalived's notify, the role file). Leaving the active role closes
+    /// the gate here and now; becoming active is done by the HA thread (one last read of the
+    /// state store first), woken at once.
+    pub fn request(&self, role: Role) {
+        // One transition at a time: a promotion half-way never reopens a gate closed here.
+        let _t = self.transition.lock().unwrap_or_else(|p| p.into_inner());
+        let before = self.wanted.swap(role as u8, Relaxed);
+        if role != Role::Active {
+            self.routes.set_standby(true);
+            self.role.store(role as u8, Relaxed);
+        }
+        if before != role as u8 {
+            tracing::info!(role = role.name(), "ha: role requested");
+        }
+        let _ = self.wake.try_send(());
+    }
+
+    /// The writer the standby last saw.
+    pub fn peer(&self) -> Option<String> {
+        self.text
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+
+    pub fn last_store_error(&self) -> Option<String> {
+        self.text
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
+    }
+
+    /// How long ago (ms) the state store last answered; `None`: never.
+    pub fn store_age_ms(&self, now: u64) -> Option<u64> {
+        match self.store_last_ok_ms.load(Relaxed) {
+            0 => None,
+            t => Some(now.saturating_sub(t)),
+        }
+    }
+
+    /// What keeps this node from being healthy (`problems`) and what an operator should know
+    /// (`warnings`). A standby whose copy of the state is stale is not healthy (keepalived
+    /// must not give it the addresses); an active that cannot reach the store keeps
+    /// forwarding and only warns (giving the addresses up would stop every stream for a
+    /// store that only the next takeover needs).
+    pub fn health(&self, now: u64) -> (Vec<String>, Vec<String>) {
+        let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+        let Some(addr) = self.config.redis else {
+            return (problems, warnings);
+        };
+        let stale = self.config.stale_after_ms;
+        let age = self.store_age_ms(now);
+        let why = self
+            .last_store_error()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        let failing = !self.store_ok.load(Relaxed) && self.store_errors.load(Relaxed) > 0;
+        match (self.role(), age) {
+            (Role::Active, _) if !failing => {}
+            (Role::Active, _) => warnings.push(format!(
+                "the state store {addr} is unreachable{why}; forwarding goes on, {} changed sessions wait for it",
+                self.store_pending.load(Relaxed)
+            )),
+            (_, Some(a)) if a <= stale => {}
+            (_, None) => problems.push(format!(
+                "standby state stale: the state store {addr} has not answered yet{why}"
+            )),
+            (_, Some(a)) => problems.push(format!(
+                "standby state stale: the state store {addr} last answered {a} ms ago (ha.stale_after_ms {stale}){why}"
+            )),
+        }
+        (problems, warnings)
+    }
+
+    fn store_result(&self, r: &Result<(), String>) {
+        match r {
+            Ok(()) => {
+                self.store_ok.store(true, Relaxed);
+                self.store_last_ok_ms.store(now_ms().max(1), Relaxed);
+            }
+            Err(e) => {
+                self.store_ok.store(false, Relaxed);
+                self.store_errors.fetch_add(1, Relaxed);
+                self.text.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(e.clone());
+            }
+        }
+    }
+}
+
+/// The running HA thread.
+pub struct Ha {
+    pub status: Arc<HaStatus>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ha {
+    /// Starts as the standby (the gate closed) and the thread that follows the role and the
+    /// state store.
+    pub fn start(config: HaConfig, routes: Arc<Routes>) -> std::io::Result<Ha> {
+        routes.set_standby(true);
+        let (wake, woken) = crossbeam_channel::bounded(4);
+        let status = Arc::new(HaStatus {
+            config,
+            routes: Arc::clone(&routes),
+            wanted: AtomicU8::new(Role::Standby as u8),
+            role: AtomicU8::new(Role::Standby as u8),
+            wake,
+            store_ok: AtomicBool::new(false),
+            store_last_ok_ms: AtomicU64::new(0),
+            store_writes: AtomicU64::new(0),
+            store_errors: AtomicU64::new(0),
+            store_resyncs: AtomicU64::new(0),
+            store_pending: AtomicU64::new(0),
+            lag_ms: AtomicU64::new(0),
+            replicas: AtomicU64::new(0),
+            apply_errors: AtomicU64::new(0),
+            replicas_idle_ended: AtomicU64::new(0),
+            takeovers: AtomicU64::new(0),
+            last_takeover_wall_ms: AtomicU64::new(0),
+            last_takeover_ms: AtomicU64::new(0),
+            text: Mutex::new((None, None)),
+            transition: Mutex::new(()),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (status, stop) = (Arc::clone(&status), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("vgate-ha".into())
+                .spawn(move || Node::new(status, routes).run(&woken, &stop))?
+        };
+        Ok(Ha {
+            status,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ha {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        let _ = self.status.wake.try_send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The HA thread's own state.
+struct Node {
+    status: Arc<HaStatus>,
+    routes: Arc<Routes>,
+    store: Option<Store>,
+    /// Active: what the store holds (key → JSON) as far as this node knows.
+    written: BTreeMap<String, String>,
+    /// Active: rewrite everything at the next batch.
+    full: bool,
+    /// Standby: the copies installed here, and the store's `seq` they are from.
+    replicas: Replicas,
+    seq: Option<u64>,
+    /// The role file's last content.
+    role_file_seen: Option<String>,
+    last_heartbeat: u64,
+    errors_log: RateLimit,
+}
+
+impl Node {
+    fn new(status: Arc<HaStatus>, routes: Arc<Routes>) -> Node {
+        let store = status
+            .config
+            .redis
+            .map(|a| Store::new(a, &status.config.key_prefix));
+        Node {
+            status,
+            routes,
+            store,
+            written: BTreeMap::new(),
+            full: true,
+            replicas: Replicas::default(),
+            seq: None,
+            role_file_seen: None,
+            last_heartbeat: 0,
+            errors_log: RateLimit::new(10_000),
+        }
+    }
+
+    fn run(mut self, woken: &Receiver<()>, stop: &AtomicBool) {
+        // Whether this thread acts as the writer (it was active at the last look).
+        let mut writer = false;
+        while !stop.load(Relaxed) {
+            let _ = woken.recv_timeout(TICK);
+            if stop.load(Relaxed) {
+                break;
+            }
+            self.watch_role_file();
+            // The role in force is what counts: a request may have closed the gate since.
+            let wanted = self.status.wanted();
+            let in_force = self.status.role();
+            if wanted == Role::Active && in_force != Role::Active {
+                self.promote();
+            } else if wanted != Role::Active && writer {
+                self.demote(wanted);
+            } else if wanted != in_force {
+                self.status.role.store(wanted as u8, Relaxed);
+            }
+            writer = self.status.role() == Role::Active;
+            if writer {
+                self.write();
+                self.end_idle_replicas();
+            } else {
+                self.read();
+            }
+        }
+    }
+
+    fn watch_role_file(&mut self) {
+        let Some(path) = self.status.config.role_file.clone() else {
+            return;
+        };
+        let text = read_role_file(&path);
+        if text == self.role_file_seen {
+            return;
+        }
+        self.role_file_seen = text.clone();
+        match text.as_deref().map(Role::parse) {
+            Some(Some(r)) => self.status.request(r),
+            Some(None) => {
+                tracing::warn!(file = %path.display(), "ha: the role file says neither MASTER, BACKUP nor FAULT; the role stays {}", self.status.role().name())
+            }
+            None => {}
+        }
+    }
+
+    /// Standby → active: the last copy of the state, then the gate opens.
+    fn promote(&mut self) {
+        let t0 = std::time::Instant::now();
+        self.read();
+        {
+            let _t = self
+                .status
+                .transition
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if self.status.wanted() != Role::Active {
+                // Asked back to standby while reading: stay one.
+                return;
+            }
+            self.routes.set_standby(false);
+            self.status.role.store(Role::Active as u8, Relaxed);
+        }
+        self.full = true;
+        let s = &self.status;
+        s.takeovers.fetch_add(1, Relaxed);
+        s.last_takeover_wall_ms.store(wall_ms(), Relaxed);
+        s.last_takeover_ms.store(now_ms().max(1), Relaxed);
+        tracing::warn!(
+            replicas = self.replicas.len(),
+            took_ms = t0.elapsed().as_millis() as u64,
+            "ha: this node is the active one now: forwarding"
+        );
+    }
+
+    /// Active → standby or fault: the gate is closed already ([`HaStatus::request`]); what
+    /// this node holds becomes the copies the new active's state will replace.
+    fn demote(&mut self, to: Role) {
+        self.routes.set_standby(true);
+        self.status.role.store(to as u8, Relaxed);
+        self.replicas = Replicas::adopt(&self.routes);
+        self.seq = None;
+        tracing::warn!(
+            role = to.name(),
+            "ha: this node is no longer the active one: forwarding stopped"
+        );
+    }
+
+    /// Active: the difference between the tables and the store, in one atomic batch.
+    fn write(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let now = now_ms();
+        let snap: BTreeMap<String, String> = record::snapshot(&self.routes)
+            .into_iter()
+            .filter_map(|(k, (_, r))| serde_json::to_string(&r).ok().map(|j| (k, j)))
+            .collect();
+        let set: Vec<(&str, &str)> = snap
+            .iter()
+            .filter(|(k, v)| self.full || self.written.get(*k) != Some(*v))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let del: Vec<&str> = if self.full {
+            Vec::new()
+        } else {
+            self.written
+                .keys()
+                .filter(|k| !snap.contains_key(*k))
+                .map(|k| k.as_str())
+                .collect()
+        };
+        self.status
+            .store_pending
+            .store((set.len() + del.len()) as u64, Relaxed);
+        if set.is_empty() && del.is_empty() && !self.full && now < self.last_heartbeat + 500 {
+            return;
+        }
+        let r = store.write(&self.status.config.node, self.full, &set, &del, wall_ms());
+        self.status.store_result(&r);
+        match r {
+            Ok(()) => {
+                self.last_heartbeat = now;
+                if self.full {
+                    self.status.store_resyncs.fetch_add(1, Relaxed);
+                }
+                self.status.store_writes.fetch_add(1, Relaxed);
+                self.status.store_pending.store(0, Relaxed);
+                self.written = snap;
+                self.full = false;
+            }
+            Err(e) => {
+                // The whole is rewritten once the store is back.
+                self.full = true;
+                if let Some(suppressed) = self.errors_log.check(now) {
+                    tracing::warn!(store = %store.addr(), suppressed, "ha: cannot write the state store, forwarding goes on: {e}");
+                }
+            }
+        }
+    }
+
+    /// Standby: the store's sessions into the copies held here.
+    fn read(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let now = now_ms();
+        let r = store.read(self.seq);
+        self.status
+            .store_result(&r.as_ref().map(|_| ()).map_err(|e| e.clone()));
+        let read = match r {
+            Ok(read) => read,
+            Err(e) => {
+                // Read everything again once the store answers.
+                self.seq = None;
+                if let Some(suppressed) = self.errors_log.check(now) {
+                    tracing::warn!(store = %store.addr(), suppressed, "ha: cannot read the state store: {e}");
+                }
+                return;
+            }
+        };
+        if let Some(hb) = read.heartbeat_ms {
+            self.status
+                .lag_ms
+                .store(wall_ms().saturating_sub(hb), Relaxed);
+        }
+        if read.node.is_some() {
+            self.status.text.lock().unwrap_or_else(|p| p.into_inner()).0 = read.node.clone();
+        }
+        let Some(sessions) = read.sessions else {
+            return;
+        };
+        let mut desired = BTreeMap::new();
+        for (k, v) in sessions {
+            match serde_json::from_str::<SessionRecord>(&v) {
+                Ok(rec) => {
+                    desired.insert(k, rec);
+                }
+                Err(e) => {
+                    self.status.apply_errors.fetch_add(1, Relaxed);
+                    if let Some(suppressed) = self.errors_log.check(now) {
+                        tracing::warn!(key = %k, suppressed, "ha: a session in the state store is not readable, skipped: {e}");
+                    }
+                }
+            }
+        }
+        let done = self.replicas.apply(&self.routes, &desired);
+        self.seq = Some(read.seq);
+        self.status
+            .replicas
+            .store(self.replicas.len() as u64, Relaxed);
+        if !done.failed.is_empty() {
+            self.status
+                .apply_errors
+                .fetch_add(done.failed.len() as u64, Relaxed);
+            // Try those again at the next read.
+            self.seq = None;
+            if let Some(suppressed) = self.errors_log.check(now) {
+                let (key, why) = &done.failed[0];
+                tracing::warn!(key = %key, failed = done.failed.len(), suppressed, "ha: could not install a copy of the active's session: {why}");
+            }
+        }
+        if done.installed + done.removed > 0 {
+            tracing::info!(
+                installed = done.installed,
+                removed = done.removed,
+                held = self.replicas.len(),
+                "ha: copies of the active's sessions updated"
+            );
+        }
+    }
+
+    /// Active after a takeover: copied SIP/RTSP sessions (their dialogs are not here) end
+    /// when their routes have carried nothing for `ha.replica_idle_ms`.
+    fn end_idle_replicas(&mut self) {
+        let since = self.status.last_takeover_ms.load(Relaxed);
+        if since == 0 {
+            return;
+        }
+        let now = now_ms();
+        let idle = self.status.config.replica_idle_ms;
+        for s in self.routes.sessions() {
+            if s.kind != SessionKind::Replica {
+                continue;
+            }
+            let last = s
+                .routes
+                .iter()
+                .filter_map(|(c, p)| self.routes.lookup(*c, *p))
+                .filter_map(|r| r.last_seen_ms())
+                .max()
+                .unwrap_or(0)
+                .max(since);
+            if now.saturating_sub(last) > idle && self.routes.close_session(s.id).is_ok() {
+                self.status.replicas_idle_ended.fetch_add(1, Relaxed);
+            }
+        }
+        let held = self
+            .routes
+            .sessions()
+            .iter()
+            .filter(|s| s.kind == SessionKind::Replica)
+            .count();
+        self.status.replicas.store(held as u64, Relaxed);
+    }
+}
+
+fn read_role_file(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests;
