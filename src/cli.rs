@@ -632,6 +632,22 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     s.signal.interface,
                 );
             }
+            // A TCP SIP route whose `max_message` alone caps TCP (a config from before
+            // `max_tcp_message`): it works as before; say how to take larger messages.
+            for r in cfg.signaling.iter().filter(|r| {
+                r.kind == config::SignalingKind::Sip
+                    && r.transport == config::Transport::Tcp
+                    && r.policy.max_tcp_message == r.policy.max_message
+                    && r.policy.max_tcp_message < config::MAX_TCP_MESSAGE
+            }) {
+                eprintln!(
+                    "{}: note: route {}: max_message = {} also caps SIP over TCP (as before max_tcp_message existed); set max_tcp_message (default {}) for larger messages, e.g. a lower platform's one-MESSAGE Catalog (1 000 channels: some 340 KB)",
+                    file.display(),
+                    r.name,
+                    r.policy.max_message,
+                    config::MAX_TCP_MESSAGE,
+                );
+            }
             // On this machine: the ring modes hold no socket per port, so the kernel must
             // not hand the media ports out as ephemeral ports (a warning, not a refusal).
             // The PF_RING engines (the default of tnapi and zc in PF_RING builds) still hold

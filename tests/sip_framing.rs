@@ -36,7 +36,7 @@ fn drain(stream: &[u8], chunk: usize) -> Vec<Vec<u8>> {
                     out.push(m);
                     buf.drain(..skip + len);
                 }
-                Framing::Incomplete { skip } => {
+                Framing::Incomplete { skip, .. } => {
                     buf.drain(..skip);
                     break;
                 }
@@ -269,4 +269,45 @@ fn tcp_unframeable_streams_are_answered_when_possible() {
     let (outs, _, err) = through(&mut core, resp, 1000);
     assert!(err.is_some());
     assert!(outs.is_empty());
+}
+
+/// A TCP limit far above a datagram (`max_tcp_message`, a cascade's Catalog): a large body
+/// is framed once its head is in (`need` tells the owner how long to wait), and the header
+/// section is still looked for within `max_head` only.
+#[test]
+fn large_tcp_messages_are_framed_with_a_bounded_head_search() {
+    let limits = Limits {
+        max_message: 1 << 20,
+        ..Limits::default()
+    };
+    let body = "<Item>x</Item>".repeat(30_000);
+    let m = msg(7, &body);
+    assert!(m.len() > 400_000);
+    let head_len = m.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(
+        frame(&m[..head_len + 10], &limits),
+        Ok(Framing::Incomplete {
+            skip: 0,
+            need: m.len()
+        })
+    );
+    assert_eq!(
+        frame(&m, &limits),
+        Ok(Framing::Message {
+            skip: 0,
+            len: m.len()
+        })
+    );
+    assert!(matches!(triage_framed(&m, &limits), Verdict::Forward(_)));
+    // Over the limit: refused on the head, before the body is buffered.
+    let big = msg(8, &"y".repeat((1 << 20) + 1));
+    assert_eq!(
+        frame(&big[..head_len + 10], &limits),
+        Err(SipError::TooLarge { limit: 1 << 20 })
+    );
+    // Header lines without end: refused at max_head, not searched up to max_message.
+    let endless = format!("MESSAGE sip:a@b SIP/2.0\r\n{}", "X-A: b\r\n".repeat(10_000));
+    let e = frame(endless.as_bytes(), &limits).unwrap_err();
+    assert_eq!(e, SipError::HeadTooLarge { limit: 64 * 1024 });
+    assert_eq!(e.status(), 513);
 }

@@ -249,6 +249,11 @@ pub struct SignalingRoute {
     pub media_validate: MediaMode,
 }
 
+/// Default `max_tcp_message`: 1 MiB, a one-MESSAGE Catalog of some 3 000 channels.
+pub const MAX_TCP_MESSAGE: usize = 1 << 20;
+/// Largest `max_tcp_message` accepted (4 MiB, some 12 000 channels in one MESSAGE).
+pub const MAX_TCP_MESSAGE_CAP: usize = 4 << 20;
+
 /// Per-route access control, limits and timers of a SIP proxy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SignalingPolicy {
@@ -256,8 +261,12 @@ pub struct SignalingPolicy {
     pub allow_peers: Vec<Ipv4Net>,
     /// GB/T 28181 ID prefixes (digits) allowed in From and To; empty: any party.
     pub allow_ids: Vec<String>,
-    /// Largest SIP message accepted, in bytes (UDP datagram or framed TCP message).
+    /// Largest SIP message accepted over UDP, in bytes (one datagram: at most 65 535).
     pub max_message: usize,
+    /// Largest SIP message accepted over TCP, in bytes (a framed message): a lower platform
+    /// answering Catalog with 1 000+ channels in one MESSAGE needs hundreds of KB. Default
+    /// [`MAX_TCP_MESSAGE`]; an older config that set only `max_message` keeps that limit.
+    pub max_tcp_message: usize,
     /// How long an INVITE may wait for its final response before the call is abandoned.
     pub invite_timeout: std::time::Duration,
     /// How long an established call may carry no media before it is ended (BYE both sides);
@@ -299,6 +308,7 @@ impl Default for SignalingPolicy {
             allow_peers: Vec::new(),
             allow_ids: Vec::new(),
             max_message: 65_535,
+            max_tcp_message: MAX_TCP_MESSAGE,
             invite_timeout: std::time::Duration::from_secs(32),
             media_timeout: std::time::Duration::from_secs(60),
             rate_limit: 1000,

@@ -202,7 +202,10 @@ pub struct RawSignalingRoute {
     /// GB/T 28181 ID prefixes allowed in From and To; empty: any.
     #[serde(default)]
     pub allow_ids: Vec<Spanned<String>>,
+    /// Largest SIP message in bytes (UDP datagram; TCP too unless `max_tcp_message` is set).
     pub max_message: Option<Spanned<i64>>,
+    /// Largest SIP message over TCP in bytes (SIP `transport = "tcp"` routes).
+    pub max_tcp_message: Option<Spanned<i64>>,
     /// Seconds an INVITE may wait for its final response.
     pub invite_timeout: Option<Spanned<i64>>,
     /// Requests per second per source address; 0: no limit.

@@ -192,6 +192,43 @@ fn signaling_policy_defaults_and_values() {
     assert_eq!(p.max_connections_per_source, 2);
 }
 
+/// TCP routes take messages up to `max_tcp_message` (default 1 MiB: a cascade's one-MESSAGE
+/// Catalog); an older config's `max_message` alone keeps capping TCP as it did; UDP stays
+/// at the datagram.
+#[test]
+fn max_tcp_message_on_tcp_routes() {
+    let tcp = SIP_ROUTE.replace("transport = \"udp\"", "transport = \"tcp\"");
+    let p = check(&tcp).unwrap().signaling[0].policy.clone();
+    assert_eq!((p.max_message, p.max_tcp_message), (65_535, 1 << 20));
+    let old = check(&format!("{tcp}max_message = 8192\n")).unwrap();
+    let p = &old.signaling[0].policy;
+    assert_eq!((p.max_message, p.max_tcp_message), (8192, 8192));
+    let both = check(&format!(
+        "{tcp}max_message = 8192\nmax_tcp_message = 2000000\n"
+    ))
+    .unwrap();
+    let p = &both.signaling[0].policy;
+    assert_eq!((p.max_message, p.max_tcp_message), (8192, 2_000_000));
+    expect_err(
+        &format!("{tcp}max_tcp_message = 5000000\n"),
+        "signaling_route[0].max_tcp_message",
+        base_lines() + 9,
+        "1024 to 4194304",
+    );
+    expect_err(
+        &format!("{SIP_ROUTE}max_tcp_message = 500000\n"),
+        "signaling_route[0].max_tcp_message",
+        base_lines() + 9,
+        "use max_message (up to 65535)",
+    );
+    expect_err(
+        &format!("{RTSP_ROUTE}max_tcp_message = 500000\n"),
+        "signaling_route[0].max_tcp_message",
+        base_lines() + 12,
+        "is a SIP setting",
+    );
+}
+
 #[test]
 fn signaling_policy_errors() {
     let peer = format!("{SIP_ROUTE}allow_peers = [\"10.1.0.0/24\"]\n");

@@ -11,8 +11,8 @@
 //! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
-//! - [`sipp`], [`gb_sipp`], [`rfc4571`]: SIP peers (sipp runs, GB/T 28181 scenarios, RTP
-//!   over TCP peers);
+//! - [`sipp`], [`gb_sipp`], [`rfc4571`], [`sip_tcp`]: SIP peers (sipp runs, GB/T 28181
+//!   scenarios, RTP over TCP peers, a SIP/TCP peer for messages over sipp's 64 KiB);
 //! - [`rtsp`]: the RTSP client side (a request's text) and the RTSP namespace tests' rig
 //!   (GStreamer's server, vgate, ffmpeg runs).
 //!
@@ -26,6 +26,7 @@ pub mod proc;
 pub mod relay;
 pub mod rfc4571;
 pub mod rtsp;
+pub mod sip_tcp;
 pub mod sipp;
 pub mod split;
 pub mod udp;

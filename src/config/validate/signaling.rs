@@ -10,6 +10,7 @@ use crate::config::check::{invalid, parse_sockaddr, Invalid};
 use crate::config::raw::RawSignalingRoute;
 use crate::config::{
     Domain, ManscdpAddresses, MediaConfig, SignalingKind, SignalingPolicy, SignalingRoute,
+    Transport, MAX_TCP_MESSAGE_CAP,
 };
 
 use super::fields::{check_far_side, domain_id, port, route_name};
@@ -77,6 +78,12 @@ pub(super) fn signaling_route(
     };
     if r.kind == SignalingKind::Rtsp {
         refuse_sip_keys(i, r)?;
+    } else if let (Transport::Udp, Some(v)) = (r.transport, &r.max_tcp_message) {
+        return Err(invalid(
+            v,
+            key("max_tcp_message"),
+            "max_tcp_message limits SIP over TCP and this route is transport = \"udp\", where one datagram carries a message: use max_message (up to 65535), or a TCP route for larger messages",
+        ));
     }
     Ok(SignalingRoute {
         name,
@@ -99,8 +106,12 @@ pub(super) fn signaling_route(
 fn refuse_sip_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
     let key = |k: &str| format!("signaling_route[{i}].{k}");
     let only = "is a SIP setting and does nothing on an RTSP route; remove it";
-    let spans: [(&str, Option<Range<usize>>); 7] = [
+    let spans: [(&str, Option<Range<usize>>); 8] = [
         ("upstream_port", r.upstream_port.as_ref().map(|s| s.span())),
+        (
+            "max_tcp_message",
+            r.max_tcp_message.as_ref().map(|s| s.span()),
+        ),
         (
             "max_bindings_per_source",
             r.max_bindings_per_source.as_ref().map(|s| s.span()),
@@ -223,6 +234,18 @@ fn signaling_policy(
         "largest SIP message in bytes",
     )? {
         p.max_message = v as usize;
+        // An older config's `max_message` capped TCP too: it keeps doing so unless
+        // `max_tcp_message` says otherwise.
+        p.max_tcp_message = v as usize;
+    }
+    if let Some(v) = int(
+        &r.max_tcp_message,
+        "max_tcp_message",
+        1024,
+        MAX_TCP_MESSAGE_CAP as i64,
+        "largest SIP message over TCP in bytes (a one-MESSAGE Catalog of 1 000 channels is some 340000)",
+    )? {
+        p.max_tcp_message = v as usize;
     }
     if let Some(v) = int(
         &r.invite_timeout,

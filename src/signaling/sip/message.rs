@@ -619,31 +619,39 @@ pub enum Framing {
     /// §3.5.1, which the connection owner answers with a CRLF pong.)
     Message { skip: usize, len: usize },
     /// Not enough bytes yet; the first `skip` bytes were keep-alives and can be dropped.
-    Incomplete { skip: usize },
+    /// `need`: the whole message's length once its head is in (0 before), so the
+    /// connection owner can wait for that many bytes instead of framing again on every
+    /// read of a large body.
+    Incomplete { skip: usize, need: usize },
 }
 
 /// Finds the first message in a stream buffer. An error means the stream can no
 /// longer be framed (bad head, no or bad Content-Length, over the size limit): the
 /// connection must be closed, since nothing after it can be trusted.
 ///
-/// Each call rescans from the start; with the 64 KiB default that bounds the cost of
-/// byte-by-byte arrival, and keeps this function free of state.
+/// Each call rescans from the start (free of state): the header section is searched
+/// within [`Limits::max_head`] at most, and a caller waits for `need` bytes before calling
+/// again, so a large body arriving in small pieces is not rescanned on every read.
 pub fn frame(buf: &[u8], limits: &Limits) -> Result<Framing, SipError> {
     let skip = keepalive_len(buf);
     let (_, msg) = split_at(buf, skip);
-    let searched = msg.get(..limits.max_message).unwrap_or(msg);
+    let window = limits.max_message.min(limits.max_head);
+    let searched = msg.get(..window).unwrap_or(msg);
     let Some(blank) = find_seq(searched, EMPTY_LINE) else {
         if msg.len() > limits.max_message {
             return Err(SipError::TooLarge {
                 limit: limits.max_message,
             });
         }
+        if msg.len() > window {
+            return Err(SipError::HeadTooLarge { limit: window });
+        }
         if msg.len() > limits.max_line && !msg.windows(2).any(|w| w == CRLF) {
             return Err(SipError::LineTooLong {
                 limit: limits.max_line,
             });
         }
-        return Ok(Framing::Incomplete { skip });
+        return Ok(Framing::Incomplete { skip, need: 0 });
     };
     let head_len = blank + EMPTY_LINE.len();
     let (_, _, headers) = parse_fields(msg, blank + CRLF.len(), limits)?;
@@ -659,7 +667,7 @@ pub fn frame(buf: &[u8], limits: &Limits) -> Result<Framing, SipError> {
     if msg.len() >= len {
         Ok(Framing::Message { skip, len })
     } else {
-        Ok(Framing::Incomplete { skip })
+        Ok(Framing::Incomplete { skip, need: len })
     }
 }
 
@@ -728,7 +736,13 @@ mod tests {
                 len: OPTIONS.len()
             })
         );
-        assert_eq!(frame(&buf[..20], &l), Ok(Framing::Incomplete { skip: 4 }));
-        assert_eq!(frame(b"\r", &l), Ok(Framing::Incomplete { skip: 0 }));
+        assert_eq!(
+            frame(&buf[..20], &l),
+            Ok(Framing::Incomplete { skip: 4, need: 0 })
+        );
+        assert_eq!(
+            frame(b"\r", &l),
+            Ok(Framing::Incomplete { skip: 0, need: 0 })
+        );
     }
 }

@@ -62,6 +62,9 @@ pub struct Limits {
     pub max_headers: usize,
     /// One physical line of the start line or header section, in bytes, without its CRLF.
     pub max_line: usize,
+    /// The header section of a framed (TCP) message, in bytes: where [`frame`] looks for
+    /// its end, however large `max_message` is.
+    pub max_head: usize,
 }
 
 impl Default for Limits {
@@ -70,6 +73,7 @@ impl Default for Limits {
             max_message: 64 * 1024,
             max_headers: 256,
             max_line: 8 * 1024,
+            max_head: 64 * 1024,
         }
     }
 }
@@ -83,12 +87,14 @@ impl Default for Limits {
 pub enum SipError {
     #[error("empty message (only CRLF keep-alives): nothing to parse, drop it")]
     Empty,
-    #[error("message exceeds the {limit}-byte limit: refuse it, or raise `max_message` if such messages are legitimate")]
+    #[error("message exceeds the {limit}-byte limit: refuse it, or raise `max_message` (UDP) or `max_tcp_message` (TCP) if such messages are legitimate")]
     TooLarge { limit: usize },
     #[error("message has more than {limit} header fields: refuse it, or raise `max_headers`")]
     TooManyHeaders { limit: usize },
     #[error("a header line is longer than {limit} bytes: refuse it, or raise `max_line`")]
     LineTooLong { limit: usize },
+    #[error("the header section is not closed within {limit} bytes: refuse it; SIP headers take a few KB, whatever the body")]
+    HeadTooLarge { limit: usize },
     #[error("header section is not closed by an empty line (CRLF CRLF): the sender is broken or the message was cut")]
     NoEmptyLine,
     #[error("bare CR or LF in the header section: SIP lines end in CRLF; the peer must be fixed")]
@@ -136,7 +142,7 @@ impl SipError {
     pub fn status(&self) -> u16 {
         match self {
             SipError::TooLarge { .. } | SipError::TooManyHeaders { .. } => 513,
-            SipError::LineTooLong { .. } => 513,
+            SipError::LineTooLong { .. } | SipError::HeadTooLarge { .. } => 513,
             SipError::UnsupportedScheme => 416,
             _ => 400,
         }
@@ -149,6 +155,7 @@ impl SipError {
             SipError::TooLarge { .. } => "Message Too Large",
             SipError::TooManyHeaders { .. } => "Message Too Large - Too Many Headers",
             SipError::LineTooLong { .. } => "Message Too Large - Line Too Long",
+            SipError::HeadTooLarge { .. } => "Message Too Large - Header Section Too Large",
             SipError::NoEmptyLine => "Bad Request - Header Section Not Terminated",
             SipError::BareLineBreak => "Bad Request - Bare CR or LF",
             SipError::BadStartLine(_) => "Bad Request - Malformed Request-Line",

@@ -126,11 +126,12 @@
 //! Ethernet frame still crosses over UDP as one datagram (IP fragments; 64 KiB max): that
 //! works on loopback, veth and ordinary LANs. RFC 3261 §18.1.1 would switch such a request
 //! to TCP; vgate keeps the route's transport, so a path that drops fragments needs a TCP
-//! route. `max_message` caps both (default 65 535 bytes).
+//! route. `max_message` caps UDP (default 65 535 bytes), `max_tcp_message` TCP (default 1 MiB,
+//! a cascade's one-MESSAGE Catalog; an older config's `max_message` alone caps TCP too).
 //!
 //! Over TCP (`net.rs`): messages are framed by Content-Length; a CRLFCRLF keep-alive gets
 //! a CRLF pong (RFC 5626); a stream that cannot be framed any more (a message over
-//! `max_message`, a missing or double Content-Length) is answered `513`/`400` with a
+//! `max_tcp_message`, a missing or double Content-Length) is answered `513`/`400` with a
 //! Warning when its head is a readable request, counted (`tcp_unframeable`, `too_large`)
 //! and closed; `max_connections_per_source` accepted connections per source address, the
 //! next one closed at once (`tcp_connections_refused`). Connections vgate opens connect
@@ -385,7 +386,7 @@ pub fn start(group: &[SignalingRoute], ctx: &ProxyContext) -> Result<Box<dyn Pro
                 .collect();
             let max_message = group
                 .iter()
-                .map(|r| r.policy.max_message)
+                .map(|r| r.policy.max_tcp_message)
                 .max()
                 .unwrap_or(0);
             let a = locals.first().copied().unwrap_or(local[0][0]);

@@ -20,7 +20,7 @@
 //! [`frame`]), at most `max_connections_per_source` accepted connections per source address
 //! (the next one is accepted and closed at once, counted) and [`MAX_CONNS`] in all. A
 //! CRLFCRLF keep-alive gets a CRLF pong (RFC 5626 §3.5.1). A stream that cannot be framed
-//! any more (a message over `max_message`, a missing or double Content-Length) is answered
+//! any more (a message over `max_tcp_message`, a missing or double Content-Length) is answered
 //! when its head is a readable request (`513`/`400`, [`Core::on_stream_error`]), counted,
 //! and closed gracefully: our side is shut down, what the peer still sends is read and
 //! discarded for [`LINGER`], so the answer is not lost to a reset. A connection whose unsent
@@ -53,8 +53,12 @@ use crate::clock::now_ms;
 pub const BATCH: usize = 64;
 /// Connections open at once (accepted and outgoing).
 pub const MAX_CONNS: usize = 1024;
-/// Unsent bytes queued on one connection before it is closed as stuck.
+/// Unsent bytes queued on one connection before it is closed as stuck (at least twice the
+/// largest message).
 pub const MAX_PENDING: usize = 4 << 20;
+/// A connection's receive buffer grown past this by a large message is shrunk once the
+/// message is taken.
+pub const SHRINK_ABOVE: usize = 256 << 10;
 /// How long an outgoing TCP connect may take (it never blocks the loop).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a refused stream is read and discarded after our answer, before it is closed.
@@ -216,6 +220,9 @@ pub struct Frames {
     /// The stream cannot be framed any more; the offending bytes stay at the start of the
     /// buffer (for the answer) and nothing after them can be trusted.
     pub error: Option<SipError>,
+    /// Bytes the buffer must hold before framing again can find the next message (its
+    /// whole length once its head is in; 0: frame on the next read).
+    pub need: usize,
 }
 
 /// Cuts every complete message off the front of `rbuf` (a connection's received bytes):
@@ -232,7 +239,8 @@ pub fn take_frames(rbuf: &mut Vec<u8>, limits: &Limits) -> Frames {
                 }
                 rbuf.drain(..(skip + len).min(rbuf.len()));
             }
-            Ok(Framing::Incomplete { skip }) => {
+            Ok(Framing::Incomplete { skip, need }) => {
+                f.need = need;
                 if skip < 4 && rbuf.iter().all(|b| matches!(b, b'\r' | b'\n')) {
                     // Maybe the first half of a ping split across reads: keep it whole.
                     return f;
@@ -270,6 +278,8 @@ struct Conn {
     peer: SocketAddrV4,
     accepted: bool,
     rbuf: Vec<u8>,
+    /// What `rbuf` must hold before it is framed again ([`Frames::need`]).
+    need: usize,
     wbuf: Vec<u8>,
     last: Instant,
     /// Outgoing, not connected yet: since when.
@@ -362,6 +372,7 @@ impl TcpNet {
                 peer,
                 accepted,
                 rbuf: Vec::new(),
+                need: 0,
                 wbuf: Vec::new(),
                 last: now,
                 connecting: connecting.then_some(now),
@@ -476,8 +487,13 @@ impl TcpNet {
                 }
             }
         }
-        if c.closing.is_none() {
+        if c.closing.is_none() && c.rbuf.len() >= c.need {
             let f = take_frames(&mut c.rbuf, &limits);
+            c.need = f.need;
+            // A large message (a cascade's Catalog) leaves no large buffer behind.
+            if c.rbuf.capacity() > SHRINK_ABOVE && c.rbuf.len() <= SHRINK_ABOVE / 4 {
+                c.rbuf.shrink_to(SHRINK_ABOVE / 4);
+            }
             for _ in 0..f.pings {
                 c.wbuf.extend_from_slice(b"\r\n");
             }
@@ -548,6 +564,9 @@ impl TcpNet {
                     }
                 }
             }
+            if c.wbuf.is_empty() && c.wbuf.capacity() > SHRINK_ABOVE {
+                c.wbuf.shrink_to(SHRINK_ABOVE / 4);
+            }
             if c.wbuf.is_empty() && c.closing.is_some() {
                 let _ = c.stream.shutdown(std::net::Shutdown::Write);
             }
@@ -558,7 +577,7 @@ impl TcpNet {
             };
             let mut ev = EpollEvent::new(flags, id);
             let _ = self.epoll.modify(c.stream.as_fd(), &mut ev);
-            if c.wbuf.len() > MAX_PENDING {
+            if c.wbuf.len() > MAX_PENDING.max(2 * self.limits.max_message) {
                 close = true;
             }
         }

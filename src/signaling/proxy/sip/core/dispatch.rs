@@ -114,6 +114,7 @@ impl Core {
             SipError::TooLarge { .. }
                 | SipError::TooManyHeaders { .. }
                 | SipError::LineTooLong { .. }
+                | SipError::HeadTooLarge { .. }
         ) {
             self.counters.too_large += 1;
         }

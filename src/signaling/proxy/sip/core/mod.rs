@@ -125,7 +125,8 @@ pub struct Counters {
     pub calls_ended: u64,
     /// TCP streams that could not be framed any more (answered when possible, closed).
     pub tcp_unframeable: u64,
-    /// Messages over `max_message` (a TCP stream declaring one is also unframeable).
+    /// Messages over `max_message` (UDP) or `max_tcp_message` (TCP; a stream declaring one
+    /// is also unframeable).
     pub too_large: u64,
     /// TCP connections refused: over `max_connections_per_source` or the global cap.
     pub tcp_connections_refused: u64,
@@ -336,7 +337,13 @@ impl Core {
             name: route.name.clone(),
             tcp: route.transport == Transport::Tcp,
             limits: Limits {
-                max_message: policy.max_message,
+                // A TCP route frames messages far larger than a datagram (a cascade's
+                // one-MESSAGE Catalog); a UDP route is bounded by the datagram.
+                max_message: if route.transport == Transport::Tcp {
+                    policy.max_tcp_message
+                } else {
+                    policy.max_message
+                },
                 ..Limits::default()
             },
             source_policy: config.security.source_validation,

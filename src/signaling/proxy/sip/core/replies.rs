@@ -59,11 +59,11 @@ impl Core {
         let orig_from = t.from_value.clone();
         let orig_to = t.to_value.clone();
         let vias = t.vias.clone();
-        let forwarded = t.forwarded.clone();
+        let forwarded = (is_invite && code >= 300).then(|| t.forwarded.clone());
         let dest = t.dest;
 
         // Non-2xx final answer to an INVITE: this transaction acknowledges it downstream.
-        if is_invite && code >= 300 {
+        if let Some(forwarded) = forwarded {
             let resp_to = head.header("To").map(|h| h.value());
             if let Some(ack) = self.build_from_invite(&forwarded, b"ACK", resp_to) {
                 out.push(Out {
@@ -216,6 +216,12 @@ impl Core {
             if code >= 200 && t.final_code.is_none() {
                 t.final_code = Some(code);
                 t.expires = now + TXN_LINGER;
+                if t.method != b"INVITE" {
+                    // Only an INVITE's bytes are needed after its final answer (CANCEL,
+                    // ACK); retransmissions now get the answer. A cascade's Catalog is
+                    // not kept for the transaction's linger.
+                    t.forwarded = Vec::new();
+                }
             }
         }
         out.push(Out {
