@@ -346,16 +346,23 @@ pub fn render(st: &ControlState) -> String {
                 );
             }
         }
-        o.family("vgate_route_packets_total");
-        for r in &routes {
-            let port = r.port.to_string();
-            let ssrc = ssrc_label(r);
-            let labels = [
+        // The labels every per-route family carries, formatted once (one SSRC per scrape).
+        let ids: Vec<(String, String)> = routes
+            .iter()
+            .map(|r| (r.port.to_string(), ssrc_label(r)))
+            .collect();
+        let labels_of = |i: usize| {
+            let (r, (port, ssrc)) = (&routes[i], &ids[i]);
+            [
                 ("route", &*r.label),
                 ("channel", r.channel.name()),
-                ("port", &port),
-                ("ssrc", &ssrc),
-            ];
+                ("port", port.as_str()),
+                ("ssrc", ssrc.as_str()),
+            ]
+        };
+        o.family("vgate_route_packets_total");
+        for (i, r) in routes.iter().enumerate() {
+            let labels = labels_of(i);
             o.packets(
                 "vgate_route_packets_total",
                 &labels,
@@ -363,15 +370,8 @@ pub fn render(st: &ControlState) -> String {
             );
         }
         o.family("vgate_route_drops_total");
-        for r in &routes {
-            let port = r.port.to_string();
-            let ssrc = ssrc_label(r);
-            let labels = [
-                ("route", &*r.label),
-                ("channel", r.channel.name()),
-                ("port", &port),
-                ("ssrc", &ssrc),
-            ];
+        for (i, r) in routes.iter().enumerate() {
+            let labels = labels_of(i);
             o.drops(
                 "vgate_route_drops_total",
                 &labels,
@@ -379,34 +379,19 @@ pub fn render(st: &ControlState) -> String {
             );
         }
         o.family("vgate_route_media_invalid_total");
-        for r in &routes {
-            let m = r.stats.media.snapshot();
-            let port = r.port.to_string();
-            let ssrc = ssrc_label(r);
-            for (v, n) in m.nonzero() {
+        for (i, r) in routes.iter().enumerate() {
+            let [route, channel, port, ssrc] = labels_of(i);
+            for (v, n) in r.stats.media.snapshot().nonzero() {
                 o.sample(
                     "vgate_route_media_invalid_total",
-                    &[
-                        ("route", &*r.label),
-                        ("channel", r.channel.name()),
-                        ("port", &port),
-                        ("ssrc", &ssrc),
-                        ("reason", v.name()),
-                    ],
+                    &[route, channel, port, ssrc, ("reason", v.name())],
                     n,
                 );
             }
         }
         o.family("vgate_route_rtp_lost_packets");
-        for r in &routes {
-            let port = r.port.to_string();
-            let ssrc = ssrc_label(r);
-            let labels = [
-                ("route", &*r.label),
-                ("channel", r.channel.name()),
-                ("port", &port),
-                ("ssrc", &ssrc),
-            ];
+        for (i, r) in routes.iter().enumerate() {
+            let labels = labels_of(i);
             o.sample(
                 "vgate_route_rtp_lost_packets",
                 &labels,
