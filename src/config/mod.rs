@@ -287,7 +287,15 @@ pub struct SignalingPolicy {
     pub manscdp_allow: Vec<String>,
     /// MANSCDP commands refused with 403 in requests from the listen side.
     pub manscdp_deny: Vec<String>,
+    /// MANSCDP commands refused with 403 in requests arriving from domain B (the user
+    /// network), whichever face that is; default [`MANSCDP_DENY_FROM_B`].
+    pub manscdp_deny_from_b: Vec<String>,
 }
+
+/// The MANSCDP commands refused from domain B unless a route's `manscdp_deny_from_b`
+/// says otherwise: the GB/T 28181-2022 controls that destroy what a device holds (its
+/// firmware, its recordings).
+pub const MANSCDP_DENY_FROM_B: [&str; 2] = ["DeviceUpgrade", "FormatSDCard"];
 
 /// What the address fields of a MANSCDP body (`<IPAddress>`, `<Port>`, an `<Address>`
 /// holding an IP address) become when the body crosses the gateway.
@@ -318,6 +326,7 @@ impl Default for SignalingPolicy {
             manscdp_addresses: ManscdpAddresses::Gateway,
             manscdp_allow: Vec::new(),
             manscdp_deny: Vec::new(),
+            manscdp_deny_from_b: MANSCDP_DENY_FROM_B.map(String::from).to_vec(),
         }
     }
 }

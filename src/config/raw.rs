@@ -224,6 +224,9 @@ pub struct RawSignalingRoute {
     /// MANSCDP commands refused (403) in requests from the listen side.
     #[serde(default)]
     pub manscdp_deny: Vec<Spanned<String>>,
+    /// MANSCDP commands refused (403) in requests arriving from domain B (the user
+    /// network); absent: the destructive ones (`DeviceUpgrade`, `FormatSDCard`).
+    pub manscdp_deny_from_b: Option<Spanned<Vec<Spanned<String>>>>,
     /// Seconds without media before a call or session is ended; 0 turns it off.
     /// Shared by SIP and RTSP routes.
     pub media_timeout: Option<Spanned<i64>>,

@@ -295,6 +295,30 @@ fn sip_only_keys_and_upstream_port() {
     assert_eq!(p.manscdp_addresses, super::ManscdpAddresses::Blank);
     assert_eq!(p.manscdp_allow, vec!["Catalog", "DeviceInfo"]);
     assert_eq!(p.manscdp_deny, vec!["TeleBoot"]);
+    assert_eq!(
+        p.manscdp_deny_from_b,
+        ["DeviceUpgrade", "FormatSDCard"],
+        "the destructive 2022 controls are refused from B by default"
+    );
+    // The GB/T 28181-2022 command names are accepted in every list; an empty
+    // manscdp_deny_from_b lets the destructive controls through.
+    let names = "[\"HomePositionQuery\", \"CruiseTrackListQuery\", \"CruiseTrackQuery\", \"PTZPosition\", \"SDCardStatus\", \"UploadSnapShotFinished\", \"DeviceUpgradeResult\", \"PTZPreciseCtrl\", \"DeviceUpgrade\", \"FormatSDCard\", \"TargetTrack\", \"SnapShotConfig\"]";
+    let gb2022 = format!(
+        "{SIP_ROUTE}manscdp_allow = {names}\nmanscdp_deny = {names}\nmanscdp_deny_from_b = []\n"
+    );
+    let p = check(&gb2022).unwrap().signaling[0].policy.clone();
+    assert_eq!(p.manscdp_allow.len(), 12);
+    assert_eq!(p.manscdp_deny.len(), 12);
+    assert!(p.manscdp_deny_from_b.is_empty());
+    let only = format!("{SIP_ROUTE}manscdp_deny_from_b = [\"TeleBoot\"]\n");
+    let p = check(&only).unwrap().signaling[0].policy.clone();
+    assert_eq!(p.manscdp_deny_from_b, ["TeleBoot"]);
+    expect_err(
+        &format!("{SIP_ROUTE}manscdp_deny_from_b = [\"Format SD\"]\n"),
+        "signaling_route[0].manscdp_deny_from_b[0]",
+        base_lines() + 9,
+        "a MANSCDP command",
+    );
     // The upstream face of a route listening in b is in a: default port 5060 there.
     let pair = format!(
         "{SIP_ROUTE}{}",
@@ -658,6 +682,7 @@ fn rtsp_request_timeout_and_sip_only_keys() {
         ("max_bindings_per_source", "4"),
         ("manscdp_addresses", "\"blank\""),
         ("manscdp_deny", "[\"TeleBoot\"]"),
+        ("manscdp_deny_from_b", "[\"FormatSDCard\"]"),
     ] {
         let t = format!("{RTSP_ROUTE}{k} = {v}\n");
         expect_err(

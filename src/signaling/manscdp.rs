@@ -156,14 +156,21 @@ pub fn commands(body: &[u8]) -> Vec<&[u8]> {
 /// Whether a body's commands pass a route's policy: the `CmdType` must be in `allow` (when
 /// it is not empty), and no command may be in `deny`. Returns the refused command.
 pub fn refused<'a>(cmds: &[&'a [u8]], allow: &[String], deny: &[String]) -> Option<&'a [u8]> {
-    let listed = |list: &[String], c: &[u8]| list.iter().any(|n| n.as_bytes() == c);
-    if let Some(c) = cmds.iter().find(|c| listed(deny, c)) {
+    if let Some(c) = denied(cmds, deny) {
         return Some(c);
     }
+    let listed = |list: &[String], c: &[u8]| list.iter().any(|n| n.as_bytes() == c);
     match cmds.first() {
         Some(c) if !allow.is_empty() && !listed(allow, c) => Some(c),
         _ => None,
     }
+}
+
+/// The first of `cmds` named in `deny`.
+pub fn denied<'a>(cmds: &[&'a [u8]], deny: &[String]) -> Option<&'a [u8]> {
+    cmds.iter()
+        .find(|c| deny.iter().any(|n| n.as_bytes() == **c))
+        .copied()
 }
 
 fn is_ipv4(t: &[u8]) -> bool {

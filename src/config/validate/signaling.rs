@@ -106,7 +106,7 @@ pub(super) fn signaling_route(
 fn refuse_sip_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
     let key = |k: &str| format!("signaling_route[{i}].{k}");
     let only = "is a SIP setting and does nothing on an RTSP route; remove it";
-    let spans: [(&str, Option<Range<usize>>); 8] = [
+    let spans: [(&str, Option<Range<usize>>); 9] = [
         ("upstream_port", r.upstream_port.as_ref().map(|s| s.span())),
         (
             "max_tcp_message",
@@ -122,6 +122,10 @@ fn refuse_sip_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
         ),
         ("manscdp_allow", r.manscdp_allow.first().map(|s| s.span())),
         ("manscdp_deny", r.manscdp_deny.first().map(|s| s.span())),
+        (
+            "manscdp_deny_from_b",
+            r.manscdp_deny_from_b.as_ref().map(|s| s.span()),
+        ),
         ("allow_ids", r.allow_ids.first().map(|s| s.span())),
         (
             "invite_timeout",
@@ -306,9 +310,17 @@ fn signaling_policy(
             }
         };
     }
+    if r.manscdp_deny_from_b.is_some() {
+        p.manscdp_deny_from_b.clear();
+    }
+    let from_b = r
+        .manscdp_deny_from_b
+        .as_ref()
+        .map_or(&[][..], |l| l.get_ref().as_slice());
     for (name, list, out) in [
-        ("manscdp_allow", &r.manscdp_allow, &mut p.manscdp_allow),
-        ("manscdp_deny", &r.manscdp_deny, &mut p.manscdp_deny),
+        ("manscdp_allow", &r.manscdp_allow[..], &mut p.manscdp_allow),
+        ("manscdp_deny", &r.manscdp_deny[..], &mut p.manscdp_deny),
+        ("manscdp_deny_from_b", from_b, &mut p.manscdp_deny_from_b),
     ] {
         for (j, c) in list.iter().enumerate() {
             let v = c.get_ref();

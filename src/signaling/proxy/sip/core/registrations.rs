@@ -150,6 +150,7 @@ impl Core {
             return Ok((None, Vec::new()));
         }
         let register = head.method() == Some(b"REGISTER");
+        let redirect = head.status().is_some_and(|c| (300..400).contains(&c));
         let header_expires = head
             .header("Expires")
             .and_then(|h| std::str::from_utf8(h.value()).ok())
@@ -200,6 +201,13 @@ impl Core {
                         addr: SocketAddrV4::new(ip, port.unwrap_or(5060)),
                         conn: src.conn,
                     },
+                    // A redirect (a 3xx answering REGISTER: "register there") names another
+                    // server of the sender's domain: the request to its token goes there.
+                    (None, Host::V4(ip), port)
+                        if redirect && self.routes.domain(self.dom(from)).contains(ip) =>
+                    {
+                        Peer::udp(SocketAddrV4::new(ip, port.unwrap_or(5060)))
+                    }
                     _ => src,
                 };
                 let tok = self.bind(from, na.uri, (reach, *src.addr.ip()), secs, register, now)?;

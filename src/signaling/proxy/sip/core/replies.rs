@@ -181,6 +181,7 @@ impl Core {
         }
         let _ = ed.replace_value("From", &orig_from);
         let _ = ed.replace_value("To", &to_back);
+        self.rewrite_paths(head, &mut ed, face);
         if let Some(b) = new_body {
             ed.set_body(b);
         }

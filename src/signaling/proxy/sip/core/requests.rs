@@ -5,11 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::clock::now_ms;
+use crate::config::DomainId;
 use crate::signaling::manscdp;
 use crate::signaling::sip::{build_response, Editor, Head, Host, Limits, SipMessage, Uri};
 
 use super::calls::call_label;
-use super::rewrite::{hides_sdp, is_sdp, replace_hostport, token_of, unfold};
+use super::rewrite::{
+    credentials_cover_request_uri, hides_sdp, is_sdp, replace_hostport, token_of, unfold,
+};
 use super::{
     BindRefused, Call, Core, Face, InKey, Out, Peer, Target, Txn, BRANCH_PREFIX, DIALOG_IDLE,
     LOG_FORBIDDEN, LOG_REFUSED_MEDIA, MAX_CALLS, MAX_TXNS, TXN_LINGER,
@@ -150,14 +153,22 @@ impl Core {
         if manscdp {
             let cmds = manscdp::commands(body);
             let (allow, deny) = (&self.policy.manscdp_allow, &self.policy.manscdp_deny);
-            if let Some(cmd) = manscdp::refused(&cmds, allow, deny) {
+            let from_b = self.dom(face) == DomainId::B;
+            let refusal = manscdp::refused(&cmds, allow, deny)
+                .map(|c| (c, "on this route"))
+                .or_else(|| {
+                    manscdp::denied(&cmds, &self.policy.manscdp_deny_from_b)
+                        .filter(|_| from_b)
+                        .map(|c| (c, "from domain B (manscdp_deny_from_b)"))
+                });
+            if let Some((cmd, where_)) = refusal {
                 let cmd = String::from_utf8_lossy(cmd).into_owned();
                 self.counters.manscdp_refused += 1;
                 if let Some(suppressed) = LOG_FORBIDDEN.check(now_ms()) {
-                    tracing::warn!(route = %self.name, peer = %src.addr, command = %cmd, suppressed, "MANSCDP command refused with 403 (manscdp_allow / manscdp_deny)");
+                    tracing::warn!(route = %self.name, peer = %src.addr, command = %cmd, suppressed, "MANSCDP command refused with 403 (manscdp_allow / manscdp_deny / manscdp_deny_from_b)");
                 }
                 let warning =
-                    format!("399 vgate \"MANSCDP command {cmd} is not allowed on this route\"");
+                    format!("399 vgate \"MANSCDP command {cmd} is not allowed {where_}\"");
                 self.answer(
                     (face, src),
                     head,
@@ -183,6 +194,9 @@ impl Core {
                 return;
             }
         };
+        // Credentials computed over the Request-URI as the sender wrote it keep it: the
+        // gateway cannot recompute them (docs/gbt28181.md, "Digest authentication").
+        let new_uri = new_uri.filter(|_| !credentials_cover_request_uri(head));
         let cseq = head.cseq().map(|c| c.seq).unwrap_or(0);
         let initial_invite = method == b"INVITE" && !to_tagged;
         if !body.is_empty() && hides_sdp(head, body) {
@@ -382,6 +396,7 @@ impl Core {
         if let Some(v) = &to_out {
             let _ = ed.replace_value("To", v);
         }
+        self.rewrite_paths(head, &mut ed, face);
         if let Some(b) = new_body {
             ed.set_body(b);
         }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::signaling::manscdp;
-use crate::signaling::sip::{Head, Host, NameAddr, Uri};
+use crate::signaling::sip::{Editor, Head, Host, NameAddr, Uri};
 
 use super::{Core, Face, MAX_CALL_IDS, TOKEN_PARAM};
 
@@ -176,5 +176,135 @@ impl Core {
             self.local[to.index()]
         )
         .into_bytes()
+    }
+}
+
+/// The GB/T 28181-2022 Annex H path headers: the SIP URIs of the hops a request took or
+/// should take.
+pub(super) const PATH_HEADERS: [&str; 2] = ["X-RoutePath", "X-PreferredPath"];
+
+/// The elements of a list header value: split at the commas outside `<...>` and quotes.
+fn list_items(v: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut angle, mut quoted, mut escaped) = (false, false, false);
+    let mut start = 0;
+    for (i, &b) in v.iter().enumerate() {
+        if quoted {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => quoted = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => quoted = true,
+            b'<' => angle = true,
+            b'>' => angle = false,
+            b',' if !angle => {
+                out.push(v.get(start..i).unwrap_or_default());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(v.get(start..).unwrap_or_default());
+    out
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let s = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let e = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(s, |e| e + 1);
+    v.get(s..e).unwrap_or_default()
+}
+
+/// The `uri=` of Digest credentials (an `Authorization` or `Proxy-Authorization` value),
+/// its quotes removed.
+pub(super) fn digest_uri(v: &[u8]) -> Option<&[u8]> {
+    let v = trim(v);
+    let (scheme, params) = v.split_at(v.iter().position(|b| b.is_ascii_whitespace())?);
+    if !scheme.eq_ignore_ascii_case(b"Digest") {
+        return None;
+    }
+    list_items(params).into_iter().find_map(|p| {
+        let eq = p.iter().position(|&b| b == b'=')?;
+        let (name, value) = (trim(p.get(..eq)?), trim(p.get(eq + 1..)?));
+        name.eq_ignore_ascii_case(b"uri").then(|| {
+            value
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .unwrap_or(value)
+        })
+    })
+}
+
+/// Whether the request carries Digest credentials computed over its Request-URI as
+/// received (`uri=` equal to it): rewriting that Request-URI would make them fail at a
+/// registrar that checks `uri=` against the Request-URI (RFC 2617 §3.2.2.5, RFC 7616
+/// §3.4.6), whatever the `algorithm` (MD5, SHA-256, GB/T 28181-2022's SM3).
+pub(super) fn credentials_cover_request_uri(head: &Head<'_>) -> bool {
+    let Some(ruri) = head.request_uri() else {
+        return false;
+    };
+    ["Authorization", "Proxy-Authorization"].iter().any(|name| {
+        head.headers_named(name)
+            .any(|h| digest_uri(&unfold(h.value())).is_some_and(|u| u == ruri))
+    })
+}
+
+impl Core {
+    /// An Annex H path header value going from face `from` to the other: each SIP URI
+    /// whose host is an address of `from`'s domain names the gateway's hop on the
+    /// receiving face instead (its user, the hop's GB/T 28181 ID, kept). `Ok(None)`:
+    /// nothing to change; `Err(())`: an element that is not a SIP URI vgate can read,
+    /// so the header is removed rather than let an address through.
+    pub(super) fn rewrite_path(&self, value: &[u8], from: Face) -> Result<Option<Vec<u8>>, ()> {
+        let hop = self.local[from.other().index()].to_string();
+        let mut changed = false;
+        let mut items = Vec::new();
+        for item in list_items(value) {
+            let item = trim(item);
+            let na = NameAddr::parse(item).map_err(|_| ())?;
+            let uri = na.sip_uri().map_err(|_| ())?;
+            match uri.host {
+                Host::V4(ip) if self.routes.domain(self.dom(from)).contains(ip) => {
+                    items.push(replace_hostport(item, &uri, &hop).ok_or(())?);
+                    changed = true;
+                }
+                Host::V4(_) | Host::Name(_) => items.push(item.to_vec()),
+                _ => return Err(()),
+            }
+        }
+        Ok(changed.then(|| items.join(&b", "[..])))
+    }
+
+    /// Rewrites (or removes) the Annex H path headers of a message crossing from `from`.
+    pub(super) fn rewrite_paths(&self, head: &Head<'_>, ed: &mut Editor<'_, '_>, from: Face) {
+        for name in PATH_HEADERS {
+            let values: Vec<Vec<u8>> = head
+                .headers_named(name)
+                .map(|h| unfold(h.value()))
+                .collect();
+            if values.is_empty() {
+                continue;
+            }
+            let joined = values.join(&b", "[..]);
+            match self.rewrite_path(&joined, from) {
+                Ok(None) => {}
+                Ok(Some(v)) => {
+                    let _ = ed.replace_all(name, &v);
+                }
+                Err(()) => {
+                    ed.remove_all(name);
+                }
+            }
+        }
     }
 }
