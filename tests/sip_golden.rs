@@ -2175,3 +2175,529 @@ fn a_call_route_with_traffic_gives_one_time_to_first_packet() {
         "not again at the route's removal"
     );
 }
+
+// ---- GB/T 28181-2022 at the boundary -------------------------------------------------
+
+/// [`assert_no_leak`] for route 1, which listens in A: nothing of A goes upstream (B),
+/// nothing of B to the listen face (A).
+fn assert_no_leak_listen_in_a(outs: &[Out]) {
+    for o in outs {
+        let m = text(o);
+        let foreign = match o.face {
+            Face::Upstream => "10.1.",
+            Face::Listen => "10.2.",
+        };
+        assert!(!m.contains(foreign), "{foreign} leaked into {:?}:\n{m}", o.face);
+    }
+}
+
+
+/// A 2022 device's REGISTER (route 1: the device in A registers with the platform in B),
+/// addressed to the gateway's A address as the device was configured.
+fn register_2022(branch: &str, cseq: u32, auth: &str) -> String {
+    format!(
+        "REGISTER sip:34020000002000000001@10.1.0.1:5060 SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.20:5060;rport;branch={branch}
+From: <sip:34020000001320000001@3402000000>;tag=g22
+To: <sip:34020000001320000001@3402000000>
+Call-ID: 2022reg@10.1.0.20
+CSeq: {cseq} REGISTER
+Contact: <sip:34020000001320000001@10.1.0.20:5060>
+Max-Forwards: 70
+User-Agent: IP Camera
+X-GB-ver: 3.0
+{auth}Expires: 3600
+Content-Length: 0
+
+"
+    )
+}
+
+/// The branch vgate put in its Via.
+fn our_branch(o: &Out) -> String {
+    text(o)
+        .split("branch=")
+        .nth(1)
+        .unwrap()
+        .split([';', '\r'])
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn header_line<'a>(msg: &'a str, name: &str) -> Vec<&'a str> {
+    msg.lines()
+        .filter(|l| {
+            l.split(':')
+                .next()
+                .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        })
+        .collect()
+}
+
+#[test]
+fn gb2022_register_with_x_gb_ver_and_sm3_digest_crosses_intact() {
+    let mut t = bench(1);
+    let outs = t.send(
+        Face::Listen,
+        "10.1.0.20:5060",
+        &register_2022("z9hG4bK22a", 1, ""),
+    );
+    assert_eq!(outs.len(), 1);
+    let fwd = text(&outs[0]);
+    assert!(
+        fwd.starts_with("REGISTER sip:34020000002000000001@10.2.0.60:5060 SIP/2.0\r\n"),
+        "without credentials the Request-URI names the registrar: {fwd}"
+    );
+    assert_eq!(header_line(&fwd, "X-GB-ver"), ["X-GB-ver: 3.0"]);
+    assert_no_leak_listen_in_a(&outs);
+    let challenge = format!(
+        "SIP/2.0 401 Unauthorized
+Via: SIP/2.0/UDP 10.2.0.1:40000;branch={};rport=40000
+From: <sip:34020000001320000001@3402000000>;tag=g22
+To: <sip:34020000001320000001@3402000000>;tag=1860151452
+Call-ID: {}
+CSeq: 1 REGISTER
+WWW-Authenticate: Digest realm=\"3402000000\", nonce=\"5a4b2c6d9e0f1a2b\", opaque=\"9c7d\", qop=\"auth\", algorithm=SM3
+User-Agent: WVP-Pro
+X-GB-ver: 3.0
+Content-Length: 0
+
+",
+        our_branch(&outs[0]),
+        call_id_of(&fwd).unwrap()
+    );
+    let back = t.send(Face::Upstream, "10.2.0.60:5060", &challenge);
+    assert_eq!(back.len(), 1);
+    let b = text(&back[0]);
+    assert_eq!(
+        header_line(&b, "WWW-Authenticate"),
+        ["WWW-Authenticate: Digest realm=\"3402000000\", nonce=\"5a4b2c6d9e0f1a2b\", opaque=\"9c7d\", qop=\"auth\", algorithm=SM3"]
+    );
+    assert_eq!(header_line(&b, "X-GB-ver"), ["X-GB-ver: 3.0"]);
+    // The device's answer to the challenge: SM3 over the Request-URI it wrote.
+    let auth = "Authorization: Digest username=\"34020000001320000001\", realm=\"3402000000\", nonce=\"5a4b2c6d9e0f1a2b\", uri=\"sip:34020000002000000001@10.1.0.1:5060\", response=\"6b1f3e0d2a4c5b7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f708192a3b4\", algorithm=SM3, cnonce=\"0a4f113b\", opaque=\"9c7d\", qop=auth, nc=00000001\n";
+    let outs = t.send(
+        Face::Listen,
+        "10.1.0.20:5060",
+        &register_2022("z9hG4bK22b", 2, auth),
+    );
+    assert_eq!(outs.len(), 1);
+    let fwd = text(&outs[0]);
+    assert!(
+        fwd.starts_with("REGISTER sip:34020000002000000001@10.1.0.1:5060 SIP/2.0\r\n"),
+        "the Request-URI the digest covers is kept: {fwd}"
+    );
+    assert_eq!(
+        header_line(&fwd, "Authorization"),
+        [auth.trim_end()],
+        "credentials byte for byte"
+    );
+    assert_eq!(header_line(&fwd, "X-GB-ver"), ["X-GB-ver: 3.0"]);
+    let ok = format!(
+        "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.2.0.1:40000;branch={};rport=40000
+From: <sip:34020000001320000001@3402000000>;tag=g22
+To: <sip:34020000001320000001@3402000000>;tag=1860151453
+Call-ID: {}
+CSeq: 2 REGISTER
+Contact: <sip:34020000001320000001@10.2.0.1:40000;vgt={}>;expires=3600
+Date: 2026-12-03T00:30:00.000
+X-GB-ver: 3.0
+Content-Length: 0
+
+",
+        our_branch(&outs[0]),
+        call_id_of(&fwd).unwrap(),
+        token(&outs[0])
+    );
+    let back = t.send(Face::Upstream, "10.2.0.60:5060", &ok);
+    assert_eq!(back.len(), 1);
+    let b = text(&back[0]);
+    assert!(b.starts_with("SIP/2.0 200 OK\r\n"));
+    assert_eq!(header_line(&b, "X-GB-ver"), ["X-GB-ver: 3.0"]);
+    assert!(!b.contains("10.2."), "no domain-B address reaches the device: {b}");
+    assert_eq!(t.core.registrations(t.now).len(), 1);
+    t.check("register_2022_sm3");
+}
+
+#[test]
+fn gb2022_302_answering_register_redirects_through_the_gateway() {
+    let mut t = bench(1);
+    let outs = t.send(
+        Face::Listen,
+        "10.1.0.20:5060",
+        &register_2022("z9hG4bK302a", 1, ""),
+    );
+    let fwd = text(&outs[0]);
+    let redirect = format!(
+        "SIP/2.0 302 Moved Temporarily
+Via: SIP/2.0/UDP 10.2.0.1:40000;branch={};rport=40000
+From: <sip:34020000001320000001@3402000000>;tag=g22
+To: <sip:34020000001320000001@3402000000>;tag=77
+Call-ID: {}
+CSeq: 1 REGISTER
+Contact: <sip:34020000002000000002@10.2.0.61:5070>
+X-GB-ver: 3.0
+Content-Length: 0
+
+",
+        our_branch(&outs[0]),
+        call_id_of(&fwd).unwrap()
+    );
+    let back = t.send(Face::Upstream, "10.2.0.60:5060", &redirect);
+    assert_eq!(back.len(), 1);
+    assert_no_leak_listen_in_a(&back);
+    let b = text(&back[0]);
+    assert!(b.starts_with("SIP/2.0 302 Moved Temporarily\r\n"));
+    let contact = header_line(&b, "Contact")[0].to_owned();
+    assert!(
+        contact.starts_with("Contact: <sip:34020000002000000002@10.1.0.1:5060;vgt="),
+        "the redirect names the gateway: {contact}"
+    );
+    assert_eq!(header_line(&b, "X-GB-ver"), ["X-GB-ver: 3.0"]);
+    // The device registers where it was sent: the gateway forwards to the new server.
+    let tok = token(&back[0]);
+    let again = register_2022("z9hG4bK302b", 2, "").replace(
+        "REGISTER sip:34020000002000000001@10.1.0.1:5060",
+        &format!("REGISTER sip:34020000002000000002@10.1.0.1:5060;vgt={tok}"),
+    );
+    let outs = t.send(Face::Listen, "10.1.0.20:5060", &again);
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].to.addr, "10.2.0.61:5070".parse().unwrap());
+    let fwd = text(&outs[0]);
+    assert!(
+        fwd.starts_with("REGISTER sip:34020000002000000002@10.2.0.61:5070 SIP/2.0\r\n"),
+        "{fwd}"
+    );
+    assert_no_leak_listen_in_a(&outs);
+    let back = answer_register_from(&mut t, &outs[0], "200 OK", "10.2.0.61:5070");
+    assert_eq!(back.len(), 1);
+    assert!(text(&back[0]).starts_with("SIP/2.0 200 OK\r\n"));
+    assert_no_leak_listen_in_a(&back);
+    assert_eq!(t.core.registrations(t.now).len(), 1);
+    t.check("register_302_redirect");
+}
+
+fn answer_register_from(t: &mut Bench, fwd: &Out, code: &str, from: &str) -> Vec<Out> {
+    let f = text(fwd);
+    let head = |name: &str| header_line(&f, name)[0].to_owned();
+    let resp = format!(
+        "SIP/2.0 {code}\n{}\n{}\n{};tag=s1\n{}\n{}\n{}\nContent-Length: 0\n\n",
+        head("Via"),
+        head("From"),
+        head("To"),
+        head("Call-ID"),
+        head("CSeq"),
+        head("Contact"),
+    );
+    t.send(Face::Upstream, from, &resp)
+}
+
+/// 丂乚㐀 (GBK trail bytes 0x40 and 0x5d, a four-byte GB 18030 character with ASCII
+/// digits inside) and 𠀀𠀁 (two four-byte characters).
+const GB18030_NAMES: [&[u8]; 2] = [
+    b"\x81\x40\x81\x5d\x81\x39\xee\x39",
+    b"\x95\x32\x82\x36\x95\x32\x82\x37",
+];
+
+#[test]
+fn manscdp_catalog_in_gb18030_is_rewritten_on_bytes() {
+    let mut t = bench(1);
+    let body = golden_bytes("catalog_gb18030.in.xml");
+    assert!(std::str::from_utf8(&body).is_err(), "not UTF-8");
+    let m = device_message(&body, 7);
+    let outs = t.core.on_message(
+        Face::Listen,
+        Peer::udp("10.1.0.20:5060".parse().unwrap()),
+        &m,
+        t.now,
+    );
+    assert_eq!(outs.len(), 1);
+    let (_, out_body) = head_and_body(&outs[0]);
+    assert_ne!(out_body.len(), body.len(), "the addresses changed length");
+    check_golden_bytes("catalog_gb18030.gateway.xml", &out_body);
+    for name in GB18030_NAMES {
+        assert!(out_body.windows(name.len()).any(|w| w == name));
+    }
+    assert!(!outs[0].bytes.windows(8).any(|w| w == b"192.168."));
+    assert!(!outs[0].bytes.windows(5).any(|w| w == b"10.1."));
+    // Everything but the address fields is byte for byte the device's.
+    let strip = |b: &[u8]| {
+        let s: Vec<u8> = b.to_vec();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < s.len() {
+            let rest = &s[i..];
+            let field = [&b"<IPAddress>"[..], b"<Address>", b"<Port>"]
+                .into_iter()
+                .find(|f| rest.starts_with(f));
+            if let Some(f) = field {
+                out.extend_from_slice(f);
+                i += f.len();
+                while s[i] != b'<' {
+                    i += 1;
+                }
+            } else {
+                out.push(s[i]);
+                i += 1;
+            }
+        }
+        out
+    };
+    let kept = strip(&body);
+    assert_eq!(strip(&out_body), kept);
+    assert_eq!(t.core.counters.manscdp_rewritten, 1);
+}
+
+/// An offer of H.265 video (PT 100, `f=` video codec 5) and AAC audio (PT 102), as a
+/// GB/T 28181-2022 platform writes it.
+const H265_AAC_OFFER: &str = "v=0
+o=34020000002000000001 0 0 IN IP4 10.2.0.50
+s=Play
+c=IN IP4 10.2.0.50
+t=0 0
+m=video 6000 RTP/AVP 100
+a=recvonly
+a=rtpmap:100 H265/90000
+m=audio 6002 RTP/AVP 102
+a=recvonly
+a=rtpmap:102 MPEG4-GENERIC/16000/1
+a=fmtp:102 streamtype=5;profile-level-id=15;mode=AAC-hbr;config=1408;sizelength=13;indexlength=3;indexdeltalength=3
+y=0100000022
+f=v/5/6/25/1/4096a/1/3/3
+";
+
+const H265_AAC_ANSWER: &str = "v=0
+o=34020000001320000001 0 0 IN IP4 10.1.0.9
+s=Play
+c=IN IP4 10.1.0.9
+t=0 0
+m=video 15060 RTP/AVP 100
+a=sendonly
+a=rtpmap:100 H265/90000
+m=audio 15062 RTP/AVP 102
+a=sendonly
+a=rtpmap:102 MPEG4-GENERIC/16000/1
+a=fmtp:102 streamtype=5;profile-level-id=15;mode=AAC-hbr;config=1408;sizelength=13;indexlength=3;indexdeltalength=3
+y=0100000022
+f=v/5/6/25/1/4096a/1/3/3
+";
+
+#[test]
+fn gb2022_h265_and_aac_cross_and_are_validated() {
+    let mut t = validating("enforce");
+    let outs = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &invite_with(H265_AAC_OFFER, "34020000002000000001", "h265"),
+    );
+    assert_eq!(outs.len(), 2, "100 Trying and the INVITE: {}", text(&outs[0]));
+    let fwd = text(&outs[1]);
+    for l in [
+        "a=rtpmap:100 H265/90000\r\n",
+        "a=rtpmap:102 MPEG4-GENERIC/16000/1\r\n",
+        "y=0100000022\r\nf=v/5/6/25/1/4096a/1/3/3\r\n",
+    ] {
+        assert!(fwd.contains(l), "{l:?} kept: {fwd}");
+    }
+    assert_no_leak(&outs);
+    let ok = with_body(
+        &format!(
+            "SIP/2.0 200 OK
+Via: SIP/2.0/UDP 10.1.0.1:40000;branch={};rport=40000
+From: <sip:34020000002000000001@3402000000>;tag=p1
+To: <sip:34020000001320000001@3402000000>;tag=d22
+Call-ID: {}
+CSeq: 20 INVITE
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+",
+            our_branch(&outs[1]),
+            call_id_of(&fwd).unwrap()
+        ),
+        "application/sdp",
+        H265_AAC_ANSWER,
+    );
+    let back = t.send(Face::Upstream, "10.1.0.9:5060", &ok);
+    assert_eq!(back.len(), 1);
+    assert!(text(&back[0]).starts_with("SIP/2.0 200 OK\r\n"));
+    assert!(text(&back[0]).contains("f=v/5/6/25/1/4096a/1/3/3\r\n"));
+    assert_eq!(t.core.counters.media_refused, 0);
+    let specs: Vec<(String, Vec<(u8, vgate::media::Codec, u32)>)> = t
+        .routes
+        .routes()
+        .into_iter()
+        .filter(|r| r.label.ends_with(" rtp"))
+        .map(|r| {
+            let rule = r.media.expect("validated");
+            assert!(rule.enforce);
+            let f = rule
+                .spec
+                .formats()
+                .iter()
+                .map(|f| (f.pt, f.codec, f.clock_rate))
+                .collect();
+            (r.label.to_string(), f)
+        })
+        .collect();
+    let formats: Vec<_> = specs.iter().map(|(_, f)| f.clone()).collect();
+    assert!(
+        formats.contains(&vec![(100, vgate::media::Codec::H265, 90000)]),
+        "{specs:?}"
+    );
+    assert!(
+        formats.contains(&vec![(102, vgate::media::Codec::Aac, 16000)]),
+        "{specs:?}"
+    );
+}
+
+/// A `<Control>` body a platform sends a device.
+fn control_2022(cmd_type: &str, inner: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"GB2312\"?>\n<Control>\n<CmdType>{cmd_type}</CmdType>\n<SN>51</SN>\n<DeviceID>34020000001320000001</DeviceID>\n{inner}\n</Control>\n"
+    )
+}
+
+fn query_2022(cmd_type: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"GB2312\"?>\n<Query>\n<CmdType>{cmd_type}</CmdType>\n<SN>52</SN>\n<DeviceID>34020000001320000001</DeviceID>\n</Query>\n"
+    )
+}
+
+/// The 2022 commands from the user network (B): queries and controls cross, the
+/// destructive ones (DeviceUpgrade, FormatSDCard) are refused unless the route allows them;
+/// from domain A (a device's own platform side) nothing is refused by default.
+#[test]
+fn gb2022_manscdp_commands_default_policy() {
+    let crossing = [
+        query_2022("HomePositionQuery"),
+        query_2022("CruiseTrackListQuery"),
+        query_2022("CruiseTrackQuery").replace("</DeviceID>\n", "</DeviceID>\n<Number>1</Number>\n"),
+        query_2022("PTZPosition"),
+        query_2022("SDCardStatus"),
+        control_2022("DeviceControl", "<PTZPreciseCtrl>\n<Pan>90.5</Pan>\n<Tilt>10.25</Tilt>\n<Zoom>2</Zoom>\n</PTZPreciseCtrl>"),
+        control_2022("DeviceControl", "<TargetTrack>Auto</TargetTrack>"),
+        control_2022("DeviceConfig", "<SnapShotConfig>\n<SnapNum>3</SnapNum>\n<Interval>1</Interval>\n<UploadURL>http://10.2.0.60:8080/snap</UploadURL>\n<SessionID>0123456789abcdef0123456789abcdef</SessionID>\n</SnapShotConfig>"),
+    ];
+    let destructive = [
+        ("DeviceUpgrade", control_2022("DeviceControl", "<DeviceUpgrade>\n<Firmware>V5.7.3</Firmware>\n<FileURL>http://10.2.0.60/fw.bin</FileURL>\n<Manufacturer>Vendor</Manufacturer>\n<SessionID>0123456789abcdef0123456789abcdef</SessionID>\n</DeviceUpgrade>")),
+        ("FormatSDCard", control_2022("DeviceControl", "<FormatSDCard>1</FormatSDCard>")),
+    ];
+    // Route 0 listens in B: the platform's commands arrive on the listen face.
+    let mut t = bench(0);
+    for (n, body) in crossing.iter().enumerate() {
+        let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(body, 100 + n as u32));
+        assert!(text(&o[0]).starts_with("MESSAGE "), "{body}: {}", text(&o[0]));
+    }
+    for (n, (cmd, body)) in destructive.iter().enumerate() {
+        let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(body, 200 + n as u32));
+        assert_eq!(o.len(), 1);
+        assert_eq!(code(&o[0]), "403", "{cmd}");
+        assert!(
+            text(&o[0]).contains(&format!(
+                "Warning: 399 vgate \"MANSCDP command {cmd} is not allowed from domain B (manscdp_deny_from_b)\""
+            )),
+            "{}",
+            text(&o[0])
+        );
+    }
+    assert_eq!(t.core.counters.manscdp_refused, 2);
+    // Route 1: the platform in B reaches the registered device through the upstream face.
+    let mut t = bench(1);
+    let fwd = t.send(Face::Listen, "10.1.0.20:5060", &register(5060, 1, 3600));
+    answer_register(&mut t, &fwd[0], "200 OK");
+    let ruri = "sip:34020000001320000001@10.2.0.1:40000";
+    let (_, body) = &destructive[1];
+    let msg = with_body(
+        &format!(
+            "MESSAGE {ruri} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.60:5060;rport;branch=z9hG4bKfmt
+From: <sip:34020000002000000001@3402000000>;tag=f1
+To: <sip:34020000001320000001@3402000000>
+Call-ID: fmt@3402000000
+CSeq: 9 MESSAGE
+Max-Forwards: 70
+"
+        ),
+        "Application/MANSCDP+xml",
+        body,
+    );
+    let o = t.send(Face::Upstream, "10.2.0.60:5060", &msg);
+    assert_eq!(code(&o[0]), "403", "{}", text(&o[0]));
+    // The route allows them: they cross.
+    let cfg = CONFIG.replace(
+        "upstream_port = 5061\nmedia_timeout = 5\n",
+        "upstream_port = 5061\nmedia_timeout = 5\nmanscdp_deny_from_b = []\n",
+    );
+    let mut t = bench_with(&cfg, 0);
+    for (n, (cmd, body)) in destructive.iter().enumerate() {
+        let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(body, 300 + n as u32));
+        assert!(text(&o[0]).starts_with("MESSAGE "), "{cmd}: {}", text(&o[0]));
+    }
+    assert_eq!(t.core.counters.manscdp_refused, 0);
+    // The device's notifications (Notify from A) are never policed.
+    let mut t = bench(1);
+    for (n, cmd) in ["UploadSnapShotFinished", "DeviceUpgradeResult"].iter().enumerate() {
+        let body = format!("<?xml version=\"1.0\" encoding=\"GB2312\"?>\r\n<Notify>\r\n<CmdType>{cmd}</CmdType>\r\n<SN>9</SN>\r\n<DeviceID>34020000001320000001</DeviceID>\r\n<Result>OK</Result>\r\n</Notify>\r\n");
+        let o = t.core.on_message(
+            Face::Listen,
+            Peer::udp("10.1.0.20:5060".parse().unwrap()),
+            &device_message(body.as_bytes(), 40 + n as u32),
+            t.now,
+        );
+        assert!(text(&o[0]).starts_with("MESSAGE "), "{cmd}");
+    }
+}
+
+#[test]
+fn annex_h_path_headers_name_the_gateway_not_the_other_domain() {
+    let mut t = bench(0);
+    let invite = invite_with(OFFER, "34020000002000000001", "path").replace(
+        "Max-Forwards: 70\n",
+        "Max-Forwards: 70\nX-RoutePath: <sip:34020000002000000009@10.2.0.70:5060>,<sip:34020000002000000001@10.2.0.50:5060>\nX-PreferredPath: <sip:34020000002000000009@3402000000>, <sip:34020000001110000001@10.1.0.30:5060>\n",
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &invite);
+    assert_eq!(outs.len(), 2);
+    assert_no_leak(&outs);
+    let fwd = text(&outs[1]);
+    assert_eq!(
+        header_line(&fwd, "X-RoutePath"),
+        ["X-RoutePath: <sip:34020000002000000009@10.1.0.1:40000>, <sip:34020000002000000001@10.1.0.1:40000>"],
+        "the B hops become the gateway's hop in A, their IDs kept"
+    );
+    assert_eq!(
+        header_line(&fwd, "X-PreferredPath"),
+        ["X-PreferredPath: <sip:34020000002000000009@3402000000>, <sip:34020000001110000001@10.1.0.30:5060>"],
+        "IDs at a domain and A's own addresses are not B's: unchanged"
+    );
+    // A path vgate cannot read is removed rather than let an address through.
+    let odd = invite_with(OFFER, "34020000002000000001", "path2").replace(
+        "Max-Forwards: 70\n",
+        "Max-Forwards: 70\nX-RoutePath: 10.2.0.70 via 10.2.0.71\n",
+    );
+    let outs = t.send(Face::Listen, "10.2.0.50:5060", &odd);
+    assert!(header_line(&text(&outs[1]), "X-RoutePath").is_empty());
+    assert_no_leak(&outs);
+    // In a response from A to B too.
+    let fwd = t.send(
+        Face::Listen,
+        "10.2.0.50:5060",
+        &platform_control(&query_2022("HomePositionQuery"), 60),
+    );
+    let f = text(&fwd[0]);
+    let resp = format!(
+        "SIP/2.0 200 OK\n{}\n{}\n{};tag=d\n{}\n{}\nX-RoutePath: <sip:34020000001320000001@10.1.0.9:5060>\nContent-Length: 0\n\n",
+        header_line(&f, "Via")[0],
+        header_line(&f, "From")[0],
+        header_line(&f, "To")[0],
+        header_line(&f, "Call-ID")[0],
+        header_line(&f, "CSeq")[0],
+    );
+    let back = t.send(Face::Upstream, "10.1.0.9:5060", &resp);
+    assert_eq!(back.len(), 1);
+    assert_no_leak(&back);
+    assert_eq!(
+        header_line(&text(&back[0]), "X-RoutePath"),
+        ["X-RoutePath: <sip:34020000001320000001@10.2.0.1:5060>"]
+    );
+}
