@@ -2187,10 +2187,13 @@ fn assert_no_leak_listen_in_a(outs: &[Out]) {
             Face::Upstream => "10.1.",
             Face::Listen => "10.2.",
         };
-        assert!(!m.contains(foreign), "{foreign} leaked into {:?}:\n{m}", o.face);
+        assert!(
+            !m.contains(foreign),
+            "{foreign} leaked into {:?}:\n{m}",
+            o.face
+        );
     }
 }
-
 
 /// A 2022 device's REGISTER (route 1: the device in A registers with the platform in B),
 /// addressed to the gateway's A address as the device was configured.
@@ -2316,7 +2319,10 @@ Content-Length: 0
     let b = text(&back[0]);
     assert!(b.starts_with("SIP/2.0 200 OK\r\n"));
     assert_eq!(header_line(&b, "X-GB-ver"), ["X-GB-ver: 3.0"]);
-    assert!(!b.contains("10.2."), "no domain-B address reaches the device: {b}");
+    assert!(
+        !b.contains("10.2."),
+        "no domain-B address reaches the device: {b}"
+    );
     assert_eq!(t.core.registrations(t.now).len(), 1);
     t.check("register_2022_sm3");
 }
@@ -2492,7 +2498,12 @@ fn gb2022_h265_and_aac_cross_and_are_validated() {
         "10.2.0.50:5060",
         &invite_with(H265_AAC_OFFER, "34020000002000000001", "h265"),
     );
-    assert_eq!(outs.len(), 2, "100 Trying and the INVITE: {}", text(&outs[0]));
+    assert_eq!(
+        outs.len(),
+        2,
+        "100 Trying and the INVITE: {}",
+        text(&outs[0])
+    );
     let fwd = text(&outs[1]);
     for l in [
         "a=rtpmap:100 H265/90000\r\n",
@@ -2586,11 +2597,23 @@ fn gb2022_manscdp_commands_default_policy() {
     // Route 0 listens in B: the platform's commands arrive on the listen face.
     let mut t = bench(0);
     for (n, body) in crossing.iter().enumerate() {
-        let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(body, 100 + n as u32));
-        assert!(text(&o[0]).starts_with("MESSAGE "), "{body}: {}", text(&o[0]));
+        let o = t.send(
+            Face::Listen,
+            "10.2.0.50:5060",
+            &platform_control(body, 100 + n as u32),
+        );
+        assert!(
+            text(&o[0]).starts_with("MESSAGE "),
+            "{body}: {}",
+            text(&o[0])
+        );
     }
     for (n, (cmd, body)) in destructive.iter().enumerate() {
-        let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(body, 200 + n as u32));
+        let o = t.send(
+            Face::Listen,
+            "10.2.0.50:5060",
+            &platform_control(body, 200 + n as u32),
+        );
         assert_eq!(o.len(), 1);
         assert_eq!(code(&o[0]), "403", "{cmd}");
         assert!(
@@ -2631,13 +2654,24 @@ Max-Forwards: 70
     );
     let mut t = bench_with(&cfg, 0);
     for (n, (cmd, body)) in destructive.iter().enumerate() {
-        let o = t.send(Face::Listen, "10.2.0.50:5060", &platform_control(body, 300 + n as u32));
-        assert!(text(&o[0]).starts_with("MESSAGE "), "{cmd}: {}", text(&o[0]));
+        let o = t.send(
+            Face::Listen,
+            "10.2.0.50:5060",
+            &platform_control(body, 300 + n as u32),
+        );
+        assert!(
+            text(&o[0]).starts_with("MESSAGE "),
+            "{cmd}: {}",
+            text(&o[0])
+        );
     }
     assert_eq!(t.core.counters.manscdp_refused, 0);
     // The device's notifications (Notify from A) are never policed.
     let mut t = bench(1);
-    for (n, cmd) in ["UploadSnapShotFinished", "DeviceUpgradeResult"].iter().enumerate() {
+    for (n, cmd) in ["UploadSnapShotFinished", "DeviceUpgradeResult"]
+        .iter()
+        .enumerate()
+    {
         let body = format!("<?xml version=\"1.0\" encoding=\"GB2312\"?>\r\n<Notify>\r\n<CmdType>{cmd}</CmdType>\r\n<SN>9</SN>\r\n<DeviceID>34020000001320000001</DeviceID>\r\n<Result>OK</Result>\r\n</Notify>\r\n");
         let o = t.core.on_message(
             Face::Listen,

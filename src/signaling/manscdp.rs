@@ -2,10 +2,13 @@
 //! which command a body carries (for the per-route command policy) and the rewrite of the
 //! address fields that would tell one domain the other's addresses.
 //!
-//! Bodies are GB2312 (or GBK, or UTF-8) text; vgate never decodes them. Every byte of a
-//! multi-byte GB2312/GBK character is 0x81 or above, so the ASCII markup (`<`, `>`, `/`,
-//! element names, digits, dots) is found by scanning bytes, and every byte vgate does not
-//! rewrite crosses unchanged: the encoding is kept, only the fields named below change.
+//! Bodies are GB2312, GBK, GB 18030 (or UTF-8) text; vgate never decodes them. A multi-byte
+//! character starts with a byte of 0x81 or above; its other bytes are 0x30-0x39 (the
+//! second and fourth of a GB 18030 four-byte character), 0x40-0x7E or 0x80-0xFE, never `<`,
+//! `>` or `/`. So the markup is found by scanning bytes, an address field (whose whole
+//! text must be an IPv4 address, or digits) never matches text with a character in it, and
+//! every byte vgate does not rewrite crosses unchanged: the encoding is kept, only the
+//! fields named below change.
 //! The scanner is a tolerant one for this flat, element-only XML: no entities, CDATA or
 //! attributes matter to it, and a body it cannot follow is left as it is.
 //!
@@ -245,6 +248,38 @@ mod tests {
         assert!(commands(b"<Response><CmdType>Catalog</CmdType></Response>").is_empty());
         assert!(commands(b"<Query><SN>1</SN></Query>").is_empty());
         assert!(commands(b"not xml <<<>").is_empty());
+    }
+
+    #[test]
+    fn gb2022_commands_are_named() {
+        let b = b"<?xml version=\"1.0\" encoding=\"GB2312\"?>\r\n<Control>\r\n<CmdType>DeviceControl</CmdType>\r\n<SN>3</SN>\r\n<DeviceID>34020000001320000001</DeviceID>\r\n<FormatSDCard>1</FormatSDCard>\r\n</Control>\r\n";
+        let c = commands(b);
+        assert_eq!(c, vec![&b"DeviceControl"[..], b"FormatSDCard"]);
+        let from_b: Vec<String> = crate::config::MANSCDP_DENY_FROM_B
+            .map(String::from)
+            .to_vec();
+        assert_eq!(denied(&c, &from_b), Some(&b"FormatSDCard"[..]));
+        let q = b"<Query><CmdType>PTZPosition</CmdType><SN>4</SN><DeviceID>1</DeviceID></Query>";
+        assert_eq!(commands(q), vec![&b"PTZPosition"[..]]);
+        assert_eq!(denied(&commands(q), &from_b), None);
+    }
+
+    #[test]
+    fn gb18030_text_is_never_an_address() {
+        // A four-byte GB 18030 character carries ASCII digits; with dots around it, it is
+        // still no IPv4 address and no port.
+        let b = b"<Item><Address>\x81\x30\x81\x30.1.2</Address><Port>\x95\x32\x82\x36</Port><IPAddress>10.1.0.5</IPAddress><Name>\x81\x40\x81\x5d</Name></Item>";
+        let g = rewrite_addresses(
+            b,
+            ManscdpAddresses::Gateway,
+            Ipv4Addr::new(10, 2, 0, 1),
+            5061,
+        )
+        .unwrap();
+        assert_eq!(
+            g,
+            b"<Item><Address>\x81\x30\x81\x30.1.2</Address><Port>\x95\x32\x82\x36</Port><IPAddress>10.2.0.1</IPAddress><Name>\x81\x40\x81\x5d</Name></Item>"
+        );
     }
 
     #[test]

@@ -250,6 +250,22 @@ mod tests {
     }
 
     #[test]
+    fn gb2022_h265_and_aac() {
+        let body = "v=0\r\no=34020000001320000001 0 0 IN IP4 10.1.0.9\r\ns=Play\r\nc=IN IP4 10.1.0.9\r\nt=0 0\r\nm=video 15060 RTP/AVP 100\r\na=sendonly\r\na=rtpmap:100 H265/90000\r\nm=audio 15062 RTP/AVP 102\r\na=rtpmap:102 MPEG4-GENERIC/16000/1\r\ny=0100000022\r\nf=v/5/6/25/1/4096a/1/3/3\r\n";
+        let sdp = parse(body.as_bytes()).unwrap();
+        assert_eq!(
+            formats(&media_spec(&sdp.media[0])),
+            [(100, Codec::H265, 90000)]
+        );
+        assert_eq!(
+            formats(&media_spec(&sdp.media[1])),
+            [(102, Codec::Aac, 16000)]
+        );
+        assert_eq!(refusal(&sdp.media[0], &Policy::default()), None);
+        assert_eq!(refusal(&sdp.media[1], &Policy::default()), None);
+    }
+
+    #[test]
     fn static_types_and_own_numbers() {
         let body = "v=0\r\no=- 1 1 IN IP4 10.1.0.9\r\ns=-\r\nc=IN IP4 10.1.0.9\r\nt=0 0\r\nm=audio 4000 RTP/AVP 8 0 101\r\nm=video 4002 RTP/AVP 100\r\na=rtpmap:100 H264/90000\r\n";
         let sdp = parse(body.as_bytes()).unwrap();

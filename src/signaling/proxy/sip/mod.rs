@@ -41,7 +41,9 @@
 //!   domain ID as host, which passes unchanged.
 //! - **Request-URI** of a request from the listen side outside any dialog: a host that is
 //!   an address of the listen domain (the gateway itself) becomes the upstream address;
-//!   a GB domain ID stays. In-dialog requests without a token (some UACs send BYE to the
+//!   a GB domain ID stays. A Request-URI that Digest credentials cover (their `uri=` is
+//!   it) is never rewritten: the gateway cannot recompute the response (MD5, SHA-256,
+//!   SM3 alike). In-dialog requests without a token (some UACs send BYE to the
 //!   address they first called) are routed by Call-ID to the other party's binding.
 //! - **Call-ID**: many devices build it from their address (`...@192.168.1.64`). Every
 //!   Call-ID crossing gets a made-up one on the other face (random, `@` the gateway's
@@ -50,14 +52,20 @@
 //!   requests from either side included) shows each side only its own Call-ID.
 //! - **MANSCDP bodies** (`signaling::manscdp`): address fields (`<IPAddress>`, `<Port>`, an
 //!   `<Address>` holding an IP) become the gateway's on the receiving side, or are blanked
-//!   (`manscdp_addresses`); the body's encoding (GB2312) is kept and Content-Length fixed.
-//!   Control and Query commands pass the route's `manscdp_allow`/`manscdp_deny` or get
-//!   `403` (counted `manscdp_refused`).
-//! - **Unchanged**: tags, CSeq, Subject, Authorization/WWW-Authenticate (digest covers the
-//!   Request-URI the client signed: GB clients sign `sip:id@domain-id`, which vgate does
-//!   not rewrite), every body but SDP and MANSCDP, every header vgate does not know. An
-//!   Authorization `uri=` that a peer chose to build from its own IP address is carried as
-//!   the peer wrote it; the tests use the GB forms.
+//!   (`manscdp_addresses`); the body's encoding (GB2312, GBK, GB 18030) is kept byte for
+//!   byte and Content-Length fixed. Control and Query commands pass the route's
+//!   `manscdp_allow`/`manscdp_deny`, and from domain B `manscdp_deny_from_b` (by default
+//!   the destructive 2022 controls `DeviceUpgrade`, `FormatSDCard`), or get `403`
+//!   (counted `manscdp_refused`).
+//! - **Annex H path headers** (`X-RoutePath`, `X-PreferredPath`): a URI whose host is an
+//!   address of the sending domain names the gateway's hop on the receiving face; a value
+//!   that is not a list of SIP URIs is removed.
+//! - **A 3xx's Contact** is bound and rewritten like any Contact; a request to its token
+//!   goes to the address it named when that is in the sending domain (a registrar's
+//!   "register there").
+//! - **Unchanged**: tags, CSeq, Subject, Authorization/WWW-Authenticate (any `algorithm`,
+//!   SM3 included), `X-GB-ver`, every body but SDP and MANSCDP, every header vgate does not
+//!   know.
 //!
 //! ## The route pair: requests in both directions
 //!

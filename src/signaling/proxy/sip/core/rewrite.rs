@@ -308,3 +308,39 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_uri_of_credentials() {
+        let v = br#"Digest username="34020000001320000001", realm="3402000000", nonce="a,b", uri="sip:34020000002000000001@10.1.0.1:5060", response="00", algorithm=SM3"#;
+        assert_eq!(
+            digest_uri(v),
+            Some(&b"sip:34020000002000000001@10.1.0.1:5060"[..])
+        );
+        assert_eq!(
+            digest_uri(b"  digest URI = sip:x@y , nc=1"),
+            Some(&b"sip:x@y"[..])
+        );
+        assert_eq!(digest_uri(b"Basic dXNlcjpwYXNz"), None);
+        assert_eq!(digest_uri(b"Digest realm=\"x\""), None);
+        assert_eq!(digest_uri(b""), None);
+    }
+
+    #[test]
+    fn list_items_split_outside_brackets_and_quotes() {
+        let v = br#"<sip:a@1.2.3.4;x=1,2>, "Gate, 1" <sip:b@d>,sip:c@e"#;
+        let items: Vec<&[u8]> = list_items(v).into_iter().map(trim).collect();
+        assert_eq!(
+            items,
+            [
+                &b"<sip:a@1.2.3.4;x=1,2>"[..],
+                b"\"Gate, 1\" <sip:b@d>",
+                b"sip:c@e"
+            ]
+        );
+    }
+}
