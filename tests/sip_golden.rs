@@ -2534,7 +2534,8 @@ Contact: <sip:34020000001320000001@10.1.0.9:5060>
     assert!(text(&back[0]).starts_with("SIP/2.0 200 OK\r\n"));
     assert!(text(&back[0]).contains("f=v/5/6/25/1/4096a/1/3/3\r\n"));
     assert_eq!(t.core.counters.media_refused, 0);
-    let specs: Vec<(String, Vec<(u8, vgate::media::Codec, u32)>)> = t
+    type Formats = Vec<(u8, vgate::media::Codec, u32)>;
+    let specs: Vec<(String, Formats)> = t
         .routes
         .routes()
         .into_iter()
