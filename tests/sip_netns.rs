@@ -6,6 +6,7 @@
 //! - A→B: the device REGISTERs with digest (401 → Authorization → 200), sends a Keepalive
 //!   and a Catalog MESSAGE larger than 1500 bytes (one UDP datagram) to the platform.
 //! - Unknown GB IDs and unknown sources get 403.
+//! - A GB/T 28181-2022 REGISTER: `X-GB-ver` and the SM3 digest cross both ways intact.
 //! - One SIP port per side (both routes on 5060, UDP and TCP): 5060 in Via and Contact on
 //!   both sides, and a source no route allows gets 403 on the shared port.
 
@@ -571,6 +572,51 @@ fn sip_wvp_style_platform_invites_the_registered_address() {
     ] {
         assert!(!log.contains(other), "{what}:\n{log}");
     }
+    vgate.stop();
+}
+
+/// A GB/T 28181-2022 device (sipp in A) registers with a 2022 platform (sipp in B) through
+/// vgate: `X-GB-ver: 3.0` on both REGISTERs and on the 401 and 200, the platform's SM3
+/// challenge and the device's SM3 `Authorization` byte for byte, the Request-URI as the
+/// device wrote it; each scenario checks what it receives (and that no address of the other
+/// domain is in it), so a stripped or altered header fails the flow.
+#[test]
+fn sip_gb2022_register_with_x_gb_ver_and_sm3_through_vgate() {
+    require!("sip_gb2022_register", true, PEERS);
+    let sb = SipBed::up(None);
+    let vgate = Vgate::start_in(&sb.g_ns, &config(&sb.bed), &[]);
+    let plat = sipp::scenario("gb2022_uas_platform_register.xml");
+    let mut platform = Sipp::new(&sb.b_ns, &sb.b_dir, &plat, &sb.b_ip, 5070)
+        .args(&["-m", "1", "-trace_msg", "-trace_err"])
+        .timeout(60)
+        .spawn();
+    std::thread::sleep(Duration::from_millis(300));
+    let dev = sipp::scenario("gb2022_uac_device_register.xml");
+    let target = format!("{}:5060", sb.ga_ip);
+    let st = Sipp::new(&sb.a_ns, &sb.a_dir, &dev, &sb.a_ip, 5064)
+        .args(&[
+            "-cid_str",
+            GB_CID,
+            &target,
+            "-m",
+            "1",
+            "-trace_msg",
+            "-trace_err",
+        ])
+        .timeout(30)
+        .status();
+    let platform_ok = platform.wait_exit(Duration::from_secs(60));
+    let (a_log, b_log) = sb.assert_hidden();
+    assert!(
+        st.success(),
+        "the 2022 device (sipp in A) did not complete: {st:?}\n{a_log}"
+    );
+    assert!(
+        platform_ok == Some(true),
+        "the 2022 platform (sipp in B) did not complete: {platform_ok:?}\n{b_log}"
+    );
+    assert!(b_log.contains("X-GB-ver: 3.0"), "{b_log}");
+    assert!(a_log.contains("algorithm=SM3"), "{a_log}");
     vgate.stop();
 }
 
