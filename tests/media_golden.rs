@@ -658,6 +658,7 @@ fn codecs_from_sdp_names() {
     assert_eq!(Codec::from_rtpmap("ps"), Codec::Ps);
     assert_eq!(Codec::from_rtpmap("H264"), Codec::H264);
     assert_eq!(Codec::from_rtpmap("mpeg4-generic"), Codec::Aac);
+    assert_eq!(Codec::from_rtpmap("AAC"), Codec::Aac, "GB/T 28181-2022");
     assert_eq!(Codec::from_rtpmap("VP8"), Codec::Unknown);
     assert_eq!(Codec::from_static_pt(33), Some((Codec::Mp2t, 90000)));
     let spec = StreamSpec::new(None)

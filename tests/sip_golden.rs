@@ -2456,8 +2456,9 @@ fn manscdp_catalog_in_gb18030_is_rewritten_on_bytes() {
     assert_eq!(t.core.counters.manscdp_rewritten, 1);
 }
 
-/// An offer of H.265 video (PT 100, `f=` video codec 5) and AAC audio (PT 102), as a
-/// GB/T 28181-2022 platform writes it.
+/// An offer of H.265 video (PT 100, `f=` video codec 5) and AAC audio as a GB/T
+/// 28181-2022 platform writes it (PT 102 `AAC/8000/1`, AAC-hbr) and as RFC 3640 does (PT 97
+/// `MPEG4-GENERIC`).
 const H265_AAC_OFFER: &str = "v=0
 o=34020000002000000001 0 0 IN IP4 10.2.0.50
 s=Play
@@ -2466,10 +2467,12 @@ t=0 0
 m=video 6000 RTP/AVP 100
 a=recvonly
 a=rtpmap:100 H265/90000
-m=audio 6002 RTP/AVP 102
+m=audio 6002 RTP/AVP 102 97
 a=recvonly
-a=rtpmap:102 MPEG4-GENERIC/16000/1
-a=fmtp:102 streamtype=5;profile-level-id=15;mode=AAC-hbr;config=1408;sizelength=13;indexlength=3;indexdeltalength=3
+a=rtpmap:102 AAC/8000/1
+a=fmtp:102 streamtype=5;profile-level-id=16;mode=AAC-hbr;config=1588;sizeLength=13;indexLength=3;indexDeltaLength=3;constantDuration=1024
+a=rtpmap:97 MPEG4-GENERIC/16000/1
+a=fmtp:97 streamtype=5;profile-level-id=15;mode=AAC-hbr;config=1408;sizelength=13;indexlength=3;indexdeltalength=3
 y=0100000022
 f=v/5/6/25/1/4096a/1/3/3
 ";
@@ -2484,8 +2487,8 @@ a=sendonly
 a=rtpmap:100 H265/90000
 m=audio 15062 RTP/AVP 102
 a=sendonly
-a=rtpmap:102 MPEG4-GENERIC/16000/1
-a=fmtp:102 streamtype=5;profile-level-id=15;mode=AAC-hbr;config=1408;sizelength=13;indexlength=3;indexdeltalength=3
+a=rtpmap:102 AAC/8000/1
+a=fmtp:102 streamtype=5;profile-level-id=16;mode=AAC-hbr;config=1588;sizeLength=13;indexLength=3;indexDeltaLength=3;constantDuration=1024
 y=0100000022
 f=v/5/6/25/1/4096a/1/3/3
 ";
@@ -2507,7 +2510,8 @@ fn gb2022_h265_and_aac_cross_and_are_validated() {
     let fwd = text(&outs[1]);
     for l in [
         "a=rtpmap:100 H265/90000\r\n",
-        "a=rtpmap:102 MPEG4-GENERIC/16000/1\r\n",
+        "a=rtpmap:102 AAC/8000/1\r\n",
+        "a=rtpmap:97 MPEG4-GENERIC/16000/1\r\n",
         "y=0100000022\r\nf=v/5/6/25/1/4096a/1/3/3\r\n",
     ] {
         assert!(fwd.contains(l), "{l:?} kept: {fwd}");
@@ -2558,7 +2562,10 @@ Contact: <sip:34020000001320000001@10.1.0.9:5060>
         "{specs:?}"
     );
     assert!(
-        formats.contains(&vec![(102, vgate::media::Codec::Aac, 16000)]),
+        formats.contains(&vec![
+            (102, vgate::media::Codec::Aac, 8000),
+            (97, vgate::media::Codec::Aac, 16000)
+        ]),
         "{specs:?}"
     );
 }

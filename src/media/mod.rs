@@ -52,7 +52,8 @@ pub enum Codec {
     Pcmu,
     /// G.711 A-law (`PCMA/8000`, static payload type 8).
     Pcma,
-    /// AAC in RFC 3640 `mpeg4-generic`, mode AAC-hbr (13-bit sizes, 3-bit indices).
+    /// AAC in RFC 3640 `mpeg4-generic`, mode AAC-hbr (13-bit sizes, 3-bit indices); also
+    /// GB/T 28181-2022's `AAC/8000/1` (PT 102, `mode=AAC-hbr;sizeLength=13;indexLength=3`).
     Aac,
     /// Anything else: refused unless [`Policy::allow_unknown_codec`] (then RTP checks only).
     Unknown,
@@ -61,7 +62,7 @@ pub enum Codec {
 impl Codec {
     /// The codec for an SDP `rtpmap` encoding name (case-insensitive).
     pub fn from_rtpmap(name: &str) -> Codec {
-        const NAMES: [(&str, Codec); 8] = [
+        const NAMES: [(&str, Codec); 9] = [
             ("PS", Codec::Ps),
             ("H264", Codec::H264),
             ("H265", Codec::H265),
@@ -70,6 +71,7 @@ impl Codec {
             ("PCMU", Codec::Pcmu),
             ("PCMA", Codec::Pcma),
             ("MPEG4-GENERIC", Codec::Aac),
+            ("AAC", Codec::Aac),
         ];
         NAMES
             .iter()

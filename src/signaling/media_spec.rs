@@ -263,6 +263,13 @@ mod tests {
         );
         assert_eq!(refusal(&sdp.media[0], &Policy::default()), None);
         assert_eq!(refusal(&sdp.media[1], &Policy::default()), None);
+        // GB/T 28181-2022 writes AAC as `AAC/8000/1` (AAC-hbr, as RFC 3640's).
+        let gb = body.replace("MPEG4-GENERIC/16000/1", "AAC/8000/1");
+        let sdp = parse(gb.as_bytes()).unwrap();
+        assert_eq!(
+            formats(&media_spec(&sdp.media[1])),
+            [(102, Codec::Aac, 8000)]
+        );
     }
 
     #[test]
