@@ -404,7 +404,11 @@ fn a_passive_leg_whose_peer_closes_takes_its_new_connection_within_the_grace() {
     });
     assert_eq!(c.state(), LegState::Connected);
     assert!(!closed.load(SeqCst));
-    assert_eq!(c.reconnects.load(SeqCst), 1, "the second connection is a reconnect");
+    assert_eq!(
+        c.reconnects.load(SeqCst),
+        1,
+        "the second connection is a reconnect"
+    );
     // GB/T 28181 Annex D: the device reconnects again and again (at least three times).
     // Another address is refused meanwhile, on the same gateway port.
     for n in 2..=3u64 {

@@ -212,6 +212,7 @@ impl Core {
                     media: CallMedia::new(label, self.max_payload)
                         .with_link_face(self.link_face)
                         .with_legs(self.legs.clone())
+                        .with_reconnect_window(self.policy.tcp_media_reconnect)
                         .with_media_validation(self.media_validate, self.media_policy),
                     contact: [None, None],
                     view: [None, None],
