@@ -557,6 +557,11 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "routed_by_device_id",
     ),
     (
+        "tcp_closes_mirrored",
+        "vgate_signaling_proxied_total",
+        "tcp_closes_mirrored",
+    ),
+    (
         "manscdp_rewritten",
         "vgate_signaling_proxied_total",
         "manscdp_rewritten",
