@@ -383,6 +383,11 @@ impl Core {
         }
     }
 
+    /// Call-IDs mapped between the faces (each mapping once), for tests.
+    pub fn call_ids_mapped(&self) -> usize {
+        self.cids[Face::Listen.index()].len()
+    }
+
     /// Live calls, transactions and bindings (for tests and the shutdown log).
     pub fn table_sizes(&self) -> (usize, usize, usize) {
         (self.calls.len(), self.txns.len(), self.bindings.len())
