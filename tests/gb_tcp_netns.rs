@@ -512,3 +512,128 @@ fn gb_tcp_bad_input_stalls_and_a_closing_leg_ends_the_call() {
     let _ = a_ns;
     vgate.stop().assert_nothing_left("vgate");
 }
+
+/// GB/T 28181-2022 Annex D: a device that is the TCP client of its media (it answers
+/// `a=setup:active`, vgate listens) reconnects after its connection drops, at least 3 times
+/// at least 1 s apart, before the call is lost. The device here drops its connection and
+/// comes back 3 times (after 3 s — longer than the 2 s vgate used to wait —, then 1.2 s
+/// twice) to the same gateway port: each new connection carries media both ways again
+/// (live view to the platform, talkback back), the call stays up, and the leg counts 3
+/// reconnects. Then it drops for good: once `tcp_media_reconnect` (5 s here) is over vgate
+/// ends the call with BYE to both sides.
+#[test]
+fn gb_tcp_device_reconnects_keep_the_call_until_the_window_ends() {
+    let Some((bed, dir)) = setup_bed("gb_tcp_netns") else {
+        return;
+    };
+    let (a_ns, b_ns, g_ns) = bed.namespaces();
+    let head = bed.config(BedConfig {
+        control: ADMIN,
+        ..Default::default()
+    });
+    let cfg = head + &sipp::gb_b2a_route(&bed, "media_timeout = 30\ntcp_media_reconnect = 5\n");
+    let vgate = Vgate::start_in(&g_ns, &cfg, &[]);
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let uas = a_dir.join("reconnect_uas.xml");
+    let uac = b_dir.join("reconnect_uac.xml");
+    std::fs::write(
+        &uas,
+        uas_xml(Side::Tcp("active"), 16020, r"10\.201\.2\.", None),
+    )
+    .unwrap();
+    std::fs::write(&uac, uac_xml(Side::Udp, 6020, 0, true, r"10\.201\.1\.")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let b_addr = format!("{}:6020", bed.get("B_IP"));
+    let (b_flows, b_peer) = {
+        let stop = Arc::clone(&stop);
+        in_netns(&b_ns, move || {
+            rfc4571::udp_responder(&b_addr, stop, 100_000)
+        })
+    };
+    // The device's media: (frames it read back on each connection, the gateway ports).
+    let device = {
+        let g = g_ns.clone();
+        std::thread::spawn(move || {
+            in_netns(&a_ns, move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let local = loop {
+                    let listening = legs(&g).into_iter().find(|(_, d, role, state, _)| {
+                        d == "a" && role == "passive" && state == "listening"
+                    });
+                    if let Some((_, _, _, _, local)) = listening {
+                        break local.parse::<SocketAddr>().unwrap();
+                    }
+                    assert!(Instant::now() < deadline, "no passive leg in A appeared");
+                    std::thread::sleep(Duration::from_millis(30));
+                };
+                let mut seq = 0u16;
+                let mut back = Vec::new();
+                for gap in [3000u64, 1200, 1200, 0] {
+                    let mut s = TcpStream::connect(local).unwrap_or_else(|e| {
+                        panic!("the device's reconnect to {local} was refused: {e}")
+                    });
+                    s.set_read_timeout(Some(rfc4571::PACE)).unwrap();
+                    let (mut got, mut buf) = (0u64, [0u8; 4096]);
+                    let until = Instant::now() + Duration::from_secs(5);
+                    let mut sent = 0;
+                    while (sent < 25 || got == 0) && Instant::now() < until {
+                        let mut f = vec![0u8, 40, 0x80, 96];
+                        f.extend_from_slice(&seq.to_be_bytes());
+                        f.resize(42, 0x22);
+                        // The SSRC the SDP's `y=01` names.
+                        f[8..12].copy_from_slice(&1u32.to_be_bytes());
+                        if s.write_all(&f).is_err() {
+                            break;
+                        }
+                        (seq, sent) = (seq.wrapping_add(1), sent + 1);
+                        match std::io::Read::read(&mut s, &mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => got += n as u64,
+                            Err(_) => {}
+                        }
+                    }
+                    back.push(got);
+                    drop(s);
+                    std::thread::sleep(Duration::from_millis(gap));
+                }
+                back
+            })
+        })
+    };
+    let (platform_ok, device_ok) = run_calls(&bed, &uas, &uac, 1, &[]);
+    let back = device.join().unwrap();
+    stop.store(true, Relaxed);
+    b_peer.join().unwrap();
+    assert!(
+        back.iter().all(|&n| n > 0),
+        "talkback reached the device on each of its 4 connections: bytes {back:?}"
+    );
+    assert!(
+        platform_ok,
+        "the platform got no BYE from vgate after the device stopped reconnecting; logs in {}",
+        b_dir.display()
+    );
+    assert!(
+        device_ok,
+        "the device got no BYE from vgate; logs in {}",
+        a_dir.display()
+    );
+    let t = leg_totals(&g_ns);
+    assert_eq!(t["reconnects"], 3, "{t}");
+    assert_eq!(t["connects"], 4, "{t}");
+    assert_eq!(
+        metric(&g_ns, "vgate_edge_leg_events_total{event=\"reconnects\"}"),
+        3
+    );
+    {
+        let bf = b_flows.lock().unwrap();
+        let received: u64 = bf.iter().map(|f| f.received).sum();
+        eprintln!("live view at B: {} flows, {received} packets", bf.len());
+        assert!(
+            received >= 4 * 20,
+            "live view from each connection reached the platform: {bf:#?}"
+        );
+    }
+    assert!(legs(&g_ns).is_empty(), "the leg is gone with its call");
+    vgate.stop().assert_nothing_left("vgate");
+}

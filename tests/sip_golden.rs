@@ -2743,3 +2743,146 @@ fn annex_h_path_headers_name_the_gateway_not_the_other_domain() {
         ["X-RoutePath: <sip:34020000001320000001@10.2.0.1:5060>"]
     );
 }
+
+/// GB/T 28181 subscriptions (Catalog, Alarm, MobilePosition) from a platform in B to a device
+/// in A live as long as their Expires says, not as long as an idle dialog: a NOTIFY 90
+/// minutes into a 2-hour subscription, and the refresh after it, keep each side's own
+/// Call-ID (the platform's `...@10.2.0.50` never reaches A); unsubscribing (`Expires: 0`)
+/// and the final `terminated` NOTIFY free the subscription's Call-IDs a transaction's
+/// linger later, and its contacts once their Expires is over: nothing is left.
+#[test]
+fn subscriptions_live_as_long_as_their_expires_and_are_freed_after() {
+    for (event, body) in [
+        ("Catalog", "<Item>\n<DeviceID>34020000001320000001</DeviceID>\n<Event>ON</Event>\n</Item>\n"),
+        ("Alarm", "<AlarmPriority>1</AlarmPriority>\n<AlarmMethod>2</AlarmMethod>\n<AlarmTime>2026-12-03T00:00:00</AlarmTime>\n"),
+        ("MobilePosition", "<Time>2026-12-03T00:00:00</Time>\n<Longitude>117.2</Longitude>\n<Latitude>31.8</Latitude>\n"),
+    ] {
+        let mut t = bench(0);
+        let cid = "sub7@10.2.0.50";
+        let query = format!("<?xml version=\"1.0\"?>\n<Query>\n<CmdType>{event}</CmdType>\n<SN>7</SN>\n<DeviceID>34020000001320000001</DeviceID>\n</Query>\n");
+        let subscribe = |branch: &str, cseq: u32, to_tag: &str, uri: &str, expires: u32| {
+            with_body(
+                &format!(
+                    "SUBSCRIBE {uri} SIP/2.0
+Via: SIP/2.0/UDP 10.2.0.50:5060;rport;branch={branch}
+From: <sip:34020000002000000001@3402000000>;tag=s7
+To: <sip:34020000001320000001@3402000000>{to_tag}
+Call-ID: {cid}
+CSeq: {cseq} SUBSCRIBE
+Contact: <sip:34020000002000000001@10.2.0.50:5060>
+Event: {event};id=7
+Expires: {expires}
+Max-Forwards: 70
+"
+                ),
+                "Application/MANSCDP+xml",
+                &query,
+            )
+        };
+        let ok = |via: &str, cseq: u32, method: &str, extra: &str| {
+            format!(
+                "SIP/2.0 200 OK
+Via: {via}
+From: <sip:34020000002000000001@3402000000>;tag=s7
+To: <sip:34020000001320000001@3402000000>;tag=n7
+Call-ID: {cid}
+CSeq: {cseq} {method}
+{extra}Content-Length: 0
+
+"
+            )
+        };
+        let notify = |branch: &str, cseq: u32, sub_token: &str, state: &str| {
+            with_body(
+                &format!(
+                    "NOTIFY sip:34020000002000000001@10.1.0.1:40000;vgt={sub_token} SIP/2.0
+Via: SIP/2.0/UDP 10.1.0.9:5060;rport;branch={branch}
+From: <sip:34020000001320000001@3402000000>;tag=n7
+To: <sip:34020000002000000001@3402000000>;tag=s7
+Call-ID: {cid}
+CSeq: {cseq} NOTIFY
+Contact: <sip:34020000001320000001@10.1.0.9:5060>
+Event: {event};id=7
+Subscription-State: {state}
+Max-Forwards: 70
+"
+                ),
+                "Application/MANSCDP+xml",
+                &format!("<?xml version=\"1.0\"?>\n<Notify>\n<CmdType>{event}</CmdType>\n<SN>7</SN>\n<DeviceID>34020000001320000001</DeviceID>\n{body}</Notify>\n"),
+            )
+        };
+        // The device's answers go back on the gateway's Via; the platform's on its own.
+        let gw_via = |o: &Out| format!("SIP/2.0/UDP 10.1.0.1:40000;branch={};rport=40000", branch_of(o));
+        let plat_via = |o: &Out| format!("SIP/2.0/UDP 10.2.0.1:5060;branch={};rport=5060", branch_of(o));
+        let outs = t.send(
+            Face::Listen,
+            "10.2.0.50:5060",
+            &subscribe("z9hG4bKs71", 1, "", "sip:34020000001320000001@3402000000", 7200),
+        );
+        assert_eq!(outs.len(), 1, "{event}");
+        let device_cid = call_id_of(&text(&outs[0])).unwrap();
+        assert!(!text(&outs[0]).contains("10.2.0.50"), "{event}: {}", text(&outs[0]));
+        let sub_token = token(&outs[0]);
+        let outs = t.send(
+            Face::Upstream,
+            "10.1.0.9:5060",
+            &ok(&gw_via(&outs[0]), 1, "SUBSCRIBE", "Contact: <sip:34020000001320000001@10.1.0.9:5060>\nExpires: 7200\n"),
+        );
+        assert_eq!(outs.len(), 1, "{event}");
+        let dev_token = token(&outs[0]);
+        assert_eq!(call_id_of(&text(&outs[0])).as_deref(), Some(cid));
+
+        // 90 minutes later (longer than an idle dialog lives) the device notifies.
+        t.advance(Duration::from_secs(90 * 60));
+        t.core.tick(t.now, 0);
+        let outs = t.send(Face::Upstream, "10.1.0.9:5060", &notify("z9hG4bKn71", 1, &sub_token, "active;expires=1800"));
+        assert_eq!(outs.len(), 1, "{event}: the NOTIFY crosses: {outs:?}");
+        assert_eq!(outs[0].to.addr, "10.2.0.50:5060".parse().unwrap());
+        assert_eq!(
+            call_id_of(&text(&outs[0])).as_deref(),
+            Some(cid),
+            "{event}: the platform gets the NOTIFY in its subscription's Call-ID"
+        );
+        assert!(text(&outs[0]).contains(&format!("<CmdType>{event}</CmdType>")));
+        let n = plat_via(&outs[0]);
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &ok(&n, 1, "NOTIFY", "").replace("tag=s7\nTo: <sip:34020000001320000001@3402000000>;tag=n7", "tag=n7\nTo: <sip:34020000001320000001@3402000000>;tag=s7"));
+        assert_eq!(outs.len(), 1, "{event}");
+
+        // The refresh before expiry, in the dialog: the device sees its own Call-ID.
+        t.advance(Duration::from_secs(10 * 60));
+        t.core.tick(t.now, 0);
+        let dev_uri = format!("sip:34020000001320000001@10.2.0.1:5060;vgt={dev_token}");
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &subscribe("z9hG4bKs72", 2, ";tag=n7", &dev_uri, 7200));
+        assert_eq!(outs.len(), 1, "{event}: the refresh crosses: {outs:?}");
+        assert_eq!(call_id_of(&text(&outs[0])), Some(device_cid.clone()), "{event}");
+        let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok(&gw_via(&outs[0]), 2, "SUBSCRIBE", "Expires: 7200\n"));
+        assert_eq!(outs.len(), 1, "{event}");
+
+        // Unsubscribe, its 200, the final NOTIFY and its 200.
+        t.advance(Duration::from_secs(60));
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &subscribe("z9hG4bKs73", 3, ";tag=n7", &dev_uri, 0));
+        assert_eq!(outs.len(), 1, "{event}");
+        assert_eq!(call_id_of(&text(&outs[0])), Some(device_cid.clone()));
+        let outs = t.send(Face::Upstream, "10.1.0.9:5060", &ok(&gw_via(&outs[0]), 3, "SUBSCRIBE", "Expires: 0\n"));
+        assert_eq!(outs.len(), 1, "{event}");
+        let outs = t.send(Face::Upstream, "10.1.0.9:5060", &notify("z9hG4bKn72", 2, &sub_token, "terminated;reason=timeout"));
+        assert_eq!(outs.len(), 1, "{event}");
+        assert_eq!(call_id_of(&text(&outs[0])).as_deref(), Some(cid));
+        let n = plat_via(&outs[0]);
+        let outs = t.send(Face::Listen, "10.2.0.50:5060", &ok(&n, 2, "NOTIFY", "").replace("tag=s7\nTo: <sip:34020000001320000001@3402000000>;tag=n7", "tag=n7\nTo: <sip:34020000001320000001@3402000000>;tag=s7"));
+        assert_eq!(outs.len(), 1, "{event}");
+
+        // A transaction's linger later the subscription's Call-IDs and transactions are
+        // gone; its contacts once the Expires they were given is over.
+        t.advance(Duration::from_secs(40));
+        t.core.tick(t.now, 0);
+        assert_eq!(t.core.call_ids_mapped(), 0, "{event}: Call-IDs freed after unsubscribe");
+        assert_eq!(t.core.table_sizes().1, 0, "{event}: transactions freed");
+        t.advance(Duration::from_secs(2 * 3600 + 60));
+        t.core.tick(t.now, 0);
+        assert_eq!(t.core.table_sizes(), (0, 0, 0), "{event}: nothing left");
+        if event == "MobilePosition" {
+            t.check("subscribe_mobile_position_refresh_unsubscribe");
+        }
+    }
+}

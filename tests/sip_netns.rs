@@ -787,3 +787,70 @@ fn sip_over_tcp_one_port_per_side_shows_5060_and_refuses_strangers() {
     require!("sip_one_port_per_side (tcp)", true, PEERS);
     one_sip_port_per_side("tcp");
 }
+
+/// GB/T 28181 subscriptions across the gateway, real sipp peers: a platform in B subscribes
+/// to the device in A for Catalog, Alarm and MobilePosition in turn (`-key event`), over UDP
+/// and over TCP: SUBSCRIBE with Expires and its 200, the device's MANSCDP NOTIFY in the
+/// dialog, a refresh and its NOTIFY, unsubscribe (`Expires: 0`) and the final `terminated`
+/// NOTIFY (`tests/sipp/gb_uac_platform_subscribe.xml`, `gb_uas_device_subscribed.xml`).
+/// Each side sees only its own Call-ID (sipp matches every in-dialog request to the call by
+/// it) and no address of the other domain, the device's `<IPAddress>` reaching B as the
+/// gateway's.
+#[test]
+fn sip_gb_subscriptions_catalog_alarm_mobile_position_through_vgate() {
+    require!("sip_netns (subscriptions)", true, PEERS);
+    let sb = SipBed::up(None);
+    for (transport, t_args, cfg) in [
+        ("udp", &["-t", "u1"][..], config(&sb.bed)),
+        ("tcp", &["-t", "t1"][..], tcp_config(&sb.bed)),
+    ] {
+        let vgate = Vgate::start_in(&sb.g_ns, &cfg, &[]);
+        for event in ["Catalog", "Alarm", "MobilePosition"] {
+            let uas = sipp::scenario("gb_uas_device_subscribed.xml");
+            let mut device = Sipp::new(&sb.a_ns, &sb.a_dir, &uas, &sb.a_ip, 5060)
+                .args(t_args)
+                .args(&["-m", "1", "-trace_msg", "-trace_err"])
+                .timeout(30)
+                .spawn();
+            std::thread::sleep(Duration::from_millis(300));
+            let uac = sipp::scenario("gb_uac_platform_subscribe.xml");
+            let target = format!("{}:5060", sb.gb_ip);
+            let st = Sipp::new(&sb.b_ns, &sb.b_dir, &uac, &sb.b_ip, 5060)
+                .args(t_args)
+                .args(&[
+                    "-key",
+                    "event",
+                    event,
+                    "-cid_str",
+                    GB_CID,
+                    &target,
+                    "-m",
+                    "1",
+                    "-trace_msg",
+                    "-trace_err",
+                ])
+                .timeout(30)
+                .status();
+            assert!(
+                st.success(),
+                "{transport} {event}: the platform's subscription flow failed: {}\n{}",
+                read_logs(&sb.b_dir, "_errors.log"),
+                read_logs(&sb.b_dir, "_messages.log")
+            );
+            assert_eq!(
+                device.wait_exit(Duration::from_secs(15)),
+                Some(true),
+                "{transport} {event}: the device's subscription flow failed: {}\n{}",
+                read_logs(&sb.a_dir, "_errors.log"),
+                read_logs(&sb.a_dir, "_messages.log")
+            );
+        }
+        let (_, b_log) = sb.assert_hidden();
+        assert!(
+            b_log.contains(&format!("<IPAddress>{}</IPAddress>", sb.gb_ip)),
+            "{transport}: the device's address reaches B as the gateway's"
+        );
+        assert!(b_log.contains("<CmdType>MobilePosition</CmdType>"));
+        vgate.stop().assert_nothing_left("vgate");
+    }
+}

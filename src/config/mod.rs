@@ -254,6 +254,9 @@ pub const MAX_TCP_MESSAGE: usize = 1 << 20;
 /// Largest `max_tcp_message` accepted (4 MiB, some 12 000 channels in one MESSAGE).
 pub const MAX_TCP_MESSAGE_CAP: usize = 4 << 20;
 
+/// Default `tcp_media_reconnect`: three reconnects at 1 s, 2 s and 4 s backoff, with margin.
+pub const TCP_MEDIA_RECONNECT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Per-route access control, limits and timers of a SIP proxy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SignalingPolicy {
@@ -272,6 +275,11 @@ pub struct SignalingPolicy {
     /// How long an established call may carry no media before it is ended (BYE both sides);
     /// zero: never.
     pub media_timeout: std::time::Duration,
+    /// How long a call keeps a passive TCP media leg (the peer is the TCP client) whose peer
+    /// closed its connection, listening on the same gateway port for the peer's new one
+    /// (GB/T 28181-2022 Annex D: the client reconnects at least 3 times, at least 1 s
+    /// apart); past it the call ends with BYE. Default [`TCP_MEDIA_RECONNECT`].
+    pub tcp_media_reconnect: std::time::Duration,
     /// Requests per second accepted from one source address; 0: no limit.
     pub rate_limit: u32,
     /// TCP connections accepted from one source address at a time.
@@ -319,6 +327,7 @@ impl Default for SignalingPolicy {
             max_tcp_message: MAX_TCP_MESSAGE,
             invite_timeout: std::time::Duration::from_secs(32),
             media_timeout: std::time::Duration::from_secs(60),
+            tcp_media_reconnect: TCP_MEDIA_RECONNECT,
             rate_limit: 1000,
             max_connections_per_source: 16,
             upstream_port: 0,

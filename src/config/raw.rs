@@ -208,6 +208,8 @@ pub struct RawSignalingRoute {
     pub max_tcp_message: Option<Spanned<i64>>,
     /// Seconds an INVITE may wait for its final response.
     pub invite_timeout: Option<Spanned<i64>>,
+    /// Seconds a call keeps a passive TCP media leg whose peer closed, for its reconnect.
+    pub tcp_media_reconnect: Option<Spanned<i64>>,
     /// Requests per second per source address; 0: no limit.
     pub rate_limit: Option<Spanned<i64>>,
     pub max_connections_per_source: Option<Spanned<i64>>,

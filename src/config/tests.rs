@@ -319,6 +319,19 @@ fn sip_only_keys_and_upstream_port() {
         base_lines() + 9,
         "a MANSCDP command",
     );
+    // GB/T 28181 Annex D reconnects: 10 s unless set, 2 s to 600 s.
+    assert_eq!(p.tcp_media_reconnect, std::time::Duration::from_secs(10));
+    let window = check(&format!("{SIP_ROUTE}tcp_media_reconnect = 30\n")).unwrap();
+    assert_eq!(
+        window.signaling[0].policy.tcp_media_reconnect,
+        std::time::Duration::from_secs(30)
+    );
+    expect_err(
+        &format!("{SIP_ROUTE}tcp_media_reconnect = 1\n"),
+        "signaling_route[0].tcp_media_reconnect",
+        base_lines() + 9,
+        "2 to 600",
+    );
     // The upstream face of a route listening in b is in a: default port 5060 there.
     let pair = format!(
         "{SIP_ROUTE}{}",
@@ -680,6 +693,7 @@ fn rtsp_request_timeout_and_sip_only_keys() {
         ("invite_timeout", "5"),
         ("upstream_port", "5062"),
         ("max_bindings_per_source", "4"),
+        ("tcp_media_reconnect", "10"),
         ("manscdp_addresses", "\"blank\""),
         ("manscdp_deny", "[\"TeleBoot\"]"),
         ("manscdp_deny_from_b", "[\"FormatSDCard\"]"),

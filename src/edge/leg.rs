@@ -447,6 +447,11 @@ impl Run {
                         tracing::info!(leg = %self.label, peer = %from, "TCP media leg: the peer opened a new connection, replacing the old one");
                     }
                     let _ = s.set_nodelay(true);
+                    if self.counters.connects.load(Relaxed) > 0 {
+                        // The device (the TCP client) connecting again: after a close
+                        // within the reconnect window, or replacing its connection.
+                        self.counters.reconnects.fetch_add(1, Relaxed);
+                    }
                     self.from = from;
                     self.connected(epoll, s);
                     taken = true;

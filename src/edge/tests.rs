@@ -404,6 +404,35 @@ fn a_passive_leg_whose_peer_closes_takes_its_new_connection_within_the_grace() {
     });
     assert_eq!(c.state(), LegState::Connected);
     assert!(!closed.load(SeqCst));
+    assert_eq!(
+        c.reconnects.load(SeqCst),
+        1,
+        "the second connection is a reconnect"
+    );
+    // GB/T 28181 Annex D: the device reconnects again and again (at least three times).
+    // Another address is refused meanwhile, on the same gateway port.
+    for n in 2..=3u64 {
+        second.shutdown(std::net::Shutdown::Both).unwrap();
+        wait("the close seen", || c.state() == LegState::Listening);
+        let stranger = nix::sys::socket::socket(
+            nix::sys::socket::AddressFamily::Inet,
+            nix::sys::socket::SockType::Stream,
+            nix::sys::socket::SockFlag::empty(),
+            None,
+        )
+        .unwrap();
+        let from = nix::sys::socket::SockaddrIn::new(127, 0, 0, 2, 0);
+        nix::sys::socket::bind(std::os::fd::AsRawFd::as_raw_fd(&stranger), &from).unwrap();
+        let to = nix::sys::socket::SockaddrIn::from(local);
+        nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&stranger), &to).unwrap();
+        wait("the stranger refused", || c.refused.load(SeqCst) == n - 1);
+        assert_eq!(c.state(), LegState::Listening, "a stranger is no reconnect");
+        second = TcpStream::connect(local).unwrap();
+        wait("the reconnect", || c.reconnects.load(SeqCst) == n);
+        assert!(!closed.load(SeqCst));
+    }
+    assert_eq!(c.connects.load(SeqCst), 4);
+    drop(second);
     drop(leg);
     assert!(!closed.load(SeqCst), "dropped by its owner: nobody told");
     routes.close_session(s).unwrap();

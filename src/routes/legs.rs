@@ -196,6 +196,7 @@ impl LegTable {
                 (&c.connects, &e.connects),
                 (&c.refused, &e.refused),
                 (&c.renew_refused, &e.renew_refused),
+                (&c.reconnects, &e.reconnects),
             ] {
                 to.fetch_add(from.load(Relaxed), Relaxed);
             }
@@ -217,7 +218,7 @@ impl LegTable {
     }
 
     /// Every counter summed over live and ended legs.
-    pub fn totals(&self) -> [(&'static str, u64); 13] {
+    pub fn totals(&self) -> [(&'static str, u64); 14] {
         let mut t = self.ended.named();
         for l in self.list() {
             for (acc, (_, v)) in t.iter_mut().zip(l.counters.named()) {

@@ -71,6 +71,10 @@ pub struct LegCounters {
     /// `a=connection:new` asks this leg to reconnect sooner than the minimum interval after
     /// its last reconnect: the connection is kept, the ask counted here.
     pub renew_refused: AtomicU64,
+    /// Connections a passive leg took from its peer after its first one (GB/T 28181
+    /// Annex D: the device, the TCP client, reconnected after a close within the leg's
+    /// reconnect window, or replaced its connection with a new one).
+    pub reconnects: AtomicU64,
     state: AtomicU8,
     /// Tests: batches of de-framed packets injected (an RTSP bridge leg's
     /// `LegInjectors::inject_batch` calls).
@@ -94,7 +98,7 @@ impl LegCounters {
     }
 
     /// The counters by name, for listings and metrics (one place, so names cannot drift).
-    pub fn named(&self) -> [(&'static str, u64); 13] {
+    pub fn named(&self) -> [(&'static str, u64); 14] {
         [
             ("frames_in", self.frames_in.load(Relaxed)),
             ("bytes_in", self.bytes_in.load(Relaxed)),
@@ -109,6 +113,7 @@ impl LegCounters {
             ("connects", self.connects.load(Relaxed)),
             ("refused", self.refused.load(Relaxed)),
             ("renew_refused", self.renew_refused.load(Relaxed)),
+            ("reconnects", self.reconnects.load(Relaxed)),
         ]
     }
 }

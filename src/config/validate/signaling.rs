@@ -106,7 +106,11 @@ pub(super) fn signaling_route(
 fn refuse_sip_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
     let key = |k: &str| format!("signaling_route[{i}].{k}");
     let only = "is a SIP setting and does nothing on an RTSP route; remove it";
-    let spans: [(&str, Option<Range<usize>>); 9] = [
+    let spans: [(&str, Option<Range<usize>>); 10] = [
+        (
+            "tcp_media_reconnect",
+            r.tcp_media_reconnect.as_ref().map(|s| s.span()),
+        ),
         ("upstream_port", r.upstream_port.as_ref().map(|s| s.span())),
         (
             "max_tcp_message",
@@ -268,6 +272,15 @@ fn signaling_policy(
         "seconds a call may carry no media (0: never ended for that)",
     )? {
         p.media_timeout = std::time::Duration::from_secs(v as u64);
+    }
+    if let Some(v) = int(
+        &r.tcp_media_reconnect,
+        "tcp_media_reconnect",
+        2,
+        600,
+        "seconds a call waits for a TCP media peer that closed to connect again (GB/T 28181 Annex D: 3 tries 1 s apart need some 10)",
+    )? {
+        p.tcp_media_reconnect = std::time::Duration::from_secs(v as u64);
     }
     if let Some(v) = int(
         &r.rate_limit,

@@ -13,7 +13,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_edge_leg_events_total",
         "counter",
-        "Stream leg counters summed over every leg so far: frames and bytes in (from the TCP peer) and out, framing errors, partial frames at close, stalls (packets dropped because the peer did not read), inject drops, connects, refused connections",
+        "Stream leg counters summed over every leg so far: frames and bytes in (from the TCP peer) and out, framing errors, partial frames at close, stalls (packets dropped because the peer did not read), inject drops, connects, refused connections, renewals refused, reconnects of a device (the TCP client) to a passive leg",
     ),
     (
         "vgate_up",
@@ -555,6 +555,11 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "routed_by_user",
         "vgate_signaling_proxied_total",
         "routed_by_device_id",
+    ),
+    (
+        "tcp_closes_mirrored",
+        "vgate_signaling_proxied_total",
+        "tcp_closes_mirrored",
     ),
     (
         "manscdp_rewritten",

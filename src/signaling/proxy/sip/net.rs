@@ -26,6 +26,13 @@
 //! discarded for [`LINGER`], so the answer is not lost to a reset. A connection whose unsent
 //! data passes [`MAX_PENDING`] is closed.
 //!
+//! Mirroring: an accepted connection's messages to the other face go on a connection
+//! opened for it (its *mate*, made by the first such message); when either of the two ends,
+//! for whatever reason, the other is closed gracefully ([`TcpNet::begin_close`]) and counted
+//! (`tcp_closes_mirrored`). So a platform sees its connection drop when the device's did (it
+//! takes the device as offline only then), and the reverse. Other messages go on the
+//! connection they name, else one to their address that mirrors nobody, if any.
+//!
 //! Outgoing connections are opened without blocking: the socket connects in the
 //! background while messages queue on it; if it has not connected within
 //! [`CONNECT_TIMEOUT`] (or is refused) it is closed, its queued messages are lost (as a
@@ -210,6 +217,16 @@ fn send_udp(socks: &[UdpSocket], map: [usize; 2], outs: Vec<Out>) {
     }
 }
 
+/// Adds one to `counts[member]`.
+fn count(counts: &mut Vec<u64>, member: usize) {
+    if counts.len() <= member {
+        counts.resize(member + 1, 0);
+    }
+    if let Some(n) = counts.get_mut(member) {
+        *n += 1;
+    }
+}
+
 /// What one pass over a connection's buffered bytes found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Frames {
@@ -286,6 +303,10 @@ struct Conn {
     connecting: Option<Instant>,
     /// Refused: our side shut down (once `wbuf` is sent), input discarded, since when.
     closing: Option<Instant>,
+    /// The connection on the other side that mirrors this one: for an accepted one, the
+    /// connection vgate opened to carry its messages on; for that one, the accepted one.
+    /// When either ends, the other is closed too.
+    mate: Option<u64>,
 }
 
 /// The TCP side: listeners, connections, and the loop.
@@ -302,6 +323,9 @@ pub struct TcpNet {
     /// Outgoing connections refused or timed out, by member, since the cores last took
     /// the count.
     failed_connects: Vec<u64>,
+    /// Connections closed because their mate ended ([`Conn::mate`]), by member, since the
+    /// cores last took the count.
+    mirrored: Vec<u64>,
 }
 
 static LOG_CONNECT: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
@@ -333,6 +357,7 @@ impl TcpNet {
                 ..Limits::default()
             },
             failed_connects: Vec::new(),
+            mirrored: Vec::new(),
         })
     }
 
@@ -377,6 +402,7 @@ impl TcpNet {
                 last: now,
                 connecting: connecting.then_some(now),
                 closing: None,
+                mate: None,
             },
         );
         Some(id)
@@ -385,6 +411,19 @@ impl TcpNet {
     fn close(&mut self, id: u64) {
         if let Some(c) = self.conns.remove(&id) {
             let _ = self.epoll.delete(c.stream.as_fd());
+            // Its mate on the other side ends too (gracefully: what is queued is sent), so
+            // the peer there sees what this peer did (a platform takes a device whose
+            // connection dropped as offline only when its own connection drops).
+            if let Some(m) = c.mate {
+                let live = self.conns.get_mut(&m).filter(|m| m.closing.is_none());
+                if let Some(mate) = live {
+                    mate.mate = None;
+                    let owner = mate.owner;
+                    tracing::info!(peer = %c.peer, mate = %mate.peer, "SIP/TCP: connection ended; closing the one that mirrors it on the other side");
+                    self.begin_close(m);
+                    count(&mut self.mirrored, owner);
+                }
+            }
             if c.accepted {
                 let key = (c.sock, *c.peer.ip());
                 if let Some(n) = self.per_source.get_mut(&key) {
@@ -590,31 +629,59 @@ impl TcpNet {
     }
 
     fn count_failure(&mut self, member: usize) {
-        if self.failed_connects.len() <= member {
-            self.failed_connects.resize(member + 1, 0);
-        }
-        if let Some(n) = self.failed_connects.get_mut(member) {
-            *n += 1;
-        }
+        count(&mut self.failed_connects, member);
     }
 
-    /// Sends `o` (of member `member`) on socket `sock`: on the connection it names, else on
-    /// one to its address, else on a new one.
-    fn send(&mut self, o: Out, sock: usize, member: usize) {
+    /// Sends `o` (of member `member`) on socket `sock`: on the connection it names, else
+    /// (a message that came on accepted connection `from` of the other side) on the
+    /// connection opened for that one (its mate, made now if it has none), else on one to
+    /// its address (one nobody mirrors first), else on a new one.
+    fn send(&mut self, o: Out, sock: usize, member: usize, from: Option<u64>) {
         let usable = |c: &Conn| c.sock == sock && c.closing.is_none();
         let mut id =
             o.to.conn
                 .filter(|id| self.conns.get(id).is_some_and(usable));
+        let origin = from.and_then(|f| {
+            self.conns
+                .get(&f)
+                .filter(|c| c.accepted && c.sock != sock && c.closing.is_none())
+                .map(|c| (f, c.mate))
+        });
+        let mut mate_of = None;
         if id.is_none() {
+            match origin {
+                Some((_, Some(m))) => {
+                    id = Some(m).filter(|m| {
+                        self.conns
+                            .get(m)
+                            .is_some_and(|c| usable(c) && c.peer == o.to.addr)
+                    });
+                }
+                Some((f, None)) => mate_of = Some(f),
+                None => {}
+            }
+        }
+        if id.is_none() && mate_of.is_none() {
+            let to = |c: &&Conn| usable(c) && c.peer == o.to.addr;
             id = self
                 .conns
                 .iter()
-                .find(|(_, c)| usable(c) && c.peer == o.to.addr)
+                .filter(|(_, c)| to(c))
+                .min_by_key(|(_, c)| c.mate.is_some())
                 .map(|(id, _)| *id);
         }
         if id.is_none() {
             match self.connect((sock, member), o.to.addr) {
-                Ok(new) => id = Some(new),
+                Ok(new) => {
+                    if let Some(f) = mate_of {
+                        for (a, b) in [(f, new), (new, f)] {
+                            if let Some(c) = self.conns.get_mut(&a) {
+                                c.mate = Some(b);
+                            }
+                        }
+                    }
+                    id = Some(new)
+                }
                 Err(e) => {
                     self.count_failure(member);
                     if let Some(suppressed) = LOG_CONNECT.check(now_ms()) {
@@ -671,12 +738,13 @@ impl TcpNet {
         let mut events = [EpollEvent::empty(); 64];
         let mut last_idle_check = Instant::now();
         let on = users(&members, self.listeners.len());
-        let send_all = |net: &mut TcpNet, m: usize, socks: [usize; 2], outs: Vec<Out>| {
-            for o in outs {
-                let sock = socks[o.face.index()];
-                net.send(o, sock, m);
-            }
-        };
+        let send_all =
+            |net: &mut TcpNet, m: usize, socks: [usize; 2], outs: Vec<Out>, from: Option<u64>| {
+                for o in outs {
+                    let sock = socks[o.face.index()];
+                    net.send(o, sock, m, from);
+                }
+            };
         while !stopped(stop) {
             let n = self
                 .epoll
@@ -714,7 +782,7 @@ impl TcpNet {
                                 continue;
                             };
                             let outs = traced(&mut m.core, face, peer, &msg);
-                            send_all(&mut self, i, m.socks, outs);
+                            send_all(&mut self, i, m.socks, outs, peer.conn);
                         }
                         Event::Broken(sock, peer, err, bytes) => {
                             if let Some((i, face)) = pick(&members, &on, sock, peer, &bytes) {
@@ -726,7 +794,7 @@ impl TcpNet {
                                         &err,
                                         Instant::now(),
                                     );
-                                    send_all(&mut self, i, m.socks, outs);
+                                    send_all(&mut self, i, m.socks, outs, None);
                                 }
                             }
                             self.begin_close(id);
@@ -736,7 +804,7 @@ impl TcpNet {
             }
             for (i, m) in members.iter_mut().enumerate() {
                 let outs = m.core.tick(Instant::now(), now_ms());
-                send_all(&mut self, i, m.socks, outs);
+                send_all(&mut self, i, m.socks, outs, None);
             }
             let now = Instant::now();
             let idle_too = now.saturating_duration_since(last_idle_check) > Duration::from_secs(10);
@@ -749,10 +817,15 @@ impl TcpNet {
                     m.core.counters.tcp_connect_failures += std::mem::take(n);
                 }
             }
+            for (i, n) in self.mirrored.iter_mut().enumerate() {
+                if let Some(m) = members.get_mut(i) {
+                    m.core.counters.tcp_closes_mirrored += std::mem::take(n);
+                }
+            }
         }
         for (i, m) in members.iter_mut().enumerate() {
             let outs = m.core.shutdown(Instant::now());
-            send_all(&mut self, i, m.socks, outs);
+            send_all(&mut self, i, m.socks, outs, None);
         }
     }
 }

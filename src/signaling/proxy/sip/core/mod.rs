@@ -132,6 +132,9 @@ pub struct Counters {
     pub tcp_connections_refused: u64,
     /// Outgoing TCP connections refused, failed or not made within the connect timeout.
     pub tcp_connect_failures: u64,
+    /// TCP connections vgate closed because the one mirroring them on the other side ended
+    /// (a device's connection dropped: the platform's is closed too, and the reverse).
+    pub tcp_closes_mirrored: u64,
     /// Contacts refused because their source already holds `max_bindings_per_source`.
     pub bindings_refused: u64,
     /// Requests on the upstream face routed by Request-URI user to a registered device.
@@ -174,6 +177,7 @@ impl Counters {
             ("too_large", self.too_large),
             ("tcp_connections_refused", self.tcp_connections_refused),
             ("tcp_connect_failures", self.tcp_connect_failures),
+            ("tcp_closes_mirrored", self.tcp_closes_mirrored),
             ("bindings_refused", self.bindings_refused),
             ("routed_by_user", self.routed_by_user),
             ("upstream_forbidden", self.upstream_forbidden),
@@ -377,6 +381,11 @@ impl Core {
             last_sweep: None,
             policy,
         }
+    }
+
+    /// Call-IDs mapped between the faces (each mapping once), for tests.
+    pub fn call_ids_mapped(&self) -> usize {
+        self.cids[Face::Listen.index()].len()
     }
 
     /// Live calls, transactions and bindings (for tests and the shutdown log).

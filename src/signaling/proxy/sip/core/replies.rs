@@ -8,7 +8,7 @@ use crate::clock::now_ms;
 use crate::signaling::manscdp;
 use crate::signaling::sip::{CSeq, Editor, NameAddr, SipMessage};
 
-use super::rewrite::{hides_sdp, is_sdp, unfold};
+use super::rewrite::{header_secs, hides_sdp, is_sdp, subscription_life, unfold};
 use super::{
     Core, Face, Out, Peer, Txn, BRANCH_PREFIX, DIALOG_IDLE, LOG_BAD_RESPONSE_SDP, MAX_REGISTRATION,
     TXN_LINGER,
@@ -144,12 +144,22 @@ impl Core {
         if (200..300).contains(&code) {
             // A dialog or registration the answer established: its Call-IDs stay mapped
             // (a registration's for as long as it may last, so refreshes keep one Call-ID).
-            let life = if cseq_method == b"REGISTER" {
-                MAX_REGISTRATION + TXN_LINGER
+            let received_cid = head.call_id().unwrap_or_default();
+            if cseq_method == b"SUBSCRIBE" || cseq_method == b"NOTIFY" {
+                // A subscription's Call-IDs live as long as the notifier granted it (an
+                // unsubscribe: a linger); a NOTIFY's answer changes nothing.
+                if cseq_method == b"SUBSCRIBE" {
+                    let life = subscription_life(header_secs(head, "Expires"));
+                    self.call_ids_until(face, received_cid, now + life);
+                }
             } else {
-                DIALOG_IDLE
-            };
-            let _ = self.call_ids(face, head.call_id().unwrap_or_default(), life, now);
+                let life = if cseq_method == b"REGISTER" {
+                    MAX_REGISTRATION + TXN_LINGER
+                } else {
+                    DIALOG_IDLE
+                };
+                let _ = self.call_ids(face, received_cid, life, now);
+            }
         }
         let cid_back = self.call_id_on(&call_id, from_face);
         let mut ed = Editor::new(msg);

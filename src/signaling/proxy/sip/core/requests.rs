@@ -182,11 +182,26 @@ impl Core {
         }
         let to_tagged = head.to().ok().and_then(|t| t.tag()).is_some();
         let received_cid = head.call_id().unwrap_or_default();
-        let life = if to_tagged { DIALOG_IDLE } else { TXN_LINGER };
+        let life = if to_tagged && method != b"SUBSCRIBE" && method != b"NOTIFY" {
+            DIALOG_IDLE
+        } else {
+            TXN_LINGER
+        };
         let Some((call_id, cid_out)) = self.call_ids(face, received_cid, life, now) else {
             self.busy((face, src), head, out);
             return;
         };
+        if method == b"NOTIFY" {
+            // The notifier says how long the subscription lasts (`terminated`: it is over;
+            // its Call-IDs stay a linger for this NOTIFY's answer).
+            if let Some(life) = head
+                .header("Subscription-State")
+                .and_then(|h| std::str::from_utf8(h.value()).ok())
+                .and_then(super::rewrite::notified_life)
+            {
+                self.call_ids_until(face, received_cid, now + life);
+            }
+        }
         let (dest, new_uri) = match self.target(face, head, &call_id, now) {
             Ok(t) => t,
             Err((code, reason)) => {
@@ -226,6 +241,7 @@ impl Core {
                     media: CallMedia::new(label, self.max_payload)
                         .with_link_face(self.link_face)
                         .with_legs(self.legs.clone())
+                        .with_reconnect_window(self.policy.tcp_media_reconnect)
                         .with_media_validation(self.media_validate, self.media_policy),
                     contact: [None, None],
                     view: [None, None],

@@ -145,6 +145,28 @@ impl Core {
         Some((canonical, other))
     }
 
+    /// A subscription's Call-IDs (`received` on `face`): mapped until `until`, sooner or
+    /// later than before (a subscription's lifetime is what its last SUBSCRIBE answer or
+    /// NOTIFY said, not the longest anyone said). A call's mapping is never cut short.
+    pub(super) fn call_ids_until(&mut self, face: Face, received: &[u8], until: Instant) {
+        let (f, o) = (face.index(), face.other().index());
+        let Some(e) = self.cids[f].get_mut(received) else {
+            return;
+        };
+        let other = e.0.clone();
+        let canonical = match face {
+            Face::Listen => received,
+            Face::Upstream => other.as_slice(),
+        };
+        if self.calls.contains_key(canonical) {
+            return;
+        }
+        e.1 = until;
+        if let Some(e) = self.cids[o].get_mut(&other) {
+            e.1 = until;
+        }
+    }
+
     /// The Call-ID face `face` knows a call by (`canonical`: its Call-ID on the listen face).
     pub(super) fn call_id_on(&self, canonical: &[u8], face: Face) -> Vec<u8> {
         match face {
@@ -177,6 +199,38 @@ impl Core {
         )
         .into_bytes()
     }
+}
+
+/// The value of header `name` as whole seconds (`Expires: 3600`).
+pub(super) fn header_secs(head: &Head<'_>, name: &str) -> Option<u64> {
+    head.header(name)
+        .and_then(|h| std::str::from_utf8(h.value()).ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// How long a subscription's Call-IDs stay mapped after the notifier granted `expires`
+/// seconds (`None`: it named none, an idle dialog's life; 0: unsubscribed, a linger).
+pub(super) fn subscription_life(expires: Option<u64>) -> Duration {
+    match expires {
+        None => super::DIALOG_IDLE,
+        Some(s) => Duration::from_secs(s).min(super::MAX_REGISTRATION) + super::TXN_LINGER,
+    }
+}
+
+/// What a NOTIFY's `Subscription-State` says of the subscription's life (RFC 6665
+/// §8.2.3): `terminated` a linger, `active`/`pending` with `expires=N` N seconds (and a
+/// linger); `None` when it names no time.
+pub(super) fn notified_life(state: &str) -> Option<Duration> {
+    let mut parts = state.split(';').map(str::trim);
+    let value = parts.next()?;
+    if value.eq_ignore_ascii_case("terminated") {
+        return Some(super::TXN_LINGER);
+    }
+    parts
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("expires"))
+        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        .map(|s| subscription_life(Some(s)))
 }
 
 /// The GB/T 28181-2022 Annex H path headers: the SIP URIs of the hops a request took or

@@ -179,7 +179,10 @@ impl CallMedia {
                     on_close: Some(Box::new(move || {
                         let _ = r.request_end(session);
                     })),
-                    close_grace: self.close_grace,
+                    close_grace: match role {
+                        Role::Passive => self.close_grace.max(self.reconnect_window),
+                        Role::Active => self.close_grace,
+                    },
                     fallback_port: fallback.as_ref().map(|f| f.port),
                 })?;
                 slot.legs[d.index()] = Some(SlotLeg {

@@ -36,7 +36,10 @@
 //! routes are the same as for UDP: a leg's packets enter the route of its gateway port, and
 //! a route whose receiver is a leg hands its packets to the leg's sink. A leg that ends
 //! (peer closed and `CLOSE_GRACE` (2 s) passed with no new connection or new SDP, connect
-//! failed) asks for the call's end: BYE both ways ([`Routes::request_end`]). A listening
+//! failed) asks for the call's end: BYE both ways ([`Routes::request_end`]). A passive leg
+//! (the peer is the TCP client) waits the route's `tcp_media_reconnect` (default 10 s)
+//! instead, listening on its gateway port: GB/T 28181-2022 Annex D has the client reconnect
+//! at least 3 times at least 1 s apart before it gives up; only the SDP's address is taken. A listening
 //! peer's changed SDP with an explicit `a=connection:new` makes vgate's active leg
 //! reconnect (at most once per `RENEW_MIN` (5 s); no `a=connection` keeps the connection,
 //! against RFC 4145's default, as devices in the field mean it), from its gateway port or a
@@ -122,6 +125,9 @@ pub struct CallMedia {
     /// [`CLOSE_GRACE`] and [`RENEW_MIN`] (tests set their own).
     close_grace: Duration,
     renew_min: Duration,
+    /// A passive leg's wait for its peer's reconnect (`tcp_media_reconnect`, GB/T 28181
+    /// Annex D); active legs wait [`CLOSE_GRACE`].
+    reconnect_window: Duration,
     /// Where TCP media legs start (`None`: nowhere; a TCP offer's leg then fails).
     legs: Option<Arc<dyn Legs>>,
     /// Media validation of the call's RTP routes: `(enforce, policy)`; `None`: off.
@@ -154,6 +160,7 @@ impl CallMedia {
             link_face: None,
             close_grace: CLOSE_GRACE,
             renew_min: RENEW_MIN,
+            reconnect_window: crate::config::TCP_MEDIA_RECONNECT,
             legs: None,
             validate: None,
         }
@@ -174,6 +181,13 @@ impl CallMedia {
     /// TCP media legs start with `legs`.
     pub fn with_legs(mut self, legs: Option<Arc<dyn Legs>>) -> CallMedia {
         self.legs = legs;
+        self
+    }
+
+    /// A passive leg whose peer closed keeps the call `window` for the peer's reconnect
+    /// (never less than [`CLOSE_GRACE`]).
+    pub fn with_reconnect_window(mut self, window: Duration) -> CallMedia {
+        self.reconnect_window = window;
         self
     }
 
