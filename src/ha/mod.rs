@@ -340,6 +340,10 @@ impl Node {
                 self.status.role.store(wanted as u8, Relaxed);
             }
             writer = self.status.role() == Role::Active;
+            let rejected = self.routes.board.take_rejected();
+            if rejected > 0 {
+                self.status.apply_errors.fetch_add(rejected, Relaxed);
+            }
             if writer {
                 self.write();
                 self.end_idle_replicas();
@@ -415,10 +419,16 @@ impl Node {
             return;
         };
         let now = now_ms();
-        let snap: BTreeMap<String, String> = record::snapshot(&self.routes)
+        let mut snap: BTreeMap<String, String> = record::snapshot(&self.routes)
             .into_iter()
             .filter_map(|(k, (_, r))| serde_json::to_string(&r).ok().map(|j| (k, j)))
             .collect();
+        // The SIP proxies' registrations and dialogs, `sip/ROUTE/KEY`.
+        for (producer, recs) in self.routes.board.exported() {
+            for (k, v) in recs.iter() {
+                snap.insert(format!("{producer}/{k}"), v.clone());
+            }
+        }
         let set: Vec<(&str, &str)> = snap
             .iter()
             .filter(|(k, v)| self.full || self.written.get(*k) != Some(*v))
@@ -494,7 +504,16 @@ impl Node {
             return;
         };
         let mut desired = BTreeMap::new();
+        let mut boards: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for (k, v) in sessions {
+            // A producer's record (`sip/ROUTE/KEY`): for that producer to read.
+            if let Some((producer, key)) = board_key(&k) {
+                boards
+                    .entry(producer.to_string())
+                    .or_default()
+                    .insert(key.to_string(), v);
+                continue;
+            }
             match serde_json::from_str::<SessionRecord>(&v) {
                 Ok(rec) => {
                     desired.insert(k, rec);
@@ -507,6 +526,12 @@ impl Node {
                 }
             }
         }
+        self.routes.board.set_imported(
+            boards
+                .into_iter()
+                .map(|(p, r)| (p, std::sync::Arc::new(r)))
+                .collect(),
+        );
         let done = self.replicas.apply(&self.routes, &desired);
         self.seq = Some(read.seq);
         self.status
@@ -566,6 +591,13 @@ impl Node {
             .count();
         self.status.replicas.store(held as u64, Relaxed);
     }
+}
+
+/// `sip/ROUTE/KEY` → (`sip/ROUTE`, `KEY`); a session's key (`a:20000`) has no `/`.
+fn board_key(k: &str) -> Option<(&str, &str)> {
+    let (kind, rest) = k.split_once('/')?;
+    let (route, key) = rest.split_once('/')?;
+    Some((&k[..kind.len() + 1 + route.len()], key))
 }
 
 fn read_role_file(path: &Path) -> Option<String> {

@@ -31,6 +31,7 @@ mod claim;
 pub use claim::Claim;
 mod dispatch;
 mod registrations;
+mod replica;
 mod replies;
 mod requests;
 mod rewrite;
@@ -320,6 +321,8 @@ pub struct Core {
     /// Message traces (`trace = true` on the route).
     pub trace: Option<crate::signaling::proxy::trace::Tracer>,
     last_sweep: Option<Instant>,
+    /// Hot standby: what was copied from the active, when this core last published.
+    replica: replica::ReplicaState,
 }
 
 impl Core {
@@ -375,6 +378,7 @@ impl Core {
                 .trace
                 .then(|| crate::signaling::proxy::trace::Tracer::new(&route.name, "sip")),
             last_sweep: None,
+            replica: Default::default(),
             policy,
         }
     }
