@@ -1027,7 +1027,7 @@ fn sip_request(
     format!(
         "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {via};rport;branch=z9hG4bK{method}{cseq}x{}\r\n\
 From: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\nMax-Forwards: 70\r\n{extra}Content-Length: {}\r\n\r\n{body}",
-        call_id.len(),
+        call_id.replace(['@', '.'], ""),
         body.len()
     )
 }
@@ -1063,6 +1063,89 @@ fn call_sessions(ns: &str) -> usize {
             )
         })
         .unwrap_or(0)
+}
+
+/// One call's dialog as each side sees it.
+struct Dialog {
+    call_id: String,
+    plat_from: String,
+    /// The To of the platform's requests (the device's tag).
+    dev_to: String,
+    /// The gateway's contacts: the device's (on B) and the platform's (on A).
+    dev_contact: String,
+    plat_contact: String,
+    /// The device's Call-ID, From (its tag) and To (the platform's tag).
+    dev_call_id: String,
+    dev_from: String,
+    dev_to_plat: String,
+}
+
+/// The platform invites the device at `reg_contact` (call `n`, media to `plat_port`, from
+/// `dev_port`), the device answers, the platform ACKs.
+#[allow(clippy::too_many_arguments)]
+fn invite_device(
+    platform: &UdpSocket,
+    device: &UdpSocket,
+    pair: &Pair,
+    reg_contact: &str,
+    n: u32,
+    plat_port: u16,
+    dev_port: u16,
+) -> Dialog {
+    let (gw_b, dev_aor) = ("10.62.0.1:5062", format!("<sip:{DEVICE_ID}@3402000000>"));
+    let offer = format!("v=0\r\no=34020000002000000001 0 0 IN IP4 10.62.0.100\r\ns=Play\r\nc=IN IP4 10.62.0.100\r\nt=0 0\r\nm=video {plat_port} RTP/AVP 96\r\na=recvonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n");
+    let plat_from = format!("<sip:{PLATFORM_ID}@3402000000>;tag=plat9{n}");
+    let call_id = format!("call-{n}@10.62.0.100");
+    let inv = sip_request(
+        "INVITE",
+        reg_contact,
+        true,
+        (&plat_from, &dev_aor),
+        &call_id,
+        20,
+        &format!(
+            "Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\nContent-Type: application/sdp\r\n"
+        ),
+        &offer,
+    );
+    platform.send_to(inv.as_bytes(), gw_b).unwrap();
+    let (inv_in, from) = recv_sip(device, "INVITE ", pair);
+    let answer = format!("v=0\r\no=34020000001320000001 0 0 IN IP4 10.61.0.100\r\ns=Play\r\nc=IN IP4 10.61.0.100\r\nt=0 0\r\nm=video {dev_port} RTP/AVP 96\r\na=sendonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n");
+    let ok = sip_reply(
+        &inv_in,
+        "200 OK",
+        &format!("dev2{n}"),
+        &format!(
+            "Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nContent-Type: application/sdp\r\n"
+        ),
+        &answer,
+    );
+    device.send_to(ok.as_bytes(), from).unwrap();
+    let (ok_in, _) = recv_sip(platform, "SIP/2.0 200", pair);
+    let dev_contact = contact_uri(&ok_in);
+    let dev_to = header(&ok_in, "To");
+    let ack = sip_request(
+        "ACK",
+        &dev_contact,
+        true,
+        (&plat_from, &dev_to),
+        &call_id,
+        20,
+        "",
+        "",
+    );
+    platform.send_to(ack.as_bytes(), gw_b).unwrap();
+    recv_sip(device, "ACK ", pair);
+    Dialog {
+        call_id,
+        plat_from,
+        dev_to,
+        dev_contact,
+        plat_contact: contact_uri(&inv_in),
+        dev_call_id: header(&inv_in, "Call-ID"),
+        dev_from: header(&ok, "To"),
+        dev_to_plat: header(&inv_in, "From"),
+    }
 }
 
 /// Registrations and dialogs through the state store: a device in A registers with the
@@ -1105,52 +1188,19 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
     );
     platform.send_to(ok.as_bytes(), from).unwrap();
     recv_sip(&device, "SIP/2.0 200", &pair);
-    // The live view: the platform invites the device at its registration.
-    let offer = "v=0\r\no=34020000002000000001 0 0 IN IP4 10.62.0.100\r\ns=Play\r\nc=IN IP4 10.62.0.100\r\nt=0 0\r\nm=video 6200 RTP/AVP 96\r\na=recvonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n";
-    let plat_from = format!("{plat_aor};tag=plat9");
-    let call_id = "call-1@10.62.0.100";
-    let inv = sip_request(
-        "INVITE",
-        &reg_contact,
-        true,
-        (&plat_from, &dev_aor),
-        call_id,
-        20,
-        &format!(
-            "Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\nContent-Type: application/sdp\r\n"
-        ),
-        offer,
+    // The live view: the platform invites the device at its registration (two calls: one
+    // ended by the platform, one by the device).
+    let d1 = invite_device(&platform, &device, &pair, &reg_contact, 1, 6200, 6100);
+    let d2 = invite_device(&platform, &device, &pair, &reg_contact, 2, 6202, 6102);
+    let (plat_from, dev_to, dev_contact, plat_contact, dev_call_id, call_id) = (
+        d1.plat_from.clone(),
+        d1.dev_to.clone(),
+        d1.dev_contact.clone(),
+        d1.plat_contact.clone(),
+        d1.dev_call_id.clone(),
+        d1.call_id.clone(),
     );
-    platform.send_to(inv.as_bytes(), gw_b).unwrap();
-    let (inv_in, from) = recv_sip(&device, "INVITE ", &pair);
-    let plat_contact = contact_uri(&inv_in);
-    let dev_call_id = header(&inv_in, "Call-ID");
-    let answer = "v=0\r\no=34020000001320000001 0 0 IN IP4 10.61.0.100\r\ns=Play\r\nc=IN IP4 10.61.0.100\r\nt=0 0\r\nm=video 6100 RTP/AVP 96\r\na=sendonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n";
-    let ok = sip_reply(
-        &inv_in,
-        "200 OK",
-        "dev2",
-        &format!(
-            "Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nContent-Type: application/sdp\r\n"
-        ),
-        answer,
-    );
-    device.send_to(ok.as_bytes(), from).unwrap();
-    let (ok_in, _) = recv_sip(&platform, "SIP/2.0 200", &pair);
-    let dev_contact = contact_uri(&ok_in);
-    let dev_to = header(&ok_in, "To");
-    let ack = sip_request(
-        "ACK",
-        &dev_contact,
-        true,
-        (&plat_from, &dev_to),
-        call_id,
-        20,
-        "",
-        "",
-    );
-    platform.send_to(ack.as_bytes(), gw_b).unwrap();
-    recv_sip(&device, "ACK ", &pair);
+    let call_id = call_id.as_str();
     // The call's media: device 6100 → gateway A port → platform 6200.
     let mut port = None;
     wait_for(
@@ -1185,7 +1235,7 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
     wait_for(
         "the call's media session on the standby",
         Duration::from_secs(10),
-        || call_sessions(&n2) == 1,
+        || call_sessions(&n2) == 2,
         || pair.show(),
     );
     // A few of the HA thread's and the SIP core's rounds (100 ms each) for the dialog.
@@ -1230,7 +1280,7 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
         "INFO",
         &plat_contact,
         false,
-        (&header(&ok, "To"), &header(&inv_in, "From")),
+        (&d1.dev_from, &d1.dev_to_plat),
         &dev_call_id,
         1,
         "Content-Type: Application/MANSRTSP\r\n",
@@ -1261,9 +1311,28 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
         .unwrap();
     let (bye_ok, _) = recv_sip(&platform, "SIP/2.0 200", &pair);
     assert!(bye_ok.contains("BYE"), "{bye_ok}");
+    // (4) The device's BYE ends the other call through the new active.
+    let bye = sip_request(
+        "BYE",
+        &d2.plat_contact,
+        false,
+        (&d2.dev_from, &d2.dev_to_plat),
+        &d2.dev_call_id,
+        2,
+        "",
+        "",
+    );
+    device.send_to(bye.as_bytes(), gw_a).unwrap();
+    let (bye_in, from) = recv_sip(&platform, "BYE ", &pair);
+    assert_eq!(header(&bye_in, "Call-ID"), d2.call_id, "{bye_in}");
+    platform
+        .send_to(sip_reply(&bye_in, "200 OK", "x", "", "").as_bytes(), from)
+        .unwrap();
+    let (bye_ok, _) = recv_sip(&device, "SIP/2.0 200", &pair);
+    assert!(bye_ok.contains("BYE"), "{bye_ok}");
     stream.finish();
     wait_for(
-        "the call's media session freed on the new active",
+        "the calls' media sessions freed on the new active",
         Duration::from_secs(5),
         || call_sessions(&n2) == 0,
         || pair.show(),
@@ -1274,7 +1343,9 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r["destination"] == "10.62.0.100:6200"),
-        "the call's route is gone: {routes}"
+            .any(|r| r["destination"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("10.62.0.100:620"))),
+        "the calls' routes are gone: {routes}"
     );
 }
