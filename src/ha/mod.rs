@@ -13,9 +13,15 @@
 //!   often and keeps copies installed ([`record::Replicas`]). What is pending while Redis is
 //!   away is the difference itself, so it is bounded by the tables and needs no queue: when
 //!   Redis is back, the next batch rewrites the whole (catch-up), counted.
-//! - SIP dialogs, registrations and RTSP sessions are not in the store yet: a copied SIP or
-//!   RTSP session keeps its media flowing after a takeover, and is ended once its routes
-//!   have carried nothing for `ha.replica_idle_ms`.
+//! - The SIP proxies' registrations (bindings by token) and confirmed dialogs go the same
+//!   way, in the same batch: each proxy publishes its records on the routes' board
+//!   ([`crate::routes::board`], from its timer tick, never per packet) and installs the ones
+//!   the standby read from it (`signaling/proxy/sip/core/replica.rs`), so a token handed out
+//!   by the old active routes on the new one and a BYE, INFO or MESSAGE in a dialog set up
+//!   before the takeover crosses in both directions. RTSP sessions are not in the store: a
+//!   copied RTSP session (or a SIP call whose dialog did not make it) keeps its media flowing
+//!   after a takeover, and is ended once its routes have carried nothing for
+//!   `ha.replica_idle_ms`.
 
 mod media_rule;
 pub mod record;

@@ -418,7 +418,7 @@ impl Core {
                             expected: r.expected,
                             rtp_only: r.rtp_only,
                             label: r.label.to_string(),
-                            media: r.media.clone(),
+                            media: r.media,
                         },
                         None,
                     )
