@@ -1151,13 +1151,14 @@ fn invite_device(
 /// Registrations and dialogs through the state store: a device in A registers with the
 /// platform in B through the active, the platform invites it (live view, media running),
 /// the active is killed; then through the new active, with no re-REGISTER: the platform's
-/// MESSAGE to the device by its registration reaches it, an INFO in the dialog crosses from
-/// the device to the platform, the platform's BYE ends the call, and the call's copied
-/// media session is freed.
+/// MESSAGE to the device by its registration reaches it; the killed node, restarted, copies
+/// the registration and the calls back from the new active; an INFO in a dialog crosses from
+/// the device to the platform, the platform's BYE ends one call and the device's the other,
+/// and their media sessions are freed on both nodes.
 #[test]
 fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
     require!(true, NEEDS);
-    let pair = Pair::up();
+    let mut pair = Pair::up();
     let (n1, n2) = (pair.node(0), pair.node(1));
     let device = udp_in(&pair.net.ns("a"), "10.61.0.100:5064");
     let platform = udp_in(&pair.net.ns("b"), "10.62.0.100:5090");
@@ -1275,6 +1276,16 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
         .send_to(sip_reply(&m_in, "200 OK", "dev3", "", "").as_bytes(), from)
         .unwrap();
     recv_sip(&platform, "SIP/2.0 200", &pair);
+    // The killed node comes back as the standby and copies what the new active holds,
+    // copied state included.
+    pair.start_vgate(0);
+    pair.wait_healthy_standby(0, Duration::from_secs(15));
+    wait_for(
+        "the registration and both calls' media on the old active, now the standby",
+        Duration::from_secs(10),
+        || registered_ids(&n1).iter().any(|i| i == DEVICE_ID) && call_sessions(&n1) == 2,
+        || pair.show(),
+    );
     // (2) In the dialog, device → platform: an INFO (the platform's contact, its tags).
     let info = sip_request(
         "INFO",
@@ -1335,6 +1346,12 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
         "the calls' media sessions freed on the new active",
         Duration::from_secs(5),
         || call_sessions(&n2) == 0,
+        || pair.show(),
+    );
+    wait_for(
+        "the calls' media sessions freed on the standby",
+        Duration::from_secs(5),
+        || call_sessions(&n1) == 0,
         || pair.show(),
     );
     let routes = admin_json(&n2, "/api/v1/routes").unwrap();
