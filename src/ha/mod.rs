@@ -240,6 +240,7 @@ impl Ha {
     /// state store.
     pub fn start(config: HaConfig, routes: Arc<Routes>) -> std::io::Result<Ha> {
         routes.set_standby(true);
+        routes.board.enable();
         let (wake, woken) = crossbeam_channel::bounded(4);
         let status = Arc::new(HaStatus {
             config,

@@ -7,7 +7,7 @@
 //! a second: never on the packet path.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// One producer's records: key (no `/`-free requirement) → JSON.
@@ -20,9 +20,21 @@ pub struct Board {
     imported: Mutex<(u64, BTreeMap<String, Records>)>,
     /// Records a producer could not read (a newer version, malformed), for the HA status.
     rejected: AtomicU64,
+    /// Set by the HA thread: without it (no `[ha]`) producers publish nothing.
+    enabled: AtomicBool,
 }
 
 impl Board {
+    /// A state store will take the records (the HA thread started).
+    pub fn enable(&self) {
+        self.enabled.store(true, Relaxed);
+    }
+
+    /// Whether producers should publish (a node with `[ha]`).
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
     /// Producer `producer` (`sip/ROUTE`) holds `records` now.
     pub fn publish(&self, producer: &str, records: Records) {
         self.exported

@@ -122,10 +122,11 @@ impl Core {
 
     /// Publishes this core's records and installs the active's, when due (from [`Core::tick`]).
     pub(super) fn replicate(&mut self, now: Instant) {
-        if self
-            .replica
-            .last_export
-            .is_some_and(|t| now.saturating_duration_since(t) < EVERY)
+        if !self.routes.board.enabled()
+            || self
+                .replica
+                .last_export
+                .is_some_and(|t| now.saturating_duration_since(t) < EVERY)
         {
             return;
         }
