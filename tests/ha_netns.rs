@@ -175,6 +175,18 @@ upstream = "10.61.0.100:5060"
 upstream_port = 5061
 allow_peers = ["10.62.0.100/32"]
 allow_ids = ["3402000000"]
+
+# GB/T 28181 registration: the device in A registers with the platform in B, which then
+# reaches it by its registration (INVITE, MESSAGE).
+[[signaling_route]]
+name = "reg"
+type = "sip"
+transport = "udp"
+listen_domain = "a"
+listen_port = 5062
+upstream = "10.62.0.100:5090"
+upstream_port = 5062
+allow_peers = ["10.61.0.100/32"]
 "#,
         tag = net.tag
     )
@@ -911,4 +923,446 @@ fn a_sip_call_s_media_moves_to_the_standby_on_the_same_gateway_ports() {
         gap.as_secs_f64() * 1e3,
     );
     assert!(gap < Duration::from_secs(10), "gap {gap:?}");
+}
+
+/// A UDP socket bound in namespace `ns` (a socket stays in the namespace it was made in).
+fn udp_in(ns: &str, addr: &str) -> UdpSocket {
+    let (ns, addr) = (ns.to_string(), addr.to_string());
+    std::thread::spawn(move || {
+        common::enter_netns(&ns).unwrap();
+        let s = UdpSocket::bind(addr.as_str()).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        s
+    })
+    .join()
+    .unwrap()
+}
+
+/// The next SIP message on `s` whose first line starts with `start` (others, such as a
+/// `100 Trying`, are skipped), within 5 s.
+fn recv_sip(s: &UdpSocket, start: &str, pair: &Pair) -> (String, std::net::SocketAddr) {
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 8192];
+    while Instant::now() < until {
+        if let Ok((n, from)) = s.recv_from(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if m.starts_with(start) {
+                return (m, from);
+            }
+        }
+    }
+    panic!(
+        "no {start:?} arrived on {:?}\n{}",
+        s.local_addr(),
+        pair.show()
+    );
+}
+
+fn header(msg: &str, name: &str) -> String {
+    let head = msg.split("\r\n\r\n").next().unwrap_or(msg);
+    head.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// The URI of a Contact (between `<` and `>`).
+fn contact_uri(msg: &str) -> String {
+    let c = header(msg, "Contact");
+    c.split_once('<')
+        .and_then(|(_, r)| r.split_once('>'))
+        .map(|(u, _)| u.to_string())
+        .unwrap_or(c)
+}
+
+/// A response to `req`: its Vias, From, To (with `to_tag` unless tagged), Call-ID and CSeq
+/// echoed, then `extra` lines and `body`.
+fn sip_reply(req: &str, code: &str, to_tag: &str, extra: &str, body: &str) -> String {
+    let mut r = format!("SIP/2.0 {code}\r\n");
+    let head = req.split("\r\n\r\n").next().unwrap_or(req);
+    for l in head.lines() {
+        let name = l
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match name.as_str() {
+            "via" | "from" | "call-id" | "cseq" => r.push_str(&format!("{l}\r\n")),
+            "to" if l.contains("tag=") => r.push_str(&format!("{l}\r\n")),
+            "to" => r.push_str(&format!("{l};tag={to_tag}\r\n")),
+            _ => {}
+        }
+    }
+    r.push_str(extra);
+    r.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    r
+}
+
+const DEVICE_ID: &str = "34020000001320000001";
+const PLATFORM_ID: &str = "34020000002000000001";
+
+#[allow(clippy::too_many_arguments)]
+/// A request from the platform (B, 10.62.0.100:5090) or the device (A, 10.61.0.100:5064).
+fn sip_request(
+    method: &str,
+    ruri: &str,
+    from_platform: bool,
+    (from, to): (&str, &str),
+    call_id: &str,
+    cseq: u32,
+    extra: &str,
+    body: &str,
+) -> String {
+    let via = if from_platform {
+        "10.62.0.100:5090"
+    } else {
+        "10.61.0.100:5064"
+    };
+    format!(
+        "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {via};rport;branch=z9hG4bK{method}{cseq}x{}\r\n\
+From: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\nMax-Forwards: 70\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        call_id.replace(['@', '.'], ""),
+        body.len()
+    )
+}
+
+fn registered_ids(ns: &str) -> Vec<String> {
+    admin_json(ns, "/api/v1/registrations")
+        .and_then(|v| {
+            Some(
+                v["registrations"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|r| r["id"].as_str().map(str::to_string))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// The sessions of the `reg` route's calls on a node (SIP or their copies).
+fn call_sessions(ns: &str) -> usize {
+    admin_json(ns, "/api/v1/sessions")
+        .and_then(|v| {
+            Some(
+                v["sessions"]
+                    .as_array()?
+                    .iter()
+                    .filter(|s| {
+                        s["label"]
+                            .as_str()
+                            .is_some_and(|l| l.starts_with("sip:reg:"))
+                    })
+                    .count(),
+            )
+        })
+        .unwrap_or(0)
+}
+
+/// One call's dialog as each side sees it.
+struct Dialog {
+    call_id: String,
+    plat_from: String,
+    /// The To of the platform's requests (the device's tag).
+    dev_to: String,
+    /// The gateway's contacts: the device's (on B) and the platform's (on A).
+    dev_contact: String,
+    plat_contact: String,
+    /// The device's Call-ID, From (its tag) and To (the platform's tag).
+    dev_call_id: String,
+    dev_from: String,
+    dev_to_plat: String,
+}
+
+/// The platform invites the device at `reg_contact` (call `n`, media to `plat_port`, from
+/// `dev_port`), the device answers, the platform ACKs.
+#[allow(clippy::too_many_arguments)]
+fn invite_device(
+    platform: &UdpSocket,
+    device: &UdpSocket,
+    pair: &Pair,
+    reg_contact: &str,
+    n: u32,
+    plat_port: u16,
+    dev_port: u16,
+) -> Dialog {
+    let (gw_b, dev_aor) = ("10.62.0.1:5062", format!("<sip:{DEVICE_ID}@3402000000>"));
+    let offer = format!("v=0\r\no=34020000002000000001 0 0 IN IP4 10.62.0.100\r\ns=Play\r\nc=IN IP4 10.62.0.100\r\nt=0 0\r\nm=video {plat_port} RTP/AVP 96\r\na=recvonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n");
+    let plat_from = format!("<sip:{PLATFORM_ID}@3402000000>;tag=plat9{n}");
+    let call_id = format!("call-{n}@10.62.0.100");
+    let inv = sip_request(
+        "INVITE",
+        reg_contact,
+        true,
+        (&plat_from, &dev_aor),
+        &call_id,
+        20,
+        &format!(
+            "Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\nContent-Type: application/sdp\r\n"
+        ),
+        &offer,
+    );
+    platform.send_to(inv.as_bytes(), gw_b).unwrap();
+    let (inv_in, from) = recv_sip(device, "INVITE ", pair);
+    let answer = format!("v=0\r\no=34020000001320000001 0 0 IN IP4 10.61.0.100\r\ns=Play\r\nc=IN IP4 10.61.0.100\r\nt=0 0\r\nm=video {dev_port} RTP/AVP 96\r\na=sendonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n");
+    let ok = sip_reply(
+        &inv_in,
+        "200 OK",
+        &format!("dev2{n}"),
+        &format!(
+            "Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nContent-Type: application/sdp\r\n"
+        ),
+        &answer,
+    );
+    device.send_to(ok.as_bytes(), from).unwrap();
+    let (ok_in, _) = recv_sip(platform, "SIP/2.0 200", pair);
+    let dev_contact = contact_uri(&ok_in);
+    let dev_to = header(&ok_in, "To");
+    let ack = sip_request(
+        "ACK",
+        &dev_contact,
+        true,
+        (&plat_from, &dev_to),
+        &call_id,
+        20,
+        "",
+        "",
+    );
+    platform.send_to(ack.as_bytes(), gw_b).unwrap();
+    recv_sip(device, "ACK ", pair);
+    Dialog {
+        call_id,
+        plat_from,
+        dev_to,
+        dev_contact,
+        plat_contact: contact_uri(&inv_in),
+        dev_call_id: header(&inv_in, "Call-ID"),
+        dev_from: header(&ok, "To"),
+        dev_to_plat: header(&inv_in, "From"),
+    }
+}
+
+/// Registrations and dialogs through the state store: a device in A registers with the
+/// platform in B through the active, the platform invites it (live view, media running),
+/// the active is killed; then through the new active, with no re-REGISTER: the platform's
+/// MESSAGE to the device by its registration reaches it; the killed node, restarted, copies
+/// the registration and the calls back from the new active; an INFO in a dialog crosses from
+/// the device to the platform, the platform's BYE ends one call and the device's the other,
+/// and their media sessions are freed on both nodes.
+#[test]
+fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
+    require!(true, NEEDS);
+    let mut pair = Pair::up();
+    let (n1, n2) = (pair.node(0), pair.node(1));
+    let device = udp_in(&pair.net.ns("a"), "10.61.0.100:5064");
+    let platform = udp_in(&pair.net.ns("b"), "10.62.0.100:5090");
+    let (gw_a, gw_b) = ("10.61.0.1:5062", "10.62.0.1:5062");
+    let dev_aor = format!("<sip:{DEVICE_ID}@3402000000>");
+    let plat_aor = format!("<sip:{PLATFORM_ID}@3402000000>");
+    // REGISTER, device → platform.
+    let reg = sip_request(
+        "REGISTER",
+        &format!("sip:{PLATFORM_ID}@3402000000"),
+        false,
+        (&format!("{dev_aor};tag=dev1"), &dev_aor),
+        "reg-1@10.61.0.100",
+        1,
+        &format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nExpires: 3600\r\n"),
+        "",
+    );
+    device.send_to(reg.as_bytes(), gw_a).unwrap();
+    let (req, from) = recv_sip(&platform, "REGISTER ", &pair);
+    let reg_contact = contact_uri(&req);
+    assert!(reg_contact.contains("10.62.0.1:5062"), "{req}");
+    let ok = sip_reply(
+        &req,
+        "200 OK",
+        "plat1",
+        &format!("Contact: <{reg_contact}>\r\nExpires: 3600\r\n"),
+        "",
+    );
+    platform.send_to(ok.as_bytes(), from).unwrap();
+    recv_sip(&device, "SIP/2.0 200", &pair);
+    // The live view: the platform invites the device at its registration (two calls: one
+    // ended by the platform, one by the device).
+    let d1 = invite_device(&platform, &device, &pair, &reg_contact, 1, 6200, 6100);
+    let d2 = invite_device(&platform, &device, &pair, &reg_contact, 2, 6202, 6102);
+    let (plat_from, dev_to, dev_contact, plat_contact, dev_call_id, call_id) = (
+        d1.plat_from.clone(),
+        d1.dev_to.clone(),
+        d1.dev_contact.clone(),
+        d1.plat_contact.clone(),
+        d1.dev_call_id.clone(),
+        d1.call_id.clone(),
+    );
+    let call_id = call_id.as_str();
+    // The call's media: device 6100 → gateway A port → platform 6200.
+    let mut port = None;
+    wait_for(
+        "the call's stream route on the active",
+        Duration::from_secs(10),
+        || {
+            port = admin_json(&n1, "/api/v1/routes").and_then(|v| {
+                v["routes"]
+                    .as_array()?
+                    .iter()
+                    .find(|r| r["destination"] == "10.62.0.100:6200")
+                    .and_then(|r| r["port"].as_u64())
+            });
+            port.is_some()
+        },
+        || pair.show(),
+    );
+    let stream = Stream::start(&pair.net, 6100, port.unwrap() as u16, 6200);
+    wait_for(
+        "the call's media through the active",
+        Duration::from_secs(10),
+        || stream.count() >= 100,
+        || pair.show(),
+    );
+    // The standby holds the registration and the call's media session.
+    wait_for(
+        "the registration on the standby",
+        Duration::from_secs(10),
+        || registered_ids(&n2).iter().any(|i| i == DEVICE_ID),
+        || pair.show(),
+    );
+    wait_for(
+        "the call's media session on the standby",
+        Duration::from_secs(10),
+        || call_sessions(&n2) == 2,
+        || pair.show(),
+    );
+    // A few of the HA thread's and the SIP core's rounds (100 ms each) for the dialog.
+    std::thread::sleep(Duration::from_secs(1));
+    let before = stream.count();
+    if let Some(p) = &pair.vgates[0] {
+        p.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+    wait_for(
+        "n2 active",
+        Duration::from_secs(10),
+        || role(&n2).as_deref() == Some("active"),
+        || pair.show(),
+    );
+    wait_for(
+        "the call's media to resume through the new active",
+        Duration::from_secs(10),
+        || stream.count() >= before + 100,
+        || pair.show(),
+    );
+    // (1) The platform reaches the device by its registration, with no re-REGISTER.
+    let msg_body = "<?xml version=\"1.0\"?>\r\n<Query><CmdType>DeviceInfo</CmdType><SN>7</SN><DeviceID>34020000001320000001</DeviceID></Query>\r\n";
+    let message = sip_request(
+        "MESSAGE",
+        &reg_contact,
+        true,
+        (&format!("{plat_aor};tag=plat10"), &dev_aor),
+        "msg-1@10.62.0.100",
+        30,
+        "Content-Type: Application/MANSCDP+xml\r\n",
+        msg_body,
+    );
+    platform.send_to(message.as_bytes(), gw_b).unwrap();
+    let (m_in, from) = recv_sip(&device, "MESSAGE ", &pair);
+    assert!(m_in.contains("<CmdType>DeviceInfo</CmdType>"), "{m_in}");
+    device
+        .send_to(sip_reply(&m_in, "200 OK", "dev3", "", "").as_bytes(), from)
+        .unwrap();
+    recv_sip(&platform, "SIP/2.0 200", &pair);
+    // The killed node comes back as the standby and copies what the new active holds,
+    // copied state included.
+    pair.start_vgate(0);
+    pair.wait_healthy_standby(0, Duration::from_secs(15));
+    wait_for(
+        "the registration and both calls' media on the old active, now the standby",
+        Duration::from_secs(10),
+        || registered_ids(&n1).iter().any(|i| i == DEVICE_ID) && call_sessions(&n1) == 2,
+        || pair.show(),
+    );
+    // (2) In the dialog, device → platform: an INFO (the platform's contact, its tags).
+    let info = sip_request(
+        "INFO",
+        &plat_contact,
+        false,
+        (&d1.dev_from, &d1.dev_to_plat),
+        &dev_call_id,
+        1,
+        "Content-Type: Application/MANSRTSP\r\n",
+        "PLAY MANSRTSP/1.0\r\nCSeq: 2\r\nScale: 1.0\r\n",
+    );
+    device.send_to(info.as_bytes(), gw_a).unwrap();
+    let (info_in, from) = recv_sip(&platform, "INFO ", &pair);
+    assert_eq!(header(&info_in, "Call-ID"), call_id, "{info_in}");
+    platform
+        .send_to(sip_reply(&info_in, "200 OK", "x", "", "").as_bytes(), from)
+        .unwrap();
+    recv_sip(&device, "SIP/2.0 200", &pair);
+    // (3) The platform's BYE ends the call through the new active.
+    let bye = sip_request(
+        "BYE",
+        &dev_contact,
+        true,
+        (&plat_from, &dev_to),
+        call_id,
+        21,
+        "",
+        "",
+    );
+    platform.send_to(bye.as_bytes(), gw_b).unwrap();
+    let (bye_in, from) = recv_sip(&device, "BYE ", &pair);
+    device
+        .send_to(sip_reply(&bye_in, "200 OK", "x", "", "").as_bytes(), from)
+        .unwrap();
+    let (bye_ok, _) = recv_sip(&platform, "SIP/2.0 200", &pair);
+    assert!(bye_ok.contains("BYE"), "{bye_ok}");
+    // (4) The device's BYE ends the other call through the new active.
+    let bye = sip_request(
+        "BYE",
+        &d2.plat_contact,
+        false,
+        (&d2.dev_from, &d2.dev_to_plat),
+        &d2.dev_call_id,
+        2,
+        "",
+        "",
+    );
+    device.send_to(bye.as_bytes(), gw_a).unwrap();
+    let (bye_in, from) = recv_sip(&platform, "BYE ", &pair);
+    assert_eq!(header(&bye_in, "Call-ID"), d2.call_id, "{bye_in}");
+    platform
+        .send_to(sip_reply(&bye_in, "200 OK", "x", "", "").as_bytes(), from)
+        .unwrap();
+    let (bye_ok, _) = recv_sip(&device, "SIP/2.0 200", &pair);
+    assert!(bye_ok.contains("BYE"), "{bye_ok}");
+    stream.finish();
+    wait_for(
+        "the calls' media sessions freed on the new active",
+        Duration::from_secs(5),
+        || call_sessions(&n2) == 0,
+        || pair.show(),
+    );
+    wait_for(
+        "the calls' media sessions freed on the standby",
+        Duration::from_secs(5),
+        || call_sessions(&n1) == 0,
+        || pair.show(),
+    );
+    let routes = admin_json(&n2, "/api/v1/routes").unwrap();
+    assert!(
+        !routes["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["destination"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("10.62.0.100:620"))),
+        "the calls' routes are gone: {routes}"
+    );
 }

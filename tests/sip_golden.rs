@@ -2886,3 +2886,54 @@ Max-Forwards: 70
         }
     }
 }
+
+/// Hot standby: a registration exported by one core (the active's) and imported into
+/// another (the standby's) routes there, by device ID and by token, with no re-REGISTER;
+/// a record of another version or malformed is skipped and counted; a record gone from the
+/// store goes from the standby's core too.
+#[test]
+fn a_registration_copied_to_another_core_routes_there() {
+    let mut active = bench(1);
+    let outs = active.send(Face::Listen, "10.1.0.20:5070", &register(5070, 1, 3600));
+    let fwd = outs[0].clone();
+    let token = text(&fwd)
+        .split("vgt=")
+        .nth(1)
+        .and_then(|r| r.split('>').next())
+        .unwrap()
+        .to_owned();
+    answer_register(&mut active, &fwd, "200 OK");
+    let mut recs = active.core.export(active.now);
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    let mut standby = bench(1);
+    recs.insert("b/zz".into(), "{\"v\":99}".into());
+    recs.insert("c/00".into(), "not json".into());
+    standby.core.import(&recs, standby.now, true);
+    assert_eq!(standby.routes.board.take_rejected(), 2);
+    let o = standby.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message("sip:34020000001320000001@10.2.0.1:40000", 1),
+    );
+    assert_eq!(o.len(), 1, "{}", text(&o[0]));
+    assert_eq!(o[0].to.addr, "10.1.0.20:5070".parse().unwrap());
+    let by_token = format!("sip:34020000001320000001@10.2.0.1:40000;vgt={token}");
+    let o = standby.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 2),
+    );
+    assert_eq!(o.len(), 1, "{}", text(&o[0]));
+    assert!(text(&o[0]).starts_with("MESSAGE sip:34020000001320000001@10.1.0.20:5070 "));
+    // The same records again: nothing changes; none: the copy goes.
+    standby.core.import(&recs, standby.now, true);
+    assert_eq!(standby.core.table_sizes().2, 1);
+    standby.core.import(&Default::default(), standby.now, true);
+    assert_eq!(standby.core.table_sizes().2, 0);
+    let o = standby.send(
+        Face::Upstream,
+        "10.2.0.60:5060",
+        &platform_message(&by_token, 3),
+    );
+    assert_eq!(code(&o[0]), "404");
+}

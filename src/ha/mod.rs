@@ -13,9 +13,15 @@
 //!   often and keeps copies installed ([`record::Replicas`]). What is pending while Redis is
 //!   away is the difference itself, so it is bounded by the tables and needs no queue: when
 //!   Redis is back, the next batch rewrites the whole (catch-up), counted.
-//! - SIP dialogs, registrations and RTSP sessions are not in the store yet: a copied SIP or
-//!   RTSP session keeps its media flowing after a takeover, and is ended once its routes
-//!   have carried nothing for `ha.replica_idle_ms`.
+//! - The SIP proxies' registrations (bindings by token) and confirmed dialogs go the same
+//!   way, in the same batch: each proxy publishes its records on the routes' board
+//!   ([`crate::routes::board`], from its timer tick, never per packet) and installs the ones
+//!   the standby read from it (`signaling/proxy/sip/core/replica.rs`), so a token handed out
+//!   by the old active routes on the new one and a BYE, INFO or MESSAGE in a dialog set up
+//!   before the takeover crosses in both directions. RTSP sessions are not in the store: a
+//!   copied RTSP session (or a SIP call whose dialog did not make it) keeps its media flowing
+//!   after a takeover, and is ended once its routes have carried nothing for
+//!   `ha.replica_idle_ms`.
 
 mod media_rule;
 pub mod record;
@@ -234,6 +240,7 @@ impl Ha {
     /// state store.
     pub fn start(config: HaConfig, routes: Arc<Routes>) -> std::io::Result<Ha> {
         routes.set_standby(true);
+        routes.board.enable();
         let (wake, woken) = crossbeam_channel::bounded(4);
         let status = Arc::new(HaStatus {
             config,
@@ -340,6 +347,10 @@ impl Node {
                 self.status.role.store(wanted as u8, Relaxed);
             }
             writer = self.status.role() == Role::Active;
+            let rejected = self.routes.board.take_rejected();
+            if rejected > 0 {
+                self.status.apply_errors.fetch_add(rejected, Relaxed);
+            }
             if writer {
                 self.write();
                 self.end_idle_replicas();
@@ -415,10 +426,16 @@ impl Node {
             return;
         };
         let now = now_ms();
-        let snap: BTreeMap<String, String> = record::snapshot(&self.routes)
+        let mut snap: BTreeMap<String, String> = record::snapshot(&self.routes)
             .into_iter()
             .filter_map(|(k, (_, r))| serde_json::to_string(&r).ok().map(|j| (k, j)))
             .collect();
+        // The SIP proxies' registrations and dialogs, `sip/ROUTE/KEY`.
+        for (producer, recs) in self.routes.board.exported() {
+            for (k, v) in recs.iter() {
+                snap.insert(format!("{producer}/{k}"), v.clone());
+            }
+        }
         let set: Vec<(&str, &str)> = snap
             .iter()
             .filter(|(k, v)| self.full || self.written.get(*k) != Some(*v))
@@ -494,7 +511,16 @@ impl Node {
             return;
         };
         let mut desired = BTreeMap::new();
+        let mut boards: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for (k, v) in sessions {
+            // A producer's record (`sip/ROUTE/KEY`): for that producer to read.
+            if let Some((producer, key)) = board_key(&k) {
+                boards
+                    .entry(producer.to_string())
+                    .or_default()
+                    .insert(key.to_string(), v);
+                continue;
+            }
             match serde_json::from_str::<SessionRecord>(&v) {
                 Ok(rec) => {
                     desired.insert(k, rec);
@@ -507,6 +533,12 @@ impl Node {
                 }
             }
         }
+        self.routes.board.set_imported(
+            boards
+                .into_iter()
+                .map(|(p, r)| (p, std::sync::Arc::new(r)))
+                .collect(),
+        );
         let done = self.replicas.apply(&self.routes, &desired);
         self.seq = Some(read.seq);
         self.status
@@ -566,6 +598,13 @@ impl Node {
             .count();
         self.status.replicas.store(held as u64, Relaxed);
     }
+}
+
+/// `sip/ROUTE/KEY` → (`sip/ROUTE`, `KEY`); a session's key (`a:20000`) has no `/`.
+fn board_key(k: &str) -> Option<(&str, &str)> {
+    let (kind, rest) = k.split_once('/')?;
+    let (route, key) = rest.split_once('/')?;
+    Some((&k[..kind.len() + 1 + route.len()], key))
 }
 
 fn read_role_file(path: &Path) -> Option<String> {

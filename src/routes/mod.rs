@@ -13,6 +13,7 @@
 //! stack engine binds a socket) implements [`PortHooks`].
 
 pub mod alloc;
+pub mod board;
 pub mod legs;
 pub mod stream;
 
@@ -191,6 +192,8 @@ pub struct Routes {
     standby: Arc<std::sync::atomic::AtomicBool>,
     /// Media validation violations per channel, over every route that ever was.
     media: Arc<crate::stats::media::MediaTotals>,
+    /// The hot standby's records of the SIP proxies (registrations, dialogs).
+    pub board: board::Board,
 }
 
 /// The session kinds whose routes' first packet is timed, in [`Routes::first_packet`] order.
@@ -220,6 +223,7 @@ impl Routes {
             legs: Default::default(),
             standby: Arc::new(std::sync::atomic::AtomicBool::new(cfg.ha.is_some())),
             media: Default::default(),
+            board: Default::default(),
         }
     }
 

@@ -31,6 +31,7 @@ mod claim;
 pub use claim::Claim;
 mod dispatch;
 mod registrations;
+mod replica;
 mod replies;
 mod requests;
 mod rewrite;
@@ -324,6 +325,8 @@ pub struct Core {
     /// Message traces (`trace = true` on the route).
     pub trace: Option<crate::signaling::proxy::trace::Tracer>,
     last_sweep: Option<Instant>,
+    /// Hot standby: what was copied from the active, when this core last published.
+    replica: replica::ReplicaState,
 }
 
 impl Core {
@@ -379,6 +382,7 @@ impl Core {
                 .trace
                 .then(|| crate::signaling::proxy::trace::Tracer::new(&route.name, "sip")),
             last_sweep: None,
+            replica: Default::default(),
             policy,
         }
     }

@@ -13,6 +13,7 @@ impl Core {
     /// 100 ms; the sweep runs once a second.
     pub fn tick(&mut self, now: Instant, now_ms: u64) -> Vec<Out> {
         let mut out = Vec::new();
+        self.replicate(now);
         if self
             .last_sweep
             .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1))
@@ -230,6 +231,7 @@ impl Core {
     /// silently: the returned BYEs go to both sides, and the calls are counted as ended.
     pub fn shutdown(&mut self, now: Instant) -> Vec<Out> {
         let mut out = Vec::new();
+        self.withdraw_replica();
         let live: Vec<Vec<u8>> = self
             .calls
             .iter()
