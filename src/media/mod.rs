@@ -543,7 +543,9 @@ impl Stream {
             self.codec_pt = Some(h.pt);
             self.codec = match format.codec {
                 Codec::Ps => CodecState::Ps(ps::PsState::default()),
-                Codec::H264 | Codec::H265 => CodecState::Nal(nal::NalState::new(self.spec.in_band_parameter_sets)),
+                Codec::H264 | Codec::H265 => {
+                    CodecState::Nal(nal::NalState::new(self.spec.in_band_parameter_sets))
+                }
                 Codec::Mp2t => CodecState::Ts(ts::TsState::default()),
                 Codec::Jpeg => CodecState::Jpeg(jpeg::JpegState::default()),
                 Codec::Aac => CodecState::Aac,

@@ -580,9 +580,7 @@ fn general_profile(b: &mut Bits<'_>) -> Result<(), Violation> {
     b.bit().ok_or(bad)?;
     b.bits(5).filter(|&v| (1..=11).contains(&v)).ok_or(bad)?;
     b.skip(32 + 48).ok_or(bad)?;
-    b.bits(8)
-        .filter(|&v| v % 3 == 0 && v <= 186)
-        .ok_or(bad)?;
+    b.bits(8).filter(|&v| v % 3 == 0 && v <= 186).ok_or(bad)?;
     Ok(())
 }
 

@@ -130,8 +130,7 @@ fn bye(body: &[u8], count: usize) -> Result<(), Violation> {
     };
     let text = tail.get(..usize::from(n)).ok_or(bad)?;
     let pad = &tail[usize::from(n)..];
-    if text.iter().any(|&c| c < 0x20 || c == 0x7f) || pad.len() > 3 || pad.iter().any(|&z| z != 0)
-    {
+    if text.iter().any(|&c| c < 0x20 || c == 0x7f) || pad.len() > 3 || pad.iter().any(|&z| z != 0) {
         return Err(bad);
     }
     Ok(())

@@ -198,8 +198,7 @@ pub fn all_refused(refusals: &[(String, Option<String>)]) -> Option<String> {
 pub fn crossing(receiver: &StreamSpec, sender: &StreamSpec) -> StreamSpec {
     let mut out = StreamSpec::new(sender.ssrc.or(receiver.ssrc));
     out.rtcp_mux = receiver.rtcp_mux && sender.rtcp_mux;
-    out.in_band_parameter_sets =
-        receiver.in_band_parameter_sets && sender.in_band_parameter_sets;
+    out.in_band_parameter_sets = receiver.in_band_parameter_sets && sender.in_band_parameter_sets;
     for f in receiver.formats() {
         out = out.with(f.pt, f.codec, f.clock_rate);
     }
