@@ -78,6 +78,28 @@ $PY packetize-ps "$tmp/gst.ps" "$OUT/gst_ps_h264.rtp"
 echo "gst_ps_h264 ps 96 90000" >> "$tmp/manifest"
 # (mpegpsmux 1.22 takes no H.265.)
 
+# RTCP (not in the manifest; tests/media_golden.rs reads these by name): ffmpeg's SR on
+# RTP + 1; ffmpeg libx264 with its RTCP muxed on the RTP port (rtcpport = the RTP port,
+# RFC 5761); GStreamer rtpbin's SR + SDES on RTP + 1.
+rtcp_record() { # OUT-RTP OUT-RTCP-OR-- PORT -- sender
+    local rtp=$1 rtcp=$2 p=$3
+    shift 4
+    $PY capture "$rtp" "$p" & local a=$!
+    local b=
+    if [ "$rtcp" != - ]; then $PY capture "$rtcp" $((p + 1)) & b=$!; fi
+    sleep 0.3
+    "$@" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+    wait $a ${b:+$b}
+}
+rtcp_record "$OUT/ffmpeg_h264_rtcp_mux.rtp" - 47600 -- "${FF[@]}" -f lavfi -i testsrc2=size=320x240:rate=25 \
+    -t 7 -c:v libx264 -profile:v high -b:v 300k -g 25 -payload_type 96 -f rtp "rtp://127.0.0.1:47600?rtcpport=47600"
+rtcp_record "$tmp/pcmu.rtp" "$OUT/ffmpeg_rtcp.rtp" 47602 -- "${FF[@]}" "${ASRC[@]}" -c:a pcm_mulaw \
+    -f rtp rtp://127.0.0.1:47602
+rtcp_record "$tmp/gst.rtp" "$OUT/gst_rtcp.rtp" 47610 -- "${GST[@]}" -e rtpbin name=rb videotestsrc num-buffers=150 \
+    ! video/x-raw,width=320,height=240,framerate=25/1 ! x264enc bitrate=300 ! rtph264pay pt=96 \
+    ! rb.send_rtp_sink_0 rb.send_rtp_src_0 ! udpsink host=127.0.0.1 port=47610 sync=true \
+    rb.send_rtcp_src_0 ! udpsink host=127.0.0.1 port=47611 sync=false async=false
+
 {
     echo "# name codec payload-type clock-rate: written by scripts/media-golden.sh ($(ffmpeg -version | head -1 | cut -d' ' -f1-3), $(gst-launch-1.0 --version | sed -n 2p))"
     cat "$tmp/manifest"

@@ -225,8 +225,10 @@ pub fn packet_path(data: &[u8]) {
 /// The media validator over a stream of packets. The first byte picks the codec (low 3 bits),
 /// whether the harness renumbers the packets so that mutations reach the payload parsers
 /// rather than the sequence check (bit 3), and policy switches (bits 4-7: extension,
-/// padding, filler, unknown codec). The rest is RFC 4571 records (2-byte length, packet), as
-/// in `tests/golden/media/`. Every packet gets a verdict; a passing one must be RTP v2.
+/// padding, filler, unknown codec; the filler bit also muxes RTCP, the padding bit asks for
+/// H.264/H.265 parameter sets in-band; the unknown codec renumbered is an RTCP route, not
+/// renumbered). The rest is RFC 4571 records (2-byte length, packet), as in
+/// `tests/golden/media/`. Every packet gets a verdict; a passing one must be RTP or RTCP v2.
 pub fn media_stream(data: &[u8]) {
     use crate::media::{Codec, Policy, Stream, StreamSpec, Verdict};
     let Some((&sel, mut rest)) = data.split_first() else {
@@ -251,11 +253,19 @@ pub fn media_stream(data: &[u8]) {
         allow_unknown_codec: sel & 0x80 != 0,
         ..Policy::default()
     };
-    let mut s = Stream::new(StreamSpec::new(None).with(pt, codec, clock).with(
-        8,
-        Codec::Pcma,
-        8000,
-    ));
+    let mut spec = StreamSpec::new(None)
+        .with(pt, codec, clock)
+        .with(8, Codec::Pcma, 8000);
+    // The spec's flags share the policy's bits: RTCP muxed (with allow_filler), parameter
+    // sets required in-band (with allow_padding); an RTCP route in the unknown codec's slot
+    // when renumbering.
+    spec.rtcp_mux = sel & 0x40 != 0;
+    spec.in_band_parameter_sets = sel & 0x20 != 0;
+    let rtcp_route = codec == Codec::Unknown && renumber;
+    if rtcp_route {
+        spec = StreamSpec::rtcp();
+    }
+    let mut s = Stream::new(spec);
     let mut buf = [0u8; 2048];
     let mut i = 0u16;
     while let [a, b, tail @ ..] = rest {
@@ -265,13 +275,13 @@ pub fn media_stream(data: &[u8]) {
         let p = &mut buf[..n];
         p.copy_from_slice(&tail[..n]);
         rest = &tail[n..];
-        if renumber && n >= 12 {
+        if renumber && !rtcp_route && n >= 12 {
             p[2..4].copy_from_slice(&i.to_be_bytes());
             p[8..12].copy_from_slice(&[0, 0, 0, 1]);
         }
         let v = s.check(&policy, p, u64::from(i) * 20);
         if v == Verdict::Pass {
-            assert!(n >= 13 && p[0] >> 6 == 2);
+            assert!(n >= 8 && p[0] >> 6 == 2);
         }
         i = i.wrapping_add(1);
     }

@@ -63,7 +63,8 @@
 //!   vgate). Fed the RTP packets of a stream, it follows their payload format (GB/T 28181
 //!   MPEG-PS, H.264, H.265, MPEG-TS, JPEG, G.711, AAC) across packets by its length fields
 //!   and answers pass or drop with a reason, so that only well-formed audio/video of what
-//!   was negotiated crosses.
+//!   was negotiated crosses; RTCP routes and RTCP muxed on an RTP port (RFC 5761) are held
+//!   to well-formed RTCP compound packets.
 //!
 //! ## The layers
 //!

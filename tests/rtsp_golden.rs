@@ -301,6 +301,12 @@ fn each_tracks_rtp_validates_what_describe_offered_for_it() {
         .filter(|r| r.label.ends_with(":rtp"))
         .collect();
     assert_eq!(rtp.len(), 2);
+    assert!(ex
+        .media()
+        .history
+        .iter()
+        .filter(|r| !r.label.ends_with(":rtp"))
+        .all(|r| r.media.is_some_and(|m| m.spec.rtcp)));
     let codecs: Vec<_> = rtp
         .iter()
         .map(|r| {
@@ -316,12 +322,6 @@ fn each_tracks_rtp_validates_what_describe_offered_for_it() {
         [(26, Codec::Jpeg, 90000), (0, Codec::Pcmu, 8000)],
         "stream=0 is the JPEG track, stream=1 the G.711 one"
     );
-    assert!(ex
-        .media()
-        .history
-        .iter()
-        .filter(|r| !r.label.ends_with(":rtp"))
-        .all(|r| r.media.is_none()));
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! namespace, `ffmpeg` and small hand-written clients in domain B (the rig:
 //! `tests/common/rtsp.rs`).
 //!
-//! Checked: UDP and interleaved TCP each decode at least 50 video frames without errors; ten
+//! Checked: UDP and interleaved TCP each decode at least 50 video frames without errors, with
+//! no media violation counted (RTP and RTCP, both ways); ten
 //! clients at once; an upstream that requires Digest (vgate answers it); each of the four
 //! ways a session ends (TEARDOWN, client TCP close, session timeout, no media) leaves zero
 //! RTSP sessions, routes and ports; nothing ffmpeg receives in B names an A-side address;
@@ -50,6 +51,20 @@ fn udp_and_interleaved_play_through_vgate(mut rig: Rig) {
     rig.wait_ended("session ended (teardown)", 2, 10);
     let log = rig.log();
     assert!(log.contains("interleaved_to_client="), "{log}");
+    // Media validation (`count`, the default) on every UDP route of the session: the JPEG and
+    // PCMU RTP and both ways' RTCP (GStreamer's SR + SDES, ffmpeg's RR) had no violation.
+    let text = in_netns(&g, || {
+        admin::try_get("127.0.0.1:9940", "/metrics").unwrap_or_default()
+    });
+    assert!(
+        text.contains("vgate_media_invalid_total"),
+        "no media metrics"
+    );
+    let invalid: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("vgate_media_invalid_total{") && !l.ends_with(" 0"))
+        .collect();
+    assert!(invalid.is_empty(), "media violations: {invalid:?}");
     // Time to first frame, direct (gateway namespace to the server) vs through vgate.
     let direct_url = format!("rtsp://{}:8554/test", rig.bed.get("A_IP"));
     let mut lines = Vec::new();

@@ -364,7 +364,7 @@ mod tests {
                 (x >> 24) as u8 | 0x80 // forbidden bit set
             }));
         } else {
-            b.extend_from_slice(&[0x67, 0x42, 0x00, 0x1f, 0xe9, 0x01, 0x40]);
+            b.extend_from_slice(&[0x06, 0x06, 0x01, 0x84, 0x80]); // SEI recovery point
         }
         b
     }

@@ -702,13 +702,16 @@ fn a_legs_packets_are_media_validated() {
         p[1] = 0x80 | 96; // marker: one NAL per frame
         p[4..8].copy_from_slice(&(u32::from(seq) * 3000).to_be_bytes());
         p[12] = nal;
+        // An SEI recovery point (the validator parses what follows the NAL header).
+        p[13..17].copy_from_slice(&[0x06, 0x01, 0x84, 0x80]);
+        p.truncate(17);
         p
     };
     let mut t = Tally::default();
     let r = inj.route();
-    // An SPS-typed NAL (allowed), then one with the forbidden bit set.
-    inj.forward(r.as_deref(), from, &packet(1, 0x67), 1, &mut t);
-    inj.forward(r.as_deref(), from, &packet(2, 0xe7), 1, &mut t);
+    // An SEI NAL (allowed), then one with the forbidden bit set.
+    inj.forward(r.as_deref(), from, &packet(1, 0x06), 1, &mut t);
+    inj.forward(r.as_deref(), from, &packet(2, 0x86), 1, &mut t);
     inj.finish(r.as_deref(), &t, 1);
     assert_eq!(t.tx_packets, 1);
     assert_eq!(t.drops[DropReason::MediaInvalid as usize], 1);
@@ -722,6 +725,6 @@ fn a_legs_packets_are_media_validated() {
     );
     let mut buf = [0u8; 2048];
     let (n, _) = viewer.recv_from(&mut buf).unwrap();
-    assert_eq!(buf[12], 0x67, "the well-formed one crossed ({n} bytes)");
+    assert_eq!(buf[12], 0x06, "the well-formed one crossed ({n} bytes)");
     routes.close_session(s).unwrap();
 }

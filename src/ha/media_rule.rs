@@ -15,6 +15,13 @@ pub struct RuleRecord {
     /// (payload type, codec, clock rate).
     pub formats: Vec<(u8, String, u32)>,
     pub policy: PolicyRecord,
+    /// The spec's flags ([`StreamSpec`]); absent in a record of an earlier release: off.
+    #[serde(default)]
+    pub in_band_parameter_sets: bool,
+    #[serde(default)]
+    pub rtcp_mux: bool,
+    #[serde(default)]
+    pub rtcp: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +94,9 @@ impl RuleRecord {
                 .iter()
                 .map(|f| (f.pt, codec_name(f.codec).to_string(), f.clock_rate))
                 .collect(),
+            in_band_parameter_sets: spec.in_band_parameter_sets,
+            rtcp_mux: spec.rtcp_mux,
+            rtcp: spec.rtcp,
             policy: PolicyRecord {
                 allow_extension,
                 allow_padding,
@@ -116,6 +126,9 @@ impl RuleRecord {
                 .ok_or_else(|| format!("unknown codec {name:?} in the state store"))?;
             spec = spec.with(*pt, codec, *clock);
         }
+        spec.in_band_parameter_sets = self.in_band_parameter_sets;
+        spec.rtcp_mux = self.rtcp_mux;
+        spec.rtcp = self.rtcp;
         let p = &self.policy;
         Ok(Rule {
             enforce: self.enforce,

@@ -22,6 +22,7 @@
 //! packet it lost the context to check (after a loss inside a PS frame) are refused, each
 //! with its own reason.
 //!
+//! - [`rtcp`]: RTCP compound packets, on RTCP routes and muxed on the RTP port (RFC 5761).
 //! - [`rtp`]: the RTP header and the stream's progress (SSRC, sequence, timestamps).
 //! - [`ps`]: MPEG program stream (pack, system header, PSM, PES) across packets.
 //! - [`nal`]: H.264 (RFC 6184) and H.265 (RFC 7798) NAL units, FUs, aggregation, SEI.
@@ -32,6 +33,7 @@ mod audio;
 mod jpeg;
 mod nal;
 mod ps;
+mod rtcp;
 mod rtp;
 mod ts;
 
@@ -130,6 +132,15 @@ pub struct StreamSpec {
     /// The SSRC every packet must carry (GB/T 28181 `y=`); `None`: learnt from the first
     /// packet, then fixed.
     pub ssrc: Option<u32>,
+    /// H.264/H.265: the SDP gave no parameter sets (`sprop-parameter-sets`, `sprop-vps/sps/
+    /// pps`), so the first slice must follow an SPS/PPS that crossed in-band. Off (the
+    /// default): slices may refer to parameter sets from the SDP until one crosses in-band.
+    pub in_band_parameter_sets: bool,
+    /// RTCP shares the RTP port (`a=rtcp-mux`, RFC 5761): a packet of RTCP type (192–223
+    /// in the second byte) is checked as RTCP.
+    pub rtcp_mux: bool,
+    /// The route carries RTCP only (the RTP port + 1): every packet is checked as RTCP.
+    pub rtcp: bool,
 }
 
 impl StreamSpec {
@@ -143,6 +154,17 @@ impl StreamSpec {
             }; MAX_FORMATS],
             n_formats: 0,
             ssrc,
+            in_band_parameter_sets: false,
+            rtcp_mux: false,
+            rtcp: false,
+        }
+    }
+
+    /// The stream of an RTCP route (the RTP port + 1): RTCP compound packets only.
+    pub fn rtcp() -> StreamSpec {
+        StreamSpec {
+            rtcp: true,
+            ..StreamSpec::new(None)
         }
     }
 
@@ -161,6 +183,14 @@ impl StreamSpec {
             self.formats[n] = f;
             self.n_formats += 1;
         }
+        self
+    }
+
+    /// This spec with `other`'s flags (parameter sets, RTCP), its own formats and SSRC kept.
+    pub fn flags_of(mut self, other: &StreamSpec) -> StreamSpec {
+        self.in_band_parameter_sets = other.in_band_parameter_sets;
+        self.rtcp_mux = other.rtcp_mux;
+        self.rtcp = other.rtcp;
         self
     }
 
@@ -356,8 +386,23 @@ violations! {
     PsFrame = "ps_frame",
     /// H.264/H.265: the forbidden_zero_bit is set.
     NalForbiddenBit = "nal_forbidden_bit",
-    /// H.265: a NAL header with temporal ID 0 or a layer other than 0.
+    /// A NAL header against its type's rules: H.265 temporal ID 0, a layer other than 0, or a
+    /// temporal ID its type forbids (IRAP, VPS, SPS, EOS/EOB above 0; TSA/STSA at 0); H.264
+    /// an IDR slice or parameter set with nal_ref_idc 0, or SEI/AUD/end units with one.
     NalHeader = "nal_header",
+    /// A NAL unit whose type fixes its size (AUD, end of sequence/stream) of another size, or
+    /// a parameter set longer than 256 bytes.
+    NalLength = "nal_length",
+    /// A slice whose header is out of range (H.264 first_mb_in_slice, slice_type,
+    /// pic_parameter_set_id; an IDR slice not I/SI; H.265 slice_pic_parameter_set_id), or that
+    /// does not follow the access unit's slices (the first not at the picture's start; H.264
+    /// slices out of order without Baseline's arbitrary slice order).
+    NalSliceHeader = "nal_slice_header",
+    /// A malformed SPS/PPS/VPS: profile, level, ids or sizes out of range.
+    NalParameterSet = "nal_parameter_set",
+    /// A slice referring to a picture parameter set that did not cross in-band (once one
+    /// did), or a slice before any where the SDP gave none.
+    NalUnknownParameterSet = "nal_unknown_parameter_set",
     /// H.264/H.265: a NAL unit (or packet) type outside the allow-list.
     NalType = "nal_type",
     /// H.264/H.265: fragmentation units whose start/end bits or types do not follow.
@@ -366,8 +411,23 @@ violations! {
     NalAggregation = "nal_aggregation",
     /// SEI user data larger than the policy allows, per message or per second.
     SeiUserData = "sei_user_data",
-    /// A malformed SEI message (sizes past the end of the NAL unit).
+    /// A malformed SEI message (sizes past the end of the NAL unit, filler that is not 0xFF).
     SeiMalformed = "sei_malformed",
+    /// An SEI payload type outside the allow-list (timing, pan-scan, filler, user data,
+    /// recovery point, frame packing, colour volume, decoded picture hash, ...).
+    SeiPayloadType = "sei_payload_type",
+    /// RTCP: a compound packet whose lengths do not add up to the datagram, a report whose
+    /// size is not its report blocks', misplaced padding, a malformed BYE, feedback or XR.
+    RtcpMalformed = "rtcp_malformed",
+    /// RTCP: a compound packet that does not start with an SR or RR.
+    RtcpFirst = "rtcp_first",
+    /// RTCP: a packet type outside 200–207, or a feedback message or XR block type that may
+    /// not cross (application-layer feedback).
+    RtcpType = "rtcp_type",
+    /// RTCP: SDES items malformed, of a type that may not cross (PRIV), or with control bytes.
+    RtcpSdes = "rtcp_sdes",
+    /// RTCP: an APP packet (free-form application data).
+    RtcpApp = "rtcp_app",
     /// TS: the payload is not a whole number of 188-byte packets.
     TsSize = "ts_size",
     /// TS: a packet without the 0x47 sync byte.
@@ -468,6 +528,9 @@ impl Stream {
     }
 
     fn check_inner(&mut self, policy: &Policy, pkt: &[u8], now_ms: u64) -> Result<(), Violation> {
+        if self.spec.rtcp || (self.spec.rtcp_mux && rtcp::is_rtcp(pkt)) {
+            return rtcp::check(pkt);
+        }
         let h = rtp::Header::parse(pkt, policy)?;
         let format = self.spec.format(h.pt).ok_or(Violation::PayloadType)?;
         if self
@@ -482,7 +545,9 @@ impl Stream {
             self.codec_pt = Some(h.pt);
             self.codec = match format.codec {
                 Codec::Ps => CodecState::Ps(ps::PsState::default()),
-                Codec::H264 | Codec::H265 => CodecState::Nal(nal::NalState::default()),
+                Codec::H264 | Codec::H265 => {
+                    CodecState::Nal(nal::NalState::new(self.spec.in_band_parameter_sets))
+                }
                 Codec::Mp2t => CodecState::Ts(ts::TsState::default()),
                 Codec::Jpeg => CodecState::Jpeg(jpeg::JpegState::default()),
                 Codec::Aac => CodecState::Aac,

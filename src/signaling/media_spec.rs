@@ -74,7 +74,7 @@ pub fn allowed(spec: &StreamSpec, policy: &Policy) -> StreamSpec {
     spec.formats()
         .iter()
         .filter(|f| codec_allowed(f.codec, policy))
-        .fold(StreamSpec::new(spec.ssrc), |s, f| {
+        .fold(StreamSpec::new(spec.ssrc).flags_of(spec), |s, f| {
             s.with(f.pt, f.codec, f.clock_rate)
         })
 }
@@ -197,6 +197,8 @@ pub fn all_refused(refusals: &[(String, Option<String>)]) -> Option<String> {
 /// the receiver accepts; the SSRC the sender's `y=` names, else the receiver's.
 pub fn crossing(receiver: &StreamSpec, sender: &StreamSpec) -> StreamSpec {
     let mut out = StreamSpec::new(sender.ssrc.or(receiver.ssrc));
+    out.rtcp_mux = receiver.rtcp_mux && sender.rtcp_mux;
+    out.in_band_parameter_sets = receiver.in_band_parameter_sets && sender.in_band_parameter_sets;
     for f in receiver.formats() {
         out = out.with(f.pt, f.codec, f.clock_rate);
     }

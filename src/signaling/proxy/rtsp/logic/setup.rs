@@ -381,7 +381,15 @@ impl<M: MediaPorts> Exchange<M> {
             expected: Some(expected),
             rtp_only: rtp && rtp_only,
             label: label(what),
-            media: if rtp { rule } else { None },
+            // RTCP routes: the same mode and policy, RTCP compound packets only.
+            media: if rtp {
+                rule
+            } else {
+                rule.map(|r| crate::media::Rule {
+                    spec: crate::media::StreamSpec::rtcp(),
+                    ..r
+                })
+            },
         };
         let c_rtp = SocketAddrV4::new(client, setup.client_rtp);
         let c_rtcp = SocketAddrV4::new(client, setup.client_rtcp);

@@ -48,25 +48,31 @@ impl CallMedia {
                 let validate = self.validate;
                 let spec = |ingress: DomainId, off: u16, to: MediaPeer, from: MediaPeer, kind| {
                     let egress = ingress.other();
-                    // RTP (not RTCP) is validated: what the receiver's SDP accepts.
-                    let media = validate.filter(|_| off == 0 && kind != "rtcp-rr").map(
-                        |(enforce, policy)| crate::media::Rule {
-                            enforce,
-                            spec: {
-                                let c =
-                                    crate::signaling::media_spec::crossing(&to.spec, &from.spec);
-                                // `enforce`: only the formats the policy lets cross (the
-                                // SDP keeps them all; a packet of another is refused as
-                                // `payload_type`).
-                                if enforce {
-                                    crate::signaling::media_spec::allowed(&c, &policy)
-                                } else {
-                                    c
-                                }
-                            },
-                            policy,
+                    // RTP: what the receiver's SDP accepts. RTCP on RTP + 1: RTCP only.
+                    // Muxed (RFC 5761): RTCP packets on the RTP route are checked as RTCP;
+                    // the receiver's reports ("rtcp-rr" on the RTP port) are RTCP only,
+                    // unless that way carries RTP too (sendrecv: the same route).
+                    let reverse_sends = sends(from.direction) && receives(to.direction);
+                    let rtcp_only = off == 1 || (kind == "rtcp-rr" && !reverse_sends);
+                    let media = validate.map(|(enforce, policy)| crate::media::Rule {
+                        enforce,
+                        spec: if rtcp_only {
+                            crate::media::StreamSpec::rtcp()
+                        } else {
+                            let mut c =
+                                crate::signaling::media_spec::crossing(&to.spec, &from.spec);
+                            c.rtcp_mux = kind != "rtp";
+                            // `enforce`: only the formats the policy lets cross (the
+                            // SDP keeps them all; a packet of another is refused as
+                            // `payload_type`).
+                            if enforce {
+                                crate::signaling::media_spec::allowed(&c, &policy)
+                            } else {
+                                c
+                            }
                         },
-                    );
+                        policy,
+                    });
                     RouteSpec {
                         ingress,
                         port: slot.ports[ingress.index()] + off,

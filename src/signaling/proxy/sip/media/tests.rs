@@ -590,8 +590,8 @@ fn rtp_routes_validate_what_the_sdps_negotiated() {
         m.installed
             .iter()
             .filter(|(s, _)| !s.label.ends_with(" rtp"))
-            .all(|(s, _)| s.media.is_none()),
-        "RTCP is not media"
+            .all(|(s, _)| s.media.is_some_and(|r| r.spec.rtcp)),
+        "RTCP routes validate RTCP"
     );
     // The live route carries the rule to the data path.
     let live = routes
