@@ -80,7 +80,7 @@ use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::link::{LinkCounters, LinkDrop};
 use crate::stats::{DropReason, Tally};
-use crate::wire::link::{LinkPacket, StreamHeader, MAX_DATAGRAM};
+use crate::wire::link::{HeaderError, LinkPacket, StreamHeader, MAX_DATAGRAM};
 use crate::wire::mac_string;
 use crate::wire::{FrameEnds, UdpChecksum};
 

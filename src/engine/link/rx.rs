@@ -119,10 +119,11 @@ pub(super) fn open_frame<'a>(
     wire: &'a [u8],
 ) -> Result<LinkPacket<&'a [u8]>, LinkDrop> {
     let Some(body) = wire.len().checked_sub(TRAILER_LEN) else {
-        return Err(if auth.keyed() {
-            LinkDrop::BadMac
-        } else {
-            LinkDrop::Truncated
+        // Too short for a trailer: garbage or another version says so; else no MAC.
+        return Err(match LinkPacket::new_checked(wire) {
+            Err(e @ (HeaderError::Garbage | HeaderError::BadVersion)) => LinkDrop::from_header(e),
+            _ if auth.keyed() => LinkDrop::BadMac,
+            _ => LinkDrop::Truncated,
         });
     };
     let p = LinkPacket::new_checked(&wire[..body]).map_err(LinkDrop::from_header)?;
