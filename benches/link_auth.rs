@@ -58,9 +58,7 @@ fn seal_open(c: &mut Criterion) {
     g.bench_function("seal", |b| {
         b.iter(|| auth.seal(black_box(&mut frame), 1_800_000_000_000_000))
     });
-    g.bench_function("open", |b| {
-        b.iter(|| auth.open(black_box(&frame)).unwrap())
-    });
+    g.bench_function("open", |b| b.iter(|| auth.open(black_box(&frame)).unwrap()));
     g.bench_function("replay_window", |b| {
         b.iter(|| {
             seq = seq.wrapping_add(1);

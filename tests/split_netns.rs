@@ -394,8 +394,7 @@ fn streams_in_mode(mode: &str, queues: usize) {
 #[test]
 fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
     use vgate::wire::link::{
-        write_fields, write_shard_prefix, Fields, StreamHeader, HEADER_LEN, TRAILER_LEN,
-        VERSION,
+        write_fields, write_shard_prefix, Fields, StreamHeader, HEADER_LEN, TRAILER_LEN, VERSION,
     };
     if !ready("bad_input_on_the_incoming_link_is_dropped_and_counted") {
         return;
@@ -777,7 +776,9 @@ fn media_link_peer_restart_resumes_on_the_other_half() {
 /// exactly once and nothing forged; half B counts the forgeries `bad_mac`, the replay
 /// `duplicate` and the replay after the restart `stale_epoch`, frame for frame.
 fn link_attacks(fec: &str) {
-    use common::split::{assert_zero, capture_udp, inject, numbered, send_numbered_from, with_link_keys};
+    use common::split::{
+        assert_zero, capture_udp, inject, numbered, send_numbered_from, with_link_keys,
+    };
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     use std::sync::Arc;
     use vgate::link::auth::{LinkAuth, LinkKey, TRAILER_LEN};
@@ -910,7 +911,10 @@ fn link_attacks(fec: &str) {
     );
     assert_eq!(l["drop_bad_mac"], 50, "{why}");
     assert_eq!(l["drop_duplicate"], n, "the replay in run 1: {why}");
-    assert_eq!(l["drop_stale_epoch"], n, "the replay after the restart: {why}");
+    assert_eq!(
+        l["drop_stale_epoch"], n,
+        "the replay after the restart: {why}"
+    );
     assert_eq!(l["drop_replay_old"], 0, "{why}");
     assert!(l["duplicate"] >= n, "the link's duplicate counter: {why}");
     assert_zero(&l, IN_LINK_DROPS, "half B's incoming link");

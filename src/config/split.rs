@@ -176,10 +176,9 @@ pub fn split(
         Half::A => Half::B,
         Half::B => Half::A,
     };
-    out_link.key = link_key(&r.out_link, "split.out_link")?
-        .map(|k| LinkKey::derive(&k, half.name()));
-    in_link.key = link_key(&r.in_link, "split.in_link")?
-        .map(|k| LinkKey::derive(&k, other.name()));
+    out_link.key =
+        link_key(&r.out_link, "split.out_link")?.map(|k| LinkKey::derive(&k, half.name()));
+    in_link.key = link_key(&r.in_link, "split.in_link")?.map(|k| LinkKey::derive(&k, other.name()));
     if in_link.interface == out_link.interface {
         return Err(invalid(
             &r.in_link.interface,
@@ -285,24 +284,35 @@ fn link_key(r: &RawLink, key: &str) -> Result<Option<Vec<u8>>> {
                 return Err(invalid(f, k("key_file"), "give an absolute path"));
             }
             let text = std::fs::read_to_string(path).map_err(|e| {
-                invalid(f, k("key_file"), format!("cannot read {}: {e}", path.display()))
+                invalid(
+                    f,
+                    k("key_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
             })?;
             decode_key(&text)
                 .map(Some)
                 .map_err(|m| invalid(f, k("key_file"), m))
         }
-        (Some(v), Some(_)) => Err(invalid(v, k("key"), "give either key or key_file, not both")),
+        (Some(v), Some(_)) => Err(invalid(
+            v,
+            k("key"),
+            "give either key or key_file, not both",
+        )),
         (None, None) => Ok(None),
     }
 }
 
 /// What `check-config` and the start say about a link without a key (None: keyed).
 pub fn unauthenticated_warning(s: &SplitConfig) -> Option<String> {
-    let names: Vec<&str> = [("split.out_link", &s.out_link), ("split.in_link", &s.in_link)]
-        .into_iter()
-        .filter(|(_, l)| l.key.is_none())
-        .map(|(n, _)| n)
-        .collect();
+    let names: Vec<&str> = [
+        ("split.out_link", &s.out_link),
+        ("split.in_link", &s.in_link),
+    ]
+    .into_iter()
+    .filter(|(_, l)| l.key.is_none())
+    .map(|(n, _)| n)
+    .collect();
     (!names.is_empty()).then(|| {
         format!(
             "{} without key: its frames are not authenticated, so anything that can send on the link (the isolation device's position) can forge or replay media into the domain; add key = \"<64 hex digits>\" (or key_file) to each link, the same for a link on both halves (e.g. `openssl rand -hex 32`)",

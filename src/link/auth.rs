@@ -104,7 +104,10 @@ impl LinkAuth {
 
     /// Checks a received frame's trailer: the frame without it and the epoch it carries.
     pub fn open<'a>(&self, wire: &'a [u8]) -> Result<(&'a [u8], u64), AuthError> {
-        let at = wire.len().checked_sub(TRAILER_LEN).ok_or(AuthError::Short)?;
+        let at = wire
+            .len()
+            .checked_sub(TRAILER_LEN)
+            .ok_or(AuthError::Short)?;
         let tag_at = at + EPOCH_LEN;
         if let Some(k) = &self.key {
             let h = blake3::keyed_hash(&k.0, &wire[..tag_at]);

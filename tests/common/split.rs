@@ -484,7 +484,9 @@ pub fn capture_udp(
     to: SocketAddrV4,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> (JoinHandle<Vec<Vec<u8>>>, std::sync::mpsc::Receiver<()>) {
-    use nix::sys::socket::{self, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType};
+    use nix::sys::socket::{
+        self, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType,
+    };
     let ns = ns.to_owned();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
@@ -507,7 +509,11 @@ pub fn capture_udp(
         let mut out = Vec::new();
         let mut buf = vec![0u8; 65536];
         while !stop.load(Ordering::Relaxed) {
-            let Ok(n) = socket::recv(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut buf, MsgFlags::empty()) else {
+            let Ok(n) = socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                &mut buf,
+                MsgFlags::empty(),
+            ) else {
                 continue;
             };
             let p = &buf[..n];

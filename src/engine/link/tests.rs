@@ -119,7 +119,11 @@ fn the_legs_partial_block_is_closed_on_time() {
     let mut buf = [0u8; 2048];
     let mut frames = Vec::new();
     while let Ok(n) = rx.recv(&mut buf) {
-        frames.push(LinkPacket::new_checked(&buf[..n - TRAILER_LEN]).unwrap().kind());
+        frames.push(
+            LinkPacket::new_checked(&buf[..n - TRAILER_LEN])
+                .unwrap()
+                .kind(),
+        );
     }
     assert_eq!(frames, [Kind::Data; 3], "the data frames went out at once");
     edge.close_if_due(t0 + CLOSE_BLOCK_MS - 1);
@@ -226,7 +230,11 @@ fn the_incoming_workers_sleep_does_not_hold_the_legs_block() {
         let mut kinds = Vec::new();
         while kinds.len() < 5 {
             let n = rx.recv(&mut buf).expect("the block's frames and repairs");
-            kinds.push(LinkPacket::new_checked(&buf[..n - TRAILER_LEN]).unwrap().kind());
+            kinds.push(
+                LinkPacket::new_checked(&buf[..n - TRAILER_LEN])
+                    .unwrap()
+                    .kind(),
+            );
         }
         let took = t0.elapsed();
         assert_eq!(
