@@ -9,7 +9,7 @@ use std::hint::black_box;
 use aes_gcm::aead::{AeadInOut, KeyInit};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hmac::{Hmac, Mac};
-use vgate::link::auth::{LinkAuth, TRAILER_LEN};
+use vgate::link::auth::{LinkAuth, LinkKey, TRAILER_LEN};
 use vgate::link::replay::ReplayWindow;
 
 const FRAME: usize = 1316 + 34 + 8;
@@ -49,7 +49,7 @@ fn macs(c: &mut Criterion) {
 }
 
 fn seal_open(c: &mut Criterion) {
-    let auth = LinkAuth::new(Some(&[9u8; 32]));
+    let auth = LinkAuth::new(Some(&LinkKey::raw([9u8; 32])));
     let mut frame = vec![0x5au8; 1316 + 34 + TRAILER_LEN];
     let mut win = ReplayWindow::default();
     let mut seq = 0u32;
