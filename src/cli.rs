@@ -631,6 +631,9 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     fec(s.in_link.fec),
                     s.signal.interface,
                 );
+                if let Some(w) = crate::config::split::unauthenticated_warning(s) {
+                    eprintln!("{}: warning: {w}", file.display());
+                }
             }
             // A TCP SIP route whose `max_message` alone caps TCP (a config from before
             // `max_tcp_message`): it works as before; say how to take larger messages.

@@ -370,6 +370,30 @@ fn check_config_refuses_an_engine_family_link_on_a_missing_interface() {
     assert_success(&check_config(&cfg, &["--cpus", "2"]));
 }
 
+/// A half whose media links have no `key` (every config from before link keys) is still
+/// accepted, with a warning that names the links; the example, keyed, gets none.
+#[test]
+fn check_config_warns_of_an_unauthenticated_link() {
+    let text = std::fs::read_to_string(repo().join("systemd/vgate-half-a.toml")).unwrap();
+    let keyed = check_config(&text, &["--cpus", "2"]);
+    assert_success(&keyed);
+    assert!(
+        !String::from_utf8_lossy(&keyed.stderr).contains("without key"),
+        "{}",
+        String::from_utf8_lossy(&keyed.stderr)
+    );
+    let key = "key = \"8899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677\"\n";
+    let old = text.replacen(key, "", 1);
+    assert_ne!(old, text, "the example keys its outgoing link");
+    let out = check_config(&old, &["--cpus", "2"]);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: split.out_link without key: its frames are not authenticated"),
+        "{stderr}"
+    );
+}
+
 /// `vgate demo` is the first thing a newcomer runs: its screen must read as live lines and a
 /// report, not as a log. No per-route `route started` lines, no `session ended` line listing
 /// every route, no line a terminal has to wrap many times over. (Loopback, no privileges.)

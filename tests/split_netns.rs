@@ -394,7 +394,7 @@ fn streams_in_mode(mode: &str, queues: usize) {
 #[test]
 fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
     use vgate::wire::link::{
-        write_fields, write_shard_prefix, Fields, StreamHeader, HEADER_LEN, VERSION,
+        write_fields, write_shard_prefix, Fields, StreamHeader, HEADER_LEN, TRAILER_LEN, VERSION,
     };
     if !ready("bad_input_on_the_incoming_link_is_dropped_and_counted") {
         return;
@@ -415,8 +415,12 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         Duration::from_secs(1),
     );
     rx_ready.recv().unwrap();
+    // Each frame its own sequence (the replay window takes each once), and the trailer
+    // of an unkeyed link (the epoch, a zero MAC) after it.
+    let seq = std::cell::Cell::new(0u32);
     let frame_at = |dst: u16, version: u8, k: u8, index: u8, frags: u8| {
-        let mut f = vec![0u8; HEADER_LEN + 100];
+        let mut f = vec![0u8; HEADER_LEN + 100 + TRAILER_LEN];
+        seq.set(seq.get() + 1);
         write_fields(
             &mut f,
             &Fields {
@@ -424,6 +428,7 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
                 m: if k > 0 { 2 } else { 0 },
                 index,
                 epoch: 1,
+                sequence: seq.get(),
                 ..Fields::default()
             },
         );
@@ -435,6 +440,7 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
         };
         f[HEADER_LEN..HEADER_LEN + 6].copy_from_slice(&sh.bytes());
         f[2] = version;
+        vgate::link::auth::LinkAuth::new(None).seal(&mut f, 1);
         f
     };
     let frame = |dst: u16, version: u8, k: u8| frame_at(dst, version, k, 0, 1);
@@ -444,8 +450,8 @@ fn bad_input_on_the_incoming_link_is_dropped_and_counted() {
     let fa = bed.get("FA_IP").to_owned();
     let unknown = frame(29990, VERSION, 8);
     let bad_version = frame(21000, 9, 8);
-    // A peer half of the release before the link header's version 2.
-    let version_1 = frame(21000, 1, 8);
+    // A peer half of the release before the link header's version 3.
+    let version_1 = frame(21000, 2, 8);
     let wrong_fec = frame(21000, VERSION, 4);
     let good = frame(21000, VERSION, 8);
     // A stream header no vgate writes: 0 fragments.
@@ -760,4 +766,176 @@ fn media_link_peer_restart_resumes_on_the_other_half() {
         (0, 0, 0, 0),
         "{c:?}"
     );
+}
+
+/// Issue 25's three attacks on the forward link, from the isolation device's position
+/// (frames sent from half A's link address, as anything on the cable could), with both
+/// links keyed: 50 forged well-formed frames (right header, a MAC of another key); every
+/// frame of a first run captured on the link and replayed; half A restarted (a second
+/// run) and the first run's frames replayed again. Domain B gets each camera datagram
+/// exactly once and nothing forged; half B counts the forgeries `bad_mac`, the replay
+/// `duplicate` and the replay after the restart `stale_epoch`, frame for frame.
+fn link_attacks(fec: &str) {
+    use common::split::{
+        assert_zero, capture_udp, inject, numbered, send_numbered_from, with_link_keys,
+    };
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+    use vgate::link::auth::{LinkAuth, LinkKey, TRAILER_LEN};
+    use vgate::wire::link::{write_fields, write_shard_prefix, Fields, StreamHeader, HEADER_LEN};
+    let bed = SplitBed::up();
+    let cfg_a = with_link_keys(&half_config(&bed, "a", fec, "off", &routes_a(&bed)));
+    let b = start_half(
+        &bed,
+        "b",
+        &with_link_keys(&half_config(&bed, "b", "off", fec, &routes_b(&bed))),
+    );
+    let per_run = 300u32;
+    let (rx, rx_ready) = receive_numbered(
+        bed.get("DB_NS"),
+        sa(bed.get("DB_IP"), 6000),
+        sa(bed.get("GB_IP"), 30000),
+        u32::MAX,
+        LEN,
+        Duration::from_secs(60),
+        // Covers half A's restart and the injections between the runs.
+        Duration::from_secs(10),
+    );
+    rx_ready.recv().unwrap();
+    let link_to = sa(bed.get("FB_IP"), FWD_PORT);
+    let link_from = sa(bed.get("FA_IP"), 0);
+    let per_frame = if fec == "off" { 1.0 } else { 1.25 };
+    // One run of half A: `per_run` datagrams from id `first`, all sent down the link.
+    let run = |first: u32| {
+        let a = start_half(&bed, "a", &cfg_a);
+        send_numbered_from(
+            bed.get("DA_NS"),
+            sa(bed.get("DA_IP"), 5000),
+            sa(bed.get("GA_IP"), 20000),
+            first,
+            per_run,
+            LEN,
+            500,
+        )
+        .join()
+        .unwrap();
+        let sent_all = || {
+            let m = common::split::admin_get(&bed, "a", "/metrics");
+            m.lines().any(|l| {
+                l.strip_prefix("vgate_link_packets_total{link=\"out\"} ")
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .is_some_and(|v| v >= f64::from(per_run) * per_frame)
+            })
+        };
+        let waited = std::time::Instant::now();
+        while !sent_all() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "half A did not send its datagrams down the link"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        a
+    };
+    // Run 1, captured on the link (half B's side of the forward cable).
+    let stop = Arc::new(AtomicBool::new(false));
+    let (cap, cap_ready) = capture_udp(bed.get("HB_NS"), link_to, Arc::clone(&stop));
+    cap_ready.recv().unwrap();
+    let a1 = run(0);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Relaxed);
+    let captured = cap.join().unwrap();
+    assert!(
+        captured.len() as f64 >= f64::from(per_run) * per_frame,
+        "captured {} frames of the first run",
+        captured.len()
+    );
+    // Forged: well-formed frames for the camera's port, ids no camera sent, sealed with a
+    // key that is not the link's.
+    let wrong = LinkAuth::new(Some(&LinkKey::raw([0x42; 32])));
+    let forged: Vec<Vec<u8>> = (0..50u32)
+        .map(|i| {
+            let media = numbered(10_000 + i, LEN);
+            let len = 6 + media.len();
+            let mut f = vec![0u8; HEADER_LEN + len + TRAILER_LEN];
+            write_fields(
+                &mut f,
+                &Fields {
+                    sequence: 100_000 + i,
+                    epoch: 1,
+                    ..Fields::default()
+                },
+            );
+            write_shard_prefix(&mut f, 21000, 30000, len as u16);
+            let sh = StreamHeader {
+                sequence: 50_000 + i,
+                frag: 0,
+                frags: 1,
+            };
+            f[HEADER_LEN..HEADER_LEN + 6].copy_from_slice(&sh.bytes());
+            f[HEADER_LEN + 6..HEADER_LEN + len].copy_from_slice(&media);
+            wrong.seal(&mut f, u64::MAX);
+            f
+        })
+        .collect();
+    inject(bed.get("HA_NS"), link_from, link_to, forged, 1000);
+    // Replayed within the same sender process.
+    inject(bed.get("HA_NS"), link_from, link_to, captured.clone(), 1000);
+    let t1 = a1.stop();
+    // Run 2 (half A restarted), then the first run's frames once more.
+    let a2 = run(per_run);
+    inject(bed.get("HA_NS"), link_from, link_to, captured.clone(), 1000);
+    let t2 = a2.stop();
+    let arrivals = rx.join().unwrap();
+    let log_b = b.log();
+    let tb = b.stop();
+    let l = link_totals(&tb.raw, "in");
+    let why = format!(
+        "fec {fec}\n--- half B:\n{}\n--- half A (runs 1, 2):\n{}\n{}",
+        tb.raw, t1.raw, t2.raw
+    );
+    assert!(
+        arrivals.counts.keys().all(|&id| id < 2 * per_run),
+        "forged datagrams delivered into domain B: {why}"
+    );
+    assert_eq!(
+        arrivals.missing_and_dups(2 * per_run),
+        (0, 0),
+        "each camera datagram exactly once: {why}"
+    );
+    assert_eq!((arrivals.wrong_source, arrivals.corrupt), (0, 0), "{why}");
+    let n = captured.len() as u64;
+    eprintln!(
+        "fec {fec}: {n} frames captured and replayed twice, 50 forged; half B's incoming link: bad_mac {} duplicate {} stale_epoch {} replay_old {} delivered {}",
+        l["drop_bad_mac"], l["drop_duplicate"], l["drop_stale_epoch"], l["drop_replay_old"], l["delivered"]
+    );
+    assert_eq!(l["drop_bad_mac"], 50, "{why}");
+    assert_eq!(l["drop_duplicate"], n, "the replay in run 1: {why}");
+    assert_eq!(
+        l["drop_stale_epoch"], n,
+        "the replay after the restart: {why}"
+    );
+    assert_eq!(l["drop_replay_old"], 0, "{why}");
+    assert!(l["duplicate"] >= n, "the link's duplicate counter: {why}");
+    assert_zero(&l, IN_LINK_DROPS, "half B's incoming link");
+    assert!(
+        !log_b.contains("without key"),
+        "keyed links give no warning: {log_b}"
+    );
+}
+
+#[test]
+fn forged_and_replayed_link_frames_are_refused_without_fec() {
+    if !ready("forged_and_replayed_link_frames_are_refused_without_fec") {
+        return;
+    }
+    link_attacks("off");
+}
+
+#[test]
+fn forged_and_replayed_link_frames_are_refused_with_fec() {
+    if !ready("forged_and_replayed_link_frames_are_refused_with_fec") {
+        return;
+    }
+    link_attacks("8+2");
 }

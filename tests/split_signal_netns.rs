@@ -31,7 +31,7 @@
 //!   decoded, the video crossed on the forward link, not the signaling link.
 //! - `rtsp_interleaved_record_crosses_the_split_on_the_reverse_link`: interleaved ffmpeg
 //!   pushes to a UDP-only RECORD server: the packets half B's bridge injects toward the face
-//!   go down the reverse link, all delivered (those over a frame's 1438 bytes of media cut
+//!   go down the reverse link, all delivered (those over a frame's 1414 bytes of media cut
 //!   into two frames and joined), and the server decodes the video.
 //!
 //! Needs root, iproute2, nftables and sipp (sip-tester) — the RTSP test ffmpeg and
@@ -985,7 +985,7 @@ fn gb_tcp_across_the_split(mode: &str, fec: &str, combos: &[(Side, Side)], paylo
             common::split::link_totals(out, "out"),
             common::split::link_totals(inl, "in"),
         );
-        let frames = payload.div_ceil(1438) as u64;
+        let frames = payload.div_ceil(vgate::wire::link::MAX_MEDIA) as u64;
         eprintln!(
             "{mode}: {name} link: {} datagrams cut, {} fragments and {} joined at the receiver",
             o["fragmented"], i["fragments"], i["joined"]
@@ -1090,7 +1090,7 @@ fn rtsp_interleaved_client_crosses_the_split_on_the_media_links() {
 /// RECORD server in A: half B bridges the client's `$` frames to UDP toward the link face,
 /// and those packets — sent from the leg's thread, not an engine worker — go down the
 /// reverse link on the legs' lane, every one delivered by half A. ffmpeg's RTP packets over
-/// TCP are up to 1472 bytes, more than the 1438 bytes of media a link frame carries: those
+/// TCP are up to 1472 bytes, more than the 1414 bytes of media a link frame carries: those
 /// are cut into two frames by half B and joined by half A (link header v2), so nothing is
 /// dropped as `oversize` and the server decodes the video (before v2: 132 of 173 packets
 /// oversize, no frame decoded). Nothing rides the signaling link.

@@ -56,6 +56,10 @@ pub struct RawLink {
     pub reorder_ms: Option<Spanned<i64>>,
     /// Outgoing link only: the longest datagram sent down the link (cut into frames).
     pub max_datagram: Option<Spanned<i64>>,
+    /// The link's frame key in hex, or a file holding it (as `split.signal`'s); absent:
+    /// frames are not authenticated (a warning).
+    pub key: Option<Spanned<super::split_signal::SecretHex>>,
+    pub key_file: Option<Spanned<String>>,
 }
 
 fn default_fec() -> Spanned<String> {

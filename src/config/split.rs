@@ -18,6 +18,7 @@ use super::check::{invalid, parse_ipv4, parse_sockaddr, Invalid};
 use super::raw::{RawLink, RawSplit};
 use super::split_signal::SignalLink;
 use super::{Cpus, Domain, DomainId, EngineConfig, Mode};
+use crate::link::auth::LinkKey;
 use crate::link::Fec;
 
 /// A receiver block quiet this long counts what it never got as lost (the longest
@@ -87,6 +88,9 @@ pub struct LinkConfig {
     /// Outgoing link only: the longest datagram sent down the link, cut into as many frames
     /// as it needs ([`crate::link::frag`]); longer ones are dropped as `oversize`.
     pub max_datagram: usize,
+    /// The key that authenticates the link's frames, derived for its direction from
+    /// `key`/`key_file` ([`crate::link::auth`]); `None`: frames are not authenticated.
+    pub key: Option<LinkKey>,
 }
 
 /// `[split]`: this process is one half.
@@ -155,7 +159,7 @@ pub fn split(
             message: "mode xdp forwards inside the kernel and cannot hand datagrams to the link; a split half runs mode stack, tnapi or zc".into(),
         });
     }
-    let out_link = link(&r.out_link, "split.out_link", true, cpus)?;
+    let mut out_link = link(&r.out_link, "split.out_link", true, cpus)?;
     if engine.max_payload > out_link.max_datagram {
         return Err(Invalid {
             span: None,
@@ -166,7 +170,15 @@ pub fn split(
             ),
         });
     }
-    let in_link = link(&r.in_link, "split.in_link", false, cpus)?;
+    let mut in_link = link(&r.in_link, "split.in_link", false, cpus)?;
+    // Each direction its own key, even from one key written in both links.
+    let other = match half {
+        Half::A => Half::B,
+        Half::B => Half::A,
+    };
+    out_link.key =
+        link_key(&r.out_link, "split.out_link")?.map(|k| LinkKey::derive(&k, half.name()));
+    in_link.key = link_key(&r.in_link, "split.in_link")?.map(|k| LinkKey::derive(&k, other.name()));
     if in_link.interface == out_link.interface {
         return Err(invalid(
             &r.in_link.interface,
@@ -254,6 +266,58 @@ pub fn split(
         out_link,
         in_link,
         signal,
+    })
+}
+
+/// A link's configured key bytes (`key` or `key_file`, checked as `split.signal`'s);
+/// `None` when neither is given.
+fn link_key(r: &RawLink, key: &str) -> Result<Option<Vec<u8>>> {
+    use super::split_signal::decode_key;
+    let k = |f: &str| format!("{key}.{f}");
+    match (&r.key, &r.key_file) {
+        (Some(v), None) => decode_key(&v.get_ref().0)
+            .map(Some)
+            .map_err(|m| invalid(v, k("key"), m)),
+        (None, Some(f)) => {
+            let path = std::path::Path::new(f.get_ref());
+            if !path.is_absolute() {
+                return Err(invalid(f, k("key_file"), "give an absolute path"));
+            }
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                invalid(
+                    f,
+                    k("key_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            decode_key(&text)
+                .map(Some)
+                .map_err(|m| invalid(f, k("key_file"), m))
+        }
+        (Some(v), Some(_)) => Err(invalid(
+            v,
+            k("key"),
+            "give either key or key_file, not both",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// What `check-config` and the start say about a link without a key (None: keyed).
+pub fn unauthenticated_warning(s: &SplitConfig) -> Option<String> {
+    let names: Vec<&str> = [
+        ("split.out_link", &s.out_link),
+        ("split.in_link", &s.in_link),
+    ]
+    .into_iter()
+    .filter(|(_, l)| l.key.is_none())
+    .map(|(n, _)| n)
+    .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "{} without key: its frames are not authenticated, so anything that can send on the link (the isolation device's position) can forge or replay media into the domain; add key = \"<64 hex digits>\" (or key_file) to each link, the same for a link on both halves (e.g. `openssl rand -hex 32`)",
+            names.join(" and ")
+        )
     })
 }
 
@@ -372,6 +436,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         cpu: r.cpu.as_ref().map(|c| *c.get_ref() as usize),
         reorder_ms,
         max_datagram,
+        key: None,
     })
 }
 

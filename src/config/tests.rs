@@ -862,6 +862,75 @@ mod split {
         let e = err(&HALF_A.replace("[split.in_link]\n", "[split.in_link]\nretries = 3\n"));
         assert!(e.contains("unknown field"), "{e}");
     }
+
+    const LINK_KEY: &str =
+        "key = \"8899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677\"\n";
+
+    /// The media links' keys: one per direction even from one key written for both links;
+    /// half A's outgoing key is half B's incoming one; bad keys are refused with the link's
+    /// key named; a config without them (every config before link keys) is accepted, with
+    /// the warning.
+    #[test]
+    fn link_keys() {
+        use crate::config::split::unauthenticated_warning;
+        let a = parse_for(HALF_A, "a", 2).unwrap().split.unwrap();
+        let b = parse_for(HALF_B, "b", 2).unwrap().split.unwrap();
+        assert!(a.out_link.key.is_some() && a.in_link.key.is_some());
+        assert_ne!(a.out_link.key, a.in_link.key);
+        assert_eq!(a.out_link.key, b.in_link.key);
+        assert_eq!(a.in_link.key, b.out_link.key);
+        assert_eq!(unauthenticated_warning(&a), None);
+        // Before link keys: accepted, with the warning naming the links.
+        let old = HALF_A.replace(LINK_KEY, "");
+        assert!(!old.contains(LINK_KEY));
+        let s = parse_for(&old, "a", 2).unwrap().split.unwrap();
+        assert!(s.out_link.key.is_none() && s.in_link.key.is_none());
+        let w = unauthenticated_warning(&s).unwrap();
+        assert!(
+            w.starts_with("split.out_link and split.in_link without key"),
+            "{w}"
+        );
+        let one = HALF_A.replacen(LINK_KEY, "", 1);
+        let w = unauthenticated_warning(&parse_for(&one, "a", 2).unwrap().split.unwrap());
+        assert!(w.unwrap().starts_with("split.out_link without key"));
+        // A key file, as the signaling key's.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("link.key");
+        std::fs::write(
+            &path,
+            "8899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677\n",
+        )
+        .unwrap();
+        let file = HALF_A.replacen(LINK_KEY, &format!("key_file = \"{}\"\n", path.display()), 1);
+        let f = parse_for(&file, "a", 2).unwrap().split.unwrap();
+        assert_eq!(f.out_link.key, a.out_link.key);
+        for (to, want) in [
+            ("key = \"0011\"\n", "split.out_link.key: the key is 2 bytes"),
+            ("key = \"zz\"\n", "split.out_link.key: the key must be hex"),
+            (
+                &format!("{LINK_KEY}key_file = \"/x\"\n"),
+                "split.out_link.key: give either key or key_file",
+            ),
+            (
+                "key_file = \"rel.key\"\n",
+                "split.out_link.key_file: give an absolute path",
+            ),
+            (
+                "key_file = \"/nonexistent/l.key\"\n",
+                "split.out_link.key_file: cannot read",
+            ),
+        ] {
+            let e = err(&HALF_A.replacen(LINK_KEY, to, 1));
+            assert!(e.contains(want), "{to:?}: {e}");
+        }
+        // The incoming link's key is checked too.
+        let text = HALF_A.replacen(LINK_KEY, LINK_KEY.replace("88", "8").as_str(), 2);
+        assert!(err(&text).contains("split.out_link.key"));
+        let in_only = HALF_A
+            .replacen(LINK_KEY, "", 1)
+            .replacen(LINK_KEY, "key = \"00\"\n", 1);
+        assert!(err(&in_only).contains("split.in_link.key"));
+    }
 }
 
 #[test]

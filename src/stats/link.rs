@@ -30,10 +30,19 @@ pub enum LinkDrop {
     /// An impossible stream header (fragment fields), or a fragment that contradicts the
     /// others of its datagram.
     BadFragment,
+    /// The frame's MAC does not match the link's key (forged, another key, or corrupted),
+    /// or it is too short to carry one.
+    BadMac,
+    /// Authentic, but too far behind the newest frame of its lane (the replay window).
+    ReplayOld,
+    /// Authentic, but a frame of its lane already taken (a replay or a duplicate).
+    Duplicate,
+    /// Authentic, but of an older epoch than its lane's newest (a previous sender process).
+    StaleEpoch,
 }
 
 impl LinkDrop {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 14;
     pub const ALL: [LinkDrop; Self::COUNT] = [
         LinkDrop::Garbage,
         LinkDrop::Truncated,
@@ -45,6 +54,10 @@ impl LinkDrop {
         LinkDrop::FragmentLost,
         LinkDrop::FragmentTimeout,
         LinkDrop::BadFragment,
+        LinkDrop::BadMac,
+        LinkDrop::ReplayOld,
+        LinkDrop::Duplicate,
+        LinkDrop::StaleEpoch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +72,10 @@ impl LinkDrop {
             LinkDrop::FragmentLost => "fragment_lost",
             LinkDrop::FragmentTimeout => "fragment_timeout",
             LinkDrop::BadFragment => "bad_fragment",
+            LinkDrop::BadMac => "bad_mac",
+            LinkDrop::ReplayOld => "replay_old",
+            LinkDrop::Duplicate => "duplicate",
+            LinkDrop::StaleEpoch => "stale_epoch",
         }
     }
 

@@ -48,7 +48,7 @@ use std::ops::Range;
 
 /// `"VG"`.
 pub const MAGIC: u16 = 0x5647;
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the lane header, before the link datagram ([`LinkPacket::payload`]).
 pub const HEADER_LEN: usize = 28;
 /// Bytes of the stream header at the start of every link datagram.
@@ -57,8 +57,11 @@ pub const STREAM_HEADER_LEN: usize = 6;
 pub const FULL_HEADER_LEN: usize = HEADER_LEN + STREAM_HEADER_LEN;
 /// Largest link frame (1500-byte MTU minus IPv4 and UDP headers).
 pub const FRAME_CAP: usize = 1472;
+/// Bytes after every frame on the wire: the sending lane's epoch (8) and the MAC (16)
+/// ([`crate::link::auth`]). A frame and its trailer fit [`FRAME_CAP`].
+pub const TRAILER_LEN: usize = 24;
 /// Media bytes one link frame carries; longer datagrams are cut into fragments.
-pub const MAX_MEDIA: usize = FRAME_CAP - FULL_HEADER_LEN;
+pub const MAX_MEDIA: usize = FRAME_CAP - FULL_HEADER_LEN - TRAILER_LEN;
 /// Largest datagram a link carries (the largest UDP payload over IPv4), in up to
 /// [`MAX_FRAGS`] frames.
 pub const MAX_DATAGRAM: usize = 65_507;
@@ -72,9 +75,9 @@ pub const SHARD_PREFIX: usize = HEADER_LEN - SHARD_START;
 /// erasure code's work arrays stay inline up to 32 shards).
 pub const MAX_K: u8 = 32;
 pub const MAX_M: u8 = 16;
-/// Largest link datagram one frame carries: a frame minus the lane header (the stream
-/// header and the media, or one fragment of it: [`MAX_MEDIA`]).
-pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN;
+/// Largest link datagram one frame carries: a frame minus the lane header and the trailer
+/// (the stream header and the media, or one fragment of it: [`MAX_MEDIA`]).
+pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN - TRAILER_LEN;
 /// Lanes (sending workers) a receiver tracks.
 pub const MAX_LANES: usize = 64;
 
@@ -166,8 +169,9 @@ impl<T: AsRef<[u8]>> LinkPacket<T> {
         if b.len() < HEADER_LEN {
             return Err(HeaderError::Truncated);
         }
-        // The decoder keeps shards in FRAME_CAP slots; a longer frame would not fit one.
-        if b.len() > FRAME_CAP {
+        // The decoder keeps shards in FRAME_CAP slots; a longer frame would not fit one,
+        // and no vgate half sends one that leaves no room for its trailer.
+        if b.len() > FRAME_CAP - TRAILER_LEN {
             return Err(HeaderError::Oversize);
         }
         let (k, m, idx) = (b[field::K], b[field::M], b[field::INDEX]);
@@ -433,7 +437,7 @@ mod tests {
             ..Fields::default()
         };
         let fits = frame(repair, &vec![7u8; MAX_PAYLOAD]);
-        assert_eq!(fits.len(), FRAME_CAP);
+        assert_eq!(fits.len(), FRAME_CAP - TRAILER_LEN);
         assert!(LinkPacket::new_checked(&fits[..]).is_ok());
         let over = frame(repair, &vec![7u8; MAX_PAYLOAD + 1]);
         assert_eq!(
@@ -480,9 +484,10 @@ mod tests {
         assert!(LinkPacket::new_checked(&r[..]).is_ok());
     }
 
-    /// Version 2 on the wire, byte for byte: a change here breaks the peer half.
+    /// Version 3 on the wire, byte for byte (the auth trailer follows: `crate::link::auth`):
+    /// a change here breaks the peer half.
     #[test]
-    fn golden_v2_frame() {
+    fn golden_v3_frame() {
         let f = Fields {
             lane: 1,
             k: 8,
@@ -505,7 +510,7 @@ mod tests {
         assert_eq!(
             b,
             [
-                b'V', b'G', 2, 0, 1, 8, 2, 3, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x11, 0x22, 0x33,
+                b'V', b'G', 3, 0, 1, 8, 2, 3, 1, 2, 3, 4, 0x0a, 0x0b, 0x0c, 0x0d, 0x11, 0x22, 0x33,
                 0x44, 0xbe, 0xef, 0x75, 0x30, 0x4e, 0x21, 0, 11, 0xde, 0xad, 0xbe, 0xef, 1, 2,
                 b'm', b'e', b'd', b'i', b'a'
             ]
@@ -513,9 +518,9 @@ mod tests {
         assert_eq!(FULL_HEADER_LEN, 34);
         let p = LinkPacket::new_checked(&b[..]).unwrap();
         assert_eq!(StreamHeader::parse(p.payload()), Some((sh, &b"media"[..])));
-        // A version 1 frame is refused as another version.
+        // A version 2 frame (no trailer) is refused as another version.
         let mut v1 = b.clone();
-        v1[2] = 1;
+        v1[2] = 2;
         assert_eq!(
             LinkPacket::new_checked(&v1[..]).err(),
             Some(HeaderError::BadVersion)

@@ -457,3 +457,95 @@ pub fn cam_routes(bed: &SplitBed) -> (String, String) {
         ),
     )
 }
+
+/// The media links' frame key the keyed configs carry ([`with_link_keys`]); both links,
+/// both halves (each direction derives its own key from it).
+pub const LINK_KEY: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f91";
+
+/// `config` (of [`half_config`]) with `key = LINK_KEY` in both media links' sections.
+pub fn with_link_keys(config: &str) -> String {
+    config
+        .replace(
+            "[split.out_link]\n",
+            &format!("[split.out_link]\nkey = \"{LINK_KEY}\"\n"),
+        )
+        .replace(
+            "[split.in_link]\n",
+            &format!("[split.in_link]\nkey = \"{LINK_KEY}\"\n"),
+        )
+}
+
+/// Captures, in namespace `ns`, the UDP payloads of the IPv4 datagrams to `to` (a link's
+/// frames, as the isolation device between the halves sees them) until `stop` is set: an
+/// AF_PACKET socket (all interfaces, cooked: IP packets). Ready once the second value
+/// receives.
+pub fn capture_udp(
+    ns: &str,
+    to: SocketAddrV4,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (JoinHandle<Vec<Vec<u8>>>, std::sync::mpsc::Receiver<()>) {
+    use nix::sys::socket::{
+        self, sockopt, AddressFamily, MsgFlags, SockFlag, SockProtocol, SockType,
+    };
+    let ns = ns.to_owned();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        enter_netns(&ns).unwrap_or_else(|e| panic!("setns {ns}: {e}"));
+        let fd = socket::socket(
+            AddressFamily::Packet,
+            SockType::Datagram,
+            SockFlag::empty(),
+            SockProtocol::EthAll,
+        )
+        .expect("AF_PACKET socket (root)");
+        let _ = socket::setsockopt(&fd, sockopt::RcvBufForce, &(16 << 20));
+        socket::setsockopt(
+            &fd,
+            sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(0, 100_000),
+        )
+        .unwrap();
+        let _ = ready_tx.send(());
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(n) = socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                &mut buf,
+                MsgFlags::empty(),
+            ) else {
+                continue;
+            };
+            let p = &buf[..n];
+            if n < 28 || p[0] >> 4 != 4 || p[9] != 17 {
+                continue;
+            }
+            let ihl = usize::from(p[0] & 15) * 4;
+            if n < ihl + 8 || p[16..20] != to.ip().octets() {
+                continue;
+            }
+            let udp = &p[ihl..];
+            if u16::from_be_bytes([udp[2], udp[3]]) == to.port() {
+                out.push(udp[8..].to_vec());
+            }
+        }
+        out
+    });
+    (h, ready_rx)
+}
+
+/// Sends `frames` (each one UDP payload) from `from`, bound in namespace `ns`, to `to`,
+/// about `pps` per second.
+pub fn inject(ns: &str, from: SocketAddrV4, to: SocketAddrV4, frames: Vec<Vec<u8>>, pps: u32) {
+    super::in_netns(ns, move || {
+        let s = UdpSocket::bind(from).expect("bind injector");
+        let start = Instant::now();
+        for (i, f) in frames.iter().enumerate() {
+            s.send_to(f, to).expect("inject");
+            let due = start + Duration::from_secs_f64((i + 1) as f64 / f64::from(pps));
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+    });
+}

@@ -327,6 +327,11 @@ pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
 /// The families only a split half produces (its links); see [`crate::config::split`].
 pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
+        "vgate_link_authenticated",
+        "gauge",
+        "Split half: 1 when the link's frames are authenticated (split.out_link/in_link key set), 0 when anyone on the link could forge them",
+    ),
+    (
         "vgate_link_wrong_direction_packets",
         "gauge",
         "Split half: packets that travelled a one-way link the wrong way since start (received on the outgoing link's interface, sent on the incoming link's); must stay 0",

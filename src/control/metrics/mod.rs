@@ -144,6 +144,10 @@ pub fn render(st: &ControlState) -> String {
             ("out", sp.out_link.snapshot()),
             ("in", sp.in_link.snapshot()),
         ];
+        o.family("vgate_link_authenticated");
+        for (l, a) in [("out", sp.out_auth), ("in", sp.in_auth)] {
+            o.sample("vgate_link_authenticated", &[("link", l)], u64::from(a));
+        }
         o.family("vgate_link_packets_total");
         for (l, s) in &links {
             o.sample("vgate_link_packets_total", &[("link", l)], s.packets);

@@ -72,13 +72,15 @@ use crate::engine::sys::afxdp::{self as xsys, BindMode, Xsk, XskParams};
 use crate::engine::sys::mmsg::{FrameBatch, RecvBatch, SendOutcome, SliceBatch};
 use crate::engine::worker::{spawn, Datapath, EgressSockets, Poller, Shell};
 use crate::engine::{EngineError, EngineKind, Worker};
+use crate::link::auth::{next_epoch, LinkAuth, TRAILER_LEN};
 use crate::link::fec::{Decoder, DecoderCounts, Encoder, Fec, FRAME_CAP, HEADROOM};
 use crate::link::frag::{self, JoinCounts, Joiner};
+use crate::link::replay::{Refusal, Replay, Taken};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::link::{LinkCounters, LinkDrop};
 use crate::stats::{DropReason, Tally};
-use crate::wire::link::{LinkPacket, StreamHeader, MAX_DATAGRAM};
+use crate::wire::link::{HeaderError, LinkPacket, StreamHeader, MAX_DATAGRAM};
 use crate::wire::mac_string;
 use crate::wire::{FrameEnds, UdpChecksum};
 

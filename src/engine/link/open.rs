@@ -189,6 +189,9 @@ impl HalfLinks {
             LinkFamily::Xdp => open_xdp(&cfg.out_link, lanes)?,
         };
         stats.out_tx.store(family as u8, Relaxed);
+        if let Some(w) = crate::config::split::unauthenticated_warning(cfg) {
+            tracing::warn!("{w}");
+        }
         tracing::info!(
             interface = %cfg.out_link.interface,
             tx = family.name(),
@@ -311,6 +314,8 @@ impl HalfLinks {
             // and than this half's own `engine.max_payload` (which bounds its domain side).
             max_payload: max_payload.max(MAX_DATAGRAM),
             overflow_seen: 0,
+            auth: LinkAuth::new(self.cfg.in_link.key.as_ref()),
+            replay: Replay::default(),
         };
         let cpu = self.cfg.in_link.cpu.or(default_cpu);
         spawn(index, cpu, routes, stop, Some(link), move |_: &Shell| {

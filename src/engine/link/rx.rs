@@ -19,6 +19,10 @@ pub(super) struct RxPath {
     pub(super) reorder_ms: u64,
     pub(super) max_payload: usize,
     pub(super) overflow_seen: u32,
+    /// Checks each frame's MAC (`split.in_link.key`; none: only strips the trailer).
+    pub(super) auth: LinkAuth,
+    /// Every lane's replay window, after the MAC and before the decoder.
+    pub(super) replay: Replay,
 }
 
 /// The incoming link's worker, with its buffers (built on its own thread).
@@ -104,6 +108,33 @@ impl Delivery {
 
 pub(super) static RX_ERRORS: RateLimit = RateLimit::new(5000);
 pub(super) static VERSION_LOG: RateLimit = RateLimit::new(10_000);
+pub(super) static AUTH_LOG: RateLimit = RateLimit::new(10_000);
+
+/// Opens one frame from the wire: the trailer's length, the header, the MAC, the replay
+/// window, in that order (a forged frame never moves a window). The checked view and
+/// the frame without its trailer, or the drop it counts as.
+pub(super) fn open_frame<'a>(
+    auth: &LinkAuth,
+    replay: &mut Replay,
+    wire: &'a [u8],
+) -> Result<LinkPacket<&'a [u8]>, LinkDrop> {
+    let Some(body) = wire.len().checked_sub(TRAILER_LEN) else {
+        // Too short for a trailer: garbage or another version says so; else no MAC.
+        return Err(match LinkPacket::new_checked(wire) {
+            Err(e @ (HeaderError::Garbage | HeaderError::BadVersion)) => LinkDrop::from_header(e),
+            _ if auth.keyed() => LinkDrop::BadMac,
+            _ => LinkDrop::Truncated,
+        });
+    };
+    let p = LinkPacket::new_checked(&wire[..body]).map_err(LinkDrop::from_header)?;
+    let (_, epoch) = auth.open(wire).map_err(|_| LinkDrop::BadMac)?;
+    match replay.check(p.lane(), epoch, p.sequence()) {
+        Ok(Taken::InWindow | Taken::NewEpoch) => Ok(p),
+        Err(Refusal::Duplicate) => Err(LinkDrop::Duplicate),
+        Err(Refusal::Old) => Err(LinkDrop::ReplayOld),
+        Err(Refusal::StaleEpoch) => Err(LinkDrop::StaleEpoch),
+    }
+}
 
 impl Datapath for RxState {
     fn register(&mut self, poller: &Poller) -> io::Result<()> {
@@ -377,10 +408,10 @@ pub(super) fn drain(
                 drops[LinkDrop::ForeignSource as usize] += 1;
                 continue;
             }
-            let p = match LinkPacket::new_checked(frame) {
+            let p = match open_frame(&ctx.auth, &mut ctx.replay, frame) {
                 Ok(p) => p,
-                Err(e) => {
-                    drops[LinkDrop::from_header(e) as usize] += 1;
+                Err(d) => {
+                    drops[d as usize] += 1;
                     continue;
                 }
             };
@@ -409,6 +440,17 @@ pub(super) fn drain(
                     suppressed,
                     ours = crate::wire::link::VERSION,
                     "link frames of another link header version dropped (bad_version): both halves must run the same vgate release"
+                );
+            }
+        }
+        let refused = drops[LinkDrop::BadMac as usize] + drops[LinkDrop::StaleEpoch as usize];
+        if refused > 0 {
+            if let Some(suppressed) = AUTH_LOG.check(now) {
+                tracing::warn!(
+                    suppressed,
+                    bad_mac = drops[LinkDrop::BadMac as usize],
+                    stale_epoch = drops[LinkDrop::StaleEpoch as usize],
+                    "link frames refused: bad_mac (forged, or split.in_link.key differs from the peer's split.out_link.key) or stale_epoch (a previous sender process's frames, or the peer's clock stepped back across its restart)"
                 );
             }
         }

@@ -53,7 +53,9 @@ impl LinkCounters {
         self.repaired.store(c.repaired, Relaxed);
         self.lost.store(c.lost, Relaxed);
         self.late.store(c.late, Relaxed);
-        self.duplicate.store(c.duplicate, Relaxed);
+        // The replay window's duplicates (every frame, FEC on or off) and the decoder's.
+        let window = self.drops[LinkDrop::Duplicate as usize].load(Relaxed);
+        self.duplicate.store(c.duplicate + window, Relaxed);
         self.restarts.store(c.restarts, Relaxed);
         self.reorder_held.store(c.reorder.held, Relaxed);
         self.reorder_expired.store(c.reorder.expired, Relaxed);
@@ -76,6 +78,9 @@ pub struct SplitStats {
     pub half: Half,
     pub out_fec: Option<Fec>,
     pub in_fec: Option<Fec>,
+    /// Whether each link's frames are authenticated (a key configured).
+    pub out_auth: bool,
+    pub in_auth: bool,
     pub out_link: LinkCounters,
     pub in_link: LinkCounters,
     /// The outgoing link's [`LinkFamily`] once the links are open (0 before).
@@ -106,6 +111,8 @@ impl SplitStats {
             half: cfg.half,
             out_fec: cfg.out_link.fec,
             in_fec: cfg.in_link.fec,
+            out_auth: cfg.out_link.key.is_some(),
+            in_auth: cfg.in_link.key.is_some(),
             out_link: LinkCounters::default(),
             in_link: LinkCounters::default(),
             out_tx: AtomicU8::new(0),
@@ -185,10 +192,12 @@ impl SplitStats {
         };
         let (wrong_out, wrong_in) = self.wrong_direction();
         let mut out = link(&self.out_link, self.out_fec);
+        out["authenticated"] = self.out_auth.into();
         out["wrong_direction"] = wrong_out.into();
         out["tx"] = self.out_tx().map(LinkFamily::name).into();
         let mut inl = link(&self.in_link, self.in_fec);
         inl["wrong_direction"] = wrong_in.into();
+        inl["authenticated"] = self.in_auth.into();
         serde_json::json!({
             "half": self.half.name(),
             "out_link": out,

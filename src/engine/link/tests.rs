@@ -17,7 +17,7 @@ fn frames_built_for_the_link_are_valid_udp() {
     let fec = Fec::parse("2+1").unwrap();
     let mut enc = Encoder::new(3, 9, fec, 8);
     assert!(enc.push(21000, 30000, &[7u8; 1000], 1));
-    assert!(enc.push(21000, 30000, &[8u8; 1444], 2)); // completes the block: + 1 repair
+    assert!(enc.push(21000, 30000, &[8u8; crate::wire::link::MAX_PAYLOAD], 2)); // completes the block: + 1 repair
     enc.fill_headroom(|b| hdr.write(b));
     let frames: Vec<&[u8]> = enc.ready().collect();
     let wire: Vec<&[u8]> = enc.ready_wire().collect();
@@ -65,6 +65,7 @@ fn test_config(fec: &str) -> SplitConfig {
         cpu: None,
         reorder_ms: 0,
         max_datagram: MAX_DATAGRAM,
+        key: None,
     };
     SplitConfig {
         half: crate::config::split::Half::B,
@@ -118,7 +119,11 @@ fn the_legs_partial_block_is_closed_on_time() {
     let mut buf = [0u8; 2048];
     let mut frames = Vec::new();
     while let Ok(n) = rx.recv(&mut buf) {
-        frames.push(LinkPacket::new_checked(&buf[..n]).unwrap().kind());
+        frames.push(
+            LinkPacket::new_checked(&buf[..n - TRAILER_LEN])
+                .unwrap()
+                .kind(),
+        );
     }
     assert_eq!(frames, [Kind::Data; 3], "the data frames went out at once");
     edge.close_if_due(t0 + CLOSE_BLOCK_MS - 1);
@@ -126,7 +131,7 @@ fn the_legs_partial_block_is_closed_on_time() {
     edge.close_if_due(t0 + CLOSE_BLOCK_MS);
     let mut frames = Vec::new();
     while let Ok(n) = rx.recv(&mut buf) {
-        let p = LinkPacket::new_checked(&buf[..n]).unwrap();
+        let p = LinkPacket::new_checked(&buf[..n - TRAILER_LEN]).unwrap();
         frames.push((p.kind(), p.fec_k()));
     }
     assert_eq!(
@@ -189,6 +194,8 @@ fn the_incoming_workers_sleep_does_not_hold_the_legs_block() {
         reorder_ms: 0,
         max_payload: MAX_DATAGRAM,
         overflow_seen: 0,
+        auth: LinkAuth::new(None),
+        replay: Replay::default(),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let worker = spawn(0, None, &routes, &stop, Some(wake), move |_: &Shell| {
@@ -223,7 +230,11 @@ fn the_incoming_workers_sleep_does_not_hold_the_legs_block() {
         let mut kinds = Vec::new();
         while kinds.len() < 5 {
             let n = rx.recv(&mut buf).expect("the block's frames and repairs");
-            kinds.push(LinkPacket::new_checked(&buf[..n]).unwrap().kind());
+            kinds.push(
+                LinkPacket::new_checked(&buf[..n - TRAILER_LEN])
+                    .unwrap()
+                    .kind(),
+            );
         }
         let took = t0.elapsed();
         assert_eq!(
@@ -252,4 +263,98 @@ fn the_incoming_workers_sleep_does_not_hold_the_legs_block() {
     // Wake it to see the stop (its sleep is long here).
     poke.send_to(b"stop", link_addr).unwrap();
     worker.thread.join().unwrap();
+}
+
+/// Frames a keyed sender sends, as the receiver's [`open_frame`] takes them: each once,
+/// with FEC off and on; a forged one (right header, no key) and a replayed one refused
+/// with their reasons; after the sender starts again (a new `LinkTx`: a new epoch), the
+/// first process's frames are refused as `stale_epoch`.
+#[test]
+fn keyed_frames_are_taken_once_and_forgeries_and_replays_refused() {
+    use crate::link::auth::LinkKey;
+    for fec in ["off", "4+2"] {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let mut cfg = test_config(fec);
+        cfg.out_link.peer = match rx.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        let key = LinkKey::derive(&[0x5a; 32], "b");
+        cfg.out_link.key = Some(key.clone());
+        let stats = Arc::new(SplitStats::new(&cfg));
+        let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let send = |n: u32| {
+            let mut tx = LinkTx::new(
+                Wire::Udp(Arc::clone(&sock)),
+                &cfg.out_link,
+                2,
+                1,
+                8,
+                Arc::clone(&stats),
+            );
+            for i in 0..n {
+                assert!(tx.push(21000, 30000, i, &[i as u8; 1316], 0, 0));
+            }
+            tx.flush();
+            tx.idle(u64::MAX / 2);
+            let mut buf = [0u8; 2048];
+            let mut frames = Vec::new();
+            while let Ok(n) = rx.recv(&mut buf) {
+                frames.push(buf[..n].to_vec());
+            }
+            frames
+        };
+        let first = send(8);
+        let data = 8;
+        let repairs = if fec == "off" { 0 } else { 4 };
+        assert_eq!(first.len(), data + repairs, "fec {fec}");
+        let auth = LinkAuth::new(Some(&key));
+        let mut replay = Replay::default();
+        for f in &first {
+            assert!(open_frame(&auth, &mut replay, f).is_ok(), "fec {fec}");
+        }
+        for f in &first {
+            assert_eq!(
+                open_frame(&auth, &mut replay, f).err(),
+                Some(LinkDrop::Duplicate),
+                "fec {fec}: a replay"
+            );
+        }
+        // A forgery: a well-formed frame of a later sequence, trailer without the key.
+        let mut forged = first[0].clone();
+        forged[8..12].copy_from_slice(&1000u32.to_be_bytes());
+        LinkAuth::new(None).seal(&mut forged, u64::MAX);
+        assert_eq!(
+            open_frame(&auth, &mut replay, &forged).err(),
+            Some(LinkDrop::BadMac)
+        );
+        // Another direction's key does not open it either.
+        let other = LinkAuth::new(Some(&LinkKey::derive(&[0x5a; 32], "a")));
+        assert_eq!(
+            open_frame(&other, &mut Replay::default(), &first[0]).err(),
+            Some(LinkDrop::BadMac)
+        );
+        // The sender restarts: its frames start a new epoch; the old ones are stale.
+        let second = send(8);
+        for f in &second {
+            assert!(open_frame(&auth, &mut replay, f).is_ok(), "fec {fec}");
+        }
+        for f in &first {
+            assert_eq!(
+                open_frame(&auth, &mut replay, f).err(),
+                Some(LinkDrop::StaleEpoch),
+                "fec {fec}"
+            );
+        }
+        // Unkeyed, the trailer still carries the epoch: replays are refused all the same.
+        let mut plain = Replay::default();
+        let none = LinkAuth::new(None);
+        assert!(open_frame(&none, &mut plain, &second[0]).is_ok());
+        assert_eq!(
+            open_frame(&none, &mut plain, &second[0]).err(),
+            Some(LinkDrop::Duplicate)
+        );
+    }
 }

@@ -106,6 +106,12 @@ pub struct LinkTx {
     pub(super) repair_published: u64,
     /// Longest datagram sent (`split.out_link.max_datagram`), cut into fragments.
     pub(super) max_datagram: usize,
+    /// Seals every frame (epoch and MAC trailer) before it is sent.
+    pub(super) auth: LinkAuth,
+    /// This lane's epoch ([`next_epoch`] at its start, one more at each sequence wrap) and
+    /// whether it sealed a frame yet.
+    pub(super) epoch: u64,
+    pub(super) sealed: bool,
 }
 
 impl LinkTx {
@@ -121,12 +127,15 @@ impl LinkTx {
         LinkTx {
             wire,
             peer: cfg.peer,
-            enc: Encoder::new(lane, epoch, cfg.fec, batch),
+            enc: Encoder::new(lane, epoch, cfg.fec, batch).with_trailer(TRAILER_LEN),
             batch: SliceBatch::new(slots),
             stats,
             block_opened_ms: 0,
             repair_published: 0,
             max_datagram: cfg.max_datagram.min(MAX_DATAGRAM),
+            auth: LinkAuth::new(cfg.key.as_ref()),
+            epoch: next_epoch(crate::clock::wall_ms().saturating_mul(1000)),
+            sealed: false,
         }
     }
 
@@ -201,6 +210,16 @@ impl LinkTx {
     /// Sends every frame written and not yet sent (engines call it once per wakeup, from
     /// [`Datapath::flush`]).
     pub fn flush(&mut self) {
+        let (auth, epoch, sealed) = (&self.auth, &mut self.epoch, &mut self.sealed);
+        self.enc.seal(|f| {
+            // Sequence 0 again: the lane's sequence wrapped, so its epoch moves on (the
+            // receiver's window would take the old sequences for replays otherwise).
+            if LinkPacket::new_unchecked(&*f).sequence() == 0 && *sealed {
+                *epoch += 1;
+            }
+            *sealed = true;
+            auth.seal(f, *epoch);
+        });
         let mut sent = Sent::default();
         match &mut self.wire {
             Wire::Udp(sock) => {

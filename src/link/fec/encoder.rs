@@ -32,6 +32,9 @@ pub struct Encoder {
     /// Frames and bytes written, repair frames among them.
     pub frames_out: u64,
     pub repair_out: u64,
+    /// Bytes after each frame, outside the FEC shards, that [`Encoder::seal`] fills (the
+    /// auth trailer, [`crate::link::auth`]); 0 unless [`Encoder::with_trailer`].
+    trailer: usize,
 }
 
 impl Encoder {
@@ -56,6 +59,24 @@ impl Encoder {
             sequence: 0,
             frames_out: 0,
             repair_out: 0,
+            trailer: 0,
+        }
+    }
+
+    /// Leaves `n` bytes after every frame (at most [`FRAME_CAP`](super::FRAME_CAP) minus the
+    /// longest frame: the auth trailer) for [`Encoder::seal`]; the frames handed out include
+    /// them. They are not part of any FEC shard.
+    pub fn with_trailer(mut self, n: usize) -> Encoder {
+        self.trailer = n;
+        self
+    }
+
+    /// Calls `seal` on each frame written and not yet sealed, with its trailer room after it
+    /// (call it once before each send of [`Encoder::ready`]).
+    pub fn seal(&mut self, mut seal: impl FnMut(&mut [u8])) {
+        for s in self.ready_slots() {
+            let at = s * SLOT + HEADROOM;
+            seal(&mut self.frames[at..at + self.lens[s] + self.trailer]);
         }
     }
 
@@ -186,7 +207,7 @@ impl Encoder {
     pub fn ready(&self) -> impl Iterator<Item = &[u8]> {
         self.ready_slots().map(move |s| {
             let at = s * SLOT + HEADROOM;
-            &self.frames[at..at + self.lens[s]]
+            &self.frames[at..at + self.lens[s] + self.trailer]
         })
     }
 
@@ -195,7 +216,7 @@ impl Encoder {
     pub fn fill_headroom(&mut self, mut write: impl FnMut(&mut [u8])) {
         for s in self.ready_slots() {
             let at = s * SLOT;
-            write(&mut self.frames[at..at + HEADROOM + self.lens[s]]);
+            write(&mut self.frames[at..at + HEADROOM + self.lens[s] + self.trailer]);
         }
     }
 
@@ -204,7 +225,7 @@ impl Encoder {
     pub fn ready_wire(&self) -> impl Iterator<Item = &[u8]> {
         self.ready_slots().map(move |s| {
             let at = s * SLOT;
-            &self.frames[at..at + HEADROOM + self.lens[s]]
+            &self.frames[at..at + HEADROOM + self.lens[s] + self.trailer]
         })
     }
 
