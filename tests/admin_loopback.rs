@@ -164,6 +164,7 @@ fn metrics_routes_sessions_and_stats() {
             "vgate_rtsp_bridge_legs_total",
             "vgate_rtsp_bridge_frames_total",
             "vgate_rtsp_bridge_bytes_total",
+            "vgate_rtsp_evicted_total",
             "vgate_signaling_other_events_total",
             // Per live TCP media leg: none on this gateway.
             "vgate_edge_leg_total",

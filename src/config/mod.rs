@@ -380,6 +380,10 @@ pub struct RtspPath {
     pub credentials: Option<UserPass>,
 }
 
+/// Default `max_sessions_per_source` of an RTSP route: a platform pulling every camera of a
+/// site through one address holds a connection per stream.
+pub const RTSP_SESSIONS_PER_SOURCE: usize = 1024;
+
 /// RTSP settings of a signaling route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RtspOptions {
@@ -394,6 +398,9 @@ pub struct RtspOptions {
     /// Seconds a client may take to send one whole request (from its first byte, or from
     /// the connection for the first one) before the connection is closed.
     pub request_timeout: u32,
+    /// Connections holding a media session (a track set up) one source address may have at
+    /// a time; `max_connections_per_source` counts only the others.
+    pub max_sessions_per_source: usize,
 }
 
 /// A static stream route from the config file.

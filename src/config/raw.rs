@@ -256,6 +256,8 @@ pub struct RawSignalingRoute {
     pub session_timeout: Option<Spanned<i64>>,
     /// Seconds a client may take to send one whole request (slow-loris guard).
     pub request_timeout: Option<Spanned<i64>>,
+    /// Connections holding a media session one source may have at a time (RTSP).
+    pub max_sessions_per_source: Option<Spanned<i64>>,
     // (An RTSP route's media timeout is the shared `media_timeout` key.)
 }
 

@@ -715,6 +715,43 @@ fn rtsp_request_timeout_and_sip_only_keys() {
     assert_eq!(p.rate_limit, 5);
 }
 
+#[test]
+fn rtsp_max_sessions_per_source() {
+    let cfg = check(RTSP_ROUTE).unwrap();
+    let sessions = |c: &crate::config::Config| {
+        c.signaling[0]
+            .rtsp
+            .as_ref()
+            .unwrap()
+            .max_sessions_per_source
+    };
+    assert_eq!(sessions(&cfg), crate::config::RTSP_SESSIONS_PER_SOURCE);
+    let cfg = check(&format!(
+        "{RTSP_ROUTE}max_sessions_per_source = 300
+"
+    ))
+    .unwrap();
+    assert_eq!(sessions(&cfg), 300);
+    expect_err(
+        &format!(
+            "{RTSP_ROUTE}max_sessions_per_source = 0
+"
+        ),
+        "signaling_route[0].max_sessions_per_source",
+        base_lines() + 12,
+        "1 to 10000",
+    );
+    expect_err(
+        &format!(
+            "{SIP_ROUTE}max_sessions_per_source = 10
+"
+        ),
+        "signaling_route[0].max_sessions_per_source",
+        base_lines() + 9,
+        "is an RTSP setting",
+    );
+}
+
 mod split {
     use super::super::parse_for;
 

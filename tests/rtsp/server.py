@@ -16,6 +16,9 @@ is answered with an interleaved transport anyway (channels 2n, 2n+1 for stream n
 fixed on UDP it is refused 461. A second SETUP of a track closes the connection and prints
 "TWICE <url>" on stdout (that server's "can not setup one track twice").
 
+With --shared every client of a path is served from one media pipeline (many sessions of one
+camera, cheap: the RTSP limits test pulls 200 streams from one address this way).
+
 With --record the paths take pushed media instead (ANNOUNCE/SETUP mode=record/RECORD, a
 JPEG video track): the server depayloads and decodes it and prints "FRAMES <total>" on
 stdout each second the count of decoded frames grew; with --tracks 2 they take a PCMU audio
@@ -112,6 +115,7 @@ def main():
     # Default: video + PCMU served (2), video only taken (--record: 1).
     ap.add_argument("--tracks", type=int, default=None, choices=[1, 2, 3])
     ap.add_argument("--fixed-transport", action="store_true")
+    ap.add_argument("--shared", action="store_true")
     args = ap.parse_args()
     if args.tracks is None:
         args.tracks = 1 if args.record else 2
@@ -174,7 +178,7 @@ def main():
     for path in paths:
         factory = GstRtspServer.RTSPMediaFactory()
         factory.set_launch(launch)
-        factory.set_shared(False)
+        factory.set_shared(args.shared)
         if args.record:
             factory.set_transport_mode(GstRtspServer.RTSPTransportMode.RECORD)
             factory.connect("media-configure", media_configure)

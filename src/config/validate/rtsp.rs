@@ -138,12 +138,24 @@ pub(super) fn rtsp_options(
             ))
         }
     };
+    let max_sessions_per_source = match &r.max_sessions_per_source {
+        None => crate::config::RTSP_SESSIONS_PER_SOURCE,
+        Some(s) if (1..=10_000).contains(s.get_ref()) => *s.get_ref() as usize,
+        Some(s) => {
+            return Err(invalid(
+                s,
+                key("max_sessions_per_source"),
+                "connections with a live session per source: a number from 1 to 10000",
+            ))
+        }
+    };
     Ok(RtspOptions {
         paths,
         client_users,
         client_realm,
         session_timeout,
         request_timeout,
+        max_sessions_per_source,
     })
 }
 

@@ -152,7 +152,11 @@ fn refuse_sip_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
 fn refuse_rtsp_keys(i: usize, r: &RawSignalingRoute) -> Result<()> {
     let key = |k: &str| format!("signaling_route[{i}].{k}");
     let only = "is an RTSP setting; this route is not type = \"rtsp\"";
-    let spans: [(&str, Option<Range<usize>>); 6] = [
+    let spans: [(&str, Option<Range<usize>>); 7] = [
+        (
+            "max_sessions_per_source",
+            r.max_sessions_per_source.as_ref().map(|s| s.span()),
+        ),
         (
             "request_timeout",
             r.request_timeout.as_ref().map(|s| s.span()),

@@ -203,6 +203,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Bytes of frames carried inside RTSP connections, by direction",
     ),
     (
+        "vgate_rtsp_evicted_total",
+        "counter",
+        "RTSP connections without a session closed to make room for a new one, per route, by reason (per_source: the source was at max_connections_per_source; route_full: the route held its most connections without a session)",
+    ),
+    (
         "vgate_rtsp_bridge_legs_total",
         "counter",
         "RTSP tracks bridged between interleaved TCP and UDP (one leg each)",
@@ -454,6 +459,26 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
     ),
     ("bridge_legs", "vgate_rtsp_bridge_legs_total", ""),
     (
+        "refused_sessions_per_source",
+        "vgate_signaling_refused_total",
+        "sessions_per_source",
+    ),
+    (
+        "refused_route_full",
+        "vgate_signaling_refused_total",
+        "route_full",
+    ),
+    (
+        "evicted_per_source",
+        "vgate_rtsp_evicted_total",
+        "per_source",
+    ),
+    (
+        "evicted_route_full",
+        "vgate_rtsp_evicted_total",
+        "route_full",
+    ),
+    (
         "bridge_frames_to_tcp",
         "vgate_rtsp_bridge_frames_total",
         "udp_to_tcp",
@@ -601,7 +626,9 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
 /// The label that tells a family's series apart (besides route and kind).
 pub(super) fn event_label(family: &str) -> &'static str {
     match family {
-        "vgate_signaling_refused_total" | "vgate_signaling_dropped_total" => "reason",
+        "vgate_signaling_refused_total"
+        | "vgate_signaling_dropped_total"
+        | "vgate_rtsp_evicted_total" => "reason",
         "vgate_signaling_timeouts_total" => "what",
         "vgate_rtsp_interleaved_frames_total"
         | "vgate_rtsp_interleaved_bytes_total"

@@ -378,6 +378,34 @@ pub struct Interleaved {
     pub last_up_ms: AtomicU64,
 }
 
+/// What the proxy's accept thread sees of a connection (for its limits: which connections
+/// of a source count toward `max_connections_per_source` and which one may be evicted),
+/// kept by the connection's threads after each message.
+#[derive(Debug, Default)]
+pub struct ConnStatus {
+    /// The connection holds a media session: a track is set up and not torn down.
+    pub session: AtomicBool,
+    /// A request of the client waits for the upstream's reply.
+    pub busy: AtomicBool,
+    /// The client has sent a whole request.
+    pub requested: AtomicBool,
+    /// The proxy closed the connection to make room for another (set before it shuts the
+    /// socket down).
+    pub evicted: AtomicBool,
+    /// When the client last sent a whole request or frame (ms since the epoch; the
+    /// connection's opening until then).
+    pub last_ms: AtomicU64,
+}
+
+impl ConnStatus {
+    pub fn new() -> ConnStatus {
+        ConnStatus {
+            last_ms: AtomicU64::new(now_ms()),
+            ..ConnStatus::default()
+        }
+    }
+}
+
 /// What both threads share.
 struct Shared {
     exchange: Mutex<Exchange<RoutesMedia>>,
@@ -395,6 +423,7 @@ struct Shared {
     /// When the session last started playing (ms), for the no-media timer.
     play_epoch_ms: AtomicU64,
     last_request_ms: AtomicU64,
+    status: Arc<ConnStatus>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -414,6 +443,8 @@ pub enum EndReason {
     Operator,
     /// A request took longer than `request_timeout` to arrive whole (slow-loris).
     SlowRequest,
+    /// Idle without a session, closed to make room for a new connection.
+    Evicted,
 }
 
 impl EndReason {
@@ -427,6 +458,7 @@ impl EndReason {
             EndReason::Shutdown => "shutdown",
             EndReason::Operator => "ended-by-operator",
             EndReason::SlowRequest => "request-too-slow",
+            EndReason::Evicted => "evicted-idle",
         }
     }
 }
@@ -443,8 +475,9 @@ pub struct ConnContext {
     pub media_timeout: u64,
 }
 
-/// Serves one client connection until it ends; returns why.
-pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
+/// Serves one client connection until it ends; returns why. `status` is kept up to date
+/// for the proxy's limits.
+pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext, status: Arc<ConnStatus>) -> EndReason {
     let peer = match client.peer_addr() {
         Ok(std::net::SocketAddr::V4(a)) => *a.ip(),
         _ => return EndReason::Protocol,
@@ -482,6 +515,7 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
         closing: AtomicBool::new(false),
         play_epoch_ms: AtomicU64::new(0),
         last_request_ms: AtomicU64::new(now_ms()),
+        status,
     });
     let mut upstream_thread = None;
     let reason = client_loop(client, &shared, ctx, &mut upstream_thread);
@@ -489,6 +523,7 @@ pub fn serve(client: TcpStream, id: u64, ctx: &ConnContext) -> EndReason {
     close_both(&shared);
     let upstream_reason = upstream_thread.and_then(|t| t.join().ok());
     let reason = match (reason, upstream_reason) {
+        _ if shared.status.evicted.load(Relaxed) => EndReason::Evicted,
         (EndReason::ClientClosed, Some(Some(EndReason::UpstreamClosed))) => {
             EndReason::UpstreamClosed
         }
@@ -616,6 +651,7 @@ fn client_loop(
             match frame {
                 Frame::Interleaved { channel, len } => {
                     shared.last_request_ms.store(now_ms(), Relaxed);
+                    shared.status.last_ms.store(now_ms(), Relaxed);
                     let at = consumed + 4..consumed + 4 + len;
                     if !legs.take(&shared.legs, TcpSide::Client, channel, &buf, at) {
                         legs.flush(&buf);
@@ -625,6 +661,8 @@ fn client_loop(
                 Frame::Message(_) => {
                     legs.flush(&buf);
                     shared.last_request_ms.store(now_ms(), Relaxed);
+                    shared.status.last_ms.store(now_ms(), Relaxed);
+                    shared.status.requested.store(true, Relaxed);
                     let mut ex = lock(&shared.exchange);
                     let was_playing = ex.state().playing;
                     trace(shared, ctx, Dir::In, true, bytes);
@@ -714,7 +752,8 @@ fn connect_if_asked(
     let Some(Output::Connect(addr)) = outs.get(pos).cloned() else {
         return outs;
     };
-    match connect(addr) {
+    let from = ctx.settings.gateway[ctx.settings.client_domain.other().index()];
+    match connect(from, addr) {
         Ok(stream) => {
             let reader = stream.try_clone();
             *lock(&shared.upstream_ctl) = stream.try_clone().ok();
@@ -745,8 +784,33 @@ fn connect_if_asked(
     }
 }
 
-fn connect(addr: SocketAddrV4) -> io::Result<TcpStream> {
-    let s = TcpStream::connect_timeout(&addr.into(), CONNECT_TIMEOUT)?;
+/// Connects to the upstream from the gateway's address in the upstream's domain (`from`),
+/// so the server sees that address, and sends a session's media there, even when the
+/// host's source address selection would pick another (a host with several addresses,
+/// loopback); unbound when `from` is not an address of this host (a split half).
+fn connect(from: std::net::Ipv4Addr, addr: SocketAddrV4) -> io::Result<TcpStream> {
+    use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    let fd = socket::socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    match socket::bind(
+        fd.as_raw_fd(),
+        &SockaddrIn::from(SocketAddrV4::new(from, 0)),
+    ) {
+        Ok(()) | Err(nix::errno::Errno::EADDRNOTAVAIL) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let s = TcpStream::from(fd);
+    // Linux bounds a blocking connect by the socket's send timeout.
+    s.set_write_timeout(Some(CONNECT_TIMEOUT))?;
+    socket::connect(s.as_raw_fd(), &SockaddrIn::from(addr)).map_err(|e| match e {
+        nix::errno::Errno::EINPROGRESS => io::Error::from(io::ErrorKind::TimedOut),
+        e => io::Error::from(e),
+    })?;
     let _ = s.set_nodelay(true);
     s.set_write_timeout(Some(WRITE_TIMEOUT))?;
     Ok(s)
@@ -824,6 +888,8 @@ fn sync_state(shared: &Shared, ex: &Exchange<RoutesMedia>, was_playing: bool) {
     if ex.state().playing && !was_playing {
         shared.play_epoch_ms.store(now_ms(), Relaxed);
     }
+    shared.status.session.store(ex.holds_session(), Relaxed);
+    shared.status.busy.store(ex.pending() > 0, Relaxed);
 }
 
 /// Relays one `$` frame to the other side if its channel was negotiated; counted on the

@@ -162,7 +162,8 @@ impl Served {
             media_timeout: 0,
         };
         let (client, accepted) = client_pair();
-        let thread = std::thread::spawn(move || serve(accepted, 1, &ctx));
+        let thread =
+            std::thread::spawn(move || serve(accepted, 1, &ctx, Arc::new(ConnStatus::new())));
         Served {
             client,
             server_media: (rtp, rtcp),

@@ -67,10 +67,15 @@
 //!
 //! **Who may connect** (checked at accept, refusals closed unanswered and counted):
 //! `allow_peers` (default: any address of the listen domain; `refused_peers`),
-//! `max_connections_per_source` at a time (default 64: a connection per stream;
-//! `refused_per_source`) and
 //! `rate_limit` new connections per second per source (bursts of twice that;
-//! `refused_rate`), besides the route-wide [`MAX_CONNECTIONS`]. `max_message` caps the
+//! `refused_rate`), `max_sessions_per_source` connections with a live media session
+//! (default 1024: a platform pulls a stream per connection; `refused_sessions_per_source`)
+//! and `max_connections_per_source` without one (default 64): at that cap a new connection
+//! evicts the source's idlest connection without a session and no request in flight
+//! (`evicted_per_source`; refused, `refused_per_source`, only when every one waits for a
+//! reply), so an idle flood from an address never locks that address out. Route-wide,
+//! [`MAX_CONNECTIONS`] without a session (the route's idlest evicted, `evicted_route_full`)
+//! and [`MAX_SESSION_CONNECTIONS`] with one (`503`, `refused_route_full`). `max_message` caps the
 //! request head, each line and the body (it only tightens the RTSP defaults). A client
 //! must send each request whole within `request_timeout` of its first byte (the first
 //! request: of the connection), or the connection is closed (`slow_requests`): a
@@ -100,11 +105,16 @@ use crate::config::{RtspOptions, SignalingKind, SignalingRoute};
 use crate::signaling::rtsp::auth::{Credentials, DigestVerifier};
 use crate::signaling::rtsp::transport::TransportPolicy;
 use crate::signaling::rtsp::{build_response, Authority, Limits, Route, Status, UrlMap};
-use conn::ConnContext;
+use conn::{ConnContext, ConnStatus};
 use logic::Settings;
 
-/// Most client connections one route serves at once; more get `503`.
+/// Most client connections without a media session one route serves at once: at that, the
+/// route's idlest one (no request in flight) is evicted for a new one, or the new one gets
+/// `503` when every one is busy.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Most client connections with a live media session one route serves at once; more get
+/// `503`.
+pub const MAX_SESSION_CONNECTIONS: usize = 2048;
 /// How often the route's [`logic::Events`] are published to the metrics.
 const EVENTS_EVERY: Duration = Duration::from_secs(1);
 
@@ -122,6 +132,7 @@ struct Conn {
     stream: TcpStream,
     thread: Option<JoinHandle<()>>,
     peer: std::net::Ipv4Addr,
+    status: Arc<ConnStatus>,
 }
 
 /// The proxy settings of a route from the config.
@@ -141,6 +152,7 @@ pub fn settings(route: &SignalingRoute, cfg: &crate::config::Config) -> Result<S
                 client_realm: "vgate".into(),
                 session_timeout: 60,
                 request_timeout: 10,
+                max_sessions_per_source: crate::config::RTSP_SESSIONS_PER_SOURCE,
             };
             &default_opts
         }
@@ -269,6 +281,12 @@ pub fn start(route: &SignalingRoute, ctx: &ProxyContext) -> Result<Box<dyn Proxy
         allow_peers: route.policy.allow_peers.clone(),
         listen_domain: ctx.routes.domain(route.listen_domain).clone(),
         per_source: route.policy.max_connections_per_source,
+        sessions_per_source: route
+            .rtsp
+            .as_ref()
+            .map_or(crate::config::RTSP_SESSIONS_PER_SOURCE, |o| {
+                o.max_sessions_per_source
+            }),
         rate: std::cell::RefCell::new(RateLimiter::new(route.policy.rate_limit)),
     };
     let accept = {
@@ -307,43 +325,111 @@ fn publish(settings: &Settings) {
     settings.stats.set_events(settings.events.list());
 }
 
-/// Who may connect: the route's `allow_peers` (default: the listen domain), at most
-/// `max_connections_per_source` connections per source at a time and `rate_limit` new
-/// ones per second.
+/// Who may connect: the route's `allow_peers` (default: the listen domain), `rate_limit`
+/// new connections per second per source, at most `max_sessions_per_source` connections
+/// with a live session and `max_connections_per_source` without one per source (at that
+/// cap the source's idlest connection without a session is evicted for the new one), and
+/// the route-wide [`MAX_CONNECTIONS`] and [`MAX_SESSION_CONNECTIONS`].
 struct Access {
     allow_peers: Vec<ipnet::Ipv4Net>,
     listen_domain: crate::config::Domain,
     per_source: usize,
+    sessions_per_source: usize,
     rate: std::cell::RefCell<RateLimiter>,
 }
 
-impl Access {
-    /// Whether a new connection from `peer` may be served (`open`: connections it has
-    /// open now); counts the refusals.
-    fn admit(
-        &self,
-        peer: std::net::Ipv4Addr,
-        open: usize,
-        now: std::time::Instant,
-        events: &logic::Events,
-    ) -> bool {
-        let counter = if !peer_allowed(&self.allow_peers, self.listen_domain.contains(peer), peer) {
-            &events.refused_peers
-        } else if open >= self.per_source {
-            &events.refused_per_source
-        } else if !self.rate.borrow_mut().allow(peer, now) {
-            &events.refused_rate
-        } else {
-            return true;
-        };
-        counter.fetch_add(1, Relaxed);
-        if let Some(suppressed) = LOG_REFUSED.check(crate::clock::now_ms()) {
-            tracing::warn!(%peer, suppressed, "RTSP connection refused (allow_peers, rate_limit or max_connections_per_source)");
+/// An open connection as admission sees it.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    id: u64,
+    peer: std::net::Ipv4Addr,
+    session: bool,
+    busy: bool,
+    requested: bool,
+    last_ms: u64,
+}
+
+impl Open {
+    fn of(id: u64, c: &Conn) -> Open {
+        let s = &c.status;
+        Open {
+            id,
+            peer: c.peer,
+            session: s.session.load(Relaxed),
+            busy: s.busy.load(Relaxed),
+            requested: s.requested.load(Relaxed),
+            last_ms: s.last_ms.load(Relaxed),
         }
-        false
     }
 }
 
+/// What becomes of a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    Serve,
+    /// Served once this idle connection (no session, no request in flight) is closed.
+    Evict(u64),
+    /// Closed at once, unanswered.
+    Refuse,
+    /// Answered `503` and closed: the route is full.
+    Full,
+}
+
+/// The connection to evict among `open`: without a session and no request in flight;
+/// those that never sent a whole request first, then the one quiet the longest.
+fn idlest<'a>(open: impl Iterator<Item = &'a Open>) -> Option<u64> {
+    open.filter(|c| !c.session && !c.busy)
+        .min_by_key(|c| (c.requested, c.last_ms, c.id))
+        .map(|c| c.id)
+}
+
+impl Access {
+    /// What becomes of a new connection from `peer` (`open`: the route's connections open
+    /// now); counts the refusals and evictions.
+    fn admit(
+        &self,
+        peer: std::net::Ipv4Addr,
+        open: &[Open],
+        now: std::time::Instant,
+        events: &logic::Events,
+    ) -> Admission {
+        let mine = || open.iter().filter(|c| c.peer == peer);
+        let (counter, answer) =
+            if !peer_allowed(&self.allow_peers, self.listen_domain.contains(peer), peer) {
+                (&events.refused_peers, Admission::Refuse)
+            } else if !self.rate.borrow_mut().allow(peer, now) {
+                (&events.refused_rate, Admission::Refuse)
+            } else if mine().filter(|c| c.session).count() >= self.sessions_per_source {
+                (&events.refused_sessions_per_source, Admission::Refuse)
+            } else if open.iter().filter(|c| c.session).count() >= MAX_SESSION_CONNECTIONS {
+                (&events.refused_route_full, Admission::Full)
+            } else if mine().filter(|c| !c.session).count() >= self.per_source {
+                match idlest(mine()) {
+                    Some(id) => (&events.evicted_per_source, Admission::Evict(id)),
+                    None => (&events.refused_per_source, Admission::Refuse),
+                }
+            } else if open.iter().filter(|c| !c.session).count() >= MAX_CONNECTIONS {
+                match idlest(open.iter()) {
+                    Some(id) => (&events.evicted_route_full, Admission::Evict(id)),
+                    None => (&events.refused_route_full, Admission::Full),
+                }
+            } else {
+                return Admission::Serve;
+            };
+        counter.fetch_add(1, Relaxed);
+        let limit = crate::clock::now_ms();
+        if let Admission::Evict(_) = answer {
+            if let Some(suppressed) = LOG_EVICTED.check(limit) {
+                tracing::warn!(%peer, suppressed, "RTSP connection without a session evicted to make room for a new one (max_connections_per_source, or the route's limit)");
+            }
+        } else if let Some(suppressed) = LOG_REFUSED.check(limit) {
+            tracing::warn!(%peer, suppressed, "RTSP connection refused (allow_peers, rate_limit, max_sessions_per_source, max_connections_per_source with every connection busy, or the route's limits)");
+        }
+        answer
+    }
+}
+
+static LOG_EVICTED: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
 static LOG_REFUSED: crate::logging::RateLimit = crate::logging::RateLimit::new(10_000);
 
 fn accept_loop(
@@ -382,27 +468,41 @@ fn accept_loop(
         let peer = *peer.ip();
         let mut map = lock(conns);
         map.retain(|_, c| c.thread.as_ref().is_some_and(|t| !t.is_finished()));
-        let open = map.values().filter(|c| c.peer == peer).count();
-        if !access.admit(peer, open, std::time::Instant::now(), &ctx.settings.events) {
-            // Closed at once, unanswered.
-            continue;
-        }
-        if map.len() >= MAX_CONNECTIONS {
-            let mut s = stream;
-            if let Ok(b) = build_response(None, Status::SERVICE_UNAVAILABLE, &[]) {
-                let _ = std::io::Write::write_all(&mut s, &b);
+        // Evicted connections are on their way out: they count no more.
+        let open: Vec<Open> = map
+            .iter()
+            .filter(|(_, c)| !c.status.evicted.load(Relaxed))
+            .map(|(&id, c)| Open::of(id, c))
+            .collect();
+        match access.admit(peer, &open, std::time::Instant::now(), &ctx.settings.events) {
+            Admission::Serve => {}
+            Admission::Evict(id) => {
+                if let Some(c) = map.get(&id) {
+                    c.status.evicted.store(true, Relaxed);
+                    let _ = c.stream.shutdown(std::net::Shutdown::Both);
+                }
             }
-            continue;
+            // Closed at once, unanswered.
+            Admission::Refuse => continue,
+            Admission::Full => {
+                let mut s = stream;
+                if let Ok(b) = build_response(None, Status::SERVICE_UNAVAILABLE, &[]) {
+                    let _ = std::io::Write::write_all(&mut s, &b);
+                }
+                continue;
+            }
         }
         let id = NEXT.fetch_add(1, Relaxed);
         let Ok(handle) = stream.try_clone() else {
             continue;
         };
         let c = ctx.clone();
+        let status = Arc::new(ConnStatus::new());
+        let theirs = Arc::clone(&status);
         let thread = std::thread::Builder::new()
             .name("rtsp-client".into())
             .spawn(move || {
-                conn::serve(stream, id, &c);
+                conn::serve(stream, id, &c, theirs);
             })
             .ok();
         map.insert(
@@ -411,6 +511,7 @@ fn accept_loop(
                 stream: handle,
                 thread,
                 peer,
+                status,
             },
         );
     }
@@ -456,8 +557,23 @@ mod tests {
             allow_peers: allow.iter().map(|n| n.parse().unwrap()).collect(),
             listen_domain: cfg.domain(crate::config::DomainId::B).clone(),
             per_source,
+            sessions_per_source: 3,
             rate: std::cell::RefCell::new(RateLimiter::new(rate)),
         }
+    }
+
+    /// `n` connections from `peer`, ids from `first`, quiet since their id (ms).
+    fn open(peer: Ipv4Addr, first: u64, n: u64, session: bool) -> Vec<Open> {
+        (first..first + n)
+            .map(|id| Open {
+                id,
+                peer,
+                session,
+                busy: false,
+                requested: true,
+                last_ms: id,
+            })
+            .collect()
     }
 
     #[test]
@@ -468,24 +584,85 @@ mod tests {
         let other = Ipv4Addr::new(192, 0, 2, 1);
         // Default: anyone of the listen domain, nobody else.
         let a = access(&[], 2, 0);
-        assert!(a.admit(b, 0, now, &ev));
-        assert!(!a.admit(other, 0, now, &ev));
+        assert_eq!(a.admit(b, &[], now, &ev), Admission::Serve);
+        assert_eq!(a.admit(other, &[], now, &ev), Admission::Refuse);
         assert_eq!(ev.refused_peers.load(Relaxed), 1);
-        // The per-source cap.
-        assert!(a.admit(b, 1, now, &ev));
-        assert!(!a.admit(b, 2, now, &ev));
-        assert_eq!(ev.refused_per_source.load(Relaxed), 1);
         // allow_peers narrows it.
         let a = access(&["127.0.0.9/32"], 16, 0);
-        assert!(!a.admit(b, 0, now, &ev));
-        assert!(a.admit(Ipv4Addr::new(127, 0, 0, 9), 0, now, &ev));
+        assert_eq!(a.admit(b, &[], now, &ev), Admission::Refuse);
+        assert_eq!(
+            a.admit(Ipv4Addr::new(127, 0, 0, 9), &[], now, &ev),
+            Admission::Serve
+        );
         assert_eq!(ev.refused_peers.load(Relaxed), 2);
         // rate_limit: 1 per second, bursts of 2.
         let a = access(&[], 16, 1);
-        assert!(a.admit(b, 0, now, &ev));
-        assert!(a.admit(b, 0, now, &ev));
-        assert!(!a.admit(b, 0, now, &ev));
+        assert_eq!(a.admit(b, &[], now, &ev), Admission::Serve);
+        assert_eq!(a.admit(b, &[], now, &ev), Admission::Serve);
+        assert_eq!(a.admit(b, &[], now, &ev), Admission::Refuse);
         assert_eq!(ev.refused_rate.load(Relaxed), 1);
-        assert!(a.admit(b, 0, now + Duration::from_secs(1), &ev));
+        assert_eq!(
+            a.admit(b, &[], now + Duration::from_secs(1), &ev),
+            Admission::Serve
+        );
+    }
+
+    #[test]
+    fn at_the_per_source_cap_the_idlest_connection_without_a_session_makes_room() {
+        let ev = logic::Events::default();
+        let now = Instant::now();
+        let b = Ipv4Addr::new(127, 0, 0, 2);
+        let c = Ipv4Addr::new(127, 0, 0, 3);
+        let a = access(&["127.0.0.0/24"], 2, 0);
+        // One idle connection: under the cap.
+        let mut conns = open(b, 10, 1, false);
+        assert_eq!(a.admit(b, &conns, now, &ev), Admission::Serve);
+        // Sessions do not count toward the cap: two of them and one idle still pass.
+        conns.extend(open(b, 1, 2, true));
+        assert_eq!(a.admit(b, &conns, now, &ev), Admission::Serve);
+        // At the cap (two without a session): the quiet-longest goes, not a session.
+        conns.extend(open(b, 20, 1, false));
+        assert_eq!(a.admit(b, &conns, now, &ev), Admission::Evict(10));
+        assert_eq!(ev.evicted_per_source.load(Relaxed), 1);
+        // One that never sent a whole request goes before any that did.
+        conns.extend(open(b, 30, 1, false));
+        conns.last_mut().unwrap().requested = false;
+        assert_eq!(a.admit(b, &conns, now, &ev), Admission::Evict(30));
+        // Another source's connections are not evicted for this one, nor counted.
+        let others = open(c, 40, 5, false);
+        assert_eq!(a.admit(b, &others, now, &ev), Admission::Serve);
+        // Every connection without a session waiting for a reply: refused.
+        let mut busy = open(b, 50, 2, false);
+        for o in &mut busy {
+            o.busy = true;
+        }
+        assert_eq!(a.admit(b, &busy, now, &ev), Admission::Refuse);
+        assert_eq!(ev.refused_per_source.load(Relaxed), 1);
+        // The ceiling of connections with a live session (3 here).
+        let sessions = open(b, 60, 3, true);
+        assert_eq!(a.admit(b, &sessions, now, &ev), Admission::Refuse);
+        assert_eq!(ev.refused_sessions_per_source.load(Relaxed), 1);
+        assert_eq!(a.admit(c, &sessions, now, &ev), Admission::Serve);
+    }
+
+    #[test]
+    fn a_route_full_of_connections_without_sessions_evicts_its_idlest() {
+        let ev = logic::Events::default();
+        let now = Instant::now();
+        let a = access(&["127.0.0.0/16"], MAX_CONNECTIONS, 0);
+        let conns: Vec<Open> = (0..MAX_CONNECTIONS as u64)
+            .flat_map(|i| open(Ipv4Addr::new(127, 0, 1, (i % 200) as u8), 100 + i, 1, false))
+            .collect();
+        assert_eq!(
+            a.admit(Ipv4Addr::new(127, 0, 0, 2), &conns, now, &ev),
+            Admission::Evict(100)
+        );
+        assert_eq!(ev.evicted_route_full.load(Relaxed), 1);
+        let busy: Vec<Open> = conns.iter().map(|o| Open { busy: true, ..*o }).collect();
+        assert_eq!(
+            a.admit(Ipv4Addr::new(127, 0, 0, 2), &busy, now, &ev),
+            Admission::Full
+        );
+        assert_eq!(ev.refused_route_full.load(Relaxed), 1);
     }
 }

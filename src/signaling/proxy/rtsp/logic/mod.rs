@@ -143,8 +143,21 @@ pub struct Events {
     pub slow_requests: AtomicU64,
     /// Connections refused: the peer is not in `allow_peers` (or not in the listen domain).
     pub refused_peers: AtomicU64,
-    /// Connections refused: the source holds `max_connections_per_source` already.
+    /// Connections refused: the source holds `max_connections_per_source` connections
+    /// without a session already, each with a request in flight (none could be evicted).
     pub refused_per_source: AtomicU64,
+    /// Connections refused: the source holds `max_sessions_per_source` connections with a
+    /// live session already.
+    pub refused_sessions_per_source: AtomicU64,
+    /// Connections refused with `503`: the route holds [`super::MAX_CONNECTIONS`] without a
+    /// session (none idle) or [`super::MAX_SESSION_CONNECTIONS`] with one.
+    pub refused_route_full: AtomicU64,
+    /// Idle connections without a session closed to make room for a new one of the same
+    /// source at `max_connections_per_source` (the source's idlest first).
+    pub evicted_per_source: AtomicU64,
+    /// Idle connections without a session closed to make room for a new one when the route
+    /// held [`super::MAX_CONNECTIONS`] without a session (the route's idlest first).
+    pub evicted_route_full: AtomicU64,
     /// Connections refused: the source opens more than `rate_limit` per second.
     pub refused_rate: AtomicU64,
     /// Bridge legs opened (one per bridged track).
@@ -200,6 +213,13 @@ impl Events {
             ("slow_requests", &self.slow_requests),
             ("refused_peers", &self.refused_peers),
             ("refused_per_source", &self.refused_per_source),
+            (
+                "refused_sessions_per_source",
+                &self.refused_sessions_per_source,
+            ),
+            ("refused_route_full", &self.refused_route_full),
+            ("evicted_per_source", &self.evicted_per_source),
+            ("evicted_route_full", &self.evicted_route_full),
             ("refused_rate", &self.refused_rate),
             ("bridge_legs", &self.bridge_legs),
             ("bridge_frames_to_tcp", &self.bridge_frames_to_tcp),
@@ -560,6 +580,11 @@ impl<M: MediaPorts> Exchange<M> {
             TcpSide::Client => self.client_bridged[usize::from(channel)],
             TcpSide::Upstream => self.upstream_bridged[usize::from(channel)],
         }
+    }
+
+    /// Whether the connection holds a media session: a track set up and not torn down.
+    pub fn holds_session(&self) -> bool {
+        !self.tracks.is_empty()
     }
 
     /// Requests still waiting for the upstream.
