@@ -94,10 +94,10 @@ fn multi_track_sessions_bridge_every_track() {
     rig.stop_with_no_route_left();
 }
 
-/// Pushes (ANNOUNCE, two SETUPs with `mode=record`, RECORD) of video and audio to a RECORD
-/// server that fixes the lower transport at the first SETUP, restricted to one transport;
-/// the client over UDP and interleaved: the server decodes both tracks, no track is set up
-/// twice, every port comes back.
+/// Pushes (ANNOUNCE, two or three SETUPs with `mode=record`, RECORD) of video and one or two
+/// audio tracks to a RECORD server that fixes the lower transport at the first SETUP,
+/// restricted to one transport; the client over UDP and interleaved: the server decodes
+/// every track, no track is set up twice, every port comes back.
 #[test]
 fn multi_track_pushes_bridge_every_track() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -108,8 +108,15 @@ fn multi_track_pushes_bridge_every_track() {
     let b = rig.bed.get("B_NS").to_string();
     let url = rig.url(8554, "/cam1");
     let mut sessions = 0;
-    for serves in ["udp", "tcp"] {
-        for pushes in ["udp", "tcp"] {
+    for (serves, pushes, tracks) in [
+        ("udp", "udp", 2usize),
+        ("udp", "tcp", 2),
+        ("tcp", "udp", 2),
+        ("tcp", "tcp", 2),
+        ("udp", "tcp", 3),
+        ("tcp", "udp", 3),
+    ] {
+        {
             rig.server = None;
             rig.server_out.lock().unwrap().clear();
             rig.start_server(&[
@@ -117,10 +124,13 @@ fn multi_track_pushes_bridge_every_track() {
                 &format!("--{serves}-only"),
                 "--fixed-transport",
                 "--tracks",
-                "2",
+                &tracks.to_string(),
             ]);
-            let what = format!("push video + audio {pushes}, server takes {serves} only");
-            let (ok, err) = ffmpeg_push_tracks(&b, &url, pushes, 4, true);
+            let what = format!(
+                "push video + {} audio {pushes}, server takes {serves} only",
+                tracks - 1
+            );
+            let (ok, err) = ffmpeg_push_tracks(&b, &url, pushes, 4, tracks - 1);
             assert!(ok, "{what}: ffmpeg push failed: {err}");
             // 40 frames sent at 10 fps; the last second may still be on its way.
             let frames = rig.wait_frames(30, Duration::from_secs(5));
@@ -133,6 +143,13 @@ fn multi_track_pushes_bridge_every_track() {
                 audio >= 10,
                 "{what}: the server decoded {audio} audio buffers"
             );
+            if tracks >= 3 {
+                let audio2 = rig.server_count("AUDIO2 ");
+                assert!(
+                    audio2 >= 10,
+                    "{what}: the server decoded {audio2} buffers of the second audio track"
+                );
+            }
             no_track_set_up_twice(&rig, &what);
             sessions += 1;
             rig.wait_ended("session ended (teardown)", sessions, 10);

@@ -365,7 +365,7 @@ upstream_path = "/test"
 /// `url` (ANNOUNCE, SETUP mode=record, RECORD, TEARDOWN). RFC 2435 wants the standard Huffman
 /// tables and a full-range 4:2:0 picture. Returns (exit ok, stderr).
 pub fn ffmpeg_push(ns: &str, url: &str, transport: &str, seconds: u32) -> (bool, String) {
-    ffmpeg_push_tracks(ns, url, transport, seconds, false)
+    ffmpeg_push_tracks(ns, url, transport, seconds, 0)
 }
 
 /// As [`ffmpeg_push`]; with `audio` a PCMU tone as a second track.
@@ -374,23 +374,25 @@ pub fn ffmpeg_push_tracks(
     url: &str,
     transport: &str,
     seconds: u32,
-    audio: bool,
+    audio_tracks: usize,
 ) -> (bool, String) {
     let t = seconds.to_string();
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns, "timeout", "30", "ffmpeg", "-nostdin"])
         .args(["-hide_banner", "-loglevel", "error", "-re", "-f", "lavfi"])
         .args(["-i", "testsrc=size=320x240:rate=10", "-t", &t]);
-    if audio {
-        cmd.args([
-            "-re",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:sample_rate=8000",
-        ])
-        .args(["-t", &t, "-map", "0:v", "-map", "1:a"])
-        .args(["-c:a", "pcm_mulaw", "-ar", "8000", "-ac", "1"]);
+    // Audio tracks after the video: PCMU, then PCMA (what server.py --record --tracks N takes).
+    let codecs = ["pcm_mulaw", "pcm_alaw"];
+    for i in 1..=audio_tracks.min(codecs.len()) {
+        let freq = format!("sine=frequency={}:sample_rate=8000", 440 * i);
+        cmd.args(["-re", "-f", "lavfi", "-i", &freq, "-t", &t]);
+    }
+    cmd.args(["-map", "0:v"]);
+    for i in 1..=audio_tracks.min(codecs.len()) {
+        cmd.args(["-map", &format!("{i}:a")]);
+    }
+    for (i, c) in codecs.iter().enumerate().take(audio_tracks) {
+        cmd.args([&format!("-c:a:{i}"), *c, "-ar", "8000", "-ac", "1"]);
     }
     let out = cmd
         .args([

@@ -142,12 +142,18 @@ def main():
     launch += " )"
     frames = [0, 0]  # decoded, last printed
     audio = [0, 0]  # decoded audio buffers (--record --tracks 2), last printed
+    audio2 = [0, 0]  # decoded buffers of the second audio track (--record --tracks 3)
     if args.record:
         launch = "( rtpjpegdepay name=depay0 ! jpegdec ! fakesink name=sink signal-handoffs=true"
         if args.tracks >= 2:
             launch += (
                 " rtppcmudepay name=depay1 ! mulawdec"
                 " ! fakesink name=sink1 signal-handoffs=true"
+            )
+        if args.tracks >= 3:
+            launch += (
+                " rtppcmadepay name=depay2 ! alawdec"
+                " ! fakesink name=sink2 signal-handoffs=true"
             )
         launch += " )"
 
@@ -157,6 +163,9 @@ def main():
     def count_audio(*_):
         audio[0] += 1
 
+    def count_audio2(*_):
+        audio2[0] += 1
+
     def media_configure(_factory, media):
         sink = media.get_element().get_by_name("sink")
         if sink is not None:
@@ -164,6 +173,9 @@ def main():
         sink = media.get_element().get_by_name("sink1")
         if sink is not None:
             sink.connect("handoff", count_audio)
+        sink = media.get_element().get_by_name("sink2")
+        if sink is not None:
+            sink.connect("handoff", count_audio2)
 
     def report():
         if frames[0] != frames[1]:
@@ -172,6 +184,9 @@ def main():
         if audio[0] != audio[1]:
             audio[1] = audio[0]
             print(f"AUDIO {audio[0]}", flush=True)
+        if audio2[0] != audio2[1]:
+            audio2[1] = audio2[0]
+            print(f"AUDIO2 {audio2[0]}", flush=True)
         return True
 
     mounts = server.get_mount_points()
