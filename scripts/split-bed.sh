@@ -241,8 +241,8 @@ loss() {
     fi
 }
 
-# burst forward|reverse LEN PERIOD: drops LEN consecutive frames of every PERIOD
-# (`numgen inc`), counted like loss.
+# burst forward|reverse LEN PERIOD: drops LEN consecutive frames of every PERIOD (from its
+# middle; `numgen inc`), counted like loss.
 burst() {
     local link=${1:-} len=${2:-} period=${3:-}
     if ! [[ "$len" =~ ^[0-9]+$ && "$period" =~ ^[0-9]+$ ]] || [ "$len" -ge "$period" ]; then
@@ -255,7 +255,9 @@ burst() {
         *) echo "split-bed.sh: burst forward|reverse LEN PERIOD" >&2; exit 2 ;;
     esac
     ip netns exec "$ns" nft flush chain netdev splitbed loss_in
-    ip netns exec "$ns" nft add rule netdev splitbed loss_in numgen inc mod "$period" "<" "$len" counter name loss drop
+    # The middle of each period, so a stream's first frames are not in its first burst.
+    local from=$((period / 2))
+    ip netns exec "$ns" nft add rule netdev splitbed loss_in numgen inc mod "$period" "$from-$((from + len - 1))" counter name loss drop
 }
 
 case "$CMD" in
