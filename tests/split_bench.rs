@@ -135,11 +135,11 @@ fn split_loss_and_fec() {
             let before = bed.counters()["FWD_LOSS"];
             let (ra, rb) = stream_routes(&bed, streams);
             let (fec_value, keys) = fec_keys(fec);
-            let with_keys = |cfg: String, section: &str| {
-                cfg.replacen(
-                    &format!("{section}\nfec = \"{fec_value}\"\n"),
-                    &format!("{section}\nfec = \"{fec_value}\"\n{keys}"),
-                    1,
+            // The link with the block code is the only one with it in each half's config.
+            let with_keys = |cfg: String, _section: &str| {
+                cfg.replace(
+                    &format!("fec = \"{fec_value}\"\n"),
+                    &format!("fec = \"{fec_value}\"\n{keys}"),
                 )
             };
             let a_cfg = half_config(&bed, "a", &fec_value, "off", &ra);
