@@ -13,15 +13,20 @@
 # It writes the section of the output file from the line "## Link TX" on (the loss
 # table above it is kept); without --tx the loss table is written and that section kept.
 #
-#   scripts/bench-split.sh [--loss "1 10 50"] [--fec "off 8+2 16+4"] [--reorder "0 25"] [--count N] [--pps R]
+#   scripts/bench-split.sh [--loss "1 10 50 b1000"] [--fec "off 8+2 block"] [--reorder "0 25"] [--count N] [--pps R] [--streams S]
 #                          [--out docs/bench-split.md] [--debug] [--no-build]   (as root)
 #   scripts/bench-split.sh --tx [--pps "10000 30000"] [--count N] [--rounds 3] [--fec 8+2] ...
 #
-#   --loss    permille of link frames dropped (default "1 10 50": 0.1 %, 1 %, 5 %)
-#   --fec     FEC settings of the forward link (default "off 8+2 16+4")
+#   --loss    permille of link frames dropped at random (default "10 50 b1000": 1 %, 5 %, and
+#             bN = bursts of 10 consecutive frames every N frames, `numgen inc`)
+#   --fec     FEC settings of the forward link (default "off 8+2 block block/15/111/2"):
+#             off, K+M (today's GF(2^8) code), block (the block code at its defaults) or
+#             block/OVERHEAD/FRAMES/MS (fec_overhead, fec_block_frames, fec_block_ms)
+#   --streams routes the datagrams are spread over, in turn (default 100: one lane's blocks
+#             span all of them)
 #   --reorder half B's split.in_link.reorder_ms values (default "0 25": on arrival, and the default)
-#   --count   datagrams per point (default 20000, 1328-byte RTP-sized payloads)
-#   --pps     send rate (default 4000 per second, ~42 Mbit/s)
+#   --count   datagrams per point (default 100000, 1328-byte RTP-sized payloads)
+#   --pps     send rate, all streams together (default 20000 per second, ~212 Mbit/s)
 #   --tx      the link TX comparison (defaults then: --pps "10000 30000", --count 30000,
 #             --fec 8+2, --rounds 3)
 #   --rounds  rounds of the TX comparison (each runs every configuration once)
@@ -31,8 +36,9 @@
 #   --no-build  run the benchmark binary already built (target/release/deps/split_bench-*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOSS="1 10 50"
+LOSS="10 50 b1000"
 FEC=""
+STREAMS=100
 REORDER="0 25"
 COUNT=""
 PPS=""
@@ -50,6 +56,7 @@ while [ $# -gt 0 ]; do
         --reorder) REORDER=$2; shift 2 ;;
         --count) COUNT=$2; shift 2 ;;
         --pps) PPS=$2; shift 2 ;;
+        --streams) STREAMS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --debug) PROFILE=""; KIND=debug; shift ;;
         --no-build) BUILD=0; shift ;;
@@ -66,12 +73,12 @@ if [ "$TX" = 1 ]; then
     FEC=${FEC:-8+2} COUNT=${COUNT:-30000} PPS=${PPS:-"10000 30000"}
 else
     TEST=split_loss_and_fec
-    FEC=${FEC:-"off 8+2 16+4"} COUNT=${COUNT:-20000} PPS=${PPS:-4000}
+    FEC=${FEC:-"off 8+2 block block/15/111/2"} COUNT=${COUNT:-100000} PPS=${PPS:-20000}
 fi
 raw=$(mktemp)
 trap 'rm -f "$raw" "$raw.keep"' EXIT
 export SPLIT_BENCH_LOSS="$LOSS" SPLIT_BENCH_FEC="$FEC" SPLIT_BENCH_REORDER="$REORDER" SPLIT_BENCH_COUNT="$COUNT" \
-    SPLIT_BENCH_PPS="$PPS" SPLIT_BENCH_ROUNDS="$ROUNDS"
+    SPLIT_BENCH_PPS="$PPS" SPLIT_BENCH_ROUNDS="$ROUNDS" SPLIT_BENCH_STREAMS="$STREAMS"
 if [ -n "$FROM" ]; then
     cp "$FROM" "$raw"
 elif [ "$BUILD" = 1 ]; then
@@ -155,27 +162,32 @@ if [ -f "$OUT" ]; then sed -n '/^## Link TX/,$p' "$OUT" > "$raw.keep"; fi
 {
     echo "# Split appliance: loss and FEC on a one-way link"
     echo
-    echo "Produced by \`scripts/bench-split.sh\` on $(date -u +%Y-%m-%d) ($(nproc) CPUs, $(uname -r), $KIND build); method in the script and in tests/split_bench.rs."
-    echo "$COUNT datagrams of 1328 bytes per point at $PPS per second from domain A to domain B"
-    echo "through both halves and the forward link of the split bed; loss injected at half B's end"
-    echo "of the link (nftables \`numgen random\`). Repair rate = datagrams rebuilt / data frames"
+    echo "Produced by \`scripts/bench-split.sh --loss \"$LOSS\" --fec \"$FEC\" --reorder \"$REORDER\" --count $COUNT --pps $PPS --streams $STREAMS\` on $(date -u +%Y-%m-%d) ($(nproc) CPUs, $(uname -r), $KIND build, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)); method in the script and in tests/split_bench.rs."
+    echo "$COUNT datagrams of 1328 bytes per point at $PPS per second in all, spread in turn over $STREAMS"
+    echo "routes, from domain A to domain B through both halves and the forward link of the split bed; loss"
+    echo "injected at half B's end of the link (nftables: \`numgen random\` for N ‰, \`numgen inc\` for"
+    echo "*10 every N*: 10 consecutive frames of every N). Repair rate = datagrams rebuilt / data frames"
     echo "the link lost; overhead = repair frames / data frames; latency one-way, sender to receiver;"
     echo "reorder = half B's \`split.in_link.reorder_ms\` (0: datagrams handed on as they arrive);"
-    echo "out of order = datagrams the receiver got after a later one. Per stream (link header v2):"
-    echo "*dropped − repaired* = data frames the link lost minus those FEC rebuilt; *stream lost* = the"
-    echo "route's exact link loss on half B (\`link_lost\`), which must equal it; *bytes/frame* = link"
-    echo "bytes per frame received (payload + the 34-byte v2 header; repair frames included)."
+    echo "out of order = datagrams the receiver got after a later one; *stream lost* = the routes' exact"
+    echo "link loss on half B (\`link_lost\`); CPU = each half's datapath threads (user + kernel) per"
+    echo "datagram, everything they do (capture, link, FEC, MAC, send), so compare rows, not absolutes."
     echo
-    echo "| link loss | FEC | reorder | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 | out of order | dropped − repaired | stream lost | bytes/frame |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| link loss | FEC | reorder | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 | latency p99.9 | out of order | stream lost | CPU A µs/dgram | CPU B µs/dgram |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     grep '^point' "$raw" | while read -r _ rest; do
         declare -A v=()
         for kv in $rest; do v[${kv%%=*}]=${kv#*=}; done
-        printf '| %s %% | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s | %s | %s | %s |\n' \
-            "$(awk "BEGIN{print ${v[loss_permille]}/10}")" "${v[fec]}" "${v[reorder_ms]}" "${v[delivered_loss_pct]}" \
+        loss=${v[loss]:-${v[loss_permille]:-?}}
+        case "$loss" in
+            b*) label="10 every ${loss#b}" ;;
+            *) label="$(awk "BEGIN{print $loss/10}") %" ;;
+        esac
+        printf '| %s | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s µs | %s | %s | %s | %s |\n' \
+            "$label" "${v[fec]}" "${v[reorder_ms]}" "${v[delivered_loss_pct]}" \
             "${v[link_dropped]}" "${v[repaired]}" "${v[repair_rate_pct]}" "${v[overhead_pct]}" \
-            "${v[lat_p50_us]}" "${v[lat_p99_us]}" "${v[out_of_order]}" \
-            "$(( ${v[data_frames_lost]:-0} - ${v[repaired]:-0} ))" "${v[stream_lost]:-?}" "${v[link_bytes_per_frame]:-?}"
+            "${v[lat_p50_us]}" "${v[lat_p99_us]}" "${v[lat_p999_us]:-?}" "${v[out_of_order]}" \
+            "${v[stream_lost]:-?}" "${v[a_cpu_us_per_pkt]:-?}" "${v[b_cpu_us_per_pkt]:-?}"
         unset v
     done
     if [ -s "$raw.keep" ]; then echo; cat "$raw.keep"; fi

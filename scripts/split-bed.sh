@@ -23,7 +23,7 @@
 # domains but vgate. Every address lives inside these namespaces, with no default route: no
 # traffic can leave them.
 #
-# Usage: split-bed.sh [--name PREFIX] [--queues N] up|down|env|counters|loss forward|reverse PERMILLE|guard on|off
+# Usage: split-bed.sh [--name PREFIX] [--queues N] up|down|env|counters|loss forward|reverse PERMILLE|burst forward|reverse LEN PERIOD|guard on|off
 #   up        create the bed (a partial bed is removed on failure), print KEY=value lines;
 #             --queues N (1-4, default 1): RX/TX queues of the domain and link veths (what
 #             a half with engine.queues = N workers needs in modes tnapi and zc)
@@ -33,6 +33,7 @@
 #             B_LEAK (what half A / half B tried to send on its receive-only interface,
 #             dropped there), FWD_LOSS, REV_LOSS (injected losses) as KEY=value
 #   loss      drop PERMILLE/1000 of the packets arriving on a link (0 removes the loss)
+#   burst     drop LEN consecutive packets of every PERIOD arriving on a link (numgen inc; loss 0 removes)
 #   guard     on (the default after up): the receive-only interfaces' egress drop; off
 #             removes it (a test that proves the wrong-direction counter counts)
 # The prefix (1-12 characters) comes from --name, else $VGATE_SPLIT_BED, else vsb$$.
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
         --name=*) N="${1#*=}"; shift ;;
         --queues) QUEUES="${2:?--queues needs a value}"; shift 2 ;;
         -h|--help) usage ;;
-        up|down|env|counters|loss|guard) CMD="$1"; shift; ARGS=("$@"); break ;;
+        up|down|env|counters|loss|burst|guard) CMD="$1"; shift; ARGS=("$@"); break ;;
         *) echo "split-bed.sh: unknown argument '$1'" >&2; usage ;;
     esac
 done
@@ -240,11 +241,31 @@ loss() {
     fi
 }
 
+# burst forward|reverse LEN PERIOD: drops LEN consecutive frames of every PERIOD (from its
+# middle; `numgen inc`), counted like loss.
+burst() {
+    local link=${1:-} len=${2:-} period=${3:-}
+    if ! [[ "$len" =~ ^[0-9]+$ && "$period" =~ ^[0-9]+$ ]] || [ "$len" -ge "$period" ]; then
+        echo "split-bed.sh: burst forward|reverse LEN PERIOD (LEN < PERIOD)" >&2; exit 2
+    fi
+    local ns
+    case "$link" in
+        forward) ns=$NS_HB ;;
+        reverse) ns=$NS_HA ;;
+        *) echo "split-bed.sh: burst forward|reverse LEN PERIOD" >&2; exit 2 ;;
+    esac
+    ip netns exec "$ns" nft flush chain netdev splitbed loss_in
+    # The middle of each period, so a stream's first frames are not in its first burst.
+    local from=$((period / 2))
+    ip netns exec "$ns" nft add rule netdev splitbed loss_in numgen inc mod "$period" "$from-$((from + len - 1))" counter name loss drop
+}
+
 case "$CMD" in
     up) up ;;
     down) need ip iproute2; down ;;
     env) print_env ;;
     counters) counters ;;
     loss) loss "${ARGS[@]}" ;;
+    burst) burst "${ARGS[@]}" ;;
     guard) guard "${ARGS[@]}" ;;
 esac

@@ -353,7 +353,7 @@ pub fn link_frames(data: &[u8]) {
     use crate::link::fec::{Decoder, Encoder, Fec};
     use crate::link::frag::{cut, Joiner};
     use crate::wire::link::{LinkPacket, StreamHeader, MAX_DATAGRAM};
-    let fec = Some(Fec { k: 8, m: 2 });
+    let fec = Some(Fec::kpm(8, 2));
     let mut dec = Decoder::with_reorder(fec, 25);
     let mut join = Joiner::new(true);
     let sink = |dec_out: (u16, u16, &[u8], bool), join: &mut Joiner, now: u64| {

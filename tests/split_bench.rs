@@ -25,7 +25,10 @@ mod common;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::split::{cam_routes, half_config, half_config_mode, link_totals, start_half, SplitBed};
+use common::split::{
+    cam_routes, half_config, half_config_mode, link_totals, route, start_half, SplitBed, FACE_A,
+    FACE_B,
+};
 use common::vgate::Vgate;
 
 fn env_or(k: &str, d: &str) -> String {
@@ -50,34 +53,107 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
+/// `streams` routes `cam0`.. from domain A to domain B across the forward link: half A
+/// takes `DA_IP:5000` on ports 20000.. and sends each to half B's face at 21000.. (from
+/// 30000..); half B sends them all to `DB_IP:6000` (from 30000..), where one socket takes
+/// them. With one stream, [`cam_routes`].
+fn stream_routes(bed: &SplitBed, streams: u16) -> (String, String) {
+    if streams <= 1 {
+        return cam_routes(bed);
+    }
+    let (da, db) = (bed.get("DA_IP"), bed.get("DB_IP"));
+    let (mut a, mut b) = (String::new(), String::new());
+    for i in 0..streams {
+        let name = format!("cam{i}");
+        a += &route(
+            &name,
+            "a",
+            20000 + i,
+            &format!("{FACE_B}:{}", 21000 + i),
+            30000 + i,
+            &format!("{da}:5000"),
+        );
+        b += &route(
+            &name,
+            "a",
+            21000 + i,
+            &format!("{db}:6000"),
+            30000 + i,
+            &format!("{FACE_A}:{}", 30000 + i),
+        );
+    }
+    (a, b)
+}
+
+/// A bench FEC setting as the halves' configs take it: `off`, `K+M`, `block`, or
+/// `block/OVERHEAD/FRAMES/MS` (the block code with `fec_overhead`, `fec_block_frames`,
+/// `fec_block_ms`). Returns the `fec` value and the extra keys of the link.
+fn fec_keys(fec: &str) -> (String, String) {
+    match fec.strip_prefix("block/") {
+        Some(rest) => {
+            let v: Vec<&str> = rest.split('/').collect();
+            assert_eq!(v.len(), 3, "block/OVERHEAD/FRAMES/MS, not {fec}");
+            (
+                "block".into(),
+                format!(
+                    "fec_overhead = {}\nfec_block_frames = {}\nfec_block_ms = {}\n",
+                    v[0], v[1], v[2]
+                ),
+            )
+        }
+        None => (fec.to_owned(), String::new()),
+    }
+}
+
+/// A loss setting of the bench: `N` permille at random, or `bN` bursts of 10 consecutive
+/// frames every `N` frames (`numgen inc`).
+fn apply_loss(bed: &SplitBed, loss: &str) {
+    match loss.strip_prefix('b') {
+        Some(period) => bed.burst("forward", 10, period.parse().unwrap()),
+        None => bed.loss("forward", loss.parse().unwrap()),
+    }
+}
+
 #[test]
 #[ignore = "benchmark: scripts/bench-split.sh"]
 fn split_loss_and_fec() {
     require!(true, &[("ip", "iproute2"), ("nft", "nftables")]);
-    let losses: Vec<u32> = env_list("SPLIT_BENCH_LOSS", "1 10 50");
+    let losses: Vec<String> = env_list("SPLIT_BENCH_LOSS", "1 10 50");
     let fecs: Vec<String> = env_list("SPLIT_BENCH_FEC", "off 8+2 16+4");
     let count: u32 = env_or("SPLIT_BENCH_COUNT", "20000").parse().unwrap();
     let pps: u32 = env_or("SPLIT_BENCH_PPS", "4000").parse().unwrap();
     let reorders: Vec<u64> = env_list("SPLIT_BENCH_REORDER", "0 25");
+    let streams: u16 = env_or("SPLIT_BENCH_STREAMS", "1").parse().unwrap();
     let len: usize = 1328;
     let bed = SplitBed::up();
-    for &loss in &losses {
-        bed.loss("forward", loss);
+    for loss in &losses {
+        apply_loss(&bed, loss);
         for (fec, reorder) in fecs
             .iter()
             .flat_map(|f| reorders.iter().map(move |r| (f, *r)))
         {
             let before = bed.counters()["FWD_LOSS"];
-            let (ra, rb) = cam_routes(&bed);
-            let a = start_half(&bed, "a", &half_config(&bed, "a", fec, "off", &ra));
-            let b_cfg = half_config(&bed, "b", "off", fec, &rb).replacen(
+            let (ra, rb) = stream_routes(&bed, streams);
+            let (fec_value, keys) = fec_keys(fec);
+            // The link with the block code is the only one with it in each half's config.
+            let with_keys = |cfg: String, _section: &str| {
+                cfg.replace(
+                    &format!("fec = \"{fec_value}\"\n"),
+                    &format!("fec = \"{fec_value}\"\n{keys}"),
+                )
+            };
+            let a_cfg = half_config(&bed, "a", &fec_value, "off", &ra);
+            let a_cfg = with_keys(a_cfg, "[split.out_link]");
+            let a = start_half(&bed, "a", &a_cfg);
+            let b_cfg = half_config(&bed, "b", "off", &fec_value, &rb).replacen(
                 "[split.in_link]\n",
                 &format!("[split.in_link]\nreorder_ms = {reorder}\n"),
                 1,
             );
+            let b_cfg = with_keys(b_cfg, "[split.in_link]");
             let b = start_half(&bed, "b", &b_cfg);
-            let (mut lat, out_of_order) = stream(&bed, count, pps, len);
-            let _ta = a.stop();
+            let (mut lat, out_of_order) = stream(&bed, count, pps, len, streams);
+            let ta = a.stop();
             let tb = b.stop();
             let link_lost = bed.counters()["FWD_LOSS"] - before;
             let l = link_totals(&tb.raw, "in");
@@ -92,30 +168,47 @@ fn split_loss_and_fec() {
             let delivered = lat.len() as u64;
             let frames = l["packets"] + link_lost;
             let data_frames_lost = u64::from(count).saturating_sub(l["delivered"]);
+            let route_sum = |t: &common::vgate::Totals, key: &str| -> u64 {
+                if streams <= 1 {
+                    return t.route("cam", key);
+                }
+                (0..streams).map(|i| t.route(&format!("cam{i}"), key)).sum()
+            };
+            // The halves' datapath CPU (all workers: half A's encodes, half B's link
+            // worker decodes), per datagram sent.
+            let cpu = |t: &common::vgate::Totals| -> f64 {
+                t.workers
+                    .iter()
+                    .filter_map(|w| w.get("cpu_seconds").and_then(|v| v.parse::<f64>().ok()))
+                    .sum()
+            };
             println!(
-                "point loss_permille={loss} fec={fec} reorder_ms={reorder} out_of_order={out_of_order} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} counted_lost={} stream_lost={} stream_received={} stream_repaired={} stream_late={} link_bytes_per_frame={:.1}",
+                "point loss={loss} streams={streams} pps={pps} fec={fec} reorder_ms={reorder} out_of_order={out_of_order} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} lat_p999_us={:.0} counted_lost={} stream_lost={} stream_received={} stream_repaired={} stream_late={} link_bytes_per_frame={:.1} a_cpu_us_per_pkt={:.2} b_cpu_us_per_pkt={:.2}",
                 100.0 * (u64::from(count) - delivered) as f64 / f64::from(count),
                 l["repaired"],
                 if data_frames_lost == 0 { 100.0 } else { 100.0 * l["repaired"] as f64 / data_frames_lost as f64 },
                 100.0 * (frames.saturating_sub(u64::from(count))) as f64 / f64::from(count),
                 pct(0.5),
                 pct(0.99),
+                pct(0.999),
                 l["lost"],
-                tb.route("cam", "link_lost"),
-                tb.route("cam", "link_received"),
-                tb.route("cam", "link_repaired"),
-                tb.route("cam", "link_late"),
+                route_sum(&tb, "link_lost"),
+                route_sum(&tb, "link_received"),
+                route_sum(&tb, "link_repaired"),
+                route_sum(&tb, "link_late"),
                 l["bytes"] as f64 / l["packets"].max(1) as f64,
+                1e6 * cpu(&ta) / f64::from(count),
+                1e6 * cpu(&tb) / f64::from(count),
             );
         }
     }
 }
 
 /// A paced stream of `count` numbered, timestamped datagrams of `len` bytes at `pps` from
-/// domain A (port 5000) to half A's gateway port 20000; returns the one-way latency (ns) of
+/// domain A (port 5000) to half A's gateway ports 20000.. (`streams` of them, in turn); returns the one-way latency (ns) of
 /// each distinct datagram that reached the receiver in domain B (port 6000), and how many
 /// arrived behind a later one.
-fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
+fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize, streams: u16) -> (Vec<u64>, u64) {
     let (da, ga, db) = (bed.ip("DA_IP"), bed.ip("GA_IP"), bed.ip("DB_IP"));
     let (tx, rx) = std::sync::mpsc::channel();
     let recv = {
@@ -156,7 +249,7 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
     rx.recv().unwrap();
     common::in_netns(bed.get("DA_NS"), move || {
         let s = UdpSocket::bind(SocketAddrV4::new(da, 5000)).unwrap();
-        let to = SocketAddrV4::new(ga, 20000);
+        let streams = streams.max(1);
         let mut p = vec![0u8; len];
         p[0] = 0x80;
         p[1] = 96;
@@ -165,6 +258,7 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize) -> (Vec<u64>, u64) {
             p[2..4].copy_from_slice(&(id as u16).to_be_bytes());
             p[12..16].copy_from_slice(&id.to_be_bytes());
             p[16..24].copy_from_slice(&now_ns().to_be_bytes());
+            let to = SocketAddrV4::new(ga, 20000 + (id % u32::from(streams)) as u16);
             s.send_to(&p, to).unwrap();
             if id % 10 == 9 {
                 let due = start + Duration::from_secs_f64(f64::from(id + 1) / f64::from(pps));
@@ -211,7 +305,7 @@ fn split_link_tx_families() {
                     &[],
                 );
                 let b = start_half(&bed, "b", &half_config(&bed, "b", "off", &fec, &rb));
-                let delivered = stream(&bed, count, pps, len).0.len() as u64;
+                let delivered = stream(&bed, count, pps, len, 1).0.len() as u64;
                 let ta = a.stop();
                 let tb = b.stop();
                 let out = link_totals(&ta.raw, "out");

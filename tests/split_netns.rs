@@ -555,6 +555,49 @@ fn fec_repairs_loss_on_an_af_xdp_link() {
     fec_in_mode("zc");
 }
 
+/// The block code (`fec = "block"`, header v4) on the forward link, mode stack: at 1 %
+/// random loss and with bursts of 10 consecutive frames every 400, every datagram half A
+/// sent down the link arrives once and half B counts nothing lost. Blocks are closed by
+/// count here (`fec_block_ms = 100`: at the test's rate a 2 ms block would hold a frame or
+/// two), 116 data and 12 repair frames.
+#[test]
+fn block_fec_repairs_random_loss_and_bursts_of_ten() {
+    if !ready("block_fec_repairs_random_loss_and_bursts_of_ten") {
+        return;
+    }
+    let bed = SplitBed::up();
+    // The config's `fec = "{fec}"` line, with the key after it (the closing quote lands in
+    // a comment).
+    let fec = "block\"\nfec_block_ms = 100 #";
+    let count = 3000;
+    for burst in [false, true] {
+        if burst {
+            bed.burst("forward", 10, 400);
+        } else {
+            bed.loss("forward", 10);
+        }
+        let before = bed.counters()["FWD_LOSS"];
+        let (got, ta, tb, (sent, dropped)) = forward_run(&bed, "stack", fec, count);
+        let why = || explain(&bed, &tb, &ta);
+        let b_in = link_totals(&tb.raw, "in");
+        assert!(
+            bed.counters()["FWD_LOSS"] > before,
+            "the rule dropped frames"
+        );
+        assert_eq!(b_in["lost"], 0, "burst={burst}: {}", why());
+        assert_eq!(b_in["drop_bad_fec"], 0, "{}", why());
+        assert_eq!(b_in["delivered"] + b_in["repaired"], sent, "{}", why());
+        assert!(b_in["repaired"] > 0, "{b_in:?}");
+        assert_eq!(
+            got.missing_and_dups(count),
+            (u32::try_from(dropped).unwrap(), 0),
+            "burst={burst}: every datagram once{}",
+            why()
+        );
+        assert_eq!(tb.route("cam", "link_lost"), 0, "{}", tb.raw);
+    }
+}
+
 /// `count` datagrams of the forward stream only, FEC `fec` on the forward link
 /// ([`run_streams`]): what arrived, both halves' totals, and what half A sent down the link
 /// and dropped before it. The link was sent from `mode`'s sockets, and every datagram half A

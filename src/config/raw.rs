@@ -50,6 +50,11 @@ pub struct RawLink {
     pub peer_mac: Option<Spanned<String>>,
     #[serde(default = "default_fec")]
     pub fec: Spanned<String>,
+    /// `fec = "block"` only: repair frames per 100 data frames, data frames per block, the
+    /// longest a block stays open (ms).
+    pub fec_overhead: Option<Spanned<i64>>,
+    pub fec_block_frames: Option<Spanned<i64>>,
+    pub fec_block_ms: Option<Spanned<i64>>,
     /// Incoming link only: the CPU of its receive worker.
     pub cpu: Option<Spanned<i64>>,
     /// Incoming link only: the reorder window's longest wait, milliseconds (0: off).

@@ -359,7 +359,7 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         }
         (None, false) => None,
     };
-    let fec: Option<Fec> = Fec::parse(r.fec.get_ref()).map_err(|m| invalid(&r.fec, k("fec"), m))?;
+    let fec = link_fec(r, &k)?;
     match (&r.cpu, outgoing) {
         (Some(c), true) => {
             return Err(invalid(
@@ -437,6 +437,68 @@ fn link(r: &RawLink, key: &str, outgoing: bool, cpus: &Cpus) -> Result<LinkConfi
         reorder_ms,
         max_datagram,
         key: None,
+    })
+}
+
+/// `fec` and, for `fec = "block"`, the `fec_overhead`, `fec_block_frames` and
+/// `fec_block_ms` keys (elsewhere refused: they would change nothing).
+fn link_fec(r: &RawLink, k: &impl Fn(&str) -> String) -> Result<Option<Fec>> {
+    let fec: Option<Fec> = Fec::parse(r.fec.get_ref()).map_err(|m| invalid(&r.fec, k("fec"), m))?;
+    let keys = [
+        ("fec_overhead", &r.fec_overhead),
+        ("fec_block_frames", &r.fec_block_frames),
+        ("fec_block_ms", &r.fec_block_ms),
+    ];
+    let Some(f) = fec.filter(Fec::block_code) else {
+        if let Some((name, Some(v))) = keys.iter().find(|(_, v)| v.is_some()) {
+            return Err(invalid(
+                v,
+                k(name),
+                format!(
+                    "{name} sizes the blocks of fec = \"block\"; this link has fec = \"{}\": remove the key or set fec = \"block\"",
+                    r.fec.get_ref()
+                ),
+            ));
+        }
+        return Ok(fec);
+    };
+    let crate::link::fec::Code::Block {
+        overhead_pct,
+        close_ms,
+    } = f.code
+    else {
+        return Ok(fec);
+    };
+    let value =
+        |name: &str, v: &Option<Spanned<i64>>, default: u8| -> Result<(u8, Option<Spanned<i64>>)> {
+            match v {
+                None => Ok((default, None)),
+                Some(s) => match u8::try_from(*s.get_ref()) {
+                    Ok(x) => Ok((x, Some(s.clone()))),
+                    Err(_) => Err(invalid(
+                        s,
+                        k(name),
+                        format!("{name} out of range: {}", s.get_ref()),
+                    )),
+                },
+            }
+        };
+    let (pct, sp) = value("fec_overhead", &r.fec_overhead, overhead_pct)?;
+    let (frames, sf) = value("fec_block_frames", &r.fec_block_frames, f.k)?;
+    let (ms, sm) = value("fec_block_ms", &r.fec_block_ms, close_ms)?;
+    Fec::block(frames, pct, ms).map(Some).map_err(|m| {
+        // Point at the key the message names (or at `fec` when it came from the defaults).
+        let at = [
+            ("fec_overhead", sp),
+            ("fec_block_frames", sf),
+            ("fec_block_ms", sm),
+        ]
+        .into_iter()
+        .find(|(n, s)| s.is_some() && m.starts_with(n));
+        match at {
+            Some((n, Some(s))) => invalid(&s, k(n), m),
+            _ => invalid(&r.fec, k("fec"), m),
+        }
     })
 }
 

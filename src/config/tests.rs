@@ -900,6 +900,83 @@ mod split {
         assert!(e.contains("unknown field"), "{e}");
     }
 
+    /// `fec = "block"` and its keys: defaults, each key's range, the keys refused with
+    /// another `fec`; the `K+M` strings of the previous release still load.
+    #[test]
+    fn block_fec_settings() {
+        use crate::link::fec::Code;
+        let block = |keys: &str| {
+            HALF_A.replacen(
+                "fec = \"8+2\"\n\n# Reverse",
+                &format!("fec = \"block\"\n{keys}\n# Reverse"),
+                1,
+            )
+        };
+        let c = parse_for(&block(""), "a", 2).unwrap();
+        let f = c.split.unwrap().out_link.fec.unwrap();
+        assert_eq!((f.k, f.m, f.close_ms()), (116, 12, 2));
+        let c = parse_for(
+            &block("fec_overhead = 15\nfec_block_frames = 64\nfec_block_ms = 5\n"),
+            "a",
+            2,
+        )
+        .unwrap();
+        let f = c.split.unwrap().out_link.fec.unwrap();
+        assert_eq!(
+            (f.k, f.m, f.code),
+            (
+                64,
+                10,
+                Code::Block {
+                    overhead_pct: 15,
+                    close_ms: 5
+                }
+            )
+        );
+        for (keys, want) in [
+            ("fec_overhead = 0\n", "split.out_link.fec_overhead: fec_overhead must be 1 to 50"),
+            ("fec_overhead = 300\n", "split.out_link.fec_overhead: fec_overhead out of range"),
+            ("fec_block_ms = 0\n", "split.out_link.fec_block_ms: fec_block_ms must be 1 to 100"),
+            (
+                "fec_block_frames = 127\n",
+                "split.out_link.fec_block_frames: fec_block_frames must be 2 to 116 at fec_overhead = 10",
+            ),
+            (
+                "fec_overhead = 50\n",
+                "split.out_link.fec: fec_block_frames must be 2 to 85 at fec_overhead = 50",
+            ),
+        ] {
+            let e = err(&block(keys));
+            assert!(e.contains(want), "{keys}: {e}");
+        }
+        let e = err(&HALF_A.replacen(
+            "fec = \"8+2\"\n\n# Reverse",
+            "fec = \"8+2\"\nfec_block_ms = 3\n\n# Reverse",
+            1,
+        ));
+        assert!(
+            e.contains(
+                "split.out_link.fec_block_ms: fec_block_ms sizes the blocks of fec = \"block\""
+            ),
+            "{e}"
+        );
+        for old in ["off", "8+2", "16+4", "32+16", "1+1"] {
+            let c = parse_for(
+                &HALF_A.replacen(
+                    "fec = \"8+2\"\n\n# Reverse",
+                    &format!("fec = \"{old}\"\n\n# Reverse"),
+                    1,
+                ),
+                "a",
+                2,
+            )
+            .unwrap();
+            let f = c.split.unwrap().out_link.fec;
+            assert_eq!(f.map(|f| f.to_string()).unwrap_or("off".into()), old);
+            assert!(f.is_none_or(|f| !f.block_code()));
+        }
+    }
+
     const LINK_KEY: &str =
         "key = \"8899aabbccddeeff00112233445566778899aabbccddeeff0011223344556677\"\n";
 

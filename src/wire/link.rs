@@ -43,12 +43,21 @@
 //!
 //! Version 1 (no stream header) and version 2 do not interoperate: a frame of another
 //! version is dropped and counted (`bad_version`); both halves must run the same release.
+//! Version 4 ([`VERSION_BLOCK`]) is version 3's layout for the block code (`fec =
+//! "block"`): `k + m` up to [`MAX_BLOCK_SHARDS`], the rest unchanged (the auth trailer
+//! covers it as before). A receiver takes both and checks the version against its own FEC
+//! setting (`bad_fec` for the other code's frames).
 
 use std::ops::Range;
 
 /// `"VG"`.
 pub const MAGIC: u16 = 0x5647;
 pub const VERSION: u8 = 3;
+/// The version of frames of the block code (`fec = "block"`: Leopard Reed-Solomon over
+/// GF(2^16), [`crate::link::fec`]): the same layout as [`VERSION`], with `k` and `m` up to
+/// [`MAX_BLOCK_SHARDS`] together. A release before it drops them as `bad_version`; a half
+/// configured for the other code drops them as `bad_fec` (and counts `fec_mismatch`).
+pub const VERSION_BLOCK: u8 = 4;
 /// Bytes of the lane header, before the link datagram ([`LinkPacket::payload`]).
 pub const HEADER_LEN: usize = 28;
 /// Bytes of the stream header at the start of every link datagram.
@@ -75,6 +84,9 @@ pub const SHARD_PREFIX: usize = HEADER_LEN - SHARD_START;
 /// erasure code's work arrays stay inline up to 32 shards).
 pub const MAX_K: u8 = 32;
 pub const MAX_M: u8 = 16;
+/// Largest `k + m` of a block of the block code (version 4): the receiver's presence masks
+/// are 128 bits, and a lane's window of 8 such blocks is 1.5 MB.
+pub const MAX_BLOCK_SHARDS: usize = 128;
 /// Largest link datagram one frame carries: a frame minus the lane header and the trailer
 /// (the stream header and the media, or one fragment of it: [`MAX_MEDIA`]).
 pub const MAX_PAYLOAD: usize = FRAME_CAP - HEADER_LEN - TRAILER_LEN;
@@ -163,9 +175,11 @@ impl<T: AsRef<[u8]>> LinkPacket<T> {
         if self.u16_at(field::MAGIC) != MAGIC || b[field::KIND] > Kind::Repair as u8 {
             return Err(HeaderError::Garbage);
         }
-        if b[field::VERSION] != VERSION {
-            return Err(HeaderError::BadVersion);
-        }
+        let block_code = match b[field::VERSION] {
+            VERSION => false,
+            VERSION_BLOCK => true,
+            _ => return Err(HeaderError::BadVersion),
+        };
         if b.len() < HEADER_LEN {
             return Err(HeaderError::Truncated);
         }
@@ -175,7 +189,9 @@ impl<T: AsRef<[u8]>> LinkPacket<T> {
             return Err(HeaderError::Oversize);
         }
         let (k, m, idx) = (b[field::K], b[field::M], b[field::INDEX]);
-        let fec_ok = if k == 0 {
+        let fec_ok = if block_code {
+            k > 0 && m > 0 && usize::from(k) + usize::from(m) <= MAX_BLOCK_SHARDS && idx < k + m
+        } else if k == 0 {
             m == 0 && idx == 0
         } else {
             k <= MAX_K && m <= MAX_M && idx < k + m
@@ -210,6 +226,14 @@ impl<T: AsRef<[u8]>> LinkPacket<T> {
         } else {
             Kind::Data
         }
+    }
+    /// [`VERSION`] or [`VERSION_BLOCK`] (checked).
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VERSION]
+    }
+    /// A frame of the block code ([`VERSION_BLOCK`]).
+    pub fn block_code(&self) -> bool {
+        self.version() == VERSION_BLOCK
     }
     pub fn lane(&self) -> u8 {
         self.buffer.as_ref()[field::LANE]
@@ -265,6 +289,8 @@ impl<T: AsRef<[u8]>> LinkPacket<T> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fields {
     pub repair: bool,
+    /// A frame of the block code: written as [`VERSION_BLOCK`].
+    pub block_code: bool,
     pub lane: u8,
     pub k: u8,
     pub m: u8,
@@ -280,7 +306,7 @@ pub struct Fields {
 pub fn write_fields(buf: &mut [u8], f: &Fields) {
     let b = &mut buf[..SHARD_START];
     b[field::MAGIC].copy_from_slice(&MAGIC.to_be_bytes());
-    b[field::VERSION] = VERSION;
+    b[field::VERSION] = if f.block_code { VERSION_BLOCK } else { VERSION };
     b[field::KIND] = if f.repair {
         Kind::Repair as u8
     } else {
@@ -523,6 +549,64 @@ mod tests {
         v1[2] = 2;
         assert_eq!(
             LinkPacket::new_checked(&v1[..]).err(),
+            Some(HeaderError::BadVersion)
+        );
+    }
+
+    /// Version 4 (the block code): the version 3 layout, version byte 4, `k + m` up to
+    /// [`MAX_BLOCK_SHARDS`]; a block frame with impossible fields is `BadFec`.
+    #[test]
+    fn block_code_frames() {
+        let f = Fields {
+            block_code: true,
+            lane: 1,
+            k: 116,
+            m: 12,
+            index: 115,
+            sequence: 7,
+            block: 9,
+            ..Fields::default()
+        };
+        let b = frame(f, b"media");
+        assert_eq!(&b[..8], &[b'V', b'G', 4, 0, 1, 116, 12, 115]);
+        let p = LinkPacket::new_checked(&b[..]).unwrap();
+        assert!(p.block_code());
+        assert_eq!((p.fec_k(), p.fec_m(), p.index()), (116, 12, 115));
+        let repair = Fields {
+            repair: true,
+            index: 127,
+            ..f
+        };
+        assert!(LinkPacket::new_checked(&frame(repair, b"xy")[..]).is_ok());
+        for (k, m, idx, repair) in [
+            (0, 1, 0, false),
+            (1, 0, 0, false),
+            (117, 12, 0, false),
+            (116, 12, 128, true),
+            (116, 12, 116, false),
+            (116, 12, 3, true),
+        ] {
+            let b = frame(
+                Fields {
+                    block_code: true,
+                    repair,
+                    k,
+                    m,
+                    index: idx,
+                    ..Fields::default()
+                },
+                b"x",
+            );
+            assert_eq!(
+                LinkPacket::new_checked(&b[..]).err(),
+                Some(HeaderError::BadFec),
+                "k={k} m={m} idx={idx} repair={repair}"
+            );
+        }
+        let mut v5 = b.clone();
+        v5[2] = 5;
+        assert_eq!(
+            LinkPacket::new_checked(&v5[..]).err(),
             Some(HeaderError::BadVersion)
         );
     }

@@ -127,6 +127,12 @@ impl SplitBed {
     pub fn loss(&self, link: &str, permille: u32) {
         self.run(&["loss", link, &permille.to_string()]);
     }
+
+    /// Drops `len` consecutive frames of every `period` that arrive on `link` (bursts);
+    /// [`SplitBed::loss`] 0 removes.
+    pub fn burst(&self, link: &str, len: u32, period: u32) {
+        self.run(&["burst", link, &len.to_string(), &period.to_string()]);
+    }
 }
 
 impl Drop for SplitBed {

@@ -144,7 +144,19 @@ impl Datapath for XskPath {
         busy
     }
 
+    /// Sleeps no longer than the link's open FEC block may stay open.
+    fn idle_ms(&self) -> u16 {
+        match &self.link {
+            Some((_, l)) => l.sleep_ms(now_ms(), 100),
+            None => 100,
+        }
+    }
+
     fn idle(&mut self, _shell: &Shell) {
+        // The link's open FEC block is closed if due (its frames are sent by the kicks).
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(now_ms());
+        }
         if !self.ctx.sleep_in_poll {
             kick_waiting(self.ctx.index, &mut self.socks);
             return;

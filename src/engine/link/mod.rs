@@ -86,7 +86,7 @@ use crate::wire::{FrameEnds, UdpChecksum};
 
 /// A partial FEC block older than this is closed (its repair frames sent) when the sender
 /// goes quiet, so the tail of a burst is protected without waiting for more traffic.
-pub const CLOSE_BLOCK_MS: u64 = 20;
+pub const CLOSE_BLOCK_MS: u64 = crate::link::fec::CLOSE_MS;
 pub use crate::config::split::{DEFAULT_REORDER_MS, SETTLE_MS};
 /// Receive batches read per wakeup before looking at commands again.
 const BUDGET: usize = 8;

@@ -154,6 +154,12 @@ impl LinkTx {
         now_ms: u64,
         ts_us: u32,
     ) -> bool {
+        // A block open longer than its closing time is closed first, also while traffic
+        // flows (the block code's blocks are sized by time as well as by count).
+        if self.enc.block_open() && now_ms >= self.block_opened_ms + self.enc.close_ms() {
+            self.enc.close_block(ts_us);
+            self.flush();
+        }
         let mut cut = 0u64;
         let ok = frag::cut(payload, seq, self.max_datagram, |sh, media| {
             cut += u64::from(sh.frag == 1);
@@ -300,13 +306,25 @@ impl LinkTx {
     pub fn close_due_ms(&self) -> Option<u64> {
         self.enc
             .block_open()
-            .then_some(self.block_opened_ms + CLOSE_BLOCK_MS)
+            .then_some(self.block_opened_ms + self.enc.close_ms())
     }
 
-    /// Called on every worker wakeup: closes a partial FEC block older than
-    /// [`CLOSE_BLOCK_MS`] and sends its repair frames; takes back sent AF_XDP chunks.
+    /// How long the worker may sleep (at most `most` ms): until the open block is due to be
+    /// closed, so its repair frames leave on time when the sender goes quiet.
+    pub fn sleep_ms(&self, now_ms: u64, most: u16) -> u16 {
+        match self.close_due_ms() {
+            Some(due) => due.saturating_sub(now_ms).clamp(1, u64::from(most)) as u16,
+            None => most,
+        }
+    }
+
+    /// Called on every worker wakeup: closes a partial FEC block older than its code's
+    /// closing time ([`CLOSE_BLOCK_MS`] for `K+M`, `fec_block_ms` for the block code) and
+    /// sends its repair frames; takes back sent AF_XDP chunks.
     pub fn idle(&mut self, now_ms: u64) {
-        if self.enc.block_open() && now_ms.saturating_sub(self.block_opened_ms) >= CLOSE_BLOCK_MS {
+        if self.enc.block_open()
+            && now_ms.saturating_sub(self.block_opened_ms) >= self.enc.close_ms()
+        {
             self.enc.close_block(crate::clock::wall_us());
             self.flush();
         }

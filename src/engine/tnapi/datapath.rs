@@ -133,6 +133,21 @@ impl Datapath for RingPath {
         self.local.apply(cmd);
     }
 
+    /// Before sleeping: the link's open FEC block is closed if due.
+    fn idle(&mut self, _shell: &Shell) {
+        if let Some((_, l)) = self.link.as_mut() {
+            l.idle(crate::clock::now_ms());
+        }
+    }
+
+    /// Sleeps no longer than the link's open FEC block may stay open.
+    fn idle_ms(&self) -> u16 {
+        match &self.link {
+            Some((_, l)) => l.sleep_ms(crate::clock::now_ms(), 100),
+            None => 100,
+        }
+    }
+
     /// The wakeup's link frames go out together.
     fn flush(&mut self, _shell: &Shell) {
         if let Some((_, l)) = self.link.as_mut() {

@@ -4,11 +4,30 @@
 //! window.
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
+use reed_solomon_simd::ReedSolomonDecoder;
 
 use crate::link::reorder::{Reorder, ReorderCounts};
 use crate::wire::link::{HeaderError, Kind, LinkPacket, MAX_K, MAX_M, SHARD_PREFIX};
 
-use super::{codecs, data_mask, Fec, FRAME_CAP, MAX_LANES, RESTART_GAP, WINDOW_BLOCKS};
+use super::{
+    codecs, coded_len, Fec, FRAME_CAP, MAX_LANES, MAX_PAYLOAD, RESTART_GAP, WINDOW_BLOCKS,
+};
+
+/// Bits of positions `0..k` of a block (`k <= 128`).
+fn data_mask(k: usize) -> u128 {
+    if k >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << k) - 1
+    }
+}
+
+/// The erasure codes a lane's blocks are rebuilt with: the `K+M` codecs (one per block
+/// size) or the block code's decoder.
+struct Codecs<'a> {
+    gf8: &'a [ReedSolomon],
+    leopard: Option<&'a mut ReedSolomonDecoder>,
+}
 
 /// What a receiver counted, cumulative. Single writer (the link's receive worker).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,8 +82,10 @@ struct Block {
     used: bool,
     /// Data packets in this block: `k` until a repair frame says `k' < k`.
     k: usize,
-    present: u64,
-    delivered: u64,
+    /// Repair frames of this block (`m`, or for the block code those of its `k`).
+    m: usize,
+    present: u128,
+    delivered: u128,
     /// Length of the repair shards (all equal), once one arrived.
     shard_len: usize,
     /// Settled: its losses are counted.
@@ -87,6 +108,9 @@ struct Lane {
 pub struct Decoder {
     fec: Option<Fec>,
     codecs: Vec<ReedSolomon>,
+    /// The block code's decoder, shared by the lanes, its work buffers sized for the
+    /// largest block when the decoder is made.
+    leopard: Option<Box<ReedSolomonDecoder>>,
     lanes: Vec<Option<Box<Lane>>>,
     /// Each lane's reorder window (when `hold_ms` > 0).
     orders: Vec<Option<Box<Reorder>>>,
@@ -108,6 +132,16 @@ impl Decoder {
         Decoder {
             fec,
             codecs: fec.map(codecs).unwrap_or_default(),
+            leopard: fec.filter(Fec::block_code).map(|f| {
+                Box::new(
+                    ReedSolomonDecoder::new(
+                        usize::from(f.k),
+                        usize::from(f.m),
+                        coded_len(MAX_PAYLOAD + super::SHARD_PREFIX),
+                    )
+                    .expect("block sizes were checked against the code's limits"),
+                )
+            }),
             lanes: (0..MAX_LANES).map(|_| None).collect(),
             orders: (0..MAX_LANES).map(|_| None).collect(),
             hold_ms,
@@ -182,9 +216,12 @@ impl Decoder {
         }
         // The halves must agree on the link's FEC setting.
         let ok = match (self.fec, p.kind()) {
-            (None, _) => p.fec_k() == 0,
+            (None, _) => !p.block_code() && p.fec_k() == 0,
+            (Some(f), _) if f.block_code() != p.block_code() => false,
             (Some(f), Kind::Data) => p.fec_k() == f.k && p.fec_m() == f.m,
-            (Some(f), Kind::Repair) => p.fec_k() <= f.k && p.fec_m() == f.m,
+            (Some(f), Kind::Repair) => {
+                p.fec_k() <= f.k && usize::from(p.fec_m()) == f.repairs_for(usize::from(p.fec_k()))
+            }
         };
         if !ok {
             self.counts.fec_mismatch += 1;
@@ -227,7 +264,10 @@ impl Decoder {
             None => receive_plain(lane, &mut self.counts, p, &mut out),
             Some(fec) => receive_block(
                 lane,
-                &self.codecs,
+                Codecs {
+                    gf8: &self.codecs,
+                    leopard: self.leopard.as_deref_mut(),
+                },
                 fec,
                 &mut self.counts,
                 p,
@@ -294,7 +334,7 @@ fn settle_block(b: &mut Block, counts: &mut DecoderCounts) {
 
 fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
     lane: &mut Lane,
-    codecs: &[ReedSolomon],
+    codecs: Codecs<'_>,
     fec: Fec,
     counts: &mut DecoderCounts,
     p: &LinkPacket<&[u8]>,
@@ -348,6 +388,7 @@ fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
             id,
             used: true,
             k: usize::from(fec.k),
+            m: usize::from(fec.m),
             ..Block::default()
         };
     }
@@ -393,6 +434,7 @@ fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
                 counts.lost = counts.lost.saturating_sub(u64::from(never.count_ones()));
             }
             b.k = k;
+            b.m = fec.repairs_for(k);
             b.shard_len = shard.len();
             if b.k < usize::from(fec.k) {
                 // A partial block: its unused positions will never come.
@@ -416,41 +458,27 @@ fn position(block: u32, fec: Fec, index: usize) -> u32 {
 fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
     lane: &mut Lane,
     slot: usize,
-    codecs: &[ReedSolomon],
+    codecs: Codecs<'_>,
     fec: Fec,
     counts: &mut DecoderCounts,
     out: &mut Out<'_, F>,
 ) {
     let b = lane.blocks[slot];
-    let (k, m) = (b.k, usize::from(fec.m));
-    let data_mask = (1u64 << k) - 1;
-    let missing = data_mask & !b.present;
-    if b.shard_len == 0 || missing == 0 || (b.present.count_ones() as usize) < k {
+    let (k, m) = (b.k, b.m);
+    let missing = data_mask(k) & !b.present;
+    let have = b.present & data_mask(k + m);
+    if b.shard_len == 0 || missing == 0 || (have.count_ones() as usize) < k {
         return;
     }
-    let per = usize::from(fec.k) + m;
+    let per = usize::from(fec.k) + usize::from(fec.m);
     let base = slot * per * FRAME_CAP;
     let region = &mut lane.shards[base..base + per * FRAME_CAP];
-    // Shards of the rebuilt code: data 0..k, repair k..k+m (repair packets are numbered from
-    // the block's own k).
-    let mut shards: [(&mut [u8], bool); (MAX_K + MAX_M) as usize] =
-        std::array::from_fn(|_| (Default::default(), false));
-    for (i, chunk) in region.chunks_mut(FRAME_CAP).take(k + m).enumerate() {
-        let len = lane.shard_lens[slot * per + i];
-        let have = b.present & (1 << i) != 0;
-        if have && i < k && len < b.shard_len {
-            chunk[len..b.shard_len].fill(0);
-        }
-        if have && i >= k && len != b.shard_len {
-            // A repair shard of another length cannot belong to this block.
-            return;
-        }
-        shards[i] = (&mut chunk[..b.shard_len], have);
-    }
-    if codecs[k - 1]
-        .reconstruct_data(&mut shards[..k + m])
-        .is_err()
-    {
+    let lens = &lane.shard_lens[slot * per..(slot + 1) * per];
+    let rebuilt = match codecs.leopard {
+        Some(dec) => rebuild_block_code(dec, region, lens, &b),
+        None => rebuild_gf8(codecs.gf8, region, lens, &b),
+    };
+    if !rebuilt {
         return;
     }
     let blk = &mut lane.blocks[slot];
@@ -482,4 +510,71 @@ fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
             true,
         );
     }
+}
+
+/// Rebuilds the missing data shards of block `b` in place (`K+M`, GF(2^8)): `region` holds
+/// its shards in [`FRAME_CAP`] slots, data `0..k`, repair `k..k+m` (repair packets are
+/// numbered from the block's own k). `false` when it cannot.
+fn rebuild_gf8(codecs: &[ReedSolomon], region: &mut [u8], lens: &[usize], b: &Block) -> bool {
+    let (k, m) = (b.k, b.m);
+    let mut shards: [(&mut [u8], bool); (MAX_K + MAX_M) as usize] =
+        std::array::from_fn(|_| (Default::default(), false));
+    for (i, chunk) in region.chunks_mut(FRAME_CAP).take(k + m).enumerate() {
+        let len = lens[i];
+        let have = b.present & (1 << i) != 0;
+        if have && i < k && len < b.shard_len {
+            chunk[len..b.shard_len].fill(0);
+        }
+        if have && i >= k && len != b.shard_len {
+            // A repair shard of another length cannot belong to this block.
+            return false;
+        }
+        shards[i] = (&mut chunk[..b.shard_len], have);
+    }
+    codecs[k - 1].reconstruct_data(&mut shards[..k + m]).is_ok()
+}
+
+/// [`rebuild_gf8`] for the block code (Leopard, GF(2^16)): the present shards go into the
+/// decoder (its buffers were sized for the largest block: no allocation), the restored
+/// ones come back into their slots.
+fn rebuild_block_code(
+    dec: &mut ReedSolomonDecoder,
+    region: &mut [u8],
+    lens: &[usize],
+    b: &Block,
+) -> bool {
+    let (k, m, coded) = (b.k, b.m, b.shard_len);
+    // The sender codes even lengths; a repair shard of an odd one is not of this block.
+    if coded % 2 != 0 || dec.reset(k, m, coded).is_err() {
+        return false;
+    }
+    let mut given = 0;
+    for (i, chunk) in region.chunks_mut(FRAME_CAP).take(k + m).enumerate() {
+        if b.present & (1 << i) == 0 || given == k {
+            continue;
+        }
+        let len = lens[i];
+        let ok = if i < k {
+            if len > coded {
+                return false;
+            }
+            chunk[len..coded].fill(0);
+            dec.add_original_shard(i, &chunk[..coded]).is_ok()
+        } else {
+            len == coded && dec.add_recovery_shard(i - k, &chunk[..coded]).is_ok()
+        };
+        if !ok {
+            return false;
+        }
+        given += 1;
+    }
+    let Ok(res) = dec.decode() else {
+        return false;
+    };
+    for (i, shard) in res.restored_original_iter() {
+        if i < k && shard.len() == coded {
+            region[i * FRAME_CAP..i * FRAME_CAP + coded].copy_from_slice(shard);
+        }
+    }
+    true
 }

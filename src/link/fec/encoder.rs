@@ -3,10 +3,11 @@
 //! from them, and the frames handed out in order until sent.
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
+use reed_solomon_simd::ReedSolomonEncoder;
 
 use crate::wire::link::{Fields, HEADER_LEN, MAX_K, MAX_M, SHARD_START};
 
-use super::{codecs, Fec, HEADROOM, MAX_PAYLOAD, SLOT};
+use super::{codecs, coded_len, Fec, HEADROOM, MAX_PAYLOAD, SLOT};
 
 /// The sender's side of one lane: frames are written into preallocated slots, sent by the
 /// caller from [`Encoder::ready`], and a block's repair frames are computed from the data
@@ -16,6 +17,9 @@ pub struct Encoder {
     epoch: u16,
     fec: Option<Fec>,
     codecs: Vec<ReedSolomon>,
+    /// The block code's encoder, its work buffers sized for the largest block when the
+    /// lane starts (`None` for `K+M` and off).
+    leopard: Option<Box<ReedSolomonEncoder>>,
     /// `slots` slots of [`HEADROOM`] + [`FRAME_CAP`](super::FRAME_CAP) bytes: data `0..k`,
     /// repair `k..k+m` (FEC on); a plain batch of frames (FEC off).
     frames: Box<[u8]>,
@@ -49,6 +53,16 @@ impl Encoder {
             epoch,
             fec,
             codecs: fec.map(codecs).unwrap_or_default(),
+            leopard: fec.filter(Fec::block_code).map(|f| {
+                Box::new(
+                    ReedSolomonEncoder::new(
+                        usize::from(f.k),
+                        usize::from(f.m),
+                        coded_len(MAX_PAYLOAD + super::SHARD_PREFIX),
+                    )
+                    .expect("block sizes were checked against the code's limits"),
+                )
+            }),
             frames: vec![0u8; slots * SLOT].into_boxed_slice(),
             lens: vec![0; slots].into_boxed_slice(),
             slots,
@@ -87,7 +101,7 @@ impl Encoder {
     /// Whether the caller must send [`Encoder::ready`] before the next [`Encoder::push`].
     pub fn must_flush(&self) -> bool {
         match self.fec {
-            Some(f) => self.repairs == usize::from(f.m),
+            Some(_) => self.repairs > 0,
             None => self.filled == self.slots,
         }
     }
@@ -113,6 +127,7 @@ impl Encoder {
             f,
             &Fields {
                 repair: false,
+                block_code: self.fec.is_some_and(|f| f.block_code()),
                 lane: self.lane,
                 k,
                 m,
@@ -145,6 +160,11 @@ impl Encoder {
         }
     }
 
+    /// How long after its first frame an open block is closed, milliseconds (FEC on).
+    pub fn close_ms(&self) -> u64 {
+        self.fec.map_or(super::CLOSE_MS, |f| f.close_ms())
+    }
+
     /// Whether a partial block is waiting for more data (FEC on).
     pub fn block_open(&self) -> bool {
         self.fec.is_some() && self.filled > 0 && self.repairs == 0
@@ -152,28 +172,31 @@ impl Encoder {
 
     fn encode(&mut self, ts_us: u32) {
         let Some(fec) = self.fec else { return };
-        let (k, m) = (usize::from(fec.k), usize::from(fec.m));
+        let k = usize::from(fec.k);
         let kk = self.filled;
+        let m = fec.repairs_for(kk);
         let shard_len = self.lens[..kk].iter().max().copied().unwrap_or(HEADER_LEN) - SHARD_START;
+        // The block code takes shards of an even length: one zero byte more at most (the
+        // slot has room: a frame leaves its trailer's bytes free).
+        let coded = if fec.block_code() {
+            coded_len(shard_len)
+        } else {
+            shard_len
+        };
         let (data, parity) = self.frames.split_at_mut(k * SLOT);
         // Zero each data shard's padding: the code sees every shard at the block's length.
         for (i, slot) in data.chunks_mut(SLOT).take(kk).enumerate() {
-            slot[HEADROOM..][self.lens[i]..SHARD_START + shard_len].fill(0);
+            slot[HEADROOM..][self.lens[i]..SHARD_START + coded].fill(0);
         }
-        let mut ins: [&[u8]; MAX_K as usize] = Default::default();
-        for (i, slot) in data.chunks(SLOT).take(kk).enumerate() {
-            ins[i] = &slot[HEADROOM..][SHARD_START..SHARD_START + shard_len];
-        }
-        let mut outs: [&mut [u8]; MAX_M as usize] = Default::default();
         for (j, slot) in parity.chunks_mut(SLOT).take(m).enumerate() {
-            let chunk = &mut slot[HEADROOM..];
             crate::wire::link::write_fields(
-                chunk,
+                &mut slot[HEADROOM..],
                 &Fields {
                     repair: true,
+                    block_code: fec.block_code(),
                     lane: self.lane,
                     k: kk as u8,
-                    m: fec.m,
+                    m: m as u8,
                     index: (kk + j) as u8,
                     sequence: self.sequence.wrapping_add(j as u32),
                     block: self.block,
@@ -181,13 +204,37 @@ impl Encoder {
                     epoch: self.epoch,
                 },
             );
-            outs[j] = &mut chunk[SHARD_START..SHARD_START + shard_len];
         }
-        self.codecs[kk - 1]
-            .encode_sep(&ins[..kk], &mut outs[..m])
-            .expect("shards of equal length, counts from the codec");
+        let shard = SHARD_START..SHARD_START + coded;
+        match self.leopard.as_deref_mut() {
+            Some(enc) => {
+                enc.reset(kk, m, coded)
+                    .expect("block sizes were checked against the code's limits");
+                for slot in data.chunks(SLOT).take(kk) {
+                    enc.add_original_shard(&slot[HEADROOM..][shard.clone()])
+                        .expect("shards of the block's length, counted");
+                }
+                let out = enc.encode().expect("every original shard was added");
+                for (rec, slot) in out.recovery_iter().zip(parity.chunks_mut(SLOT)) {
+                    slot[HEADROOM..][shard.clone()].copy_from_slice(rec);
+                }
+            }
+            None => {
+                let mut ins: [&[u8]; MAX_K as usize] = Default::default();
+                for (i, slot) in data.chunks(SLOT).take(kk).enumerate() {
+                    ins[i] = &slot[HEADROOM..][shard.clone()];
+                }
+                let mut outs: [&mut [u8]; MAX_M as usize] = Default::default();
+                for (j, slot) in parity.chunks_mut(SLOT).take(m).enumerate() {
+                    outs[j] = &mut slot[HEADROOM..][shard.clone()];
+                }
+                self.codecs[kk - 1]
+                    .encode_sep(&ins[..kk], &mut outs[..m])
+                    .expect("shards of equal length, counts from the codec");
+            }
+        }
         for j in 0..m {
-            self.lens[k + j] = SHARD_START + shard_len;
+            self.lens[k + j] = SHARD_START + coded;
         }
         self.repairs = m;
         self.sequence = self.sequence.wrapping_add(m as u32);

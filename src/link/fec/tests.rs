@@ -52,7 +52,7 @@ fn expected(n: usize) -> Vec<Vec<u8>> {
 /// stall) is still handed on, counted late, and nothing stays counted lost.
 #[test]
 fn a_block_settled_while_its_sender_stalled_still_delivers_the_rest() {
-    let fec = Fec { k: 8, m: 2 };
+    let fec = Fec::kpm(8, 2);
     let mut enc = Encoder::new(2, 7, Some(fec), 4);
     let mut dec = Decoder::new(Some(fec));
     let mut out = Vec::new();
@@ -113,7 +113,7 @@ fn a_block_settled_while_its_sender_stalled_still_delivers_the_rest() {
 
 #[test]
 fn no_loss_delivers_everything_once() {
-    for fec in [None, Some(Fec { k: 8, m: 2 }), Some(Fec { k: 16, m: 4 })] {
+    for fec in [None, Some(Fec::kpm(8, 2)), Some(Fec::kpm(16, 4))] {
         let (out, c) = run(fec, 100, |_| false);
         assert_eq!(out, expected(100), "{fec:?}");
         assert_eq!((c.delivered, c.repaired, c.lost), (100, 0, 0));
@@ -122,7 +122,7 @@ fn no_loss_delivers_everything_once() {
 
 #[test]
 fn repairs_up_to_m_losses_per_block_and_counts_the_rest() {
-    let fec = Some(Fec { k: 8, m: 2 });
+    let fec = Some(Fec::kpm(8, 2));
     // Every block is 10 frames; lose 2 of each (data 1 and 5): all rebuilt.
     let (mut out, c) = run(fec, 80, |w| w % 10 == 1 || w % 10 == 5);
     assert_eq!((c.repaired, c.lost), (20, 0), "10 blocks, 2 rebuilt each");
@@ -147,11 +147,11 @@ fn plain_counts_gaps() {
 
 #[test]
 fn fec_setting_must_match() {
-    let mut enc = Encoder::new(0, 1, Some(Fec { k: 4, m: 1 }), 1);
+    let mut enc = Encoder::new(0, 1, Some(Fec::kpm(4, 1)), 1);
     assert!(enc.push(1, 2, b"x", 0));
     let f: Vec<u8> = enc.ready().next().unwrap().to_vec();
     let p = LinkPacket::new_checked(&f[..]).unwrap();
-    let mut dec = Decoder::new(Some(Fec { k: 8, m: 2 }));
+    let mut dec = Decoder::new(Some(Fec::kpm(8, 2)));
     assert_eq!(
         dec.receive(&p, 0, |_, _, _, _| panic!()),
         Err(HeaderError::BadFec)
@@ -177,10 +177,10 @@ fn hostile_frames_never_panic() {
     };
     for (fec, hold) in [
         (None, 0),
-        (Some(Fec { k: 8, m: 2 }), 0),
-        (Some(Fec { k: 3, m: 4 }), 0),
+        (Some(Fec::kpm(8, 2)), 0),
+        (Some(Fec::kpm(3, 4)), 0),
         (None, 20),
-        (Some(Fec { k: 8, m: 2 }), 20),
+        (Some(Fec::kpm(8, 2)), 20),
     ] {
         let mut dec = Decoder::with_reorder(fec, hold);
         let mut enc = Encoder::new(1, 9, fec, 4);
@@ -229,7 +229,7 @@ fn hostile_frames_never_panic() {
 #[test]
 fn an_oversized_repair_frame_is_refused_not_stored() {
     use crate::wire::link::{write_fields, Fields, HEADER_LEN};
-    let fec = Fec { k: 8, m: 2 };
+    let fec = Fec::kpm(8, 2);
     let mut dec = Decoder::new(Some(fec));
     let mut f = vec![0u8; FRAME_CAP + 600];
     write_fields(
@@ -292,7 +292,7 @@ fn payloads(v: Vec<(Vec<u8>, bool)>) -> Vec<Vec<u8>> {
 
 #[test]
 fn reorder_window_delivers_in_sender_order() {
-    for fec in [None, Some(Fec { k: 8, m: 2 }), Some(Fec { k: 4, m: 2 })] {
+    for fec in [None, Some(Fec::kpm(8, 2)), Some(Fec::kpm(4, 2))] {
         let mut frames = wire(fec, 7, 0..60);
         // Swap neighbours all along, and lose one frame in 7 (FEC rebuilds them).
         // (From the second frame: the window starts where its first frame is.)
@@ -326,7 +326,7 @@ fn reorder_window_delivers_in_sender_order() {
 
 #[test]
 fn reorder_window_gives_a_gap_up_when_the_wait_ends() {
-    for fec in [None, Some(Fec { k: 8, m: 2 })] {
+    for fec in [None, Some(Fec::kpm(8, 2))] {
         let frames = wire(fec, 7, 0..20);
         // Lose data 3 and both repair frames of the first block (FEC on): beyond repair.
         let keep: Vec<Vec<u8>> = frames
@@ -356,7 +356,7 @@ fn reorder_window_gives_a_gap_up_when_the_wait_ends() {
 
 #[test]
 fn reorder_window_flushes_on_a_new_epoch() {
-    for fec in [None, Some(Fec { k: 8, m: 2 })] {
+    for fec in [None, Some(Fec::kpm(8, 2))] {
         let mut old = wire(fec, 7, 0..5);
         old.remove(1); // datagram 1 lost: 2.. wait
         let mut dec = Decoder::with_reorder(fec, 1000);
@@ -376,7 +376,7 @@ fn reorder_window_flushes_on_a_new_epoch() {
 
 #[test]
 fn reorder_window_hands_duplicates_on_once() {
-    let fec = Some(Fec { k: 8, m: 2 });
+    let fec = Some(Fec::kpm(8, 2));
     let frames = wire(fec, 7, 0..8);
     let mut dup = vec![frames[0].clone(), frames[2].clone(), frames[2].clone()];
     dup.push(frames[1].clone());
@@ -395,7 +395,7 @@ fn reorder_window_hands_duplicates_on_once() {
 #[test]
 fn fec_parse() {
     assert_eq!(Fec::parse("off"), Ok(None));
-    assert_eq!(Fec::parse("8+2"), Ok(Some(Fec { k: 8, m: 2 })));
+    assert_eq!(Fec::parse("8+2"), Ok(Some(Fec::kpm(8, 2))));
     for bad in ["", "8", "0+2", "8+0", "33+1", "8+17", "a+b", "8-2"] {
         assert!(Fec::parse(bad).is_err(), "{bad}");
     }
