@@ -651,6 +651,12 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     config::MAX_TCP_MESSAGE,
                 );
             }
+            // On this machine, mode xdp: which egress interfaces take XDP redirects.
+            if cfg.engine.mode == Mode::Xdp && cpus.is_none() {
+                for line in crate::engine::xdp::egress_report(&cfg) {
+                    println!("{}: {line}", file.display());
+                }
+            }
             // On this machine: the ring modes hold no socket per port, so the kernel must
             // not hand the media ports out as ephemeral ports (a warning, not a refusal).
             // The PF_RING engines (the default of tnapi and zc in PF_RING builds) still hold
@@ -770,6 +776,7 @@ fn run(
         split_signal: gw.split_signal_stats(),
         split: gw.split_stats(),
         neigh: gw.neigh_table(),
+        xdp: gw.xdp_status(),
         reloads: Default::default(),
         ha: gw.ha_status(),
     };

@@ -171,6 +171,9 @@ fn metrics_routes_sessions_and_stats() {
             // Mode stack sends through the kernel's sockets: no neighbour resolver.
             "vgate_neigh_refused_total",
             "vgate_neigh_entries",
+            // Mode xdp only.
+            "vgate_xdp_egress_fallback_total",
+            "vgate_xdp_egress_off_fast_path",
             // Per route and reason, once a validated route refused media: this gateway's
             // static routes name no codec, so nothing here is validated (the totals per
             // channel, vgate_media_invalid_total, are asserted like every other family).

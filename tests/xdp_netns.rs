@@ -17,7 +17,8 @@
 //! The bed for native XDP redirect between veths: the gateway's B-side veth takes redirected
 //! frames only when its peer (in B) has NAPI — GRO on (`ethtool -K vb gro on`, done here) or
 //! an XDP program of its own; without either the kernel drops them (counted by vgate as
-//! `redirect_failed`, by veth nowhere: see `xdp_counts_redirects_the_egress_refuses`). The
+//! `redirect_failed`, by veth nowhere, and take that egress off the fast path: see
+//! `xdp_counts_redirects_the_egress_refuses`). The
 //! senders turn TX checksum offload off, so their UDP checksums are complete when the XDP
 //! program updates them (see `engine::xdp`). Both are set on A's and B's veths.
 //!
@@ -217,16 +218,19 @@ fn tracepoint_programs(engine: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Frames the fast path redirected and the kernel then dropped are counted as
-/// `redirect_failed` on the channel and not as sent: first the egress driver refuses them
-/// (the B-side peer has neither GRO nor an XDP program, so the gateway's veth has no NAPI
-/// to hand them to: `xdp_devmap_xmit` reports drops), then the egress interface is down (the
-/// redirect is refused before it is queued: `xdp_redirect_err`). Every packet is either
-/// delivered and counted sent, or counted `redirect_failed`.
+/// An egress that stops taking redirects while vgate runs is no black hole (issue 25): once
+/// the route is on the fast path, the B-side peer's GRO goes off, so the gateway's veth has no
+/// NAPI to hand redirected frames to and the kernel drops them (`xdp_devmap_xmit` reports
+/// them; veth counts them nowhere). The first failures are counted `redirect_failed`, never
+/// sent; then the egress goes off the fast path (the description says why) and the route's
+/// packets are delivered through AF_XDP: every packet received is either sent and delivered,
+/// or counted `redirect_failed`. With GRO on again its xdp-features say it takes redirects,
+/// and the route is back on the fast path, forwarded by the kernel with no failure. (Before:
+/// every packet after GRO went off was `redirect_failed`, none delivered.)
 #[test]
 fn xdp_counts_redirects_the_egress_refuses() {
     require!(true, NEEDS);
-    const COUNT: u32 = 150;
+    const COUNT: u32 = 500;
 
     let (bed, g_ns) = xdp_bed();
     let (a_ip, ga_ip, _, _) = addrs(&bed);
@@ -246,90 +250,146 @@ fn xdp_counts_redirects_the_egress_refuses() {
         )
     };
     let forward = || *gw.totals().channel(Channel::Forward);
+    let failed_of = |f: &vgate::stats::Snapshot| f.drop_count(DropReason::RedirectFailed);
     // Waits until the channel's counters account for every packet sent so far (worker 0
-    // polls the fast path's maps every 100 ms); bounded.
+    // polls the fast path's maps every 100 ms) and the sink has what was counted sent;
+    // bounded.
     let settled = |sent: u64| {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let f = forward();
-            let failed = f.drop_count(DropReason::RedirectFailed);
-            if f.tx_packets + failed >= sent || Instant::now() > deadline {
+            if (f.tx_packets + failed_of(&f) >= sent && sinks.count(0) >= f.tx_packets)
+                || Instant::now() > deadline
+            {
                 return f;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     };
+    let wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gw.describe().contains(what) {
+            assert!(
+                Instant::now() < deadline,
+                "never described {what:?}: {}",
+                gw.describe()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // Every packet received is sent or counted redirect_failed; what is sent is delivered.
+    let exact = |f: &vgate::stats::Snapshot, total: u64| {
+        assert_eq!(f.rx_packets, total, "every packet received: {f:?}");
+        assert_eq!(
+            f.rx_packets,
+            f.tx_packets + failed_of(f),
+            "rx = tx + redirect_failed: {f:?}"
+        );
+        assert_eq!(f.dropped(), failed_of(f), "no other drop: {f:?}");
+        assert_eq!(sinks.count(0), f.tx_packets, "sent = delivered: {f:?}");
+    };
 
     // A warm-up packet resolves the next hop (the slow path sends it), so the route is on
     // the fast path before the measured packets.
     send(1, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !gw.describe().contains("1 route(s) active") {
-        assert!(Instant::now() < deadline, "the route never became active");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for("1 route(s) active");
     let f0 = settled(1);
+    assert_eq!(failed_of(&f0), 0, "{f0:?}");
 
-    // 1. The egress driver refuses: no NAPI on the B-side peer. (veth counts these nowhere:
-    // its xdp_xmit_errors are kept on the peer's NAPI queue, which is what is missing.)
+    // 1. The egress driver refuses while running: no NAPI on the B-side peer.
     b_gro(&bed, "off");
     send(COUNT, 1);
-    let f1 = settled(1 + u64::from(COUNT));
-    let failed1 =
-        f1.drop_count(DropReason::RedirectFailed) - f0.drop_count(DropReason::RedirectFailed);
-    let delivered1 = sinks.count(0);
-    eprintln!("driver refused: counted {failed1}, delivered {delivered1}; {f1:?}");
-    assert_eq!(
-        failed1,
-        u64::from(COUNT),
-        "each refused frame counted redirect_failed: {f1:?}"
+    let total = 1 + u64::from(COUNT);
+    let f1 = settled(total);
+    let failed1 = failed_of(&f1);
+    let described = gw.describe();
+    eprintln!(
+        "driver refused: counted {failed1}, delivered {}; {f1:?}\n{described}",
+        sinks.count(0)
     );
-    assert_eq!(f1.tx_packets, f0.tx_packets, "none counted sent: {f1:?}");
+    assert!(failed1 > 0, "the first refusals counted: {f1:?}");
+    assert!(
+        failed1 < u64::from(COUNT),
+        "then the route's packets take the AF_XDP path: {failed1} of {COUNT} refused"
+    );
+    let off = format!("egress {} refused {failed1} of ", bed.get("GB_IF"));
+    assert!(
+        described.contains(&off) && described.contains("while running"),
+        "the egress is off the fast path, said why: {described}"
+    );
+    assert!(described.contains("0 route(s) active"), "{described}");
+    exact(&f1, total);
 
-    // 2. The egress interface is down: the redirect is refused before it is queued.
+    // 2. The way back: GRO on again; once its xdp-features were seen without ndo_xdp_xmit,
+    // their change puts the egress back on the fast path.
+    wait_for("xdp-features now lack ndo_xdp_xmit");
     b_gro(&bed, "on");
-    let gb_if = bed.get("GB_IF").to_owned();
-    let ip_link = |state: &str| {
-        let st = Command::new("ip")
-            .args(["-n", &g_ns, "link", "set", &gb_if, state])
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip link set {gb_if} {state}");
-    };
-    ip_link("down");
+    wait_for("1 route(s) active");
+    let (xmit_before, _) = fast_xmit(&bed);
     send(COUNT, 1 + COUNT);
     let total = 1 + 2 * u64::from(COUNT);
     let f2 = settled(total);
-    ip_link("up");
-    assert_eq!(
-        sinks.count(0),
-        delivered1,
-        "nothing delivered while refused"
+    let (xmit, _) = fast_xmit(&bed);
+    eprintln!("back: by the kernel {}; {f2:?}", xmit - xmit_before);
+    assert_eq!(failed_of(&f2), failed1, "no refusal once back: {f2:?}");
+    assert!(
+        (xmit - xmit_before) * 2 > u64::from(COUNT),
+        "the kernel forwards again: {} of {COUNT}",
+        xmit - xmit_before
     );
-    let failed2 =
-        f2.drop_count(DropReason::RedirectFailed) - f1.drop_count(DropReason::RedirectFailed);
-    eprintln!("egress down: counted {failed2}; {f2:?}");
-    std::thread::sleep(Duration::from_millis(300));
-    let delivered = sinks.count(0);
+    assert!(
+        !gw.describe().contains("XDP redirects while running"),
+        "no longer off: {}",
+        gw.describe()
+    );
+    exact(&f2, total);
     sinks.finish();
-
-    // Nothing was delivered while the egress refused; what was, is counted sent, the rest
-    // redirect_failed — and none of those counted sent.
-    assert_eq!(
-        f2.tx_packets, delivered,
-        "sent = delivered (redirect failures are not counted sent): {f2:?}"
-    );
-    assert_eq!(
-        f2.tx_packets + f2.drop_count(DropReason::RedirectFailed),
-        total,
-        "every packet either sent or redirect_failed: {f2:?}"
-    );
-    assert_eq!(
-        failed2,
-        u64::from(COUNT),
-        "the down interface's refusals counted: {f2:?}"
-    );
     stop_in(&g_ns, gw);
+}
+
+/// `vgate check-config` on the host, mode xdp, lists each egress interface and whether it
+/// takes XDP redirects now, and what vgate does with its routes (issue 25): B's peer with
+/// GRO on, then off.
+#[test]
+fn xdp_check_config_says_which_egress_takes_redirects() {
+    require!(true, NEEDS);
+    let (bed, g_ns) = xdp_bed();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    use std::io::Write;
+    file.write_all(config(&bed, "xdp", 1, 9958).as_bytes())
+        .unwrap();
+    let check = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &g_ns])
+            .arg(common::vgate_bin())
+            .arg("check-config")
+            .arg(file.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let (ga, gb) = (bed.get("GA_IF"), bed.get("GB_IF"));
+    let takes =
+        |i: &str, d: &str| format!("xdp egress {i} (routes into domain {d}): takes XDP redirects");
+    let out = check();
+    for (i, d) in [(ga, "a"), (gb, "b")] {
+        assert!(out.contains(&takes(i, d)), "{out}");
+    }
+    b_gro(&bed, "off");
+    let out = check();
+    assert!(out.contains(&takes(ga, "a")), "{out}");
+    assert!(
+        out.contains(&format!(
+            "xdp egress {gb} (routes into domain b): takes NO XDP redirects"
+        )) && out.contains("vgate sends them by the AF_XDP path"),
+        "{out}"
+    );
 }
 
 /// An egress that cannot take XDP redirects when vgate starts is no black hole (issue 25):

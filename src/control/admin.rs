@@ -523,6 +523,9 @@ fn stats(st: &ControlState) -> Value {
             "queue_full": n.queue_full.load(Relaxed),
             "table_full": n.table_full.load(Relaxed),
         })),
+        "xdp": st.xdp.as_ref().map(|x| json!({
+            "egress": x.egress.iter().flatten().map(xdp_egress_json).collect::<Vec<_>>(),
+        })),
         "healthy": st.healthy(now_ms()),
         "ha": st.ha.as_ref().map(|h| json!({
             "node": h.config.node,
@@ -543,6 +546,17 @@ fn stats(st: &ControlState) -> Value {
         "worst_routes": worst,
         "media_invalid": media,
         "media_validator_evictions": media_totals.evictions.load(Relaxed),
+    })
+}
+
+/// One egress interface of mode xdp's fast path.
+fn xdp_egress_json(e: &crate::engine::xdp::EgressStatus) -> Value {
+    json!({
+        "interface": e.interface,
+        "domain": e.domain.name(),
+        "fast_path": e.on_fast_path(),
+        "off_reason": e.off_reason(),
+        "fallbacks": e.fallbacks.load(Relaxed),
     })
 }
 
@@ -568,6 +582,14 @@ fn routes_json(st: &ControlState) -> Value {
             });
             if let Some(link) = link_stream_json(st, r, &s) {
                 v["link"] = link;
+            }
+            // Mode xdp: whether the route's egress is on the fast path, and why not.
+            if let Some(e) = st
+                .xdp
+                .as_ref()
+                .and_then(|x| x.egress[r.channel.egress().index()].as_ref())
+            {
+                v["xdp_egress"] = xdp_egress_json(e);
             }
             v
         })

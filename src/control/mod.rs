@@ -41,6 +41,8 @@ pub struct ControlState {
     pub split: Option<Arc<crate::engine::link::SplitStats>>,
     /// The engine's neighbour resolver (modes tnapi with packet-socket transmit, zc, xdp).
     pub neigh: Option<Arc<crate::engine::neigh::NeighTable>>,
+    /// Mode xdp: the fast path's egress interfaces (on it or not, and why).
+    pub xdp: Option<Arc<crate::engine::xdp::XdpStatus>>,
     /// Outcomes of config reloads.
     pub reloads: Arc<ReloadStats>,
     /// Hot standby (`[ha]`): role and state store; `None` without it.
@@ -106,6 +108,10 @@ impl ControlState {
             }
         }
         let mut warnings = Vec::new();
+        // Mode xdp: an egress off the fast path forwards (by AF_XDP), more slowly.
+        if let Some(x) = &self.xdp {
+            warnings.extend(x.warnings());
+        }
         if let Some(h) = &self.ha {
             let (p, w) = h.health(now_ms);
             problems.extend(p);

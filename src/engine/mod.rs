@@ -209,6 +209,10 @@ pub trait Engine: Send {
     fn neigh_table(&self) -> Option<Arc<neigh::NeighTable>> {
         None
     }
+    /// Mode xdp: the fast path's egress interfaces, whether each is on it and why not.
+    fn xdp_status(&self) -> Option<Arc<xdp::XdpStatus>> {
+        None
+    }
     /// Starts the workers; they run until `stop` is set.
     fn start(
         &mut self,

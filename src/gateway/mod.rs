@@ -484,6 +484,11 @@ impl Gateway {
         self.engine.neigh_table()
     }
 
+    /// Mode xdp: the fast path's egress interfaces (on it or not, and why).
+    pub fn xdp_status(&self) -> Option<Arc<crate::engine::xdp::XdpStatus>> {
+        self.engine.xdp_status()
+    }
+
     /// A split half's link counters; `None` on a single host.
     pub fn split_stats(&self) -> Option<Arc<crate::engine::link::SplitStats>> {
         self.engine.split_stats()

@@ -86,6 +86,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Destinations in the neighbour resolver's table, and its capacity (kind=capacity)",
     ),
     (
+        "vgate_xdp_egress_fallback_total",
+        "counter",
+        "Mode xdp: times an egress interface was taken off the in-kernel fast path (at start: its xdp-features lack ndo_xdp_xmit; while running: the kernel refused at least half of what the fast path redirected to it); its routes then use the AF_XDP path",
+    ),
+    (
+        "vgate_xdp_egress_off_fast_path",
+        "gauge",
+        "Mode xdp: 1 while an egress interface is off the in-kernel fast path (its routes on the AF_XDP path), 0 while on it",
+    ),
+    (
         "vgate_ports_used",
         "gauge",
         "Media ports held by sessions, per domain",

@@ -311,6 +311,27 @@ pub fn render(st: &ControlState) -> String {
         o.sample("vgate_neigh_entries", &[("kind", "capacity")], n.capacity());
     }
 
+    // Mode xdp: per egress interface of the fast path (declared whatever the mode).
+    o.family("vgate_xdp_egress_fallback_total");
+    o.family("vgate_xdp_egress_off_fast_path");
+    for e in st.xdp.iter().flat_map(|x| x.egress.iter().flatten()) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let labels = [
+            ("interface", e.interface.as_str()),
+            ("domain", e.domain.name()),
+        ];
+        o.sample(
+            "vgate_xdp_egress_fallback_total",
+            &labels,
+            e.fallbacks.load(Relaxed),
+        );
+        o.sample(
+            "vgate_xdp_egress_off_fast_path",
+            &labels,
+            u8::from(!e.on_fast_path()),
+        );
+    }
+
     if let Some(sig) = &st.split_signal {
         use std::sync::atomic::Ordering::Relaxed;
         o.family("vgate_split_peer_up");

@@ -784,6 +784,10 @@ impl Engine for AfxdpEngine {
         self.neigh.clone()
     }
 
+    fn xdp_status(&self) -> Option<Arc<super::xdp::XdpStatus>> {
+        self.fast.as_ref().map(|f| f.status())
+    }
+
     fn start(
         &mut self,
         routes: Arc<Routes>,

@@ -7,7 +7,8 @@
 //!
 //! Owns: the fast-path part of the XDP program (`emit_fast`), its three maps
 //! (`vgate_fwd`, `vgate_fstats`, `vgate_egress`) and keeping them in step with the stream
-//! tables (`FastPath`); the redirect-failure watch (two tracepoint programs and `vgate_xerr`). Must not touch: the AF_XDP sockets and workers (`engine::afxdp`),
+//! tables (`FastPath`); the redirect-failure watch (two tracepoint programs and `vgate_xerr`);
+//! which egress interfaces are on the fast path (`fallback`: [`XdpStatus`]). Must not touch: the AF_XDP sockets and workers (`engine::afxdp`),
 //! route decisions (a route is put on the fast path only in a state where
 //! [`crate::channel::inspect`] would forward every packet the program forwards).
 //!
@@ -97,14 +98,31 @@
 //!
 //! # An egress that takes no redirects
 //!
-//! At start the engine asks the kernel (generic netlink family `netdev`, `xdp-features`)
-//! whether each egress interface takes redirected frames (`ndo_xdp_xmit`; on veth only while
-//! the peer has GRO on or an XDP program). One that does not would drop every fast-path frame
-//! (a black hole that says it is running): its routes never get an active entry and are
-//! forwarded by the AF_XDP path as in mode `zc`, with a warning at start and the reason in
-//! the engine's description. A kernel without the family (before 6.3) cannot say; the fast
-//! path then uses the egress and counts what it refuses as `redirect_failed`. The check is
-//! made at start only: an egress that stops taking redirects later is counted, not avoided.
+//! An egress that drops what the program redirects to it would make a black hole that says
+//! it is running; the engine keeps such an egress off the fast path (`fallback`), its
+//! routes then without an active entry, forwarded by the AF_XDP path as in mode `zc`:
+//!
+//! - At start it asks the kernel (generic netlink family `netdev`, `xdp-features`) whether
+//!   each egress interface takes redirected frames (`ndo_xdp_xmit`; on veth only while the
+//!   peer has GRO on or an XDP program); one that does not starts off the fast path, with a
+//!   warning and the reason in the engine's description. A kernel without the family
+//!   (before 6.3) cannot say; the fast path then uses the egress.
+//! - While running, worker 0's poll judges each egress's redirect failures (`vgate_xerr`)
+//!   against the frames the program redirected to it, in windows of up to 1 024 frames or
+//!   10 s: 8 failures that are at least half of the window's frames (or, at a window's end,
+//!   any failures that are half of its frames) take it off the fast path — every active
+//!   entry leaving by it is cleared, a rate-limited warning says why, the reason goes in the
+//!   description, `vgate_xdp_egress_fallback_total` counts it. Transient refusals (a full
+//!   ring under a burst: a few per cent) are counted `redirect_failed` and leave it on. What
+//!   the kernel dropped before the verdict (some 100 to 200 ms of that egress's fast-path
+//!   traffic, at least 8 frames) is counted `redirect_failed`, never sent.
+//! - The way back: while off, the poll asks its xdp-features every second (one generic
+//!   netlink exchange on worker 0). After they said "no `ndo_xdp_xmit`", a "yes" puts it
+//!   back at once (veth whose peer got GRO or an XDP program again). When they say "yes"
+//!   throughout (a driver whose features promise more than it does, an egress that was down,
+//!   a kernel that cannot say), the fast path is tried again after 10 s, doubled after each
+//!   try the kernel refuses again up to 640 s (each refused try costs about one poll of that
+//!   egress's traffic, counted `redirect_failed`); a try that lasts a window resets the wait.
 
 //! # Route changes
 //!
@@ -129,8 +147,11 @@ use crate::config::{DomainId, SourcePolicy};
 use crate::routes::{Channel, StreamRoute};
 use crate::stats::{DropReason, Tally};
 
+mod fallback;
 mod program;
 mod redirect;
+use fallback::*;
+pub use fallback::{egress_report, EgressStatus, XdpStatus};
 pub(super) use program::{emit_fast, FastFds};
 use redirect::*;
 
@@ -247,6 +268,8 @@ struct FastState {
     unconfirmed: [(u64, u64); 2],
     /// Per-CPU read buffer of `vgate_xerr`.
     xbuf: Vec<u8>,
+    /// Per egress domain: its redirect failures judged (see `fallback`).
+    judges: [Judge; 2],
     /// The poll's batch read of `vgate_fstats`: each slot's (packets, bytes) summed over
     /// CPUs, and the keys and per-CPU values of one `BPF_MAP_LOOKUP_BATCH`.
     sums: Vec<(u64, u64)>,
@@ -310,9 +333,10 @@ pub(super) struct FastPath {
     stats: Map,
     devmap: Map,
     egress: [Option<Egress>; 2],
-    /// Per egress domain: why its interface takes no XDP redirects (found at start); its
-    /// routes then stay on the AF_XDP path.
-    refused: [Option<String>; 2],
+    /// Per egress domain: whether its interface is on the fast path, and why not (at start:
+    /// its xdp-features; while running: its redirect failures); its routes then use the
+    /// AF_XDP path.
+    status: Arc<XdpStatus>,
     max_payload: u32,
     watch: Option<RedirectWatch>,
     /// What the redirect-failure watch could not attach (empty when it watches both).
@@ -382,16 +406,28 @@ impl FastPath {
             ),
         }
         let xerr_seen = watch.as_ref().map_or([0; 2], |w| w.read(&mut Vec::new()));
-        let refused = [0, 1].map(|d| {
-            let (name, e) = egress[d].as_ref()?;
-            redirects_refused(name, bpf::xdp_features(e.ifindex))
-        });
+        let status = Arc::new(XdpStatus::new(
+            egress.clone().map(|e| e.map(|(name, _)| name)),
+        ));
+        let mut judges: [Judge; 2] = Default::default();
+        let now = crate::clock::now_ms();
+        for d in 0..2 {
+            let (Some((name, e)), Some(s)) = (&egress[d], &status.egress[d]) else {
+                continue;
+            };
+            if let Some(why) = redirects_refused(name, bpf::xdp_features(e.ifindex)) {
+                s.set(Some(why));
+                s.fallbacks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                judges[d].fell(now, true);
+            }
+        }
         Ok(FastPath {
             fwd,
             stats,
             devmap,
             egress: egress.map(|e| e.map(|(_, e)| e)),
-            refused,
+            status,
             max_payload: max_payload.min(65507) as u32,
             watch,
             watch_missing,
@@ -404,6 +440,7 @@ impl FastPath {
                 xerr_seen,
                 unconfirmed: [(0, 0); 2],
                 xbuf: Vec::new(),
+                judges,
                 sums: Vec::new(),
                 bkeys: Vec::new(),
                 bvals: Vec::new(),
@@ -474,17 +511,25 @@ impl FastPath {
     /// takes no XDP redirects.
     fn fast_egress(&self, channel: Channel) -> Option<Egress> {
         let d = channel.egress().index();
-        self.egress[d].filter(|_| self.refused[d].is_none())
+        let on = self.status.egress[d]
+            .as_ref()
+            .is_some_and(|s| s.on_fast_path());
+        self.egress[d].filter(|_| on)
     }
 
-    /// What [`Engine::describe`](super::Engine::describe) adds for egress interfaces that
-    /// take no redirects (empty when every one does).
+    /// What [`Engine::describe`](super::Engine::describe) adds for egress interfaces off
+    /// the fast path (empty when every one is on it).
     pub(super) fn refused_summary(&self) -> String {
-        self.refused
+        self.status
+            .warnings()
             .iter()
-            .flatten()
             .map(|r| format!("; {r}"))
             .collect()
+    }
+
+    /// The egress interfaces as the control side sees them.
+    pub(super) fn status(&self) -> Arc<XdpStatus> {
+        Arc::clone(&self.status)
     }
 
     /// The (destination, egress ifindex) whose next hop `route` needs to be activated: `None`
@@ -761,6 +806,12 @@ impl FastPath {
                 chan[key.0.index()].merge(&t);
             }
         }
+        // Per egress: what the kernel refused of what the program sent there (this poll's
+        // frames, before they are held for confirmation) takes it off the fast path.
+        for c in Channel::ALL {
+            let d = c.egress().index();
+            self.judge_egress(&mut st, d, chan[c.index()].tx_packets, failed[d], now);
+        }
         for c in Channel::ALL {
             let t = &mut chan[c.index()];
             let failed = failed[c.egress().index()];
@@ -873,7 +924,8 @@ fn redirects_refused(name: &str, features: io::Result<u64>) -> Option<String> {
                 "egress {name} takes no XDP redirects (its xdp-features lack ndo_xdp_xmit; on veth the peer needs GRO on or an XDP program): its routes use the AF_XDP path"
             );
             tracing::warn!(
-                "{why}; restart vgate once the egress takes redirects to use the fast path"
+                "{why}; the fast path takes it once its xdp-features say it takes redirects (checked every {} s)",
+                CHECK_MS / 1000
             );
             Some(why)
         }

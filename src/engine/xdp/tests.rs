@@ -251,3 +251,71 @@ fn an_egress_without_ndo_xdp_xmit_is_refused_for_the_fast_path() {
     let old = io::Error::new(io::ErrorKind::NotFound, "no netdev netlink family");
     assert_eq!(redirects_refused("gb", Err(old)), None);
 }
+
+#[test]
+fn an_egress_refusing_most_redirects_goes_off_the_fast_path_a_transient_one_not() {
+    // A black hole at 250 packets/s: 25 frames per poll, failures one poll behind.
+    let mut j = Judge::default();
+    assert_eq!(j.observe(25, 0, 100), Verdict::Keep);
+    assert_eq!(j.observe(25, 25, 200), Verdict::Fall(25, 50));
+    // A full ring under a burst: 5 % refused, for longer than a window.
+    let mut j = Judge::default();
+    for t in 1..=200u64 {
+        assert_eq!(j.observe(100, 5, t * 100), Verdict::Keep, "poll {t}");
+    }
+    // Fewer than FALL_MIN failures: off only at the window's end, if half of its frames.
+    let mut j = Judge::default();
+    assert_eq!(j.observe(1, 0, 0), Verdict::Keep);
+    assert_eq!(j.observe(0, 1, 5_000), Verdict::Keep);
+    assert_eq!(j.observe(1, 1, WINDOW_MS), Verdict::Fall(2, 2));
+    // Nothing sent: nothing judged.
+    let mut j = Judge::default();
+    for t in 0..300u64 {
+        assert_eq!(j.observe(0, 0, t * 100), Verdict::Keep);
+    }
+}
+
+#[test]
+fn an_egress_off_the_fast_path_comes_back_when_its_features_change_or_after_a_wait() {
+    let no = || Ok(1 | 2);
+    let yes = || Ok(1 | 2 | bpf::XDP_ACT_NDO_XMIT);
+    // veth whose peer lost GRO: features say no, then yes: back at once.
+    let mut j = Judge::default();
+    j.fell(1_000, false);
+    assert_eq!(j.look_again(1_000, no), Retry::Wait(true));
+    assert_eq!(
+        j.look_again(1_500, yes),
+        Retry::Wait(false),
+        "checked every 1 s"
+    );
+    assert_eq!(j.look_again(2_000, no), Retry::Wait(false));
+    assert_eq!(j.look_again(3_000, yes), Retry::Try(true));
+    // Features that say yes throughout: tried after BACKOFF_MS, then twice as long.
+    let mut j = Judge::default();
+    j.fell(0, false);
+    let mut t = 0;
+    while j.look_again(t, yes) == Retry::Wait(false) {
+        t += 100;
+    }
+    assert_eq!(t, BACKOFF_MS);
+    j.fell(t, false);
+    let from = t;
+    while j.look_again(t, yes) == Retry::Wait(false) {
+        t += 100;
+    }
+    assert_eq!(t - from, 2 * BACKOFF_MS);
+    // Capped; a try that lasts a window resets the wait.
+    for _ in 0..20 {
+        j.fell(t, false);
+    }
+    assert_eq!(j.backoff, BACKOFF_MAX_MS);
+    assert_eq!(j.observe(2000, 0, t), Verdict::Keep);
+    assert_eq!(j.backoff, 0);
+    // A kernel that cannot say: only the timed tries, without asking every second.
+    let mut j = Judge::default();
+    j.fell(0, false);
+    let cannot = || Err(io::Error::new(io::ErrorKind::NotFound, "no netdev family"));
+    assert_eq!(j.look_again(0, cannot), Retry::Wait(false));
+    assert_eq!(j.next_check, BACKOFF_MS);
+    assert_eq!(j.look_again(BACKOFF_MS, cannot), Retry::Try(false));
+}
