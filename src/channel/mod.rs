@@ -86,6 +86,70 @@ pub fn inspect(
     Ok(admitted)
 }
 
+/// [`inspect`] for an engine that can rewrite the datagram in its buffer: a route whose
+/// media rule strips ([`crate::media::Policy::strip`]) has what the strip action removes cut
+/// out of `payload` in place; `Ok` gives the length to forward (`payload.len()` when
+/// nothing was cut). A datagram stripped away is dropped as `media_stripped`. Every other
+/// route is decided exactly as by [`inspect`].
+#[inline]
+pub fn inspect_mut(
+    route: &StreamRoute,
+    src: SocketAddrV4,
+    payload: &mut [u8],
+    truncated: bool,
+    max_payload: usize,
+    now_ms: u64,
+    media: &mut Validators,
+) -> Result<(Admitted, usize), DropReason> {
+    match &route.media {
+        Some(rule) if rule.policy.strip => {}
+        _ => {
+            return inspect(route, src, payload, truncated, max_payload, now_ms, media)
+                .map(|a| (a, payload.len()))
+        }
+    }
+    if route.standby() {
+        return Err(DropReason::Standby);
+    }
+    if payload.is_empty() {
+        return Err(DropReason::Truncated);
+    }
+    if truncated || payload.len() > max_payload {
+        return Err(DropReason::Oversize);
+    }
+    let source = route.check_source(src, now_ms);
+    if source == SourceCheck::Refused {
+        return Err(DropReason::SourceMismatch);
+    }
+    let len = match &route.media {
+        Some(rule) => match media.check_mut(route, rule, payload, now_ms) {
+            Ok(n) => n,
+            Err(None) => return Err(DropReason::MediaInvalid),
+            Err(Some(_)) => return Err(DropReason::MediaStripped),
+        },
+        None => payload.len(),
+    };
+    // What passed the validator is RTP (it checked the header).
+    let rtp = RtpPacket::new_checked(&payload[..len]).ok();
+    let mut admitted = Admitted::Known;
+    if let SourceCheck::Candidate(seen) = source {
+        if rtp.is_none() {
+            return Err(DropReason::NotRtp);
+        }
+        admitted = match route.latch(seen, src, now_ms) {
+            Some(true) => Admitted::Relatched,
+            Some(false) => Admitted::Latched,
+            None => return Err(DropReason::SourceMismatch),
+        };
+    }
+    match rtp {
+        Some(rtp) => route.stats.rtp.observe(rtp.sequence(), rtp.ssrc()),
+        None if route.rtp_only => return Err(DropReason::NotRtp),
+        None => {}
+    }
+    Ok((admitted, len))
+}
+
 /// One worker's counters, written by the worker, read by reports and the watchdog.
 #[derive(Debug)]
 pub struct WorkerStats {
