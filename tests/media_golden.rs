@@ -189,7 +189,7 @@ fn random(n: usize, seed: u64) -> Vec<u8> {
 fn refused(v: Verdict) -> Violation {
     match v {
         Verdict::Drop(r) => r,
-        Verdict::Pass => panic!("covert packet passed"),
+        other => panic!("covert packet passed: {other:?}"),
     }
 }
 

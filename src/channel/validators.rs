@@ -113,7 +113,10 @@ impl Validators {
         now_ms: u64,
     ) -> Result<usize, Option<Violation>> {
         if !rule.policy.strip {
-            return self.check(route, rule, payload, now_ms).map(|()| payload.len()).map_err(|_| None);
+            return self
+                .check(route, rule, payload, now_ms)
+                .map(|()| payload.len())
+                .map_err(|_| None);
         }
         let i = self.slot(route, rule, now_ms);
         let slot = &mut self.slots[i];

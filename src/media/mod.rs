@@ -480,6 +480,10 @@ violations! {
     AacAuHeaders = "aac_au_headers",
 }
 
+/// What is left of a PS packet with the marker bit that the strip action emptied: a padding
+/// unit of no bytes.
+const PS_STUB: [u8; 6] = [0, 0, 1, 0xbe, 0, 0];
+
 /// At most this many byte ranges are cut out of one packet; a packet that needs more is
 /// refused with the reason of the cut that did not fit.
 pub const MAX_CUTS: usize = 8;
@@ -527,6 +531,12 @@ impl Cuts {
             }
         }
         Ok(())
+    }
+
+    /// Cuts the whole payload (`len` bytes), whatever was cut before.
+    fn all(&mut self, len: usize, why: Violation) -> Result<(), Violation> {
+        self.n = 0;
+        self.cut(0, len, why)
     }
 
     fn ranges(&self) -> &[(u16, u16)] {
@@ -614,7 +624,9 @@ impl Stream {
 
     /// Checks one RTP packet like [`Stream::check`] and, under [`Policy::strip`], rewrites it
     /// in place: the bytes the strip action removes are cut out (the rest moved up, RTP
-    /// padding included), and a packet left without payload is [`Verdict::StrippedAway`].
+    /// padding included), and a packet left without payload is [`Verdict::StrippedAway`]
+    /// (except the last packet of a PS frame, which keeps the marker bit and an empty
+    /// padding unit, `00 00 01 BE 00 00`).
     /// The packets forwarded after a packet stripped away have their sequence number
     /// lowered by the number stripped away so far, so the receiver sees no loss that did
     /// not happen (a real loss stays a gap). No allocation: the moves are `copy_within`.
@@ -629,6 +641,19 @@ impl Stream {
             return Verdict::Pass;
         };
         if cuts.bytes() >= payload_len {
+            let ps = matches!(self.codec, CodecState::Ps(_));
+            if ps && packet[1] & 0x80 != 0 && payload_len >= PS_STUB.len() {
+                // The frame's last packet: dropping it would take the marker with it, so
+                // it keeps an empty padding unit (6 bytes that carry nothing) and no RTP
+                // padding.
+                packet[0] &= !0x20;
+                packet[start..start + PS_STUB.len()].copy_from_slice(&PS_STUB);
+                self.shift_seq(packet);
+                return Verdict::Strip {
+                    len: start + PS_STUB.len(),
+                    reason,
+                };
+            }
             self.seq_shift = self.seq_shift.wrapping_add(1);
             return Verdict::StrippedAway(reason);
         }
@@ -636,7 +661,9 @@ impl Stream {
         let r = cuts.ranges();
         for (i, &(_, e)) in r.iter().enumerate() {
             let from = start + usize::from(e);
-            let to = r.get(i + 1).map_or(packet.len(), |n| start + usize::from(n.0));
+            let to = r
+                .get(i + 1)
+                .map_or(packet.len(), |n| start + usize::from(n.0));
             packet.copy_within(from..to, w);
             w += to - from;
         }
@@ -645,7 +672,8 @@ impl Stream {
     }
 
     fn shift_seq(&self, packet: &mut [u8]) {
-        if self.seq_shift != 0 && !(self.spec.rtcp || (self.spec.rtcp_mux && rtcp::is_rtcp(packet))) {
+        if self.seq_shift != 0 && !(self.spec.rtcp || (self.spec.rtcp_mux && rtcp::is_rtcp(packet)))
+        {
             let seq = u16::from_be_bytes([packet[2], packet[3]]).wrapping_sub(self.seq_shift);
             packet[2..4].copy_from_slice(&seq.to_be_bytes());
         }
@@ -703,7 +731,10 @@ impl Stream {
         // state resynchronises as after any loss.
         r?;
         self.rtp.accept(&h, payload.len(), now_ms);
-        Ok((payload.as_ptr() as usize - pkt.as_ptr() as usize, payload.len()))
+        Ok((
+            payload.as_ptr() as usize - pkt.as_ptr() as usize,
+            payload.len(),
+        ))
     }
 }
 

@@ -248,7 +248,7 @@ impl NalState {
                 }
                 if cuts.bytes() == p.len() - hl {
                     // Nothing left to aggregate: the packet goes whole.
-                    cuts.cut(0, hl, Violation::SeiUserData)?;
+                    cuts.all(p.len(), Violation::SeiUserData)?;
                 }
             } else if self.single(k, p, rtp, pol, cuts.strip)? {
                 cuts.cut(0, p.len(), Violation::SeiUserData)?;

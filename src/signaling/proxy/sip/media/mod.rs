@@ -177,7 +177,8 @@ impl CallMedia {
             strip: mode == crate::config::MediaMode::Strip,
             ..policy
         };
-        self.validate = (mode != crate::config::MediaMode::Off).then_some((mode.enforces(), policy));
+        self.validate =
+            (mode != crate::config::MediaMode::Off).then_some((mode.enforces(), policy));
         self
     }
 
