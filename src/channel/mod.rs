@@ -514,4 +514,67 @@ mod tests {
         assert!(inspect(last, src, &h264(2, 3000, false), false, 1472, 99, &mut v).is_ok());
         assert_eq!(totals.evictions.load(Relaxed), 1);
     }
+
+    #[test]
+    fn strip_cuts_in_place_and_counts_what_it_cut() {
+        use crate::media::Violation;
+        let src = "127.0.0.1:5000".parse().unwrap();
+        let totals = std::sync::Arc::new(crate::stats::media::MediaTotals::default());
+        let mut v = Validators::new(LEG_SLOTS, std::sync::Arc::clone(&totals));
+        let mut r = h264_route(true, SourcePolicy::Strict);
+        if let Some(rule) = r.media.as_mut() {
+            rule.policy.strip = true;
+        }
+        // An SEI NAL unit with 20 bytes of user data: stripped away.
+        let mut sei = h264(1, 0, false);
+        sei.truncate(12);
+        sei.extend_from_slice(&[0x06, 0x05, 20]);
+        sei.extend_from_slice(&[0x41; 20]);
+        sei.push(0x80);
+        assert_eq!(
+            inspect_mut(&r, src, &mut sei, false, 1472, 1, &mut v),
+            Err(DropReason::MediaStripped)
+        );
+        // A STAP-A of a recovery point SEI and the user data: the user data goes.
+        let mut stap = h264(2, 3000, false);
+        stap.truncate(12);
+        stap.extend_from_slice(&[0x18, 0x00, 0x05, 0x06, 0x06, 0x01, 0x84, 0x80, 0x00, 24]);
+        stap.extend_from_slice(&[0x06, 0x05, 20]);
+        stap.extend_from_slice(&[0x41; 20]);
+        stap.push(0x80);
+        let n = stap.len();
+        let (admitted, len) = inspect_mut(&r, src, &mut stap, false, 1472, 2, &mut v).unwrap();
+        assert_eq!(admitted, Admitted::Known);
+        assert_eq!(len, n - 26);
+        assert_eq!(
+            &stap[12..len],
+            &[0x18, 0x00, 0x05, 0x06, 0x06, 0x01, 0x84, 0x80]
+        );
+        // The sequence number closes the gap of the packet stripped away.
+        assert_eq!(u16::from_be_bytes([stap[2], stap[3]]), 1);
+        let m = r.stats.media.snapshot();
+        assert_eq!(m.stripped(Violation::SeiUserData), 2);
+        // Stripped away: the whole datagram (36 bytes) was not forwarded; rewritten: 26 cut.
+        assert_eq!(m.stripped_bytes, 36 + 26);
+        assert_eq!(m.total(), 0, "nothing refused");
+        let c = totals.channels[Channel::Forward.index()].snapshot();
+        assert_eq!(
+            (c.stripped(Violation::SeiUserData), c.stripped_bytes),
+            (2, 62)
+        );
+        // A refusal is still a refusal.
+        assert_eq!(
+            inspect_mut(&r, src, &mut h264(3, 6000, true), false, 1472, 3, &mut v),
+            Err(DropReason::MediaInvalid)
+        );
+        // Without strip, inspect_mut decides as inspect and leaves the packet alone.
+        let e = h264_route(true, SourcePolicy::Strict);
+        let mut p = h264(1, 0, false);
+        let before = p.clone();
+        assert_eq!(
+            inspect_mut(&e, src, &mut p, false, 1472, 1, &mut v),
+            Ok((Admitted::Known, before.len()))
+        );
+        assert_eq!(p, before);
+    }
 }

@@ -53,7 +53,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_media_stripped_bytes_total",
         "counter",
-        "Bytes the strip action cut out of packets, per channel (validate = strip)",
+        "Bytes the strip action kept from crossing, per channel: what it cut out of packets, and whole datagrams it stripped away (validate = strip)",
     ),
     (
         "vgate_media_validator_evictions_total",
