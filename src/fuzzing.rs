@@ -229,6 +229,8 @@ pub fn packet_path(data: &[u8]) {
 /// H.264/H.265 parameter sets in-band; the unknown codec renumbered is an RTCP route, not
 /// renumbered). The rest is RFC 4571 records (2-byte length, packet), as in
 /// `tests/golden/media/`. Every packet gets a verdict; a passing one must be RTP or RTCP v2.
+/// A second stream checks the same packets under the strip action (`check_mut`): what it
+/// rewrites only ever gets shorter and keeps its RTP header.
 pub fn media_stream(data: &[u8]) {
     use crate::media::{Codec, Policy, Stream, StreamSpec, Verdict};
     let Some((&sel, mut rest)) = data.split_first() else {
@@ -266,6 +268,13 @@ pub fn media_stream(data: &[u8]) {
         spec = StreamSpec::rtcp();
     }
     let mut s = Stream::new(spec);
+    // The same stream under the strip action, rewriting a copy of each packet in place.
+    let strip = Policy {
+        strip: true,
+        ..policy
+    };
+    let mut t = Stream::new(spec);
+    let mut cut = [0u8; 2048];
     let mut buf = [0u8; 2048];
     let mut i = 0u16;
     while let [a, b, tail @ ..] = rest {
@@ -282,6 +291,13 @@ pub fn media_stream(data: &[u8]) {
         let v = s.check(&policy, p, u64::from(i) * 20);
         if v == Verdict::Pass {
             assert!(n >= 8 && p[0] >> 6 == 2);
+        }
+        let c = &mut cut[..n];
+        c.copy_from_slice(p);
+        match t.check_mut(&strip, c, u64::from(i) * 20) {
+            Verdict::Strip { len, .. } => assert!(len >= 12 && len < n && c[0] >> 6 == 2),
+            Verdict::Pass => assert!(n >= 8 && c[0] >> 6 == 2),
+            Verdict::StrippedAway(_) | Verdict::Drop(_) => {}
         }
         i = i.wrapping_add(1);
     }

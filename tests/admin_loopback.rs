@@ -178,6 +178,8 @@ fn metrics_routes_sessions_and_stats() {
             // static routes name no codec, so nothing here is validated (the totals per
             // channel, vgate_media_invalid_total, are asserted like every other family).
             "vgate_route_media_invalid_total",
+            // Per route and reason, once a route's strip action cut something: likewise.
+            "vgate_route_media_stripped_total",
         ];
         assert!(
             empty_here.contains(name)

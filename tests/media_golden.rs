@@ -189,7 +189,7 @@ fn random(n: usize, seed: u64) -> Vec<u8> {
 fn refused(v: Verdict) -> Violation {
     match v {
         Verdict::Drop(r) => r,
-        Verdict::Pass => panic!("covert packet passed"),
+        other => panic!("covert packet passed: {other:?}"),
     }
 }
 
@@ -213,6 +213,7 @@ fn random_bytes_behind_a_valid_rtp_header_are_refused() {
             match verdict_after(&f, k, &next_with(&f, k, &payload, true, false)) {
                 Verdict::Pass => passed += 1,
                 Verdict::Drop(r) => *reasons.entry(r.name()).or_insert(0) += 1,
+                other => panic!("check never strips: {other:?}"),
             }
         }
         println!("{name}: random payloads refused as {reasons:?}");
@@ -727,6 +728,7 @@ fn random_passes(f: &Fixture, k: usize, n: u32, seed: u64) -> (u32, BTreeMap<&'s
         match base.clone().check(&policy, &pkt, k as u64) {
             Verdict::Pass => passed += 1,
             Verdict::Drop(r) => *reasons.entry(r.name()).or_insert(0) += 1,
+            other => panic!("check never strips: {other:?}"),
         }
     }
     (passed, reasons)

@@ -86,6 +86,70 @@ pub fn inspect(
     Ok(admitted)
 }
 
+/// [`inspect`] for an engine that can rewrite the datagram in its buffer: a route whose
+/// media rule strips ([`crate::media::Policy::strip`]) has what the strip action removes cut
+/// out of `payload` in place; `Ok` gives the length to forward (`payload.len()` when
+/// nothing was cut). A datagram stripped away is dropped as `media_stripped`. Every other
+/// route is decided exactly as by [`inspect`].
+#[inline]
+pub fn inspect_mut(
+    route: &StreamRoute,
+    src: SocketAddrV4,
+    payload: &mut [u8],
+    truncated: bool,
+    max_payload: usize,
+    now_ms: u64,
+    media: &mut Validators,
+) -> Result<(Admitted, usize), DropReason> {
+    match &route.media {
+        Some(rule) if rule.policy.strip => {}
+        _ => {
+            return inspect(route, src, payload, truncated, max_payload, now_ms, media)
+                .map(|a| (a, payload.len()))
+        }
+    }
+    if route.standby() {
+        return Err(DropReason::Standby);
+    }
+    if payload.is_empty() {
+        return Err(DropReason::Truncated);
+    }
+    if truncated || payload.len() > max_payload {
+        return Err(DropReason::Oversize);
+    }
+    let source = route.check_source(src, now_ms);
+    if source == SourceCheck::Refused {
+        return Err(DropReason::SourceMismatch);
+    }
+    let len = match &route.media {
+        Some(rule) => match media.check_mut(route, rule, payload, now_ms) {
+            Ok(n) => n,
+            Err(None) => return Err(DropReason::MediaInvalid),
+            Err(Some(_)) => return Err(DropReason::MediaStripped),
+        },
+        None => payload.len(),
+    };
+    // What passed the validator is RTP (it checked the header).
+    let rtp = RtpPacket::new_checked(&payload[..len]).ok();
+    let mut admitted = Admitted::Known;
+    if let SourceCheck::Candidate(seen) = source {
+        if rtp.is_none() {
+            return Err(DropReason::NotRtp);
+        }
+        admitted = match route.latch(seen, src, now_ms) {
+            Some(true) => Admitted::Relatched,
+            Some(false) => Admitted::Latched,
+            None => return Err(DropReason::SourceMismatch),
+        };
+    }
+    match rtp {
+        Some(rtp) => route.stats.rtp.observe(rtp.sequence(), rtp.ssrc()),
+        None if route.rtp_only => return Err(DropReason::NotRtp),
+        None => {}
+    }
+    Ok((admitted, len))
+}
+
 /// One worker's counters, written by the worker, read by reports and the watchdog.
 #[derive(Debug)]
 pub struct WorkerStats {
@@ -449,5 +513,68 @@ mod tests {
         let last = routes.last().unwrap();
         assert!(inspect(last, src, &h264(2, 3000, false), false, 1472, 99, &mut v).is_ok());
         assert_eq!(totals.evictions.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn strip_cuts_in_place_and_counts_what_it_cut() {
+        use crate::media::Violation;
+        let src = "127.0.0.1:5000".parse().unwrap();
+        let totals = std::sync::Arc::new(crate::stats::media::MediaTotals::default());
+        let mut v = Validators::new(LEG_SLOTS, std::sync::Arc::clone(&totals));
+        let mut r = h264_route(true, SourcePolicy::Strict);
+        if let Some(rule) = r.media.as_mut() {
+            rule.policy.strip = true;
+        }
+        // An SEI NAL unit with 20 bytes of user data: stripped away.
+        let mut sei = h264(1, 0, false);
+        sei.truncate(12);
+        sei.extend_from_slice(&[0x06, 0x05, 20]);
+        sei.extend_from_slice(&[0x41; 20]);
+        sei.push(0x80);
+        assert_eq!(
+            inspect_mut(&r, src, &mut sei, false, 1472, 1, &mut v),
+            Err(DropReason::MediaStripped)
+        );
+        // A STAP-A of a recovery point SEI and the user data: the user data goes.
+        let mut stap = h264(2, 3000, false);
+        stap.truncate(12);
+        stap.extend_from_slice(&[0x18, 0x00, 0x05, 0x06, 0x06, 0x01, 0x84, 0x80, 0x00, 24]);
+        stap.extend_from_slice(&[0x06, 0x05, 20]);
+        stap.extend_from_slice(&[0x41; 20]);
+        stap.push(0x80);
+        let n = stap.len();
+        let (admitted, len) = inspect_mut(&r, src, &mut stap, false, 1472, 2, &mut v).unwrap();
+        assert_eq!(admitted, Admitted::Known);
+        assert_eq!(len, n - 26);
+        assert_eq!(
+            &stap[12..len],
+            &[0x18, 0x00, 0x05, 0x06, 0x06, 0x01, 0x84, 0x80]
+        );
+        // The sequence number closes the gap of the packet stripped away.
+        assert_eq!(u16::from_be_bytes([stap[2], stap[3]]), 1);
+        let m = r.stats.media.snapshot();
+        assert_eq!(m.stripped(Violation::SeiUserData), 2);
+        // Stripped away: the whole datagram (36 bytes) was not forwarded; rewritten: 26 cut.
+        assert_eq!(m.stripped_bytes, 36 + 26);
+        assert_eq!(m.total(), 0, "nothing refused");
+        let c = totals.channels[Channel::Forward.index()].snapshot();
+        assert_eq!(
+            (c.stripped(Violation::SeiUserData), c.stripped_bytes),
+            (2, 62)
+        );
+        // A refusal is still a refusal.
+        assert_eq!(
+            inspect_mut(&r, src, &mut h264(3, 6000, true), false, 1472, 3, &mut v),
+            Err(DropReason::MediaInvalid)
+        );
+        // Without strip, inspect_mut decides as inspect and leaves the packet alone.
+        let e = h264_route(true, SourcePolicy::Strict);
+        let mut p = h264(1, 0, false);
+        let before = p.clone();
+        assert_eq!(
+            inspect_mut(&e, src, &mut p, false, 1472, 1, &mut v),
+            Ok((Admitted::Known, before.len()))
+        );
+        assert_eq!(p, before);
     }
 }

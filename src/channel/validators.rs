@@ -83,7 +83,9 @@ impl Validators {
         let slot = &mut self.slots[i];
         slot.last_ms = now_ms;
         match slot.stream.check(&rule.policy, payload, now_ms) {
-            Verdict::Pass => Ok(()),
+            // `check` never strips (the packet cannot be rewritten): what would be cut is
+            // refused, as under `enforce`.
+            Verdict::Pass | Verdict::Strip { .. } | Verdict::StrippedAway(_) => Ok(()),
             Verdict::Drop(v) => {
                 route.stats.media.count(v);
                 self.totals.channels[route.channel.index()].count(v);
@@ -95,6 +97,54 @@ impl Validators {
                 }
             }
         }
+    }
+
+    /// Checks one packet like [`Validators::check`] and, when the rule strips
+    /// ([`crate::media::Policy::strip`]), rewrites it in place ([`Stream::check_mut`]):
+    /// `Ok(len)` is the length to forward (the packet's own unless something was cut),
+    /// `Err(None)` a packet refused, `Err(Some(v))` a packet stripped away (what it carried
+    /// was all `v`). What was cut is counted per route and channel (`media_stripped`).
+    #[inline]
+    pub fn check_mut(
+        &mut self,
+        route: &StreamRoute,
+        rule: &Rule,
+        payload: &mut [u8],
+        now_ms: u64,
+    ) -> Result<usize, Option<Violation>> {
+        if !rule.policy.strip {
+            return self
+                .check(route, rule, payload, now_ms)
+                .map(|()| payload.len())
+                .map_err(|_| None);
+        }
+        let i = self.slot(route, rule, now_ms);
+        let slot = &mut self.slots[i];
+        slot.last_ms = now_ms;
+        let len = payload.len();
+        match slot.stream.check_mut(&rule.policy, payload, now_ms) {
+            Verdict::Pass => Ok(len),
+            Verdict::Strip { len: n, reason } => {
+                self.stripped(route, reason, len - n);
+                Ok(n)
+            }
+            Verdict::StrippedAway(reason) => {
+                self.stripped(route, reason, len);
+                Err(Some(reason))
+            }
+            Verdict::Drop(v) => {
+                route.stats.media.count(v);
+                self.totals.channels[route.channel.index()].count(v);
+                log_violation(route, rule, v, payload, now_ms);
+                Err(None)
+            }
+        }
+    }
+
+    #[cold]
+    fn stripped(&self, route: &StreamRoute, v: Violation, bytes: usize) {
+        route.stats.media.count_stripped(v, bytes);
+        self.totals.channels[route.channel.index()].count_stripped(v, bytes);
     }
 
     /// The slot of `route`, taken (and its stream started) if it has none.
@@ -153,6 +203,7 @@ fn log_violation(route: &StreamRoute, rule: &Rule, v: Violation, payload: &[u8],
             port = route.port,
             reason = v.name(),
             action = if rule.enforce { "dropped" } else { "counted" },
+            strip = rule.policy.strip,
             len = payload.len(),
             head = %hex,
             suppressed,

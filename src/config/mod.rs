@@ -436,6 +436,9 @@ pub enum MediaMode {
     Count,
     /// Validated; violations are counted, logged and dropped (`media_invalid`).
     Enforce,
+    /// As `enforce`, but what can soundly be cut out of a packet (PS padding and private
+    /// streams, SEI user data) is removed and the rest forwarded (`media_stripped`).
+    Strip,
 }
 
 impl MediaMode {
@@ -444,7 +447,13 @@ impl MediaMode {
             MediaMode::Off => "off",
             MediaMode::Count => "count",
             MediaMode::Enforce => "enforce",
+            MediaMode::Strip => "strip",
         }
+    }
+
+    /// Whether a refused packet is dropped (`enforce`, `strip`), not only counted.
+    pub fn enforces(self) -> bool {
+        matches!(self, MediaMode::Enforce | MediaMode::Strip)
     }
 
     /// The rule for a stream negotiated as `spec` under `policy`; `None` when off.
@@ -454,9 +463,12 @@ impl MediaMode {
         policy: crate::media::Policy,
     ) -> Option<crate::media::Rule> {
         (self != MediaMode::Off).then_some(crate::media::Rule {
-            enforce: self == MediaMode::Enforce,
+            enforce: self.enforces(),
             spec,
-            policy,
+            policy: crate::media::Policy {
+                strip: self == MediaMode::Strip,
+                ..policy
+            },
         })
     }
 }

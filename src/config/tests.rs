@@ -1180,4 +1180,35 @@ fn signaling_route_media_validate() {
     assert_eq!(cfg.signaling[0].media_validate, MediaMode::Enforce);
     let cfg = check(&format!("{sip}media_validate = \"off\"\n")).unwrap();
     assert_eq!(cfg.signaling[0].media_validate, MediaMode::Off);
+    let cfg = check(&format!("{sip}media_validate = \"strip\"\n")).unwrap();
+    assert_eq!(cfg.signaling[0].media_validate, MediaMode::Strip);
+}
+
+#[test]
+fn media_validate_strip() {
+    // `strip` enforces, and the rule of a static route carries it in its policy.
+    let cfg = check(&format!(
+        "[media]\nvalidate = \"strip\"\n{STREAM}media = {{ codec = \"ps\", payload_types = [96] }}\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.media.validate, MediaMode::Strip);
+    let rule = cfg.streams[0].media.expect("validated");
+    assert!(rule.enforce && rule.policy.strip);
+    let cfg = check(&format!(
+        "{STREAM}media = {{ validate = \"strip\", codec = \"h264\", payload_types = [96] }}\n"
+    ))
+    .unwrap();
+    assert!(cfg.streams[0].media.expect("validated").policy.strip);
+    let cfg = check(&format!(
+        "{STREAM}media = {{ validate = \"enforce\", codec = \"h264\", payload_types = [96] }}\n"
+    ))
+    .unwrap();
+    let rule = cfg.streams[0].media.expect("validated");
+    assert!(rule.enforce && !rule.policy.strip);
+    // Under strip as under enforce, a static route must say what it carries.
+    let e = check(&format!("[media]\nvalidate = \"strip\"\n{STREAM}")).unwrap_err();
+    assert!(e.to_string().contains("media.validate is \"strip\""), "{e}");
+    // A value that is none of them names the four.
+    let e = check("[media]\nvalidate = \"cut\"\n").unwrap_err();
+    assert!(e.to_string().contains("strip"), "{e}");
 }

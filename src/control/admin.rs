@@ -390,6 +390,14 @@ fn media_json(m: &crate::stats::media::MediaSnapshot) -> Value {
     v.into()
 }
 
+fn stripped_json(m: &crate::stats::media::MediaSnapshot) -> Value {
+    let v: serde_json::Map<String, Value> = m
+        .stripped_nonzero()
+        .map(|(r, n)| (r.name().to_string(), n.into()))
+        .collect();
+    v.into()
+}
+
 /// A route's media validation: its mode (`off`, `count`, `enforce`), what it accepts, and
 /// its violations by reason.
 fn route_media_json(r: &crate::routes::StreamRoute, s: &crate::routes::RouteSnapshot) -> Value {
@@ -403,10 +411,12 @@ fn route_media_json(r: &crate::routes::StreamRoute, s: &crate::routes::RouteSnap
                 .map(|f| json!({ "pt": f.pt, "codec": format!("{:?}", f.codec), "clock_rate": f.clock_rate }))
                 .collect();
             json!({
-                "validate": if rule.enforce { "enforce" } else { "count" },
+                "validate": if rule.policy.strip { "strip" } else if rule.enforce { "enforce" } else { "count" },
                 "formats": formats,
                 "ssrc": rule.spec.ssrc,
                 "invalid": media_json(&s.media),
+                "stripped": stripped_json(&s.media),
+                "stripped_bytes": s.media.stripped_bytes,
             })
         }
     }
@@ -546,6 +556,13 @@ fn stats(st: &ControlState) -> Value {
         "worst_routes": worst,
         "media_invalid": media,
         "media_validator_evictions": media_totals.evictions.load(Relaxed),
+        "media_stripped": Channel::ALL
+            .iter()
+            .map(|c| {
+                let m = media_totals.channels[c.index()].snapshot();
+                (c.name().to_string(), json!({ "packets": stripped_json(&m), "bytes": m.stripped_bytes }))
+            })
+            .collect::<serde_json::Map<String, Value>>(),
     })
 }
 

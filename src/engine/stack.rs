@@ -22,7 +22,7 @@ use super::ports::{Cmd, PortKey, PortRegistry};
 use super::sys::mmsg::{RecvBatch, SendBatch};
 use super::worker::{start_workers, Datapath, Poller, Shell};
 use super::{Engine, EngineError, EngineKind, Worker};
-use crate::channel::{inspect, Admitted};
+use crate::channel::{inspect_mut, Admitted};
 use crate::config::split::SplitConfig;
 use crate::config::{Config, DomainId, EngineConfig};
 use crate::engine::link::SplitStats;
@@ -474,20 +474,15 @@ fn drain_socket(shell: &Shell, p: &mut StackPath, key: Key, now: u64) {
             };
             sel.clear();
             for i in 0..n {
-                let p = rx.payload(i);
+                let (src, truncated) = (rx.source(i), rx.truncated(i));
+                let p = rx.payload_mut(i);
                 tally.rx_packets += 1;
                 tally.rx_bytes += p.len() as u64;
-                match inspect(
-                    route,
-                    rx.source(i),
-                    p,
-                    rx.truncated(i),
-                    max_payload,
-                    now,
-                    media,
-                ) {
-                    Ok(admitted) => {
+                // In place: a `strip` route may have bytes cut out of the datagram.
+                match inspect_mut(route, src, p, truncated, max_payload, now, media) {
+                    Ok((admitted, len)) => {
                         tally.relatches += u64::from(admitted == Admitted::Relatched);
+                        rx.set_len(i, len);
                         sel.push(i as u16);
                     }
                     Err(reason) => tally.drop(reason),

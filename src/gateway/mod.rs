@@ -580,6 +580,25 @@ fn say_where_media_is_validated(config: &Config) {
         static_routes = validated,
         "media validation: signaled sessions' RTP and static routes that name their codec are checked packet by packet"
     );
+    let strip = config.media.validate == crate::config::MediaMode::Strip
+        || config
+            .signaling
+            .iter()
+            .any(|r| r.media_validate == crate::config::MediaMode::Strip)
+        || config
+            .streams
+            .iter()
+            .any(|s| s.media.is_some_and(|m| m.policy.strip));
+    if strip && config.engine.mode != crate::config::Mode::Stack {
+        tracing::warn!(
+            mode = ?config.engine.mode,
+            "media validation \"strip\": this mode cannot rewrite a packet in its ring yet, so strip acts as \"enforce\" here (what would be cut is dropped as media_invalid); mode stack strips"
+        );
+    } else if strip {
+        tracing::info!(
+            "media validation \"strip\": the stack engine cuts PS padding/private streams and SEI user data out of packets; TCP media legs and a split half's incoming link act as \"enforce\""
+        );
+    }
     if config.engine.mode == crate::config::Mode::Xdp && (validated > 0 || signaled > 0) {
         tracing::info!(
             "mode xdp: routes that validate their media stay on the AF_XDP path (the in-kernel fast path checks headers and the source only, not the media); routes with validate = \"off\" may take the fast path"

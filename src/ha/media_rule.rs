@@ -39,6 +39,14 @@ pub struct PolicyRecord {
     pub max_seq_gap: u16,
     pub max_audio_ptime_ms: u32,
     pub ts_startup_grace: u16,
+    /// The `strip` action; absent in a record of an earlier release (off), and left out
+    /// when off so that a record without it stays readable by that release.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub strip: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 const CODECS: [(Codec, &str); 9] = [
@@ -85,6 +93,7 @@ impl RuleRecord {
             max_seq_gap,
             max_audio_ptime_ms,
             ts_startup_grace,
+            strip,
         } = policy;
         RuleRecord {
             enforce,
@@ -110,6 +119,7 @@ impl RuleRecord {
                 max_seq_gap,
                 max_audio_ptime_ms,
                 ts_startup_grace,
+                strip,
             },
         }
     }
@@ -146,6 +156,7 @@ impl RuleRecord {
                 max_seq_gap: p.max_seq_gap,
                 max_audio_ptime_ms: p.max_audio_ptime_ms,
                 ts_startup_grace: p.ts_startup_grace,
+                strip: p.strip,
             },
         })
     }
@@ -166,6 +177,7 @@ mod tests {
             policy: Policy {
                 allow_padding: true,
                 max_seq_gap: 77,
+                strip: true,
                 ..Policy::default()
             },
         };

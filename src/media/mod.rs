@@ -243,6 +243,11 @@ pub struct Policy {
     /// (GStreamer's muxer sends 21 before its tables). Each is structure-checked, but its
     /// payload is unknown: at most this many × 184 bytes once per stream (SSRC).
     pub ts_startup_grace: u16,
+    /// The `strip` action ([`Stream::check_mut`]): what a format lets a packet carry besides
+    /// media and can be cut out soundly is removed from the packet instead of refusing it —
+    /// MPEG-PS padding (0xBE) and private streams (0xBD, 0xBF), H.264/H.265 SEI NAL units
+    /// with user data (payload types 4, 5). Everything else is checked as without it.
+    pub strip: bool,
 }
 
 impl Default for Policy {
@@ -263,6 +268,7 @@ impl Default for Policy {
             max_seq_gap: 3000,
             max_audio_ptime_ms: 200,
             ts_startup_grace: 32,
+            strip: false,
         }
     }
 }
@@ -295,6 +301,13 @@ pub enum Verdict {
     /// that drops it stays in step with what the receiver sees; a caller that only counts
     /// (and forwards it) loses nothing but the check of the rest of that frame.
     Drop(Violation),
+    /// [`Policy::strip`]: well-formed once what `reason` names was cut out; the packet was
+    /// rewritten in place and is now `len` bytes long (its RTP header unchanged but for the
+    /// sequence number, see [`Stream::check_mut`]).
+    Strip { len: usize, reason: Violation },
+    /// [`Policy::strip`]: the whole payload was what `reason` names; nothing is left to
+    /// forward. The stream's state counts it as received (the next packet follows it).
+    StrippedAway(Violation),
 }
 
 impl Verdict {
@@ -315,6 +328,13 @@ macro_rules! violations {
         impl Violation {
             pub const ALL: &'static [Violation] = &[$(Violation::$v),*];
             pub const COUNT: usize = Self::ALL.len();
+            /// What the strip action cuts ([`Policy::strip`]), the reasons of
+            /// [`Verdict::Strip`] and [`Verdict::StrippedAway`].
+            pub const STRIPPED: &'static [Violation] = &[
+                Violation::PsPadding,
+                Violation::PsPrivateStream,
+                Violation::SeiUserData,
+            ];
 
             /// snake_case name, for metrics labels and drop counters.
             pub fn name(self) -> &'static str {
@@ -460,6 +480,75 @@ violations! {
     AacAuHeaders = "aac_au_headers",
 }
 
+/// What is left of a PS packet with the marker bit that the strip action emptied: a padding
+/// unit of no bytes.
+const PS_STUB: [u8; 6] = [0, 0, 1, 0xbe, 0, 0];
+
+/// At most this many byte ranges are cut out of one packet; a packet that needs more is
+/// refused with the reason of the cut that did not fit.
+pub const MAX_CUTS: usize = 8;
+
+/// The byte ranges of one packet's RTP payload that the strip action removes, in order.
+/// Without [`Policy::strip`] (or on a packet that cannot be rewritten) a cut is refused
+/// with its reason, which is exactly what `enforce` does with the same bytes.
+#[derive(Clone, Copy, Debug)]
+struct Cuts {
+    strip: bool,
+    ranges: [(u16, u16); MAX_CUTS],
+    n: u8,
+    reason: Option<Violation>,
+}
+
+impl Cuts {
+    fn new(strip: bool) -> Cuts {
+        Cuts {
+            strip,
+            ranges: [(0, 0); MAX_CUTS],
+            n: 0,
+            reason: None,
+        }
+    }
+
+    /// Cuts payload bytes `start..end` (offsets into the RTP payload, after any earlier
+    /// cut), or refuses the packet with `why`.
+    fn cut(&mut self, start: usize, end: usize, why: Violation) -> Result<(), Violation> {
+        if !self.strip {
+            return Err(why);
+        }
+        if start >= end {
+            return Ok(());
+        }
+        let (s, e) = (start as u16, end as u16);
+        let n = usize::from(self.n);
+        self.reason.get_or_insert(why);
+        match self.ranges[..n].last_mut() {
+            Some(last) if last.1 == s => last.1 = e,
+            Some(last) if last.1 > s => return Err(why),
+            _ if n == MAX_CUTS => return Err(why),
+            _ => {
+                self.ranges[n] = (s, e);
+                self.n += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts the whole payload (`len` bytes), whatever was cut before.
+    fn all(&mut self, len: usize, why: Violation) -> Result<(), Violation> {
+        self.n = 0;
+        self.cut(0, len, why)
+    }
+
+    fn ranges(&self) -> &[(u16, u16)] {
+        &self.ranges[..usize::from(self.n)]
+    }
+
+    /// Bytes cut.
+    fn bytes(&self) -> usize {
+        self.ranges().iter().map(|&(s, e)| usize::from(e - s)).sum()
+    }
+}
+
 /// What the codec checks learn from the RTP layer about one packet.
 #[derive(Clone, Copy, Debug)]
 struct RtpInfo {
@@ -497,6 +586,9 @@ pub struct Stream {
     /// The payload type the codec state belongs to.
     codec_pt: Option<u8>,
     codec: CodecState,
+    /// Packets stripped away so far: subtracted from every forwarded packet's sequence
+    /// number, so the receiver sees a continuous sequence ([`Stream::check_mut`]).
+    seq_shift: u16,
 }
 
 impl Stream {
@@ -506,6 +598,7 @@ impl Stream {
             rtp: rtp::RtpState::default(),
             codec_pt: None,
             codec: CodecState::None,
+            seq_shift: 0,
         }
     }
 
@@ -519,17 +612,84 @@ impl Stream {
     }
 
     /// Checks one RTP packet (the UDP payload) received at `now_ms` (any monotonic
-    /// milliseconds; only differences are used).
+    /// milliseconds; only differences are used). A packet that cannot be rewritten is never
+    /// stripped: under [`Policy::strip`] what would be cut is refused, as without it.
     pub fn check(&mut self, policy: &Policy, packet: &[u8], now_ms: u64) -> Verdict {
-        match self.check_inner(policy, packet, now_ms) {
-            Ok(()) => Verdict::Pass,
+        let mut cuts = Cuts::new(false);
+        match self.check_inner(policy, packet, now_ms, &mut cuts) {
+            Ok(_) => Verdict::Pass,
             Err(v) => Verdict::Drop(v),
         }
     }
 
-    fn check_inner(&mut self, policy: &Policy, pkt: &[u8], now_ms: u64) -> Result<(), Violation> {
+    /// Checks one RTP packet like [`Stream::check`] and, under [`Policy::strip`], rewrites it
+    /// in place: the bytes the strip action removes are cut out (the rest moved up, RTP
+    /// padding included), and a packet left without payload is [`Verdict::StrippedAway`]
+    /// (except the last packet of a PS frame, which keeps the marker bit and an empty
+    /// padding unit, `00 00 01 BE 00 00`).
+    /// The packets forwarded after a packet stripped away have their sequence number
+    /// lowered by the number stripped away so far, so the receiver sees no loss that did
+    /// not happen (a real loss stays a gap). No allocation: the moves are `copy_within`.
+    pub fn check_mut(&mut self, policy: &Policy, packet: &mut [u8], now_ms: u64) -> Verdict {
+        let mut cuts = Cuts::new(policy.strip);
+        let (start, payload_len) = match self.check_inner(policy, packet, now_ms, &mut cuts) {
+            Ok(at) => at,
+            Err(v) => return Verdict::Drop(v),
+        };
+        let Some(reason) = cuts.reason else {
+            self.shift_seq(packet);
+            return Verdict::Pass;
+        };
+        if cuts.bytes() >= payload_len {
+            let ps = matches!(self.codec, CodecState::Ps(_));
+            if ps && packet[1] & 0x80 != 0 && payload_len >= PS_STUB.len() {
+                // The frame's last packet: dropping it would take the marker with it, so
+                // it keeps an empty padding unit (6 bytes that carry nothing) and no RTP
+                // padding.
+                packet[0] &= !0x20;
+                packet[start..start + PS_STUB.len()].copy_from_slice(&PS_STUB);
+                self.shift_seq(packet);
+                return Verdict::Strip {
+                    len: start + PS_STUB.len(),
+                    reason,
+                };
+            }
+            self.seq_shift = self.seq_shift.wrapping_add(1);
+            return Verdict::StrippedAway(reason);
+        }
+        let mut w = start + usize::from(cuts.ranges()[0].0);
+        let r = cuts.ranges();
+        for (i, &(_, e)) in r.iter().enumerate() {
+            let from = start + usize::from(e);
+            let to = r
+                .get(i + 1)
+                .map_or(packet.len(), |n| start + usize::from(n.0));
+            packet.copy_within(from..to, w);
+            w += to - from;
+        }
+        self.shift_seq(packet);
+        Verdict::Strip { len: w, reason }
+    }
+
+    fn shift_seq(&self, packet: &mut [u8]) {
+        if self.seq_shift != 0 && !(self.spec.rtcp || (self.spec.rtcp_mux && rtcp::is_rtcp(packet)))
+        {
+            let seq = u16::from_be_bytes([packet[2], packet[3]]).wrapping_sub(self.seq_shift);
+            packet[2..4].copy_from_slice(&seq.to_be_bytes());
+        }
+    }
+
+    /// Returns where the RTP payload starts in `pkt` and its length; the cuts are offsets
+    /// into it.
+    fn check_inner(
+        &mut self,
+        policy: &Policy,
+        pkt: &[u8],
+        now_ms: u64,
+        cuts: &mut Cuts,
+    ) -> Result<(usize, usize), Violation> {
         if self.spec.rtcp || (self.spec.rtcp_mux && rtcp::is_rtcp(pkt)) {
-            return rtcp::check(pkt);
+            return rtcp::check(pkt).map(|()| (0, pkt.len()));
         }
         let h = rtp::Header::parse(pkt, policy)?;
         let format = self.spec.format(h.pt).ok_or(Violation::PayloadType)?;
@@ -557,9 +717,9 @@ impl Stream {
         }
         let payload = h.payload;
         let r = match (&mut self.codec, format.codec) {
-            (CodecState::Ps(s), _) => s.check(payload, &info, policy),
-            (CodecState::Nal(s), Codec::H264) => s.check_h264(payload, &info, policy),
-            (CodecState::Nal(s), _) => s.check_h265(payload, &info, policy),
+            (CodecState::Ps(s), _) => s.check(payload, &info, policy, cuts),
+            (CodecState::Nal(s), Codec::H264) => s.check_h264(payload, &info, policy, cuts),
+            (CodecState::Nal(s), _) => s.check_h265(payload, &info, policy, cuts),
             (CodecState::Ts(s), _) => s.check(payload, &info, policy),
             (CodecState::Jpeg(s), _) => s.check(payload, &info),
             (CodecState::Aac, _) => audio::check_aac(payload),
@@ -571,7 +731,10 @@ impl Stream {
         // state resynchronises as after any loss.
         r?;
         self.rtp.accept(&h, payload.len(), now_ms);
-        Ok(())
+        Ok((
+            payload.as_ptr() as usize - pkt.as_ptr() as usize,
+            payload.len(),
+        ))
     }
 }
 

@@ -19,7 +19,7 @@
 //! one that did; with [`super::StreamSpec::in_band_parameter_sets`] (no `sprop-*` in the
 //! SDP) a slice before any is refused. A few dozen instructions per slice, no allocation.
 
-use super::{Policy, RtpInfo, Violation};
+use super::{Cuts, Policy, RtpInfo, Violation};
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct NalState {
@@ -27,6 +27,9 @@ pub(super) struct NalState {
     fu: Option<u8>,
     /// Bytes of the SEI NAL unit being fragmented so far.
     fu_sei_bytes: u32,
+    /// The fragmented NAL unit is an SEI with user data that the strip action removes:
+    /// every one of its fragments is stripped away.
+    fu_cut: bool,
     /// Start (RTP timestamp) of the current one-second window of SEI user data.
     sei_window: Option<u32>,
     sei_window_bytes: u32,
@@ -171,19 +174,42 @@ impl NalState {
         }
     }
 
-    pub fn check_h264(&mut self, p: &[u8], rtp: &RtpInfo, pol: &Policy) -> Result<(), Violation> {
-        self.check(Kind::H264, p, rtp, pol)
+    pub fn check_h264(
+        &mut self,
+        p: &[u8],
+        rtp: &RtpInfo,
+        pol: &Policy,
+        cuts: &mut Cuts,
+    ) -> Result<(), Violation> {
+        self.check(Kind::H264, p, rtp, pol, cuts)
     }
 
-    pub fn check_h265(&mut self, p: &[u8], rtp: &RtpInfo, pol: &Policy) -> Result<(), Violation> {
-        self.check(Kind::H265, p, rtp, pol)
+    pub fn check_h265(
+        &mut self,
+        p: &[u8],
+        rtp: &RtpInfo,
+        pol: &Policy,
+        cuts: &mut Cuts,
+    ) -> Result<(), Violation> {
+        self.check(Kind::H265, p, rtp, pol, cuts)
     }
 
-    fn check(&mut self, k: Kind, p: &[u8], rtp: &RtpInfo, pol: &Policy) -> Result<(), Violation> {
+    /// Checks one RTP payload; under the strip action, SEI NAL units with user data are
+    /// added to `cuts`: a single NAL unit or every fragment of a fragmented one whole, an
+    /// aggregation packet's unit with its size field (the others' sizes stay right).
+    fn check(
+        &mut self,
+        k: Kind,
+        p: &[u8],
+        rtp: &RtpInfo,
+        pol: &Policy,
+        cuts: &mut Cuts,
+    ) -> Result<(), Violation> {
         if rtp.gap {
             // The end of a fragmented NAL unit may have been lost, and the start of the
             // access unit.
             self.fu = None;
+            self.fu_cut = false;
             self.au = Au::Unknown;
         } else if rtp.prev_marker {
             self.au = Au::Fresh;
@@ -192,13 +218,16 @@ impl NalState {
         let (aggregation, fragmentation) = k.packet_types();
         let hl = k.header_len();
         if t == fragmentation {
-            self.fragment(k, p, rtp, pol)?;
+            if self.fragment(k, p, rtp, pol, cuts.strip)? {
+                cuts.cut(0, p.len(), Violation::SeiUserData)?;
+            }
         } else {
             if self.fu.is_some() {
                 return Err(Violation::NalFragment);
             }
             if t == aggregation {
                 let mut rest = p.get(hl..).ok_or(Violation::NalAggregation)?;
+                let mut at = hl;
                 if rest.is_empty() {
                     return Err(Violation::NalAggregation);
                 }
@@ -211,11 +240,18 @@ impl NalState {
                     if n < hl {
                         return Err(Violation::NalAggregation);
                     }
-                    self.single(k, nal, rtp, pol)?;
+                    if self.single(k, nal, rtp, pol, cuts.strip)? {
+                        cuts.cut(at, at + 2 + n, Violation::SeiUserData)?;
+                    }
                     rest = &rest[2 + n..];
+                    at += 2 + n;
                 }
-            } else {
-                self.single(k, p, rtp, pol)?;
+                if cuts.bytes() == p.len() - hl {
+                    // Nothing left to aggregate: the packet goes whole.
+                    cuts.all(p.len(), Violation::SeiUserData)?;
+                }
+            } else if self.single(k, p, rtp, pol, cuts.strip)? {
+                cuts.cut(0, p.len(), Violation::SeiUserData)?;
             }
         }
         if rtp.marker && self.fu.is_some() {
@@ -225,14 +261,16 @@ impl NalState {
         Ok(())
     }
 
-    /// One whole NAL unit.
+    /// One whole NAL unit; `Ok(true)`: an SEI with user data that the strip action (`strip`)
+    /// removes.
     fn single(
         &mut self,
         k: Kind,
         nal: &[u8],
         rtp: &RtpInfo,
         pol: &Policy,
-    ) -> Result<(), Violation> {
+        strip: bool,
+    ) -> Result<bool, Violation> {
         let t = k.nal_type(nal, pol)?;
         let hl = k.header_len();
         if nal.len() < hl {
@@ -240,10 +278,10 @@ impl NalState {
         }
         let body = &nal[hl..];
         if k.is_sei(t) {
-            return self.sei(body, true, rtp, pol);
+            return self.sei(body, true, rtp, pol, strip);
         }
         if k.is_vcl(t) {
-            return self.slice(k, t, body);
+            return self.slice(k, t, body).map(|()| false);
         }
         let fixed = |n: usize| {
             // AUD: 3 bits of picture type, then the trailing bits; EOS/EOB: nothing.
@@ -253,7 +291,7 @@ impl NalState {
                 Ok(())
             }
         };
-        match (k, t) {
+        let r = match (k, t) {
             (Kind::H264, 9) | (Kind::H265, 35) => fixed(1),
             (Kind::H264, 10 | 11) | (Kind::H265, 36 | 37) => fixed(0),
             (Kind::H264, 7 | 8) | (Kind::H265, 32..=34) if body.len() > MAX_PARAMETER_SET => {
@@ -266,7 +304,8 @@ impl NalState {
             (Kind::H265, 34) => self.h265_pps(body),
             // Types the policy allows beyond these (data partitions, ...): header only.
             _ => Ok(()),
-        }
+        };
+        r.map(|()| false)
     }
 
     /// The head of a slice (the RBSP after the NAL header; complete or a start fragment).
@@ -393,13 +432,16 @@ impl NalState {
         self.pps_seen = true;
     }
 
+    /// One fragmentation unit; `Ok(true)`: a fragment of an SEI with user data that the
+    /// strip action (`strip`) removes.
     fn fragment(
         &mut self,
         k: Kind,
         p: &[u8],
         rtp: &RtpInfo,
         pol: &Policy,
-    ) -> Result<(), Violation> {
+        strip: bool,
+    ) -> Result<bool, Violation> {
         let hl = k.header_len();
         let &fh = p.get(hl).ok_or(Violation::NalFragment)?;
         let data = &p[hl + 1..];
@@ -429,9 +471,10 @@ impl NalState {
             }
             self.fu = Some(t);
             self.fu_sei_bytes = 0;
+            self.fu_cut = false;
             if k.is_sei(t) {
                 // Message sizes checked against the cap; the bytes are spent per fragment.
-                self.sei(data, false, rtp, pol)?;
+                self.fu_cut = self.sei(data, false, rtp, pol, strip)?;
             } else if k.is_vcl(t) {
                 self.slice(k, t, data)?;
             } else {
@@ -450,6 +493,13 @@ impl NalState {
                 None => return Err(Violation::NalFragment),
             }
         }
+        if self.fu_cut {
+            if end {
+                self.fu = None;
+                self.fu_cut = false;
+            }
+            return Ok(true);
+        }
         if k.is_sei(t) {
             // The messages were read (as far as they went) from the first fragment; every
             // byte of a fragmented SEI counts against the user-data budget.
@@ -462,39 +512,45 @@ impl NalState {
         if end {
             self.fu = None;
         }
-        Ok(())
+        Ok(false)
     }
 
     /// SEI messages (H.264 §7.3.2.3, H.265 §7.3.5): `complete` when `rbsp` is the whole
     /// NAL unit payload (then it must end with the trailing bits exactly).
+    /// `Ok(true)`: `strip` and a user-data message was found (the messages before it were
+    /// checked; the NAL unit is removed whole, so the rest is not read).
     fn sei(
         &mut self,
         ebsp: &[u8],
         complete: bool,
         rtp: &RtpInfo,
         pol: &Policy,
-    ) -> Result<(), Violation> {
+        strip: bool,
+    ) -> Result<bool, Violation> {
         let mut r = Rbsp::new(ebsp);
         loop {
             if r.at_trailing() {
-                return Ok(());
+                return Ok(false);
             }
             let Some(ptype) = r.ff_coded() else {
                 return if complete {
                     Err(Violation::SeiMalformed)
                 } else {
-                    Ok(())
+                    Ok(false)
                 };
             };
             let Some(size) = r.ff_coded() else {
                 return if complete {
                     Err(Violation::SeiMalformed)
                 } else {
-                    Ok(())
+                    Ok(false)
                 };
             };
             if !SEI_TYPES.contains(&ptype) {
                 return Err(Violation::SeiPayloadType);
+            }
+            if (ptype == 4 || ptype == 5) && strip {
+                return Ok(true);
             }
             if ptype == 4 || ptype == 5 {
                 if size > u32::from(pol.sei_user_data_max) {
@@ -518,7 +574,7 @@ impl NalState {
                 return if complete {
                     Err(Violation::SeiMalformed)
                 } else {
-                    Ok(())
+                    Ok(false)
                 };
             }
             if r.is_empty() {
@@ -526,7 +582,7 @@ impl NalState {
                 return if complete {
                     Err(Violation::SeiMalformed)
                 } else {
-                    Ok(())
+                    Ok(false)
                 };
             }
         }

@@ -9,7 +9,7 @@
 //! without looking, or checked as filler) and, when a header itself is cut, up to
 //! [`CARRY`] bytes of it. Private streams (0xBD, 0xBF) and anything else are refused.
 
-use super::{all_ff, Bytes, Policy, RtpInfo, Violation};
+use super::{all_ff, Bytes, Cuts, Policy, RtpInfo, Violation};
 
 /// The longest unit header followed across a packet boundary: a pack header with stuffing
 /// (21), a PES header with its optional fields and stuffing, a system header or a PSM of a
@@ -22,6 +22,9 @@ pub(super) struct PsState {
     owed: u32,
     /// The owed bytes are padding: each must be 0xFF.
     owed_filler: bool,
+    /// The owed bytes belong to a unit the strip action removes (private stream, padding),
+    /// for this reason: they are cut from the packets that carry them.
+    owed_cut: Option<Violation>,
     /// The start of a unit header cut by the end of the previous packet.
     carry: [u8; CARRY],
     carry_len: u8,
@@ -40,6 +43,7 @@ impl Default for PsState {
         PsState {
             owed: 0,
             owed_filler: false,
+            owed_cut: None,
             carry: [0; CARRY],
             carry_len: 0,
             synced: false,
@@ -52,11 +56,21 @@ impl Default for PsState {
 const PACK: [u8; 4] = [0, 0, 1, 0xba];
 
 impl PsState {
-    pub fn check(&mut self, p: &[u8], rtp: &RtpInfo, policy: &Policy) -> Result<(), Violation> {
+    /// Checks one RTP payload; under the strip action, the units it removes are added to
+    /// `cuts` (offsets into `p`).
+    pub fn check(
+        &mut self,
+        p: &[u8],
+        rtp: &RtpInfo,
+        policy: &Policy,
+        cuts: &mut Cuts,
+    ) -> Result<(), Violation> {
+        let base = p.len();
         let frame_start = p.starts_with(&PACK);
         if rtp.gap || !self.synced {
             // Resynchronise on the next frame start; until then nothing can be checked.
             self.owed = 0;
+            self.owed_cut = None;
             self.carry_len = 0;
             self.synced = false;
             if !frame_start {
@@ -72,12 +86,15 @@ impl PsState {
             return Err(Violation::PsFrame);
         }
         let mut p = p;
-        self.pay_owed(&mut p)?;
+        self.pay_owed(&mut p, base, cuts)?;
         if self.carry_len > 0 {
+            // The header's first bytes crossed in the previous packet: it cannot be cut any
+            // more, so it is checked as without the strip action (a private stream refused,
+            // padding checked as filler).
             // Complete the cut header with the first bytes of this packet.
             let mut have = usize::from(self.carry_len);
             loop {
-                let need = need(&self.carry[..have])?;
+                let need = need(&self.carry[..have], false)?;
                 if have >= need {
                     break;
                 }
@@ -93,14 +110,15 @@ impl PsState {
                     return self.frame_end(rtp);
                 }
             }
-            let (unit, filler) = parse(&self.carry[..have], policy, &mut self.declared)?;
+            let (unit, body) = parse(&self.carry[..have], policy, &mut self.declared, false)?;
             self.carry_len = 0;
             self.owed = (unit - have) as u32;
-            self.owed_filler = filler;
-            self.pay_owed(&mut p)?;
+            self.owed_filler = body == Body::Filler;
+            self.owed_cut = None;
+            self.pay_owed(&mut p, base, cuts)?;
         }
         while !p.is_empty() {
-            let need = need(p)?;
+            let need = need(p, cuts.strip)?;
             if need > p.len() {
                 if need > CARRY {
                     return Err(Violation::PsHeaderSplit);
@@ -109,26 +127,37 @@ impl PsState {
                 self.carry_len = p.len() as u8;
                 break;
             }
-            let (unit, filler) = parse(&p[..need], policy, &mut self.declared)?;
+            let (unit, kind) = parse(&p[..need], policy, &mut self.declared, cuts.strip)?;
             let body = &p[need..];
             let here = (unit - need).min(body.len());
-            if filler && !all_ff(&body[..here]) {
+            if kind == Body::Filler && !all_ff(&body[..here]) {
                 return Err(Violation::PsPadding);
             }
+            if let Body::Cut(why) = kind {
+                let at = base - p.len();
+                cuts.cut(at, at + need + here, why)?;
+            }
             self.owed = (unit - need - here) as u32;
-            self.owed_filler = filler;
+            self.owed_filler = kind == Body::Filler;
+            self.owed_cut = match kind {
+                Body::Cut(why) => Some(why),
+                _ => None,
+            };
             p = &body[here..];
         }
         self.frame_end(rtp)
     }
 
     /// Skips (or checks, for padding) the bytes the current unit still owes.
-    fn pay_owed(&mut self, p: &mut &[u8]) -> Result<(), Violation> {
+    fn pay_owed(&mut self, p: &mut &[u8], base: usize, cuts: &mut Cuts) -> Result<(), Violation> {
         if self.owed == 0 {
             return Ok(());
         }
         let n = (self.owed as usize).min(p.len());
-        if self.owed_filler && !all_ff(&p[..n]) {
+        if let Some(why) = self.owed_cut {
+            let at = base - p.len();
+            cuts.cut(at, at + n, why)?;
+        } else if self.owed_filler && !all_ff(&p[..n]) {
             return Err(Violation::PsPadding);
         }
         self.owed -= n as u32;
@@ -145,10 +174,21 @@ impl PsState {
     }
 }
 
+/// What follows a unit's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Body {
+    /// Checked by its header, skipped.
+    Plain,
+    /// Padding: every byte must be 0xFF.
+    Filler,
+    /// The strip action removes the whole unit, for this reason.
+    Cut(Violation),
+}
+
 /// How many bytes of the unit starting at `h` are needed to check its header, as far as `h`
 /// tells (with fewer bytes than returned, call again with more). Refuses at once what can
-/// be refused from the start code alone.
-fn need(h: &[u8]) -> Result<usize, Violation> {
+/// be refused from the start code alone (private streams unless `strip` cuts them).
+fn need(h: &[u8], strip: bool) -> Result<usize, Violation> {
     for (i, &want) in [0u8, 0, 1].iter().enumerate() {
         match h.get(i) {
             None => return Ok(4),
@@ -169,15 +209,25 @@ fn need(h: &[u8]) -> Result<usize, Violation> {
         0xc0..=0xef if h.len() < 9 => 9,
         0xc0..=0xef => 9 + usize::from(h[8]),
         0xbe => 6,
+        0xbd | 0xbf if strip => 6,
         0xbd | 0xbf => return Err(Violation::PsPrivateStream),
         _ => return Err(Violation::PsUnknownStream),
     })
 }
 
 /// Checks a unit header (`h` is exactly what [`need`] asked for); returns the unit's whole
-/// length and whether its body is filler. `declared` is the PSM's set of stream IDs.
-fn parse(h: &[u8], policy: &Policy, declared: &mut u64) -> Result<(usize, bool), Violation> {
+/// length and what its body is. `declared` is the PSM's set of stream IDs; `strip`: padding
+/// and private streams are cut whole.
+fn parse(
+    h: &[u8],
+    policy: &Policy,
+    declared: &mut u64,
+    strip: bool,
+) -> Result<(usize, Body), Violation> {
+    let len16 = || 6 + usize::from(u16::from_be_bytes([h[4], h[5]]));
     match h[3] {
+        0xbd | 0xbf => Ok((len16(), Body::Cut(Violation::PsPrivateStream))),
+        0xbe if strip => Ok((len16(), Body::Cut(Violation::PsPadding))),
         0xba => {
             // '01' SCR[32..30] '1' SCR[29..15] '1' SCR[14..0] '1' ext '1' mux_rate '11'
             // reserved stuffing_length: the MPEG-2 layout and its marker bits.
@@ -190,25 +240,25 @@ fn parse(h: &[u8], policy: &Policy, declared: &mut u64) -> Result<(usize, bool),
             if !ok {
                 return Err(Violation::PsPackHeader);
             }
-            Ok((h.len(), false))
+            Ok((h.len(), Body::Plain))
         }
-        0xb9 => Ok((4, false)),
-        0xbb => system_header(&h[6..]).map(|()| (h.len(), false)),
+        0xb9 => Ok((4, Body::Plain)),
+        0xbb => system_header(&h[6..]).map(|()| (h.len(), Body::Plain)),
         0xbc => {
             *declared = psm(&h[6..])?;
-            Ok((h.len(), false))
+            Ok((h.len(), Body::Plain))
         }
         0xbe => {
             if !policy.allow_filler {
                 return Err(Violation::PsPadding);
             }
-            Ok((6 + usize::from(u16::from_be_bytes([h[4], h[5]])), true))
+            Ok((len16(), Body::Filler))
         }
         id => {
             if *declared != 0 && *declared & (1 << (id - 0xc0)) == 0 {
                 return Err(Violation::PsUnknownStream);
             }
-            pes(h).map(|unit| (unit, false))
+            pes(h).map(|unit| (unit, Body::Plain))
         }
     }
 }

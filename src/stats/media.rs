@@ -10,12 +10,17 @@ use crate::media::Violation;
 #[derive(Debug)]
 pub struct MediaCounters {
     by_reason: [AtomicU64; Violation::COUNT],
+    /// The strip action: packets rewritten or stripped away, by what was cut from them.
+    stripped: [AtomicU64; Violation::COUNT],
+    stripped_bytes: AtomicU64,
 }
 
 impl Default for MediaCounters {
     fn default() -> Self {
         MediaCounters {
             by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
+            stripped: std::array::from_fn(|_| AtomicU64::new(0)),
+            stripped_bytes: AtomicU64::new(0),
         }
     }
 }
@@ -25,9 +30,17 @@ impl MediaCounters {
         self.by_reason[v as usize].fetch_add(1, Relaxed);
     }
 
+    /// A packet the strip action rewrote (or stripped away): `bytes` cut for `v`.
+    pub fn count_stripped(&self, v: Violation, bytes: usize) {
+        self.stripped[v as usize].fetch_add(1, Relaxed);
+        self.stripped_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+
     pub fn snapshot(&self) -> MediaSnapshot {
         MediaSnapshot {
             by_reason: std::array::from_fn(|i| self.by_reason[i].load(Relaxed)),
+            stripped: std::array::from_fn(|i| self.stripped[i].load(Relaxed)),
+            stripped_bytes: self.stripped_bytes.load(Relaxed),
         }
     }
 }
@@ -36,12 +49,18 @@ impl MediaCounters {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MediaSnapshot {
     pub by_reason: [u64; Violation::COUNT],
+    /// Packets the strip action rewrote or stripped away, by what it cut.
+    pub stripped: [u64; Violation::COUNT],
+    /// Bytes the strip action cut.
+    pub stripped_bytes: u64,
 }
 
 impl Default for MediaSnapshot {
     fn default() -> Self {
         MediaSnapshot {
             by_reason: [0; Violation::COUNT],
+            stripped: [0; Violation::COUNT],
+            stripped_bytes: 0,
         }
     }
 }
@@ -53,6 +72,19 @@ impl MediaSnapshot {
 
     pub fn total(&self) -> u64 {
         self.by_reason.iter().sum()
+    }
+
+    /// Packets stripped (rewritten or stripped away) for `v`.
+    pub fn stripped(&self, v: Violation) -> u64 {
+        self.stripped[v as usize]
+    }
+
+    /// The reasons the strip action cut at least once, with their packet counts.
+    pub fn stripped_nonzero(&self) -> impl Iterator<Item = (Violation, u64)> + '_ {
+        Violation::ALL
+            .iter()
+            .map(|&v| (v, self.stripped(v)))
+            .filter(|&(_, n)| n > 0)
     }
 
     /// The reasons counted at least once, with their counts, in [`Violation::ALL`] order.
@@ -67,6 +99,10 @@ impl MediaSnapshot {
         for (a, b) in self.by_reason.iter_mut().zip(&o.by_reason) {
             *a += b;
         }
+        for (a, b) in self.stripped.iter_mut().zip(&o.stripped) {
+            *a += b;
+        }
+        self.stripped_bytes += o.stripped_bytes;
     }
 }
 

@@ -52,10 +52,13 @@ pub enum DropReason {
     /// This node is the standby of a hot-standby pair (`[ha]`): it holds the ports and the
     /// routes but forwards nothing until it is told it is the active one.
     Standby,
+    /// Media validation `strip`: everything the packet carried was cut out (PS padding or a
+    /// private stream, an SEI with user data); counted by what in `media_stripped`.
+    MediaStripped,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::NoRoute,
         DropReason::SourceMismatch,
@@ -70,6 +73,7 @@ impl DropReason {
         DropReason::RedirectFailed,
         DropReason::MediaInvalid,
         DropReason::Standby,
+        DropReason::MediaStripped,
     ];
 
     /// Name used in totals and metrics labels.
@@ -88,6 +92,7 @@ impl DropReason {
             DropReason::RedirectFailed => "redirect_failed",
             DropReason::MediaInvalid => "media_invalid",
             DropReason::Standby => "standby",
+            DropReason::MediaStripped => "media_stripped",
         }
     }
 }

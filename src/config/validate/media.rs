@@ -100,11 +100,11 @@ pub(super) fn stream_media(
 ) -> Result<Option<Rule>> {
     let key = |k: &str| format!("stream_route[{i}].media.{k}");
     let Some(spanned) = raw else {
-        if global.validate == MediaMode::Enforce {
+        if global.validate.enforces() {
             return Err(invalid(
                 at,
                 format!("stream_route[{i}].media"),
-                "media.validate is \"enforce\" but this route does not say what it carries; add media = { codec = \"h264\", payload_types = [96] } (or the route's codec), or media = { validate = \"off\" } to let it cross unchecked",
+                format!("media.validate is \"{}\" but this route does not say what it carries; add media = {{ codec = \"h264\", payload_types = [96] }} (or the route's codec), or media = {{ validate = \"off\" }} to let it cross unchecked", global.validate),
             ));
         }
         // A static route that names no codec is not validated under `count`: there is

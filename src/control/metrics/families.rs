@@ -46,6 +46,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Packets the media validator refused, per channel and reason (dropped under validate = enforce, forwarded and counted under count)",
     ),
     (
+        "vgate_media_stripped_total",
+        "counter",
+        "Packets the strip action rewrote or stripped away, per channel and what it cut (validate = strip)",
+    ),
+    (
+        "vgate_media_stripped_bytes_total",
+        "counter",
+        "Bytes the strip action kept from crossing, per channel: what it cut out of packets, and whole datagrams it stripped away (validate = strip)",
+    ),
+    (
         "vgate_media_validator_evictions_total",
         "counter",
         "Times a worker's media validator table was full and gave up the state of the stream seen longest ago",
@@ -141,6 +151,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_route_drops_total",
         "counter",
         "Per stream route (with control.per_stream_metrics): drops by reason",
+    ),
+    (
+        "vgate_route_media_stripped_total",
+        "counter",
+        "Per route (with control.per_stream_metrics): packets the strip action rewrote or stripped away, by what it cut",
     ),
     (
         "vgate_route_media_invalid_total",

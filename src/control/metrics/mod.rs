@@ -84,6 +84,25 @@ pub fn render(st: &ControlState) -> String {
             );
         }
     }
+    o.family("vgate_media_stripped_total");
+    for c in Channel::ALL {
+        let m = media.channels[c.index()].snapshot();
+        for &v in crate::media::Violation::STRIPPED {
+            o.sample(
+                "vgate_media_stripped_total",
+                &[("channel", c.name()), ("reason", v.name())],
+                m.stripped(v),
+            );
+        }
+    }
+    o.family("vgate_media_stripped_bytes_total");
+    for c in Channel::ALL {
+        o.sample(
+            "vgate_media_stripped_bytes_total",
+            &[("channel", c.name())],
+            media.channels[c.index()].snapshot().stripped_bytes,
+        );
+    }
     o.family("vgate_media_validator_evictions_total");
     o.sample(
         "vgate_media_validator_evictions_total",
@@ -409,6 +428,17 @@ pub fn render(st: &ControlState) -> String {
             for (v, n) in r.stats.media.snapshot().nonzero() {
                 o.sample(
                     "vgate_route_media_invalid_total",
+                    &[route, channel, port, ssrc, ("reason", v.name())],
+                    n,
+                );
+            }
+        }
+        o.family("vgate_route_media_stripped_total");
+        for (i, r) in routes.iter().enumerate() {
+            let [route, channel, port, ssrc] = labels_of(i);
+            for (v, n) in r.stats.media.snapshot().stripped_nonzero() {
+                o.sample(
+                    "vgate_route_media_stripped_total",
                     &[route, channel, port, ssrc, ("reason", v.name())],
                     n,
                 );

@@ -130,6 +130,20 @@ impl RecvBatch {
         &self.bufs[start..start + n]
     }
 
+    /// The bytes of datagram `i`, to be rewritten in place (media validation `strip`).
+    pub fn payload_mut(&mut self, i: usize) -> &mut [u8] {
+        let n = (self.hdrs[i].msg_len as usize).min(self.buf_size);
+        let start = self.offset() + i * self.stride;
+        &mut self.bufs[start..start + n]
+    }
+
+    /// Shortens datagram `i` to `len` bytes (never lengthens it): what [`RecvBatch::payload`]
+    /// and a send of it see from now on.
+    pub fn set_len(&mut self, i: usize, len: usize) {
+        let h = &mut self.hdrs[i];
+        h.msg_len = h.msg_len.min(len as u32);
+    }
+
     /// Whether datagram `i` was longer than the buffer (`MSG_TRUNC`).
     pub fn truncated(&self, i: usize) -> bool {
         self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0

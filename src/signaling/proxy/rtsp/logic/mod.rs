@@ -520,7 +520,9 @@ impl<M: MediaPorts> Exchange<M> {
     /// Under `enforce`, why the SETUP of the track `url` (upstream form) is refused: none of
     /// the formats described for it may cross, so its routes would drop every packet.
     pub(super) fn media_refusal(&self, url: &str) -> Option<String> {
-        (self.settings.media_validate == crate::config::MediaMode::Enforce)
+        self.settings
+            .media_validate
+            .enforces()
             .then(|| crate::signaling::media_spec::track_refusal(&self.refused, url))
             .flatten()
     }

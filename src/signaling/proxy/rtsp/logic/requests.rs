@@ -189,7 +189,7 @@ impl<M: MediaPorts> Exchange<M> {
                     let body = self.sdp_to_upstream(route, msg.body())?;
                     // What the client will send: the tracks it announced (upstream URLs).
                     self.describe(&body);
-                    let enforce = self.settings.media_validate == crate::config::MediaMode::Enforce;
+                    let enforce = self.settings.media_validate.enforces();
                     if let Some(why) = enforce
                         .then(|| crate::signaling::media_spec::all_refused(&self.refused))
                         .flatten()

@@ -173,8 +173,12 @@ impl CallMedia {
         mode: crate::config::MediaMode,
         policy: crate::media::Policy,
     ) -> CallMedia {
-        self.validate = (mode != crate::config::MediaMode::Off)
-            .then_some((mode == crate::config::MediaMode::Enforce, policy));
+        let policy = crate::media::Policy {
+            strip: mode == crate::config::MediaMode::Strip,
+            ..policy
+        };
+        self.validate =
+            (mode != crate::config::MediaMode::Off).then_some((mode.enforces(), policy));
         self
     }
 
