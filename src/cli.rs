@@ -200,11 +200,18 @@ node (it reads the state store one last time, then forwards), BACKUP or FAULT ma
 (it stops forwarding at once and keeps copying the active's state). Takes keepalived's notify \
 arguments as they come (`notify_master \"vgate ha-notify MASTER\"`, or `notify \"vgate \
 ha-notify\"`, which is called with TYPE NAME STATE PRIORITY): the first word that is MASTER, \
-BACKUP, FAULT or STOP is the role."
+BACKUP, FAULT or STOP is the role. A standby whose copy of the state is stale (the state store \
+has not answered within ha.stale_after_ms) refuses MASTER, says why and exits 1; --force lets it \
+take over all the same (and stops its stale state failing `vgate health`, so keepalived gives it \
+the addresses) until the state store answers again."
     )]
     HaNotify {
         #[command(flatten)]
         admin: AdminArgs,
+        /// Take over even with a stale copy of the state (what changed since it went stale
+        /// is lost); lasts until the state store answers again.
+        #[arg(long)]
+        force: bool,
         /// MASTER, BACKUP or FAULT (or keepalived's TYPE NAME STATE PRIORITY).
         #[arg(required = true, num_args = 1..)]
         args: Vec<String>,
@@ -378,7 +385,7 @@ pub fn main(cli: Cli) -> ExitCode {
             track_file: Some(file),
             every_ms,
         } => watch_health(&admin, &file, Duration::from_millis(every_ms)),
-        Command::HaNotify { admin, args } => {
+        Command::HaNotify { admin, force, args } => {
             let Some(role) = args
                 .iter()
                 .find(|a| crate::ha::Role::parse(a).is_some())
@@ -387,15 +394,28 @@ pub fn main(cli: Cli) -> ExitCode {
                 eprintln!("vgate ha-notify: no role in {args:?}; give MASTER, BACKUP or FAULT");
                 return ExitCode::from(2);
             };
-            with_client(&admin, |c| {
-                let v = c.post("/api/v1/ha/role", &serde_json::json!({ "role": role }))?;
+            let mut refused = false;
+            let code = with_client(&admin, |c| {
+                let v = c.post(
+                    "/api/v1/ha/role",
+                    &serde_json::json!({ "role": role, "force": force }),
+                )?;
                 println!(
                     "role requested: {} (in force: {})",
                     v["requested_role"].as_str().unwrap_or("?"),
                     v["role"].as_str().unwrap_or("?")
                 );
+                if let Some(why) = v["refused"].as_str() {
+                    eprintln!("vgate ha-notify: takeover refused: {why}");
+                    refused = true;
+                }
                 Ok(())
-            })
+            });
+            if refused {
+                ExitCode::from(1)
+            } else {
+                code
+            }
         }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

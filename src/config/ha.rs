@@ -31,6 +31,10 @@ pub struct RawHa {
     /// After a takeover, a copied SIP/RTSP session (no dialog here) whose routes carried
     /// nothing for this long is ended, milliseconds.
     pub replica_idle_ms: Option<Spanned<i64>>,
+    /// Whether a standby whose copy of the state is stale may take over all the same (its
+    /// stale state then only warns in `vgate health`). Default false: it refuses, says why
+    /// and waits for the state store (or `vgate ha-notify --force`).
+    pub takeover_when_stale: Option<bool>,
 }
 
 /// The checked `[ha]`.
@@ -42,6 +46,7 @@ pub struct HaConfig {
     pub key_prefix: String,
     pub stale_after_ms: u64,
     pub replica_idle_ms: u64,
+    pub takeover_when_stale: bool,
 }
 
 pub const DEFAULT_STALE_AFTER_MS: u64 = 3000;
@@ -143,5 +148,6 @@ pub fn ha(raw: &RawHa, mode: Mode, mode_at: &Spanned<Mode>) -> Result<HaConfig, 
             DEFAULT_REPLICA_IDLE_MS,
             (1000, 86_400_000),
         )?,
+        takeover_when_stale: raw.takeover_when_stale.unwrap_or(false),
     })
 }

@@ -6,7 +6,7 @@
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET /api/v1/health` | 200 when every worker is alive (and, `[ha]`, a standby's state fresh), else 503 with the problems |
 //! | `GET /api/v1/ha` | hot standby: role, state store, copies, takeovers |
-//! | `POST /api/v1/ha/role` | hot standby: `{"role": "MASTER"}` (or `BACKUP`, `FAULT`), what `vgate ha-notify` sends |
+//! | `POST /api/v1/ha/role` | hot standby: `{"role": "MASTER"}` (or `BACKUP`, `FAULT`; `"force": true` takes over with a stale state), what `vgate ha-notify` sends |
 //! | `GET /api/v1/stats` | counters per channel and worker, ports, worst routes (for `vgate stats`) |
 //! | `GET /api/v1/routes` | live stream routes |
 //! | `POST /api/v1/routes` | add a static route (JSON body, see [`NewRoute`]) |
@@ -16,6 +16,7 @@
 //! | `GET /api/v1/legs` | stream legs (RTP over TCP the gateway terminates): role, state, counters, and totals |
 //! | `POST /api/v1/reload` | re-read the config file (same as SIGHUP) |
 //! | `GET /api/v1/registrations` | devices registered through each SIP route: ID, contact, expiry |
+//! | `GET /api/v1/dialogs` | confirmed SIP calls through each route: Call-IDs on both faces, contact tokens, media ports |
 //! | `GET /api/v1/log-level` | the log filter in force |
 //! | `PUT /api/v1/log-level` | replace it: `{"level": "debug"}` (a level or `RUST_LOG` directives) |
 //!
@@ -101,9 +102,38 @@ impl Drop for AdminServer {
     }
 }
 
+/// Requests answered on threads of their own at most at once; more wait their turn.
+const MAX_SLOW: usize = 4;
+
+/// Whether answering `req` may wait for another thread (a proxy, the reloader).
+fn waits(req: &Request) -> bool {
+    matches!(
+        (req.method(), req.url()),
+        (Method::Delete, u) if u.starts_with("/api/v1/sessions/")
+    ) || (req.method() == &Method::Post && req.url().starts_with("/api/v1/reload"))
+}
+
 fn serve(server: Server, state: ControlState, reload: Sender<ReloadRequest>, stop: &AtomicBool) {
+    let slow = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Relaxed) {
         match server.recv_timeout(Duration::from_millis(100)) {
+            // A request that waits (ending a SIP/RTSP session waits for its proxy, a
+            // reload for the reloader) is answered on a thread of its own: meanwhile
+            // `vgate health` (keepalived's watcher asks ten times a second) is still
+            // answered, or a hot-standby node would be taken for dead and fail over.
+            Ok(Some(req)) if waits(&req) && slow.load(Relaxed) < MAX_SLOW => {
+                slow.fetch_add(1, Relaxed);
+                let (state, reload, n) = (state.clone(), reload.clone(), Arc::clone(&slow));
+                let spawned = std::thread::Builder::new()
+                    .name("vgate-admin-wait".into())
+                    .spawn(move || {
+                        handle(req, &state, &reload);
+                        n.fetch_sub(1, Relaxed);
+                    });
+                if spawned.is_err() {
+                    slow.fetch_sub(1, Relaxed);
+                }
+            }
             Ok(Some(req)) => handle(req, &state, &reload),
             Ok(None) => {}
             Err(e) => {
@@ -237,6 +267,7 @@ fn route(
         (Method::Delete, ["api", "v1", "sessions", id]) => kill_session(id, st),
         (Method::Post, ["api", "v1", "reload"]) => do_reload(reload),
         (Method::Get, ["api", "v1", "registrations"]) => ok(registrations_json(st)),
+        (Method::Get, ["api", "v1", "dialogs"]) => ok(dialogs_json(st)),
         (Method::Get, ["api", "v1", "log-level"]) => {
             ok(json!({ "level": crate::logging::level() }))
         }
@@ -278,6 +309,9 @@ fn ha_json(st: &ControlState) -> Answer {
         "replica_errors": h.apply_errors.load(Relaxed),
         "replicas_idle_ended": h.replicas_idle_ended.load(Relaxed),
         "takeovers": h.takeovers.load(Relaxed),
+        "takeovers_refused": h.takeovers_refused.load(Relaxed),
+        "takeover_refused": h.refusal(),
+        "stale_takeover_allowed": h.stale_takeover_allowed(),
         "last_takeover_unix_ms": h.last_takeover_wall_ms.load(Relaxed),
         "problems": problems,
         "warnings": warnings,
@@ -289,6 +323,9 @@ fn ha_json(st: &ControlState) -> Answer {
 #[serde(deny_unknown_fields)]
 struct SetRole {
     role: String,
+    /// Take over even with a stale copy of the state (`vgate ha-notify --force`).
+    #[serde(default)]
+    force: bool,
 }
 
 fn set_role(body: &[u8], st: &ControlState) -> Answer {
@@ -308,8 +345,14 @@ fn set_role(body: &[u8], st: &ControlState) -> Answer {
             format!("unknown role {:?}; use MASTER, BACKUP or FAULT", r.role),
         );
     };
+    if r.force {
+        h.allow_stale_takeover();
+    }
     h.request(role);
-    ok(json!({ "requested_role": role.name(), "role": h.role().name() }))
+    let refused = (role == crate::ha::Role::Active)
+        .then(|| h.takeover_refusal(now_ms()))
+        .flatten();
+    ok(json!({ "requested_role": role.name(), "role": h.role().name(), "refused": refused }))
 }
 
 /// Every SIP route's registered devices (refreshed by each proxy once a second).
@@ -325,6 +368,20 @@ fn registrations_json(st: &ControlState) -> Value {
         }
     }
     json!({ "registrations": list })
+}
+
+/// Every SIP route's confirmed calls (refreshed by each proxy once a second).
+fn dialogs_json(st: &ControlState) -> Value {
+    let mut list = Vec::new();
+    for (route, stats) in st.signaling.all() {
+        for d in stats.dialogs() {
+            list.push(json!({
+                "route": route, "call_id": d.call_id, "upstream_call_id": d.upstream_call_id,
+                "contacts": d.contacts, "media_ports": d.media_ports,
+            }));
+        }
+    }
+    json!({ "dialogs": list })
 }
 
 /// The body of `PUT /api/v1/log-level`.

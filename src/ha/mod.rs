@@ -118,6 +118,14 @@ pub struct HaStatus {
     pub replicas_idle_ended: AtomicU64,
     /// Takeovers (standby → active) since start.
     pub takeovers: AtomicU64,
+    /// Takeovers refused because this standby's copy of the state was stale (one per
+    /// refusal, however long keepalived keeps asking).
+    pub takeovers_refused: AtomicU64,
+    /// The operator allowed a takeover with a stale state (`vgate ha-notify --force`), until
+    /// the state store answers again.
+    force: AtomicBool,
+    /// Why the last takeover asked for was refused (cleared by a takeover or a demotion).
+    refusal: Mutex<Option<String>>,
     /// Wall clock (ms) of the last takeover; 0: none.
     pub last_takeover_wall_ms: AtomicU64,
     /// [`now_ms`] of the last takeover; 0: none.
@@ -147,6 +155,7 @@ impl HaStatus {
         if role != Role::Active {
             self.routes.set_standby(true);
             self.role.store(role as u8, Relaxed);
+            self.set_refusal(None);
         }
         if before != role as u8 {
             tracing::info!(role = role.name(), "ha: role requested");
@@ -179,36 +188,92 @@ impl HaStatus {
         }
     }
 
+    /// Whether a takeover may happen with a stale state: `ha.takeover_when_stale`, or the
+    /// operator said so (`vgate ha-notify --force`) since the store last answered.
+    pub fn stale_takeover_allowed(&self) -> bool {
+        self.config.takeover_when_stale || self.force.load(Relaxed)
+    }
+
+    /// The operator's override: take over even with a stale state, until the state store
+    /// answers again.
+    pub fn allow_stale_takeover(&self) {
+        if !self.force.swap(true, Relaxed) {
+            tracing::warn!("ha: takeover with a stale state allowed by the operator (--force) until the state store answers");
+        }
+    }
+
+    /// Why this node's copy of the state is stale (`None`: fresh, or no state store).
+    pub fn stale(&self, now: u64) -> Option<String> {
+        let addr = self.config.redis?;
+        let stale = self.config.stale_after_ms;
+        let why = self
+            .last_store_error()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        match self.store_age_ms(now) {
+            Some(a) if a <= stale => None,
+            None => Some(format!(
+                "standby state stale: the state store {addr} has not answered yet{why}"
+            )),
+            Some(a) => Some(format!(
+                "standby state stale: the state store {addr} last answered {a} ms ago (ha.stale_after_ms {stale}){why}"
+            )),
+        }
+    }
+
+    /// Why a takeover now would be refused: a stale state, not allowed.
+    pub fn takeover_refusal(&self, now: u64) -> Option<String> {
+        if self.role() == Role::Active || self.stale_takeover_allowed() {
+            return None;
+        }
+        self.stale(now).map(|s| {
+            format!("{s}; refusing to take over (ha.takeover_when_stale, or vgate ha-notify --force MASTER)")
+        })
+    }
+
+    /// Why the last takeover asked for was refused, while it still is.
+    pub fn refusal(&self) -> Option<String> {
+        self.refusal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_refusal(&self, r: Option<String>) {
+        *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = r;
+    }
+
     /// What keeps this node from being healthy (`problems`) and what an operator should know
     /// (`warnings`). A standby whose copy of the state is stale is not healthy (keepalived
-    /// must not give it the addresses); an active that cannot reach the store keeps
-    /// forwarding and only warns (giving the addresses up would stop every stream for a
-    /// store that only the next takeover needs).
+    /// must not give it the addresses) unless a stale takeover is allowed, when it only
+    /// warns; an active that cannot reach the store keeps forwarding and only warns (giving
+    /// the addresses up would stop every stream for a store that only the next takeover
+    /// needs).
     pub fn health(&self, now: u64) -> (Vec<String>, Vec<String>) {
         let (mut problems, mut warnings) = (Vec::new(), Vec::new());
         let Some(addr) = self.config.redis else {
             return (problems, warnings);
         };
-        let stale = self.config.stale_after_ms;
-        let age = self.store_age_ms(now);
         let why = self
             .last_store_error()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
         let failing = !self.store_ok.load(Relaxed) && self.store_errors.load(Relaxed) > 0;
-        match (self.role(), age) {
-            (Role::Active, _) if !failing => {}
-            (Role::Active, _) => warnings.push(format!(
-                "the state store {addr} is unreachable{why}; forwarding goes on, {} changed sessions wait for it",
-                self.store_pending.load(Relaxed)
-            )),
-            (_, Some(a)) if a <= stale => {}
-            (_, None) => problems.push(format!(
-                "standby state stale: the state store {addr} has not answered yet{why}"
-            )),
-            (_, Some(a)) => problems.push(format!(
-                "standby state stale: the state store {addr} last answered {a} ms ago (ha.stale_after_ms {stale}){why}"
-            )),
+        if self.role() == Role::Active {
+            if failing {
+                warnings.push(format!(
+                    "the state store {addr} is unreachable{why}; forwarding goes on, {} changed sessions wait for it",
+                    self.store_pending.load(Relaxed)
+                ));
+            }
+        } else if let Some(s) = self.stale(now) {
+            if self.stale_takeover_allowed() {
+                warnings.push(format!(
+                    "{s}; a takeover is allowed all the same (ha.takeover_when_stale or --force): what changed since is lost"
+                ));
+            } else {
+                problems.push(s);
+            }
         }
         (problems, warnings)
     }
@@ -218,6 +283,8 @@ impl HaStatus {
             Ok(()) => {
                 self.store_ok.store(true, Relaxed);
                 self.store_last_ok_ms.store(now_ms().max(1), Relaxed);
+                // Fresh again: the operator's override has done its work.
+                self.force.store(false, Relaxed);
             }
             Err(e) => {
                 self.store_ok.store(false, Relaxed);
@@ -259,6 +326,9 @@ impl Ha {
             apply_errors: AtomicU64::new(0),
             replicas_idle_ended: AtomicU64::new(0),
             takeovers: AtomicU64::new(0),
+            takeovers_refused: AtomicU64::new(0),
+            force: AtomicBool::new(false),
+            refusal: Mutex::new(None),
             last_takeover_wall_ms: AtomicU64::new(0),
             last_takeover_ms: AtomicU64::new(0),
             text: Mutex::new((None, None)),
@@ -382,6 +452,16 @@ impl Node {
     fn promote(&mut self) {
         let t0 = std::time::Instant::now();
         self.read();
+        if let Some(why) = self.status.takeover_refusal(now_ms()) {
+            // Stays the standby (the gate closed); tried again at every tick, so it takes
+            // over as soon as the state store answers (or the operator says so).
+            if self.status.refusal().is_none() {
+                self.status.takeovers_refused.fetch_add(1, Relaxed);
+                tracing::error!("ha: asked to take over, refused: {why}");
+            }
+            self.status.set_refusal(Some(why));
+            return;
+        }
         {
             let _t = self
                 .status
@@ -394,6 +474,7 @@ impl Node {
             }
             self.routes.set_standby(false);
             self.status.role.store(Role::Active as u8, Relaxed);
+            self.status.set_refusal(None);
         }
         self.full = true;
         let s = &self.status;

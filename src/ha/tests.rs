@@ -199,6 +199,28 @@ fn leaving_the_active_role_closes_the_gate_at_once() {
     let routes = Arc::new(Routes::new(&c, Arc::new(NoHooks)));
     let ha = Ha::start(c.ha.clone().unwrap(), Arc::clone(&routes)).unwrap();
     assert!(routes.is_standby());
+    // The store never answered: the standby's state is stale, it refuses to take over.
+    ha.status.request(Role::Active);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while ha.status.refusal().is_none() {
+        assert!(std::time::Instant::now() < deadline, "never refused");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(routes.is_standby(), "a stale standby does not forward");
+    assert_eq!(ha.status.role(), Role::Standby);
+    assert_eq!(ha.status.takeovers_refused.load(Relaxed), 1, "counted once");
+    assert!(ha
+        .status
+        .refusal()
+        .is_some_and(|r| r.contains("standby state stale") && r.contains("--force")));
+    let (problems, _) = ha.status.health(now_ms());
+    assert!(problems[0].contains("standby state stale"), "{problems:?}");
+    // Told to (`vgate ha-notify --force MASTER`): it takes over, and its stale state warns.
+    ha.status.allow_stale_takeover();
+    let (problems, warnings) = ha.status.health(now_ms());
+    assert!(problems.is_empty(), "{problems:?}");
+    assert!(warnings[0].contains("allowed"), "{warnings:?}");
     ha.status.request(Role::Active);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while routes.is_standby() {
@@ -211,10 +233,29 @@ fn leaving_the_active_role_closes_the_gate_at_once() {
     let (problems, warnings) = ha.status.health(now_ms());
     assert!(problems.is_empty(), "{problems:?}");
     assert!(warnings[0].contains("unreachable"), "{warnings:?}");
+    assert!(ha.status.refusal().is_none());
     ha.status.request(Role::Fault);
     assert!(routes.is_standby(), "the gate closes within the call");
+    // The override lasts until the store answers: still a warning.
     let (problems, _) = ha.status.health(now_ms());
-    assert!(problems[0].contains("standby state stale"), "{problems:?}");
+    assert!(problems.is_empty(), "{problems:?}");
+}
+
+#[test]
+fn takeover_when_stale_lets_a_stale_standby_take_over() {
+    let c = cfg("[ha]\nredis = \"127.0.0.1:1\"\ntakeover_when_stale = true");
+    let routes = Arc::new(Routes::new(&c, Arc::new(NoHooks)));
+    let ha = Ha::start(c.ha.clone().unwrap(), Arc::clone(&routes)).unwrap();
+    let (problems, warnings) = ha.status.health(now_ms());
+    assert!(problems.is_empty(), "{problems:?}");
+    assert!(warnings[0].contains("standby state stale"), "{warnings:?}");
+    ha.status.request(Role::Active);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while routes.is_standby() {
+        assert!(std::time::Instant::now() < deadline, "never became active");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(ha.status.takeovers_refused.load(Relaxed), 0);
 }
 
 #[test]

@@ -348,6 +348,11 @@ pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
         "Hot standby: times this node became the active one",
     ),
     (
+        "vgate_ha_takeovers_refused_total",
+        "counter",
+        "Hot standby: takeovers this node refused because its copy of the state was stale",
+    ),
+    (
         "vgate_ha_last_takeover_timestamp_seconds",
         "gauge",
         "Hot standby: Unix time of the last takeover (0: none)",

@@ -536,6 +536,7 @@ fn ha_families(o: &mut out::Out, st: &ControlState) {
     o.family("vgate_ha_replicas");
     o.family("vgate_ha_replica_errors_total");
     o.family("vgate_ha_takeovers_total");
+    o.family("vgate_ha_takeovers_refused_total");
     o.family("vgate_ha_last_takeover_timestamp_seconds");
     let Some(h) = h else {
         return;
@@ -580,6 +581,11 @@ fn ha_families(o: &mut out::Out, st: &ControlState) {
         h.apply_errors.load(Relaxed),
     );
     o.sample("vgate_ha_takeovers_total", &[], h.takeovers.load(Relaxed));
+    o.sample(
+        "vgate_ha_takeovers_refused_total",
+        &[],
+        h.takeovers_refused.load(Relaxed),
+    );
     o.sample(
         "vgate_ha_last_takeover_timestamp_seconds",
         &[],

@@ -46,6 +46,7 @@ pub struct SignalingStats {
     responses: [AtomicU64; 6],
     events: Mutex<Vec<(&'static str, u64)>>,
     registrations: Mutex<Vec<Registration>>,
+    dialogs: Mutex<Vec<Dialog>>,
     /// SIP: from the INVITE to its first 2xx, per call.
     pub call_setup: Histogram,
 }
@@ -68,6 +69,19 @@ pub struct Registration {
     pub expires_in: std::time::Duration,
 }
 
+/// A confirmed, live SIP call through a route (published by the proxy on its timer): what
+/// `GET /api/v1/dialogs` lists, so that the two nodes of a hot-standby pair can be compared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dialog {
+    /// Its Call-ID on the listen face, and on the upstream face (topology hiding).
+    pub call_id: String,
+    pub upstream_call_id: String,
+    /// The binding tokens of each face's party.
+    pub contacts: [Option<String>; 2],
+    /// The ports of its media session (`a:20000`), sorted; empty without media.
+    pub media_ports: Vec<String>,
+}
+
 impl SignalingStats {
     pub fn new(kind: SignalingKind) -> SignalingStats {
         SignalingStats {
@@ -76,6 +90,7 @@ impl SignalingStats {
             responses: Default::default(),
             events: Mutex::new(Vec::new()),
             registrations: Mutex::new(Vec::new()),
+            dialogs: Mutex::new(Vec::new()),
             call_setup: Histogram::default(),
         }
     }
@@ -117,6 +132,18 @@ impl SignalingStats {
 
     pub fn registrations(&self) -> Vec<Registration> {
         self.registrations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the route's confirmed calls (the SIP proxy publishes them on its timer).
+    pub fn set_dialogs(&self, d: Vec<Dialog>) {
+        *self.dialogs.lock().unwrap_or_else(|p| p.into_inner()) = d;
+    }
+
+    pub fn dialogs(&self) -> Vec<Dialog> {
+        self.dialogs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()

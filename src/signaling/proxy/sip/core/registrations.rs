@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use crate::clock::now_ms;
-use crate::signaling::proxy::stats::Registration;
+use crate::signaling::proxy::stats::{Dialog, Registration};
 use crate::signaling::sip::{Head, Host, NameAddr, Uri};
 
 use super::rewrite::token_of;
@@ -42,6 +42,34 @@ impl Core {
             })
             .collect();
         v.sort_by(|a, b| b.expires_in.cmp(&a.expires_in).then(a.id.cmp(&b.id)));
+        v
+    }
+
+    /// The confirmed, live calls through this route (`GET /api/v1/dialogs`), sorted by
+    /// Call-ID.
+    pub fn dialogs(&self) -> Vec<Dialog> {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let mut v: Vec<Dialog> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.confirmed_ms.is_some() && c.ended.is_none())
+            .map(|(cid, c)| {
+                let mut media_ports: Vec<String> = c
+                    .media
+                    .session
+                    .and_then(|s| self.routes.session(s))
+                    .map(|s| s.ports.iter().map(|(d, p)| format!("{d}:{p}")).collect())
+                    .unwrap_or_default();
+                media_ports.sort();
+                Dialog {
+                    call_id: text(cid),
+                    upstream_call_id: text(&self.call_id_on(cid, Face::Upstream)),
+                    contacts: c.contact.clone(),
+                    media_ports,
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| a.call_id.cmp(&b.call_id));
         v
     }
 

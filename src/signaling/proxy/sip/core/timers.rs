@@ -23,6 +23,7 @@ impl Core {
         self.last_sweep = Some(now);
         self.stats.set_events(self.counters.list());
         self.stats.set_registrations(self.registrations(now));
+        self.stats.set_dialogs(self.dialogs());
         // Unanswered INVITEs.
         let timed_out: Vec<String> = self
             .txns
