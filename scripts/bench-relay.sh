@@ -41,6 +41,22 @@
 #                     not). nic: through a bridge hop whose XDP_PASS program takes that copy
 #                     before the gateway, for every configuration alike, so the gateway gets
 #                     what a NIC driver hands up (scripts/bench/bed-lib.sh, nic_feed)
+#   --paced           the generator sends every datagram at its own time (blast send -P: one
+#                     datagram per sendmmsg while it keeps up, evenly spread), not in the
+#                     batches its 50 µs naps collect: a relay socket rarely holds more than one
+#                     or two datagrams per wake-up, so per-wake-up and per-system-call costs
+#                     are paid per packet (issue 25's paced load)
+#   --media CODEC     h264 or ps: the streams are real media instead of RTP-shaped filler: the
+#                     golden corpus's recording (tests/golden/media/ffmpeg_h264_high.rtp, RFC 6184;
+#                     ffmpeg_ps_h264.rtp, MPEG-PS packetised the GB/T 28181 way) replayed per
+#                     stream with its own SSRC, sequence numbers and timestamps (blast send -f),
+#                     at the same packet rate; vgate's routes get `media = { validate = "off" }`,
+#                     and the configurations MODE+enforce / MODE+count (e.g. stack+enforce) the
+#                     same mode with `media = { validate = "enforce" | "count", codec = CODEC,
+#                     payload_types = [96] }` (ps: and the stream's `ssrc`, as a GB/T 28181 y=
+#                     line gives it), so validation off and on run side by side on the same
+#                     streams. Every violation counted is reported (none is expected: the
+#                     recordings are real encoders' output)
 #   --no-build        use target/release/vgate as it is
 #   --baseline BIN    another vgate binary (e.g. a release build of an earlier commit) for
 #                     the configurations suffixed @base: "stack stack@base" runs mode stack
@@ -69,6 +85,8 @@ NOTE=""
 FEED=local
 BUILD=1
 BASELINE=""
+PACED=0
+MEDIA=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --streams) STREAMS="${2?}"; shift 2 ;;
@@ -80,6 +98,8 @@ while [ $# -gt 0 ]; do
         --note) NOTE="${2:?}"; shift 2 ;;
         --feed) FEED="${2:?}"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
+        --paced) PACED=1; shift ;;
+        --media) MEDIA="${2:?}"; shift 2 ;;
         --baseline) BASELINE="${2:?}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-relay: unknown argument '$1'" >&2; exit 2 ;;
@@ -91,6 +111,14 @@ isnum() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
 isnum "$RUNS" 1 20 || die "--runs must be 1..20"
 isnum "$SECS" 1 60 || die "--seconds must be 1..60"
 case "$FEED" in local|nic) ;; *) die "--feed must be local or nic" ;; esac
+RECORDING=""
+case "$MEDIA" in
+    "") [[ " $CONFIGS " != *"+enforce "* && " $CONFIGS " != *"+count "* ]] || die "MODE+enforce / MODE+count need --media" ;;
+    h264) RECORDING=tests/golden/media/ffmpeg_h264_high.rtp ;;
+    ps) RECORDING=tests/golden/media/ffmpeg_ps_h264.rtp ;;
+    *) die "--media must be h264 or ps" ;;
+esac
+[ -z "$RECORDING" ] || [ -s "$RECORDING" ] || die "$RECORDING missing (scripts/media-golden.sh makes the corpus)"
 for n in $STREAMS; do isnum "$n" 1 5000 || die "--streams: '$n' is not 1..5000"; done
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nftables)"
 for t in ip nft cc taskset timeout python3; do command -v "$t" >/dev/null || die "$t not found"; done
@@ -134,6 +162,9 @@ cc -O2 -o "$WORK/blast" scripts/bench/blast.c
 XDPPASS=$WORK/xdppass
 [ "$FEED" = local ] || cc -O2 -o "$XDPPASS" scripts/bench/xdppass.c
 VGATE=$WORK/vgate
+GEN_OPTS=()
+[ "$PACED" = 0 ] || GEN_OPTS+=(-P)
+[ -z "$RECORDING" ] || GEN_OPTS+=(-f "$RECORDING")
 if [ -n "$BASELINE" ]; then
     cp "$BASELINE" "$WORK/vgate-base"
 elif [[ " $CONFIGS " == *"@base "* ]]; then
@@ -198,8 +229,13 @@ start_config() { # cfg n why -> sets TARGET TPORT
             # gateway's UDP sockets instead of frames built by vgate.
             # tnapi-v2 / tnapi-v3: mode tnapi with that AF_PACKET ring version
             # ([engine.tnapi] ring; plain tnapi takes the default).
-            local mode=$cfg envs=() extra="" bin=$VGATE
+            local mode=$cfg envs=() extra="" bin=$VGATE validate=off
             if [[ $cfg == *@base ]]; then bin=$WORK/vgate-base cfg=${cfg%@base} mode=${cfg%@base}; fi
+            # MODE+enforce / MODE+count: the same mode validating the streams' media (--media).
+            case "$cfg" in
+                *+enforce) validate=enforce cfg=${cfg%+enforce} mode=${cfg%+enforce} ;;
+                *+count) validate=count cfg=${cfg%+count} mode=${cfg%+count} ;;
+            esac
             case "$cfg" in
                 tnapi-sockets) mode=tnapi envs=(VGATE_TNAPI_TX=sockets) ;;
                 stack-nogso) mode=stack envs=(VGATE_UDP_GSO=off) ;;
@@ -211,7 +247,7 @@ start_config() { # cfg n why -> sets TARGET TPORT
                 zc-before) mode=zc envs=(VGATE_AFXDP_TX_CSUM=software VGATE_AFXDP_KICK_AT=1 VGATE_AFXDP_WAIT=epoll) ;;
                 tnapi-v2|tnapi-v3) mode=tnapi extra=$(printf '[engine.tnapi]\nring = "%s"' "${cfg#tnapi-}") ;;
             esac
-            vgate_config "$mode" "$n" "$WORK/vgate.toml"
+            vgate_config "$mode" "$n" "$WORK/vgate.toml" "$MEDIA" "$validate"
             [ -z "$extra" ] || printf '%s\n' "$extra" >> "$WORK/vgate.toml"
             timeout -s TERM $((SECS + 60 + 6 * ${ACT_TRIES:-5})) ip netns exec "$G_NS" env "${envs[@]}" "$bin" run --config "$WORK/vgate.toml" \
                 --stats-interval 0 > "$WORK/relay.out" 2> "$WORK/relay.log" &
@@ -311,8 +347,13 @@ point() { # cfg n run
             "$(python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))' < "$WORK/why")" >> "$RAW"
         stop_config "$cfg"; return 0
     fi
+    # Replay: the send times go through a file both sides map (fresh per point).
+    local stamps=() gen_opts=("${GEN_OPTS[@]}")
+    if [ -n "$RECORDING" ]; then
+        rm -f "$WORK/stamps"; stamps=(-m "$WORK/stamps"); gen_opts+=(-m "$WORK/stamps")
+    fi
     timeout -s INT $((SECS + 20)) ip netns exec "$B_NS" taskset -c "$GEN_CPU" "$WORK/blast" sink \
-        -a "$B_IP" -p "$SINK_BASE" -n "$n" -t $((SECS + 15)) > "$WORK/sink.out" 2> "$WORK/sink.log" &
+        -a "$B_IP" -p "$SINK_BASE" -n "$n" -t $((SECS + 15)) "${stamps[@]}" > "$WORK/sink.out" 2> "$WORK/sink.log" &
     sink=$!; PIDS+=("$sink")
     local t=0; while [ $t -lt 100 ] && ! grep -q ready "$WORK/sink.log" 2>/dev/null; do sleep 0.05; t=$((t + 1)); done
     s0=$(udp_err "$B_NS"); g0=$(udp_err "$G_NS"); read -r c0 _ < <(core "$RELAY_CPU"); p0=$(proc_ticks "$RELAY")
@@ -321,7 +362,7 @@ point() { # cfg n run
     rm -f "$WORK/calls.txt"
     count_calls "$RELAY" "$SECS" "$WORK/calls.txt" & calls=$!
     timeout -s INT $((SECS + 15)) ip netns exec "$A_NS" taskset -c "$GEN_CPU" "$WORK/blast" send \
-        -d "$TARGET" -p "$TPORT" -n "$n" -r "$RATE" -l "$PAYLOAD" -t "$SECS" -b "$A_IP" > "$WORK/gen.out" 2> "$WORK/gen.log" || true
+        -d "$TARGET" -p "$TPORT" -n "$n" -r "$RATE" -l "$PAYLOAD" -t "$SECS" -b "$A_IP" "${gen_opts[@]}" > "$WORK/gen.out" 2> "$WORK/gen.log" || true
     read -r c1 _ < <(core "$RELAY_CPU"); p1=$(proc_ticks "$RELAY")
     read -r a1 _ < <(core ""); read -r b1 bn1 < <(bpf_ns)
     wait "$calls" 2>/dev/null || true
@@ -333,8 +374,19 @@ point() { # cfg n run
     s1=$(udp_err "$B_NS"); g1=$(udp_err "$G_NS")
     stop_config "$cfg"
     rx=null tx=null
-    local drops="{}"
+    local drops="{}" media="{}"
     if [ -s "$WORK/relay.out" ]; then
+        # Media violations by reason, summed over the routes (`media_REASON=N` on route lines):
+        # counted under count and enforce alike; none is expected from a real encoder's stream.
+        media=$({ grep '^route name=.* channel=forward ' "$WORK/relay.out" || true; } | python3 -c '
+import json, sys
+t = {}
+for line in sys.stdin:
+    for w in line.split():
+        k, _, v = w.partition("=")
+        if k.startswith("media_") and v.isdigit():
+            t[k[6:]] = t.get(k[6:], 0) + int(v)
+print(json.dumps(t))' 2>/dev/null || echo "{}")
         # vgate's forward-channel drop counters by reason, so a gap between rx and tx says why.
         drops=$(sed -n 's/^total channel=forward //p' "$WORK/relay.out" | head -1 | python3 -c '
 import json, sys
@@ -346,9 +398,9 @@ print(json.dumps({k[5:]: int(v) for k, v in kv.items() if k.startswith("drop_") 
                tx=$(sed -n 's/^total channel=forward .*tx_packets=\([0-9]*\).*/\1/p' "$WORK/relay.out" | head -1) ;;
         esac
     fi
-    printf '{"cfg": "%s", "n": %d, "run": %d, "gen": %s, "sink": %s, "core_ticks": %d, "all_ticks": %d, "relay_ticks": %d, "sink_udp_errors": %d, "gw_udp_errors": %d, "relay_rx": %s, "relay_tx": %s, "relay_syscalls": %s, "relay_switches": %s, "bpf_ns": %s, "bpf_runs": %s, "relay_drops": %s}\n' \
+    printf '{"cfg": "%s", "n": %d, "run": %d, "gen": %s, "sink": %s, "core_ticks": %d, "all_ticks": %d, "relay_ticks": %d, "sink_udp_errors": %d, "gw_udp_errors": %d, "relay_rx": %s, "relay_tx": %s, "relay_syscalls": %s, "relay_switches": %s, "bpf_ns": %s, "bpf_runs": %s, "relay_drops": %s, "media_violations": %s}\n' \
         "$cfg" "$n" "$r" "$(cat "$WORK/gen.out")" "$(cat "$WORK/sink.out")" $((c1 - c0)) $((a1 - a0)) $((p1 - p0)) \
-        $((s1 - s0)) $((g1 - g0)) "${rx:-null}" "${tx:-null}" "$sc" "$cs" "$bpf_t" "$bpf_c" "$drops" >> "$RAW"
+        $((s1 - s0)) $((g1 - g0)) "${rx:-null}" "${tx:-null}" "$sc" "$cs" "$bpf_t" "$bpf_c" "$drops" "$media" >> "$RAW"
     tail -1 "$RAW" >&2
     sleep 0.3
 }
@@ -369,7 +421,7 @@ for ((r = 1; r <= RUNS; r++)); do
         done
     done
 done
-is_vgate() { case "$1" in route|kernel|crelay*|*-sockets|*-nogso|*-spin*) return 1 ;; *) return 0 ;; esac; }
+is_vgate() { case "$1" in route|kernel|crelay*|*-sockets|*-nogso|*-spin*|*+enforce|*+count) return 1 ;; *) return 0 ;; esac; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
 fd_count() { find "/proc/$1/fd" -mindepth 1 2>/dev/null | wc -l; }
 socket_count() { find "/proc/$1/fd" -mindepth 1 -lname 'socket:*' 2>/dev/null | wc -l; }
@@ -446,8 +498,9 @@ for r in json.load(urllib.request.urlopen("http://%s/api/v1/routes" % sys.argv[1
 fi
 
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+[ -z "$OUT" ] || cp "$RAW" "${OUT%.md}.jsonl"   # the raw points survive a failing report
 python3 scripts/bench/relay_report.py "$RAW" --hz "$(getconf CLK_TCK)" --seconds "$SECS" \
-    --command "scripts/bench-relay.sh --streams \"$STREAMS\" --runs $RUNS --seconds $SECS --configs \"$CONFIGS\" --feed $FEED" \
+    --command "scripts/bench-relay.sh --streams \"$STREAMS\" --runs $RUNS --seconds $SECS --configs \"$CONFIGS\" --feed $FEED$([ "$PACED" = 0 ] || echo " --paced")${MEDIA:+ --media $MEDIA}" \
     --load "$LOAD" --rev "$(git rev-parse --short HEAD)" --note "$NOTE" > "$WORK/report.md"
 cat "$WORK/report.md"
 if [ -n "$OUT" ]; then

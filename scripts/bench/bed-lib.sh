@@ -29,8 +29,11 @@ steer() {
     done
 }
 
-vgate_config() { # mode n file
-    local mode=$1 n=$2 f=$3 i
+# codec (optional, scripts/bench-relay.sh --media): each route says what it carries; validate
+# off | count | enforce. ps routes also take the stream's SSRC (blast's 0x56470000 + i), as a
+# GB/T 28181 y= line would give it; h264 learns it from the first packet.
+vgate_config() { # mode n file [codec validate]
+    local mode=$1 n=$2 f=$3 codec=${4:-} validate=${5:-off} i media=""
     {
         cat <<EOF
 # Written by $(basename "$0"): $n static stream routes A -> B.
@@ -58,6 +61,16 @@ EOF
         for ((i = 0; i < n; i++)); do
             printf '[[stream_route]]\nname = "s%d"\ndomain = "a"\nport = %d\ndestination = "%s:%d"\negress_port = %d\nexpect_source = "%s:0"\n' \
                 "$i" $((A_BASE + i)) "$B_IP" $((SINK_BASE + i)) $((EG_BASE + i)) "$A_IP"
+            if [ -n "$codec" ]; then
+                if [ "$validate" = off ]; then
+                    media='{ validate = "off" }'
+                elif [ "$codec" = ps ]; then
+                    media="{ validate = \"$validate\", codec = \"ps\", payload_types = [96], ssrc = $((0x56470000 + i)) }"
+                else
+                    media="{ validate = \"$validate\", codec = \"$codec\", payload_types = [96] }"
+                fi
+                printf 'media = %s\n' "$media"
+            fi
         done
     } > "$f"
 }
