@@ -72,6 +72,9 @@ pub(super) struct RtpState {
     last: Option<Last>,
     /// After a jump: the sequence number that confirms the new position.
     probe: Option<u16>,
+    /// After a timestamp jump: the next sequence number and the jumping packet's timestamp;
+    /// a packet with that number and a timestamp plausible from there confirms the jump.
+    ts_probe: Option<(u16, u32)>,
     pub ssrc_changes: u64,
 }
 
@@ -152,7 +155,19 @@ impl RtpState {
         let dts = h.timestamp.wrapping_sub(last.ts) as i32;
         let clock = i64::from(format.clock_rate);
         if i64::from(dts) > 10 * clock || i64::from(dts) < -clock {
-            return Err(Violation::TimestampJump);
+            // Believed once the next packet follows it (as a sequence jump is): after a long
+            // outage of a slow stream every later packet would otherwise be compared with the
+            // same stale one and the stream refused for good.
+            let confirmed = self.ts_probe.is_some_and(|(seq, ts)| {
+                let from_probe = i64::from(h.timestamp.wrapping_sub(ts) as i32);
+                seq == h.seq && from_probe <= 10 * clock && from_probe >= -clock
+            });
+            if !confirmed {
+                self.ts_probe = Some((h.seq.wrapping_add(1), h.timestamp));
+                return Err(Violation::TimestampJump);
+            }
+            self.ts_probe = None;
+            return Ok(info);
         }
         info.gap = d != 1;
         info.prev_marker = last.marker;
@@ -176,6 +191,69 @@ impl RtpState {
             len,
         });
         self.probe = None;
+        self.ts_probe = None;
         self.last_ok_ms = now_ms;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::Codec;
+
+    fn packet(seq: u16, ts: u32, marker: bool) -> Vec<u8> {
+        let mut p = vec![0x80, 96 | if marker { 0x80 } else { 0 }];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&ts.to_be_bytes());
+        p.extend_from_slice(&7u32.to_be_bytes());
+        p.push(0x41);
+        p
+    }
+
+    /// Feeds one packet and accepts it when its progress is plausible.
+    fn feed(st: &mut RtpState, seq: u16, ts: u32) -> Result<(), Violation> {
+        let policy = Policy::default();
+        let format = Format {
+            pt: 96,
+            codec: Codec::H264,
+            clock_rate: 90_000,
+        };
+        let p = packet(seq, ts, true);
+        let h = Header::parse(&p, &policy).unwrap();
+        st.progress(&h, format, &policy)?;
+        st.accept(&h, p.len(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn a_timestamp_jump_is_believed_once_the_next_packet_follows_it() {
+        let mut st = RtpState::default();
+        feed(&mut st, 1, 0).unwrap();
+        feed(&mut st, 2, 3000).unwrap();
+        // 20 s of clock later (an outage of a slow stream with few packets lost).
+        let far = 3000 + 20 * 90_000;
+        assert_eq!(feed(&mut st, 10, far), Err(Violation::TimestampJump));
+        feed(&mut st, 11, far + 3000).unwrap();
+        feed(&mut st, 12, far + 6000).unwrap();
+    }
+
+    #[test]
+    fn jumping_timestamps_that_never_settle_stay_refused() {
+        let mut st = RtpState::default();
+        feed(&mut st, 1, 0).unwrap();
+        let mut ts: u32 = 0;
+        for seq in 2..50u16 {
+            ts = ts.wrapping_add(20 * 90_000);
+            assert_eq!(
+                feed(&mut st, seq, ts),
+                Err(Violation::TimestampJump),
+                "seq {seq}"
+            );
+        }
+        // A confirming number with a timestamp that jumps again from the probe is refused too.
+        let mut st = RtpState::default();
+        feed(&mut st, 1, 0).unwrap();
+        assert_eq!(feed(&mut st, 2, 20 * 90_000), Err(Violation::TimestampJump));
+        assert_eq!(feed(&mut st, 3, 40 * 90_000), Err(Violation::TimestampJump));
     }
 }
