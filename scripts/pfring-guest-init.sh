@@ -88,6 +88,9 @@ if has tnapi; then
     run "tnapi restart_netns" restart_netns tnapi
     run "tnapi channel_netns" channel_netns tnapi
     VGATE_TEST_SIP_MODE=tnapi run "tnapi sip_netns" sip_netns sip_gb_calls
+    # The same flow on AF_PACKET in the same guest: what pfring must match.
+    VGATE_TEST_SIP_MODE=tnapi VGATE_TEST_SIP_ENGINE=afpacket \
+        run "tnapi/afpacket sip_netns" sip_netns sip_gb_calls
 fi
 # The unit tests of the engines (the whole lib suite under TCG would take most of the run).
 has unit && { run "unit, pfring-sys" pfring_sys; run "unit, vgate engine::" vgate engine::; }

@@ -487,12 +487,31 @@ fn single_host(mode: &str) -> Verdict {
     let vg = Vgate::start_with(&["ip", "netns", "exec", &g_ns], &cfg, &[]);
     let server = start_servers(&b_ns, bed.get("B_IP"));
     let client = run_clients(&a_ns, bed.get("GA_IP"));
+    settled_metrics(&g_ns);
     let server = wait_reports(server);
-    let metrics = admin::get_in(&g_ns, "127.0.0.1:9940", "/metrics");
+    let metrics = settled_metrics(&g_ns);
     let totals = vg.stop();
     let g = gateway_counts("vgate", &metrics, &totals);
     let (wa, wb) = (wire_counts(&a_ns), udp_in(&b_ns) - b_before);
     verdict(&client, &server, &wa, wb, &[("vgate", g)])
+}
+
+/// The gateway's `/metrics` in `ns` once its route counters have stopped moving: two reads
+/// 500 ms apart that agree (bounded: 60 s, then the last read). A gateway slower than its
+/// sender (a PF_RING ring's backlog under emulation, in the guest check) still forwards
+/// what it holds after the clients end; read earlier, `/metrics` and the exit totals
+/// disagree by that backlog (found in the guest: 438 against 513).
+fn settled_metrics(ns: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last = admin::get_in(ns, "127.0.0.1:9940", "/metrics");
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = admin::get_in(ns, "127.0.0.1:9940", "/metrics");
+        if route_metrics(&now) == route_metrics(&last) || std::time::Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// Waits (bounded) until the server has reported every stream, then ends it.
@@ -533,9 +552,11 @@ fn split(mode: &str) -> Verdict {
     let b_before = udp_in(bed.get("DB_NS"));
     let server = start_servers(bed.get("DB_NS"), bed.get("DB_IP"));
     let client = run_clients(bed.get("DA_NS"), bed.get("GA_IP"));
+    settled_metrics(bed.get("HA_NS"));
+    settled_metrics(bed.get("HB_NS"));
     let server = wait_reports(server);
-    let ma = admin::get_in(bed.get("HA_NS"), "127.0.0.1:9940", "/metrics");
-    let mb = admin::get_in(bed.get("HB_NS"), "127.0.0.1:9940", "/metrics");
+    let ma = settled_metrics(bed.get("HA_NS"));
+    let mb = settled_metrics(bed.get("HB_NS"));
     let ta = a.stop();
     let tb = b.stop();
     let ga = gateway_counts("half A", &ma, &ta);

@@ -44,6 +44,30 @@ const TNAPI_ENGINE: &str = if cfg!(feature = "pfring") {
     "afpacket"
 };
 
+/// The process's socket descriptors and socket mappings (what could keep a ring open).
+fn sockets_and_mappings() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(|e| {
+                let e = e.ok()?;
+                let l = std::fs::read_link(e.path()).ok()?;
+                let l = l.to_string_lossy().into_owned();
+                l.starts_with("socket:")
+                    .then(|| format!("fd {} -> {l}", e.file_name().to_string_lossy()))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+        v.extend(
+            maps.lines()
+                .filter(|l| l.contains("socket:") || l.contains("pf_ring"))
+                .map(|l| format!("map {l}")),
+        );
+    }
+    v
+}
+
 fn vgate_tables(ns: &str) -> Vec<String> {
     common::nft_tables(ns, "vgate_")
 }
@@ -109,6 +133,7 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
         .unwrap();
     assert!(st.success());
     let report = in_netns(&g_ns, move || {
+        let before = sockets_and_mappings();
         let gw = vgate::gateway::Gateway::start(cfg.clone(), None).expect("tnapi starts");
         let d = gw.describe();
         let open_rings = pf_rings();
@@ -122,9 +147,13 @@ fn tnapi_replaces_a_stale_table_and_refuses_what_it_cannot_run() {
                 "the running gateway's rings are listed"
             );
             let left = pf_rings();
+            let kept: Vec<String> = sockets_and_mappings()
+                .into_iter()
+                .filter(|s| !before.contains(s))
+                .collect();
             assert!(
                 left.is_empty(),
-                "rings left open after the gateway stopped: {left:?}"
+                "rings left open after the gateway stopped: {left:?}; sockets and mappings the process gained: {kept:?}"
             );
         }
         let e1 = start_error(&cfg, no_such_interface);

@@ -32,6 +32,16 @@ fn sip_mode() -> String {
     std::env::var("VGATE_TEST_SIP_MODE").unwrap_or_else(|_| "stack".into())
 }
 
+/// `--engine` for the UDP SIP flow: `VGATE_TEST_SIP_ENGINE` (the guest check runs mode tnapi
+/// on `afpacket` beside `pfring`, to compare the two on the same machine), else the mode's
+/// default.
+fn sip_engine() -> Vec<String> {
+    match std::env::var("VGATE_TEST_SIP_ENGINE") {
+        Ok(e) if !e.is_empty() => vec!["--engine".into(), e],
+        _ => Vec::new(),
+    }
+}
+
 fn config(bed: &Bed) -> String {
     let mode = sip_mode();
     let head = bed.config(BedConfig {
@@ -297,7 +307,9 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
     require!("sip_netns", true, PEERS);
     let sb = SipBed::up(Some(100));
     let (b_ns, gb_ip) = (sb.b_ns.clone(), sb.gb_ip.clone());
-    let vgate = Vgate::start_in(&sb.g_ns, &config(&sb.bed), &[]);
+    let engine = sip_engine();
+    let engine: Vec<&str> = engine.iter().map(String::as_str).collect();
+    let vgate = Vgate::start_in(&sb.g_ns, &config(&sb.bed), &engine);
 
     // 50 calls from the platform in B; the RTP sink at the address the platform offers.
     let step = live_view(

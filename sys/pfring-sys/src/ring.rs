@@ -579,12 +579,78 @@ impl Ring {
 
 impl Drop for Ring {
     fn drop(&mut self) {
+        // What the ring holds in this process before it is closed: its socket and the
+        // socket's mappings (see `release_leftovers`).
+        // SAFETY:
+        // - live, exclusively borrowed handle; the call only reads the ring's state.
+        let fd = unsafe { self.lib.api.pfring_get_selectable_fd(self.raw()) };
+        let held = socket_inode(fd).map(|ino| (fd, ino));
         // SAFETY:
         // - The handle is live and owned by this `Ring` alone; after this call nothing uses
         //   it (no packet can borrow a ring being dropped), and the library (held by `lib`)
         //   is still loaded.
         unsafe { self.lib.api.pfring_close(self.ptr.as_ptr()) };
+        if let Some((fd, ino)) = held {
+            release_leftovers(fd, ino);
+        }
     }
+}
+
+/// The inode of socket `fd`, if `fd` is an open socket.
+fn socket_inode(fd: c_int) -> Option<u64> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY:
+    // - `st` is a writable, zeroed stat buffer; fstat writes it or fails, touching nothing
+    //   else, whatever `fd` is.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::fstat(fd, &mut st) };
+    (rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some(st.st_ino)
+}
+
+/// The address ranges `/proc/self/maps` (`maps`) shows mapped from socket inode `ino`.
+fn socket_mappings(maps: &str, ino: u64) -> Vec<(usize, usize)> {
+    let want = format!("socket:[{ino}]");
+    maps.lines()
+        .filter(|l| l.split_whitespace().nth(5) == Some(want.as_str()))
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            let (a, b) = (
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            );
+            (b > a).then_some((a, b - a))
+        })
+        .collect()
+}
+
+/// Closes what `pfring_close` left of a standard ring: libpfring 8.x built without Redis
+/// (`HAVE_DL_REDIS`, the default) calls the module's close — `munmap` of the ring and
+/// `close` of its socket — only when `PF_RING_RUNTIME_MANAGER` is set, because of an `#ifdef`
+/// inside an unbraced `if` (`pfring.c`, `pfring_close`). Found in the guest check: an
+/// in-process gateway's rings stayed in `/proc/net/pf_ring` after it stopped, and a ring
+/// left open when its network namespace goes makes pf_ring.ko leak its /proc entry and lock
+/// up at exit. Only what still is the same socket (same inode at the same descriptor) and
+/// still mapped from it is released, so a fixed libpfring (which closed them, and whose
+/// descriptor number or addresses may since be reused) is left alone.
+fn release_leftovers(fd: c_int, ino: u64) {
+    if socket_inode(fd) != Some(ino) {
+        return;
+    }
+    if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
+        for (addr, len) in socket_mappings(&maps, ino) {
+            // SAFETY:
+            // - The range is mapped from the ring's own socket (inode `ino`, checked just
+            //   now), which the freed `pfring` handle was the only user of: nothing in this
+            //   process refers to it any more.
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        }
+    }
+    // SAFETY:
+    // - `fd` is still the ring's socket (same inode), owned by the freed handle alone.
+    unsafe { libc::close(fd) };
 }
 
 #[cfg(test)]
@@ -621,6 +687,42 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn finds_the_mappings_of_one_socket() {
+        let maps = "\
+7f11e74d4000-7f11e7b1f000 rw-s 00000000 00:08 12334                      socket:[12334]
+7f11e7b1f000-7f11e816a000 rw-s 00000000 00:08 12332                      socket:[12332]
+7f11e816a000-7f11e87b5000 r--p 00000000 08:01 1233                       /usr/lib/libx.so
+7f11e87b5000-7f11e8e00000 rw-s 00000000 00:08 12334                      socket:[12334]
+";
+        assert_eq!(
+            socket_mappings(maps, 12334),
+            vec![
+                (0x7f11e74d4000, 0x7f11e7b1f000 - 0x7f11e74d4000),
+                (0x7f11e87b5000, 0x7f11e8e00000 - 0x7f11e87b5000)
+            ]
+        );
+        assert!(socket_mappings(maps, 1233).is_empty());
+        assert!(socket_mappings(maps, 99).is_empty());
+        assert_eq!(socket_inode(-1), None);
+    }
+
+    #[test]
+    fn releases_only_what_is_still_the_same_socket() {
+        use std::os::fd::AsRawFd;
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fd = s.as_raw_fd();
+        let ino = socket_inode(fd).expect("a socket has an inode");
+        // Another inode at this descriptor: not the ring's, left open.
+        release_leftovers(fd, ino + 1);
+        assert_eq!(socket_inode(fd), Some(ino));
+        // The ring's socket: closed (then forgotten here, so it is not closed twice).
+        release_leftovers(fd, ino);
+        // (A parallel test may have the number again by now, never this inode.)
+        assert_ne!(socket_inode(fd), Some(ino));
+        std::mem::forget(s);
     }
 
     #[test]
