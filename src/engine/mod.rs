@@ -101,6 +101,11 @@ pub enum EngineError {
         engine: &'static str,
         why: &'static str,
     },
+    #[error("engine {engine} cannot run a split half: the PF_RING engines have no link datapath, so the half would forward nothing; use --engine {alternative} (or drop --engine: a split half then runs {alternative})")]
+    SplitHalf {
+        engine: &'static str,
+        alternative: &'static str,
+    },
     #[error("cannot start worker {index}: {source}")]
     Spawn {
         index: usize,
@@ -239,6 +244,24 @@ pub fn choose(mode: Mode, engine: Option<EngineKind>) -> Result<EngineKind, Engi
         });
     }
     Ok(kind)
+}
+
+/// The engine a split half runs: the PF_RING engines have no link datapath (a half on them
+/// would capture its domain and send nothing down the link), so a default choice of them
+/// falls back to the kernel family of the same mode and an explicit one is refused.
+pub fn for_split_half(kind: EngineKind, explicit: bool) -> Result<EngineKind, EngineError> {
+    let alternative = match kind {
+        EngineKind::Pfring => EngineKind::Afpacket,
+        EngineKind::PfringZc => EngineKind::Afxdp,
+        other => return Ok(other),
+    };
+    if explicit {
+        return Err(EngineError::SplitHalf {
+            engine: kind.name(),
+            alternative: alternative.name(),
+        });
+    }
+    Ok(alternative)
 }
 
 /// Builds the engine of `kind` for `cfg`.
@@ -402,6 +425,23 @@ mod tests {
     #[test]
     fn modes_map_to_engines_and_unbuilt_ones_say_so() {
         assert_eq!(choose(Mode::Stack, None).unwrap(), EngineKind::Stack);
+        // A split half never runs on a PF_RING engine (no link datapath there).
+        assert_eq!(
+            for_split_half(EngineKind::Pfring, false).unwrap(),
+            EngineKind::Afpacket
+        );
+        assert_eq!(
+            for_split_half(EngineKind::PfringZc, false).unwrap(),
+            EngineKind::Afxdp
+        );
+        assert_eq!(
+            for_split_half(EngineKind::Stack, true).unwrap(),
+            EngineKind::Stack
+        );
+        let refused = for_split_half(EngineKind::Pfring, true)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("--engine afpacket"), "{refused}");
         // A build with PF_RING prefers it (and fails with the reason where it cannot run).
         let (tnapi, zc) = if pfring_sys::AVAILABLE {
             (EngineKind::Pfring, EngineKind::PfringZc)

@@ -84,7 +84,19 @@ impl Gateway {
     /// Starts the engine for the config's mode (or `engine`), its workers and static routes,
     /// and waits until every worker is receiving.
     pub fn start(config: Config, engine: Option<EngineKind>) -> Result<Gateway, GatewayError> {
-        let kind = engine::choose(config.engine.mode, engine)?;
+        let mut kind = engine::choose(config.engine.mode, engine)?;
+        if config.split.is_some() {
+            let half = engine::for_split_half(kind, engine.is_some())?;
+            if half != kind {
+                tracing::info!(
+                    engine = half.name(),
+                    "split half: the PF_RING engines have no link datapath; running mode {} on {}",
+                    config.engine.mode,
+                    half.name()
+                );
+            }
+            kind = half;
+        }
         if config.ha.is_some() && kind == EngineKind::Xdp {
             return Err(GatewayError::HaXdp);
         }
