@@ -10,69 +10,11 @@
 //!   packet and spread over several, and SEI user data in single NAL units, aggregation
 //!   packets and fragments, are cut out: none of their bytes is left, the rest is exact.
 
-use std::path::{Path, PathBuf};
+use vgate::media::{Codec, Policy, Stream, Verdict, Violation};
 
-use vgate::media::{Codec, Policy, Stream, StreamSpec, Verdict, Violation};
-
-struct Fixture {
-    name: String,
-    codec: Codec,
-    pt: u8,
-    clock: u32,
-    packets: Vec<Vec<u8>>,
-}
-
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/media")
-}
-
-fn codec(name: &str) -> Codec {
-    match name {
-        "ps" => Codec::Ps,
-        "h264" => Codec::H264,
-        "h265" => Codec::H265,
-        "mp2t" => Codec::Mp2t,
-        "jpeg" => Codec::Jpeg,
-        "pcmu" => Codec::Pcmu,
-        "pcma" => Codec::Pcma,
-        "aac" => Codec::Aac,
-        other => panic!("manifest: unknown codec {other}"),
-    }
-}
-
-fn fixtures() -> Vec<Fixture> {
-    let manifest = std::fs::read_to_string(dir().join("manifest.txt")).unwrap();
-    manifest
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let data = std::fs::read(dir().join(format!("{}.rtp", f[0]))).unwrap();
-            let mut packets = Vec::new();
-            let mut rest = &data[..];
-            while !rest.is_empty() {
-                let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
-                packets.push(rest[2..2 + n].to_vec());
-                rest = &rest[2 + n..];
-            }
-            Fixture {
-                name: f[0].to_string(),
-                codec: codec(f[1]),
-                pt: f[2].parse().unwrap(),
-                clock: f[3].parse().unwrap(),
-                packets,
-            }
-        })
-        .collect()
-}
-
-fn fixture(name: &str) -> Fixture {
-    fixtures().into_iter().find(|f| f.name == name).unwrap()
-}
-
-fn stream(f: &Fixture) -> Stream {
-    Stream::new(StreamSpec::new(None).with(f.pt, f.codec, f.clock))
-}
+#[path = "common/media_corpus.rs"]
+mod media_corpus;
+use media_corpus::{fixture, fixtures, stream, Fixture};
 
 fn strip() -> Policy {
     Policy {
