@@ -48,24 +48,51 @@ pub fn inspect(
     now_ms: u64,
     media: &mut Validators,
 ) -> Result<Admitted, DropReason> {
+    let source = admit_source(route, src, payload.len(), truncated, max_payload, now_ms)?;
+    if let Some(rule) = &route.media {
+        media
+            .check(route, rule, payload, now_ms)
+            .map_err(|_| DropReason::MediaInvalid)?;
+    }
+    admit_rtp(route, src, source, payload, now_ms)
+}
+
+/// The checks before the payload is looked at: standby, size, source.
+#[inline]
+fn admit_source(
+    route: &StreamRoute,
+    src: SocketAddrV4,
+    len: usize,
+    truncated: bool,
+    max_payload: usize,
+    now_ms: u64,
+) -> Result<SourceCheck, DropReason> {
     if route.standby() {
         return Err(DropReason::Standby);
     }
-    if payload.is_empty() {
+    if len == 0 {
         return Err(DropReason::Truncated);
     }
-    if truncated || payload.len() > max_payload {
+    if truncated || len > max_payload {
         return Err(DropReason::Oversize);
     }
     let source = route.check_source(src, now_ms);
     if source == SourceCheck::Refused {
         return Err(DropReason::SourceMismatch);
     }
-    if let Some(rule) = &route.media {
-        media
-            .check(route, rule, payload, now_ms)
-            .map_err(|_| DropReason::MediaInvalid)?;
-    }
+    Ok(source)
+}
+
+/// The checks after validation: latching a candidate source (only with RTP) and the RTP
+/// sequence accounting.
+#[inline]
+fn admit_rtp(
+    route: &StreamRoute,
+    src: SocketAddrV4,
+    source: SourceCheck,
+    payload: &[u8],
+    now_ms: u64,
+) -> Result<Admitted, DropReason> {
     let rtp = RtpPacket::new_checked(payload).ok();
     let mut admitted = Admitted::Known;
     if let SourceCheck::Candidate(seen) = source {
@@ -108,19 +135,7 @@ pub fn inspect_mut(
                 .map(|a| (a, payload.len()))
         }
     }
-    if route.standby() {
-        return Err(DropReason::Standby);
-    }
-    if payload.is_empty() {
-        return Err(DropReason::Truncated);
-    }
-    if truncated || payload.len() > max_payload {
-        return Err(DropReason::Oversize);
-    }
-    let source = route.check_source(src, now_ms);
-    if source == SourceCheck::Refused {
-        return Err(DropReason::SourceMismatch);
-    }
+    let source = admit_source(route, src, payload.len(), truncated, max_payload, now_ms)?;
     let len = match &route.media {
         Some(rule) => match media.check_mut(route, rule, payload, now_ms) {
             Ok(n) => n,
@@ -130,24 +145,7 @@ pub fn inspect_mut(
         None => payload.len(),
     };
     // What passed the validator is RTP (it checked the header).
-    let rtp = RtpPacket::new_checked(&payload[..len]).ok();
-    let mut admitted = Admitted::Known;
-    if let SourceCheck::Candidate(seen) = source {
-        if rtp.is_none() {
-            return Err(DropReason::NotRtp);
-        }
-        admitted = match route.latch(seen, src, now_ms) {
-            Some(true) => Admitted::Relatched,
-            Some(false) => Admitted::Latched,
-            None => return Err(DropReason::SourceMismatch),
-        };
-    }
-    match rtp {
-        Some(rtp) => route.stats.rtp.observe(rtp.sequence(), rtp.ssrc()),
-        None if route.rtp_only => return Err(DropReason::NotRtp),
-        None => {}
-    }
-    Ok((admitted, len))
+    admit_rtp(route, src, source, &payload[..len], now_ms).map(|a| (a, len))
 }
 
 /// One worker's counters, written by the worker, read by reports and the watchdog.
