@@ -6,8 +6,14 @@ use super::*;
 use crate::routes::legs::Role;
 use crate::stats::leg::LegState;
 
+/// Each call its own 24 ports per domain (a range starts even): the tests run in parallel,
+/// each with its own port registry, and two of them listening for TCP legs on the same port
+/// collided (503, address in use; seen in a CI run).
 fn routes() -> crate::edge::tests::Loopback {
-    crate::edge::tests::loopback_routes("46000-46199", "45000-45199")
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let k = NEXT.fetch_add(1, Relaxed) % 10;
+    let (a, b) = (46000 + 24 * k, 45000 + 24 * k);
+    crate::edge::tests::loopback_routes(&format!("{a}-{}", a + 23), &format!("{b}-{}", b + 23))
 }
 
 fn sdp(addr: &str, port: u16, proto: &str, extra: &str) -> Vec<u8> {
