@@ -108,6 +108,7 @@ impl Engine for StackEngine {
                 st,
                 LinkFamily::of(EngineKind::Stack),
                 self.cfg.queues,
+                &routes,
             )?),
             None => None,
         };

@@ -190,6 +190,9 @@ pub struct Routes {
     pub legs: legs::LegTable,
     /// The hot-standby gate every route shares: set while this node is a standby.
     standby: Arc<std::sync::atomic::AtomicBool>,
+    /// How many times the gate opened (standby → active): a split half's link lanes take a
+    /// new epoch at their next frame after it moved ([`Routes::activations`]).
+    activations: Arc<AtomicU64>,
     /// Media validation violations per channel, over every route that ever was.
     media: Arc<crate::stats::media::MediaTotals>,
     /// The hot standby's records of the SIP proxies (registrations, dialogs).
@@ -222,6 +225,7 @@ impl Routes {
             first_packet: Default::default(),
             legs: Default::default(),
             standby: Arc::new(std::sync::atomic::AtomicBool::new(cfg.ha.is_some())),
+            activations: Arc::new(AtomicU64::new(0)),
             media: Default::default(),
             board: Default::default(),
         }
@@ -236,7 +240,17 @@ impl Routes {
     /// Makes this node a standby (`true`: every route drops with `standby`) or the active
     /// one. A gateway with `[ha]` starts as a standby; without it, always active.
     pub fn set_standby(&self, standby: bool) {
-        self.standby.store(standby, Ordering::Relaxed);
+        if self.standby.swap(standby, Ordering::Relaxed) && !standby {
+            self.activations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts the gate's openings (standby → active). A split half's outgoing link lanes
+    /// read it once per flush and take a new epoch when it moved: the receiving half takes
+    /// only epochs newer than the newest it saw on a lane, and the lanes of a standby that
+    /// takes over were started before, maybe before the old active's (`docs/ha-split.md`).
+    pub fn activations(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.activations)
     }
 
     /// Whether this node is a standby.

@@ -808,6 +808,7 @@ impl Engine for AfxdpEngine {
                 st,
                 LinkFamily::of(EngineKind::Afxdp),
                 n,
+                &routes,
             )?),
             None => None,
         };

@@ -172,6 +172,8 @@ pub struct HalfLinks {
     pub(super) out: OutLink,
     pub(super) incoming: Option<UdpSocket>,
     pub(super) epoch: u16,
+    /// The hot-standby gate's openings, followed by every lane ([`LinkTx::follow_activations`]).
+    pub(super) activations: Arc<AtomicU64>,
 }
 
 impl HalfLinks {
@@ -182,6 +184,7 @@ impl HalfLinks {
         stats: &Arc<SplitStats>,
         family: LinkFamily,
         lanes: usize,
+        routes: &Routes,
     ) -> Result<HalfLinks, EngineError> {
         let out = match family {
             LinkFamily::Udp => OutLink::Udp(open_outgoing(&cfg.out_link)?),
@@ -203,6 +206,7 @@ impl HalfLinks {
             out,
             incoming: Some(open_incoming(&cfg.in_link)?),
             epoch: new_epoch(),
+            activations: routes.activations(),
         })
     }
 
@@ -223,7 +227,8 @@ impl HalfLinks {
                 self.epoch,
                 batch,
                 Arc::clone(&self.stats),
-            ),
+            )
+            .follow_activations(Arc::clone(&self.activations)),
         ))
     }
 
@@ -248,7 +253,8 @@ impl HalfLinks {
             self.epoch,
             EDGE_BATCH,
             Arc::clone(&self.stats),
-        ))
+        )
+        .follow_activations(Arc::clone(&self.activations)))
     }
 
     /// Adds the incoming link's worker to an engine's `workers` (after them; pinned to

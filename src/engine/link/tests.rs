@@ -358,3 +358,93 @@ fn keyed_frames_are_taken_once_and_forgeries_and_replays_refused() {
         );
     }
 }
+
+/// A hot-standby pair of half A ([`crate::ha`]): the standby's lane started *before* the
+/// active's, so its start epoch is older than the one half B's window holds. When it takes
+/// over (the gate's openings move) its lane takes a new epoch at its next flush and half B
+/// takes its frames; without following the gate every one of them would be `stale_epoch`.
+#[test]
+fn a_standby_that_takes_over_sends_a_newer_epoch_than_the_old_active() {
+    use crate::link::auth::LinkKey;
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let mut cfg = test_config("off");
+    cfg.out_link.peer = match rx.local_addr().unwrap() {
+        std::net::SocketAddr::V4(a) => a,
+        _ => unreachable!(),
+    };
+    let key = LinkKey::derive(&[0x3c; 32], "a");
+    cfg.out_link.key = Some(key.clone());
+    let stats = Arc::new(SplitStats::new(&cfg));
+    let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+    let lane = |activations: &Arc<AtomicU64>| {
+        LinkTx::new(
+            Wire::Udp(Arc::clone(&sock)),
+            &cfg.out_link,
+            0,
+            1,
+            8,
+            Arc::clone(&stats),
+        )
+        .follow_activations(Arc::clone(activations))
+    };
+    let frames = |tx: &mut LinkTx, from: u32, n: u32| {
+        for i in from..from + n {
+            assert!(tx.push(21000, 30000, i, &[i as u8; 200], 0, 0));
+        }
+        tx.flush();
+        let mut buf = [0u8; 2048];
+        let mut out = Vec::new();
+        while let Ok(n) = rx.recv(&mut buf) {
+            out.push(buf[..n].to_vec());
+        }
+        out
+    };
+    // The standby node's lane first (older epoch), then the active's.
+    let standby_gate = Arc::new(AtomicU64::new(0));
+    let mut standby = lane(&standby_gate);
+    let active_gate = Arc::new(AtomicU64::new(0));
+    let mut active = lane(&active_gate);
+    let auth = LinkAuth::new(Some(&key));
+    let mut replay = Replay::default();
+    for f in frames(&mut active, 0, 20) {
+        assert!(open_frame(&auth, &mut replay, &f).is_ok());
+    }
+    // What the standby's lane would send without a takeover: older than the active's.
+    let mut unfollowed = LinkTx::new(
+        Wire::Udp(Arc::clone(&sock)),
+        &cfg.out_link,
+        0,
+        1,
+        8,
+        Arc::clone(&stats),
+    );
+    unfollowed.epoch = standby.epoch;
+    for f in frames(&mut unfollowed, 0, 3) {
+        assert_eq!(
+            open_frame(&auth, &mut replay, &f).err(),
+            Some(LinkDrop::StaleEpoch)
+        );
+    }
+    // The active dies; the standby's gate opens (Routes::set_standby(false) counts it).
+    standby_gate.fetch_add(1, Relaxed);
+    let after = frames(&mut standby, 0, 20);
+    assert_eq!(after.len(), 20);
+    for f in &after {
+        assert!(open_frame(&auth, &mut replay, f).is_ok());
+    }
+    // The old active's frames, replayed after the takeover: stale now.
+    let old = frames(&mut active, 20, 2);
+    for f in &old {
+        assert_eq!(
+            open_frame(&auth, &mut replay, f).err(),
+            Some(LinkDrop::StaleEpoch)
+        );
+    }
+    // No gate movement: the epoch stays (frames continue in the window).
+    let more = frames(&mut standby, 20, 5);
+    for f in &more {
+        assert!(open_frame(&auth, &mut replay, f).is_ok());
+    }
+}

@@ -112,6 +112,10 @@ pub struct LinkTx {
     /// whether it sealed a frame yet.
     pub(super) epoch: u64,
     pub(super) sealed: bool,
+    /// The hot-standby gate's openings ([`crate::routes::Routes::activations`]) and the
+    /// count this lane last saw: when it moved (this node took over), the lane takes a new
+    /// epoch at its next flush, newer than any the old active's lanes used.
+    pub(super) activations: Option<(Arc<AtomicU64>, u64)>,
 }
 
 impl LinkTx {
@@ -136,6 +140,29 @@ impl LinkTx {
             auth: LinkAuth::new(cfg.key.as_ref()),
             epoch: next_epoch(crate::clock::wall_ms().saturating_mul(1000)),
             sealed: false,
+            activations: None,
+        }
+    }
+
+    /// Follows the hot-standby gate's openings `activations`: the lane takes a new epoch at
+    /// the first flush after each (a node that takes over sends on the link as a new sender
+    /// would, and the receiving half accepts it).
+    pub fn follow_activations(mut self, activations: Arc<AtomicU64>) -> LinkTx {
+        let seen = activations.load(Relaxed);
+        self.activations = Some((activations, seen));
+        self
+    }
+
+    /// A new epoch when the gate opened since the last flush (one relaxed load per flush).
+    fn epoch_after_takeover(&mut self) {
+        if let Some((a, seen)) = &mut self.activations {
+            let now = a.load(Relaxed);
+            if now != *seen {
+                *seen = now;
+                // `sealed` stays: the sequence goes on, so a later wrap still moves the
+                // epoch on and no (epoch, lane, sequence) repeats.
+                self.epoch = next_epoch(crate::clock::wall_ms().saturating_mul(1000));
+            }
         }
     }
 
@@ -216,6 +243,7 @@ impl LinkTx {
     /// Sends every frame written and not yet sent (engines call it once per wakeup, from
     /// [`Datapath::flush`]).
     pub fn flush(&mut self) {
+        self.epoch_after_takeover();
         let (auth, epoch, sealed) = (&self.auth, &mut self.epoch, &mut self.sealed);
         self.enc.seal(|f| {
             // Sequence 0 again: the lane's sequence wrapped, so its epoch moves on (the

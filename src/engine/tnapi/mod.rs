@@ -512,6 +512,7 @@ impl Engine for AfpacketEngine {
                 st,
                 LinkFamily::of(EngineKind::Afpacket),
                 n,
+                &routes,
             )?),
             None => None,
         };
