@@ -27,6 +27,7 @@ PACKAGES=(
     shellcheck                          # the scripts are checked too
     bpftool                             # afxdp_netns reads the XDP program's no-route drop map
     keepalived redis-server             # ha_netns: VRRP moves the addresses, Redis holds the state
+    redis-tools                         # ha_store_loopback, ha_split_netns: redis-cli (FLUSHALL, REPLICAOF)
     kamailio                            # scaleout_netns: the dispatcher in front of two gateways
     # scripts/media-golden.sh: the media validator's corpus from real encoders (the test
     # reads the committed files; these regenerate them)

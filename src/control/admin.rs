@@ -303,6 +303,7 @@ fn ha_json(st: &ControlState) -> Answer {
         "state_store_errors": h.store_errors.load(Relaxed),
         "state_store_writes": h.store_writes.load(Relaxed),
         "state_store_resyncs": h.store_resyncs.load(Relaxed),
+        "state_store_lost": h.store_lost.load(Relaxed),
         "state_store_pending": h.store_pending.load(Relaxed),
         "lag_ms": h.lag_ms.load(Relaxed),
         "replicas": h.replicas.load(Relaxed),

@@ -105,6 +105,9 @@ pub struct HaStatus {
     pub store_errors: AtomicU64,
     /// Full rewrites after the store was away or this node became the writer.
     pub store_resyncs: AtomicU64,
+    /// Batches that found the store had lost this node's writes (its generation gone:
+    /// flushed, restarted empty without the connection dropping, another writer).
+    pub store_lost: AtomicU64,
     /// Sessions changed here and not yet in the store (active).
     pub store_pending: AtomicU64,
     /// Standby: the writer's heartbeat age at the last read, milliseconds.
@@ -320,6 +323,7 @@ impl Ha {
             store_writes: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
             store_resyncs: AtomicU64::new(0),
+            store_lost: AtomicU64::new(0),
             store_pending: AtomicU64::new(0),
             lag_ms: AtomicU64::new(0),
             replicas: AtomicU64::new(0),
@@ -368,6 +372,9 @@ struct Node {
     written: BTreeMap<String, String>,
     /// Active: rewrite everything at the next batch.
     full: bool,
+    /// Active: the generation its last whole rewrite set in the store (`meta` `gen`); a
+    /// batch that finds another there rewrites the whole ([`store`]: a flushed Redis).
+    gen: String,
     /// Standby: the copies installed here, and the store's `seq` they are from.
     replicas: Replicas,
     seq: Option<u64>,
@@ -389,6 +396,7 @@ impl Node {
             store,
             written: BTreeMap::new(),
             full: true,
+            gen: String::new(),
             replicas: Replicas::default(),
             seq: None,
             role_file_seen: None,
@@ -537,18 +545,39 @@ impl Node {
         if set.is_empty() && del.is_empty() && !self.full && now < self.last_heartbeat + 500 {
             return;
         }
-        let r = store.write(&self.status.config.node, self.full, &set, &del, wall_ms());
-        self.status.store_result(&r);
+        let wall = wall_ms();
+        let node = &self.status.config.node;
+        let gen = if self.full {
+            format!("{node}:{wall}")
+        } else {
+            self.gen.clone()
+        };
+        let r = store.write(node, &gen, self.full, &set, &del, wall);
+        self.status
+            .store_result(&r.as_ref().map(|_| ()).map_err(|e| e.clone()));
         match r {
-            Ok(()) => {
+            Ok(held) => {
                 self.last_heartbeat = now;
                 if self.full {
                     self.status.store_resyncs.fetch_add(1, Relaxed);
                 }
                 self.status.store_writes.fetch_add(1, Relaxed);
                 self.status.store_pending.store(0, Relaxed);
+                let lost = !self.full && held.as_deref() != Some(gen.as_str());
                 self.written = snap;
-                self.full = false;
+                self.full = lost;
+                self.gen = gen;
+                if lost {
+                    // The store no longer holds what this node wrote: all of it again, at
+                    // the next tick (woken now).
+                    self.status.store_lost.fetch_add(1, Relaxed);
+                    tracing::warn!(
+                        store = %store.addr(),
+                        found = held.as_deref().unwrap_or("nothing"),
+                        "ha: the state store lost what this node wrote (flushed, restarted empty, or another writer): rewriting the whole"
+                    );
+                    let _ = self.status.wake.try_send(());
+                }
             }
             Err(e) => {
                 // The whole is rewritten once the store is back.

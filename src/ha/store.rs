@@ -5,7 +5,15 @@
 //! |---|---|---|
 //! | `PREFIX:sessions` | hash | state-store key (`a:20000`) → [`super::record::SessionRecord`] as JSON; `sip/ROUTE/b/TOKEN` (a binding) and `sip/ROUTE/c/HEX` (a confirmed call) → a SIP proxy's record ([`crate::routes::board`]) |
 //! | `PREFIX:seq` | string | bumped with every change of `sessions`, set to a new epoch (`wall ms << 16`) by a whole rewrite (the standby re-reads when it moved) |
-//! | `PREFIX:meta` | hash | `node` (the writer), `heartbeat_ms` (its wall clock at its last write) |
+//! | `PREFIX:meta` | hash | `node` (the writer), `heartbeat_ms` (its wall clock at its last write), `gen` (the writer's generation: set by its last whole rewrite) |
+//!
+//! Every batch of the active reads `gen` back inside its `MULTI`: a value other than the one
+//! its last whole rewrite set means the store lost what it wrote (`FLUSHALL`/`FLUSHDB`, a
+//! Redis restarted empty behind a proxy or a moved address, a replica promoted before it had
+//! everything, another writer) and the active rewrites the whole at once. A standby reading
+//! a Redis *replica* (`ha.redis` on its own node, `replicaof` the active's) checks `ROLE`
+//! each read: a replica whose link to its master is down holds a copy that no longer
+//! moves, so the read fails (the standby turns stale) until the link is up again.
 //!
 //! Every call has a short timeout, so a Redis that went away costs the HA thread at most
 //! that, and reconnection is tried at most twice a second.
@@ -96,17 +104,20 @@ impl Store {
 
     /// Writes a batch atomically: `full` replaces every session (a new writer, or after the
     /// store was away), else `set` and `del` change the ones that moved. Always refreshes
-    /// the heartbeat.
+    /// the heartbeat and sets the generation `gen`. Returns the generation the store held
+    /// before the batch (read in the same transaction): the caller compares it with its own.
     pub fn write(
         &mut self,
         node: &str,
+        gen: &str,
         full: bool,
         set: &[(&str, &str)],
         del: &[&str],
         wall_ms: u64,
-    ) -> Result<(), String> {
+    ) -> Result<Option<String>, String> {
         let mut p = redis::pipe();
         p.atomic();
+        p.cmd("HGET").arg(&self.meta).arg("gen");
         if full {
             p.cmd("DEL").arg(&self.sessions).ignore();
         }
@@ -134,10 +145,14 @@ impl Store {
             .arg(node)
             .arg("heartbeat_ms")
             .arg(wall_ms)
+            .arg("gen")
+            .arg(gen)
             .ignore();
-        let r = self
-            .con()
-            .and_then(|con| p.query::<()>(con).map_err(|e| e.to_string()));
+        let r = self.con().and_then(|con| {
+            p.query::<(Option<String>,)>(con)
+                .map(|(held,)| held)
+                .map_err(|e| e.to_string())
+        });
         self.outcome(r)
     }
 
@@ -145,20 +160,30 @@ impl Store {
     pub fn read(&mut self, last_seq: Option<u64>) -> Result<Read, String> {
         let (sessions_key, seq_key, meta_key) =
             (self.sessions.clone(), self.seq.clone(), self.meta.clone());
+        let addr = self.addr;
         let r = self.con().and_then(|con| {
-            let (seq, node, hb): (Option<u64>, Option<String>, Option<u64>) = redis::pipe()
-                .cmd("GET")
-                .arg(&seq_key)
-                .cmd("HGET")
-                .arg(&meta_key)
-                .arg("node")
-                .cmd("HGET")
-                .arg(&meta_key)
-                .arg("heartbeat_ms")
-                .query(con)
-                .map_err(|e| e.to_string())?;
+            let (role, seq, node, hb): (redis::Value, Option<u64>, Option<String>, Option<u64>) =
+                redis::pipe()
+                    .cmd("ROLE")
+                    .cmd("GET")
+                    .arg(&seq_key)
+                    .cmd("HGET")
+                    .arg(&meta_key)
+                    .arg("node")
+                    .cmd("HGET")
+                    .arg(&meta_key)
+                    .arg("heartbeat_ms")
+                    .query(con)
+                    .map_err(|e| e.to_string())?;
+            if let Some(why) = replica_not_current(&role) {
+                return Err(format!("the Redis at {addr} {why}"));
+            }
+            // No `seq`: nobody wrote, or the store was flushed. The copies held here stay
+            // until a writer writes again (its whole rewrite follows a flush within a
+            // heartbeat): removing them would free ports a takeover now needs.
+            let unwritten = seq.is_none();
             let seq = seq.unwrap_or(0);
-            let sessions = if Some(seq) == last_seq {
+            let sessions = if unwritten || Some(seq) == last_seq {
                 None
             } else {
                 Some(
@@ -176,5 +201,70 @@ impl Store {
             })
         });
         self.outcome(r)
+    }
+}
+
+/// Why the Redis whose `ROLE` answer is `role` holds a copy that no longer moves: a replica
+/// whose link to its master is not `connected`. `None` for a master, a linked replica, or an
+/// answer this code does not know (a Redis without `ROLE`: read as before).
+fn replica_not_current(role: &redis::Value) -> Option<String> {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    };
+    let Value::Array(items) = role else {
+        return None;
+    };
+    if items.first().and_then(text).as_deref() != Some("slave") {
+        return None;
+    }
+    let state = items.get(3).and_then(text).unwrap_or_default();
+    if state == "connected" {
+        return None;
+    }
+    let master = format!(
+        "{}:{}",
+        items.get(1).and_then(text).unwrap_or_default(),
+        items.get(2).and_then(text).unwrap_or_default()
+    );
+    Some(format!(
+        "is a replica of {master} and its link to it is `{state}`: its copy is not current (is the active node's Redis down?)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replica_not_current;
+    use redis::Value;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_replica_cut_from_its_master_is_not_current() {
+        let replica = |state: &str| {
+            Value::Array(vec![
+                bulk("slave"),
+                bulk("10.9.0.11"),
+                Value::Int(6379),
+                bulk(state),
+                Value::Int(-1),
+            ])
+        };
+        assert_eq!(replica_not_current(&replica("connected")), None);
+        for state in ["connect", "connecting", "sync"] {
+            let why = replica_not_current(&replica(state)).expect(state);
+            assert!(
+                why.contains("10.9.0.11:6379") && why.contains(state),
+                "{why}"
+            );
+        }
+        let master = Value::Array(vec![bulk("master"), Value::Int(100), Value::Array(vec![])]);
+        assert_eq!(replica_not_current(&master), None);
+        assert_eq!(replica_not_current(&Value::Nil), None);
     }
 }

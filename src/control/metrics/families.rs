@@ -328,6 +328,11 @@ pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
         "Hot standby: seconds since the state store last answered (-1: never)",
     ),
     (
+        "vgate_ha_state_store_lost_total",
+        "counter",
+        "Hot standby, on the active: batches that found the state store had lost this node's writes (flushed, restarted empty, another writer); each is followed by a whole rewrite",
+    ),
+    (
         "vgate_ha_lag_seconds",
         "gauge",
         "Hot standby, on the standby: age of the active's last write to the state store",

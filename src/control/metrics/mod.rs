@@ -533,6 +533,7 @@ fn ha_families(o: &mut out::Out, st: &ControlState) {
     o.family("vgate_ha_state_store_pending");
     o.family("vgate_ha_state_store_age_seconds");
     o.family("vgate_ha_lag_seconds");
+    o.family("vgate_ha_state_store_lost_total");
     o.family("vgate_ha_replicas");
     o.family("vgate_ha_replica_errors_total");
     o.family("vgate_ha_takeovers_total");
@@ -558,6 +559,11 @@ fn ha_families(o: &mut out::Out, st: &ControlState) {
             "vgate_ha_state_store_writes_total",
             &[("kind", "resync")],
             resyncs,
+        );
+        o.sample(
+            "vgate_ha_state_store_lost_total",
+            &[],
+            h.store_lost.load(Relaxed),
         );
         o.sample(
             "vgate_ha_state_store_pending",
