@@ -52,6 +52,8 @@ install -D -m 644 systemd/vgate.service "$root/usr/lib/systemd/system/vgate.serv
 install -D -m 644 systemd/vgate-nic-setup.service "$root/usr/lib/systemd/system/vgate-nic-setup.service"
 install -D -m 644 systemd/vgate-ha-health.service "$root/usr/lib/systemd/system/vgate-ha-health.service"
 install -D -m 644 systemd/keepalived-vgate.conf "$root/usr/share/vgate/keepalived/keepalived-vgate.conf"
+install -D -m 755 systemd/vgate-ha-notify-redis "$root/usr/share/vgate/keepalived/vgate-ha-notify-redis"
+install -D -m 644 systemd/redis-vgate.conf "$root/usr/share/vgate/redis/redis-vgate.conf"
 install -D -m 644 systemd/vgate.sysusers "$root/usr/lib/sysusers.d/vgate.conf"
 install -D -m 755 scripts/nic-setup.sh "$root/usr/lib/vgate/nic-setup.sh"
 install -D -m 644 systemd/vgate.toml "$root/etc/vgate/vgate.toml"
