@@ -1,0 +1,797 @@
+//! A split appliance whose half A is a hot-standby pair (real keepalived and redis-server):
+//! two half-A nodes share domain A's gateway address and the signaling link's address
+//! through VRRP, each runs its own Redis (the standby's a replica of the active's, switched
+//! by `systemd/vgate-ha-notify-redis`), and both reach half B on both one-way links:
+//!
+//! ```text
+//!  ns da (sender, sink; bridge) ──ga── a1 ──fa══╗ brf (a ports isolated) ══fb── b ──gb── ns db
+//!                               ──ga── a2 ──fa══╝                                    (receiver,
+//!                                      a1 ──ra══╗ brr (flooded: never learnt)  ══rb── b   talker)
+//!                                      a2 ──ra══╝
+//!                                      a1, a2 ──sa── brs ──sb── b   (signaling)
+//!                                      a1, a2 ──em── brm            (Redis replication)
+//! ```
+//!
+//! Both half-A nodes use the same link addresses (the forward link's source, the reverse
+//! link's destination and MAC): whichever is active is "half A" to half B. The reverse link's
+//! frames reach both nodes (the bridge never learns their MAC: they never send), so the
+//! standby's incoming link keeps its replay window current and drops what it delivers as
+//! `standby`. a2's vgate starts before a1's, so its link lanes' start epochs are older than
+//! the active's: without a new epoch at the takeover, half B refuses every frame of the new
+//! active as `stale_epoch`.
+//!
+//! `kill -9` of a1's vgate: keepalived moves the addresses, a2's Redis is promoted and a2
+//! takes over; the forward stream (a static route and a route added at run time on a1,
+//! copied through the Redis replica) and the reverse stream resume through a2, no duplicate,
+//! nothing corrupt, every datagram from the same source; half B counts no `stale_epoch` or
+//! `bad_mac` and one restart of each forward link stream.
+//!
+//! Needs root, iproute2 (bridge), keepalived, redis-server and redis-cli.
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddrV4;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::proc::Proc;
+use common::split::{
+    receive_numbered, route, send_numbered_from, with_link_keys, FACE_A, FACE_B, KEY,
+};
+use common::vgate::Vgate;
+
+const NEEDS: &[(&str, &str)] = &[
+    ("ip", "iproute2"),
+    ("bridge", "iproute2"),
+    ("keepalived", "keepalived"),
+    ("redis-server", "redis-server"),
+    ("redis-cli", "redis-tools"),
+];
+
+const DA: &str = "10.71.1.100"; // domain A's host: sender and sink
+const GA: &str = "10.71.1.1"; // half A's gateway address (VRRP)
+const DB: &str = "10.71.2.100"; // domain B's host: receiver and talker
+const GB: &str = "10.71.2.1";
+const FWD_A: &str = "10.71.3.1"; // both half-A nodes
+const FWD_B: &str = "10.71.3.2";
+const REV_B: &str = "10.71.4.2";
+const REV_A: &str = "10.71.4.1"; // both half-A nodes, and one MAC:
+const REV_A_MAC: &str = "02:71:04:00:00:01";
+const SIG_A: &str = "10.71.5.1"; // VRRP
+const SIG_B: &str = "10.71.5.2";
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn sh(ns: &str, cmd: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", cmd])
+        .output()
+        .expect("ip netns exec");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The namespaces of one run, deleted on drop (also when the test fails).
+struct Net {
+    tag: String,
+    names: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl Net {
+    fn ns(&self, which: &str) -> String {
+        format!("{}{which}", self.tag)
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    fn veth(&self, ns: &str, ifc: &str, sw: &str, port: &str) {
+        let (n, s) = (self.ns(ns), self.ns("sw"));
+        ip(&[
+            "link", "add", ifc, "netns", &n, "type", "veth", "peer", "name", port, "netns", &s,
+        ]);
+        // No IPv6 chatter (router solicitations, MLD) on any link: a one-way link's far end
+        // must never send, and a bridge must never learn the shared MAC from it.
+        sh(
+            &n,
+            &format!("sysctl -qw net.ipv6.conf.{ifc}.disable_ipv6=1"),
+        );
+        if ["fa", "ra", "fb", "rb"].contains(&ifc) {
+            sh(&n, &format!("sysctl -qw net.ipv4.conf.{ifc}.arp_ignore=8"));
+        }
+        ip(&["-n", &s, "link", "set", port, "master", sw, "up"]);
+    }
+
+    fn addr(&self, ns: &str, ifc: &str, cidr: &str) {
+        let n = self.ns(ns);
+        ip(&["-n", &n, "addr", "add", cidr, "dev", ifc]);
+        ip(&["-n", &n, "link", "set", ifc, "up"]);
+    }
+
+    fn mac(&self, ns: &str, ifc: &str) -> String {
+        let t = sh(&self.ns(ns), &format!("cat /sys/class/net/{ifc}/address"));
+        t.trim().to_owned()
+    }
+
+    fn up() -> Net {
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let tag = format!(
+            "hs{}x{}",
+            std::process::id() % 100_000,
+            RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let mut net = Net {
+            tag,
+            names: Vec::new(),
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        for which in ["sw", "da", "db", "a1", "a2", "b"] {
+            let ns = net.ns(which);
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stderr(Stdio::null())
+                .status();
+            ip(&["netns", "add", &ns]);
+            net.names.push(ns.clone());
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        }
+        let sw = net.ns("sw");
+        for br in ["bra", "brf", "brr", "brs", "brm"] {
+            ip(&["-n", &sw, "link", "add", br, "type", "bridge"]);
+            ip(&["-n", &sw, "link", "set", br, "up"]);
+        }
+        // Domain A: its host and both half-A nodes.
+        net.veth("da", "eth0", "bra", "da0");
+        net.addr("da", "eth0", &format!("{DA}/24"));
+        // Domain B: a veth straight to half B.
+        let (b, db) = (net.ns("b"), net.ns("db"));
+        ip(&[
+            "link", "add", "gb", "netns", &b, "type", "veth", "peer", "name", "eth0", "netns", &db,
+        ]);
+        net.addr("b", "gb", &format!("{GB}/24"));
+        net.addr("db", "eth0", &format!("{DB}/24"));
+        // Half B's ends of the links and the signaling segment.
+        net.veth("b", "fb", "brf", "pbf");
+        net.addr("b", "fb", &format!("{FWD_B}/24"));
+        net.veth("b", "rb", "brr", "pbr");
+        net.addr("b", "rb", &format!("{REV_B}/24"));
+        net.veth("b", "sb", "brs", "pbs");
+        net.addr("b", "sb", &format!("{SIG_B}/24"));
+        for (node, last) in [("a1", 11), ("a2", 12)] {
+            net.veth(node, "ga", "bra", &format!("{node}a"));
+            net.addr(node, "ga", &format!("10.71.1.{last}/24"));
+            net.veth(node, "fa", "brf", &format!("{node}f"));
+            // The forward link's A ports may not reach each other (a node's sending
+            // interface never receives the other's frames).
+            ip(&[
+                "-n",
+                &sw,
+                "link",
+                "set",
+                &format!("{node}f"),
+                "type",
+                "bridge_slave",
+                "isolated",
+                "on",
+            ]);
+            net.addr(node, "fa", &format!("{FWD_A}/24"));
+            let n = net.ns(node);
+            net.veth(node, "ra", "brr", &format!("{node}r"));
+            ip(&["-n", &n, "link", "set", "ra", "address", REV_A_MAC]);
+            net.addr(node, "ra", &format!("{REV_A}/24"));
+            net.veth(node, "sa", "brs", &format!("{node}s"));
+            net.addr(node, "sa", &format!("10.71.5.{last}/24"));
+            net.veth(node, "em", "brm", &format!("{node}m"));
+            net.addr(node, "em", &format!("10.71.9.{last}/24"));
+            // The gateway and signaling addresses are keepalived's: bound before they are here.
+            sh(&n, "sysctl -qw net.ipv4.ip_nonlocal_bind=1");
+        }
+        // The bridges never learn where a MAC is on the link segments: frames to the shared
+        // reverse-link MAC reach both half-A nodes.
+        for port in ["pbf", "pbr", "a1f", "a2f", "a1r", "a2r"] {
+            ip(&[
+                "-n",
+                &sw,
+                "link",
+                "set",
+                port,
+                "type",
+                "bridge_slave",
+                "learning",
+                "off",
+            ]);
+        }
+        net
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Half A's config on either node (only `ha.node` differs); `fb_mac` is half B's forward
+/// link interface.
+fn half_a_config(node: &str, fb_mac: &str) -> String {
+    let routes = [
+        route(
+            "cam",
+            "a",
+            20000,
+            &format!("{FACE_B}:21000"),
+            30000,
+            &format!("{DA}:5000"),
+        ),
+        route(
+            "talk",
+            "b",
+            30600,
+            &format!("{DA}:6100"),
+            20600,
+            &format!("{FACE_B}:20500"),
+        ),
+    ]
+    .concat();
+    with_link_keys(&format!(
+        r#"
+[domains.a]
+interface = "ga"
+address = "{GA}"
+networks = ["10.71.1.0/24"]
+media_ports = "20000-29999"
+[domains.b]
+interface = "lo"
+address = "{FACE_A}"
+networks = ["{FACE_B}/32"]
+media_ports = "30000-39999"
+[engine]
+mode = "stack"
+queues = 1
+[security]
+source_validation = "strict"
+[control]
+listen = "127.0.0.1:9940"
+per_stream_metrics = true
+[ha]
+node = "{node}"
+redis = "127.0.0.1:6379"
+key_prefix = "halfa"
+[split]
+half = "a"
+peer_face = "{FACE_B}"
+[split.out_link]
+interface = "fa"
+local = "{FWD_A}:7001"
+peer = "{FWD_B}:7001"
+peer_mac = "{fb_mac}"
+fec = "off"
+[split.in_link]
+interface = "ra"
+local = "{REV_A}:7002"
+peer = "{REV_B}:7002"
+fec = "off"
+[split.signal]
+interface = "sa"
+local = "{SIG_A}:7400"
+peer = "{SIG_B}:7400"
+key = "{KEY}"
+{routes}"#
+    ))
+}
+
+fn half_b_config() -> String {
+    let routes = [
+        route(
+            "cam",
+            "a",
+            21000,
+            &format!("{DB}:6000"),
+            30000,
+            &format!("{FACE_A}:30000"),
+        ),
+        route(
+            "cam2",
+            "a",
+            21010,
+            &format!("{DB}:6010"),
+            30010,
+            &format!("{FACE_A}:30010"),
+        ),
+        route(
+            "talk",
+            "b",
+            30500,
+            &format!("{FACE_A}:30600"),
+            20500,
+            &format!("{DB}:5100"),
+        ),
+    ]
+    .concat();
+    with_link_keys(&format!(
+        r#"
+[domains.a]
+interface = "lo"
+address = "{FACE_B}"
+networks = ["{FACE_A}/32"]
+media_ports = "20000-29999"
+[domains.b]
+interface = "gb"
+address = "{GB}"
+networks = ["10.71.2.0/24"]
+media_ports = "30000-39999"
+[engine]
+mode = "stack"
+queues = 1
+[security]
+source_validation = "strict"
+[control]
+listen = "127.0.0.1:9940"
+per_stream_metrics = true
+[split]
+half = "b"
+peer_face = "{FACE_A}"
+[split.out_link]
+interface = "rb"
+local = "{REV_B}:7002"
+peer = "{REV_A}:7002"
+peer_mac = "{REV_A_MAC}"
+fec = "off"
+[split.in_link]
+interface = "fb"
+local = "{FWD_B}:7001"
+peer = "{FWD_A}:7001"
+fec = "off"
+[split.signal]
+interface = "sb"
+local = "{SIG_B}:7400"
+peer = "{SIG_A}:7400"
+key = "{KEY}"
+{routes}"#
+    ))
+}
+
+/// keepalived on a half-A node: VRRP on domain A's segment, the gateway and signaling
+/// addresses as virtual addresses, `vgate health` (track file and script), and the notify
+/// hook of `systemd/` that switches the node's Redis with vgate's role.
+fn keepalived_config(node: &str, priority: u32, track_file: &str, peer_redis: &str) -> String {
+    let vgate = common::vgate_bin().display().to_string();
+    let hook = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("systemd/vgate-ha-notify-redis")
+        .display()
+        .to_string();
+    let notify = |role: &str| {
+        format!("\"{hook} --vgate {vgate} {peer_redis} {role} --admin 127.0.0.1:9940\"")
+    };
+    format!(
+        r#"
+global_defs {{
+    router_id {node}
+    script_user root
+    enable_script_security
+    vrrp_version 3
+}}
+vrrp_script vgate_health {{
+    script "{vgate} health --admin 127.0.0.1:9940"
+    interval 1
+    timeout 1
+    fall 1
+    rise 1
+}}
+track_file vgate_alive {{
+    file "{track_file}"
+    weight 0
+}}
+vrrp_instance halfa {{
+    state BACKUP
+    nopreempt
+    interface ga
+    virtual_router_id 71
+    priority {priority}
+    advert_int 0.1
+    virtual_ipaddress {{
+        {GA}/24 dev ga
+        {SIG_A}/24 dev sa
+    }}
+    track_script {{
+        vgate_health
+    }}
+    track_file {{
+        vgate_alive weight 0
+    }}
+    notify_master {master}
+    notify_backup {backup}
+    notify_fault {fault}
+}}
+"#,
+        master = notify("MASTER"),
+        backup = notify("BACKUP"),
+        fault = notify("FAULT"),
+    )
+}
+
+fn spawn_logged(ns: &str, args: &[&str], log: &str) -> Proc {
+    let f = std::fs::File::create(log).expect("log file");
+    Proc::spawn(
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f),
+    )
+}
+
+fn admin_json(ns: &str, path: &str) -> Option<serde_json::Value> {
+    let (ns, path) = (ns.to_owned(), path.to_owned());
+    common::in_netns(&ns, move || {
+        common::admin::try_get("127.0.0.1:9940", &path)
+            .ok()
+            .and_then(|b| serde_json::from_str(&b).ok())
+    })
+}
+
+fn role(ns: &str) -> Option<String> {
+    admin_json(ns, "/api/v1/ha").and_then(|v| v["role"].as_str().map(str::to_owned))
+}
+
+fn metric(ns: &str, family: &str, labels: &[&str]) -> u64 {
+    let text = common::admin::get_in(ns, "127.0.0.1:9940", "/metrics");
+    common::admin::metric(&text, family, labels)
+}
+
+fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool, log: impl Fn() -> String) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {within:?}\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last lines of every log of the run.
+fn logs(net: &Net, b: &Vgate) -> String {
+    let mut out = format!("--- half B\n{}\n", b.log());
+    let mut files: Vec<_> = std::fs::read_dir(net.dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    for f in files {
+        let t = std::fs::read_to_string(&f).unwrap_or_default();
+        let lines: Vec<&str> = t.lines().collect();
+        out.push_str(&format!(
+            "--- {}\n{}\n",
+            f.display(),
+            lines[lines.len().saturating_sub(25)..].join("\n")
+        ));
+    }
+    out
+}
+
+fn sa(s: &str) -> SocketAddrV4 {
+    s.parse().unwrap()
+}
+
+#[test]
+fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_frames() {
+    require!(true, NEEDS);
+    let net = Net::up();
+    let (a1, a2, b_ns) = (net.ns("a1"), net.ns("a2"), net.ns("b"));
+    let fb_mac = net.mac("b", "fb");
+    let bin = common::vgate_bin().display().to_string();
+
+    // Half B (a single node), then each half-A node's Redis.
+    let b = Vgate::start_in(&b_ns, &half_b_config(), &[]);
+    let mut procs: Vec<Proc> = Vec::new();
+    for (node, last) in [("a1", 11), ("a2", 12)] {
+        let dir = net.path("");
+        procs.push(spawn_logged(
+            &net.ns(node),
+            &[
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                &format!("10.71.9.{last}"),
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--dir",
+                &dir,
+                "--repl-timeout",
+                "5",
+                "--repl-ping-replica-period",
+                "1",
+            ],
+            &net.path(&format!("redis-{node}.log")),
+        ));
+    }
+    // a2's vgate first: its lanes' start epochs are older than a1's.
+    let mut vgates: Vec<Option<Proc>> = Vec::new();
+    for node in ["a2", "a1"] {
+        let cfg = net.path(&format!("{node}.toml"));
+        std::fs::write(&cfg, half_a_config(node, &fb_mac)).unwrap();
+        vgates.push(Some(spawn_logged(
+            &net.ns(node),
+            &[&bin, "run", "--config", &cfg, "--stats-interval", "0"],
+            &net.path(&format!("vgate-{node}.log")),
+        )));
+        wait_for(
+            "the half-A node healthy as a standby",
+            Duration::from_secs(20),
+            || {
+                admin_json(&net.ns(node), "/api/v1/health")
+                    .is_some_and(|v| v["healthy"] == true && v["role"] == "standby")
+            },
+            || logs(&net, &b),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (a1_vgate, _a2_vgate) = (1, 0);
+    for (node, prio, peer) in [
+        ("a1", 150, "10.71.9.12:6379"),
+        ("a2", 100, "10.71.9.11:6379"),
+    ] {
+        let ns = net.ns(node);
+        let alive = net.path(&format!("{node}.alive"));
+        procs.push(spawn_logged(
+            &ns,
+            &[
+                &bin,
+                "health",
+                "--admin",
+                "127.0.0.1:9940",
+                "--track-file",
+                &alive,
+                "--every-ms",
+                "50",
+            ],
+            &net.path(&format!("watch-{node}.log")),
+        ));
+        wait_for(
+            "the health watcher's first word",
+            Duration::from_secs(5),
+            || std::fs::read_to_string(&alive).is_ok_and(|t| t.trim() == "0"),
+            || logs(&net, &b),
+        );
+        let conf = net.path(&format!("keepalived-{node}.conf"));
+        std::fs::write(&conf, keepalived_config(node, prio, &alive, peer)).unwrap();
+        let (pid, vrrp_pid) = (
+            net.path(&format!("{node}.pid")),
+            net.path(&format!("{node}-vrrp.pid")),
+        );
+        procs.push(spawn_logged(
+            &ns,
+            &[
+                "keepalived",
+                "-n",
+                "-l",
+                "-D",
+                "--vrrp",
+                "-f",
+                &conf,
+                "-p",
+                &pid,
+                "-r",
+                &vrrp_pid,
+            ],
+            &net.path(&format!("keepalived-{node}.log")),
+        ));
+        if node == "a1" {
+            wait_for(
+                "a1 active through keepalived's notify",
+                Duration::from_secs(15),
+                || role(&a1).as_deref() == Some("active"),
+                || logs(&net, &b),
+            );
+        }
+    }
+    // a2's Redis a replica of a1's, a2 a healthy standby reading it.
+    wait_for(
+        "a2 a healthy standby on its replica",
+        Duration::from_secs(15),
+        || {
+            sh(&a2, "redis-cli ROLE").contains("connected")
+                && admin_json(&a2, "/api/v1/health")
+                    .is_some_and(|v| v["healthy"] == true && v["role"] == "standby")
+        },
+        || logs(&net, &b),
+    );
+    // A route added at run time on the active, copied to a2 through the Redis replica.
+    let resp = common::in_netns(&a1, || {
+        common::admin::post(
+            "127.0.0.1:9940",
+            "/api/v1/routes",
+            &format!(
+                r#"{{"name":"cam2","domain":"a","port":20010,"destination":"{FACE_B}:21010","egress_port":30010,"source_validation":"latch"}}"#
+            ),
+        )
+    });
+    assert!(resp.contains(" 201 "), "route not added: {resp}");
+
+    // Three streams of 3 000 datagrams at 200/s: two forward, one reverse.
+    let (count, len, pps) = (3000u32, 200usize, 200u32);
+    let da = net.ns("da");
+    let db = net.ns("db");
+    let streams = [
+        (
+            db.clone(),
+            sa(&format!("{DB}:6000")),
+            sa(&format!("{GB}:30000")),
+            da.clone(),
+            sa(&format!("{DA}:5000")),
+            sa(&format!("{GA}:20000")),
+        ),
+        (
+            db.clone(),
+            sa(&format!("{DB}:6010")),
+            sa(&format!("{GB}:30010")),
+            da.clone(),
+            sa(&format!("{DA}:5010")),
+            sa(&format!("{GA}:20010")),
+        ),
+        (
+            da.clone(),
+            sa(&format!("{DA}:6100")),
+            sa(&format!("{GA}:20600")),
+            db.clone(),
+            sa(&format!("{DB}:5100")),
+            sa(&format!("{GB}:30500")),
+        ),
+    ];
+    let mut receivers = Vec::new();
+    for (rx_ns, at, from, ..) in &streams {
+        let (h, ready) = receive_numbered(
+            rx_ns,
+            *at,
+            *from,
+            count,
+            len,
+            Duration::from_secs(15),
+            Duration::from_secs(6),
+        );
+        ready.recv().unwrap();
+        receivers.push(h);
+    }
+    let senders: Vec<_> = streams
+        .iter()
+        .map(|(.., tx_ns, from, to)| send_numbered_from(tx_ns, *from, *to, 0, count, len, pps))
+        .collect();
+    // The standby's copy of cam2, and the reverse link's frames reaching it (dropped).
+    wait_for(
+        "a2's copy of cam2 and standby drops of the reverse stream",
+        Duration::from_secs(8),
+        || {
+            admin_json(&a2, "/api/v1/routes").is_some_and(|v| {
+                v["routes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r["port"] == 20010)
+            }) && metric(&a2, "vgate_channel_drops_total", &["reason=\"standby\""]) > 0
+        },
+        || logs(&net, &b),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let standby_drops = metric(&a2, "vgate_channel_drops_total", &["reason=\"standby\""]);
+
+    // kill -9 of a1's vgate.
+    let killed = Instant::now();
+    if let Some(p) = &vgates[a1_vgate] {
+        p.signal(nix::sys::signal::Signal::SIGKILL);
+    }
+    wait_for(
+        "a2 active",
+        Duration::from_secs(10),
+        || role(&a2).as_deref() == Some("active"),
+        || logs(&net, &b),
+    );
+    let took = killed.elapsed();
+    for s in senders {
+        assert_eq!(s.join().unwrap(), count);
+    }
+    let arrivals: Vec<_> = receivers.into_iter().map(|h| h.join().unwrap()).collect();
+    let v = admin_json(&a2, "/api/v1/ha").unwrap();
+    assert_eq!(v["takeovers"], 1, "{v}");
+    assert!(
+        sh(&a2, "redis-cli ROLE").starts_with("master"),
+        "a2's Redis promoted by the notify hook: {}",
+        sh(&a2, "redis-cli ROLE")
+    );
+    let bm = |reason: &str| {
+        metric(
+            &b_ns,
+            "vgate_link_drops_total",
+            &["link=\"in\"", &format!("reason=\"{reason}\"")],
+        )
+    };
+    let (stale, bad_mac) = (bm("stale_epoch"), bm("bad_mac"));
+    let a2_stale = metric(
+        &a2,
+        "vgate_link_drops_total",
+        &["link=\"in\"", "reason=\"stale_epoch\""],
+    );
+    let names = [
+        "cam (static)",
+        "cam2 (added on a1, copied)",
+        "talk (reverse)",
+    ];
+    let mut report = String::new();
+    for (name, a) in names.iter().zip(&arrivals) {
+        let (missing, dups) = a.missing_and_dups(count);
+        let tail_missing = (count - 500..count)
+            .filter(|i| !a.counts.contains_key(i))
+            .count();
+        report.push_str(&format!(
+            "{name}: received {} of {count}, missing {missing}, dups {dups}, wrong source {}, corrupt {}, missing of the last 500 {tail_missing}\n",
+            a.counts.len(),
+            a.wrong_source,
+            a.corrupt
+        ));
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "FIGURE ha split: half A failover by kill -9 (a2 active {:.0} ms after the kill); half B stale_epoch {stale}, bad_mac {bad_mac}; a2's standby drops before {standby_drops}\n{report}",
+        took.as_secs_f64() * 1e3
+    );
+    let show = || format!("{report}\n{}", logs(&net, &b));
+    assert_eq!(
+        stale,
+        0,
+        "half B refused the new active's frames as stale_epoch\n{}",
+        show()
+    );
+    assert_eq!(bad_mac, 0, "{}", show());
+    assert_eq!(a2_stale, 0, "{}", show());
+    for (name, a) in names.iter().zip(&arrivals) {
+        let (missing, dups) = a.missing_and_dups(count);
+        assert_eq!(
+            (a.wrong_source, a.corrupt, dups),
+            (0, 0, 0),
+            "{name}\n{}",
+            show()
+        );
+        // The switchover loses what was sent meanwhile (bounded generously: 5 s), never
+        // what came after.
+        assert!(missing <= 1000, "{name}: {missing} missing\n{}", show());
+        assert!(
+            (count - 500..count).all(|i| a.counts.contains_key(&i)),
+            "{name}: did not resume through a2\n{}",
+            show()
+        );
+    }
+    // Half B saw a new sender on each forward stream: one restart each, no loss counted.
+    let totals = b.stop();
+    for r in ["cam", "cam2"] {
+        assert!(totals.route(r, "link_restarts") >= 1, "{r}\n{}", totals.raw);
+    }
+    drop(procs);
+    drop(vgates);
+}
