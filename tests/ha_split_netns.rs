@@ -35,6 +35,10 @@ use std::net::SocketAddrV4;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::ha::{
+    admin_json, ip, logs_in, metric, role, sh, spawn_logged, start_watcher, wait_for, Keepalived,
+    ADMIN,
+};
 use common::proc::Proc;
 use common::split::{
     receive_numbered, route, send_numbered_from, with_link_keys, FACE_A, FACE_B, KEY,
@@ -60,28 +64,6 @@ const REV_A: &str = "10.71.4.1"; // both half-A nodes, and one MAC:
 const REV_A_MAC: &str = "02:71:04:00:00:01";
 const SIG_A: &str = "10.71.5.1"; // VRRP
 const SIG_B: &str = "10.71.5.2";
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn sh(ns: &str, cmd: &str) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "sh", "-c", cmd])
-        .output()
-        .expect("ip netns exec");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// The namespaces of one run, deleted on drop (also when the test fails).
 struct Net {
@@ -267,7 +249,7 @@ queues = 1
 [security]
 source_validation = "strict"
 [control]
-listen = "127.0.0.1:9940"
+listen = "{ADMIN}"
 per_stream_metrics = true
 [ha]
 node = "{node}"
@@ -342,7 +324,7 @@ queues = 1
 [security]
 source_validation = "strict"
 [control]
-listen = "127.0.0.1:9940"
+listen = "{ADMIN}"
 per_stream_metrics = true
 [split]
 half = "b"
@@ -367,128 +349,20 @@ key = "{KEY}"
     ))
 }
 
-/// keepalived on a half-A node: VRRP on domain A's segment, the gateway and signaling
-/// addresses as virtual addresses, `vgate health` (track file and script), and the notify
-/// hook of `systemd/` that switches the node's Redis with vgate's role.
-fn keepalived_config(node: &str, priority: u32, track_file: &str, peer_redis: &str) -> String {
+/// The notify hook of `systemd/` on a half-A node: the node's Redis follows vgate's role.
+fn notify_hook(peer_redis: &str, role: &str) -> String {
     let vgate = common::vgate_bin().display().to_string();
-    let hook = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("systemd/vgate-ha-notify-redis")
-        .display()
-        .to_string();
-    let notify = |role: &str| {
-        format!("\"{hook} --vgate {vgate} {peer_redis} {role} --admin 127.0.0.1:9940\"")
-    };
+    let hook =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/vgate-ha-notify-redis");
     format!(
-        r#"
-global_defs {{
-    router_id {node}
-    script_user root
-    enable_script_security
-    vrrp_version 3
-}}
-vrrp_script vgate_health {{
-    script "{vgate} health --admin 127.0.0.1:9940"
-    interval 1
-    timeout 1
-    fall 1
-    rise 1
-}}
-track_file vgate_alive {{
-    file "{track_file}"
-    weight 0
-}}
-vrrp_instance halfa {{
-    state BACKUP
-    nopreempt
-    interface ga
-    virtual_router_id 71
-    priority {priority}
-    advert_int 0.1
-    virtual_ipaddress {{
-        {GA}/24 dev ga
-        {SIG_A}/24 dev sa
-    }}
-    track_script {{
-        vgate_health
-    }}
-    track_file {{
-        vgate_alive weight 0
-    }}
-    notify_master {master}
-    notify_backup {backup}
-    notify_fault {fault}
-}}
-"#,
-        master = notify("MASTER"),
-        backup = notify("BACKUP"),
-        fault = notify("FAULT"),
+        "{} --vgate {vgate} {peer_redis} {role} --admin {ADMIN}",
+        hook.display()
     )
 }
 
-fn spawn_logged(ns: &str, args: &[&str], log: &str) -> Proc {
-    let f = std::fs::File::create(log).expect("log file");
-    Proc::spawn(
-        Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f),
-    )
-}
-
-fn admin_json(ns: &str, path: &str) -> Option<serde_json::Value> {
-    let (ns, path) = (ns.to_owned(), path.to_owned());
-    common::in_netns(&ns, move || {
-        common::admin::try_get("127.0.0.1:9940", &path)
-            .ok()
-            .and_then(|b| serde_json::from_str(&b).ok())
-    })
-}
-
-fn role(ns: &str) -> Option<String> {
-    admin_json(ns, "/api/v1/ha").and_then(|v| v["role"].as_str().map(str::to_owned))
-}
-
-fn metric(ns: &str, family: &str, labels: &[&str]) -> u64 {
-    let text = common::admin::get_in(ns, "127.0.0.1:9940", "/metrics");
-    common::admin::metric(&text, family, labels)
-}
-
-fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool, log: impl Fn() -> String) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "{what} within {within:?}\n{}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The last lines of every log of the run.
+/// Half B's log and the last lines of every log of the run.
 fn logs(net: &Net, b: &Vgate) -> String {
-    let mut out = format!("--- half B\n{}\n", b.log());
-    let mut files: Vec<_> = std::fs::read_dir(net.dir.path())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .collect();
-    files.sort();
-    for f in files {
-        let t = std::fs::read_to_string(&f).unwrap_or_default();
-        let lines: Vec<&str> = t.lines().collect();
-        out.push_str(&format!(
-            "--- {}\n{}\n",
-            f.display(),
-            lines[lines.len().saturating_sub(25)..].join("\n")
-        ));
-    }
-    out
+    format!("--- half B\n{}\n{}", b.log(), logs_in(net.dir.path(), 25))
 }
 
 fn sa(s: &str) -> SocketAddrV4 {
@@ -545,7 +419,7 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
         )));
         wait_for(
             "the half-A node healthy as a standby",
-            Duration::from_secs(20),
+            Duration::from_secs(30),
             || {
                 admin_json(&net.ns(node), "/api/v1/health")
                     .is_some_and(|v| v["healthy"] == true && v["role"] == "standby")
@@ -561,53 +435,31 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
     ] {
         let ns = net.ns(node);
         let alive = net.path(&format!("{node}.alive"));
-        procs.push(spawn_logged(
+        procs.push(start_watcher(
             &ns,
-            &[
-                &bin,
-                "health",
-                "--admin",
-                "127.0.0.1:9940",
-                "--track-file",
-                &alive,
-                "--every-ms",
-                "50",
-            ],
+            &alive,
             &net.path(&format!("watch-{node}.log")),
         ));
-        wait_for(
-            "the health watcher's first word",
-            Duration::from_secs(5),
-            || std::fs::read_to_string(&alive).is_ok_and(|t| t.trim() == "0"),
-            || logs(&net, &b),
-        );
-        let conf = net.path(&format!("keepalived-{node}.conf"));
-        std::fs::write(&conf, keepalived_config(node, prio, &alive, peer)).unwrap();
-        let (pid, vrrp_pid) = (
-            net.path(&format!("{node}.pid")),
-            net.path(&format!("{node}-vrrp.pid")),
-        );
-        procs.push(spawn_logged(
+        let vips = [format!("{GA}/24 dev ga"), format!("{SIG_A}/24 dev sa")];
+        let notify = |role: &str| notify_hook(peer, role);
+        let k = Keepalived {
+            node,
+            priority: prio,
+            interface: "ga",
+            router_id: 71,
+            vips: &vips,
+            track_file: &alive,
+            notify: &notify,
+        };
+        procs.push(k.start(
             &ns,
-            &[
-                "keepalived",
-                "-n",
-                "-l",
-                "-D",
-                "--vrrp",
-                "-f",
-                &conf,
-                "-p",
-                &pid,
-                "-r",
-                &vrrp_pid,
-            ],
+            &net.path(&format!("keepalived-{node}.conf")),
             &net.path(&format!("keepalived-{node}.log")),
         ));
         if node == "a1" {
             wait_for(
                 "a1 active through keepalived's notify",
-                Duration::from_secs(15),
+                Duration::from_secs(30),
                 || role(&a1).as_deref() == Some("active"),
                 || logs(&net, &b),
             );
@@ -616,7 +468,7 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
     // a2's Redis a replica of a1's, a2 a healthy standby reading it.
     wait_for(
         "a2 a healthy standby on its replica",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || {
             sh(&a2, "redis-cli ROLE").contains("connected")
                 && admin_json(&a2, "/api/v1/health")
@@ -627,7 +479,7 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
     // A route added at run time on the active, copied to a2 through the Redis replica.
     let resp = common::in_netns(&a1, || {
         common::admin::post(
-            "127.0.0.1:9940",
+            ADMIN,
             "/api/v1/routes",
             &format!(
                 r#"{{"name":"cam2","domain":"a","port":20010,"destination":"{FACE_B}:21010","egress_port":30010,"source_validation":"latch"}}"#

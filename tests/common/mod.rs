@@ -7,7 +7,8 @@
 //!   running code inside a namespace ([`in_netns`]), the `vgate` binary;
 //! - [`proc`]: the guard of a child process (stopped and reaped on drop);
 //! - [`vgate`]: the one `vgate run` launcher (in a namespace or not, ready, stop, totals);
-//! - [`admin`]: the admin interface client (`GET`, JSON, metrics samples);
+//! - [`admin`]: the admin interface client (`GET`, `POST`, JSON, metrics samples);
+//! - [`ha`]: the hot-standby tests' commands in namespaces, admin look-ups, keepalived;
 //! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
@@ -22,6 +23,7 @@
 
 pub mod admin;
 pub mod gb_sipp;
+pub mod ha;
 pub mod proc;
 pub mod relay;
 pub mod rfc4571;
