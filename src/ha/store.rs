@@ -162,22 +162,32 @@ impl Store {
             (self.sessions.clone(), self.seq.clone(), self.meta.clone());
         let addr = self.addr;
         let r = self.con().and_then(|con| {
-            let (role, seq, node, hb): (redis::Value, Option<u64>, Option<String>, Option<u64>) =
-                redis::pipe()
-                    .cmd("ROLE")
-                    .cmd("GET")
-                    .arg(&seq_key)
-                    .cmd("HGET")
-                    .arg(&meta_key)
-                    .arg("node")
-                    .cmd("HGET")
-                    .arg(&meta_key)
-                    .arg("heartbeat_ms")
-                    .query(con)
-                    .map_err(|e| e.to_string())?;
-            if let Some(why) = replica_not_current(&role) {
-                return Err(format!("the Redis at {addr} {why}"));
+            // A server without ROLE (a proxy in front of Redis) answers an error: read as
+            // before. Its own round trip, so that error spoils nothing else; a connection
+            // that failed or timed out is made anew (a late answer must not be read as the
+            // next command's).
+            match redis::cmd("ROLE").query::<redis::Value>(con) {
+                Ok(role) => {
+                    if let Some(why) = replica_not_current(&role) {
+                        return Err(format!("the Redis at {addr} {why}"));
+                    }
+                }
+                Err(e) if e.is_io_error() || e.is_timeout() || e.is_unrecoverable_error() => {
+                    return Err(e.to_string());
+                }
+                Err(_) => {}
             }
+            let (seq, node, hb): (Option<u64>, Option<String>, Option<u64>) = redis::pipe()
+                .cmd("GET")
+                .arg(&seq_key)
+                .cmd("HGET")
+                .arg(&meta_key)
+                .arg("node")
+                .cmd("HGET")
+                .arg(&meta_key)
+                .arg("heartbeat_ms")
+                .query(con)
+                .map_err(|e| e.to_string())?;
             // No `seq`: nobody wrote, or the store was flushed. The copies held here stay
             // until a writer writes again (its whole rewrite follows a flush within a
             // heartbeat): removing them would free ports a takeover now needs.
