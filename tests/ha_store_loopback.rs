@@ -314,7 +314,6 @@ fn replicated_redis_the_active_s_killed_standby_stale_then_caught_up_then_takeov
     wait_until("a2 active", Duration::from_secs(5), || {
         ha(&a2)["role"] == "active"
     });
-    let v = ha(&a2);
     assert_eq!(
         forwarded(74, 76, 20010, &rx1, 50),
         50,
