@@ -677,15 +677,10 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     println!("{}: {line}", file.display());
                 }
             }
-            // On this machine: the ring modes hold no socket per port, so the kernel must
-            // not hand the media ports out as ephemeral ports (a warning, not a refusal).
-            // The PF_RING engines (the default of tnapi and zc in PF_RING builds) still hold
-            // one socket per port.
-            let pfring = matches!(
-                crate::engine::choose(cfg.engine.mode, None),
-                Ok(crate::engine::EngineKind::Pfring | crate::engine::EngineKind::PfringZc)
-            );
-            let ring = !matches!(cfg.engine.mode, Mode::Stack) && cfg.split.is_none() && !pfring;
+            // On this machine: the ring modes (every ring engine, PF_RING's included) hold
+            // no socket per port, so the kernel must not hand the media ports out as
+            // ephemeral ports (a warning, not a refusal). A split half still holds sockets.
+            let ring = !matches!(cfg.engine.mode, Mode::Stack) && cfg.split.is_none();
             if ring && cpus.is_none() {
                 let ranges: Vec<(u16, u16)> = cfg
                     .domains
