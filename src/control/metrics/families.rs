@@ -577,6 +577,11 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "requests_forwarded",
     ),
     (
+        "options_answered",
+        "vgate_signaling_proxied_total",
+        "probes_answered",
+    ),
+    (
         "forwarded_responses",
         "vgate_signaling_proxied_total",
         "responses_forwarded",
