@@ -1425,6 +1425,105 @@ fn hang_up(
     assert!(bye_ok.contains("BYE"), "{bye_ok}");
 }
 
+/// A re-INVITE in call `d` from the platform (`by_platform`) or the device (`cseq` in its
+/// sender's sequence), each side's SDP offering its media port again (`ports`: the
+/// platform's, the device's); the other side answers 200 with its SDP, the sender ACKs.
+/// Each side must see the gateway port it saw at the call's setup.
+fn re_invite(
+    d: &Dialog,
+    by_platform: bool,
+    cseq: u32,
+    (plat_port, dev_port): (u16, u16),
+    platform: &UdpSocket,
+    device: &UdpSocket,
+    pair: &Pair,
+) {
+    let sdp = |id: &str, ip: &str, port: u16, dir: &str| {
+        format!("v=0\r\no={id} 0 1 IN IP4 {ip}\r\ns=Play\r\nc=IN IP4 {ip}\r\nt=0 0\r\nm=video {port} RTP/AVP 96\r\na={dir}\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n")
+    };
+    let plat_sdp = sdp(PLATFORM_ID, "10.62.0.100", plat_port, "recvonly");
+    let dev_sdp = sdp(DEVICE_ID, "10.61.0.100", dev_port, "sendonly");
+    let plat_contact = format!("Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\n");
+    let dev_contact = format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\n");
+    let sdp_type = "Content-Type: application/sdp\r\n";
+    // (sender, receiver, gateway, Request-URI, From, To, Call-ID, and each SDP, Contact and
+    // m= line seen at the setup for the sender and the receiver)
+    let (by, to, gw, ruri, from, to_hdr, cid) = if by_platform {
+        let v = (&d.plat_from, &d.dev_to, &d.call_id);
+        (
+            platform,
+            device,
+            "10.62.0.1:5062",
+            &d.dev_contact,
+            v.0,
+            v.1,
+            v.2,
+        )
+    } else {
+        let v = (&d.dev_from, &d.dev_to_plat, &d.dev_call_id);
+        (
+            device,
+            platform,
+            "10.61.0.1:5062",
+            &d.plat_contact,
+            v.0,
+            v.1,
+            v.2,
+        )
+    };
+    let (mine, theirs) = if by_platform {
+        (
+            (&plat_sdp, &plat_contact, &d.plat_m),
+            (&dev_sdp, &dev_contact, &d.dev_m),
+        )
+    } else {
+        (
+            (&dev_sdp, &dev_contact, &d.dev_m),
+            (&plat_sdp, &plat_contact, &d.plat_m),
+        )
+    };
+    let (cid_there, start) = if by_platform {
+        (&d.dev_call_id, true)
+    } else {
+        (&d.call_id, false)
+    };
+    let inv = sip_request(
+        "INVITE",
+        ruri,
+        start,
+        (from, to_hdr),
+        cid,
+        cseq,
+        &format!("{}{sdp_type}", mine.1),
+        mine.0,
+    );
+    by.send_to(inv.as_bytes(), gw).unwrap();
+    let (inv_in, src) = recv_sip(to, "INVITE ", pair);
+    assert_eq!(&header(&inv_in, "Call-ID"), cid_there, "{inv_in}");
+    assert_eq!(
+        &m_line(&inv_in),
+        theirs.2,
+        "the receiver's gateway port is the same: {inv_in}"
+    );
+    let ok = sip_reply(
+        &inv_in,
+        "200 OK",
+        "x",
+        &format!("{}{sdp_type}", theirs.1),
+        theirs.0,
+    );
+    to.send_to(ok.as_bytes(), src).unwrap();
+    let (ok_in, _) = recv_sip(by, "SIP/2.0 200", pair);
+    assert_eq!(
+        &m_line(&ok_in),
+        mine.2,
+        "the sender's gateway port is the same: {ok_in}"
+    );
+    let ack = sip_request("ACK", ruri, start, (from, to_hdr), cid, cseq, "", "");
+    by.send_to(ack.as_bytes(), gw).unwrap();
+    recv_sip(to, "ACK ", pair);
+}
+
 /// Registrations and dialogs through the state store: a device in A registers with the
 /// platform in B through the active, the platform invites it (live view, media running),
 /// the active is killed; then through the new active, with no re-REGISTER: the platform's
@@ -1449,15 +1548,11 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
     // ended by the platform, one by the device).
     let d1 = invite_device(&platform, &device, &pair, &reg_contact, 1, 6200, 6100);
     let d2 = invite_device(&platform, &device, &pair, &reg_contact, 2, 6202, 6102);
-    let (plat_from, dev_to, dev_contact, plat_contact, dev_call_id, call_id) = (
-        d1.plat_from.clone(),
-        d1.dev_to.clone(),
-        d1.dev_contact.clone(),
+    let (plat_contact, dev_call_id, call_id) = (
         d1.plat_contact.clone(),
         d1.dev_call_id.clone(),
-        d1.call_id.clone(),
+        d1.call_id.as_str(),
     );
-    let call_id = call_id.as_str();
     // The call's media: device 6100 → gateway A port → platform 6200.
     let mut port = None;
     wait_for(
@@ -1562,102 +1657,8 @@ fn registrations_and_dialogs_continue_through_the_new_active_after_a_kill9() {
     recv_sip(&device, "SIP/2.0 200", &pair);
     // (3) Re-INVITEs after the takeover, in both directions: each side sees the gateway
     // port it saw at the call's setup (the call's m= slots were copied), the media goes on.
-    let plat_sdp = |port: u16| {
-        format!("v=0\r\no=34020000002000000001 0 1 IN IP4 10.62.0.100\r\ns=Play\r\nc=IN IP4 10.62.0.100\r\nt=0 0\r\nm=video {port} RTP/AVP 96\r\na=recvonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n")
-    };
-    let dev_sdp = |port: u16| {
-        format!("v=0\r\no=34020000001320000001 0 1 IN IP4 10.61.0.100\r\ns=Play\r\nc=IN IP4 10.61.0.100\r\nt=0 0\r\nm=video {port} RTP/AVP 96\r\na=sendonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n")
-    };
-    let sdp_type = "Content-Type: application/sdp\r\n";
-    let reinvite = sip_request(
-        "INVITE",
-        &dev_contact,
-        true,
-        (&plat_from, &dev_to),
-        call_id,
-        22,
-        &format!("Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\n{sdp_type}"),
-        &plat_sdp(6200),
-    );
-    platform.send_to(reinvite.as_bytes(), gw_b).unwrap();
-    let (inv_in, from) = recv_sip(&device, "INVITE ", &pair);
-    assert_eq!(header(&inv_in, "Call-ID"), dev_call_id, "{inv_in}");
-    assert_eq!(
-        m_line(&inv_in),
-        d1.dev_m,
-        "the device's gateway port is the same: {inv_in}"
-    );
-    let ok = sip_reply(
-        &inv_in,
-        "200 OK",
-        "x",
-        &format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\n{sdp_type}"),
-        &dev_sdp(6100),
-    );
-    device.send_to(ok.as_bytes(), from).unwrap();
-    let (ok_in, _) = recv_sip(&platform, "SIP/2.0 200", &pair);
-    assert_eq!(
-        m_line(&ok_in),
-        d1.plat_m,
-        "the platform's gateway port is the same: {ok_in}"
-    );
-    let ack = sip_request(
-        "ACK",
-        &dev_contact,
-        true,
-        (&plat_from, &dev_to),
-        call_id,
-        22,
-        "",
-        "",
-    );
-    platform.send_to(ack.as_bytes(), gw_b).unwrap();
-    recv_sip(&device, "ACK ", &pair);
-    // The device's re-INVITE in the other call.
-    let reinvite = sip_request(
-        "INVITE",
-        &d2.plat_contact,
-        false,
-        (&d2.dev_from, &d2.dev_to_plat),
-        &d2.dev_call_id,
-        3,
-        &format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\n{sdp_type}"),
-        &dev_sdp(6102),
-    );
-    device.send_to(reinvite.as_bytes(), gw_a).unwrap();
-    let (inv_in, from) = recv_sip(&platform, "INVITE ", &pair);
-    assert_eq!(header(&inv_in, "Call-ID"), d2.call_id, "{inv_in}");
-    assert_eq!(
-        m_line(&inv_in),
-        d2.plat_m,
-        "the platform's gateway port is the same: {inv_in}"
-    );
-    let ok = sip_reply(
-        &inv_in,
-        "200 OK",
-        "x",
-        &format!("Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\n{sdp_type}"),
-        &plat_sdp(6202),
-    );
-    platform.send_to(ok.as_bytes(), from).unwrap();
-    let (ok_in, _) = recv_sip(&device, "SIP/2.0 200", &pair);
-    assert_eq!(
-        m_line(&ok_in),
-        d2.dev_m,
-        "the device's gateway port is the same: {ok_in}"
-    );
-    let ack = sip_request(
-        "ACK",
-        &d2.plat_contact,
-        false,
-        (&d2.dev_from, &d2.dev_to_plat),
-        &d2.dev_call_id,
-        3,
-        "",
-        "",
-    );
-    device.send_to(ack.as_bytes(), gw_a).unwrap();
-    recv_sip(&platform, "ACK ", &pair);
+    re_invite(&d1, true, 22, (6200, 6100), &platform, &device, &pair);
+    re_invite(&d2, false, 3, (6202, 6102), &platform, &device, &pair);
     let before = stream.count();
     wait_for(
         "the call's media to go on after the re-INVITEs",
