@@ -15,6 +15,7 @@
 pub mod alloc;
 pub mod board;
 pub mod legs;
+pub mod spec_record;
 pub mod stream;
 
 use std::collections::HashMap;
