@@ -18,10 +18,10 @@ mod common;
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::admin::{get, get_json, metric};
-use common::proc::Proc;
+use common::capture::{datagrams, finish, packet, scapy_datagrams, start_capture};
 use common::vgate::Vgate;
 
 const NET: u8 = 91;
@@ -41,119 +41,10 @@ fn admin() -> String {
     format!("127.0.{NET}.1:{ADMIN}")
 }
 
-/// An RTP header (PT 96, marker) then, `covert`, 200 pseudo-random bytes each with its top
-/// bit set (the H.264 forbidden bit in the first), else an SEI recovery point: one valid NAL.
-fn packet(seq: u16, covert: bool) -> Vec<u8> {
-    let mut b = vec![0x80, 0x80 | 96];
-    b.extend_from_slice(&seq.to_be_bytes());
-    b.extend_from_slice(&(u32::from(seq) * 3000).to_be_bytes());
-    b.extend_from_slice(&7u32.to_be_bytes());
-    if covert {
-        let mut x = 0x9e37_79b9u32 ^ u32::from(seq);
-        b.extend((0..200).map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 24) as u8 | 0x80
-        }));
-    } else {
-        b.extend_from_slice(&[0x06, 0x06, 0x01, 0x84, 0x80]);
-    }
-    b
-}
-
 fn capture_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(common::vgate_bin());
     c.args(["capture-refused", "--admin", &admin()]).args(args);
     c
-}
-
-/// A running `vgate capture-refused`, its outputs going to files.
-struct Capture {
-    proc: Proc,
-    stdout: tempfile::NamedTempFile,
-    stderr: tempfile::NamedTempFile,
-}
-
-/// Starts `vgate capture-refused` on the gateway at `admin` and waits until the gateway says
-/// the capture is armed.
-fn start_capture(admin: &str, args: &[&str]) -> Capture {
-    let (stdout, stderr) = (
-        tempfile::NamedTempFile::new().unwrap(),
-        tempfile::NamedTempFile::new().unwrap(),
-    );
-    let proc = Proc::spawn(
-        Command::new(common::vgate_bin())
-            .args(["capture-refused", "--admin", admin])
-            .args(args)
-            .stdout(stdout.reopen().unwrap())
-            .stderr(stderr.reopen().unwrap()),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while get_json(admin, "/api/v1/capture")["state"] != "armed" {
-        assert!(Instant::now() < deadline, "the capture was never armed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Capture {
-        proc,
-        stdout,
-        stderr,
-    }
-}
-
-/// Waits for the command's exit: (success, stdout, stderr).
-fn finish(mut c: Capture) -> (bool, String, String) {
-    let ok = c.proc.wait_exit(Duration::from_secs(30));
-    let read = |f: &tempfile::NamedTempFile| std::fs::read_to_string(f.path()).unwrap();
-    let (out, err) = (read(&c.stdout), read(&c.stderr));
-    (
-        ok.unwrap_or_else(|| panic!("capture-refused did not end:\n{err}")),
-        out,
-        err,
-    )
-}
-
-/// The UDP datagrams of a pcap file: (source, destination, payload), read by vgate's
-/// reader; every frame must be a whole IPv4/UDP datagram with right checksums.
-fn datagrams(file: &[u8]) -> Vec<(SocketAddrV4, SocketAddrV4, Vec<u8>)> {
-    vgate::wire::pcap::records(file)
-        .expect("a pcap file")
-        .iter()
-        .map(|r| {
-            assert_eq!(r.frame.len(), r.orig_len, "nothing cut");
-            let d = vgate::wire::parse_udp4(r.frame).expect("an IPv4/UDP frame");
-            assert!(d.checksums_ok(false), "checksums");
-            (
-                SocketAddrV4::new(d.src_addr, d.src_port),
-                SocketAddrV4::new(d.dst_addr, d.dst_port),
-                d.payload.to_vec(),
-            )
-        })
-        .collect()
-}
-
-/// The same read by scapy: lines `src sport dst dport hexpayload`; `None` without scapy.
-fn scapy_datagrams(path: &std::path::Path) -> Option<Vec<String>> {
-    let script = "import sys\nfrom scapy.all import rdpcap, IP, UDP\n\
-                  for p in rdpcap(sys.argv[1]):\n    print(p[IP].src, p[UDP].sport, p[IP].dst, p[UDP].dport, bytes(p[UDP].payload).hex())\n";
-    let out = Command::new("/usr/bin/python3")
-        .args(["-c", script])
-        .arg(path)
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        if err.contains("No module named 'scapy'") {
-            return None;
-        }
-        panic!("scapy could not read the capture: {err}");
-    }
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect(),
-    )
 }
 
 #[test]
@@ -187,6 +78,7 @@ fn capture_refused_writes_exactly_the_next_n_refused_packets() {
 
     const N: usize = 5;
     let cap = start_capture(
+        &[],
         &admin(),
         &[
             "--route",
@@ -291,6 +183,7 @@ fn capture_refused_writes_exactly_the_next_n_refused_packets() {
     let stranger = UdpSocket::bind(format!("127.0.{NET}.3:0")).unwrap();
     let out2 = dir.path().join("stranger.pcap");
     let cap = start_capture(
+        &[],
         &admin(),
         &[
             "--route",
@@ -344,6 +237,7 @@ fn the_time_limit_ends_a_capture_with_what_it_took() {
     let cam = UdpSocket::bind(format!("127.0.{net}.1:0")).unwrap();
     let out_s = out.to_str().unwrap();
     let cap = start_capture(
+        &[],
         &admin,
         &[
             "--route",
