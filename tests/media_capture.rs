@@ -21,7 +21,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::admin::{get, get_json, metric};
-use common::capture::{datagrams, finish, packet, scapy_datagrams, start_capture};
+use common::capture::{
+    datagrams, finish, packet, scapy_datagrams, send_interleaved, start_capture,
+};
 use common::vgate::Vgate;
 
 const NET: u8 = 91;
@@ -100,17 +102,7 @@ fn capture_refused_writes_exactly_the_next_n_refused_packets() {
     assert!(busy_err.contains("already armed"), "{busy_err}");
 
     // 8 valid frames and 8 covert packets, interleaved; the first 5 covert are captured.
-    let (mut covert, mut valid) = (Vec::new(), Vec::new());
-    for seq in 1..=16u16 {
-        let p = packet(seq, seq % 2 == 0);
-        cam.send_to(&p, gw).unwrap();
-        if seq % 2 == 0 {
-            covert.push(p);
-        } else {
-            valid.push(p);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let (valid, covert) = send_interleaved(&cam, gw, 8);
     let (ok, stdout, stderr) = finish(cap);
     assert!(ok, "capture-refused failed:\n{stderr}");
     assert!(stderr.contains("captured 5/5"), "{stderr}");

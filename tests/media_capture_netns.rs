@@ -13,7 +13,7 @@ mod common;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::Duration;
 
-use common::capture::{datagrams, finish, packet, scapy_datagrams, start_capture};
+use common::capture::{datagrams, finish, scapy_datagrams, send_interleaved, start_capture};
 use common::vgate::Vgate;
 use common::{enter_netns, in_netns, prerequisites, Bed, BedConfig};
 
@@ -84,17 +84,7 @@ fn run(mode: &str) {
     let a_ip = bed.ip("A_IP");
     let (valid, covert, from) = in_netns(bed.get("A_NS"), move || {
         let s = UdpSocket::bind(SocketAddrV4::new(a_ip, 5004)).unwrap();
-        let (mut valid, mut covert) = (Vec::new(), Vec::new());
-        for seq in 1..=16u16 {
-            let p = packet(seq, seq % 2 == 0);
-            s.send_to(&p, gw).unwrap();
-            if seq % 2 == 0 {
-                covert.push(p);
-            } else {
-                valid.push(p);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let (valid, covert) = send_interleaved(&s, gw, 8);
         (valid, covert, SocketAddrV4::new(a_ip, 5004))
     });
     let (ok, _stdout, stderr) = finish(cap);

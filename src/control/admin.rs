@@ -843,7 +843,8 @@ fn add_route(body: &[u8], st: &ControlState) -> Answer {
     }
 }
 
-fn parse_channel(s: &str) -> Option<Channel> {
+/// `forward`/`a` or `reverse`/`b`, as the admin API names a channel.
+pub(super) fn parse_channel(s: &str) -> Option<Channel> {
     match s {
         "forward" | "a" => Some(Channel::Forward),
         "reverse" | "b" => Some(Channel::Reverse),

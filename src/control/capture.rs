@@ -19,11 +19,12 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::admin::parse_channel;
 use super::client::{Client, ClientError};
 use super::ControlState;
 use crate::clock::now_ms;
 use crate::routes::capture::{CaptureError, CaptureStatus, CapturedPacket, Target, MAX_DRAIN};
-use crate::routes::{Channel, StreamRoute};
+use crate::routes::StreamRoute;
 use crate::wire::pcap;
 
 /// Default time limit of a capture.
@@ -53,14 +54,6 @@ struct Arm {
     port: Option<u16>,
     count: u64,
     timeout_s: Option<u64>,
-}
-
-fn parse_channel(s: &str) -> Option<Channel> {
-    match s {
-        "forward" | "a" => Some(Channel::Forward),
-        "reverse" | "b" => Some(Channel::Reverse),
-        _ => None,
-    }
 }
 
 /// The route `spec` names (see the table above), or why none.

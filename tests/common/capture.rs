@@ -2,7 +2,7 @@
 //! H.264 RTP packets, the command run and waited for, and its pcap file read back — by
 //! vgate's reader and, independently, by scapy.
 
-use std::net::SocketAddrV4;
+use std::net::{SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,27 @@ pub fn packet(seq: u16, covert: bool) -> Vec<u8> {
         b.extend_from_slice(&[0x06, 0x06, 0x01, 0x84, 0x80]);
     }
     b
+}
+
+/// Sends `pairs` valid frames and as many covert packets, interleaved (valid first), from `s`
+/// to `to`, 5 ms apart: (valid, covert) as sent.
+pub fn send_interleaved(
+    s: &UdpSocket,
+    to: SocketAddrV4,
+    pairs: u16,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (mut valid, mut covert) = (Vec::new(), Vec::new());
+    for seq in 1..=2 * pairs {
+        let p = packet(seq, seq % 2 == 0);
+        s.send_to(&p, to).unwrap();
+        if seq % 2 == 0 {
+            covert.push(p);
+        } else {
+            valid.push(p);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (valid, covert)
 }
 
 /// A running `vgate capture-refused`, its outputs going to files.
