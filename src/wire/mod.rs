@@ -11,12 +11,14 @@
 //! building) and is the only way to get a view that can panic.
 //!
 //! [`parse_udp4`] is the one-shot helper for the receive path: Ethernet → IPv4 → UDP, with
-//! one [`WireError`] per drop reason.
+//! one [`WireError`] per drop reason. [`pcap`] writes (and reads back) the pcap files of
+//! `vgate capture-refused`.
 
 mod ethernet;
 pub mod framing;
 mod ipv4;
 pub mod link;
+pub mod pcap;
 pub mod rtp;
 mod udp;
 

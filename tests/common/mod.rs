@@ -8,6 +8,7 @@
 //! - [`proc`]: the guard of a child process (stopped and reaped on drop);
 //! - [`vgate`]: the one `vgate run` launcher (in a namespace or not, ready, stop, totals);
 //! - [`admin`]: the admin interface client (`GET`, JSON, metrics samples);
+//! - [`capture`]: `vgate capture-refused` runs, covert packets, the pcap file read back;
 //! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
@@ -21,6 +22,7 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod capture;
 pub mod gb_sipp;
 pub mod proc;
 pub mod relay;
