@@ -476,7 +476,11 @@ fn bench_channel_provenance_outside_a_git_checkout() {
         .lines()
         .filter(|l| l.starts_with("REV=") || l.starts_with("DIRTY="))
         .collect();
-    assert_eq!(lines.len(), 2, "bench-channel.sh sets REV and DIRTY once each");
+    assert_eq!(
+        lines.len(),
+        2,
+        "bench-channel.sh sets REV and DIRTY once each"
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new("bash")
         .arg("-c")
