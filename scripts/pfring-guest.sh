@@ -163,7 +163,8 @@ qrc=$?
 set -e
 echo "pfring-guest.sh: guest ran $(( $(date +%s) - start )) s (qemu exit $qrc)"
 grep -a '^VGATE-GUEST' "$LOG" || true
-result="$(grep -a '^VGATE-GUEST-RESULT ' "$LOG" | tail -1 | awk '{print $2}')"
+# The serial console's lines end in CR LF.
+result="$(grep -a '^VGATE-GUEST-RESULT ' "$LOG" | tail -1 | tr -d '\r' | awk '{print $2}')"
 case "$result" in
     pass) exit 0 ;;
     fail) exit 1 ;;

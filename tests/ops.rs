@@ -502,3 +502,29 @@ fn bench_channel_provenance_outside_a_git_checkout() {
     );
     assert_eq!(stdout.trim(), "rev=unknown dirty=unknown");
 }
+
+/// `scripts/pfring-guest.sh` reads the guest's verdict from the serial console, whose lines
+/// end in CR LF: `VGATE-GUEST-RESULT pass` must read as `pass` (it read `pass\r`, and the
+/// script said "the guest printed no result" after a whole run, 2026-12-03).
+#[test]
+fn pfring_guest_reads_the_result_of_a_serial_console() {
+    let script = std::fs::read_to_string(repo().join("scripts/pfring-guest.sh")).unwrap();
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("result=\"$(grep -a '^VGATE-GUEST-RESULT "))
+        .expect("pfring-guest.sh reads VGATE-GUEST-RESULT");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("console.log");
+    std::fs::write(&log, "VGATE-GUEST PASS x\r\nVGATE-GUEST-RESULT pass\r\n").unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail; LOG=\"$1\"; {line}; printf '%s' \"$result\""
+        ))
+        .arg("bash")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "pass");
+}
