@@ -23,7 +23,8 @@
 //! wait in a `sendmmsg` batch: the worker copies each packet once into a reused batch arena
 //! (what PF_RING's own one-copy receive does) and then runs the same path as `afpacket`:
 //! `parse_udp4` → channel by destination → route by port, one lookup per run of packets →
-//! [`crate::channel::inspect`] → `pfring`: queued on a [`SliceBatch`] for the worker's raw
+//! [`crate::channel::inspect_mut`] (a stripping route's payload rewritten in its arena slot) →
+//! `pfring`: queued on a [`SliceBatch`] for the worker's raw
 //! IPv4 socket of the egress domain (no socket per port); `pfring-zc`: a frame built here and
 //! sent on the worker's send-only ZC ring of the egress interface, since a ZC driver drops what
 //! the kernel hands a NIC a ZC application holds (docs/pfring.md).
