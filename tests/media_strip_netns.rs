@@ -108,7 +108,10 @@ fn annex_b(pkts: &[Vec<u8>]) -> Vec<u8> {
 
 /// Frames ffprobe decodes from `data` (format `fmt`).
 fn frames(data: &[u8], fmt: &str, tag: &str) -> u64 {
-    let path = std::env::temp_dir().join(format!("vgate-strip-{}-{tag}", std::process::id()));
+    // One file per call: the tests of several modes may probe at the same time.
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("vgate-strip-{}-{n}-{tag}", std::process::id()));
     std::fs::write(&path, data).unwrap();
     let out = Command::new("ffprobe")
         .args([
@@ -152,7 +155,12 @@ fn seq_continuous(pkts: &[Vec<u8>]) -> bool {
 }
 
 fn run(mode: &str) {
-    let m = media_bed::start(mode, "strip", "ps");
+    run_with(mode, "");
+}
+
+/// [`run`] with the `[engine]` lines `engine`.
+fn run_with(mode: &str, engine: &str) {
+    let m = media_bed::start(mode, engine, "strip", "ps");
     let enc = media_bed::encoder(&m.bed);
     let (ps, marked, cut) = ps_with_private_data();
     let ps_sent = ps.len() as u64;
@@ -290,6 +298,14 @@ fn strip_cuts_covert_data_and_the_streams_still_decode_stack() {
 fn strip_cuts_covert_data_and_the_streams_still_decode_tnapi() {
     if can_run("strip_cuts_covert_data_and_the_streams_still_decode_tnapi") {
         run("tnapi");
+    }
+}
+
+/// The V3 ring: blocks of several frames, each rewritten in place without touching the next.
+#[test]
+fn strip_cuts_covert_data_and_the_streams_still_decode_tnapi_v3() {
+    if can_run("strip_cuts_covert_data_and_the_streams_still_decode_tnapi_v3") {
+        run_with("tnapi", "[engine.tnapi]\nring = \"v3\"\n");
     }
 }
 

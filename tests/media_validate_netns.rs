@@ -51,7 +51,7 @@ fn junk() -> Vec<Vec<u8>> {
 }
 
 fn run(mode: &str) {
-    let m = media_bed::start(mode, "enforce", "junk");
+    let m = media_bed::start(mode, "", "enforce", "junk");
     let enc = media_bed::encoder(&m.bed);
     media_bed::send_from_a(&m.bed, junk(), Duration::from_millis(10));
     let Outcome {

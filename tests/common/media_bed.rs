@@ -30,11 +30,13 @@ pub const ENCODER_FRAMES: u64 = 100;
 /// What each sink in B received: the `cam` route's datagrams, the second route's.
 pub type Received = (Vec<Vec<u8>>, Vec<Vec<u8>>);
 
-/// The gateway's config: the bed in `mode`, `[media] validate = validate`, per-stream
-/// metrics, the `cam` route and the PS route named `second`.
-pub fn config(bed: &Bed, mode: &str, validate: &str, second: &str) -> String {
+/// The gateway's config: the bed in `mode` (with the `[engine]` lines `engine`),
+/// `[media] validate = validate`, per-stream metrics, the `cam` route and the PS route named
+/// `second`.
+pub fn config(bed: &Bed, mode: &str, engine: &str, validate: &str, second: &str) -> String {
     let mut s = bed.config(BedConfig {
         mode,
+        engine,
         ..Default::default()
     });
     s.push_str(&format!(
@@ -162,13 +164,13 @@ pub struct Outcome {
 }
 
 /// Brings the bed up with the gateway in `mode` (see [`config`]) and the sinks listening.
-pub fn start(mode: &str, validate: &str, second: &str) -> Media {
+pub fn start(mode: &str, engine: &str, validate: &str, second: &str) -> Media {
     let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Bed::up(1);
     let g_ns = bed.get("G_NS").to_owned();
     let vg = Vgate::start_with(
         &["ip", "netns", "exec", &g_ns],
-        &config(&bed, mode, validate, second),
+        &config(&bed, mode, engine, validate, second),
         &[],
     );
     let stop = Arc::new(AtomicBool::new(false));
