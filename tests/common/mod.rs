@@ -12,6 +12,8 @@
 //! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
+//! - [`media_bed`]: the media namespace tests' bed (an H.264 and a PS route that validate,
+//!   a real encoder, sinks that keep what they receive);
 //! - [`sipp`], [`gb_sipp`], [`rfc4571`], [`sip_tcp`]: SIP peers (sipp runs, GB/T 28181
 //!   scenarios, RTP over TCP peers, a SIP/TCP peer for messages over sipp's 64 KiB);
 //! - [`rtsp`]: the RTSP client side (a request's text) and the RTSP namespace tests' rig
@@ -24,6 +26,7 @@
 pub mod admin;
 pub mod capture;
 pub mod gb_sipp;
+pub mod media_bed;
 pub mod proc;
 pub mod relay;
 pub mod rfc4571;
