@@ -166,6 +166,7 @@ vrrp_instance gw {{
     notify_master "{master}"
     notify_backup "{backup}"
     notify_fault "{fault}"
+    notify_stop "{stop}"
 }}
 "#,
             node = self.node,
@@ -176,6 +177,7 @@ vrrp_instance gw {{
             master = n("MASTER"),
             backup = n("BACKUP"),
             fault = n("FAULT"),
+            stop = n("STOP"),
         )
     }
 
