@@ -4,14 +4,19 @@
 //! window.
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
-use reed_solomon_simd::ReedSolomonDecoder;
+use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
 
 use crate::link::reorder::{Reorder, ReorderCounts};
 use crate::wire::link::{HeaderError, Kind, LinkPacket, MAX_K, MAX_M, SHARD_PREFIX};
 
+use super::locator::LocatorEngine;
 use super::{
     codecs, coded_len, Fec, FRAME_CAP, MAX_LANES, MAX_PAYLOAD, RESTART_GAP, WINDOW_BLOCKS,
 };
+
+/// The block code's decoder: the crate's, with the erasure locator evaluated directly
+/// ([`LocatorEngine`]).
+type BlockDecoder = DefaultRateDecoder<LocatorEngine>;
 
 /// Bits of positions `0..k` of a block (`k <= 128`).
 fn data_mask(k: usize) -> u128 {
@@ -26,7 +31,7 @@ fn data_mask(k: usize) -> u128 {
 /// size) or the block code's decoder.
 struct Codecs<'a> {
     gf8: &'a [ReedSolomon],
-    leopard: Option<&'a mut ReedSolomonDecoder>,
+    leopard: Option<&'a mut BlockDecoder>,
 }
 
 /// What a receiver counted, cumulative. Single writer (the link's receive worker).
@@ -110,7 +115,7 @@ pub struct Decoder {
     codecs: Vec<ReedSolomon>,
     /// The block code's decoder, shared by the lanes, its work buffers sized for the
     /// largest block when the decoder is made.
-    leopard: Option<Box<ReedSolomonDecoder>>,
+    leopard: Option<Box<BlockDecoder>>,
     lanes: Vec<Option<Box<Lane>>>,
     /// Each lane's reorder window (when `hold_ms` > 0).
     orders: Vec<Option<Box<Reorder>>>,
@@ -134,10 +139,12 @@ impl Decoder {
             codecs: fec.map(codecs).unwrap_or_default(),
             leopard: fec.filter(Fec::block_code).map(|f| {
                 Box::new(
-                    ReedSolomonDecoder::new(
+                    BlockDecoder::new(
                         usize::from(f.k),
                         usize::from(f.m),
                         coded_len(MAX_PAYLOAD + super::SHARD_PREFIX),
+                        LocatorEngine::new(),
+                        None,
                     )
                     .expect("block sizes were checked against the code's limits"),
                 )
@@ -538,7 +545,7 @@ fn rebuild_gf8(codecs: &[ReedSolomon], region: &mut [u8], lens: &[usize], b: &Bl
 /// decoder (its buffers were sized for the largest block: no allocation), the restored
 /// ones come back into their slots.
 fn rebuild_block_code(
-    dec: &mut ReedSolomonDecoder,
+    dec: &mut BlockDecoder,
     region: &mut [u8],
     lens: &[usize],
     b: &Block,

@@ -72,11 +72,13 @@ use crate::wire::link::{MAX_BLOCK_SHARDS, MAX_K, MAX_M};
 mod block_tests;
 mod decoder;
 mod encoder;
+mod locator;
 #[cfg(test)]
 mod tests;
 
 pub use decoder::{Decoder, DecoderCounts};
 pub use encoder::Encoder;
+pub use locator::LocatorEngine;
 
 pub use crate::wire::link::{data_mask, FRAME_CAP, MAX_LANES, MAX_PAYLOAD, SHARD_PREFIX};
 /// Room before each of the sender's frames for the Ethernet, IPv4 and UDP headers: an
