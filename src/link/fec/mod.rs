@@ -73,6 +73,7 @@ mod block_tests;
 mod decoder;
 mod encoder;
 mod locator;
+mod oneloss;
 #[cfg(test)]
 mod tests;
 
