@@ -3,19 +3,20 @@
 //! media payload and the stream header, round robin over STREAMS destination ports, 100 by
 //! default) through one [`Encoder`] → a fixed random loss of PERMILLE per 1000 frames →
 //! one [`Decoder`]. FEC is `off`, `K+M`, `block` or `block/P/F` (`fec_overhead` P,
-//! `fec_block_frames` F). Only `run` is meant to be counted (`--toggle-collect='*fec_cost*run*'`):
+//! `fec_block_frames` F). Only `run` is meant to be counted (`--toggle-collect='fec_cost::run'`):
 //! the lanes' buffers are made before it. Prints what was sent, lost, delivered and rebuilt.
 //!
 //! `fec_cost decode K M LOST ROUNDS` decodes one block of K+M 1408-byte shards with LOST data
-//! shards missing, ROUNDS times with the crate's `ReedSolomonDecoder` (`decode_crate`) and
+//! shards missing, ROUNDS times with the crate's decoder (`decode_crate`) and
 //! with the link's decoder (`decode_link`: the same crate with the erasure locator evaluated
-//! directly, [`LocatorEngine`]); count each with `--toggle-collect='*decode_crate*'` or
-//! `'*decode_link*'`. Checks that both restore the same shards.
+//! directly, [`LocatorEngine`]); count each with `--toggle-collect='fec_cost::decode_crate'` or
+//! `'fec_cost::decode_link'`. Checks that both restore the same shards.
 
 use std::hint::black_box;
 
+use reed_solomon_simd::engine::{DefaultEngine, Engine};
 use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
-use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
+use reed_solomon_simd::ReedSolomonEncoder;
 use vgate::link::fec::{Decoder, Encoder, LocatorEngine};
 use vgate::link::Fec;
 use vgate::wire::link::LinkPacket;
@@ -84,7 +85,7 @@ fn run(enc: &mut Encoder, dec: &mut Decoder, permille: u64, count: u64, streams:
 const SHARD: usize = 1408;
 
 /// The block: originals, then recovery shards.
-fn block(k: usize, m: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+fn block(k: usize, m: usize) -> Shards {
     let orig: Vec<Vec<u8>> = (0..k)
         .map(|i| (0..SHARD).map(|j| (i * 31 + j * 7) as u8).collect())
         .collect();
@@ -101,13 +102,17 @@ fn block(k: usize, m: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     (orig, rec)
 }
 
-#[inline(never)]
-fn decode_crate(
-    dec: &mut ReedSolomonDecoder,
+type Shards = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// One decode of block `b` with its first `lost` originals missing (as many recovery shards
+/// given): a checksum of what was restored.
+#[inline(always)]
+fn decode<E: Engine>(
+    dec: &mut DefaultRateDecoder<E>,
     k: usize,
     m: usize,
     lost: usize,
-    b: &(Vec<Vec<u8>>, Vec<Vec<u8>>),
+    b: &Shards,
 ) -> u64 {
     dec.reset(k, m, SHARD).unwrap();
     for (i, o) in b.0.iter().enumerate().skip(lost) {
@@ -122,25 +127,28 @@ fn decode_crate(
         .sum()
 }
 
+/// The crate's decoder (`ReedSolomonDecoder` is this rate with this engine).
+#[inline(never)]
+fn decode_crate(
+    dec: &mut DefaultRateDecoder<DefaultEngine>,
+    k: usize,
+    m: usize,
+    lost: usize,
+    b: &Shards,
+) -> u64 {
+    decode(dec, k, m, lost, b)
+}
+
+/// The link's: the same with the erasure locator evaluated directly.
 #[inline(never)]
 fn decode_link(
     dec: &mut DefaultRateDecoder<LocatorEngine>,
     k: usize,
     m: usize,
     lost: usize,
-    b: &(Vec<Vec<u8>>, Vec<Vec<u8>>),
+    b: &Shards,
 ) -> u64 {
-    dec.reset(k, m, SHARD).unwrap();
-    for (i, o) in b.0.iter().enumerate().skip(lost) {
-        dec.add_original_shard(i, o).unwrap();
-    }
-    for (j, r) in b.1.iter().enumerate().take(lost) {
-        dec.add_recovery_shard(j, r).unwrap();
-    }
-    let res = dec.decode().unwrap();
-    res.restored_original_iter()
-        .map(|(i, s)| u64::from(s[i % SHARD]))
-        .sum()
+    decode(dec, k, m, lost, b)
 }
 
 fn decode_both(a: &[String]) {
@@ -152,7 +160,7 @@ fn decode_both(a: &[String]) {
     );
     let b = block(k, m);
     let expect: u64 = (0..lost).map(|i| u64::from(b.0[i][i % SHARD])).sum();
-    let mut theirs = ReedSolomonDecoder::new(k, m, SHARD).unwrap();
+    let mut theirs = DefaultRateDecoder::new(k, m, SHARD, DefaultEngine::new(), None).unwrap();
     let mut ours = DefaultRateDecoder::new(k, m, SHARD, LocatorEngine::new(), None).unwrap();
     for _ in 0..rounds {
         assert_eq!(decode_crate(&mut theirs, k, m, lost, &b), expect);

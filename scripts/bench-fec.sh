@@ -6,11 +6,16 @@
 # its `run` is counted, so making the lanes is not). Then the decode of one rebuilt block,
 # the crate's decoder against the link's (the erasure locator evaluated directly).
 #
-#   scripts/bench-fec.sh [COUNT]        (needs valgrind; COUNT 20000 by default)
+#   scripts/bench-fec.sh [--no-build] [COUNT]   (needs valgrind; COUNT 20000 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=1
+if [ "${1:-}" = --no-build ]; then
+    build=0
+    shift
+fi
 count=${1:-20000}
-cargo build --release --example fec_cost >/dev/null 2>&1
+[ "$build" = 1 ] && cargo build --release --example fec_cost >/dev/null 2>&1
 bin=target/release/examples/fec_cost
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,7 +31,7 @@ printf '%-16s %6s %8s %8s %9s %6s %13s\n' fec loss frames dropped repaired left 
 for fec in off 8+2 block block/15/111; do
     for permille in 0 10 50; do
         [ "$fec" = off ] && [ "$permille" != 0 ] && continue
-        n=$(ir '*fec_cost*run*' "$fec" "$permille" "$count" 100)
+        n=$(ir 'fec_cost::run' "$fec" "$permille" "$count" 100)
         read -r _ _ _ _ frames _ lost _ delivered _ repaired <"$tmp/out"
         printf '%-16s %5s%% %8s %8s %9s %6s %13s\n' "$fec" "$(awk "BEGIN{print $permille/10}")" \
             "$frames" "$lost" "$repaired" "$((count - delivered))" "$((n / count))"
@@ -38,8 +43,8 @@ for km in "116 12" "111 17"; do
     for lost in 1 2 12; do
         read -r k m <<<"$km"
         [ "$lost" -gt "$m" ] && continue
-        a=$(ir '*decode_crate*' decode "$k" "$m" "$lost" 10)
-        b=$(ir '*decode_link*' decode "$k" "$m" "$lost" 10)
+        a=$(ir 'fec_cost::decode_crate' decode "$k" "$m" "$lost" 10)
+        b=$(ir 'fec_cost::decode_link' decode "$k" "$m" "$lost" 10)
         printf '%-12s %5s %14s %14s\n' "$k+$m" "$lost" "$((a / 10))" "$((b / 10))"
     done
 done

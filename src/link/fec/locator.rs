@@ -32,6 +32,12 @@ impl LocatorEngine {
     }
 }
 
+impl Default for LocatorEngine {
+    fn default() -> LocatorEngine {
+        LocatorEngine::new()
+    }
+}
+
 impl Engine for LocatorEngine {
     fn fft(
         &self,

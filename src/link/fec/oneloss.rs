@@ -113,7 +113,7 @@ impl OneLoss {
         region: &mut [u8],
         cap: usize,
     ) -> bool {
-        if len % 2 != 0
+        if !len.is_multiple_of(2)
             || len > cap
             || len.div_ceil(64) > self.acc.len()
             || lost >= k
