@@ -15,7 +15,9 @@ if [ "${1:-}" = --no-build ]; then
     shift
 fi
 count=${1:-20000}
-[ "$build" = 1 ] && cargo build --release --example fec_cost >/dev/null 2>&1
+if [ "$build" = 1 ]; then
+    cargo build --release --example fec_cost >/dev/null 2>&1
+fi
 bin=target/release/examples/fec_cost
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
