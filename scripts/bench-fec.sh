@@ -27,7 +27,8 @@ ir() {
     shift
     valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" --toggle-collect="$pat" \
         "$bin" "$@" >"$tmp/out" 2>/dev/null
-    callgrind_annotate "$tmp/cg" 2>/dev/null | grep -m1 'PROGRAM TOTALS' | awk '{gsub(",","",$1); print $1}'
+    # awk reads it all (grep -m1 would end the pipe early: SIGPIPE, and pipefail ends the script).
+    callgrind_annotate "$tmp/cg" 2>/dev/null | awk '/PROGRAM TOTALS/ && !n {gsub(",","",$1); print $1; n=1}'
 }
 printf '%-16s %6s %8s %8s %9s %6s %13s\n' fec loss frames dropped repaired left instr/datagram
 for fec in off 8+2 block block/15/111; do
