@@ -103,6 +103,19 @@ if has tnapi; then
     VGATE_TEST_SIP_MODE=tnapi VGATE_TEST_SIP_ENGINE=afpacket \
         run "tnapi/afpacket sip_netns" sip_netns sip_gb_calls
 fi
+# channel_netns alone in mode tnapi, with pf_ring.ko as loaded and then reloaded with
+# force_ring_lock=1 (a ring bound to one channel of a software device such as a veth is
+# written by several CPUs' softirqs at once; pf_ring.ko locks it only when asked).
+if has channel; then
+    run "tnapi channel_netns (force_ring_lock=$(cat /sys/module/pf_ring/parameters/force_ring_lock))" \
+        channel_netns tnapi
+    if rmmod pf_ring && insmod "$MODS/pf_ring.ko" force_ring_lock=1; then
+        run "tnapi channel_netns (force_ring_lock=$(cat /sys/module/pf_ring/parameters/force_ring_lock))" \
+            channel_netns tnapi
+    else
+        say "FAIL reloading pf_ring.ko with force_ring_lock=1"; failed=1
+    fi
+fi
 # The unit tests of the engines (the whole lib suite under TCG would take most of the run).
 has unit && { run "unit, pfring-sys" pfring_sys; run "unit, vgate engine::" vgate engine::; }
 if has bench; then
