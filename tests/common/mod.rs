@@ -22,6 +22,7 @@
 
 pub mod admin;
 pub mod gb_sipp;
+pub mod ha;
 pub mod proc;
 pub mod relay;
 pub mod rfc4571;

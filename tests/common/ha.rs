@@ -1,0 +1,637 @@
+//! The hot-standby pair of the namespace tests (`tests/ha_netns.rs`,
+//! `tests/ha_splitbrain_netns.rs`): namespaces A (sender), B (receiver) and M (Redis) joined
+//! to two vgate nodes n1 and n2 by bridges, keepalived and a health watcher on each node,
+//! and an RTP stream whose arrivals are recorded.
+//!
+//! ```text
+//!   ns A (sender, bridge) ──ea── n1 ──eb── ns B (receiver, bridge)
+//!                         ──ea── n2 ──eb──
+//!   ns M (redis, bridge)  ──em── n1, n2
+//! ```
+
+use std::io::Write;
+use std::net::{SocketAddrV4, UdpSocket};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::proc::Proc;
+
+pub const NEEDS: &[(&str, &str)] = &[
+    ("ip", "iproute2"),
+    ("keepalived", "keepalived"),
+    ("redis-server", "redis-server"),
+];
+
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn ns_sh(ns: &str, cmd: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", cmd])
+        .output()
+        .expect("ip netns exec");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The namespaces of one run, deleted on drop (also when the test fails).
+pub struct Net {
+    pub tag: String,
+    pub names: Vec<String>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Net {
+    pub fn ns(&self, which: &str) -> String {
+        format!("{}{which}", self.tag)
+    }
+
+    pub fn up() -> Net {
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let tag = format!(
+            "ha{}x{}",
+            std::process::id() % 100_000,
+            RUN.fetch_add(1, Relaxed)
+        );
+        let mut net = Net {
+            names: Vec::new(),
+            tag,
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        for which in ["a", "b", "m", "n1", "n2"] {
+            let ns = net.ns(which);
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stderr(Stdio::null())
+                .status();
+            ip(&["netns", "add", &ns]);
+            net.names.push(ns.clone());
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        }
+        // The three shared segments: a bridge in each of A, B and M.
+        for (seg, host_ip) in [
+            ("a", "10.61.0.100/24"),
+            ("b", "10.62.0.100/24"),
+            ("m", "10.69.0.100/24"),
+        ] {
+            let ns = net.ns(seg);
+            ip(&["-n", &ns, "link", "add", "sw0", "type", "bridge"]);
+            ip(&["-n", &ns, "link", "set", "sw0", "up"]);
+            ip(&["-n", &ns, "addr", "add", host_ip, "dev", "sw0"]);
+        }
+        for (node, last) in [("n1", 11), ("n2", 12)] {
+            let n = net.ns(node);
+            for (seg, ifc, subnet) in [("a", "ea", 61), ("b", "eb", 62), ("m", "em", 69)] {
+                let s = net.ns(seg);
+                let peer = format!("{node}{seg}");
+                ip(&[
+                    "link", "add", ifc, "netns", &n, "type", "veth", "peer", "name", &peer,
+                    "netns", &s,
+                ]);
+                ip(&["-n", &s, "link", "set", &peer, "master", "sw0"]);
+                ip(&["-n", &s, "link", "set", &peer, "up"]);
+                ip(&[
+                    "-n",
+                    &n,
+                    "addr",
+                    "add",
+                    &format!("10.{subnet}.0.{last}/24"),
+                    "dev",
+                    ifc,
+                ]);
+                ip(&["-n", &n, "link", "set", ifc, "up"]);
+            }
+            // The gateway addresses are keepalived's: bind to them before they are here.
+            ns_sh(&n, "sysctl -qw net.ipv4.ip_nonlocal_bind=1");
+        }
+        net
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+pub fn vgate_config(net: &Net, node: &str) -> String {
+    format!(
+        r#"
+[domains.a]
+interface = "ea"
+address = "10.61.0.1"
+networks = ["10.61.0.0/24"]
+media_ports = "20000-20099"
+[domains.b]
+interface = "eb"
+address = "10.62.0.1"
+networks = ["10.62.0.0/24"]
+media_ports = "30000-30099"
+[engine]
+mode = "stack"
+queues = 1
+[security]
+source_validation = "latch"
+# Counted, not enforced: the test's RTP carries no real PS (the SIP test checks the copy
+# carries the rule).
+[media]
+validate = "count"
+[control]
+listen = "127.0.0.1:9940"
+[ha]
+node = "{node}"
+redis = "10.69.0.100:6379"
+key_prefix = "{tag}"
+
+# GB/T 28181 live view: the platform in B invites the device in A.
+[[signaling_route]]
+name = "b2a"
+type = "sip"
+transport = "udp"
+listen_domain = "b"
+listen_port = 5060
+upstream = "10.61.0.100:5060"
+upstream_port = 5061
+allow_peers = ["10.62.0.100/32"]
+allow_ids = ["3402000000"]
+
+# GB/T 28181 registration: the device in A registers with the platform in B, which then
+# reaches it by its registration (INVITE, MESSAGE).
+[[signaling_route]]
+name = "reg"
+type = "sip"
+transport = "udp"
+listen_domain = "a"
+listen_port = 5062
+upstream = "10.62.0.100:5090"
+upstream_port = 5062
+allow_peers = ["10.61.0.100/32"]
+"#,
+        tag = net.tag
+    )
+}
+
+pub fn keepalived_config(node: &str, priority: u32, track_file: &str) -> String {
+    let vgate = super::vgate_bin().display().to_string();
+    format!(
+        r#"
+global_defs {{
+    router_id {node}
+    script_user root
+    enable_script_security
+    vrrp_version 3
+}}
+vrrp_script vgate_health {{
+    script "{vgate} health --admin 127.0.0.1:9940"
+    interval 1
+    timeout 1
+    fall 1
+    rise 1
+}}
+track_file vgate_alive {{
+    file "{track_file}"
+    weight 0
+}}
+vrrp_instance gw {{
+    state BACKUP
+    nopreempt
+    interface ea
+    virtual_router_id 61
+    priority {priority}
+    advert_int 0.1
+    virtual_ipaddress {{
+        10.61.0.1/24 dev ea
+        10.62.0.1/24 dev eb
+    }}
+    track_script {{
+        vgate_health
+    }}
+    track_file {{
+        vgate_alive weight 0
+    }}
+    notify_master "{vgate} ha-notify --admin 127.0.0.1:9940 MASTER"
+    notify_backup "{vgate} ha-notify --admin 127.0.0.1:9940 BACKUP"
+    notify_fault "{vgate} ha-notify --admin 127.0.0.1:9940 FAULT"
+}}
+"#
+    )
+}
+
+pub fn admin_json(ns: &str, path: &str) -> Option<serde_json::Value> {
+    let (ns, path) = (ns.to_owned(), path.to_owned());
+    super::in_netns(&ns, move || {
+        super::admin::try_get("127.0.0.1:9940", &path)
+            .ok()
+            .and_then(|b| serde_json::from_str(&b).ok())
+    })
+}
+
+pub fn admin_post(ns: &str, path: &str, body: &str) -> String {
+    admin_request(ns, "POST", path, body)
+}
+
+/// One request to node `ns`'s admin interface; the whole answer.
+pub fn admin_request(ns: &str, method: &str, path: &str, body: &str) -> String {
+    let (ns, method, path, body) = (
+        ns.to_owned(),
+        method.to_owned(),
+        path.to_owned(),
+        body.to_owned(),
+    );
+    super::in_netns(&ns, move || {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect("127.0.0.1:9940").expect("admin");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    })
+}
+
+pub fn wait_for(
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> bool,
+    log: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {within:?}\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn role(ns: &str) -> Option<String> {
+    admin_json(ns, "/api/v1/ha").and_then(|v| v["role"].as_str().map(str::to_owned))
+}
+
+pub fn spawn_logged(ns: &str, args: &[&str], log: &str) -> Proc {
+    let f = std::fs::File::create(log).expect("log file");
+    Proc::spawn(
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f),
+    )
+}
+
+pub fn tail(path: &str) -> String {
+    let t = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = t.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// Every log of the run, the last lines of each.
+pub fn logs_of(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    for f in files {
+        let f = f.display().to_string();
+        out.push_str(&format!("--- {f}\n{}\n", tail(&f)));
+    }
+    out
+}
+
+/// The pair: namespaces, Redis, two vgates, their health watchers and keepaliveds, n1 the
+/// active one at the end of [`Pair::up`].
+pub struct Pair {
+    // Dropped in this order: peers first, namespaces last.
+    pub keepaliveds: Vec<Proc>,
+    pub watchers: Vec<Proc>,
+    pub vgates: Vec<Option<Proc>>,
+    pub redis: Option<Proc>,
+    pub net: Net,
+    pub _one: std::sync::MutexGuard<'static, ()>,
+}
+
+pub static ONE_PAIR: Mutex<()> = Mutex::new(());
+
+impl Pair {
+    pub fn node(&self, i: usize) -> String {
+        self.net.ns(&format!("n{}", i + 1))
+    }
+
+    pub fn show(&self) -> String {
+        logs_of(self.net.dir.path())
+    }
+
+    pub fn start_redis(&mut self) {
+        let dir = self.net.path("");
+        self.redis = Some(spawn_logged(
+            &self.net.ns("m"),
+            &[
+                "redis-server",
+                "--bind",
+                "10.69.0.100",
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--dir",
+                &dir,
+            ],
+            &self.net.path("redis.log"),
+        ));
+    }
+
+    pub fn start_vgate(&mut self, i: usize) {
+        let node = format!("n{}", i + 1);
+        let cfg = self.net.path(&format!("{node}.toml"));
+        std::fs::write(&cfg, vgate_config(&self.net, &node)).unwrap();
+        // A restarted node appends to its log.
+        let log = self.net.path(&format!("{node}-{}.log", self.vgates.len()));
+        let bin = super::vgate_bin().display().to_string();
+        let p = spawn_logged(
+            &self.node(i),
+            &[&bin, "run", "--config", &cfg, "--stats-interval", "0"],
+            &log,
+        );
+        if i < self.vgates.len() {
+            self.vgates[i] = Some(p);
+        } else {
+            self.vgates.push(Some(p));
+        }
+    }
+
+    pub fn wait_healthy_standby(&self, i: usize, within: Duration) {
+        wait_for(
+            "vgate healthy as a standby (state store read)",
+            within,
+            || {
+                admin_json(&self.node(i), "/api/v1/health")
+                    .is_some_and(|v| v["healthy"] == true && v["role"] == "standby")
+            },
+            || self.show(),
+        );
+    }
+
+    pub fn up() -> Pair {
+        // One pair at a time: the gaps measured are the pair's, not two pairs' on 2 cores.
+        let guard = ONE_PAIR.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = Pair {
+            _one: guard,
+            keepaliveds: Vec::new(),
+            watchers: Vec::new(),
+            vgates: Vec::new(),
+            redis: None,
+            net: Net::up(),
+        };
+        p.start_redis();
+        for i in 0..2 {
+            p.start_vgate(i);
+        }
+        for i in 0..2 {
+            p.wait_healthy_standby(i, Duration::from_secs(15));
+        }
+        // `vgate health --track-file`: a crash is seen within 50 ms (keepalived's
+        // track_file); `vgate health` as track_script is the backstop (whole seconds).
+        let bin = super::vgate_bin().display().to_string();
+        for i in 0..2 {
+            let file = p.net.path(&format!("n{}.alive", i + 1));
+            let log = p.net.path(&format!("watch-n{}.log", i + 1));
+            p.watchers.push(spawn_logged(
+                &p.node(i),
+                &[
+                    &bin,
+                    "health",
+                    "--admin",
+                    "127.0.0.1:9940",
+                    "--track-file",
+                    &file,
+                    "--every-ms",
+                    "50",
+                ],
+                &log,
+            ));
+            wait_for(
+                "the health watcher's first word",
+                Duration::from_secs(5),
+                || std::fs::read_to_string(&file).is_ok_and(|t| t.trim() == "0"),
+                || tail(&log),
+            );
+        }
+        for (i, prio) in [(0, 150), (1, 100)] {
+            let node = format!("n{}", i + 1);
+            let conf = p.net.path(&format!("keepalived-{node}.conf"));
+            let alive = p.net.path(&format!("{node}.alive"));
+            std::fs::write(&conf, keepalived_config(&node, prio, &alive)).unwrap();
+            let log = p.net.path(&format!("keepalived-{node}.log"));
+            let (pid, vrrp_pid) = (
+                p.net.path(&format!("{node}.pid")),
+                p.net.path(&format!("{node}-vrrp.pid")),
+            );
+            p.keepaliveds.push(spawn_logged(
+                &p.node(i),
+                &[
+                    "keepalived",
+                    "-n",
+                    "-l",
+                    "-D",
+                    "--vrrp",
+                    "-f",
+                    &conf,
+                    "-p",
+                    &pid,
+                    "-r",
+                    &vrrp_pid,
+                ],
+                &log,
+            ));
+            if i == 0 {
+                wait_for(
+                    "n1 active through keepalived's notify",
+                    Duration::from_secs(15),
+                    || role(&p.node(0)).as_deref() == Some("active"),
+                    || p.show(),
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(role(&p.node(1)).as_deref(), Some("standby"), "{}", p.show());
+        assert!(
+            ns_sh(&p.node(0), "ip -4 addr show dev eb").contains("10.62.0.1/"),
+            "n1 holds the B address"
+        );
+        p
+    }
+
+    /// Adds a latch route at run time through node `i`'s admin API: A `port` → the
+    /// receiver `dest`, leaving from B `egress`.
+    pub fn add_route(&self, i: usize, name: &str, port: u16, egress: u16, dest: &str) {
+        let resp = admin_post(
+            &self.node(i),
+            "/api/v1/routes",
+            &format!(
+                r#"{{"name":"{name}","domain":"a","port":{port},"destination":"{dest}","egress_port":{egress},"source_validation":"latch"}}"#
+            ),
+        );
+        assert!(resp.starts_with("HTTP/1.1 201"), "route not added: {resp}");
+    }
+
+    /// Waits until node `i` holds a route on `port` (`latched`: with that latched source).
+    pub fn wait_route(&self, i: usize, port: u16, latched: Option<&str>, within: Duration) {
+        wait_for(
+            "the standby's copy of the route",
+            within,
+            || {
+                admin_json(&self.node(i), "/api/v1/routes").is_some_and(|v| {
+                    v["routes"].as_array().into_iter().flatten().any(|r| {
+                        r["port"] == port && latched.is_none_or(|l| r["latched_source"] == l)
+                    })
+                })
+            },
+            || self.show(),
+        );
+    }
+}
+
+/// One RTP stream, 200 packets/s, from the sender in A to the gateway address, received in B;
+/// every arrival with its time, RTP sequence and source.
+pub struct Stream {
+    pub stop: Arc<AtomicBool>,
+    pub arrivals: Arc<Mutex<Vec<(Instant, u16, SocketAddrV4)>>>,
+    pub threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Stream {
+    pub fn start(net: &Net, src_port: u16, gw_port: u16, rx_port: u16) -> Stream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let arrivals: Arc<Mutex<Vec<(Instant, u16, SocketAddrV4)>>> = Arc::default();
+        let receiver = {
+            let (stop, arrivals, ns) = (Arc::clone(&stop), Arc::clone(&arrivals), net.ns("b"));
+            std::thread::spawn(move || {
+                super::enter_netns(&ns).unwrap();
+                let s = UdpSocket::bind(("10.62.0.100", rx_port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(100)))
+                    .unwrap();
+                let mut buf = [0u8; 2048];
+                while !stop.load(Relaxed) {
+                    if let Ok((n, std::net::SocketAddr::V4(from))) = s.recv_from(&mut buf) {
+                        if n >= 12 {
+                            let seq = u16::from_be_bytes([buf[2], buf[3]]);
+                            arrivals.lock().unwrap().push((Instant::now(), seq, from));
+                        }
+                    }
+                }
+            })
+        };
+        let sender = {
+            let (stop, ns) = (Arc::clone(&stop), net.ns("a"));
+            std::thread::spawn(move || {
+                super::enter_netns(&ns).unwrap();
+                let s = UdpSocket::bind(("10.61.0.100", src_port)).unwrap();
+                let mut pkt = [0u8; 172];
+                pkt[0] = 0x80;
+                pkt[1] = 96;
+                pkt[8..12].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+                let start = Instant::now();
+                let mut seq: u16 = 0;
+                // Bounded: at most 90 s.
+                while !stop.load(Relaxed) && start.elapsed() < Duration::from_secs(90) {
+                    pkt[2..4].copy_from_slice(&seq.to_be_bytes());
+                    let _ = s.send_to(&pkt, ("10.61.0.1", gw_port));
+                    seq = seq.wrapping_add(1);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        Stream {
+            stop,
+            arrivals,
+            threads: vec![receiver, sender],
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.arrivals.lock().unwrap().len()
+    }
+
+    /// The largest gap between two arrivals after `since`, and the packets lost from `since`
+    /// on (sequence numbers never seen between the first and the last arrival after it).
+    pub fn largest_gap_after(&self, since: Instant) -> (Duration, u16) {
+        let a = self.arrivals.lock().unwrap();
+        let gap = a
+            .windows(2)
+            .filter(|w| w[1].0 >= since)
+            .map(|w| w[1].0 - w[0].0)
+            .max()
+            .unwrap_or_default();
+        let after: Vec<u16> = a.iter().skip_while(|x| x.0 < since).map(|x| x.1).collect();
+        // The last packet before `since` starts the count (the sequence is one sender's).
+        let first = a.iter().rev().find(|x| x.0 < since).map(|x| x.1);
+        let lost = match (first, after.last()) {
+            (Some(f), Some(l)) => l.wrapping_sub(f).saturating_sub(after.len() as u16),
+            _ => 0,
+        };
+        (gap, lost)
+    }
+
+    /// Every arrival so far: (time, RTP sequence).
+    pub fn arrivals(&self) -> Vec<(Instant, u16)> {
+        self.arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|a| (a.0, a.1))
+            .collect()
+    }
+
+    pub fn sources(&self) -> std::collections::BTreeSet<SocketAddrV4> {
+        self.arrivals.lock().unwrap().iter().map(|a| a.2).collect()
+    }
+
+    pub fn finish(mut self) {
+        self.stop.store(true, Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+    }
+}
+
+pub fn metric(ns: &str, family: &str) -> u64 {
+    let text = super::admin::get_in(ns, "127.0.0.1:9940", "/metrics");
+    super::admin::metric(&text, family, &[])
+}
