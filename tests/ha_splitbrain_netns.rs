@@ -20,6 +20,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use common::ha::*;
@@ -235,4 +236,133 @@ fn a_cut_between_the_nodes_makes_both_master_and_only_the_lease_holder_forwards(
         "duplicates beyond the switchover, the heal included\n{}",
         pair.show()
     );
+}
+
+/// The device registers with the platform through the gateway (`expires` 0: unregisters);
+/// the contact the platform got.
+fn register(
+    device: &UdpSocket,
+    platform: &UdpSocket,
+    pair: &Pair,
+    expires: u32,
+    cseq: u32,
+) -> String {
+    let (gw_a, dev_aor) = ("10.61.0.1:5062", format!("<sip:{DEVICE_ID}@3402000000>"));
+    let reg = sip_request(
+        "REGISTER",
+        &format!("sip:{PLATFORM_ID}@3402000000"),
+        false,
+        (&format!("{dev_aor};tag=dev1"), &dev_aor),
+        "reg-1@10.61.0.100",
+        cseq,
+        &format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nExpires: {expires}\r\n"),
+        "",
+    );
+    device.send_to(reg.as_bytes(), gw_a).unwrap();
+    let (req, from) = recv_sip(platform, "REGISTER ", pair);
+    let contact = contact_uri(&req);
+    let ok = sip_reply(
+        &req,
+        "200 OK",
+        "plat1",
+        &format!("Contact: <{contact}>\r\nExpires: {expires}\r\n"),
+        "",
+    );
+    platform.send_to(ok.as_bytes(), from).unwrap();
+    recv_sip(device, "SIP/2.0 200", pair);
+    contact
+}
+
+/// The SIP dialogs a node lists, each as JSON text, sorted.
+fn dialogs(ns: &str) -> Vec<String> {
+    let mut d: Vec<String> = admin_json(ns, "/api/v1/dialogs")
+        .and_then(|v| {
+            Some(
+                v["dialogs"]
+                    .as_array()?
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
+    d.sort();
+    d
+}
+
+/// A node demoted without a restart (its keepalived stopped, so nobody tells its vgate; the
+/// peer takes over and the lease with it, and the old active fences itself at its next
+/// batch) follows the new active: the call the new active ended and the registration it
+/// removed go from the old active too (its own records, not copies), the other call stays.
+#[test]
+fn a_demoted_node_drops_what_the_new_active_ended_and_reloads_the_rest() {
+    require!(true, NEEDS);
+    let mut pair = Pair::up();
+    let (n1, n2) = (pair.node(0), pair.node(1));
+    let device = udp_in(&pair.net.ns("a"), "10.61.0.100:5064");
+    let platform = udp_in(&pair.net.ns("b"), "10.62.0.100:5090");
+    let gw_b = "10.62.0.1:5062";
+    let reg_contact = register(&device, &platform, &pair, 3600, 1);
+    let d1 = invite_device(&platform, &device, &pair, &reg_contact, 1, 6200, 6100);
+    let d2 = invite_device(&platform, &device, &pair, &reg_contact, 2, 6202, 6102);
+    wait_for(
+        "the registration and both calls on the standby",
+        Duration::from_secs(10),
+        || registered_ids(&n2).iter().any(|i| i == DEVICE_ID) && dialogs(&n2).len() == 2,
+        || pair.show(),
+    );
+    assert_eq!(dialogs(&n1).len(), 2, "{:?}", dialogs(&n1));
+    assert_eq!(call_sessions(&n1), 2);
+
+    // n1's keepalived stops: its vgate is not told, n2 takes over with the lease.
+    let _ = pair.keepaliveds[0].stop();
+    wait_for(
+        "n2 active, n1 fenced",
+        Duration::from_secs(10),
+        || ha(&n2)["role"] == "active" && ha(&n1)["fenced"] == true,
+        || pair.show(),
+    );
+    assert_ne!(ha(&n1)["role"], "active", "{}", ha(&n1));
+
+    // Through n2: the platform ends call 1, the device unregisters.
+    let bye = sip_request(
+        "BYE",
+        &d1.dev_contact,
+        true,
+        (&d1.plat_from, &d1.dev_to),
+        &d1.call_id,
+        21,
+        "",
+        "",
+    );
+    platform.send_to(bye.as_bytes(), gw_b).unwrap();
+    let (bye_in, from) = recv_sip(&device, "BYE ", &pair);
+    device
+        .send_to(sip_reply(&bye_in, "200 OK", "x", "", "").as_bytes(), from)
+        .unwrap();
+    recv_sip(&platform, "SIP/2.0 200", &pair);
+    register(&device, &platform, &pair, 0, 2);
+    wait_for(
+        "n2 without call 1 and the registration",
+        Duration::from_secs(5),
+        || dialogs(&n2).len() == 1 && registered_ids(&n2).is_empty(),
+        || pair.show(),
+    );
+    // n1 follows: its own call 1, its media session and its own binding go; call 2 stays.
+    wait_for(
+        "n1 without call 1 and the registration",
+        Duration::from_secs(5),
+        || dialogs(&n1).len() == 1 && registered_ids(&n1).is_empty() && call_sessions(&n1) == 1,
+        || {
+            format!(
+                "n1 dialogs {:?} registrations {:?} call sessions {}\n{}",
+                dialogs(&n1),
+                registered_ids(&n1),
+                call_sessions(&n1),
+                pair.show()
+            )
+        },
+    );
+    assert_eq!(dialogs(&n1), dialogs(&n2));
+    assert!(dialogs(&n1)[0].contains(&d2.call_id), "{:?}", dialogs(&n1));
 }

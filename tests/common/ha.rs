@@ -635,3 +635,226 @@ pub fn metric(ns: &str, family: &str) -> u64 {
     let text = super::admin::get_in(ns, "127.0.0.1:9940", "/metrics");
     super::admin::metric(&text, family, &[])
 }
+
+/// A UDP socket bound in namespace `ns` (a socket stays in the namespace it was made in).
+pub fn udp_in(ns: &str, addr: &str) -> UdpSocket {
+    let (ns, addr) = (ns.to_string(), addr.to_string());
+    std::thread::spawn(move || {
+        super::enter_netns(&ns).unwrap();
+        let s = UdpSocket::bind(addr.as_str()).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        s
+    })
+    .join()
+    .unwrap()
+}
+
+/// The next SIP message on `s` whose first line starts with `start` (others, such as a
+/// `100 Trying`, are skipped), within 5 s.
+pub fn recv_sip(s: &UdpSocket, start: &str, pair: &Pair) -> (String, std::net::SocketAddr) {
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 8192];
+    while Instant::now() < until {
+        if let Ok((n, from)) = s.recv_from(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if m.starts_with(start) {
+                return (m, from);
+            }
+        }
+    }
+    panic!(
+        "no {start:?} arrived on {:?}\n{}",
+        s.local_addr(),
+        pair.show()
+    );
+}
+
+pub fn header(msg: &str, name: &str) -> String {
+    let head = msg.split("\r\n\r\n").next().unwrap_or(msg);
+    head.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// The URI of a Contact (between `<` and `>`).
+pub fn contact_uri(msg: &str) -> String {
+    let c = header(msg, "Contact");
+    c.split_once('<')
+        .and_then(|(_, r)| r.split_once('>'))
+        .map(|(u, _)| u.to_string())
+        .unwrap_or(c)
+}
+
+/// A response to `req`: its Vias, From, To (with `to_tag` unless tagged), Call-ID and CSeq
+/// echoed, then `extra` lines and `body`.
+pub fn sip_reply(req: &str, code: &str, to_tag: &str, extra: &str, body: &str) -> String {
+    let mut r = format!("SIP/2.0 {code}\r\n");
+    let head = req.split("\r\n\r\n").next().unwrap_or(req);
+    for l in head.lines() {
+        let name = l
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match name.as_str() {
+            "via" | "from" | "call-id" | "cseq" => r.push_str(&format!("{l}\r\n")),
+            "to" if l.contains("tag=") => r.push_str(&format!("{l}\r\n")),
+            "to" => r.push_str(&format!("{l};tag={to_tag}\r\n")),
+            _ => {}
+        }
+    }
+    r.push_str(extra);
+    r.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    r
+}
+
+pub const DEVICE_ID: &str = "34020000001320000001";
+pub const PLATFORM_ID: &str = "34020000002000000001";
+
+#[allow(clippy::too_many_arguments)]
+/// A request from the platform (B, 10.62.0.100:5090) or the device (A, 10.61.0.100:5064).
+pub fn sip_request(
+    method: &str,
+    ruri: &str,
+    from_platform: bool,
+    (from, to): (&str, &str),
+    call_id: &str,
+    cseq: u32,
+    extra: &str,
+    body: &str,
+) -> String {
+    let via = if from_platform {
+        "10.62.0.100:5090"
+    } else {
+        "10.61.0.100:5064"
+    };
+    format!(
+        "{method} {ruri} SIP/2.0\r\nVia: SIP/2.0/UDP {via};rport;branch=z9hG4bK{method}{cseq}x{}\r\n\
+From: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {method}\r\nMax-Forwards: 70\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        call_id.replace(['@', '.'], ""),
+        body.len()
+    )
+}
+
+pub fn registered_ids(ns: &str) -> Vec<String> {
+    admin_json(ns, "/api/v1/registrations")
+        .and_then(|v| {
+            Some(
+                v["registrations"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|r| r["id"].as_str().map(str::to_string))
+                    .collect(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// The sessions of the `reg` route's calls on a node (SIP or their copies).
+pub fn call_sessions(ns: &str) -> usize {
+    admin_json(ns, "/api/v1/sessions")
+        .and_then(|v| {
+            Some(
+                v["sessions"]
+                    .as_array()?
+                    .iter()
+                    .filter(|s| {
+                        s["label"]
+                            .as_str()
+                            .is_some_and(|l| l.starts_with("sip:reg:"))
+                    })
+                    .count(),
+            )
+        })
+        .unwrap_or(0)
+}
+
+/// One call's dialog as each side sees it.
+pub struct Dialog {
+    pub call_id: String,
+    pub plat_from: String,
+    /// The To of the platform's requests (the device's tag).
+    pub dev_to: String,
+    /// The gateway's contacts: the device's (on B) and the platform's (on A).
+    pub dev_contact: String,
+    pub plat_contact: String,
+    /// The device's Call-ID, From (its tag) and To (the platform's tag).
+    pub dev_call_id: String,
+    pub dev_from: String,
+    pub dev_to_plat: String,
+}
+
+/// The platform invites the device at `reg_contact` (call `n`, media to `plat_port`, from
+/// `dev_port`), the device answers, the platform ACKs.
+#[allow(clippy::too_many_arguments)]
+pub fn invite_device(
+    platform: &UdpSocket,
+    device: &UdpSocket,
+    pair: &Pair,
+    reg_contact: &str,
+    n: u32,
+    plat_port: u16,
+    dev_port: u16,
+) -> Dialog {
+    let (gw_b, dev_aor) = ("10.62.0.1:5062", format!("<sip:{DEVICE_ID}@3402000000>"));
+    let offer = format!("v=0\r\no=34020000002000000001 0 0 IN IP4 10.62.0.100\r\ns=Play\r\nc=IN IP4 10.62.0.100\r\nt=0 0\r\nm=video {plat_port} RTP/AVP 96\r\na=recvonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n");
+    let plat_from = format!("<sip:{PLATFORM_ID}@3402000000>;tag=plat9{n}");
+    let call_id = format!("call-{n}@10.62.0.100");
+    let inv = sip_request(
+        "INVITE",
+        reg_contact,
+        true,
+        (&plat_from, &dev_aor),
+        &call_id,
+        20,
+        &format!(
+            "Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\nContent-Type: application/sdp\r\n"
+        ),
+        &offer,
+    );
+    platform.send_to(inv.as_bytes(), gw_b).unwrap();
+    let (inv_in, from) = recv_sip(device, "INVITE ", pair);
+    let answer = format!("v=0\r\no=34020000001320000001 0 0 IN IP4 10.61.0.100\r\ns=Play\r\nc=IN IP4 10.61.0.100\r\nt=0 0\r\nm=video {dev_port} RTP/AVP 96\r\na=sendonly\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n");
+    let ok = sip_reply(
+        &inv_in,
+        "200 OK",
+        &format!("dev2{n}"),
+        &format!(
+            "Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nContent-Type: application/sdp\r\n"
+        ),
+        &answer,
+    );
+    device.send_to(ok.as_bytes(), from).unwrap();
+    let (ok_in, _) = recv_sip(platform, "SIP/2.0 200", pair);
+    let dev_contact = contact_uri(&ok_in);
+    let dev_to = header(&ok_in, "To");
+    let ack = sip_request(
+        "ACK",
+        &dev_contact,
+        true,
+        (&plat_from, &dev_to),
+        &call_id,
+        20,
+        "",
+        "",
+    );
+    platform.send_to(ack.as_bytes(), gw_b).unwrap();
+    recv_sip(device, "ACK ", pair);
+    Dialog {
+        call_id,
+        plat_from,
+        dev_to,
+        dev_contact,
+        plat_contact: contact_uri(&inv_in),
+        dev_call_id: header(&inv_in, "Call-ID"),
+        dev_from: header(&ok, "To"),
+        dev_to_plat: header(&inv_in, "From"),
+    }
+}
