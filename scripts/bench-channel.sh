@@ -178,7 +178,9 @@ if [[ " $BASELINES " == *" crelay "* ]]; then
     cc -O2 -o "$WORK/crelay" scripts/bench/crelay.c
 fi
 REV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-DIRTY="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+# Outside a git checkout (the guest of pfring-guest.sh has a copied tree and no git) both say
+# "unknown": under pipefail a failing git in a pipeline would end the bench without a word.
+DIRTY="$(st="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" && { [ -z "$st" ] && echo 0 || echo "$st" | wc -l; } || echo unknown)"
 
 log "bringing up bed $BED (2 queues per veth)"
 BED_UP=1

@@ -89,10 +89,14 @@ fi
 LIST="$WORK/binaries"
 if [ "$BUILD" = 1 ]; then
     # Only the targets the guest runs (scripts/pfring-guest-init.sh).
+    # target/debug/vgate is copied as soon as the PF_RING build made it: another cargo run in
+    # the same tree (without the feature) rebuilds it, and the guest then ran a vgate "built
+    # without PF_RING" (2026-12-03).
     (cd "$REPO" && export PFRING_DIR="$PFRING" &&
         nice -n 10 cargo test -p vgate --features pfring --no-run --message-format=json --lib \
             --test pfring --test engine_netns --test portless_netns --test restart_netns \
             --test channel_netns --test sip_netns &&
+        cp target/debug/vgate "$WORK/vgate" &&
         nice -n 10 cargo test -p pfring-sys --features pfring --no-run --message-format=json --lib) |
         python3 -c 'import json,sys
 for l in sys.stdin:
@@ -103,6 +107,9 @@ for l in sys.stdin:
         print(m["target"]["name"] + ("" if k in ("lib", "test") else "-" + k), m["executable"])' >"$LIST"
 fi
 [ -s "$LIST" ] || die "no test binaries listed in $LIST (run without --no-build)"
+# A PF_RING build resolves libpfring's functions by name at run time.
+grep -qa pfring_set_poll_watermark "$WORK/vgate" 2>/dev/null ||
+    die "$WORK/vgate is not a PF_RING build of vgate (run without --no-build)"
 
 # 3. What goes into the guest: the kernel's modules, PF_RING, the tree's scripts and tests,
 #    the binaries, at the host's paths (the tests know their paths from compile time).
@@ -112,11 +119,11 @@ mkdir -p "$STAGE/opt/pfring" "$STAGE/usr/lib/modules" "$STAGE$REPO/target/debug"
 cp -a "/lib/modules/$KVER" "$STAGE/usr/lib/modules/"
 cp -a "$PFRING/lib" "$PFRING/modules" "$STAGE/opt/pfring/"
 cp -a "$REPO/scripts" "$REPO/tests" "$REPO/Cargo.toml" "$STAGE$REPO/"
-cp -a "$REPO/target/debug/vgate" "$STAGE$REPO/target/debug/"
+cp -a "$WORK/vgate" "$STAGE$REPO/target/debug/"
 # The bench (bench-channel.sh --no-build) runs target/release/vgate: in the guest that is this
 # PF_RING build (debug: under emulation the figures mean nothing anyway).
 mkdir -p "$STAGE$REPO/target/release"
-cp -a "$REPO/target/debug/vgate" "$STAGE$REPO/target/release/vgate"
+cp -a "$WORK/vgate" "$STAGE$REPO/target/release/vgate"
 while read -r name exe; do
     mkdir -p "$STAGE$(dirname "$exe")"
     cp -a "$exe" "$STAGE$exe"
@@ -156,7 +163,8 @@ qrc=$?
 set -e
 echo "pfring-guest.sh: guest ran $(( $(date +%s) - start )) s (qemu exit $qrc)"
 grep -a '^VGATE-GUEST' "$LOG" || true
-result="$(grep -a '^VGATE-GUEST-RESULT ' "$LOG" | tail -1 | awk '{print $2}')"
+# The serial console's lines end in CR LF.
+result="$(grep -a '^VGATE-GUEST-RESULT ' "$LOG" | tail -1 | tr -d '\r' | awk '{print $2}')"
 case "$result" in
     pass) exit 0 ;;
     fail) exit 1 ;;

@@ -216,6 +216,46 @@ the addresses) until the state store answers again."
         #[arg(required = true, num_args = 1..)]
         args: Vec<String>,
     },
+    /// Capture a route's next N refused packets into a pcap file, for forensics.
+    #[command(
+        long_about = "Capture the next --count packets a running vgate refuses on one stream \
+route into a pcap file (tcpdump, tshark, Wireshark, scapy read it), with why each was refused.\n\n\
+Taken: the refusals about a packet's content or origin: media validation (media_invalid, with the \
+validator's reason such as nal_forbidden_bit or ps_private_stream, and media_stripped: a packet the \
+strip action cut whole), not_rtp and source_mismatch. Each packet is written as it arrived, byte for \
+byte (before any strip rewrite), behind Ethernet/IPv4/UDP headers with its real source and the \
+gateway address and port it arrived on, stamped with the time it was refused. What crosses is never \
+captured, nor what is dropped for other reasons (standby, oversize).\n\n\
+The route is named as `vgate routes list` shows it: CHANNEL/PORT (forward/20000, reverse/30002), a \
+port if only one channel has it, or the route's name. The gateway takes the packets into buffers it \
+allocates when armed (at most 512 at a time; more are counted as capture_overflow while this command \
+has not read them) and stops by itself after --count packets or --timeout seconds, even if this \
+command is gone. One capture at a time per gateway.\n\n\
+Progress (captured/N) goes to stderr; at the end a listing (number, time, source, destination, \
+bytes, reason, validator reason) to stdout and to FILE.reasons.txt beside the pcap file. Ctrl-C \
+stops the capture and keeps what it took. Exits 0 when all N were captured, 1 when the time limit or \
+Ctrl-C came first (the file holds what was taken), 2 on an error (unknown route, another capture \
+armed, no vgate running).\n\n\
+Example: vgate capture-refused --route forward/20000 --count 100 --timeout 300 --out cam.pcap \
+&& tshark -r cam.pcap"
+    )]
+    CaptureRefused {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// The route: CHANNEL/PORT (forward/20000), a port, or its name.
+        #[arg(long)]
+        route: String,
+        /// Refused packets to capture (1 to 10000).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        count: u32,
+        /// Seconds the capture stays armed at most (1 to 3600).
+        #[arg(long, default_value_t = crate::control::capture::DEFAULT_TIMEOUT_S,
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        timeout: u64,
+        /// The pcap file to write (replaced if it exists).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Write shell completions (bash, zsh, fish, ...) to stdout.
     Completions {
         /// The shell.
@@ -358,6 +398,43 @@ pub fn main(cli: Cli) -> ExitCode {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             Ok(())
         }),
+        Command::CaptureRefused {
+            admin,
+            route,
+            count,
+            timeout,
+            out,
+        } => {
+            let req = crate::control::capture::Request {
+                route,
+                count,
+                timeout_s: timeout,
+                out,
+            };
+            // None: failed (said why); Some(all N captured).
+            let mut outcome = None;
+            let code = with_client(&admin, |c| {
+                let stop = stop_flag();
+                match crate::control::capture::run(c, &req, &stop) {
+                    Ok(o) => {
+                        let (line, all) = crate::control::capture::summary(&o);
+                        eprintln!("{line}");
+                        outcome = Some(all);
+                        Ok(())
+                    }
+                    Err(crate::control::capture::CaptureCliError::Client(e)) => Err(e),
+                    Err(e) => {
+                        eprintln!("vgate: {e}");
+                        Ok(())
+                    }
+                }
+            });
+            match (code == ExitCode::SUCCESS, outcome) {
+                (true, Some(true)) => ExitCode::SUCCESS,
+                (true, Some(false)) => ExitCode::FAILURE,
+                _ => ExitCode::from(2),
+            }
+        }
         Command::Registrations { admin, json } => with_client(&admin, |c| {
             let v = c.get("/api/v1/registrations")?;
             print_listing(&v, json, crate::control::table::registrations)
@@ -677,15 +754,10 @@ fn check_config(file: &std::path::Path, cpus: Option<usize>) -> ExitCode {
                     println!("{}: {line}", file.display());
                 }
             }
-            // On this machine: the ring modes hold no socket per port, so the kernel must
-            // not hand the media ports out as ephemeral ports (a warning, not a refusal).
-            // The PF_RING engines (the default of tnapi and zc in PF_RING builds) still hold
-            // one socket per port.
-            let pfring = matches!(
-                crate::engine::choose(cfg.engine.mode, None),
-                Ok(crate::engine::EngineKind::Pfring | crate::engine::EngineKind::PfringZc)
-            );
-            let ring = !matches!(cfg.engine.mode, Mode::Stack) && cfg.split.is_none() && !pfring;
+            // On this machine: the ring modes (every ring engine, PF_RING's included) hold
+            // no socket per port, so the kernel must not hand the media ports out as
+            // ephemeral ports (a warning, not a refusal). A split half still holds sockets.
+            let ring = !matches!(cfg.engine.mode, Mode::Stack) && cfg.split.is_none();
             if ring && cpus.is_none() {
                 let ranges: Vec<(u16, u16)> = cfg
                     .domains

@@ -75,7 +75,7 @@
 //!
 //! | module | owns | may import |
 //! |---|---|---|
-//! | `wire` | zero-copy packet views (Ethernet, IPv4, UDP, RTP), checksums, the split link header (`wire::link`), RFC 4571 / `$` framing (`wire::framing`), MAC parsing | — |
+//! | `wire` | zero-copy packet views (Ethernet, IPv4, UDP, RTP), checksums, the split link header (`wire::link`), RFC 4571 / `$` framing (`wire::framing`), MAC parsing, the pcap file format (`wire::pcap`) | — |
 //! | `clock` | the monotonic clock every timer reads; wall-clock stamps for display and the link header | — |
 //! | `iface` | tying a socket to its interface (`SO_BINDTODEVICE`), once | — |
 //! | `logging` | the stderr logger and rate limits | — |
@@ -84,13 +84,13 @@
 //! | `sink` | the leg sink pools an engine hands a leg's packets to (the only `unsafe` outside `engine::sys`) | `stats` |
 //! | `link` | the split link protocol, sans I/O: FEC, reorder window, fragmentation | `wire` |
 //! | `config` | the TOML file into a checked `Config`, `[split]` settings, the checks they share | `link`, `wire`, `media` |
-//! | `routes` | stream and signaling tables, port allocators, sessions, the leg listing and the `Legs`/`PortHooks` traits; no I/O | `config`, `clock`, `sink`, `stats`, `wire`, `media` |
+//! | `routes` | stream and signaling tables, port allocators, sessions, the leg listing, the refusal capture's buffers (`routes::capture`) and the `Legs`/`PortHooks` traits; no I/O | `config`, `clock`, `sink`, `stats`, `wire`, `media` |
 //! | `channel` | the per-packet decision between lookup and send (`inspect`, media validation with each worker's `Validators`), worker counters | `routes`, `config`, `stats`, `wire`, `media`, `clock`, `logging` |
 //! | `engine` | capture and send for each mode, the port registry, the split link's I/O (`engine::link`); `unsafe` in `engine::sys` | `channel`, `routes`, `config`, `clock`, `iface`, `link`, `logging`, `sink`, `stats`, `wire` |
 //! | `edge` | TCP media legs (GB/T 28181 RTP over TCP, RTSP interleaved injection); implements `routes::legs::Legs` | `engine`, `channel`, `routes`, `config`, `clock`, `logging`, `sink`, `stats`, `wire` |
 //! | `signaling` | SIP, SDP (and what it negotiates for media validation), RTSP, MANSCDP parsing and rewriting; the proxies; the split signaling agent | `routes`, `config`, `clock`, `iface`, `logging`, `sink`, `stats`, `wire`, `media` |
 //! | `ha` | the hot-standby role (the standby gate of the tables) and the state store's thread: sessions (with their media rules) to and from Redis | `routes`, `config`, `clock`, `logging`, `media` |
-//! | `control` | admin interface, metrics, live stats, totals, systemd readiness | `signaling`, `routes`, `config`, `engine`, `channel`, `clock`, `logging`, `stats`, `media`, `ha` |
+//! | `control` | admin interface, metrics, live stats, totals, systemd readiness, the refusal capture's pcap files | `signaling`, `routes`, `config`, `engine`, `channel`, `clock`, `logging`, `stats`, `media`, `ha`, `wire` |
 //! | `gateway` | starting and stopping the whole; wiring the split agent to the proxies | `edge`, `engine`, `channel`, `signaling`, `routes`, `config`, `ha` |
 //! | `demo` | `vgate demo`: the gateway driven by its own RTP on loopback | `gateway`, `control`, `engine`, `routes`, `config`, `stats`, `wire` |
 //! | `cli` | the `vgate` commands | `gateway`, `demo`, `control`, `engine`, `config`, `link`, `clock`, `logging`, `ha` |

@@ -20,7 +20,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use common::ha::*;
@@ -180,7 +179,7 @@ fn a_cut_between_the_nodes_makes_both_master_and_only_the_lease_holder_forwards(
     assert_eq!(health["healthy"], true, "{health}");
 
     // During the split: n2 ends cam2 and adds cam3; n1 follows the store.
-    let del = admin_request(&n2, "DELETE", "/api/v1/routes/forward/20020", "");
+    let del = admin_delete(&n2, "/api/v1/routes/forward/20020");
     assert!(
         del.starts_with("HTTP/1.1 2"),
         "cam2 not removed on n2: {del}"
@@ -247,41 +246,6 @@ fn a_cut_between_the_nodes_makes_both_master_and_only_the_lease_holder_forwards(
     );
 }
 
-/// The device registers with the platform through the gateway (`expires` 0: unregisters);
-/// the contact the platform got.
-fn register(
-    device: &UdpSocket,
-    platform: &UdpSocket,
-    pair: &Pair,
-    expires: u32,
-    cseq: u32,
-) -> String {
-    let (gw_a, dev_aor) = ("10.61.0.1:5062", format!("<sip:{DEVICE_ID}@3402000000>"));
-    let reg = sip_request(
-        "REGISTER",
-        &format!("sip:{PLATFORM_ID}@3402000000"),
-        false,
-        (&format!("{dev_aor};tag=dev1"), &dev_aor),
-        "reg-1@10.61.0.100",
-        cseq,
-        &format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nExpires: {expires}\r\n"),
-        "",
-    );
-    device.send_to(reg.as_bytes(), gw_a).unwrap();
-    let (req, from) = recv_sip(platform, "REGISTER ", pair);
-    let contact = contact_uri(&req);
-    let ok = sip_reply(
-        &req,
-        "200 OK",
-        "plat1",
-        &format!("Contact: <{contact}>\r\nExpires: {expires}\r\n"),
-        "",
-    );
-    platform.send_to(ok.as_bytes(), from).unwrap();
-    recv_sip(device, "SIP/2.0 200", pair);
-    contact
-}
-
 /// The SIP dialogs a node lists, each as JSON text, sorted.
 fn dialogs(ns: &str) -> Vec<String> {
     let mut d: Vec<String> = admin_json(ns, "/api/v1/dialogs")
@@ -299,7 +263,7 @@ fn dialogs(ns: &str) -> Vec<String> {
     d
 }
 
-/// A node demoted without a restart (its keepalived stopped, so nobody tells its vgate; the
+/// A node demoted without a restart (its keepalived killed, so nobody tells its vgate; the
 /// peer takes over and the lease with it, and the old active fences itself at its next
 /// batch) follows the new active: the call the new active ended and the registration it
 /// removed go from the old active too (its own records, not copies), the other call stays.
@@ -310,8 +274,7 @@ fn a_demoted_node_drops_what_the_new_active_ended_and_reloads_the_rest() {
     let (n1, n2) = (pair.node(0), pair.node(1));
     let device = udp_in(&pair.net.ns("a"), "10.61.0.100:5064");
     let platform = udp_in(&pair.net.ns("b"), "10.62.0.100:5090");
-    let gw_b = "10.62.0.1:5062";
-    let reg_contact = register(&device, &platform, &pair, 3600, 1);
+    let reg_contact = register_device(&device, &platform, &pair, 3600, 1);
     let d1 = invite_device(&platform, &device, &pair, &reg_contact, 1, 6200, 6100);
     let d2 = invite_device(&platform, &device, &pair, &reg_contact, 2, 6202, 6102);
     wait_for(
@@ -328,8 +291,9 @@ fn a_demoted_node_drops_what_the_new_active_ended_and_reloads_the_rest() {
         || pair.show(),
     );
 
-    // n1's keepalived stops: its vgate is not told, n2 takes over with the lease.
-    let _ = pair.keepaliveds[0].stop();
+    // n1's keepalived killed (no notify_stop runs): its vgate is not told, n2 takes over
+    // with the lease.
+    pair.kill9_keepalived(0);
     wait_for(
         "n2 active, n1 fenced",
         Duration::from_secs(10),
@@ -339,23 +303,8 @@ fn a_demoted_node_drops_what_the_new_active_ended_and_reloads_the_rest() {
     assert_ne!(ha(&n1)["role"], "active", "{}", ha(&n1));
 
     // Through n2: the platform ends call 1, the device unregisters.
-    let bye = sip_request(
-        "BYE",
-        &d1.dev_contact,
-        true,
-        (&d1.plat_from, &d1.dev_to),
-        &d1.call_id,
-        21,
-        "",
-        "",
-    );
-    platform.send_to(bye.as_bytes(), gw_b).unwrap();
-    let (bye_in, from) = recv_sip(&device, "BYE ", &pair);
-    device
-        .send_to(sip_reply(&bye_in, "200 OK", "x", "", "").as_bytes(), from)
-        .unwrap();
-    recv_sip(&platform, "SIP/2.0 200", &pair);
-    register(&device, &platform, &pair, 0, 2);
+    hang_up(&d1, true, 21, &platform, &device, &pair);
+    register_device(&device, &platform, &pair, 0, 2);
     wait_for(
         "n2 without call 1 and the registration",
         Duration::from_secs(5),

@@ -18,104 +18,23 @@
 
 mod common;
 
-use std::net::{SocketAddrV4, UdpSocket};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::admin::{get_in, metric};
-use common::vgate::Vgate;
-use common::{enter_netns, in_netns, prerequisites, Bed, BedConfig};
+use common::admin::metric;
+use common::media_bed::{self, Outcome};
+use common::prerequisites;
 
-const CAM_PORT: u16 = 20000;
-const JUNK_PORT: u16 = 20010;
-const SINK_CAM: u16 = 40000;
-const SINK_JUNK: u16 = 40001;
 const JUNK_PACKETS: u32 = 300;
 
 fn can_run(test: &str) -> bool {
     prerequisites(test, true, &[("ip", "iproute2"), ("ffmpeg", "ffmpeg")])
 }
 
-fn config(bed: &Bed, mode: &str) -> String {
-    let mut s = bed.config(BedConfig {
-        mode,
-        ..Default::default()
-    });
-    s.push_str("per_stream_metrics = true\n[media]\nvalidate = \"enforce\"\n");
-    for (name, port, sink, egress, media) in [
-        (
-            "cam",
-            CAM_PORT,
-            SINK_CAM,
-            30000,
-            "{ codec = \"h264\", payload_types = [96] }",
-        ),
-        (
-            "junk",
-            JUNK_PORT,
-            SINK_JUNK,
-            30010,
-            "{ codec = \"ps\", payload_types = [96] }",
-        ),
-    ] {
-        s.push_str(&format!(
-            "[[stream_route]]\nname = \"{name}\"\ndomain = \"a\"\nport = {port}\ndestination = \"{}:{sink}\"\negress_port = {egress}\nexpect_source = \"{}:0\"\nmedia = {media}\n",
-            bed.get("B_IP"),
-            bed.get("A_IP"),
-        ));
-    }
-    s
-}
-
-/// Counts what arrives on the two sinks in B until `stop` and 500 ms of quiet.
-fn sinks(bed: &Bed, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
-    let (ns, ip) = (bed.get("B_NS").to_owned(), bed.ip("B_IP"));
-    let (tx, rx) = mpsc::channel();
-    let t = std::thread::spawn(move || {
-        enter_netns(&ns).unwrap();
-        let socks: Vec<UdpSocket> = [SINK_CAM, SINK_JUNK]
-            .iter()
-            .map(|p| {
-                let s = UdpSocket::bind(SocketAddrV4::new(ip, *p)).unwrap();
-                s.set_nonblocking(true).unwrap();
-                s
-            })
-            .collect();
-        tx.send(()).unwrap();
-        let mut got = [0u64; 2];
-        let mut buf = [0u8; 2048];
-        let mut quiet_since = Instant::now();
-        loop {
-            let mut any = false;
-            for (i, s) in socks.iter().enumerate() {
-                while s.recv(&mut buf).is_ok() {
-                    got[i] += 1;
-                    any = true;
-                }
-            }
-            if any {
-                quiet_since = Instant::now();
-            } else if stop.load(Relaxed) && quiet_since.elapsed() > Duration::from_millis(500) {
-                return (got[0], got[1]);
-            } else {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(5))
-        .expect("sinks bound");
-    t
-}
-
-/// Random bytes behind a valid RTP header (PT 96, one frame per packet), 10 ms apart.
-fn junk(bed: &Bed) {
-    let (a_ip, ga) = (bed.ip("A_IP"), bed.ip("GA_IP"));
-    in_netns(bed.get("A_NS"), move || {
-        let s = UdpSocket::bind(SocketAddrV4::new(a_ip, 5010)).unwrap();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for seq in 0..JUNK_PACKETS {
+/// Random bytes behind a valid RTP header (PT 96, one frame per packet).
+fn junk() -> Vec<Vec<u8>> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..JUNK_PACKETS)
+        .map(|seq| {
             let mut p = vec![0x80, 0x80 | 96];
             p.extend_from_slice(&(seq as u16).to_be_bytes());
             p.extend_from_slice(&(seq * 3600).to_be_bytes());
@@ -126,66 +45,21 @@ fn junk(bed: &Bed) {
                 x ^= x << 17;
                 p.push((x >> 32) as u8);
             }
-            s.send_to(&p, SocketAddrV4::new(ga, JUNK_PORT)).unwrap();
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    });
+            p
+        })
+        .collect()
 }
-
-/// ffmpeg in A: 4 s of a test pattern, libx264 baseline, RTP to the cam route.
-fn encoder(bed: &Bed) -> std::process::Child {
-    let url = format!(
-        "rtp://{}:{CAM_PORT}?localport=5004&pkt_size=1200",
-        bed.get("GA_IP")
-    );
-    Command::new("ip")
-        .args(["netns", "exec", bed.get("A_NS"), "ffmpeg"])
-        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-re"])
-        .args([
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=320x240:rate=25",
-            "-t",
-            "4",
-        ])
-        .args([
-            "-c:v",
-            "libx264",
-            "-profile:v",
-            "baseline",
-            "-preset",
-            "veryfast",
-        ])
-        .args(["-g", "25", "-pix_fmt", "yuv420p", "-f", "rtp", &url])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ffmpeg")
-}
-
-/// The modes take turns (one bed and one encoder at a time) on a shared machine.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run(mode: &str) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let bed = Bed::up(1);
-    let g_ns = bed.get("G_NS").to_owned();
-    let vg = Vgate::start_with(&["ip", "netns", "exec", &g_ns], &config(&bed, mode), &[]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let sink = sinks(&bed, Arc::clone(&stop));
-    let enc = encoder(&bed);
-    junk(&bed);
-    let out = enc.wait_with_output().expect("ffmpeg ran");
-    assert!(
-        out.status.success(),
-        "ffmpeg failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stop.store(true, Relaxed);
-    let (cam_rx, junk_rx) = sink.join().unwrap();
-    let metrics = get_in(&g_ns, "127.0.0.1:9940", "/metrics");
-    let totals = vg.stop();
+    let m = media_bed::start(mode, "", "enforce", "junk");
+    let enc = media_bed::encoder(&m.bed);
+    media_bed::send_from_a(&m.bed, junk(), Duration::from_millis(10));
+    let Outcome {
+        received: (cam, junk),
+        metrics,
+        totals,
+    } = m.finish(enc);
+    let (cam_rx, junk_rx) = (cam.len() as u64, junk.len() as u64);
 
     let cam_in = totals.route("cam", "rx_packets");
     let cam_out = totals.route("cam", "tx_packets");

@@ -464,3 +464,67 @@ fn check_config_accepts_sip_routes_sharing_5060_and_explains_a_real_conflict() {
         "{stderr}"
     );
 }
+
+/// The channel bench's provenance lines (revision, uncommitted files) outside a git checkout,
+/// as in the guest of `scripts/pfring-guest.sh` (a copied tree, no git): they must say
+/// "unknown", not end the bench. Under `set -euo pipefail` the failing `git status` in a
+/// pipeline stopped `bench-channel.sh` silently right after its start (guest, 2026-12-03).
+#[test]
+fn bench_channel_provenance_outside_a_git_checkout() {
+    let script = std::fs::read_to_string(repo().join("scripts/bench-channel.sh")).unwrap();
+    let lines: Vec<&str> = script
+        .lines()
+        .filter(|l| l.starts_with("REV=") || l.starts_with("DIRTY="))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "bench-channel.sh sets REV and DIRTY once each"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail; ROOT=\"$1\"; {}; echo \"rev=$REV dirty=$DIRTY\"",
+            lines.join("; ")
+        ))
+        .arg("bash")
+        .arg(dir.path())
+        .env("GIT_CEILING_DIRECTORIES", dir.path().parent().unwrap())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "rev=unknown dirty=unknown");
+}
+
+/// `scripts/pfring-guest.sh` reads the guest's verdict from the serial console, whose lines
+/// end in CR LF: `VGATE-GUEST-RESULT pass` must read as `pass` (it read `pass\r`, and the
+/// script said "the guest printed no result" after a whole run, 2026-12-03).
+#[test]
+fn pfring_guest_reads_the_result_of_a_serial_console() {
+    let script = std::fs::read_to_string(repo().join("scripts/pfring-guest.sh")).unwrap();
+    let line = script
+        .lines()
+        .find(|l| l.starts_with("result=\"$(grep -a '^VGATE-GUEST-RESULT "))
+        .expect("pfring-guest.sh reads VGATE-GUEST-RESULT");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("console.log");
+    std::fs::write(&log, "VGATE-GUEST PASS x\r\nVGATE-GUEST-RESULT pass\r\n").unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -euo pipefail; LOG=\"$1\"; {line}; printf '%s' \"$result\""
+        ))
+        .arg("bash")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "pass");
+}

@@ -118,6 +118,38 @@ fn without_the_module_open_fails_with_errno_97() {
     }
 }
 
+/// The ZC bed is made by hand (the gateway runs in the root namespace, so it has no `G_NS`):
+/// the relay's peers must come from its A and B namespaces alone (they panicked with
+/// "testbed.sh printed no G_NS" before the ZC test could send, in the guest of 2026-12-03).
+#[test]
+fn a_bed_without_a_gateway_namespace_has_peers() {
+    use common::relay::Peers;
+    let env = [
+        ("A_NS", "vgzna"),
+        ("B_NS", "vgznb"),
+        ("A_IP", "10.201.1.2"),
+        ("GA_IP", "10.201.1.1"),
+        ("GB_IP", "10.201.2.1"),
+        ("B_IP", "10.201.2.2"),
+    ];
+    let bed = common::Bed {
+        name: "vgzn-never-made".to_owned(),
+        env: env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    };
+    let peers = Peers::of(&bed);
+    // Nothing was made: no `testbed.sh down` for it.
+    std::mem::forget(bed);
+    assert_eq!(
+        (peers.a_ns.as_str(), peers.b_ns.as_str()),
+        ("vgzna", "vgznb")
+    );
+    assert_eq!(peers.addrs.0, std::net::Ipv4Addr::new(10, 201, 1, 2));
+    assert_eq!(peers.addrs.3, std::net::Ipv4Addr::new(10, 201, 2, 2));
+}
+
 /// `--mode zc --engine pfring-zc` on two NICs that a PF_RING ZC driver runs: in the guest of
 /// `scripts/pfring-guest.sh`, two emulated e1000e (QEMU `-device e1000e`) under PF_RING's
 /// e1000e ZC driver, each joined by a QEMU hub to a virtio NIC that the test moves into a

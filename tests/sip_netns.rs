@@ -42,6 +42,22 @@ fn sip_engine() -> Vec<String> {
     }
 }
 
+/// The 50-call live view's pace: calls started per second and sipp's run timeout (s), 10
+/// and 90, or `VGATE_TEST_SIP_RATE` and `VGATE_TEST_SIP_TIMEOUT` (the PF_RING guest under
+/// software emulation runs slower; the calls and every check stay the same).
+fn sip_pace() -> (u32, u32) {
+    let var = |name: &str, default: u32| match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: a whole number")),
+        _ => default,
+    };
+    (
+        var("VGATE_TEST_SIP_RATE", 10),
+        var("VGATE_TEST_SIP_TIMEOUT", 90),
+    )
+}
+
 fn config(bed: &Bed) -> String {
     let mode = sip_mode();
     let head = bed.config(BedConfig {
@@ -128,8 +144,15 @@ impl SipBed {
         }
     }
 
+    /// Where the logs were, and the tails of sipp's errors, screens and stderr of both sides
+    /// (the folder is removed with the test).
     fn keep_logs(&self) -> String {
-        format!("logs in {}", self.dir.path().display())
+        format!(
+            "logs in {}{}{}",
+            self.dir.path().display(),
+            sipp::failure_logs("A", &self.a_dir),
+            sipp::failure_logs("B", &self.b_dir)
+        )
     }
 
     /// Adds 10.201.2.3, an address no route allows, to B's interface.
@@ -287,12 +310,13 @@ fn live_view(
     let uas = sipp::scenario("gb_uas_device.xml");
     let device = Sipp::new(&sb.a_ns, &sb.a_dir, &uas, &sb.a_ip, 5060)
         .args(t_args)
-        .args(&["-mp", "16000", "-trace_msg"]);
+        .args(&["-mp", "16000", "-trace_msg", "-trace_err"]);
     let uac = sipp::scenario("gb_uac_play.xml");
     let target = format!("{}:5060", sb.gb_ip);
     let platform = Sipp::new(&sb.b_ns, &sb.b_dir, &uac, &sb.b_ip, 5060)
         .args(t_args)
-        .args(&["-mp", "16000", "-cid_str", GB_CID, &target, "-trace_msg"])
+        .args(&["-mp", "16000", "-cid_str", GB_CID, &target])
+        .args(&["-trace_msg", "-trace_err", "-trace_screen"])
         .calls(calls.0, calls.1, calls.2)
         .timeout(timeout);
     calls_with_rtp(
@@ -312,11 +336,12 @@ fn sip_gb_calls_register_and_access_control_through_vgate() {
     let vgate = Vgate::start_in(&sb.g_ns, &config(&sb.bed), &engine);
 
     // 50 calls from the platform in B; the RTP sink at the address the platform offers.
+    let (rate, timeout) = sip_pace();
     let step = live_view(
         &sb,
         &[],
-        (50, 10, 20),
-        90,
+        (50, rate, 20),
+        timeout,
         Some(&format!("{}:6000", sb.b_ip)),
     );
     let what = "sipp UAC, RTP at the offered B address";

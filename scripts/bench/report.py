@@ -535,7 +535,9 @@ def main():
     w(f"- **command**: `{o.command}` (as root)")
     w(f"- **date**: {now:%Y-%m-%d %H:%M} UTC; the sweep took {o.elapsed} s")
     w(f"- **machine**: {machine()}")
-    w(f"- **vgate**: revision {o.rev}" + (f" with {o.dirty} uncommitted tracked file(s) in the tree" if o.dirty not in ("", "0") else "") +
+    dirty = ("" if o.dirty in ("", "0") else " (not a git checkout)" if o.dirty == "unknown"
+             else f" with {o.dirty} uncommitted tracked file(s) in the tree")
+    w(f"- **vgate**: revision {o.rev}" + dirty +
       ", release build")
     if o.note:
         w(f"- **note**: {o.note}")

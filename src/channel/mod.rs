@@ -10,7 +10,7 @@
 
 mod validators;
 
-pub use validators::{Validators, LEG_SLOTS, WORKER_SLOTS};
+pub use validators::{Refused, Validators, LEG_SLOTS, WORKER_SLOTS};
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -48,13 +48,17 @@ pub fn inspect(
     now_ms: u64,
     media: &mut Validators,
 ) -> Result<Admitted, DropReason> {
-    let source = admit_source(route, src, payload.len(), truncated, max_payload, now_ms)?;
+    let source = admit_source(route, src, payload.len(), truncated, max_payload, now_ms)
+        .inspect_err(|&r| media.refused(route, src, payload, r, None, now_ms))?;
     if let Some(rule) = &route.media {
-        media
-            .check(route, rule, payload, now_ms)
-            .map_err(|_| DropReason::MediaInvalid)?;
+        if let Err(v) = media.check(route, rule, payload, now_ms) {
+            let r = DropReason::MediaInvalid;
+            media.refused(route, src, payload, r, Some(v), now_ms);
+            return Err(r);
+        }
     }
     admit_rtp(route, src, source, payload, now_ms)
+        .inspect_err(|&r| media.refused(route, src, payload, r, None, now_ms))
 }
 
 /// The checks before the payload is looked at: standby, size, source.
@@ -135,17 +139,37 @@ pub fn inspect_mut(
                 .map(|a| (a, payload.len()))
         }
     }
-    let source = admit_source(route, src, payload.len(), truncated, max_payload, now_ms)?;
-    let len = match &route.media {
+    let source = admit_source(route, src, payload.len(), truncated, max_payload, now_ms)
+        .inspect_err(|&r| media.refused(route, src, payload, r, None, now_ms))?;
+    // A capture armed on the route wants the bytes as they arrived: copied before the strip
+    // rewrites them (one relaxed load per packet of a strip route otherwise).
+    let held = media.hold(route, payload, now_ms);
+    let decided = match &route.media {
         Some(rule) => match media.check_mut(route, rule, payload, now_ms) {
-            Ok(n) => n,
-            Err(None) => return Err(DropReason::MediaInvalid),
-            Err(Some(_)) => return Err(DropReason::MediaStripped),
+            Ok(len) => Ok(len),
+            Err(Refused::Invalid(v)) => Err((DropReason::MediaInvalid, Some(v))),
+            Err(Refused::StrippedAway(v)) => Err((DropReason::MediaStripped, Some(v))),
         },
-        None => payload.len(),
-    };
+        None => Ok(payload.len()),
+    }
     // What passed the validator is RTP (it checked the header).
-    admit_rtp(route, src, source, &payload[..len], now_ms).map(|a| (a, len))
+    .and_then(|len| {
+        admit_rtp(route, src, source, &payload[..len], now_ms)
+            .map(|a| (a, len))
+            .map_err(|r| (r, None))
+    });
+    match (decided, held) {
+        (Ok(a), None) => Ok(a),
+        (Ok(a), Some(h)) => {
+            media.admitted_held(h);
+            Ok(a)
+        }
+        (Err((r, _)), None) => Err(r),
+        (Err((r, v)), Some(h)) => {
+            media.refused_held(h, src, r, v);
+            Err(r)
+        }
+    }
 }
 
 /// One worker's counters, written by the worker, read by reports and the watchdog.
@@ -574,5 +598,92 @@ mod tests {
             Ok((Admitted::Known, before.len()))
         );
         assert_eq!(p, before);
+    }
+
+    #[test]
+    fn an_armed_capture_takes_exactly_the_refused_packets_as_they_arrived() {
+        use crate::routes::capture::{RefusalCapture, Target};
+        use std::sync::Arc;
+        let cap = Arc::new(RefusalCapture::default());
+        let mut v = Validators::with_capture(LEG_SLOTS, Default::default(), Arc::clone(&cap));
+        let src = "127.0.0.1:5000".parse().unwrap();
+        let stranger = "127.0.0.3:6000".parse().unwrap();
+        let mut strip = h264_route(true, SourcePolicy::Strict);
+        if let Some(rule) = strip.media.as_mut() {
+            rule.policy.strip = true;
+        }
+        let other = h264_route(true, SourcePolicy::Strict);
+        let target = |r: &StreamRoute| Target {
+            route: r.id,
+            channel: r.channel,
+            port: r.port,
+            label: "v".into(),
+            dst: "127.0.0.1:20000".parse().unwrap(),
+        };
+        // Nothing armed: refusals pass by the capture.
+        let _ = inspect(&other, src, &h264(1, 0, true), false, 1472, 1, &mut v);
+        let a = cap.arm(target(&strip), 3, 10_000, 1472, 1).unwrap();
+        let _ = inspect(&other, src, &h264(2, 3000, true), false, 1472, 2, &mut v);
+        // Strip route: a valid packet (not taken), an SEI with user data stripped away (taken
+        // as it arrived, not as the strip left it), junk (taken), a stranger (taken), and a
+        // fourth refusal past N (not taken).
+        let mut ok = h264(1, 0, false);
+        assert!(inspect_mut(&strip, src, &mut ok, false, 1472, 3, &mut v).is_ok());
+        let mut sei = h264(2, 3000, false);
+        sei.truncate(12);
+        sei.extend_from_slice(&[0x06, 0x05, 20]);
+        sei.extend_from_slice(&[0x41; 20]);
+        sei.push(0x80);
+        let sei_in = sei.clone();
+        assert_eq!(
+            inspect_mut(&strip, src, &mut sei, false, 1472, 4, &mut v),
+            Err(DropReason::MediaStripped)
+        );
+        let mut junk = h264(3, 6000, true);
+        let junk_in = junk.clone();
+        assert_eq!(
+            inspect_mut(&strip, src, &mut junk, false, 1472, 5, &mut v),
+            Err(DropReason::MediaInvalid)
+        );
+        let mut late = h264(4, 9000, false);
+        let late_in = late.clone();
+        assert_eq!(
+            inspect_mut(&strip, stranger, &mut late, false, 1472, 6, &mut v),
+            Err(DropReason::SourceMismatch)
+        );
+        let mut more = h264(5, 12000, true);
+        let _ = inspect_mut(&strip, src, &mut more, false, 1472, 7, &mut v);
+        let (st, pkts) = cap.drain(a.id, 100, 8).unwrap();
+        assert_eq!(st.captured, 3);
+        let got: Vec<_> = pkts
+            .iter()
+            .map(|p| {
+                (
+                    p.payload.clone(),
+                    p.reason,
+                    p.violation.map(|v| v.name()),
+                    p.src,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    sei_in,
+                    DropReason::MediaStripped,
+                    Some("sei_user_data"),
+                    src
+                ),
+                (
+                    junk_in,
+                    DropReason::MediaInvalid,
+                    Some("nal_forbidden_bit"),
+                    src
+                ),
+                (late_in, DropReason::SourceMismatch, None, stranger),
+            ]
+        );
+        assert_eq!(cap.overflow_total(), 0);
     }
 }

@@ -17,10 +17,14 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use std::net::SocketAddrV4;
+
 use crate::logging::RateLimit;
 use crate::media::{Rule, Stream, StreamSpec, Verdict, Violation};
-use crate::routes::StreamRoute;
+use crate::routes::capture::{Held, RefusalCapture};
+use crate::routes::{Routes, StreamRoute};
 use crate::stats::media::MediaTotals;
+use crate::stats::DropReason;
 
 /// Slots probed for a route before one is given up.
 pub const PROBE: usize = 8;
@@ -44,6 +48,17 @@ pub struct Validators {
     slots: Box<[Slot]>,
     mask: usize,
     totals: Arc<MediaTotals>,
+    /// Where refused packets go while an operator captures them ([`crate::routes::capture`]).
+    capture: Arc<RefusalCapture>,
+}
+
+/// Why [`Validators::check_mut`] did not pass a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Refused for this violation (`media_invalid`).
+    Invalid(Violation),
+    /// Everything it carried was cut, all of it this (`media_stripped`).
+    StrippedAway(Violation),
 }
 
 static VIOLATION_LOG: RateLimit = RateLimit::new(1000);
@@ -51,7 +66,27 @@ static VIOLATION_LOG: RateLimit = RateLimit::new(1000);
 impl Validators {
     /// A table of at least `slots` streams (rounded up to a power of two, at least
     /// [`PROBE`]), counting into `totals` (the gateway's, [`crate::routes::Routes::media_totals`]).
+    /// Refused packets go to a capture of their own (never armed): for tests and tools.
     pub fn new(slots: usize, totals: Arc<MediaTotals>) -> Validators {
+        Validators::with_capture(slots, totals, Default::default())
+    }
+
+    /// A table of at least `slots` streams counting into the gateway's totals and feeding
+    /// its refusal capture: what the data path's threads make.
+    pub fn for_routes(slots: usize, routes: &Routes) -> Validators {
+        Validators::with_capture(
+            slots,
+            Arc::clone(routes.media_totals()),
+            Arc::clone(routes.capture()),
+        )
+    }
+
+    /// A table of at least `slots` streams counting into `totals` and feeding `capture`.
+    pub fn with_capture(
+        slots: usize,
+        totals: Arc<MediaTotals>,
+        capture: Arc<RefusalCapture>,
+    ) -> Validators {
         let n = slots.max(PROBE).next_power_of_two();
         let empty = Stream::new(StreamSpec::new(None));
         let slots = (0..n)
@@ -65,7 +100,60 @@ impl Validators {
             slots,
             mask: n - 1,
             totals,
+            capture,
         }
+    }
+
+    /// A packet of `route` from `src` refused for `reason` (`violation`: the validator's),
+    /// for the refusal capture: one relaxed load unless a capture is armed on the route.
+    #[inline]
+    pub fn refused(
+        &self,
+        route: &StreamRoute,
+        src: SocketAddrV4,
+        payload: &[u8],
+        reason: DropReason,
+        violation: Option<Violation>,
+        now_ms: u64,
+    ) {
+        if self.capture.wants(route.id) && captured_reason(reason) {
+            self.capture
+                .record(route.id, src, payload, reason, violation, now_ms);
+        }
+    }
+
+    /// A copy of `payload` before a strip rewrites it, when a capture is armed on `route`
+    /// (one relaxed load otherwise): hand it to [`Validators::refused_held`] or
+    /// [`Validators::admitted_held`].
+    #[inline]
+    pub fn hold(&self, route: &StreamRoute, payload: &[u8], now_ms: u64) -> Option<Held> {
+        if self.capture.wants(route.id) {
+            self.capture.take(route.id, payload, now_ms)
+        } else {
+            None
+        }
+    }
+
+    /// The packet held by [`Validators::hold`] was refused.
+    #[cold]
+    pub fn refused_held(
+        &self,
+        held: Held,
+        src: SocketAddrV4,
+        reason: DropReason,
+        violation: Option<Violation>,
+    ) {
+        if captured_reason(reason) {
+            self.capture.commit(held, src, reason, violation);
+        } else {
+            self.capture.give_back(held);
+        }
+    }
+
+    /// The packet held by [`Validators::hold`] was admitted.
+    #[cold]
+    pub fn admitted_held(&self, held: Held) {
+        self.capture.give_back(held);
     }
 
     /// Checks one packet of `route` (which has `rule`) at `now_ms`: `Err` when the rule
@@ -102,8 +190,8 @@ impl Validators {
     /// Checks one packet like [`Validators::check`] and, when the rule strips
     /// ([`crate::media::Policy::strip`]), rewrites it in place ([`Stream::check_mut`]):
     /// `Ok(len)` is the length to forward (the packet's own unless something was cut),
-    /// `Err(None)` a packet refused, `Err(Some(v))` a packet stripped away (what it carried
-    /// was all `v`). What was cut is counted per route and channel (`media_stripped`).
+    /// `Err` a packet refused or stripped away ([`Refused`]). What was cut is counted per
+    /// route and channel (`media_stripped`).
     #[inline]
     pub fn check_mut(
         &mut self,
@@ -111,12 +199,12 @@ impl Validators {
         rule: &Rule,
         payload: &mut [u8],
         now_ms: u64,
-    ) -> Result<usize, Option<Violation>> {
+    ) -> Result<usize, Refused> {
         if !rule.policy.strip {
             return self
                 .check(route, rule, payload, now_ms)
                 .map(|()| payload.len())
-                .map_err(|_| None);
+                .map_err(Refused::Invalid);
         }
         let i = self.slot(route, rule, now_ms);
         let slot = &mut self.slots[i];
@@ -130,13 +218,13 @@ impl Validators {
             }
             Verdict::StrippedAway(reason) => {
                 self.stripped(route, reason, len);
-                Err(Some(reason))
+                Err(Refused::StrippedAway(reason))
             }
             Verdict::Drop(v) => {
                 route.stats.media.count(v);
                 self.totals.channels[route.channel.index()].count(v);
                 log_violation(route, rule, v, payload, now_ms);
-                Err(None)
+                Err(Refused::Invalid(v))
             }
         }
     }
@@ -187,6 +275,18 @@ impl Validators {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The refusals the capture takes: about a packet's content or origin (see
+/// [`crate::routes::capture`]).
+fn captured_reason(r: DropReason) -> bool {
+    matches!(
+        r,
+        DropReason::MediaInvalid
+            | DropReason::MediaStripped
+            | DropReason::NotRtp
+            | DropReason::SourceMismatch
+    )
 }
 
 #[cold]

@@ -19,6 +19,9 @@
 //! | `GET /api/v1/dialogs` | confirmed SIP calls through each route: Call-IDs on both faces, contact tokens, media ports |
 //! | `GET /api/v1/log-level` | the log filter in force |
 //! | `PUT /api/v1/log-level` | replace it: `{"level": "debug"}` (a level or `RUST_LOG` directives) |
+//! | `POST /api/v1/capture` | arm a capture of a route's next N refused packets (`vgate capture-refused`, [`super::capture`]) |
+//! | `GET /api/v1/capture?id=N` | its progress and the packets taken since the last read |
+//! | `DELETE /api/v1/capture?id=N` | stop it |
 //!
 //! One thread serves requests one at a time with a bounded body, so no client can make it
 //! allocate without limit. Malformed requests get a 4xx with a reason in a JSON body.
@@ -159,6 +162,10 @@ fn ok(v: Value) -> Answer {
     }
 }
 
+fn reply((status, v): super::capture::Reply) -> Answer {
+    Answer { status, ..ok(v) }
+}
+
 fn err(status: u16, reason: impl Into<String>) -> Answer {
     Answer {
         status,
@@ -272,6 +279,9 @@ fn route(
             ok(json!({ "level": crate::logging::level() }))
         }
         (Method::Put, ["api", "v1", "log-level"]) => set_log_level(body),
+        (Method::Post, ["api", "v1", "capture"]) => reply(super::capture::arm(body, st)),
+        (Method::Get, ["api", "v1", "capture"]) => reply(super::capture::read(url, st)),
+        (Method::Delete, ["api", "v1", "capture"]) => reply(super::capture::stop(url, st)),
         (_, ["metrics"] | ["api", "v1", ..]) => {
             err(405, format!("{method} is not allowed on {path}"))
         }
@@ -843,7 +853,8 @@ fn add_route(body: &[u8], st: &ControlState) -> Answer {
     }
 }
 
-fn parse_channel(s: &str) -> Option<Channel> {
+/// `forward`/`a` or `reverse`/`b`, as the admin API names a channel.
+pub(super) fn parse_channel(s: &str) -> Option<Channel> {
     match s {
         "forward" | "a" => Some(Channel::Forward),
         "reverse" | "b" => Some(Channel::Reverse),

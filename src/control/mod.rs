@@ -5,6 +5,7 @@
 //! Everything here is control path: it may allocate and lock, but it never touches a packet.
 
 pub mod admin;
+pub mod capture;
 pub mod client;
 pub mod live;
 pub mod metrics;

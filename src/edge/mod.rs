@@ -119,7 +119,7 @@ impl Injector {
         max_payload: usize,
     ) -> Injector {
         Injector {
-            media: Validators::new(LEG_SLOTS, Arc::clone(routes.media_totals())),
+            media: Validators::for_routes(LEG_SLOTS, &routes),
             routes,
             ports,
             channel: Channel::from_ingress(domain),

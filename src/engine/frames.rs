@@ -1,7 +1,8 @@
 //! The per-frame path the ring engines (`tnapi`: AF_PACKET, `zc`: AF_XDP) share: which
 //! channel a captured datagram belongs to, the run of consecutive packets for one route (one
 //! table lookup and one counter update per run, not per packet), the checks of
-//! [`crate::channel::inspect`], and the accounting of what a send did. Each engine keeps only
+//! [`crate::channel::inspect_mut`] (a stripping route's payload rewritten in the engine's
+//! frame), and the accounting of what a send did. Each engine keeps only
 //! what differs: where frames come from and how a run's packets leave.
 
 use std::io;
@@ -10,13 +11,13 @@ use std::sync::Arc;
 
 use super::ports::{EgressSockets, TxVia};
 use super::sys::mmsg::SendOutcome;
-use crate::channel::{inspect, Admitted, Validators};
+use crate::channel::{inspect_mut, Admitted, Validators};
 use crate::clock::now_ms;
 use crate::config::{DomainId, PortRange};
 use crate::logging::RateLimit;
 use crate::routes::{Channel, Routes, StreamRoute};
 use crate::stats::{DropReason, Tally};
-use crate::wire::{Udp4Datagram, WireError};
+use crate::wire::WireError;
 
 /// The gateway's address and media ports in each domain, by [`DomainId::index`].
 pub type Targets = [(Ipv4Addr, PortRange); 2];
@@ -101,21 +102,26 @@ impl<'l> Run<'l> {
         }
     }
 
-    /// Counts datagram `d` and decides whether it is forwarded: `Some((destination, egress))`
-    /// when it passes every check (the media validator's too, with the worker's `media`
-    /// state: [`super::worker::Shell::media`]), otherwise it is counted as dropped with its
-    /// reason.
+    /// Counts a datagram from `src` and decides whether it is forwarded:
+    /// `Some((destination, egress, len))` when it passes every check (the media validator's
+    /// too, with the worker's `media` state: [`super::worker::Shell::media`]), otherwise it is
+    /// counted as dropped with its reason. `payload` is the datagram's payload in the
+    /// engine's own frame (ring block, UMEM chunk, arena slot): a route that strips its media
+    /// has it rewritten there ([`crate::channel::inspect_mut`]) and `len` is what to send of
+    /// it; the way out builds its IPv4/UDP headers (lengths, checksums) for that length.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub fn admit(
         &mut self,
-        d: &Udp4Datagram<'_>,
+        src: SocketAddrV4,
+        payload: &mut [u8],
         checksums_ok: bool,
         truncated: bool,
         max_payload: usize,
         media: &mut Validators,
-    ) -> Option<(SocketAddrV4, TxVia<'l>)> {
+    ) -> Option<(SocketAddrV4, TxVia<'l>, usize)> {
         self.tally.rx_packets += 1;
-        self.tally.rx_bytes += d.payload.len() as u64;
+        self.tally.rx_bytes += payload.len() as u64;
         let Some(route) = &self.route else {
             self.tally.drop(DropReason::NoRoute);
             return None;
@@ -124,28 +130,20 @@ impl<'l> Run<'l> {
             self.tally.drop(DropReason::Malformed);
             return None;
         }
-        let src = SocketAddrV4::new(d.src_addr, d.src_port);
-        match inspect(
-            route,
-            src,
-            d.payload,
-            truncated,
-            max_payload,
-            self.now,
-            media,
-        ) {
-            Ok(admitted) => {
+        let len = match inspect_mut(route, src, payload, truncated, max_payload, self.now, media) {
+            Ok((admitted, len)) => {
                 self.admitted = true;
                 self.tally.relatches += u64::from(admitted == Admitted::Relatched);
+                len
             }
             Err(reason) => {
                 self.tally.drop(reason);
                 return None;
             }
-        }
+        };
         if let Some(sink) = &route.edge {
             // The receiver is a stream leg: its sink, not a socket.
-            offer_to_leg(sink, d.payload, &mut self.tally);
+            offer_to_leg(sink, &payload[..len], &mut self.tally);
             return None;
         }
         let Some(fd) = self.egress else {
@@ -154,7 +152,7 @@ impl<'l> Run<'l> {
             self.tally.drop(DropReason::SendError);
             return None;
         };
-        Some((route.dest, fd))
+        Some((route.dest, fd, len))
     }
 
     /// Adds the run's figures to its route (once) and to its channel's batch tally.

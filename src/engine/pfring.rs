@@ -23,7 +23,8 @@
 //! wait in a `sendmmsg` batch: the worker copies each packet once into a reused batch arena
 //! (what PF_RING's own one-copy receive does) and then runs the same path as `afpacket`:
 //! `parse_udp4` → channel by destination → route by port, one lookup per run of packets →
-//! [`crate::channel::inspect`] → `pfring`: queued on a [`SliceBatch`] for the worker's raw
+//! [`crate::channel::inspect_mut`] (a stripping route's payload rewritten in its arena slot) →
+//! `pfring`: queued on a [`SliceBatch`] for the worker's raw
 //! IPv4 socket of the egress domain (no socket per port); `pfring-zc`: a frame built here and
 //! sent on the worker's send-only ZC ring of the egress interface, since a ZC driver drops what
 //! the kernel hands a NIC a ZC application holds (docs/pfring.md).
@@ -612,7 +613,7 @@ fn fill(ctx: &WorkerCtx, ring: &mut Ring, arena: &mut Arena) -> usize {
 fn forward(
     ctx: &WorkerCtx,
     r: &WorkerRing,
-    arena: &Arena,
+    arena: &mut Arena,
     local: &EgressSockets,
     tx: &mut SliceBatch,
     mut zc: Option<&mut ZcTx>,
@@ -622,8 +623,10 @@ fn forward(
 ) {
     let mut scope: SliceScope<'_, '_> = tx.scope();
     let mut run: Option<Run<'_>> = None;
-    for (i, &(len, truncated, checksum_ok)) in arena.meta.iter().enumerate() {
-        let data = &arena.bytes[i * arena.slot..i * arena.slot + len];
+    // Each packet's slot, writable: a stripping route has its payload rewritten there.
+    let slots = arena.bytes.chunks_mut(arena.slot);
+    for (slot, &(len, truncated, checksum_ok)) in slots.zip(arena.meta.iter()) {
+        let data = &mut slot[..len];
         let d = match parse_udp4(data) {
             Ok(d) => d,
             // Not media (ARP, TCP signaling, IPv6…): the kernel's, when the ring has no filter.
@@ -647,16 +650,21 @@ fn forward(
         // The UDP checksum is verified unless the kernel says it was (PKT_FLAGS_CHECKSUM_OK):
         // a local sender on a veth leaves it partial, to be filled in by a device.
         let ok = d.checksums_ok(checksum_ok);
-        let Some((dest, fd)) = run.admit(&d, ok, truncated, ctx.max_payload, media) else {
+        let src = SocketAddrV4::new(d.src_addr, d.src_port);
+        let (at, n) = (d.payload_at, d.payload.len());
+        let payload = &mut data[at..at + n];
+        let Some((dest, fd, len)) = run.admit(src, payload, ok, truncated, ctx.max_payload, media)
+        else {
             continue;
         };
+        let payload: &[u8] = &payload[..len];
         if let (Some(z), Some(route)) = (zc.as_deref_mut(), run.route.as_deref()) {
             z.send(
                 ctx,
                 channel,
                 route.egress_port,
                 dest,
-                d.payload,
+                payload,
                 now,
                 &mut run.tally,
             );
@@ -666,7 +674,7 @@ fn forward(
             let out = fd.send(&mut scope, dest);
             account(&mut run.tally, &out, run.route.as_deref());
         }
-        scope.push(d.payload);
+        scope.push(payload);
     }
     if let Some(r) = run.take() {
         finish_run(r, &mut scope, now, chan);

@@ -71,10 +71,7 @@ impl Shell {
         Shell {
             index,
             cpu,
-            media: RefCell::new(Validators::new(
-                WORKER_SLOTS,
-                Arc::clone(routes.media_totals()),
-            )),
+            media: RefCell::new(Validators::for_routes(WORKER_SLOTS, routes)),
             routes: Arc::clone(routes),
             stats,
         }

@@ -601,14 +601,10 @@ fn say_where_media_is_validated(config: &Config) {
             .streams
             .iter()
             .any(|s| s.media.is_some_and(|m| m.policy.strip));
-    if strip && config.engine.mode != crate::config::Mode::Stack {
-        tracing::warn!(
-            mode = ?config.engine.mode,
-            "media validation \"strip\": this mode cannot rewrite a packet in its ring yet, so strip acts as \"enforce\" here (what would be cut is dropped as media_invalid); mode stack strips"
-        );
-    } else if strip {
+    if strip {
         tracing::info!(
-            "media validation \"strip\": the stack engine cuts PS padding/private streams and SEI user data out of packets; TCP media legs and a split half's incoming link act as \"enforce\""
+            mode = ?config.engine.mode,
+            "media validation \"strip\": the engine cuts PS padding/private streams and SEI user data out of packets in its own buffers (stack: recvmmsg buffers; tnapi: the ring block; zc and xdp: the UMEM frame; PF_RING: its batch arena) before they are sent or put on a split link; TCP media legs act as \"enforce\" (their de-framed packets are not rewritten)"
         );
     }
     if config.engine.mode == crate::config::Mode::Xdp && (validated > 0 || signaled > 0) {

@@ -5,7 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::media::{Codec, Policy, Rule, StreamSpec};
+use crate::media::{Policy, Rule};
+use crate::routes::spec_record::SpecRecord;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,30 +50,6 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-const CODECS: [(Codec, &str); 9] = [
-    (Codec::Ps, "ps"),
-    (Codec::H264, "h264"),
-    (Codec::H265, "h265"),
-    (Codec::Mp2t, "mp2t"),
-    (Codec::Jpeg, "jpeg"),
-    (Codec::Pcmu, "pcmu"),
-    (Codec::Pcma, "pcma"),
-    (Codec::Aac, "aac"),
-    (Codec::Unknown, "unknown"),
-];
-
-fn codec_name(c: Codec) -> &'static str {
-    // Exhaustive: a new codec must get its name here.
-    match c {
-        Codec::Ps | Codec::H264 | Codec::H265 | Codec::Mp2t | Codec::Jpeg => {}
-        Codec::Pcmu | Codec::Pcma | Codec::Aac | Codec::Unknown => {}
-    }
-    CODECS
-        .iter()
-        .find(|(k, _)| *k == c)
-        .map_or("unknown", |(_, n)| n)
-}
-
 impl RuleRecord {
     pub fn of(rule: &Rule) -> RuleRecord {
         let Rule {
@@ -95,17 +72,20 @@ impl RuleRecord {
             ts_startup_grace,
             strip,
         } = policy;
+        let SpecRecord {
+            ssrc,
+            formats,
+            in_band_parameter_sets,
+            rtcp_mux,
+            rtcp,
+        } = SpecRecord::of(&spec);
         RuleRecord {
             enforce,
-            ssrc: spec.ssrc,
-            formats: spec
-                .formats()
-                .iter()
-                .map(|f| (f.pt, codec_name(f.codec).to_string(), f.clock_rate))
-                .collect(),
-            in_band_parameter_sets: spec.in_band_parameter_sets,
-            rtcp_mux: spec.rtcp_mux,
-            rtcp: spec.rtcp,
+            ssrc,
+            formats,
+            in_band_parameter_sets,
+            rtcp_mux,
+            rtcp,
             policy: PolicyRecord {
                 allow_extension,
                 allow_padding,
@@ -127,18 +107,14 @@ impl RuleRecord {
     /// The rule back; `Err` names a codec this build does not know (the copy is then not
     /// installed rather than installed unvalidated).
     pub fn rule(&self) -> Result<Rule, String> {
-        let mut spec = StreamSpec::new(self.ssrc);
-        for (pt, name, clock) in &self.formats {
-            let codec = CODECS
-                .iter()
-                .find(|(_, n)| n == name)
-                .map(|(c, _)| *c)
-                .ok_or_else(|| format!("unknown codec {name:?} in the state store"))?;
-            spec = spec.with(*pt, codec, *clock);
+        let spec = SpecRecord {
+            ssrc: self.ssrc,
+            formats: self.formats.clone(),
+            in_band_parameter_sets: self.in_band_parameter_sets,
+            rtcp_mux: self.rtcp_mux,
+            rtcp: self.rtcp,
         }
-        spec.in_band_parameter_sets = self.in_band_parameter_sets;
-        spec.rtcp_mux = self.rtcp_mux;
-        spec.rtcp = self.rtcp;
+        .spec()?;
         let p = &self.policy;
         Ok(Rule {
             enforce: self.enforce,
@@ -165,6 +141,7 @@ impl RuleRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::media::{Codec, StreamSpec};
 
     #[test]
     fn a_rule_goes_through_the_store_unchanged() {
@@ -184,9 +161,6 @@ mod tests {
         let json = serde_json::to_string(&RuleRecord::of(&rule)).unwrap();
         let back: RuleRecord = serde_json::from_str(&json).unwrap();
         assert_eq!(back.rule().unwrap(), rule);
-        for (c, _) in CODECS {
-            assert_eq!(codec_name(c), CODECS.iter().find(|x| x.0 == c).unwrap().1);
-        }
         let mut bad = back.clone();
         bad.formats[0].1 = "vp9".into();
         assert!(bad.rule().unwrap_err().contains("vp9"));

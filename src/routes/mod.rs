@@ -14,7 +14,9 @@
 
 pub mod alloc;
 pub mod board;
+pub mod capture;
 pub mod legs;
+pub mod spec_record;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -192,6 +194,8 @@ pub struct Routes {
     standby: Arc<std::sync::atomic::AtomicBool>,
     /// Media validation violations per channel, over every route that ever was.
     media: Arc<crate::stats::media::MediaTotals>,
+    /// The refusal capture every validator of the data path feeds ([`capture`]).
+    capture: Arc<capture::RefusalCapture>,
     /// The hot standby's records of the SIP proxies (registrations, dialogs).
     pub board: board::Board,
 }
@@ -223,6 +227,7 @@ impl Routes {
             legs: Default::default(),
             standby: Arc::new(std::sync::atomic::AtomicBool::new(cfg.ha.is_some())),
             media: Default::default(),
+            capture: Default::default(),
             board: Default::default(),
         }
     }
@@ -231,6 +236,12 @@ impl Routes {
     /// into these (see [`crate::channel::Validators`]).
     pub fn media_totals(&self) -> &Arc<crate::stats::media::MediaTotals> {
         &self.media
+    }
+
+    /// The refusal capture (`vgate capture-refused`): armed by the admin interface, fed by
+    /// every validator of the data path ([`crate::channel::Validators::for_routes`]).
+    pub fn capture(&self) -> &Arc<capture::RefusalCapture> {
+        &self.capture
     }
 
     /// Makes this node a standby (`true`: every route drops with `standby`) or the active

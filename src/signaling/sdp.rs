@@ -96,6 +96,21 @@ impl Direction {
             _ => None,
         }
     }
+
+    /// Its attribute name (`sendrecv`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::SendRecv => "sendrecv",
+            Direction::SendOnly => "sendonly",
+            Direction::RecvOnly => "recvonly",
+            Direction::Inactive => "inactive",
+        }
+    }
+
+    /// The direction an attribute name says (`sendrecv`, ...).
+    pub fn parse(s: &str) -> Option<Direction> {
+        Direction::from_attribute(s.as_bytes())
+    }
 }
 
 /// One media section (`m=` line and the lines up to the next `m=`).

@@ -11,12 +11,14 @@
 //! building) and is the only way to get a view that can panic.
 //!
 //! [`parse_udp4`] is the one-shot helper for the receive path: Ethernet → IPv4 → UDP, with
-//! one [`WireError`] per drop reason.
+//! one [`WireError`] per drop reason. [`pcap`] writes (and reads back) the pcap files of
+//! `vgate capture-refused`.
 
 mod ethernet;
 pub mod framing;
 mod ipv4;
 pub mod link;
+pub mod pcap;
 pub mod rtp;
 mod udp;
 
@@ -65,6 +67,10 @@ pub struct Udp4Datagram<'a> {
     pub ip_header: &'a [u8],
     /// The whole UDP datagram, header included.
     pub udp: &'a [u8],
+    /// Where [`Udp4Datagram::payload`] starts in the parsed frame: an engine that owns the
+    /// frame writable takes the payload as `&mut frame[payload_at..][..payload.len()]` to
+    /// rewrite it in place (media strip, [`crate::channel::inspect_mut`]).
+    pub payload_at: usize,
 }
 
 impl Udp4Datagram<'_> {
@@ -88,7 +94,9 @@ pub fn parse_udp4(frame: &[u8]) -> Result<Udp4Datagram<'_>, WireError> {
         return Err(WireError::NotIpv4);
     }
     let vlan = eth.vlan_id();
-    let ip = Ipv4Packet::new_checked(eth.into_payload())?;
+    let eth_payload = eth.into_payload();
+    let ip_at = frame.len() - eth_payload.len();
+    let ip = Ipv4Packet::new_checked(eth_payload)?;
     if ip.is_fragment() {
         return Err(WireError::Fragment);
     }
@@ -111,6 +119,7 @@ pub fn parse_udp4(frame: &[u8]) -> Result<Udp4Datagram<'_>, WireError> {
         payload: udp.into_payload(),
         ip_header,
         udp: &rest[..udp_len],
+        payload_at: ip_at + header_len + 8,
     })
 }
 
@@ -279,6 +288,7 @@ mod tests {
             assert_eq!((d.src_addr, d.src_port), (A, 40000));
             assert_eq!((d.dst_addr, d.dst_port), (B, 20002));
             assert_eq!(d.payload, b"rtp!");
+            assert_eq!(&f[d.payload_at..][..4], b"rtp!");
         }
     }
 
@@ -286,7 +296,9 @@ mod tests {
     fn link_padding_is_not_payload() {
         let mut f = udp4_frame(None, (A, 1), (B, 2), b"x");
         f.resize(60, 0xee); // minimum Ethernet frame, padded
-        assert_eq!(parse_udp4(&f).unwrap().payload, b"x");
+        let d = parse_udp4(&f).unwrap();
+        assert_eq!(d.payload, b"x");
+        assert_eq!(d.payload_at, 14 + 20 + 8);
     }
 
     #[test]

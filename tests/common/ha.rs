@@ -187,6 +187,8 @@ allow_peers = ["10.61.0.100/32"]
 
 pub fn keepalived_config(node: &str, priority: u32, track_file: &str) -> String {
     let vgate = super::vgate_bin().display().to_string();
+    // The advert interval (seconds; the bench's --advert-int), 0.1 by default.
+    let advert = std::env::var("VGATE_HA_ADVERT_INT").unwrap_or_else(|_| "0.1".into());
     format!(
         r#"
 global_defs {{
@@ -212,7 +214,7 @@ vrrp_instance gw {{
     interface ea
     virtual_router_id 61
     priority {priority}
-    advert_int 0.1
+    advert_int {advert}
     virtual_ipaddress {{
         10.61.0.1/24 dev ea
         10.62.0.1/24 dev eb
@@ -226,6 +228,7 @@ vrrp_instance gw {{
     notify_master "{vgate} ha-notify --admin 127.0.0.1:9940 MASTER"
     notify_backup "{vgate} ha-notify --admin 127.0.0.1:9940 BACKUP"
     notify_fault "{vgate} ha-notify --admin 127.0.0.1:9940 FAULT"
+    notify_stop "{vgate} ha-notify --admin 127.0.0.1:9940 STOP"
 }}
 "#
     )
@@ -242,6 +245,10 @@ pub fn admin_json(ns: &str, path: &str) -> Option<serde_json::Value> {
 
 pub fn admin_post(ns: &str, path: &str, body: &str) -> String {
     admin_request(ns, "POST", path, body)
+}
+
+pub fn admin_delete(ns: &str, path: &str) -> String {
+    admin_request(ns, "DELETE", path, "")
 }
 
 /// One request to node `ns`'s admin interface; the whole answer.
@@ -447,33 +454,8 @@ impl Pair {
                 || tail(&log),
             );
         }
-        for (i, prio) in [(0, 150), (1, 100)] {
-            let node = format!("n{}", i + 1);
-            let conf = p.net.path(&format!("keepalived-{node}.conf"));
-            let alive = p.net.path(&format!("{node}.alive"));
-            std::fs::write(&conf, keepalived_config(&node, prio, &alive)).unwrap();
-            let log = p.net.path(&format!("keepalived-{node}.log"));
-            let (pid, vrrp_pid) = (
-                p.net.path(&format!("{node}.pid")),
-                p.net.path(&format!("{node}-vrrp.pid")),
-            );
-            p.keepaliveds.push(spawn_logged(
-                &p.node(i),
-                &[
-                    "keepalived",
-                    "-n",
-                    "-l",
-                    "-D",
-                    "--vrrp",
-                    "-f",
-                    &conf,
-                    "-p",
-                    &pid,
-                    "-r",
-                    &vrrp_pid,
-                ],
-                &log,
-            ));
+        for i in 0..2 {
+            p.start_keepalived(i);
             if i == 0 {
                 wait_for(
                     "n1 active through keepalived's notify",
@@ -490,6 +472,96 @@ impl Pair {
             "n1 holds the B address"
         );
         p
+    }
+
+    /// Starts node `i`'s keepalived (n1 priority 150, n2 100), or starts it again.
+    pub fn start_keepalived(&mut self, i: usize) {
+        let node = format!("n{}", i + 1);
+        let prio = if i == 0 { 150 } else { 100 };
+        let conf = self.net.path(&format!("keepalived-{node}.conf"));
+        let alive = self.net.path(&format!("{node}.alive"));
+        std::fs::write(&conf, keepalived_config(&node, prio, &alive)).unwrap();
+        // A restarted keepalived logs to a file of its own.
+        let log = self
+            .net
+            .path(&format!("keepalived-{node}-{}.log", self.keepaliveds.len()));
+        let (pid, vrrp_pid) = (
+            self.net.path(&format!("{node}.pid")),
+            self.net.path(&format!("{node}-vrrp.pid")),
+        );
+        let p = spawn_logged(
+            &self.node(i),
+            &[
+                "keepalived",
+                "-n",
+                "-l",
+                "-D",
+                "--vrrp",
+                "-f",
+                &conf,
+                "-p",
+                &pid,
+                "-r",
+                &vrrp_pid,
+            ],
+            &log,
+        );
+        if i < self.keepaliveds.len() {
+            self.keepaliveds[i] = p;
+        } else {
+            self.keepaliveds.push(p);
+        }
+    }
+
+    /// `kill -9` of node `i`'s keepalived, its parent and its VRRP child (their pid files):
+    /// nothing of it runs a notify or withdraws an address.
+    pub fn kill9_keepalived(&mut self, i: usize) {
+        let node = format!("n{}", i + 1);
+        let vrrp_file = self.net.path(&format!("{node}-vrrp.pid"));
+        let vrrp = std::fs::read_to_string(&vrrp_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok());
+        for pid in std::iter::once(self.keepaliveds[i].pid() as i32).chain(vrrp) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.keepaliveds[i].wait_exit(Duration::from_secs(5));
+        // The VRRP child, orphaned, may stay a zombie here (nobody reaps it at once): gone
+        // or dead, then its pid file goes as its service manager's cleanup would, or the
+        // next keepalived takes it for a running one ("daemon is already running").
+        if let Some(pid) = vrrp {
+            wait_for(
+                "the killed VRRP child to die",
+                Duration::from_secs(5),
+                || {
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |t| {
+                        t.rsplit(')')
+                            .next()
+                            .is_some_and(|r| r.trim_start().starts_with('Z'))
+                    })
+                },
+                || self.show(),
+            );
+        }
+        for f in [format!("{node}.pid"), format!("{node}-vrrp.pid")] {
+            let _ = std::fs::remove_file(self.net.path(&f));
+        }
+    }
+
+    /// Node `i`'s links (domain A, domain B, management) down or up.
+    pub fn links(&self, i: usize, up: bool) {
+        for ifc in ["ea", "eb", "em"] {
+            ip(&[
+                "-n",
+                &self.node(i),
+                "link",
+                "set",
+                ifc,
+                if up { "up" } else { "down" },
+            ]);
+        }
     }
 
     /// Adds a latch route at run time through node `i`'s admin API: A `port` → the
@@ -530,15 +602,53 @@ pub struct Stream {
     pub threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// Where one stream goes: from `(ns, ip, port)` to the gateway `gw` of the sender's domain,
+/// received at `(ns, ip, port)`.
+pub struct Path {
+    pub from: (String, &'static str, u16),
+    pub gw: (&'static str, u16),
+    pub to: (String, &'static str, u16),
+}
+
+impl Path {
+    /// A → B: the sender 10.61.0.100:`src` → gateway A `gw` → receiver 10.62.0.100:`rx`.
+    pub fn a_to_b(net: &Net, src: u16, gw: u16, rx: u16) -> Path {
+        Path {
+            from: (net.ns("a"), "10.61.0.100", src),
+            gw: ("10.61.0.1", gw),
+            to: (net.ns("b"), "10.62.0.100", rx),
+        }
+    }
+
+    /// B → A (talkback): 10.62.0.100:`src` → gateway B `gw` → 10.61.0.100:`rx`.
+    pub fn b_to_a(net: &Net, src: u16, gw: u16, rx: u16) -> Path {
+        Path {
+            from: (net.ns("b"), "10.62.0.100", src),
+            gw: ("10.62.0.1", gw),
+            to: (net.ns("a"), "10.61.0.100", rx),
+        }
+    }
+}
+
 impl Stream {
     pub fn start(net: &Net, src_port: u16, gw_port: u16, rx_port: u16) -> Stream {
+        Stream::start_on(
+            Path::a_to_b(net, src_port, gw_port, rx_port),
+            Duration::from_millis(5),
+            Duration::from_secs(90),
+        )
+    }
+
+    /// A packet every `every` along `path`, for at most `max`.
+    pub fn start_on(path: Path, every: Duration, max: Duration) -> Stream {
         let stop = Arc::new(AtomicBool::new(false));
         let arrivals: Arc<Mutex<Vec<(Instant, u16, SocketAddrV4)>>> = Arc::default();
         let receiver = {
-            let (stop, arrivals, ns) = (Arc::clone(&stop), Arc::clone(&arrivals), net.ns("b"));
+            let (stop, arrivals, (ns, ip, port)) =
+                (Arc::clone(&stop), Arc::clone(&arrivals), path.to);
             std::thread::spawn(move || {
                 super::enter_netns(&ns).unwrap();
-                let s = UdpSocket::bind(("10.62.0.100", rx_port)).unwrap();
+                let s = UdpSocket::bind((ip, port)).unwrap();
                 s.set_read_timeout(Some(Duration::from_millis(100)))
                     .unwrap();
                 let mut buf = [0u8; 2048];
@@ -553,22 +663,22 @@ impl Stream {
             })
         };
         let sender = {
-            let (stop, ns) = (Arc::clone(&stop), net.ns("a"));
+            let (stop, (ns, ip, port), gw) = (Arc::clone(&stop), path.from, path.gw);
             std::thread::spawn(move || {
                 super::enter_netns(&ns).unwrap();
-                let s = UdpSocket::bind(("10.61.0.100", src_port)).unwrap();
+                let s = UdpSocket::bind((ip, port)).unwrap();
                 let mut pkt = [0u8; 172];
                 pkt[0] = 0x80;
                 pkt[1] = 96;
                 pkt[8..12].copy_from_slice(&0x1234_5678u32.to_be_bytes());
                 let start = Instant::now();
                 let mut seq: u16 = 0;
-                // Bounded: at most 90 s.
-                while !stop.load(Relaxed) && start.elapsed() < Duration::from_secs(90) {
+                // Bounded: at most `max`.
+                while !stop.load(Relaxed) && start.elapsed() < max {
                     pkt[2..4].copy_from_slice(&seq.to_be_bytes());
-                    let _ = s.send_to(&pkt, ("10.61.0.1", gw_port));
+                    let _ = s.send_to(&pkt, gw);
                     seq = seq.wrapping_add(1);
-                    std::thread::sleep(Duration::from_millis(5));
+                    std::thread::sleep(every);
                 }
             })
         };
@@ -586,7 +696,13 @@ impl Stream {
     /// The largest gap between two arrivals after `since`, and the packets lost from `since`
     /// on (sequence numbers never seen between the first and the last arrival after it).
     pub fn largest_gap_after(&self, since: Instant) -> (Duration, u16) {
-        let a = self.arrivals.lock().unwrap();
+        self.largest_gap_between(since, Instant::now() + Duration::from_secs(3600))
+    }
+
+    /// [`Stream::largest_gap_after`] over the arrivals from `since` to `until` only.
+    pub fn largest_gap_between(&self, since: Instant, until: Instant) -> (Duration, u16) {
+        let all = self.arrivals.lock().unwrap();
+        let a: Vec<_> = all.iter().filter(|x| x.0 < until).copied().collect();
         let gap = a
             .windows(2)
             .filter(|w| w[1].0 >= since)
@@ -634,6 +750,44 @@ impl Drop for Stream {
 pub fn metric(ns: &str, family: &str) -> u64 {
     let text = super::admin::get_in(ns, "127.0.0.1:9940", "/metrics");
     super::admin::metric(&text, family, &[])
+}
+
+/// How the active node fails ([`whole_node_failover`], the bench).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kill {
+    /// `kill -9` of the active vgate (started again to come back).
+    Vgate,
+    /// `kill -9` of its keepalived ([`Pair::kill9_keepalived`]; started again).
+    Keepalived,
+    /// Its links down ([`Pair::links`]; up again).
+    Links,
+}
+
+impl Pair {
+    pub fn fail(&mut self, i: usize, how: Kill) {
+        match how {
+            Kill::Vgate => {
+                if let Some(p) = &self.vgates[i] {
+                    p.signal(nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            Kill::Keepalived => self.kill9_keepalived(i),
+            Kill::Links => self.links(i, false),
+        }
+    }
+
+    pub fn bring_back(&mut self, i: usize, how: Kill) {
+        match how {
+            Kill::Vgate => {
+                if let Some(mut p) = self.vgates[i].take() {
+                    let _ = p.stop();
+                }
+                self.start_vgate(i);
+            }
+            Kill::Keepalived => self.start_keepalived(i),
+            Kill::Links => self.links(i, true),
+        }
+    }
 }
 
 /// A UDP socket bound in namespace `ns` (a socket stays in the namespace it was made in).
@@ -759,21 +913,24 @@ pub fn registered_ids(ns: &str) -> Vec<String> {
 
 /// The sessions of the `reg` route's calls on a node (SIP or their copies).
 pub fn call_sessions(ns: &str) -> usize {
+    sip_sessions(ns, "reg").len()
+}
+
+/// The ids of the sessions of SIP route `route`'s calls on a node (SIP or their copies).
+pub fn sip_sessions(ns: &str, route: &str) -> Vec<u64> {
+    let prefix = format!("sip:{route}:");
     admin_json(ns, "/api/v1/sessions")
         .and_then(|v| {
             Some(
                 v["sessions"]
                     .as_array()?
                     .iter()
-                    .filter(|s| {
-                        s["label"]
-                            .as_str()
-                            .is_some_and(|l| l.starts_with("sip:reg:"))
-                    })
-                    .count(),
+                    .filter(|s| s["label"].as_str().is_some_and(|l| l.starts_with(&prefix)))
+                    .map(|s| s["id"].as_u64().unwrap_or(0))
+                    .collect(),
             )
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
 /// One call's dialog as each side sees it.
@@ -789,6 +946,17 @@ pub struct Dialog {
     pub dev_call_id: String,
     pub dev_from: String,
     pub dev_to_plat: String,
+    /// The `m=` line each side saw: the device in the INVITE, the platform in the 200.
+    pub dev_m: String,
+    pub plat_m: String,
+}
+
+/// The first `m=` line of a message's SDP (the gateway port the reader must send to).
+pub fn m_line(msg: &str) -> String {
+    msg.lines()
+        .find(|l| l.starts_with("m="))
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The platform invites the device at `reg_contact` (call `n`, media to `plat_port`, from
@@ -856,5 +1024,190 @@ pub fn invite_device(
         dev_call_id: header(&inv_in, "Call-ID"),
         dev_from: header(&ok, "To"),
         dev_to_plat: header(&inv_in, "From"),
+        dev_m: m_line(&inv_in),
+        plat_m: m_line(&ok_in),
     }
+}
+
+/// The device (A, 10.61.0.100:5064) registers with the platform (B, 10.62.0.100:5090)
+/// through the `reg` route (`expires` 0: unregisters; `cseq` in the device's sequence);
+/// returns the registration's contact as the platform sees it.
+pub fn register_device(
+    device: &UdpSocket,
+    platform: &UdpSocket,
+    pair: &Pair,
+    expires: u32,
+    cseq: u32,
+) -> String {
+    let dev_aor = format!("<sip:{DEVICE_ID}@3402000000>");
+    let gw_a = "10.61.0.1:5062";
+    // REGISTER, device → platform.
+    let reg = sip_request(
+        "REGISTER",
+        &format!("sip:{PLATFORM_ID}@3402000000"),
+        false,
+        (&format!("{dev_aor};tag=dev1"), &dev_aor),
+        "reg-1@10.61.0.100",
+        cseq,
+        &format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\nExpires: {expires}\r\n"),
+        "",
+    );
+    device.send_to(reg.as_bytes(), gw_a).unwrap();
+    let (req, from) = recv_sip(platform, "REGISTER ", pair);
+    let reg_contact = contact_uri(&req);
+    assert!(reg_contact.contains("10.62.0.1:5062"), "{req}");
+    let ok = sip_reply(
+        &req,
+        "200 OK",
+        "plat1",
+        &format!("Contact: <{reg_contact}>\r\nExpires: {expires}\r\n"),
+        "",
+    );
+    platform.send_to(ok.as_bytes(), from).unwrap();
+    recv_sip(device, "SIP/2.0 200", pair);
+    reg_contact
+}
+
+/// The platform (`by_platform`) or the device ends call `d` with a BYE (`cseq` in its
+/// sender's sequence), the other side answers 200; both messages cross the gateway.
+pub fn hang_up(
+    d: &Dialog,
+    by_platform: bool,
+    cseq: u32,
+    platform: &UdpSocket,
+    device: &UdpSocket,
+    pair: &Pair,
+) {
+    let (gw_a, gw_b) = ("10.61.0.1:5062", "10.62.0.1:5062");
+    let (bye, by, to, gw, cid_there) = if by_platform {
+        let bye = sip_request(
+            "BYE",
+            &d.dev_contact,
+            true,
+            (&d.plat_from, &d.dev_to),
+            &d.call_id,
+            cseq,
+            "",
+            "",
+        );
+        (bye, platform, device, gw_b, &d.dev_call_id)
+    } else {
+        let bye = sip_request(
+            "BYE",
+            &d.plat_contact,
+            false,
+            (&d.dev_from, &d.dev_to_plat),
+            &d.dev_call_id,
+            cseq,
+            "",
+            "",
+        );
+        (bye, device, platform, gw_a, &d.call_id)
+    };
+    by.send_to(bye.as_bytes(), gw).unwrap();
+    let (bye_in, from) = recv_sip(to, "BYE ", pair);
+    assert_eq!(&header(&bye_in, "Call-ID"), cid_there, "{bye_in}");
+    to.send_to(sip_reply(&bye_in, "200 OK", "x", "", "").as_bytes(), from)
+        .unwrap();
+    let (bye_ok, _) = recv_sip(by, "SIP/2.0 200", pair);
+    assert!(bye_ok.contains("BYE"), "{bye_ok}");
+}
+
+/// A re-INVITE in call `d` from the platform (`by_platform`) or the device (`cseq` in its
+/// sender's sequence), each side's SDP offering its media port again (`ports`: the
+/// platform's, the device's); the other side answers 200 with its SDP, the sender ACKs.
+/// Each side must see the gateway port it saw at the call's setup.
+pub fn re_invite(
+    d: &Dialog,
+    by_platform: bool,
+    cseq: u32,
+    (plat_port, dev_port): (u16, u16),
+    platform: &UdpSocket,
+    device: &UdpSocket,
+    pair: &Pair,
+) {
+    let sdp = |id: &str, ip: &str, port: u16, dir: &str| {
+        format!("v=0\r\no={id} 0 1 IN IP4 {ip}\r\ns=Play\r\nc=IN IP4 {ip}\r\nt=0 0\r\nm=video {port} RTP/AVP 96\r\na={dir}\r\na=rtpmap:96 PS/90000\r\ny=0305419896\r\n")
+    };
+    let plat_sdp = sdp(PLATFORM_ID, "10.62.0.100", plat_port, "recvonly");
+    let dev_sdp = sdp(DEVICE_ID, "10.61.0.100", dev_port, "sendonly");
+    let plat_contact = format!("Contact: <sip:{PLATFORM_ID}@10.62.0.100:5090>\r\n");
+    let dev_contact = format!("Contact: <sip:{DEVICE_ID}@10.61.0.100:5064>\r\n");
+    let sdp_type = "Content-Type: application/sdp\r\n";
+    // (sender, receiver, gateway, Request-URI, From, To, Call-ID, and each SDP, Contact and
+    // m= line seen at the setup for the sender and the receiver)
+    let (by, to, gw, ruri, from, to_hdr, cid) = if by_platform {
+        let v = (&d.plat_from, &d.dev_to, &d.call_id);
+        (
+            platform,
+            device,
+            "10.62.0.1:5062",
+            &d.dev_contact,
+            v.0,
+            v.1,
+            v.2,
+        )
+    } else {
+        let v = (&d.dev_from, &d.dev_to_plat, &d.dev_call_id);
+        (
+            device,
+            platform,
+            "10.61.0.1:5062",
+            &d.plat_contact,
+            v.0,
+            v.1,
+            v.2,
+        )
+    };
+    let (mine, theirs) = if by_platform {
+        (
+            (&plat_sdp, &plat_contact, &d.plat_m),
+            (&dev_sdp, &dev_contact, &d.dev_m),
+        )
+    } else {
+        (
+            (&dev_sdp, &dev_contact, &d.dev_m),
+            (&plat_sdp, &plat_contact, &d.plat_m),
+        )
+    };
+    let (cid_there, start) = if by_platform {
+        (&d.dev_call_id, true)
+    } else {
+        (&d.call_id, false)
+    };
+    let inv = sip_request(
+        "INVITE",
+        ruri,
+        start,
+        (from, to_hdr),
+        cid,
+        cseq,
+        &format!("{}{sdp_type}", mine.1),
+        mine.0,
+    );
+    by.send_to(inv.as_bytes(), gw).unwrap();
+    let (inv_in, src) = recv_sip(to, "INVITE ", pair);
+    assert_eq!(&header(&inv_in, "Call-ID"), cid_there, "{inv_in}");
+    assert_eq!(
+        &m_line(&inv_in),
+        theirs.2,
+        "the receiver's gateway port is the same: {inv_in}"
+    );
+    let ok = sip_reply(
+        &inv_in,
+        "200 OK",
+        "x",
+        &format!("{}{sdp_type}", theirs.1),
+        theirs.0,
+    );
+    to.send_to(ok.as_bytes(), src).unwrap();
+    let (ok_in, _) = recv_sip(by, "SIP/2.0 200", pair);
+    assert_eq!(
+        &m_line(&ok_in),
+        mine.2,
+        "the sender's gateway port is the same: {ok_in}"
+    );
+    let ack = sip_request("ACK", ruri, start, (from, to_hdr), cid, cseq, "", "");
+    by.send_to(ack.as_bytes(), gw).unwrap();
+    recv_sip(to, "ACK ", pair);
 }

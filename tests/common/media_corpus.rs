@@ -22,17 +22,11 @@ pub fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/media")
 }
 
+/// A manifest codec name: the library's names (those of a static route's `codec`).
 fn codec(name: &str) -> Codec {
-    match name {
-        "ps" => Codec::Ps,
-        "h264" => Codec::H264,
-        "h265" => Codec::H265,
-        "mp2t" => Codec::Mp2t,
-        "jpeg" => Codec::Jpeg,
-        "pcmu" => Codec::Pcmu,
-        "pcma" => Codec::Pcma,
-        "aac" => Codec::Aac,
-        other => panic!("manifest: unknown codec {other}"),
+    match Codec::from_rtpmap(name) {
+        Codec::Unknown => panic!("manifest: unknown codec {name}"),
+        c => c,
     }
 }
 

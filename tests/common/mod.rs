@@ -8,9 +8,12 @@
 //! - [`proc`]: the guard of a child process (stopped and reaped on drop);
 //! - [`vgate`]: the one `vgate run` launcher (in a namespace or not, ready, stop, totals);
 //! - [`admin`]: the admin interface client (`GET`, JSON, metrics samples);
+//! - [`capture`]: `vgate capture-refused` runs, covert packets, the pcap file read back;
 //! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);
+//! - [`media_bed`]: the media namespace tests' bed (an H.264 and a PS route that validate,
+//!   a real encoder, sinks that keep what they receive);
 //! - [`sipp`], [`gb_sipp`], [`rfc4571`], [`sip_tcp`]: SIP peers (sipp runs, GB/T 28181
 //!   scenarios, RTP over TCP peers, a SIP/TCP peer for messages over sipp's 64 KiB);
 //! - [`rtsp`]: the RTSP client side (a request's text) and the RTSP namespace tests' rig
@@ -21,8 +24,10 @@
 #![allow(dead_code)]
 
 pub mod admin;
+pub mod capture;
 pub mod gb_sipp;
 pub mod ha;
+pub mod media_bed;
 pub mod proc;
 pub mod relay;
 pub mod rfc4571;

@@ -403,11 +403,12 @@ pub struct Peers {
 }
 
 impl Peers {
+    /// Only the peers' namespaces: a bed whose gateway runs in the root namespace (the ZC
+    /// bed of `tests/pfring.rs`) has no `G_NS`.
     pub fn of(bed: &Bed) -> Peers {
-        let (a_ns, b_ns, _) = bed.namespaces();
         Peers {
-            a_ns,
-            b_ns,
+            a_ns: bed.get("A_NS").to_owned(),
+            b_ns: bed.get("B_NS").to_owned(),
             addrs: addrs(bed),
         }
     }

@@ -22,27 +22,33 @@ pub fn scenario(name: &str) -> String {
 }
 
 /// One sipp run: `ip netns exec NS timeout 120 sipp -sf SCENARIO -i IP -p PORT … -nostdin`
-/// in folder `cwd` (where sipp writes its logs), stdin and outputs closed.
+/// in folder `cwd` (where sipp writes its logs), stdin and stdout closed, stderr appended to
+/// `sipp_PORT_stderr.log` there (a fatal error says why only there).
 pub struct Sipp {
-    cmd: Command,
+    ns: String,
+    cwd: PathBuf,
+    port: u16,
+    args: Vec<String>,
+    /// Seconds before `timeout` ends it: 120, or 30 more than a longer [`Sipp::timeout`].
+    limit: u32,
 }
 
 impl Sipp {
     /// Scenario `sf` (a path) in namespace `ns`, bound to `ip:port`.
     pub fn new(ns: &str, cwd: &Path, sf: &str, ip: &str, port: u16) -> Sipp {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns, "timeout", "120", "sipp"])
-            .args(["-sf", sf, "-i", ip, "-p", &port.to_string()])
-            .current_dir(cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        Sipp { cmd }
+        Sipp {
+            ns: ns.to_owned(),
+            cwd: cwd.to_owned(),
+            port,
+            args: Vec::new(),
+            limit: 120,
+        }
+        .args(&["-sf", sf, "-i", ip, "-p", &port.to_string()])
     }
 
     /// More arguments (a remote host, `-t t1`, `-mp 16000`, `-trace_msg`, ...).
     pub fn args(mut self, args: &[&str]) -> Sipp {
-        self.cmd.args(args);
+        self.args.extend(args.iter().map(|a| (*a).to_owned()));
         self
     }
 
@@ -53,28 +59,50 @@ impl Sipp {
     }
 
     /// `-timeout secs -timeout_error`: a run that takes longer fails.
-    pub fn timeout(self, secs: u32) -> Sipp {
+    pub fn timeout(mut self, secs: u32) -> Sipp {
+        self.limit = self.limit.max(secs + 30);
         let t = secs.to_string();
         self.args(&["-timeout", &t, "-timeout_error"])
     }
 
+    fn command(&self) -> Command {
+        let stderr = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.cwd.join(format!("sipp_{}_stderr.log", self.port)))
+            .map_or_else(|_| Stdio::null(), Stdio::from);
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &self.ns,
+            "timeout",
+            &self.limit.to_string(),
+            "sipp",
+        ])
+        .args(&self.args)
+        .arg("-nostdin")
+        .current_dir(&self.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+        cmd
+    }
+
     /// Starts it in the background (a UAS, or a UAC the test waits for later).
-    pub fn spawn(mut self) -> Proc {
-        self.cmd.arg("-nostdin");
-        Proc::spawn(&mut self.cmd)
+    pub fn spawn(self) -> Proc {
+        Proc::spawn(&mut self.command())
     }
 
     /// Runs it to the end: sipp exits with success when every call passed every check.
-    pub fn status(mut self) -> ExitStatus {
-        self.cmd.arg("-nostdin");
-        self.cmd.status().expect("run sipp")
+    pub fn status(self) -> ExitStatus {
+        self.command().status().expect("run sipp")
     }
 
     /// Runs it to the end: `Err` with its exit status, screen and errors when it failed.
-    pub fn run(mut self) -> Result<(), String> {
-        self.cmd.arg("-nostdin");
+    pub fn run(self) -> Result<(), String> {
         let out = self
-            .cmd
+            .command()
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output()
@@ -89,6 +117,25 @@ impl Sipp {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
+}
+
+/// What a failed run needs shown, since its folder goes with the test (and a guest's with
+/// the guest): the last 4000 bytes of each sipp error log (`-trace_err`), end-of-run screen
+/// (`-trace_screen`) and standard error in `dir`, headed by `side`.
+pub fn failure_logs(side: &str, dir: &Path) -> String {
+    let mut all = String::new();
+    for suffix in ["_errors.log", "_screen.log", "_stderr.log"] {
+        let text = read_logs(dir, suffix);
+        let text = text.trim();
+        if !text.is_empty() {
+            let from = text.len().saturating_sub(4000);
+            let from = (from..text.len())
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(text.len());
+            all.push_str(&format!("\n--- {side}: sipp *{suffix}:\n{}", &text[from..]));
+        }
+    }
+    all
 }
 
 /// Everything sipp wrote in files of `dir` whose names end in `suffix` (`_messages.log`).

@@ -61,6 +61,26 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Times a worker's media validator table was full and gave up the state of the stream seen longest ago",
     ),
     (
+        "vgate_capture_armed",
+        "gauge",
+        "1 while a refusal capture (vgate capture-refused) is armed on a route, else 0",
+    ),
+    (
+        "vgate_capture_packets_total",
+        "counter",
+        "Refused packets taken by refusal captures (vgate capture-refused), over every capture",
+    ),
+    (
+        "vgate_capture_overflow_total",
+        "counter",
+        "Refused packets of a route under capture not taken because every capture buffer waited to be read (capture_overflow)",
+    ),
+    (
+        "vgate_captures_total",
+        "counter",
+        "Refusal captures armed",
+    ),
+    (
         "vgate_relatches_total",
         "counter",
         "Times a latch route moved to a new source after its latched source fell silent, per channel",
@@ -590,6 +610,11 @@ pub const EVENT_FAMILIES: &[(&str, &str, &str)] = &[
         "forwarded_requests",
         "vgate_signaling_proxied_total",
         "requests_forwarded",
+    ),
+    (
+        "options_answered",
+        "vgate_signaling_proxied_total",
+        "probes_answered",
     ),
     (
         "forwarded_responses",

@@ -109,6 +109,19 @@ pub fn render(st: &ControlState) -> String {
         &[],
         media.evictions.load(Relaxed),
     );
+    let capture = st.routes.capture();
+    o.family("vgate_capture_armed");
+    o.sample("vgate_capture_armed", &[], u64::from(capture.is_armed()));
+    o.family("vgate_capture_packets_total");
+    o.sample("vgate_capture_packets_total", &[], capture.captured_total());
+    o.family("vgate_capture_overflow_total");
+    o.sample(
+        "vgate_capture_overflow_total",
+        &[],
+        capture.overflow_total(),
+    );
+    o.family("vgate_captures_total");
+    o.sample("vgate_captures_total", &[], capture.armings());
     o.family("vgate_relatches_total");
     for c in Channel::ALL {
         o.sample(

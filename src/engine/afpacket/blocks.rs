@@ -110,6 +110,14 @@ impl Blocks<'_> {
     pub fn frames(&self, k: usize) -> Frames<'_> {
         Frames::of_slot(self.raw.bytes(k), self.version)
     }
+
+    /// The frames of every block, writable, block by block in ring order.
+    pub fn frames_mut(&mut self) -> impl Iterator<Item = FramesMut<'_>> + '_ {
+        let version = self.version;
+        self.raw
+            .bytes_mut()
+            .map(move |b| FramesMut::of_slot(b, version))
+    }
 }
 
 impl std::fmt::Debug for Block<'_> {
@@ -205,6 +213,87 @@ impl<'b> Frames<'b> {
             nsec: ne_u32(hdr, ph::NSEC)?,
         };
         Some((frame, ne_u32(hdr, ph::NEXT_OFFSET)?))
+    }
+}
+
+/// [`Frames`] over a writable slot: each frame's bytes are handed out writable and
+/// disjoint from every other frame's. A V3 chain only moves forward (each header after the
+/// previous frame's bytes); one that goes back ends the walk, as a corrupt chain does.
+#[derive(Debug)]
+pub struct FramesMut<'b> {
+    /// The slot from `base` on (what no frame handed out covers).
+    rest: &'b mut [u8],
+    base: usize,
+    /// The walk, as in [`Frames`]: the next header's position in the slot, frames left.
+    pos: usize,
+    left: u32,
+    version: RingVersion,
+}
+
+impl<'b> FramesMut<'b> {
+    pub(super) fn of_slot(b: &'b mut [u8], version: RingVersion) -> FramesMut<'b> {
+        let Frames { pos, left, .. } = Frames::of_slot(b, version);
+        FramesMut {
+            rest: b,
+            base: 0,
+            pos,
+            left,
+            version,
+        }
+    }
+}
+
+impl<'b> Iterator for FramesMut<'b> {
+    type Item = FrameMut<'b>;
+
+    fn next(&mut self) -> Option<FrameMut<'b>> {
+        if self.left == 0 {
+            return None;
+        }
+        let rest = std::mem::take(&mut self.rest);
+        // One step of the read-only walk over what is left, at positions relative to it.
+        let mut walk = Frames {
+            block: &*rest,
+            pos: self.pos - self.base,
+            left: self.left,
+            version: self.version,
+        };
+        let Some(f) = walk.next() else {
+            self.left = 0;
+            return None;
+        };
+        let start = f.data.as_ptr() as usize - rest.as_ptr() as usize;
+        let (len, wire_len, status) = (f.data.len(), f.wire_len, f.status);
+        let (next, left) = (self.base + walk.pos, walk.left);
+        let (_, tail) = rest.split_at_mut(start);
+        let (data, after) = tail.split_at_mut(len);
+        self.base += start + len;
+        self.rest = after;
+        self.left = if next < self.base { 0 } else { left };
+        self.pos = next;
+        Some(FrameMut {
+            data,
+            wire_len,
+            status,
+        })
+    }
+}
+
+/// One captured frame, writable (see [`FramesMut`]): its bytes and the ring metadata the
+/// data path reads.
+#[derive(Debug)]
+pub struct FrameMut<'b> {
+    /// As [`Frame::data`].
+    pub data: &'b mut [u8],
+    pub wire_len: u32,
+    /// `tp_status` flags (`TP_STATUS_*`).
+    pub status: u32,
+}
+
+impl FrameMut<'_> {
+    /// True if the capture holds fewer bytes than the frame had on the wire.
+    pub fn truncated(&self) -> bool {
+        (self.data.len() as u64) < u64::from(self.wire_len)
     }
 }
 

@@ -609,6 +609,6 @@ mod filter;
 #[cfg(test)]
 mod tests;
 
-pub use blocks::{Block, Blocks, Frame, Frames};
+pub use blocks::{Block, Blocks, Frame, FrameMut, Frames, FramesMut};
 pub use filter::{bpf, udp_dport_filter, udp_dst_filter, BpfInsn};
 use filter::{to_sock_filter, DROP_ALL};

@@ -230,17 +230,43 @@ fn interface_names_are_checked() {
     ));
 }
 
-/// A synthetic block laid out like the kernel's, walked by `Frames`.
+/// A synthetic block laid out like the kernel's, walked by `Frames`; the writable walk
+/// (`FramesMut`) over a copy must see the same frames at the same places.
 fn frames(blk: &[u8]) -> Vec<Frame<'_>> {
     let left = ne_u32(blk, bd::NUM_PKTS).unwrap();
     let pos = ne_u32(blk, bd::FIRST_PKT).unwrap() as usize;
-    Frames {
+    let v: Vec<Frame<'_>> = Frames {
         block: blk,
         pos,
         left,
         version: RingVersion::V3,
     }
-    .collect()
+    .collect();
+    let mut copy = blk.to_vec();
+    let base = copy.as_ptr() as usize;
+    let w: Vec<(usize, usize, u32, u32)> = FramesMut::of_slot(&mut copy, RingVersion::V3)
+        .map(|f| {
+            (
+                f.data.as_ptr() as usize - base,
+                f.data.len(),
+                f.wire_len,
+                f.status,
+            )
+        })
+        .collect();
+    let r: Vec<(usize, usize, u32, u32)> = v
+        .iter()
+        .map(|f| {
+            (
+                f.data.as_ptr() as usize - blk.as_ptr() as usize,
+                f.data.len(),
+                f.wire_len,
+                f.status,
+            )
+        })
+        .collect();
+    assert_eq!(w, r, "FramesMut walks as Frames does");
+    v
 }
 
 /// A real ring on `lo`: rounds of several blocks taken at once see every datagram once,
@@ -407,7 +433,20 @@ fn frames_walk_and_bounds() {
     bad[bd::NUM_PKTS..bd::NUM_PKTS + 4].copy_from_slice(&9u32.to_ne_bytes());
     assert_eq!(frames(&bad).len(), 2);
     // First packet offset outside the block.
-    let mut bad = blk;
+    let mut bad = blk.clone();
     bad[bd::FIRST_PKT..bd::FIRST_PKT + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
     assert_eq!(frames(&bad).len(), 0);
+    // A chain that goes back into the first frame's bytes: the read-only walk would hand
+    // out overlapping frames, the writable one stops after the first.
+    let mut back = blk.clone();
+    back[first + ph::NEXT_OFFSET..first + ph::NEXT_OFFSET + 4].copy_from_slice(&4u32.to_ne_bytes());
+    let n = FramesMut::of_slot(&mut back, RingVersion::V3).count();
+    assert_eq!(n, 1);
+    // Writing every frame's bytes touches only those bytes.
+    let mut w = blk.clone();
+    for f in FramesMut::of_slot(&mut w, RingVersion::V3) {
+        f.data.fill(0xa5);
+    }
+    let marked = w.iter().zip(&blk).filter(|(a, b)| a != b).count();
+    assert_eq!(marked, 60 + 100, "exactly the two frames' bytes changed");
 }

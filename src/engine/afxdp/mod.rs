@@ -51,7 +51,8 @@
 //!
 //! As in the `afpacket` engine: `parse_udp4` → IPv4 header checksum (the UDP checksum is not
 //! checked: a local sender's offloaded checksum is not filled in yet, and AF_XDP carries no
-//! checksum status) → channel by destination → route by destination port → [`inspect`] →
+//! checksum status) → channel by destination → route by destination port →
+//! [`crate::channel::inspect_mut`] (a stripping route's payload rewritten in its UMEM frame) →
 //! egress. One [`Tally`] per route run and per RX batch per channel.
 //!
 //! # Egress

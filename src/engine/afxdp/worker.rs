@@ -432,7 +432,7 @@ pub(super) enum Out<'a, 's, 'p> {
 pub(super) fn forward_batch<'p>(
     ctx: &WorkerCtx,
     s: &'p WorkerXsk,
-    frames: &'p [RxFrame],
+    frames: &'p mut [RxFrame],
     local: &'p EgressSockets,
     mut out: Out<'_, '_, 'p>,
     mut link: Option<&mut (DomainId, LinkTx)>,
@@ -442,8 +442,9 @@ pub(super) fn forward_batch<'p>(
 ) {
     let ts = crate::clock::wall_us();
     let mut run: Option<Run<'p>> = None;
-    for f in frames {
-        let data = s.xsk.frame(f);
+    for f in frames.iter_mut() {
+        // Writable: a stripping route has its payload rewritten in the UMEM chunk.
+        let data = s.xsk.frame_mut(f);
         let d = match parse_udp4(data) {
             Ok(d) => d,
             Err(e) => {
@@ -466,13 +467,17 @@ pub(super) fn forward_batch<'p>(
         let Some(r) = run.as_mut() else { continue };
         // The UDP checksum is not checked: see the module doc.
         let ok = d.checksums_ok(true);
-        let Some((dest, fd)) = r.admit(&d, ok, false, ctx.max_payload, media) else {
+        let src = SocketAddrV4::new(d.src_addr, d.src_port);
+        let (at, n) = (d.payload_at, d.payload.len());
+        let payload = &mut data[at..at + n];
+        let Some((dest, fd, len)) = r.admit(src, payload, ok, false, ctx.max_payload, media) else {
             continue;
         };
+        let payload: &'p [u8] = &payload[..len];
         if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
             // Split half: the far side is the peer half, down the outgoing link.
             if let Some(route) = r.route.as_deref() {
-                l.forward(route, d.payload, now, ts, &mut r.tally);
+                l.forward(route, payload, now, ts, &mut r.tally);
             }
             continue;
         }
@@ -482,11 +487,11 @@ pub(super) fn forward_batch<'p>(
                     let o = fd.send(scope, dest);
                     account(&mut r.tally, &o, r.route.as_deref());
                 }
-                scope.push(d.payload);
+                scope.push(payload);
             }
             Out::Xdp(x) => {
                 if let Some(route) = r.route.as_deref() {
-                    xdp_send(ctx, x, channel, route, d.payload, fd, now, &mut r.tally);
+                    xdp_send(ctx, x, channel, route, payload, fd, now, &mut r.tally);
                 }
             }
         }

@@ -394,6 +394,28 @@ impl RawRun<'_> {
     }
 }
 
+impl<'a> RawRun<'a> {
+    /// Every block of the run, writable, in ring order: for rewriting payloads in place
+    /// (media strip) before they are sent straight from the ring.
+    pub(crate) fn bytes_mut(&mut self) -> impl Iterator<Item = &mut [u8]> + '_ {
+        let (base, size, count, first) = (self.base, self.block_size, self.block_count, self.first);
+        (0..self.n).map(move |k| {
+            let idx = (first + k) % count;
+            // SAFETY:
+            // - `idx < block_count`, so `idx * block_size .. + block_size` is one block inside
+            //   the live mapping, which is mapped PROT_READ | PROT_WRITE (`_ring` keeps the
+            //   ring borrowed, so it cannot be unmapped);
+            // - `k < n <= block_count` takes each block of the run once, so the slices
+            //   handed out are disjoint; they borrow `self` mutably, so no `bytes()` view
+            //   and no `Drop` (which hands the blocks back) overlaps them;
+            // - the kernel does not write a block it handed to user space (TP_STATUS_USER,
+            //   acquired in `take_run`) until `Drop` stores TP_STATUS_KERNEL;
+            // - u8 has no invalid values and alignment 1.
+            unsafe { std::slice::from_raw_parts_mut(base.as_ptr().add(idx * size), size) }
+        })
+    }
+}
+
 impl Drop for RawRun<'_> {
     fn drop(&mut self) {
         for k in 0..self.n {

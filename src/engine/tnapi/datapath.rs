@@ -93,7 +93,7 @@ impl Datapath for RingPath {
     fn poll(&mut self, shell: &Shell) -> bool {
         let mut busy = false;
         for r in self.rings.iter_mut() {
-            let blocks = r.ring.try_blocks(self.budget);
+            let mut blocks = r.ring.try_blocks(self.budget);
             if blocks.is_empty() {
                 continue;
             }
@@ -109,7 +109,7 @@ impl Datapath for RingPath {
                 now: now_ms(),
             };
             round.forward(
-                &blocks,
+                &mut blocks,
                 &mut self.tx,
                 &mut self.ptx,
                 &mut self.neigh,
@@ -200,7 +200,7 @@ impl Round<'_> {
     #[allow(clippy::too_many_arguments)]
     fn forward<'b>(
         &self,
-        blocks: &'b Blocks<'_>,
+        blocks: &'b mut Blocks<'_>,
         tx: &mut SliceBatch,
         ptx: &mut [Option<PacketTx>; 2],
         neigh: &mut Option<Neighbours>,
@@ -219,12 +219,14 @@ impl Round<'_> {
         let mut run: Option<Run<'_>> = None;
         // The current run's next hop, looked up once per run.
         let mut hop: Option<Option<[u8; 6]>> = None;
-        for k in 0..blocks.len() {
-            for f in blocks.frames(k) {
-                let d = match parse_udp4(f.data) {
+        for frames in blocks.frames_mut() {
+            for f in frames {
+                let truncated = f.truncated();
+                let data = f.data;
+                let d = match parse_udp4(data) {
                     Ok(d) => d,
                     Err(e) => {
-                        drop_frame(chan, self.fallback, f.data.len(), wire_reason(e));
+                        drop_frame(chan, self.fallback, data.len(), wire_reason(e));
                         continue;
                     }
                 };
@@ -253,29 +255,36 @@ impl Round<'_> {
                 let skip_udp =
                     f.status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
                 let ok = d.checksums_ok(skip_udp);
-                let Some((dest, fd)) = r.admit(&d, ok, f.truncated(), self.max_payload, media)
+                let src = SocketAddrV4::new(d.src_addr, d.src_port);
+                // The payload stays in the ring block (sent from there); a stripping route
+                // has it rewritten there.
+                let (at, n) = (d.payload_at, d.payload.len());
+                let payload = &mut data[at..at + n];
+                let Some((dest, fd, len)) =
+                    r.admit(src, payload, ok, truncated, self.max_payload, media)
                 else {
                     continue;
                 };
+                let payload: &'b [u8] = &payload[..len];
                 let Some(route) = r.route.as_deref() else {
                     continue;
                 };
                 if let Some((_, l)) = link.as_mut().filter(|(face, _)| *face == channel.egress()) {
                     // Split half: the far side is the peer half, down the outgoing link.
-                    l.forward(route, d.payload, now, ts, &mut r.tally);
+                    l.forward(route, payload, now, ts, &mut r.tally);
                     continue;
                 }
                 if let Some(o) = outs[channel.egress().index()].as_mut() {
                     let mac =
                         *hop.get_or_insert_with(|| neigh.as_mut()?.get(*dest.ip(), o.ifindex, now));
-                    if let (Some(mac), true) = (mac, d.payload.len() <= o.max_udp) {
+                    if let (Some(mac), true) = (mac, payload.len() <= o.max_udp) {
                         if o.scope.is_full() {
                             o.flush(pending, Some(&mut r.tally));
                         }
                         let id = *ident;
                         *ident = ident.wrapping_add(1);
                         let port = route.egress_port;
-                        o.push(d.payload, mac, port, dest, id, pending.len());
+                        o.push(payload, mac, port, dest, id, pending.len());
                         continue;
                     }
                 }
@@ -284,7 +293,7 @@ impl Round<'_> {
                     let out = fd.send(&mut scope, dest);
                     account(&mut r.tally, &out, r.route.as_deref());
                 }
-                scope.push(d.payload);
+                scope.push(payload);
             }
         }
         if let Some(r) = run.take() {

@@ -34,8 +34,9 @@
 //! `parse_udp4` → checksums (unless the ring says the NIC verified them, or a local sender
 //! has not filled them in yet) → channel by destination → route by destination port (the
 //! dashmap guard is held only for the lookup; consecutive packets for the same port reuse
-//! the route without a second lookup) → [`inspect`] → queued for sending. Payloads are never
-//! copied in user space: a round takes up to [`Geometry::budget`] filled blocks from a ring
+//! the route without a second lookup) → [`crate::channel::inspect_mut`] (a stripping route's
+//! payload rewritten in the ring block, which is mapped writable) → queued for sending.
+//! Payloads are never copied in user space: a round takes up to [`Geometry::budget`] filled blocks from a ring
 //! at once ([`PacketRing::try_blocks`]) and hands them back only after everything queued
 //! from them was sent.
 //!

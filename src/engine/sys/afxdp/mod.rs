@@ -338,20 +338,25 @@ impl Xsk {
         n as usize
     }
 
-    /// The bytes of a received frame.
-    pub(crate) fn frame<'a>(&'a self, f: &'a RxFrame) -> &'a [u8] {
+    /// The bytes of a received frame, writable (media strip rewrites a payload in place
+    /// before it is sent from here or copied into a TX frame).
+    pub(crate) fn frame_mut<'a>(&'a self, f: &'a mut RxFrame) -> &'a mut [u8] {
         let start = f.addr as usize;
         let end = start.saturating_add(f.len as usize);
         if end > self.umem.len {
-            return &[];
+            return &mut [];
         }
         // SAFETY:
-        // - `start..end` lies inside the UMEM mapping (checked), which lives as long as
-        //   `self`;
+        // - `start..end` lies inside the UMEM mapping (checked, PROT_READ | PROT_WRITE),
+        //   which lives as long as `self`;
         // - `f` proves user space owns the chunk: the kernel wrote it before publishing the
         //   RX descriptor (acquired in `rx_batch`) and cannot write it again until `recycle`
-        //   puts it on the fill ring, which consumes `f` — after this borrow ends.
-        unsafe { std::slice::from_raw_parts(self.umem.ptr.as_ptr().add(start), end - start) }
+        //   puts it on the fill ring, which consumes `f` — after this borrow ends;
+        // - each chunk has at most one token (an `RxFrame` is not `Clone`, a chunk is on the
+        //   fill ring once per reception, TX chunks come from the separate free list), and
+        //   `&mut f` makes this the only reference to its bytes;
+        // - u8 has no invalid values and alignment 1.
+        unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().add(start), end - start) }
     }
 
     /// Gives received frames back to the kernel (fill ring).

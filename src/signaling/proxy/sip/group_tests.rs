@@ -415,3 +415,46 @@ Content-Length: 0
     assert!(text(&outs[0].1).starts_with("BYE "));
     assert_eq!(g.counter(B2A, "requests"), 0, "b2a saw none of it");
 }
+
+fn options(uri: &str, from: &str, n: u32) -> String {
+    format!(
+        "OPTIONS {uri} SIP/2.0\nVia: SIP/2.0/UDP {from};branch=z9hG4bKprobe{n}\nMax-Forwards: 70\nFrom: <sip:{from}>;tag=p{n}\nTo: <{uri}>\nCall-ID: probe{n}@{from}\nCSeq: {n} OPTIONS\nContent-Length: 0\n\n"
+    )
+}
+
+#[test]
+fn a_probe_for_the_gateway_itself_is_answered_there() {
+    let mut g = group();
+    // Kamailio's dispatcher probe: OPTIONS for the gateway's own address, no user part.
+    for (n, uri) in ["sip:10.2.0.1", "sip:10.2.0.1:5060;transport=udp"]
+        .iter()
+        .enumerate()
+    {
+        let (m, outs) = g.send(SOCK_B, PLATFORM, &options(uri, PLATFORM, n as u32));
+        assert_eq!(outs.len(), 1, "only the answer, nothing crosses: {uri}");
+        assert_eq!(outs[0].0, SOCK_B);
+        assert_eq!(status(&outs[0].1), "200");
+        assert!(
+            text(&outs[0].1).contains("\r\nAllow: INVITE"),
+            "{}",
+            text(&outs[0].1)
+        );
+        assert_eq!(g.counter(m, "options_answered"), n as u64 + 1);
+        assert_eq!(g.counter(m, "forbidden"), 0);
+    }
+    // Another port or a user part is not a probe for this gateway: forwarded as before.
+    let (_, outs) = g.send(SOCK_B, PLATFORM, &options("sip:10.2.0.1:5070", PLATFORM, 7));
+    assert_ne!(outs.first().map(|o| status(&o.1)), Some("200".into()));
+    let dev = format!("sip:{DEVICE_ID}@10.2.0.1");
+    let (m, outs) = g.send(SOCK_B, PLATFORM, &options(&dev, PLATFORM, 8));
+    let sent: Vec<String> = outs.iter().map(|o| text(&o.1)).collect();
+    assert!(
+        !outs.is_empty() && outs.iter().all(|o| o.0 == SOCK_A),
+        "forwarded into A: {sent:?}"
+    );
+    assert_eq!(g.counter(m, "options_answered"), 2, "only the two probes");
+    // A source no route allows still gets 403, probe or not.
+    let (m, outs) = g.send(SOCK_B, STRANGER, &options("sip:10.2.0.1", STRANGER, 9));
+    assert_eq!(status(&outs[0].1), "403");
+    assert_eq!(g.counter(m, "forbidden"), 1);
+}

@@ -10,6 +10,13 @@ use crate::signaling::sip::{
 };
 
 use super::{Core, Face, Out, Peer, LOG_FORBIDDEN, LOG_UNFRAMEABLE};
+use crate::signaling::sip::{Host, Uri};
+
+/// What vgate's answer to a probe says it relays.
+const PROBE_HEADERS: &[(&str, &str)] = &[(
+    "Allow",
+    "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, MESSAGE, SUBSCRIBE, NOTIFY, REGISTER, UPDATE, PRACK, REFER",
+)];
 use crate::signaling::proxy::sip::access::{parties_allowed, peer_allowed};
 
 impl Core {
@@ -73,6 +80,11 @@ impl Core {
                             "source address not allowed",
                             &mut out,
                         );
+                    } else if self.is_probe(face, msg.head()) {
+                        // A dispatcher's (Kamailio's) or a peer's keep-alive addressed to
+                        // vgate itself: answered here, nothing crosses.
+                        self.counters.options_answered += 1;
+                        self.answer((face, src), msg.head(), 200, "OK", PROBE_HEADERS, &mut out);
                     } else if !parties_allowed(&self.policy.allow_ids, msg.head()) {
                         self.forbid(face, src, msg.head(), "GB/T 28181 ID not allowed", &mut out);
                     } else {
@@ -162,6 +174,22 @@ impl Core {
             });
         }
         out
+    }
+
+    /// An `OPTIONS` whose Request-URI names this face's own gateway address without a user
+    /// part (RFC 3261 §11: a request for the server itself, as a load balancer's probe
+    /// is): vgate answers it, so a probe says whether this gateway's proxy is alive.
+    fn is_probe(&self, face: Face, head: &Head<'_>) -> bool {
+        if head.method() != Some(b"OPTIONS") {
+            return false;
+        }
+        let Some(uri) = head.request_uri().and_then(|u| Uri::parse(u).ok()) else {
+            return false;
+        };
+        let local = self.local[face.index()];
+        uri.user.is_none()
+            && uri.host == Host::V4(*local.ip())
+            && uri.port.is_none_or(|p| p == local.port())
     }
 
     pub(super) fn forbid(

@@ -148,6 +148,9 @@ pub struct Counters {
     pub manscdp_refused: u64,
     /// MANSCDP bodies whose address fields were rewritten or blanked.
     pub manscdp_rewritten: u64,
+    /// `OPTIONS` probes for vgate itself (Request-URI = the face's address, no user)
+    /// answered `200` here.
+    pub options_answered: u64,
 }
 
 impl Counters {
@@ -161,6 +164,7 @@ impl Counters {
             ("retransmissions", self.retransmissions),
             ("answered_errors", self.answered_errors),
             ("forbidden", self.forbidden),
+            ("options_answered", self.options_answered),
             ("rate_limited", self.rate_limited),
             ("dropped_malformed", self.dropped_malformed),
             ("dropped_keepalive", self.dropped_keepalive),

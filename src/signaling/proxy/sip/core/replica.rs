@@ -28,7 +28,7 @@ use crate::clock::wall_ms;
 use crate::config::DomainId;
 use crate::routes::{Channel, RouteSpec, SessionId};
 
-use super::super::media::CallMedia;
+use super::super::media::{CallMedia, SlotRecord};
 use super::{Binding, Call, Core, Face, Peer, DIALOG_IDLE};
 
 /// How often a core publishes its records at most.
@@ -63,6 +63,11 @@ pub struct CallRecord {
     pub label: String,
     /// The state-store key of its media session (`a:20000`), if it has one.
     pub media: Option<String>,
+    /// Its `m=` slots (gateway ports, each side's media peer and formats), so a re-INVITE
+    /// after a takeover reuses the ports. Absent in a record of an earlier release (a copy
+    /// of it then gets new ports at a re-INVITE), left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<SlotRecord>,
 }
 
 /// What the core keeps about its copies.
@@ -224,6 +229,7 @@ impl Core {
                 cseq_to: c.cseq_to,
                 label: c.media.label.clone(),
                 media,
+                slots: c.media.slot_records(),
             };
             if let Ok(j) = serde_json::to_string(&rec) {
                 out.insert(format!("c/{}", hex(cid)), j);
@@ -384,6 +390,14 @@ impl Core {
                 );
             }
         }
+        if let Some(c) = self.calls.get_mut(&cid) {
+            // A copy's slots follow the record; a call whose SDP crossed here keeps its own.
+            if c.media.slot_records() != r.slots && c.media.restore_slots(&r.slots).is_err() {
+                // Not readable by this build: a re-INVITE of the call gets new ports, as
+                // before the slots were copied.
+                self.routes.board.reject(1);
+            }
+        }
         if let Some(k) = &r.media {
             self.replica.unlinked.insert(cid.clone(), k.clone());
         }
@@ -448,5 +462,20 @@ impl Core {
                 })
                 .collect();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Upgrade rule: a call record of the previous release (no `slots`) is still read, and
+    /// one without slots is written as that release wrote it.
+    #[test]
+    fn a_call_record_without_slots_is_read_and_written_as_before() {
+        let old = r#"{"v":1,"call_id":["a@x","b@y"],"contact":[null,"tok"],"view":[null,null],"cseq_to":[1,2],"label":"sip:reg:1","media":"a:20000"}"#;
+        let r: CallRecord = serde_json::from_str(old).unwrap();
+        assert!(r.slots.is_empty());
+        assert_eq!(serde_json::to_string(&r).unwrap(), old);
     }
 }

@@ -66,10 +66,12 @@ use crate::sink::EdgeSink;
 
 mod install;
 mod legs;
+mod record;
 mod slot;
 #[cfg(test)]
 mod tests;
 
+pub use record::{PeerRecord, SlotRecord};
 pub use slot::{MediaPeer, PortLease, Setup, Slot, SlotLeg};
 
 /// How long a TCP leg whose peer closed waits before the call ends: the close may be the

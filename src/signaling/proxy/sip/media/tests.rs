@@ -606,3 +606,101 @@ fn rtp_routes_validate_what_the_sdps_negotiated() {
     assert_eq!(live.media, Some(rule));
     m.close(&routes);
 }
+
+/// A call's slots through the state store (JSON), restored in a copy of the call that holds
+/// the original's session and routes (as after a takeover): a re-INVITE from either side
+/// crosses onto the same gateway ports and installs nothing new; the copy's own SDP then
+/// wins over a late record.
+#[test]
+fn restored_slots_give_a_re_invite_the_same_ports_and_routes() {
+    let routes = routes();
+    let validation = |m: CallMedia| {
+        m.with_media_validation(crate::config::MediaMode::Enforce, Default::default())
+    };
+    let mut m = validation(CallMedia::new("c".into(), 1472));
+    let offer = sdp("127.0.0.2", 9000, "RTP/AVP", "a=recvonly\r\n");
+    let to_a = m
+        .cross(&routes, SourcePolicy::Latch, true, DomainId::B, &offer)
+        .unwrap();
+    let answer = sdp("127.0.0.1", 7000, "RTP/AVP", "a=sendonly\r\n");
+    let to_b = m
+        .cross(&routes, SourcePolicy::Latch, true, DomainId::A, &answer)
+        .unwrap();
+    assert!(!m.installed.is_empty());
+    let json = serde_json::to_string(&m.slot_records()).unwrap();
+    let recs: Vec<SlotRecord> = serde_json::from_str(&json).unwrap();
+    assert_eq!(recs, m.slot_records());
+
+    // The copy: the original's session and routes (the HA thread's), the slots restored.
+    let mut copy = validation(CallMedia::new("c".into(), 1472));
+    copy.session = m.session;
+    copy.installed = m.installed.clone();
+    assert_eq!(copy.restore_slots(&recs), Ok(true));
+    assert_eq!(copy.slots[0].ports, m.slots[0].ports);
+    let ports_before = routes.session(m.session.unwrap()).unwrap().ports;
+    // Re-INVITE from B (a new SDP version), answered from A.
+    let reoffer = String::from_utf8(offer)
+        .unwrap()
+        .replace("o=- 1 1", "o=- 1 2")
+        .into_bytes();
+    let again_a = copy
+        .cross(&routes, SourcePolicy::Latch, true, DomainId::B, &reoffer)
+        .unwrap();
+    let reanswer = String::from_utf8(answer)
+        .unwrap()
+        .replace("o=- 1 1", "o=- 1 2")
+        .into_bytes();
+    let again_b = copy
+        .cross(&routes, SourcePolicy::Latch, true, DomainId::A, &reanswer)
+        .unwrap();
+    let m_line = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .lines()
+            .find(|l| l.starts_with("m="))
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        m_line(&again_a),
+        m_line(&to_a),
+        "A sees the same gateway port"
+    );
+    assert_eq!(
+        m_line(&again_b),
+        m_line(&to_b),
+        "B sees the same gateway port"
+    );
+    let specs = |v: &[(RouteSpec, Option<Arc<EdgeSink>>)]| {
+        let mut s: Vec<String> = v.iter().map(|(s, _)| format!("{s:?}")).collect();
+        s.sort();
+        s
+    };
+    assert_eq!(
+        specs(&copy.installed),
+        specs(&m.installed),
+        "the same routes"
+    );
+    assert_eq!(
+        routes.session(m.session.unwrap()).unwrap().ports,
+        ports_before,
+        "no port taken"
+    );
+    // A re-INVITE from A the other way (the device's), on the same ports too.
+    let from_a = String::from_utf8(reanswer)
+        .unwrap()
+        .replace("o=- 1 2", "o=- 1 3")
+        .into_bytes();
+    let out = copy
+        .cross(&routes, SourcePolicy::Latch, true, DomainId::A, &from_a)
+        .unwrap();
+    assert_eq!(m_line(&out), m_line(&to_b));
+    // Its SDP crossed here: a late record does not replace its slots.
+    assert_eq!(copy.restore_slots(&[]), Ok(false));
+    assert_eq!(copy.slots.len(), 1);
+    // A record this build cannot read is refused, the slots unchanged.
+    let mut fresh = validation(CallMedia::new("c".into(), 1472));
+    let mut bad = recs.clone();
+    bad[0].peer[0].as_mut().unwrap().direction = "sideways".into();
+    assert!(fresh.restore_slots(&bad).unwrap_err().contains("sideways"));
+    assert!(fresh.slots.is_empty());
+}
