@@ -26,6 +26,7 @@
 pub mod admin;
 pub mod capture;
 pub mod gb_sipp;
+pub mod ha;
 pub mod media_bed;
 pub mod proc;
 pub mod relay;

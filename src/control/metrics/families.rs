@@ -373,6 +373,21 @@ pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
         "Hot standby: takeovers this node refused because its copy of the state was stale",
     ),
     (
+        "vgate_ha_fenced_total",
+        "counter",
+        "Hot standby: times this node, asked to be the active one, could not hold the fencing lease and forwarded nothing",
+    ),
+    (
+        "vgate_ha_fenced",
+        "gauge",
+        "Hot standby: 1 while this node is fenced (asked to be active, another node holds the lease)",
+    ),
+    (
+        "vgate_ha_lease_epoch",
+        "gauge",
+        "Hot standby: the fencing lease epoch this node holds (0: none)",
+    ),
+    (
         "vgate_ha_last_takeover_timestamp_seconds",
         "gauge",
         "Hot standby: Unix time of the last takeover (0: none)",
