@@ -64,7 +64,9 @@ has() { case ",$SUITES," in *",$1,"*) return 0 ;; esac; return 1; }
 # Before the module: the engines must fail with the errno-97 sentence.
 has pfring && run "pfring, no module" pfring
 
-insmod "$MODS/pf_ring.ko" || { say "FAIL insmod pf_ring.ko"; failed=1; exit; }
+# force_ring_lock=1: the beds' veths are software interfaces, whose one RX queue several CPUs
+# feed at once; without it pf_ring.ko writes a one-channel ring unlocked and vgate refuses it.
+insmod "$MODS/pf_ring.ko" force_ring_lock=1 || { say "FAIL insmod pf_ring.ko"; failed=1; exit; }
 say "pf_ring.ko loaded: $(head -3 /proc/net/pf_ring/info | tr -s ' ' | tr '\n' ';')"
 
 has pfring && run "pfring, module loaded" pfring --skip zc_
@@ -102,6 +104,28 @@ if has tnapi; then
     # The same flow on AF_PACKET in the same guest: what pfring must match.
     VGATE_TEST_SIP_MODE=tnapi VGATE_TEST_SIP_ENGINE=afpacket \
         run "tnapi/afpacket sip_netns" sip_netns sip_gb_calls
+fi
+# channel_netns alone in mode tnapi: with pf_ring.ko's default (force_ring_lock=0) vgate must
+# refuse the bed's one-channel veth ring (two CPUs wrote its slots at once: route counts off,
+# iperf "losses"), then with force_ring_lock=1 channel_netns and engine_netns must pass.
+reload_pf_ring() {
+    rmmod pf_ring && insmod "$MODS/pf_ring.ko" "force_ring_lock=$1" ||
+        { say "FAIL reloading pf_ring.ko with force_ring_lock=$1"; failed=1; return 1; }
+}
+if has channel; then
+    if reload_pf_ring 0; then
+        say "RUN tnapi channel_netns (force_ring_lock=0): vgate must refuse"
+        out="$(cd "$REPO" && timeout -k 10 900 "$(bin channel_netns)" --test-threads=1 --nocapture tnapi 2>&1)"
+        if grep -q "pf_ring.ko locks a ring of one channel only with force_ring_lock=1" <<<"$out"; then
+            say "PASS tnapi channel_netns (force_ring_lock=0): refused: $(grep -o 'ring [^ ]* would be written[^;]*' <<<"$out" | head -1)"
+        else
+            echo "$out" | tail -40; say "FAIL tnapi channel_netns (force_ring_lock=0): not refused"; failed=1
+        fi
+    fi
+    if reload_pf_ring 1; then
+        run "tnapi channel_netns (force_ring_lock=1)" channel_netns tnapi
+        run "tnapi engine_netns (force_ring_lock=1)" engine_netns tnapi
+    fi
 fi
 # The unit tests of the engines (the whole lib suite under TCG would take most of the run).
 has unit && { run "unit, pfring-sys" pfring_sys; run "unit, vgate engine::" vgate engine::; }

@@ -28,6 +28,9 @@ usage: scripts/pfring-guest.sh --pfring DIR [--suite LIST] [--timeout SECS] [--n
                     pfring  tests/pfring.rs (the PF_RING engines from the outside)
                     tnapi   namespace suites with mode tnapi (engine pfring) on veth pairs
                     zc      mode zc, engine pfring-zc, on two emulated e1000e NICs
+                    channel channel_netns alone in mode tnapi: refused at pf_ring.ko's default
+                            (force_ring_lock=0), then with force_ring_lock=1 channel_netns and
+                            engine_netns (not in the default list)
                     bench   the relay bench in miniature: every mode side by side
   --timeout SECS  kill the guest after this long (default 2400)
   --no-build      use the test binaries already built (cargo test --features pfring --no-run)

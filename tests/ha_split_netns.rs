@@ -36,8 +36,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::ha::{
-    admin_json, ip, logs_in, metric, role, sh, spawn_logged, start_watcher, wait_for, Keepalived,
-    ADMIN,
+    admin_json, ip, logs_of, metric_with, ns_sh, role, spawn_logged, start_watcher, wait_for,
+    Keepalived, ADMIN,
 };
 use common::proc::Proc;
 use common::split::{
@@ -88,12 +88,12 @@ impl Net {
         ]);
         // No IPv6 chatter (router solicitations, MLD) on any link: a one-way link's far end
         // must never send, and a bridge must never learn the shared MAC from it.
-        sh(
+        ns_sh(
             &n,
             &format!("sysctl -qw net.ipv6.conf.{ifc}.disable_ipv6=1"),
         );
         if ["fa", "ra", "fb", "rb"].contains(&ifc) {
-            sh(&n, &format!("sysctl -qw net.ipv4.conf.{ifc}.arp_ignore=8"));
+            ns_sh(&n, &format!("sysctl -qw net.ipv4.conf.{ifc}.arp_ignore=8"));
         }
         ip(&["-n", &s, "link", "set", port, "master", sw, "up"]);
     }
@@ -105,7 +105,7 @@ impl Net {
     }
 
     fn mac(&self, ns: &str, ifc: &str) -> String {
-        let t = sh(&self.ns(ns), &format!("cat /sys/class/net/{ifc}/address"));
+        let t = ns_sh(&self.ns(ns), &format!("cat /sys/class/net/{ifc}/address"));
         t.trim().to_owned()
     }
 
@@ -180,7 +180,7 @@ impl Net {
             net.veth(node, "em", "brm", &format!("{node}m"));
             net.addr(node, "em", &format!("10.71.9.{last}/24"));
             // The gateway and signaling addresses are keepalived's: bound before they are here.
-            sh(&n, "sysctl -qw net.ipv4.ip_nonlocal_bind=1");
+            ns_sh(&n, "sysctl -qw net.ipv4.ip_nonlocal_bind=1");
         }
         // The bridges never learn where a MAC is on the link segments: frames to the shared
         // reverse-link MAC reach both half-A nodes.
@@ -362,7 +362,7 @@ fn notify_hook(peer_redis: &str, role: &str) -> String {
 
 /// Half B's log and the last lines of every log of the run.
 fn logs(net: &Net, b: &Vgate) -> String {
-    format!("--- half B\n{}\n{}", b.log(), logs_in(net.dir.path(), 25))
+    format!("--- half B\n{}\n{}", b.log(), logs_of(net.dir.path()))
 }
 
 fn sa(s: &str) -> SocketAddrV4 {
@@ -470,7 +470,7 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
         "a2 a healthy standby on its replica",
         Duration::from_secs(30),
         || {
-            sh(&a2, "redis-cli ROLE").contains("connected")
+            ns_sh(&a2, "redis-cli ROLE").contains("connected")
                 && admin_json(&a2, "/api/v1/health")
                     .is_some_and(|v| v["healthy"] == true && v["role"] == "standby")
         },
@@ -547,12 +547,12 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
                     .into_iter()
                     .flatten()
                     .any(|r| r["port"] == 20010)
-            }) && metric(&a2, "vgate_channel_drops_total", &["reason=\"standby\""]) > 0
+            }) && metric_with(&a2, "vgate_channel_drops_total", &["reason=\"standby\""]) > 0
         },
         || logs(&net, &b),
     );
     std::thread::sleep(Duration::from_secs(4));
-    let standby_drops = metric(&a2, "vgate_channel_drops_total", &["reason=\"standby\""]);
+    let standby_drops = metric_with(&a2, "vgate_channel_drops_total", &["reason=\"standby\""]);
 
     // kill -9 of a1's vgate, the active one (a machine this loaded may have made the pair
     // flap before: the health watcher's question timed out; then the premise is gone).
@@ -588,19 +588,19 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
         logs(&net, &b)
     );
     assert!(
-        sh(&a2, "redis-cli ROLE").starts_with("master"),
+        ns_sh(&a2, "redis-cli ROLE").starts_with("master"),
         "a2's Redis promoted by the notify hook: {}",
-        sh(&a2, "redis-cli ROLE")
+        ns_sh(&a2, "redis-cli ROLE")
     );
     let bm = |reason: &str| {
-        metric(
+        metric_with(
             &b_ns,
             "vgate_link_drops_total",
             &["link=\"in\"", &format!("reason=\"{reason}\"")],
         )
     };
     let (stale, bad_mac) = (bm("stale_epoch"), bm("bad_mac"));
-    let a2_stale = metric(
+    let a2_stale = metric_with(
         &a2,
         "vgate_link_drops_total",
         &["link=\"in\"", "reason=\"stale_epoch\""],

@@ -196,6 +196,10 @@ fn a_flushed_store_is_noticed_and_rewritten_and_the_standby_keeps_its_copies() {
     });
     let lost0 = ha(&a1)["state_store_lost"].as_u64().unwrap();
     let resyncs0 = ha(&a1)["state_store_resyncs"].as_u64().unwrap();
+    let epoch = ha(&a1)["lease_epoch"].as_u64().unwrap();
+    assert!(epoch > 0, "the active holds the lease");
+    let lease = format!("{epoch} lo-1");
+    assert_eq!(cli(store, &["GET", "flush:lease"]).trim(), lease);
     // Flushed behind vgate's back: its connection stays up.
     assert_eq!(cli(store, &["FLUSHALL"]).trim(), "OK");
     assert_eq!(cli(store, &["HLEN", "flush:sessions"]).trim(), "0");
@@ -208,6 +212,16 @@ fn a_flushed_store_is_noticed_and_rewritten_and_the_standby_keeps_its_copies() {
     assert!(v["state_store_lost"].as_u64().unwrap() > lost0, "{v}");
     assert!(v["state_store_resyncs"].as_u64().unwrap() > resyncs0, "{v}");
     assert!(metric(&a1, "vgate_ha_state_store_lost_total", &[]) > lost0);
+    // The flush took the lease and the epoch counter too: the holder's batch took its lease
+    // again with its own epoch (not fenced), and the counter is back at it.
+    assert_eq!(cli(store, &["GET", "flush:lease"]).trim(), lease);
+    assert_eq!(
+        cli(store, &["GET", "flush:epoch"]).trim(),
+        epoch.to_string()
+    );
+    assert_eq!(v["role"], "active", "{v}");
+    assert_eq!(v["fenced"], false, "{v}");
+    assert_eq!(v["lease_epoch"].as_u64(), Some(epoch), "{v}");
     // The standby never gave its copy up (an unwritten store changes nothing there).
     let s = ha(&a2);
     assert_eq!(s["replicas"], 1, "{s}");

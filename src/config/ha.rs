@@ -35,6 +35,12 @@ pub struct RawHa {
     /// stale state then only warns in `vgate health`). Default false: it refuses, says why
     /// and waits for the state store (or `vgate ha-notify --force`).
     pub takeover_when_stale: Option<bool>,
+    /// The fencing lease in Redis: how long it lasts without renewal, milliseconds (the
+    /// active renews it every 100 ms; a MASTER that cannot hold it forwards nothing).
+    pub lease_ms: Option<Spanned<i64>>,
+    /// What the active does when it cannot reach Redis to renew its lease:
+    /// `"keep-forwarding"` (default) or `"stop-after-lease"`.
+    pub store_loss: Option<Spanned<String>>,
 }
 
 /// The checked `[ha]`.
@@ -47,10 +53,34 @@ pub struct HaConfig {
     pub stale_after_ms: u64,
     pub replica_idle_ms: u64,
     pub takeover_when_stale: bool,
+    pub lease_ms: u64,
+    pub store_loss: StoreLoss,
+}
+
+/// `ha.store_loss`: the lease holder that cannot reach the state store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreLoss {
+    /// Forwards on for as long as keepalived keeps it MASTER (a Redis outage alone never
+    /// stops a stream; a peer that reaches Redis and takes over meanwhile makes two
+    /// forwarders until this node reaches Redis again).
+    KeepForwarding,
+    /// Stops forwarding once `ha.lease_ms` went by (its own clock) since its last renewal:
+    /// never two forwarders for longer than that, but a Redis outage stops every stream.
+    StopAfterLease,
+}
+
+impl StoreLoss {
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreLoss::KeepForwarding => "keep-forwarding",
+            StoreLoss::StopAfterLease => "stop-after-lease",
+        }
+    }
 }
 
 pub const DEFAULT_STALE_AFTER_MS: u64 = 3000;
 pub const DEFAULT_REPLICA_IDLE_MS: u64 = 60_000;
+pub const DEFAULT_LEASE_MS: u64 = 1000;
 
 fn ms(
     v: &Option<Spanned<i64>>,
@@ -131,6 +161,17 @@ pub fn ha(raw: &RawHa, mode: Mode, mode_at: &Spanned<Mode>) -> Result<HaConfig, 
             )
         })?),
     };
+    let store_loss = match raw.store_loss.as_ref().map(|s| (s, s.get_ref().as_str())) {
+        None | Some((_, "keep-forwarding")) => StoreLoss::KeepForwarding,
+        Some((_, "stop-after-lease")) => StoreLoss::StopAfterLease,
+        Some((s, _)) => {
+            return Err(invalid(
+                s,
+                "ha.store_loss",
+                "expected \"keep-forwarding\" (the default: the active forwards on while Redis is unreachable) or \"stop-after-lease\" (it stops once ha.lease_ms went by without renewing its lease)",
+            ))
+        }
+    };
     Ok(HaConfig {
         node,
         role_file,
@@ -149,5 +190,13 @@ pub fn ha(raw: &RawHa, mode: Mode, mode_at: &Spanned<Mode>) -> Result<HaConfig, 
             (1000, 86_400_000),
         )?,
         takeover_when_stale: raw.takeover_when_stale.unwrap_or(false),
+        // At least three renewals (every 100 ms) and a slow round trip per lease.
+        lease_ms: ms(
+            &raw.lease_ms,
+            "ha.lease_ms",
+            DEFAULT_LEASE_MS,
+            (300, 60_000),
+        )?,
+        store_loss,
     })
 }

@@ -158,9 +158,14 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
                 format!("{ago}s ago")
             }
         };
+        let fenced = if ha["fenced"].as_bool() == Some(true) {
+            " FENCED (another node holds the lease)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            "ha: node {} {}  peer {}  state store {}  lag {} ms  pending {}  copies {}  takeovers {} (last {last})",
+            "ha: node {} {}{fenced}  peer {}  state store {}  lag {} ms  pending {}  copies {}  takeovers {} (last {last})",
             ha["node"].as_str().unwrap_or("?"),
             ha["role"].as_str().unwrap_or("?").to_uppercase(),
             ha["peer"].as_str().unwrap_or("-"),
@@ -383,6 +388,13 @@ mod tests {
         let screen = render_stats(&node, &node, 1.0);
         assert!(
             screen.contains("ha: node gw-2 STANDBY  peer gw-1  state store up  lag 40 ms  pending 0  copies 3  takeovers 0 (last none)"),
+            "{screen}"
+        );
+        let mut fenced = node.clone();
+        fenced["ha"]["fenced"] = json!(true);
+        let screen = render_stats(&fenced, &fenced, 1.0);
+        assert!(
+            screen.contains("ha: node gw-2 STANDBY FENCED (another node holds the lease)  peer"),
             "{screen}"
         );
     }

@@ -160,6 +160,66 @@ fn queue_mismatch(
     ))
 }
 
+/// pf_ring.ko's switch that makes it lock every ring it writes (module parameter, 0644).
+const FORCE_RING_LOCK: &str = "/sys/module/pf_ring/parameters/force_ring_lock";
+
+/// The channels (RX queues) in a `pfring` device string (`eth1@0,2` → 2); 0 for none.
+fn channels(dev: &str) -> usize {
+    dev.rsplit_once('@')
+        .map_or(0, |(_, list)| list.split(',').count())
+}
+
+/// Why the kernel may deliver `iface`'s packets of one RX queue on several CPUs at once, if
+/// it may: a software interface (veth, tun…: each sender's CPU delivers what it sends) or a
+/// NIC with RPS, which hands one queue's packets to other CPUs. `None` for hardware queues
+/// (one interrupt, one CPU) and for the devices pf_ring.ko always locks (loopback, bridge).
+fn fed_by_many_cpus(iface: &str) -> Option<&'static str> {
+    let dir = std::path::Path::new("/sys/class/net").join(iface);
+    let kind = std::fs::read_to_string(dir.join("type")).unwrap_or_default();
+    if kind.trim() == "772" || dir.join("bridge").exists() {
+        return None;
+    }
+    if !dir.join("device").exists() {
+        return Some(
+            "a software interface (veth, tun…): the CPU of each sender delivers what it sends",
+        );
+    }
+    let rps = std::fs::read_dir(dir.join("queues"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|q| {
+            std::fs::read_to_string(q.path().join("rps_cpus"))
+                .is_ok_and(|m| m.trim().chars().any(|c| c != '0' && c != ','))
+        });
+    rps.then_some("RPS is set on its queues (rps_cpus): one queue's packets go to several CPUs")
+}
+
+/// Why a `pfring` ring `dev` on `iface` would be corrupted, if it would: pf_ring.ko writes a
+/// ring bound to a single channel without its lock (one queue, one CPU: a NIC's interrupt),
+/// unless `force_ring_lock` is set. Where one queue's packets arrive on several CPUs (`many`,
+/// from [`fed_by_many_cpus`]), two CPUs then write the same slot: found in the guest, a
+/// stream's packet was overwritten by another's and the slot after it read with a stale
+/// packet, so route counts (and destinations) were wrong while the totals matched the wire.
+fn unlocked_ring(
+    kind: EngineKind,
+    dev: &str,
+    iface: &str,
+    many: Option<&str>,
+    force_lock: bool,
+) -> Option<EngineError> {
+    let why = many?;
+    if kind != EngineKind::Pfring || force_lock || channels(dev) != 1 {
+        return None;
+    }
+    Some(unavailable(
+        kind,
+        format!(
+            "ring {dev} would be written by several CPUs without a lock: {iface} is {why}, and pf_ring.ko locks a ring of one channel only with force_ring_lock=1; load it so (modprobe pf_ring force_ring_lock=1, or echo 1 > {FORCE_RING_LOCK})"
+        ),
+    ))
+}
+
 /// tcpdump syntax for "UDP to one of `targets` of `domains`".
 fn bpf_expr(targets: &Targets, domains: &[DomainId]) -> String {
     let parts: Vec<String> = domains
@@ -220,6 +280,16 @@ impl PfringEngine {
                     if let Some(e) = queue_mismatch(kind, &iface.name, have, queues) {
                         return Err(e);
                     }
+                }
+                let force = std::fs::read_to_string(FORCE_RING_LOCK).is_ok_and(|v| v.trim() != "0");
+                if let Some(e) = unlocked_ring(
+                    kind,
+                    &dev,
+                    &iface.name,
+                    fed_by_many_cpus(&iface.name),
+                    force,
+                ) {
+                    return Err(e);
                 }
                 let _ = ring.set_application_name("vgate");
                 let setup = (|| {
@@ -864,6 +934,20 @@ mod tests {
         // ZC maps one queue per worker: more queues than workers would leave some unread.
         assert!(queue_mismatch(EngineKind::PfringZc, "v", 4, 1).is_some());
         assert!(queue_mismatch(EngineKind::PfringZc, "v", 1, 1).is_none());
+        // One channel of a veth is written by several CPUs: refused unless pf_ring.ko locks.
+        let veth = Some("a software interface");
+        let e = unlocked_ring(EngineKind::Pfring, "v@0", "v", veth, false)
+            .unwrap()
+            .to_string();
+        assert!(e.contains("force_ring_lock=1") && e.contains("v@0"), "{e}");
+        assert!(unlocked_ring(EngineKind::Pfring, "v@0", "v", veth, true).is_none());
+        // Two channels per ring, a hardware queue, a ZC ring: pf_ring.ko locks or needs not.
+        assert!(unlocked_ring(EngineKind::Pfring, "v@0,2", "v", veth, false).is_none());
+        assert!(unlocked_ring(EngineKind::Pfring, "eth1@0", "eth1", None, false).is_none());
+        assert!(unlocked_ring(EngineKind::PfringZc, "zc:v@0", "v", veth, false).is_none());
+        assert_eq!(channels("v@1,3"), 2);
+        assert_eq!(channels("zc:v@0"), 1);
+        assert!(fed_by_many_cpus("lo").is_none());
         assert_eq!(alternative(EngineKind::Pfring), "afpacket");
         assert_eq!(alternative(EngineKind::PfringZc), "afxdp");
         let t: Targets = [

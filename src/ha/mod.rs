@@ -41,8 +41,9 @@ use crate::config::ha::HaConfig;
 use crate::logging::RateLimit;
 use crate::routes::{Routes, SessionKind};
 
+use crate::config::ha::StoreLoss;
 use record::{Replicas, SessionRecord};
-use store::Store;
+use store::{Lease, Store};
 
 /// How often the HA thread writes (active) or reads (standby) the state store.
 const TICK: Duration = Duration::from_millis(100);
@@ -106,7 +107,7 @@ pub struct HaStatus {
     /// Full rewrites after the store was away or this node became the writer.
     pub store_resyncs: AtomicU64,
     /// Batches that found the store had lost this node's writes (its generation gone:
-    /// flushed, restarted empty without the connection dropping, another writer).
+    /// flushed, restarted empty without the connection dropping, a replica promoted early).
     pub store_lost: AtomicU64,
     /// Sessions changed here and not yet in the store (active).
     pub store_pending: AtomicU64,
@@ -129,6 +130,19 @@ pub struct HaStatus {
     force: AtomicBool,
     /// Why the last takeover asked for was refused (cleared by a takeover or a demotion).
     refusal: Mutex<Option<String>>,
+    /// keepalived asked for MASTER anew: the next promotion may take the lease from its
+    /// holder (a takeover); a node that lost it, or retries, only takes a free one.
+    steal: AtomicBool,
+    /// Times this node was fenced: it was (or was asked to be) the active one and could not
+    /// hold the lease (another node holds it, or the state store cannot be reached), so it
+    /// forwards nothing. One per episode.
+    pub fenced_total: AtomicU64,
+    /// The lease epoch this node holds (0: none).
+    pub lease_epoch: AtomicU64,
+    /// Why this node is fenced, while it is.
+    fence: Mutex<Option<String>>,
+    /// The lease as the store last showed it (`EPOCH NODE`).
+    lease_holder: Mutex<Option<String>>,
     /// Wall clock (ms) of the last takeover; 0: none.
     pub last_takeover_wall_ms: AtomicU64,
     /// [`now_ms`] of the last takeover; 0: none.
@@ -159,6 +173,11 @@ impl HaStatus {
             self.routes.set_standby(true);
             self.role.store(role as u8, Relaxed);
             self.set_refusal(None);
+            self.set_fence(None);
+            self.steal.store(false, Relaxed);
+        } else if before != role as u8 {
+            // A takeover: this node may take the lease from the one that holds it.
+            self.steal.store(true, Relaxed);
         }
         if before != role as u8 {
             tracing::info!(role = role.name(), "ha: role requested");
@@ -246,6 +265,29 @@ impl HaStatus {
         *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = r;
     }
 
+    /// Why this node, asked to be the active one, forwards nothing (it cannot hold the
+    /// lease), while it is so.
+    pub fn fenced(&self) -> Option<String> {
+        self.fence.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_fence(&self, r: Option<String>) {
+        *self.fence.lock().unwrap_or_else(|p| p.into_inner()) = r;
+    }
+
+    /// The lease as the store last showed it (`EPOCH NODE`; `None`: nobody holds it, or
+    /// not read yet).
+    pub fn lease_holder(&self) -> Option<String> {
+        self.lease_holder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_lease_holder(&self, h: Option<String>) {
+        *self.lease_holder.lock().unwrap_or_else(|p| p.into_inner()) = h;
+    }
+
     /// What keeps this node from being healthy (`problems`) and what an operator should know
     /// (`warnings`). A standby whose copy of the state is stale is not healthy (keepalived
     /// must not give it the addresses) unless a stale takeover is allowed, when it only
@@ -262,6 +304,11 @@ impl HaStatus {
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
         let failing = !self.store_ok.load(Relaxed) && self.store_errors.load(Relaxed) > 0;
+        // Healthy all the same: keepalived keeps it MASTER and it takes the lease as soon as
+        // it is free (a FAULT would give the addresses up and make it flap back and forth).
+        if let Some(f) = self.fenced() {
+            warnings.push(f);
+        }
         if self.role() == Role::Active {
             if failing {
                 warnings.push(format!(
@@ -333,6 +380,11 @@ impl Ha {
             takeovers_refused: AtomicU64::new(0),
             force: AtomicBool::new(false),
             refusal: Mutex::new(None),
+            steal: AtomicBool::new(false),
+            fenced_total: AtomicU64::new(0),
+            lease_epoch: AtomicU64::new(0),
+            fence: Mutex::new(None),
+            lease_holder: Mutex::new(None),
             last_takeover_wall_ms: AtomicU64::new(0),
             last_takeover_ms: AtomicU64::new(0),
             text: Mutex::new((None, None)),
@@ -378,6 +430,8 @@ struct Node {
     /// Standby: the copies installed here, and the store's `seq` they are from.
     replicas: Replicas,
     seq: Option<u64>,
+    /// Active: the lease epoch held and [`now_ms`] of its last renewal.
+    lease: Option<(u64, u64)>,
     /// The role file's last content.
     role_file_seen: Option<String>,
     last_heartbeat: u64,
@@ -399,6 +453,7 @@ impl Node {
             gen: String::new(),
             replicas: Replicas::default(),
             seq: None,
+            lease: None,
             role_file_seen: None,
             last_heartbeat: 0,
             errors_log: RateLimit::new(10_000),
@@ -470,6 +525,15 @@ impl Node {
             self.status.set_refusal(Some(why));
             return;
         }
+        self.status.set_refusal(None);
+        if let Err(why) = self.take_lease() {
+            self.fence(why);
+            return;
+        }
+        if self.lease.is_some() {
+            // What the old holder wrote before its lease moved here (refused after).
+            self.read();
+        }
         {
             let _t = self
                 .status
@@ -483,6 +547,7 @@ impl Node {
             self.routes.set_standby(false);
             self.status.role.store(Role::Active as u8, Relaxed);
             self.status.set_refusal(None);
+            self.status.set_fence(None);
         }
         self.full = true;
         let s = &self.status;
@@ -496,25 +561,126 @@ impl Node {
         );
     }
 
-    /// Active → standby or fault: the gate is closed already ([`HaStatus::request`]); what
-    /// this node holds becomes the copies the new active's state will replace.
+    /// Takes the fencing lease before forwarding: at a takeover ([`HaStatus::steal`]) from
+    /// whoever holds it, else only a free one. `Err`: why this node must not forward. No
+    /// state store: no lease (a single node, or a pair without Redis).
+    fn take_lease(&mut self) -> Result<(), String> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        let c = &self.status.config;
+        let steal = self.status.steal.load(Relaxed);
+        let r = store.acquire(&c.node, c.lease_ms, steal);
+        self.status
+            .store_result(&r.as_ref().map(|_| ()).map_err(|e| e.clone()));
+        match r {
+            Ok(Lease::Ours(e)) => {
+                self.lease = Some((e, now_ms()));
+                self.full = true;
+                self.status.lease_epoch.store(e, Relaxed);
+                self.status.set_lease_holder(Some(format!("{e} {}", c.node)));
+                self.status.steal.store(false, Relaxed);
+                tracing::info!(epoch = e, takeover = steal, "ha: lease taken");
+                Ok(())
+            }
+            Ok(Lease::Held { holder, ttl_ms }) => {
+                self.status.set_lease_holder(Some(holder.clone()));
+                Err(format!(
+                    "fenced: the lease is held by {holder:?} for {ttl_ms} ms more, so another node is the active one; this node forwards nothing until the lease is free (tried every 100 ms)"
+                ))
+            }
+            Err(e) if self.status.stale_takeover_allowed() => {
+                tracing::warn!("ha: taking over without the lease (the state store is unreachable: {e}; allowed by ha.takeover_when_stale or --force); it is taken when the store answers");
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "fenced: cannot reach the state store {} to take the lease ({e}), so another node may be the active one; this node forwards nothing until it can (or: vgate ha-notify --force MASTER, ha.takeover_when_stale)",
+                store.addr()
+            )),
+        }
+    }
+
+    /// Asked to be the active one and must not forward: stays (or becomes) the standby,
+    /// counted once per episode; [`Node::promote`] tries again at every tick.
+    fn fence(&mut self, why: String) {
+        if self.status.fenced().is_none() {
+            self.status.fenced_total.fetch_add(1, Relaxed);
+            tracing::error!("ha: {why}");
+        }
+        self.status.set_fence(Some(why));
+    }
+
+    /// The active learns it no longer holds the lease (another node took it, or it ran out
+    /// while the store was away with `ha.store_loss = "stop-after-lease"`): it stops
+    /// forwarding now and becomes a fenced standby that reloads the holder's state.
+    fn lose_lease(&mut self, why: String) {
+        self.lease = None;
+        self.status.lease_epoch.store(0, Relaxed);
+        self.status.steal.store(false, Relaxed);
+        {
+            let _t = self
+                .status
+                .transition
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            self.routes.set_standby(true);
+            self.status.role.store(Role::Standby as u8, Relaxed);
+        }
+        self.become_copy();
+        self.fence(why);
+    }
+
+    /// No longer the writer: what this node holds becomes the copies the active's state
+    /// replaces at the next read (what the new active ended goes: sessions here, the SIP
+    /// proxies' bindings and dialogs at their next tick).
+    fn become_copy(&mut self) {
+        self.replicas = Replicas::adopt(&self.routes);
+        self.seq = None;
+        self.full = true;
+        tracing::warn!("ha: this node is no longer the active one: forwarding stopped");
+    }
+
+    /// Active → standby or fault: the gate is closed already ([`HaStatus::request`]); the
+    /// lease is given up (the peer takes it at once).
     fn demote(&mut self, to: Role) {
         self.routes.set_standby(true);
         self.status.role.store(to as u8, Relaxed);
-        self.replicas = Replicas::adopt(&self.routes);
-        self.seq = None;
-        tracing::warn!(
-            role = to.name(),
-            "ha: this node is no longer the active one: forwarding stopped"
-        );
+        if let (Some((epoch, _)), Some(store)) = (self.lease.take(), self.store.as_mut()) {
+            let r = store.release(&self.status.config.node, epoch);
+            self.status.store_result(&r);
+        }
+        self.status.lease_epoch.store(0, Relaxed);
+        tracing::info!(role = to.name(), "ha: demoted");
+        self.become_copy();
     }
 
     /// Active: the difference between the tables and the store, in one atomic batch.
     fn write(&mut self) {
+        if self.store.is_none() {
+            return;
+        }
+        let now = now_ms();
+        if self.lease.is_none() {
+            // Took over without it (the store was away, allowed): take it now, never from
+            // another holder.
+            match self.take_lease() {
+                Ok(()) if self.lease.is_some() => {}
+                Ok(()) => {
+                    self.full = true;
+                    return;
+                }
+                Err(why) => {
+                    self.lose_lease(why);
+                    return;
+                }
+            }
+        }
         let Some(store) = self.store.as_mut() else {
             return;
         };
-        let now = now_ms();
+        let lease = self
+            .lease
+            .map_or((0, 0), |(e, _)| (e, self.status.config.lease_ms));
         let mut snap: BTreeMap<String, String> = record::snapshot(&self.routes)
             .into_iter()
             .filter_map(|(k, (_, r))| serde_json::to_string(&r).ok().map(|j| (k, j)))
@@ -542,9 +708,10 @@ impl Node {
         self.status
             .store_pending
             .store((set.len() + del.len()) as u64, Relaxed);
-        if set.is_empty() && del.is_empty() && !self.full && now < self.last_heartbeat + 500 {
-            return;
-        }
+        // Every tick: the batch renews the lease (an empty one only renews it) and reads the
+        // generation back (a flushed store is seen within a tick).
+        let counted =
+            !set.is_empty() || !del.is_empty() || self.full || now >= self.last_heartbeat + 500;
         let wall = wall_ms();
         let node = &self.status.config.node;
         let gen = if self.full {
@@ -552,11 +719,25 @@ impl Node {
         } else {
             self.gen.clone()
         };
-        let r = store.write(node, &gen, self.full, &set, &del, wall);
+        let r = store.write(node, lease, &gen, self.full, &set, &del, wall);
         self.status
             .store_result(&r.as_ref().map(|_| ()).map_err(|e| e.clone()));
         match r {
-            Ok(held) => {
+            Ok((Lease::Held { holder, .. }, _)) => {
+                self.status.set_lease_holder(Some(holder.clone()));
+                self.lose_lease(format!(
+                    "fenced: the lease was taken by {holder:?} (a newer epoch than this node's {}): another node took over, so this node stopped forwarding and reloads its state; it forwards again only once the lease is free",
+                    lease.0
+                ));
+            }
+            Ok((Lease::Ours(_), held)) => {
+                if let Some(l) = self.lease.as_mut() {
+                    l.1 = now;
+                }
+                let lost = !self.full && held.as_deref() != Some(gen.as_str());
+                if !counted && !lost {
+                    return;
+                }
                 self.last_heartbeat = now;
                 if self.full {
                     self.status.store_resyncs.fetch_add(1, Relaxed);
@@ -574,7 +755,7 @@ impl Node {
                     tracing::warn!(
                         store = %store.addr(),
                         found = held.as_deref().unwrap_or("nothing"),
-                        "ha: the state store lost what this node wrote (flushed, restarted empty, or another writer): rewriting the whole"
+                        "ha: the state store lost what this node wrote (flushed, restarted empty, or a replica promoted before it had everything; the lease went with it and this batch took it again): rewriting the whole"
                     );
                     let _ = self.status.wake.try_send(());
                 }
@@ -582,8 +763,17 @@ impl Node {
             Err(e) => {
                 // The whole is rewritten once the store is back.
                 self.full = true;
-                if let Some(suppressed) = self.errors_log.check(now) {
-                    tracing::warn!(store = %store.addr(), suppressed, "ha: cannot write the state store, forwarding goes on: {e}");
+                let addr = store.addr();
+                let lease_ms = self.status.config.lease_ms;
+                let ran_out = self.lease.filter(|l| now.saturating_sub(l.1) > lease_ms);
+                if let (StoreLoss::StopAfterLease, Some((epoch, _))) =
+                    (self.status.config.store_loss, ran_out)
+                {
+                    self.lose_lease(format!(
+                        "fenced: the lease (epoch {epoch}) ran out ({lease_ms} ms, ha.lease_ms) while the state store {addr} was unreachable ({e}), and ha.store_loss is \"stop-after-lease\": this node stopped forwarding, another one may have taken over"
+                    ));
+                } else if let Some(suppressed) = self.errors_log.check(now) {
+                    tracing::warn!(store = %addr, suppressed, "ha: cannot write the state store, forwarding goes on: {e}");
                 }
             }
         }
@@ -614,6 +804,7 @@ impl Node {
                 .lag_ms
                 .store(wall_ms().saturating_sub(hb), Relaxed);
         }
+        self.status.set_lease_holder(read.lease.clone());
         if read.node.is_some() {
             self.status.text.lock().unwrap_or_else(|p| p.into_inner()).0 = read.node.clone();
         }

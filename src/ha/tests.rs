@@ -280,6 +280,53 @@ fn ha_section_rejects_unknown_keys_and_mode_xdp() {
     assert_eq!(h.node, "vgate");
     assert_eq!(h.stale_after_ms, crate::config::ha::DEFAULT_STALE_AFTER_MS);
     assert!(config::parse(&text(""), "t").unwrap().ha.is_none());
+    // The fencing lease: defaults (a config of the earlier release is accepted as it was),
+    // bounds, the store-loss choice.
+    assert_eq!(h.lease_ms, crate::config::ha::DEFAULT_LEASE_MS);
+    assert_eq!(h.store_loss, StoreLoss::KeepForwarding);
+    let e = config::parse(&text("[ha]\nlease_ms = 100"), "t").unwrap_err();
+    assert!(e.to_string().contains("ha.lease_ms"), "{e}");
+    let e = config::parse(&text("[ha]\nstore_loss = \"stop\""), "t").unwrap_err();
+    assert!(e.to_string().contains("stop-after-lease"), "{e}");
+    let c = config::parse(
+        &text("[ha]\nlease_ms = 2500\nstore_loss = \"stop-after-lease\""),
+        "t",
+    )
+    .unwrap();
+    let h = c.ha.unwrap();
+    assert_eq!(
+        (h.lease_ms, h.store_loss),
+        (2500, StoreLoss::StopAfterLease)
+    );
+}
+
+#[test]
+fn a_master_that_cannot_reach_the_store_for_the_lease_is_fenced_unless_forced() {
+    // Redis never answers: the standby is stale (refused) first; forced, it takes over
+    // without the lease (it is taken when the store answers).
+    let c = cfg("[ha]\nredis = \"127.0.0.1:1\"");
+    let routes = Arc::new(Routes::new(&c, Arc::new(NoHooks)));
+    let ha = Ha::start(c.ha.clone().unwrap(), Arc::clone(&routes)).unwrap();
+    ha.status.request(Role::Active);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(routes.is_standby());
+    assert!(ha.status.refusal().is_some());
+    ha.status.allow_stale_takeover();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while routes.is_standby() {
+        assert!(std::time::Instant::now() < deadline, "never became active");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        ha.status.lease_epoch.load(Relaxed),
+        0,
+        "no lease without the store"
+    );
+    assert!(ha.status.fenced().is_none());
+    // Back to standby: the fence and the takeover permission of the request go.
+    ha.status.request(Role::Standby);
+    assert!(routes.is_standby());
+    assert!(ha.status.fenced().is_none());
 }
 
 #[test]

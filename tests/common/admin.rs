@@ -1,5 +1,6 @@
 //! The admin interface client of the tests: `GET` a path (on the host or inside a network
-//! namespace), read one Prometheus sample or the sum of a family's samples.
+//! namespace), send a request with a body (`POST`), read one Prometheus sample or the sum
+//! of a family's samples.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -66,11 +67,16 @@ pub fn metric(text: &str, family: &str, labels: &[&str]) -> u64 {
 
 /// `POST path` with a JSON `body` at `addr`: the whole response (status line first).
 pub fn post(addr: &str, path: &str, body: &str) -> String {
+    request(addr, "POST", path, body)
+}
+
+/// `METHOD path` with a JSON `body` at `addr`: the whole response (status line first).
+pub fn request(addr: &str, method: &str, path: &str, body: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("admin interface {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();

@@ -9,7 +9,8 @@
 //! - [`vgate`]: the one `vgate run` launcher (in a namespace or not, ready, stop, totals);
 //! - [`admin`]: the admin interface client (`GET`, `POST`, JSON, metrics samples);
 //! - [`capture`]: `vgate capture-refused` runs, covert packets, the pcap file read back;
-//! - [`ha`]: the hot-standby tests' commands in namespaces, admin look-ups, keepalived;
+//! - [`ha`]: the hot-standby pair of the namespace tests and what every HA bed shares (commands
+//!   in namespaces, admin look-ups, keepalived, the health watcher);
 //! - [`split`]: the split appliance's four-namespace bed, its halves and numbered traffic;
 //! - [`relay`]: numbered RTP senders and checking sinks of the engine tests;
 //! - [`udp`]: plain UDP peers (a counting sink);

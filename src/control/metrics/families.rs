@@ -350,7 +350,7 @@ pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_ha_state_store_lost_total",
         "counter",
-        "Hot standby, on the active: batches that found the state store had lost this node's writes (flushed, restarted empty, another writer); each is followed by a whole rewrite",
+        "Hot standby, on the active: batches that found the state store had lost this node's writes (flushed, restarted empty, a replica promoted early); each is followed by a whole rewrite",
     ),
     (
         "vgate_ha_lag_seconds",
@@ -376,6 +376,21 @@ pub const HA_FAMILIES: &[(&str, &str, &str)] = &[
         "vgate_ha_takeovers_refused_total",
         "counter",
         "Hot standby: takeovers this node refused because its copy of the state was stale",
+    ),
+    (
+        "vgate_ha_fenced_total",
+        "counter",
+        "Hot standby: times this node, asked to be the active one, could not hold the fencing lease and forwarded nothing",
+    ),
+    (
+        "vgate_ha_fenced",
+        "gauge",
+        "Hot standby: 1 while this node is fenced (asked to be active, another node holds the lease)",
+    ),
+    (
+        "vgate_ha_lease_epoch",
+        "gauge",
+        "Hot standby: the fencing lease epoch this node holds (0: none)",
     ),
     (
         "vgate_ha_last_takeover_timestamp_seconds",

@@ -551,6 +551,9 @@ fn ha_families(o: &mut out::Out, st: &ControlState) {
     o.family("vgate_ha_replica_errors_total");
     o.family("vgate_ha_takeovers_total");
     o.family("vgate_ha_takeovers_refused_total");
+    o.family("vgate_ha_fenced_total");
+    o.family("vgate_ha_fenced");
+    o.family("vgate_ha_lease_epoch");
     o.family("vgate_ha_last_takeover_timestamp_seconds");
     let Some(h) = h else {
         return;
@@ -605,6 +608,9 @@ fn ha_families(o: &mut out::Out, st: &ControlState) {
         &[],
         h.takeovers_refused.load(Relaxed),
     );
+    o.sample("vgate_ha_fenced_total", &[], h.fenced_total.load(Relaxed));
+    o.sample("vgate_ha_fenced", &[], u8::from(h.fenced().is_some()));
+    o.sample("vgate_ha_lease_epoch", &[], h.lease_epoch.load(Relaxed));
     o.sample(
         "vgate_ha_last_takeover_timestamp_seconds",
         &[],

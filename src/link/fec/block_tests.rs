@@ -259,3 +259,28 @@ fn hostile_block_frames_never_panic() {
         }
     }
 }
+
+/// A lane's first frames lost in a burst its block cannot repair (blocks closed short by
+/// time: 20 data and 2 repair frames, 22 on the wire) are counted `lost` exactly, as the same
+/// burst later in the lane is: the block's positions show them, though no stream's sequence
+/// can (a route's first datagram here is where its count starts, `routes::stream`). What the
+/// link cannot see either: a whole block lost before the lane's first frame here.
+#[test]
+fn a_lanes_first_frames_lost_are_counted_exactly() {
+    let fec = default_block();
+    // (wire frames lost, lost counted, rebuilt, delivered in all)
+    for (lose, lost, repaired, out_len) in [
+        (0..10, 10, 0, 390),  // the lane's first 10 data frames
+        (44..54, 10, 0, 390), // the same burst in the third block
+        (0..2, 0, 2, 400),    // as many as the block's repairs: rebuilt
+        (22..32, 10, 0, 390), // the second block's first 10
+        (0..24, 0, 2, 380),   // the first block whole (unseen), then 2 of the next (rebuilt)
+    ] {
+        let (out, c) = run(fec, 400, 20, 0, |w| lose.contains(&w), false);
+        assert_eq!(
+            (c.lost, c.repaired, out.len()),
+            (lost, repaired, out_len),
+            "lost frames {lose:?}: {c:?}"
+        );
+    }
+}

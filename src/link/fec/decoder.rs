@@ -4,14 +4,20 @@
 //! window.
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
-use reed_solomon_simd::ReedSolomonDecoder;
+use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
 
 use crate::link::reorder::{Reorder, ReorderCounts};
 use crate::wire::link::{HeaderError, Kind, LinkPacket, MAX_K, MAX_M, SHARD_PREFIX};
 
+use super::locator::LocatorEngine;
+use super::oneloss::OneLoss;
 use super::{
     codecs, coded_len, Fec, FRAME_CAP, MAX_LANES, MAX_PAYLOAD, RESTART_GAP, WINDOW_BLOCKS,
 };
+
+/// The block code's decoder: the crate's, with the erasure locator evaluated directly
+/// ([`LocatorEngine`]).
+type BlockDecoder = DefaultRateDecoder<LocatorEngine>;
 
 /// Bits of positions `0..k` of a block (`k <= 128`).
 fn data_mask(k: usize) -> u128 {
@@ -26,7 +32,8 @@ fn data_mask(k: usize) -> u128 {
 /// size) or the block code's decoder.
 struct Codecs<'a> {
     gf8: &'a [ReedSolomon],
-    leopard: Option<&'a mut ReedSolomonDecoder>,
+    leopard: Option<&'a mut BlockDecoder>,
+    one: Option<&'a mut OneLoss>,
 }
 
 /// What a receiver counted, cumulative. Single writer (the link's receive worker).
@@ -110,7 +117,9 @@ pub struct Decoder {
     codecs: Vec<ReedSolomon>,
     /// The block code's decoder, shared by the lanes, its work buffers sized for the
     /// largest block when the decoder is made.
-    leopard: Option<Box<ReedSolomonDecoder>>,
+    leopard: Option<Box<BlockDecoder>>,
+    /// The block code's path for one data frame lost ([`OneLoss`]).
+    one: Option<Box<OneLoss>>,
     lanes: Vec<Option<Box<Lane>>>,
     /// Each lane's reorder window (when `hold_ms` > 0).
     orders: Vec<Option<Box<Reorder>>>,
@@ -134,13 +143,22 @@ impl Decoder {
             codecs: fec.map(codecs).unwrap_or_default(),
             leopard: fec.filter(Fec::block_code).map(|f| {
                 Box::new(
-                    ReedSolomonDecoder::new(
+                    BlockDecoder::new(
                         usize::from(f.k),
                         usize::from(f.m),
                         coded_len(MAX_PAYLOAD + super::SHARD_PREFIX),
+                        LocatorEngine::new(),
+                        None,
                     )
                     .expect("block sizes were checked against the code's limits"),
                 )
+            }),
+            one: fec.filter(Fec::block_code).map(|f| {
+                Box::new(OneLoss::new(
+                    usize::from(f.k),
+                    usize::from(f.m),
+                    coded_len(MAX_PAYLOAD + super::SHARD_PREFIX),
+                ))
             }),
             lanes: (0..MAX_LANES).map(|_| None).collect(),
             orders: (0..MAX_LANES).map(|_| None).collect(),
@@ -267,6 +285,7 @@ impl Decoder {
                 Codecs {
                     gf8: &self.codecs,
                     leopard: self.leopard.as_deref_mut(),
+                    one: self.one.as_deref_mut(),
                 },
                 fec,
                 &mut self.counts,
@@ -475,7 +494,7 @@ fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
     let region = &mut lane.shards[base..base + per * FRAME_CAP];
     let lens = &lane.shard_lens[slot * per..(slot + 1) * per];
     let rebuilt = match codecs.leopard {
-        Some(dec) => rebuild_block_code(dec, region, lens, &b),
+        Some(dec) => rebuild_block_code(dec, codecs.one, region, lens, &b),
         None => rebuild_gf8(codecs.gf8, region, lens, &b),
     };
     if !rebuilt {
@@ -538,14 +557,36 @@ fn rebuild_gf8(codecs: &[ReedSolomon], region: &mut [u8], lens: &[usize], b: &Bl
 /// decoder (its buffers were sized for the largest block: no allocation), the restored
 /// ones come back into their slots.
 fn rebuild_block_code(
-    dec: &mut ReedSolomonDecoder,
+    dec: &mut BlockDecoder,
+    one: Option<&mut OneLoss>,
     region: &mut [u8],
     lens: &[usize],
     b: &Block,
 ) -> bool {
     let (k, m, coded) = (b.k, b.m, b.shard_len);
     // The sender codes even lengths; a repair shard of an odd one is not of this block.
-    if coded % 2 != 0 || dec.reset(k, m, coded).is_err() {
+    if coded % 2 != 0 {
+        return false;
+    }
+    let missing = data_mask(k) & !b.present;
+    let repairs = (b.present >> k) & data_mask(m);
+    if let (Some(one), 1, true) = (one, missing.count_ones(), repairs != 0) {
+        // One data frame lost (the common case): from one repair frame and the others.
+        let lost = missing.trailing_zeros() as usize;
+        let j = repairs.trailing_zeros() as usize;
+        let mut fits = lens[k + j] == coded;
+        for (i, chunk) in region.chunks_mut(FRAME_CAP).take(k).enumerate() {
+            if i != lost && lens[i] <= coded {
+                chunk[lens[i]..coded].fill(0);
+            } else if i != lost {
+                fits = false;
+            }
+        }
+        if fits && one.rebuild(k, m, coded, lost, j, region, FRAME_CAP) {
+            return true;
+        }
+    }
+    if dec.reset(k, m, coded).is_err() {
         return false;
     }
     let mut given = 0;

@@ -25,10 +25,12 @@
 //!   encoding costs ≈ 0.25 µs per datagram at 116+12 (12× less than 8+2 with
 //!   `reed-solomon-erasure`, whose cost grows with k × m); `raptorq` allocates per
 //!   object, is not MDS (it needs a few frames more than `k`) and its encoder is slower
-//!   at these block sizes. The price: Leopard's decoder has a fixed cost of a few hundred
-//!   µs per rebuilt block (it evaluates the erasure locator over the whole field, 2^16
-//!   points), whatever the block's size, so it pays to rebuild once per long block rather
-//!   than per short one; a block without loss costs no decoding at all.
+//!   at these block sizes. Decoding: the crate's decoder evaluates the erasure locator over
+//!   the whole field (two 2^16-point transforms, ~3 million instructions per rebuilt block
+//!   whatever its size); the link's evaluates it only at the block's positions
+//!   ([`LocatorEngine`], `locator`), and rebuilds a block that lost one data frame from one
+//!   repair frame without the transforms (`oneloss`): figures in `docs/bench-split.md`
+//!   (`scripts/bench-fec.sh`, callgrind). A block without loss costs no decoding at all.
 //!   `k + m <= MAX_BLOCK_SHARDS` (128): the receiver's presence masks are 128 bits.
 //!
 //! Both encode from caller-owned slices (the sender encodes straight from the frames it
@@ -61,7 +63,8 @@
 //! that stalled mid-block loses nothing). With FEC off the lane only follows the sequence: gaps count as lost, late
 //! arrivals are delivered and counted.
 //!
-//! This folder: `encoder` (the sender's lane), `decoder` (the receiver's lanes and windows);
+//! This folder: `encoder` (the sender's lane), `decoder` (the receiver's lanes and windows),
+//! `locator` and `oneloss` (the block code's decoding);
 //! this file holds the setting ([`Fec`]) and the sizes both sides share.
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
@@ -72,11 +75,14 @@ use crate::wire::link::{MAX_BLOCK_SHARDS, MAX_K, MAX_M};
 mod block_tests;
 mod decoder;
 mod encoder;
+mod locator;
+mod oneloss;
 #[cfg(test)]
 mod tests;
 
 pub use decoder::{Decoder, DecoderCounts};
 pub use encoder::Encoder;
+pub use locator::LocatorEngine;
 
 pub use crate::wire::link::{data_mask, FRAME_CAP, MAX_LANES, MAX_PAYLOAD, SHARD_PREFIX};
 /// Room before each of the sender's frames for the Ethernet, IPv4 and UDP headers: an

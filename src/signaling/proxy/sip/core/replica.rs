@@ -84,6 +84,8 @@ pub(super) struct ReplicaState {
     calls: HashSet<Vec<u8>>,
     /// Copied calls whose media session is not linked yet, with its key.
     unlinked: BTreeMap<Vec<u8>, String>,
+    /// Whether the routes were the standby's at the last look (a demotion is seen here).
+    was_standby: bool,
 }
 
 fn face_name(f: Face) -> &'static str {
@@ -138,6 +140,7 @@ impl Core {
         {
             return;
         }
+        self.follow_role();
         let mut seen = self.replica.seen;
         if let Some(recs) = self.routes.board.imported(&self.producer(), &mut seen) {
             self.replica.seen = seen;
@@ -159,6 +162,19 @@ impl Core {
             // Bounded share of the SIP thread: large tables are published less often.
             self.replica.gap = t0.elapsed() * 10;
         }
+    }
+
+    /// Active → standby without a restart (keepalived stopped, a link flap, fenced): this
+    /// core's own bindings and calls become copies, so the next records from the store (the
+    /// new active's, read after the demotion) keep the ones it still holds and drop the
+    /// ones it ended; a call dropped so has its media session ended with the store's copy.
+    fn follow_role(&mut self) {
+        let standby = self.routes.is_standby();
+        if standby && !self.replica.was_standby {
+            self.replica.bindings.extend(self.bindings.keys().cloned());
+            self.replica.calls.extend(self.calls.keys().cloned());
+        }
+        self.replica.was_standby = standby;
     }
 
     /// This core's registrations and confirmed calls as records (key → JSON).

@@ -1,0 +1,196 @@
+//! The link FEC's instructions per media datagram, for callgrind (`scripts/bench-fec.sh`):
+//! `fec_cost FEC PERMILLE COUNT [STREAMS]` runs COUNT link datagrams (1322 bytes: a 1316-byte
+//! media payload and the stream header, round robin over STREAMS destination ports, 100 by
+//! default) through one [`Encoder`] → a fixed random loss of PERMILLE per 1000 frames →
+//! one [`Decoder`]. FEC is `off`, `K+M`, `block` or `block/P/F` (`fec_overhead` P,
+//! `fec_block_frames` F). Only `run` is meant to be counted (`--toggle-collect='fec_cost::run'`):
+//! the lanes' buffers are made before it. Prints what was sent, lost, delivered and rebuilt.
+//!
+//! `fec_cost decode K M LOST ROUNDS` decodes one block of K+M 1408-byte shards with LOST data
+//! shards missing, ROUNDS times with the crate's decoder (`decode_crate`) and
+//! with the link's decoder (`decode_link`: the same crate with the erasure locator evaluated
+//! directly, [`LocatorEngine`]); count each with `--toggle-collect='fec_cost::decode_crate'` or
+//! `'fec_cost::decode_link'`. Checks that both restore the same shards.
+
+use std::hint::black_box;
+
+use reed_solomon_simd::engine::{DefaultEngine, Engine};
+use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
+use reed_solomon_simd::ReedSolomonEncoder;
+use vgate::link::fec::{Decoder, Encoder, LocatorEngine};
+use vgate::link::Fec;
+use vgate::wire::link::LinkPacket;
+
+const LEN: usize = 1322;
+
+fn parse(s: &str) -> Option<Fec> {
+    let mut parts = s.split('/');
+    let head = parts.next().unwrap_or(s);
+    match (head, parts.next(), parts.next()) {
+        ("block", Some(p), Some(f)) => {
+            Some(Fec::block(f.parse().unwrap(), p.parse().unwrap(), 100).unwrap())
+        }
+        _ => Fec::parse(s).unwrap(),
+    }
+}
+
+struct Totals {
+    frames: u64,
+    lost: u64,
+    delivered: u64,
+    repaired: u64,
+}
+
+#[inline(never)]
+fn run(enc: &mut Encoder, dec: &mut Decoder, permille: u64, count: u64, streams: u16) -> Totals {
+    let payload = [0x5au8; LEN];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut t = Totals {
+        frames: 0,
+        lost: 0,
+        delivered: 0,
+        repaired: 0,
+    };
+    let mut send = |enc: &mut Encoder, dec: &mut Decoder, t: &mut Totals| {
+        for f in enc.ready() {
+            t.frames += 1;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 1000 < permille {
+                t.lost += 1;
+                continue;
+            }
+            let p = LinkPacket::new_checked(f).unwrap();
+            let _ = dec.receive(&p, 0, |_, _, pl, rebuilt| {
+                t.delivered += 1;
+                t.repaired += u64::from(rebuilt);
+                black_box(pl);
+            });
+        }
+        enc.mark_sent();
+    };
+    for i in 0..count {
+        if enc.must_flush() {
+            send(enc, dec, &mut t);
+        }
+        let dst = 30000 + (i % u64::from(streams)) as u16;
+        enc.push(dst, 20000, black_box(&payload), i as u32);
+    }
+    enc.close_block(0);
+    send(enc, dec, &mut t);
+    t
+}
+
+const SHARD: usize = 1408;
+
+/// The block: originals, then recovery shards.
+fn block(k: usize, m: usize) -> Shards {
+    let orig: Vec<Vec<u8>> = (0..k)
+        .map(|i| (0..SHARD).map(|j| (i * 31 + j * 7) as u8).collect())
+        .collect();
+    let mut enc = ReedSolomonEncoder::new(k, m, SHARD).unwrap();
+    for o in &orig {
+        enc.add_original_shard(o).unwrap();
+    }
+    let rec = enc
+        .encode()
+        .unwrap()
+        .recovery_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    (orig, rec)
+}
+
+type Shards = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// One decode of block `b` with its first `lost` originals missing (as many recovery shards
+/// given): a checksum of what was restored.
+#[inline(always)]
+fn decode<E: Engine>(
+    dec: &mut DefaultRateDecoder<E>,
+    k: usize,
+    m: usize,
+    lost: usize,
+    b: &Shards,
+) -> u64 {
+    dec.reset(k, m, SHARD).unwrap();
+    for (i, o) in b.0.iter().enumerate().skip(lost) {
+        dec.add_original_shard(i, o).unwrap();
+    }
+    for (j, r) in b.1.iter().enumerate().take(lost) {
+        dec.add_recovery_shard(j, r).unwrap();
+    }
+    let res = dec.decode().unwrap();
+    res.restored_original_iter()
+        .map(|(i, s)| u64::from(s[i % SHARD]))
+        .sum()
+}
+
+/// The crate's decoder (`ReedSolomonDecoder` is this rate with this engine).
+#[inline(never)]
+fn decode_crate(
+    dec: &mut DefaultRateDecoder<DefaultEngine>,
+    k: usize,
+    m: usize,
+    lost: usize,
+    b: &Shards,
+) -> u64 {
+    decode(dec, k, m, lost, b)
+}
+
+/// The link's: the same with the erasure locator evaluated directly.
+#[inline(never)]
+fn decode_link(
+    dec: &mut DefaultRateDecoder<LocatorEngine>,
+    k: usize,
+    m: usize,
+    lost: usize,
+    b: &Shards,
+) -> u64 {
+    decode(dec, k, m, lost, b)
+}
+
+fn decode_both(a: &[String]) {
+    let (k, m, lost, rounds): (usize, usize, usize, u32) = (
+        a[2].parse().unwrap(),
+        a[3].parse().unwrap(),
+        a[4].parse().unwrap(),
+        a[5].parse().unwrap(),
+    );
+    let b = block(k, m);
+    let expect: u64 = (0..lost).map(|i| u64::from(b.0[i][i % SHARD])).sum();
+    let mut theirs = DefaultRateDecoder::new(k, m, SHARD, DefaultEngine::new(), None).unwrap();
+    let mut ours = DefaultRateDecoder::new(k, m, SHARD, LocatorEngine::new(), None).unwrap();
+    for _ in 0..rounds {
+        assert_eq!(decode_crate(&mut theirs, k, m, lost, &b), expect);
+        assert_eq!(decode_link(&mut ours, k, m, lost, &b), expect);
+    }
+    println!("decode {k}+{m} lost {lost} rounds {rounds}: both restored the lost shards");
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a[1] == "decode" {
+        return decode_both(&a);
+    }
+    let fec = parse(&a[1]);
+    let permille: u64 = a[2].parse().unwrap();
+    let count: u64 = a[3].parse().unwrap();
+    let streams: u16 = a.get(4).map_or(100, |s| s.parse().unwrap());
+    let mut enc = Encoder::new(0, 1, fec, 32);
+    let mut dec = Decoder::new(fec);
+    // The decoder's lane (its buffers) is made at its first frame: before `run`.
+    enc.push(29999, 20000, &[0u8; LEN], 0);
+    enc.close_block(0);
+    for f in enc.ready() {
+        let p = LinkPacket::new_checked(f).unwrap();
+        let _ = dec.receive(&p, 0, |_, _, _, _| {});
+    }
+    enc.mark_sent();
+    let t = run(&mut enc, &mut dec, permille, count, streams);
+    println!(
+        "{} {permille} {count} frames {} lost {} delivered {} repaired {}",
+        a[1], t.frames, t.lost, t.delivered, t.repaired
+    );
+}
