@@ -70,13 +70,14 @@ pub fn post(addr: &str, path: &str, body: &str) -> String {
     request(addr, "POST", path, body)
 }
 
-/// `METHOD path` with a JSON `body` at `addr`: the whole response (status line first).
+/// `METHOD path` with a JSON `body` at `addr`: the whole response (status line first,
+/// `HTTP/1.1`; the answers to these are short, never chunked).
 pub fn request(addr: &str, method: &str, path: &str, body: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("admin interface {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
