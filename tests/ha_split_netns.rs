@@ -36,8 +36,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::ha::{
-    admin_json, ip, logs_of, metric_with, ns_sh, role, spawn_logged, start_watcher, wait_for,
-    Keepalived, ADMIN,
+    admin_json, ip, logs_of, metric_with, ns_sh, role, spawn_logged, spawn_redis, start_watcher,
+    wait_for, Keepalived, ADMIN,
 };
 use common::proc::Proc;
 use common::split::{
@@ -382,28 +382,11 @@ fn kill9_of_the_active_half_a_node_the_other_takes_over_and_half_b_takes_its_fra
     let mut procs: Vec<Proc> = Vec::new();
     for (node, last) in [("a1", 11), ("a2", 12)] {
         let dir = net.path("");
-        procs.push(spawn_logged(
+        procs.push(spawn_redis(
             &net.ns(node),
-            &[
-                "redis-server",
-                "--bind",
-                "127.0.0.1",
-                &format!("10.71.9.{last}"),
-                "--port",
-                "6379",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-                "--dir",
-                &dir,
-                "--repl-timeout",
-                "5",
-                "--repl-ping-replica-period",
-                "1",
-            ],
+            &["127.0.0.1", &format!("10.71.9.{last}")],
+            &dir,
+            &["--repl-timeout", "5", "--repl-ping-replica-period", "1"],
             &net.path(&format!("redis-{node}.log")),
         ));
     }

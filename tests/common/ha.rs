@@ -304,23 +304,11 @@ impl Pair {
 
     pub fn start_redis(&mut self) {
         let dir = self.net.path("");
-        self.redis = Some(spawn_logged(
+        self.redis = Some(spawn_redis(
             &self.net.ns("m"),
-            &[
-                "redis-server",
-                "--bind",
-                "10.69.0.100",
-                "--port",
-                "6379",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-                "--dir",
-                &dir,
-            ],
+            &["10.69.0.100"],
+            &dir,
+            &[],
             &self.net.path("redis.log"),
         ));
     }
@@ -1239,6 +1227,27 @@ vrrp_instance gw {{
             log,
         )
     }
+}
+
+/// `redis-server` in `ns` on port 6379 of the addresses `bind`, nothing saved, its files in
+/// `dir`, `extra` options after; logging to `log`.
+pub fn spawn_redis(ns: &str, bind: &[&str], dir: &str, extra: &[&str], log: &str) -> Proc {
+    let mut args = vec!["redis-server", "--bind"];
+    args.extend_from_slice(bind);
+    args.extend_from_slice(&[
+        "--port",
+        "6379",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+        "--dir",
+        dir,
+    ]);
+    args.extend_from_slice(extra);
+    spawn_logged(ns, &args, log)
 }
 
 /// `vgate health --track-file FILE --every-ms 50` in `ns` (what `vgate-ha-health.service`
