@@ -27,7 +27,7 @@ instr() {
     # To a file, not read from a pipe: read would return while valgrind still writes its
     # profile, and callgrind_annotate would read half of it.
     valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" --toggle-collect="$toggle" \
-        "$bin" "$name" "$codec" "$pt" "$clock" $mode >"$tmp/out" 2>/dev/null </dev/null
+        "$bin" "$name" "$codec" "$pt" "$clock" ${mode:+"$mode"} >"$tmp/out" 2>/dev/null </dev/null
     read -r _ n pass bytes <"$tmp/out"
     # awk reads all of it (grep -m1 would close the pipe early: SIGPIPE under pipefail).
     ir=$(callgrind_annotate "$tmp/cg" 2>/dev/null |

@@ -109,8 +109,11 @@ fi
 # refuse the bed's one-channel veth ring (two CPUs wrote its slots at once: route counts off,
 # iperf "losses"), then with force_ring_lock=1 channel_netns and engine_netns must pass.
 reload_pf_ring() {
-    rmmod pf_ring && insmod "$MODS/pf_ring.ko" "force_ring_lock=$1" ||
-        { say "FAIL reloading pf_ring.ko with force_ring_lock=$1"; failed=1; return 1; }
+    if ! { rmmod pf_ring && insmod "$MODS/pf_ring.ko" "force_ring_lock=$1"; }; then
+        say "FAIL reloading pf_ring.ko with force_ring_lock=$1"
+        failed=1
+        return 1
+    fi
 }
 if has channel; then
     if reload_pf_ring 0; then
