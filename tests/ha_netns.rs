@@ -881,7 +881,7 @@ fn percentile(v: &[f64], p: f64) -> f64 {
 /// tables equal, every call ended by a BYE (3 by the platform, 2 by the device) through
 /// the last active, the routes removed, and neither node holds a session, route or port.
 #[test]
-#[ignore]
+#[ignore = "benchmark: scripts/bench-ha.sh"]
 fn bench_failover() {
     require!(true, NEEDS);
     let rounds: usize = std::env::var("VGATE_HA_BENCH_ROUNDS")
