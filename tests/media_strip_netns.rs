@@ -13,7 +13,12 @@
 //!   does, the counters say exactly how many were stripped and why, and the PS received in
 //!   B decodes to as many frames as the original.
 //!
-//! Needs root, iproute2, ffmpeg (with libx264) and ffprobe.
+//! - on a split appliance (`common::split`, modes stack, tnapi, zc), half A, which receives
+//!   the PS stream from domain A, strips it (or, with `enforce`, drops what carries data)
+//!   before its one-way link; half B validates what the link hands it and finds nothing to
+//!   refuse; the viewer in domain B gets no marked byte.
+//!
+//! Needs root, iproute2, nftables (the split bed), ffmpeg (with libx264) and ffprobe.
 
 mod common;
 
@@ -26,6 +31,7 @@ use std::time::Duration;
 use common::admin::metric;
 use common::media_bed::{self, Outcome, ENCODER_FRAMES};
 use common::prerequisites;
+use common::split::{half_config_mode, route, start_half, SplitBed, FACE_A, FACE_B};
 
 const MARK: &[u8] = b"COVERT-DATA-";
 
@@ -324,3 +330,234 @@ fn strip_cuts_covert_data_and_the_streams_still_decode_xdp() {
         run("xdp");
     }
 }
+
+/// Half A (domain A's PS camera on port 20000 -> half B's face at 21000) and half B (the link
+/// -> the viewer at `DB_IP:6000`) in `mode`, both validating the route as PS with `validate`
+/// on half A and `enforce` on half B. Sends the PS replay with private data from domain A and
+/// returns what the viewer received, the marked and cut counts, and both halves' totals and
+/// metrics.
+fn split_run(mode: &str, validate: &str) -> SplitOutcome {
+    let bed = SplitBed::up();
+    let media = "media = { codec = \"ps\", payload_types = [96] }\n";
+    let (da, db) = (bed.get("DA_IP"), bed.get("DB_IP"));
+    let routes_a = route(
+        "ps",
+        "a",
+        20000,
+        &format!("{FACE_B}:21000"),
+        30000,
+        &format!("{da}:5000"),
+    ) + media;
+    let routes_b = route(
+        "ps",
+        "a",
+        21000,
+        &format!("{db}:6000"),
+        30000,
+        &format!("{FACE_A}:30000"),
+    ) + media;
+    let with_media = |v: &str, routes: &str| format!("[media]\nvalidate = \"{v}\"\n{routes}");
+    let a = start_half(
+        &bed,
+        "a",
+        &half_config_mode(
+            &bed,
+            "a",
+            mode,
+            "off",
+            "off",
+            &with_media(validate, &routes_a),
+        ),
+    );
+    let b = start_half(
+        &bed,
+        "b",
+        &half_config_mode(
+            &bed,
+            "b",
+            mode,
+            "off",
+            "off",
+            &with_media("enforce", &routes_b),
+        ),
+    );
+    let (ps, marked, cut) = ps_with_private_data();
+    let sent = ps.len() as u64;
+    // The viewer keeps every datagram until 2 s after the last one (or 60 s in all).
+    let (db_ns, db_ip) = (bed.get("DB_NS").to_owned(), bed.ip("DB_IP"));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let viewer = std::thread::spawn(move || {
+        common::enter_netns(&db_ns).unwrap();
+        let s = std::net::UdpSocket::bind(std::net::SocketAddrV4::new(db_ip, 6000)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut got, mut buf) = (Vec::new(), [0u8; 2048]);
+        let start = std::time::Instant::now();
+        let mut idle = 0;
+        while start.elapsed() < Duration::from_secs(60) && got.len() < sent as usize {
+            match s.recv(&mut buf) {
+                Ok(n) => {
+                    got.push(buf[..n].to_vec());
+                    idle = 0;
+                }
+                // Quiet for 2 s after the first arrival, or for 20 s before it.
+                Err(_) if got.is_empty() && idle < 10 => idle += 1,
+                Err(_) => break,
+            }
+        }
+        got
+    });
+    ready_rx.recv().unwrap();
+    let (da_ns, da_ip, ga) = (
+        bed.get("DA_NS").to_owned(),
+        bed.ip("DA_IP"),
+        bed.ip("GA_IP"),
+    );
+    common::in_netns(&da_ns, move || {
+        let s = std::net::UdpSocket::bind(std::net::SocketAddrV4::new(da_ip, 5000)).unwrap();
+        for p in &ps {
+            s.send_to(p, std::net::SocketAddrV4::new(ga, 20000))
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let received = viewer.join().unwrap();
+    let metrics_a = common::split::admin_get(&bed, "a", "/metrics");
+    let metrics_b = common::split::admin_get(&bed, "b", "/metrics");
+    SplitOutcome {
+        received,
+        sent,
+        marked,
+        cut,
+        a: a.stop(),
+        b: b.stop(),
+        metrics_a,
+        metrics_b,
+    }
+}
+
+struct SplitOutcome {
+    received: Vec<Vec<u8>>,
+    sent: u64,
+    marked: u64,
+    cut: u64,
+    a: common::vgate::Totals,
+    b: common::vgate::Totals,
+    metrics_a: String,
+    metrics_b: String,
+}
+
+/// Half A strips before its link; half B, validating what the link hands it, refuses nothing.
+fn split_strip(mode: &str) {
+    let o = split_run(mode, "strip");
+    let stripped = |reason: &str| {
+        metric(
+            &o.metrics_a,
+            "vgate_route_media_stripped_total",
+            &["route=\"ps\"", &format!("reason=\"{reason}\"")],
+        )
+    };
+    let (private, padding) = (stripped("ps_private_stream"), stripped("ps_padding"));
+    println!(
+        "split {mode} strip: sent={} viewer={} marked={} cut={} private={private} padding={padding}",
+        o.sent,
+        o.received.len(),
+        o.marked,
+        o.cut
+    );
+    assert!(o.marked >= 2, "frames with private data: {}", o.marked);
+    assert_eq!(o.a.route("ps", "rx_packets"), o.sent, "half A took all in");
+    assert_eq!(
+        private + padding,
+        o.cut,
+        "half A: one strip per packet:\n{}",
+        o.metrics_a
+    );
+    assert_eq!(o.a.route("ps", "drop_media_invalid"), 0, "{}", o.a.raw);
+    assert_eq!(o.a.route("ps", "tx_packets"), o.sent, "{}", o.a.raw);
+    assert_eq!(o.b.route("ps", "tx_packets"), o.sent, "{}", o.b.raw);
+    assert_eq!(
+        o.b.route("ps", "drop_media_invalid"),
+        0,
+        "half B found nothing to refuse:\n{}",
+        o.metrics_b
+    );
+    assert_eq!(
+        o.received.len() as u64,
+        o.sent,
+        "every packet reached the viewer"
+    );
+    let out: Vec<u8> = o.received.iter().flat_map(|p| p[12..].to_vec()).collect();
+    assert!(
+        !contains(&out, MARK),
+        "marked private data reached domain B"
+    );
+    assert!(
+        !contains(&out, &[0, 0, 1, 0xbd]) && !contains(&out, &[0, 0, 1, 0xbf]),
+        "a private stream reached domain B"
+    );
+    assert!(seq_continuous(&o.received), "the sequence has a gap");
+    let original: Vec<u8> = ps_fixture().iter().flat_map(|p| p[12..].to_vec()).collect();
+    assert_eq!(
+        frames(&out, "mpeg", &format!("split-{mode}-ps.mpg")),
+        frames(&original, "mpeg", &format!("split-{mode}-orig.mpg")),
+        "the stripped PS decodes to the original's frames"
+    );
+}
+
+/// With `enforce` on half A, every packet that carries a private stream is dropped there,
+/// before the link, counted by reason; the rest crosses and half B refuses nothing.
+fn split_enforce(mode: &str) {
+    let o = split_run(mode, "enforce");
+    let private = metric(
+        &o.metrics_a,
+        "vgate_route_media_invalid_total",
+        &["route=\"ps\"", "reason=\"ps_private_stream\""],
+    );
+    let invalid = o.a.route("ps", "drop_media_invalid");
+    println!(
+        "split {mode} enforce: sent={} viewer={} marked={} private={private} invalid={invalid}",
+        o.sent,
+        o.received.len(),
+        o.marked
+    );
+    assert!(o.marked >= 2, "frames with private data: {}", o.marked);
+    assert_eq!(o.a.route("ps", "rx_packets"), o.sent);
+    assert_eq!(
+        private, o.marked,
+        "half A refused each marked packet as a private stream:\n{}",
+        o.metrics_a
+    );
+    assert_eq!(invalid, o.marked, "and nothing else:\n{}", o.metrics_a);
+    assert_eq!(o.a.route("ps", "tx_packets"), o.sent - o.marked);
+    assert_eq!(o.b.route("ps", "drop_media_invalid"), 0, "{}", o.metrics_b);
+    assert_eq!(
+        o.received.len() as u64,
+        o.sent - o.marked,
+        "the rest crossed"
+    );
+    let out: Vec<u8> = o.received.iter().flat_map(|p| p[12..].to_vec()).collect();
+    assert!(
+        !contains(&out, MARK),
+        "marked private data reached domain B"
+    );
+}
+
+fn split_ready(test: &str) -> bool {
+    can_run(test) && prerequisites(test, true, &[("nft", "nftables")])
+}
+
+tests_of!(split_strip, if split_ready;
+    /// Stack mode: half A strips in its `recvmmsg` buffers before the link.
+    split_half_strips_before_its_link_stack => ("stack"),
+    /// Mode tnapi: half A strips in its AF_PACKET ring block.
+    split_half_strips_before_its_link_tnapi => ("tnapi"),
+    /// Mode zc: half A strips in its UMEM frame.
+    split_half_strips_before_its_link_zc => ("zc"),
+);
+
+tests_of!(split_enforce, if split_ready;
+    split_half_refuses_before_its_link_stack => ("stack"),
+    split_half_refuses_before_its_link_tnapi => ("tnapi"),
+    split_half_refuses_before_its_link_zc => ("zc"),
+);
