@@ -400,9 +400,17 @@ fn stop_after_lease_the_active_that_lost_redis_stops_once_its_lease_ran_out_and_
         v1.log()
     );
     assert!(v1.log().contains("stop-after-lease"), "{}", v1.log());
-    assert!(v["fenced_reason"].as_str().is_some_and(|r| r.starts_with("fenced: ")), "{v}");
+    assert!(
+        v["fenced_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("fenced: ")),
+        "{v}"
+    );
     assert_eq!(v["role"], "standby", "the gate is closed: {v}");
-    assert_eq!(v["requested_role"], "active", "still keepalived's MASTER: {v}");
+    assert_eq!(
+        v["requested_role"], "active",
+        "still keepalived's MASTER: {v}"
+    );
     assert_eq!(v["lease_epoch"], 0, "{v}");
     assert_eq!(v["fenced_total"], 1, "{v}");
     assert_eq!(metric(&a1, "vgate_ha_fenced", &[]), 1);
