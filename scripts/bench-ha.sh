@@ -15,23 +15,30 @@
 # The measurement is the ignored test `bench_failover` in tests/ha_netns.rs; this script runs
 # it and prints its BENCH lines (p50/max per kind) with the load average.
 #
-#   scripts/bench-ha.sh [--rounds 10] [--kinds vgate,keepalived,links] [--advert-int 0.1] [--release]   (as root)
+#   scripts/bench-ha.sh [--rounds 10] [--kinds vgate,keepalived,links] [--advert-int 0.05]
+#                       [--rt-priority 40] [--release]   (as root)
 #
-#   --advert-int  keepalived's advert_int (seconds, VRRPv3; default 0.1 as in
-#                 systemd/keepalived-vgate.conf): the links-down failover waits for 3 of them
+#   --advert-int   keepalived's advert_int (seconds, VRRPv3; default 0.05 as in
+#                  systemd/keepalived-vgate.conf): the links-down failover waits for 3 of them
+#   --rt-priority  keepalived's vrrp_rt_priority (SCHED_RR; default 40 as in the example
+#                  config; 0: left out, the VRRP process as an ordinary one, to compare)
+# Per failover it also prints where the takeover's time went on the new active (GET
+# /api/v1/ha last_takeover: keepalived's MASTER, the notify hook's request, vgate's steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=10
 KINDS="vgate,keepalived,links"
 PROFILE=""
-ADVERT=0.1
+ADVERT=0.05
+RT=40
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
         --kinds) KINDS="$2"; shift 2 ;;
         --advert-int) ADVERT="$2"; shift 2 ;;
+        --rt-priority) RT="$2"; shift 2 ;;
         --release) PROFILE="--release"; shift ;;
-        *) echo "bench-ha.sh: unknown option $1 (--rounds N, --kinds LIST, --advert-int S, --release)" >&2; exit 2 ;;
+        *) echo "bench-ha.sh: unknown option $1 (--rounds N, --kinds LIST, --advert-int S, --rt-priority P, --release)" >&2; exit 2 ;;
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-ha.sh: needs root (network namespaces)" >&2; exit 1; }
@@ -41,11 +48,11 @@ done
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 log=$(mktemp /tmp/bench-ha.XXXXXX)
 status=0
-echo "advert_int $ADVERT s, rounds $ROUNDS, kinds $KINDS"
-CI=true VGATE_HA_ADVERT_INT="$ADVERT" VGATE_HA_BENCH_ROUNDS="$ROUNDS" VGATE_HA_BENCH_KINDS="$KINDS" \
+echo "advert_int $ADVERT s, vrrp_rt_priority $RT, rounds $ROUNDS, kinds $KINDS"
+CI=true VGATE_HA_ADVERT_INT="$ADVERT" VGATE_HA_RT_PRIORITY="$RT" VGATE_HA_BENCH_ROUNDS="$ROUNDS" VGATE_HA_BENCH_KINDS="$KINDS" \
     timeout $((ROUNDS * 3 * 30 + 300)) \
     cargo test $PROFILE --test ha_netns -- --ignored --nocapture --exact bench_failover >"$log" 2>&1 || status=$?
-grep -E '^BENCH ' "$log" || true
+grep -E '^(BENCH|STEPS) ' "$log" || true
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$status" -ne 0 ]; then
     echo "bench-ha.sh: the bench failed (exit $status); its output: $log" >&2

@@ -189,7 +189,8 @@ vgate answers. Meant as keepalived's track_script (see docs/ha.md)."
         /// every time it changes, for keepalived's track_file (weight 0); runs until SIGTERM.
         #[arg(long)]
         track_file: Option<PathBuf>,
-        /// With --track-file: milliseconds between two questions (each with this timeout).
+        /// With --track-file: milliseconds between two questions (each may take ten of them, at
+        /// least a second; a vgate that exits is seen at once, its admin connection closes).
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(20..=10_000))]
         every_ms: u64,
     },
@@ -570,14 +571,19 @@ fn health(admin: &AdminArgs) -> ExitCode {
 
 /// `vgate health --track-file FILE`: the health as keepalived's track_file wants it (0 OK,
 /// 1 fault), asked every `every` and written when it changes, until SIGTERM. A vgate that
-/// dies is seen within one interval (its admin port refuses), far sooner than a
-/// track_script's whole seconds.
+/// exits (a crash, `kill -9`) is seen at once, not at the next question: between questions
+/// the watcher waits on an idle connection to the admin port ([`Tripwire`]), which the
+/// kernel closes with the process, and then asks again (refused: written 1). A question
+/// times out only after [`question_timeout`] (ten intervals, at least a second), so a vgate
+/// slow to answer on a loaded machine is not taken for a dead one (a shorter timeout made
+/// the pair fail over under load); a vgate that hangs is seen then.
+///
+/// [`Tripwire`]: crate::control::client::Tripwire
 fn watch_health(admin: &AdminArgs, file: &std::path::Path, every: Duration) -> ExitCode {
     let stop = stop_flag();
     with_client(admin, |c| {
-        let c = c
-            .clone()
-            .with_timeout(every.max(Duration::from_millis(200)));
+        let mut wire = crate::control::client::Tripwire::new(c.addr);
+        let c = c.clone().with_timeout(question_timeout(every));
         let mut last: Option<bool> = None;
         while !stop.load(Relaxed) {
             let t0 = Instant::now();
@@ -601,10 +607,18 @@ fn watch_health(admin: &AdminArgs, file: &std::path::Path, every: Duration) -> E
                 }
                 last = Some(healthy);
             }
-            std::thread::sleep(every.saturating_sub(t0.elapsed()));
+            if wire.wait(every.saturating_sub(t0.elapsed())) && last == Some(true) {
+                eprintln!("vgate health: the admin connection closed: asking at once");
+            }
         }
         Ok(())
     })
+}
+
+/// How long one question of `vgate health --track-file` may take: ten intervals, at least a
+/// second (a dead vgate is seen at once anyway: its port closes, and refuses).
+fn question_timeout(every: Duration) -> Duration {
+    (every * 10).max(Duration::from_secs(1))
 }
 
 /// Prints a listing as pretty JSON or as the table `render` makes of it.

@@ -65,6 +65,17 @@ fn whole_node_failover(how: Kill) {
         role(&n1),
     );
     assert!(gap < Duration::from_secs(10), "gap {gap:?}");
+    if gap > Duration::from_secs(1) {
+        // Not a failure (a loaded machine), but worth reading.
+        let _ = writeln!(
+            std::io::stderr(),
+            "gap over 1 s; the logs:\n{}",
+            pair.show()
+        );
+    }
+    if how == Kill::Keepalived {
+        killed_keepalived_s_node_is_fenced(&pair);
+    }
 
     // The old active comes back: the standby, the route copied, no second interruption.
     let back = Instant::now();
@@ -105,6 +116,74 @@ fn whole_node_failover(how: Kill) {
         "the old active's return interrupted the stream: gap {gap2:?}, {lost2} lost\n{}",
         pair.show()
     );
+}
+
+/// n1's keepalived was killed with SIGKILL: nobody told its vgate, which is still MASTER
+/// for all it knows, and its gateway addresses stay on its links. n2 took the lease at its
+/// takeover, so n1's next batch is refused: n1 is fenced (it says so, counted, healthy) and
+/// forwards nothing. Shown by sending the stream to n1 itself for a second (the sender's
+/// neighbour entry for the gateway address pointed at n1's MAC, which still accepts it):
+/// n1 drops it all as `standby` and its forwarded counter does not move.
+fn killed_keepalived_s_node_is_fenced(pair: &Pair) {
+    let (n1, n2, a) = (pair.node(0), pair.node(1), pair.net.ns("a"));
+    wait_for(
+        "n1 fenced by n2's lease",
+        Duration::from_secs(10),
+        || admin_json(&n1, "/api/v1/ha").is_some_and(|v| v["fenced"] == true),
+        || pair.show(),
+    );
+    let v = admin_json(&n1, "/api/v1/ha").unwrap_or_default();
+    assert_eq!(
+        v["requested_role"], "active",
+        "still MASTER as far as n1 knows: {v}"
+    );
+    assert_eq!(v["role"], "standby", "the gate closed: {v}");
+    assert!(
+        v["fenced_reason"].to_string().contains("n2"),
+        "the holder named: {v}"
+    );
+    assert_eq!(metric(&n1, "vgate_ha_fenced"), 1);
+    let health = admin_json(&n1, "/api/v1/health").unwrap_or_default();
+    assert_eq!(health["healthy"], true, "{health}");
+    assert!(
+        health["warnings"].to_string().contains("fenced"),
+        "{health}"
+    );
+    assert!(
+        ns_sh(&n1, "ip -4 addr show dev ea").contains("10.61.0.1/"),
+        "the killed keepalived left its addresses"
+    );
+    let mac = |ns: &str| {
+        ns_sh(ns, "cat /sys/class/net/ea/address")
+            .trim()
+            .to_string()
+    };
+    let tx = |ns: &str| {
+        admin_json(ns, "/api/v1/stats")
+            .and_then(|v| v["channels"]["forward"]["tx_packets"].as_u64())
+            .unwrap_or(0)
+    };
+    let standby = |ns: &str| metric_with(ns, "vgate_channel_drops_total", &["reason=\"standby\""]);
+    let (tx0, drops0) = (tx(&n1), standby(&n1));
+    let to = |m: String| {
+        ns_sh(
+            &a,
+            &format!("ip neigh replace 10.61.0.1 lladdr {m} dev sw0 nud permanent && echo ok"),
+        )
+    };
+    assert_eq!(to(mac(&n1)).trim(), "ok");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(to(mac(&n2)).trim(), "ok");
+    // The stats snapshot is refreshed every second.
+    wait_for(
+        "n1's standby drops of what reached it",
+        Duration::from_secs(5),
+        || standby(&n1) >= drops0 + 50,
+        || pair.show(),
+    );
+    assert_eq!(tx(&n1), tx0, "a fenced node forwarded\n{}", pair.show());
+    // (The entry stays on n2, the active: deleted, the next ARP request would be answered
+    // by both nodes while n1 holds the addresses, until its keepalived runs again.)
 }
 
 #[test]
@@ -862,6 +941,90 @@ fn a_stale_standby_refuses_to_take_over_unless_forced() {
     stream.finish();
 }
 
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The time of an `ip -ts monitor` line (`[2026-12-04T18:27:05.873496] ...`) as wall ms
+/// (the machine's local time, UTC on the test machines, as the bench's `date` shows).
+fn monitor_time(line: &str) -> Option<u64> {
+    let stamp = line.strip_prefix('[')?.split_once(']')?.0;
+    let (date, time) = stamp.split_once('T')?;
+    let d: Vec<i64> = date.split('-').filter_map(|x| x.parse().ok()).collect();
+    let [year, month, day] = d[..] else {
+        return None;
+    };
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let t: Vec<i64> = hms.split(':').filter_map(|x| x.parse().ok()).collect();
+    let [h, m, sec] = t[..] else { return None };
+    // Days from the civil date (H. Hinnant's days_from_civil).
+    let (y, mo) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + (153 * mo + 2) / 5 + day - 1;
+    let days = era * 146_097 + doe - 719_468;
+    let us: i64 = format!("{frac:0<6}").get(..6)?.parse().ok()?;
+    Some(((days * 86_400 + h * 3600 + m * 60 + sec) * 1000 + us / 1000) as u64)
+}
+
+/// Where a failover's time went: from the failure to keepalived's MASTER on the new active
+/// (its address added, seen by `ip -ts monitor address`), to vgate's request (the notify hook: a process started by keepalived, then
+/// `vgate ha-notify`'s HTTP request), vgate's own steps to the open gate (`GET /api/v1/ha`
+/// `last_takeover`), and to the stream that came back last (its first packet after the gap).
+fn takeover_steps(
+    pair: &Pair,
+    new: usize,
+    (t0, t0_wall): (Instant, u64),
+    streams: &[(&str, Stream)],
+    t1: Instant,
+) -> String {
+    let since = |w: u64| w as i64 - t0_wall as i64;
+    // keepalived's MASTER: the gateway address added on the new active (keepalived adds
+    // its addresses on entering MASTER, before its notify hook; its own log has whole
+    // seconds only).
+    let master = std::fs::read_to_string(pair.net.path(&format!("monitor-n{}.txt", new + 1)))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("inet 10.62.0.1/") && !l.contains("Deleted"))
+        .filter_map(monitor_time)
+        .filter(|w| *w + 50 >= t0_wall)
+        .min();
+    let ha = admin_json(&pair.node(new), "/api/v1/ha").unwrap_or_default();
+    let t = &ha["last_takeover"];
+    let asked = t["asked_unix_ms"].as_u64().unwrap_or(0);
+    let total = t["total_ms"].as_f64().unwrap_or(f64::NAN);
+    // The stream that came back last: the end of its largest gap.
+    let resumed = streams
+        .iter()
+        .filter_map(|(_, s)| {
+            let a = s.arrivals();
+            a.windows(2)
+                .filter(|w| w[1].0 >= t0 && w[1].0 <= t1)
+                .max_by_key(|w| w[1].0 - w[0].0)
+                .map(|w| w[1].0)
+        })
+        .max()
+        .map(|i| (i - t0).as_secs_f64() * 1e3);
+    format!(
+        "MASTER at {} ms, vgate asked at {} ms (hook {} ms), gate open at {:.0} ms (wake {:.1}, read {:.1}, lease {:.1}, reread {:.1} ms), last stream back at {} ms",
+        master.map_or("?".into(), |m| since(m).to_string()),
+        since(asked),
+        master.map_or("?".into(), |m| (asked as i64 - m as i64).to_string()),
+        since(asked) as f64 + total,
+        t["wake_ms"].as_f64().unwrap_or(f64::NAN),
+        t["read_ms"].as_f64().unwrap_or(f64::NAN),
+        t["lease_ms"].as_f64().unwrap_or(f64::NAN),
+        t["reread_ms"].as_f64().unwrap_or(f64::NAN),
+        resumed.map_or("?".into(), |r| format!("{r:.0}")),
+    )
+}
+
 fn percentile(v: &[f64], p: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
@@ -1002,6 +1165,16 @@ fn bench_failover() {
             .unwrap_or("?")
             .to_string()
     };
+    // Each node's address changes with their times (where keepalived's MASTER was).
+    let _monitors: Vec<Proc> = (0..2)
+        .map(|i| {
+            spawn_logged(
+                &pair.node(i),
+                &["ip", "-ts", "monitor", "address"],
+                &pair.net.path(&format!("monitor-n{}.txt", i + 1)),
+            )
+        })
+        .collect();
     let mut active = 0usize;
     let mut results: Vec<(Kill, f64, u64, f64, u64)> = Vec::new();
     for round in 0..rounds {
@@ -1010,6 +1183,7 @@ fn bench_failover() {
             let (a_ns, s_ns) = (pair.node(active), pair.node(standby));
             let before: Vec<usize> = streams.iter().map(|(_, s)| s.count()).collect();
             let t0 = Instant::now();
+            let t0_wall = wall_ms();
             pair.fail(active, how);
             wait_for(
                 "every stream to resume through the standby",
@@ -1030,6 +1204,11 @@ fn bench_failover() {
             let gap = per.iter().map(|x| x.0).max().unwrap_or_default();
             let lost: u64 = per.iter().map(|x| u64::from(x.1)).sum();
             assert_eq!(role(&s_ns).as_deref(), Some("active"), "{}", pair.show());
+            let _ = writeln!(
+                std::io::stderr(),
+                "STEPS ha round {round} {how:?}: {}",
+                takeover_steps(&pair, standby, (t0, t0_wall), &streams, t1)
+            );
             // The failed node back: the standby, with everything copied.
             pair.bring_back(active, how);
             wait_for(
@@ -1095,6 +1274,26 @@ fn bench_failover() {
             percentile(&g2, 1.0),
         );
     }
+    // A keepalived whose VRRP process died on its own (RLIMIT_RTTIME at real-time priority:
+    // `vrrp_rlimit_rttime`) makes the figures a respawn's, not a failover's.
+    let died: usize = std::fs::read_dir(pair.net.dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("keepalived-"))
+        .map(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("VRRP child process") && l.contains("died"))
+                .count()
+        })
+        .sum();
+    let _ = writeln!(
+        std::io::stderr(),
+        "BENCH ha keepalived VRRP processes that died on their own: {died}"
+    );
+    assert_eq!(died, 0, "{}", pair.show());
     // Every call ends by a BYE through the last active (3 by the platform, 2 by the device).
     for (n, d) in calls.iter().enumerate() {
         hang_up(d, n < 3, 40, &platform, &device, &pair);

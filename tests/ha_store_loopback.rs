@@ -346,3 +346,135 @@ fn replicated_redis_the_active_s_killed_standby_stale_then_caught_up_then_takeov
     let v = ha(&a2);
     assert_eq!(v["state_store_up"], true, "{v}");
 }
+
+/// `ha.store_loss = "stop-after-lease"`: Redis killed under the active. The active forwards
+/// on until its lease ran out (`ha.lease_ms` since its last renewal, its own clock), then it
+/// is fenced: it forwards nothing (counted `standby`), says why, stays healthy for
+/// keepalived with the reason as a warning, counts the episode once. Meanwhile the standby
+/// is stale and a takeover is refused, so nobody forwards: the price of this mode, against
+/// two forwarders in a double partition (docs/ha.md). Redis back (empty): the fenced node
+/// takes the free lease (a new epoch), rewrites the whole and forwards on the same gateway
+/// port again; the standby copies it and is healthy again.
+#[test]
+fn stop_after_lease_the_active_that_lost_redis_stops_once_its_lease_ran_out_and_resumes() {
+    require!(false, NEEDS);
+    let dir = tempfile::tempdir().unwrap();
+    let store = "127.0.79.1:6384";
+    let mut redis_p = Some(redis(store, None, dir.path()));
+    let stop = "store_loss = \"stop-after-lease\"\nlease_ms = 1000\n";
+    let (a1, c1) = node(79, 81, "lo-1", store, "sal");
+    let (a2, c2) = node(80, 81, "lo-2", store, "sal");
+    let v1 = Vgate::start(&(c1 + stop));
+    let _v2 = Vgate::start(&(c2 + stop));
+    wait_healthy(&a1);
+    wait_healthy(&a2);
+    notify(&a1, "MASTER");
+    assert_eq!(ha(&a1)["store_loss"], "stop-after-lease");
+    add_route(&a1, 81, "cam", 20010, 30010, 40010);
+    wait_until("the standby's copy", Duration::from_secs(10), || {
+        holds_route(&a2, 20010)
+    });
+    let rx = receiver(81, 40010);
+    assert_eq!(forwarded(79, 81, 20010, &rx, 50), 50, "the active forwards");
+    assert!(ha(&a1)["lease_epoch"].as_u64() > Some(0));
+
+    // Redis killed: no answer, no renewal.
+    if let Some(mut r) = redis_p.take() {
+        r.signal(nix::sys::signal::Signal::SIGKILL);
+        let _ = r.wait_exit(Duration::from_secs(5));
+    }
+    let killed = std::time::Instant::now();
+    wait_until(
+        "the active fenced once its lease ran out",
+        Duration::from_secs(15),
+        || ha(&a1)["fenced"] == true,
+    );
+    let fenced_after = killed.elapsed();
+    let v = ha(&a1);
+    // Why, logged once per episode (the reason shown then says what it waits for: a
+    // lease it cannot take while Redis is away).
+    assert!(
+        v1.log()
+            .contains("while the state store 127.0.79.1:6384 was unreachable"),
+        "{}",
+        v1.log()
+    );
+    assert!(v1.log().contains("stop-after-lease"), "{}", v1.log());
+    assert!(
+        v["fenced_reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("fenced: ")),
+        "{v}"
+    );
+    assert_eq!(v["role"], "standby", "the gate is closed: {v}");
+    assert_eq!(
+        v["requested_role"], "active",
+        "still keepalived's MASTER: {v}"
+    );
+    assert_eq!(v["lease_epoch"], 0, "{v}");
+    assert_eq!(v["fenced_total"], 1, "{v}");
+    assert_eq!(metric(&a1, "vgate_ha_fenced", &[]), 1);
+    let h = health(&a1);
+    assert!(h["warnings"].to_string().contains("fenced: "), "{h}");
+    // Nothing forwarded now: every packet dropped as `standby`, counted.
+    let standby_drops = |a: &str| metric(a, "vgate_channel_drops_total", &["reason=\"standby\""]);
+    let drops0 = standby_drops(&a1);
+    assert_eq!(
+        forwarded(79, 81, 20010, &rx, 50),
+        0,
+        "a fenced node forwards nothing\n{}",
+        v1.log()
+    );
+    wait_until("the drops counted", Duration::from_secs(5), || {
+        standby_drops(&a1) >= drops0 + 50
+    });
+    // Still fenced after many more ticks: counted once per episode.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ha(&a1)["fenced_total"], 1);
+    // The standby cannot read either: stale, and it would refuse to take over.
+    wait_until("the standby stale", Duration::from_secs(10), || {
+        health(&a2)["problems"]
+            .to_string()
+            .contains("standby state stale")
+    });
+
+    // Redis back (empty): the fenced node takes the free lease and forwards again.
+    let resyncs0 = metric(
+        &a1,
+        "vgate_ha_state_store_writes_total",
+        &["kind=\"resync\""],
+    );
+    let _redis = redis(store, None, dir.path());
+    wait_until(
+        "the old active forwarding again with a lease",
+        Duration::from_secs(15),
+        || {
+            let v = ha(&a1);
+            v["role"] == "active" && v["fenced"] == false && v["lease_epoch"].as_u64() > Some(0)
+        },
+    );
+    assert_eq!(
+        forwarded(79, 81, 20010, &rx, 50),
+        50,
+        "forwarding again on the same gateway port\n{}",
+        v1.log()
+    );
+    assert!(
+        metric(
+            &a1,
+            "vgate_ha_state_store_writes_total",
+            &["kind=\"resync\""]
+        ) > resyncs0,
+        "the whole rewritten"
+    );
+    assert_eq!(ha(&a1)["fenced_total"], 1);
+    assert_eq!(metric(&a1, "vgate_ha_fenced", &[]), 0);
+    wait_until("the standby healthy again", Duration::from_secs(10), || {
+        health(&a2)["healthy"] == true
+    });
+    assert!(holds_route(&a2, 20010));
+    eprintln!(
+        "FIGURE ha stop-after-lease: fenced {:.0} ms after Redis was killed (ha.lease_ms 1000)",
+        fenced_after.as_secs_f64() * 1e3
+    );
+}

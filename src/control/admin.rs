@@ -331,6 +331,14 @@ fn ha_json(st: &ControlState) -> Answer {
         "store_loss": h.config.store_loss.name(),
         "stale_takeover_allowed": h.stale_takeover_allowed(),
         "last_takeover_unix_ms": h.last_takeover_wall_ms.load(Relaxed),
+        "last_takeover": h.last_takeover_steps().map(|t| json!({
+            "asked_unix_ms": t.asked_unix_ms,
+            "wake_ms": t.wake_ms,
+            "read_ms": t.read_ms,
+            "lease_ms": t.lease_ms,
+            "reread_ms": t.reread_ms,
+            "total_ms": t.total_ms,
+        })),
         "problems": problems,
         "warnings": warnings,
     }))

@@ -116,6 +116,63 @@ impl Client {
     }
 }
 
+/// A connection to the admin port held open and never used, so that a watcher learns at
+/// once when the vgate process is gone: its kernel closes every socket of a process that
+/// exits (a crash, `kill -9`), and [`Tripwire::wait`] returns the moment the peer closes,
+/// instead of the watcher finding out at its next question. A vgate that hangs keeps it
+/// open: only a question's timeout finds that.
+pub struct Tripwire {
+    addr: SocketAddr,
+    conn: Option<std::net::TcpStream>,
+}
+
+impl Tripwire {
+    pub fn new(addr: SocketAddr) -> Tripwire {
+        Tripwire { addr, conn: None }
+    }
+
+    /// Sleeps for `d`, or less: `true` when the connection was closed meanwhile (vgate
+    /// exited, or closed an idle connection: the caller asks at once and finds out which).
+    /// Not connected (vgate not running yet, or gone): connects first, sleeps `d` if it
+    /// cannot.
+    pub fn wait(&mut self, d: Duration) -> bool {
+        use std::io::Read as _;
+        if self.conn.is_none() {
+            self.conn =
+                std::net::TcpStream::connect_timeout(&self.addr, d.max(Duration::from_millis(1)))
+                    .ok();
+            if self.conn.is_none() {
+                std::thread::sleep(d);
+                return false;
+            }
+        }
+        let Some(c) = self.conn.as_mut() else {
+            return false;
+        };
+        if d.is_zero() || c.set_read_timeout(Some(d)).is_err() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        match c.read(&mut byte) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                false
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => false,
+            // EOF, a reset, or bytes (a server that gave up on an idle connection says why
+            // and closes): either way, this connection is done.
+            _ => {
+                self.conn = None;
+                true
+            }
+        }
+    }
+}
+
 fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }

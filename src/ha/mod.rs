@@ -147,6 +147,11 @@ pub struct HaStatus {
     pub last_takeover_wall_ms: AtomicU64,
     /// [`now_ms`] of the last takeover; 0: none.
     last_takeover_ms: AtomicU64,
+    /// When keepalived last asked for MASTER anew (the monotonic instant, and the wall
+    /// clock in ms to show): where a takeover's steps are counted from.
+    asked: Mutex<Option<(std::time::Instant, u64)>>,
+    /// How the last takeover spent its time, from the request to the open gate.
+    last_steps: Mutex<Option<TakeoverSteps>>,
     /// The writer the standby last saw, and the last state-store error.
     text: Mutex<(Option<String>, Option<String>)>,
     /// Held while the role changes ([`HaStatus::request`], the promotion's last step).
@@ -178,6 +183,8 @@ impl HaStatus {
         } else if before != role as u8 {
             // A takeover: this node may take the lease from the one that holds it.
             self.steal.store(true, Relaxed);
+            *self.asked.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((std::time::Instant::now(), wall_ms()));
         }
         if before != role as u8 {
             tracing::info!(role = role.name(), "ha: role requested");
@@ -251,6 +258,11 @@ impl HaStatus {
         self.stale(now).map(|s| {
             format!("{s}; refusing to take over (ha.takeover_when_stale, or vgate ha-notify --force MASTER)")
         })
+    }
+
+    /// How the last takeover spent its time (`None`: none yet).
+    pub fn last_takeover_steps(&self) -> Option<TakeoverSteps> {
+        *self.last_steps.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Why the last takeover asked for was refused, while it still is.
@@ -345,6 +357,27 @@ impl HaStatus {
     }
 }
 
+/// Where a takeover's time went, in milliseconds (fractions kept): what `GET /api/v1/ha`
+/// shows as `last_takeover` and the failover bench reads. From keepalived's request (the
+/// admin interface or the role file) to the open gate; the request itself is some time
+/// after keepalived's MASTER (its notify hook's process start, `vgate ha-notify`'s).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TakeoverSteps {
+    /// Wall clock (ms since the epoch) of the request.
+    pub asked_unix_ms: u64,
+    /// Request → the HA thread at work (its wake-up; more when a refusal or the fence made
+    /// it try again).
+    pub wake_ms: f64,
+    /// The last read of the state store.
+    pub read_ms: f64,
+    /// Taking the fencing lease (one Lua call).
+    pub lease_ms: f64,
+    /// The read of what the old holder wrote before its lease moved here.
+    pub reread_ms: f64,
+    /// Request → the gate open (this node forwards).
+    pub total_ms: f64,
+}
+
 /// The running HA thread.
 pub struct Ha {
     pub status: Arc<HaStatus>,
@@ -387,6 +420,8 @@ impl Ha {
             lease_holder: Mutex::new(None),
             last_takeover_wall_ms: AtomicU64::new(0),
             last_takeover_ms: AtomicU64::new(0),
+            asked: Mutex::new(None),
+            last_steps: Mutex::new(None),
             text: Mutex::new((None, None)),
             transition: Mutex::new(()),
         });
@@ -514,7 +549,11 @@ impl Node {
     /// Standby → active: the last copy of the state, then the gate opens.
     fn promote(&mut self) {
         let t0 = std::time::Instant::now();
+        let ms = |from: std::time::Instant, to: std::time::Instant| {
+            to.saturating_duration_since(from).as_secs_f64() * 1e3
+        };
         self.read();
+        let t_read = std::time::Instant::now();
         if let Some(why) = self.status.takeover_refusal(now_ms()) {
             // Stays the standby (the gate closed); tried again at every tick, so it takes
             // over as soon as the state store answers (or the operator says so).
@@ -526,14 +565,17 @@ impl Node {
             return;
         }
         self.status.set_refusal(None);
+        let t_lease0 = std::time::Instant::now();
         if let Err(why) = self.take_lease() {
             self.fence(why);
             return;
         }
+        let t_lease = std::time::Instant::now();
         if self.lease.is_some() {
             // What the old holder wrote before its lease moved here (refused after).
             self.read();
         }
+        let t_reread = std::time::Instant::now();
         {
             let _t = self
                 .status
@@ -549,14 +591,33 @@ impl Node {
             self.status.set_refusal(None);
             self.status.set_fence(None);
         }
+        let open = std::time::Instant::now();
         self.full = true;
         let s = &self.status;
         s.takeovers.fetch_add(1, Relaxed);
         s.last_takeover_wall_ms.store(wall_ms(), Relaxed);
         s.last_takeover_ms.store(now_ms().max(1), Relaxed);
+        let (asked, asked_unix_ms) = s
+            .asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or((t0, wall_ms()));
+        let steps = TakeoverSteps {
+            asked_unix_ms,
+            wake_ms: ms(asked, t0),
+            read_ms: ms(t0, t_read),
+            lease_ms: ms(t_lease0, t_lease),
+            reread_ms: ms(t_lease, t_reread),
+            total_ms: ms(asked, open),
+        };
+        *s.last_steps.lock().unwrap_or_else(|p| p.into_inner()) = Some(steps);
         tracing::warn!(
             replicas = self.replicas.len(),
-            took_ms = t0.elapsed().as_millis() as u64,
+            total_ms = format!("{:.1}", steps.total_ms),
+            wake_ms = format!("{:.1}", steps.wake_ms),
+            read_ms = format!("{:.1}", steps.read_ms),
+            lease_ms = format!("{:.1}", steps.lease_ms),
+            reread_ms = format!("{:.1}", steps.reread_ms),
             "ha: this node is the active one now: forwarding"
         );
     }

@@ -1125,7 +1125,8 @@ pub fn re_invite(
     recv_sip(to, "ACK ", pair);
 }
 
-/// keepalived's config for one node of a pair: VRRPv3 with 100 ms adverts on `interface`,
+/// keepalived's config for one node of a pair: VRRPv3 with 50 ms adverts on `interface`
+/// (its VRRP process at real-time priority, as in `systemd/keepalived-vgate.conf`),
 /// `nopreempt`, the virtual addresses `vips` (`"ADDR/LEN dev IF"`), `vgate health` as
 /// track script and `track_file` (written by `vgate health --track-file`), and the notify
 /// hooks: `notify(ROLE)` is the command keepalived runs.
@@ -1142,8 +1143,20 @@ pub struct Keepalived<'a> {
 impl Keepalived<'_> {
     pub fn config(&self) -> String {
         let vgate = super::vgate_bin().display().to_string();
-        // The advert interval (seconds; the bench's --advert-int), 0.1 by default.
-        let advert = std::env::var("VGATE_HA_ADVERT_INT").unwrap_or_else(|_| "0.1".into());
+        // The advert interval (seconds; the bench's --advert-int), 0.05 by default as in
+        // systemd/keepalived-vgate.conf.
+        let advert = std::env::var("VGATE_HA_ADVERT_INT").unwrap_or_else(|_| "0.05".into());
+        // The VRRP process at real-time priority (the example config's; the bench's
+        // --rt-priority 0 leaves it out, to compare).
+        let rt = match std::env::var("VGATE_HA_RT_PRIORITY").as_deref() {
+            Ok("0") => String::new(),
+            Ok(p) => format!(
+                "    vrrp_rt_priority {p}\n    vrrp_rlimit_rttime 200000\n    vrrp_no_swap\n"
+            ),
+            Err(_) => {
+                "    vrrp_rt_priority 40\n    vrrp_rlimit_rttime 200000\n    vrrp_no_swap\n".into()
+            }
+        };
         let vips: String = self.vips.iter().map(|v| format!("        {v}\n")).collect();
         let n = |role: &str| (self.notify)(role);
         format!(
@@ -1153,7 +1166,7 @@ global_defs {{
     script_user root
     enable_script_security
     vrrp_version 3
-}}
+{rt}}}
 vrrp_script vgate_health {{
     script "{vgate} health --admin {ADMIN}"
     interval 1
