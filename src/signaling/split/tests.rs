@@ -282,7 +282,9 @@ fn a_pair_s_takeover_keeps_the_peer_s_sessions_and_a_restart_of_the_pair_ends_th
     let a1 = bed.pair_node(&n1);
     let a2 = bed.pair_node(&n2);
     wait("half B sees half A's active", || agent_b.peer_up());
-    wait("the active's id in the store", || store.lock().unwrap().is_some());
+    wait("the active's id in the store", || {
+        store.lock().unwrap().is_some()
+    });
     // The standby neither dials nor ends anything while the active holds the link.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(agent_b.stats.connects.load(Relaxed), 1);
@@ -299,7 +301,11 @@ fn a_pair_s_takeover_keeps_the_peer_s_sessions_and_a_restart_of_the_pair_ends_th
     assert_eq!(sb.peer_resumed.load(Relaxed), 1);
     assert_eq!(sb.peer_restarts.load(Relaxed), 0);
     assert_eq!(sb.peer_lost.load(Relaxed), 0);
-    assert_eq!(eb.load(Relaxed), 0, "half B ended no session at the takeover");
+    assert_eq!(
+        eb.load(Relaxed),
+        0,
+        "half B ended no session at the takeover"
+    );
     assert_eq!(a2.stats.identity_inherited.load(Relaxed), 1);
     assert_eq!(n1.ended.load(Relaxed) + n2.ended.load(Relaxed), 0);
 

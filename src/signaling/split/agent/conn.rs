@@ -280,7 +280,11 @@ impl Loop {
         }
         self.stats.connects.fetch_add(1, Relaxed);
         let instance = theirs.map(|h| h.instance);
-        if self.peer_instance.is_some() && self.peer_instance == instance && !self.peer_up && !self.lost {
+        if self.peer_instance.is_some()
+            && self.peer_instance == instance
+            && !self.peer_up
+            && !self.lost
+        {
             // The same instance on a new connection: a reconnection, or the peer's pair took
             // over with its state (it presents the pair's id); nothing ends.
             self.stats.peer_resumed.fetch_add(1, Relaxed);
