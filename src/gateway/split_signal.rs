@@ -21,6 +21,8 @@ use crate::signaling::split::{Agent, AgentConfig, PeerEvents, Role, SignalError}
 /// state store).
 const PRODUCER: &str = "split/signal";
 const KEY: &str = "agent";
+/// An agent's instance id.
+type InstanceId = [u8; 16];
 /// The identity record's version.
 const VERSION: u32 = 1;
 
@@ -56,7 +58,7 @@ pub struct EndSignaledSessions {
     routes: Arc<Routes>,
     paired: bool,
     /// The board generation read last and the identity it held; the identity published last.
-    seen: Mutex<(u64, Option<[u8; 16]>, Option<[u8; 16]>)>,
+    seen: Mutex<(u64, Option<InstanceId>, Option<InstanceId>)>,
 }
 
 impl EndSignaledSessions {
