@@ -298,7 +298,7 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
         let c = &sig["counters"];
         let _ = writeln!(
             s,
-            "\nSPLIT PEER {}  last heard {}  frames in/out {}/{}  bytes in/out {}/{}\n  auth failures {}  replays {}  malformed {}  truncated {}  refused {}  resets {}  peer lost {}  restarts {}  sessions ended {}",
+            "\nSPLIT PEER {}  last heard {}  frames in/out {}/{}  bytes in/out {}/{}\n  auth failures {}  replays {}  malformed {}  truncated {}  refused {}  resets {}  peer lost {}  restarts {}  resumed {}  sessions ended {}",
             if sig["peer_up"].as_bool() == Some(true) { "UP" } else { "DOWN" },
             sig["peer_last_seen_ms_ago"]
                 .as_u64()
@@ -306,7 +306,7 @@ pub fn render_stats(prev: &Value, cur: &Value, dt: f64) -> String {
                 .unwrap_or_else(|| "never".into()),
             c["frames_in"], c["frames_out"], c["bytes_in"], c["bytes_out"],
             c["auth_failures"], c["replays"], c["malformed"], c["truncated"], c["refused"],
-            c["resets"], c["peer_lost"], c["peer_restarts"], c["sessions_ended"]
+            c["resets"], c["peer_lost"], c["peer_restarts"], c["peer_resumed"], c["sessions_ended"]
         );
     }
     if cur["split"].is_object() {

@@ -3,7 +3,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `PREFIX:sessions` | hash | state-store key (`a:20000`) → [`super::record::SessionRecord`] as JSON; `sip/ROUTE/b/TOKEN` (a binding) and `sip/ROUTE/c/HEX` (a confirmed call) → a SIP proxy's record ([`crate::routes::board`]) |
+//! | `PREFIX:sessions` | hash | state-store key (`a:20000`) → [`super::record::SessionRecord`] as JSON; `sip/ROUTE/b/TOKEN` (a binding) and `sip/ROUTE/c/HEX` (a confirmed call) → a SIP proxy's record, `split/signal/agent` → a split half's signaling identity ([`crate::routes::board`]) |
 //! | `PREFIX:seq` | string | bumped with every change of `sessions`, set to a new epoch (`wall ms << 16`) by a whole rewrite (the standby re-reads when it moved) |
 //! | `PREFIX:meta` | hash | `node` (the writer), `heartbeat_ms` (its wall clock at its last write), `epoch` (its lease's), `gen` (the writer's generation: set by its last whole rewrite) |
 //! | `PREFIX:lease` | string, `PX ha.lease_ms` | `EPOCH NODE`: the node allowed to forward and write; renewed by every batch |

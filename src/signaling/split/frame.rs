@@ -49,7 +49,9 @@ pub enum Role {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub role: Role,
-    /// Random per process start: a new one after a reconnection means the peer restarted.
+    /// Random per process start, or a hot-standby pair's (its active presents the id that
+    /// travels with the pair's state): a new one after a reconnection means the peer
+    /// restarted.
     pub instance: [u8; 16],
     /// Random per connection.
     pub nonce: [u8; 32],

@@ -24,6 +24,13 @@
 //!   new instance id (it restarted) is *lost*: [`PeerEvents::end_sessions`] ends every
 //!   signaled session in the own domain the way an operator kill does (BYE / TEARDOWN), and
 //!   it is counted. Static routes are not sessions of a proxy and keep flowing.
+//! - **A half that is a hot-standby pair** ([`PeerEvents::standby`]): only its active node
+//!   holds the link. The active presents the pair's instance id, which travels with the
+//!   pair's state through its Redis ([`PeerEvents::inherited_instance`]): a standby that
+//!   takes over presents the id of the node it replaces, so the peer half sees the same
+//!   instance reconnect (within `dead_after`) and keeps the sessions the new active holds
+//!   copies of. A half whose state was lost (a restart of the whole pair) presents a new id
+//!   and its sessions end on the peer as at any restart.
 //!
 //! The agent is signaling, not the media path: it allocates per frame and runs on its own
 //! thread; media crosses on the one-way links.
@@ -54,11 +61,35 @@ pub struct AgentConfig {
     pub face_interface: String,
 }
 
-/// What the agent asks of the gateway when the peer is lost.
+/// What the agent asks of the gateway: ending the sessions when the peer is lost, and, on a
+/// node of a hot-standby pair, its role and the pair's signaling identity.
 pub trait PeerEvents: Send + 'static {
     /// Ends every signaled session crossing the link (BYE / TEARDOWN into the own domain);
     /// returns how many it asked to end.
     fn end_sessions(&self, why: &str) -> usize;
+
+    /// Whether this half is a node of a hot-standby pair (`[ha]`): it then says no goodbye
+    /// when it stops (the pair's other node may take over with the sessions).
+    fn paired(&self) -> bool {
+        false
+    }
+
+    /// Whether this node is a pair's standby now: it neither dials nor accepts the signaling
+    /// link and ends nothing (the active holds the link and the sessions).
+    fn standby(&self) -> bool {
+        false
+    }
+
+    /// The instance id the pair's active presented, as the pair's state store holds it
+    /// (`None`: none known, or not a pair). A standby that becomes the active presents it, so
+    /// the peer half sees a takeover with the sessions, not a restart.
+    fn inherited_instance(&self) -> Option<[u8; 16]> {
+        None
+    }
+
+    /// Called at every tick with the instance id this node presents (active) or would
+    /// present at a takeover (standby): for the pair's state store.
+    fn presenting(&self, _instance: [u8; 16]) {}
 }
 
 /// Why the agent did not start.

@@ -38,6 +38,8 @@ counters! {
     resets: "connections to the peer reset after an error",
     peer_lost: "times the peer was declared down (silent for dead_after, or said goodbye)",
     peer_restarts: "times the peer came back as a new process (new instance)",
+    peer_resumed: "times the peer came back on a new connection as the same instance (a reconnection, or its hot-standby pair's takeover presenting the pair's id): nothing ended",
+    identity_inherited: "times this node, taking over as its pair's active, presented the pair's instance id read from the state store",
     sessions_ended: "signaled sessions ended in the own domain because the peer was lost or restarted",
     frames_in: "authenticated frames received",
     frames_out: "frames sent",

@@ -223,6 +223,113 @@ fn a_stopped_peer_ends_sessions_and_a_restarted_one_is_counted() {
     assert_eq!(ea.load(Relaxed), 1, "sessions are ended once per outage");
 }
 
+/// A node of a hot-standby pair, as the gateway tells its agent ([`PeerEvents`]).
+#[derive(Clone, Default)]
+struct PairNode {
+    ended: Arc<AtomicUsize>,
+    standby: Arc<std::sync::atomic::AtomicBool>,
+    /// What the pair's state store holds (shared by both nodes: a Redis and its replica).
+    store: Arc<std::sync::Mutex<Option<[u8; 16]>>>,
+}
+
+impl PeerEvents for PairNode {
+    fn end_sessions(&self, _why: &str) -> usize {
+        self.ended.fetch_add(1, Relaxed);
+        1
+    }
+    fn paired(&self) -> bool {
+        true
+    }
+    fn standby(&self) -> bool {
+        self.standby.load(Relaxed)
+    }
+    fn inherited_instance(&self) -> Option<[u8; 16]> {
+        *self.store.lock().unwrap()
+    }
+    fn presenting(&self, instance: [u8; 16]) {
+        // Only the active's record reaches the store.
+        if !self.standby.load(Relaxed) {
+            *self.store.lock().unwrap() = Some(instance);
+        }
+    }
+}
+
+impl Bed {
+    fn pair_node(&self, node: &PairNode) -> Agent {
+        let cfg = AgentConfig {
+            link: self.link(Role::Dialer, KEY),
+            role: Role::Dialer,
+            own_face: self.a.0,
+            peer_face: self.a.1,
+            face_interface: String::new(),
+        };
+        Agent::start(cfg, Box::new(node.clone()), vec![], vec![]).unwrap()
+    }
+}
+
+#[test]
+fn a_pair_s_takeover_keeps_the_peer_s_sessions_and_a_restart_of_the_pair_ends_them() {
+    let bed = Bed::new(16);
+    let eb = counters();
+    let agent_b = bed.agent(Role::Listener, vec![], vec![], &eb);
+    let store = Arc::new(std::sync::Mutex::new(None));
+    let node = |standby: bool| PairNode {
+        standby: Arc::new(std::sync::atomic::AtomicBool::new(standby)),
+        store: Arc::clone(&store),
+        ..PairNode::default()
+    };
+    let (n1, n2) = (node(false), node(true));
+    let a1 = bed.pair_node(&n1);
+    let a2 = bed.pair_node(&n2);
+    wait("half B sees half A's active", || agent_b.peer_up());
+    wait("the active's id in the store", || {
+        store.lock().unwrap().is_some()
+    });
+    // The standby neither dials nor ends anything while the active holds the link.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(agent_b.stats.connects.load(Relaxed), 1);
+    assert!(!a2.peer_up());
+
+    // The active dies without a goodbye (a pair's node says none); the standby takes over
+    // within dead_after and presents the pair's id: half B ends nothing.
+    drop(a1);
+    n2.standby.store(false, Relaxed);
+    wait("half B sees the new active", || {
+        agent_b.stats.connects.load(Relaxed) == 2 && agent_b.peer_up() && a2.peer_up()
+    });
+    let sb = &agent_b.stats;
+    assert_eq!(sb.peer_resumed.load(Relaxed), 1);
+    assert_eq!(sb.peer_restarts.load(Relaxed), 0);
+    assert_eq!(sb.peer_lost.load(Relaxed), 0);
+    assert_eq!(
+        eb.load(Relaxed),
+        0,
+        "half B ended no session at the takeover"
+    );
+    assert_eq!(a2.stats.identity_inherited.load(Relaxed), 1);
+    assert_eq!(n1.ended.load(Relaxed) + n2.ended.load(Relaxed), 0);
+
+    // The whole pair restarts with its state lost: a new id, a restart for half B, which
+    // ends its sessions (within dead_after or by it: either way once).
+    drop(a2);
+    *store.lock().unwrap() = None;
+    let n3 = node(false);
+    let a3 = bed.pair_node(&n3);
+    wait("half B sees the restarted half", || {
+        sb.connects.load(Relaxed) == 3 && agent_b.peer_up() && a3.peer_up()
+    });
+    assert_eq!(sb.peer_restarts.load(Relaxed), 1);
+    assert_eq!(eb.load(Relaxed), 1);
+    assert_eq!(a3.stats.identity_inherited.load(Relaxed), 0);
+
+    // The active is demoted with no other node to take over: it drops the link and ends
+    // nothing itself; half B, left without a peer for dead_after, ends its sessions.
+    n3.standby.store(true, Relaxed);
+    wait("half B loses its peer", || eb.load(Relaxed) == 2);
+    assert!(!a3.peer_up());
+    assert_eq!(n3.ended.load(Relaxed), 0, "a standby ends nothing");
+}
+
 #[test]
 fn a_silent_peer_is_lost_after_dead_after() {
     let bed = Bed::new(13);

@@ -76,6 +76,12 @@ impl Loop {
             let Some(l) = &self.listener else { return };
             match l.accept() {
                 Ok((s, from)) => {
+                    if self.standby {
+                        // The pair's active holds the link (nothing reaches a standby that
+                        // does not hold the address; this one closes what does).
+                        drop(s);
+                        continue;
+                    }
                     if v4(from).map(|a| *a.ip()) != Some(*self.cfg.link.peer.ip()) {
                         self.stats.refused.fetch_add(1, Relaxed);
                         static LOG: crate::logging::RateLimit =
@@ -274,6 +280,15 @@ impl Loop {
         }
         self.stats.connects.fetch_add(1, Relaxed);
         let instance = theirs.map(|h| h.instance);
+        if self.peer_instance.is_some()
+            && self.peer_instance == instance
+            && !self.peer_up
+            && !self.lost
+        {
+            // The same instance on a new connection: a reconnection, or the peer's pair took
+            // over with its state (it presents the pair's id); nothing ends.
+            self.stats.peer_resumed.fetch_add(1, Relaxed);
+        }
         if self.peer_instance.is_some() && self.peer_instance != instance {
             self.stats.peer_restarts.fetch_add(1, Relaxed);
             tracing::warn!("split signaling link: the peer half restarted");
@@ -389,7 +404,42 @@ impl Loop {
         self.flush_streams();
     }
 
+    /// A pair's node follows its role: the standby drops the link (ending nothing: the new
+    /// active carries the sessions on), the new active takes the pair's instance id.
+    fn follow_role(&mut self) {
+        let standby = self.events.standby();
+        if standby && !self.standby {
+            tracing::info!("split signaling link: this node is the pair's standby now: the link is left to the active");
+            self.close_conn(1);
+            self.close_conn(0);
+            self.peer_instance = None;
+            self.lost = true;
+            self.udp.clear();
+            self.tcp_listeners.clear();
+        } else if !standby && self.standby {
+            if let Some(id) = self.events.inherited_instance() {
+                if id != self.instance {
+                    self.instance = id;
+                    self.stats.identity_inherited.fetch_add(1, Relaxed);
+                    tracing::info!("split signaling link: this node is the pair's active now: it presents the pair's instance id (the peer keeps the sessions)");
+                }
+            }
+            self.next_dial = Instant::now();
+        }
+        self.standby = standby;
+        let id = if standby {
+            self.events.inherited_instance().unwrap_or(self.instance)
+        } else {
+            self.instance
+        };
+        self.events.presenting(id);
+    }
+
     pub(super) fn timers(&mut self) {
+        self.follow_role();
+        if self.standby {
+            return;
+        }
         let now = Instant::now();
         if self.cfg.role == Role::Dialer && self.conns[0].is_none() && now >= self.next_dial {
             self.next_dial = now + self.retry();
@@ -434,7 +484,12 @@ impl Loop {
         }
     }
 
+    /// A stopping half tells the peer, which ends its sessions at once; a pair's node does
+    /// not: the pair's other node may take over with them (the peer waits `dead_after`).
     pub(super) fn goodbye(&mut self) {
+        if self.events.paired() {
+            return;
+        }
         if self.send_frame(|s, out| s.seal(out, Kind::Goodbye, &[])) {
             if let Some(c) = self.conns[0].as_mut() {
                 let _ = c.sock.set_nonblocking(false);

@@ -86,6 +86,8 @@ pub(super) struct Loop {
     peer_up: bool,
     /// Sessions were ended for the current outage (or no peer was ever seen).
     lost: bool,
+    /// A pair's standby: holds no link ([`PeerEvents::standby`], read at every tick).
+    standby: bool,
     last_rx: Instant,
     down_since: Instant,
     udp: HashMap<u16, FaceUdp>,
@@ -117,6 +119,7 @@ impl Loop {
             Role::Dialer => None,
         };
         let now = Instant::now();
+        let standby = events.standby();
         Ok(Loop {
             cfg,
             events,
@@ -133,6 +136,7 @@ impl Loop {
             peer_instance: None,
             peer_up: false,
             lost: true,
+            standby,
             last_rx: now,
             down_since: now,
             udp: HashMap::new(),
