@@ -1,7 +1,8 @@
 //! The link FEC's instructions per media datagram, for callgrind (`scripts/bench-fec.sh`):
-//! `fec_cost FEC PERMILLE COUNT [STREAMS]` runs COUNT link datagrams (1322 bytes: a 1316-byte
+//! `fec_cost FEC LOSS COUNT [STREAMS]` runs COUNT link datagrams (1322 bytes: a 1316-byte
 //! media payload and the stream header, round robin over STREAMS destination ports, 100 by
-//! default) through one [`Encoder`] → a fixed random loss of PERMILLE per 1000 frames →
+//! default) through one [`Encoder`] → a fixed random loss of LOSS per 1000 frames (or, as
+//! `bN`, a burst of N consecutive frames at a random place in every 1000) →
 //! one [`Decoder`]. FEC is `off`, `K+M`, `block` or `block/P/F` (`fec_overhead` P,
 //! `fec_block_frames` F). Only `run` is meant to be counted (`--toggle-collect='fec_cost::run'`):
 //! the lanes' buffers are made before it. Prints what was sent, lost, delivered and rebuilt.
@@ -34,6 +35,14 @@ fn parse(s: &str) -> Option<Fec> {
     }
 }
 
+/// The link's loss: PERMILLE random (`10`), or `bN`: a burst of N consecutive frames in
+/// every 1000.
+#[derive(Clone, Copy)]
+enum Loss {
+    Random(u64),
+    Burst(u64),
+}
+
 struct Totals {
     frames: u64,
     lost: u64,
@@ -42,9 +51,11 @@ struct Totals {
 }
 
 #[inline(never)]
-fn run(enc: &mut Encoder, dec: &mut Decoder, permille: u64, count: u64, streams: u16) -> Totals {
+fn run(enc: &mut Encoder, dec: &mut Decoder, loss: Loss, count: u64, streams: u16) -> Totals {
     let payload = [0x5au8; LEN];
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut wire = 0u64;
+    let mut burst_at = 0u64;
     let mut t = Totals {
         frames: 0,
         lost: 0,
@@ -57,7 +68,18 @@ fn run(enc: &mut Encoder, dec: &mut Decoder, permille: u64, count: u64, streams:
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 1000 < permille {
+            let lose = match loss {
+                Loss::Random(permille) => x % 1000 < permille,
+                Loss::Burst(n) => {
+                    // One burst of n consecutive frames in every 1000, at a random offset.
+                    if wire % 1000 == 0 {
+                        burst_at = wire + x % (1000 - n);
+                    }
+                    (burst_at..burst_at + n).contains(&wire)
+                }
+            };
+            wire += 1;
+            if lose {
                 t.lost += 1;
                 continue;
             }
@@ -175,7 +197,10 @@ fn main() {
         return decode_both(&a);
     }
     let fec = parse(&a[1]);
-    let permille: u64 = a[2].parse().unwrap();
+    let loss = match a[2].strip_prefix('b') {
+        Some(n) => Loss::Burst(n.parse().unwrap()),
+        None => Loss::Random(a[2].parse().unwrap()),
+    };
     let count: u64 = a[3].parse().unwrap();
     let streams: u16 = a.get(4).map_or(100, |s| s.parse().unwrap());
     let mut enc = Encoder::new(0, 1, fec, 32);
@@ -188,9 +213,9 @@ fn main() {
         let _ = dec.receive(&p, 0, |_, _, _, _| {});
     }
     enc.mark_sent();
-    let t = run(&mut enc, &mut dec, permille, count, streams);
+    let t = run(&mut enc, &mut dec, loss, count, streams);
     println!(
-        "{} {permille} {count} frames {} lost {} delivered {} repaired {}",
-        a[1], t.frames, t.lost, t.delivered, t.repaired
+        "{} {} {count} frames {} lost {} delivered {} repaired {}",
+        a[1], a[2], t.frames, t.lost, t.delivered, t.repaired
     );
 }

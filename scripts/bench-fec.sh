@@ -2,7 +2,8 @@
 # Instructions per media datagram of the link FEC, encoder + decoder (src/link/fec), counted
 # by callgrind: deterministic, unlike timings on a shared machine (the time per datagram is
 # `cargo bench --bench fec`). Each point runs COUNT 1322-byte link datagrams over 100 streams
-# through one Encoder, a fixed random frame loss and one Decoder (examples/fec_cost.rs; only
+# through one Encoder, a fixed random frame loss (0, 1, 5 %) or a burst of 10 consecutive frames
+# in every 1000 (b10), and one Decoder (examples/fec_cost.rs; only
 # its `run` is counted, so making the lanes is not). Then the decode of one rebuilt block,
 # the crate's decoder against the link's (the erasure locator evaluated directly).
 #
@@ -30,13 +31,17 @@ ir() {
     # awk reads it all (grep -m1 would end the pipe early: SIGPIPE, and pipefail ends the script).
     callgrind_annotate "$tmp/cg" 2>/dev/null | awk '/PROGRAM TOTALS/ && !n {gsub(",","",$1); print $1; n=1}'
 }
-printf '%-16s %6s %8s %8s %9s %6s %13s\n' fec loss frames dropped repaired left instr/datagram
+printf '%-16s %7s %8s %8s %9s %6s %13s\n' fec loss frames dropped repaired left instr/datagram
 for fec in off 8+2 block block/15/111; do
-    for permille in 0 10 50; do
-        [ "$fec" = off ] && [ "$permille" != 0 ] && continue
-        n=$(ir 'fec_cost::run' "$fec" "$permille" "$count" 100)
+    for loss in 0 10 50 b10; do
+        [ "$fec" = off ] && [ "$loss" != 0 ] && continue
+        n=$(ir 'fec_cost::run' "$fec" "$loss" "$count" 100)
         read -r _ _ _ _ frames _ lost _ delivered _ repaired <"$tmp/out"
-        printf '%-16s %5s%% %8s %8s %9s %6s %13s\n' "$fec" "$(awk "BEGIN{print $permille/10}")" \
+        case $loss in
+        b*) shown="${loss#b}/1000" ;;
+        *) shown="$(awk "BEGIN{print $loss/10}")%" ;;
+        esac
+        printf '%-16s %7s %8s %8s %9s %6s %13s\n' "$fec" "$shown" \
             "$frames" "$lost" "$repaired" "$((count - delivered))" "$((n / count))"
     done
 done
