@@ -10,15 +10,17 @@
 //! `fec_cost decode K M LOST ROUNDS` decodes one block of K+M 1408-byte shards with LOST data
 //! shards missing, ROUNDS times with the crate's decoder (`decode_crate`) and
 //! with the link's decoder (`decode_link`: the same crate with the erasure locator evaluated
-//! directly, [`LocatorEngine`]); count each with `--toggle-collect='fec_cost::decode_crate'` or
-//! `'fec_cost::decode_link'`. Checks that both restore the same shards.
+//! directly, [`LocatorEngine`]) and with the link's direct solve (`decode_direct`, [`Direct`],
+//! what the receiver runs for up to 32 lost); count each with
+//! `--toggle-collect='fec_cost::decode_crate'`, `'fec_cost::decode_link'` or
+//! `'fec_cost::decode_direct'`. Checks that all three restore the same shards.
 
 use std::hint::black_box;
 
 use reed_solomon_simd::engine::{DefaultEngine, Engine};
 use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
 use reed_solomon_simd::ReedSolomonEncoder;
-use vgate::link::fec::{Decoder, Encoder, LocatorEngine};
+use vgate::link::fec::{Decoder, Direct, Encoder, LocatorEngine};
 use vgate::link::Fec;
 use vgate::wire::link::LinkPacket;
 
@@ -173,6 +175,20 @@ fn decode_link(
     decode(dec, k, m, lost, b)
 }
 
+/// The link's direct rebuild ([`Direct`], the path a block that lost at most 32 data frames
+/// takes): the first `lost` originals from the first `lost` recovery shards.
+#[inline(never)]
+fn decode_direct(d: &mut Direct, k: usize, m: usize, lost: usize, region: &mut [u8]) -> u64 {
+    for i in 0..lost {
+        region[i * SHARD..(i + 1) * SHARD].fill(0);
+    }
+    let missing = (1u128 << lost) - 1;
+    assert!(d.rebuild(k, m, SHARD, missing, missing, region, SHARD));
+    (0..lost)
+        .map(|i| u64::from(region[i * SHARD + i % SHARD]))
+        .sum()
+}
+
 fn decode_both(a: &[String]) {
     let (k, m, lost, rounds): (usize, usize, usize, u32) = (
         a[2].parse().unwrap(),
@@ -188,7 +204,12 @@ fn decode_both(a: &[String]) {
         assert_eq!(decode_crate(&mut theirs, k, m, lost, &b), expect);
         assert_eq!(decode_link(&mut ours, k, m, lost, &b), expect);
     }
-    println!("decode {k}+{m} lost {lost} rounds {rounds}: both restored the lost shards");
+    let mut region: Vec<u8> = b.0.iter().chain(b.1.iter()).flatten().copied().collect();
+    let mut direct = Direct::new(k, m, SHARD);
+    for _ in 0..rounds {
+        assert_eq!(decode_direct(&mut direct, k, m, lost, &mut region), expect);
+    }
+    println!("decode {k}+{m} lost {lost} rounds {rounds}: all three restored the lost shards");
 }
 
 fn main() {

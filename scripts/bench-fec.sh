@@ -4,8 +4,9 @@
 # `cargo bench --bench fec`). Each point runs COUNT 1322-byte link datagrams over 100 streams
 # through one Encoder, a fixed random frame loss (0, 1, 5 %) or a burst of 10 consecutive frames
 # in every 1000 (b10), and one Decoder (examples/fec_cost.rs; only
-# its `run` is counted, so making the lanes is not). Then the decode of one rebuilt block,
-# the crate's decoder against the link's (the erasure locator evaluated directly).
+# its `run` is counted, so making the lanes is not). Then the decode of one rebuilt block:
+# the crate's decoder, the link's full decoder (the erasure locator evaluated directly) and
+# the link's direct solve (src/link/fec/direct.rs, what a block of up to 32 lost takes).
 #
 #   scripts/bench-fec.sh [--no-build] [COUNT]   (needs valgrind; COUNT 20000 by default)
 set -euo pipefail
@@ -46,13 +47,14 @@ for fec in off 8+2 block block/15/111; do
     done
 done
 echo
-printf '%-12s %5s %14s %14s\n' block lost crate_instr link_instr
+printf '%-12s %5s %14s %14s %14s\n' block lost crate_instr link_instr direct_instr
 for km in "116 12" "111 17"; do
-    for lost in 1 2 12; do
+    for lost in 1 2 3 4 12 17; do
         read -r k m <<<"$km"
         [ "$lost" -gt "$m" ] && continue
         a=$(ir 'fec_cost::decode_crate' decode "$k" "$m" "$lost" 10)
         b=$(ir 'fec_cost::decode_link' decode "$k" "$m" "$lost" 10)
-        printf '%-12s %5s %14s %14s\n' "$k+$m" "$lost" "$((a / 10))" "$((b / 10))"
+        c=$(ir 'fec_cost::decode_direct' decode "$k" "$m" "$lost" 10)
+        printf '%-12s %5s %14s %14s %14s\n' "$k+$m" "$lost" "$((a / 10))" "$((b / 10))" "$((c / 10))"
     done
 done
