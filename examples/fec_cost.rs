@@ -74,7 +74,7 @@ fn run(enc: &mut Encoder, dec: &mut Decoder, loss: Loss, count: u64, streams: u1
                 Loss::Random(permille) => x % 1000 < permille,
                 Loss::Burst(n) => {
                     // One burst of n consecutive frames in every 1000, at a random offset.
-                    if wire % 1000 == 0 {
+                    if wire.is_multiple_of(1000) {
                         burst_at = wire + x % (1000 - n);
                     }
                     (burst_at..burst_at + n).contains(&wire)
