@@ -1,7 +1,8 @@
 //! The link FEC's instructions per media datagram, for callgrind (`scripts/bench-fec.sh`):
-//! `fec_cost FEC PERMILLE COUNT [STREAMS]` runs COUNT link datagrams (1322 bytes: a 1316-byte
+//! `fec_cost FEC LOSS COUNT [STREAMS]` runs COUNT link datagrams (1322 bytes: a 1316-byte
 //! media payload and the stream header, round robin over STREAMS destination ports, 100 by
-//! default) through one [`Encoder`] → a fixed random loss of PERMILLE per 1000 frames →
+//! default) through one [`Encoder`] → a fixed random loss of LOSS per 1000 frames (or, as
+//! `bN`, a burst of N consecutive frames at a random place in every 1000) →
 //! one [`Decoder`]. FEC is `off`, `K+M`, `block` or `block/P/F` (`fec_overhead` P,
 //! `fec_block_frames` F). Only `run` is meant to be counted (`--toggle-collect='fec_cost::run'`):
 //! the lanes' buffers are made before it. Prints what was sent, lost, delivered and rebuilt.
@@ -9,15 +10,17 @@
 //! `fec_cost decode K M LOST ROUNDS` decodes one block of K+M 1408-byte shards with LOST data
 //! shards missing, ROUNDS times with the crate's decoder (`decode_crate`) and
 //! with the link's decoder (`decode_link`: the same crate with the erasure locator evaluated
-//! directly, [`LocatorEngine`]); count each with `--toggle-collect='fec_cost::decode_crate'` or
-//! `'fec_cost::decode_link'`. Checks that both restore the same shards.
+//! directly, [`LocatorEngine`]) and with the link's direct solve (`decode_direct`, [`Direct`],
+//! what the receiver runs for up to 32 lost); count each with
+//! `--toggle-collect='fec_cost::decode_crate'`, `'fec_cost::decode_link'` or
+//! `'fec_cost::decode_direct'`. Checks that all three restore the same shards.
 
 use std::hint::black_box;
 
 use reed_solomon_simd::engine::{DefaultEngine, Engine};
 use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
 use reed_solomon_simd::ReedSolomonEncoder;
-use vgate::link::fec::{Decoder, Encoder, LocatorEngine};
+use vgate::link::fec::{Decoder, Direct, Encoder, LocatorEngine};
 use vgate::link::Fec;
 use vgate::wire::link::LinkPacket;
 
@@ -34,6 +37,14 @@ fn parse(s: &str) -> Option<Fec> {
     }
 }
 
+/// The link's loss: PERMILLE random (`10`), or `bN`: a burst of N consecutive frames in
+/// every 1000.
+#[derive(Clone, Copy)]
+enum Loss {
+    Random(u64),
+    Burst(u64),
+}
+
 struct Totals {
     frames: u64,
     lost: u64,
@@ -42,9 +53,11 @@ struct Totals {
 }
 
 #[inline(never)]
-fn run(enc: &mut Encoder, dec: &mut Decoder, permille: u64, count: u64, streams: u16) -> Totals {
+fn run(enc: &mut Encoder, dec: &mut Decoder, loss: Loss, count: u64, streams: u16) -> Totals {
     let payload = [0x5au8; LEN];
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut wire = 0u64;
+    let mut burst_at = 0u64;
     let mut t = Totals {
         frames: 0,
         lost: 0,
@@ -57,7 +70,18 @@ fn run(enc: &mut Encoder, dec: &mut Decoder, permille: u64, count: u64, streams:
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 1000 < permille {
+            let lose = match loss {
+                Loss::Random(permille) => x % 1000 < permille,
+                Loss::Burst(n) => {
+                    // One burst of n consecutive frames in every 1000, at a random offset.
+                    if wire.is_multiple_of(1000) {
+                        burst_at = wire + x % (1000 - n);
+                    }
+                    (burst_at..burst_at + n).contains(&wire)
+                }
+            };
+            wire += 1;
+            if lose {
                 t.lost += 1;
                 continue;
             }
@@ -151,6 +175,20 @@ fn decode_link(
     decode(dec, k, m, lost, b)
 }
 
+/// The link's direct rebuild ([`Direct`], the path a block that lost at most 32 data frames
+/// takes): the first `lost` originals from the first `lost` recovery shards.
+#[inline(never)]
+fn decode_direct(d: &mut Direct, k: usize, m: usize, lost: usize, region: &mut [u8]) -> u64 {
+    for i in 0..lost {
+        region[i * SHARD..(i + 1) * SHARD].fill(0);
+    }
+    let missing = (1u128 << lost) - 1;
+    assert!(d.rebuild(k, m, SHARD, missing, missing, region, SHARD));
+    (0..lost)
+        .map(|i| u64::from(region[i * SHARD + i % SHARD]))
+        .sum()
+}
+
 fn decode_both(a: &[String]) {
     let (k, m, lost, rounds): (usize, usize, usize, u32) = (
         a[2].parse().unwrap(),
@@ -166,7 +204,12 @@ fn decode_both(a: &[String]) {
         assert_eq!(decode_crate(&mut theirs, k, m, lost, &b), expect);
         assert_eq!(decode_link(&mut ours, k, m, lost, &b), expect);
     }
-    println!("decode {k}+{m} lost {lost} rounds {rounds}: both restored the lost shards");
+    let mut region: Vec<u8> = b.0.iter().chain(b.1.iter()).flatten().copied().collect();
+    let mut direct = Direct::new(k, m, SHARD);
+    for _ in 0..rounds {
+        assert_eq!(decode_direct(&mut direct, k, m, lost, &mut region), expect);
+    }
+    println!("decode {k}+{m} lost {lost} rounds {rounds}: all three restored the lost shards");
 }
 
 fn main() {
@@ -175,7 +218,10 @@ fn main() {
         return decode_both(&a);
     }
     let fec = parse(&a[1]);
-    let permille: u64 = a[2].parse().unwrap();
+    let loss = match a[2].strip_prefix('b') {
+        Some(n) => Loss::Burst(n.parse().unwrap()),
+        None => Loss::Random(a[2].parse().unwrap()),
+    };
     let count: u64 = a[3].parse().unwrap();
     let streams: u16 = a.get(4).map_or(100, |s| s.parse().unwrap());
     let mut enc = Encoder::new(0, 1, fec, 32);
@@ -188,9 +234,9 @@ fn main() {
         let _ = dec.receive(&p, 0, |_, _, _, _| {});
     }
     enc.mark_sent();
-    let t = run(&mut enc, &mut dec, permille, count, streams);
+    let t = run(&mut enc, &mut dec, loss, count, streams);
     println!(
-        "{} {permille} {count} frames {} lost {} delivered {} repaired {}",
-        a[1], t.frames, t.lost, t.delivered, t.repaired
+        "{} {} {count} frames {} lost {} delivered {} repaired {}",
+        a[1], a[2], t.frames, t.lost, t.delivered, t.repaired
     );
 }

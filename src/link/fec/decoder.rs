@@ -9,8 +9,8 @@ use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
 use crate::link::reorder::{Reorder, ReorderCounts};
 use crate::wire::link::{HeaderError, Kind, LinkPacket, MAX_K, MAX_M, SHARD_PREFIX};
 
+use super::direct::Direct;
 use super::locator::LocatorEngine;
-use super::oneloss::OneLoss;
 use super::{
     codecs, coded_len, Fec, FRAME_CAP, MAX_LANES, MAX_PAYLOAD, RESTART_GAP, WINDOW_BLOCKS,
 };
@@ -33,7 +33,7 @@ fn data_mask(k: usize) -> u128 {
 struct Codecs<'a> {
     gf8: &'a [ReedSolomon],
     leopard: Option<&'a mut BlockDecoder>,
-    one: Option<&'a mut OneLoss>,
+    direct: Option<&'a mut Direct>,
 }
 
 /// What a receiver counted, cumulative. Single writer (the link's receive worker).
@@ -118,8 +118,8 @@ pub struct Decoder {
     /// The block code's decoder, shared by the lanes, its work buffers sized for the
     /// largest block when the decoder is made.
     leopard: Option<Box<BlockDecoder>>,
-    /// The block code's path for one data frame lost ([`OneLoss`]).
-    one: Option<Box<OneLoss>>,
+    /// The block code's direct rebuild of a few lost data frames ([`Direct`]).
+    direct: Option<Box<Direct>>,
     lanes: Vec<Option<Box<Lane>>>,
     /// Each lane's reorder window (when `hold_ms` > 0).
     orders: Vec<Option<Box<Reorder>>>,
@@ -153,8 +153,8 @@ impl Decoder {
                     .expect("block sizes were checked against the code's limits"),
                 )
             }),
-            one: fec.filter(Fec::block_code).map(|f| {
-                Box::new(OneLoss::new(
+            direct: fec.filter(Fec::block_code).map(|f| {
+                Box::new(Direct::new(
                     usize::from(f.k),
                     usize::from(f.m),
                     coded_len(MAX_PAYLOAD + super::SHARD_PREFIX),
@@ -285,7 +285,7 @@ impl Decoder {
                 Codecs {
                     gf8: &self.codecs,
                     leopard: self.leopard.as_deref_mut(),
-                    one: self.one.as_deref_mut(),
+                    direct: self.direct.as_deref_mut(),
                 },
                 fec,
                 &mut self.counts,
@@ -494,7 +494,7 @@ fn try_rebuild<F: FnMut(u16, u16, &[u8], bool)>(
     let region = &mut lane.shards[base..base + per * FRAME_CAP];
     let lens = &lane.shard_lens[slot * per..(slot + 1) * per];
     let rebuilt = match codecs.leopard {
-        Some(dec) => rebuild_block_code(dec, codecs.one, region, lens, &b),
+        Some(dec) => rebuild_block_code(dec, codecs.direct, region, lens, &b),
         None => rebuild_gf8(codecs.gf8, region, lens, &b),
     };
     if !rebuilt {
@@ -558,7 +558,7 @@ fn rebuild_gf8(codecs: &[ReedSolomon], region: &mut [u8], lens: &[usize], b: &Bl
 /// ones come back into their slots.
 fn rebuild_block_code(
     dec: &mut BlockDecoder,
-    one: Option<&mut OneLoss>,
+    direct: Option<&mut Direct>,
     region: &mut [u8],
     lens: &[usize],
     b: &Block,
@@ -569,20 +569,27 @@ fn rebuild_block_code(
         return false;
     }
     let missing = data_mask(k) & !b.present;
-    let repairs = (b.present >> k) & data_mask(m);
-    if let (Some(one), 1, true) = (one, missing.count_ones(), repairs != 0) {
-        // One data frame lost (the common case): from one repair frame and the others.
-        let lost = missing.trailing_zeros() as usize;
-        let j = repairs.trailing_zeros() as usize;
-        let mut fits = lens[k + j] == coded;
+    if let Some(direct) = direct {
+        // Few lost (the common case): solved directly from as many repair frames and the
+        // other originals. Repair shards of another length are not of this block.
+        let mut repairs = 0u128;
+        for j in 0..m {
+            if b.present & (1 << (k + j)) != 0 && lens[k + j] == coded {
+                repairs |= 1 << j;
+            }
+        }
+        let mut fits = true;
         for (i, chunk) in region.chunks_mut(FRAME_CAP).take(k).enumerate() {
-            if i != lost && lens[i] <= coded {
+            if missing & (1 << i) != 0 {
+                continue;
+            }
+            if lens[i] <= coded {
                 chunk[lens[i]..coded].fill(0);
-            } else if i != lost {
+            } else {
                 fits = false;
             }
         }
-        if fits && one.rebuild(k, m, coded, lost, j, region, FRAME_CAP) {
+        if fits && direct.rebuild(k, m, coded, missing, repairs, region, FRAME_CAP) {
             return true;
         }
     }

@@ -28,9 +28,11 @@
 //!   at these block sizes. Decoding: the crate's decoder evaluates the erasure locator over
 //!   the whole field (two 2^16-point transforms, ~3 million instructions per rebuilt block
 //!   whatever its size); the link's evaluates it only at the block's positions
-//!   ([`LocatorEngine`], `locator`), and rebuilds a block that lost one data frame from one
-//!   repair frame without the transforms (`oneloss`): figures in `docs/bench-split.md`
-//!   (`scripts/bench-fec.sh`, callgrind). A block without loss costs no decoding at all.
+//!   ([`LocatorEngine`], `locator`), and rebuilds a block that lost up to 32 data frames
+//!   without the transforms, by solving the small system of its lost frames over as many
+//!   repair frames ([`Direct`], `direct`; the full decoder only beyond): figures in
+//!   `docs/bench-split.md` (`scripts/bench-fec.sh`, callgrind). A block without loss costs
+//!   no decoding at all.
 //!   `k + m <= MAX_BLOCK_SHARDS` (128): the receiver's presence masks are 128 bits.
 //!
 //! Both encode from caller-owned slices (the sender encodes straight from the frames it
@@ -64,7 +66,7 @@
 //! arrivals are delivered and counted.
 //!
 //! This folder: `encoder` (the sender's lane), `decoder` (the receiver's lanes and windows),
-//! `locator` and `oneloss` (the block code's decoding);
+//! `locator` and `direct` (the block code's decoding);
 //! this file holds the setting ([`Fec`]) and the sizes both sides share.
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
@@ -74,13 +76,14 @@ use crate::wire::link::{MAX_BLOCK_SHARDS, MAX_K, MAX_M};
 #[cfg(test)]
 mod block_tests;
 mod decoder;
+mod direct;
 mod encoder;
 mod locator;
-mod oneloss;
 #[cfg(test)]
 mod tests;
 
 pub use decoder::{Decoder, DecoderCounts};
+pub use direct::Direct;
 pub use encoder::Encoder;
 pub use locator::LocatorEngine;
 
