@@ -2,7 +2,8 @@
 # Runs vgate's PF_RING engines for real, in a QEMU guest that can load pf_ring.ko.
 #
 # The host here cannot load kernel modules; a guest can. This script boots Debian's
-# linux-image-cloud-amd64 under QEMU's software emulation (TCG) on a Debian 12 root file
+# linux-image-cloud-amd64 under QEMU (KVM when /dev/kvm boots a guest, else software
+# emulation, TCG) on a Debian 12 root file
 # system made with debootstrap (cached under target/pfring-guest/), with an operator-supplied
 # PF_RING installation (--pfring DIR), copies the test binaries built on the host into the
 # guest at the same path, loads pf_ring.ko there and runs the PF_RING suites. The guest's
@@ -18,20 +19,28 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: scripts/pfring-guest.sh --pfring DIR [--suite LIST] [--timeout SECS] [--no-build]
+usage: scripts/pfring-guest.sh --pfring DIR [--suite LIST] [--accel auto|kvm|tcg] [--timeout SECS]
+                               [--no-build]
 
   --pfring DIR    PF_RING installation: lib/libpfring.so*, include/{pfring.h,linux/pf_ring.h},
                   modules/KVER/pf_ring.ko (KVER = the guest kernel, see below), optionally
                   modules/KVER/e1000e.ko (PF_RING's e1000e ZC driver)
-  --suite LIST    comma-separated, default "unit,pfring,tnapi,zc,bench":
+  --suite LIST    comma-separated, default "unit,pfring,zc,media,sip,tnapi,bench":
                     unit    vgate's and pfring-sys's unit tests built with --features pfring
                     pfring  tests/pfring.rs (the PF_RING engines from the outside)
-                    tnapi   namespace suites with mode tnapi (engine pfring) on veth pairs
+                    tnapi   namespace suites with mode tnapi (engine pfring) on veth pairs:
+                            portless, restart, engine, channel
+                    sip     the GB/T 28181 SIP flow with RTP (sip_netns): mode tnapi on pfring,
+                            then afpacket, then mode stack (no ring)
+                    media   media_strip_netns and media_validate_netns in mode tnapi (engine
+                            pfring): validate = "strip" / "enforce" on the ring's packets
                     zc      mode zc, engine pfring-zc, on two emulated e1000e NICs
                     channel channel_netns alone in mode tnapi: refused at pf_ring.ko's default
                             (force_ring_lock=0), then with force_ring_lock=1 channel_netns and
                             engine_netns (not in the default list)
                     bench   the relay bench in miniature: every mode side by side
+  --accel A       auto (default): KVM when /dev/kvm boots the guest kernel (a probe boot of
+                  a few seconds), else TCG with a message; kvm: KVM or fail; tcg: TCG
   --timeout SECS  kill the guest after this long (default 2400)
   --no-build      use the test binaries already built (cargo test --features pfring --no-run)
   -h, --help      this text
@@ -43,14 +52,16 @@ EOF
 }
 
 PFRING=""
-SUITES="unit,pfring,tnapi,zc,bench"
+SUITES="unit,pfring,zc,media,sip,tnapi,bench"
 TIMEOUT=2400
 BUILD=1
+ACCEL=auto
 while [ $# -gt 0 ]; do
     case "$1" in
         --pfring) PFRING="${2:?--pfring needs a directory}"; shift 2 ;;
         --suite) SUITES="${2:?--suite needs a list}"; shift 2 ;;
         --timeout) TIMEOUT="${2:?--timeout needs seconds}"; shift 2 ;;
+        --accel) ACCEL="${2:?--accel needs auto, kvm or tcg}"; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "pfring-guest.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -58,6 +69,7 @@ while [ $# -gt 0 ]; do
 done
 
 die() { echo "pfring-guest.sh: $*" >&2; exit 2; }
+case "$ACCEL" in auto|kvm|tcg) ;; *) die "--accel $ACCEL: auto, kvm or tcg" ;; esac
 
 [ -n "$PFRING" ] || die "--pfring DIR is required (see --help and docs/pfring.md)"
 PFRING="$(cd "$PFRING" && pwd)"
@@ -76,14 +88,21 @@ KVER="$(find /boot -maxdepth 1 -name 'vmlinuz-*-cloud-amd64' -printf '%f\n' | se
     die "$PFRING/modules/$KVER/pf_ring.ko missing: build PF_RING's kernel/ against linux-headers-$KVER"
 ls "$PFRING"/lib/libpfring.so* >/dev/null 2>&1 || die "$PFRING/lib/libpfring.so* missing"
 
+# QEMU's accelerator: KVM when it boots the guest kernel, else TCG (scripts/qemu-accel.sh).
+# shellcheck source=scripts/qemu-accel.sh
+. "$REPO/scripts/qemu-accel.sh"
+qemu_accel "$ACCEL" "/boot/vmlinuz-$KVER" || exit 2
+
 # 1. The root file system, made once.
+#    Remade when its package list changes (the list is its marker's content). ffmpeg: the
+#    media suites' encoder and ffprobe.
 ROOT="$WORK/rootfs"
-if [ ! -f "$ROOT/.vgate-rootfs-done" ]; then
+PKGS=iproute2,nftables,ethtool,kmod,procps,iperf,iperf3,sip-tester,python3,libpcap0.8,libelf1,zlib1g,libbpf1,libxdp1,busybox,ca-certificates,tcpdump,udev,socat,python3-matplotlib,ffmpeg
+if [ "$(cat "$ROOT/.vgate-rootfs-done" 2>/dev/null)" != "$PKGS" ]; then
     rm -rf "$ROOT.tmp"
-    debootstrap --variant=minbase \
-        --include=iproute2,nftables,ethtool,kmod,procps,iperf,iperf3,sip-tester,python3,libpcap0.8,libelf1,zlib1g,libbpf1,libxdp1,busybox,ca-certificates,tcpdump,udev,socat,python3-matplotlib \
+    nice -n 10 debootstrap --variant=minbase --include="$PKGS" \
         bookworm "$ROOT.tmp" http://deb.debian.org/debian
-    touch "$ROOT.tmp/.vgate-rootfs-done"
+    echo "$PKGS" >"$ROOT.tmp/.vgate-rootfs-done"
     rm -rf "$ROOT"
     mv "$ROOT.tmp" "$ROOT"
 fi
@@ -98,7 +117,8 @@ if [ "$BUILD" = 1 ]; then
     (cd "$REPO" && export PFRING_DIR="$PFRING" &&
         nice -n 10 cargo test -p vgate --features pfring --no-run --message-format=json --lib \
             --test pfring --test engine_netns --test portless_netns --test restart_netns \
-            --test channel_netns --test sip_netns &&
+            --test channel_netns --test sip_netns --test media_strip_netns \
+            --test media_validate_netns &&
         cp target/debug/vgate "$WORK/vgate" &&
         nice -n 10 cargo test -p pfring-sys --features pfring --no-run --message-format=json --lib) |
         python3 -c 'import json,sys
@@ -134,7 +154,8 @@ while read -r name exe; do
 done <"$LIST" >"$STAGE/opt/vgate-tests"
 cp "$REPO/scripts/pfring-guest-init.sh" "$STAGE/vgate-guest-init"
 chmod +x "$STAGE/vgate-guest-init"
-printf 'SUITES=%s\nREPO=%s\nKVER=%s\n' "$SUITES" "$REPO" "$KVER" >"$STAGE/opt/vgate-guest.env"
+printf 'SUITES=%s\nREPO=%s\nKVER=%s\nACCEL=%s\n' "$SUITES" "$REPO" "$KVER" "$ACCEL_USED" \
+    >"$STAGE/opt/vgate-guest.env"
 
 # 4. One ext4 image of root fs + stage (mkfs.ext4 -d: no loop device needed).
 IMG="$WORK/guest.img"
@@ -150,10 +171,10 @@ rm -rf "$MERGED"
 # 5. Boot. Two e1000e NICs for vgate (ZC), each joined by a QEMU hub to a virtio peer NIC.
 LOG="$WORK/console.log"
 : >"$LOG"
-echo "pfring-guest.sh: booting $KVER under TCG (console: $LOG)"
+echo "pfring-guest.sh: booting $KVER under $ACCEL_USED (console: $LOG)"
 start=$(date +%s)
 set +e
-timeout "$TIMEOUT" nice -n 10 qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 3072 \
+timeout "$TIMEOUT" nice -n 10 qemu-system-x86_64 "${QEMU_ACCEL[@]}" -smp 2 -m 3072 \
     -nographic -no-reboot -serial "file:$LOG" -monitor none \
     -kernel "/boot/vmlinuz-$KVER" -initrd "/boot/initrd.img-$KVER" \
     -append "root=/dev/vda rw console=ttyS0 init=/vgate-guest-init panic=-1 net.ifnames=0" \

@@ -528,3 +528,80 @@ fn pfring_guest_reads_the_result_of_a_serial_console() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "pass");
 }
+
+/// `scripts/qemu-accel.sh` (the guest check's accelerator): KVM when a probe boot of the
+/// guest kernel under KVM reaches its "Kernel panic" (no root file system), else TCG with a
+/// message; `--accel kvm` fails instead of falling back. QEMU here is a stand-in that prints
+/// what a real one does: the panic, QEMU 7.2's death on MSR 0x10a (`-cpu host` with
+/// arch-capabilities on this host's KVM), or nothing.
+#[test]
+fn pfring_guest_uses_kvm_when_it_boots_the_kernel_else_tcg() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let kvm = dir.path().join("kvm");
+    std::fs::write(&kvm, "").unwrap();
+    std::fs::write(
+        bin.join("qemu-system-x86_64"),
+        "#!/bin/bash\necho \"$*\" >>\"$QEMU_ARGS\"\ncase \"$FAKE\" in\n\
+         panic) printf 'Linux version 6.1\\r\\nKernel panic - not syncing: VFS\\r\\n' ;;\n\
+         msr) echo 'qemu-system-x86_64: error: failed to set MSR 0x10a to 0x...' >&2; exit 1 ;;\n\
+         esac\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        bin.join("qemu-system-x86_64"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let script = repo().join("scripts/qemu-accel.sh");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let run = |want: &str, fake: &str, dev: &Path| {
+        let args = dir.path().join(format!("args-{want}-{fake}"));
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg("set -euo pipefail; . \"$1\"; qemu_accel \"$2\" /boot/vmlinuz-x || exit 3; echo \"$ACCEL_USED ${QEMU_ACCEL[*]}\"")
+            .arg("bash")
+            .arg(&script)
+            .arg(want)
+            .env("PATH", &path)
+            .env("FAKE", fake)
+            .env("KVM_DEV", dev)
+            .env("QEMU_ARGS", &args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            std::fs::read_to_string(&args).unwrap_or_default(),
+        )
+    };
+    let (rc, used, _, probe) = run("auto", "panic", &kvm);
+    assert_eq!(rc, Some(0));
+    assert_eq!(used, "kvm -accel kvm -cpu host,-arch-capabilities");
+    assert!(
+        probe.contains("-accel kvm -cpu host,-arch-capabilities")
+            && probe.contains("-kernel /boot/vmlinuz-x"),
+        "{probe}"
+    );
+    let (rc, used, err, _) = run("auto", "msr", &kvm);
+    assert_eq!(rc, Some(0));
+    assert_eq!(used, "tcg -accel tcg -cpu max");
+    assert!(
+        err.contains("KVM did not boot the guest kernel")
+            && err.contains("MSR 0x10a")
+            && err.contains("using TCG"),
+        "{err}"
+    );
+    let (rc, _, err, _) = run("kvm", "msr", &kvm);
+    assert_eq!(rc, Some(3), "--accel kvm does not fall back: {err}");
+    assert!(err.contains("--accel kvm"), "{err}");
+    let (rc, used, err, _) = run("auto", "panic", &dir.path().join("no-kvm"));
+    assert_eq!((rc, used.as_str()), (Some(0), "tcg -accel tcg -cpu max"));
+    assert!(err.contains("no usable"), "{err}");
+    let (rc, used, _, probe) = run("tcg", "panic", &kvm);
+    assert_eq!((rc, used.as_str()), (Some(0), "tcg -accel tcg -cpu max"));
+    assert_eq!(probe, "", "no probe when TCG is asked for");
+}
