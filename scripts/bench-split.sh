@@ -32,6 +32,8 @@
 #   --rounds  rounds of the TX comparison (each runs every configuration once)
 #   --from LOG  tabulate the point lines of an earlier run's output (saved with tee) instead
 #             of running; the other options then only label the table
+#   SPLIT_BENCH_SINGLE=0 (environment) leaves out the single-host baseline: the same stream
+#             through one gateway of scripts/testbed.sh's bed, before and after the split points
 #   --debug   use the debug build (faster to build; latency figures are then not vgate's)
 #   --no-build  run the benchmark binary already built (target/release/deps/split_bench-*)
 set -euo pipefail
@@ -172,9 +174,19 @@ if [ -f "$OUT" ]; then sed -n '/^## Link TX/,$p' "$OUT" > "$raw.keep"; fi
     echo "out of order = datagrams the receiver got after a later one; *stream lost* = the routes' exact"
     echo "link loss on half B (\`link_lost\`); CPU = each half's datapath threads (user + kernel) per"
     echo "datagram, everything they do (capture, link, FEC, MAC, send), so compare rows, not absolutes."
+    echo "*single host* rows (unless SPLIT_BENCH_SINGLE=0): the same stream through one gateway (mode"
+    echo "stack, one worker) of scripts/testbed.sh's bed, before and after the split points, no link."
+    echo "*per stream* = datagrams that arrived behind a later one of their own stream (*out of order*"
+    echo "counts across all streams: a half reading many sockets in turn reorders across them). Half B's"
+    echo "reorder window: *waits* = gaps opened, *released by* = held datagrams by what handed them on"
+    echo "(the missing one arrived / was rebuilt / was a partial block's unused position / the wait ran"
+    echo "out / the gap was known lost / the window slid), *waited* = held datagrams by how long (≤ 2 ms,"
+    echo "≤ 10 ms, longer); *B overflow* = link frames half B's socket dropped, *A send err* = link frames"
+    echo "half A could not send (both lost without the loss rule); *load* = 1-minute load average at the"
+    echo "end of the point."
     echo
-    echo "| link loss | FEC | reorder | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 | latency p99.9 | out of order | stream lost | CPU A µs/dgram | CPU B µs/dgram |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| link loss | FEC | reorder | delivered loss | link frames dropped | repaired | repair rate | overhead | latency p50 | latency p99 | latency p99.9 | out of order | per stream | stream lost | waits | released by arr/reb/skip/time/lost/slide | waited ≤2/≤10/>10 ms | B overflow | A send err | CPU A µs/dgram | CPU B µs/dgram | load |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     grep '^point' "$raw" | while read -r _ rest; do
         declare -A v=()
         for kv in $rest; do v[${kv%%=*}]=${kv#*=}; done
@@ -183,11 +195,20 @@ if [ -f "$OUT" ]; then sed -n '/^## Link TX/,$p' "$OUT" > "$raw.keep"; fi
             b*) label="10 every ${loss#b}" ;;
             *) label="$(awk "BEGIN{print $loss/10}") %" ;;
         esac
-        printf '| %s | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s µs | %s | %s | %s | %s |\n' \
-            "$label" "${v[fec]}" "${v[reorder_ms]}" "${v[delivered_loss_pct]}" \
-            "${v[link_dropped]}" "${v[repaired]}" "${v[repair_rate_pct]}" "${v[overhead_pct]}" \
+        fec=${v[fec]}
+        case "$fec" in single-host-*) fec="single host (${fec#single-host-})"; label="—" ;; esac
+        released="—" waited="—"
+        if [ -n "${v[b_reorder_waits]:-}" ]; then
+            released="${v[b_reorder_released_arrived]}/${v[b_reorder_released_rebuilt]}/${v[b_reorder_released_skipped]}/${v[b_reorder_released_timeout]}/${v[b_reorder_released_lost]}/${v[b_reorder_released_slide]}"
+            waited="$(( ${v[b_reorder_wait_le1ms]} + ${v[b_reorder_wait_le2ms]} ))/$(( ${v[b_reorder_wait_le5ms]} + ${v[b_reorder_wait_le10ms]} ))/$(( ${v[b_reorder_wait_le25ms]} + ${v[b_reorder_wait_over25ms]} ))"
+        fi
+        printf '| %s | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s µs | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+            "$label" "$fec" "${v[reorder_ms]}" "${v[delivered_loss_pct]}" \
+            "${v[link_dropped]:-—}" "${v[repaired]:-—}" "${v[repair_rate_pct]:-—}" "${v[overhead_pct]:-—}" \
             "${v[lat_p50_us]}" "${v[lat_p99_us]}" "${v[lat_p999_us]:-?}" "${v[out_of_order]}" \
-            "${v[stream_lost]:-?}" "${v[a_cpu_us_per_pkt]:-?}" "${v[b_cpu_us_per_pkt]:-?}"
+            "${v[stream_out_of_order]:-?}" "${v[stream_lost]:-—}" "${v[b_reorder_waits]:-—}" "$released" "$waited" \
+            "${v[b_rx_overflow]:-—}" "${v[a_send_errors]:-—}" \
+            "${v[a_cpu_us_per_pkt]:-?}" "${v[b_cpu_us_per_pkt]:-—}" "${v[load]:-?}"
         unset v
     done
     if [ -s "$raw.keep" ]; then echo; cat "$raw.keep"; fi

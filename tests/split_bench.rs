@@ -22,14 +22,15 @@
 
 mod common;
 
-use std::net::{SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::split::{
     cam_routes, half_config, half_config_mode, link_totals, route, start_half, SplitBed, FACE_A,
     FACE_B,
 };
-use common::vgate::Vgate;
+use common::vgate::{Totals, Vgate};
+use common::{Bed, BedConfig};
 
 fn env_or(k: &str, d: &str) -> String {
     std::env::var(k).unwrap_or_else(|_| d.to_owned())
@@ -124,7 +125,13 @@ fn split_loss_and_fec() {
     let pps: u32 = env_or("SPLIT_BENCH_PPS", "4000").parse().unwrap();
     let reorders: Vec<u64> = env_list("SPLIT_BENCH_REORDER", "0 25");
     let streams: u16 = env_or("SPLIT_BENCH_STREAMS", "1").parse().unwrap();
+    // The single host (one gateway between the domains, no link) before and after the
+    // split points: the same stream, the baseline the split's latency is held to.
+    let single = env_or("SPLIT_BENCH_SINGLE", "1") == "1";
     let len: usize = 1328;
+    if single {
+        single_host_point(count, pps, len, streams, "before");
+    }
     let bed = SplitBed::up();
     for loss in &losses {
         apply_loss(&bed, loss);
@@ -152,45 +159,38 @@ fn split_loss_and_fec() {
             );
             let b_cfg = with_keys(b_cfg, "[split.in_link]");
             let b = start_half(&bed, "b", &b_cfg);
-            let (mut lat, out_of_order) = stream(&bed, count, pps, len, streams);
+            let mut m = stream(&Ends::split(&bed), count, pps, len, streams);
             let ta = a.stop();
             let tb = b.stop();
             let link_lost = bed.counters()["FWD_LOSS"] - before;
             let l = link_totals(&tb.raw, "in");
-            lat.sort_unstable();
-            let pct = |q: f64| {
-                if lat.is_empty() {
-                    0.0
-                } else {
-                    lat[((lat.len() - 1) as f64 * q) as usize] as f64 / 1e3
-                }
-            };
-            let delivered = lat.len() as u64;
+            let out = link_totals(&ta.raw, "out");
+            let (p50, p99, p999) = percentiles(&mut m.lat);
+            let delivered = m.lat.len() as u64;
             let frames = l["packets"] + link_lost;
             let data_frames_lost = u64::from(count).saturating_sub(l["delivered"]);
-            let route_sum = |t: &common::vgate::Totals, key: &str| -> u64 {
+            let route_sum = |t: &Totals, key: &str| -> u64 {
                 if streams <= 1 {
                     return t.route("cam", key);
                 }
                 (0..streams).map(|i| t.route(&format!("cam{i}"), key)).sum()
             };
-            // The halves' datapath CPU (all workers: half A's encodes, half B's link
-            // worker decodes), per datagram sent.
-            let cpu = |t: &common::vgate::Totals| -> f64 {
-                t.workers
-                    .iter()
-                    .filter_map(|w| w.get("cpu_seconds").and_then(|v| v.parse::<f64>().ok()))
-                    .sum()
-            };
+            // Why datagrams waited on half B (the reorder window's counters) and what was
+            // lost that the loss rule did not drop: half B's link socket overflowing, half
+            // A's link sends refused.
+            let reorder: String = l
+                .iter()
+                .filter(|(k, _)| k.starts_with("reorder_"))
+                .map(|(k, v)| format!(" b_{k}={v}"))
+                .collect();
             println!(
-                "point loss={loss} streams={streams} pps={pps} fec={fec} reorder_ms={reorder} out_of_order={out_of_order} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={:.0} lat_p99_us={:.0} lat_p999_us={:.0} counted_lost={} stream_lost={} stream_received={} stream_repaired={} stream_late={} link_bytes_per_frame={:.1} a_cpu_us_per_pkt={:.2} b_cpu_us_per_pkt={:.2}",
+                "point loss={loss} streams={streams} pps={pps} fec={fec} reorder_ms={reorder} out_of_order={} stream_out_of_order={} sent={count} delivered={delivered} delivered_loss_pct={:.4} link_frames={frames} link_dropped={link_lost} data_frames_lost={data_frames_lost} repaired={} repair_rate_pct={:.1} overhead_pct={:.1} lat_p50_us={p50:.0} lat_p99_us={p99:.0} lat_p999_us={p999:.0} counted_lost={} stream_lost={} stream_received={} stream_repaired={} stream_late={} link_bytes_per_frame={:.1} a_cpu_us_per_pkt={:.2} b_cpu_us_per_pkt={:.2} a_send_errors={} a_rx_overflow={} b_rx_overflow={}{reorder} load={}",
+                m.out_of_order,
+                m.stream_out_of_order,
                 100.0 * (u64::from(count) - delivered) as f64 / f64::from(count),
                 l["repaired"],
                 if data_frames_lost == 0 { 100.0 } else { 100.0 * l["repaired"] as f64 / data_frames_lost as f64 },
                 100.0 * (frames.saturating_sub(u64::from(count))) as f64 / f64::from(count),
-                pct(0.5),
-                pct(0.99),
-                pct(0.999),
                 l["lost"],
                 route_sum(&tb, "link_lost"),
                 route_sum(&tb, "link_received"),
@@ -199,20 +199,156 @@ fn split_loss_and_fec() {
                 l["bytes"] as f64 / l["packets"].max(1) as f64,
                 1e6 * cpu(&ta) / f64::from(count),
                 1e6 * cpu(&tb) / f64::from(count),
+                out["send_errors"],
+                channel_drops(&ta, "drop_rx_overflow"),
+                channel_drops(&tb, "drop_rx_overflow"),
+                load(),
             );
+        }
+    }
+    drop(bed);
+    if single {
+        single_host_point(count, pps, len, streams, "after");
+    }
+}
+
+/// The same stream through one gateway (mode stack, one worker, like each half) on
+/// `scripts/testbed.sh`'s bed: a `point … fec=single-host …` line (`when`: before or after
+/// the split's points).
+fn single_host_point(count: u32, pps: u32, len: usize, streams: u16, when: &str) {
+    let bed = Bed::up(1);
+    let cfg = bed.config(BedConfig {
+        mode: "stack",
+        queues: 1,
+        policy: "strict",
+        ..Default::default()
+    });
+    let (a_ip, b_ip) = (bed.get("A_IP"), bed.get("B_IP"));
+    let routes: String = (0..streams.max(1))
+        .map(|i| {
+            route(
+                &format!("s{i}"),
+                "a",
+                20000 + i,
+                &format!("{b_ip}:6000"),
+                30000 + i,
+                &format!("{a_ip}:5000"),
+            )
+        })
+        .collect();
+    let g = Vgate::start_with(
+        &["ip", "netns", "exec", bed.get("G_NS")],
+        &(cfg + &routes),
+        &[],
+    );
+    let mut m = stream(&Ends::single(&bed), count, pps, len, streams);
+    let t = g.stop();
+    let (p50, p99, p999) = percentiles(&mut m.lat);
+    let delivered = m.lat.len() as u64;
+    println!(
+        "point loss=0 streams={streams} pps={pps} fec=single-host-{when} reorder_ms=0 out_of_order={} stream_out_of_order={} sent={count} delivered={delivered} delivered_loss_pct={:.4} lat_p50_us={p50:.0} lat_p99_us={p99:.0} lat_p999_us={p999:.0} a_cpu_us_per_pkt={:.2} a_rx_overflow={} load={}",
+        m.out_of_order,
+        m.stream_out_of_order,
+        100.0 * (u64::from(count) - delivered) as f64 / f64::from(count),
+        1e6 * cpu(&t) / f64::from(count),
+        channel_drops(&t, "drop_rx_overflow"),
+        load(),
+    );
+}
+
+/// p50, p99 and p99.9 of `lat` (ns) in µs (sorts it).
+fn percentiles(lat: &mut [u64]) -> (f64, f64, f64) {
+    lat.sort_unstable();
+    let pct = |q: f64| {
+        if lat.is_empty() {
+            0.0
+        } else {
+            lat[((lat.len() - 1) as f64 * q) as usize] as f64 / 1e3
+        }
+    };
+    (pct(0.5), pct(0.99), pct(0.999))
+}
+
+/// A process's datapath CPU (all workers: a half A's encodes, a half B's link worker
+/// decodes), seconds.
+fn cpu(t: &Totals) -> f64 {
+    t.workers
+        .iter()
+        .filter_map(|w| w.get("cpu_seconds").and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// Drops of reason `name` (`drop_rx_overflow`, ...) summed over a process's channels.
+fn channel_drops(t: &Totals, name: &str) -> u64 {
+    t.channels
+        .values()
+        .filter_map(|c| c.get(name).and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// The 1-minute load average, as `/proc/loadavg` says it.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Where a bench stream runs: the sender's namespace and address (it sends from port 5000),
+/// the gateway's address in domain A (ports 20000..), the receiver's namespace and address
+/// (port 6000).
+struct Ends {
+    sender_ns: String,
+    sender: Ipv4Addr,
+    gateway: Ipv4Addr,
+    receiver_ns: String,
+    receiver: Ipv4Addr,
+}
+
+impl Ends {
+    /// Domain A to domain B across the split bed.
+    fn split(bed: &SplitBed) -> Ends {
+        Ends {
+            sender_ns: bed.get("DA_NS").to_owned(),
+            sender: bed.ip("DA_IP"),
+            gateway: bed.ip("GA_IP"),
+            receiver_ns: bed.get("DB_NS").to_owned(),
+            receiver: bed.ip("DB_IP"),
+        }
+    }
+
+    /// Domain A to domain B through the one gateway of `scripts/testbed.sh`'s bed.
+    fn single(bed: &Bed) -> Ends {
+        Ends {
+            sender_ns: bed.get("A_NS").to_owned(),
+            sender: bed.ip("A_IP"),
+            gateway: bed.ip("GA_IP"),
+            receiver_ns: bed.get("B_NS").to_owned(),
+            receiver: bed.ip("B_IP"),
         }
     }
 }
 
+/// What a bench stream measured: the one-way latency (ns) of each distinct datagram that
+/// arrived, how many arrived behind a later one of any stream (`out_of_order`; the
+/// gateway's reading of many sockets in turn reorders across streams) and behind a later
+/// one of their own stream (`stream_out_of_order`: what the link and the reorder window
+/// answer for).
+struct Measured {
+    lat: Vec<u64>,
+    out_of_order: u64,
+    stream_out_of_order: u64,
+}
+
 /// A paced stream of `count` numbered, timestamped datagrams of `len` bytes at `pps` from
-/// domain A (port 5000) to half A's gateway ports 20000.. (`streams` of them, in turn); returns the one-way latency (ns) of
-/// each distinct datagram that reached the receiver in domain B (port 6000), and how many
-/// arrived behind a later one.
-fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize, streams: u16) -> (Vec<u64>, u64) {
-    let (da, ga, db) = (bed.ip("DA_IP"), bed.ip("GA_IP"), bed.ip("DB_IP"));
+/// the sender (port 5000) to the gateway's ports 20000.. (`streams` of them, in turn); what
+/// reached the receiver (port 6000), [`Measured`].
+fn stream(ends: &Ends, count: u32, pps: u32, len: usize, streams: u16) -> Measured {
+    let (da, ga, db) = (ends.sender, ends.gateway, ends.receiver);
+    let per_stream = usize::from(streams.max(1));
     let (tx, rx) = std::sync::mpsc::channel();
     let recv = {
-        let ns = bed.get("DB_NS").to_owned();
+        let ns = ends.receiver_ns.clone();
         std::thread::spawn(move || {
             common::enter_netns(&ns).unwrap();
             let s = UdpSocket::bind(SocketAddrV4::new(db, 6000)).unwrap();
@@ -225,6 +361,8 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize, streams: u16) -> (Ve
             let mut seen = vec![false; count as usize];
             let mut lat = Vec::with_capacity(count as usize);
             let (mut highest, mut out_of_order) = (None::<usize>, 0u64);
+            let mut stream_highest = vec![None::<usize>; per_stream];
+            let mut stream_out_of_order = 0u64;
             let mut buf = [0u8; 2048];
             s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
             while let Ok((n, _)) = s.recv_from(&mut buf) {
@@ -241,13 +379,22 @@ fn stream(bed: &SplitBed, count: u32, pps: u32, len: usize, streams: u16) -> (Ve
                         out_of_order += 1;
                     }
                     highest = highest.max(Some(id));
+                    let h = &mut stream_highest[id % per_stream];
+                    if h.is_some_and(|h| id < h) {
+                        stream_out_of_order += 1;
+                    }
+                    *h = (*h).max(Some(id));
                 }
             }
-            (lat, out_of_order)
+            Measured {
+                lat,
+                out_of_order,
+                stream_out_of_order,
+            }
         })
     };
     rx.recv().unwrap();
-    common::in_netns(bed.get("DA_NS"), move || {
+    common::in_netns(&ends.sender_ns, move || {
         let s = UdpSocket::bind(SocketAddrV4::new(da, 5000)).unwrap();
         let streams = streams.max(1);
         let mut p = vec![0u8; len];
@@ -305,18 +452,13 @@ fn split_link_tx_families() {
                     &[],
                 );
                 let b = start_half(&bed, "b", &half_config(&bed, "b", "off", &fec, &rb));
-                let delivered = stream(&bed, count, pps, len, 1).0.len() as u64;
+                let delivered = stream(&Ends::split(&bed), count, pps, len, 1).lat.len() as u64;
                 let ta = a.stop();
                 let tb = b.stop();
                 let out = link_totals(&ta.raw, "out");
                 let b_in = link_totals(&tb.raw, "in");
                 // What half B dropped (its incoming link's socket overflowing, sends refused).
-                let b_drop = |name: &str| -> u64 {
-                    tb.channels
-                        .values()
-                        .filter_map(|c| c.get(name).and_then(|v| v.parse::<u64>().ok()))
-                        .sum()
-                };
+                let b_drop = |name: &str| channel_drops(&tb, name);
                 let tx_line = ta
                     .raw
                     .lines()

@@ -115,6 +115,12 @@ pub struct LinkCounters {
     pub reorder_held: AtomicU64,
     pub reorder_expired: AtomicU64,
     pub reorder_overtaken: AtomicU64,
+    /// Incoming, the reorder window: waits begun (a gap opened with nothing held before),
+    /// held datagrams by what handed them on ([`REORDER_RELEASES`]) and by how long they
+    /// waited ([`REORDER_WAITS`]).
+    pub reorder_waits: AtomicU64,
+    pub reorder_released: [AtomicU64; REORDER_RELEASES.len()],
+    pub reorder_waited: [AtomicU64; REORDER_WAITS.len()],
     /// Outgoing: datagrams cut into fragments. Incoming: fragments received, datagrams
     /// joined from them.
     pub fragmented: AtomicU64,
@@ -122,6 +128,17 @@ pub struct LinkCounters {
     pub joined: AtomicU64,
     pub drops: [AtomicU64; LinkDrop::COUNT],
 }
+
+/// What hands a held datagram on in the reorder window, in the order of the link's
+/// `Release` (`crate::link::reorder`): the missing one arrived late, was rebuilt, was a
+/// partial block's unused position, the wait ran out, the gap was known lost, the window
+/// slid, the lane started over.
+pub const REORDER_RELEASES: [&str; 7] = [
+    "arrived", "rebuilt", "skipped", "timeout", "lost", "slide", "flush",
+];
+/// The reorder window's wait buckets (`crate::link::reorder::WAIT_BOUNDS_MS`): held up to
+/// 1, 2, 5, 10, 25 ms, or longer.
+pub const REORDER_WAITS: [&str; 6] = ["le1ms", "le2ms", "le5ms", "le10ms", "le25ms", "over25ms"];
 
 /// A point-in-time copy of [`LinkCounters`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -139,6 +156,9 @@ pub struct LinkSnapshot {
     pub reorder_held: u64,
     pub reorder_expired: u64,
     pub reorder_overtaken: u64,
+    pub reorder_waits: u64,
+    pub reorder_released: [u64; REORDER_RELEASES.len()],
+    pub reorder_waited: [u64; REORDER_WAITS.len()],
     pub fragmented: u64,
     pub fragments: u64,
     pub joined: u64,
@@ -171,6 +191,9 @@ impl LinkCounters {
             reorder_held: self.reorder_held.load(Relaxed),
             reorder_expired: self.reorder_expired.load(Relaxed),
             reorder_overtaken: self.reorder_overtaken.load(Relaxed),
+            reorder_waits: self.reorder_waits.load(Relaxed),
+            reorder_released: self.reorder_released.each_ref().map(|a| a.load(Relaxed)),
+            reorder_waited: self.reorder_waited.each_ref().map(|a| a.load(Relaxed)),
             fragmented: self.fragmented.load(Relaxed),
             fragments: self.fragments.load(Relaxed),
             joined: self.joined.load(Relaxed),

@@ -420,7 +420,7 @@ pub const SPLIT_FAMILIES: &[(&str, &str, &str)] = &[
     (
         "vgate_link_fec_total",
         "counter",
-        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate; the incoming link's reorder window: datagrams held, positions given up, datagrams overtaken; datagrams cut into fragments (out), fragments received and datagrams joined from them (in)",
+        "Split half: FEC per link: repair frames sent or received, datagrams repaired, lost, late, duplicate; the incoming link's reorder window: datagrams held, positions given up, datagrams overtaken, waits begun (reorder_waits), held datagrams by what handed them on (reorder_released_*) and by how long they waited (reorder_wait_*); datagrams cut into fragments (out), fragments received and datagrams joined from them (in)",
     ),
     (
         "vgate_link_drops_total",

@@ -206,6 +206,22 @@ pub fn render(st: &ControlState) -> String {
             ] {
                 o.sample("vgate_link_fec_total", &[("link", l), ("what", what)], v);
             }
+            // The reorder window: waits begun, what handed held datagrams on, how long
+            // they waited.
+            let named = crate::stats::link::REORDER_RELEASES
+                .iter()
+                .zip(s.reorder_released)
+                .map(|(n, v)| (format!("reorder_released_{n}"), v))
+                .chain(
+                    crate::stats::link::REORDER_WAITS
+                        .iter()
+                        .zip(s.reorder_waited)
+                        .map(|(n, v)| (format!("reorder_wait_{n}"), v)),
+                )
+                .chain([("reorder_waits".to_owned(), s.reorder_waits)]);
+            for (what, v) in named {
+                o.sample("vgate_link_fec_total", &[("link", l), ("what", what.as_str())], v);
+            }
         }
         o.family("vgate_link_drops_total");
         for r in crate::stats::link::LinkDrop::ALL {

@@ -45,6 +45,10 @@ impl LinkFamily {
     }
 }
 
+// The counters' names (crate::stats) follow the reorder window's own order.
+const _: () = assert!(Release::ALL.len() == REORDER_RELEASES.len());
+const _: () = assert!(WAIT_BOUNDS_MS.len() + 1 == REORDER_WAITS.len());
+
 impl LinkCounters {
     /// Publishes the decoder's cumulative counts (single writer: the receive worker).
     pub(super) fn publish(&self, c: &DecoderCounts) {
@@ -60,6 +64,13 @@ impl LinkCounters {
         self.reorder_held.store(c.reorder.held, Relaxed);
         self.reorder_expired.store(c.reorder.expired, Relaxed);
         self.reorder_overtaken.store(c.reorder.overtaken, Relaxed);
+        self.reorder_waits.store(c.reorder.waits, Relaxed);
+        for (a, &v) in self.reorder_released.iter().zip(&c.reorder.released) {
+            a.store(v, Relaxed);
+        }
+        for (a, &v) in self.reorder_waited.iter().zip(&c.reorder.waited) {
+            a.store(v, Relaxed);
+        }
     }
 
     /// Publishes the reassembly's cumulative counts (single writer: the receive worker).
@@ -151,6 +162,13 @@ impl SplitStats {
                 "link name={name} half={} packets={} bytes={} repair_packets={} send_errors={} delivered={} repaired={} lost={} late={} duplicate={} restarts={} reorder_held={} reorder_expired={} reorder_overtaken={} fragmented={} fragments={} joined={}",
                 self.half, v.packets, v.bytes, v.repair_packets, v.send_errors, v.delivered, v.repaired, v.lost, v.late, v.duplicate, v.restarts, v.reorder_held, v.reorder_expired, v.reorder_overtaken, v.fragmented, v.fragments, v.joined
             ));
+            s.push_str(&format!(" reorder_waits={}", v.reorder_waits));
+            for (n, c) in REORDER_RELEASES.iter().zip(v.reorder_released) {
+                s.push_str(&format!(" reorder_released_{n}={c}"));
+            }
+            for (n, c) in REORDER_WAITS.iter().zip(v.reorder_waited) {
+                s.push_str(&format!(" reorder_wait_{n}={c}"));
+            }
             for r in LinkDrop::ALL {
                 s.push_str(&format!(" drop_{}={}", r.name(), v.drop_count(r)));
             }
@@ -179,6 +197,9 @@ impl SplitStats {
             for r in LinkDrop::ALL {
                 drops.insert(r.name().into(), s.drop_count(r).into());
             }
+            let named = |names: &[&str], v: &[u64]| -> serde_json::Map<String, serde_json::Value> {
+                names.iter().zip(v).map(|(n, c)| ((*n).into(), (*c).into())).collect()
+            };
             serde_json::json!({
                 "fec": fec(f), "packets": s.packets, "bytes": s.bytes,
                 "repair_packets": s.repair_packets, "send_errors": s.send_errors,
@@ -186,6 +207,9 @@ impl SplitStats {
                 "late": s.late, "duplicate": s.duplicate, "restarts": s.restarts,
                 "reorder_held": s.reorder_held, "reorder_expired": s.reorder_expired,
                 "reorder_overtaken": s.reorder_overtaken,
+                "reorder_waits": s.reorder_waits,
+                "reorder_released": named(&REORDER_RELEASES, &s.reorder_released),
+                "reorder_waited": named(&REORDER_WAITS, &s.reorder_waited),
                 "fragmented": s.fragmented, "fragments": s.fragments, "joined": s.joined,
                 "drops": drops,
             })

@@ -6,7 +6,7 @@
 use reed_solomon_erasure::galois_8::ReedSolomon;
 use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
 
-use crate::link::reorder::{Reorder, ReorderCounts};
+use crate::link::reorder::{Reorder, ReorderCounts, LOST_GRACE_MS};
 use crate::wire::link::{HeaderError, Kind, LinkPacket, MAX_K, MAX_M, SHARD_PREFIX};
 
 use super::direct::Direct;
@@ -66,6 +66,9 @@ struct Out<'a, F> {
     order: Option<&'a mut Reorder>,
     deliver: &'a mut F,
     now: u64,
+    /// How long a gap known lost is still waited for ([`LOST_GRACE_MS`], at most the
+    /// window's wait).
+    grace: u64,
 }
 
 impl<F: FnMut(u16, u16, &[u8], bool)> Out<'_, F> {
@@ -78,7 +81,15 @@ impl<F: FnMut(u16, u16, &[u8], bool)> Out<'_, F> {
 
     fn skip(&mut self, from: u32, to: u32) {
         if let Some(r) = self.order.as_deref_mut() {
-            r.skip(from, to, self.deliver);
+            r.skip(from, to, self.now, self.deliver);
+        }
+    }
+
+    /// Positions before `to` that have not come never will (in lane order): what waits
+    /// for them goes after [`LOST_GRACE_MS`] instead of the window's whole wait.
+    fn give_up_before(&mut self, to: u32) {
+        if let Some(r) = self.order.as_deref_mut() {
+            r.give_up_before(to, self.now + self.grace);
         }
     }
 }
@@ -172,9 +183,7 @@ impl Decoder {
     pub fn totals(&self) -> DecoderCounts {
         let mut c = self.counts;
         for r in self.orders.iter().flatten() {
-            c.reorder.held += r.counts.held;
-            c.reorder.expired += r.counts.expired;
-            c.reorder.overtaken += r.counts.overtaken;
+            c.reorder.add(&r.counts);
         }
         c
     }
@@ -264,6 +273,7 @@ impl Decoder {
             order: self.orders[lane_no].as_deref_mut(),
             deliver: &mut deliver,
             now: now_ms,
+            grace: LOST_GRACE_MS.min(self.hold_ms),
         };
         let Some(lane) = self.lanes[lane_no].as_deref_mut() else {
             return Ok(());
@@ -274,7 +284,7 @@ impl Decoder {
             lane.blocks = [Block::default(); WINDOW_BLOCKS];
             // What the old sender's window held goes first; the new one starts its own order.
             if let Some(r) = out.order.as_deref_mut() {
-                r.flush(out.deliver);
+                r.flush(now_ms, out.deliver);
             }
         }
         lane.epoch = p.epoch();
@@ -399,6 +409,10 @@ fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
             }
         }
     }
+    // A lane's frames arrive in the order they were sent: a frame of block `id` says every
+    // earlier block has had all its frames (and been rebuilt if it could be), so nothing
+    // before it is worth the window's whole wait.
+    out.give_up_before(position(id, fec, 0));
     let per = usize::from(fec.k) + usize::from(fec.m);
     let slot = id as usize % WINDOW_BLOCKS;
     let b = &mut lane.blocks[slot];
@@ -435,6 +449,11 @@ fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
             }
             b.delivered |= 1 << idx;
             counts.delivered += 1;
+            if hopeless(b, idx) {
+                // More of this block was lost than its repair frames can rebuild: the gaps
+                // before this frame are lost, it need not wait for them.
+                out.give_up_before(position(id, fec, idx));
+            }
             out.data(
                 position(id, fec, idx),
                 p.dst_port(),
@@ -462,9 +481,24 @@ fn receive_block<F: FnMut(u16, u16, &[u8], bool)>(
                     position(id, fec, usize::from(fec.k)),
                 );
             }
+            if hopeless(b, idx) {
+                // The block's last chance passed: what it lost stays lost.
+                out.give_up_before(position(id, fec, usize::from(fec.k)));
+            }
         }
     }
     try_rebuild(lane, slot, codecs, fec, counts, out);
+}
+
+/// Whether block `b` can no longer be rebuilt, its frame `idx` just in: it misses data
+/// and, with the frames after `idx` still to come (the block's `k + m`, or `k + m` of a
+/// full block until a repair frame says its size), it cannot reach `k` frames. Only a link
+/// that reorders a lane's frames can still bring one of the missing ones.
+fn hopeless(b: &Block, idx: usize) -> bool {
+    let (k, m) = (b.k, b.m);
+    let have = (b.present & data_mask(k + m)).count_ones() as usize;
+    let still = (k + m).saturating_sub(idx + 1);
+    data_mask(k) & !b.present != 0 && have + still < k
 }
 
 /// A data packet's place in its lane's order (FEC on): `block × k + index`, wrapping.

@@ -58,7 +58,9 @@
 //! Without a reorder window data packets are delivered the moment they arrive and rebuilt
 //! ones as soon as their block can be decoded (so behind later ones); with one
 //! ([`Decoder::with_reorder`], [`super::reorder`]) each lane's datagrams are handed on in the
-//! sender's order, a datagram behind a gap waiting at most the window's time. Blocks
+//! sender's order, a datagram behind a gap waiting at most the window's time, and only
+//! [`crate::link::reorder::LOST_GRACE_MS`] once the lane's frames still to come cannot
+//! rebuild the gap (a lane's frames arrive in the order they were sent). Blocks
 //! pushed out of the window, or quiet for [`Decoder::settle`]'s age, count what they never
 //! got as lost; a datagram of a settled block that still arrives (or is rebuilt) while the
 //! block is in the window is handed on, counted late and taken off lost (a sending worker

@@ -338,11 +338,19 @@ fn reorder_window_gives_a_gap_up_when_the_wait_ends() {
         let mut dec = Decoder::with_reorder(fec, 30);
         let got = payloads(feed(&mut dec, &keep, 100));
         assert_eq!(got, expected(3), "{fec:?}: 4.. wait for 3");
-        assert_eq!(dec.next_deadline(), Some(130));
+        // FEC off: nothing tells a loss from a late frame, 3 is waited for the whole 30 ms.
+        // FEC on: the next block's first frame says the first block had all its frames and
+        // could not be rebuilt; 3 is waited for only the grace of a swapped neighbour.
+        let at = if fec.is_some() {
+            100 + crate::link::reorder::LOST_GRACE_MS
+        } else {
+            130
+        };
+        assert_eq!(dec.next_deadline(), Some(at), "{fec:?}");
         let mut late = Vec::new();
-        dec.release_due(129, |_, _, pl, _| late.push(pl.to_vec()));
+        dec.release_due(at - 1, |_, _, pl, _| late.push(pl.to_vec()));
         assert!(late.is_empty());
-        dec.release_due(130, |_, _, pl, _| late.push(pl.to_vec()));
+        dec.release_due(at, |_, _, pl, _| late.push(pl.to_vec()));
         assert_eq!(late, expected(20)[4..].to_vec(), "{fec:?}");
         assert_eq!(dec.next_deadline(), None);
         assert_eq!(dec.totals().reorder.expired, 1, "{fec:?}");
@@ -399,4 +407,95 @@ fn fec_parse() {
     for bad in ["", "8", "0+2", "8+0", "33+1", "8+17", "a+b", "8-2"] {
         assert!(Fec::parse(bad).is_err(), "{bad}");
     }
+}
+
+/// Every frame of lane `lane`'s encoder for datagrams `ids`, blocks closed on time every
+/// `every` datagrams (partial blocks, as `fec_block_ms` cuts them), in wire order.
+fn wire_cut(fec: Option<Fec>, lane: u8, ids: std::ops::Range<usize>, every: usize) -> Vec<Vec<u8>> {
+    let mut enc = Encoder::new(lane, 7, fec, 4);
+    let mut frames = Vec::new();
+    let all = expected(ids.end);
+    for (n, payload) in all[ids].iter().enumerate() {
+        if enc.must_flush() {
+            frames.extend(enc.ready().map(|f| f.to_vec()));
+            enc.mark_sent();
+        }
+        assert!(enc.push(30000, 20002, payload, 0));
+        if n % every == every - 1 {
+            enc.close_block(0);
+            frames.extend(enc.ready().map(|f| f.to_vec()));
+            enc.mark_sent();
+        }
+    }
+    enc.close_block(0);
+    frames.extend(enc.ready().map(|f| f.to_vec()));
+    enc.mark_sent();
+    frames
+}
+
+#[test]
+fn a_lossless_link_never_opens_a_wait_with_blocks_cut_on_time_and_many_lanes() {
+    let block = Fec::block(116, 10, 2).unwrap();
+    for fec in [None, Some(Fec::kpm(8, 2)), Some(block)] {
+        for every in [1, 3, 7, 200] {
+            // Two sending workers (lanes 1 and 2), their frames interleaved unevenly on the
+            // link: each lane has its own positions, so neither makes gaps in the other's.
+            let a = wire_cut(fec, 1, 0..300, every);
+            let b = wire_cut(fec, 2, 0..300, every);
+            let mut mixed = Vec::new();
+            let (mut i, mut j) = (0, 0);
+            while i < a.len() || j < b.len() {
+                for _ in 0..(i % 5 + 1) {
+                    if i < a.len() {
+                        mixed.push(a[i].clone());
+                        i += 1;
+                    }
+                }
+                if j < b.len() {
+                    mixed.push(b[j].clone());
+                    j += 1;
+                }
+            }
+            let mut dec = Decoder::with_reorder(fec, 25);
+            let got = feed(&mut dec, &mixed, 0);
+            assert_eq!(got.len(), 600, "{fec:?} every {every}");
+            let c = dec.totals();
+            assert_eq!(
+                (c.reorder.waits, c.reorder.held, c.reorder.expired, c.lost),
+                (0, 0, 0, 0),
+                "{fec:?} every {every}: {c:?}"
+            );
+            assert_eq!(dec.next_deadline(), None);
+        }
+    }
+}
+
+#[test]
+fn a_block_beyond_repair_is_given_up_when_its_frames_say_so_not_after_the_wait() {
+    use crate::link::reorder::{Release, LOST_GRACE_MS};
+    let fec = Some(Fec::kpm(8, 2));
+    let frames = wire(fec, 7, 0..8);
+    assert_eq!(frames.len(), 10);
+    // Data 1 and 2 and repair frame 8 lost: 7 of the block's 10 frames, where it takes 8.
+    // Until its last frame the block could still be rebuilt; the sender then goes quiet (no
+    // next block to say the block is over): that last frame says it.
+    let keep: Vec<Vec<u8>> = [0, 3, 4, 5, 6, 7].iter().map(|&i| frames[i].clone()).collect();
+    let mut dec = Decoder::with_reorder(fec, 25);
+    assert_eq!(payloads(feed(&mut dec, &keep, 100)), expected(1));
+    assert_eq!(dec.next_deadline(), Some(125), "repair frames 8 and 9 could rebuild it");
+    assert!(feed(&mut dec, &[frames[9].clone()], 102).is_empty());
+    assert_eq!(dec.next_deadline(), Some(102 + LOST_GRACE_MS), "beyond repair");
+    let mut out = Vec::new();
+    dec.release_due(102 + LOST_GRACE_MS, |_, _, pl, _| out.push(pl.to_vec()));
+    assert_eq!(out, expected(8)[3..].to_vec());
+    let c = dec.totals();
+    assert_eq!((c.reorder.expired, c.reorder.waits), (2, 1));
+    assert_eq!(c.reorder.released[Release::Lost as usize], 5);
+
+    // A data frame can say it first: with data 1, 2 and 3 lost, data 4 leaves 5 frames to
+    // come and 2 in hand, 7 of the 8 needed.
+    let keep: Vec<Vec<u8>> = [0, 4, 5].iter().map(|&i| frames[i].clone()).collect();
+    let mut dec = Decoder::with_reorder(fec, 25);
+    assert_eq!(payloads(feed(&mut dec, &keep, 100)), expected(1));
+    assert_eq!(dec.next_deadline(), Some(100 + LOST_GRACE_MS));
 }
