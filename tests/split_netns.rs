@@ -619,9 +619,17 @@ fn a_lossless_link_makes_nothing_wait_in_the_reorder_window() {
         let overflow: u64 = tb
             .channels
             .values()
-            .filter_map(|c| c.get("drop_rx_overflow").and_then(|v| v.parse::<u64>().ok()))
+            .filter_map(|c| {
+                c.get("drop_rx_overflow")
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
             .sum();
-        assert_eq!(overflow, 0, "{fec}: half B's link socket overflowed{}", why());
+        assert_eq!(
+            overflow,
+            0,
+            "{fec}: half B's link socket overflowed{}",
+            why()
+        );
         assert_eq!(
             (b_in["lost"], b_in["repaired"], b_in["late"]),
             (0, 0, 0),
@@ -637,7 +645,11 @@ fn a_lossless_link_makes_nothing_wait_in_the_reorder_window() {
         );
         // And so nothing waited.
         assert_eq!(
-            (b_in["reorder_waits"], b_in["reorder_held"], b_in["reorder_expired"]),
+            (
+                b_in["reorder_waits"],
+                b_in["reorder_held"],
+                b_in["reorder_expired"]
+            ),
             (0, 0, 0),
             "{fec}: a lossless in-order link opened gaps in the reorder window: {b_in:?}"
         );

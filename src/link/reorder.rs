@@ -224,7 +224,12 @@ impl Reorder {
         }
         if d as usize >= SLOTS {
             // Slide: the window ends at `pos`.
-            self.release_to(pos.wrapping_sub(SLOTS as u32), Release::Slide, now_ms, deliver);
+            self.release_to(
+                pos.wrapping_sub(SLOTS as u32),
+                Release::Slide,
+                now_ms,
+                deliver,
+            );
             self.advance(Release::Slide, now_ms, deliver);
             if pos == self.next {
                 deliver(dst, src, payload, repaired);
@@ -317,7 +322,12 @@ impl Reorder {
     pub fn release_due<F: FnMut(u16, u16, &[u8], bool)>(&mut self, now_ms: u64, deliver: &mut F) {
         if self.waiting > 0 && self.lost_due() <= now_ms {
             self.lost_at = u64::MAX;
-            self.release_to(self.lost_before.wrapping_sub(1), Release::Lost, now_ms, deliver);
+            self.release_to(
+                self.lost_before.wrapping_sub(1),
+                Release::Lost,
+                now_ms,
+                deliver,
+            );
             self.advance(Release::Lost, now_ms, deliver);
         }
         if self.waiting == 0 || now_ms < self.deadline {
@@ -605,7 +615,11 @@ mod tests {
         assert_eq!((c.held, c.waits, c.expired), (4, 3, 1));
         let by = |w: Release| c.released[w as usize];
         assert_eq!(
-            (by(Release::Rebuilt), by(Release::Arrived), by(Release::Timeout)),
+            (
+                by(Release::Rebuilt),
+                by(Release::Arrived),
+                by(Release::Timeout)
+            ),
             (2, 1, 1)
         );
         // 2 waited 3 ms, 3 waited 2 ms, 6 none, 9 20 ms.

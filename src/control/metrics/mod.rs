@@ -220,7 +220,11 @@ pub fn render(st: &ControlState) -> String {
                 )
                 .chain([("reorder_waits".to_owned(), s.reorder_waits)]);
             for (what, v) in named {
-                o.sample("vgate_link_fec_total", &[("link", l), ("what", what.as_str())], v);
+                o.sample(
+                    "vgate_link_fec_total",
+                    &[("link", l), ("what", what.as_str())],
+                    v,
+                );
             }
         }
         o.family("vgate_link_drops_total");

@@ -198,7 +198,11 @@ impl SplitStats {
                 drops.insert(r.name().into(), s.drop_count(r).into());
             }
             let named = |names: &[&str], v: &[u64]| -> serde_json::Map<String, serde_json::Value> {
-                names.iter().zip(v).map(|(n, c)| ((*n).into(), (*c).into())).collect()
+                names
+                    .iter()
+                    .zip(v)
+                    .map(|(n, c)| ((*n).into(), (*c).into()))
+                    .collect()
             };
             serde_json::json!({
                 "fec": fec(f), "packets": s.packets, "bytes": s.bytes,

@@ -479,12 +479,23 @@ fn a_block_beyond_repair_is_given_up_when_its_frames_say_so_not_after_the_wait()
     // Data 1 and 2 and repair frame 8 lost: 7 of the block's 10 frames, where it takes 8.
     // Until its last frame the block could still be rebuilt; the sender then goes quiet (no
     // next block to say the block is over): that last frame says it.
-    let keep: Vec<Vec<u8>> = [0, 3, 4, 5, 6, 7].iter().map(|&i| frames[i].clone()).collect();
+    let keep: Vec<Vec<u8>> = [0, 3, 4, 5, 6, 7]
+        .iter()
+        .map(|&i| frames[i].clone())
+        .collect();
     let mut dec = Decoder::with_reorder(fec, 25);
     assert_eq!(payloads(feed(&mut dec, &keep, 100)), expected(1));
-    assert_eq!(dec.next_deadline(), Some(125), "repair frames 8 and 9 could rebuild it");
+    assert_eq!(
+        dec.next_deadline(),
+        Some(125),
+        "repair frames 8 and 9 could rebuild it"
+    );
     assert!(feed(&mut dec, &[frames[9].clone()], 102).is_empty());
-    assert_eq!(dec.next_deadline(), Some(102 + LOST_GRACE_MS), "beyond repair");
+    assert_eq!(
+        dec.next_deadline(),
+        Some(102 + LOST_GRACE_MS),
+        "beyond repair"
+    );
     let mut out = Vec::new();
     dec.release_due(102 + LOST_GRACE_MS, |_, _, pl, _| out.push(pl.to_vec()));
     assert_eq!(out, expected(8)[3..].to_vec());
