@@ -17,7 +17,7 @@ fn payload(i: usize) -> Vec<u8> {
 }
 
 /// A xorshift stream (deterministic: the tests' loss patterns never change).
-fn rng(seed: u64) -> impl FnMut() -> u64 {
+pub(super) fn rng(seed: u64) -> impl FnMut() -> u64 {
     let mut x = seed;
     move || {
         x ^= x << 13;

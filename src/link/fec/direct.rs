@@ -347,15 +347,7 @@ mod tests {
 
     const CAP: usize = 1472;
 
-    fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
-    }
+    use crate::link::fec::block_tests::rng;
 
     /// A block of `k` + `m` random shards of `len` bytes, in `CAP` slots, its repairs from
     /// the crate's encoder (as the sender makes them).
