@@ -200,7 +200,7 @@ if [ -f "$OUT" ]; then sed -n '/^## Link TX/,$p' "$OUT" > "$raw.keep"; fi
         released="—" waited="—"
         if [ -n "${v[b_reorder_waits]:-}" ]; then
             released="${v[b_reorder_released_arrived]}/${v[b_reorder_released_rebuilt]}/${v[b_reorder_released_skipped]}/${v[b_reorder_released_timeout]}/${v[b_reorder_released_lost]}/${v[b_reorder_released_slide]}"
-            waited="$(( ${v[b_reorder_wait_le1ms]} + ${v[b_reorder_wait_le2ms]} ))/$(( ${v[b_reorder_wait_le5ms]} + ${v[b_reorder_wait_le10ms]} ))/$(( ${v[b_reorder_wait_le25ms]} + ${v[b_reorder_wait_over25ms]} ))"
+            waited="$(( v[b_reorder_wait_le1ms] + v[b_reorder_wait_le2ms] ))/$(( v[b_reorder_wait_le5ms] + v[b_reorder_wait_le10ms] ))/$(( v[b_reorder_wait_le25ms] + v[b_reorder_wait_over25ms] ))"
         fi
         printf '| %s | %s | %s ms | %s %% | %s | %s | %s %% | %s %% | %s µs | %s µs | %s µs | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
             "$label" "$fec" "${v[reorder_ms]}" "${v[delivered_loss_pct]}" \
