@@ -3,7 +3,10 @@
 # rate, with zero loss, RSS growth < 1 % after warm-up (the first fifth), flat fd and route
 # counts. Needs root (network namespaces). Writes a summary (default soak-summary.txt).
 #
-#   scripts/soak.sh [--minutes N] [--rate PPS] [--modes "stack tnapi zc"] [--streams N] [--out FILE]
+#   scripts/soak.sh [--minutes N] [--rate PPS] [--modes "stack tnapi zc"] [--streams N] [--out FILE] [--debug]
+#
+# The gateway soaked is the release build (what an appliance runs); --debug soaks the debug
+# build instead (the test harness that generates and counts is the debug test binary either way).
 #
 # --rate is the zero-loss rate (packets/s, all streams) to take 80 % of; without it the
 # figure recorded in docs/reliability.md ("soak base rate: N pps") is used, else 5000.
@@ -13,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-minutes=15 rate="" modes="stack tnapi zc" streams=20 out=soak-summary.txt
+minutes=15 rate="" modes="stack tnapi zc" streams=20 out=soak-summary.txt profile=release
 while [ $# -gt 0 ]; do
     case "$1" in
         --minutes) minutes="$2"; shift 2 ;;
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
         --modes) modes="$2"; shift 2 ;;
         --streams) streams="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
+        --debug) profile=debug; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "soak.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -37,12 +41,16 @@ pps=$(( rate * 80 / 100 ))
 test_bin=$(cargo test --test churn_netns --no-run --message-format=json 2>/dev/null \
     | sed -n 's/.*"executable":"\([^"]*churn_netns[^"]*\)".*/\1/p' | tail -1)
 [ -x "$test_bin" ] || { echo "soak.sh: could not build the churn_netns test" >&2; exit 1; }
+if [ "$profile" = release ]; then
+    cargo build --release --bin vgate >/dev/null 2>&1 \
+        || { echo "soak.sh: could not build the release vgate" >&2; exit 1; }
+fi
 snap=$(mktemp -d /tmp/vgate-soak.XXXXXX)
 trap 'rm -rf "$snap"' EXIT
 cp "$test_bin" "$snap/churn_netns"
-cp target/debug/vgate "$snap/vgate"
+cp "target/$profile/vgate" "$snap/vgate"
 {
-    echo "vgate soak $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || echo '?'): $minutes min per mode, $streams streams, $pps pps (80 % of $rate)"
+    echo "vgate soak $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || echo '?'): $minutes min per mode, $streams streams, $pps pps (80 % of $rate), $profile vgate"
 } > "$out"
 status=0
 for mode in $modes; do

@@ -403,12 +403,14 @@ fn soak() {
     };
     let _ = writeln!(
         std::io::stderr(),
-        "SOAK mode={mode} minutes={minutes} streams={streams} pps={} sent={} received={} lost={} loss_pct={:.5} rss_after_warmup_kb={rss_w} rss_max_kb={rss_max} rss_growth_pct={growth:.2} fds={fds:?} routes={routes:?}",
+        "SOAK mode={mode} minutes={minutes} streams={streams} pps={} sent={} received={} lost={} loss_pct={:.5} rss_after_warmup_kb={rss_w} rss_max_kb={rss_max} rss_growth_pct={growth:.2} fds={fds:?} routes={routes:?} sender_stalls={} sender_max_lag_ms={}",
         per_stream * u32::from(streams),
         report.sent,
         report.received,
         report.sent - report.received,
-        report.loss() * 100.0
+        report.loss() * 100.0,
+        report.sender_stalls,
+        report.sender_max_lag.as_millis()
     );
     let fwd = channel_totals(&totals, "forward");
     assert!(report.problems.is_empty(), "{:?}", report.problems);

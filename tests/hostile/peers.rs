@@ -91,7 +91,7 @@ pub struct Streams {
     /// A fixed number of packets per stream: `finish` lets the sender complete.
     bounded: bool,
     done_sending: Arc<AtomicBool>,
-    tx: Option<JoinHandle<Vec<u64>>>,
+    tx: Option<JoinHandle<(Vec<u64>, u64, Duration)>>,
     rx: Option<JoinHandle<Heard>>,
     /// Packets received so far, all streams.
     pub received: Arc<AtomicU64>,
@@ -111,7 +111,15 @@ pub struct StreamReport {
     pub duplicates: u64,
     pub problems: Vec<String>,
     pub per_stream_lost: Vec<u64>,
+    /// Times the sender was kept off the CPU for longer than [`MAX_LAG`] (its schedule then
+    /// restarts instead of catching up with a burst), and the longest such stall.
+    pub sender_stalls: u64,
+    pub sender_max_lag: Duration,
 }
+
+/// The most the sender makes up with back-to-back datagrams after a stall (at 4 000 pps,
+/// 80 datagrams).
+pub const MAX_LAG: Duration = Duration::from_millis(20);
 
 impl StreamReport {
     pub fn loss(&self) -> f64 {
@@ -202,9 +210,18 @@ impl Streams {
                     .collect();
                 let mut sent = vec![0u64; n as usize];
                 let period = Duration::from_secs_f64(1.0 / f64::from(pps.max(1)));
-                let t0 = Instant::now();
+                let start = Instant::now();
+                // The schedule's origin: moved forward when this thread was kept off the CPU
+                // for longer than MAX_LAG, so it never makes up the time with a burst that no
+                // camera sends (on a loaded machine a 0.6 s stall used to come out as 2 400
+                // back-to-back datagrams, more than a 2 048-slot capture ring holds).
+                let mut t0 = start;
+                let (mut stalls, mut max_lag) = (0u64, Duration::ZERO);
                 let mut seq = 0u32;
-                while !stop.load(Relaxed) && t0.elapsed() < limit && (packets == 0 || seq < packets)
+                let mut round = 0u32;
+                while !stop.load(Relaxed)
+                    && start.elapsed() < limit
+                    && (packets == 0 || seq < packets)
                 {
                     for (i, s) in socks.iter().enumerate() {
                         let to = SocketAddrV4::new(ga_ip, A_PORTS + 2 * i as u16);
@@ -213,14 +230,20 @@ impl Streams {
                         }
                     }
                     seq += 1;
-                    let next = period * seq;
+                    round += 1;
+                    let next = period * round;
                     let now = t0.elapsed();
                     if next > now {
                         std::thread::sleep(next - now);
+                    } else if now - next > MAX_LAG {
+                        stalls += 1;
+                        max_lag = max_lag.max(now - next);
+                        t0 = Instant::now();
+                        round = 0;
                     }
                 }
                 done.store(true, Relaxed);
-                sent
+                (sent, stalls, max_lag)
             })
         };
         Streams {
@@ -241,7 +264,7 @@ impl Streams {
         if !self.bounded {
             self.stop_sending();
         }
-        let sent = self.tx.take().unwrap().join().expect("sender");
+        let (sent, sender_stalls, sender_max_lag) = self.tx.take().unwrap().join().expect("sender");
         let (seqs, problems) = self.rx.take().unwrap().join().expect("receiver");
         let mut received = 0;
         let mut duplicates = 0;
@@ -261,6 +284,8 @@ impl Streams {
             duplicates,
             problems,
             per_stream_lost,
+            sender_stalls,
+            sender_max_lag,
         }
     }
 
